@@ -1,0 +1,47 @@
+// Bytes in use per device, for ak_memory_stats: every allocation made through ak_alloc is recorded
+// here with its size, so tests can check that memory returns to its baseline.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+
+#include "../include/attnkit.h"
+
+namespace ak {
+
+class MemoryTracker {
+ public:
+  void on_alloc(void* ptr, int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sizes_[ptr] = bytes;
+    in_use_ += bytes;
+    if (in_use_ > peak_) peak_ = in_use_;
+    ++total_;
+  }
+  // Returns false when ptr was not allocated here (or was freed already).
+  bool on_free(void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = sizes_.find(ptr);
+    if (it == sizes_.end()) return false;
+    in_use_ -= it->second;
+    sizes_.erase(it);
+    return true;
+  }
+  void fill(ak_memory_stats_t* out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    out->bytes_in_use = in_use_;
+    out->peak_bytes = peak_;
+    out->live_allocations = static_cast<int64_t>(sizes_.size());
+    out->total_allocations = total_;
+    out->pool_reserved = 0;
+    out->pool_used = 0;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<void*, int64_t> sizes_;
+  int64_t in_use_ = 0, peak_ = 0, total_ = 0;
+};
+
+}  // namespace ak

@@ -1,0 +1,140 @@
+// Scalar conversions shared by the CPU and CUDA backends, written with integer and IEEE-exact
+// operations only, so both backends round every value the same way (to nearest, ties to even).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#ifdef __CUDACC__
+#define AK_HD __host__ __device__ __forceinline__
+#else
+#define AK_HD inline
+#endif
+
+namespace ak {
+
+// Raw 16-bit storage types: the CPU backend never does arithmetic in these.
+struct f16_t {
+  uint16_t bits;
+};
+struct bf16_t {
+  uint16_t bits;
+};
+
+AK_HD uint32_t float_bits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+AK_HD float bits_float(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+AK_HD uint64_t double_bits(double d) {
+#ifdef __CUDA_ARCH__
+  return static_cast<uint64_t>(__double_as_longlong(d));
+#else
+  uint64_t u;
+  std::memcpy(&u, &d, 8);
+  return u;
+#endif
+}
+AK_HD double bits_double(uint64_t u) {
+#ifdef __CUDA_ARCH__
+  return __longlong_as_double(static_cast<long long>(u));
+#else
+  double d;
+  std::memcpy(&d, &u, 8);
+  return d;
+#endif
+}
+
+// ---- 16-bit floats ----
+
+AK_HD float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+
+AK_HD uint16_t float_to_bf16(float f) {
+  uint32_t x = float_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);  // quiet NaN
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+AK_HD float f16_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t man = h & 0x3ffu;
+  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (man << 13));  // inf / NaN
+  if (exp != 0) return bits_float(sign | ((exp + 112u) << 23) | (man << 13));
+  // zero or subnormal: man * 2^-24, exact in float
+  const float mag = static_cast<float>(man) * 5.9604644775390625e-8f;
+  return sign ? -mag : mag;
+}
+
+AK_HD uint16_t float_to_f16(float f) {
+  uint32_t x = float_bits(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  x &= 0x7fffffffu;
+  if (x >= 0x7f800000u) return sign | (x > 0x7f800000u ? 0x7e00u : 0x7c00u);  // NaN / inf
+  if (x >= 0x477ff000u) return sign | 0x7c00u;  // rounds to inf (>= 65520)
+  if (x < 0x38800000u) {
+    // Result is subnormal (or zero): round |f| * 2^24 to an integer, ties to even, exactly.
+    // |f| < 2^-14, so |f| * 2^24 < 1024 and the product is exact in double.
+    const double scaled = static_cast<double>(bits_float(x)) * 16777216.0;
+    double whole = floor(scaled);
+    const double frac = scaled - whole;
+    if (frac > 0.5 || (frac == 0.5 && fmod(whole, 2.0) != 0.0)) whole += 1.0;
+    return sign | static_cast<uint16_t>(whole);
+  }
+  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits.
+  const uint32_t odd = (x >> 13) & 1u;
+  x = x - 0x38000000u + 0xfffu + odd;
+  return sign | static_cast<uint16_t>(x >> 13);
+}
+
+// double -> float rounded to odd: then rounding that float to a 16-bit float (which keeps at least
+// 2 bits fewer at every exponent) equals rounding the double directly, with no double rounding.
+AK_HD float double_to_float_odd(double d) {
+  float f = static_cast<float>(d);
+  const double back = static_cast<double>(f);
+  if (back != d && back == back && d == d) {
+    uint32_t u = float_bits(f);
+    if ((u & 0x7fffffffu) == 0x7f800000u) {
+      u -= 1;  // overflowed to inf: the truncation is the largest finite float (odd)
+    } else if (fabs(back) > fabs(d)) {
+      u -= 1;  // step toward zero to get the truncation
+    }
+    f = bits_float(u | 1u);
+  }
+  return f;
+}
+
+AK_HD uint16_t double_to_bf16(double d) { return float_to_bf16(double_to_float_odd(d)); }
+AK_HD uint16_t double_to_f16(double d) { return float_to_f16(double_to_float_odd(d)); }
+
+// ---- integers and bools from floating values: truncate toward zero, saturate, NaN -> 0 ----
+
+AK_HD int32_t double_to_i32(double d) {
+  if (!(d == d)) return 0;
+  if (d >= 2147483647.0) return 2147483647;
+  if (d <= -2147483648.0) return (-2147483647 - 1);
+  return static_cast<int32_t>(d);
+}
+AK_HD int64_t double_to_i64(double d) {
+  if (!(d == d)) return 0;
+  if (d >= 9223372036854775807.0) return INT64_MAX;
+  if (d <= -9223372036854775808.0) return INT64_MIN;
+  return static_cast<int64_t>(d);
+}
+
+}  // namespace ak

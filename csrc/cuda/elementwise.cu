@@ -1,0 +1,358 @@
+// CUDA element-wise work: copies (casts, permutes, strided views), fills and random numbers.
+// Contiguous casts move 8 elements per thread with 16-byte accesses, since at 1 GiB they are
+// bound by memory bandwidth alone.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstring>
+
+#include "../core/layout.h"
+#include "../core/numeric.h"
+#include "../core/random.h"
+#include "backend.h"
+#include "runtime.cuh"
+
+namespace ak::cuda {
+namespace {
+
+// ---- element conversions (the same rounding as the CPU backend) ----
+
+struct Bool8 {
+  uint8_t v;
+};
+
+template <class T>
+struct Elem;
+template <>
+struct Elem<float> {
+  __device__ static double to_double(float x) { return x; }
+  __device__ static float to_float(float x) { return x; }
+  __device__ static float from_double(double d) { return static_cast<float>(d); }
+  __device__ static float from_float(float f) { return f; }
+  static constexpr bool kSmallFloat = true;
+};
+template <>
+struct Elem<double> {
+  __device__ static double to_double(double x) { return x; }
+  __device__ static float to_float(double x) { return static_cast<float>(x); }
+  __device__ static double from_double(double d) { return d; }
+  __device__ static double from_float(float f) { return f; }
+  static constexpr bool kSmallFloat = false;
+};
+template <>
+struct Elem<__half> {
+  __device__ static double to_double(__half x) { return __half2float(x); }
+  __device__ static float to_float(__half x) { return __half2float(x); }
+  __device__ static __half from_double(double d) { return __ushort_as_half(double_to_f16(d)); }
+  __device__ static __half from_float(float f) { return __float2half_rn(f); }
+  static constexpr bool kSmallFloat = true;
+};
+template <>
+struct Elem<__nv_bfloat16> {
+  __device__ static double to_double(__nv_bfloat16 x) { return __bfloat162float(x); }
+  __device__ static float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+  __device__ static __nv_bfloat16 from_double(double d) { return __ushort_as_bfloat16(double_to_bf16(d)); }
+  __device__ static __nv_bfloat16 from_float(float f) { return __float2bfloat16_rn(f); }
+  static constexpr bool kSmallFloat = true;
+};
+template <>
+struct Elem<int32_t> {
+  __device__ static double to_double(int32_t x) { return x; }
+  __device__ static int32_t from_double(double d) { return double_to_i32(d); }
+  static constexpr bool kSmallFloat = false;
+};
+template <>
+struct Elem<int64_t> {
+  __device__ static double to_double(int64_t x) { return static_cast<double>(x); }
+  __device__ static int64_t from_double(double d) { return double_to_i64(d); }
+  static constexpr bool kSmallFloat = false;
+};
+template <>
+struct Elem<Bool8> {
+  __device__ static double to_double(Bool8 x) { return x.v ? 1.0 : 0.0; }
+  __device__ static Bool8 from_double(double d) { return Bool8{static_cast<uint8_t>(d != 0.0)}; }
+  static constexpr bool kSmallFloat = false;
+};
+
+template <class S, class D>
+__device__ __forceinline__ D convert(S x) {
+  if constexpr (Elem<S>::kSmallFloat && Elem<D>::kSmallFloat) {
+    return Elem<D>::from_float(Elem<S>::to_float(x));  // float holds every such value exactly
+  } else if constexpr (std::is_same_v<S, int64_t> && std::is_same_v<D, int32_t>) {
+    return x > INT32_MAX ? INT32_MAX : (x < INT32_MIN ? INT32_MIN : static_cast<int32_t>(x));
+  } else {
+    return Elem<D>::from_double(Elem<S>::to_double(x));
+  }
+}
+
+// ---- vector access: 8 elements at a time ----
+
+template <class T>
+struct Pack8 {
+  T e[8];
+};
+
+template <class T>
+__device__ __forceinline__ Pack8<T> load8(const T* p) {
+  Pack8<T> r;
+  constexpr int kBytes = 8 * sizeof(T);
+  if constexpr (kBytes >= 16) {
+    const uint4* src = reinterpret_cast<const uint4*>(p);
+    uint4* dst = reinterpret_cast<uint4*>(&r);
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) dst[i] = __ldg(src + i);
+  } else {
+    *reinterpret_cast<uint2*>(&r) = __ldg(reinterpret_cast<const uint2*>(p));
+  }
+  return r;
+}
+
+template <class T>
+__device__ __forceinline__ void store8(T* p, const Pack8<T>& v) {
+  constexpr int kBytes = 8 * sizeof(T);
+  if constexpr (kBytes >= 16) {
+    const uint4* src = reinterpret_cast<const uint4*>(&v);
+    uint4* dst = reinterpret_cast<uint4*>(p);
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) dst[i] = src[i];
+  } else {
+    *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(&v);
+  }
+}
+
+template <class S, class D>
+__global__ void cast_contiguous_kernel(const S* __restrict__ src, D* __restrict__ dst, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * 8;
+  int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
+  for (; i + 8 <= n; i += stride) {
+    const Pack8<S> in = load8(src + i);
+    Pack8<D> out;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) out.e[k] = convert<S, D>(in.e[k]);
+    store8(dst + i, out);
+  }
+  for (; i < n; ++i) dst[i] = convert<S, D>(src[i]);  // the tail, at most 7 elements per thread
+}
+
+// One element per thread, any strides (up to AK_MAX_RANK dims).
+struct StridedArgs {
+  int rank;
+  int64_t shape[AK_MAX_RANK];
+  int64_t dst_strides[AK_MAX_RANK];
+  int64_t src_strides[AK_MAX_RANK];
+  int64_t numel;
+};
+
+template <class S, class D>
+__global__ void cast_strided_kernel(const S* __restrict__ src, D* __restrict__ dst, StridedArgs a) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.numel; i += step) {
+    int64_t rest = i, so = 0, d_off = 0;
+    for (int k = a.rank - 1; k >= 0; --k) {
+      const int64_t c = rest % a.shape[k];
+      rest /= a.shape[k];
+      so += c * a.src_strides[k];
+      d_off += c * a.dst_strides[k];
+    }
+    dst[d_off] = convert<S, D>(src[so]);
+  }
+}
+
+// Same dtype, innermost dimension contiguous on both sides, rows a multiple of 16 bytes: copy rows
+// with 16-byte accesses (the BTHD <-> BHTD permutes the ops use).
+template <class Index>
+__global__ void copy_rows_kernel(const char* __restrict__ src, char* __restrict__ dst, StridedArgs a,
+                                 Index chunks_per_row, Index total_chunks, int esize) {
+  const Index step = static_cast<Index>(gridDim.x) * blockDim.x;
+  for (Index c = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; c < total_chunks; c += step) {
+    Index row = c / chunks_per_row;
+    const Index chunk = c - row * chunks_per_row;
+    int64_t so = 0, d_off = 0;
+    for (int k = a.rank - 2; k >= 0; --k) {
+      const Index extent = static_cast<Index>(a.shape[k]);
+      const Index coord = row % extent;
+      row /= extent;
+      so += static_cast<int64_t>(coord) * a.src_strides[k];
+      d_off += static_cast<int64_t>(coord) * a.dst_strides[k];
+    }
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(src + so * esize) + chunk);
+    reinterpret_cast<uint4*>(dst + d_off * esize)[chunk] = v;
+  }
+}
+
+template <class D>
+__global__ void random_kernel(D* __restrict__ dst, int64_t n, uint64_t seed, uint64_t offset, int kind, double a,
+                              double b) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    dst[i] = Elem<D>::from_double(random_value(seed, offset + static_cast<uint64_t>(i), kind, a, b));
+  }
+}
+
+__global__ void fill_kernel(uint4* __restrict__ dst, int64_t vectors, uint4 pattern) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vectors; i += step) {
+    dst[i] = pattern;
+  }
+}
+
+__global__ void fill_bytes_kernel(unsigned char* __restrict__ dst, int64_t bytes, uint4 pattern) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < bytes) dst[i] = reinterpret_cast<const unsigned char*>(&pattern)[i % 16];
+}
+
+// ---- dtype dispatch ----
+
+template <class F>
+void with_type(int32_t dtype, F&& f) {
+  switch (dtype) {
+    case AK_FLOAT32: f(float{}); break;
+    case AK_FLOAT64: f(double{}); break;
+    case AK_FLOAT16: f(__half{}); break;
+    case AK_BFLOAT16: f(__nv_bfloat16{}); break;
+    case AK_INT32: f(int32_t{}); break;
+    case AK_INT64: f(int64_t{}); break;
+    case AK_BOOL: f(Bool8{}); break;
+    default: fail(AK_ERR_INVALID_ARGUMENT, "dtype: unknown code " + std::to_string(dtype));
+  }
+}
+
+unsigned grid_for(int device, int64_t work_items, int threads) {
+  const int64_t wanted = (work_items + threads - 1) / threads;
+  const int64_t cap = static_cast<int64_t>(props(device).multiProcessorCount) * 16;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(wanted, cap)));
+}
+
+StridedArgs strided_args(const CopyPlan& p) {
+  StridedArgs a{};
+  a.rank = p.rank;
+  a.numel = p.numel;
+  for (int i = 0; i < p.rank; ++i) {
+    a.shape[i] = p.shape[i];
+    a.dst_strides[i] = p.dst_strides[i];
+    a.src_strides[i] = p.src_strides[i];
+  }
+  return a;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace
+
+void copy_strided(const ak_tensor& dst, const ak_tensor& src) {
+  const CopyPlan plan = make_copy_plan(dst, src);
+  if (plan.numel == 0) return;
+  DeviceGuard guard(dst.device_index);
+  cudaStream_t s = stream(dst.device_index);
+  const int device = dst.device_index;
+  const int threads = 256;
+  const size_t esize = dtype_size(src.dtype);
+
+  if (plan.flat() && dst.dtype == src.dtype) {
+    AK_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(plan.numel) * esize,
+                                  cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  if (plan.flat() && aligned16(dst.data) && aligned16(src.data)) {
+    with_type(src.dtype, [&](auto s_tag) {
+      with_type(dst.dtype, [&](auto d_tag) {
+        using S = decltype(s_tag);
+        using D = decltype(d_tag);
+        cast_contiguous_kernel<S, D><<<grid_for(device, (plan.numel + 7) / 8, threads), threads, 0, s>>>(
+            static_cast<const S*>(src.data), static_cast<D*>(dst.data), plan.numel);
+      });
+    });
+    check_launch("cast_contiguous_kernel");
+    return;
+  }
+  const StridedArgs args = strided_args(plan);
+  const int inner = plan.rank - 1;
+  const int64_t row_bytes = plan.rank > 0 ? plan.shape[inner] * static_cast<int64_t>(esize) : 0;
+  if (dst.dtype == src.dtype && plan.rank >= 2 && plan.dst_strides[inner] == 1 && plan.src_strides[inner] == 1 &&
+      row_bytes % 16 == 0 && aligned16(dst.data) && aligned16(src.data)) {
+    bool strides_aligned = true;
+    for (int k = 0; k < inner; ++k) {
+      strides_aligned &= (plan.dst_strides[k] * static_cast<int64_t>(esize)) % 16 == 0;
+      strides_aligned &= (plan.src_strides[k] * static_cast<int64_t>(esize)) % 16 == 0;
+    }
+    if (strides_aligned) {
+      const int64_t chunks_per_row = row_bytes / 16;
+      const int64_t total = plan.numel / plan.shape[inner] * chunks_per_row;
+      const unsigned grid = grid_for(device, total, threads);
+      if (total < (int64_t{1} << 31)) {
+        copy_rows_kernel<uint32_t><<<grid, threads, 0, s>>>(
+            static_cast<const char*>(src.data), static_cast<char*>(dst.data), args,
+            static_cast<uint32_t>(chunks_per_row), static_cast<uint32_t>(total), static_cast<int>(esize));
+      } else {
+        copy_rows_kernel<uint64_t><<<grid, threads, 0, s>>>(
+            static_cast<const char*>(src.data), static_cast<char*>(dst.data), args,
+            static_cast<uint64_t>(chunks_per_row), static_cast<uint64_t>(total), static_cast<int>(esize));
+      }
+      check_launch("copy_rows_kernel");
+      return;
+    }
+  }
+  with_type(src.dtype, [&](auto s_tag) {
+    with_type(dst.dtype, [&](auto d_tag) {
+      using S = decltype(s_tag);
+      using D = decltype(d_tag);
+      cast_strided_kernel<S, D><<<grid_for(device, plan.numel, threads), threads, 0, s>>>(
+          static_cast<const S*>(src.data), static_cast<D*>(dst.data), args);
+    });
+  });
+  check_launch("cast_strided_kernel");
+}
+
+void fill(const ak_tensor& dst, double value) {
+  const int64_t n = numel(dst);
+  if (n == 0) return;
+  DeviceGuard guard(dst.device_index);
+  const size_t esize = dtype_size(dst.dtype);
+  // Convert on the host with the CPU backend's rounding, then replicate into a 16-byte pattern.
+  unsigned char one[8] = {};
+  switch (dst.dtype) {
+    case AK_FLOAT32: { const float v = static_cast<float>(value); std::memcpy(one, &v, 4); break; }
+    case AK_FLOAT64: std::memcpy(one, &value, 8); break;
+    case AK_FLOAT16: { const uint16_t v = double_to_f16(value); std::memcpy(one, &v, 2); break; }
+    case AK_BFLOAT16: { const uint16_t v = double_to_bf16(value); std::memcpy(one, &v, 2); break; }
+    case AK_INT32: { const int32_t v = double_to_i32(value); std::memcpy(one, &v, 4); break; }
+    case AK_INT64: { const int64_t v = double_to_i64(value); std::memcpy(one, &v, 8); break; }
+    default: one[0] = value != 0.0 ? 1 : 0; break;
+  }
+  uint4 pattern;
+  unsigned char* pb = reinterpret_cast<unsigned char*>(&pattern);
+  for (size_t i = 0; i < 16; ++i) pb[i] = one[i % esize];
+  const int64_t bytes = n * static_cast<int64_t>(esize);
+  const int64_t vectors = bytes / 16;
+  cudaStream_t s = stream(dst.device_index);
+  const int threads = 256;
+  if (vectors > 0) {
+    fill_kernel<<<grid_for(dst.device_index, vectors, threads), threads, 0, s>>>(static_cast<uint4*>(dst.data),
+                                                                                vectors, pattern);
+    check_launch("fill_kernel");
+  }
+  const int64_t tail = bytes - vectors * 16;
+  if (tail > 0) {
+    fill_bytes_kernel<<<1, 16, 0, s>>>(static_cast<unsigned char*>(dst.data) + vectors * 16, tail, pattern);
+    check_launch("fill_bytes_kernel");
+  }
+}
+
+void random(const ak_tensor& dst, uint64_t seed, uint64_t offset, int kind, double a, double b) {
+  const int64_t n = numel(dst);
+  if (n == 0) return;
+  DeviceGuard guard(dst.device_index);
+  const int threads = 256;
+  const unsigned grid = grid_for(dst.device_index, n, threads);
+  cudaStream_t s = stream(dst.device_index);
+  switch (dst.dtype) {
+    case AK_FLOAT32: random_kernel<<<grid, threads, 0, s>>>(static_cast<float*>(dst.data), n, seed, offset, kind, a, b); break;
+    case AK_FLOAT64: random_kernel<<<grid, threads, 0, s>>>(static_cast<double*>(dst.data), n, seed, offset, kind, a, b); break;
+    case AK_FLOAT16: random_kernel<<<grid, threads, 0, s>>>(static_cast<__half*>(dst.data), n, seed, offset, kind, a, b); break;
+    case AK_BFLOAT16: random_kernel<<<grid, threads, 0, s>>>(static_cast<__nv_bfloat16*>(dst.data), n, seed, offset, kind, a, b); break;
+    default: fail(AK_ERR_INVALID_ARGUMENT, "dst: random numbers need a floating dtype");
+  }
+  check_launch("random_kernel");
+}
+
+}  // namespace ak::cuda

@@ -1,0 +1,836 @@
+/**
+ * Tensor: a dense, row-major block of device memory (CPU or CUDA) with a dtype and a shape.
+ *
+ * @module
+ */
+import { contiguousStrides, encodeDescriptor, MAX_RANK } from "../ffi/descriptor.ts";
+import { AttnkitError, invalidArgument } from "../ffi/errors.ts";
+import { native, unwrap } from "../ffi/library.ts";
+import { type Device, type DeviceId, parseDevice } from "./device.ts";
+import { type AnyArray, type ArrayFor, type DType, dtypeCode, dtypeSize, isFloating, parseDType } from "./dtype.ts";
+
+/** Nested arrays of numbers (or booleans), as `Tensor.from` accepts them. */
+export type NestedNumbers = number | boolean | readonly NestedNumbers[];
+
+/** Typed arrays `Tensor.from` accepts. */
+export type SourceArray =
+  | Float32Array
+  | Float64Array
+  | Int32Array
+  | BigInt64Array
+  | Uint8Array
+  | Uint16Array;
+
+/** Options for making a tensor. */
+export interface TensorOptions {
+  /** Element type (default float32, or the source array's own type). */
+  dtype?: DType;
+  /** Where the tensor lives (default `"cpu"`). */
+  device?: Device | string;
+}
+
+/** Options for random tensors. */
+export interface RandomOptions extends TensorOptions {
+  /** Key of the counter-based generator; default: the next draw of the global generator. */
+  seed?: number | bigint;
+  /** First counter value (default 0 with an explicit seed). */
+  offset?: number | bigint;
+}
+
+// A block of memory shared by a tensor and its reshaped views; freed when the last one lets go.
+class Storage {
+  refs = 1;
+  constructor(
+    readonly ptr: Deno.PointerValue,
+    readonly bytes: number,
+    readonly device: DeviceId,
+  ) {}
+
+  release(): void {
+    if (--this.refs > 0) return;
+    if (this.ptr !== null) unwrap(native().ak_free(this.device.type, this.device.index, this.ptr), "Tensor.dispose");
+  }
+}
+
+// The backstop for tensors that are dropped without dispose(): give their memory back when collected.
+const collector = new FinalizationRegistry<Storage>((storage) => {
+  try {
+    storage.release();
+  } catch {
+    // The library may be unloading at exit; nothing useful can be done here.
+  }
+});
+
+let globalSeed: bigint | undefined;
+let globalOffset = 0n;
+
+/**
+ * Sets the global generator's seed: later random tensors made without an explicit `seed` are then
+ * reproducible.
+ *
+ * @example
+ * ```ts
+ * import { manualSeed, Tensor } from "@attnkit/attnkit";
+ * manualSeed(42);
+ * using a = Tensor.randn([3]);
+ * ```
+ */
+export function manualSeed(seed: number | bigint): void {
+  globalSeed = BigInt.asUintN(64, BigInt(seed));
+  globalOffset = 0n;
+}
+
+function nextDraw(count: number): { seed: bigint; offset: bigint } {
+  if (globalSeed === undefined) {
+    const words = crypto.getRandomValues(new Uint32Array(2));
+    globalSeed = (BigInt(words[0]) << 32n) | BigInt(words[1]);
+  }
+  const offset = globalOffset;
+  // Keep offsets even: normals are drawn in pairs from one counter.
+  globalOffset += BigInt(count + (count & 1));
+  return { seed: globalSeed, offset };
+}
+
+function product(shape: readonly number[]): number {
+  let n = 1;
+  for (const s of shape) n *= s;
+  return n;
+}
+
+function checkShape(shape: readonly number[], op: string, arg = "shape"): number[] {
+  if (!Array.isArray(shape)) throw invalidArgument(op, `${arg}: expected an array of sizes, got ${String(shape)}`);
+  if (shape.length > MAX_RANK) throw invalidArgument(op, `${arg}: rank ${shape.length} exceeds ${MAX_RANK}`);
+  for (const s of shape) {
+    if (!Number.isSafeInteger(s) || s < 0) {
+      throw invalidArgument(op, `${arg}: sizes must be non-negative integers, got [${shape.join(", ")}]`);
+    }
+  }
+  return [...shape];
+}
+
+function shapeText(shape: readonly number[]): string {
+  return `[${shape.join(", ")}]`;
+}
+
+/**
+ * A dense row-major tensor in CPU or CUDA memory.
+ *
+ * Tensors own device memory: release it with `dispose()` or a `using` declaration (a finalizer
+ * is only a backstop). Reshaped views share memory with their source; every other method returns
+ * a new tensor.
+ *
+ * @example
+ * ```ts
+ * import { Tensor } from "@attnkit/attnkit";
+ * using x = Tensor.from([[1, 2, 3], [4, 5, 6]], { dtype: "float32" });
+ * using y = x.transpose(0, 1);
+ * console.log(y.shape, y.toArray()); // [3, 2] Float32Array [1, 4, 2, 5, 3, 6]
+ * ```
+ */
+export class Tensor {
+  /** Element type. */
+  readonly dtype: DType;
+  /** Sizes, outermost first. */
+  readonly shape: readonly number[];
+  /** `"cpu"` or `"cuda:N"`. */
+  readonly device: "cpu" | `cuda:${number}`;
+  #storage: Storage | null;
+  #deviceId: DeviceId;
+  #descriptor: Uint8Array<ArrayBuffer> | undefined;
+
+  private constructor(storage: Storage, dtype: DType, shape: readonly number[]) {
+    this.#storage = storage;
+    this.#deviceId = storage.device;
+    this.dtype = dtype;
+    this.shape = Object.freeze([...shape]);
+    this.device = storage.device.name;
+    collector.register(this, storage, this);
+  }
+
+  // ---- making tensors ----
+
+  /**
+   * An uninitialised tensor (its contents are whatever the memory held).
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using out = Tensor.empty([2, 64], { dtype: "bfloat16" });
+   * ```
+   */
+  static empty(shape: readonly number[], options: TensorOptions = {}): Tensor {
+    const op = "Tensor.empty";
+    const dims = checkShape(shape, op);
+    const dtype = parseDType(options.dtype ?? "float32", op);
+    const device = parseDevice(options.device, op);
+    const bytes = product(dims) * dtypeSize(dtype);
+    const out = new BigUint64Array(1);
+    unwrap(native().ak_alloc(device.type, device.index, BigInt(bytes), out), op);
+    const ptr = out[0] === 0n ? null : Deno.UnsafePointer.create(out[0]);
+    return new Tensor(new Storage(ptr, bytes, device), dtype, dims);
+  }
+
+  /**
+   * A tensor of zeros.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using state = Tensor.zeros([1, 4, 64, 64]);
+   * ```
+   */
+  static zeros(shape: readonly number[], options: TensorOptions = {}): Tensor {
+    return Tensor.full(shape, 0, options);
+  }
+
+  /**
+   * A tensor of ones.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using beta = Tensor.ones([1, 16, 2]);
+   * ```
+   */
+  static ones(shape: readonly number[], options: TensorOptions = {}): Tensor {
+    return Tensor.full(shape, 1, options);
+  }
+
+  /**
+   * A tensor with every element set to `value` (rounded to the dtype).
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using poisoned = Tensor.full([8], NaN, { dtype: "bfloat16" });
+   * ```
+   */
+  static full(shape: readonly number[], value: number, options: TensorOptions = {}): Tensor {
+    const t = Tensor.empty(shape, options);
+    try {
+      t.fill(value);
+    } catch (e) {
+      t.dispose();
+      throw e;
+    }
+    return t;
+  }
+
+  /**
+   * Standard-normal random numbers (or `mean`/`std`), from the counter-based generator: the same
+   * seed gives the same values on every device.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using q = Tensor.randn([1, 128, 4, 64], { dtype: "bfloat16", seed: 7 });
+   * ```
+   */
+  static randn(shape: readonly number[], options: RandomOptions & { mean?: number; std?: number } = {}): Tensor {
+    return Tensor.#random(shape, options, 1, options.mean ?? 0, options.std ?? 1, "Tensor.randn");
+  }
+
+  /**
+   * Uniform random numbers in `[low, high)` (default `[0, 1)`).
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using beta = Tensor.rand([1, 128, 4], { seed: 1 });
+   * ```
+   */
+  static rand(shape: readonly number[], options: RandomOptions & { low?: number; high?: number } = {}): Tensor {
+    return Tensor.#random(shape, options, 0, options.low ?? 0, options.high ?? 1, "Tensor.rand");
+  }
+
+  static #random(
+    shape: readonly number[],
+    options: RandomOptions,
+    kind: number,
+    a: number,
+    b: number,
+    op: string,
+  ): Tensor {
+    const dtype = parseDType(options.dtype ?? "float32", op);
+    if (!isFloating(dtype)) throw invalidArgument(op, `dtype: random numbers need a floating dtype, got ${dtype}`);
+    const t = Tensor.empty(shape, { ...options, dtype });
+    try {
+      const n = t.numel;
+      const draw = options.seed === undefined
+        ? nextDraw(n)
+        : { seed: BigInt.asUintN(64, BigInt(options.seed)), offset: BigInt(options.offset ?? 0) };
+      unwrap(native().ak_random(t.descriptor(), draw.seed, draw.offset, kind, a, b), op);
+    } catch (e) {
+      t.dispose();
+      throw e;
+    }
+    return t;
+  }
+
+  /**
+   * Evenly spaced values in `[start, end)`.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using offsets = Tensor.arange(0, 40, 10, { dtype: "int32" }); // [0, 10, 20, 30]
+   * ```
+   */
+  static arange(start: number, end?: number, step = 1, options: TensorOptions = {}): Tensor {
+    const op = "Tensor.arange";
+    if (end === undefined) [start, end] = [0, start];
+    if (step === 0 || !Number.isFinite(step)) throw invalidArgument(op, `step: expected a non-zero number`);
+    const n = Math.max(0, Math.ceil((end - start) / step));
+    const values = new Float64Array(n);
+    for (let i = 0; i < n; i++) values[i] = start + i * step;
+    const integral = Number.isInteger(start) && Number.isInteger(step);
+    return Tensor.from(values, { dtype: options.dtype ?? (integral ? "int64" : "float32"), device: options.device, shape: [n] });
+  }
+
+  /**
+   * Copies host data into a new tensor. Accepts typed arrays (with `shape`; default 1-D) or nested
+   * number arrays (shape inferred). Values are rounded to the dtype (to nearest even).
+   * A Uint16Array is read as raw float16/bfloat16 bits and needs `dtype`.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using a = Tensor.from(new Float32Array([1, 2, 3, 4]), { shape: [2, 2] });
+   * using b = Tensor.from([[1, 2], [3, 4]], { dtype: "bfloat16" });
+   * ```
+   */
+  static from(
+    data: SourceArray | NestedNumbers,
+    options: TensorOptions & { shape?: readonly number[] } = {},
+  ): Tensor {
+    const op = "Tensor.from";
+    let flat: SourceArray;
+    let shape: number[];
+    if (ArrayBuffer.isView(data)) {
+      flat = data as SourceArray;
+      shape = options.shape ? checkShape(options.shape, op) : [flat.length];
+    } else {
+      const nested = flatten(data as NestedNumbers, op);
+      flat = nested.values;
+      shape = options.shape ? checkShape(options.shape, op) : nested.shape;
+    }
+    if (product(shape) !== flat.length) {
+      throw invalidArgument(op, `shape: ${shapeText(shape)} holds ${product(shape)} elements, data has ${flat.length}`);
+    }
+    const [sourceDType, bytes] = hostSource(flat, options.dtype, op);
+    // Typed arrays keep their own type by default; nested numbers default to float32.
+    const dtype = parseDType(options.dtype ?? (ArrayBuffer.isView(data) ? sourceDType : "float32"), op);
+    // Upload in the source's own dtype, then convert on the target device.
+    const staged = Tensor.empty(shape, { dtype: sourceDType, device: options.device });
+    try {
+      unwrap(native().ak_copy_from_host(staged.descriptor(), bytes, BigInt(bytes.byteLength)), op);
+      if (dtype === sourceDType) return staged;
+      return staged.cast(dtype);
+    } finally {
+      if (dtype !== sourceDType) staged.dispose();
+    }
+  }
+
+  // ---- properties ----
+
+  /** Number of dimensions. */
+  get ndim(): number {
+    return this.shape.length;
+  }
+
+  /** Number of elements. */
+  get numel(): number {
+    return product(this.shape);
+  }
+
+  /** Size in bytes. */
+  get nbytes(): number {
+    return this.numel * dtypeSize(this.dtype);
+  }
+
+  /** Row-major strides, in elements. */
+  get strides(): readonly number[] {
+    return contiguousStrides(this.shape);
+  }
+
+  /** True once `dispose()` has run. */
+  get disposed(): boolean {
+    return this.#storage === null;
+  }
+
+  /** The parsed device (C type and index). */
+  get deviceId(): DeviceId {
+    return this.#deviceId;
+  }
+
+  /** The data pointer; throws for a disposed tensor. For op implementations. */
+  get pointer(): Deno.PointerValue {
+    return this.#live("Tensor.pointer").ptr;
+  }
+
+  #live(op: string): Storage {
+    if (this.#storage === null) {
+      throw invalidArgument(op, `tensor ${shapeText(this.shape)} ${this.dtype} was disposed`);
+    }
+    return this.#storage;
+  }
+
+  /**
+   * The `ak_tensor` descriptor to pass to a C entry; throws for a disposed tensor. For op
+   * implementations.
+   */
+  descriptor(op = "Tensor.descriptor"): Uint8Array<ArrayBuffer> {
+    const storage = this.#live(op);
+    this.#descriptor ??= encodeDescriptor({
+      ptr: storage.ptr,
+      dtype: dtypeCode(this.dtype),
+      deviceType: storage.device.type,
+      deviceIndex: storage.device.index,
+      shape: this.shape,
+      strides: this.strides,
+    });
+    return this.#descriptor;
+  }
+
+  /**
+   * A descriptor of a strided view of this tensor's memory (same dtype and device), e.g. a
+   * permuted layout read in place. The caller keeps the view inside the tensor's bounds.
+   */
+  viewDescriptor(shape: readonly number[], strides: readonly number[], op = "Tensor.viewDescriptor"): Uint8Array<ArrayBuffer> {
+    const storage = this.#live(op);
+    return encodeDescriptor({
+      ptr: storage.ptr,
+      dtype: dtypeCode(this.dtype),
+      deviceType: storage.device.type,
+      deviceIndex: storage.device.index,
+      shape,
+      strides,
+    });
+  }
+
+  // ---- conversions ----
+
+  /**
+   * Copies to another device (a new tensor; the same device gives a copy).
+   *
+   * @example
+   * ```ts
+   * import { defaultDevice, Tensor } from "@attnkit/attnkit";
+   * using a = Tensor.ones([4]);
+   * using b = a.to(defaultDevice());
+   * ```
+   */
+  to(device: Device | string): Tensor {
+    const op = "Tensor.to";
+    this.#live(op);
+    const out = Tensor.empty(this.shape, { dtype: this.dtype, device });
+    try {
+      unwrap(native().ak_copy(out.descriptor(), this.descriptor()), op);
+    } catch (e) {
+      out.dispose();
+      throw e;
+    }
+    return out;
+  }
+
+  /**
+   * Converts to another dtype on the same device (floats round to nearest even; integers truncate
+   * toward zero and saturate; NaN becomes 0; bool is value != 0).
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using a = Tensor.randn([8]);
+   * using b = a.cast("bfloat16");
+   * ```
+   */
+  cast(dtype: DType): Tensor {
+    const op = "Tensor.cast";
+    this.#live(op);
+    const target = parseDType(dtype, op);
+    const out = Tensor.empty(this.shape, { dtype: target, device: this.device });
+    try {
+      unwrap(native().ak_copy(out.descriptor(), this.descriptor()), op);
+    } catch (e) {
+      out.dispose();
+      throw e;
+    }
+    return out;
+  }
+
+  /**
+   * A copy on the same device with the same dtype.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using a = Tensor.ones([2]);
+   * using b = a.clone();
+   * ```
+   */
+  clone(): Tensor {
+    return this.cast(this.dtype);
+  }
+
+  /**
+   * A view with another shape over the same memory (one size may be -1). Disposing either does not
+   * free the memory while the other is alive.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using a = Tensor.arange(6, undefined, 1, { dtype: "float32" });
+   * using b = a.reshape([2, -1]); // [2, 3]
+   * ```
+   */
+  reshape(shape: readonly number[]): Tensor {
+    const op = "Tensor.reshape";
+    const storage = this.#live(op);
+    const n = this.numel;
+    const dims = [...shape];
+    const free = dims.indexOf(-1);
+    if (free >= 0) {
+      if (dims.indexOf(-1, free + 1) >= 0) throw invalidArgument(op, `shape: at most one size may be -1`);
+      const rest = product(dims.filter((_, i) => i !== free));
+      if (rest === 0 || n % rest !== 0) {
+        throw invalidArgument(op, `shape: ${shapeText(shape)} cannot hold ${n} elements`);
+      }
+      dims[free] = n / rest;
+    }
+    checkShape(dims, op);
+    if (product(dims) !== n) {
+      throw invalidArgument(
+        op,
+        `shape: ${shapeText(shape)} holds ${product(dims)} elements, the tensor ${shapeText(this.shape)} has ${n}`,
+      );
+    }
+    storage.refs++;
+    return new Tensor(storage, this.dtype, dims);
+  }
+
+  /**
+   * A new contiguous tensor with the dimensions reordered: `dims[i]` is the source dimension that
+   * becomes dimension i (on the device, no host round trip).
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using bthd = Tensor.randn([2, 16, 4, 64]);
+   * using bhtd = bthd.permute([0, 2, 1, 3]); // [2, 4, 16, 64]
+   * ```
+   */
+  permute(dims: readonly number[]): Tensor {
+    const op = "Tensor.permute";
+    this.#live(op);
+    const rank = this.ndim;
+    if (dims.length !== rank || [...dims].sort((a, b) => a - b).some((d, i) => d !== i)) {
+      throw invalidArgument(op, `dims: expected a permutation of 0..${rank - 1}, got [${dims.join(", ")}]`);
+    }
+    const strides = this.strides;
+    const shape = dims.map((d) => this.shape[d]);
+    const srcView = this.viewDescriptor(shape, dims.map((d) => strides[d]), op);
+    const out = Tensor.empty(shape, { dtype: this.dtype, device: this.device });
+    try {
+      unwrap(native().ak_copy(out.descriptor(), srcView), op);
+    } catch (e) {
+      out.dispose();
+      throw e;
+    }
+    return out;
+  }
+
+  /**
+   * A new contiguous tensor with two dimensions swapped.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using a = Tensor.randn([3, 5]);
+   * using b = a.transpose(0, 1); // [5, 3]
+   * ```
+   */
+  transpose(a: number, b: number): Tensor {
+    const rank = this.ndim;
+    const norm = (d: number) => (d < 0 ? d + rank : d);
+    const [x, y] = [norm(a), norm(b)];
+    if (!(x >= 0 && x < rank && y >= 0 && y < rank)) {
+      throw invalidArgument("Tensor.transpose", `dims: ${a}, ${b} out of range for rank ${rank}`);
+    }
+    const dims = [...Array(rank).keys()];
+    [dims[x], dims[y]] = [dims[y], dims[x]];
+    return this.permute(dims);
+  }
+
+  /**
+   * Fills every element in place with `value` (rounded to the dtype); returns this tensor.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using out = Tensor.empty([4]);
+   * out.fill(NaN); // poison before a kernel writes it
+   * ```
+   */
+  fill(value: number): this {
+    const op = "Tensor.fill";
+    this.#live(op);
+    unwrap(native().ak_fill(this.descriptor(), value), op);
+    return this;
+  }
+
+  /**
+   * Copies another tensor's values into this one in place (same shape; casts across dtypes, and
+   * moves across devices when the dtypes match).
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using a = Tensor.zeros([3]);
+   * using b = Tensor.ones([3]);
+   * a.copyFrom(b);
+   * ```
+   */
+  copyFrom(source: Tensor): this {
+    const op = "Tensor.copyFrom";
+    this.#live(op);
+    unwrap(native().ak_copy(this.descriptor(), source.descriptor(op)), op);
+    return this;
+  }
+
+  // ---- reading ----
+
+  /**
+   * Copies the values to the host: Float32Array for float32, float16 and bfloat16 (exact
+   * widening), Float64Array, Int32Array, BigInt64Array (int64) or Uint8Array (bool).
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using a = Tensor.from([1.5, 2.5], { dtype: "bfloat16" });
+   * console.log(a.toArray()); // Float32Array [1.5, 2.5]
+   * ```
+   */
+  toArray(): AnyArray {
+    const op = "Tensor.toArray";
+    this.#live(op);
+    if (this.dtype === "float16" || this.dtype === "bfloat16") {
+      using wide = this.cast("float32");
+      return wide.toArray();
+    }
+    const out = allocateHost(this.dtype, this.numel);
+    const bytes = new Uint8Array(out.buffer);
+    unwrap(native().ak_copy_to_host(this.descriptor(), bytes, BigInt(bytes.byteLength)), op);
+    return out;
+  }
+
+  /**
+   * `toArray()` typed by the dtype, for callers that know it statically.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using a = Tensor.arange(3, undefined, 1, { dtype: "int32" });
+   * const values: Int32Array = a.values("int32");
+   * ```
+   */
+  values<D extends DType>(dtype: D): ArrayFor<D> {
+    if (dtype !== this.dtype) {
+      throw invalidArgument("Tensor.values", `dtype: the tensor holds ${this.dtype}, not ${dtype}`);
+    }
+    return this.toArray() as ArrayFor<D>;
+  }
+
+  /**
+   * The raw bits of a float16 or bfloat16 tensor.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using a = Tensor.from([1], { dtype: "bfloat16" });
+   * console.log(a.toRawBits()[0].toString(16)); // "3f80"
+   * ```
+   */
+  toRawBits(): Uint16Array {
+    const op = "Tensor.toRawBits";
+    this.#live(op);
+    if (this.dtype !== "float16" && this.dtype !== "bfloat16") {
+      throw invalidArgument(op, `tensor: expected float16 or bfloat16, got ${this.dtype}`);
+    }
+    const out = new Uint16Array(this.numel);
+    const bytes = new Uint8Array(out.buffer);
+    unwrap(native().ak_copy_to_host(this.descriptor(), bytes, BigInt(bytes.byteLength)), op);
+    return out;
+  }
+
+  /**
+   * The single value of a one-element tensor, as a number.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using a = Tensor.full([1], 3);
+   * console.log(a.item()); // 3
+   * ```
+   */
+  item(): number {
+    if (this.numel !== 1) {
+      throw invalidArgument("Tensor.item", `tensor: expected one element, got shape ${shapeText(this.shape)}`);
+    }
+    return Number(this.toArray()[0]);
+  }
+
+  /**
+   * Shape, dtype, device and the first few values.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using a = Tensor.ones([2, 2]);
+   * console.log(`${a}`); // Tensor([2, 2], float32, cpu, [1, 1, 1, 1])
+   * ```
+   */
+  toString(): string {
+    const head = `Tensor(${shapeText(this.shape)}, ${this.dtype}, ${this.device}`;
+    if (this.disposed) return `${head}, disposed)`;
+    const shown = Math.min(this.numel, 6);
+    const values = this.#prefix(shown);
+    const text = Array.from(values, (v) => (typeof v === "bigint" ? v.toString() : formatNumber(Number(v))));
+    return `${head}, [${text.join(", ")}${this.numel > shown ? ", ..." : ""}])`;
+  }
+
+  // The first n values, copying only those.
+  #prefix(n: number): AnyArray {
+    if (n === 0) return new Float32Array(0);
+    const storage = this.#live("Tensor.toString");
+    const view = encodeDescriptor({
+      ptr: storage.ptr,
+      dtype: dtypeCode(this.dtype),
+      deviceType: storage.device.type,
+      deviceIndex: storage.device.index,
+      shape: [n],
+      strides: [1],
+    });
+    const raw = allocateHost(this.dtype === "float16" || this.dtype === "bfloat16" ? "int32" : this.dtype, n);
+    if (this.dtype === "float16" || this.dtype === "bfloat16") {
+      const bits = new Uint16Array(n);
+      unwrap(native().ak_copy_to_host(view, new Uint8Array(bits.buffer), BigInt(2 * n)));
+      return Float32Array.from(bits, (b) => (this.dtype === "bfloat16" ? bf16BitsToNumber(b) : f16BitsToNumber(b)));
+    }
+    unwrap(native().ak_copy_to_host(view, new Uint8Array(raw.buffer), BigInt(raw.byteLength)));
+    return raw;
+  }
+
+  /** Prints like `toString()` in `console.log` / Deno.inspect. */
+  [Symbol.for("Deno.customInspect")](): string {
+    return this.toString();
+  }
+
+  // ---- lifetime ----
+
+  /**
+   * Releases the memory (safe to call twice). Using the tensor afterwards throws.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * const a = Tensor.zeros([1024]);
+   * a.dispose();
+   * a.dispose(); // no-op
+   * ```
+   */
+  dispose(): void {
+    const storage = this.#storage;
+    if (storage === null) return;
+    this.#storage = null;
+    this.#descriptor = undefined;
+    collector.unregister(this);
+    storage.release();
+  }
+
+  /** For `using t = ...`: disposes at the end of the scope. */
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
+
+function formatNumber(v: number): string {
+  if (Number.isInteger(v) && Math.abs(v) < 1e15) return String(v);
+  return Number(v.toPrecision(5)).toString();
+}
+
+/** Decodes a bfloat16 bit pattern. */
+export function bf16BitsToNumber(bits: number): number {
+  const buf = new DataView(new ArrayBuffer(4));
+  buf.setUint32(0, bits << 16, true);
+  return buf.getFloat32(0, true);
+}
+
+/** Decodes a float16 bit pattern. */
+export function f16BitsToNumber(bits: number): number {
+  const sign = bits & 0x8000 ? -1 : 1;
+  const exp = (bits >> 10) & 0x1f;
+  const man = bits & 0x3ff;
+  if (exp === 0x1f) return man ? NaN : sign * Infinity;
+  if (exp === 0) return sign * man * 2 ** -24;
+  return sign * (1 + man / 1024) * 2 ** (exp - 15);
+}
+
+function allocateHost(dtype: DType, n: number): AnyArray {
+  switch (dtype) {
+    case "float64":
+      return new Float64Array(n);
+    case "int32":
+      return new Int32Array(n);
+    case "int64":
+      return new BigInt64Array(n);
+    case "bool":
+      return new Uint8Array(n);
+    default:
+      return new Float32Array(n);
+  }
+}
+
+// The dtype a host array uploads as, and its bytes.
+function hostSource(flat: SourceArray, wanted: DType | undefined, op: string): [DType, Uint8Array] {
+  const bytes = new Uint8Array(flat.buffer, flat.byteOffset, flat.byteLength);
+  if (flat instanceof Float32Array) return ["float32", bytes];
+  if (flat instanceof Float64Array) return ["float64", bytes];
+  if (flat instanceof Int32Array) return ["int32", bytes];
+  if (flat instanceof BigInt64Array) return ["int64", bytes];
+  if (flat instanceof Uint16Array) {
+    if (wanted !== "float16" && wanted !== "bfloat16") {
+      throw invalidArgument(op, `dtype: a Uint16Array holds raw float16 or bfloat16 bits; say which with dtype`);
+    }
+    return [wanted, bytes];
+  }
+  if (flat instanceof Uint8Array) {
+    // Bytes are booleans unless asked otherwise; normalise to 0/1.
+    return ["bool", Uint8Array.from(flat, (v) => (v ? 1 : 0))];
+  }
+  throw invalidArgument(op, `data: unsupported array type ${(flat as object).constructor.name}`);
+}
+
+function flatten(data: NestedNumbers, op: string): { values: Float64Array; shape: number[] } {
+  const shape: number[] = [];
+  let probe: NestedNumbers = data;
+  while (Array.isArray(probe)) {
+    shape.push(probe.length);
+    probe = probe.length > 0 ? probe[0] : 0;
+  }
+  const values = new Float64Array(product(shape));
+  let k = 0;
+  const walk = (node: NestedNumbers, depth: number) => {
+    if (depth === shape.length) {
+      if (Array.isArray(node)) throw invalidArgument(op, `data: ragged nested arrays`);
+      values[k++] = typeof node === "boolean" ? (node ? 1 : 0) : Number(node);
+      return;
+    }
+    if (!Array.isArray(node) || node.length !== shape[depth]) {
+      throw invalidArgument(op, `data: ragged nested arrays (expected ${shape[depth]} items at depth ${depth})`);
+    }
+    for (const child of node) walk(child, depth + 1);
+  };
+  walk(data, 0);
+  if (k !== values.length) throw new AttnkitError("INTERNAL", op, "flatten miscounted");
+  return { values, shape };
+}
