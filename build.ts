@@ -108,7 +108,13 @@ export async function buildLibrary(options: BuildOptions = {}): Promise<BuildRes
     const content = await includeClosure(`${sourceRoot}/csrc/${rel}`, headerCache);
     const hash = await sha256(`${flags.join(" ")}\n${toolchain.cxx}\n${toolchain.nvcc ?? ""}\n${content}`);
     const base = rel.replace(/[\/.]/g, "_");
-    units.push({ source: rel, object: `${objDir}/${base}.o`, stamp: `${objDir}/${base}.hash`, hash, cuda: isCuda });
+    units.push({
+      source: rel,
+      object: `${objDir}/${base}.o`,
+      stamp: `${objDir}/${base}.hash`,
+      hash,
+      cuda: isCuda,
+    });
   }
 
   const stale: Unit[] = [];
@@ -127,8 +133,22 @@ export async function buildLibrary(options: BuildOptions = {}): Promise<BuildRes
       if (failures.length > 0) return;
       const t0 = performance.now();
       const cmd = u.cuda
-        ? [toolchain.nvcc!, ...nvccFlags(toolchain, arch, options), "-c", `${sourceRoot}/csrc/${u.source}`, "-o", u.object]
-        : [toolchain.cxx, ...cxxFlags(toolchain, cuda), "-c", `${sourceRoot}/csrc/${u.source}`, "-o", u.object];
+        ? [
+          toolchain.nvcc!,
+          ...nvccFlags(toolchain, arch, options),
+          "-c",
+          `${sourceRoot}/csrc/${u.source}`,
+          "-o",
+          u.object,
+        ]
+        : [
+          toolchain.cxx,
+          ...cxxFlags(toolchain, cuda),
+          "-c",
+          `${sourceRoot}/csrc/${u.source}`,
+          "-o",
+          u.object,
+        ];
       const out = await run(cmd);
       done++;
       const secs = ((performance.now() - t0) / 1000).toFixed(1);
@@ -155,7 +175,14 @@ export async function buildLibrary(options: BuildOptions = {}): Promise<BuildRes
     return { library, cuda, units: units.length, compiled: stale.length, seconds: elapsed(started) };
   }
   const linkFlags = cuda
-    ? [`-L${toolchain.cudaHome}/lib64`, "-lcudart_static", "-ldl", "-lrt", "-lpthread", "-Wl,--exclude-libs,ALL"]
+    ? [
+      `-L${toolchain.cudaHome}/lib64`,
+      "-lcudart_static",
+      "-ldl",
+      "-lrt",
+      "-lpthread",
+      "-Wl,--exclude-libs,ALL",
+    ]
     : ["-lpthread"];
   const linkHash = await sha256([...units.map((u) => u.hash), ...linkFlags].join("\n"));
   const linkStamp = `${outDir}/${LIBRARY_FILE}.hash`;
@@ -220,7 +247,8 @@ function nvccFlags(t: Toolchain, arch: string[], options: BuildOptions): string[
 
 // Keeps the lines of a ptxas report that matter: function names, registers, spills, stack.
 function summariseReport(stderr: string): string {
-  return stderr.split("\n").filter((l) => /Compiling entry|Used \d+ registers|spill|stack frame/.test(l)).join("\n");
+  return stderr.split("\n").filter((l) => /Compiling entry|Used \d+ registers|spill|stack frame/.test(l))
+    .join("\n");
 }
 
 async function findToolchain(cpuOnly: boolean): Promise<Toolchain> {
@@ -263,7 +291,8 @@ async function cudaHomeOf(nvcc: string): Promise<string | undefined> {
 }
 
 async function run(cmd: string[]): Promise<{ ok: boolean; stdout: string; stderr: string }> {
-  const out = await new Deno.Command(cmd[0], { args: cmd.slice(1), stdout: "piped", stderr: "piped" }).output();
+  const out = await new Deno.Command(cmd[0], { args: cmd.slice(1), stdout: "piped", stderr: "piped" })
+    .output();
   const dec = new TextDecoder();
   return { ok: out.success, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
 }

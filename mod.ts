@@ -1,9 +1,54 @@
 /**
  * attnkit: fast attention kernels for NVIDIA GPUs, from Deno.
  *
+ * Tensors live on the CPU or a CUDA GPU; every op runs on both (the CPU backend is a portable
+ * reference, the CUDA backend the fast path), so results can be checked anywhere.
+ *
+ * @example
+ * ```ts
+ * import { defaultDevice, Tensor } from "@attnkit/attnkit";
+ * const device = defaultDevice(); // "cuda" when a GPU is present, else "cpu"
+ * using x = Tensor.randn([2, 128, 4, 64], { dtype: "bfloat16", device, seed: 1 });
+ * console.log(`${x}`);
+ * ```
+ *
  * @module
  */
 export { AttnkitError, type ErrorCode } from "./ffi/errors.ts";
-export { type Device, type DeviceInfo, cudaAvailable, cudaDeviceCount, defaultDevice, deviceInfo, parseDevice, synchronize, nativeVersion, builtWithCuda, type DeviceId } from "./ops/device.ts";
-export { type DType, DTYPES, dtypeSize, isFloating } from "./ops/dtype.ts";
-export { manualSeed, Tensor, type TensorOptions, type RandomOptions, type NestedNumbers, type SourceArray } from "./ops/tensor.ts";
+export {
+  builtWithCuda,
+  cudaAvailable,
+  cudaDeviceCount,
+  defaultDevice,
+  type Device,
+  type DeviceId,
+  type DeviceInfo,
+  deviceInfo,
+  nativeVersion,
+  parseDevice,
+  synchronize,
+} from "./ops/device.ts";
+export { type AnyArray, type ArrayFor, type DType, DTYPES, dtypeSize, isFloating } from "./ops/dtype.ts";
+export {
+  bf16BitsToNumber,
+  f16BitsToNumber,
+  manualSeed,
+  type NestedNumbers,
+  type RandomOptions,
+  type SourceArray,
+  Tensor,
+  type TensorOptions,
+} from "./ops/tensor.ts";
+export { type MemoryStats, memoryStats, trimMemoryPool } from "./ops/memory.ts";
+export { DeviceEvent, timeIt, type TimeOptions, type Timing } from "./ops/timing.ts";
+export {
+  assertClose,
+  type Comparable,
+  compare,
+  type Comparison,
+  type Tolerance,
+  ToleranceError,
+} from "./ops/compare.ts";
+export * from "./ops/io/mod.ts";
+export * from "./ops/linear/mod.ts";
+export * from "./ops/attention/mod.ts";

@@ -9,7 +9,15 @@ import { invalidArgument } from "../ffi/errors.ts";
 export type DType = "float32" | "float64" | "float16" | "bfloat16" | "int32" | "int64" | "bool";
 
 /** Every DType, in the order of their C codes. */
-export const DTYPES: readonly DType[] = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "bool"];
+export const DTYPES: readonly DType[] = [
+  "float32",
+  "float64",
+  "float16",
+  "bfloat16",
+  "int32",
+  "int64",
+  "bool",
+];
 
 const codes: Record<DType, number> = {
   float32: 0,

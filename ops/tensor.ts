@@ -7,7 +7,15 @@ import { contiguousStrides, encodeDescriptor, MAX_RANK } from "../ffi/descriptor
 import { AttnkitError, invalidArgument } from "../ffi/errors.ts";
 import { native, unwrap } from "../ffi/library.ts";
 import { type Device, type DeviceId, parseDevice } from "./device.ts";
-import { type AnyArray, type ArrayFor, type DType, dtypeCode, dtypeSize, isFloating, parseDType } from "./dtype.ts";
+import {
+  type AnyArray,
+  type ArrayFor,
+  type DType,
+  dtypeCode,
+  dtypeSize,
+  isFloating,
+  parseDType,
+} from "./dtype.ts";
 
 /** Nested arrays of numbers (or booleans), as `Tensor.from` accepts them. */
 export type NestedNumbers = number | boolean | readonly NestedNumbers[];
@@ -48,7 +56,9 @@ class Storage {
 
   release(): void {
     if (--this.refs > 0) return;
-    if (this.ptr !== null) unwrap(native().ak_free(this.device.type, this.device.index, this.ptr), "Tensor.dispose");
+    if (this.ptr !== null) {
+      unwrap(native().ak_free(this.device.type, this.device.index, this.ptr), "Tensor.dispose");
+    }
   }
 }
 
@@ -98,7 +108,9 @@ function product(shape: readonly number[]): number {
 }
 
 function checkShape(shape: readonly number[], op: string, arg = "shape"): number[] {
-  if (!Array.isArray(shape)) throw invalidArgument(op, `${arg}: expected an array of sizes, got ${String(shape)}`);
+  if (!Array.isArray(shape)) {
+    throw invalidArgument(op, `${arg}: expected an array of sizes, got ${String(shape)}`);
+  }
   if (shape.length > MAX_RANK) throw invalidArgument(op, `${arg}: rank ${shape.length} exceeds ${MAX_RANK}`);
   for (const s of shape) {
     if (!Number.isSafeInteger(s) || s < 0) {
@@ -226,7 +238,10 @@ export class Tensor {
    * using q = Tensor.randn([1, 128, 4, 64], { dtype: "bfloat16", seed: 7 });
    * ```
    */
-  static randn(shape: readonly number[], options: RandomOptions & { mean?: number; std?: number } = {}): Tensor {
+  static randn(
+    shape: readonly number[],
+    options: RandomOptions & { mean?: number; std?: number } = {},
+  ): Tensor {
     return Tensor.#random(shape, options, 1, options.mean ?? 0, options.std ?? 1, "Tensor.randn");
   }
 
@@ -239,7 +254,10 @@ export class Tensor {
    * using beta = Tensor.rand([1, 128, 4], { seed: 1 });
    * ```
    */
-  static rand(shape: readonly number[], options: RandomOptions & { low?: number; high?: number } = {}): Tensor {
+  static rand(
+    shape: readonly number[],
+    options: RandomOptions & { low?: number; high?: number } = {},
+  ): Tensor {
     return Tensor.#random(shape, options, 0, options.low ?? 0, options.high ?? 1, "Tensor.rand");
   }
 
@@ -252,7 +270,9 @@ export class Tensor {
     op: string,
   ): Tensor {
     const dtype = parseDType(options.dtype ?? "float32", op);
-    if (!isFloating(dtype)) throw invalidArgument(op, `dtype: random numbers need a floating dtype, got ${dtype}`);
+    if (!isFloating(dtype)) {
+      throw invalidArgument(op, `dtype: random numbers need a floating dtype, got ${dtype}`);
+    }
     const t = Tensor.empty(shape, { ...options, dtype });
     try {
       const n = t.numel;
@@ -284,7 +304,11 @@ export class Tensor {
     const values = new Float64Array(n);
     for (let i = 0; i < n; i++) values[i] = start + i * step;
     const integral = Number.isInteger(start) && Number.isInteger(step);
-    return Tensor.from(values, { dtype: options.dtype ?? (integral ? "int64" : "float32"), device: options.device, shape: [n] });
+    return Tensor.from(values, {
+      dtype: options.dtype ?? (integral ? "int64" : "float32"),
+      device: options.device,
+      shape: [n],
+    });
   }
 
   /**
@@ -315,7 +339,10 @@ export class Tensor {
       shape = options.shape ? checkShape(options.shape, op) : nested.shape;
     }
     if (product(shape) !== flat.length) {
-      throw invalidArgument(op, `shape: ${shapeText(shape)} holds ${product(shape)} elements, data has ${flat.length}`);
+      throw invalidArgument(
+        op,
+        `shape: ${shapeText(shape)} holds ${product(shape)} elements, data has ${flat.length}`,
+      );
     }
     const [sourceDType, bytes] = hostSource(flat, options.dtype, op);
     // Typed arrays keep their own type by default; nested numbers default to float32.
@@ -396,7 +423,11 @@ export class Tensor {
    * A descriptor of a strided view of this tensor's memory (same dtype and device), e.g. a
    * permuted layout read in place. The caller keeps the view inside the tensor's bounds.
    */
-  viewDescriptor(shape: readonly number[], strides: readonly number[], op = "Tensor.viewDescriptor"): Uint8Array<ArrayBuffer> {
+  viewDescriptor(
+    shape: readonly number[],
+    strides: readonly number[],
+    op = "Tensor.viewDescriptor",
+  ): Uint8Array<ArrayBuffer> {
     const storage = this.#live(op);
     return encodeDescriptor({
       ptr: storage.ptr,
@@ -501,7 +532,9 @@ export class Tensor {
     if (product(dims) !== n) {
       throw invalidArgument(
         op,
-        `shape: ${shapeText(shape)} holds ${product(dims)} elements, the tensor ${shapeText(this.shape)} has ${n}`,
+        `shape: ${shapeText(shape)} holds ${product(dims)} elements, the tensor ${
+          shapeText(this.shape)
+        } has ${n}`,
       );
     }
     storage.refs++;
@@ -674,7 +707,10 @@ export class Tensor {
    */
   item(): number {
     if (this.numel !== 1) {
-      throw invalidArgument("Tensor.item", `tensor: expected one element, got shape ${shapeText(this.shape)}`);
+      throw invalidArgument(
+        "Tensor.item",
+        `tensor: expected one element, got shape ${shapeText(this.shape)}`,
+      );
     }
     return Number(this.toArray()[0]);
   }
@@ -694,7 +730,10 @@ export class Tensor {
     if (this.disposed) return `${head}, disposed)`;
     const shown = Math.min(this.numel, 6);
     const values = this.#prefix(shown);
-    const text = Array.from(values, (v) => (typeof v === "bigint" ? v.toString() : formatNumber(Number(v))));
+    const text: string[] = [];
+    for (const v of values as Iterable<number | bigint>) {
+      text.push(typeof v === "bigint" ? v.toString() : formatNumber(v));
+    }
     return `${head}, [${text.join(", ")}${this.numel > shown ? ", ..." : ""}])`;
   }
 
@@ -714,7 +753,10 @@ export class Tensor {
     if (this.dtype === "float16" || this.dtype === "bfloat16") {
       const bits = new Uint16Array(n);
       unwrap(native().ak_copy_to_host(view, new Uint8Array(bits.buffer), BigInt(2 * n)));
-      return Float32Array.from(bits, (b) => (this.dtype === "bfloat16" ? bf16BitsToNumber(b) : f16BitsToNumber(b)));
+      return Float32Array.from(
+        bits,
+        (b) => (this.dtype === "bfloat16" ? bf16BitsToNumber(b) : f16BitsToNumber(b)),
+      );
     }
     unwrap(native().ak_copy_to_host(view, new Uint8Array(raw.buffer), BigInt(raw.byteLength)));
     return raw;
@@ -799,7 +841,10 @@ function hostSource(flat: SourceArray, wanted: DType | undefined, op: string): [
   if (flat instanceof BigInt64Array) return ["int64", bytes];
   if (flat instanceof Uint16Array) {
     if (wanted !== "float16" && wanted !== "bfloat16") {
-      throw invalidArgument(op, `dtype: a Uint16Array holds raw float16 or bfloat16 bits; say which with dtype`);
+      throw invalidArgument(
+        op,
+        `dtype: a Uint16Array holds raw float16 or bfloat16 bits; say which with dtype`,
+      );
     }
     return [wanted, bytes];
   }
@@ -826,7 +871,10 @@ function flatten(data: NestedNumbers, op: string): { values: Float64Array; shape
       return;
     }
     if (!Array.isArray(node) || node.length !== shape[depth]) {
-      throw invalidArgument(op, `data: ragged nested arrays (expected ${shape[depth]} items at depth ${depth})`);
+      throw invalidArgument(
+        op,
+        `data: ragged nested arrays (expected ${shape[depth]} items at depth ${depth})`,
+      );
     }
     for (const child of node) walk(child, depth + 1);
   };

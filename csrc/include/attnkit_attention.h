@@ -1,10 +1,53 @@
-/* attnkit: softmax-attention entries (MHA, GQA). Included by attnkit.h. */
+/*
+ * attnkit: softmax-attention entries (MHA, GQA; dense, causal, sliding window, varlen). Included by
+ * attnkit.h.
+ *
+ * Scores z = sm_scale * q . k; with softcap c > 0, z <- c * tanh(z / c) before masking. Query row i
+ * of a sequence sits at key position p = i + Skv - Sq (bottom-right alignment); key j is admitted
+ * when p - window_left <= j <= p + window_right (-1: unlimited on that side); causal sets
+ * window_right to 0. Softmax and accumulation in fp32. A row with no admitted key gets output 0 and
+ * LSE -inf. GQA: query head h reads KV head h / (Hq / Hkv).
+ *
+ * Layout BSHD: q [B, Sq, Hq, D], k and v [B, Skv, Hkv, D], output [B, Sq, Hq, D]; any strides with
+ * the last dimension contiguous (so BHSD memory is read in place). Varlen (cu_seqlens_q and
+ * cu_seqlens_kv both given, int32 [N + 1], starting at 0, nondecreasing): q [Tq, Hq, D], k and v
+ * [Tkv, Hkv, D], output [Tq, Hq, D], each sequence aligned on its own lengths.
+ * LSE: float32 natural log, [B, Hq, Sq], or [Hq, Tq] for varlen.
+ */
 #ifndef ATTNKIT_ATTENTION_H
 #define ATTNKIT_ATTENTION_H
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#define AK_ATTN_CAUSAL 1         /* causal mask (bottom-right aligned) */
+#define AK_ATTN_DETERMINISTIC 2  /* backward: a fixed reduction order for dq (and dk/dv across groups) */
+
+/*
+ *   q, k, v        float16 | bfloat16, one dtype; head dim D a multiple of 8, at most 256
+ *   cu_seqlens_q, cu_seqlens_kv   int32 [N + 1] or both NULL
+ *   sm_scale       callers pass D^-0.5 for the default
+ *   softcap        0 for none
+ *   window_left, window_right     -1 for unlimited
+ * Outputs: output (dtype of q), lse (float32, or NULL when not wanted)
+ */
+AK_API ak_status ak_attention_fwd(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v,
+                                  const ak_tensor* cu_seqlens_q, const ak_tensor* cu_seqlens_kv, double sm_scale,
+                                  double softcap, int32_t flags, int32_t window_left, int32_t window_right,
+                                  const ak_tensor* output, const ak_tensor* lse);
+
+/*
+ * Backward from the forward's output and LSE (recomputing the scores; no S x S matrix is stored).
+ *   output, d_output  shaped like q, dtype of q
+ *   lse               as the forward wrote it
+ * Outputs: dq (shaped like q), dk and dv (shaped like k, summed over each KV group), dtype of q.
+ */
+AK_API ak_status ak_attention_bwd(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v,
+                                  const ak_tensor* output, const ak_tensor* d_output, const ak_tensor* lse,
+                                  const ak_tensor* cu_seqlens_q, const ak_tensor* cu_seqlens_kv, double sm_scale,
+                                  double softcap, int32_t flags, int32_t window_left, int32_t window_right,
+                                  const ak_tensor* dq, const ak_tensor* dk, const ak_tensor* dv);
 
 #ifdef __cplusplus
 }

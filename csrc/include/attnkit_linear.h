@@ -1,10 +1,88 @@
-/* attnkit: linear-attention entries (DeltaNet, Gated DeltaNet). Included by attnkit.h. */
+/*
+ * attnkit: linear-attention entries (DeltaNet, Gated DeltaNet). Included by attnkit.h.
+ *
+ * Per value head the state S has shape [K, V] (fp32). For each token t:
+ *   gated:  S <- exp(g_t) S                        (g is a natural-log decay)
+ *   delta:  u_t = beta_t (v_t - S^T k_t);  S <- S + k_t u_t^T
+ *   output: o_t = S^T (scale q_t)
+ * Grouped heads: q and k have HK heads, v, g, beta and the state H; value head h reads q/k head
+ * h / (H / HK).
+ *
+ * Tensors are token-major views [B, T, heads, D]: any strides, as long as the last dimension is
+ * contiguous, so head-major (BHTD) memory is read and written in place. With cu_seqlens (int32
+ * [N + 1], starting at 0, nondecreasing, ending at or before T) B must be 1 and the tokens hold N
+ * packed sequences; without it N = B. States are [N, H, K, V] fp32, contiguous.
+ */
 #ifndef ATTNKIT_LINEAR_H
 #define ATTNKIT_LINEAR_H
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Flags of the delta-rule entries. */
+#define AK_DELTA_GATED 1      /* g is given */
+#define AK_DELTA_QK_L2NORM 2  /* L2-normalise q and k (per token and head) inside the kernel */
+#define AK_DELTA_RECURRENT 4  /* token-by-token algorithm instead of the chunked one */
+
+/*
+ * Forward.
+ *   q, k          [B, T, HK, K]  float16 | bfloat16 | float32
+ *   v             [B, T, H, V]   dtype of q
+ *   g             [B, T, H]      float32, or NULL unless AK_DELTA_GATED
+ *   beta          [B, T, H]      float32
+ *   initial_state [N, H, K, V]   float32, or NULL for zeros
+ *   cu_seqlens    [N + 1]        int32, or NULL
+ *   scale         query scale (callers pass K^-0.5 for the default)
+ *   chunk_size    32, 64 or 128 (ignored with AK_DELTA_RECURRENT)
+ * Outputs (written, never read):
+ *   output        [B, T, H, V]   dtype of q; rows past cu_seqlens[N] are left untouched
+ *   final_state   [N, H, K, V]   float32, or NULL
+ *   chunk_states  [B, H, NC + 1, K, V] float32, or NULL; NC = ceil(T / chunk_size); entry c is the
+ *                 state before chunk c, entry NC the final state (chunked, fixed length only)
+ *   aw, au        [B, H, T, chunk_size] float32, or NULL (chunked, fixed length only): the chunk-local
+ *                 WY factors, w = Aw k and u = Au v per chunk, with Aw = A diag(beta exp(gc)),
+ *                 Au = A diag(beta), A = (I + tril(diag(beta) K K^T * decay, -1))^-1 and gc the
+ *                 gate cumulated within the chunk
+ */
+AK_API ak_status ak_delta_rule_fwd(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* g,
+                                   const ak_tensor* beta, const ak_tensor* initial_state,
+                                   const ak_tensor* cu_seqlens, double scale, int32_t chunk_size, int32_t flags,
+                                   const ak_tensor* output, const ak_tensor* final_state,
+                                   const ak_tensor* chunk_states, const ak_tensor* aw, const ak_tensor* au);
+
+/*
+ * Backward: gradients of the forward above (recomputing what it needs) with respect to every input.
+ *   d_output      [B, T, H, V]   dtype of q
+ *   d_final_state [N, H, K, V]   float32, or NULL (zero)
+ * Outputs:
+ *   dq, dk        [B, T, HK, K]  dtype of q (summed over each group of value heads)
+ *   dv            [B, T, H, V]   dtype of q
+ *   dbeta         [B, T, H]      float32
+ *   dg            [B, T, H]      float32, or NULL (required with AK_DELTA_GATED)
+ *   d_initial_state [N, H, K, V] float32, or NULL
+ */
+AK_API ak_status ak_delta_rule_bwd(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* g,
+                                   const ak_tensor* beta, const ak_tensor* initial_state,
+                                   const ak_tensor* cu_seqlens, const ak_tensor* d_output,
+                                   const ak_tensor* d_final_state, double scale, int32_t chunk_size,
+                                   int32_t flags, const ak_tensor* dq, const ak_tensor* dk, const ak_tensor* dv,
+                                   const ak_tensor* dbeta, const ak_tensor* dg, const ak_tensor* d_initial_state);
+
+/*
+ * Decode: one token per sequence.
+ *   q, k      [B, HK, K]  float16 | bfloat16 | float32
+ *   v         [B, H, V]   dtype of q
+ *   g         [B, H]      float32, or NULL unless AK_DELTA_GATED
+ *   beta      [B, H]      float32
+ *   state     [B, H, K, V] float32 or the dtype of q (read)
+ *   output    [B, H, V]   dtype of q
+ *   new_state [B, H, K, V] dtype of state; may be the same memory as state (in-place update)
+ * fp32 inputs are computed in full fp32 (no TF32).
+ */
+AK_API ak_status ak_delta_rule_decode(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* g,
+                                      const ak_tensor* beta, const ak_tensor* state, double scale, int32_t flags,
+                                      const ak_tensor* output, const ak_tensor* new_state);
 
 #ifdef __cplusplus
 }

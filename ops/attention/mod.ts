@@ -1,0 +1,6 @@
+/**
+ * Softmax attention: MHA and GQA.
+ *
+ * @module
+ */
+export {};

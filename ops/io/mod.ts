@@ -1,0 +1,6 @@
+/**
+ * Loading and saving tensors: .npy and .safetensors.
+ *
+ * @module
+ */
+export {};

@@ -1,0 +1,6 @@
+/**
+ * Linear attention: DeltaNet and Gated DeltaNet.
+ *
+ * @module
+ */
+export {};

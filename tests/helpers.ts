@@ -1,0 +1,60 @@
+// Shared by the test files: which devices to run on, fresh seeds, poisoning, memory checks.
+import { cudaAvailable, type Device, memoryStats, type Tensor } from "../mod.ts";
+
+/** True when a CUDA device is present: CUDA variants of the tests run, else they are reported as ignored. */
+export const HAS_CUDA: boolean = cudaAvailable();
+
+let noticed = false;
+function noticeSkip() {
+  if (!HAS_CUDA && !noticed) {
+    noticed = true;
+    console.log("attnkit tests: no CUDA device here; the [cuda] variants are reported as ignored");
+  }
+}
+
+/**
+ * Registers one test per device: `[cpu]` always, `[cuda]` when a GPU is present (otherwise it is
+ * registered as ignored, so the skip is visible in the summary).
+ */
+export function deviceTest(name: string, fn: (device: Device) => void | Promise<void>): void {
+  noticeSkip();
+  for (const device of ["cpu", "cuda"] as const) {
+    const ignore = device === "cuda" && !HAS_CUDA;
+    Deno.test({
+      name: `${name} [${device}]${ignore ? " (no GPU: skipped)" : ""}`,
+      ignore,
+      fn: () => fn(device),
+    });
+  }
+}
+
+/** A fresh random seed; tests print it when they fail so a failure can be replayed. */
+export function freshSeed(): number {
+  return crypto.getRandomValues(new Uint32Array(1))[0];
+}
+
+/** Runs fn with a fresh seed, adding the seed to any failure's message. */
+export async function withSeed(fn: (seed: number) => void | Promise<void>): Promise<void> {
+  const seed = Number(Deno.env.get("ATTNKIT_TEST_SEED") ?? freshSeed());
+  try {
+    await fn(seed);
+  } catch (e) {
+    if (e instanceof Error) {
+      e.message = `${e.message}\n  (seed ${seed}; replay with ATTNKIT_TEST_SEED=${seed})`;
+    }
+    throw e;
+  }
+}
+
+/** Fills an output with NaN before a kernel writes it, so an unwritten element fails. */
+export function poison<T extends Tensor>(t: T): T {
+  return t.fill(NaN);
+}
+
+/** Runs fn and checks that the device's bytes in use return to where they were. */
+export async function expectNoLeak(device: Device, fn: () => void | Promise<void>): Promise<void> {
+  const before = memoryStats(device).bytesInUse;
+  await fn();
+  const after = memoryStats(device).bytesInUse;
+  if (after !== before) throw new Error(`memory leak on ${device}: ${after - before} bytes still in use`);
+}
