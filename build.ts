@@ -429,7 +429,11 @@ if (import.meta.main) {
       ptxasVerbose: values["ptxas-verbose"],
       only: values.only,
     });
-    if (!values.quiet) {
+    if (!values.quiet && values.only) {
+      console.error(
+        `attnkit build: compiled ${result.compiled} of ${result.units} matching units (not linked: --only)`,
+      );
+    } else if (!values.quiet) {
       console.error(
         `attnkit build: ${result.library} is up to date (${result.cuda ? "CUDA + CPU" : "CPU only"}; ` +
           `${result.compiled} of ${result.units} units compiled, ${result.seconds.toFixed(1)} s)`,
