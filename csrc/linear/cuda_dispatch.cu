@@ -9,10 +9,7 @@ void delta_fwd(const DeltaFwd& a) {
   fail(AK_ERR_UNSUPPORTED, "delta_rule_fwd on CUDA: not implemented yet");
 }
 
-void delta_bwd(const DeltaBwd& a) {
-  (void)a;
-  fail(AK_ERR_UNSUPPORTED, "delta_rule_bwd on CUDA: not implemented yet");
-}
+// delta_bwd: csrc/linear/cuda_bwd.cu
 
 void delta_decode(const DeltaDecode& a) {
   (void)a;
