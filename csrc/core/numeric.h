@@ -122,6 +122,21 @@ AK_HD float double_to_float_odd(double d) {
 AK_HD uint16_t double_to_bf16(double d) { return float_to_bf16(double_to_float_odd(d)); }
 AK_HD uint16_t double_to_f16(double d) { return float_to_f16(double_to_float_odd(d)); }
 
+// int64 -> double rounded to odd (exact below 2^53): rounding that double once more to float, f16
+// or bf16 then equals rounding the integer directly, which a plain conversion to double would not.
+AK_HD double int64_to_double_odd(int64_t x) {
+  const bool negative = x < 0;
+  const uint64_t magnitude = negative ? ~static_cast<uint64_t>(x) + 1u : static_cast<uint64_t>(x);
+  if (magnitude < (1ull << 53)) return negative ? -static_cast<double>(magnitude) : static_cast<double>(magnitude);
+  int shift = 0;
+  for (uint64_t high = magnitude >> 53; high != 0; high >>= 1) ++shift;
+  uint64_t kept = magnitude >> shift;  // 53 bits, exact in double
+  if ((magnitude & ((1ull << shift) - 1u)) != 0) kept |= 1u;  // sticky bit
+  const double scale = bits_double(static_cast<uint64_t>(1023 + shift) << 52);  // 2^shift
+  const double d = static_cast<double>(kept) * scale;
+  return negative ? -d : d;
+}
+
 // ---- integers and bools from floating values: truncate toward zero, saturate, NaN -> 0 ----
 
 AK_HD int32_t double_to_i32(double d) {

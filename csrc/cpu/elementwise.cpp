@@ -90,6 +90,12 @@ void copy_strided(const ak_tensor& dst, const ak_tensor& src) {
     });
     return;
   }
+  if (src.dtype == AK_INT64 && is_float_dtype(dst.dtype) && dst.dtype != AK_FLOAT64) {
+    // Round once: through a double rounded to odd (a plain double would round twice above 2^53).
+    const int64_t* s = static_cast<const int64_t*>(src.data);
+    for_each_offset(p, [&](int64_t od, int64_t os) { store(dst.data, od, dst.dtype, int64_to_double_odd(s[os])); });
+    return;
+  }
   for_each_offset(p, [&](int64_t od, int64_t os) { store(dst.data, od, dst.dtype, load(src.data, os, src.dtype)); });
 }
 

@@ -76,7 +76,11 @@ struct Elem<Bool8> {
 
 template <class S, class D>
 __device__ __forceinline__ D convert(S x) {
-  if constexpr (Elem<S>::kSmallFloat && Elem<D>::kSmallFloat) {
+  if constexpr (std::is_same_v<S, D>) {
+    return x;  // a strided copy: the bits as they are (int64 would lose bits through a double)
+  } else if constexpr (std::is_same_v<S, int64_t> && Elem<D>::kSmallFloat) {
+    return Elem<D>::from_double(int64_to_double_odd(x));  // one rounding, as on the CPU
+  } else if constexpr (Elem<S>::kSmallFloat && Elem<D>::kSmallFloat) {
     return Elem<D>::from_float(Elem<S>::to_float(x));  // float holds every such value exactly
   } else if constexpr (std::is_same_v<S, int64_t> && std::is_same_v<D, int32_t>) {
     return x > INT32_MAX ? INT32_MAX : (x < INT32_MIN ? INT32_MIN : static_cast<int32_t>(x));
@@ -85,76 +89,92 @@ __device__ __forceinline__ D convert(S x) {
   }
 }
 
-// ---- vector access: 8 elements at a time ----
+// ---- contiguous casts ----
+//
+// A cast reads and writes each element once, so at 1 GiB only memory bandwidth matters. It needs
+// (1) full-width accesses: each access moves 16 bytes of the wider type; (2) coalescing: lane i of
+// a warp touches the i-th vector of a run, so every warp-wide load and store is one contiguous span
+// (a thread loading 32 contiguous bytes as two 16-byte halves would split each warp access over
+// twice the span); and (3) enough bytes in flight: a thread issues all of its loads, 64 bytes or
+// more, before it converts and stores anything (one 16-byte load per thread reached only 57% of the
+// copy ceiling on the H200 for bf16 -> f32).
 
-template <class T>
-struct Pack8 {
-  T e[8];
+template <int kBytes>
+struct RawVec;
+template <>
+struct RawVec<16> {
+  using type = uint4;
+};
+template <>
+struct RawVec<8> {
+  using type = uint2;
+};
+template <>
+struct RawVec<4> {
+  using type = unsigned int;
+};
+template <>
+struct RawVec<2> {
+  using type = unsigned short;
 };
 
-template <class T>
-__device__ __forceinline__ Pack8<T> load8(const T* p) {
-  Pack8<T> r;
-  constexpr int kBytes = 8 * sizeof(T);
-  if constexpr (kBytes >= 16) {
-    const uint4* src = reinterpret_cast<const uint4*>(p);
-    uint4* dst = reinterpret_cast<uint4*>(&r);
-#pragma unroll
-    for (int i = 0; i < kBytes / 16; ++i) dst[i] = __ldg(src + i);
-  } else {
-    *reinterpret_cast<uint2*>(&r) = __ldg(reinterpret_cast<const uint2*>(p));
-  }
-  return r;
+template <class T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T e[N];
+};
+
+template <class T, int N>
+__device__ __forceinline__ Vec<T, N> load_vec(const T* p) {
+  using Raw = typename RawVec<sizeof(T) * N>::type;
+  const Raw raw = __ldg(reinterpret_cast<const Raw*>(p));
+  Vec<T, N> v;
+  memcpy(&v, &raw, sizeof(Raw));
+  return v;
 }
 
-template <class T>
-__device__ __forceinline__ void store8(T* p, const Pack8<T>& v) {
-  constexpr int kBytes = 8 * sizeof(T);
-  if constexpr (kBytes >= 16) {
-    const uint4* src = reinterpret_cast<const uint4*>(&v);
-    uint4* dst = reinterpret_cast<uint4*>(p);
-#pragma unroll
-    for (int i = 0; i < kBytes / 16; ++i) dst[i] = src[i];
-  } else {
-    *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(&v);
-  }
+template <class T, int N>
+__device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
+  using Raw = typename RawVec<sizeof(T) * N>::type;
+  Raw raw;
+  memcpy(&raw, &v, sizeof(Raw));
+  *reinterpret_cast<Raw*>(p) = raw;
 }
-
-// Each thread converts kUnroll packs of 8 per step, issuing every load before the first store:
-// with one 16-byte load in flight per thread a bf16 -> f32 cast reached only 57% of the copy
-// ceiling on the H200.
-constexpr int kUnroll = 4;
 
 template <class S, class D>
-__global__ void cast_contiguous_kernel(const S* __restrict__ src, D* __restrict__ dst, int64_t n) {
-  const int64_t pack_stride = static_cast<int64_t>(blockDim.x) * 8;  // between a thread's packs
-  const int64_t step = static_cast<int64_t>(gridDim.x) * pack_stride * kUnroll;
-  int64_t base = static_cast<int64_t>(blockIdx.x) * pack_stride * kUnroll + threadIdx.x * 8;
-  for (; base + (kUnroll - 1) * pack_stride + 8 <= n; base += step) {
-    Pack8<S> in[kUnroll];
+struct CastTiling {
+  static constexpr int kThreads = 256;
+  // Elements per access: 16 bytes of the wider type.
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(S) > sizeof(D) ? sizeof(S) : sizeof(D));
+  static constexpr int kLoadBytes = kVec * static_cast<int>(sizeof(S));
+  // Accesses per thread: at least 64 bytes of loads in flight, 4 to 8 accesses.
+  static constexpr int kUnroll = 64 / kLoadBytes < 4 ? 4 : (64 / kLoadBytes > 8 ? 8 : 64 / kLoadBytes);
+  static constexpr int64_t kTile = static_cast<int64_t>(kThreads) * kUnroll * kVec;
+};
+
+// One tile of kTile elements per block; every block but the last has a full tile.
+template <class S, class D>
+__global__ void __launch_bounds__(256) cast_contiguous_kernel(const S* __restrict__ src, D* __restrict__ dst,
+                                                               int64_t n) {
+  using T = CastTiling<S, D>;
+  constexpr int V = T::kVec, U = T::kUnroll;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * T::kTile;
+  if (base + T::kTile <= n) {
+    Vec<S, V> in[U];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) in[u] = load8(src + base + u * pack_stride);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      Pack8<D> out;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) out.e[k] = convert<S, D>(in[u].e[k]);
-      store8(dst + base + u * pack_stride, out);
+    for (int u = 0; u < U; ++u) {
+      in[u] = load_vec<S, V>(src + base + (static_cast<int64_t>(u) * T::kThreads + threadIdx.x) * V);
     }
-  }
-  // The ragged end (less than one step): whole packs where they fit, then single elements.
-  for (int u = 0; u < kUnroll; ++u) {
-    const int64_t i = base + u * pack_stride;
-    if (i + 8 <= n) {
-      const Pack8<S> in = load8(src + i);
-      Pack8<D> out;
 #pragma unroll
-      for (int k = 0; k < 8; ++k) out.e[k] = convert<S, D>(in.e[k]);
-      store8(dst + i, out);
-    } else {
-      for (int64_t j = i; j < n && j < i + 8; ++j) dst[j] = convert<S, D>(src[j]);
+    for (int u = 0; u < U; ++u) {
+      Vec<D, V> out;
+#pragma unroll
+      for (int k = 0; k < V; ++k) out.e[k] = convert<S, D>(in[u].e[k]);
+      store_vec<D, V>(dst + base + (static_cast<int64_t>(u) * T::kThreads + threadIdx.x) * V, out);
     }
+    return;
   }
+  // The last, partial tile: element by element (coalesced, at most kTile / 256 per thread).
+  for (int64_t i = base + threadIdx.x; i < n; i += T::kThreads) dst[i] = convert<S, D>(src[i]);
 }
 
 // One element per thread, any strides (up to AK_MAX_RANK dims).
@@ -182,7 +202,8 @@ __global__ void cast_strided_kernel(const S* __restrict__ src, D* __restrict__ d
 }
 
 // Same dtype, innermost dimension contiguous on both sides, rows a multiple of 16 bytes: copy rows
-// with 16-byte accesses (the BTHD <-> BHTD permutes the ops use).
+// with 16-byte accesses (the BTHD <-> BHTD permutes the ops use). This general form serves 2^31
+// chunks (32 GiB) and more; copy_rows_fast_kernel below serves the rest.
 template <class Index>
 __global__ void copy_rows_kernel(const char* __restrict__ src, char* __restrict__ dst, StridedArgs a,
                                  Index chunks_per_row, Index total_chunks, int esize) {
@@ -200,6 +221,65 @@ __global__ void copy_rows_kernel(const char* __restrict__ src, char* __restrict_
     }
     const uint4 v = __ldg(reinterpret_cast<const uint4*>(src + so * esize) + chunk);
     reinterpret_cast<uint4*>(dst + d_off * esize)[chunk] = v;
+  }
+}
+
+// Division by a run-time constant without a divide instruction (Granlund and Montgomery, 1994):
+// q = hi32(n * m) >> s with m = ceil(2^(31 + l) / d), l = ceil(log2 d); exact for n < 2^31.
+struct FastDiv {
+  uint32_t d = 1, m = 0, s = 0;
+  FastDiv() = default;
+  explicit FastDiv(uint32_t divisor) : d(divisor) {
+    if (d <= 1) return;
+    uint32_t l = 0;
+    while ((uint64_t{1} << l) < d) ++l;
+    m = static_cast<uint32_t>(((uint64_t{1} << (31 + l)) + d - 1) / d);
+    s = l - 1;
+  }
+  __device__ __forceinline__ uint32_t div(uint32_t n) const { return d == 1 ? n : __umulhi(n, m) >> s; }
+};
+
+// The row copy for fewer than 2^31 chunks: index arithmetic with FastDiv (a 32-bit divide costs
+// tens of instructions, and at 16 bytes per chunk that would bound the kernel), and four chunks in
+// flight per thread.
+struct RowArgs {
+  int outer_rank;  // dimensions above the contiguous row
+  FastDiv extent[AK_MAX_RANK];
+  int64_t src_strides[AK_MAX_RANK];
+  int64_t dst_strides[AK_MAX_RANK];
+  FastDiv chunks_per_row;
+  uint32_t total_chunks;
+  int esize;
+};
+
+constexpr int kRowUnroll = 4;
+
+__global__ void __launch_bounds__(256) copy_rows_fast_kernel(const char* __restrict__ src, char* __restrict__ dst,
+                                                              RowArgs a) {
+  const uint32_t first = blockIdx.x * (blockDim.x * kRowUnroll) + threadIdx.x;
+  uint4 v[kRowUnroll];
+  int64_t d_off[kRowUnroll];
+#pragma unroll
+  for (int u = 0; u < kRowUnroll; ++u) {
+    const uint32_t c = first + u * blockDim.x;
+    if (c >= a.total_chunks) break;
+    uint32_t row = a.chunks_per_row.div(c);
+    const uint32_t chunk = c - row * a.chunks_per_row.d;
+    int64_t so = 0, dof = 0;
+    for (int k = a.outer_rank - 1; k >= 0; --k) {
+      const uint32_t next = a.extent[k].div(row);
+      const uint32_t coord = row - next * a.extent[k].d;
+      row = next;
+      so += static_cast<int64_t>(coord) * a.src_strides[k];
+      dof += static_cast<int64_t>(coord) * a.dst_strides[k];
+    }
+    v[u] = __ldg(reinterpret_cast<const uint4*>(src + so * a.esize) + chunk);
+    d_off[u] = dof * a.esize + static_cast<int64_t>(chunk) * 16;
+  }
+#pragma unroll
+  for (int u = 0; u < kRowUnroll; ++u) {
+    if (first + u * blockDim.x >= a.total_chunks) break;
+    *reinterpret_cast<uint4*>(dst + d_off[u]) = v[u];
   }
 }
 
@@ -281,8 +361,10 @@ void copy_strided(const ak_tensor& dst, const ak_tensor& src) {
       with_type(dst.dtype, [&](auto d_tag) {
         using S = decltype(s_tag);
         using D = decltype(d_tag);
-        cast_contiguous_kernel<S, D><<<grid_for(device, (plan.numel + 8 * kUnroll - 1) / (8 * kUnroll), threads),
-                                       threads, 0, s>>>(
+        using T = CastTiling<S, D>;
+        const int64_t blocks = (plan.numel + T::kTile - 1) / T::kTile;
+        require(blocks < (int64_t{1} << 31), "src: too many elements for one cast");
+        cast_contiguous_kernel<S, D><<<static_cast<unsigned>(blocks), T::kThreads, 0, s>>>(
             static_cast<const S*>(src.data), static_cast<D*>(dst.data), plan.numel);
       });
     });
@@ -302,13 +384,22 @@ void copy_strided(const ak_tensor& dst, const ak_tensor& src) {
     if (strides_aligned) {
       const int64_t chunks_per_row = row_bytes / 16;
       const int64_t total = plan.numel / plan.shape[inner] * chunks_per_row;
-      const unsigned grid = grid_for(device, total, threads);
       if (total < (int64_t{1} << 31)) {
-        copy_rows_kernel<uint32_t><<<grid, threads, 0, s>>>(
-            static_cast<const char*>(src.data), static_cast<char*>(dst.data), args,
-            static_cast<uint32_t>(chunks_per_row), static_cast<uint32_t>(total), static_cast<int>(esize));
+        RowArgs rows{};
+        rows.outer_rank = inner;
+        for (int k = 0; k < inner; ++k) {
+          rows.extent[k] = FastDiv(static_cast<uint32_t>(plan.shape[k]));
+          rows.src_strides[k] = plan.src_strides[k];
+          rows.dst_strides[k] = plan.dst_strides[k];
+        }
+        rows.chunks_per_row = FastDiv(static_cast<uint32_t>(chunks_per_row));
+        rows.total_chunks = static_cast<uint32_t>(total);
+        rows.esize = static_cast<int>(esize);
+        const int64_t per_block = int64_t{threads} * kRowUnroll;
+        copy_rows_fast_kernel<<<static_cast<unsigned>((total + per_block - 1) / per_block), threads, 0, s>>>(
+            static_cast<const char*>(src.data), static_cast<char*>(dst.data), rows);
       } else {
-        copy_rows_kernel<uint64_t><<<grid, threads, 0, s>>>(
+        copy_rows_kernel<uint64_t><<<grid_for(device, total, threads), threads, 0, s>>>(
             static_cast<const char*>(src.data), static_cast<char*>(dst.data), args,
             static_cast<uint64_t>(chunks_per_row), static_cast<uint64_t>(total), static_cast<int>(esize));
       }
