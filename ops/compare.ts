@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { invalidArgument } from "../ffi/errors.ts";
 import { Tensor } from "./tensor.ts";
 
 /** Values to compare: a tensor (any device, any dtype) or host numbers. */
@@ -73,7 +74,8 @@ function hostValues(x: Comparable): { values: ArrayLike<number>; shape?: readonl
 }
 
 /**
- * Measures how far `actual` is from `expected` (same number of elements).
+ * Measures how far `actual` is from `expected`: the same number of elements, and the same shape when
+ * both are tensors (an AttnkitError otherwise).
  *
  * @example
  * ```ts
@@ -84,11 +86,29 @@ function hostValues(x: Comparable): { values: ArrayLike<number>; shape?: readonl
  * ```
  */
 export function compare(actual: Comparable, expected: Comparable): Comparison {
-  const a = hostValues(actual).values;
-  const e = hostValues(expected).values;
-  if (a.length !== e.length) {
-    throw new RangeError(`compare: actual has ${a.length} elements, expected has ${e.length}`);
+  return compareValues(...hostPair(actual, expected, "compare"));
+}
+
+// Both sides on the host (each tensor copied once), checked to match in size and, for two tensors, shape.
+function hostPair(
+  actual: Comparable,
+  expected: Comparable,
+  op: string,
+): [ArrayLike<number>, ArrayLike<number>] {
+  const a = hostValues(actual), e = hostValues(expected);
+  if (a.shape && e.shape && a.shape.join(",") !== e.shape.join(",")) {
+    throw invalidArgument(
+      op,
+      `expected: shape [${e.shape.join(", ")}] differs from actual [${a.shape.join(", ")}]`,
+    );
   }
+  if (a.values.length !== e.values.length) {
+    throw invalidArgument(op, `expected: has ${e.values.length} elements, actual has ${a.values.length}`);
+  }
+  return [a.values, e.values];
+}
+
+function compareValues(a: ArrayLike<number>, e: ArrayLike<number>): Comparison {
   let maxAbs = 0, worst = -1, sumSq = 0, refSq = 0, nan = 0, mismatches = 0, firstMismatch = -1;
   for (let i = 0; i < a.length; i++) {
     const x = a[i], y = e[i];
@@ -150,10 +170,14 @@ function coords(index: number, shape: readonly number[] | undefined): string {
  * ```
  */
 export function assertClose(actual: Comparable, expected: Comparable, tol: Tolerance): Comparison {
+  if ([tol?.atol, tol?.rtol, tol?.relRms, tol?.maxAbs].every((t) => t === undefined)) {
+    // An assertion with no bound would only check the NaN pattern: almost surely a mistake.
+    throw invalidArgument("assertClose", `tol: give at least one of atol, rtol, relRms, maxAbs`);
+  }
   const shape = actual instanceof Tensor ? actual.shape : undefined;
-  const c = compare(actual, expected);
+  const [a, e] = hostPair(actual, expected, "assertClose");
+  const c = compareValues(a, e);
   const name = tol.name ?? "value";
-  const a = hostValues(actual).values, e = hostValues(expected).values;
   const problems: string[] = [];
   if (c.nonFiniteMismatches > 0) {
     const i = c.firstNonFiniteMismatch;

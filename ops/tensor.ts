@@ -299,6 +299,9 @@ export class Tensor {
   static arange(start: number, end?: number, step = 1, options: TensorOptions = {}): Tensor {
     const op = "Tensor.arange";
     if (end === undefined) [start, end] = [0, start];
+    if (!Number.isFinite(start) || !Number.isFinite(end)) {
+      throw invalidArgument(op, `start, end: expected finite numbers, got ${start}, ${end}`);
+    }
     if (step === 0 || !Number.isFinite(step)) throw invalidArgument(op, `step: expected a non-zero number`);
     const n = Math.max(0, Math.ceil((end - start) / step));
     const values = new Float64Array(n);
@@ -352,9 +355,12 @@ export class Tensor {
     try {
       unwrap(native().ak_copy_from_host(staged.descriptor(), bytes, BigInt(bytes.byteLength)), op);
       if (dtype === sourceDType) return staged;
-      return staged.cast(dtype);
-    } finally {
-      if (dtype !== sourceDType) staged.dispose();
+      const cast = staged.cast(dtype);
+      staged.dispose();
+      return cast;
+    } catch (e) {
+      staged.dispose();
+      throw e;
     }
   }
 
@@ -607,6 +613,7 @@ export class Tensor {
   fill(value: number): this {
     const op = "Tensor.fill";
     this.#live(op);
+    if (typeof value !== "number") throw invalidArgument(op, `value: expected a number, got ${typeof value}`);
     unwrap(native().ak_fill(this.descriptor(), value), op);
     return this;
   }
@@ -626,6 +633,8 @@ export class Tensor {
   copyFrom(source: Tensor): this {
     const op = "Tensor.copyFrom";
     this.#live(op);
+    if (!(source instanceof Tensor)) throw invalidArgument(op, `source: expected a Tensor`);
+    if (source.disposed) throw invalidArgument(op, `source: the tensor was disposed`);
     unwrap(native().ak_copy(this.descriptor(), source.descriptor(op)), op);
     return this;
   }
@@ -706,6 +715,7 @@ export class Tensor {
    * ```
    */
   item(): number {
+    this.#live("Tensor.item");
     if (this.numel !== 1) {
       throw invalidArgument(
         "Tensor.item",
@@ -867,6 +877,9 @@ function flatten(data: NestedNumbers, op: string): { values: Float64Array; shape
   const walk = (node: NestedNumbers, depth: number) => {
     if (depth === shape.length) {
       if (Array.isArray(node)) throw invalidArgument(op, `data: ragged nested arrays`);
+      if (typeof node !== "number" && typeof node !== "boolean") {
+        throw invalidArgument(op, `data: expected numbers or booleans, got ${typeof node}`);
+      }
       values[k++] = typeof node === "boolean" ? (node ? 1 : 0) : Number(node);
       return;
     }
