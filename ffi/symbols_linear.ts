@@ -1,2 +1,107 @@
 /** Linear-attention symbols of the C ABI (csrc/include/attnkit_linear.h). */
-export const linearSymbols = {} as const satisfies Deno.ForeignLibraryInterface;
+export const linearSymbols = {
+  // ak_status ak_delta_rule_fwd(
+  //   const ak_tensor* q,             [B, T, HK, K] float16 | bfloat16 | float32, last dim contiguous
+  //   const ak_tensor* k,             [B, T, HK, K] dtype of q
+  //   const ak_tensor* v,             [B, T, H, V]  dtype of q
+  //   const ak_tensor* g,             [B, T, H] float32, or NULL unless AK_DELTA_GATED
+  //   const ak_tensor* beta,          [B, T, H] float32
+  //   const ak_tensor* initial_state, [N, H, K, V] float32 contiguous, or NULL
+  //   const ak_tensor* cu_seqlens,    [N + 1] int32, or NULL
+  //   double scale, int32_t chunk_size, int32_t flags,
+  //   const ak_tensor* output,        [B, T, H, V] dtype of q
+  //   const ak_tensor* final_state,   [N, H, K, V] float32, or NULL
+  //   const ak_tensor* chunk_states,  [B, H, NC + 1, K, V] float32, or NULL
+  //   const ak_tensor* aw,            [B, H, T, chunk_size] float32, or NULL
+  //   const ak_tensor* au)            [B, H, T, chunk_size] float32, or NULL
+  ak_delta_rule_fwd: {
+    parameters: [
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "f64",
+      "i32",
+      "i32",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+    ],
+    result: "i32",
+  },
+  // ak_status ak_delta_rule_bwd(
+  //   const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* g,
+  //   const ak_tensor* beta, const ak_tensor* initial_state, const ak_tensor* cu_seqlens,
+  //   const ak_tensor* d_output,      [B, T, H, V] dtype of q
+  //   const ak_tensor* d_final_state, [N, H, K, V] float32, or NULL
+  //   double scale, int32_t chunk_size, int32_t flags,
+  //   const ak_tensor* dq,            [B, T, HK, K] dtype of q
+  //   const ak_tensor* dk,            [B, T, HK, K] dtype of q
+  //   const ak_tensor* dv,            [B, T, H, V]  dtype of q
+  //   const ak_tensor* dbeta,         [B, T, H] float32
+  //   const ak_tensor* dg,            [B, T, H] float32, or NULL (required with AK_DELTA_GATED)
+  //   const ak_tensor* d_initial_state) [N, H, K, V] float32, or NULL
+  ak_delta_rule_bwd: {
+    parameters: [
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "f64",
+      "i32",
+      "i32",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+    ],
+    result: "i32",
+  },
+  // ak_status ak_delta_rule_decode(
+  //   const ak_tensor* q,         [B, HK, K] float16 | bfloat16 | float32
+  //   const ak_tensor* k,         [B, HK, K] dtype of q
+  //   const ak_tensor* v,         [B, H, V]  dtype of q
+  //   const ak_tensor* g,         [B, H] float32, or NULL unless AK_DELTA_GATED
+  //   const ak_tensor* beta,      [B, H] float32
+  //   const ak_tensor* state,     [B, H, K, V] float32 or dtype of q
+  //   double scale, int32_t flags,
+  //   const ak_tensor* output,    [B, H, V] dtype of q
+  //   const ak_tensor* new_state) [B, H, K, V] dtype of state; may be state itself (in place)
+  ak_delta_rule_decode: {
+    parameters: [
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "f64",
+      "i32",
+      "buffer",
+      "buffer",
+    ],
+    result: "i32",
+  },
+} as const satisfies Deno.ForeignLibraryInterface;
+
+/** Flags of the delta-rule entries (`AK_DELTA_*` in attnkit_linear.h). */
+export const DeltaFlags = {
+  /** g is given. */
+  GATED: 1,
+  /** L2-normalise q and k inside the kernel. */
+  QK_L2NORM: 2,
+  /** Token-by-token algorithm instead of the chunked one. */
+  RECURRENT: 4,
+} as const;

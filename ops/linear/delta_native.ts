@@ -1,0 +1,578 @@
+/**
+ * The delta-rule family's bridge to the C entries: checks the arguments (with the names the public
+ * API uses), turns head-major (BHTD) tensors into strided token-major views read in place, casts g
+ * and beta to float32 where needed, allocates the results and calls `ak_delta_rule_fwd/bwd/decode`.
+ * Every public function and op of `ops/linear/` runs through here.
+ *
+ * @module
+ */
+import { invalidArgument } from "../../ffi/errors.ts";
+import { native, unwrap } from "../../ffi/library.ts";
+import { DeltaFlags } from "../../ffi/symbols_linear.ts";
+import { expectDType, expectSameDevice, expectSameDType, expectShape, expectTensor } from "../checks.ts";
+import type { DType } from "../dtype.ts";
+import { Tensor } from "../tensor.ts";
+import { TensorScope } from "./scope.ts";
+
+/** Memory order of q, k, v, o: token-major `[B, T, H, D]` (FLA) or head-major `[B, H, T, D]`. */
+export type Layout = "bthd" | "bhtd";
+
+/** Chunk sizes the chunked algorithm accepts. */
+export const CHUNK_SIZES: readonly number[] = [32, 64, 128];
+/** Largest head dimension K or V. */
+export const MAX_HEAD_DIM = 256;
+
+const QKV_DTYPES: readonly DType[] = ["float16", "bfloat16", "float32"];
+const GATE_DTYPES: readonly DType[] = ["float16", "bfloat16", "float32", "float64"];
+
+/** The tensors of one delta-rule call. */
+export interface DeltaInputs {
+  /** Queries. */
+  q: Tensor;
+  /** Keys. */
+  k: Tensor;
+  /** Values. */
+  v: Tensor;
+  /** Natural-log decay per token and value head (gated rule only). */
+  g?: Tensor;
+  /** Write strength per token and value head. */
+  beta: Tensor;
+}
+
+/** How to run one delta-rule call. */
+export interface DeltaSettings {
+  /** Memory order of q, k, v, g, beta and the outputs. */
+  layout: Layout;
+  /** Gated delta rule (g given). */
+  gated: boolean;
+  /** Query scale; default K^-0.5. */
+  scale?: number;
+  /** Chunk size of the chunked algorithm (also the checkpoint interval of the backward). */
+  chunkSize: number;
+  /** Token-by-token algorithm. */
+  recurrent: boolean;
+  /** L2-normalise q and k inside the kernel. */
+  l2norm: boolean;
+  /** `[N, H, K, V]` float32. */
+  initialState?: Tensor;
+  /** `[N + 1]` int32 or int64 offsets of packed sequences (batch 1). */
+  cuSeqlens?: Tensor;
+}
+
+/** The sizes of a call. */
+export interface DeltaSizes {
+  /** Batch. */
+  B: number;
+  /** Tokens per batch row. */
+  T: number;
+  /** Value heads. */
+  H: number;
+  /** Query/key heads. */
+  HK: number;
+  /** Key head dimension. */
+  K: number;
+  /** Value head dimension. */
+  V: number;
+  /** Sequences: B, or the number of packed sequences. */
+  N: number;
+}
+
+/** What the forward computes besides the output. */
+export interface ForwardWants {
+  /** The state after the last token of each sequence. */
+  finalState?: boolean;
+  /** The state before every chunk and the final state, `[B, H, NC + 1, K, V]`. */
+  chunkStates?: boolean;
+  /** The chunk-local WY factors Aw and Au, `[B, H, T, chunkSize]`. */
+  factors?: boolean;
+}
+
+/** What the forward returns. */
+export interface ForwardOutputs {
+  /** `[B, T, H, V]` (bthd) or `[B, H, T, V]` (bhtd), dtype of q. */
+  output: Tensor;
+  /** `[N, H, K, V]` float32, when asked. */
+  finalState?: Tensor;
+  /** `[B, H, NC + 1, K, V]` float32, when asked. */
+  chunkStates?: Tensor;
+  /** `[B, H, T, chunkSize]` float32, when asked. */
+  aw?: Tensor;
+  /** `[B, H, T, chunkSize]` float32, when asked. */
+  au?: Tensor;
+}
+
+/** What the backward returns. */
+export interface BackwardOutputs {
+  /** Gradient of q, its shape and dtype. */
+  dq: Tensor;
+  /** Gradient of k. */
+  dk: Tensor;
+  /** Gradient of v. */
+  dv: Tensor;
+  /** Gradient of beta, its shape and dtype. */
+  dbeta: Tensor;
+  /** Gradient of g (gated rule only), its shape and dtype. */
+  dg?: Tensor;
+  /** Gradient of the initial state, when one was given. */
+  dInitialState?: Tensor;
+}
+
+// ---- checks ----
+
+function checkScale(op: string, scale: number | undefined, K: number): number {
+  if (scale === undefined) return K ** -0.5;
+  if (typeof scale !== "number" || !Number.isFinite(scale)) {
+    throw invalidArgument(op, `scale: expected a finite number, got ${String(scale)}`);
+  }
+  return scale;
+}
+
+/** Checks a chunk size option: 32, 64 or 128. */
+export function checkChunkSize(op: string, chunkSize: unknown): number {
+  if (typeof chunkSize !== "number" || !CHUNK_SIZES.includes(chunkSize)) {
+    throw invalidArgument(op, `chunkSize: expected ${CHUNK_SIZES.join(", ")}, got ${String(chunkSize)}`);
+  }
+  return chunkSize;
+}
+
+function checkHeadDims(op: string, K: number, V: number): void {
+  if (K < 1 || K > MAX_HEAD_DIM) {
+    throw invalidArgument(op, `q: head dimension K must be in 1..${MAX_HEAD_DIM}, got ${K}`);
+  }
+  if (V < 1 || V > MAX_HEAD_DIM) {
+    throw invalidArgument(op, `v: head dimension V must be in 1..${MAX_HEAD_DIM}, got ${V}`);
+  }
+}
+
+function checkHeads(op: string, HK: number, H: number): void {
+  if (HK < 1 || H < 1 || H % HK !== 0) {
+    throw invalidArgument(
+      op,
+      `v: its ${H} value heads must be a positive multiple of the ${HK} query/key heads of q`,
+    );
+  }
+}
+
+/** Checks the tensors and settings of a forward or backward call; returns the sizes. */
+export function checkDeltaCall(op: string, inputs: DeltaInputs, s: DeltaSettings): DeltaSizes {
+  const q = expectTensor(op, "q", inputs.q);
+  const k = expectTensor(op, "k", inputs.k);
+  const v = expectTensor(op, "v", inputs.v);
+  const beta = expectTensor(op, "beta", inputs.beta);
+  expectDType(op, "q", q, QKV_DTYPES);
+  expectSameDType(op, "k", k, q, "q");
+  expectSameDType(op, "v", v, q, "q");
+  expectSameDevice(op, "k", k, q, "q");
+  expectSameDevice(op, "v", v, q, "q");
+  expectSameDevice(op, "beta", beta, q, "q");
+  expectDType(op, "beta", beta, GATE_DTYPES);
+  const bthd = s.layout === "bthd";
+  const sizes = expectShape(op, "q", q, bthd ? ["B", "T", "HK", "K"] : ["B", "HK", "T", "K"]);
+  expectShape(op, "k", k, bthd ? ["B", "T", "HK", "K"] : ["B", "HK", "T", "K"], sizes);
+  expectShape(op, "v", v, bthd ? ["B", "T", "H", "V"] : ["B", "H", "T", "V"], sizes);
+  expectShape(op, "beta", beta, bthd ? ["B", "T", "H"] : ["B", "H", "T"], sizes);
+  if (s.gated) {
+    const g = expectTensor(op, "g", inputs.g);
+    expectSameDevice(op, "g", g, q, "q");
+    expectDType(op, "g", g, GATE_DTYPES);
+    expectShape(op, "g", g, bthd ? ["B", "T", "H"] : ["B", "H", "T"], sizes);
+  } else if (inputs.g !== undefined) {
+    throw invalidArgument(op, "g: given to the ungated delta rule");
+  }
+  const { B, T, H, HK, K, V } = sizes;
+  checkHeads(op, HK, H);
+  checkHeadDims(op, K, V);
+  if (!s.recurrent) checkChunkSize(op, s.chunkSize);
+  checkScale(op, s.scale, K);
+  let N = B;
+  if (s.cuSeqlens !== undefined) {
+    const cu = expectTensor(op, "cuSeqlens", s.cuSeqlens);
+    expectDType(op, "cuSeqlens", cu, ["int32", "int64"]);
+    expectSameDevice(op, "cuSeqlens", cu, q, "q");
+    if (cu.ndim !== 1 || cu.shape[0] < 2) {
+      throw invalidArgument(
+        op,
+        `cuSeqlens: expected shape [N + 1] with N >= 1 sequences, got [${cu.shape.join(", ")}]`,
+      );
+    }
+    if (B !== 1) throw invalidArgument(op, `q: packed input (cuSeqlens given) needs batch size 1, got ${B}`);
+    N = cu.shape[0] - 1;
+  }
+  if (s.initialState !== undefined) {
+    const h0 = expectTensor(op, "initialState", s.initialState);
+    expectDType(op, "initialState", h0, ["float32"]);
+    expectSameDevice(op, "initialState", h0, q, "q");
+    expectShape(op, "initialState", h0, [N, H, K, V]);
+  }
+  return { B, T, H, HK, K, V, N };
+}
+
+/** Caller-provided forward results (e.g. NaN-poisoned buffers in tests, or reused memory). */
+export type ForwardBuffers = Partial<Record<"output" | "finalState" | "chunkStates" | "aw" | "au", Tensor>>;
+/** Caller-provided gradient buffers. */
+export type BackwardBuffers = Partial<Record<"dq" | "dk" | "dv" | "dbeta" | "dg" | "dInitialState", Tensor>>;
+
+/** Checks a caller-provided result buffer: a live tensor of exactly this shape, dtype and device. */
+function provided(
+  op: string,
+  name: string,
+  t: Tensor | undefined,
+  shape: readonly number[],
+  dtype: DType,
+  device: string,
+): Tensor | undefined {
+  if (t === undefined || t === null) return undefined;
+  const out = expectTensor(op, `out.${name}`, t);
+  expectShape(op, `out.${name}`, out, shape);
+  if (out.dtype !== dtype) {
+    throw invalidArgument(op, `out.${name}: expected dtype ${dtype}, got ${out.dtype}`);
+  }
+  if (out.device !== device) {
+    throw invalidArgument(op, `out.${name}: expected device ${device}, got ${out.device}`);
+  }
+  return out;
+}
+
+// ---- layouts ----
+
+/** The token-major `[B, T, heads, D]` view the C ABI reads, of a bthd or bhtd tensor. */
+function tokenMajor(t: Tensor, layout: Layout): Uint8Array<ArrayBuffer> {
+  if (layout === "bthd") return t.descriptor();
+  const [B, heads, T, D] = t.shape;
+  return t.viewDescriptor([B, T, heads, D], [heads * T * D, D, T * D, 1]);
+}
+
+/**
+ * The tensor for a `[B, T, heads, D]` result in the layout (the caller's buffer, else a new one), and
+ * the view the C side writes.
+ */
+function rowsResult(
+  op: string,
+  scope: TensorScope,
+  layout: Layout,
+  sizes: { B: number; T: number; heads: number; D: number },
+  dtype: DType,
+  device: string,
+  name: string,
+  given: Tensor | undefined,
+): { tensor: Tensor; view: Uint8Array<ArrayBuffer> } {
+  const { B, T, heads, D } = sizes;
+  const shape = layout === "bthd" ? [B, T, heads, D] : [B, heads, T, D];
+  const tensor = provided(op, name, given, shape, dtype, device) ??
+    scope.result(Tensor.empty(shape, { dtype, device }));
+  return { tensor, view: tokenMajor(tensor, layout) };
+}
+
+/** A float32 state-like result: the caller's buffer, else a new tensor. */
+function f32Result(
+  op: string,
+  scope: TensorScope,
+  shape: number[],
+  device: string,
+  name: string,
+  given: Tensor | undefined,
+): Tensor {
+  return provided(op, name, given, shape, "float32", device) ??
+    scope.result(Tensor.empty(shape, { dtype: "float32", device }));
+}
+
+/** g or beta as the contiguous float32 `[B, T, H]` the C side reads (a cast/permute when needed). */
+function scalarsF32(op: string, scope: TensorScope, t: Tensor, layout: Layout): Uint8Array<ArrayBuffer> {
+  if (layout === "bthd" && t.dtype === "float32") return t.descriptor();
+  const [B, X, Y] = t.shape;
+  const [T, H] = layout === "bthd" ? [X, Y] : [Y, X];
+  const out = scope.temp(Tensor.empty([B, T, H], { dtype: "float32", device: t.device }));
+  const source = layout === "bthd" ? t.descriptor() : t.viewDescriptor([B, T, H], [H * T, 1, T]);
+  unwrap(native().ak_copy(out.descriptor(), source), op);
+  return out.descriptor();
+}
+
+/**
+ * A float32 `[B, T, H]` buffer for dbeta/dg (shaped and typed like the input `like`), and how to
+ * turn it into the tensor the caller gets (`given`, else a new one).
+ */
+function scalarsGrad(
+  op: string,
+  scope: TensorScope,
+  layout: Layout,
+  sizes: DeltaSizes,
+  like: Tensor,
+  name: string,
+  given: Tensor | undefined,
+): { view: Uint8Array<ArrayBuffer>; finish: () => Tensor } {
+  const { B, T, H } = sizes;
+  const target = provided(op, name, given, like.shape, like.dtype, like.device);
+  if (layout === "bthd" && like.dtype === "float32") {
+    const t = target ?? scope.result(Tensor.empty([B, T, H], { dtype: "float32", device: like.device }));
+    return { view: t.descriptor(), finish: () => t };
+  }
+  const buffer = scope.temp(Tensor.empty([B, T, H], { dtype: "float32", device: like.device }));
+  return {
+    view: buffer.descriptor(),
+    finish: () => {
+      const out = target ??
+        scope.result(Tensor.empty(like.shape, { dtype: like.dtype, device: like.device }));
+      const view = layout === "bthd" ? out.descriptor() : out.viewDescriptor([B, T, H], [H * T, 1, T]);
+      unwrap(native().ak_copy(view, buffer.descriptor()), op);
+      return out;
+    },
+  };
+}
+
+function cuSeqlensInt32(
+  op: string,
+  scope: TensorScope,
+  cu: Tensor | undefined,
+): Uint8Array<ArrayBuffer> | null {
+  if (cu === undefined) return null;
+  if (cu.dtype === "int32") return cu.descriptor();
+  const narrowed = scope.temp(Tensor.empty(cu.shape, { dtype: "int32", device: cu.device }));
+  unwrap(native().ak_copy(narrowed.descriptor(), cu.descriptor()), op);
+  return narrowed.descriptor();
+}
+
+function flagsOf(s: { gated: boolean; l2norm: boolean; recurrent?: boolean }): number {
+  return (s.gated ? DeltaFlags.GATED : 0) | (s.l2norm ? DeltaFlags.QK_L2NORM : 0) |
+    (s.recurrent ? DeltaFlags.RECURRENT : 0);
+}
+
+// The descriptors of the inputs shared by the forward and the backward.
+function prepareInputs(op: string, scope: TensorScope, inputs: DeltaInputs, s: DeltaSettings) {
+  return {
+    q: tokenMajor(inputs.q, s.layout),
+    k: tokenMajor(inputs.k, s.layout),
+    v: tokenMajor(inputs.v, s.layout),
+    g: s.gated ? scalarsF32(op, scope, inputs.g!, s.layout) : null,
+    beta: scalarsF32(op, scope, inputs.beta, s.layout),
+    initialState: s.initialState?.descriptor() ?? null,
+    cuSeqlens: cuSeqlensInt32(op, scope, s.cuSeqlens),
+    scale: checkScale(op, s.scale, inputs.q.shape[3]), // K is the last dimension in both layouts
+    flags: flagsOf(s),
+  };
+}
+
+// ---- calls ----
+
+/**
+ * Runs the forward. The output rows past the last packed sequence (`cuSeqlens[N]`) are left
+ * unwritten.
+ */
+export function deltaForward(
+  op: string,
+  inputs: DeltaInputs,
+  s: DeltaSettings,
+  wants: ForwardWants = {},
+  out: ForwardBuffers = {},
+): ForwardOutputs {
+  const sizes = checkDeltaCall(op, inputs, s);
+  const { B, T, H, K, V, N } = sizes;
+  if ((wants.chunkStates || wants.factors) && (s.recurrent || s.cuSeqlens !== undefined)) {
+    throw invalidArgument(op, "chunk states and WY factors exist only for the chunked, fixed-length forward");
+  }
+  const device = inputs.q.device;
+  using scope = new TensorScope();
+  const x = prepareInputs(op, scope, inputs, s);
+  const output = rowsResult(
+    op,
+    scope,
+    s.layout,
+    { B, T, heads: H, D: V },
+    inputs.q.dtype,
+    device,
+    "output",
+    out.output,
+  );
+  const finalState = wants.finalState || out.finalState
+    ? f32Result(op, scope, [N, H, K, V], device, "finalState", out.finalState)
+    : undefined;
+  const NC = Math.ceil(T / s.chunkSize);
+  const chunkStates = wants.chunkStates
+    ? f32Result(op, scope, [B, H, NC + 1, K, V], device, "chunkStates", out.chunkStates)
+    : undefined;
+  const aw = wants.factors ? f32Result(op, scope, [B, H, T, s.chunkSize], device, "aw", out.aw) : undefined;
+  const au = wants.factors ? f32Result(op, scope, [B, H, T, s.chunkSize], device, "au", out.au) : undefined;
+  unwrap(
+    native().ak_delta_rule_fwd(
+      x.q,
+      x.k,
+      x.v,
+      x.g,
+      x.beta,
+      x.initialState,
+      x.cuSeqlens,
+      x.scale,
+      s.recurrent ? 64 : s.chunkSize,
+      x.flags,
+      output.view,
+      finalState?.descriptor() ?? null,
+      chunkStates?.descriptor() ?? null,
+      aw?.descriptor() ?? null,
+      au?.descriptor() ?? null,
+    ),
+    op,
+  );
+  scope.release();
+  return { output: output.tensor, finalState, chunkStates, aw, au };
+}
+
+/**
+ * Runs the backward: gradients of the forward with the same inputs and settings, from `dOutput`
+ * (the output's layout and dtype) and an optional `dFinalState` (`[N, H, K, V]` float32). Gradient
+ * rows of tokens past the last packed sequence are zero. `dInitialState` is computed when an
+ * initial state was given, unless `wantDInitialState` is false.
+ */
+export function deltaBackward(
+  op: string,
+  inputs: DeltaInputs,
+  s: DeltaSettings,
+  dOutput: Tensor,
+  dFinalState?: Tensor,
+  wantDInitialState = true,
+  out: BackwardBuffers = {},
+): BackwardOutputs {
+  const sizes = checkDeltaCall(op, inputs, s);
+  const { B, T, H, HK, K, V, N } = sizes;
+  const q = inputs.q;
+  const dO = expectTensor(op, "dOutput", dOutput);
+  expectSameDType(op, "dOutput", dO, q, "q");
+  expectSameDevice(op, "dOutput", dO, q, "q");
+  expectShape(op, "dOutput", dO, s.layout === "bthd" ? [B, T, H, V] : [B, H, T, V]);
+  if (dFinalState !== undefined) {
+    const dh = expectTensor(op, "dFinalState", dFinalState);
+    expectDType(op, "dFinalState", dh, ["float32"]);
+    expectSameDevice(op, "dFinalState", dh, q, "q");
+    expectShape(op, "dFinalState", dh, [N, H, K, V]);
+  }
+  const device = q.device;
+  using scope = new TensorScope();
+  const x = prepareInputs(op, scope, inputs, s);
+  const dq = rowsResult(op, scope, s.layout, { B, T, heads: HK, D: K }, q.dtype, device, "dq", out.dq);
+  const dk = rowsResult(op, scope, s.layout, { B, T, heads: HK, D: K }, q.dtype, device, "dk", out.dk);
+  const dv = rowsResult(op, scope, s.layout, { B, T, heads: H, D: V }, q.dtype, device, "dv", out.dv);
+  const dbeta = scalarsGrad(op, scope, s.layout, sizes, inputs.beta, "dbeta", out.dbeta);
+  const dg = s.gated ? scalarsGrad(op, scope, s.layout, sizes, inputs.g!, "dg", out.dg) : undefined;
+  const dInitialState = s.initialState && wantDInitialState
+    ? f32Result(op, scope, [N, H, K, V], device, "dInitialState", out.dInitialState)
+    : undefined;
+  unwrap(
+    native().ak_delta_rule_bwd(
+      x.q,
+      x.k,
+      x.v,
+      x.g,
+      x.beta,
+      x.initialState,
+      x.cuSeqlens,
+      tokenMajor(dO, s.layout),
+      dFinalState?.descriptor() ?? null,
+      x.scale,
+      s.recurrent ? 64 : s.chunkSize,
+      x.flags,
+      dq.view,
+      dk.view,
+      dv.view,
+      dbeta.view,
+      dg?.view ?? null,
+      dInitialState?.descriptor() ?? null,
+    ),
+    op,
+  );
+  const result = {
+    dq: dq.tensor,
+    dk: dk.tensor,
+    dv: dv.tensor,
+    dbeta: dbeta.finish(),
+    dg: dg?.finish(),
+    dInitialState,
+  };
+  scope.release();
+  return result;
+}
+
+/** The tensors of one decode step. */
+export interface DecodeInputs extends DeltaInputs {
+  /** `[B, H, K, V]`, float32 or the dtype of q. */
+  state: Tensor;
+}
+
+/** How to run one decode step. */
+export interface DecodeSettings {
+  /** Gated delta rule. */
+  gated: boolean;
+  /** Query scale; default K^-0.5. */
+  scale?: number;
+  /** L2-normalise q and k inside the kernel. */
+  l2norm: boolean;
+  /** Write the new state over `state` instead of into a new tensor. */
+  inPlace: boolean;
+}
+
+/** Runs one decode step: q, k `[B, HK, K]`, v `[B, H, V]`, g and beta `[B, H]`, state `[B, H, K, V]`. */
+export function deltaDecode(
+  op: string,
+  inputs: DecodeInputs,
+  s: DecodeSettings,
+  out: { output?: Tensor; newState?: Tensor } = {},
+): { output: Tensor; newState: Tensor } {
+  const q = expectTensor(op, "q", inputs.q);
+  const k = expectTensor(op, "k", inputs.k);
+  const v = expectTensor(op, "v", inputs.v);
+  const beta = expectTensor(op, "beta", inputs.beta);
+  const state = expectTensor(op, "state", inputs.state);
+  expectDType(op, "q", q, QKV_DTYPES);
+  expectSameDType(op, "k", k, q, "q");
+  expectSameDType(op, "v", v, q, "q");
+  expectDType(op, "beta", beta, GATE_DTYPES);
+  for (const [name, t] of [["k", k], ["v", v], ["beta", beta], ["state", state]] as const) {
+    expectSameDevice(op, name, t, q, "q");
+  }
+  const sizes = expectShape(op, "q", q, ["B", "HK", "K"]);
+  expectShape(op, "k", k, ["B", "HK", "K"], sizes);
+  expectShape(op, "v", v, ["B", "H", "V"], sizes);
+  expectShape(op, "beta", beta, ["B", "H"], sizes);
+  const { B, H, HK, K, V } = sizes;
+  checkHeads(op, HK, H);
+  checkHeadDims(op, K, V);
+  if (s.gated) {
+    const g = expectTensor(op, "g", inputs.g);
+    expectSameDevice(op, "g", g, q, "q");
+    expectDType(op, "g", g, GATE_DTYPES);
+    expectShape(op, "g", g, ["B", "H"], sizes);
+  }
+  expectShape(op, "state", state, [B, H, K, V]);
+  if (state.dtype !== "float32" && state.dtype !== q.dtype) {
+    throw invalidArgument(op, `state: expected dtype float32 or ${q.dtype} (that of q), got ${state.dtype}`);
+  }
+  const scale = checkScale(op, s.scale, K);
+  using scope = new TensorScope();
+  const asF32 = (t: Tensor) => {
+    if (t.dtype === "float32") return t.descriptor();
+    return scope.temp(t.cast("float32")).descriptor();
+  };
+  const output = provided(op, "output", out.output, [B, H, V], q.dtype, q.device) ??
+    scope.result(Tensor.empty([B, H, V], { dtype: q.dtype, device: q.device }));
+  if (s.inPlace && out.newState !== undefined) {
+    throw invalidArgument(op, "out.newState: not used in place (the state itself is updated)");
+  }
+  const newState = s.inPlace
+    ? state
+    : provided(op, "newState", out.newState, state.shape, state.dtype, q.device) ??
+      scope.result(Tensor.empty(state.shape, { dtype: state.dtype, device: state.device }));
+  unwrap(
+    native().ak_delta_rule_decode(
+      q.descriptor(),
+      k.descriptor(),
+      v.descriptor(),
+      s.gated ? asF32(inputs.g!) : null,
+      asF32(beta),
+      state.descriptor(),
+      scale,
+      flagsOf(s),
+      output.descriptor(),
+      newState.descriptor(),
+    ),
+    op,
+  );
+  scope.release();
+  return { output, newState };
+}

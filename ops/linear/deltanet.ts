@@ -1,0 +1,271 @@
+/**
+ * DeltaNet op classes (the ungated delta rule), named as seed 000 names them (TileOPs' DeltaNet*),
+ * with camelCase options. Head-major (BHSD) tensors: q, k `[B, HK, S, K]`, v `[B, H, S, V]`,
+ * beta `[B, H, S]`; they are read in place through strided views, never copied through the host.
+ * Construct once, call many times: each call is checked on its own, so shapes and dtype may change
+ * between calls. The seed's `kernel_map` and `tune` have no counterpart here.
+ *
+ * Where the seed and issue 3 differ, the issue wins: the output reads the state with
+ * `scale` (default `K ** -0.5`), also in decode.
+ *
+ * @module
+ */
+import {
+  type BackwardBuffers,
+  type BackwardOutputs,
+  checkDeltaCall,
+  deltaBackward,
+  deltaDecode,
+  deltaForward,
+  type ForwardBuffers,
+} from "./delta_native.ts";
+import {
+  type DecodeOpOptions,
+  type DeltaOpOptions,
+  disposable,
+  initialStateOf,
+  type ResolvedOptions,
+  resolveOptions,
+  SavedInputs,
+} from "./op_support.ts";
+import type { Tensor } from "../tensor.ts";
+
+/** What {@link DeltaNetFwdOp} returns (the seed's `(o, S, Aw, Au)`); `using` disposes all four. */
+export interface DeltaNetFwdResult extends Disposable {
+  /** o `[B, H, S, V]`, dtype of q. */
+  output: Tensor;
+  /** S: the state before each chunk and the final state, `[B, H, NC + 1, K, V]` float32. */
+  chunkStates: Tensor;
+  /** Aw: chunk-local WY factor of the keys, `[B, H, S, chunkSize]` float32 (w = Aw k per chunk). */
+  aw: Tensor;
+  /** Au: chunk-local WY factor of the values, `[B, H, S, chunkSize]` float32 (u = Au v per chunk). */
+  au: Tensor;
+}
+
+/** Gradients of the DeltaNet ops (the seed's `(dq, dk, dv, dbeta)`); `using` disposes them. */
+export interface DeltaNetGradients extends Disposable {
+  /** `[B, HK, S, K]`, dtype of q. */
+  dq: Tensor;
+  /** `[B, HK, S, K]`, dtype of q. */
+  dk: Tensor;
+  /** `[B, H, S, V]`, dtype of q. */
+  dv: Tensor;
+  /** `[B, H, S]`, dtype of beta. */
+  dbeta: Tensor;
+}
+
+/** What the decode ops return (with `inPlace`, newState is the state that was given). */
+export interface DecodeResult {
+  /** `[B, H, V]`, dtype of q. */
+  output: Tensor;
+  /** `[B, H, K, V]`, dtype of the state. */
+  newState: Tensor;
+}
+
+function settings(o: ResolvedOptions, gated: boolean) {
+  return {
+    layout: "bhtd" as const,
+    gated,
+    scale: o.scale,
+    chunkSize: o.chunkSize ?? 64,
+    recurrent: false,
+    l2norm: o.l2norm,
+  };
+}
+
+function gradients(r: BackwardOutputs): DeltaNetGradients {
+  r.dInitialState?.dispose();
+  return disposable({ dq: r.dq, dk: r.dk, dv: r.dv, dbeta: r.dbeta });
+}
+
+/**
+ * DeltaNet forward: returns the output, the chunk states and the WY factors (seed: `(o, S, Aw, Au)`).
+ *
+ * @example
+ * ```ts
+ * import { DeltaNetFwdOp, Tensor } from "@attnkit/attnkit";
+ * const op = new DeltaNetFwdOp({ chunkSize: 64, useQkL2norm: true });
+ * using q = Tensor.randn([1, 2, 100, 32]);
+ * using k = Tensor.randn([1, 2, 100, 32]);
+ * using v = Tensor.randn([1, 2, 100, 32]);
+ * using beta = Tensor.rand([1, 2, 100]);
+ * using r = op.forward(q, k, v, beta);
+ * console.log(r.chunkStates.shape); // [1, 2, 3, 32, 32]
+ * ```
+ */
+export class DeltaNetFwdOp {
+  readonly #options: ResolvedOptions;
+
+  /** Builds the op; shapes and dtype come with each call. */
+  constructor(options: DeltaOpOptions = {}) {
+    this.#options = resolveOptions("DeltaNetFwdOp", options, 64);
+  }
+
+  /** Runs the forward on BHSD tensors (into `out`'s buffers where given). */
+  forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, out?: ForwardBuffers): DeltaNetFwdResult {
+    const r = deltaForward("DeltaNetFwdOp", { q, k, v, beta }, settings(this.#options, false), {
+      chunkStates: true,
+      factors: true,
+    }, out);
+    return disposable({ output: r.output, chunkStates: r.chunkStates!, aw: r.aw!, au: r.au! });
+  }
+}
+
+/**
+ * DeltaNet backward: gradients of q, k, v and beta from the output's gradient. `S` (the chunk
+ * states of {@link DeltaNetFwdOp}) supplies the state the forward started from (its first entry);
+ * without it the start state is zero. The seed's Aw, Au, w and u are not needed: the backward
+ * recomputes what it needs from the inputs, which costs less than reading them.
+ *
+ * @example
+ * ```ts
+ * import { DeltaNetBwdOp, DeltaNetFwdOp, Tensor } from "@attnkit/attnkit";
+ * using q = Tensor.randn([1, 2, 50, 16]);
+ * using k = Tensor.randn([1, 2, 50, 16]);
+ * using v = Tensor.randn([1, 2, 50, 16]);
+ * using beta = Tensor.rand([1, 2, 50]);
+ * using fwd = new DeltaNetFwdOp({ useQkL2norm: true }).forward(q, k, v, beta);
+ * using dO = Tensor.randn([1, 2, 50, 16]);
+ * using grads = new DeltaNetBwdOp({ useQkL2norm: true }).forward(dO, q, k, v, beta, fwd.chunkStates);
+ * ```
+ */
+export class DeltaNetBwdOp {
+  readonly #options: ResolvedOptions;
+
+  /** Builds the op; shapes and dtype come with each call. */
+  constructor(options: DeltaOpOptions = {}) {
+    this.#options = resolveOptions("DeltaNetBwdOp", options, 64);
+  }
+
+  /** Runs the backward on BHSD tensors (into `out`'s buffers where given). */
+  forward(
+    dO: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    S?: Tensor,
+    out?: BackwardBuffers,
+  ): DeltaNetGradients {
+    const op = "DeltaNetBwdOp";
+    const s = settings(this.#options, false);
+    const inputs = { q, k, v, beta };
+    if (S === undefined) return gradients(deltaBackward(op, inputs, s, dO, undefined, false, out));
+    const sizes = checkDeltaCall(op, inputs, s);
+    using h0 = initialStateOf(op, S, q, sizes, s.chunkSize);
+    return gradients(deltaBackward(op, inputs, { ...s, initialState: h0 }, dO, undefined, false, out));
+  }
+}
+
+/**
+ * DeltaNet forward and backward in one op: `forward` returns the output and keeps (its own handles
+ * on) the inputs; `backward` turns the output's gradient into the inputs' gradients and releases
+ * them, as does `dispose()`.
+ *
+ * @example
+ * ```ts
+ * import { DeltaNetOp, Tensor } from "@attnkit/attnkit";
+ * using op = new DeltaNetOp({ useQkL2norm: true });
+ * using q = Tensor.randn([2, 2, 64, 32]);
+ * using k = Tensor.randn([2, 2, 64, 32]);
+ * using v = Tensor.randn([2, 2, 64, 32]);
+ * using beta = Tensor.rand([2, 2, 64]);
+ * using o = op.forward(q, k, v, beta);
+ * using dO = Tensor.randn([2, 2, 64, 32]);
+ * using grads = op.backward(dO);
+ * ```
+ */
+export class DeltaNetOp implements Disposable {
+  readonly #options: ResolvedOptions;
+  readonly #saved = new SavedInputs();
+
+  /** Builds the op; shapes and dtype come with each call. */
+  constructor(options: DeltaOpOptions = {}) {
+    this.#options = resolveOptions("DeltaNetOp", options, 64);
+  }
+
+  /** Runs the forward on BHSD tensors and keeps the inputs for {@link DeltaNetOp.backward}. */
+  forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, out?: { output?: Tensor }): Tensor {
+    const r = deltaForward("DeltaNetOp", { q, k, v, beta }, settings(this.#options, false), {}, out);
+    try {
+      this.#saved.save({ q, k, v, beta });
+    } catch (e) {
+      r.output.dispose();
+      throw e;
+    }
+    return r.output;
+  }
+
+  /** Gradients of the last forward's inputs (into `out`'s buffers where given); releases them. */
+  backward(dO: Tensor, out?: BackwardBuffers): DeltaNetGradients {
+    const op = "DeltaNetOp";
+    const inputs = this.#saved.get(op);
+    try {
+      return gradients(deltaBackward(op, inputs, settings(this.#options, false), dO, undefined, false, out));
+    } finally {
+      this.#saved.dispose();
+    }
+  }
+
+  /** True between a forward and its backward (inputs are held). */
+  get holdsInputs(): boolean {
+    return this.#saved.held;
+  }
+
+  /** Releases the kept inputs (safe to call twice). */
+  dispose(): void {
+    this.#saved.dispose();
+  }
+
+  /** Same as `dispose()`. */
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
+
+/**
+ * DeltaNet decode: one token per sequence, `S' = S`, `u = beta (v - S'^T k)`, `S_new = S' + k u^T`,
+ * `o = scale S_new^T q`. q, k `[B, HK, K]`, v `[B, H, V]`, beta `[B, H]`, state `[B, H, K, V]`
+ * (float32 or the dtype of q). float32 inputs are computed in full float32 (no TF32).
+ *
+ * @example
+ * ```ts
+ * import { DeltaNetDecodeFwdOp, Tensor } from "@attnkit/attnkit";
+ * const op = new DeltaNetDecodeFwdOp({ useQkL2norm: true });
+ * using q = Tensor.randn([4, 2, 32]);
+ * using k = Tensor.randn([4, 2, 32]);
+ * using v = Tensor.randn([4, 2, 32]);
+ * using beta = Tensor.rand([4, 2]);
+ * using state = Tensor.zeros([4, 2, 32, 32]);
+ * const { output, newState } = op.forward(q, k, v, beta, state);
+ * output.dispose();
+ * newState.dispose();
+ * ```
+ */
+export class DeltaNetDecodeFwdOp {
+  readonly #options: ResolvedOptions;
+  readonly #inPlace: boolean;
+
+  /** Builds the op; shapes and dtype come with each call. */
+  constructor(options: DecodeOpOptions = {}) {
+    this.#options = resolveOptions("DeltaNetDecodeFwdOp", options, undefined);
+    this.#inPlace = options.inPlace ?? false;
+  }
+
+  /** Runs one step (into `out`'s buffers where given). */
+  forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    state: Tensor,
+    out?: { output?: Tensor; newState?: Tensor },
+  ): DecodeResult {
+    return deltaDecode("DeltaNetDecodeFwdOp", { q, k, v, beta, state }, {
+      gated: false,
+      scale: this.#options.scale,
+      l2norm: this.#options.l2norm,
+      inPlace: this.#inPlace,
+    }, out);
+  }
+}

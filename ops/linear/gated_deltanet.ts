@@ -1,0 +1,440 @@
+/**
+ * Gated DeltaNet op classes, named as seed 000 names them (TileOPs' GatedDeltaNet*), with camelCase
+ * options. Per token: `S <- exp(g) S`, then the delta update and `o = scale S^T q` (scale defaults
+ * to `K ** -0.5`). BHSD/BHTD ops take q, k `[B, HK, T, K]`, v `[B, H, T, V]`, g and beta
+ * `[B, H, T]`; BTHD ops take q, k `[B, T, HK, K]`, v `[B, T, H, V]`, g and beta `[B, T, H]`. Both
+ * are read in place through strided views (g and beta are cast and permuted to float32 on the
+ * device). Construct once, call many times: each call is checked on its own, so shapes and dtype
+ * may change between calls. The seed's `kernel_map` and `tune` have no counterpart here, and the
+ * BTHD forward serves every shape and dtype the other ops serve (the seed's restriction to its
+ * Hopper pipeline does not apply).
+ *
+ * @module
+ */
+import {
+  type BackwardBuffers,
+  checkDeltaCall,
+  deltaBackward,
+  deltaDecode,
+  deltaForward,
+  type ForwardBuffers,
+  type Layout,
+} from "./delta_native.ts";
+import type { DecodeResult } from "./deltanet.ts";
+import {
+  type DecodeOpOptions,
+  type DeltaOpOptions,
+  disposable,
+  initialStateOf,
+  type ResolvedOptions,
+  resolveOptions,
+  SavedInputs,
+} from "./op_support.ts";
+import type { Tensor } from "../tensor.ts";
+
+/** What the Gated DeltaNet forward ops return (the seed's `(o, S, Aw, Au)`); `using` disposes all. */
+export interface GatedDeltaNetFwdResult extends Disposable {
+  /** o, in the layout of the inputs, dtype of q. */
+  output: Tensor;
+  /** S: the state before each chunk and the final state, `[B, H, NC + 1, K, V]` float32. */
+  chunkStates: Tensor;
+  /** Aw = Tm diag(beta exp(gc)) per chunk, `[B, H, T, chunkSize]` float32 (w = Aw k). */
+  aw: Tensor;
+  /** Au = Tm diag(beta) per chunk, `[B, H, T, chunkSize]` float32 (u = Au v). */
+  au: Tensor;
+}
+
+/** What the prefill ops return; `using` disposes both. */
+export interface GatedDeltaNetPrefillResult extends Disposable {
+  /** o, in the layout of the inputs, dtype of q. */
+  output: Tensor;
+  /** `[B, H, K, V]` float32. */
+  finalState: Tensor;
+}
+
+/** Gradients of the Gated DeltaNet ops (the seed's `(dq, dk, dv, dg, dbeta)`); `using` disposes them. */
+export interface GatedDeltaNetGradients extends Disposable {
+  /** `[B, HK, T, K]`, dtype of q. */
+  dq: Tensor;
+  /** `[B, HK, T, K]`, dtype of q. */
+  dk: Tensor;
+  /** `[B, H, T, V]`, dtype of q. */
+  dv: Tensor;
+  /** `[B, H, T]`, dtype of g. */
+  dg: Tensor;
+  /** `[B, H, T]`, dtype of beta. */
+  dbeta: Tensor;
+}
+
+/** Options of the prefill ops: `chunkSize` undefined or null picks one per call. */
+export interface PrefillOpOptions extends Omit<DeltaOpOptions, "chunkSize"> {
+  /** 32, 64 or 128; default: 128 when batch * heads <= 8 and T >= 128, else 64. */
+  chunkSize?: number | null;
+}
+
+function settings(o: ResolvedOptions, layout: Layout, chunkSize = o.chunkSize ?? 64) {
+  return { layout, gated: true, scale: o.scale, chunkSize, recurrent: false, l2norm: o.l2norm };
+}
+
+function forwardWithFactors(
+  op: string,
+  o: ResolvedOptions,
+  layout: Layout,
+  inputs: { q: Tensor; k: Tensor; v: Tensor; g: Tensor; beta: Tensor },
+  out: ForwardBuffers | undefined,
+): GatedDeltaNetFwdResult {
+  const r = deltaForward(op, inputs, settings(o, layout), { chunkStates: true, factors: true }, out);
+  return disposable({ output: r.output, chunkStates: r.chunkStates!, aw: r.aw!, au: r.au! });
+}
+
+/**
+ * Gated DeltaNet forward over token-major (BTHD) inputs; returns o, S, Aw and Au.
+ *
+ * @example
+ * ```ts
+ * import { GatedDeltaNetBTHDFwdOp, Tensor } from "@attnkit/attnkit";
+ * const op = new GatedDeltaNetBTHDFwdOp({ useQkL2norm: true });
+ * using q = Tensor.randn([1, 80, 2, 32], { dtype: "bfloat16" });
+ * using k = Tensor.randn([1, 80, 2, 32], { dtype: "bfloat16" });
+ * using v = Tensor.randn([1, 80, 2, 32], { dtype: "bfloat16" });
+ * using g = Tensor.rand([1, 80, 2], { low: -0.3, high: 0 });
+ * using beta = Tensor.rand([1, 80, 2]);
+ * using r = op.forward(q, k, v, g, beta);
+ * ```
+ */
+export class GatedDeltaNetBTHDFwdOp {
+  readonly #options: ResolvedOptions;
+
+  /** Builds the op; shapes and dtype come with each call. */
+  constructor(options: DeltaOpOptions = {}) {
+    this.#options = resolveOptions("GatedDeltaNetBTHDFwdOp", options, 64);
+  }
+
+  /** Runs the forward on BTHD tensors (into `out`'s buffers where given). */
+  forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    out?: ForwardBuffers,
+  ): GatedDeltaNetFwdResult {
+    return forwardWithFactors("GatedDeltaNetBTHDFwdOp", this.#options, "bthd", { q, k, v, g, beta }, out);
+  }
+}
+
+/**
+ * Gated DeltaNet forward over head-major (BHTD) inputs; returns o, S, Aw and Au.
+ * {@link GatedDeltaNetBwdOp} takes the S this returns.
+ *
+ * @example
+ * ```ts
+ * import { GatedDeltaNetBHTDFwdOp, Tensor } from "@attnkit/attnkit";
+ * const op = new GatedDeltaNetBHTDFwdOp({ useQkL2norm: true });
+ * using q = Tensor.randn([1, 2, 80, 32]);
+ * using k = Tensor.randn([1, 2, 80, 32]);
+ * using v = Tensor.randn([1, 2, 80, 32]);
+ * using g = Tensor.rand([1, 2, 80], { low: -0.3, high: 0 });
+ * using beta = Tensor.rand([1, 2, 80]);
+ * using r = op.forward(q, k, v, g, beta);
+ * ```
+ */
+export class GatedDeltaNetBHTDFwdOp {
+  readonly #options: ResolvedOptions;
+
+  /** Builds the op; shapes and dtype come with each call. */
+  constructor(options: DeltaOpOptions = {}) {
+    this.#options = resolveOptions("GatedDeltaNetBHTDFwdOp", options, 64);
+  }
+
+  /** Runs the forward on BHTD tensors (into `out`'s buffers where given). */
+  forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    out?: ForwardBuffers,
+  ): GatedDeltaNetFwdResult {
+    return forwardWithFactors("GatedDeltaNetBHTDFwdOp", this.#options, "bhtd", { q, k, v, g, beta }, out);
+  }
+}
+
+/** The prefill ops' chunk size for a call (seed 000's serving default when none was given). */
+export function prefillChunkSize(
+  chosen: number | undefined,
+  batch: number,
+  heads: number,
+  T: number,
+): number {
+  if (chosen !== undefined) return chosen;
+  return batch * heads <= 8 && T >= 128 ? 128 : 64;
+}
+
+function prefill(
+  op: string,
+  o: ResolvedOptions,
+  layout: Layout,
+  inputs: { q: Tensor; k: Tensor; v: Tensor; g: Tensor; beta: Tensor },
+  initialState: Tensor | undefined,
+  out: ForwardBuffers | undefined,
+): GatedDeltaNetPrefillResult {
+  const probe = checkDeltaCall(op, inputs, { ...settings(o, layout, 64), initialState });
+  const chunkSize = prefillChunkSize(o.chunkSize, probe.B, probe.H, probe.T);
+  const s = { ...settings(o, layout, chunkSize), initialState };
+  const r = deltaForward(op, inputs, s, { finalState: true }, out);
+  return disposable({ output: r.output, finalState: r.finalState! });
+}
+
+function prefillOptions(op: string, options: PrefillOpOptions): ResolvedOptions {
+  return resolveOptions(op, { ...options, chunkSize: options.chunkSize ?? undefined }, undefined);
+}
+
+/**
+ * Gated DeltaNet inference prefill over token-major (BTHD) inputs: `(q, k, v, g, beta) -> (o,
+ * finalState)`, from a zero state or `initialState` (`[B, H, K, V]` float32). Without a chunk size
+ * it picks 128 when batch * heads <= 8 and T >= 128, else 64.
+ *
+ * @example
+ * ```ts
+ * import { GatedDeltaNetPrefillBTHDFwdOp, Tensor } from "@attnkit/attnkit";
+ * const op = new GatedDeltaNetPrefillBTHDFwdOp({ useQkL2norm: true });
+ * using q = Tensor.randn([1, 200, 2, 32]);
+ * using k = Tensor.randn([1, 200, 2, 32]);
+ * using v = Tensor.randn([1, 200, 2, 32]);
+ * using g = Tensor.rand([1, 200, 2], { low: -0.3, high: 0 });
+ * using beta = Tensor.rand([1, 200, 2]);
+ * using r = op.forward(q, k, v, g, beta);
+ * console.log(r.finalState.shape); // [1, 2, 32, 32]
+ * ```
+ */
+export class GatedDeltaNetPrefillBTHDFwdOp {
+  readonly #options: ResolvedOptions;
+
+  /** Builds the op; shapes and dtype come with each call. */
+  constructor(options: PrefillOpOptions = {}) {
+    this.#options = prefillOptions("GatedDeltaNetPrefillBTHDFwdOp", options);
+  }
+
+  /** Runs the prefill on BTHD tensors, from `initialState` (`[B, H, K, V]` float32) or zeros. */
+  forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    initialState?: Tensor,
+    out?: { output?: Tensor; finalState?: Tensor },
+  ): GatedDeltaNetPrefillResult {
+    const inputs = { q, k, v, g, beta };
+    return prefill("GatedDeltaNetPrefillBTHDFwdOp", this.#options, "bthd", inputs, initialState, out);
+  }
+}
+
+/**
+ * Gated DeltaNet inference prefill over head-major (BHTD) inputs; the same arithmetic as
+ * {@link GatedDeltaNetPrefillBTHDFwdOp}.
+ *
+ * @example
+ * ```ts
+ * import { GatedDeltaNetPrefillBHTDFwdOp, Tensor } from "@attnkit/attnkit";
+ * const op = new GatedDeltaNetPrefillBHTDFwdOp({ chunkSize: 64, useQkL2norm: true });
+ * using q = Tensor.randn([1, 2, 100, 32]);
+ * using k = Tensor.randn([1, 2, 100, 32]);
+ * using v = Tensor.randn([1, 2, 100, 32]);
+ * using g = Tensor.rand([1, 2, 100], { low: -0.3, high: 0 });
+ * using beta = Tensor.rand([1, 2, 100]);
+ * using r = op.forward(q, k, v, g, beta);
+ * ```
+ */
+export class GatedDeltaNetPrefillBHTDFwdOp {
+  readonly #options: ResolvedOptions;
+
+  /** Builds the op; shapes and dtype come with each call. */
+  constructor(options: PrefillOpOptions = {}) {
+    this.#options = prefillOptions("GatedDeltaNetPrefillBHTDFwdOp", options);
+  }
+
+  /** Runs the prefill on BHTD tensors, from `initialState` (`[B, H, K, V]` float32) or zeros. */
+  forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    initialState?: Tensor,
+    out?: { output?: Tensor; finalState?: Tensor },
+  ): GatedDeltaNetPrefillResult {
+    const inputs = { q, k, v, g, beta };
+    return prefill("GatedDeltaNetPrefillBHTDFwdOp", this.#options, "bhtd", inputs, initialState, out);
+  }
+}
+
+function gatedGradients(r: ReturnType<typeof deltaBackward>): GatedDeltaNetGradients {
+  r.dInitialState?.dispose();
+  return disposable({ dq: r.dq, dk: r.dk, dv: r.dv, dg: r.dg!, dbeta: r.dbeta });
+}
+
+/**
+ * Gated DeltaNet backward over BHTD tensors: gradients of q, k, v, g and beta. `S` (the chunk states
+ * of {@link GatedDeltaNetBHTDFwdOp}) supplies the state the forward started from (its first entry);
+ * without it the start state is zero. The rest is recomputed from the inputs.
+ *
+ * @example
+ * ```ts
+ * import { GatedDeltaNetBHTDFwdOp, GatedDeltaNetBwdOp, Tensor } from "@attnkit/attnkit";
+ * using q = Tensor.randn([1, 2, 50, 16]);
+ * using k = Tensor.randn([1, 2, 50, 16]);
+ * using v = Tensor.randn([1, 2, 50, 16]);
+ * using g = Tensor.rand([1, 2, 50], { low: -0.3, high: 0 });
+ * using beta = Tensor.rand([1, 2, 50]);
+ * using fwd = new GatedDeltaNetBHTDFwdOp({ useQkL2norm: true }).forward(q, k, v, g, beta);
+ * using dO = Tensor.randn([1, 2, 50, 16]);
+ * using grads = new GatedDeltaNetBwdOp({ useQkL2norm: true }).forward(dO, q, k, v, g, beta, fwd.chunkStates);
+ * ```
+ */
+export class GatedDeltaNetBwdOp {
+  readonly #options: ResolvedOptions;
+
+  /** Builds the op; shapes and dtype come with each call. */
+  constructor(options: DeltaOpOptions = {}) {
+    this.#options = resolveOptions("GatedDeltaNetBwdOp", options, 64);
+  }
+
+  /** Runs the backward on BHTD tensors. */
+  forward(
+    dO: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    S?: Tensor,
+    out?: BackwardBuffers,
+  ): GatedDeltaNetGradients {
+    const op = "GatedDeltaNetBwdOp";
+    const s = settings(this.#options, "bhtd");
+    const inputs = { q, k, v, g, beta };
+    if (S === undefined) return gatedGradients(deltaBackward(op, inputs, s, dO, undefined, false, out));
+    const sizes = checkDeltaCall(op, inputs, s);
+    using h0 = initialStateOf(op, S, q, sizes, s.chunkSize);
+    return gatedGradients(deltaBackward(op, inputs, { ...s, initialState: h0 }, dO, undefined, false, out));
+  }
+}
+
+/**
+ * Gated DeltaNet forward and backward in one op over BHSD tensors: `forward` returns the output and
+ * keeps (its own handles on) the inputs; `backward` returns the inputs' gradients and releases them,
+ * as does `dispose()`.
+ *
+ * @example
+ * ```ts
+ * import { GatedDeltaNetOp, Tensor } from "@attnkit/attnkit";
+ * using op = new GatedDeltaNetOp({ chunkSize: 64, useQkL2norm: true });
+ * using q = Tensor.randn([1, 2, 64, 32]);
+ * using k = Tensor.randn([1, 2, 64, 32]);
+ * using v = Tensor.randn([1, 2, 64, 32]);
+ * using g = Tensor.rand([1, 2, 64], { low: -0.3, high: 0 });
+ * using beta = Tensor.rand([1, 2, 64]);
+ * using o = op.forward(q, k, v, g, beta);
+ * using dO = Tensor.randn([1, 2, 64, 32]);
+ * using grads = op.backward(dO);
+ * ```
+ */
+export class GatedDeltaNetOp implements Disposable {
+  readonly #options: ResolvedOptions;
+  readonly #saved = new SavedInputs();
+
+  /** Builds the op; shapes and dtype come with each call. */
+  constructor(options: DeltaOpOptions = {}) {
+    this.#options = resolveOptions("GatedDeltaNetOp", options, 64);
+  }
+
+  /** Runs the forward and keeps the inputs for {@link GatedDeltaNetOp.backward}. */
+  forward(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, out?: { output?: Tensor }): Tensor {
+    const r = deltaForward("GatedDeltaNetOp", { q, k, v, g, beta }, settings(this.#options, "bhtd"), {}, out);
+    try {
+      this.#saved.save({ q, k, v, g, beta });
+    } catch (e) {
+      r.output.dispose();
+      throw e;
+    }
+    return r.output;
+  }
+
+  /** Gradients of the last forward's inputs (into `out`'s buffers where given); releases them. */
+  backward(dO: Tensor, out?: BackwardBuffers): GatedDeltaNetGradients {
+    const op = "GatedDeltaNetOp";
+    const inputs = this.#saved.get(op);
+    try {
+      return gatedGradients(
+        deltaBackward(op, inputs, settings(this.#options, "bhtd"), dO, undefined, false, out),
+      );
+    } finally {
+      this.#saved.dispose();
+    }
+  }
+
+  /** True between a forward and its backward (inputs are held). */
+  get holdsInputs(): boolean {
+    return this.#saved.held;
+  }
+
+  /** Releases the kept inputs (safe to call twice). */
+  dispose(): void {
+    this.#saved.dispose();
+  }
+
+  /** Same as `dispose()`. */
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
+
+/**
+ * Gated DeltaNet decode: one token per sequence, `S' = exp(g) S`, `u = beta (v - S'^T k)`,
+ * `S_new = S' + k u^T`, `o = scale S_new^T q`. q, k `[B, HK, K]`, v `[B, H, V]`, g and beta
+ * `[B, H]`, state `[B, H, K, V]` (float32 or the dtype of q). float32 inputs are computed in full
+ * float32 (no TF32).
+ *
+ * @example
+ * ```ts
+ * import { GatedDeltaNetDecodeFwdOp, Tensor } from "@attnkit/attnkit";
+ * const op = new GatedDeltaNetDecodeFwdOp({ useQkL2norm: true, inPlace: true });
+ * using q = Tensor.randn([4, 2, 32]);
+ * using k = Tensor.randn([4, 2, 32]);
+ * using v = Tensor.randn([4, 2, 32]);
+ * using g = Tensor.rand([4, 2], { low: -0.3, high: 0 });
+ * using beta = Tensor.rand([4, 2]);
+ * using state = Tensor.zeros([4, 2, 32, 32]);
+ * using output = op.forward(q, k, v, g, beta, state).output; // state now holds the new state
+ * ```
+ */
+export class GatedDeltaNetDecodeFwdOp {
+  readonly #options: ResolvedOptions;
+  readonly #inPlace: boolean;
+
+  /** Builds the op; shapes and dtype come with each call. */
+  constructor(options: DecodeOpOptions = {}) {
+    this.#options = resolveOptions("GatedDeltaNetDecodeFwdOp", options, undefined);
+    this.#inPlace = options.inPlace ?? false;
+  }
+
+  /** Runs one step (into `out`'s buffers where given). */
+  forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    state: Tensor,
+    out?: { output?: Tensor; newState?: Tensor },
+  ): DecodeResult {
+    return deltaDecode("GatedDeltaNetDecodeFwdOp", { q, k, v, g, beta, state }, {
+      gated: true,
+      scale: this.#options.scale,
+      l2norm: this.#options.l2norm,
+      inPlace: this.#inPlace,
+    }, out);
+  }
+}

@@ -1,0 +1,161 @@
+/**
+ * What the DeltaNet and Gated DeltaNet op classes share: their constructor options, the inputs a
+ * combined op keeps for its backward, and reading the initial state out of chunk states.
+ *
+ * @module
+ */
+import { invalidArgument } from "../../ffi/errors.ts";
+import { native, unwrap } from "../../ffi/library.ts";
+import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
+import { Tensor } from "../tensor.ts";
+import { checkChunkSize, type DeltaInputs } from "./delta_native.ts";
+
+/** Constructor options of the chunked op classes. */
+export interface DeltaOpOptions {
+  /** Tokens per chunk: 32, 64 (default) or 128. */
+  chunkSize?: number;
+  /** Query scale (default `K ** -0.5`). */
+  scale?: number;
+  /** L2-normalise q and k inside the kernel (default false). */
+  useQkL2norm?: boolean;
+}
+
+/** Constructor options of the decode op classes. */
+export interface DecodeOpOptions {
+  /** Query scale (default `K ** -0.5`). */
+  scale?: number;
+  /** L2-normalise q and k inside the kernel (default false). */
+  useQkL2norm?: boolean;
+  /** Write the new state over the given state and return that same tensor (default false). */
+  inPlace?: boolean;
+}
+
+/** Checked op options. */
+export interface ResolvedOptions {
+  /** The chunk size, or undefined where the op picks it per call. */
+  chunkSize: number | undefined;
+  /** The scale, or undefined for `K ** -0.5`. */
+  scale: number | undefined;
+  /** In-kernel L2 norm of q and k. */
+  l2norm: boolean;
+}
+
+/** Checks constructor options; `chunkSize` undefined stays undefined when `defaultChunk` is. */
+export function resolveOptions(
+  op: string,
+  options: unknown,
+  defaultChunk: number | undefined,
+): ResolvedOptions {
+  if (options === null || typeof options !== "object") {
+    throw invalidArgument(
+      op,
+      `options: expected an object, got ${options === null ? "null" : typeof options}`,
+    );
+  }
+  const o = options as DeltaOpOptions;
+  const chunk = o.chunkSize ?? defaultChunk;
+  if (chunk !== undefined) checkChunkSize(op, chunk);
+  if (o.scale !== undefined && (typeof o.scale !== "number" || !Number.isFinite(o.scale))) {
+    throw invalidArgument(op, `scale: expected a finite number, got ${String(o.scale)}`);
+  }
+  if (o.useQkL2norm !== undefined && typeof o.useQkL2norm !== "boolean") {
+    throw invalidArgument(op, `useQkL2norm: expected a boolean, got ${typeof o.useQkL2norm}`);
+  }
+  const inPlace = (options as DecodeOpOptions).inPlace;
+  if (inPlace !== undefined && typeof inPlace !== "boolean") {
+    throw invalidArgument(op, `inPlace: expected a boolean, got ${typeof inPlace}`);
+  }
+  return { chunkSize: chunk, scale: o.scale, l2norm: o.useQkL2norm ?? false };
+}
+
+/** A second handle on a tensor's memory, so it outlives the caller disposing their own handle. */
+function retain(t: Tensor): Tensor {
+  return t.reshape(t.shape);
+}
+
+/** Inputs a combined op keeps between forward and backward (its own handles on the memory). */
+export class SavedInputs implements Disposable {
+  #inputs: DeltaInputs | undefined;
+
+  /** Keeps these inputs, releasing any kept before. */
+  save(inputs: DeltaInputs): void {
+    const kept: Tensor[] = [];
+    try {
+      for (const t of [inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta]) {
+        if (t !== undefined) kept.push(retain(t));
+      }
+    } catch (e) {
+      for (const t of kept) t.dispose();
+      throw e;
+    }
+    this.dispose();
+    const [q, k, v] = kept;
+    this.#inputs = inputs.g !== undefined
+      ? { q, k, v, g: kept[3], beta: kept[4] }
+      : { q, k, v, beta: kept[3] };
+  }
+
+  /** The kept inputs; throws when there are none. */
+  get(op: string): DeltaInputs {
+    if (this.#inputs === undefined) {
+      throw invalidArgument(op, "backward: call forward first (each forward allows one backward)");
+    }
+    return this.#inputs;
+  }
+
+  /** True while inputs are kept. */
+  get held(): boolean {
+    return this.#inputs !== undefined;
+  }
+
+  /** Releases the kept inputs (safe to call twice). */
+  dispose(): void {
+    const s = this.#inputs;
+    this.#inputs = undefined;
+    if (s === undefined) return;
+    for (const t of [s.q, s.k, s.v, s.g, s.beta]) t?.dispose();
+  }
+
+  /** Same as `dispose()`. */
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
+
+/**
+ * The state before the first chunk, `S[:, :, 0]` of chunk states `[B, H, NC + 1, K, V]`, as a new
+ * contiguous `[B, H, K, V]` float32 tensor (one device copy).
+ */
+export function initialStateOf(
+  op: string,
+  S: unknown,
+  q: Tensor,
+  sizes: { B: number; H: number; T: number; K: number; V: number },
+  chunkSize: number,
+): Tensor {
+  const states = expectTensor(op, "S", S);
+  expectDType(op, "S", states, ["float32"]);
+  expectSameDevice(op, "S", states, q, "q");
+  const { B, H, T, K, V } = sizes;
+  const entries = Math.ceil(T / chunkSize) + 1;
+  expectShape(op, "S", states, [B, H, entries, K, V]);
+  const h0 = Tensor.empty([B, H, K, V], { dtype: "float32", device: states.device });
+  try {
+    const first = states.viewDescriptor([B, H, K, V], [H * entries * K * V, entries * K * V, V, 1], op);
+    unwrap(native().ak_copy(h0.descriptor(), first), op);
+  } catch (e) {
+    h0.dispose();
+    throw e;
+  }
+  return h0;
+}
+
+/** Adds `Symbol.dispose` (disposing every tensor field) to a result object. */
+export function disposable<T extends Record<string, Tensor | undefined>>(fields: T): T & Disposable {
+  return {
+    ...fields,
+    [Symbol.dispose]() {
+      for (const t of Object.values(fields)) t?.dispose();
+    },
+  };
+}
