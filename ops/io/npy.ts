@@ -182,15 +182,18 @@ function encode(tensor: Tensor, options: NpySaveOptions, op: string): Uint8Array
   const descr = tensor.dtype === "bfloat16" ? bf16 : DTYPE_DESCRS[tensor.dtype];
   const dims = tensor.shape.length === 1 ? `(${tensor.shape[0]},)` : `(${tensor.shape.join(", ")})`;
   const dict = `{'descr': '${descr}', 'fortran_order': False, 'shape': ${dims}, }`;
-  // Pad with spaces so the data starts on a 64-byte boundary, as NumPy does; end with a newline.
+  // As NumPy writes it: room for the first size to grow to 21 digits, then spaces so the data starts
+  // on a 64-byte boundary, then a newline. Format 2.0 only when the header outgrows 16 bits.
+  const growth = tensor.shape.length > 0 ? " ".repeat(Math.max(0, 21 - String(tensor.shape[0]).length)) : "";
+  const body = dict + growth;
   let prefix = 10;
-  let total = Math.ceil((prefix + dict.length + 1) / 64) * 64;
+  let total = prefix + body.length + 1 + (64 - ((prefix + body.length + 1) % 64));
   if (total - prefix > 0xffff) {
     prefix = 12;
-    total = Math.ceil((prefix + dict.length + 1) / 64) * 64;
+    total = prefix + body.length + 1 + (64 - ((prefix + body.length + 1) % 64));
   }
   const headerLength = total - prefix;
-  const header = dict + " ".repeat(headerLength - dict.length - 1) + "\n";
+  const header = body + " ".repeat(headerLength - body.length - 1) + "\n";
   const out = new Uint8Array(total + tensor.nbytes);
   out.set(MAGIC, 0);
   const view = new DataView(out.buffer);
