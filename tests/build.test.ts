@@ -1,0 +1,79 @@
+// build.ts and the package around it: the csrc/ manifest a remote build fetches, versions that
+// must agree, and incremental rebuilds.
+import assert from "node:assert/strict";
+import { buildLibrary } from "../build.ts";
+import { VERSION } from "../ffi/version.ts";
+import { nativeVersion } from "../mod.ts";
+
+const root = new URL("../", import.meta.url);
+const csrc = new URL("csrc/", root);
+
+async function walk(dir: URL, prefix = ""): Promise<string[]> {
+  const out: string[] = [];
+  for await (const e of Deno.readDir(dir)) {
+    const rel = prefix + e.name;
+    if (e.isDirectory) out.push(...(await walk(new URL(`${e.name}/`, dir), `${rel}/`)));
+    else if (/\.(cpp|cu|h|cuh)$/.test(e.name)) out.push(rel);
+  }
+  return out.sort();
+}
+
+Deno.test("csrc/files.json lists exactly the sources and headers under csrc/", async () => {
+  const manifest: string[] = JSON.parse(await Deno.readTextFile(new URL("files.json", csrc)));
+  assert.deepEqual(manifest, await walk(csrc), "run `deno task build` to refresh csrc/files.json");
+});
+
+Deno.test("every local #include in csrc/ resolves to a file in the manifest", async () => {
+  const manifest = new Set<string>(JSON.parse(await Deno.readTextFile(new URL("files.json", csrc))));
+  for (const file of manifest) {
+    const text = await Deno.readTextFile(new URL(file, csrc));
+    const dir = file.includes("/") ? file.slice(0, file.lastIndexOf("/") + 1) : "";
+    for (const m of text.matchAll(/^\s*#\s*include\s*"([^"]+)"/gm)) {
+      const target = new URL(m[1], new URL(dir, csrc)).pathname.slice(csrc.pathname.length);
+      assert.ok(manifest.has(target), `${file} includes "${m[1]}", which is not in csrc/files.json`);
+    }
+  }
+});
+
+Deno.test("deno.json, ffi/version.ts and the native library agree on the version", async () => {
+  const config = JSON.parse(await Deno.readTextFile(new URL("deno.json", root)));
+  assert.equal(config.version, VERSION);
+  assert.equal(nativeVersion(), VERSION);
+  assert.equal(config.name, "@attnkit/attnkit");
+  assert.deepEqual(config.exports, { ".": "./mod.ts", "./build": "./build.ts" });
+  for (const path of ["mod.ts", "build.ts", "ffi/", "ops/", "csrc/", "README.md", "LICENSE"]) {
+    assert.ok(config.publish.include.includes(path), `deno.json publish.include lacks ${path}`);
+  }
+  for (const task of ["build", "test", "bench", "demo", "check"]) {
+    assert.ok(config.tasks[task], `task ${task}`);
+  }
+});
+
+Deno.test("build.ts recompiles only what changed", async () => {
+  const out = await Deno.makeTempDir({ prefix: "attnkit-build-" });
+  try {
+    const options = { cpuOnly: true, outDir: out, only: ["core/common.cpp"], quiet: true };
+    const first = await buildLibrary(options);
+    assert.equal(first.units, 1);
+    assert.equal(first.compiled, 1);
+    assert.equal(first.cuda, false);
+    const second = await buildLibrary(options);
+    assert.equal(second.compiled, 0, "an unchanged unit is not rebuilt");
+    // a stamp that no longer matches (as after a change of source or flags) forces a rebuild
+    await Deno.writeTextFile(`${out}/obj/core_common_cpp.hash`, "stale");
+    const third = await buildLibrary(options);
+    assert.equal(third.compiled, 1);
+  } finally {
+    await Deno.remove(out, { recursive: true });
+  }
+});
+
+Deno.test("build.ts --help prints its usage", async () => {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", new URL("build.ts", root).pathname, "--help"],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.ok(out.success);
+  assert.match(new TextDecoder().decode(out.stdout), /usage: .*--cpu-only.*--arch/s);
+});
