@@ -1,0 +1,153 @@
+/**
+ * The option types shared by every softmax-attention op: which keys a query row sees (the mask) and
+ * how raw scores are formed (the score modifier). Small on purpose, so later kinds (paged KV,
+ * per-head scales, RoPE) can add fields without touching the ops that do not use them.
+ *
+ * @module
+ */
+import { invalidArgument } from "../../ffi/errors.ts";
+
+/**
+ * Which keys a query row admits. Query row i of a sequence sits at key position
+ * `p = i + Skv - Sq` (bottom-right alignment); key j is admitted when
+ * `p - windowSizeLeft <= j <= p + windowSizeRight` (-1: unlimited on that side), and with
+ * `isCausal` also `j <= p`. A row that admits no key (e.g. causal with Sq > Skv) gets output 0
+ * and LSE -inf.
+ *
+ * @example
+ * ```ts
+ * import type { MaskOptions } from "@attnkit/attnkit";
+ * const slidingWindow: MaskOptions = { isCausal: true, windowSizeLeft: 255 };
+ * ```
+ */
+export interface MaskOptions {
+  /** Causal mask, bottom-right aligned (the default differs per op; see each op). */
+  isCausal?: boolean;
+  /** Keys admitted left of the row's position; -1 (default) for unlimited. */
+  windowSizeLeft?: number;
+  /**
+   * Keys admitted right of the row's position; -1 (default) for unlimited. With `isCausal` the
+   * causal bound wins (every condition must hold), so any right window acts as 0.
+   */
+  windowSizeRight?: number;
+}
+
+/**
+ * How raw scores are formed: `z = smScale * q . k`, then with `softcap` c > 0, `c * tanh(z / c)`
+ * before masking and softmax.
+ *
+ * @example
+ * ```ts
+ * import type { ScoreOptions } from "@attnkit/attnkit";
+ * const gemmaLike: ScoreOptions = { softcap: 50 };
+ * ```
+ */
+export interface ScoreOptions {
+  /** Score scale; default `1 / sqrt(D)` from the call's head dimension. */
+  smScale?: number;
+  /** Cap c > 0 applied as `c * tanh(z / c)`; 0 or undefined for none. */
+  softcap?: number;
+}
+
+/**
+ * Memory layout of dense q, k, v and the output: `"bshd"` ([batch, seq, heads, dim], the default)
+ * or `"bhsd"` ([batch, heads, seq, dim], read and written in place, no copy).
+ *
+ * @example
+ * ```ts
+ * import type { AttentionLayout } from "@attnkit/attnkit";
+ * const layout: AttentionLayout = "bhsd";
+ * ```
+ */
+export type AttentionLayout = "bshd" | "bhsd";
+
+/** A mask with defaults applied, as the C entries take it. */
+export interface ResolvedMask {
+  /** Causal mask. */
+  readonly causal: boolean;
+  /** Left window, -1 for unlimited. */
+  readonly windowLeft: number;
+  /** Right window, -1 for unlimited (0 when causal). */
+  readonly windowRight: number;
+}
+
+/** Scores with defaults applied. */
+export interface ResolvedScore {
+  /** The scale; undefined means `1 / sqrt(D)` of the call. */
+  readonly smScale: number | undefined;
+  /** 0 for none. */
+  readonly softcap: number;
+}
+
+const INT32_MAX = 2 ** 31 - 1;
+
+function windowSize(op: string, name: string, value: unknown): number {
+  if (value === undefined) return -1;
+  if (typeof value !== "number" || !Number.isInteger(value) || value < -1 || value > INT32_MAX) {
+    throw invalidArgument(
+      op,
+      `${name}: expected -1 (unlimited) or an integer size >= 0, got ${String(value)}`,
+    );
+  }
+  return value;
+}
+
+/**
+ * Checks mask options and applies defaults (internal to the attention ops) (`defaultCausal` when `isCausal` is not given).
+ */
+export function resolveMask(op: string, options: MaskOptions, defaultCausal: boolean): ResolvedMask {
+  const causal = options.isCausal ?? defaultCausal;
+  if (typeof causal !== "boolean") {
+    throw invalidArgument(op, `isCausal: expected a boolean, got ${String(causal)}`);
+  }
+  const windowLeft = windowSize(op, "windowSizeLeft", options.windowSizeLeft);
+  const windowRight = windowSize(op, "windowSizeRight", options.windowSizeRight);
+  return Object.freeze({ causal, windowLeft, windowRight: causal ? 0 : windowRight });
+}
+
+/**
+ * Checks score options and applies defaults.
+ */
+export function resolveScore(op: string, options: ScoreOptions): ResolvedScore {
+  const { smScale, softcap } = options;
+  if (
+    smScale !== undefined && smScale !== null &&
+    !(typeof smScale === "number" && Number.isFinite(smScale) && smScale > 0)
+  ) {
+    throw invalidArgument(
+      op,
+      `smScale: expected a finite number > 0 (or undefined for 1 / sqrt(D)), got ${String(smScale)}`,
+    );
+  }
+  if (
+    softcap !== undefined && softcap !== null &&
+    !(typeof softcap === "number" && Number.isFinite(softcap) && softcap >= 0)
+  ) {
+    throw invalidArgument(
+      op,
+      `softcap: expected a finite number >= 0 (0 or undefined for none), got ${String(softcap)}`,
+    );
+  }
+  return Object.freeze({ smScale: smScale ?? undefined, softcap: softcap ?? 0 });
+}
+
+/**
+ * Checks a layout name.
+ */
+export function resolveLayout(op: string, layout: unknown): AttentionLayout {
+  if (layout === undefined) return "bshd";
+  if (layout !== "bshd" && layout !== "bhsd") {
+    throw invalidArgument(op, `layout: expected "bshd" or "bhsd", got ${JSON.stringify(layout)}`);
+  }
+  return layout;
+}
+
+/**
+ * Checks a positive integer size given to an op's constructor (`batch`, `heads`, ...).
+ */
+export function expectSize(op: string, name: string, value: unknown, min = 1): number {
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < min) {
+    throw invalidArgument(op, `${name}: expected an integer >= ${min}, got ${String(value)}`);
+  }
+  return value;
+}
