@@ -11,6 +11,8 @@ import {
   attention,
   attentionBackward,
   type AttentionLayout,
+  type AttentionOptions,
+  type BackwardBuffers,
   compare,
   type Device,
   type ForwardBuffers,
@@ -145,7 +147,7 @@ export interface CaseInputs extends Disposable {
   v: Tensor;
   problem: AttentionProblem;
   geometry: Geometry;
-  options: Parameters<typeof attention>[3] & object;
+  options: Omit<AttentionOptions, "out" | "returnLse">;
 }
 
 /** Makes fresh random inputs for a case. */
@@ -247,6 +249,26 @@ function lseShapeOf(g: Geometry, c: AttentionCase): number[] {
   return g.varlen ? [c.heads, g.qShape[0]] : [g.batch, c.heads, c.seqQ!];
 }
 
+/** What a backward implementation under test receives besides the inputs. */
+export interface BackwardArgs {
+  output: Tensor;
+  lse: Tensor;
+  dOut: Tensor;
+  deterministic: boolean;
+}
+
+/** A backward implementation under test: writes dq, dk, dv into the given poisoned buffers. */
+export type BackwardRunner = (inputs: CaseInputs, args: BackwardArgs, out: Required<BackwardBuffers>) => void;
+
+/** The default runner: the functional `attentionBackward` with the case's options. */
+export const functionalBackward: BackwardRunner = (inputs, args, out) => {
+  attentionBackward(inputs.q, inputs.k, inputs.v, args.output, args.dOut, args.lse, {
+    ...inputs.options,
+    deterministic: args.deterministic,
+    out,
+  });
+};
+
 /**
  * Runs the forward of a case into poisoned buffers and checks output and LSE against the oracle.
  * `lse: false` for runners that do not write an LSE.
@@ -271,7 +293,13 @@ export async function checkForward(
 }
 
 /** Runs forward then backward of a case (into poisoned buffers) and checks dq, dk, dv against the oracle. */
-export async function checkBackward(device: Device, c: AttentionCase, seed: number, deterministic = false) {
+export async function checkBackward(
+  device: Device,
+  c: AttentionCase,
+  seed: number,
+  deterministic = false,
+  run: BackwardRunner = functionalBackward,
+): Promise<void> {
   await expectNoLeak(device, () => {
     using inputs = makeInputs(device, c, seed);
     using dOut = T.randn(inputs.q.shape, { dtype: c.dtype, device, seed: seed + 3 });
@@ -279,11 +307,7 @@ export async function checkBackward(device: Device, c: AttentionCase, seed: numb
     using dq = poison(T.empty(inputs.q.shape, { dtype: c.dtype, device }));
     using dk = poison(T.empty(inputs.k.shape, { dtype: c.dtype, device }));
     using dv = poison(T.empty(inputs.k.shape, { dtype: c.dtype, device }));
-    attentionBackward(inputs.q, inputs.k, inputs.v, fwd.output, dOut, fwd.lse, {
-      ...inputs.options,
-      deterministic,
-      out: { dq, dk, dv },
-    });
+    run(inputs, { output: fwd.output, lse: fwd.lse, dOut, deterministic }, { dq, dk, dv });
     const dOutHost = packed(dOut, c);
     const exact = referenceForward(inputs.problem, FLOAT64);
     const oracle = referenceBackward(inputs.problem, dOutHost, exact.output, FLOAT64);
