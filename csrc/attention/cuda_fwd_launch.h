@@ -1,0 +1,21 @@
+// Launchers of the CUDA attention forward kernels, one explicit instantiation per translation unit
+// (cuda_fwd_general_d*.cu, cuda_fwd_sm90_d*.cu) so the build compiles them in parallel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda_fwd_params.h"
+
+namespace ak::attention::cuda {
+
+// kD: the head-dim width the kernel is built for (64, 128, 192, 256); p.d <= kD is zero-padded.
+// aligned: q, k, v and their strides allow 16-byte copies.
+template <int kD, int kDtype>
+void launch_fwd_general(const FwdParams& p, bool aligned, cudaStream_t stream);
+
+// Hopper only (sm_90a): p.d == kD, bf16 or f16, 16-byte aligned pointers and strides.
+// flags: sm90::Sm90Flags.
+template <int kD, int kDtype>
+void launch_fwd_sm90(const FwdParams& p, int flags, cudaStream_t stream);
+
+}  // namespace ak::attention::cuda

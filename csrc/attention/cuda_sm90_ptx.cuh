@@ -1,0 +1,175 @@
+// Hopper (sm_90a) primitives of the attention kernels, as inline PTX: mbarriers, bulk tensor copies
+// (TMA), wgmma fences and groups, shared-memory matrix descriptors, register reallocation and named
+// barriers. Outside an sm_90a device pass every function compiles to nothing (the kernels that use
+// them are never launched there), so the sm_80 and PTX passes of the build still succeed.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define AK_SM90_ENABLED 1
+#else
+#define AK_SM90_ENABLED 0
+#endif
+
+namespace ak::attention::cuda::sm90 {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarriers ----
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+#if AK_SM90_ENABLED
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+
+// Makes the initialised barriers visible to the async proxy (the copy engine completes them).
+__device__ __forceinline__ void fence_barrier_init() {
+#if AK_SM90_ENABLED
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+// One arrival that also announces `bytes` more to come from the copy engine in this phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+#if AK_SM90_ENABLED
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+#if AK_SM90_ENABLED
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+
+// True once the phase with the given parity has completed. A fresh barrier is in phase 0, so
+// waiting for parity 1 returns at once: producers start on "empty" barriers with parity 1.
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+#if AK_SM90_ENABLED
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+#else
+  (void)bar;
+  (void)parity;
+  return true;
+#endif
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+// ---- bulk tensor copies ----
+
+// Loads one box of a 4-D tensor map (coordinates innermost first) into shared memory; completion
+// is counted in bytes on `bar`. Out-of-bounds elements are filled with zeros (and still counted).
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* tmap, uint32_t bar, int c0, int c1, int c2,
+                                            int c3) {
+#if AK_SM90_ENABLED
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
+      "%6}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+#endif
+}
+
+__device__ __forceinline__ void prefetch_tmap(const void* tmap) {
+#if AK_SM90_ENABLED
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
+#endif
+}
+
+// Orders this thread's generic-proxy shared-memory accesses before later async-proxy accesses.
+__device__ __forceinline__ void fence_proxy_async() {
+#if AK_SM90_ENABLED
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// ---- wgmma ----
+
+__device__ __forceinline__ void wgmma_fence() {
+#if AK_SM90_ENABLED
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if AK_SM90_ENABLED
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+#if AK_SM90_ENABLED
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Pins accumulator registers at this point of the program: the compiler may not move their reads
+// or writes across it (the hardware writes them asynchronously between issue and wait).
+template <int kN>
+__device__ __forceinline__ void fence_regs(float (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int kN>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// Shared-memory matrix descriptor for the 128-byte swizzle (the layout TMA writes with
+// CU_TENSOR_MAP_SWIZZLE_128B): bits 0-13 start address >> 4, 16-29 leading-dimension byte offset
+// >> 4, 32-45 stride-dimension byte offset >> 4, 49-51 base offset (0: every operand starts on a
+// 1024-byte boundary of the swizzle pattern), 62-63 swizzle mode (1 = 128B).
+//   K-major operand (rows of 64 elements = 128 bytes): LBO unused (1), SBO = 1024 (8 rows).
+//   MN-major operand: LBO = bytes from one 64-element panel of the MN dimension to the next,
+//   SBO = 1024 (8 rows of K).
+__device__ __forceinline__ uint64_t make_desc_sw128(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  uint64_t desc = 0;
+  desc |= static_cast<uint64_t>((smem_addr & 0x3FFFFu) >> 4);
+  desc |= static_cast<uint64_t>((lbo_bytes & 0x3FFFFu) >> 4) << 16;
+  desc |= static_cast<uint64_t>((sbo_bytes & 0x3FFFFu) >> 4) << 32;
+  desc |= static_cast<uint64_t>(1) << 62;
+  return desc;
+}
+
+// ---- warp specialisation ----
+
+template <int kRegs>
+__device__ __forceinline__ void regs_increase() {
+#if AK_SM90_ENABLED
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_decrease() {
+#if AK_SM90_ENABLED
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
+// Named barriers (id 0 is __syncthreads): bar.sync waits, bar.arrive signals without waiting.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace ak::attention::cuda::sm90
