@@ -143,13 +143,8 @@ function backward(
   options: unknown,
 ): DeltaRuleGradients {
   const s = settings(op, kind, options);
-  const r: BackwardOutputs = deltaBackward(
-    op,
-    inputs,
-    s,
-    dOutput,
-    (options as DeltaRuleBackwardOptions).dFinalState,
-  );
+  const o = options as DeltaRuleBackwardOptions;
+  const r: BackwardOutputs = deltaBackward(op, inputs, s, dOutput, o.dFinalState, true, o.out);
   return {
     ...r,
     [Symbol.dispose]() {

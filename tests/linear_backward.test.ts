@@ -1,0 +1,247 @@
+// Backward of the delta rule and the gated delta rule: every gradient (dq, dk, dv, dbeta, dg,
+// dInitialState) against the float64 oracle's hand-derived reverse mode (itself checked against
+// finite differences in linear_reference.test.ts), for the loss sum(dO * o) + sum(dS_T * S_T).
+// Fresh random inputs per test, gradient buffers NaN-poisoned before each run.
+//
+// Tolerance (relative RMS against float64 fed the same rounded inputs): float16/bfloat16 dq, dk, dv
+// 0.008, dbeta, dg, dInitialState 0.02; float32 8e-5 and 2e-4, 100x tighter (linear_fixtures.ts).
+import assert from "node:assert/strict";
+import {
+  chunkDeltaRuleBackward,
+  chunkGatedDeltaRuleBackward,
+  type Device,
+  type DType,
+  recurrentDeltaRuleBackward,
+  recurrentGatedDeltaRuleBackward,
+  Tensor,
+} from "../mod.ts";
+import { deviceTest, withSeed } from "./helpers.ts";
+import { type CaseSpec, DeltaCase, expectClose, host, tol } from "./linear_fixtures.ts";
+
+type Mode = { recurrent: true } | { recurrent: false; chunkSize: number };
+
+/** Runs the functional backward for a case into poisoned buffers; returns them. */
+function runBackward(c: DeltaCase, mode: Mode, dOutput: Tensor, dFinalState: Tensor | undefined) {
+  const out = c.backwardBuffers();
+  const options = { ...c.options(), dFinalState, out };
+  const { q, k, v, g, beta } = c;
+  if (c.spec.gated) {
+    if (mode.recurrent) recurrentGatedDeltaRuleBackward(q, k, v, g!, beta, dOutput, options);
+    else chunkGatedDeltaRuleBackward(q, k, v, g!, beta, dOutput, { ...options, chunkSize: mode.chunkSize });
+  } else {
+    if (mode.recurrent) recurrentDeltaRuleBackward(q, k, v, beta, dOutput, options);
+    else chunkDeltaRuleBackward(q, k, v, beta, dOutput, { ...options, chunkSize: mode.chunkSize });
+  }
+  return out;
+}
+
+function checkGradients(device: Device, spec: CaseSpec, mode: Mode, seed: number): void {
+  using c = new DeltaCase(device, spec, seed);
+  const { dOutput, dFinalState } = c.cotangents(seed);
+  const grads = runBackward(c, mode, dOutput, dFinalState);
+  const ref = c.referenceBackward(dOutput, dFinalState);
+  const t = tol(spec.dtype);
+  const what = `${spec.dtype} ${mode.recurrent ? "recurrent" : `chunk ${mode.chunkSize}`} ${
+    JSON.stringify(spec)
+  }`;
+  expectClose(grads.dq, ref.dq, t.dqkv, `dq (${what})`);
+  expectClose(grads.dk, ref.dk, t.dqkv, `dk (${what})`);
+  expectClose(grads.dv, ref.dv, t.dqkv, `dv (${what})`);
+  // dbeta and dg come back in the dtype of beta and g: a 16-bit one rounds them to its precision.
+  const gateDtype = spec.gateDtype ?? "float32";
+  const dsmall = gateDtype === "float32" || gateDtype === "float64"
+    ? t.dsmall
+    : Math.max(t.dsmall, tol(gateDtype).dsmall);
+  expectClose(grads.dbeta, ref.dbeta, dsmall, `dbeta (${what})`);
+  if (spec.gated) expectClose(grads.dg!, ref.dg, dsmall, `dg (${what})`);
+  else assert.equal(grads.dg, undefined);
+  if (grads.dInitialState) {
+    expectClose(grads.dInitialState, ref.dInitialState, t.dsmall, `dInitialState (${what})`);
+  }
+  if (spec.cuSeqlens) {
+    // Tokens past the last sequence influence nothing: their gradients are exactly zero.
+    const end = spec.cuSeqlens[spec.cuSeqlens.length - 1];
+    for (const [name, g] of Object.entries(grads)) {
+      if (!g || name === "dInitialState") continue;
+      const row = g.numel / spec.T;
+      assert.ok(
+        host(g).subarray(end * row).every((x) => x === 0),
+        `${name}: rows past cuSeqlens[N] are not zero`,
+      );
+    }
+  }
+}
+
+const DTYPES: DType[] = ["float32", "bfloat16", "float16"];
+
+deviceTest(
+  "delta rule backward: every gradient matches the float64 oracle (fp32/bf16/fp16, chunked and recurrent)",
+  async (device) => {
+    const specs: [Omit<CaseSpec, "dtype">, number][] = [
+      [{ B: 2, T: 100, H: 4, HK: 2, K: 64, V: 32, gated: true }, 64],
+      [{ B: 1, T: 77, H: 3, HK: 1, K: 32, V: 48, gated: false, l2norm: true, scale: 0.3 }, 32],
+      [{ B: 1, T: 90, H: 2, K: 32, V: 32, gated: true, l2norm: true, gateDtype: "bfloat16" }, 128],
+    ];
+    for (const dtype of DTYPES) {
+      for (const [spec, chunkSize] of specs) {
+        for (const mode of [{ recurrent: false, chunkSize }, { recurrent: true }] as Mode[]) {
+          await withSeed((seed) => checkGradients(device, { ...spec, dtype }, mode, seed));
+        }
+      }
+    }
+  },
+);
+
+deviceTest("delta rule backward: head dims 64/128/256, K != V and general sizes", async (device) => {
+  const specs: CaseSpec[] = [
+    { B: 1, T: 100, H: 1, K: 256, V: 256, dtype: "bfloat16", gated: true, l2norm: true },
+    { B: 1, T: 60, H: 2, K: 128, V: 64, dtype: "float32", gated: true, l2norm: true },
+    { B: 1, T: 70, H: 2, HK: 1, K: 64, V: 128, dtype: "float16", gated: false, l2norm: true },
+    { B: 2, T: 50, H: 2, K: 128, V: 128, dtype: "bfloat16", gated: true, l2norm: true },
+    { B: 1, T: 45, H: 2, K: 48, V: 80, dtype: "bfloat16", gated: true },
+  ];
+  for (const spec of specs) {
+    await withSeed((seed) => checkGradients(device, spec, { recurrent: false, chunkSize: 64 }, seed));
+  }
+});
+
+deviceTest("delta rule backward: T = 1, T not a multiple of the chunk, odd head counts", async (device) => {
+  const cases: [Omit<CaseSpec, "dtype" | "gated">, number][] = [
+    [{ B: 3, T: 1, H: 3, HK: 1, K: 32, V: 32 }, 64],
+    [{ B: 1, T: 65, H: 3, K: 16, V: 32 }, 64],
+    [{ B: 1, T: 33, H: 5, HK: 5, K: 32, V: 16 }, 32],
+    [{ B: 1, T: 129, H: 1, K: 32, V: 32 }, 128],
+  ];
+  for (const [spec, chunkSize] of cases) {
+    for (const gated of [true, false]) {
+      await withSeed((seed) =>
+        checkGradients(device, { ...spec, dtype: "bfloat16", gated, l2norm: true }, {
+          recurrent: false,
+          chunkSize,
+        }, seed)
+      );
+    }
+  }
+});
+
+deviceTest(
+  "delta rule backward: packed sequences (empty, 1, 63, 65 tokens), zero gradients past the last",
+  async (device) => {
+    const cuSeqlens = [0, 0, 1, 64, 129, 129, 150];
+    for (const dtype of ["float32", "bfloat16"] as const) {
+      for (const gated of [true, false]) {
+        await withSeed((seed) =>
+          checkGradients(
+            device,
+            { B: 1, T: 160, H: 2, HK: 1, K: 32, V: 16, dtype, gated, l2norm: true, cuSeqlens },
+            { recurrent: false, chunkSize: 64 },
+            seed,
+          )
+        );
+      }
+    }
+    // An empty sequence passes its state through: dInitialState = dFinalState there.
+    await withSeed((seed) => {
+      using c = new DeltaCase(device, {
+        B: 1,
+        T: 10,
+        H: 1,
+        K: 8,
+        V: 8,
+        dtype: "float32",
+        gated: true,
+        cuSeqlens: [0, 4, 4, 10],
+      }, seed);
+      const { dOutput, dFinalState } = c.cotangents(seed);
+      const grads = runBackward(c, { recurrent: false, chunkSize: 64 }, dOutput, dFinalState);
+      assert.deepEqual(
+        Array.from(host(grads.dInitialState!).subarray(64, 128)),
+        Array.from(host(dFinalState).subarray(64, 128)),
+      );
+    });
+  },
+);
+
+deviceTest(
+  "delta rule backward: grouped heads give the sum of the repeated heads' dq and dk",
+  async (device) => {
+    await withSeed((seed) => {
+      const spec: CaseSpec = {
+        B: 1,
+        T: 70,
+        H: 6,
+        HK: 2,
+        K: 16,
+        V: 16,
+        dtype: "float32",
+        gated: true,
+        l2norm: true,
+      };
+      using c = new DeltaCase(device, spec, seed);
+      const { dOutput, dFinalState } = c.cotangents(seed);
+      const grouped = runBackward(c, { recurrent: false, chunkSize: 64 }, dOutput, dFinalState);
+      const repeat = (a: ArrayLike<number>) => {
+        const out = new Float32Array(70 * 6 * 16);
+        for (let t = 0; t < 70; t++) {
+          for (let h = 0; h < 6; h++) {
+            for (let i = 0; i < 16; i++) out[(t * 6 + h) * 16 + i] = a[(t * 2 + Math.floor(h / 3)) * 16 + i];
+          }
+        }
+        return c.own(Tensor.from(out, { shape: [1, 70, 6, 16], device }));
+      };
+      using r = chunkGatedDeltaRuleBackward(
+        repeat(c.hostInputs.q),
+        repeat(c.hostInputs.k),
+        c.v,
+        c.g!,
+        c.beta,
+        dOutput,
+        {
+          ...c.options(),
+          dFinalState,
+        },
+      );
+      for (const name of ["dq", "dk"] as const) {
+        const rep = host(r[name]);
+        const summed = new Float64Array(70 * 2 * 16);
+        for (let t = 0; t < 70; t++) {
+          for (let h = 0; h < 6; h++) {
+            for (let i = 0; i < 16; i++) {
+              summed[(t * 2 + Math.floor(h / 3)) * 16 + i] += rep[(t * 6 + h) * 16 + i];
+            }
+          }
+        }
+        expectClose(grouped[name], summed, 1e-5, `${name} grouped vs summed repeated`);
+      }
+      for (const name of ["dv", "dbeta", "dg", "dInitialState"] as const) {
+        expectClose(grouped[name]!, host(r[name]!), 1e-5, `${name} grouped vs repeated`);
+      }
+    });
+  },
+);
+
+deviceTest("delta rule backward: gradients of g and beta keep their dtypes", async (device) => {
+  await withSeed((seed) => {
+    using c = new DeltaCase(device, {
+      B: 1,
+      T: 20,
+      H: 2,
+      K: 16,
+      V: 16,
+      dtype: "bfloat16",
+      gated: true,
+      gateDtype: "float16",
+      l2norm: true,
+      initialState: false,
+    }, seed);
+    const { dOutput } = c.cotangents(seed);
+    using r = chunkGatedDeltaRuleBackward(c.q, c.k, c.v, c.g!, c.beta, dOutput, { useQkL2norm: true });
+    assert.equal(r.dg!.dtype, "float16");
+    assert.equal(r.dbeta.dtype, "float16");
+    assert.equal(r.dq.dtype, "bfloat16");
+    assert.equal(r.dInitialState, undefined);
+    const ref = c.referenceBackward(dOutput);
+    expectClose(r.dg!, ref.dg, 0.02, "dg (float16)");
+    expectClose(r.dbeta, ref.dbeta, 0.02, "dbeta (float16)");
+  });
+});

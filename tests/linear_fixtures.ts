@@ -1,0 +1,285 @@
+// Shared by the linear_*.test.ts files: random delta-rule problems on a device with their exact
+// values on the host, the float64 oracle's answers, NaN-poisoned result buffers and the tolerance
+// rule per dtype.
+import { assertClose, type Device, type DType, Tensor } from "../mod.ts";
+import {
+  type DeltaReferenceGradients,
+  type DeltaReferenceInputs,
+  type DeltaReferenceOutputs,
+  deltaRuleReference,
+  deltaRuleReferenceBackward,
+} from "./reference/delta_rule.ts";
+import { poison } from "./helpers.ts";
+
+/**
+ * Tolerances, relative RMS error against the float64 oracle fed the same (rounded) inputs.
+ * float16 / bfloat16: FLA's rule (outputs and states 0.005, dq/dk/dv 0.008, dbeta/dg/dState 0.02).
+ * float32: far tighter, 100x below those: the state and every sum are fp32 or wider.
+ */
+export const TOLERANCE: Record<"float32" | "float16" | "bfloat16", {
+  output: number;
+  state: number;
+  dqkv: number;
+  dsmall: number;
+}> = {
+  bfloat16: { output: 0.005, state: 0.005, dqkv: 0.008, dsmall: 0.02 },
+  float16: { output: 0.005, state: 0.005, dqkv: 0.008, dsmall: 0.02 },
+  float32: { output: 5e-5, state: 5e-5, dqkv: 8e-5, dsmall: 2e-4 },
+};
+
+/** The tolerances of a q/k/v dtype. */
+export function tol(dtype: DType): { output: number; state: number; dqkv: number; dsmall: number } {
+  return TOLERANCE[dtype as "float32"];
+}
+
+/** What a random problem looks like. */
+export interface CaseSpec {
+  /** Batch (1 with cuSeqlens). */
+  B: number;
+  /** Tokens. */
+  T: number;
+  /** Value heads. */
+  H: number;
+  /** Query/key heads (default H). */
+  HK?: number;
+  /** Key head dimension. */
+  K: number;
+  /** Value head dimension. */
+  V: number;
+  /** Dtype of q, k, v. */
+  dtype: DType;
+  /** Gated delta rule. */
+  gated: boolean;
+  /** In-kernel L2 norm; without it keys are drawn with norm about 1 (std K^-0.5), a stable recurrence. */
+  l2norm?: boolean;
+  /** Packed offsets. */
+  cuSeqlens?: number[];
+  /** Start from a random state (default true). */
+  initialState?: boolean;
+  /** Dtype of g and beta (default float32). */
+  gateDtype?: DType;
+  /** g is uniform in [gateLow, 0] (default -0.25). */
+  gateLow?: number;
+  /** Query scale (default: the op's K^-0.5). */
+  scale?: number;
+  /** Standard deviation of the keys (default K^-0.5 without l2norm, 1 with it). */
+  keyStd?: number;
+  /** beta is uniform in [betaLow, betaHigh] (default [0, 1]). */
+  betaLow?: number;
+  /** Upper end of beta. */
+  betaHigh?: number;
+}
+
+/** Reads a tensor's values exactly (float16/bfloat16 widen exactly) as float64. */
+export function host(t: Tensor): Float64Array {
+  return Float64Array.from(t.toArray() as Float32Array);
+}
+
+/** A fresh NaN-filled tensor: an element the kernel does not write fails the comparison. */
+export function poisoned(shape: readonly number[], dtype: DType, device: Device): Tensor {
+  return poison(Tensor.empty(shape, { dtype, device }));
+}
+
+/** The exact input values on the host, as the oracle takes them. */
+export type HostInputs = DeltaReferenceInputs & {
+  q: Float64Array;
+  k: Float64Array;
+  v: Float64Array;
+  g?: Float64Array;
+  beta: Float64Array;
+  initialState?: Float64Array;
+};
+
+/** A random problem on a device, its host copy and the oracle's answers. */
+export class DeltaCase implements Disposable {
+  readonly spec: CaseSpec;
+  readonly device: Device;
+  readonly HK: number;
+  readonly N: number;
+  readonly scale: number;
+  readonly q: Tensor;
+  readonly k: Tensor;
+  readonly v: Tensor;
+  readonly g: Tensor | undefined;
+  readonly beta: Tensor;
+  readonly initialState: Tensor | undefined;
+  readonly cuSeqlens: Tensor | undefined;
+  readonly hostInputs: HostInputs;
+  #owned: Tensor[] = [];
+  #reference: DeltaReferenceOutputs | undefined;
+
+  constructor(device: Device, spec: CaseSpec, seed: number) {
+    this.spec = spec;
+    this.device = device;
+    const { B, T, H, K, V, dtype } = spec;
+    const HK = (this.HK = spec.HK ?? H);
+    this.N = spec.cuSeqlens ? spec.cuSeqlens.length - 1 : B;
+    this.scale = spec.scale ?? K ** -0.5;
+    const gateDtype = spec.gateDtype ?? "float32";
+    const keyStd = spec.keyStd ?? (spec.l2norm ? 1 : K ** -0.5);
+    const own = (t: Tensor) => (this.#owned.push(t), t);
+    try {
+      this.q = own(Tensor.randn([B, T, HK, K], { dtype, device, seed, offset: 0 }));
+      this.k = own(Tensor.randn([B, T, HK, K], { dtype, device, seed: seed + 1, std: keyStd }));
+      this.v = own(Tensor.randn([B, T, H, V], { dtype, device, seed: seed + 2 }));
+      this.g = spec.gated
+        ? own(
+          Tensor.rand([B, T, H], {
+            dtype: gateDtype,
+            device,
+            seed: seed + 3,
+            low: spec.gateLow ?? -0.25,
+            high: 0,
+          }),
+        )
+        : undefined;
+      this.beta = own(
+        Tensor.rand([B, T, H], {
+          dtype: gateDtype,
+          device,
+          seed: seed + 4,
+          low: spec.betaLow ?? 0,
+          high: spec.betaHigh ?? 1,
+        }),
+      );
+      this.initialState = spec.initialState === false
+        ? undefined
+        : own(Tensor.randn([this.N, H, K, V], { device, seed: seed + 5, std: 0.5 }));
+      this.cuSeqlens = spec.cuSeqlens
+        ? own(Tensor.from(Int32Array.from(spec.cuSeqlens), { device }))
+        : undefined;
+    } catch (e) {
+      this.dispose();
+      throw e;
+    }
+    this.hostInputs = {
+      B,
+      T,
+      H,
+      HK,
+      K,
+      V,
+      q: host(this.q),
+      k: host(this.k),
+      v: host(this.v),
+      g: this.g ? host(this.g) : undefined,
+      beta: host(this.beta),
+      scale: this.scale,
+      initialState: this.initialState ? host(this.initialState) : undefined,
+      cuSeqlens: spec.cuSeqlens,
+      l2norm: spec.l2norm ?? false,
+    };
+  }
+
+  /** The oracle's forward (computed once). */
+  reference(): DeltaReferenceOutputs {
+    this.#reference ??= deltaRuleReference(this.hostInputs);
+    return this.#reference;
+  }
+
+  /** The oracle's gradients for this output gradient and final-state gradient. */
+  referenceBackward(dOutput: Tensor, dFinalState?: Tensor): DeltaReferenceGradients {
+    return deltaRuleReferenceBackward(
+      this.hostInputs,
+      host(dOutput),
+      dFinalState ? host(dFinalState) : undefined,
+    );
+  }
+
+  /** The common options of the functional API for this case. */
+  options(): {
+    initialState?: Tensor;
+    cuSeqlens?: Tensor;
+    useQkL2norm: boolean;
+    scale?: number;
+  } {
+    return {
+      initialState: this.initialState,
+      cuSeqlens: this.cuSeqlens,
+      useQkL2norm: this.spec.l2norm ?? false,
+      scale: this.spec.scale,
+    };
+  }
+
+  /** NaN-poisoned forward result buffers. */
+  forwardBuffers(): { output: Tensor; finalState: Tensor } {
+    const { B, T, H, K, V, dtype } = this.spec;
+    const output = poisoned([B, T, H, V], dtype, this.device);
+    this.#owned.push(output);
+    const finalState = poisoned([this.N, H, K, V], "float32", this.device);
+    this.#owned.push(finalState);
+    return { output, finalState };
+  }
+
+  /** NaN-poisoned gradient buffers (dInitialState when the case has an initial state). */
+  backwardBuffers(): {
+    dq: Tensor;
+    dk: Tensor;
+    dv: Tensor;
+    dbeta: Tensor;
+    dg?: Tensor;
+    dInitialState?: Tensor;
+  } {
+    const { B, T, H, K, V, dtype } = this.spec;
+    const keep = (t: Tensor) => (this.#owned.push(t), t);
+    const gateDtype = this.spec.gateDtype ?? "float32";
+    return {
+      dq: keep(poisoned([B, T, this.HK, K], dtype, this.device)),
+      dk: keep(poisoned([B, T, this.HK, K], dtype, this.device)),
+      dv: keep(poisoned([B, T, H, V], dtype, this.device)),
+      dbeta: keep(poisoned([B, T, H], gateDtype, this.device)),
+      dg: this.g ? keep(poisoned([B, T, H], gateDtype, this.device)) : undefined,
+      dInitialState: this.initialState
+        ? keep(poisoned([this.N, H, K, V], "float32", this.device))
+        : undefined,
+    };
+  }
+
+  /** A random output gradient (dtype of q) and final-state gradient, owned by the case. */
+  cotangents(seed: number): { dOutput: Tensor; dFinalState: Tensor } {
+    const { B, T, H, K, V, dtype } = this.spec;
+    const dOutput = Tensor.randn([B, T, H, V], { dtype, device: this.device, seed: seed + 10 });
+    this.#owned.push(dOutput);
+    const dFinalState = Tensor.randn([this.N, H, K, V], { device: this.device, seed: seed + 11 });
+    this.#owned.push(dFinalState);
+    return { dOutput, dFinalState };
+  }
+
+  /** Tracks another tensor for disposal with the case. */
+  own<T extends Tensor>(t: T): T {
+    this.#owned.push(t);
+    return t;
+  }
+
+  /** Disposes every tensor the case made. */
+  dispose(): void {
+    for (const t of this.#owned) t.dispose();
+    this.#owned = [];
+  }
+
+  /** Same as `dispose()`. */
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
+
+/** Compares a tensor to oracle values by relative RMS; NaN or a differing non-finite pattern fails. */
+export function expectClose(
+  actual: Tensor | ArrayLike<number>,
+  expected: ArrayLike<number>,
+  relRms: number,
+  name: string,
+): void {
+  assertClose(actual, expected, { relRms, name });
+}
+
+/** The first `tokens` token rows of a batch-one `[1, T, heads, D]` array (the rows packed sequences cover). */
+export function leadingRows(a: ArrayLike<number>, tokens: number, rowSize: number): Float64Array {
+  return Float64Array.from({ length: tokens * rowSize }, (_, i) => a[i]);
+}
+
+/** A tensor's first `tokens` token rows of a batch-one `[1, T, heads, D]` tensor, as float64. */
+export function leadingRowsOf(t: Tensor, tokens: number): Float64Array {
+  const rowSize = t.numel / t.shape[1];
+  return leadingRows(host(t), tokens, rowSize);
+}

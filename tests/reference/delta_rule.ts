@@ -1,0 +1,306 @@
+/**
+ * Float64 oracle of the delta rule and the gated delta rule: the plain token-by-token recurrence,
+ * and its reverse mode derived by hand (checked against finite differences in
+ * tests/linear_reference.test.ts). Token-major host arrays, as FLA lays them out:
+ * q, k `[B, T, HK, K]`, v `[B, T, H, V]`, g and beta `[B, T, H]`, states `[N, H, K, V]`.
+ *
+ * Per value head h (q/k head h / (H / HK)) and token t, with x^ = x / sqrt(sum(x^2) + 1e-6) when
+ * l2norm is set:
+ *   S' = exp(g_t) S          (1 instead of exp(g_t) when ungated)
+ *   r  = v_t - S'^T k^_t
+ *   u  = beta_t r
+ *   S  = S' + k^_t u^T
+ *   o_t = scale S^T q^_t
+ *
+ * @module
+ */
+
+/** The inputs of one oracle run (float64 or float32 host arrays holding the exact input values). */
+export interface DeltaReferenceInputs {
+  /** Batch (1 with cuSeqlens). */
+  B: number;
+  /** Tokens per batch row. */
+  T: number;
+  /** Value heads. */
+  H: number;
+  /** Query/key heads (divides H). */
+  HK: number;
+  /** Key head dimension. */
+  K: number;
+  /** Value head dimension. */
+  V: number;
+  /** `[B, T, HK, K]`. */
+  q: ArrayLike<number>;
+  /** `[B, T, HK, K]`. */
+  k: ArrayLike<number>;
+  /** `[B, T, H, V]`. */
+  v: ArrayLike<number>;
+  /** `[B, T, H]` natural-log decays; absent for the ungated rule. */
+  g?: ArrayLike<number>;
+  /** `[B, T, H]`. */
+  beta: ArrayLike<number>;
+  /** Query scale. */
+  scale: number;
+  /** `[N, H, K, V]`; zeros when absent. */
+  initialState?: ArrayLike<number>;
+  /** Packed sequence offsets `[N + 1]` (B must be 1). */
+  cuSeqlens?: readonly number[];
+  /** L2-normalise q and k. */
+  l2norm?: boolean;
+  /**
+   * Rounds every state element after each token (e.g. `Math.fround` to give the state float32's
+   * range, so a diverging recurrence overflows where an fp32 state would). Forward only.
+   */
+  roundState?: (x: number) => number;
+  /** Also return the state before every `checkpointEvery`-th token of each sequence. */
+  checkpointEvery?: number;
+}
+
+/** What the forward oracle returns. */
+export interface DeltaReferenceOutputs {
+  /** `[B, T, H, V]`; rows past the last packed sequence are 0. */
+  output: Float64Array;
+  /** `[N, H, K, V]`. */
+  finalState: Float64Array;
+  /** `[B, T, H, V]`: u_t = beta_t (v_t - S'^T k^_t), the residual each token writes. */
+  residual: Float64Array;
+  /** `[N, H, C, K, V]` states before tokens 0, every, 2 every, ... and after the last (checkpointEvery only). */
+  checkpoints?: Float64Array;
+}
+
+/** What the backward oracle returns. */
+export interface DeltaReferenceGradients {
+  /** `[B, T, HK, K]`. */
+  dq: Float64Array;
+  /** `[B, T, HK, K]`. */
+  dk: Float64Array;
+  /** `[B, T, H, V]`. */
+  dv: Float64Array;
+  /** `[B, T, H]`. */
+  dbeta: Float64Array;
+  /** `[B, T, H]` (zeros for the ungated rule). */
+  dg: Float64Array;
+  /** `[N, H, K, V]`. */
+  dInitialState: Float64Array;
+}
+
+/** The L2 norm's epsilon (inside the square root), as FLA and the kernels use it. */
+export const L2NORM_EPS = 1e-6;
+
+interface Sequence {
+  row: number;
+  begin: number;
+  end: number;
+}
+
+function sequences(x: DeltaReferenceInputs): Sequence[] {
+  if (!x.cuSeqlens) return Array.from({ length: x.B }, (_, b) => ({ row: b, begin: 0, end: x.T }));
+  const cu = x.cuSeqlens;
+  return Array.from({ length: cu.length - 1 }, (_, n) => ({ row: 0, begin: cu[n], end: cu[n + 1] }));
+}
+
+// q or k row (t, hk) of row b, normalised when asked; returns the vector and its norm.
+function qkRow(
+  x: DeltaReferenceInputs,
+  src: ArrayLike<number>,
+  b: number,
+  t: number,
+  hk: number,
+): { vec: Float64Array; norm: number } {
+  const { T, HK, K } = x;
+  const base = ((b * T + t) * HK + hk) * K;
+  const vec = new Float64Array(K);
+  for (let i = 0; i < K; i++) vec[i] = src[base + i];
+  if (!x.l2norm) return { vec, norm: 1 };
+  let sum = 0;
+  for (let i = 0; i < K; i++) sum += vec[i] * vec[i];
+  const norm = Math.sqrt(sum + L2NORM_EPS);
+  for (let i = 0; i < K; i++) vec[i] /= norm;
+  return { vec, norm };
+}
+
+function scalar(
+  a: ArrayLike<number> | undefined,
+  x: DeltaReferenceInputs,
+  b: number,
+  t: number,
+  h: number,
+): number {
+  return a ? a[(b * x.T + t) * x.H + h] : 0;
+}
+
+/** The forward recurrence in float64. */
+export function deltaRuleReference(x: DeltaReferenceInputs): DeltaReferenceOutputs {
+  const { B, T, H, HK, K, V } = x;
+  const seqs = sequences(x);
+  const N = seqs.length, G = H / HK, KV = K * V;
+  const output = new Float64Array(B * T * H * V);
+  const residual = new Float64Array(B * T * H * V);
+  const finalState = new Float64Array(N * H * KV);
+  const every = x.checkpointEvery;
+  const perSeq = every ? Math.max(...seqs.map((s) => Math.ceil((s.end - s.begin) / every))) + 1 : 0;
+  const checkpoints = every ? new Float64Array(N * H * perSeq * KV).fill(NaN) : undefined;
+  const round = x.roundState;
+  for (let n = 0; n < N; n++) {
+    const { row, begin, end } = seqs[n];
+    for (let h = 0; h < H; h++) {
+      const hk = Math.floor(h / G);
+      const S = new Float64Array(KV);
+      if (x.initialState) { for (let e = 0; e < KV; e++) S[e] = x.initialState[(n * H + h) * KV + e]; }
+      const keep = (slot: number) => checkpoints?.set(S, ((n * H + h) * perSeq + slot) * KV);
+      for (let t = begin; t < end; t++) {
+        if (every && (t - begin) % every === 0) keep((t - begin) / every);
+        const q = qkRow(x, x.q, row, t, hk).vec, k = qkRow(x, x.k, row, t, hk).vec;
+        const a = x.g ? Math.exp(scalar(x.g, x, row, t, h)) : 1;
+        const beta = scalar(x.beta, x, row, t, h);
+        const vBase = ((row * T + t) * H + h) * V;
+        for (let e = 0; e < KV; e++) S[e] *= a;
+        const u = new Float64Array(V);
+        for (let c = 0; c < V; c++) {
+          let p = 0;
+          for (let i = 0; i < K; i++) p += S[i * V + c] * k[i];
+          u[c] = beta * (x.v[vBase + c] - p);
+          residual[vBase + c] = u[c];
+        }
+        for (let i = 0; i < K; i++) for (let c = 0; c < V; c++) S[i * V + c] += k[i] * u[c];
+        if (round) { for (let e = 0; e < KV; e++) S[e] = round(S[e]); }
+        for (let c = 0; c < V; c++) {
+          let o = 0;
+          for (let i = 0; i < K; i++) o += S[i * V + c] * q[i];
+          output[vBase + c] = x.scale * o;
+        }
+      }
+      if (every) keep(Math.ceil((end - begin) / every));
+      finalState.set(S, (n * H + h) * KV);
+    }
+  }
+  return { output, finalState, residual, checkpoints };
+}
+
+/**
+ * Reverse mode of {@link deltaRuleReference} for the loss `sum(dOutput * output) + sum(dFinalState *
+ * finalState)`: the gradient of every input.
+ */
+export function deltaRuleReferenceBackward(
+  x: DeltaReferenceInputs,
+  dOutput: ArrayLike<number>,
+  dFinalState?: ArrayLike<number>,
+): DeltaReferenceGradients {
+  const { B, T, H, HK, K, V } = x;
+  const seqs = sequences(x);
+  const N = seqs.length, G = H / HK, KV = K * V;
+  const dq = new Float64Array(B * T * HK * K), dk = new Float64Array(B * T * HK * K);
+  const dv = new Float64Array(B * T * H * V);
+  const dbeta = new Float64Array(B * T * H), dg = new Float64Array(B * T * H);
+  const dInitialState = new Float64Array(N * H * KV);
+  for (let n = 0; n < N; n++) {
+    const { row, begin, end } = seqs[n];
+    const len = end - begin;
+    // Normalised q/k rows of this sequence, per q/k head, and their norms.
+    const qs: Float64Array[][] = [], ks: Float64Array[][] = [], qn: number[][] = [], kn: number[][] = [];
+    for (let hk = 0; hk < HK; hk++) {
+      qs.push([]), ks.push([]), qn.push([]), kn.push([]);
+      for (let t = begin; t < end; t++) {
+        const qr = qkRow(x, x.q, row, t, hk), kr = qkRow(x, x.k, row, t, hk);
+        qs[hk].push(qr.vec), ks[hk].push(kr.vec), qn[hk].push(qr.norm), kn[hk].push(kr.norm);
+      }
+    }
+    // Gradients w.r.t. the normalised rows, summed over each group's value heads.
+    const dqh = Array.from({ length: HK }, () => Array.from({ length: len }, () => new Float64Array(K)));
+    const dkh = Array.from({ length: HK }, () => Array.from({ length: len }, () => new Float64Array(K)));
+    for (let h = 0; h < H; h++) {
+      const hk = Math.floor(h / G);
+      // Forward, keeping the state before each token and the residual r = v - S'^T k.
+      const prev: Float64Array[] = [], rs: Float64Array[] = [], us: Float64Array[] = [];
+      const S = new Float64Array(KV);
+      if (x.initialState) { for (let e = 0; e < KV; e++) S[e] = x.initialState[(n * H + h) * KV + e]; }
+      for (let i = 0; i < len; i++) {
+        const t = begin + i, k = ks[hk][i];
+        prev.push(S.slice());
+        const a = x.g ? Math.exp(scalar(x.g, x, row, t, h)) : 1;
+        const beta = scalar(x.beta, x, row, t, h);
+        const vBase = ((row * T + t) * H + h) * V;
+        for (let e = 0; e < KV; e++) S[e] *= a;
+        const r = new Float64Array(V), u = new Float64Array(V);
+        for (let c = 0; c < V; c++) {
+          let p = 0;
+          for (let j = 0; j < K; j++) p += S[j * V + c] * k[j];
+          r[c] = x.v[vBase + c] - p;
+          u[c] = beta * r[c];
+        }
+        for (let j = 0; j < K; j++) for (let c = 0; c < V; c++) S[j * V + c] += k[j] * u[c];
+        rs.push(r), us.push(u);
+      }
+      // Reverse.
+      const dS = new Float64Array(KV);
+      if (dFinalState) { for (let e = 0; e < KV; e++) dS[e] = dFinalState[(n * H + h) * KV + e]; }
+      for (let i = len - 1; i >= 0; i--) {
+        const t = begin + i, q = qs[hk][i], k = ks[hk][i], Sp = prev[i], r = rs[i], u = us[i];
+        const a = x.g ? Math.exp(scalar(x.g, x, row, t, h)) : 1;
+        const beta = scalar(x.beta, x, row, t, h);
+        const vBase = ((row * T + t) * H + h) * V;
+        const dO = (c: number) => dOutput[vBase + c];
+        // o = scale S^T q, with S = a Sp + k u^T the state after the token.
+        for (let j = 0; j < K; j++) {
+          let acc = 0;
+          for (let c = 0; c < V; c++) {
+            acc += (a * Sp[j * V + c] + k[j] * u[c]) * dO(c);
+            dS[j * V + c] += x.scale * q[j] * dO(c);
+          }
+          dqh[hk][i][j] += x.scale * acc;
+        }
+        // S = S' + k u^T.
+        const du = new Float64Array(V);
+        for (let j = 0; j < K; j++) {
+          let acc = 0;
+          for (let c = 0; c < V; c++) {
+            du[c] += dS[j * V + c] * k[j];
+            acc += dS[j * V + c] * u[c];
+          }
+          dkh[hk][i][j] += acc;
+        }
+        // u = beta r, r = v - S'^T k.
+        let db = 0;
+        const dp = new Float64Array(V);
+        for (let c = 0; c < V; c++) {
+          db += du[c] * r[c];
+          dv[vBase + c] = beta * du[c];
+          dp[c] = -beta * du[c];
+        }
+        dbeta[(row * T + t) * H + h] = db;
+        // dS' = dS + k dp^T; dk += S' dp; S' = a Sp.
+        let da = 0;
+        for (let j = 0; j < K; j++) {
+          let acc = 0;
+          for (let c = 0; c < V; c++) {
+            const dDecayed = dS[j * V + c] + k[j] * dp[c];
+            acc += a * Sp[j * V + c] * dp[c];
+            da += dDecayed * Sp[j * V + c];
+            dS[j * V + c] = a * dDecayed;
+          }
+          dkh[hk][i][j] += acc;
+        }
+        if (x.g) dg[(row * T + t) * H + h] = a * da;
+      }
+      dInitialState.set(dS, (n * H + h) * KV);
+    }
+    // Through the L2 norm: d(x / n) = dx^ / n - x (x . dx^) / n^3.
+    for (let hk = 0; hk < HK; hk++) {
+      for (let i = 0; i < len; i++) {
+        const base = ((row * T + begin + i) * HK + hk) * K;
+        for (const [src, grad, norms, out] of [[x.q, dqh, qn, dq], [x.k, dkh, kn, dk]] as const) {
+          const d = grad[hk][i];
+          if (!x.l2norm) {
+            for (let j = 0; j < K; j++) out[base + j] = d[j];
+            continue;
+          }
+          const nrm = norms[hk][i];
+          let dot = 0;
+          for (let j = 0; j < K; j++) dot += src[base + j] * d[j];
+          for (let j = 0; j < K; j++) out[base + j] = d[j] / nrm - src[base + j] * dot / (nrm * nrm * nrm);
+        }
+      }
+    }
+  }
+  return { dq, dk, dv, dbeta, dg, dInitialState };
+}
