@@ -615,6 +615,44 @@ function fmt(x: number | undefined, digits = 3): string {
   return x === undefined ? "-" : x < 0 ? "bad" : x.toExponential(digits - 1);
 }
 
+function describe(row: Row): string {
+  const t = row.fastMs !== undefined
+    ? ` | sm90 ${row.fastMs.toFixed(3)} ms ${row.fastTflops!.toFixed(0)} TFLOP/s (no ping-pong ${
+      row.fastNoPingPongMs!.toFixed(3)
+    } ms) | general ${row.generalMs!.toFixed(3)} ms ${row.generalTflops!.toFixed(0)} TFLOP/s`
+    : row.generalMs !== undefined
+    ? ` | general ${row.generalMs.toFixed(3)} ms ${row.generalTflops!.toFixed(0)} TFLOP/s`
+    : "";
+  const head = `${row.status.padEnd(12)} ${row.name.padEnd(48)} sm90 err ${fmt(row.fastErr)} general err ${
+    fmt(row.generalErr)
+  } sm90-general ${fmt(row.fastVsGeneral)} lse ${fmt(row.lseErr)} det ${row.deterministic ?? "-"}${t}`;
+  return [head, ...row.notes.map((n) => `             ${n}`)].join("\n");
+}
+
+// Runs case `index` in a child process, so that a kernel fault (a sticky CUDA error) or a hang
+// costs that case alone.
+async function runChild(index: number, args: string[], timeoutMs: number): Promise<Row> {
+  const name = CASES[index].name;
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), timeoutMs);
+  try {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", new URL(import.meta.url).pathname, "--case", String(index), ...args],
+      stdout: "piped",
+      stderr: "piped",
+      signal: abort.signal,
+    }).output();
+    const text = new TextDecoder().decode(out.stdout);
+    const line = text.split("\n").find((l) => l.startsWith("ROW "));
+    if (line) return JSON.parse(line.slice(4)) as Row;
+    const tail = (text + new TextDecoder().decode(out.stderr)).trim().split("\n").slice(-8);
+    const why = abort.signal.aborted ? `timed out after ${timeoutMs / 1000} s (hang?)` : `exit ${out.code}`;
+    return { name, status: "FAIL", notes: [`child process ${why}`, ...tail] };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 if (import.meta.main) {
   const { values } = parseArgs({
     args: Deno.args,
@@ -622,6 +660,9 @@ if (import.meta.main) {
       quick: { type: "boolean", default: false },
       json: { type: "string" },
       only: { type: "string" },
+      // Internal: run one case in this process and print its row as JSON.
+      case: { type: "string" },
+      seed: { type: "string" },
       // "cpu" exercises this script's own plumbing on the CPU backend (both "paths" are the CPU there).
       device: { type: "string", default: "cuda" },
     },
@@ -631,34 +672,35 @@ if (import.meta.main) {
     console.error("attention_selfcheck: no CUDA device; nothing to check (--device cpu checks the script)");
     Deno.exit(0);
   }
+  const seed = Number(
+    values.seed ?? Deno.env.get("ATTNKIT_TEST_SEED") ?? crypto.getRandomValues(new Uint32Array(1))[0],
+  );
+  if (values.case !== undefined) {
+    const i = Number(values.case);
+    let row: Row;
+    try {
+      row = checkCase(CASES[i], seed + 17 * i, !values.quick && device === "cuda", device);
+    } catch (e) {
+      row = {
+        name: CASES[i].name,
+        status: "FAIL",
+        notes: [`threw: ${e instanceof Error ? e.message : String(e)}`],
+      };
+    }
+    console.log(`ROW ${JSON.stringify(row)}`);
+    Deno.exit(0);
+  }
   const deviceName = device === "cuda" ? deviceInfo("cuda").name : "cpu";
   console.log(`attention_selfcheck on ${deviceName}`);
-  const seed = Number(Deno.env.get("ATTNKIT_TEST_SEED") ?? crypto.getRandomValues(new Uint32Array(1))[0]);
   console.log(`seed ${seed} (replay with ATTNKIT_TEST_SEED=${seed})`);
+  const childArgs = ["--seed", String(seed), "--device", device, ...(values.quick ? ["--quick"] : [])];
   const rows: Row[] = [];
   for (const [i, c] of CASES.entries()) {
     if (values.only && !c.name.includes(values.only)) continue;
     if (device === "cpu" && !c.cpu) continue;
-    let row: Row;
-    try {
-      row = checkCase(c, seed + 17 * i, !values.quick && device === "cuda", device);
-    } catch (e) {
-      row = { name: c.name, status: "FAIL", notes: [`threw: ${e instanceof Error ? e.message : String(e)}`] };
-    }
+    const row = await runChild(i, childArgs, c.time && !values.quick ? 180_000 : 90_000);
     rows.push(row);
-    const t = row.fastMs !== undefined
-      ? ` | sm90 ${row.fastMs.toFixed(3)} ms ${row.fastTflops!.toFixed(0)} TFLOP/s (no ping-pong ${
-        row.fastNoPingPongMs!.toFixed(3)
-      } ms) | general ${row.generalMs!.toFixed(3)} ms ${row.generalTflops!.toFixed(0)} TFLOP/s`
-      : row.generalMs !== undefined
-      ? ` | general ${row.generalMs.toFixed(3)} ms ${row.generalTflops!.toFixed(0)} TFLOP/s`
-      : "";
-    console.log(
-      `${row.status.padEnd(12)} ${c.name.padEnd(48)} sm90 err ${fmt(row.fastErr)} general err ${
-        fmt(row.generalErr)
-      } sm90-general ${fmt(row.fastVsGeneral)} lse ${fmt(row.lseErr)} det ${row.deterministic ?? "-"}${t}`,
-    );
-    for (const n of row.notes) console.log(`             ${n}`);
+    console.log(describe(row));
   }
   const failed = rows.filter((r) => r.status === "FAIL").length;
   console.log(`attention_selfcheck: ${rows.length - failed} passed, ${failed} failed`);
