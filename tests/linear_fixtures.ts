@@ -263,13 +263,20 @@ export class DeltaCase implements Disposable {
   }
 }
 
-/** Compares a tensor to oracle values by relative RMS; NaN or a differing non-finite pattern fails. */
+/**
+ * Compares a tensor to expected values (the oracle's, or another kernel result's) by relative RMS.
+ * The expected values must hold no NaN, so any NaN in `actual` fails (assertClose alone would let a
+ * NaN match a NaN, as two unwritten buffers would), as does a differing pattern of infinities.
+ */
 export function expectClose(
   actual: Tensor | ArrayLike<number>,
   expected: ArrayLike<number>,
   relRms: number,
   name: string,
 ): void {
+  for (let i = 0; i < expected.length; i++) {
+    if (Number.isNaN(expected[i])) throw new Error(`${name}: the expected values hold NaN at ${i}`);
+  }
   assertClose(actual, expected, { relRms, name });
 }
 
@@ -282,4 +289,44 @@ export function leadingRows(a: ArrayLike<number>, tokens: number, rowSize: numbe
 export function leadingRowsOf(t: Tensor, tokens: number): Float64Array {
   const rowSize = t.numel / t.shape[1];
   return leadingRows(host(t), tokens, rowSize);
+}
+
+/**
+ * Checks two kernel results are identical (the same arithmetic on the same values). Unlike
+ * assert.deepEqual, a NaN fails even where both hold NaN, so two unwritten buffers never pass.
+ */
+export function expectSame(actual: ArrayLike<number>, expected: ArrayLike<number>, name: string): void {
+  if (actual.length !== expected.length) {
+    throw new Error(`${name}: ${actual.length} elements, expected ${expected.length}`);
+  }
+  for (let i = 0; i < actual.length; i++) {
+    if (Number.isNaN(actual[i]) || actual[i] !== expected[i]) {
+      throw new Error(`${name}: element ${i} is ${actual[i]}, expected ${expected[i]} (identical results)`);
+    }
+  }
+}
+
+/**
+ * Compares two kernel results that may take different code paths (layouts, packing, grouping):
+ * relative RMS within `relRms`, and no NaN on either side (assertClose lets NaN match NaN, which
+ * two unwritten buffers would).
+ */
+export function expectAgree(
+  actual: Tensor | ArrayLike<number>,
+  expected: ArrayLike<number>,
+  relRms: number,
+  name: string,
+): void {
+  const a = actual instanceof Tensor ? host(actual) : actual;
+  for (const [side, values] of [["actual", a], ["expected", expected]] as const) {
+    for (let i = 0; i < values.length; i++) {
+      if (Number.isNaN(values[i])) throw new Error(`${name}: ${side} element ${i} is NaN`);
+    }
+  }
+  assertClose(a, expected, { relRms, name });
+}
+
+/** The agreement bound of two code paths on the same inputs: 1e-5 for float32, 16-bit output rounding otherwise. */
+export function pathTolerance(dtype: DType): number {
+  return dtype === "float32" ? 1e-5 : 0.004;
 }

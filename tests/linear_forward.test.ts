@@ -19,10 +19,13 @@ import { deviceTest, withSeed } from "./helpers.ts";
 import {
   type CaseSpec,
   DeltaCase,
+  expectAgree,
   expectClose,
+  expectSame,
   host,
   leadingRows,
   leadingRowsOf,
+  pathTolerance,
   poisoned,
   tol,
 } from "./linear_fixtures.ts";
@@ -267,9 +270,10 @@ deviceTest(
           const r = gated ? chunkGatedDeltaRule(q, k, v, g!, beta, o) : chunkDeltaRule(q, k, v, beta, o);
           c.own(r.finalState!);
           // Same arithmetic per sequence: the packed call must agree to fp32 summation order.
-          assert.deepEqual(
-            Array.from(host(out)),
-            Array.from(packedOut.subarray(t0 * row, t1 * row)),
+          expectAgree(
+            host(out),
+            packedOut.subarray(t0 * row, t1 * row),
+            pathTolerance("bfloat16"),
             `sequence ${n} output`,
           );
           expectClose(
@@ -279,9 +283,10 @@ deviceTest(
             `sequence ${n} state`,
           );
           if (t1 === t0) {
-            assert.deepEqual(
-              Array.from(host(r.finalState!)),
-              Array.from(h0.subarray(n * 2 * KV, (n + 1) * 2 * KV)),
+            expectSame(
+              host(r.finalState!),
+              h0.subarray(n * 2 * KV, (n + 1) * 2 * KV),
+              "state passed through",
             );
           }
         }
@@ -317,11 +322,7 @@ deviceTest("delta rule forward: grouped heads equal repeated heads", async (devi
     };
     const q = repeat(c.hostInputs.q), k = repeat(c.hostInputs.k);
     using r = chunkGatedDeltaRule(q, k, c.v, c.g!, c.beta, { ...c.options(), outputFinalState: true });
-    assert.deepEqual(
-      Array.from(host(r.output)),
-      Array.from(host(grouped.output)),
-      "grouped vs repeated output",
-    );
+    expectAgree(r.output, host(grouped.output), pathTolerance("bfloat16"), "grouped vs repeated output");
     expectClose(r.finalState!, host(grouped.finalState!), 1e-6, "grouped vs repeated state");
   });
 });
@@ -368,7 +369,7 @@ deviceTest(
       );
       const r = run(c, { recurrent: false, chunkSize: 64 });
       assert.deepEqual(r.output.shape, [2, 0, 2, 16]);
-      assert.deepEqual(Array.from(host(r.finalState!)), Array.from(c.hostInputs.initialState!));
+      expectSame(host(r.finalState!), c.hostInputs.initialState!, "state passed through");
     });
     await withSeed((seed) => {
       using c = new DeltaCase(

@@ -1,0 +1,381 @@
+// The DeltaNet / Gated DeltaNet op classes: BHSD equals BTHD, the chunk states and WY factors mean
+// what their doc says (checked against the oracle's states and residuals), the backward ops read the
+// start state from S, the combined ops keep and release their inputs, the prefill chunk-size rule,
+// and one op serving calls of different shapes. Outputs NaN-poisoned before each run.
+//
+// Tolerance: as linear_forward/backward (relative RMS vs float64: bf16/f16 0.005 outputs and
+// states, 0.008 dq/dk/dv, 0.02 dbeta/dg; float32 100x tighter); layout and op-vs-function
+// comparisons are exact or 1e-6 (the same arithmetic).
+import assert from "node:assert/strict";
+import {
+  AttnkitError,
+  chunkDeltaRule,
+  chunkDeltaRuleBackward,
+  chunkGatedDeltaRule,
+  chunkGatedDeltaRuleBackward,
+  DeltaNetBwdOp,
+  DeltaNetFwdOp,
+  DeltaNetOp,
+  GatedDeltaNetBHTDFwdOp,
+  GatedDeltaNetBTHDFwdOp,
+  GatedDeltaNetBwdOp,
+  GatedDeltaNetOp,
+  GatedDeltaNetPrefillBHTDFwdOp,
+  GatedDeltaNetPrefillBTHDFwdOp,
+  memoryStats,
+  prefillChunkSize,
+  Tensor,
+} from "../mod.ts";
+import { deviceTest, expectNoLeak, withSeed } from "./helpers.ts";
+import {
+  type CaseSpec,
+  DeltaCase,
+  expectAgree,
+  expectClose,
+  host,
+  pathTolerance,
+  poisoned,
+  tol,
+} from "./linear_fixtures.ts";
+import { deltaRuleReference } from "./reference/delta_rule.ts";
+
+/** BHTD copies (on the device) of a case's BTHD inputs. */
+function headMajor(c: DeltaCase) {
+  return {
+    q: c.own(c.q.permute([0, 2, 1, 3])),
+    k: c.own(c.k.permute([0, 2, 1, 3])),
+    v: c.own(c.v.permute([0, 2, 1, 3])),
+    g: c.g ? c.own(c.g.permute([0, 2, 1])) : undefined,
+    beta: c.own(c.beta.permute([0, 2, 1])),
+  };
+}
+
+/** A BHTD tensor's values in BTHD order. */
+function tokenMajorValues(t: Tensor): Float64Array {
+  using p = t.permute(t.ndim === 4 ? [0, 2, 1, 3] : [0, 2, 1]);
+  return host(p);
+}
+
+/** NaN-poisoned buffers for a forward op with chunk states and WY factors. */
+function fwdBuffers(c: DeltaCase, layout: "bthd" | "bhtd", chunkSize: number) {
+  const { B, T, H, K, V, dtype } = c.spec;
+  const NC = Math.ceil(T / chunkSize);
+  return {
+    output: c.own(poisoned(layout === "bthd" ? [B, T, H, V] : [B, H, T, V], dtype, c.device)),
+    chunkStates: c.own(poisoned([B, H, NC + 1, K, V], "float32", c.device)),
+    aw: c.own(poisoned([B, H, T, chunkSize], "float32", c.device)),
+    au: c.own(poisoned([B, H, T, chunkSize], "float32", c.device)),
+  };
+}
+
+deviceTest("Gated DeltaNet ops: BHTD equals BTHD (output, chunk states, WY factors)", async (device) => {
+  for (const dtype of ["float32", "bfloat16"] as const) {
+    await withSeed((seed) => {
+      const spec: CaseSpec = {
+        B: 2,
+        T: 100,
+        H: 4,
+        HK: 2,
+        K: 32,
+        V: 48,
+        dtype,
+        gated: true,
+        l2norm: true,
+        initialState: false,
+      };
+      using c = new DeltaCase(device, spec, seed);
+      const bthd = fwdBuffers(c, "bthd", 64), bhtd = fwdBuffers(c, "bhtd", 64);
+      const x = headMajor(c);
+      new GatedDeltaNetBTHDFwdOp({ useQkL2norm: true }).forward(c.q, c.k, c.v, c.g!, c.beta, bthd);
+      new GatedDeltaNetBHTDFwdOp({ useQkL2norm: true }).forward(x.q, x.k, x.v, x.g!, x.beta, bhtd);
+      expectAgree(tokenMajorValues(bhtd.output), host(bthd.output), pathTolerance(dtype), "output");
+      for (const name of ["chunkStates", "aw", "au"] as const) {
+        expectAgree(bhtd[name], host(bthd[name]), pathTolerance(dtype), name);
+      }
+      expectClose(bthd.output, c.reference().output, tol(dtype).output, `${dtype} output vs oracle`);
+    });
+  }
+});
+
+deviceTest(
+  "Gated DeltaNet / DeltaNet forward ops: S holds the oracle's chunk-boundary states; Aw, Au give its residuals",
+  async (device) => {
+    for (const [gated, chunkSize] of [[true, 64], [false, 32], [true, 128]] as const) {
+      await withSeed((seed) => {
+        const spec: CaseSpec = {
+          B: 1,
+          T: 150,
+          H: 2,
+          K: 16,
+          V: 8,
+          dtype: "float32",
+          gated,
+          initialState: false,
+        };
+        using c = new DeltaCase(device, spec, seed);
+        const out = fwdBuffers(c, "bhtd", chunkSize);
+        const x = headMajor(c);
+        if (gated) new GatedDeltaNetBHTDFwdOp({ chunkSize }).forward(x.q, x.k, x.v, x.g!, x.beta, out);
+        else new DeltaNetFwdOp({ chunkSize }).forward(x.q, x.k, x.v, x.beta, out);
+        const { T, H, K, V } = spec;
+        const C = chunkSize, NC = Math.ceil(T / C), KV = K * V;
+        const ref = deltaRuleReference({ ...c.hostInputs, checkpointEvery: C });
+        expectClose(out.chunkStates, ref.checkpoints!, 1e-5, "chunk states");
+        // v_new = Au v - (Aw k) S_c must be the residual u_t = beta (v - S'^T k) of every token.
+        const aw = host(out.aw), au = host(out.au), S = ref.checkpoints!;
+        const { k, v } = c.hostInputs;
+        const residual = new Float64Array(T * H * V);
+        for (let h = 0; h < H; h++) {
+          for (let t = 0; t < T; t++) {
+            const c0 = Math.floor(t / C) * C, i = t - c0, L = Math.min(C, T - c0);
+            const w = new Float64Array(K), u = new Float64Array(V);
+            for (let j = 0; j < C; j++) {
+              const fw = aw[(h * T + t) * C + j], fu = au[(h * T + t) * C + j];
+              if (j > i || j >= L) {
+                assert.ok(
+                  fw === 0 && fu === 0,
+                  `Aw/Au [${h}, ${t}, ${j}] outside the chunk's lower triangle is not 0`,
+                );
+                continue;
+              }
+              for (let r = 0; r < K; r++) w[r] += fw * k[((c0 + j) * H + h) * K + r];
+              for (let s = 0; s < V; s++) u[s] += fu * v[((c0 + j) * H + h) * V + s];
+            }
+            const state = S.subarray((h * (NC + 1) + c0 / C) * KV);
+            for (let s = 0; s < V; s++) {
+              let ws = 0;
+              for (let r = 0; r < K; r++) ws += w[r] * state[r * V + s];
+              residual[(t * H + h) * V + s] = u[s] - ws;
+            }
+          }
+        }
+        expectClose(residual, ref.residual, 1e-5, "residuals from Aw, Au and S");
+      });
+    }
+  },
+);
+
+deviceTest("DeltaNet ops: BHSD forward and backward equal the token-major functions", async (device) => {
+  await withSeed((seed) => {
+    const spec: CaseSpec = {
+      B: 2,
+      T: 70,
+      H: 3,
+      HK: 1,
+      K: 32,
+      V: 32,
+      dtype: "bfloat16",
+      gated: false,
+      l2norm: true,
+    };
+    using c = new DeltaCase(device, { ...spec, initialState: false }, seed);
+    const x = headMajor(c);
+    using fwd = new DeltaNetFwdOp({ useQkL2norm: true }).forward(x.q, x.k, x.v, x.beta);
+    using ref = chunkDeltaRule(c.q, c.k, c.v, c.beta, { useQkL2norm: true });
+    expectAgree(tokenMajorValues(fwd.output), host(ref.output), pathTolerance("bfloat16"), "layouts agree");
+    const { dOutput } = c.cotangents(seed);
+    const dO = c.own(dOutput.permute([0, 2, 1, 3]));
+    using grads = new DeltaNetBwdOp({ useQkL2norm: true }).forward(
+      dO,
+      x.q,
+      x.k,
+      x.v,
+      x.beta,
+      fwd.chunkStates,
+    );
+    using want = chunkDeltaRuleBackward(c.q, c.k, c.v, c.beta, dOutput, { useQkL2norm: true });
+    for (const name of ["dq", "dk", "dv", "dbeta"] as const) {
+      expectAgree(tokenMajorValues(grads[name]), host(want[name]), pathTolerance("bfloat16"), name);
+    }
+  });
+});
+
+deviceTest(
+  "Gated DeltaNet backward op: reads the start state from S and matches the oracle",
+  async (device) => {
+    await withSeed((seed) => {
+      const spec: CaseSpec = {
+        B: 2,
+        T: 90,
+        H: 2,
+        K: 32,
+        V: 16,
+        dtype: "bfloat16",
+        gated: true,
+        l2norm: true,
+      };
+      using c = new DeltaCase(device, spec, seed);
+      const x = headMajor(c);
+      // S with the case's initial state in entry 0 (the rest is not read).
+      const NC = Math.ceil(90 / 64);
+      const S = new Float32Array(2 * 2 * (NC + 1) * 32 * 16).fill(NaN);
+      const h0 = c.hostInputs.initialState!;
+      for (let bh = 0; bh < 4; bh++) S.set(h0.subarray(bh * 512, (bh + 1) * 512), bh * (NC + 1) * 512);
+      const states = c.own(Tensor.from(S, { shape: [2, 2, NC + 1, 32, 16], device }));
+      const { dOutput } = c.cotangents(seed);
+      const dO = c.own(dOutput.permute([0, 2, 1, 3]));
+      const out = {
+        dq: c.own(poisoned([2, 2, 90, 32], "bfloat16", device)),
+        dk: c.own(poisoned([2, 2, 90, 32], "bfloat16", device)),
+        dv: c.own(poisoned([2, 2, 90, 16], "bfloat16", device)),
+        dg: c.own(poisoned([2, 2, 90], "float32", device)),
+        dbeta: c.own(poisoned([2, 2, 90], "float32", device)),
+      };
+      const grads = new GatedDeltaNetBwdOp({ useQkL2norm: true }).forward(
+        dO,
+        x.q,
+        x.k,
+        x.v,
+        x.g!,
+        x.beta,
+        states,
+        out,
+      );
+      assert.equal(grads.dq, out.dq);
+      const ref = c.referenceBackward(dOutput);
+      const t = tol("bfloat16");
+      expectClose(tokenMajorValues(out.dq), ref.dq, t.dqkv, "dq");
+      expectClose(tokenMajorValues(out.dk), ref.dk, t.dqkv, "dk");
+      expectClose(tokenMajorValues(out.dv), ref.dv, t.dqkv, "dv");
+      expectClose(tokenMajorValues(out.dg), ref.dg, t.dsmall, "dg");
+      expectClose(tokenMajorValues(out.dbeta), ref.dbeta, t.dsmall, "dbeta");
+    });
+  },
+);
+
+deviceTest(
+  "combined ops: forward then backward equals the functions; inputs kept and then released",
+  async (device) => {
+    await withSeed(async (seed) => {
+      const spec: CaseSpec = {
+        B: 1,
+        T: 80,
+        H: 2,
+        K: 32,
+        V: 32,
+        dtype: "float32",
+        gated: true,
+        l2norm: true,
+        initialState: false,
+      };
+      using c = new DeltaCase(device, spec, seed);
+      const { dOutput } = c.cotangents(seed);
+      const dO = c.own(dOutput.permute([0, 2, 1, 3]));
+      using want = chunkGatedDeltaRule(c.q, c.k, c.v, c.g!, c.beta, { useQkL2norm: true });
+      using wantGrads = chunkGatedDeltaRuleBackward(c.q, c.k, c.v, c.g!, c.beta, dOutput, {
+        useQkL2norm: true,
+      });
+      const x = headMajor(c);
+      await expectNoLeak(device, () => {
+        using op = new GatedDeltaNetOp({ useQkL2norm: true });
+        // The op holds its own handles: the caller may dispose its inputs before backward.
+        const copies = [x.q.clone(), x.k.clone(), x.v.clone(), x.g!.clone(), x.beta.clone()];
+        using o = op.forward(copies[0], copies[1], copies[2], copies[3], copies[4]);
+        for (const t of copies) t.dispose();
+        assert.ok(op.holdsInputs);
+        expectAgree(tokenMajorValues(o), host(want.output), pathTolerance("float32"), "layouts agree");
+        using grads = op.backward(dO);
+        assert.ok(!op.holdsInputs, "inputs released after backward");
+        for (const name of ["dq", "dk", "dv", "dg", "dbeta"] as const) {
+          expectAgree(tokenMajorValues(grads[name]), host(wantGrads[name]!), pathTolerance("float32"), name);
+        }
+        assert.throws(
+          () => op.backward(dO),
+          (e) => e instanceof AttnkitError && /call forward first/.test(e.message),
+        );
+        // A forward without backward keeps the inputs until dispose (here: the end of the scope).
+        op.forward(x.q, x.k, x.v, x.g!, x.beta).dispose();
+        assert.ok(op.holdsInputs);
+      });
+      await expectNoLeak(device, () => {
+        const op = new DeltaNetOp();
+        op.forward(x.q, x.k, x.v, x.beta).dispose();
+        op.forward(x.q, x.k, x.v, x.beta).dispose(); // the second forward replaces the first's inputs
+        const before = memoryStats(device).liveAllocations;
+        op.dispose();
+        op.dispose();
+        assert.equal(
+          memoryStats(device).liveAllocations,
+          before,
+          "the kept inputs share the callers' memory",
+        );
+      });
+    });
+  },
+);
+
+deviceTest("ops: constructed once, called with other shapes and dtypes", async (device) => {
+  const op = new GatedDeltaNetBTHDFwdOp({ chunkSize: 32, useQkL2norm: true });
+  for (
+    const spec of [
+      { B: 1, T: 40, H: 2, K: 16, V: 16, dtype: "float32" },
+      { B: 2, T: 77, H: 3, HK: 1, K: 32, V: 8, dtype: "bfloat16" },
+    ] as const
+  ) {
+    await withSeed((seed) => {
+      using c = new DeltaCase(device, { ...spec, gated: true, l2norm: true, initialState: false }, seed);
+      using r = op.forward(c.q, c.k, c.v, c.g!, c.beta);
+      expectClose(r.output, c.reference().output, tol(spec.dtype).output, `output ${JSON.stringify(spec)}`);
+    });
+  }
+});
+
+deviceTest(
+  "prefill ops: chunk-size rule, BTHD and BHTD agree with the oracle, with and without a start state",
+  async (device) => {
+    assert.equal(prefillChunkSize(undefined, 1, 8, 128), 128);
+    assert.equal(prefillChunkSize(undefined, 2, 4, 4096), 128);
+    assert.equal(prefillChunkSize(undefined, 1, 9, 4096), 64);
+    assert.equal(prefillChunkSize(undefined, 1, 8, 127), 64);
+    assert.equal(prefillChunkSize(32, 1, 1, 4096), 32);
+    for (const [B, H, T] of [[1, 4, 200], [2, 8, 70]]) {
+      for (const initialState of [false, true]) {
+        await withSeed((seed) => {
+          const spec: CaseSpec = {
+            B,
+            T,
+            H,
+            K: 32,
+            V: 16,
+            dtype: "bfloat16",
+            gated: true,
+            l2norm: true,
+            initialState,
+          };
+          using c = new DeltaCase(device, spec, seed);
+          const ref = c.reference();
+          const h0 = c.initialState;
+          const out = c.forwardBuffers();
+          const r = new GatedDeltaNetPrefillBTHDFwdOp({ useQkL2norm: true }).forward(
+            c.q,
+            c.k,
+            c.v,
+            c.g!,
+            c.beta,
+            h0,
+            out,
+          );
+          assert.equal(r.output, out.output);
+          expectClose(out.output, ref.output, 0.005, "BTHD prefill output");
+          expectClose(out.finalState, ref.finalState, 0.005, "BTHD prefill state");
+          const x = headMajor(c);
+          using s = new GatedDeltaNetPrefillBHTDFwdOp({ useQkL2norm: true }).forward(
+            x.q,
+            x.k,
+            x.v,
+            x.g!,
+            x.beta,
+            h0,
+          );
+          expectAgree(
+            tokenMajorValues(s.output),
+            host(out.output),
+            pathTolerance("bfloat16"),
+            "BHTD vs BTHD prefill",
+          );
+          expectAgree(s.finalState, host(out.finalState), pathTolerance("float32"), "layouts agree");
+        });
+      }
+    }
+  },
+);
