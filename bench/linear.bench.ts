@@ -1,0 +1,215 @@
+/**
+ * `deno bench` for DeltaNet and Gated DeltaNet (`deno task bench`): forward, forward + backward and
+ * decode. On the CPU backend small shapes; on CUDA (when present) flash-linear-attention's six
+ * benchmark shapes (../shared/ANCHORS.md), bfloat16, with FLA's inputs: q and k L2-normalised (here
+ * inside the kernel, `useQkL2norm`), g = logsigmoid(randn), beta = sigmoid(randn). Each call waits
+ * for the device, so times are wall times per call. After the run a table gives TFLOP/s (GFLOP/s
+ * below 1 TFLOP/s) and GB/s for decode.
+ *
+ * FLOPs counted (matrix products of the chunked algorithm, chunk C = 64, per token and value head,
+ * with K, V the head dims): K K^T 2CK, the triangular solve C^2/3, w = Aw K 2CK, u = Au V 2CV,
+ * v_new = u - w S 2KV, o = q S + (Q K^T) v_new 2KV + 2CK + 2CV, state update 2KV; in all
+ * 6KV + 2C(3K + 2V) + C^2/3 per token. Forward + backward counts 3x the forward. Decode counts the
+ * state's bytes (read + written).
+ *
+ * @module
+ */
+import {
+  chunkDeltaRule,
+  chunkDeltaRuleBackward,
+  chunkGatedDeltaRule,
+  chunkGatedDeltaRuleBackward,
+  cudaAvailable,
+  type Device,
+  type DType,
+  GatedDeltaNetDecodeFwdOp,
+  synchronize,
+  Tensor,
+} from "../mod.ts";
+
+interface Shape {
+  B: number;
+  T: number;
+  H: number;
+  D: number;
+}
+
+interface Case {
+  name: string;
+  device: Device;
+  flops?: number;
+  bytes?: number;
+  run: () => void;
+}
+
+const FLA_SHAPES: Shape[] = [
+  { B: 1, T: 8192, H: 96, D: 128 },
+  { B: 2, T: 16384, H: 16, D: 128 },
+  { B: 4, T: 2048, H: 16, D: 128 },
+  { B: 4, T: 4096, H: 64, D: 128 },
+  { B: 8, T: 2048, H: 32, D: 256 },
+  { B: 8, T: 1024, H: 8, D: 64 },
+];
+
+const shapeName = (s: Shape) => `B${s.B}_T${s.T}_H${s.H}_D${s.D}`;
+
+/** Forward FLOPs of the chunked algorithm (see the module doc). */
+function forwardFlops(s: Shape, C = 64): number {
+  const { D } = s;
+  return s.B * s.T * s.H * (6 * D * D + 2 * C * (3 * D + 2 * D) + (C * C) / 3);
+}
+
+// Standard normals on the host (Box-Muller), for gates shaped like FLA's.
+function normals(n: number, seed: number): Float32Array {
+  let state = seed >>> 0;
+  const uniform = () => {
+    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+    return (state + 0.5) / 4294967296;
+  };
+  const out = new Float32Array(n);
+  for (let i = 0; i < n; i += 2) {
+    const r = Math.sqrt(-2 * Math.log(uniform())), a = 2 * Math.PI * uniform();
+    out[i] = r * Math.cos(a);
+    if (i + 1 < n) out[i + 1] = r * Math.sin(a);
+  }
+  return out;
+}
+
+interface Inputs {
+  q: Tensor;
+  k: Tensor;
+  v: Tensor;
+  g: Tensor;
+  beta: Tensor;
+  dO: Tensor;
+}
+
+const inputCache = new Map<string, Inputs>();
+
+function inputsFor(s: Shape, dtype: DType, device: Device): Inputs {
+  const key = `${shapeName(s)} ${dtype} ${device}`;
+  let x = inputCache.get(key);
+  if (x) return x;
+  const { B, T, H, D } = s;
+  const logsigmoid = normals(B * T * H, 3).map((z) => -Math.log1p(Math.exp(-z)));
+  const sigmoid = normals(B * T * H, 4).map((z) => 1 / (1 + Math.exp(-z)));
+  x = {
+    q: Tensor.randn([B, T, H, D], { dtype, device, seed: 1 }),
+    k: Tensor.randn([B, T, H, D], { dtype, device, seed: 2 }),
+    v: Tensor.randn([B, T, H, D], { dtype, device, seed: 5 }),
+    g: Tensor.from(logsigmoid, { shape: [B, T, H], device }),
+    beta: Tensor.from(sigmoid, { shape: [B, T, H], device }),
+    dO: Tensor.randn([B, T, H, D], { dtype, device, seed: 6 }),
+  };
+  inputCache.set(key, x);
+  return x;
+}
+
+function defineCases(device: Device, shapes: Shape[], dtype: DType): Case[] {
+  const cases: Case[] = [];
+  for (const s of shapes) {
+    const name = shapeName(s);
+    const o = { useQkL2norm: true };
+    cases.push({
+      name: `chunkGatedDeltaRule fwd ${name} ${dtype} [${device}]`,
+      device,
+      flops: forwardFlops(s),
+      run: () => {
+        const x = inputsFor(s, dtype, device);
+        chunkGatedDeltaRule(x.q, x.k, x.v, x.g, x.beta, o).output.dispose();
+      },
+    });
+    cases.push({
+      name: `chunkDeltaRule fwd ${name} ${dtype} [${device}]`,
+      device,
+      flops: forwardFlops(s),
+      run: () => {
+        const x = inputsFor(s, dtype, device);
+        chunkDeltaRule(x.q, x.k, x.v, x.beta, o).output.dispose();
+      },
+    });
+    cases.push({
+      name: `chunkGatedDeltaRule fwd+bwd ${name} ${dtype} [${device}]`,
+      device,
+      flops: 3 * forwardFlops(s),
+      run: () => {
+        const x = inputsFor(s, dtype, device);
+        chunkGatedDeltaRule(x.q, x.k, x.v, x.g, x.beta, o).output.dispose();
+        chunkGatedDeltaRuleBackward(x.q, x.k, x.v, x.g, x.beta, x.dO, o)[Symbol.dispose]();
+      },
+    });
+    cases.push({
+      name: `chunkDeltaRule fwd+bwd ${name} ${dtype} [${device}]`,
+      device,
+      flops: 3 * forwardFlops(s),
+      run: () => {
+        const x = inputsFor(s, dtype, device);
+        chunkDeltaRule(x.q, x.k, x.v, x.beta, o).output.dispose();
+        chunkDeltaRuleBackward(x.q, x.k, x.v, x.beta, x.dO, o)[Symbol.dispose]();
+      },
+    });
+  }
+  return cases;
+}
+
+function decodeCase(device: Device, B: number, H: number, D: number, dtype: DType): Case {
+  let x: { q: Tensor; k: Tensor; v: Tensor; g: Tensor; beta: Tensor; state: Tensor } | undefined;
+  const op = new GatedDeltaNetDecodeFwdOp({ useQkL2norm: true, inPlace: true });
+  return {
+    name: `GatedDeltaNetDecodeFwdOp [${B}, ${H}, ${D}, ${D}] fp32 state, ${dtype} in place [${device}]`,
+    device,
+    bytes: B * H * D * D * 4 * 2,
+    run: () => {
+      x ??= {
+        q: Tensor.randn([B, H, D], { dtype, device, seed: 1 }),
+        k: Tensor.randn([B, H, D], { dtype, device, seed: 2 }),
+        v: Tensor.randn([B, H, D], { dtype, device, seed: 3 }),
+        g: Tensor.rand([B, H], { device, seed: 4, low: -0.1, high: 0 }),
+        beta: Tensor.rand([B, H], { device, seed: 5 }),
+        state: Tensor.zeros([B, H, D, D], { device }),
+      };
+      op.forward(x.q, x.k, x.v, x.g, x.beta, x.state).output.dispose();
+    },
+  };
+}
+
+const cases = [
+  ...defineCases("cpu", [{ B: 1, T: 256, H: 4, D: 64 }], "bfloat16"),
+  decodeCase("cpu", 8, 4, 64, "bfloat16"),
+];
+if (cudaAvailable()) {
+  cases.push(...defineCases("cuda", FLA_SHAPES, "bfloat16"), decodeCase("cuda", 256, 32, 128, "bfloat16"));
+}
+
+const samples = new Map<string, number[]>();
+
+for (const c of cases) {
+  Deno.bench({
+    name: c.name,
+    group: c.name.replace(/^(\S+ \S+).*\[(\w+)\]$/, "$1 [$2]"),
+    fn: () => {
+      const t0 = performance.now();
+      c.run();
+      synchronize(c.device);
+      const list = samples.get(c.name) ?? [];
+      list.push(performance.now() - t0);
+      samples.set(c.name, list);
+    },
+  });
+}
+
+globalThis.addEventListener("unload", () => {
+  console.log("\nmedian wall time per call (including the wait for the device):");
+  for (const c of cases) {
+    const s = [...(samples.get(c.name) ?? [])].sort((a, b) => a - b);
+    if (s.length === 0) continue;
+    const ms = s[s.length >> 1];
+    const tflops = (c.flops ?? 0) / ms / 1e9;
+    const rate = c.flops === undefined
+      ? `${((c.bytes ?? 0) / ms / 1e6).toFixed(1).padStart(8)} GB/s`
+      : tflops >= 1
+      ? `${tflops.toFixed(1).padStart(8)} TFLOP/s`
+      : `${(tflops * 1e3).toFixed(2).padStart(8)} GFLOP/s`;
+    console.log(`  ${c.name.padEnd(78)} ${ms.toFixed(3).padStart(10)} ms ${rate}`);
+  }
+});
