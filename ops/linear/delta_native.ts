@@ -208,9 +208,13 @@ export function checkDeltaCall(op: string, inputs: DeltaInputs, s: DeltaSettings
 }
 
 /** Caller-provided forward results (e.g. NaN-poisoned buffers in tests, or reused memory). */
-export type ForwardBuffers = Partial<Record<"output" | "finalState" | "chunkStates" | "aw" | "au", Tensor>>;
+export type DeltaForwardBuffers = Partial<
+  Record<"output" | "finalState" | "chunkStates" | "aw" | "au", Tensor>
+>;
 /** Caller-provided gradient buffers. */
-export type BackwardBuffers = Partial<Record<"dq" | "dk" | "dv" | "dbeta" | "dg" | "dInitialState", Tensor>>;
+export type DeltaBackwardBuffers = Partial<
+  Record<"dq" | "dk" | "dv" | "dbeta" | "dg" | "dInitialState", Tensor>
+>;
 
 /** Checks a caller-provided result buffer: a live tensor of exactly this shape, dtype and device. */
 function provided(
@@ -362,7 +366,7 @@ export function deltaForward(
   inputs: DeltaInputs,
   s: DeltaSettings,
   wants: ForwardWants = {},
-  out: ForwardBuffers = {},
+  out: DeltaForwardBuffers = {},
 ): ForwardOutputs {
   const sizes = checkDeltaCall(op, inputs, s);
   const { B, T, H, K, V, N } = sizes;
@@ -428,7 +432,7 @@ export function deltaBackward(
   dOutput: Tensor,
   dFinalState?: Tensor,
   wantDInitialState = true,
-  out: BackwardBuffers = {},
+  out: DeltaBackwardBuffers = {},
 ): BackwardOutputs {
   const sizes = checkDeltaCall(op, inputs, s);
   const { B, T, H, HK, K, V, N } = sizes;

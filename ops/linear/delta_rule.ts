@@ -21,9 +21,9 @@
 import { invalidArgument } from "../../ffi/errors.ts";
 import type { Tensor } from "../tensor.ts";
 import {
-  type BackwardBuffers,
   type BackwardOutputs,
   deltaBackward,
+  type DeltaBackwardBuffers,
   deltaForward,
   type DeltaSettings,
 } from "./delta_native.ts";
@@ -58,7 +58,7 @@ export interface DeltaRuleBackwardOptions extends Omit<ChunkDeltaRuleOptions, "o
   /** Gradient of the final state, `[N, H, K, V]` float32 (default zero). */
   dFinalState?: Tensor;
   /** Buffers to write the gradients into instead of new tensors (exact shape, dtype and device). */
-  out?: BackwardBuffers;
+  out?: DeltaBackwardBuffers;
 }
 
 /** What the forward functions return; `using` disposes both tensors. */

@@ -11,13 +11,13 @@
  * @module
  */
 import {
-  type BackwardBuffers,
   type BackwardOutputs,
   checkDeltaCall,
   deltaBackward,
+  type DeltaBackwardBuffers,
   deltaDecode,
   deltaForward,
-  type ForwardBuffers,
+  type DeltaForwardBuffers,
 } from "./delta_native.ts";
 import {
   type DecodeOpOptions,
@@ -102,7 +102,7 @@ export class DeltaNetFwdOp {
   }
 
   /** Runs the forward on BHSD tensors (into `out`'s buffers where given). */
-  forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, out?: ForwardBuffers): DeltaNetFwdResult {
+  forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, out?: DeltaForwardBuffers): DeltaNetFwdResult {
     const r = deltaForward("DeltaNetFwdOp", { q, k, v, beta }, settings(this.#options, false), {
       chunkStates: true,
       factors: true,
@@ -145,7 +145,7 @@ export class DeltaNetBwdOp {
     v: Tensor,
     beta: Tensor,
     S?: Tensor,
-    out?: BackwardBuffers,
+    out?: DeltaBackwardBuffers,
   ): DeltaNetGradients {
     const op = "DeltaNetBwdOp";
     const s = settings(this.#options, false);
@@ -197,7 +197,7 @@ export class DeltaNetOp implements Disposable {
   }
 
   /** Gradients of the last forward's inputs (into `out`'s buffers where given); releases them. */
-  backward(dO: Tensor, out?: BackwardBuffers): DeltaNetGradients {
+  backward(dO: Tensor, out?: DeltaBackwardBuffers): DeltaNetGradients {
     const op = "DeltaNetOp";
     const inputs = this.#saved.get(op);
     try {

@@ -12,12 +12,12 @@
  * @module
  */
 import {
-  type BackwardBuffers,
   checkDeltaCall,
   deltaBackward,
+  type DeltaBackwardBuffers,
   deltaDecode,
   deltaForward,
-  type ForwardBuffers,
+  type DeltaForwardBuffers,
   type Layout,
 } from "./delta_native.ts";
 import type { DecodeResult } from "./deltanet.ts";
@@ -81,7 +81,7 @@ function forwardWithFactors(
   o: ResolvedOptions,
   layout: Layout,
   inputs: { q: Tensor; k: Tensor; v: Tensor; g: Tensor; beta: Tensor },
-  out: ForwardBuffers | undefined,
+  out: DeltaForwardBuffers | undefined,
 ): GatedDeltaNetFwdResult {
   const r = deltaForward(op, inputs, settings(o, layout), { chunkStates: true, factors: true }, out);
   return disposable({ output: r.output, chunkStates: r.chunkStates!, aw: r.aw!, au: r.au! });
@@ -117,7 +117,7 @@ export class GatedDeltaNetBTHDFwdOp {
     v: Tensor,
     g: Tensor,
     beta: Tensor,
-    out?: ForwardBuffers,
+    out?: DeltaForwardBuffers,
   ): GatedDeltaNetFwdResult {
     return forwardWithFactors("GatedDeltaNetBTHDFwdOp", this.#options, "bthd", { q, k, v, g, beta }, out);
   }
@@ -154,7 +154,7 @@ export class GatedDeltaNetBHTDFwdOp {
     v: Tensor,
     g: Tensor,
     beta: Tensor,
-    out?: ForwardBuffers,
+    out?: DeltaForwardBuffers,
   ): GatedDeltaNetFwdResult {
     return forwardWithFactors("GatedDeltaNetBHTDFwdOp", this.#options, "bhtd", { q, k, v, g, beta }, out);
   }
@@ -177,7 +177,7 @@ function prefill(
   layout: Layout,
   inputs: { q: Tensor; k: Tensor; v: Tensor; g: Tensor; beta: Tensor },
   initialState: Tensor | undefined,
-  out: ForwardBuffers | undefined,
+  out: DeltaForwardBuffers | undefined,
 ): GatedDeltaNetPrefillResult {
   const probe = checkDeltaCall(op, inputs, { ...settings(o, layout, 64), initialState });
   const chunkSize = prefillChunkSize(o.chunkSize, probe.B, probe.H, probe.T);
@@ -310,7 +310,7 @@ export class GatedDeltaNetBwdOp {
     g: Tensor,
     beta: Tensor,
     S?: Tensor,
-    out?: BackwardBuffers,
+    out?: DeltaBackwardBuffers,
   ): GatedDeltaNetGradients {
     const op = "GatedDeltaNetBwdOp";
     const s = settings(this.#options, "bhtd");
@@ -363,7 +363,7 @@ export class GatedDeltaNetOp implements Disposable {
   }
 
   /** Gradients of the last forward's inputs (into `out`'s buffers where given); releases them. */
-  backward(dO: Tensor, out?: BackwardBuffers): GatedDeltaNetGradients {
+  backward(dO: Tensor, out?: DeltaBackwardBuffers): GatedDeltaNetGradients {
     const op = "GatedDeltaNetOp";
     const inputs = this.#saved.get(op);
     try {

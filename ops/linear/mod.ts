@@ -58,3 +58,4 @@ export {
   type PrefillOpOptions,
 } from "./gated_deltanet.ts";
 export type { DecodeOpOptions, DeltaOpOptions } from "./op_support.ts";
+export type { DeltaBackwardBuffers, DeltaForwardBuffers } from "./delta_native.ts";
