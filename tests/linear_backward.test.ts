@@ -79,6 +79,7 @@ deviceTest(
   async (device) => {
     const specs: [Omit<CaseSpec, "dtype">, number][] = [
       [{ B: 2, T: 100, H: 4, HK: 2, K: 64, V: 32, gated: true }, 64],
+      [{ B: 2, T: 130, H: 4, HK: 2, K: 64, V: 64, gated: true, l2norm: true }, 64],
       [{ B: 1, T: 77, H: 3, HK: 1, K: 32, V: 48, gated: false, l2norm: true, scale: 0.3 }, 32],
       [{ B: 1, T: 90, H: 2, K: 32, V: 32, gated: true, l2norm: true, gateDtype: "bfloat16" }, 128],
     ];
@@ -107,7 +108,9 @@ deviceTest("delta rule backward: head dims 64/128/256, K != V and general sizes"
 
 deviceTest("delta rule backward: T = 1, T not a multiple of the chunk, odd head counts", async (device) => {
   const cases: [Omit<CaseSpec, "dtype" | "gated">, number][] = [
-    [{ B: 3, T: 1, H: 3, HK: 1, K: 32, V: 32 }, 64],
+    [{ B: 3, T: 1, H: 3, HK: 1, K: 64, V: 64 }, 64],
+    [{ B: 1, T: 65, H: 3, K: 64, V: 64 }, 64],
+    [{ B: 1, T: 63, H: 3, HK: 1, K: 128, V: 128 }, 64],
     [{ B: 1, T: 65, H: 3, K: 16, V: 32 }, 64],
     [{ B: 1, T: 33, H: 5, HK: 5, K: 32, V: 16 }, 32],
     [{ B: 1, T: 129, H: 1, K: 32, V: 32 }, 128],
@@ -133,7 +136,7 @@ deviceTest(
         await withSeed((seed) =>
           checkGradients(
             device,
-            { B: 1, T: 160, H: 2, HK: 1, K: 32, V: 16, dtype, gated, l2norm: true, cuSeqlens },
+            { B: 1, T: 160, H: 2, HK: 1, K: 64, V: 64, dtype, gated, l2norm: true, cuSeqlens },
             { recurrent: false, chunkSize: 64 },
             seed,
           )

@@ -76,8 +76,8 @@ deviceTest("Gated DeltaNet ops: BHTD equals BTHD (output, chunk states, WY facto
         T: 100,
         H: 4,
         HK: 2,
-        K: 32,
-        V: 48,
+        K: 64,
+        V: 64,
         dtype,
         gated: true,
         l2norm: true,
@@ -100,27 +100,27 @@ deviceTest("Gated DeltaNet ops: BHTD equals BTHD (output, chunk states, WY facto
 deviceTest(
   "Gated DeltaNet / DeltaNet forward ops: S holds the oracle's chunk-boundary states; Aw, Au give its residuals",
   async (device) => {
-    for (const [gated, chunkSize] of [[true, 64], [false, 32], [true, 128]] as const) {
+    const configs = [
+      [true, 64, "float32", 16, 8],
+      [false, 32, "float32", 16, 8],
+      [true, 128, "float32", 16, 8],
+      [true, 64, "bfloat16", 64, 64],
+      [false, 64, "float16", 64, 64],
+    ] as const;
+    for (const [gated, chunkSize, dtype, K, V] of configs) {
+      // float32: 1e-5; 16-bit inputs (exact in the oracle too): the bf16/f16 state tolerance.
+      const limit = dtype === "float32" ? 1e-5 : tol(dtype).state;
       await withSeed((seed) => {
-        const spec: CaseSpec = {
-          B: 1,
-          T: 150,
-          H: 2,
-          K: 16,
-          V: 8,
-          dtype: "float32",
-          gated,
-          initialState: false,
-        };
+        const spec: CaseSpec = { B: 1, T: 150, H: 2, K, V, dtype, gated, initialState: false };
         using c = new DeltaCase(device, spec, seed);
         const out = fwdBuffers(c, "bhtd", chunkSize);
         const x = headMajor(c);
         if (gated) new GatedDeltaNetBHTDFwdOp({ chunkSize }).forward(x.q, x.k, x.v, x.g!, x.beta, out);
         else new DeltaNetFwdOp({ chunkSize }).forward(x.q, x.k, x.v, x.beta, out);
-        const { T, H, K, V } = spec;
+        const { T, H } = spec;
         const C = chunkSize, NC = Math.ceil(T / C), KV = K * V;
         const ref = deltaRuleReference({ ...c.hostInputs, checkpointEvery: C });
-        expectClose(out.chunkStates, ref.checkpoints!, 1e-5, "chunk states");
+        expectClose(out.chunkStates, ref.checkpoints!, limit, `${dtype} chunk states`);
         // v_new = Au v - (Aw k) S_c must be the residual u_t = beta (v - S'^T k) of every token.
         const aw = host(out.aw), au = host(out.au), S = ref.checkpoints!;
         const { k, v } = c.hostInputs;
@@ -149,7 +149,7 @@ deviceTest(
             }
           }
         }
-        expectClose(residual, ref.residual, 1e-5, "residuals from Aw, Au and S");
+        expectClose(residual, ref.residual, limit, `${dtype} residuals from Aw, Au and S`);
       });
     }
   },
@@ -162,8 +162,8 @@ deviceTest("DeltaNet ops: BHSD forward and backward equal the token-major functi
       T: 70,
       H: 3,
       HK: 1,
-      K: 32,
-      V: 32,
+      K: 64,
+      V: 64,
       dtype: "bfloat16",
       gated: false,
       l2norm: true,
@@ -194,32 +194,24 @@ deviceTest(
   "Gated DeltaNet backward op: reads the start state from S and matches the oracle",
   async (device) => {
     await withSeed((seed) => {
-      const spec: CaseSpec = {
-        B: 2,
-        T: 90,
-        H: 2,
-        K: 32,
-        V: 16,
-        dtype: "bfloat16",
-        gated: true,
-        l2norm: true,
-      };
+      const [B, T, H, K, V] = [2, 90, 2, 64, 64];
+      const spec: CaseSpec = { B, T, H, K, V, dtype: "bfloat16", gated: true, l2norm: true };
       using c = new DeltaCase(device, spec, seed);
       const x = headMajor(c);
       // S with the case's initial state in entry 0 (the rest is not read).
-      const NC = Math.ceil(90 / 64);
-      const S = new Float32Array(2 * 2 * (NC + 1) * 32 * 16).fill(NaN);
+      const NC = Math.ceil(T / 64), KV = K * V;
+      const S = new Float32Array(B * H * (NC + 1) * KV).fill(NaN);
       const h0 = c.hostInputs.initialState!;
-      for (let bh = 0; bh < 4; bh++) S.set(h0.subarray(bh * 512, (bh + 1) * 512), bh * (NC + 1) * 512);
-      const states = c.own(Tensor.from(S, { shape: [2, 2, NC + 1, 32, 16], device }));
+      for (let bh = 0; bh < B * H; bh++) S.set(h0.subarray(bh * KV, (bh + 1) * KV), bh * (NC + 1) * KV);
+      const states = c.own(Tensor.from(S, { shape: [B, H, NC + 1, K, V], device }));
       const { dOutput } = c.cotangents(seed);
       const dO = c.own(dOutput.permute([0, 2, 1, 3]));
       const out = {
-        dq: c.own(poisoned([2, 2, 90, 32], "bfloat16", device)),
-        dk: c.own(poisoned([2, 2, 90, 32], "bfloat16", device)),
-        dv: c.own(poisoned([2, 2, 90, 16], "bfloat16", device)),
-        dg: c.own(poisoned([2, 2, 90], "float32", device)),
-        dbeta: c.own(poisoned([2, 2, 90], "float32", device)),
+        dq: c.own(poisoned([B, H, T, K], "bfloat16", device)),
+        dk: c.own(poisoned([B, H, T, K], "bfloat16", device)),
+        dv: c.own(poisoned([B, H, T, V], "bfloat16", device)),
+        dg: c.own(poisoned([B, H, T], "float32", device)),
+        dbeta: c.own(poisoned([B, H, T], "float32", device)),
       };
       const grads = new GatedDeltaNetBwdOp({ useQkL2norm: true }).forward(
         dO,
@@ -335,8 +327,8 @@ deviceTest(
             B,
             T,
             H,
-            K: 32,
-            V: 16,
+            K: 64,
+            V: 64,
             dtype: "bfloat16",
             gated: true,
             l2norm: true,
