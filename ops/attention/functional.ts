@@ -118,12 +118,35 @@ export function attention(
   v: Tensor,
   options: AttentionOptions & { returnLse: true },
 ): AttentionOutput;
+/**
+ * Softmax attention returning the output only (see the first signature).
+ *
+ * @example
+ * ```ts
+ * import { attention, Tensor } from "@attnkit/attnkit";
+ * using q = Tensor.randn([1, 16, 2, 64], { dtype: "float16", seed: 1 });
+ * using o = attention(q, q, q, { isCausal: true });
+ * ```
+ */
 export function attention(
   q: Tensor,
   k: Tensor,
   v: Tensor,
   options?: AttentionOptions & { returnLse?: false },
 ): Tensor;
+/**
+ * Softmax attention with `returnLse` known only at run time: the output, or `{ output, lse }`.
+ *
+ * @example
+ * ```ts
+ * import { attention, type AttentionOptions, Tensor } from "@attnkit/attnkit";
+ * using q = Tensor.randn([1, 16, 2, 64], { dtype: "float16", seed: 1 });
+ * const options: AttentionOptions = { returnLse: false };
+ * const result = attention(q, q, q, options);
+ * if ("lse" in result) result[Symbol.dispose]();
+ * else result.dispose();
+ * ```
+ */
 export function attention(
   q: Tensor,
   k: Tensor,

@@ -14,7 +14,7 @@
  *
  * @module
  */
-export type { AttentionLayout, MaskOptions, ScoreOptions } from "./options.ts";
+export type { AttentionLayout, MaskOptions, ResolvedMask, ResolvedScore, ScoreOptions } from "./options.ts";
 export type { KvSource, QuerySource } from "./sources.ts";
 export type { AttentionGradients, AttentionOutput, BackwardBuffers, ForwardBuffers } from "./run.ts";
 export {

@@ -61,7 +61,16 @@ export interface ScoreOptions {
  */
 export type AttentionLayout = "bshd" | "bhsd";
 
-/** A mask with defaults applied, as the C entries take it. */
+/**
+ * A mask with its defaults applied, as an op holds it and the C entries take it.
+ *
+ * @example
+ * ```ts
+ * import { GroupedQueryAttentionDenseFwdOp } from "@attnkit/attnkit";
+ * const op = new GroupedQueryAttentionDenseFwdOp({ windowSizeLeft: 128 });
+ * console.log(op.mask); // { causal: true, windowLeft: 128, windowRight: 0 }
+ * ```
+ */
 export interface ResolvedMask {
   /** Causal mask. */
   readonly causal: boolean;
@@ -71,7 +80,16 @@ export interface ResolvedMask {
   readonly windowRight: number;
 }
 
-/** Scores with defaults applied. */
+/**
+ * Score options with their defaults applied, as an op holds them.
+ *
+ * @example
+ * ```ts
+ * import { GroupedQueryAttentionDenseFwdOp } from "@attnkit/attnkit";
+ * const op = new GroupedQueryAttentionDenseFwdOp({ softcap: 30 });
+ * console.log(op.score); // { smScale: undefined, softcap: 30 }
+ * ```
+ */
 export interface ResolvedScore {
   /** The scale; undefined means `1 / sqrt(D)` of the call. */
   readonly smScale: number | undefined;
