@@ -313,7 +313,8 @@ deviceTest(
         using b = Tensor.randn([3, 333], { dtype, device, seed });
         assertExact(a.toArray(), b.toArray(), `randn ${dtype} twice`);
         using c = Tensor.randn([3, 333], { dtype, device, seed: seed + 1 });
-        const same = (a.toArray() as Float32Array).filter((x, i) => x === (c.toArray() as Float32Array)[i]);
+        const other = c.toArray() as Float32Array;
+        const same = (a.toArray() as Float32Array).filter((x, i) => x === other[i]);
         assert.ok(same.length < 20, `a different seed should give different ${dtype} numbers`);
       }
       // element i draws from counter offset + i, whatever the tensor's shape or the offset's parity
