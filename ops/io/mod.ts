@@ -14,4 +14,4 @@ export {
   type SafetensorsSaveOptions,
   saveSafetensors,
 } from "./safetensors.ts";
-export type { Source } from "./raw.ts";
+export type { FileSource } from "./raw.ts";

@@ -23,7 +23,7 @@ import { invalidArgument } from "../../ffi/errors.ts";
 import type { Device } from "../device.ts";
 import { type DType, dtypeSize, parseDType } from "../dtype.ts";
 import { Tensor } from "../tensor.ts";
-import { numelOf, type Source, swapBytes, tensorBytesInto, tensorFromBytes } from "./raw.ts";
+import { type FileSource, numelOf, swapBytes, tensorBytesInto, tensorFromBytes } from "./raw.ts";
 
 /** Options of {@link loadNpy} and {@link decodeNpy}. */
 export interface NpyLoadOptions {
@@ -78,7 +78,7 @@ const DTYPE_DESCRS: Record<DType, string> = {
  * using q = await loadNpy("q.npy", { device: "cuda" });
  * ```
  */
-export async function loadNpy(source: Source, options: NpyLoadOptions = {}): Promise<Tensor> {
+export async function loadNpy(source: FileSource, options: NpyLoadOptions = {}): Promise<Tensor> {
   const bytes = source instanceof Uint8Array ? source : await readFile(source, "loadNpy");
   return decode(bytes, options, "loadNpy");
 }

@@ -11,7 +11,7 @@ import type { DType } from "../dtype.ts";
 import { Tensor } from "../tensor.ts";
 
 /** A file path, a file URL or the file's bytes. */
-export type Source = string | URL | Uint8Array;
+export type FileSource = string | URL | Uint8Array;
 
 /**
  * A new tensor holding `bytes` (little-endian elements of `dtype`, row-major) on `device`.

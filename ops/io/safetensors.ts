@@ -21,10 +21,10 @@ import type { Device } from "../device.ts";
 import { type DType, dtypeSize } from "../dtype.ts";
 import { Tensor } from "../tensor.ts";
 import {
+  type FileSource,
   numelOf,
   openForReading,
   readExactly,
-  type Source,
   tensorBytesInto,
   tensorFromBytes,
 } from "./raw.ts";
@@ -103,7 +103,7 @@ interface Header {
  * ```
  */
 export async function loadSafetensors(
-  source: Source,
+  source: FileSource,
   options: SafetensorsLoadOptions = {},
 ): Promise<SafetensorsContents> {
   const op = "loadSafetensors";
