@@ -1,0 +1,44 @@
+// The tensor-core path of the delta-rule backward: bf16/f16 inputs, K = V = D in {64, 128}, chunk
+// 64. Four stages (bench/NOTES_linear_bwd.md has the math, FLOPs and bytes):
+//   prep     (chunk-parallel)   gc, A, w, u, P
+//   states   (sequential)       h_c before each chunk, v_new = u - w h
+//   dstates  (sequential, back) dh_c after each chunk, dv_new = P^T dO + diag(e^(gl-gc)) K dh
+//   grads    (chunk-parallel)   dq, dk, dv, dbeta, dg: everything chunk-local, fused, no HBM between
+// Intermediates are stored in the input dtype (the mma operand type), gc in fp32.
+#pragma once
+
+#include <cstddef>
+
+#include "cuda_bwd.cuh"
+
+namespace ak::linear::cuda::bwd {
+
+constexpr int kFastC = 64;
+
+template <class T>
+struct FastWork {
+  float* gc = nullptr;          // [H][P] cumulated gate (zeros when ungated)
+  T *A = nullptr, *P = nullptr; // [H][P][64]: (I + L)^-1 and scale (Q K^T * D), lower incl.
+  T *W = nullptr, *U = nullptr; // [H][P][D]: w; u, overwritten by v_new in states
+  T* dU = nullptr;              // [H][P][D]: dv_new
+  T *Hs = nullptr, *dHs = nullptr;  // [H][NCt][D][D]
+  float *dQh = nullptr, *dKh = nullptr;  // [H][P][D] fp32 per value head, or null: write dq, dk directly
+};
+
+// Shared memory of the fused gradient stage, the largest of the four (bytes).
+template <int D>
+constexpr size_t fast_grads_smem() {
+  return 2 * (6 * kFastC * (D + 8) + 2 * D * (D + 8) + 3 * kFastC * (kFastC + 8)) +
+         sizeof(float) * (4 * kFastC + 7 * 2 * kFastC + 4 * kFastC + 8 + kFastC);
+}
+
+template <class T, int D>
+void launch_fast_prep(const Problem& p, const FastWork<T>& w, cudaStream_t s);
+template <class T, int D>
+void launch_fast_states(const Problem& p, const FastWork<T>& w, cudaStream_t s);
+template <class T, int D>
+void launch_fast_dstates(const Problem& p, const FastWork<T>& w, cudaStream_t s);
+template <class T, int D>
+void launch_fast_grads(const Problem& p, const FastWork<T>& w, cudaStream_t s);
+
+}  // namespace ak::linear::cuda::bwd
