@@ -57,7 +57,7 @@ deviceTest("attention refuses bad tensors, naming the argument", (device) =>
       () => attention(d264, d264, d264),
       /q: head dim D must be a multiple of 8 between 8 and 256, got 264/,
     );
-    refuses(() => attention(rank3, kv, kv), /q: expected rank 4 \[B, S, H, D\] \(bshd\), got \[8,4,64\]/);
+    refuses(() => attention(rank3, kv, kv), /q: expected rank 4 \[B, S, H, D\] \(bshd\), got \[8, 4, 64\]/);
     refuses(
       () => attention(q, batch3, batch3),
       /k: expected shape \[B=2, Skv, Hkv, D=64\], got \[3, 8, 2, 64\]/,

@@ -39,7 +39,10 @@ export interface AttentionOptions extends MaskOptions, ScoreOptions {
   cuSeqlensKv?: Tensor | ArrayLike<number>;
   /** Also return the LSE (for a later backward): the result is then `{ output, lse }`. */
   returnLse?: boolean;
-  /** Buffers to write instead of allocating (checked for shape, dtype and device). */
+  /**
+   * Buffers to write instead of allocating (checked for shape, dtype and device). An `lse` buffer is
+   * written even without `returnLse`.
+   */
   out?: ForwardBuffers;
 }
 

@@ -92,7 +92,9 @@ export function describeCall(op: string, query: QuerySource, kv: KvSource): Atte
   if (query.kind === "dense" && kv.kind === "dense") {
     const layout = query.layout;
     const what = layout === "bshd" ? "[B, S, H, D]" : "[B, H, S, D]";
-    if (q.ndim !== 4) throw invalidArgument(op, `q: expected rank 4 ${what} (${layout}), got [${q.shape}]`);
+    if (q.ndim !== 4) {
+      throw invalidArgument(op, `q: expected rank 4 ${what} (${layout}), got [${q.shape.join(", ")}]`);
+    }
     expectShape(op, "q", q, densePattern(layout, "Sq", "Hq"), sizes);
     expectShape(op, "k", k, densePattern(layout, "Skv", "Hkv"), sizes);
     expectShape(op, "v", v, densePattern(layout, "Skv", "Hkv"), sizes);
@@ -109,7 +111,9 @@ export function describeCall(op: string, query: QuerySource, kv: KvSource): Atte
       device: q.device,
     };
   } else if (query.kind === "packed" && kv.kind === "packed") {
-    if (q.ndim !== 3) throw invalidArgument(op, `q: expected rank 3 [Tq, Hq, D] (varlen), got [${q.shape}]`);
+    if (q.ndim !== 3) {
+      throw invalidArgument(op, `q: expected rank 3 [Tq, Hq, D] (varlen), got [${q.shape.join(", ")}]`);
+    }
     expectShape(op, "q", q, ["Tq", "Hq", "D"], sizes);
     expectShape(op, "k", k, ["Tkv", "Hkv", "D"], sizes);
     expectShape(op, "v", v, ["Tkv", "Hkv", "D"], sizes);
@@ -143,7 +147,7 @@ export function describeCall(op: string, query: QuerySource, kv: KvSource): Atte
       `q: head dim D must be a multiple of 8 between 8 and ${MAX_HEAD_DIM}, got ${dim}`,
     );
   }
-  if (headsKv < 1) throw invalidArgument(op, `k: expected at least one KV head, got [${k.shape}]`);
+  if (headsKv < 1) throw invalidArgument(op, `k: expected at least one KV head, got [${k.shape.join(", ")}]`);
   if (heads % headsKv !== 0) {
     throw invalidArgument(
       op,
@@ -158,7 +162,7 @@ function expectCuSeqlens(op: string, name: string, t: unknown, q: Tensor): Tenso
   expectDType(op, name, cu, ["int32"]);
   expectSameDevice(op, name, cu, q, "q");
   if (cu.ndim !== 1 || cu.shape[0] < 1) {
-    throw invalidArgument(op, `${name}: expected shape [N + 1] with N >= 0, got [${cu.shape}]`);
+    throw invalidArgument(op, `${name}: expected shape [N + 1] with N >= 0, got [${cu.shape.join(", ")}]`);
   }
   return cu;
 }
