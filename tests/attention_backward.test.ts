@@ -31,6 +31,8 @@ const CASES: AttentionCase[] = [
   { dtype: "bfloat16", batch: 2, seqQ: 33, heads: 3, headsKv: 1, dim: 40, smScale: 0.2 },
   { dtype: "bfloat16", batch: 1, seqQ: 1, seqKv: 1, heads: 2, headsKv: 1, dim: 64, causal: true },
   { dtype: "float16", batch: 1, seqQ: 1, seqKv: 64, heads: 4, headsKv: 1, dim: 64, causal: true },
+  // no keys at all: every row admits none (output 0, LSE -inf, dq 0)
+  { dtype: "bfloat16", batch: 2, seqQ: 5, seqKv: 0, heads: 2, headsKv: 1, dim: 64 },
   { dtype: "bfloat16", batch: 1, seqQ: 1000, heads: 2, headsKv: 1, dim: 64, causal: true },
   { dtype: "float16", batch: 2, seqQ: 48, heads: 4, headsKv: 1, dim: 64, causal: true, layout: "bhsd" },
 ];

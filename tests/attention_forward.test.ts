@@ -59,6 +59,8 @@ const CASES: AttentionCase[] = [
   { dtype: "bfloat16", batch: 1, seqQ: 1, seqKv: 1, heads: 2, headsKv: 1, dim: 64, causal: true },
   { dtype: "float16", batch: 2, seqQ: 1, seqKv: 128, heads: 8, headsKv: 1, dim: 128, causal: true },
   { dtype: "bfloat16", batch: 1, seqQ: 128, seqKv: 1, heads: 2, headsKv: 1, dim: 64, causal: true },
+  // no keys at all: every row admits none (output 0, LSE -inf, dq 0)
+  { dtype: "bfloat16", batch: 2, seqQ: 5, seqKv: 0, heads: 2, headsKv: 1, dim: 64 },
   { dtype: "bfloat16", batch: 1, seqQ: 1000, heads: 2, headsKv: 1, dim: 64, causal: true },
   { dtype: "float16", batch: 2, seqQ: 64, heads: 4, headsKv: 2, dim: 64, causal: true, layout: "bhsd" },
   {
