@@ -1,0 +1,227 @@
+/**
+ * Times forward + backward of `chunkDeltaRule` and `chunkGatedDeltaRule` on CUDA over
+ * flash-linear-attention's benchmark shapes (bf16, chunk 64) and prints ms, TFLOP/s, the fraction of
+ * the H200 floor and the speedup over FLA's delta-rule forward + backward (../shared/ANCHORS.md; FLA's
+ * gated backward does not run on Hopper, so the gated rule is compared with the same figures).
+ * Before timing, `--check` runs both backward paths (`fast`, `general`) on small shapes and prints the
+ * relative RMS difference of every gradient, so one GPU call tests the two against each other.
+ *
+ * Inputs as FLA's benchmark: q, k = randn / sqrt(D) (unit norm on average; normalised outside the
+ * kernel as FLA's script does), v = randn, g = logsigmoid(randn), beta = sigmoid(randn).
+ *
+ * FLOPs counted per token and value head (C = 64, K = V = D): forward 6D^2 + 10CD + C^2/3 (the
+ * products of the chunked forward), backward 16D^2 + 28CD + 4.3C^2 (bench/NOTES_linear_bwd.md).
+ *
+ * @example
+ * ```sh
+ * deno run -A build.ts --out /tmp/ak/lib
+ * ATTNKIT_LIB=/tmp/ak/lib/libattnkit.so deno run -A bench/linear_bwd_timing.ts --check
+ * ATTNKIT_LIB=/tmp/ak/lib/libattnkit.so deno run -A bench/linear_bwd_timing.ts --path general --shapes B8_T1024_H8_D64
+ * ```
+ *
+ * @module
+ */
+import { parseArgs } from "node:util";
+import {
+  chunkDeltaRule,
+  chunkDeltaRuleBackward,
+  chunkGatedDeltaRule,
+  chunkGatedDeltaRuleBackward,
+  cudaAvailable,
+  Tensor,
+  timeIt,
+} from "../mod.ts";
+
+interface Shape {
+  name: string;
+  B: number;
+  T: number;
+  H: number;
+  D: number;
+  /** FLA's chunk_delta_rule forward + backward on the H200, ms (ANCHORS.md), when measured. */
+  flaFwdBwdMs?: number;
+}
+
+const SHAPES: Shape[] = [
+  { name: "B1_T8192_H96_D128", B: 1, T: 8192, H: 96, D: 128, flaFwdBwdMs: 4.524 },
+  { name: "B2_T16384_H16_D128", B: 2, T: 16384, H: 16, D: 128, flaFwdBwdMs: 3.018 },
+  { name: "B4_T2048_H16_D128", B: 4, T: 2048, H: 16, D: 128 },
+  { name: "B4_T4096_H64_D128", B: 4, T: 4096, H: 64, D: 128, flaFwdBwdMs: 5.563 },
+  { name: "B8_T2048_H32_D256", B: 8, T: 2048, H: 32, D: 256 },
+  { name: "B8_T1024_H8_D64", B: 8, T: 1024, H: 8, D: 64, flaFwdBwdMs: 2.209 },
+];
+
+const PEAK_FLOPS = 699e12; // bf16 matrix product on the H200 (ANCHORS.md)
+const PEAK_BYTES = 4.252e12; // device copy, bytes read + written
+const C = 64;
+
+function forwardFlops(s: Shape): number {
+  const { D } = s;
+  return s.B * s.T * s.H * (6 * D * D + 10 * C * D + (C * C) / 3);
+}
+function backwardFlops(s: Shape): number {
+  const { D } = s;
+  return s.B * s.T * s.H * (16 * D * D + 28 * C * D + 4.3 * C * C);
+}
+// Fewest bytes of forward + backward: q, k, v read by both, o written, dO read, dq, dk, dv written.
+function minBytes(s: Shape): number {
+  return s.B * s.T * s.H * s.D * 2 * (3 + 1 + 3 + 1 + 3);
+}
+
+// Standard normals (Box-Muller over a small LCG), for the [B, T, H] gates.
+function normals(n: number, seed: number): Float32Array {
+  let state = seed >>> 0;
+  const uniform = () => {
+    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+    return (state + 0.5) / 4294967296;
+  };
+  const out = new Float32Array(n);
+  for (let i = 0; i < n; i += 2) {
+    const r = Math.sqrt(-2 * Math.log(uniform())), a = 2 * Math.PI * uniform();
+    out[i] = r * Math.cos(a);
+    if (i + 1 < n) out[i + 1] = r * Math.sin(a);
+  }
+  return out;
+}
+
+interface Inputs extends Disposable {
+  q: Tensor;
+  k: Tensor;
+  v: Tensor;
+  g: Tensor;
+  beta: Tensor;
+  dO: Tensor;
+}
+
+function makeInputs(B: number, T: number, H: number, D: number, seed: number): Inputs {
+  const device = "cuda";
+  const dtype = "bfloat16";
+  const n = B * T * H;
+  const x = {
+    q: Tensor.randn([B, T, H, D], { dtype, device, seed, std: 1 / Math.sqrt(D) }),
+    k: Tensor.randn([B, T, H, D], { dtype, device, seed: seed + 1, std: 1 / Math.sqrt(D) }),
+    v: Tensor.randn([B, T, H, D], { dtype, device, seed: seed + 2 }),
+    g: Tensor.from(normals(n, seed + 3).map((z) => -Math.log1p(Math.exp(-z))), { shape: [B, T, H], device }),
+    beta: Tensor.from(normals(n, seed + 4).map((z) => 1 / (1 + Math.exp(-z))), { shape: [B, T, H], device }),
+    dO: Tensor.randn([B, T, H, D], { dtype, device, seed: seed + 5 }),
+  };
+  return {
+    ...x,
+    [Symbol.dispose]() {
+      for (const t of Object.values(x)) t.dispose();
+    },
+  };
+}
+
+function setPath(path: string) {
+  Deno.env.set("ATTNKIT_LINEAR_BWD_PATH", path);
+}
+
+function relRms(a: Tensor, b: Tensor): number {
+  const x = a.toArray() as unknown as ArrayLike<number>;
+  const y = b.toArray() as unknown as ArrayLike<number>;
+  let num = 0, den = 0;
+  for (let i = 0; i < x.length; i++) {
+    const d = Number(x[i]) - Number(y[i]);
+    num += d * d;
+    den += Number(y[i]) * Number(y[i]);
+  }
+  return Math.sqrt(num / Math.max(den, 1e-30));
+}
+
+// Both paths on the same inputs: relative RMS of fast against general, per gradient.
+function check() {
+  console.log("fast vs general backward (relative RMS; bf16 intermediates, expect ~1e-3..1e-2):");
+  const cases = [
+    { B: 2, T: 300, H: 4, D: 64, gated: true },
+    { B: 1, T: 200, H: 2, D: 128, gated: false },
+    { B: 2, T: 129, H: 3, D: 128, gated: true },
+  ];
+  for (const c of cases) {
+    using x = makeInputs(c.B, c.T, c.H, c.D, 11);
+    const run = (path: string) => {
+      setPath(path);
+      return c.gated
+        ? chunkGatedDeltaRuleBackward(x.q, x.k, x.v, x.g, x.beta, x.dO)
+        : chunkDeltaRuleBackward(x.q, x.k, x.v, x.beta, x.dO);
+    };
+    using general = run("general");
+    using fast = run("fast");
+    const parts: string[] = [];
+    for (const key of ["dq", "dk", "dv", "dbeta", "dg"] as const) {
+      const a = fast[key], b = general[key];
+      if (a && b) parts.push(`${key} ${relRms(a, b).toExponential(2)}`);
+    }
+    console.log(`  B${c.B}_T${c.T}_H${c.H}_D${c.D} ${c.gated ? "gated" : "delta"}: ${parts.join("  ")}`);
+  }
+  setPath("auto");
+}
+
+function main() {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: {
+      check: { type: "boolean", default: false },
+      path: { type: "string", default: "auto" },
+      shapes: { type: "string" },
+      iterations: { type: "string", default: "10" },
+    },
+  });
+  if (!cudaAvailable()) {
+    console.log("linear_bwd_timing: no CUDA device; nothing to time");
+    return;
+  }
+  if (values.check) check();
+  setPath(values.path!);
+  const wanted = values.shapes?.split(",");
+  const shapes = SHAPES.filter((
+    s,
+  ) => (wanted ? wanted.includes(s.name) : s.D !== 256 || values.path !== "auto"));
+  const iterations = Number(values.iterations);
+  const rows: string[] = [];
+  rows.push(
+    "| op | shape | fwd ms | bwd ms | fwd+bwd ms | TFLOP/s | floor ms | of floor | FLA delta fwd+bwd ms | speedup |",
+  );
+  rows.push("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+  for (const s of shapes) {
+    using x = makeInputs(s.B, s.T, s.H, s.D, 1);
+    for (const gated of [false, true]) {
+      const op = gated ? "chunkGatedDeltaRule" : "chunkDeltaRule";
+      const fwd = () =>
+        gated
+          ? chunkGatedDeltaRule(x.q, x.k, x.v, x.g, x.beta)[Symbol.dispose]()
+          : chunkDeltaRule(x.q, x.k, x.v, x.beta)[Symbol.dispose]();
+      const bwd = () =>
+        gated
+          ? chunkGatedDeltaRuleBackward(x.q, x.k, x.v, x.g, x.beta, x.dO)[Symbol.dispose]()
+          : chunkDeltaRuleBackward(x.q, x.k, x.v, x.beta, x.dO)[Symbol.dispose]();
+      const opts = { device: "cuda", warmup: 2, iterations };
+      let fwdMs = NaN;
+      try {
+        fwdMs = timeIt(fwd, opts).medianMs;
+      } catch (e) {
+        console.log(`${op} ${s.name} forward: ${(e as Error).message.split("\n")[0]}`);
+      }
+      const bwdMs = timeIt(bwd, opts).medianMs;
+      const bothMs = Number.isNaN(fwdMs) ? NaN : timeIt(() => {
+        fwd();
+        bwd();
+      }, opts).medianMs;
+      const flops = forwardFlops(s) + backwardFlops(s);
+      const floorMs = 1e3 * Math.max(flops / PEAK_FLOPS, minBytes(s) / PEAK_BYTES);
+      const fla = s.flaFwdBwdMs;
+      rows.push(
+        `| ${op} | ${s.name} | ${fwdMs.toFixed(3)} | ${bwdMs.toFixed(3)} | ${bothMs.toFixed(3)} | ${
+          (flops / (bothMs * 1e-3) / 1e12).toFixed(1)
+        } | ${floorMs.toFixed(3)} | ${(floorMs / bothMs).toFixed(2)} | ${fla ?? "-"} | ${
+          fla ? (fla / bothMs).toFixed(2) + "x" : "-"
+        } |`,
+      );
+      console.log(rows[rows.length - 1]);
+    }
+  }
+  console.log(`\nbackward path: ${values.path}\n`);
+  console.log(rows.join("\n"));
+}
+
+main();
