@@ -15,6 +15,7 @@
 
 #include "../cuda/runtime.cuh"
 #include "attention.h"
+#include "cuda_bwd.h"
 #include "cuda_fwd_launch.h"
 #include "cuda_fwd_sm90.cuh"
 
@@ -175,9 +176,7 @@ void attention_fwd(const AttnFwd& a) {
   launch_general(p, pr.dtype, aligned, stream);
 }
 
-void attention_bwd(const AttnBwd& a) {
-  (void)a;
-  fail(AK_ERR_UNSUPPORTED, "attention_bwd on CUDA: not implemented yet");
-}
+// Backward: cuda_bwd.cu (prep, then the Hopper or general main kernel, then the dq conversion).
+void attention_bwd(const AttnBwd& a) { attention_bwd_run(a); }
 
 }  // namespace ak::attention::cuda
