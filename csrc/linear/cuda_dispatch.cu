@@ -1,19 +1,323 @@
 // CUDA backend of the delta-rule family: picks a kernel path for each call.
+//
+// Forward paths:
+//   fast     the two-stage chunked forward on tensor cores (cuda_fwd_chunk_prep.cuh, then
+//            cuda_fwd_chunk_state.cuh): bf16/f16, K = V in {64, 128, 256}, chunk 64, 16-byte aligned
+//            rows, sm_80 or newer. Varlen, grouped heads, L2 norm, states, chunk_states, aw/au.
+//   general  everything else: the token-by-token recurrence in fp32 (cuda_fwd_recurrent.cuh), plus
+//            the fp32 WY factors (cuda_fwd_wy_general.cuh) when aw/au are asked for. Chunked and
+//            recurrent calls compute the same function; here the chunked one runs as the recurrence.
+// ATTNKIT_LINEAR_PATH=general|fast|auto (default auto) forces a path; "fast" refuses calls it cannot
+// serve instead of falling back, so a test run can tell the paths apart.
+// delta_bwd lives in cuda_bwd.cu.
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
 #include "../cuda/runtime.cuh"
+#include "cuda_fwd_kernels.h"
 #include "delta_rule.h"
 
 namespace ak::linear::cuda {
+namespace {
+
+using namespace fwd;
+
+enum class Path { Auto, General, Fast };
+
+Path requested_path() {
+  const char* env = std::getenv("ATTNKIT_LINEAR_PATH");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return Path::Auto;
+  if (std::strcmp(env, "general") == 0) return Path::General;
+  if (std::strcmp(env, "fast") == 0) return Path::Fast;
+  fail(AK_ERR_INVALID_ARGUMENT, std::string("ATTNKIT_LINEAR_PATH: expected general, fast or auto, got ") + env);
+}
+
+template <class T>
+Rows<const T> rows_in(const ak_tensor* t) {
+  return {static_cast<const T*>(t->data), t->strides[0], t->strides[1], t->strides[2]};
+}
+template <class T>
+Rows<T> rows_out(const ak_tensor* t) {
+  return {static_cast<T*>(t->data), t->strides[0], t->strides[1], t->strides[2]};
+}
+Scalars scalars(const ak_tensor* t) {
+  if (t == nullptr) return {};
+  return {static_cast<const float*>(t->data), t->strides[0], t->strides[1], t->strides[2]};
+}
+float* f32(const ak_tensor* t) { return t ? static_cast<float*>(t->data) : nullptr; }
+
+int as_int(int64_t x, const char* what) {
+  require(x >= 0 && x <= INT32_MAX, std::string("delta_rule_fwd on CUDA: ") + what + " exceeds 2^31 - 1");
+  return static_cast<int>(x);
+}
+
+// ---- general path ----
+
+template <class T>
+void general_fwd(const DeltaFwd& a, cudaStream_t stream) {
+  const DeltaProblem& p = a.p;
+  RecurrentParams<T> r;
+  r.q = rows_in<T>(a.q);
+  r.k = rows_in<T>(a.k);
+  r.v = rows_in<T>(a.v);
+  r.o = rows_out<T>(a.output);
+  r.g = p.gated ? scalars(a.g) : Scalars{};
+  r.beta = scalars(a.beta);
+  r.initial_state = f32(a.initial_state);
+  r.final_state = f32(a.final_state);
+  r.chunk_states = f32(a.chunk_states);
+  r.map.cu = p.varlen ? static_cast<const int32_t*>(p.cu_seqlens->data) : nullptr;
+  r.map.T = as_int(p.T, "T");
+  r.N = as_int(p.N, "N");
+  r.H = as_int(p.H, "H");
+  r.group = as_int(p.group(), "group");
+  r.K = as_int(p.K, "K");
+  r.V = as_int(p.V, "V");
+  r.C = p.chunk_size;
+  r.NC = as_int((p.T + p.chunk_size - 1) / p.chunk_size, "chunks");
+  r.scale = static_cast<float>(p.scale);
+  r.l2norm = p.l2norm;
+  launch_recurrent_fwd<T>(r, stream);
+
+  if (a.aw || a.au) {
+    WyParams<T> w;
+    w.k = r.k;
+    w.g = r.g;
+    w.beta = r.beta;
+    w.aw = f32(a.aw);
+    w.au = f32(a.au);
+    w.B = as_int(p.B, "B");
+    w.tokens = r.map.T;
+    w.H = r.H;
+    w.group = r.group;
+    w.K = r.K;
+    w.C = p.chunk_size;
+    w.NC = r.NC;
+    w.l2norm = p.l2norm;
+    launch_wy_general<T>(w, stream);
+  }
+}
+
+// ---- fast path ----
+
+bool aligned_rows(const ak_tensor* t) {
+  if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
+  for (int d = 0; d < 3; ++d) {
+    if (t->strides[d] % 8 != 0) return false;
+  }
+  return true;
+}
+
+// Why the fast path cannot serve this call, or nullptr when it can.
+const char* fast_refusal(const DeltaFwd& a) {
+  const DeltaProblem& p = a.p;
+  if (p.recurrent) return "the recurrent algorithm was asked for";
+  if (p.chunk_size != kFastChunk) return "it needs chunk_size 64";
+  if (p.dtype != AK_BFLOAT16 && p.dtype != AK_FLOAT16) return "it needs bfloat16 or float16 inputs";
+  if (p.K != p.V || (p.K != 64 && p.K != 128 && p.K != 256)) return "it needs K = V in {64, 128, 256}";
+  if (ak::cuda::props(p.device_index).major < 8) return "it needs compute capability 8.0 or newer";
+  if (!aligned_rows(a.q) || !aligned_rows(a.k) || !aligned_rows(a.v) || !aligned_rows(a.output)) {
+    return "it needs 16-byte aligned rows (data and strides of q, k, v, output)";
+  }
+  return nullptr;
+}
+
+// Chunks of the whole call (every sequence split into ceil(len / 64) chunks).
+int64_t count_chunks(const DeltaProblem& p) {
+  if (!p.varlen) return p.B * ((p.T + kFastChunk - 1) / kFastChunk);
+  int64_t total = 0;
+  for (int64_t n = 0; n < p.N; ++n) total += (p.seq_start[n + 1] - p.seq_start[n] + kFastChunk - 1) / kFastChunk;
+  return total;
+}
+
+size_t round_up(size_t x) { return (x + 255) / 256 * 256; }
+
+// The V tile of stage 2: more tiles fill more SMs but repeat the state-independent work (P) per tile
+// and shrink each product. Picks the tile with the least estimated time: waves of blocks (one block
+// per SM, two for D = 64) times the busiest warp's tensor-core work per chunk (mma.sync count, plus a
+// fixed cost for barriers, loads and epilogues).
+int pick_vtile(int D, int64_t units, int sms) {
+  const int options[3] = {128, 64, 32};
+  int best = 32;
+  double best_cost = 1e300;
+  for (int vt : options) {
+    if (vt > D || (D == 256 && vt > 64)) continue;
+    double per_chunk = 0;
+    if (D == 64) per_chunk = 16 + 1.25 * vt;
+    if (D == 128) per_chunk = 32 + 2.0 * vt;
+    if (D == 256) per_chunk = 64 + 3.5 * vt;
+    per_chunk += 64;
+    const int per_sm = D == 64 ? 2 : 1;
+    const int64_t blocks = units * (D / vt);
+    const double waves = static_cast<double>((blocks + sms * per_sm - 1) / (sms * per_sm));
+    const double cost = waves * per_chunk;
+    if (cost < best_cost * 0.999) {
+      best_cost = cost;
+      best = vt;
+    }
+  }
+  return best;
+}
+
+template <class T, int D>
+void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
+  const DeltaProblem& p = a.p;
+  const int device = p.device_index;
+  const int64_t chunks64 = count_chunks(p);
+  const int chunks = as_int(chunks64, "chunks");
+  const int H = as_int(p.H, "H"), N = as_int(p.N, "N");
+
+  // Scratch: w, u [chunks, H, 64, D] (16-bit), gc and rk [chunks, H, 64] (fp32), varlen tables.
+  const size_t vec_elems = static_cast<size_t>(chunks64) * H * 64;
+  const size_t bytes_wu = round_up(vec_elems * D * sizeof(T));
+  const size_t bytes_vec = round_up(vec_elems * sizeof(float));
+  const size_t bytes_tab = p.varlen ? round_up((static_cast<size_t>(N) + 1 + chunks64) * sizeof(int32_t)) : 0;
+  ak::cuda::Scratch scratch(device, 2 * bytes_wu + (p.l2norm ? 2 : 1) * bytes_vec + bytes_tab);
+  unsigned char* s = scratch.as<unsigned char>();
+  T* w = reinterpret_cast<T*>(s);
+  T* u = reinterpret_cast<T*>(s + bytes_wu);
+  float* gc = reinterpret_cast<float*>(s + 2 * bytes_wu);
+  float* rk = p.l2norm ? reinterpret_cast<float*>(s + 2 * bytes_wu + bytes_vec) : nullptr;
+  int32_t* tables = p.varlen ? reinterpret_cast<int32_t*>(s + 2 * bytes_wu + (p.l2norm ? 2 : 1) * bytes_vec)
+                             : nullptr;
+
+  ChunkMap map;
+  map.T = as_int(p.T, "T");
+  map.C = kFastChunk;
+  map.NC = as_int((p.T + kFastChunk - 1) / kFastChunk, "chunks");
+  if (p.varlen) {
+    map.cu = static_cast<const int32_t*>(p.cu_seqlens->data);
+    map.chunk_first = tables;
+    map.chunk_seq = tables + N + 1;
+    launch_chunk_table(map.cu, N, kFastChunk, tables, tables + N + 1, stream);
+  }
+
+  PrepParams<T> pp;
+  pp.k = rows_in<T>(a.k);
+  pp.v = rows_in<T>(a.v);
+  pp.g = p.gated ? scalars(a.g) : Scalars{};
+  pp.beta = scalars(a.beta);
+  pp.map = map;
+  pp.w = w;
+  pp.u = u;
+  pp.gc = gc;
+  pp.rk = rk;
+  pp.aw = f32(a.aw);
+  pp.au = f32(a.au);
+  pp.chunks = chunks;
+  pp.H = H;
+  pp.group = as_int(p.group(), "group");
+  pp.tokens = map.T;
+  pp.l2norm = p.l2norm;
+  launch_chunk_prep<T, D>(pp, stream);
+
+  StateParams<T> sp;
+  sp.q = rows_in<T>(a.q);
+  sp.k = pp.k;
+  sp.o = rows_out<T>(a.output);
+  sp.w = w;
+  sp.u = u;
+  sp.gc = gc;
+  sp.rk = rk;
+  sp.initial_state = f32(a.initial_state);
+  sp.final_state = f32(a.final_state);
+  sp.chunk_states = f32(a.chunk_states);
+  sp.map = map;
+  sp.N = N;
+  sp.H = H;
+  sp.group = pp.group;
+  sp.scale = static_cast<float>(p.scale);
+  sp.l2norm = p.l2norm;
+  const int vt = pick_vtile(D, static_cast<int64_t>(N) * H, ak::cuda::props(device).multiProcessorCount);
+  if constexpr (D == 128) {
+    if (vt == 128) return launch_chunk_state<T, D, 128>(sp, stream);
+  }
+  if (vt == 64) return launch_chunk_state<T, D, 64>(sp, stream);
+  launch_chunk_state<T, D, 32>(sp, stream);
+}
+
+template <class T>
+void fast_fwd(const DeltaFwd& a, cudaStream_t stream) {
+  switch (a.p.K) {
+    case 64: return fast_fwd_d<T, 64>(a, stream);
+    case 128: return fast_fwd_d<T, 128>(a, stream);
+    case 256: return fast_fwd_d<T, 256>(a, stream);
+    default: fail(AK_ERR_INTERNAL, "delta_rule_fwd: fast path with an unexpected head dimension");
+  }
+}
+
+// ---- decode ----
+
+template <class T, class S>
+void decode(const DeltaDecode& a, cudaStream_t stream) {
+  const DeltaProblem& p = a.p;
+  DecodeParams<T, S> d;
+  d.q = static_cast<const T*>(a.q->data);
+  d.k = static_cast<const T*>(a.k->data);
+  d.v = static_cast<const T*>(a.v->data);
+  d.q_sb = a.q->strides[0], d.q_sh = a.q->strides[1];
+  d.k_sb = a.k->strides[0], d.k_sh = a.k->strides[1];
+  d.v_sb = a.v->strides[0], d.v_sh = a.v->strides[1];
+  if (p.gated) {
+    d.g = static_cast<const float*>(a.g->data);
+    d.g_sb = a.g->strides[0], d.g_sh = a.g->strides[1];
+  }
+  d.beta = static_cast<const float*>(a.beta->data);
+  d.beta_sb = a.beta->strides[0], d.beta_sh = a.beta->strides[1];
+  d.state = static_cast<const S*>(a.state->data);
+  d.new_state = static_cast<S*>(a.new_state->data);
+  d.o = static_cast<T*>(a.output->data);
+  d.o_sb = a.output->strides[0], d.o_sh = a.output->strides[1];
+  d.B = as_int(p.B, "B");
+  d.H = as_int(p.H, "H");
+  d.group = as_int(p.group(), "group");
+  d.K = as_int(p.K, "K");
+  d.V = as_int(p.V, "V");
+  d.scale = static_cast<float>(p.scale);
+  d.l2norm = p.l2norm;
+  launch_decode<T, S>(d, stream);
+}
+
+}  // namespace
 
 void delta_fwd(const DeltaFwd& a) {
-  (void)a;
-  fail(AK_ERR_UNSUPPORTED, "delta_rule_fwd on CUDA: not implemented yet");
+  const DeltaProblem& p = a.p;
+  ak::cuda::DeviceGuard guard(p.device_index);
+  cudaStream_t stream = ak::cuda::stream(p.device_index);
+  const Path path = requested_path();
+  const char* refusal = path == Path::General ? "ATTNKIT_LINEAR_PATH=general" : fast_refusal(a);
+  if (path == Path::Fast && refusal != nullptr) {
+    fail(AK_ERR_UNSUPPORTED, std::string("delta_rule_fwd: ATTNKIT_LINEAR_PATH=fast, but the fast path cannot "
+                                         "serve this call: ") +
+                                 refusal);
+  }
+  if (refusal == nullptr) {
+    if (p.dtype == AK_BFLOAT16) return fast_fwd<__nv_bfloat16>(a, stream);
+    return fast_fwd<__half>(a, stream);
+  }
+  switch (p.dtype) {
+    case AK_FLOAT32: return general_fwd<float>(a, stream);
+    case AK_BFLOAT16: return general_fwd<__nv_bfloat16>(a, stream);
+    case AK_FLOAT16: return general_fwd<__half>(a, stream);
+    default: fail(AK_ERR_INTERNAL, "delta_rule_fwd: unexpected dtype");
+  }
 }
 
 // delta_bwd: csrc/linear/cuda_bwd.cu
 
 void delta_decode(const DeltaDecode& a) {
-  (void)a;
-  fail(AK_ERR_UNSUPPORTED, "delta_rule_decode on CUDA: not implemented yet");
+  const DeltaProblem& p = a.p;
+  ak::cuda::DeviceGuard guard(p.device_index);
+  cudaStream_t stream = ak::cuda::stream(p.device_index);
+  const bool fp32_state = a.state->dtype == AK_FLOAT32;
+  switch (p.dtype) {
+    case AK_FLOAT32: return decode<float, float>(a, stream);
+    case AK_BFLOAT16:
+      return fp32_state ? decode<__nv_bfloat16, float>(a, stream) : decode<__nv_bfloat16, __nv_bfloat16>(a, stream);
+    case AK_FLOAT16: return fp32_state ? decode<__half, float>(a, stream) : decode<__half, __half>(a, stream);
+    default: fail(AK_ERR_INTERNAL, "delta_rule_decode: unexpected dtype");
+  }
 }
 
 }  // namespace ak::linear::cuda

@@ -1,0 +1,285 @@
+// Stage 1 of the fast chunked forward, one block per (chunk of 64 tokens, value head): everything
+// that does not depend on the state, so it runs chunk-parallel over the whole call.
+//   gc  = cumsum(g)                                   gate cumsum (within the chunk)
+//   L   = tril(diag(beta) K^ K^T^ * exp(gc_i - gc_j), -1)   scaled K K^T (K^ = L2-normalised K if asked)
+//   A   = (I + L)^-1                                  triangular solve, 16x16 blocks, fp32
+//   w   = A diag(beta exp(gc)) K^,  u = A diag(beta) V    WY vectors (tensor cores)
+// It writes w, u (16-bit, [chunk, H, 64, D]), gc and 1/|k| (fp32, [chunk, H, 64]) for stage 2, and
+// Aw, Au (fp32) when asked. Rows past the chunk's length load as zeros (beta = g = 0 there), so their
+// rows of w and u are zero and stage 2 can read whole tiles.
+//
+// FLOPs per chunk and head (C = 64): K K^T 2 C^2 D / 2 (causal tiles only), solve ~C^3 / 3,
+// w and u 2 * 2 C^2 D / 2 (A is triangular). Bytes: reads k, v (2 C D * 2), writes w, u (2 C D * 2).
+#pragma once
+
+#include "../cuda/runtime.cuh"
+#include "cuda_fwd_kernels.h"
+#include "cuda_fwd_mma.cuh"
+
+namespace ak::linear::cuda::fwd {
+
+constexpr int kPrepThreads = 256;
+
+template <int D>
+struct PrepLayout {
+  static constexpr int kPitchD = tile_pitch(D);   // k and v tiles
+  static constexpr int kPitchC = tile_pitch(64);  // Aw and Au (16-bit, 64 x 64)
+  static constexpr int kLd = 72;                  // floats per row of the fp32 64 x 64 matrix
+  static constexpr int kK = 0;
+  static constexpr int kV = kK + 64 * kPitchD;
+  // L, then A in place, then (after a barrier) Aw and Au as 16-bit tiles.
+  static constexpr int kLA = kV + 64 * kPitchD;
+  static constexpr int kR = kLA + 64 * kLd * 4;  // fp32 [16][72] scratch of the solve
+  static constexpr int kGate = kR + 16 * kLd * 4;
+  static constexpr int kBeta = kGate + 64 * 4;
+  static constexpr int kRk = kBeta + 64 * 4;
+  static constexpr int kBytes = kRk + 64 * 4;
+  static_assert(2 * 64 * kPitchC <= 64 * kLd * 4, "Aw and Au fit where A was");
+};
+
+// The causal 16x8 tiles of a 64x64 product X Y^T that warp `warp` of 8 computes: row block
+// rb = warp % 4, n-tiles nt = parity + 2x for x = 0..rb (parity = warp / 4), so each row block's
+// tiles 0 .. 2 rb + 1 (columns up to its diagonal) are split between two warps. acc[x] gets tile x.
+// X and Y are padded 64 x DK tiles of 16-bit elements.
+template <class T, int DK>
+__device__ __forceinline__ void causal_tiles(float (&acc)[4][4], uint32_t x_tile, uint32_t y_tile, int warp,
+                                             int lane) {
+  constexpr int kPitch = tile_pitch(DK);
+  const int rb = warp & 3, parity = warp >> 2;
+#pragma unroll
+  for (int x = 0; x < 4; ++x) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[x][e] = 0.f;
+  }
+#pragma unroll
+  for (int kk = 0; kk < DK / 16; ++kk) {
+    uint32_t a[4];
+    load_a(a, x_tile, kPitch, 16 * rb, 16 * kk, lane);
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      if (x <= rb) {
+        uint32_t b[2];
+        load_b1_nk(b, y_tile, kPitch, 16 * kk, 8 * (parity + 2 * x), lane);
+        mma16816<T>(acc[x], a, b);
+      }
+    }
+  }
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(const PrepParams<T> p) {
+  using Lay = PrepLayout<D>;
+  constexpr int kLd = Lay::kLd;
+  extern __shared__ __align__(16) unsigned char prep_smem[];
+  unsigned char* kS = prep_smem + Lay::kK;
+  unsigned char* vS = prep_smem + Lay::kV;
+  float* LA = reinterpret_cast<float*>(prep_smem + Lay::kLA);
+  float* R = reinterpret_cast<float*>(prep_smem + Lay::kR);
+  float* gS = reinterpret_cast<float*>(prep_smem + Lay::kGate);  // g, then its cumsum
+  float* bS = reinterpret_cast<float*>(prep_smem + Lay::kBeta);
+  float* rkS = reinterpret_cast<float*>(prep_smem + Lay::kRk);
+
+  const int gch = blockIdx.x, h = blockIdx.y, hk = h / p.group;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
+  int row, t0, len;
+  p.map.chunk(gch, row, t0, len);
+  const int64_t vec_off = (static_cast<int64_t>(gch) * p.H + h) * 64;  // [chunk, H, 64] index base
+
+  // 1. Load k, v (zero rows past len), g and beta.
+  async_tile<64, D, kPrepThreads>(kS, len, [&](int r) { return p.k.row(row, t0 + r, hk); }, tid);
+  async_tile<64, D, kPrepThreads>(vS, len, [&](int r) { return p.v.row(row, t0 + r, h); }, tid);
+  cp_async_commit();
+  if (tid < 64) {
+    gS[tid] = tid < len ? p.g.at(row, t0 + tid, h) : 0.f;
+    bS[tid] = tid < len ? p.beta.at(row, t0 + tid, h) : 0.f;
+  }
+  cp_async_wait_all();
+  __syncthreads();
+
+  // 2. Gate cumsum (warp 0: two tokens a lane, then a warp scan) and 1 / |k| per row.
+  if (warp == 0) {
+    const float g0 = gS[2 * lane], g1 = gS[2 * lane + 1];
+    float s = g0 + g1;
+#pragma unroll
+    for (int m = 1; m < 32; m <<= 1) {
+      const float y = __shfl_up_sync(0xffffffffu, s, m);
+      if (lane >= m) s += y;
+    }
+    gS[2 * lane] = s - g1;
+    gS[2 * lane + 1] = s;
+  }
+  if (p.l2norm) {
+    // 8 rows a warp, 4 lanes a row, each lane a quarter of the row.
+    const int r = 8 * warp + (lane >> 2), q = lane & 3;
+    const unsigned char* src = kS + r * Lay::kPitchD + q * (D / 4) * 2;
+    float ss = 0.f;
+#pragma unroll
+    for (int c = 0; c < D / 32; ++c) {
+      const uint4 v = *reinterpret_cast<const uint4*>(src + c * 16);
+      const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 f = unpack2<T>(wv[e]);
+        ss = fmaf(f.x, f.x, fmaf(f.y, f.y, ss));
+      }
+    }
+    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+    ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+    if (q == 0) rkS[r] = rsqrtf(ss + kL2NormEps);
+  } else if (tid < 64) {
+    rkS[tid] = 1.f;
+  }
+  __syncthreads();
+  if (tid < 64) {
+    p.gc[vec_off + tid] = gS[tid];
+    if (p.rk) p.rk[vec_off + tid] = rkS[tid];
+  }
+
+  // 3. Scaled K K^T: L[i][j] = beta_i rk_i rk_j exp(gc_i - gc_j) (k_i . k_j) for j < i.
+  {
+    float acc[4][4];
+    causal_tiles<T, D>(acc, smem_addr(kS), smem_addr(kS), warp, lane);
+    const int rb = warp & 3, parity = warp >> 2;
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      if (x > rb) continue;
+      const int nt = parity + 2 * x;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = 16 * rb + g8 + 8 * hh, j = 8 * nt + 2 * t4;
+        const float bi = bS[i] * rkS[i], gi = gS[i];
+        float2 out;
+        out.x = j < i ? bi * rkS[j] * expf(gi - gS[j]) * acc[x][2 * hh] : 0.f;
+        out.y = j + 1 < i ? bi * rkS[j + 1] * expf(gi - gS[j + 1]) * acc[x][2 * hh + 1] : 0.f;
+        *reinterpret_cast<float2*>(&LA[i * kLd + j]) = out;
+      }
+    }
+  }
+  __syncthreads();
+
+  // 4. A = (I + L)^-1 by 16x16 blocks. Diagonal blocks first (warp b inverts block b, a lane per
+  //    column, into R), then block rows I = 1..3: A_IJ = -D_I sum_{J <= M < I} L_IM A_MJ, in place.
+  if (warp < 4 && lane < 16) {
+    const float* Lb = LA + 16 * warp * kLd + 16 * warp;
+    float x[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      float s = i == lane ? 1.f : 0.f;
+#pragma unroll
+      for (int j = 0; j < i; ++j) s = fmaf(-Lb[i * kLd + j], x[j], s);
+      x[i] = s;
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) R[i * kLd + 16 * warp + lane] = x[i];
+  }
+  __syncthreads();
+  for (int e = tid; e < 4 * 256; e += kPrepThreads) {
+    const int blk = e >> 8, i = (e >> 4) & 15, c = e & 15;
+    LA[(16 * blk + i) * kLd + 16 * blk + c] = R[i * kLd + 16 * blk + c];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int I = 1; I < 4; ++I) {
+    constexpr int kMax = 16 * 16 * 3;
+    const int cols = 16 * I, count = 16 * cols;
+    for (int e = tid; e < kMax && e < count; e += kPrepThreads) {
+      const int r = e / cols, cc = e - r * cols, J = cc >> 4;
+      const float* Lrow = LA + (16 * I + r) * kLd;
+      float s = 0.f;
+      for (int m = 16 * J; m < 16 * I; ++m) s = fmaf(Lrow[m], LA[m * kLd + cc], s);
+      R[r * kLd + cc] = s;
+    }
+    __syncthreads();
+    for (int e = tid; e < kMax && e < count; e += kPrepThreads) {
+      const int r = e / cols, cc = e - r * cols;
+      const float* Drow = LA + (16 * I + r) * kLd + 16 * I;
+      float s = 0.f;
+      for (int m = 0; m <= r; ++m) s = fmaf(Drow[m], R[m * kLd + cc], s);
+      LA[(16 * I + r) * kLd + cc] = -s;
+    }
+    __syncthreads();
+  }
+
+  // 5. Aw = A diag(beta exp(gc)), Au = A diag(beta): fp32 to the optional outputs; 16-bit (Aw with
+  //    the 1/|k| column scale folded in, so w = Aw K^ reads raw k) into the space A occupied.
+  {
+    float av[16];
+#pragma unroll
+    for (int q = 0; q < 16; ++q) {
+      const int e = tid + q * kPrepThreads, i = e >> 6, j = e & 63;
+      av[q] = j <= i ? LA[i * kLd + j] : 0.f;
+    }
+    __syncthreads();
+    T* AwS = reinterpret_cast<T*>(LA);
+    T* AuS = AwS + 64 * (Lay::kPitchC / 2);
+    const int64_t out_base = (static_cast<int64_t>(row) * p.H + h) * p.tokens + t0;
+#pragma unroll
+    for (int q = 0; q < 16; ++q) {
+      const int e = tid + q * kPrepThreads, i = e >> 6, j = e & 63;
+      const float au = av[q] * bS[j];
+      const float aw = au * expf(gS[j]);
+      AwS[i * (Lay::kPitchC / 2) + j] = Elem<T>::from_float(aw * rkS[j]);
+      AuS[i * (Lay::kPitchC / 2) + j] = Elem<T>::from_float(au);
+      if (i < len) {
+        if (p.aw) p.aw[(out_base + i) * 64 + j] = aw;
+        if (p.au) p.au[(out_base + i) * 64 + j] = au;
+      }
+    }
+  }
+  __syncthreads();
+
+  // 6. w = Aw K (warps 0-3) and u = Au V (warps 4-7), 16 rows a warp, 64 columns at a time; A is
+  //    lower triangular, so row block rb needs k-blocks 0..rb only.
+  {
+    const bool is_w = warp < 4;
+    const int rb = warp & 3;
+    const uint32_t f_tile = smem_addr(LA) + (is_w ? 0 : 64 * Lay::kPitchC);
+    const uint32_t x_tile = smem_addr(is_w ? kS : vS);
+    T* out = (is_w ? p.w : p.u) + vec_off * D;
+#pragma unroll
+    for (int ng = 0; ng < D / 64; ++ng) {
+      float acc[8][4];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+      }
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb) {
+        if (kb > rb) continue;
+        uint32_t a[4];
+        load_a(a, f_tile, Lay::kPitchC, 16 * rb, 16 * kb, lane);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t b[2][2];
+          load_b2_kn(b, x_tile, Lay::kPitchD, 16 * kb, 64 * ng + 16 * np, lane);
+          mma16816<T>(acc[2 * np], a, b[0]);
+          mma16816<T>(acc[2 * np + 1], a, b[1]);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int col = 64 * ng + 8 * nt + 2 * t4;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int i = 16 * rb + g8 + 8 * hh;
+          *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(i) * D + col) =
+              pack2<T>(acc[nt][2 * hh], acc[nt][2 * hh + 1]);
+        }
+      }
+    }
+  }
+}
+
+template <class T, int D>
+void launch_chunk_prep(const PrepParams<T>& p, cudaStream_t stream) {
+  if (p.chunks == 0 || p.H == 0) return;
+  constexpr int kSmem = PrepLayout<D>::kBytes;
+  auto kernel = chunk_prep_kernel<T, D>;
+  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  const dim3 grid(static_cast<unsigned>(p.chunks), static_cast<unsigned>(p.H));
+  kernel<<<grid, kPrepThreads, kSmem, stream>>>(p);
+  ak::cuda::check_launch("chunk_prep_kernel");
+}
+
+}  // namespace ak::linear::cuda::fwd

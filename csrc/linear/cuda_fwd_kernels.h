@@ -1,0 +1,107 @@
+// Launchers of the CUDA forward kernels of the delta-rule family (host side). Each kernel lives in its
+// own translation unit; cuda_dispatch.cu picks one per call.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda_fwd_common.cuh"
+
+namespace ak::linear::cuda::fwd {
+
+// ---- general path: the token-by-token recurrence (any dtype, K and V up to 256) ----
+
+template <class T>
+struct RecurrentParams {
+  Rows<const T> q, k, v;
+  Rows<T> o;
+  Scalars g, beta;  // g.p == nullptr: ungated
+  const float* initial_state = nullptr;  // [N, H, K, V] or nullptr (zeros)
+  float* final_state = nullptr;          // [N, H, K, V] or nullptr
+  float* chunk_states = nullptr;         // [B, H, NC + 1, K, V] or nullptr (fixed length only)
+  ChunkMap map;                          // sequences (cu, T); chunk tables unused
+  int N = 0, H = 0, group = 1, K = 0, V = 0;
+  int C = 64, NC = 0;  // chunk_states interval and count
+  float scale = 1.f;
+  bool l2norm = false;
+};
+template <class T>
+void launch_recurrent_fwd(const RecurrentParams<T>& p, cudaStream_t stream);
+
+// ---- general path: the chunk-local WY factors Aw, Au in fp32 (fixed length) ----
+
+template <class T>
+struct WyParams {
+  Rows<const T> k;
+  Scalars g, beta;
+  float *aw = nullptr, *au = nullptr;  // [B, H, T, C]
+  int B = 0, tokens = 0, H = 0, group = 1, K = 0, C = 64, NC = 0;
+  bool l2norm = false;
+};
+template <class T>
+void launch_wy_general(const WyParams<T>& p, cudaStream_t stream);
+
+// ---- decode: one token per sequence ----
+
+// S is the state's element type (float, or T).
+template <class T, class S>
+struct DecodeParams {
+  const T *q = nullptr, *k = nullptr, *v = nullptr;
+  int64_t q_sb = 0, q_sh = 0, k_sb = 0, k_sh = 0, v_sb = 0, v_sh = 0;
+  const float *g = nullptr, *beta = nullptr;  // g == nullptr: ungated
+  int64_t g_sb = 0, g_sh = 0, beta_sb = 0, beta_sh = 0;
+  const S* state = nullptr;  // [B, H, K, V] contiguous
+  S* new_state = nullptr;    // may equal state
+  T* o = nullptr;
+  int64_t o_sb = 0, o_sh = 0;
+  int B = 0, H = 0, group = 1, K = 0, V = 0;
+  float scale = 1.f;
+  bool l2norm = false;
+};
+template <class T, class S>
+void launch_decode(const DecodeParams<T, S>& p, cudaStream_t stream);
+
+// ---- fast chunked path (bf16/f16, K = V = D in {64, 128, 256}, chunk 64) ----
+
+constexpr int kFastChunk = 64;
+
+// Builds the varlen chunk tables: chunk_first [N + 1] and chunk_seq [chunks].
+void launch_chunk_table(const int32_t* cu, int N, int C, int32_t* chunk_first, int32_t* chunk_seq,
+                        cudaStream_t stream);
+
+// Stage 1, chunk-parallel: gate cumsum, scaled K K^T, (I + A)^-1, WY vectors w = Aw K, u = Au V.
+template <class T>
+struct PrepParams {
+  Rows<const T> k, v;
+  Scalars g, beta;
+  ChunkMap map;
+  T *w = nullptr, *u = nullptr;   // [chunks, H, C, D]
+  float *gc = nullptr, *rk = nullptr;  // [chunks, H, C]: gate cumsum, 1 / |k| (rk only with l2norm)
+  float *aw = nullptr, *au = nullptr;  // [B, H, T, C] or nullptr (fixed length only)
+  int chunks = 0, H = 0, group = 1, tokens = 0;
+  bool l2norm = false;
+};
+template <class T, int D>
+void launch_chunk_prep(const PrepParams<T>& p, cudaStream_t stream);
+
+// Stage 2, sequential over chunks per (sequence, head, V tile): the chunk state recurrence fused
+// with the output (u - w S, O = Q S + P U, S <- decay S + K^T U).
+template <class T>
+struct StateParams {
+  Rows<const T> q, k;
+  Rows<T> o;
+  const T *w = nullptr, *u = nullptr;
+  const float *gc = nullptr, *rk = nullptr;
+  const float* initial_state = nullptr;
+  float* final_state = nullptr;
+  float* chunk_states = nullptr;  // [B, H, NC + 1, D, D] (fixed length only)
+  ChunkMap map;
+  int N = 0, H = 0, group = 1;
+  float scale = 1.f;
+  bool l2norm = false;
+};
+template <class T, int D, int VT>
+void launch_chunk_state(const StateParams<T>& p, cudaStream_t stream);
+
+}  // namespace ak::linear::cuda::fwd
