@@ -9,6 +9,8 @@
 //            recurrent calls compute the same function; here the chunked one runs as the recurrence.
 // ATTNKIT_LINEAR_PATH=general|fast|auto (default auto) forces a path; "fast" refuses calls it cannot
 // serve instead of falling back, so a test run can tell the paths apart.
+// ATTNKIT_LINEAR_FAST_STAGES=prep (timing only) stops the fast path after stage 1, leaving the
+// outputs unwritten, so bench/linear_selfcheck.ts can time the two stages apart.
 // delta_bwd lives in cuda_bwd.cu.
 #include <cstdlib>
 #include <cstring>
@@ -211,6 +213,8 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
   pp.tokens = map.T;
   pp.l2norm = p.l2norm;
   launch_chunk_prep<T, D>(pp, stream);
+  const char* stages = std::getenv("ATTNKIT_LINEAR_FAST_STAGES");
+  if (stages != nullptr && std::strcmp(stages, "prep") == 0) return;
 
   StateParams<T> sp;
   sp.q = rows_in<T>(a.q);
