@@ -251,6 +251,8 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant_
     fence_proxy_async();  // the generic-proxy dS stores, before wgmma reads them
 
     // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q MN-major (k-steps of 16 queries).
+    fence_regs(p_frag);  // the fragments are complete before the fence that orders them for wgmma
+    fence_regs(ds_frag);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) {
