@@ -11,7 +11,6 @@
 //   dbeta, dgc from the same products; dg = reverse cumsum of dgc within the chunk
 #pragma once
 
-#include "../cuda/runtime.cuh"
 #include "cuda_bwd_elem.cuh"
 #include "cuda_bwd_fast.cuh"
 #include "cuda_bwd_mma.cuh"
@@ -357,21 +356,6 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
   }
 }
 
-template <class T, int D>
-void launch(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
-  if (p.NCt == 0) return;
-  constexpr size_t smem = fast_grads_smem<D>();
-  AK_CUDA_CHECK(cudaFuncSetAttribute(fast_grads<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
-  fast_grads<T, D><<<dim3(p.NCt, p.H), kThreads, smem, s>>>(p, w);
-  ak::cuda::check_launch("delta_bwd fast: grads");
-}
-
 }  // namespace grads_detail
-
-template <class T, int D>
-void launch_fast_grads(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
-  grads_detail::launch<T, D>(p, w, s);
-}
 
 }  // namespace ak::linear::cuda::bwd

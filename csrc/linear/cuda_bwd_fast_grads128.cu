@@ -1,7 +1,19 @@
-// Instantiations of the fast backward's fused gradient stage for K = V = 128 (bf16 and f16).
+// Fast backward, the fused gradient stage for K = V = 128: launcher and instantiations (the kernel:
+// cuda_bwd_fast_grads.cuh).
+#include "../cuda/runtime.cuh"
 #include "cuda_bwd_fast_grads.cuh"
 
 namespace ak::linear::cuda::bwd {
+
+template <class T, int D>
+void launch_fast_grads(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
+  if (p.NCt == 0) return;
+  constexpr size_t smem = fast_grads_smem<D>();
+  AK_CUDA_CHECK(cudaFuncSetAttribute(grads_detail::fast_grads<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  grads_detail::fast_grads<T, D><<<dim3(p.NCt, p.H), grads_detail::kThreads, smem, s>>>(p, w);
+  ak::cuda::check_launch("delta_bwd fast: grads");
+}
 
 template void launch_fast_grads<__nv_bfloat16, 128>(const Problem&, const FastWork<__nv_bfloat16>&, cudaStream_t);
 template void launch_fast_grads<__half, 128>(const Problem&, const FastWork<__half>&, cudaStream_t);

@@ -19,6 +19,9 @@
 
 namespace ak::linear::cuda::bwd {
 
+// The PTX primitives; a host emulator (AK_BWD_EMULATE, not part of the build) supplies its own to
+// run the kernels on a CPU for checking.
+#ifndef AK_BWD_EMULATE
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -53,6 +56,8 @@ __device__ __forceinline__ void mma16816<__half>(float (&c)[4], const uint32_t (
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+#endif  // AK_BWD_EMULATE
 
 // Two floats to a packed pair of T (low half = x).
 template <class T>
@@ -168,6 +173,7 @@ __device__ __forceinline__ void store_acc(const float (&acc)[MT][NT][4], T* s, i
 
 // ---- asynchronous global -> shared copies (16 bytes) ----
 
+#ifndef AK_BWD_EMULATE
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
 }
@@ -176,6 +182,7 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+#endif  // AK_BWD_EMULATE
 
 // Copies rows [0, rows) x [0, width) of T from global (row stride gld elements, 16-byte aligned rows)
 // into shared (row stride sld); rows in [valid, rows) are zero-filled instead. All threads of the

@@ -1,0 +1,261 @@
+// Fast backward, the two sequential stages (one block of 4 warps per sequence, value head and slice of
+// VS state columns; the state slice lives in the warps' accumulators, warp w owning state rows
+// w D/4 .. (w + 1) D/4 - 1):
+//   states   h_c before each chunk (stored), v_new = u - w h (stored over u),
+//            h <- e^gl h + K^T diag(e^(gl - gc)) v_new
+//   dstates  dh_c after each chunk (stored), dv_new = diag(e^(gl - gc)) K dh + P^T dO (stored),
+//            dh <- e^gl dh + (scale diag(e^gc) Q)^T dO - w^T dv_new; the last dh is d_initial_state
+#pragma once
+
+#include "cuda_bwd_elem.cuh"
+#include "cuda_bwd_fast.cuh"
+#include "cuda_bwd_mma.cuh"
+
+namespace ak::linear::cuda::bwd {
+namespace states_detail {
+
+constexpr int kC = kFastC;
+constexpr int kThreads = 128;
+constexpr int kVS = 64;  // state columns per block
+
+// Chunk tiles of the forward state pass, double-buffered.
+template <class T, int D>
+struct StatesBuf {
+  T W[kC * (D + 8)];
+  T K[kC * (D + 8)];
+  T U[kC * (kVS + 8)];
+  float gc[kC];
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w) {
+  constexpr int LD = D + 8, LV = kVS + 8, MT = D / 64, NT = kVS / 8;
+  extern __shared__ __align__(16) unsigned char smraw[];
+  StatesBuf<T, D>* buf = reinterpret_cast<StatesBuf<T, D>*>(smraw);
+  T* hs = reinterpret_cast<T*>(buf + 2);  // [D][LV]
+
+  const int vs = blockIdx.x * kVS, h = blockIdx.y, n = blockIdx.z, hk = h / p.group;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
+  const int4 si = p.map.seq_of(n);
+  const int nch = (si.z - si.y + kC - 1) / kC;
+  const int64_t P = p.padded();
+  const int hm0 = warp * (D / 4);  // first state row of this warp
+
+  float hacc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int d = hm0 + 16 * mt + gq + (r >= 2 ? 8 : 0), e = vs + 8 * nt + 2 * q4 + (r & 1);
+        hacc[mt][nt][r] = p.initial_state != nullptr
+                              ? p.initial_state[((static_cast<int64_t>(n) * p.H + h) * D + d) * D + e]
+                              : 0.f;
+      }
+
+  auto load = [&](int c, StatesBuf<T, D>& b) {
+    const int gi = si.w + c, t0 = si.y + c * kC;
+    const int len = min(kC, si.z - t0);
+    const int64_t row = static_cast<int64_t>(h) * P + static_cast<int64_t>(gi) * kC;
+    tile_load<T>(b.W, LD, w.W + row * D, D, kC, kC, D, tid, kThreads);
+    tile_load<T>(b.K, LD, static_cast<const T*>(p.k.p) + p.k.offset(si.x, t0, hk), p.k.st, kC, len, D, tid,
+                 kThreads);
+    tile_load<T>(b.U, LV, w.U + row * D + vs, D, kC, kC, kVS, tid, kThreads);
+    if (tid < kC / 4) cp_async16(b.gc + 4 * tid, w.gc + row + 4 * tid);
+  };
+
+  if (nch > 0) load(0, buf[0]);
+  cp_async_commit();
+  for (int c = 0; c < nch; ++c) {
+    StatesBuf<T, D>& b = buf[c & 1];
+    if (c + 1 < nch) load(c + 1, buf[(c + 1) & 1]);
+    cp_async_commit();
+    cp_async_wait<1>();
+    const int gi = si.w + c;
+    const int64_t row = static_cast<int64_t>(h) * P + static_cast<int64_t>(gi) * kC;
+    store_acc<T, MT, NT>(hacc, hs, LV, hm0, 0, lane);
+    __syncthreads();
+    tile_store<T>(w.Hs + (static_cast<int64_t>(h) * p.NCt + gi) * D * D + vs, D, hs, LV, D, kVS, tid, kThreads);
+
+    // v_new = u - w h; the decayed copy feeds the state update.
+    float uacc[1][NT][4];
+    zero_acc(uacc);
+    warp_mma<T, 1, NT, false, true>(uacc, b.W, LD, 16 * warp, hs, LV, 0, D, lane);
+    const float gl = b.gc[kC - 1];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = 16 * warp + gq + 8 * half;
+      const float dec = expf(gl - b.gc[i]);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int e = 8 * nt + 2 * q4;
+        uint32_t* up = reinterpret_cast<uint32_t*>(b.U + i * LV + e);
+        const float2 u2 = unpack2<T>(*up);
+        const float x0 = u2.x - uacc[0][nt][2 * half], x1 = u2.y - uacc[0][nt][2 * half + 1];
+        *reinterpret_cast<uint32_t*>(w.U + (row + i) * D + vs + e) = pack2<T>(x0, x1);
+        *up = pack2<T>(x0 * dec, x1 * dec);
+      }
+    }
+    __syncthreads();
+    const float eg = expf(gl);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) hacc[mt][nt][r] *= eg;
+    warp_mma<T, MT, NT, true, true>(hacc, b.K, LD, hm0, b.U, LV, 0, kC, lane);
+    __syncthreads();
+  }
+}
+
+// Chunk tiles of the backward state pass (single buffer: the next chunk's K and P are fetched while
+// the state update runs; two blocks share a multiprocessor to hide the rest).
+template <class T, int D>
+struct DStatesSmem {
+  T P[kC * (kC + 8)];
+  T dO[kC * (kVS + 8)];
+  T K[kC * (D + 8)];
+  T Q[kC * (D + 8)];
+  T W[kC * (D + 8)];
+  T dh[D * (kVS + 8)];
+  T dU[kC * (kVS + 8)];
+  float gc[kC];
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) fast_dstates(Problem p, FastWork<T> w) {
+  constexpr int LD = D + 8, LV = kVS + 8, LC = kC + 8, MT = D / 64, NT = kVS / 8;
+  extern __shared__ __align__(16) unsigned char smraw[];
+  DStatesSmem<T, D>& sm = *reinterpret_cast<DStatesSmem<T, D>*>(smraw);
+
+  const int vs = blockIdx.x * kVS, h = blockIdx.y, n = blockIdx.z, hk = h / p.group;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
+  const int4 si = p.map.seq_of(n);
+  const int nch = (si.z - si.y + kC - 1) / kC;
+  const int64_t P = p.padded();
+  const int hm0 = warp * (D / 4);
+  const int64_t state_base = (static_cast<int64_t>(n) * p.H + h) * D * D;
+
+  float dh[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int d = hm0 + 16 * mt + gq + (r >= 2 ? 8 : 0), e = vs + 8 * nt + 2 * q4 + (r & 1);
+        dh[mt][nt][r] = p.d_final_state != nullptr ? p.d_final_state[state_base + d * D + e] : 0.f;
+      }
+
+  auto chunk_rows = [&](int c, int& len, int& t0, int64_t& row) {
+    const int gi = si.w + c;
+    t0 = si.y + c * kC;
+    len = min(kC, si.z - t0);
+    row = static_cast<int64_t>(h) * P + static_cast<int64_t>(gi) * kC;
+  };
+  auto load_kp = [&](int c) {
+    int len, t0;
+    int64_t row;
+    chunk_rows(c, len, t0, row);
+    tile_load<T>(sm.K, LD, static_cast<const T*>(p.k.p) + p.k.offset(si.x, t0, hk), p.k.st, kC, len, D, tid,
+                 kThreads);
+    tile_load<T>(sm.P, LC, w.P + row * kC, kC, kC, kC, kC, tid, kThreads);
+  };
+  auto load_rest = [&](int c) {
+    int len, t0;
+    int64_t row;
+    chunk_rows(c, len, t0, row);
+    tile_load<T>(sm.Q, LD, static_cast<const T*>(p.q.p) + p.q.offset(si.x, t0, hk), p.q.st, kC, len, D, tid,
+                 kThreads);
+    tile_load<T>(sm.W, LD, w.W + row * D, D, kC, kC, D, tid, kThreads);
+    tile_load<T>(sm.dO, LV, static_cast<const T*>(p.dout.p) + p.dout.offset(si.x, t0, h) + vs, p.dout.st, kC, len,
+                 kVS, tid, kThreads);
+    if (tid < kC / 4) cp_async16(sm.gc + 4 * tid, w.gc + row + 4 * tid);
+  };
+
+  if (nch > 0) {
+    load_kp(nch - 1);
+    load_rest(nch - 1);
+  }
+  cp_async_commit();
+  for (int c = nch - 1; c >= 0; --c) {
+    int len, t0;
+    int64_t row;
+    chunk_rows(c, len, t0, row);
+    cp_async_wait<0>();
+    __syncthreads();
+    const float gl = sm.gc[kC - 1];
+    // Q rows scaled by scale e^gc (Q serves only the state update here).
+    for (int idx = tid; idx < kC * D / 2; idx += kThreads) {
+      const int i = (2 * idx) / D, d = 2 * idx - i * D;
+      uint32_t* qp = reinterpret_cast<uint32_t*>(sm.Q + i * LD + d);
+      const float f = p.scale * expf(sm.gc[i]);
+      const float2 qv = unpack2<T>(*qp);
+      *qp = pack2<T>(qv.x * f, qv.y * f);
+    }
+    store_acc<T, MT, NT>(dh, sm.dh, LV, hm0, 0, lane);
+    __syncthreads();
+    tile_store<T>(w.dHs + (static_cast<int64_t>(h) * p.NCt + si.w + c) * D * D + vs, D, sm.dh, LV, D, kVS, tid,
+                  kThreads);
+
+    // dv_new = diag(e^(gl - gc)) K dh + P^T dO
+    float uacc[1][NT][4];
+    zero_acc(uacc);
+    warp_mma<T, 1, NT, false, true>(uacc, sm.K, LD, 16 * warp, sm.dh, LV, 0, D, lane);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float dec = expf(gl - sm.gc[16 * warp + gq + 8 * half]);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        uacc[0][nt][2 * half] *= dec;
+        uacc[0][nt][2 * half + 1] *= dec;
+      }
+    }
+    warp_mma<T, 1, NT, true, true>(uacc, sm.P, LC, 16 * warp, sm.dO, LV, 0, kC, lane);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = 16 * warp + gq + 8 * half;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int e = 8 * nt + 2 * q4;
+        const uint32_t v = pack2<T>(uacc[0][nt][2 * half], uacc[0][nt][2 * half + 1]);
+        *reinterpret_cast<uint32_t*>(w.dU + (row + i) * D + vs + e) = v;
+        *reinterpret_cast<uint32_t*>(sm.dU + i * LV + e) = v;
+      }
+    }
+    __syncthreads();
+    if (c > 0) load_kp(c - 1);
+    cp_async_commit();
+
+    // dh <- e^gl dh + Q'^T dO - w^T dv_new
+    const float eg = expf(gl);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) dh[mt][nt][r] *= eg;
+    warp_mma<T, MT, NT, true, true>(dh, sm.Q, LD, hm0, sm.dO, LV, 0, kC, lane);
+    warp_mma<T, MT, NT, true, true, true>(dh, sm.W, LD, hm0, sm.dU, LV, 0, kC, lane);
+    __syncthreads();
+    if (c > 0) load_rest(c - 1);
+    cp_async_commit();
+  }
+  if (p.d_initial_state != nullptr) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int d = hm0 + 16 * mt + gq + 8 * half, e = vs + 8 * nt + 2 * q4;
+          *reinterpret_cast<float2*>(p.d_initial_state + state_base + d * D + e) =
+              make_float2(dh[mt][nt][2 * half], dh[mt][nt][2 * half + 1]);
+        }
+  }
+}
+
+}  // namespace states_detail
+}  // namespace ak::linear::cuda::bwd
