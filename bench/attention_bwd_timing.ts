@@ -82,6 +82,16 @@ export const SHAPES: BwdShape[] = [
   },
 ];
 
+/**
+ * Small odd shapes (tile edges, GQA, both dtypes) for a quick cross-check of the paths, e.g. under
+ * compute-sanitizer (`--small`: checked, not timed; no SDPA figures).
+ */
+export const SMALL_SHAPES: BwdShape[] = [
+  { name: "B2_S300_H4_KV2_D128_causal", batch: 2, seq: 300, heads: 4, headsKv: 2, dim: 128, causal: true },
+  { name: "B1_S257_H2_KV2_D64", batch: 1, seq: 257, heads: 2, headsKv: 2, dim: 64, causal: false },
+  { name: "B1_S130_H8_KV1_D64_causal", batch: 1, seq: 130, heads: 8, headsKv: 1, dim: 64, causal: true },
+].map((s) => ({ ...s, flash2: [1, 1] as [number, number], cudnn: [1, 1] as [number, number] }));
+
 /** A backward path as selected through `ATTNKIT_ATTN_BWD_PATH` (plus the deterministic order). */
 export type BwdPath = "sm90" | "general" | "deterministic";
 
@@ -131,6 +141,7 @@ if (import.meta.main) {
       only: { type: "string" },
       iterations: { type: "string", default: "20" },
       json: { type: "string" },
+      small: { type: "boolean", default: false },
     },
   });
   if (!cudaAvailable()) {
@@ -146,7 +157,8 @@ if (import.meta.main) {
   const rows: BwdRow[] = [];
   const problems: string[] = [];
 
-  for (const s of SHAPES) {
+  const small = values.small!;
+  for (const s of small ? SMALL_SHAPES : SHAPES) {
     if (values.only && !s.name.includes(values.only)) continue;
     const dtype = "bfloat16";
     using q = Tensor.randn([s.batch, s.seq, s.heads, s.dim], { dtype, device, seed: 11 });
@@ -192,6 +204,7 @@ if (import.meta.main) {
           // bf16 gradients from two fp32 accumulation orders: a few units of 2^-8 at the top value.
           if (!(rel <= 3 * 2 ** -8)) problems.push(`${s.name} ${path}: differs from ${paths[0]} by ${rel}`);
         }
+        if (small) continue;
         const bwd = timeIt(() => attentionBackward(q, k, v, output, dO, lse, { ...options, out }), {
           device,
           warmup: 3,
