@@ -1,0 +1,392 @@
+// Host emulator for the delta-rule backward kernels: one std::thread per CUDA thread, barriers for
+// __syncthreads and for warp collectives (shuffles, ldmatrix, mma.sync emulated from the PTX fragment
+// layouts). Runs the real kernel code (headers copied by prep.sh).
+#define AK_BWD_EMULATE 1
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+using std::max;
+using std::min;
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+
+namespace emu {
+struct Warp {
+  std::barrier<> bar{32};
+  uint64_t slot[32][8];
+};
+thread_local uint3 t_tid, t_bid;
+dim3 g_bdim, g_gdim;
+thread_local Warp* t_warp;
+thread_local int t_lane;
+thread_local std::barrier<>* t_bar;
+inline void sync() { t_bar->arrive_and_wait(); }
+template <class V>
+V shfl_xor(V v, int o) {
+  Warp& w = *t_warp;
+  uint64_t b = 0;
+  std::memcpy(&b, &v, sizeof(V));
+  w.slot[t_lane][0] = b;
+  w.bar.arrive_and_wait();
+  V r;
+  std::memcpy(&r, &w.slot[t_lane ^ o][0], sizeof(V));
+  w.bar.arrive_and_wait();
+  return r;
+}
+template <class V>
+V shfl_up(V v, int o) {
+  Warp& w = *t_warp;
+  uint64_t b = 0;
+  std::memcpy(&b, &v, sizeof(V));
+  w.slot[t_lane][0] = b;
+  w.bar.arrive_and_wait();
+  V r = v;
+  if (t_lane >= o) std::memcpy(&r, &w.slot[t_lane - o][0], sizeof(V));
+  w.bar.arrive_and_wait();
+  return r;
+}
+}  // namespace emu
+
+unsigned char* emu_dyn_smem = nullptr;
+
+#undef __global__
+#define __global__
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+#undef __shared__
+#define __shared__ static
+#define threadIdx emu::t_tid
+#define blockIdx emu::t_bid
+#define blockDim emu::g_bdim
+#define __syncthreads() emu::sync()
+#define __shfl_xor_sync(m, v, o) emu::shfl_xor(v, o)
+#define __shfl_up_sync(m, v, o) emu::shfl_up(v, o)
+
+namespace ak::linear::cuda::bwd {
+inline void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  emu::Warp& w = *emu::t_warp;
+  const int l = emu::t_lane;
+  w.slot[l][0] = reinterpret_cast<uint64_t>(p);
+  w.bar.arrive_and_wait();
+  for (int i = 0; i < 4; ++i) {
+    const char* row = reinterpret_cast<const char*>(w.slot[8 * i + l / 4][0]);
+    std::memcpy(&r[i], row + 4 * (l % 4), 4);
+  }
+  w.bar.arrive_and_wait();
+}
+inline void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+  emu::Warp& w = *emu::t_warp;
+  const int l = emu::t_lane;
+  w.slot[l][0] = reinterpret_cast<uint64_t>(p);
+  w.bar.arrive_and_wait();
+  for (int i = 0; i < 4; ++i) {
+    const char* r0 = reinterpret_cast<const char*>(w.slot[8 * i + 2 * (l % 4)][0]);
+    const char* r1 = reinterpret_cast<const char*>(w.slot[8 * i + 2 * (l % 4) + 1][0]);
+    uint16_t lo, hi;
+    std::memcpy(&lo, r0 + 2 * (l / 4), 2);
+    std::memcpy(&hi, r1 + 2 * (l / 4), 2);
+    r[i] = lo | (static_cast<uint32_t>(hi) << 16);
+  }
+  w.bar.arrive_and_wait();
+}
+template <class T>
+float half_of(uint64_t reg, int h) {
+  uint16_t bits = static_cast<uint16_t>((reg >> (16 * h)) & 0xffff);
+  T x;
+  std::memcpy(&x, &bits, 2);
+  return static_cast<float>(x);
+}
+template <class T>
+void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  emu::Warp& w = *emu::t_warp;
+  const int l = emu::t_lane;
+  for (int i = 0; i < 4; ++i) w.slot[l][i] = a[i];
+  w.slot[l][4] = b0;
+  w.slot[l][5] = b1;
+  w.bar.arrive_and_wait();
+  const int g = l / 4, q = l % 4;
+  float out[4];
+  for (int r = 0; r < 4; ++r) {
+    const int row = g + (r >= 2 ? 8 : 0), col = 2 * q + (r & 1);
+    float acc = c[r];
+    for (int k = 0; k < 16; ++k) {
+      const int la = (row % 8) * 4 + (k % 8) / 2, ra = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+      const int lb = col * 4 + (k % 8) / 2, rb = k >= 8 ? 5 : 4;
+      acc += half_of<T>(w.slot[la][ra], k % 2) * half_of<T>(w.slot[lb][rb], k % 2);
+    }
+    out[r] = acc;
+  }
+  w.bar.arrive_and_wait();
+  for (int r = 0; r < 4; ++r) c[r] = out[r];
+}
+inline void cp_async16(void* s, const void* g) { std::memcpy(s, g, 16); }
+inline void cp_async_commit() {}
+template <int N>
+inline void cp_async_wait() {}
+}  // namespace ak::linear::cuda::bwd
+
+#include "linear/cuda_bwd_fast_grads.cuh"
+#include "linear/cuda_bwd_fast_prep.cuh"
+#include "linear/cuda_bwd_fast_states.cuh"
+#include "linear/cuda_bwd_general.cuh"
+#include "linear/cuda_bwd_reduce.cuh"
+
+using namespace ak::linear::cuda::bwd;
+
+template <class F>
+void launch(dim3 grid, int threads, size_t smem, F&& kernel) {
+  emu::g_bdim = dim3(threads, 1, 1);
+  emu::g_gdim = grid;
+  std::vector<unsigned char> buf(smem + 64);
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        std::memset(buf.data(), 0xff, buf.size());  // NaN in every float type
+        emu_dyn_smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(buf.data()) + 15) & ~uintptr_t{15});
+        std::barrier<> bar(threads);
+        std::vector<std::unique_ptr<emu::Warp>> warps;
+        for (int i = 0; i < threads / 32; ++i) warps.push_back(std::make_unique<emu::Warp>());
+        std::vector<std::thread> ts;
+        for (int t = 0; t < threads; ++t) {
+          ts.emplace_back([&, t] {
+            emu::t_tid = make_uint3(t, 0, 0);
+            emu::t_bid = make_uint3(x, y, z);
+            emu::t_warp = warps[t / 32].get();
+            emu::t_lane = t % 32;
+            emu::t_bar = &bar;
+            kernel();
+            emu::t_warp->bar.arrive_and_drop();
+            bar.arrive_and_drop();
+          });
+        }
+        for (auto& th : ts) th.join();
+      }
+}
+
+void fail(int, const std::string& m) {
+  std::fprintf(stderr, "%s\n", m.c_str());
+  std::exit(1);
+}
+
+std::vector<float> read_f32(const std::string& path, size_t n) {
+  std::vector<float> v(n);
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail(0, "cannot open " + path);
+  if (std::fread(v.data(), 4, n, f) != n) fail(0, "short read " + path);
+  std::fclose(f);
+  return v;
+}
+void write_f32(const std::string& path, const std::vector<float>& v) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  std::fwrite(v.data(), 4, v.size(), f);
+  std::fclose(f);
+}
+
+template <class T>
+std::vector<T> to_t(const std::vector<float>& v) {
+  std::vector<T> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i] = static_cast<T>(v[i]);
+  return o;
+}
+template <class T>
+std::vector<float> from_t(const std::vector<T>& v) {
+  std::vector<float> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i] = static_cast<float>(v[i]);
+  return o;
+}
+
+// argv: dir B T H HK K V C gated l2norm path(fast|general) dtype(bf16|f16|f32) N cu...
+template <class T>
+int run(int argc, char** argv) {
+  const std::string dir = argv[1];
+  const int B = std::atoi(argv[2]), T_ = std::atoi(argv[3]), H = std::atoi(argv[4]), HK = std::atoi(argv[5]);
+  const int K = std::atoi(argv[6]), V = std::atoi(argv[7]), C = std::atoi(argv[8]);
+  const bool gated = std::atoi(argv[9]), l2 = std::atoi(argv[10]);
+  const std::string path = argv[11];
+  const int N = std::atoi(argv[13]);
+  std::vector<int> cu;
+  for (int i = 0; i <= N && 14 + i < argc; ++i) cu.push_back(std::atoi(argv[14 + i]));
+  const bool varlen = !cu.empty();
+
+  auto q = to_t<T>(read_f32(dir + "/q.bin", size_t(B) * T_ * HK * K));
+  auto k = to_t<T>(read_f32(dir + "/k.bin", size_t(B) * T_ * HK * K));
+  auto v = to_t<T>(read_f32(dir + "/v.bin", size_t(B) * T_ * H * V));
+  auto dO = to_t<T>(read_f32(dir + "/do.bin", size_t(B) * T_ * H * V));
+  auto g = read_f32(dir + "/g.bin", size_t(B) * T_ * H);
+  auto beta = read_f32(dir + "/beta.bin", size_t(B) * T_ * H);
+  auto S0 = read_f32(dir + "/s0.bin", size_t(N) * H * K * V);
+  auto dSf = read_f32(dir + "/dsf.bin", size_t(N) * H * K * V);
+  std::vector<T> dq(q.size(), static_cast<T>(NAN)), dk(k.size(), static_cast<T>(NAN)),
+      dv(v.size(), static_cast<T>(NAN));
+  std::vector<float> dbeta(beta.size(), NAN), dg(g.size(), NAN), dS0(S0.size(), NAN);
+
+  Problem p;
+  p.N = N;
+  p.H = H;
+  p.HK = HK;
+  p.group = H / HK;
+  p.K = K;
+  p.V = V;
+  p.C = C;
+  p.scale = 1.f / std::sqrt(float(K));
+  p.gated = gated;
+  p.l2norm = l2;
+  p.dtype = sizeof(T) == 4 ? 0 : (std::is_same<T, __half>::value ? 2 : 3);
+  auto rv = [&](const void* ptr, int heads, int D) {
+    return RowView{ptr, int64_t(T_) * heads * D, int64_t(heads) * D, D};
+  };
+  auto ov = [&](void* ptr, int heads, int D) { return OutView{ptr, int64_t(T_) * heads * D, int64_t(heads) * D, D}; };
+  p.q = rv(q.data(), HK, K);
+  p.k = rv(k.data(), HK, K);
+  p.v = rv(v.data(), H, V);
+  p.dout = rv(dO.data(), H, V);
+  p.g = gated ? rv(g.data(), H, 1) : RowView{};
+  p.beta = rv(beta.data(), H, 1);
+  p.initial_state = S0.data();
+  p.d_final_state = dSf.data();
+  p.dq = ov(dq.data(), HK, K);
+  p.dk = ov(dk.data(), HK, K);
+  p.dv = ov(dv.data(), H, V);
+  p.dbeta = ov(dbeta.data(), H, 1);
+  p.dg = gated ? ov(dg.data(), H, 1) : OutView{};
+  p.d_initial_state = dS0.data();
+  p.map.T = T_;
+  p.map.C = C;
+  std::vector<int4> seq, chunk;
+  int covered = T_;
+  if (varlen) {
+    int first = 0;
+    for (int n = 0; n < N; ++n) {
+      seq.push_back(make_int4(0, cu[n], cu[n + 1], first));
+      const int len = cu[n + 1] - cu[n];
+      for (int c = 0; c * C < len; ++c) chunk.push_back(make_int4(0, cu[n] + c * C, min(C, len - c * C), n));
+      first += (len + C - 1) / C;
+    }
+    p.NCt = first;
+    p.map.seq = seq.data();
+    p.map.chunk = chunk.data();
+    covered = cu[N];
+  } else {
+    p.map.nc_fixed = (T_ + C - 1) / C;
+    p.NCt = N * p.map.nc_fixed;
+  }
+  const int64_t P = p.padded();
+  if (path == "general") {
+    using namespace general_detail;
+    const int64_t nk = int64_t(HK) * P * K, nv = int64_t(H) * P * V, nhk = int64_t(H) * P * K,
+                  ns = int64_t(H) * p.NCt * K * V, nc = int64_t(H) * P * C, n1 = int64_t(H) * P;
+    std::vector<float> ws(2 * nk + 4 * nv + 3 * nhk + 2 * ns + 2 * nc + 2 * n1, NAN);
+    float* base = ws.data();
+    auto take = [&](int64_t n) {
+      float* r = base;
+      base += n;
+      return r;
+    };
+    GenWork w;
+    w.Qp = take(nk);
+    w.Kp = take(nk);
+    w.Vp = take(nv);
+    w.dOp = take(nv);
+    w.U = take(nv);
+    w.dU = take(nv);
+    w.W = take(nhk);
+    w.dQh = take(nhk);
+    w.dKh = take(nhk);
+    w.Hs = take(ns);
+    w.dHs = take(ns);
+    w.Ab = take(nc);
+    w.Pb = take(nc);
+    w.Gc = take(n1);
+    w.Bp = take(n1);
+    const unsigned rows = (P + kWarps - 1) / kWarps;
+    launch(dim3(rows, HK), kThreads, 0, [&] { pack_rows<T>(p.q, K, p.map, P, w.Qp, p.l2norm); });
+    launch(dim3(rows, HK), kThreads, 0, [&] { pack_rows<T>(p.k, K, p.map, P, w.Kp, p.l2norm); });
+    launch(dim3(rows, H), kThreads, 0, [&] { pack_rows<T>(p.v, V, p.map, P, w.Vp, false); });
+    launch(dim3(rows, H), kThreads, 0, [&] { pack_rows<T>(p.dout, V, p.map, P, w.dOp, false); });
+    const dim3 sc((P + kThreads - 1) / kThreads, H);
+    launch(sc, kThreads, 0, [&] { pack_scalars(p.gated ? p.g : RowView{}, p.map, P, w.Gc); });
+    launch(sc, kThreads, 0, [&] { pack_scalars(p.beta, p.map, P, w.Bp); });
+    launch(dim3(p.NCt, H), kThreads, (2 * C * C + 3 * C) * 4, [&] { prep(p, w); });
+    const dim3 sq((V + kSlice - 1) / kSlice, H, N);
+    launch(sq, kThreads, 0, [&] { states_fwd(p, w); });
+    launch(sq, kThreads, 0, [&] { states_bwd(p, w); });
+    launch(dim3(p.NCt, H), kThreads, (2 * C * C + 7 * C + kWarps) * 4, [&] { grads<T>(p, w); });
+    launch(dim3(rows, HK), 256, 0, [&] { reduce_detail::reduce_dqk<T>(p, w.dQh, w.dKh); });
+  } else if constexpr (!std::is_same<T, float>::value) {
+    const int D = K;
+    const bool direct = p.group == 1 && !p.l2norm;
+    std::vector<float> gc(H * P, NAN), dQh(direct ? 0 : H * P * D, NAN), dKh(direct ? 0 : H * P * D, NAN);
+    std::vector<T> A(H * P * 64), Pm(H * P * 64), W(H * P * D), U(H * P * D), dU(H * P * D),
+        Hs(int64_t(H) * p.NCt * D * D), dHs(int64_t(H) * p.NCt * D * D);
+    FastWork<T> w;
+    w.gc = gc.data();
+    w.A = A.data();
+    w.P = Pm.data();
+    w.W = W.data();
+    w.U = U.data();
+    w.dU = dU.data();
+    w.Hs = Hs.data();
+    w.dHs = dHs.data();
+    w.dQh = direct ? nullptr : dQh.data();
+    w.dKh = direct ? nullptr : dKh.data();
+    Problem pf = p;
+    std::vector<T> qn, kn;
+    if (l2) {  // the fast path's normalised copies (same formula as its l2norm kernel)
+      qn = q;
+      kn = k;
+      for (auto* x : {&qn, &kn})
+        for (size_t r = 0; r < x->size() / D; ++r) {
+          float ss = 0;
+          for (int d = 0; d < D; ++d) ss += float((*x)[r * D + d]) * float((*x)[r * D + d]);
+          const float rs = rsqrtf(ss + kL2NormEps);
+          for (int d = 0; d < D; ++d) (*x)[r * D + d] = static_cast<T>(float((*x)[r * D + d]) * rs);
+        }
+      pf.q = rv(qn.data(), HK, K);
+      pf.k = rv(kn.data(), HK, K);
+    }
+    auto run_d = [&](auto dtag) {
+      constexpr int DD = decltype(dtag)::value;
+      if (p.NCt > 0)
+        launch(dim3(p.NCt, H), 128, prep_detail::prep_smem<DD>(), [&] { prep_detail::fast_prep<T, DD>(pf, w); });
+      if (p.NCt > 0)
+        launch(dim3(DD / 64, H, N), 128, 2 * sizeof(states_detail::StatesBuf<T, DD>) + sizeof(T) * DD * 72,
+               [&] { states_detail::fast_states<T, DD>(pf, w); });
+      launch(dim3(DD / 64, H, N), 128, sizeof(states_detail::DStatesSmem<T, DD>),
+             [&] { states_detail::fast_dstates<T, DD>(pf, w); });
+      if (p.NCt > 0)
+        launch(dim3(p.NCt, H), 256, fast_grads_smem<DD>(), [&] { grads_detail::fast_grads<T, DD>(pf, w); });
+    };
+    if (D == 64) run_d(std::integral_constant<int, 64>{});
+    else run_d(std::integral_constant<int, 128>{});
+    if (!direct) {
+      launch(dim3((P + 7) / 8, HK), 256, 0, [&] { reduce_detail::reduce_dqk<T>(p, w.dQh, w.dKh); });
+    }
+  }
+  if (covered < T_) launch(dim3(T_ - covered), 256, 0, [&] { reduce_detail::zero_rows<T>(p, covered); });
+  write_f32(dir + "/out_dq.bin", from_t(dq));
+  write_f32(dir + "/out_dk.bin", from_t(dk));
+  write_f32(dir + "/out_dv.bin", from_t(dv));
+  write_f32(dir + "/out_dbeta.bin", dbeta);
+  write_f32(dir + "/out_dg.bin", dg);
+  write_f32(dir + "/out_ds0.bin", dS0);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  const std::string dt = argv[12];
+  if (dt == "bf16") return run<__nv_bfloat16>(argc, argv);
+  if (dt == "f16") return run<__half>(argc, argv);
+  return run<float>(argc, argv);
+}
