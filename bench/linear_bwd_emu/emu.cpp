@@ -360,11 +360,16 @@ int run(int argc, char** argv) {
       constexpr int DD = decltype(dtag)::value;
       if (p.NCt > 0)
         launch(dim3(p.NCt, H), 128, prep_detail::prep_smem<DD>(), [&] { prep_detail::fast_prep<T, DD>(pf, w); });
-      if (p.NCt > 0)
-        launch(dim3(DD / 64, H, N), 128, 2 * sizeof(states_detail::StatesBuf<T, DD>) + sizeof(T) * DD * 72,
-               [&] { states_detail::fast_states<T, DD>(pf, w); });
-      launch(dim3(DD / 64, H, N), 128, sizeof(states_detail::DStatesSmem<T, DD>),
-             [&] { states_detail::fast_dstates<T, DD>(pf, w); });
+      auto seq = [&](auto vtag) {
+        constexpr int VS = decltype(vtag)::value;
+        if (p.NCt > 0)
+          launch(dim3(DD / VS, H, N), 128, 2 * sizeof(states_detail::StatesBuf<T, DD, VS>) + sizeof(T) * DD * (VS + 8),
+                 [&] { states_detail::fast_states<T, DD, VS>(pf, w); });
+        launch(dim3(DD / VS, H, N), 128, sizeof(states_detail::DStatesSmem<T, DD, VS>),
+               [&] { states_detail::fast_dstates<T, DD, VS>(pf, w); });
+      };
+      if (getenv("EMU_VS") && std::atoi(getenv("EMU_VS")) == 32) seq(std::integral_constant<int, 32>{});
+      else seq(std::integral_constant<int, 64>{});
       if (p.NCt > 0)
         launch(dim3(p.NCt, H), 256, fast_grads_smem<DD>(), [&] { grads_detail::fast_grads<T, DD>(pf, w); });
     };

@@ -6,23 +6,51 @@
 namespace ak::linear::cuda::bwd {
 using namespace states_detail;
 
+// State columns per block: 64, or 32 when 64 leaves a third of the multiprocessors idle (few
+// sequences and heads: the sequential stages then take half as long per block).
+template <int D>
+int slice_width(const Problem& p) {
+  int dev = 0;
+  AK_CUDA_CHECK(cudaGetDevice(&dev));
+  const int64_t blocks = static_cast<int64_t>(D / 64) * p.H * p.N;
+  return blocks * 3 < 2 * static_cast<int64_t>(ak::cuda::props(dev).multiProcessorCount) ? 32 : 64;
+}
+
+template <class T, int D, int VS>
+void launch_states(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
+  constexpr size_t smem = 2 * sizeof(StatesBuf<T, D, VS>) + sizeof(T) * D * (VS + 8);
+  AK_CUDA_CHECK(cudaFuncSetAttribute(fast_states<T, D, VS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  fast_states<T, D, VS><<<dim3(D / VS, p.H, p.N), kThreads, smem, s>>>(p, w);
+  ak::cuda::check_launch("delta_bwd fast: states");
+}
+
+template <class T, int D, int VS>
+void launch_dstates(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
+  constexpr size_t smem = sizeof(DStatesSmem<T, D, VS>);
+  AK_CUDA_CHECK(cudaFuncSetAttribute(fast_dstates<T, D, VS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  fast_dstates<T, D, VS><<<dim3(D / VS, p.H, p.N), kThreads, smem, s>>>(p, w);
+  ak::cuda::check_launch("delta_bwd fast: dstates");
+}
+
 template <class T, int D>
 void launch_fast_states(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
   if (p.NCt == 0) return;
-  constexpr size_t smem = 2 * sizeof(StatesBuf<T, D>) + sizeof(T) * D * (kVS + 8);
-  AK_CUDA_CHECK(cudaFuncSetAttribute(fast_states<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
-  fast_states<T, D><<<dim3(D / kVS, p.H, p.N), kThreads, smem, s>>>(p, w);
-  ak::cuda::check_launch("delta_bwd fast: states");
+  if (slice_width<D>(p) == 32) {
+    launch_states<T, D, 32>(p, w, s);
+  } else {
+    launch_states<T, D, 64>(p, w, s);
+  }
 }
 
 template <class T, int D>
 void launch_fast_dstates(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
-  constexpr size_t smem = sizeof(DStatesSmem<T, D>);
-  AK_CUDA_CHECK(cudaFuncSetAttribute(fast_dstates<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
-  fast_dstates<T, D><<<dim3(D / kVS, p.H, p.N), kThreads, smem, s>>>(p, w);
-  ak::cuda::check_launch("delta_bwd fast: dstates");
+  if (slice_width<D>(p) == 32) {
+    launch_dstates<T, D, 32>(p, w, s);
+  } else {
+    launch_dstates<T, D, 64>(p, w, s);
+  }
 }
 
 #define AK_INSTANTIATE(T, D)                                                                       \

@@ -1,5 +1,6 @@
 // Fast backward, the two sequential stages (one block of 4 warps per sequence, value head and slice of
-// VS state columns; the state slice lives in the warps' accumulators, warp w owning state rows
+// VS = 64 or 32 state columns, 32 when 64 would leave multiprocessors idle; the state slice lives in
+// the warps' accumulators, warp w owning state rows
 // w D/4 .. (w + 1) D/4 - 1):
 //   states   h_c before each chunk (stored), v_new = u - w h (stored over u),
 //            h <- e^gl h + K^T diag(e^(gl - gc)) v_new
@@ -16,25 +17,24 @@ namespace states_detail {
 
 constexpr int kC = kFastC;
 constexpr int kThreads = 128;
-constexpr int kVS = 64;  // state columns per block
 
 // Chunk tiles of the forward state pass, double-buffered.
-template <class T, int D>
+template <class T, int D, int VS>
 struct StatesBuf {
   T W[kC * (D + 8)];
   T K[kC * (D + 8)];
-  T U[kC * (kVS + 8)];
+  T U[kC * (VS + 8)];
   float gc[kC];
 };
 
-template <class T, int D>
+template <class T, int D, int VS>
 __global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w) {
-  constexpr int LD = D + 8, LV = kVS + 8, MT = D / 64, NT = kVS / 8;
+  constexpr int LD = D + 8, LV = VS + 8, MT = D / 64, NT = VS / 8;
   extern __shared__ __align__(16) unsigned char smraw[];
-  StatesBuf<T, D>* buf = reinterpret_cast<StatesBuf<T, D>*>(smraw);
+  StatesBuf<T, D, VS>* buf = reinterpret_cast<StatesBuf<T, D, VS>*>(smraw);
   T* hs = reinterpret_cast<T*>(buf + 2);  // [D][LV]
 
-  const int vs = blockIdx.x * kVS, h = blockIdx.y, n = blockIdx.z, hk = h / p.group;
+  const int vs = blockIdx.x * VS, h = blockIdx.y, n = blockIdx.z, hk = h / p.group;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
   const int4 si = p.map.seq_of(n);
   const int nch = (si.z - si.y + kC - 1) / kC;
@@ -54,21 +54,21 @@ __global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w
                               : 0.f;
       }
 
-  auto load = [&](int c, StatesBuf<T, D>& b) {
+  auto load = [&](int c, StatesBuf<T, D, VS>& b) {
     const int gi = si.w + c, t0 = si.y + c * kC;
     const int len = min(kC, si.z - t0);
     const int64_t row = static_cast<int64_t>(h) * P + static_cast<int64_t>(gi) * kC;
     tile_load<T>(b.W, LD, w.W + row * D, D, kC, kC, D, tid, kThreads);
     tile_load<T>(b.K, LD, static_cast<const T*>(p.k.p) + p.k.offset(si.x, t0, hk), p.k.st, kC, len, D, tid,
                  kThreads);
-    tile_load<T>(b.U, LV, w.U + row * D + vs, D, kC, kC, kVS, tid, kThreads);
+    tile_load<T>(b.U, LV, w.U + row * D + vs, D, kC, kC, VS, tid, kThreads);
     if (tid < kC / 4) cp_async16(b.gc + 4 * tid, w.gc + row + 4 * tid);
   };
 
   if (nch > 0) load(0, buf[0]);
   cp_async_commit();
   for (int c = 0; c < nch; ++c) {
-    StatesBuf<T, D>& b = buf[c & 1];
+    StatesBuf<T, D, VS>& b = buf[c & 1];
     if (c + 1 < nch) load(c + 1, buf[(c + 1) & 1]);
     cp_async_commit();
     cp_async_wait<1>();
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w
     const int64_t row = static_cast<int64_t>(h) * P + static_cast<int64_t>(gi) * kC;
     store_acc<T, MT, NT>(hacc, hs, LV, hm0, 0, lane);
     __syncthreads();
-    tile_store<T>(w.Hs + (static_cast<int64_t>(h) * p.NCt + gi) * D * D + vs, D, hs, LV, D, kVS, tid, kThreads);
+    tile_store<T>(w.Hs + (static_cast<int64_t>(h) * p.NCt + gi) * D * D + vs, D, hs, LV, D, VS, tid, kThreads);
 
     // v_new = u - w h; the decayed copy feeds the state update.
     float uacc[1][NT][4];
@@ -112,25 +112,25 @@ __global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w
 
 // Chunk tiles of the backward state pass (single buffer: the next chunk's K and P are fetched while
 // the state update runs; two blocks share a multiprocessor to hide the rest).
-template <class T, int D>
+template <class T, int D, int VS>
 struct DStatesSmem {
   T P[kC * (kC + 8)];
-  T dO[kC * (kVS + 8)];
+  T dO[kC * (VS + 8)];
   T K[kC * (D + 8)];
   T Q[kC * (D + 8)];
   T W[kC * (D + 8)];
-  T dh[D * (kVS + 8)];
-  T dU[kC * (kVS + 8)];
+  T dh[D * (VS + 8)];
+  T dU[kC * (VS + 8)];
   float gc[kC];
 };
 
-template <class T, int D>
+template <class T, int D, int VS>
 __global__ void __launch_bounds__(kThreads) fast_dstates(Problem p, FastWork<T> w) {
-  constexpr int LD = D + 8, LV = kVS + 8, LC = kC + 8, MT = D / 64, NT = kVS / 8;
+  constexpr int LD = D + 8, LV = VS + 8, LC = kC + 8, MT = D / 64, NT = VS / 8;
   extern __shared__ __align__(16) unsigned char smraw[];
-  DStatesSmem<T, D>& sm = *reinterpret_cast<DStatesSmem<T, D>*>(smraw);
+  DStatesSmem<T, D, VS>& sm = *reinterpret_cast<DStatesSmem<T, D, VS>*>(smraw);
 
-  const int vs = blockIdx.x * kVS, h = blockIdx.y, n = blockIdx.z, hk = h / p.group;
+  const int vs = blockIdx.x * VS, h = blockIdx.y, n = blockIdx.z, hk = h / p.group;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
   const int4 si = p.map.seq_of(n);
   const int nch = (si.z - si.y + kC - 1) / kC;
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) fast_dstates(Problem p, FastWork<T> 
                  kThreads);
     tile_load<T>(sm.W, LD, w.W + row * D, D, kC, kC, D, tid, kThreads);
     tile_load<T>(sm.dO, LV, static_cast<const T*>(p.dout.p) + p.dout.offset(si.x, t0, h) + vs, p.dout.st, kC, len,
-                 kVS, tid, kThreads);
+                 VS, tid, kThreads);
     if (tid < kC / 4) cp_async16(sm.gc + 4 * tid, w.gc + row + 4 * tid);
   };
 
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kThreads) fast_dstates(Problem p, FastWork<T> 
     }
     store_acc<T, MT, NT>(dh, sm.dh, LV, hm0, 0, lane);
     __syncthreads();
-    tile_store<T>(w.dHs + (static_cast<int64_t>(h) * p.NCt + si.w + c) * D * D + vs, D, sm.dh, LV, D, kVS, tid,
+    tile_store<T>(w.dHs + (static_cast<int64_t>(h) * p.NCt + si.w + c) * D * D + vs, D, sm.dh, LV, D, VS, tid,
                   kThreads);
 
     // dv_new = diag(e^(gl - gc)) K dh + P^T dO
