@@ -12,12 +12,14 @@
 // ATTNKIT_LINEAR_FAST_STAGES=prep (timing only) stops the fast path after stage 1, leaving the
 // outputs unwritten, so bench/linear_selfcheck.ts can time the two stages apart.
 // delta_bwd lives in cuda_bwd.cu.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "../cuda/runtime.cuh"
 #include "cuda_fwd_kernels.h"
+#include "cuda_fwd_layouts.h"
 #include "delta_rule.h"
 
 namespace ak::linear::cuda {
@@ -111,20 +113,6 @@ bool aligned_rows(const ak_tensor* t) {
   return true;
 }
 
-// Why the fast path cannot serve this call, or nullptr when it can.
-const char* fast_refusal(const DeltaFwd& a) {
-  const DeltaProblem& p = a.p;
-  if (p.recurrent) return "the recurrent algorithm was asked for";
-  if (p.chunk_size != kFastChunk) return "it needs chunk_size 64";
-  if (p.dtype != AK_BFLOAT16 && p.dtype != AK_FLOAT16) return "it needs bfloat16 or float16 inputs";
-  if (p.K != p.V || (p.K != 64 && p.K != 128 && p.K != 256)) return "it needs K = V in {64, 128, 256}";
-  if (ak::cuda::props(p.device_index).major < 8) return "it needs compute capability 8.0 or newer";
-  if (!aligned_rows(a.q) || !aligned_rows(a.k) || !aligned_rows(a.v) || !aligned_rows(a.output)) {
-    return "it needs 16-byte aligned rows (data and strides of q, k, v, output)";
-  }
-  return nullptr;
-}
-
 // Chunks of the whole call (every sequence split into ceil(len / 64) chunks).
 int64_t count_chunks(const DeltaProblem& p) {
   if (!p.varlen) return p.B * ((p.T + kFastChunk - 1) / kFastChunk);
@@ -135,24 +123,44 @@ int64_t count_chunks(const DeltaProblem& p) {
 
 size_t round_up(size_t x) { return (x + 255) / 256 * 256; }
 
+// Shared memory of stage 2 for head dim D and V tile VT, 0 for a pair that has no kernel.
+int state_smem(int D, int VT) {
+  if (D == 64 && VT == 32) return StateLayout<64, 32>::kBytes;
+  if (D == 64 && VT == 64) return StateLayout<64, 64>::kBytes;
+  if (D == 128 && VT == 32) return StateLayout<128, 32>::kBytes;
+  if (D == 128 && VT == 64) return StateLayout<128, 64>::kBytes;
+  if (D == 128 && VT == 128) return StateLayout<128, 128>::kBytes;
+  if (D == 256 && VT == 32) return StateLayout<256, 32>::kBytes;
+  if (D == 256 && VT == 64) return StateLayout<256, 64>::kBytes;
+  return 0;
+}
+int prep_smem(int D) {
+  if (D == 64) return PrepLayout<64>::kBytes;
+  if (D == 128) return PrepLayout<128>::kBytes;
+  return PrepLayout<256>::kBytes;
+}
+
 // The V tile of stage 2: more tiles fill more SMs but repeat the state-independent work (P) per tile
-// and shrink each product. Picks the tile with the least estimated time: waves of blocks (one block
-// per SM, two for D = 64) times the busiest warp's tensor-core work per chunk (mma.sync count, plus a
-// fixed cost for barriers, loads and epilogues).
-int pick_vtile(int D, int64_t units, int sms) {
+// and shrink each product. Picks, among the tiles whose shared memory fits the device, the one with
+// the least estimated time: waves of blocks (blocks an SM from shared memory, and at most one, two
+// for D = 64, from registers) times the busiest warp's tensor-core work per chunk (mma.sync count,
+// plus a fixed cost for barriers, loads and epilogues). 0 when none fits.
+int pick_vtile(int D, int64_t units, const cudaDeviceProp& prop) {
   const int options[3] = {128, 64, 32};
-  int best = 32;
+  int best = 0;
   double best_cost = 1e300;
   for (int vt : options) {
-    if (vt > D || (D == 256 && vt > 64)) continue;
-    double per_chunk = 0;
-    if (D == 64) per_chunk = 16 + 1.25 * vt;
-    if (D == 128) per_chunk = 32 + 2.0 * vt;
-    if (D == 256) per_chunk = 64 + 3.5 * vt;
-    per_chunk += 64;
-    const int per_sm = D == 64 ? 2 : 1;
+    const int smem = state_smem(D, vt);
+    if (smem == 0 || smem > static_cast<int>(prop.sharedMemPerBlockOptin)) continue;
+    double per_chunk = 64;
+    if (D == 64) per_chunk += 16 + 1.25 * vt;
+    if (D == 128) per_chunk += 32 + 2.0 * vt;
+    if (D == 256) per_chunk += 64 + 3.5 * vt;
+    const int by_smem = static_cast<int>(prop.sharedMemPerMultiprocessor / (smem + 1024));
+    const int per_sm = std::max(1, std::min(D == 64 ? 2 : 1, by_smem));
+    const int64_t slots = static_cast<int64_t>(prop.multiProcessorCount) * per_sm;
     const int64_t blocks = units * (D / vt);
-    const double waves = static_cast<double>((blocks + sms * per_sm - 1) / (sms * per_sm));
+    const double waves = static_cast<double>((blocks + slots - 1) / slots);
     const double cost = waves * per_chunk;
     if (cost < best_cost * 0.999) {
       best_cost = cost;
@@ -160,6 +168,25 @@ int pick_vtile(int D, int64_t units, int sms) {
     }
   }
   return best;
+}
+
+// Why the fast path cannot serve this call, or nullptr when it can.
+const char* fast_refusal(const DeltaFwd& a) {
+  const DeltaProblem& p = a.p;
+  if (p.recurrent) return "the recurrent algorithm was asked for";
+  if (p.chunk_size != kFastChunk) return "it needs chunk_size 64";
+  if (p.dtype != AK_BFLOAT16 && p.dtype != AK_FLOAT16) return "it needs bfloat16 or float16 inputs";
+  if (p.K != p.V || (p.K != 64 && p.K != 128 && p.K != 256)) return "it needs K = V in {64, 128, 256}";
+  const cudaDeviceProp& prop = ak::cuda::props(p.device_index);
+  if (prop.major < 8) return "it needs compute capability 8.0 or newer";
+  if (prep_smem(static_cast<int>(p.K)) > static_cast<int>(prop.sharedMemPerBlockOptin) ||
+      pick_vtile(static_cast<int>(p.K), p.N * p.H, prop) == 0) {
+    return "its shared memory does not fit this device";
+  }
+  if (!aligned_rows(a.q) || !aligned_rows(a.k) || !aligned_rows(a.v) || !aligned_rows(a.output)) {
+    return "it needs 16-byte aligned rows (data and strides of q, k, v, output)";
+  }
+  return nullptr;
 }
 
 template <class T, int D>
@@ -233,7 +260,7 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
   sp.group = pp.group;
   sp.scale = static_cast<float>(p.scale);
   sp.l2norm = p.l2norm;
-  const int vt = pick_vtile(D, static_cast<int64_t>(N) * H, ak::cuda::props(device).multiProcessorCount);
+  const int vt = pick_vtile(D, static_cast<int64_t>(N) * H, ak::cuda::props(device));
   if constexpr (D == 128) {
     if (vt == 128) return launch_chunk_state<T, D, 128>(sp, stream);
   }

@@ -14,28 +14,12 @@
 
 #include "../cuda/runtime.cuh"
 #include "cuda_fwd_kernels.h"
+#include "cuda_fwd_layouts.h"
 #include "cuda_fwd_mma.cuh"
 
 namespace ak::linear::cuda::fwd {
 
 constexpr int kPrepThreads = 256;
-
-template <int D>
-struct PrepLayout {
-  static constexpr int kPitchD = tile_pitch(D);   // k and v tiles
-  static constexpr int kPitchC = tile_pitch(64);  // Aw and Au (16-bit, 64 x 64)
-  static constexpr int kLd = 72;                  // floats per row of the fp32 64 x 64 matrix
-  static constexpr int kK = 0;
-  static constexpr int kV = kK + 64 * kPitchD;
-  // L, then A in place, then (after a barrier) Aw and Au as 16-bit tiles.
-  static constexpr int kLA = kV + 64 * kPitchD;
-  static constexpr int kR = kLA + 64 * kLd * 4;  // fp32 [16][72] scratch of the solve
-  static constexpr int kGate = kR + 16 * kLd * 4;
-  static constexpr int kBeta = kGate + 64 * 4;
-  static constexpr int kRk = kBeta + 64 * 4;
-  static constexpr int kBytes = kRk + 64 * 4;
-  static_assert(2 * 64 * kPitchC <= 64 * kLd * 4, "Aw and Au fit where A was");
-};
 
 // The causal 16x8 tiles of a 64x64 product X Y^T that warp `warp` of 8 computes: row block
 // rb = warp % 4, n-tiles nt = parity + 2x for x = 0..rb (parity = warp / 4), so each row block's

@@ -22,39 +22,12 @@
 #include "../cuda/runtime.cuh"
 #include "cuda_fwd_chunk_prep.cuh"
 #include "cuda_fwd_kernels.h"
+#include "cuda_fwd_layouts.h"
 #include "cuda_fwd_mma.cuh"
 
 namespace ak::linear::cuda::fwd {
 
 constexpr int kStateThreads = 256;
-
-template <int D, int VT>
-struct StateLayout {
-  static constexpr int kStages = D <= 128 ? 2 : 1;  // buffers of q, w, u (k always has two)
-  static constexpr int kPitchD = tile_pitch(D);
-  static constexpr int kPitchV = tile_pitch(VT);
-  static constexpr int kPitchC = tile_pitch(64);
-  static constexpr int kTileD = 64 * kPitchD;
-  static constexpr int kTileV = 64 * kPitchV;
-  static constexpr int kQ = 0;
-  static constexpr int kW = kQ + kStages * kTileD;
-  static constexpr int kU = kW + kStages * kTileD;
-  static constexpr int kK = kU + kStages * kTileV;
-  static constexpr int kGate = kK + 2 * kTileD;  // [2][64] fp32 gate cumsum
-  static constexpr int kRk = kGate + 2 * 64 * 4;  // [2][64] fp32 1/|k|
-  static constexpr int kSb = kRk + 2 * 64 * 4;    // D x VT, 16-bit copy of S
-  static constexpr int kP = kSb + D * kPitchV;    // 64 x 64
-  static constexpr int kUb = kP + 64 * kPitchC;   // 64 x VT
-  static constexpr int kUd = kUb + kTileV;        // 64 x VT
-  static constexpr int kBytes = kUd + kTileV;
-  // Warp tiles of (e): RB3 row blocks of 32 rows, CG3 column groups.
-  static constexpr int kRB3 = D / 32;
-  static constexpr int kCG3 = 8 / kRB3;
-  static constexpr int kNT3 = VT / (8 * kCG3);  // n8 tiles per warp in (e)
-  static constexpr int kNT1 = VT / 16;          // n8 tiles per warp in (b)
-  static_assert(kBytes <= 227 * 1024, "shared memory of one block");
-  static_assert(kNT1 % 2 == 0 && (kNT3 == 1 || kNT3 % 2 == 0), "n8 tiles come in pairs");
-};
 
 // acc (2 m16 x NT n8 tiles, rows m0.., columns n0..) += A B over k-steps kb0..kb1-1, where A comes from
 // a row-major tile (a_trans false) or the transpose of one, and B = Z[k][n] from a row-major tile.

@@ -18,15 +18,13 @@
 #include <cstdint>
 
 #include "cuda_fwd_common.cuh"
+#include "cuda_fwd_layouts.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #define AK_LINEAR_NO_MMA 1  // these paths are never launched below sm_80 (the dispatcher checks)
 #endif
 
 namespace ak::linear::cuda::fwd {
-
-// Pitch in bytes of a padded tile of `cols` 16-bit elements per row.
-__host__ __device__ constexpr int tile_pitch(int cols) { return cols * 2 + 16; }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

@@ -1,0 +1,58 @@
+// Shared-memory layouts of the fast chunked forward, visible to the host (cuda_dispatch.cu checks
+// them against the device's limit) and to the kernels.
+#pragma once
+
+namespace ak::linear::cuda::fwd {
+
+// Pitch in bytes of a padded tile of `cols` 16-bit elements per row: eight consecutive rows start in
+// eight different 16-byte bank groups, so ldmatrix and 4-byte stores are conflict-free.
+constexpr int tile_pitch(int cols) { return cols * 2 + 16; }
+
+// Stage 1 (cuda_fwd_chunk_prep.cuh), bytes.
+template <int D>
+struct PrepLayout {
+  static constexpr int kPitchD = tile_pitch(D);   // k and v tiles
+  static constexpr int kPitchC = tile_pitch(64);  // Aw and Au (16-bit, 64 x 64)
+  static constexpr int kLd = 72;                  // floats per row of the fp32 64 x 64 matrix
+  static constexpr int kK = 0;
+  static constexpr int kV = kK + 64 * kPitchD;
+  // L, then A in place, then (after a barrier) Aw and Au as 16-bit tiles.
+  static constexpr int kLA = kV + 64 * kPitchD;
+  static constexpr int kR = kLA + 64 * kLd * 4;  // fp32 [16][72] scratch of the solve
+  static constexpr int kGate = kR + 16 * kLd * 4;
+  static constexpr int kBeta = kGate + 64 * 4;
+  static constexpr int kRk = kBeta + 64 * 4;
+  static constexpr int kBytes = kRk + 64 * 4;
+  static_assert(2 * 64 * kPitchC <= 64 * kLd * 4, "Aw and Au fit where A was");
+};
+
+// Stage 2 (cuda_fwd_chunk_state.cuh), bytes.
+template <int D, int VT>
+struct StateLayout {
+  static constexpr int kStages = D <= 128 ? 2 : 1;  // buffers of q, w, u (k always has two)
+  static constexpr int kPitchD = tile_pitch(D);
+  static constexpr int kPitchV = tile_pitch(VT);
+  static constexpr int kPitchC = tile_pitch(64);
+  static constexpr int kTileD = 64 * kPitchD;
+  static constexpr int kTileV = 64 * kPitchV;
+  static constexpr int kQ = 0;
+  static constexpr int kW = kQ + kStages * kTileD;
+  static constexpr int kU = kW + kStages * kTileD;
+  static constexpr int kK = kU + kStages * kTileV;
+  static constexpr int kGate = kK + 2 * kTileD;  // [2][64] fp32 gate cumsum
+  static constexpr int kRk = kGate + 2 * 64 * 4;  // [2][64] fp32 1/|k|
+  static constexpr int kSb = kRk + 2 * 64 * 4;    // D x VT, 16-bit copy of S
+  static constexpr int kP = kSb + D * kPitchV;    // 64 x 64
+  static constexpr int kUb = kP + 64 * kPitchC;   // 64 x VT
+  static constexpr int kUd = kUb + kTileV;        // 64 x VT
+  static constexpr int kBytes = kUd + kTileV;
+  // Warp tiles of (e): RB3 row blocks of 32 rows, CG3 column groups.
+  static constexpr int kRB3 = D / 32;
+  static constexpr int kCG3 = 8 / kRB3;
+  static constexpr int kNT3 = VT / (8 * kCG3);  // n8 tiles per warp in (e)
+  static constexpr int kNT1 = VT / 16;          // n8 tiles per warp in (b)
+  static_assert(kBytes <= 227 * 1024, "shared memory of one block");
+  static_assert(kNT1 % 2 == 0 && (kNT3 == 1 || kNT3 % 2 == 0), "n8 tiles come in pairs");
+};
+
+}  // namespace ak::linear::cuda::fwd
