@@ -34,7 +34,7 @@ constexpr int kStateThreads = 256;
 template <class T, int NT, bool kATrans>
 __device__ __forceinline__ void warp_mma_2xN(float (&acc)[2][NT][4], uint32_t a_tile, int a_pitch, int m0,
                                              uint32_t b_tile, int b_pitch, int n0, int ksteps, int lane) {
-#pragma unroll 2
+#pragma unroll
   for (int kb = 0; kb < ksteps; ++kb) {
     uint32_t a[2][4];
 #pragma unroll
@@ -195,7 +195,21 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
     const float* rk = reinterpret_cast<const float*>(base + Lay::kRk + kb * 256);
     const float gL = gc[63];
 
-    // (a) P = tril(scale Q K^T rk_j exp(gc_i - gc_j)) -> shared, 16-bit.
+    // (b) [W; Q] S for this warp's 32 rows and VT / 2 columns.
+    float acc[2][kNT1][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+      for (int nt = 0; nt < kNT1; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mi][nt][e] = 0.f;
+      }
+    }
+    warp_mma_2xN<T, kNT1, false>(acc, w_rows ? wT : qT, Lay::kPitchD, m1, sbase + Lay::kSb, Lay::kPitchV, c1,
+                                 D / 16, lane);
+
+    // (a) P = tril(scale Q K^T rk_j exp(gc_i - gc_j)) -> shared, 16-bit. Independent of (b): placed
+    //     here its products overlap the tail of (b) before (c) needs (b)'s results.
     {
       float acc[4][4];
       causal_tiles<T, D>(acc, qT, kT, warp, lane);
@@ -215,19 +229,6 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
         }
       }
     }
-
-    // (b) [W; Q] S for this warp's 32 rows and VT / 2 columns.
-    float acc[2][kNT1][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-      for (int nt = 0; nt < kNT1; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mi][nt][e] = 0.f;
-      }
-    }
-    warp_mma_2xN<T, kNT1, false>(acc, w_rows ? wT : qT, Lay::kPitchD, m1, sbase + Lay::kSb, Lay::kPitchV, c1,
-                                 D / 16, lane);
 
     // (c) U = u - W S (and its decayed, normalised copy Ud); Q S rows get scale exp(gc).
     float rq[2][2] = {{1.f, 1.f}, {1.f, 1.f}};
