@@ -104,14 +104,17 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
   const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
   const int64_t state = (static_cast<int64_t>(h) * p.NCt + g) * D * D;
 
-  tile_load<T>(Qs, LD, static_cast<const T*>(p.q.p) + p.q.offset(ci.x, ci.y, hk), p.q.st, kC, len, D, tid, kThreads);
-  tile_load<T>(Ks, LD, static_cast<const T*>(p.k.p) + p.k.offset(ci.x, ci.y, hk), p.k.st, kC, len, D, tid, kThreads);
-  tile_load<T>(Vs, LD, static_cast<const T*>(p.v.p) + p.v.offset(ci.x, ci.y, h), p.v.st, kC, len, D, tid, kThreads);
+  // Two load groups: what dP and dq need first (dO, v_new, h, K), then the rest, which arrives while
+  // dP and dq are computed (one block per multiprocessor at D = 128 leaves nothing else to hide it).
   tile_load<T>(dOs, LD, static_cast<const T*>(p.dout.p) + p.dout.offset(ci.x, ci.y, h), p.dout.st, kC, len, D, tid,
                kThreads);
   tile_load<T>(Us, LD, w.U + row * D, D, kC, kC, D, tid, kThreads);
-  tile_load<T>(dUs, LD, w.dU + row * D, D, kC, kC, D, tid, kThreads);
   tile_load<T>(Hs, LD, w.Hs + state, D, D, D, D, tid, kThreads);
+  tile_load<T>(Ks, LD, static_cast<const T*>(p.k.p) + p.k.offset(ci.x, ci.y, hk), p.k.st, kC, len, D, tid, kThreads);
+  cp_async_commit();
+  tile_load<T>(Qs, LD, static_cast<const T*>(p.q.p) + p.q.offset(ci.x, ci.y, hk), p.q.st, kC, len, D, tid, kThreads);
+  tile_load<T>(Vs, LD, static_cast<const T*>(p.v.p) + p.v.offset(ci.x, ci.y, h), p.v.st, kC, len, D, tid, kThreads);
+  tile_load<T>(dUs, LD, w.dU + row * D, D, kC, kC, D, tid, kThreads);
   tile_load<T>(dHs, LD, w.dHs + state, D, D, D, D, tid, kThreads);
   tile_load<T>(As, LC, w.A + row * kC, kC, kC, kC, kC, tid, kThreads);
   cp_async_commit();
@@ -119,23 +122,12 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
     gc[tid] = w.gc[row + tid];
     bt[tid] = tid < len ? static_cast<const float*>(p.beta.p)[p.beta.offset(ci.x, ci.y + tid, h)] : 0.f;
   }
-  cp_async_wait<0>();
+  cp_async_wait<1>();
   __syncthreads();
   const float gl = gc[kC - 1];
   if (tid < kC) {
     gm[tid] = expf(gc[tid]);
     dec[tid] = expf(gl - gc[tid]);
-  }
-  {  // <h, dh'>
-    float s = 0.f;
-    for (int idx = tid; idx < D * D / 2; idx += kThreads) {
-      const int r = (2 * idx) / D, c = 2 * idx - r * D;
-      const float2 a = unpack2<T>(*reinterpret_cast<const uint32_t*>(Hs + r * LD + c));
-      const float2 b = unpack2<T>(*reinterpret_cast<const uint32_t*>(dHs + r * LD + c));
-      s += a.x * b.x + a.y * b.y;
-    }
-    s = warp_sum(s);
-    if (lane == 0) r_h[warp] = s;
   }
   {  // dPs = scale (dO v_new^T) * D, lower incl. -> T1
     float acc[1][4][4];
@@ -164,12 +156,25 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
       acc[0][nt][3] *= sb;
     }
     warp_mma<T, 1, NT, false, true>(acc, T1, LC, m0, Ks, LD, n0, kC, lane);
+    cp_async_wait<0>();  // the second load group (Q, V, dv_new, dh', A)
+    __syncthreads();
     const float2 qd = row_dots<T, NT>(acc, Qs, LD, rA, n0, lane);
     if (q4 == 0) {
       r_qd[wc * kC + rA] = qd.x;
       r_qd[wc * kC + rB] = qd.y;
     }
     write_rows<T, NT>(acc, w.dQh != nullptr ? w.dQh + row * D : nullptr, D, p.dq, ci, hk, m0, n0, lane);
+  }
+  {  // <h, dh'>
+    float s = 0.f;
+    for (int idx = tid; idx < D * D / 2; idx += kThreads) {
+      const int r = (2 * idx) / D, c = 2 * idx - r * D;
+      const float2 a = unpack2<T>(*reinterpret_cast<const uint32_t*>(Hs + r * LD + c));
+      const float2 b = unpack2<T>(*reinterpret_cast<const uint32_t*>(dHs + r * LD + c));
+      s += a.x * b.x + a.y * b.y;
+    }
+    s = warp_sum(s);
+    if (lane == 0) r_h[warp] = s;
   }
   // dk = diag(e^(gl-gc)) v_new dh'^T + dPs^T Q, kept in registers to the end
   float dk[1][NT][4];
