@@ -213,9 +213,12 @@ if (import.meta.main) {
       "skip-fla": { type: "boolean", default: false },
       "no-fwdbwd": { type: "boolean", default: false },
       iterations: { type: "string", default: "20" },
+      // "cpu" checks this script's plumbing on small saved inputs (with --skip-python).
+      device: { type: "string", default: "cuda" },
     },
   });
-  if (!cudaAvailable()) {
+  const device = values.device === "cpu" ? "cpu" : "cuda";
+  if (device === "cuda" && !cudaAvailable()) {
     console.error("linear_side_by_side: no CUDA device");
     Deno.exit(1);
   }
@@ -228,12 +231,11 @@ if (import.meta.main) {
   }
   const fla: FlaTimings = JSON.parse(await Deno.readTextFile(`${values.dir}/fla_timings.json`));
   const flaRan = fla.fla !== "skipped";
-  const gpu = deviceInfo("cuda").name;
+  const gpu = device === "cuda" ? deviceInfo("cuda").name : "cpu";
   const commit = await gitCommit(values.commit);
   const date = new Date().toISOString().slice(0, 10);
-  const device = "cuda";
   // do_bench clears the L2 (256 MB) before every call; so do we, outside the timed region.
-  using flush = Tensor.empty([64 << 20], { dtype: "float32", device });
+  using flush = Tensor.empty([device === "cuda" ? 64 << 20 : 1], { dtype: "float32", device });
   const before = () => void flush.fill(0);
   const time = (fn: () => void) => timeIt(fn, { device, warmup: 3, iterations, before }).medianMs;
 
