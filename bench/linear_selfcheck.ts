@@ -103,6 +103,17 @@ const CASES: Case[] = [
     layout: "bhtd",
     initialState: false,
   },
+  {
+    name: "bf16 D64 chunk 128 (fast, as 64)",
+    dtype: "bfloat16",
+    B: 1,
+    T: 127,
+    H: 2,
+    HK: 1,
+    K: 64,
+    gated: true,
+    chunk: 128,
+  },
   // General path only (the fast path refuses these).
   {
     name: "fp32 K100 V60 (general)",

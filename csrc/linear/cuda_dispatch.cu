@@ -2,8 +2,10 @@
 //
 // Forward paths:
 //   fast     the two-stage chunked forward on tensor cores (cuda_fwd_chunk_prep.cuh, then
-//            cuda_fwd_chunk_state.cuh): bf16/f16, K = V in {64, 128, 256}, chunk 64, 16-byte aligned
-//            rows, sm_80 or newer. Varlen, grouped heads, L2 norm, states, chunk_states, aw/au.
+//            cuda_fwd_chunk_state.cuh): bf16/f16, K = V in {64, 128, 256}, 16-byte aligned rows,
+//            sm_80 or newer. Varlen, grouped heads, L2 norm, states, chunk_states, aw/au. It always
+//            works in chunks of 64; a call with chunk size 32 or 128 (the same function, decomposed
+//            differently) runs the same way unless it asks for chunk_states or aw/au.
 //   general  everything else: the token-by-token recurrence in fp32 (cuda_fwd_recurrent.cuh), plus
 //            the fp32 WY factors (cuda_fwd_wy_general.cuh) when aw/au are asked for. Chunked and
 //            recurrent calls compute the same function; here the chunked one runs as the recurrence.
@@ -174,7 +176,11 @@ int pick_vtile(int D, int64_t units, const cudaDeviceProp& prop) {
 const char* fast_refusal(const DeltaFwd& a) {
   const DeltaProblem& p = a.p;
   if (p.recurrent) return "the recurrent algorithm was asked for";
-  if (p.chunk_size != kFastChunk) return "it needs chunk_size 64";
+  // Another chunk size only changes how the same function is decomposed, so 32 and 128 run as 64
+  // unless the caller asks for the chunk-shaped outputs.
+  if (p.chunk_size != kFastChunk && (a.aw || a.au || a.chunk_states)) {
+    return "chunk_states, aw and au need chunk_size 64";
+  }
   if (p.dtype != AK_BFLOAT16 && p.dtype != AK_FLOAT16) return "it needs bfloat16 or float16 inputs";
   if (p.K != p.V || (p.K != 64 && p.K != 128 && p.K != 256)) return "it needs K = V in {64, 128, 256}";
   const cudaDeviceProp& prop = ak::cuda::props(p.device_index);
