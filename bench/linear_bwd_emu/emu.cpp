@@ -365,8 +365,9 @@ int run(int argc, char** argv) {
         if (p.NCt > 0)
           launch(dim3(DD / VS, H, N), 128, 2 * sizeof(states_detail::StatesBuf<T, DD, VS>) + sizeof(T) * DD * (VS + 8),
                  [&] { states_detail::fast_states<T, DD, VS>(pf, w); });
-        launch(dim3(DD / VS, H, N), 128, sizeof(states_detail::DStatesSmem<T, DD, VS>),
-               [&] { states_detail::fast_dstates<T, DD, VS>(pf, w); });
+        constexpr int ST = VS == 32 ? 2 : 1;  // as the launcher
+        launch(dim3(DD / VS, H, N), 128, sizeof(states_detail::DStatesSmem<T, DD, VS, ST>),
+               [&] { states_detail::fast_dstates<T, DD, VS, ST>(pf, w); });
       };
       if (getenv("EMU_VS") && std::atoi(getenv("EMU_VS")) == 32) seq(std::integral_constant<int, 32>{});
       else seq(std::integral_constant<int, 64>{});

@@ -25,12 +25,14 @@ void launch_states(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
   ak::cuda::check_launch("delta_bwd fast: states");
 }
 
+// 32-column slices run one block per multiprocessor: double-buffer them.
 template <class T, int D, int VS>
 void launch_dstates(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
-  constexpr size_t smem = sizeof(DStatesSmem<T, D, VS>);
-  AK_CUDA_CHECK(cudaFuncSetAttribute(fast_dstates<T, D, VS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  constexpr int kStages = VS == 32 ? 2 : 1;
+  constexpr size_t smem = sizeof(DStatesSmem<T, D, VS, kStages>);
+  AK_CUDA_CHECK(cudaFuncSetAttribute(fast_dstates<T, D, VS, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  fast_dstates<T, D, VS><<<dim3(D / VS, p.H, p.N), kThreads, smem, s>>>(p, w);
+  fast_dstates<T, D, VS, kStages><<<dim3(D / VS, p.H, p.N), kThreads, smem, s>>>(p, w);
   ak::cuda::check_launch("delta_bwd fast: dstates");
 }
 

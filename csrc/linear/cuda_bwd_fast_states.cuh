@@ -110,25 +110,32 @@ __global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w
   }
 }
 
-// Chunk tiles of the backward state pass (single buffer: the next chunk's K and P are fetched while
-// the state update runs; two blocks share a multiprocessor to hide the rest).
+// Per-chunk input tiles of the backward state pass.
 template <class T, int D, int VS>
-struct DStatesSmem {
+struct DStatesTiles {
   T P[kC * (kC + 8)];
   T dO[kC * (VS + 8)];
   T K[kC * (D + 8)];
   T Q[kC * (D + 8)];
   T W[kC * (D + 8)];
-  T dh[D * (VS + 8)];
-  T dU[kC * (VS + 8)];
   float gc[kC];
 };
 
-template <class T, int D, int VS>
+// STAGES = 1: one set of tiles; the next chunk's K and P are fetched while the state update runs and
+// two blocks share a multiprocessor to hide the rest. STAGES = 2 (few blocks, one per multiprocessor):
+// the whole next chunk is fetched while this one is computed.
+template <class T, int D, int VS, int STAGES>
+struct DStatesSmem {
+  DStatesTiles<T, D, VS> in[STAGES];
+  T dh[D * (VS + 8)];
+  T dU[kC * (VS + 8)];
+};
+
+template <class T, int D, int VS, int STAGES>
 __global__ void __launch_bounds__(kThreads) fast_dstates(Problem p, FastWork<T> w) {
   constexpr int LD = D + 8, LV = VS + 8, LC = kC + 8, MT = D / 64, NT = VS / 8;
   extern __shared__ __align__(16) unsigned char smraw[];
-  DStatesSmem<T, D, VS>& sm = *reinterpret_cast<DStatesSmem<T, D, VS>*>(smraw);
+  DStatesSmem<T, D, VS, STAGES>& sm = *reinterpret_cast<DStatesSmem<T, D, VS, STAGES>*>(smraw);
 
   const int vs = blockIdx.x * VS, h = blockIdx.y, n = blockIdx.z, hk = h / p.group;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
@@ -155,43 +162,54 @@ __global__ void __launch_bounds__(kThreads) fast_dstates(Problem p, FastWork<T> 
     len = min(kC, si.z - t0);
     row = static_cast<int64_t>(h) * P + static_cast<int64_t>(gi) * kC;
   };
-  auto load_kp = [&](int c) {
+  auto load_kp = [&](int c, DStatesTiles<T, D, VS>& b) {
     int len, t0;
     int64_t row;
     chunk_rows(c, len, t0, row);
-    tile_load<T>(sm.K, LD, static_cast<const T*>(p.k.p) + p.k.offset(si.x, t0, hk), p.k.st, kC, len, D, tid,
+    tile_load<T>(b.K, LD, static_cast<const T*>(p.k.p) + p.k.offset(si.x, t0, hk), p.k.st, kC, len, D, tid,
                  kThreads);
-    tile_load<T>(sm.P, LC, w.P + row * kC, kC, kC, kC, kC, tid, kThreads);
+    tile_load<T>(b.P, LC, w.P + row * kC, kC, kC, kC, kC, tid, kThreads);
   };
-  auto load_rest = [&](int c) {
+  auto load_rest = [&](int c, DStatesTiles<T, D, VS>& b) {
     int len, t0;
     int64_t row;
     chunk_rows(c, len, t0, row);
-    tile_load<T>(sm.Q, LD, static_cast<const T*>(p.q.p) + p.q.offset(si.x, t0, hk), p.q.st, kC, len, D, tid,
+    tile_load<T>(b.Q, LD, static_cast<const T*>(p.q.p) + p.q.offset(si.x, t0, hk), p.q.st, kC, len, D, tid,
                  kThreads);
-    tile_load<T>(sm.W, LD, w.W + row * D, D, kC, kC, D, tid, kThreads);
-    tile_load<T>(sm.dO, LV, static_cast<const T*>(p.dout.p) + p.dout.offset(si.x, t0, h) + vs, p.dout.st, kC, len,
+    tile_load<T>(b.W, LD, w.W + row * D, D, kC, kC, D, tid, kThreads);
+    tile_load<T>(b.dO, LV, static_cast<const T*>(p.dout.p) + p.dout.offset(si.x, t0, h) + vs, p.dout.st, kC, len,
                  VS, tid, kThreads);
-    if (tid < kC / 4) cp_async16(sm.gc + 4 * tid, w.gc + row + 4 * tid);
+    if (tid < kC / 4) cp_async16(b.gc + 4 * tid, w.gc + row + 4 * tid);
   };
 
   if (nch > 0) {
-    load_kp(nch - 1);
-    load_rest(nch - 1);
+    load_kp(nch - 1, sm.in[0]);
+    load_rest(nch - 1, sm.in[0]);
   }
   cp_async_commit();
-  for (int c = nch - 1; c >= 0; --c) {
+  for (int it = 0; it < nch; ++it) {
+    const int c = nch - 1 - it;
+    DStatesTiles<T, D, VS>& b = sm.in[STAGES == 2 ? (it & 1) : 0];
     int len, t0;
     int64_t row;
     chunk_rows(c, len, t0, row);
-    cp_async_wait<0>();
+    if constexpr (STAGES == 2) {
+      if (c > 0) {
+        load_kp(c - 1, sm.in[(it + 1) & 1]);
+        load_rest(c - 1, sm.in[(it + 1) & 1]);
+      }
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
     __syncthreads();
-    const float gl = sm.gc[kC - 1];
+    const float gl = b.gc[kC - 1];
     // Q rows scaled by scale e^gc (Q serves only the state update here).
     for (int idx = tid; idx < kC * D / 2; idx += kThreads) {
       const int i = (2 * idx) / D, d = 2 * idx - i * D;
-      uint32_t* qp = reinterpret_cast<uint32_t*>(sm.Q + i * LD + d);
-      const float f = p.scale * expf(sm.gc[i]);
+      uint32_t* qp = reinterpret_cast<uint32_t*>(b.Q + i * LD + d);
+      const float f = p.scale * expf(b.gc[i]);
       const float2 qv = unpack2<T>(*qp);
       *qp = pack2<T>(qv.x * f, qv.y * f);
     }
@@ -203,17 +221,17 @@ __global__ void __launch_bounds__(kThreads) fast_dstates(Problem p, FastWork<T> 
     // dv_new = diag(e^(gl - gc)) K dh + P^T dO
     float uacc[1][NT][4];
     zero_acc(uacc);
-    warp_mma<T, 1, NT, false, true>(uacc, sm.K, LD, 16 * warp, sm.dh, LV, 0, D, lane);
+    warp_mma<T, 1, NT, false, true>(uacc, b.K, LD, 16 * warp, sm.dh, LV, 0, D, lane);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const float dec = expf(gl - sm.gc[16 * warp + gq + 8 * half]);
+      const float dec = expf(gl - b.gc[16 * warp + gq + 8 * half]);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         uacc[0][nt][2 * half] *= dec;
         uacc[0][nt][2 * half + 1] *= dec;
       }
     }
-    warp_mma<T, 1, NT, true, true>(uacc, sm.P, LC, 16 * warp, sm.dO, LV, 0, kC, lane);
+    warp_mma<T, 1, NT, true, true>(uacc, b.P, LC, 16 * warp, b.dO, LV, 0, kC, lane);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int i = 16 * warp + gq + 8 * half;
@@ -226,8 +244,10 @@ __global__ void __launch_bounds__(kThreads) fast_dstates(Problem p, FastWork<T> 
       }
     }
     __syncthreads();
-    if (c > 0) load_kp(c - 1);
-    cp_async_commit();
+    if constexpr (STAGES == 1) {
+      if (c > 0) load_kp(c - 1, b);
+      cp_async_commit();
+    }
 
     // dh <- e^gl dh + Q'^T dO - w^T dv_new
     const float eg = expf(gl);
@@ -237,11 +257,13 @@ __global__ void __launch_bounds__(kThreads) fast_dstates(Problem p, FastWork<T> 
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int r = 0; r < 4; ++r) dh[mt][nt][r] *= eg;
-    warp_mma<T, MT, NT, true, true>(dh, sm.Q, LD, hm0, sm.dO, LV, 0, kC, lane);
-    warp_mma<T, MT, NT, true, true, true>(dh, sm.W, LD, hm0, sm.dU, LV, 0, kC, lane);
+    warp_mma<T, MT, NT, true, true>(dh, b.Q, LD, hm0, b.dO, LV, 0, kC, lane);
+    warp_mma<T, MT, NT, true, true, true>(dh, b.W, LD, hm0, sm.dU, LV, 0, kC, lane);
     __syncthreads();
-    if (c > 0) load_rest(c - 1);
-    cp_async_commit();
+    if constexpr (STAGES == 1) {
+      if (c > 0) load_rest(c - 1, b);
+      cp_async_commit();
+    }
   }
   if (p.d_initial_state != nullptr) {
 #pragma unroll
