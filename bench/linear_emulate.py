@@ -89,6 +89,7 @@ def state(q_chunks, k_chunks, lens, w_chunks, u_chunks, gc_chunks, rk_chunks, S0
         gc = gc_chunks[c]; rk = rk_chunks[c] if l2 else np.ones(64)
         gL = gc[63]
         Sb = bf16(S)
+        rqa = 1/np.sqrt((qS**2).sum(1) + 1e-6) if l2 else np.ones(64)
         PS = np.full((64, 64), np.nan)
         for warp in range(8):
             rb, parity = warp & 3, warp >> 2
@@ -98,7 +99,7 @@ def state(q_chunks, k_chunks, lens, w_chunks, u_chunks, gc_chunks, rk_chunks, S0
                 for a in range(16):
                     for b in range(8):
                         i, j = 16*rb + a, 8*nt + b
-                        PS[i, j] = bf16(scale*rk[j]*np.exp(gc[i]-gc[j])*acc[a, b]) if j <= i else 0.0
+                        PS[i, j] = bf16(scale*rqa[i]*rk[j]*np.exp(gc[i]-gc[j])*acc[a, b]) if j <= i else 0.0
         Ub = np.full((64, VT), np.nan); Ud = np.full((64, VT), np.nan)
         accs = {}; rqs = {}
         for warp in range(8):
@@ -114,9 +115,7 @@ def state(q_chunks, k_chunks, lens, w_chunks, u_chunks, gc_chunks, rk_chunks, S0
                     Ub[i, c1:c1+VT//2] = bf16(x); Ud[i, c1:c1+VT//2] = bf16(x*di)
             else:
                 for a in range(32):
-                    acc[a] *= scale*np.exp(gc[m1 + a])
-                rq = 1/np.sqrt((qS[m1:m1+32]**2).sum(1) + 1e-6) if l2 else np.ones(32)
-                rqs[warp] = rq
+                    acc[a] *= scale*rqa[m1 + a]*np.exp(gc[m1 + a])
             accs[warp] = acc
         O = np.full((64, VT), np.nan)
         for warp in range(4, 8):
@@ -129,7 +128,7 @@ def state(q_chunks, k_chunks, lens, w_chunks, u_chunks, gc_chunks, rk_chunks, S0
                     blkP = PS[16*r16:16*r16+16, 16*kb16:16*kb16+16]
                     assert not np.isnan(blkP).any(), "P read unwritten"
                     acc[16*mi:16*mi+16] += blkP @ Ub[16*kb16:16*kb16+16, c1:c1+VT//2]
-            O[m1:m1+32, c1:c1+VT//2] = bf16(acc * rqs[warp][:, None])
+            O[m1:m1+32, c1:c1+VT//2] = bf16(acc)
         assert not np.isnan(O).any()
         assert not np.isnan(Ub).any() and not np.isnan(Ud).any()
         Snew = np.full_like(S, np.nan)

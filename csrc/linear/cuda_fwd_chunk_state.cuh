@@ -1,11 +1,13 @@
 // Stage 2 of the fast chunked forward: the chunk state recurrence fused with the output, one block
 // per (sequence, value head, V tile of VT columns), walking that sequence's chunks in order with the
 // state S (D x VT, fp32) in registers. Per chunk (C = 64 tokens, gc the gate cumsum, gL = gc[63]):
-//   (a) P  = tril(scale Q K^T * rk_j * exp(gc_i - gc_j))       causal scores (state-independent)
+//   (a) P  = tril(scale rq_i Q K^T rk_j exp(gc_i - gc_j))     causal scores (state-independent)
 //   (b) WS = W S,  QS = Q S                                     one 128-row product [W; Q] S
-//   (c) U  = u - WS;   Ud = U * rk * exp(gL - gc);  QS *= scale exp(gc)
-//   (d) O  = rq * (QS + P U)                                    rq = 1/|q| (1 without the L2 norm)
+//   (c) U  = u - WS;   Ud = U * rk * exp(gL - gc);  QS *= scale rq exp(gc)
+//   (d) O  = QS + P U
 //   (e) S <- exp(gL) S + K^T Ud
+// rq = 1/|q| and rk = 1/|k| with the in-kernel L2 norm (else 1): q and k are read raw and their norms
+// scale rows and columns instead, so no pass rewrites them.
 // Products run on tensor cores (mma.sync m16n8k16, 16-bit operands, fp32 accumulation); S feeds (b)
 // as a 16-bit copy in shared memory. Two barriers a chunk. The next chunk's q, k, w, u tiles stream in
 // with cp.async while this one computes (double buffered for D <= 128; for D = 256 only k is, and
@@ -63,6 +65,26 @@ __device__ __forceinline__ void warp_mma_2xN(float (&acc)[2][NT][4], uint32_t a_
       }
     }
   }
+}
+
+// 1 / sqrt(|row|^2 + eps) of rows r0 .. r0 + 15 of a padded 64 x D tile of 16-bit elements: lanes l
+// and l + 16 each sum half of row r0 + l, and both end up holding its value.
+template <class T, int D>
+__device__ __forceinline__ float inv_row_norm16(const unsigned char* tile, int r0, int lane) {
+  const unsigned char* src = tile + (r0 + (lane & 15)) * tile_pitch(D) + (lane >> 4) * D;
+  float ss = 0.f;
+#pragma unroll
+  for (int c16 = 0; c16 < D / 16; ++c16) {
+    const uint4 v = *reinterpret_cast<const uint4*>(src + c16 * 16);
+    const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 f = unpack2<T>(wv[e]);
+      ss = fmaf(f.x, f.x, fmaf(f.y, f.y, ss));
+    }
+  }
+  ss += __shfl_xor_sync(0xffffffffu, ss, 16);
+  return rsqrtf(ss + kL2NormEps);
 }
 
 // Two blocks an SM for D = 64 (the shared memory allows it; registers are capped at 128), else one.
@@ -208,12 +230,13 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
     warp_mma_2xN<T, kNT1, false>(acc, w_rows ? wT : qT, Lay::kPitchD, m1, sbase + Lay::kSb, Lay::kPitchV, c1,
                                  D / 16, lane);
 
-    // (a) P = tril(scale Q K^T rk_j exp(gc_i - gc_j)) -> shared, 16-bit. Independent of (b): placed
-    //     here its products overlap the tail of (b) before (c) needs (b)'s results.
+    // (a) P = tril(scale rq_i Q K^T rk_j exp(gc_i - gc_j)) -> shared, 16-bit. Independent of (b):
+    //     placed here its products overlap the tail of (b) before (c) needs (b)'s results.
     {
       float acc[4][4];
       causal_tiles<T, D>(acc, qT, kT, warp, lane);
       const int rb = warp & 3, parity = warp >> 2;
+      const float rq16 = p.l2norm ? inv_row_norm16<T, D>(base + Lay::kQ + qb * Lay::kTileD, 16 * rb, lane) : 1.f;
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
         if (x > rb) continue;
@@ -221,7 +244,7 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const int i = 16 * rb + g8 + 8 * hh, j = 8 * nt + 2 * t4;
-          const float si = p.scale, gi = gc[i];
+          const float si = p.scale * __shfl_sync(0xffffffffu, rq16, g8 + 8 * hh), gi = gc[i];
           const float rk0 = p.l2norm ? rk[j] : 1.f, rk1 = p.l2norm ? rk[j + 1] : 1.f;
           const float p0 = j <= i ? si * rk0 * expf(gi - gc[j]) * acc[x][2 * hh] : 0.f;
           const float p1 = j + 1 <= i ? si * rk1 * expf(gi - gc[j + 1]) * acc[x][2 * hh + 1] : 0.f;
@@ -230,8 +253,7 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
       }
     }
 
-    // (c) U = u - W S (and its decayed, normalised copy Ud); Q S rows get scale exp(gc).
-    float rq[2][2] = {{1.f, 1.f}, {1.f, 1.f}};
+    // (c) U = u - W S (and its decayed, normalised copy Ud); Q S rows get scale rq exp(gc).
     if (w_rows) {
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
@@ -252,36 +274,17 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
     } else {
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
+        const float rq16 =
+            p.l2norm ? inv_row_norm16<T, D>(base + Lay::kQ + qb * Lay::kTileD, m1 + 16 * mi, lane) : 1.f;
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const int i = m1 + 16 * mi + g8 + 8 * hh;
-          const float si = p.scale * expf(gc[i]);
+          const float si = p.scale * __shfl_sync(0xffffffffu, rq16, g8 + 8 * hh) * expf(gc[i]);
 #pragma unroll
           for (int nt = 0; nt < kNT1; ++nt) {
             acc[mi][nt][2 * hh] *= si;
             acc[mi][nt][2 * hh + 1] *= si;
           }
-        }
-      }
-      if (p.l2norm) {
-        // Lane l sums row m1 + l of Q; the fragment rows then fetch theirs.
-        const unsigned char* qrow = base + Lay::kQ + qb * Lay::kTileD + (m1 + lane) * Lay::kPitchD;
-        float ss = 0.f;
-#pragma unroll 4
-        for (int c16 = 0; c16 < D / 8; ++c16) {
-          const uint4 v = *reinterpret_cast<const uint4*>(qrow + c16 * 16);
-          const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float2 f = unpack2<T>(wv[e]);
-            ss = fmaf(f.x, f.x, fmaf(f.y, f.y, ss));
-          }
-        }
-        const float inv = rsqrtf(ss + kL2NormEps);
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) rq[mi][hh] = __shfl_sync(0xffffffffu, inv, 16 * mi + g8 + 8 * hh);
         }
       }
     }
@@ -291,7 +294,7 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
       cp_async_commit();
     }
 
-    // (d) O = rq (QS + P U) for the Q rows; P is causal, so row block r16 needs k-blocks 0..r16.
+    // (d) O = QS + P U for the Q rows; P is causal, so row block r16 needs k-blocks 0..r16.
     if (!w_rows) {
       const uint32_t pT = sbase + Lay::kP, ubT = sbase + Lay::kUb;
 #pragma unroll
@@ -318,7 +321,7 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
 #pragma unroll
           for (int nt = 0; nt < kNT1; ++nt) {
             *reinterpret_cast<uint32_t*>(orow + 8 * nt) =
-                pack2<T>(acc[mi][nt][2 * hh] * rq[mi][hh], acc[mi][nt][2 * hh + 1] * rq[mi][hh]);
+                pack2<T>(acc[mi][nt][2 * hh], acc[mi][nt][2 * hh + 1]);
           }
         }
       }
