@@ -1,8 +1,8 @@
 // The CUDA backward of the delta rule (ak::linear::cuda::delta_bwd): turns the validated call into
 // the stages' Problem, builds the varlen chunk map on the device, and picks a path.
 //
-// Paths: "fast" (tensor cores; bf16/f16, K = V in {64, 128}, chunk 64) and "general" (fp32 SIMT,
-// everything else). ATTNKIT_LINEAR_BWD_PATH=general|fast forces one (fast refuses calls it cannot
+// Paths: "fast" (tensor cores; bf16/f16, K = V in {64, 128}; any chunk size, computed as 64: the
+// gradients do not depend on it) and "general" (fp32 SIMT, everything else, at the chunk size asked). ATTNKIT_LINEAR_BWD_PATH=general|fast forces one (fast refuses calls it cannot
 // serve); unset or "auto" picks fast where it applies.
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +10,7 @@
 
 #include "../cuda/runtime.cuh"
 #include "cuda_bwd.cuh"
+#include "cuda_bwd_fast.cuh"
 #include "delta_rule.h"
 
 namespace ak::linear::cuda {
@@ -109,6 +110,14 @@ void delta_bwd(const DeltaBwd& a) {
   p.map.T = static_cast<int>(dp.T);
   p.map.C = p.C;
 
+  // The gradients do not depend on the chunk size, so the fast path serves every chunk size as 64.
+  const Path path = requested_path();
+  if (path != Path::General) {
+    Problem as64 = p;
+    as64.C = bwd::kFastC;
+    if (bwd::fast_supported(as64, device)) p.C = p.map.C = bwd::kFastC;
+  }
+
   // Chunks of the whole call, and the first token no sequence covers.
   int64_t chunks = 0;
   int64_t covered_end = dp.T;
@@ -134,11 +143,10 @@ void delta_bwd(const DeltaBwd& a) {
   }
 
   if (p.H > 0 && p.N > 0) {
-    const Path path = requested_path();
     const bool fast = bwd::fast_supported(p, device);
     if (path == Path::Fast) {
       require(fast, "delta_rule_bwd: ATTNKIT_LINEAR_BWD_PATH=fast, but the fast path serves only bfloat16/float16 "
-                    "with K = V in {64, 128} and chunk 64 on sm_80 or newer");
+                    "with K = V in {64, 128} on sm_80 or newer");
     }
     if (fast && path != Path::General) {
       bwd::run_fast(p, stream, device);
