@@ -152,7 +152,18 @@ function check() {
       const a = fast[key], b = general[key];
       if (a && b) parts.push(`${key} ${relRms(a, b).toExponential(2)}`);
     }
-    console.log(`  B${c.B}_T${c.T}_H${c.H}_D${c.D} ${c.gated ? "gated" : "delta"}: ${parts.join("  ")}`);
+    using again = run("fast");
+    const same = (["dq", "dk", "dv", "dbeta", "dg"] as const).every((key) => {
+      const a = fast[key], b = again[key];
+      if (!a || !b) return true;
+      const x = a.toArray() as unknown as ArrayLike<number>, y = b.toArray() as unknown as ArrayLike<number>;
+      for (let i = 0; i < x.length; i++) if (!Object.is(Number(x[i]), Number(y[i]))) return false;
+      return true;
+    });
+    console.log(
+      `  B${c.B}_T${c.T}_H${c.H}_D${c.D} ${c.gated ? "gated" : "delta"}: ${parts.join("  ")}  ` +
+        `(fast twice: ${same ? "bitwise identical" : "DIFFERENT"})`,
+    );
   }
   setPath("auto");
 }
