@@ -319,7 +319,7 @@ int run(int argc, char** argv) {
     launch(sc, kThreads, 0, [&] { pack_scalars(p.gated ? p.g : RowView{}, p.map, P, w.Gc); });
     launch(sc, kThreads, 0, [&] { pack_scalars(p.beta, p.map, P, w.Bp); });
     launch(dim3(p.NCt, H), kThreads, (2 * C * C + 3 * C) * 4, [&] { prep(p, w); });
-    const dim3 sq((V + kSlice - 1) / kSlice, H, N);
+    const dim3 sq((V + kSlice - 1) / kSlice * N, H);
     launch(sq, kThreads, 0, [&] { states_fwd(p, w); });
     launch(sq, kThreads, 0, [&] { states_bwd(p, w); });
     launch(dim3(p.NCt, H), kThreads, (2 * C * C + 7 * C + kWarps) * 4, [&] { grads<T>(p, w); });
@@ -363,10 +363,10 @@ int run(int argc, char** argv) {
       auto seq = [&](auto vtag) {
         constexpr int VS = decltype(vtag)::value;
         if (p.NCt > 0)
-          launch(dim3(DD / VS, H, N), 128, 2 * sizeof(states_detail::StatesBuf<T, DD, VS>) + sizeof(T) * DD * (VS + 8),
+          launch(dim3(DD / VS * N, H), 128, 2 * sizeof(states_detail::StatesBuf<T, DD, VS>) + sizeof(T) * DD * (VS + 8),
                  [&] { states_detail::fast_states<T, DD, VS>(pf, w); });
         constexpr int ST = VS == 32 ? 2 : 1;  // as the launcher
-        launch(dim3(DD / VS, H, N), 128, sizeof(states_detail::DStatesSmem<T, DD, VS, ST>),
+        launch(dim3(DD / VS * N, H), 128, sizeof(states_detail::DStatesSmem<T, DD, VS, ST>),
                [&] { states_detail::fast_dstates<T, DD, VS, ST>(pf, w); });
       };
       if (getenv("EMU_VS") && std::atoi(getenv("EMU_VS")) == 32) seq(std::integral_constant<int, 32>{});

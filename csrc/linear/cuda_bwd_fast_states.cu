@@ -21,7 +21,7 @@ void launch_states(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
   constexpr size_t smem = 2 * sizeof(StatesBuf<T, D, VS>) + sizeof(T) * D * (VS + 8);
   AK_CUDA_CHECK(cudaFuncSetAttribute(fast_states<T, D, VS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  fast_states<T, D, VS><<<dim3(D / VS, p.H, p.N), kThreads, smem, s>>>(p, w);
+  fast_states<T, D, VS><<<dim3((D / VS) * p.N, p.H), kThreads, smem, s>>>(p, w);
   ak::cuda::check_launch("delta_bwd fast: states");
 }
 
@@ -32,7 +32,7 @@ void launch_dstates(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
   constexpr size_t smem = sizeof(DStatesSmem<T, D, VS, kStages>);
   AK_CUDA_CHECK(cudaFuncSetAttribute(fast_dstates<T, D, VS, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  fast_dstates<T, D, VS, kStages><<<dim3(D / VS, p.H, p.N), kThreads, smem, s>>>(p, w);
+  fast_dstates<T, D, VS, kStages><<<dim3((D / VS) * p.N, p.H), kThreads, smem, s>>>(p, w);
   ak::cuda::check_launch("delta_bwd fast: dstates");
 }
 

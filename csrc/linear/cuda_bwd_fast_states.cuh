@@ -34,7 +34,8 @@ __global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w
   StatesBuf<T, D, VS>* buf = reinterpret_cast<StatesBuf<T, D, VS>*>(smraw);
   T* hs = reinterpret_cast<T*>(buf + 2);  // [D][LV]
 
-  const int vs = blockIdx.x * VS, h = blockIdx.y, n = blockIdx.z, hk = h / p.group;
+  // Block x = sequence * (D / VS) + slice (gridDim.z would cap the sequences at 65535).
+  const int n = blockIdx.x / (D / VS), vs = (blockIdx.x % (D / VS)) * VS, h = blockIdx.y, hk = h / p.group;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
   const int4 si = p.map.seq_of(n);
   const int nch = (si.z - si.y + kC - 1) / kC;
@@ -137,7 +138,8 @@ __global__ void __launch_bounds__(kThreads) fast_dstates(Problem p, FastWork<T> 
   extern __shared__ __align__(16) unsigned char smraw[];
   DStatesSmem<T, D, VS, STAGES>& sm = *reinterpret_cast<DStatesSmem<T, D, VS, STAGES>*>(smraw);
 
-  const int vs = blockIdx.x * VS, h = blockIdx.y, n = blockIdx.z, hk = h / p.group;
+  // Block x = sequence * (D / VS) + slice (gridDim.z would cap the sequences at 65535).
+  const int n = blockIdx.x / (D / VS), vs = (blockIdx.x % (D / VS)) * VS, h = blockIdx.y, hk = h / p.group;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
   const int4 si = p.map.seq_of(n);
   const int nch = (si.z - si.y + kC - 1) / kC;

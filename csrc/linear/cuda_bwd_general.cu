@@ -58,7 +58,7 @@ void run_typed(const Problem& p, cudaStream_t s, int device) {
   w.Bp = take(n1);
 
   if (P == 0) {  // only empty sequences: d_initial_state = d_final_state (or zeros)
-    states_bwd<<<dim3(ak::cuda::ceil_div(V, kSlice), H, p.N), kThreads, 0, s>>>(p, w);
+    states_bwd<<<dim3(ak::cuda::ceil_div(V, kSlice) * p.N, H), kThreads, 0, s>>>(p, w);
     ak::cuda::check_launch("delta_bwd general: dstates");
     return;
   }
@@ -78,7 +78,7 @@ void run_typed(const Problem& p, cudaStream_t s, int device) {
   prep<<<dim3(p.NCt, H), kThreads, prep_smem, s>>>(p, w);
   ak::cuda::check_launch("delta_bwd general: prep");
 
-  const dim3 seq(ak::cuda::ceil_div(V, kSlice), H, p.N);
+  const dim3 seq(ak::cuda::ceil_div(V, kSlice) * p.N, H);
   states_fwd<<<seq, kThreads, 0, s>>>(p, w);
   ak::cuda::check_launch("delta_bwd general: states");
   states_bwd<<<seq, kThreads, 0, s>>>(p, w);

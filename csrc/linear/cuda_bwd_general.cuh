@@ -152,7 +152,9 @@ __global__ void __launch_bounds__(kThreads) states_fwd(Problem p, GenWork w) {
   __shared__ float hs[256 * kSlice];
   __shared__ float decs[128];
   const int C = p.C, K = p.K, V = p.V;
-  const int vs = blockIdx.x * kSlice, h = blockIdx.y, n = blockIdx.z, hk = h / p.group;
+  // Block x = sequence * slices + slice (gridDim.z would cap the sequences at 65535).
+  const int slices = (p.V + kSlice - 1) / kSlice;
+  const int n = blockIdx.x / slices, vs = (blockIdx.x % slices) * kSlice, h = blockIdx.y, hk = h / p.group;
   const int nv = min(kSlice, V - vs);
   const int tid = threadIdx.x;
   const int64_t P = p.padded();
@@ -204,7 +206,9 @@ __global__ void __launch_bounds__(kThreads) states_bwd(Problem p, GenWork w) {
   __shared__ float hs[256 * kSlice];
   __shared__ float decs[128], gms[128];
   const int C = p.C, K = p.K, V = p.V;
-  const int vs = blockIdx.x * kSlice, h = blockIdx.y, n = blockIdx.z, hk = h / p.group;
+  // Block x = sequence * slices + slice (gridDim.z would cap the sequences at 65535).
+  const int slices = (p.V + kSlice - 1) / kSlice;
+  const int n = blockIdx.x / slices, vs = (blockIdx.x % slices) * kSlice, h = blockIdx.y, hk = h / p.group;
   const int nv = min(kSlice, V - vs);
   const int tid = threadIdx.x;
   const int64_t P = p.padded();
