@@ -130,6 +130,7 @@ struct DStatesSmem {
   DStatesTiles<T, D, VS> in[STAGES];
   T dh[D * (VS + 8)];
   T dU[kC * (VS + 8)];
+  float qf[kC];  // scale e^gc per row of the chunk
 };
 
 template <class T, int D, int VS, int STAGES>
@@ -207,18 +208,19 @@ __global__ void __launch_bounds__(kThreads) fast_dstates(Problem p, FastWork<T> 
     }
     __syncthreads();
     const float gl = b.gc[kC - 1];
-    // Q rows scaled by scale e^gc (Q serves only the state update here).
-    for (int idx = tid; idx < kC * D / 2; idx += kThreads) {
-      const int i = (2 * idx) / D, d = 2 * idx - i * D;
-      uint32_t* qp = reinterpret_cast<uint32_t*>(b.Q + i * LD + d);
-      const float f = p.scale * expf(b.gc[i]);
-      const float2 qv = unpack2<T>(*qp);
-      *qp = pack2<T>(qv.x * f, qv.y * f);
-    }
+    if (tid < kC) sm.qf[tid] = p.scale * expf(b.gc[tid]);
     store_acc<T, MT, NT>(dh, sm.dh, LV, hm0, 0, lane);
     __syncthreads();
     tile_store<T>(w.dHs + (static_cast<int64_t>(h) * p.NCt + si.w + c) * D * D + vs, D, sm.dh, LV, D, VS, tid,
                   kThreads);
+    // Q rows scaled by scale e^gc (Q serves only the state update, after the next barrier).
+    for (int idx = tid; idx < kC * D / 2; idx += kThreads) {
+      const int i = (2 * idx) / D, d = 2 * idx - i * D;
+      uint32_t* qp = reinterpret_cast<uint32_t*>(b.Q + i * LD + d);
+      const float f = sm.qf[i];
+      const float2 qv = unpack2<T>(*qp);
+      *qp = pack2<T>(qv.x * f, qv.y * f);
+    }
 
     // dv_new = diag(e^(gl - gc)) K dh + P^T dO
     float uacc[1][NT][4];
