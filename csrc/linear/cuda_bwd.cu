@@ -2,8 +2,9 @@
 // the stages' Problem, builds the varlen chunk map on the device, and picks a path.
 //
 // Paths: "fast" (tensor cores; bf16/f16, K = V in {64, 128}; any chunk size, computed as 64: the
-// gradients do not depend on it) and "general" (fp32 SIMT, everything else, at the chunk size asked). ATTNKIT_LINEAR_BWD_PATH=general|fast forces one (fast refuses calls it cannot
-// serve); unset or "auto" picks fast where it applies.
+// gradients do not depend on it) and "general" (fp32 SIMT, everything else, at the chunk size
+// asked). ATTNKIT_LINEAR_BWD_PATH=general|fast forces one (fast refuses calls it cannot serve);
+// unset or "auto" picks fast where it applies.
 #include <cstdlib>
 #include <cstring>
 #include <string>

@@ -1,5 +1,6 @@
-// The tensor-core path of the delta-rule backward: bf16/f16 inputs, K = V = D in {64, 128}, chunk
-// 64. Four stages (bench/NOTES_linear_bwd.md has the math, FLOPs and bytes):
+// The tensor-core path of the delta-rule backward: bf16/f16 inputs, K = V = D in {64, 128}, chunks of
+// 64 (whatever chunk size the caller asked: the gradients do not depend on it). Four stages
+// (bench/NOTES_linear_bwd.md has the math, FLOPs and bytes):
 //   prep     (chunk-parallel)   gc, A, w, u, P
 //   states   (sequential)       h_c before each chunk, v_new = u - w h
 //   dstates  (sequential, back) dh_c after each chunk, dv_new = P^T dO + diag(e^(gl-gc)) K dh

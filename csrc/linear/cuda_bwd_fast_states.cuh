@@ -1,7 +1,6 @@
-// Fast backward, the two sequential stages (one block of 4 warps per sequence, value head and slice of
-// VS = 64 or 32 state columns, 32 when 64 would leave multiprocessors idle; the state slice lives in
-// the warps' accumulators, warp w owning state rows
-// w D/4 .. (w + 1) D/4 - 1):
+// Fast backward, the two sequential stages: one block of 4 warps per sequence, value head and slice of
+// VS = 64 or 32 state columns (32 when 64 would leave multiprocessors idle). The state slice lives in
+// the warps' accumulators, warp w owning state rows w D/4 .. (w + 1) D/4 - 1.
 //   states   h_c before each chunk (stored), v_new = u - w h (stored over u),
 //            h <- e^gl h + K^T diag(e^(gl - gc)) v_new
 //   dstates  dh_c after each chunk (stored), dv_new = diag(e^(gl - gc)) K dh + P^T dO (stored),

@@ -257,7 +257,9 @@ __global__ void __launch_bounds__(kThreads) states_bwd(Problem p, GenWork w) {
     for (int idx = tid; idx < K * nv; idx += kThreads) {
       const int d = idx / nv, e = idx - d * nv;
       float s = 0.f;
-      for (int i = 0; i < C; ++i) s += gms[i] * Qc[i * K + d] * dOc[i * V + vs + e] - Wc[i * K + d] * dUc[i * V + vs + e];
+      for (int i = 0; i < C; ++i) {
+        s += gms[i] * Qc[i * K + d] * dOc[i * V + vs + e] - Wc[i * K + d] * dUc[i * V + vs + e];
+      }
       hs[d * kSlice + e] = eg * hs[d * kSlice + e] + s;
     }
   }
