@@ -140,32 +140,34 @@ __global__ void __launch_bounds__(kThreads) fast_prep(Problem p, FastWork<T> w) 
     }
     __syncthreads();
   }
-  // A as the operand type; K rows scaled by beta e^gc and V rows by beta, in place.
-  for (int idx = tid; idx < kC * kC; idx += kThreads) {
-    const int i = idx / kC, j = idx - i * kC;
-    As[i * LC + j] = from_f<T>(Af[i * kLF + j]);
-  }
-  for (int idx = tid; idx < kC * D / 2; idx += kThreads) {
-    const int i = (2 * idx) / D, d = 2 * idx - i * D;
-    uint32_t* kp = reinterpret_cast<uint32_t*>(Ks + i * LD + d);
-    uint32_t* vp = reinterpret_cast<uint32_t*>(Vs + i * LD + d);
-    const float2 kv = unpack2<T>(*kp), vv = unpack2<T>(*vp);
-    *kp = pack2<T>(kv.x * bg[i], kv.y * bg[i]);
-    *vp = pack2<T>(vv.x * bt[i], vv.y * bt[i]);
-  }
+  // A in the operand type for the gradient stage; then Aw = A diag(beta e^gc) and Au = A diag(beta),
+  // each rounded once, so that w = Aw K and u = Au V read K and V exactly (scaling K and V instead
+  // would round them too).
+  auto stage_a = [&](const float* col) {
+    for (int idx = tid; idx < kC * kC; idx += kThreads) {
+      const int i = idx / kC, j = idx - i * kC;
+      As[i * LC + j] = from_f<T>(col != nullptr ? Af[i * kLF + j] * col[j] : Af[i * kLF + j]);
+    }
+  };
+  stage_a(nullptr);
   __syncthreads();
   tile_store<T>(w.A + row * kC, kC, As, LC, kC, kC, tid, kThreads);
+  __syncthreads();
+  stage_a(bg);
+  __syncthreads();
   {
     float acc[1][NT][4];
     zero_acc(acc);
     warp_mma<T, 1, NT, false, true>(acc, As, LC, 16 * warp, Ks, LD, 0, kC, lane);
     store_acc<T, 1, NT>(acc, Qs, LD, 16 * warp, 0, lane);  // w, staged where Q was
   }
+  __syncthreads();  // every warp is done reading Aw and K
+  stage_a(bt);
+  __syncthreads();
   {
     float acc[1][NT][4];
     zero_acc(acc);
     warp_mma<T, 1, NT, false, true>(acc, As, LC, 16 * warp, Vs, LD, 0, kC, lane);
-    __syncthreads();  // every warp is done reading Ks
     store_acc<T, 1, NT>(acc, Ks, LD, 16 * warp, 0, lane);  // u, staged where K was
   }
   __syncthreads();
