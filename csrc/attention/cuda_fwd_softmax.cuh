@@ -95,12 +95,14 @@ __device__ __forceinline__ void softmax_first(float (&s)[kN], RowState& st, floa
 }
 
 // Finishes the rows: the full row sums, 1/l (0 for rows that saw no key) and the natural-log LSE
-// (-inf for those rows).
+// (-inf for those rows; NaN for rows whose scores held a NaN).
 __device__ __forceinline__ void softmax_finish(RowState& st, float exp_scale, float (&inv)[2], float (&lse)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l = quad_sum(st.l[r]);
-    const bool any = l > 0.0f;
+    // l is 0 only for rows that saw no admitted key; a NaN score makes l NaN, and the row's output
+    // and LSE must then be NaN too (as in plain attention), not the empty-row 0 and -inf.
+    const bool any = l != 0.0f;
     inv[r] = any ? 1.0f / l : 0.0f;
     lse[r] = any ? (st.m[r] * exp_scale + __log2f(l)) * 0.69314718055994530942f : -INFINITY;
   }
