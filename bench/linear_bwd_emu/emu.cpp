@@ -70,6 +70,7 @@ unsigned char* emu_dyn_smem = nullptr;
 #define threadIdx emu::t_tid
 #define blockIdx emu::t_bid
 #define blockDim emu::g_bdim
+#define gridDim emu::g_gdim
 #define __syncthreads() emu::sync()
 #define __shfl_xor_sync(m, v, o) emu::shfl_xor(v, o)
 #define __shfl_up_sync(m, v, o) emu::shfl_up(v, o)
@@ -372,7 +373,9 @@ int run(int argc, char** argv) {
       if (getenv("EMU_VS") && std::atoi(getenv("EMU_VS")) == 32) seq(std::integral_constant<int, 32>{});
       else seq(std::integral_constant<int, 64>{});
       if (p.NCt > 0)
-        launch(dim3(p.NCt, H), 256, fast_grads_smem<DD>(), [&] { grads_detail::fast_grads<T, DD>(pf, w); });
+        // Persistent blocks, fewer than items so that each loops (EMU_BLOCKS, default 3).
+        launch(dim3(min(p.NCt * H, getenv("EMU_BLOCKS") ? std::atoi(getenv("EMU_BLOCKS")) : 3)), 256,
+               fast_grads_smem<DD>(), [&] { grads_detail::fast_grads<T, DD>(pf, w); });
     };
     if (D == 64) run_d(std::integral_constant<int, 64>{});
     else run_d(std::integral_constant<int, 128>{});

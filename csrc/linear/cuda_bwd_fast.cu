@@ -46,6 +46,8 @@ size_t round_up(size_t x) { return (x + 255) / 256 * 256; }
 
 template <class T, int D>
 void run_typed(const Problem& p0, cudaStream_t s, int device) {
+  require(static_cast<int64_t>(p0.NCt) * p0.H < (int64_t{1} << 31),
+          "delta_rule_bwd on CUDA: too many chunks x heads for one call");
   Problem p = p0;
   const int64_t P = p.padded();
   const int64_t H = p.H;

@@ -93,271 +93,287 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
   float* r_h = r_cl + 4 * kC;   // [8] <h, dh'> per warp
   float* dgs = r_h + 8;         // [64]
 
-  const int g = blockIdx.x, h = blockIdx.y, hk = h / p.group;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
   const int wr = warp & 3, wc = warp >> 2;
   const int m0 = 16 * wr, rA = m0 + gq, rB = rA + 8;
   const int n0 = wc * (D / 2);  // columns of 64 x D products
   const int j0 = 32 * wc;       // columns of 64 x 64 products
-  const int4 ci = p.map.chunk_of(g);
-  const int len = ci.z;
-  const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
-  const int64_t state = (static_cast<int64_t>(h) * p.NCt + g) * D * D;
 
-  // Two load groups: what dP and dq need first (dO, v_new, h, K), then the rest, which arrives while
-  // dP and dq are computed (one block per multiprocessor at D = 128 leaves nothing else to hide it).
-  tile_load<T>(dOs, LD, static_cast<const T*>(p.dout.p) + p.dout.offset(ci.x, ci.y, h), p.dout.st, kC, len, D, tid,
-               kThreads);
-  tile_load<T>(Us, LD, w.U + row * D, D, kC, kC, D, tid, kThreads);
-  tile_load<T>(Hs, LD, w.Hs + state, D, D, D, D, tid, kThreads);
-  tile_load<T>(Ks, LD, static_cast<const T*>(p.k.p) + p.k.offset(ci.x, ci.y, hk), p.k.st, kC, len, D, tid, kThreads);
+  // Persistent blocks: item = chunk * H + head. Loads come in two cp.async groups: dO, v_new, h (the
+  // first products' operands) are fetched during the previous item's WY part, when their buffers are
+  // dead; K, Q, V, dv_new, dh', A at the start of the item, landing while dP and dO h^T run.
+  const int items = p.NCt * p.H;
+  auto issue_first = [&](int item) {
+    const int g = item / p.H, h = item - g * p.H;
+    const int4 ci = p.map.chunk_of(g);
+    const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
+    tile_load<T>(dOs, LD, static_cast<const T*>(p.dout.p) + p.dout.offset(ci.x, ci.y, h), p.dout.st, kC, ci.z, D,
+                 tid, kThreads);
+    tile_load<T>(Us, LD, w.U + row * D, D, kC, kC, D, tid, kThreads);
+    tile_load<T>(Hs, LD, w.Hs + (static_cast<int64_t>(h) * p.NCt + g) * D * D, D, D, D, D, tid, kThreads);
+  };
+  int item = blockIdx.x;
+  if (item < items) issue_first(item);
   cp_async_commit();
-  tile_load<T>(Qs, LD, static_cast<const T*>(p.q.p) + p.q.offset(ci.x, ci.y, hk), p.q.st, kC, len, D, tid, kThreads);
-  tile_load<T>(Vs, LD, static_cast<const T*>(p.v.p) + p.v.offset(ci.x, ci.y, h), p.v.st, kC, len, D, tid, kThreads);
-  tile_load<T>(dUs, LD, w.dU + row * D, D, kC, kC, D, tid, kThreads);
-  tile_load<T>(dHs, LD, w.dHs + state, D, D, D, D, tid, kThreads);
-  tile_load<T>(As, LC, w.A + row * kC, kC, kC, kC, kC, tid, kThreads);
-  cp_async_commit();
-  if (tid < kC) {
-    gc[tid] = w.gc[row + tid];
-    bt[tid] = tid < len ? static_cast<const float*>(p.beta.p)[p.beta.offset(ci.x, ci.y + tid, h)] : 0.f;
-  }
-  cp_async_wait<1>();
-  __syncthreads();
-  const float gl = gc[kC - 1];
-  if (tid < kC) {
-    gm[tid] = expf(gc[tid]);
-    dec[tid] = expf(gl - gc[tid]);
-  }
-  {  // dPs = scale (dO v_new^T) * D, lower incl. -> T1
-    float acc[1][4][4];
-    zero_acc(acc);
-    warp_mma<T, 1, 4, false, false>(acc, dOs, LD, m0, Us, LD, j0, D, lane);
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = r < 2 ? rA : rB, j = j0 + 8 * nt + 2 * q4 + (r & 1);
-        acc[0][nt][r] = j <= i ? p.scale * acc[0][nt][r] * expf(gc[i] - gc[j]) : 0.f;
-      }
-    store_acc<T, 1, 4>(acc, T1, LC, m0, j0, lane);
-  }
-  __syncthreads();
-  {  // dq = scale diag(e^gc) dO h^T + dPs K
-    float acc[1][NT][4];
-    zero_acc(acc);
-    warp_mma<T, 1, NT, false, false>(acc, dOs, LD, m0, Hs, LD, n0, D, lane);
-    const float sa = p.scale * gm[rA], sb = p.scale * gm[rB];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      acc[0][nt][0] *= sa;
-      acc[0][nt][1] *= sa;
-      acc[0][nt][2] *= sb;
-      acc[0][nt][3] *= sb;
+  for (; item < items; item += gridDim.x) {
+    const int g = item / p.H, h = item - g * p.H, hk = h / p.group;
+    const int4 ci = p.map.chunk_of(g);
+    const int len = ci.z;
+    const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
+    const int64_t state = (static_cast<int64_t>(h) * p.NCt + g) * D * D;
+
+    tile_load<T>(Ks, LD, static_cast<const T*>(p.k.p) + p.k.offset(ci.x, ci.y, hk), p.k.st, kC, len, D, tid, kThreads);
+    tile_load<T>(Qs, LD, static_cast<const T*>(p.q.p) + p.q.offset(ci.x, ci.y, hk), p.q.st, kC, len, D, tid, kThreads);
+    tile_load<T>(Vs, LD, static_cast<const T*>(p.v.p) + p.v.offset(ci.x, ci.y, h), p.v.st, kC, len, D, tid, kThreads);
+    tile_load<T>(dUs, LD, w.dU + row * D, D, kC, kC, D, tid, kThreads);
+    tile_load<T>(dHs, LD, w.dHs + state, D, D, D, D, tid, kThreads);
+    tile_load<T>(As, LC, w.A + row * kC, kC, kC, kC, kC, tid, kThreads);
+    cp_async_commit();
+    if (tid < kC) {
+      gc[tid] = w.gc[row + tid];
+      bt[tid] = tid < len ? static_cast<const float*>(p.beta.p)[p.beta.offset(ci.x, ci.y + tid, h)] : 0.f;
     }
-    warp_mma<T, 1, NT, false, true>(acc, T1, LC, m0, Ks, LD, n0, kC, lane);
-    cp_async_wait<0>();  // the second load group (Q, V, dv_new, dh', A)
+    cp_async_wait<1>();  // dO, v_new, h of this item
     __syncthreads();
-    const float2 qd = row_dots<T, NT>(acc, Qs, LD, rA, n0, lane);
-    if (q4 == 0) {
-      r_qd[wc * kC + rA] = qd.x;
-      r_qd[wc * kC + rB] = qd.y;
+    const float gl = gc[kC - 1];
+    if (tid < kC) {
+      gm[tid] = expf(gc[tid]);
+      dec[tid] = expf(gl - gc[tid]);
     }
-    write_rows<T, NT>(acc, w.dQh != nullptr ? w.dQh + row * D : nullptr, D, p.dq, ci, hk, m0, n0, lane);
-  }
-  {  // <h, dh'>
-    float s = 0.f;
-    for (int idx = tid; idx < D * D / 2; idx += kThreads) {
-      const int r = (2 * idx) / D, c = 2 * idx - r * D;
-      const float2 a = unpack2<T>(*reinterpret_cast<const uint32_t*>(Hs + r * LD + c));
-      const float2 b = unpack2<T>(*reinterpret_cast<const uint32_t*>(dHs + r * LD + c));
-      s += a.x * b.x + a.y * b.y;
-    }
-    s = warp_sum(s);
-    if (lane == 0) r_h[warp] = s;
-  }
-  // dk = diag(e^(gl-gc)) v_new dh'^T + dPs^T Q, kept in registers to the end
-  float dk[1][NT][4];
-  zero_acc(dk);
-  warp_mma<T, 1, NT, false, false>(dk, Us, LD, m0, dHs, LD, n0, D, lane);
-  {
-    const float da = dec[rA], db = dec[rB];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      dk[0][nt][0] *= da;
-      dk[0][nt][1] *= da;
-      dk[0][nt][2] *= db;
-      dk[0][nt][3] *= db;
-    }
-    const float2 kt = row_dots<T, NT>(dk, Ks, LD, rA, n0, lane);
-    if (q4 == 0) {
-      r_kt[wc * kC + rA] = kt.x;
-      r_kt[wc * kC + rB] = kt.y;
-    }
-  }
-  warp_mma<T, 1, NT, true, true>(dk, T1, LC, m0, Qs, LD, n0, kC, lane);
-  {
-    const float2 kk = row_dots<T, NT>(dk, Ks, LD, rA, n0, lane);
-    if (q4 == 0) {
-      r_kk[wc * kC + rA] = kk.x;
-      r_kk[wc * kC + rB] = kk.y;
-    }
-  }
-  T* dWs = Qs;  // dw takes Q's place once every warp is done with Q
-  {
-    float acc[1][NT][4];
-    zero_acc(acc);
-    warp_mma<T, 1, NT, false, false, true>(acc, dUs, LD, m0, Hs, LD, n0, D, lane);  // -dv_new h^T
-    __syncthreads();
-    store_acc<T, 1, NT>(acc, dWs, LD, m0, n0, lane);
-  }
-  __syncthreads();
-  {  // A^T dw: dk += diag(beta e^gc) A^T dw; (A^T dw).k
-    float acc[1][NT][4];
-    zero_acc(acc);
-    warp_mma<T, 1, NT, true, true>(acc, As, LC, m0, dWs, LD, n0, kC, lane);
-    const float2 tk = row_dots<T, NT>(acc, Ks, LD, rA, n0, lane);
-    if (q4 == 0) {
-      r_tk[wc * kC + rA] = tk.x;
-      r_tk[wc * kC + rB] = tk.y;
-    }
-    const float fa = bt[rA] * gm[rA], fb = bt[rB] * gm[rB];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      dk[0][nt][0] += fa * acc[0][nt][0];
-      dk[0][nt][1] += fa * acc[0][nt][1];
-      dk[0][nt][2] += fb * acc[0][nt][2];
-      dk[0][nt][3] += fb * acc[0][nt][3];
-    }
-  }
-  {  // A^T dv_new: dv = diag(beta) A^T dv_new; (A^T dv_new).v
-    float acc[1][NT][4];
-    zero_acc(acc);
-    warp_mma<T, 1, NT, true, true>(acc, As, LC, m0, dUs, LD, n0, kC, lane);
-    const float2 tv = row_dots<T, NT>(acc, Vs, LD, rA, n0, lane);
-    if (q4 == 0) {
-      r_tv[wc * kC + rA] = tv.x;
-      r_tv[wc * kC + rB] = tv.y;
-    }
-    const float ba = bt[rA], bb = bt[rB];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      acc[0][nt][0] *= ba;
-      acc[0][nt][1] *= ba;
-      acc[0][nt][2] *= bb;
-      acc[0][nt][3] *= bb;
-    }
-    write_rows<T, NT>(acc, nullptr, D, p.dv, ci, h, m0, n0, lane);
-  }
-  {  // dA = (dv_new V^T) diag(beta) + (dw K^T) diag(beta e^gc), strictly lower -> T1
-    float a1[1][4][4], a2[1][4][4];
-    zero_acc(a1);
-    zero_acc(a2);
-    warp_mma<T, 1, 4, false, false>(a1, dUs, LD, m0, Vs, LD, j0, D, lane);
-    warp_mma<T, 1, 4, false, false>(a2, dWs, LD, m0, Ks, LD, j0, D, lane);
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = r < 2 ? rA : rB, j = j0 + 8 * nt + 2 * q4 + (r & 1);
-        a1[0][nt][r] = j < i ? bt[j] * (a1[0][nt][r] + gm[j] * a2[0][nt][r]) : 0.f;
-      }
-    store_acc<T, 1, 4>(a1, T1, LC, m0, j0, lane);
-  }
-  __syncthreads();
-  {  // X = dA A^T -> T2
-    float x[1][4][4];
-    zero_acc(x);
-    warp_mma<T, 1, 4, false, false>(x, T1, LC, m0, As, LC, j0, kC, lane);
-    store_acc<T, 1, 4>(x, T2, LC, m0, j0, lane);
-  }
-  __syncthreads();
-  {  // dL = -A^T X (strictly lower) with L = diag(beta) (K K^T) * D: dbeta, dgc, S = dM + dM^T -> T1
-    float dl[1][4][4], kk[1][4][4];
-    zero_acc(dl);
-    zero_acc(kk);
-    warp_mma<T, 1, 4, true, true, true>(dl, As, LC, m0, T2, LC, j0, kC, lane);
-    warp_mma<T, 1, 4, false, false>(kk, Ks, LD, m0, Ks, LD, j0, D, lane);
-    float rdb[2] = {0.f, 0.f}, rl[2] = {0.f, 0.f};
-    float cl[4][2];
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      cl[nt][0] = 0.f;
-      cl[nt][1] = 0.f;
-    }
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int half = r >> 1, i = half ? rB : rA, j = j0 + 8 * nt + 2 * q4 + (r & 1);
-        float sv = 0.f;
-        if (j < i) {
-          const float dij = expf(gc[i] - gc[j]);
-          const float kkd = kk[0][nt][r] * dij;
-          const float d = dl[0][nt][r];
-          const float ll = d * bt[i] * kkd;  // dL_ij L_ij
-          rdb[half] += d * kkd;
-          rl[half] += ll;
-          cl[nt][r & 1] += ll;
-          sv = d * bt[i] * dij;
-          T1[j * LC + i] = from_f<T>(sv);
+    {  // dPs = scale (dO v_new^T) * D, lower incl. -> T1
+      float acc[1][4][4];
+      zero_acc(acc);
+      warp_mma<T, 1, 4, false, false>(acc, dOs, LD, m0, Us, LD, j0, D, lane);
+  #pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+  #pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int i = r < 2 ? rA : rB, j = j0 + 8 * nt + 2 * q4 + (r & 1);
+          acc[0][nt][r] = j <= i ? p.scale * acc[0][nt][r] * expf(gc[i] - gc[j]) : 0.f;
         }
-        if (j <= i) T1[i * LC + j] = from_f<T>(sv);
-      }
-    const float db0 = quad_sum(rdb[0]), db1 = quad_sum(rdb[1]);
-    const float rl0 = quad_sum(rl[0]), rl1 = quad_sum(rl[1]);
-    if (q4 == 0) {
-      r_db[wc * kC + rA] = db0;
-      r_db[wc * kC + rB] = db1;
-      r_rl[wc * kC + rA] = rl0;
-      r_rl[wc * kC + rB] = rl1;
+      store_acc<T, 1, 4>(acc, T1, LC, m0, j0, lane);
     }
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int par = 0; par < 2; ++par) {
-        float x = cl[nt][par];
-        x += __shfl_xor_sync(0xffffffffu, x, 4);
-        x += __shfl_xor_sync(0xffffffffu, x, 8);
-        x += __shfl_xor_sync(0xffffffffu, x, 16);
-        if (gq == 0) r_cl[wr * kC + j0 + 8 * nt + 2 * q4 + par] = x;
+    __syncthreads();
+    {  // dq = scale diag(e^gc) dO h^T + dPs K
+      float acc[1][NT][4];
+      zero_acc(acc);
+      warp_mma<T, 1, NT, false, false>(acc, dOs, LD, m0, Hs, LD, n0, D, lane);
+      const float sa = p.scale * gm[rA], sb = p.scale * gm[rB];
+  #pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        acc[0][nt][0] *= sa;
+        acc[0][nt][1] *= sa;
+        acc[0][nt][2] *= sb;
+        acc[0][nt][3] *= sb;
       }
-  }
-  __syncthreads();
-  warp_mma<T, 1, NT, false, true>(dk, T1, LC, m0, Ks, LD, n0, kC, lane);  // dk += S K
-  write_rows<T, NT>(dk, w.dKh != nullptr ? w.dKh + row * D : nullptr, D, p.dk, ci, hk, m0, n0, lane);
+      cp_async_wait<0>();  // K, Q, V, dv_new, dh', A
+      __syncthreads();
+      warp_mma<T, 1, NT, false, true>(acc, T1, LC, m0, Ks, LD, n0, kC, lane);
+      const float2 qd = row_dots<T, NT>(acc, Qs, LD, rA, n0, lane);
+      if (q4 == 0) {
+        r_qd[wc * kC + rA] = qd.x;
+        r_qd[wc * kC + rB] = qd.y;
+      }
+      write_rows<T, NT>(acc, w.dQh != nullptr ? w.dQh + row * D : nullptr, D, p.dq, ci, hk, m0, n0, lane);
+    }
+    {  // <h, dh'>
+      float s = 0.f;
+      for (int idx = tid; idx < D * D / 2; idx += kThreads) {
+        const int r = (2 * idx) / D, c = 2 * idx - r * D;
+        const float2 a = unpack2<T>(*reinterpret_cast<const uint32_t*>(Hs + r * LD + c));
+        const float2 b = unpack2<T>(*reinterpret_cast<const uint32_t*>(dHs + r * LD + c));
+        s += a.x * b.x + a.y * b.y;
+      }
+      s = warp_sum(s);
+      if (lane == 0) r_h[warp] = s;
+    }
+    // dk = diag(e^(gl-gc)) v_new dh'^T + dPs^T Q, kept in registers to the end
+    float dk[1][NT][4];
+    zero_acc(dk);
+    warp_mma<T, 1, NT, false, false>(dk, Us, LD, m0, dHs, LD, n0, D, lane);
+    {
+      const float da = dec[rA], db = dec[rB];
+  #pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        dk[0][nt][0] *= da;
+        dk[0][nt][1] *= da;
+        dk[0][nt][2] *= db;
+        dk[0][nt][3] *= db;
+      }
+      const float2 kt = row_dots<T, NT>(dk, Ks, LD, rA, n0, lane);
+      if (q4 == 0) {
+        r_kt[wc * kC + rA] = kt.x;
+        r_kt[wc * kC + rB] = kt.y;
+      }
+    }
+    warp_mma<T, 1, NT, true, true>(dk, T1, LC, m0, Qs, LD, n0, kC, lane);
+    {
+      const float2 kk = row_dots<T, NT>(dk, Ks, LD, rA, n0, lane);
+      if (q4 == 0) {
+        r_kk[wc * kC + rA] = kk.x;
+        r_kk[wc * kC + rB] = kk.y;
+      }
+    }
+    T* dWs = Qs;  // dw takes Q's place once every warp is done with Q
+    {
+      float acc[1][NT][4];
+      zero_acc(acc);
+      warp_mma<T, 1, NT, false, false, true>(acc, dUs, LD, m0, Hs, LD, n0, D, lane);  // -dv_new h^T
+      __syncthreads();
+      store_acc<T, 1, NT>(acc, dWs, LD, m0, n0, lane);
+    }
+    __syncthreads();
+    // dO, v_new and h are dead for this item: fetch the next item's.
+    if (item + static_cast<int>(gridDim.x) < items) issue_first(item + gridDim.x);
+    cp_async_commit();
+    {  // A^T dw: dk += diag(beta e^gc) A^T dw; (A^T dw).k
+      float acc[1][NT][4];
+      zero_acc(acc);
+      warp_mma<T, 1, NT, true, true>(acc, As, LC, m0, dWs, LD, n0, kC, lane);
+      const float2 tk = row_dots<T, NT>(acc, Ks, LD, rA, n0, lane);
+      if (q4 == 0) {
+        r_tk[wc * kC + rA] = tk.x;
+        r_tk[wc * kC + rB] = tk.y;
+      }
+      const float fa = bt[rA] * gm[rA], fb = bt[rB] * gm[rB];
+  #pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        dk[0][nt][0] += fa * acc[0][nt][0];
+        dk[0][nt][1] += fa * acc[0][nt][1];
+        dk[0][nt][2] += fb * acc[0][nt][2];
+        dk[0][nt][3] += fb * acc[0][nt][3];
+      }
+    }
+    {  // A^T dv_new: dv = diag(beta) A^T dv_new; (A^T dv_new).v
+      float acc[1][NT][4];
+      zero_acc(acc);
+      warp_mma<T, 1, NT, true, true>(acc, As, LC, m0, dUs, LD, n0, kC, lane);
+      const float2 tv = row_dots<T, NT>(acc, Vs, LD, rA, n0, lane);
+      if (q4 == 0) {
+        r_tv[wc * kC + rA] = tv.x;
+        r_tv[wc * kC + rB] = tv.y;
+      }
+      const float ba = bt[rA], bb = bt[rB];
+  #pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        acc[0][nt][0] *= ba;
+        acc[0][nt][1] *= ba;
+        acc[0][nt][2] *= bb;
+        acc[0][nt][3] *= bb;
+      }
+      write_rows<T, NT>(acc, nullptr, D, p.dv, ci, h, m0, n0, lane);
+    }
+    {  // dA = (dv_new V^T) diag(beta) + (dw K^T) diag(beta e^gc), strictly lower -> T1
+      float a1[1][4][4], a2[1][4][4];
+      zero_acc(a1);
+      zero_acc(a2);
+      warp_mma<T, 1, 4, false, false>(a1, dUs, LD, m0, Vs, LD, j0, D, lane);
+      warp_mma<T, 1, 4, false, false>(a2, dWs, LD, m0, Ks, LD, j0, D, lane);
+  #pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+  #pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int i = r < 2 ? rA : rB, j = j0 + 8 * nt + 2 * q4 + (r & 1);
+          a1[0][nt][r] = j < i ? bt[j] * (a1[0][nt][r] + gm[j] * a2[0][nt][r]) : 0.f;
+        }
+      store_acc<T, 1, 4>(a1, T1, LC, m0, j0, lane);
+    }
+    __syncthreads();
+    {  // X = dA A^T -> T2
+      float x[1][4][4];
+      zero_acc(x);
+      warp_mma<T, 1, 4, false, false>(x, T1, LC, m0, As, LC, j0, kC, lane);
+      store_acc<T, 1, 4>(x, T2, LC, m0, j0, lane);
+    }
+    __syncthreads();
+    {  // dL = -A^T X (strictly lower) with L = diag(beta) (K K^T) * D: dbeta, dgc, S = dM + dM^T -> T1
+      float dl[1][4][4], kk[1][4][4];
+      zero_acc(dl);
+      zero_acc(kk);
+      warp_mma<T, 1, 4, true, true, true>(dl, As, LC, m0, T2, LC, j0, kC, lane);
+      warp_mma<T, 1, 4, false, false>(kk, Ks, LD, m0, Ks, LD, j0, D, lane);
+      float rdb[2] = {0.f, 0.f}, rl[2] = {0.f, 0.f};
+      float cl[4][2];
+  #pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        cl[nt][0] = 0.f;
+        cl[nt][1] = 0.f;
+      }
+  #pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+  #pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int half = r >> 1, i = half ? rB : rA, j = j0 + 8 * nt + 2 * q4 + (r & 1);
+          float sv = 0.f;
+          if (j < i) {
+            const float dij = expf(gc[i] - gc[j]);
+            const float kkd = kk[0][nt][r] * dij;
+            const float d = dl[0][nt][r];
+            const float ll = d * bt[i] * kkd;  // dL_ij L_ij
+            rdb[half] += d * kkd;
+            rl[half] += ll;
+            cl[nt][r & 1] += ll;
+            sv = d * bt[i] * dij;
+            T1[j * LC + i] = from_f<T>(sv);
+          }
+          if (j <= i) T1[i * LC + j] = from_f<T>(sv);
+        }
+      const float db0 = quad_sum(rdb[0]), db1 = quad_sum(rdb[1]);
+      const float rl0 = quad_sum(rl[0]), rl1 = quad_sum(rl[1]);
+      if (q4 == 0) {
+        r_db[wc * kC + rA] = db0;
+        r_db[wc * kC + rB] = db1;
+        r_rl[wc * kC + rA] = rl0;
+        r_rl[wc * kC + rB] = rl1;
+      }
+  #pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+  #pragma unroll
+        for (int par = 0; par < 2; ++par) {
+          float x = cl[nt][par];
+          x += __shfl_xor_sync(0xffffffffu, x, 4);
+          x += __shfl_xor_sync(0xffffffffu, x, 8);
+          x += __shfl_xor_sync(0xffffffffu, x, 16);
+          if (gq == 0) r_cl[wr * kC + j0 + 8 * nt + 2 * q4 + par] = x;
+        }
+    }
+    __syncthreads();
+    warp_mma<T, 1, NT, false, true>(dk, T1, LC, m0, Ks, LD, n0, kC, lane);  // dk += S K
+    write_rows<T, NT>(dk, w.dKh != nullptr ? w.dKh + row * D : nullptr, D, p.dk, ci, hk, m0, n0, lane);
 
-  // dbeta and dgc per row; dg = reverse cumsum of dgc (the last row also takes the decay terms).
-  if (tid < kC) {
-    const int i = tid;
-    const float tk = r_tk[i] + r_tk[kC + i];
-    dgs[i] = r_qd[i] + r_qd[kC + i] - r_kk[i] - r_kk[kC + i] + bt[i] * gm[i] * tk + r_rl[i] + r_rl[kC + i] -
-             (r_cl[i] + r_cl[kC + i] + r_cl[2 * kC + i] + r_cl[3 * kC + i]);
-    if (i < len) {
-      static_cast<float*>(p.dbeta.p)[p.dbeta.offset(ci.x, ci.y + i, h)] =
-          gm[i] * tk + r_tv[i] + r_tv[kC + i] + r_db[i] + r_db[kC + i];
+    // dbeta and dgc per row; dg = reverse cumsum of dgc (the last row also takes the decay terms).
+    if (tid < kC) {
+      const int i = tid;
+      const float tk = r_tk[i] + r_tk[kC + i];
+      dgs[i] = r_qd[i] + r_qd[kC + i] - r_kk[i] - r_kk[kC + i] + bt[i] * gm[i] * tk + r_rl[i] + r_rl[kC + i] -
+               (r_cl[i] + r_cl[kC + i] + r_cl[2 * kC + i] + r_cl[3 * kC + i]);
+      if (i < len) {
+        static_cast<float*>(p.dbeta.p)[p.dbeta.offset(ci.x, ci.y + i, h)] =
+            gm[i] * tk + r_tv[i] + r_tv[kC + i] + r_db[i] + r_db[kC + i];
+      }
     }
-  }
-  __syncthreads();
-  if (p.gated && warp == 0) {
-    float last = r_kt[lane] + r_kt[kC + lane] + r_kt[lane + 32] + r_kt[kC + lane + 32];
-    last = warp_sum(last);
-    float hd = lane < 8 ? r_h[lane] : 0.f;
-    hd = warp_sum(hd);
-    // x_k = dgc_(63 - k); lane owns k = 2 lane, 2 lane + 1; inclusive scan over k.
-    float a = dgs[kC - 1 - 2 * lane], b = dgs[kC - 2 - 2 * lane];
-    if (lane == 0) a += last + expf(gl) * hd;
-    float s = a + b;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float t = __shfl_up_sync(0xffffffffu, s, o);
-      if (lane >= o) s += t;
+    __syncthreads();
+    if (p.gated && warp == 0) {
+      float last = r_kt[lane] + r_kt[kC + lane] + r_kt[lane + 32] + r_kt[kC + lane + 32];
+      last = warp_sum(last);
+      float hd = lane < 8 ? r_h[lane] : 0.f;
+      hd = warp_sum(hd);
+      // x_k = dgc_(63 - k); lane owns k = 2 lane, 2 lane + 1; inclusive scan over k.
+      float a = dgs[kC - 1 - 2 * lane], b = dgs[kC - 2 - 2 * lane];
+      if (lane == 0) a += last + expf(gl) * hd;
+      float s = a + b;
+  #pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const float t = __shfl_up_sync(0xffffffffu, s, o);
+        if (lane >= o) s += t;
+      }
+      const float before = s - (a + b);
+      const int i0 = kC - 1 - 2 * lane, i1 = i0 - 1;
+      float* dgo = static_cast<float*>(p.dg.p);
+      if (i0 < len) dgo[p.dg.offset(ci.x, ci.y + i0, h)] = before + a;
+      if (i1 < len) dgo[p.dg.offset(ci.x, ci.y + i1, h)] = before + a + b;
     }
-    const float before = s - (a + b);
-    const int i0 = kC - 1 - 2 * lane, i1 = i0 - 1;
-    float* dgo = static_cast<float*>(p.dg.p);
-    if (i0 < len) dgo[p.dg.offset(ci.x, ci.y + i0, h)] = before + a;
-    if (i1 < len) dgo[p.dg.offset(ci.x, ci.y + i1, h)] = before + a + b;
+    __syncthreads();  // the next item overwrites every tile and row sum
   }
 }
 

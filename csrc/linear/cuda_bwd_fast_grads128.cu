@@ -1,5 +1,7 @@
 // Fast backward, the fused gradient stage for K = V = 128: launcher and instantiations (the kernel:
 // cuda_bwd_fast_grads.cuh).
+#include <algorithm>
+
 #include "../cuda/runtime.cuh"
 #include "cuda_bwd_fast_grads.cuh"
 
@@ -11,7 +13,15 @@ void launch_fast_grads(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
   constexpr size_t smem = fast_grads_smem<D>();
   AK_CUDA_CHECK(cudaFuncSetAttribute(grads_detail::fast_grads<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  grads_detail::fast_grads<T, D><<<dim3(p.NCt, p.H), grads_detail::kThreads, smem, s>>>(p, w);
+  // Persistent blocks: as many as fit at once (each loops over chunk x head items).
+  int per_sm = 0, dev = 0;
+  AK_CUDA_CHECK(cudaGetDevice(&dev));
+  AK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grads_detail::fast_grads<T, D>,
+                                                              grads_detail::kThreads, smem));
+  const int64_t items = static_cast<int64_t>(p.NCt) * p.H;
+  const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * ak::cuda::props(dev).multiProcessorCount;
+  const unsigned blocks = static_cast<unsigned>(std::min(items, resident));
+  grads_detail::fast_grads<T, D><<<blocks, grads_detail::kThreads, smem, s>>>(p, w);
   ak::cuda::check_launch("delta_bwd fast: grads");
 }
 
