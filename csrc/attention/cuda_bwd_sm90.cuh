@@ -27,8 +27,6 @@
 #include "../cuda/runtime.cuh"
 #include "cuda_bwd.h"
 #include "cuda_bwd_mma.cuh"
-#include "cuda_bwd_sm90_ptx.cuh"
-#include "cuda_bwd_sm90_wgmma.cuh"
 #include "cuda_sm90_ptx.cuh"
 #include "cuda_sm90_wgmma.cuh"
 

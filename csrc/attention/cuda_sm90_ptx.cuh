@@ -1,7 +1,8 @@
 // Hopper (sm_90a) primitives of the attention kernels, as inline PTX: mbarriers, bulk tensor copies
-// (TMA), wgmma fences and groups, shared-memory matrix descriptors, register reallocation and named
-// barriers. Outside an sm_90a device pass every function compiles to nothing (the kernels that use
-// them are never launched there), so the sm_80 and PTX passes of the build still succeed.
+// (TMA), plain bulk copies and fp32 bulk reductions, wgmma fences and groups, shared-memory matrix
+// descriptors, the transposing matrix store, register reallocation and named barriers. Outside an
+// sm_90a device pass every function compiles to nothing (the kernels that use them are never
+// launched there), so the sm_80 and PTX passes of the build still succeed.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -147,6 +148,58 @@ __device__ __forceinline__ uint64_t make_desc_sw128(uint32_t smem_addr, uint32_t
   desc |= static_cast<uint64_t>((sbo_bytes & 0x3FFFFu) >> 4) << 32;
   desc |= static_cast<uint64_t>(1) << 62;
   return desc;
+}
+
+// ---- plain bulk copies, bulk reductions, transposing matrix stores (the backward) ----
+
+// `bytes` (a multiple of 16) from global to shared memory, completing on the mbarrier.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+#if AK_SM90_ENABLED
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+#endif
+}
+
+// dst[i] += src[i] for `bytes` / 4 floats, performed at L2 (atomic per element).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+#if AK_SM90_ENABLED
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void bulk_commit() {
+#if AK_SM90_ENABLED
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until this thread's committed bulk operations have finished reading shared memory.
+__device__ __forceinline__ void bulk_wait_read_all() {
+#if AK_SM90_ENABLED
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+#endif
+}
+
+// Waits until this thread's committed bulk operations are complete (their writes performed).
+__device__ __forceinline__ void bulk_wait_all() {
+#if AK_SM90_ENABLED
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
+}
+
+// Four 8x8 16-bit matrices, transposed on the way: lane l's register i holds row l / 4, columns
+// 2 (l % 4) and 2 (l % 4) + 1 of matrix i; lane 8 i + r gives the address of stored row r of
+// matrix i (which receives column r).
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+#if AK_SM90_ENABLED
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+#endif
 }
 
 // ---- warp specialisation ----
