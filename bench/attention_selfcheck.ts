@@ -11,7 +11,8 @@
  * the general path as the same-precision reference), and LSE within 1e-3 relative with the same
  * -inf rows; without one (large shapes), the two paths differ by at most 8 units of precision at the
  * output's magnitude. The Hopper path must also give bit-identical results on a second run (a
- * moving result is a race).
+ * moving result is a race). Every Hopper kernel variant built for the case (`ATTNKIT_ATTN_FWD_KERNEL`
+ * = v1, p2, p3) is checked the same way, and the timed shapes print each variant's time.
  *
  * @example
  * ```sh
@@ -198,6 +199,60 @@ const CASES: Case[] = [
     headsKv: 1,
     lengthsQ: [130, 7, 256],
     lengthsKv: [64, 300, 256],
+    cpu: true,
+    time: false,
+  },
+  {
+    name: "D64 tile edges, causal (192-row tiles)",
+    dtype: "bfloat16",
+    dim: 64,
+    heads: 4,
+    headsKv: 4,
+    batch: 2,
+    seqQ: 1000,
+    seqKv: 1000,
+    causal: true,
+    cpu: true,
+    time: false,
+  },
+  {
+    name: "D64 Sq 1000 > Skv 17, causal (rows without keys)",
+    dtype: "bfloat16",
+    dim: 64,
+    heads: 2,
+    headsKv: 2,
+    batch: 1,
+    seqQ: 1000,
+    seqKv: 17,
+    causal: true,
+    cpu: true,
+    time: false,
+  },
+  {
+    name: "D64 varlen causal, empty and length-1",
+    dtype: "bfloat16",
+    dim: 64,
+    heads: 4,
+    headsKv: 2,
+    lengthsQ: [0, 1, 129, 1000, 17, 193],
+    lengthsKv: [5, 1, 129, 1000, 40, 193],
+    causal: true,
+    cpu: true,
+    time: false,
+  },
+  {
+    name: "D64 softcap 30, window 100 / 0, GQA 4, peaky",
+    dtype: "float16",
+    dim: 64,
+    heads: 8,
+    headsKv: 2,
+    batch: 1,
+    seqQ: 900,
+    seqKv: 1000,
+    windowLeft: 100,
+    windowRight: 0,
+    softcap: 30,
+    qStd: 4,
     cpu: true,
     time: false,
   },
@@ -418,25 +473,34 @@ function runPath(
   inp: Inputs,
   dtype: Case["dtype"],
   path: "sm90" | "general" | "auto",
+  kernel?: Kernel,
 ): RunResult | undefined {
   const device = inp.q.device;
   const output = Tensor.empty(inp.qShape, { dtype, device }).fill(NaN);
   const lse = Tensor.empty(inp.lseShape, { dtype: "float32", device }).fill(NaN);
   setPath(path);
+  if (kernel) Deno.env.set("ATTNKIT_ATTN_FWD_KERNEL", kernel);
   try {
     attention(inp.q, inp.k, inp.v, { ...inp.options, out: { output, lse } });
     return { output, lse };
   } catch (e) {
     output.dispose();
     lse.dispose();
-    if (path === "sm90" && e instanceof Error && /cannot take the Hopper path/.test(e.message)) {
+    if (
+      path === "sm90" && e instanceof Error && /cannot take the Hopper path|is not built for/.test(e.message)
+    ) {
       return undefined;
     }
     throw e;
   } finally {
     setPath("auto");
+    Deno.env.delete("ATTNKIT_ATTN_FWD_KERNEL");
   }
 }
+
+/** The Hopper forward kernels (`ATTNKIT_ATTN_FWD_KERNEL`); each case runs those built for it. */
+const KERNELS = ["v1", "p2", "p3"] as const;
+type Kernel = typeof KERNELS[number];
 
 function eps(dtype: Case["dtype"]): number {
   return dtype === "bfloat16" ? 2 ** -8 : 2 ** -11;
@@ -482,6 +546,10 @@ interface Row {
   fastMs?: number;
   generalMs?: number;
   fastNoPingPongMs?: number;
+  /** Median ms of each Hopper kernel variant built for the case (timed shapes). */
+  kernelMs?: Partial<Record<Kernel, number>>;
+  /** Max abs error of each variant against the CPU reference, or against the general path. */
+  kernelErr?: Partial<Record<Kernel, number>>;
   fastTflops?: number;
   generalTflops?: number;
 }
@@ -578,6 +646,8 @@ function checkCase(c: Case, seed: number, timing: boolean, device: "cuda" | "cpu
       fast?.lse.dispose();
     }
 
+    checkVariants(c, inp, row);
+
     if (timing && c.time) {
       const flops = 4 * inp.pairs * c.dim;
       const time = (path: "sm90" | "general", pingPong = true) => {
@@ -601,6 +671,15 @@ function checkCase(c: Case, seed: number, timing: boolean, device: "cuda" | "cpu
         row.fastMs = time("sm90");
         row.fastTflops = flops / row.fastMs / 1e9;
         row.fastNoPingPongMs = time("sm90", false);
+        row.kernelMs = {};
+        for (const k of Object.keys(row.kernelErr ?? {}) as Kernel[]) {
+          Deno.env.set("ATTNKIT_ATTN_FWD_KERNEL", k);
+          try {
+            row.kernelMs[k] = time("sm90");
+          } finally {
+            Deno.env.delete("ATTNKIT_ATTN_FWD_KERNEL");
+          }
+        }
       }
     }
   } finally {
@@ -611,21 +690,86 @@ function checkCase(c: Case, seed: number, timing: boolean, device: "cuda" | "cpu
   return row;
 }
 
+// Every Hopper kernel variant built for the case, checked like the default one: no NaN or unwritten
+// element, bit-identical on a second run, and within the error bound (against the CPU reference when
+// the case has one, else within 8 units of the general path); the LSE within 1e-3.
+function checkVariants(c: Case, inp: Inputs, row: Row): void {
+  if (row.status === "general only") return;
+  const gen = runPath(inp, c.dtype, "general")!;
+  const ref = c.cpu ? cpuReference(inp) : undefined;
+  try {
+    const scale = maxAbsOf(gen.output);
+    const unit = eps(c.dtype) * Math.max(scale, 1e-3);
+    const expected = ref ?? gen;
+    const bound = ref ? 2 * Math.max(compare(gen.output, ref.output).maxAbs, unit) + 1e-5 : 8 * unit;
+    row.kernelErr = {};
+    for (const k of KERNELS) {
+      const r = runPath(inp, c.dtype, "sm90", k);
+      if (r === undefined) continue;
+      try {
+        const cmp = compare(r.output, expected.output);
+        row.kernelErr[k] = cmp.maxAbs;
+        if (cmp.nanCount > 0 || cmp.nonFiniteMismatches > 0) {
+          row.status = "FAIL";
+          row.notes.push(
+            `${k}: ${cmp.nanCount} NaN / unwritten, ${cmp.nonFiniteMismatches} non-finite mismatches`,
+          );
+        } else if (!(cmp.maxAbs <= bound)) {
+          row.status = "FAIL";
+          row.notes.push(`${k}: error ${cmp.maxAbs.toExponential(2)} > bound ${bound.toExponential(2)}`);
+        }
+        const l = lseError(r.lse, expected.lse);
+        if (l < 0 || l > 1e-3) {
+          row.status = "FAIL";
+          row.notes.push(`${k}: LSE error ${l < 0 ? "(-inf rows or NaN differ)" : l.toExponential(2)}`);
+        }
+        const again = runPath(inp, c.dtype, "sm90", k)!;
+        if (!sameBits(again.output, r.output)) {
+          row.status = "FAIL";
+          row.notes.push(`${k}: two runs differ (race?)`);
+        }
+        again.output.dispose();
+        again.lse.dispose();
+      } finally {
+        r.output.dispose();
+        r.lse.dispose();
+      }
+    }
+  } finally {
+    gen.output.dispose();
+    gen.lse.dispose();
+    ref?.output.dispose();
+    ref?.lse.dispose();
+  }
+}
+
+function cpuReference(inp: Inputs): RunResult {
+  using qc = inp.q.device === "cpu" ? inp.q.clone() : inp.q.to("cpu");
+  using kc = inp.k.device === "cpu" ? inp.k.clone() : inp.k.to("cpu");
+  using vc = inp.v.device === "cpu" ? inp.v.clone() : inp.v.to("cpu");
+  const r = attention(qc, kc, vc, { ...inp.options, returnLse: true });
+  return { output: r.output, lse: r.lse };
+}
+
 function fmt(x: number | undefined, digits = 3): string {
   return x === undefined ? "-" : x < 0 ? "bad" : x.toExponential(digits - 1);
 }
 
 function describe(row: Row): string {
+  const variants = Object.entries(row.kernelMs ?? {}).map(([k, ms]) => `${k} ${ms!.toFixed(3)}`).join(", ");
+  const errs = Object.entries(row.kernelErr ?? {}).map(([k, e]) => `${k} ${fmt(e)}`).join(" ");
   const t = row.fastMs !== undefined
     ? ` | sm90 ${row.fastMs.toFixed(3)} ms ${row.fastTflops!.toFixed(0)} TFLOP/s (no ping-pong ${
       row.fastNoPingPongMs!.toFixed(3)
-    } ms) | general ${row.generalMs!.toFixed(3)} ms ${row.generalTflops!.toFixed(0)} TFLOP/s`
+    } ms; ${variants}) | general ${row.generalMs!.toFixed(3)} ms ${row.generalTflops!.toFixed(0)} TFLOP/s`
     : row.generalMs !== undefined
     ? ` | general ${row.generalMs.toFixed(3)} ms ${row.generalTflops!.toFixed(0)} TFLOP/s`
     : "";
   const head = `${row.status.padEnd(12)} ${row.name.padEnd(48)} sm90 err ${fmt(row.fastErr)} general err ${
     fmt(row.generalErr)
-  } sm90-general ${fmt(row.fastVsGeneral)} lse ${fmt(row.lseErr)} det ${row.deterministic ?? "-"}${t}`;
+  } sm90-general ${fmt(row.fastVsGeneral)} lse ${fmt(row.lseErr)} det ${row.deterministic ?? "-"}${
+    errs ? ` [${errs}]` : ""
+  }${t}`;
   return [head, ...row.notes.map((n) => `             ${n}`)].join("\n");
 }
 

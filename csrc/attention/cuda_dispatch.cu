@@ -6,7 +6,10 @@
 //   general  everything else the contract allows (cuda_fwd_general.cuh), sm_80 and newer.
 // ATTNKIT_ATTN_PATH=general forces the general path; =sm90 demands the Hopper path (and fails
 // where it cannot serve the call), so tests and benchmarks can compare the two in one process.
-// ATTNKIT_ATTN_PINGPONG=0 turns the ping-pong schedule of the Hopper kernel off (for measuring).
+// ATTNKIT_ATTN_PINGPONG=0 turns the ping-pong schedule of the Hopper kernels off (for measuring).
+// ATTNKIT_ATTN_FWD_KERNEL picks the Hopper kernel: v1 (one block per 128-row tile, two consumer
+// warpgroups: cuda_fwd_sm90.cuh), p2 / p3 (persistent, two / three consumer warpgroups:
+// cuda_fwd_sm90_persistent.cuh); unset or auto: p3 for D = 64, p2 for D = 128, v1 for D = 256.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -18,6 +21,7 @@
 #include "cuda_bwd.h"
 #include "cuda_fwd_launch.h"
 #include "cuda_fwd_sm90.cuh"
+#include "cuda_fwd_sm90_persistent.cuh"
 
 namespace ak::attention::cuda {
 namespace {
@@ -81,6 +85,31 @@ void launch_sm90(const FwdParams& p, int dtype, int flags, cudaStream_t s) {
     default:
       return bf16 ? launch_fwd_sm90<256, AK_BFLOAT16>(p, flags, s) : launch_fwd_sm90<256, AK_FLOAT16>(p, flags, s);
   }
+}
+
+// The Hopper kernel variants (see the top of this file).
+enum class Sm90Kernel { kV1, kP2, kP3 };
+
+Sm90Kernel choose_sm90_kernel(const FwdParams& p, int dtype) {
+  const std::string want = env("ATTNKIT_ATTN_FWD_KERNEL");
+  if (want.empty() || want == "auto") return p.d == 64 ? Sm90Kernel::kP3 : p.d == 128 ? Sm90Kernel::kP2 : Sm90Kernel::kV1;
+  if (want == "v1") return Sm90Kernel::kV1;
+  if (want == "p3" && p.d == 64) return Sm90Kernel::kP3;
+  if (want == "p2" && (p.d == 128 || (p.d == 64 && dtype == AK_BFLOAT16))) return Sm90Kernel::kP2;
+  require(want == "p2" || want == "p3", "ATTNKIT_ATTN_FWD_KERNEL: expected v1, p2, p3 or auto, got '" + want + "'");
+  fail(AK_ERR_UNSUPPORTED, "attention_fwd: ATTNKIT_ATTN_FWD_KERNEL=" + want + " is not built for D = " +
+                               std::to_string(p.d) + " in this dtype (p3: D 64; p2: D 128, and D 64 in bf16)");
+}
+
+void launch_sm90_persistent(const FwdParams& p, int dtype, Sm90Kernel kernel, int flags, cudaStream_t s) {
+  const bool bf16 = dtype == AK_BFLOAT16;
+  if (kernel == Sm90Kernel::kP3) {
+    return bf16 ? launch_fwd_sm90_persistent<64, AK_BFLOAT16, 3>(p, flags, s)
+                : launch_fwd_sm90_persistent<64, AK_FLOAT16, 3>(p, flags, s);
+  }
+  if (p.d == 64) return launch_fwd_sm90_persistent<64, AK_BFLOAT16, 2>(p, flags, s);
+  return bf16 ? launch_fwd_sm90_persistent<128, AK_BFLOAT16, 2>(p, flags, s)
+              : launch_fwd_sm90_persistent<128, AK_FLOAT16, 2>(p, flags, s);
 }
 
 // (Sequence, head) pairs per L2 section: as many as keep their K and V within half of the L2.
@@ -164,10 +193,16 @@ void attention_fwd(const AttnFwd& a) {
          "capability 9.0, D of 64, 128 or 256, keys, and 16-byte aligned pointers and strides)");
   }
   if (sm90_ok && path != "general") {
-    p.num_m_blocks = static_cast<int>((p.sq + 127) / 128);
+    const Sm90Kernel kernel = choose_sm90_kernel(p, pr.dtype);
+    const int block_m = kernel == Sm90Kernel::kP3 ? 192 : 128;
+    p.num_m_blocks = static_cast<int>((p.sq + block_m - 1) / block_m);
     p.heads_per_section = heads_per_section(p, pr.device_index);
     const int flags = env("ATTNKIT_ATTN_PINGPONG") == "0" ? 0 : sm90::kPingPong;
-    launch_sm90(p, pr.dtype, flags, stream);
+    if (kernel == Sm90Kernel::kV1) {
+      launch_sm90(p, pr.dtype, flags, stream);
+    } else {
+      launch_sm90_persistent(p, pr.dtype, kernel, flags, stream);
+    }
     return;
   }
   p.num_m_blocks = static_cast<int>((p.sq + 63) / 64);

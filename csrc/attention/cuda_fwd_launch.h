@@ -1,5 +1,6 @@
 // Launchers of the CUDA attention forward kernels, one explicit instantiation per translation unit
-// (cuda_fwd_general_d*.cu, cuda_fwd_sm90_d*.cu) so the build compiles them in parallel.
+// (cuda_fwd_general_d*.cu, cuda_fwd_sm90_d*.cu, cuda_fwd_sm90p_d*.cu) so the build compiles them in
+// parallel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,5 +18,11 @@ void launch_fwd_general(const FwdParams& p, bool aligned, cudaStream_t stream);
 // flags: sm90::Sm90Flags.
 template <int kD, int kDtype>
 void launch_fwd_sm90(const FwdParams& p, int flags, cudaStream_t stream);
+
+// The persistent Hopper kernel (cuda_fwd_sm90_persistent.cuh) with kConsumers consumer warpgroups,
+// tiles of 64 * kConsumers query rows; p.num_m_blocks counts such tiles. Built for (64, 3) and
+// (128, 2) in both dtypes, and (64, 2) in bf16 for comparison.
+template <int kD, int kDtype, int kConsumers>
+void launch_fwd_sm90_persistent(const FwdParams& p, int flags, cudaStream_t stream);
 
 }  // namespace ak::attention::cuda

@@ -65,13 +65,26 @@ __device__ __forceinline__ float quad_sum(float x) {
 // produce p = 0 (the -inf - -inf case is avoided by using 0 as the subtrahend).
 template <int kN>
 __device__ __forceinline__ void softmax_step(float (&s)[kN], RowState& st, float exp_scale, float (&corr)[2]) {
-  float mx[2] = {st.m[0], st.m[1]};
+  // Row maxima over four independent chains per row (one per 8-key block modulo 4), so the
+  // dependent max instructions form chains of kN / 8 instead of one chain of kN / 2. max is
+  // exact, so the result is the same as a single chain's.
+  constexpr int kChains = kN >= 16 ? 4 : 1;
+  float part[2][kChains];
 #pragma unroll
-  for (int i = 0; i < kN; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+  for (int k = 0; k < kChains; ++k) part[0][k] = part[1][k] = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    float& chain = part[(i >> 1) & 1][(i >> 2) % kChains];
+    chain = fmaxf(chain, s[i]);
+  }
+  float mx[2];
   float shift[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    mx[r] = quad_max(mx[r]);
+    float m = st.m[r];
+#pragma unroll
+    for (int k = 0; k < kChains; ++k) m = fmaxf(m, part[r][k]);
+    mx[r] = quad_max(m);
     shift[r] = mx[r] == -INFINITY ? 0.0f : mx[r] * exp_scale;
     corr[r] = fast_exp2(st.m[r] * exp_scale - shift[r]);  // m_old = -inf gives 0
     st.m[r] = mx[r];
