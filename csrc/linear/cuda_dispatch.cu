@@ -13,6 +13,12 @@
 // serve instead of falling back, so a test run can tell the paths apart.
 // ATTNKIT_LINEAR_FAST_STAGES=prep (timing only) stops the fast path after stage 1, leaving the
 // outputs unwritten, so bench/linear_selfcheck.ts can time the two stages apart.
+// Stage-2 variants (for measuring; bench/linear_variants.ts times them):
+//   ATTNKIT_LINEAR_STATE_VARIANT=auto|mma|wgmma   auto: wgmma (cuda_fwd_chunk_state_sm90.cuh) on
+//     compute capability 9.0 for D = 128 and 256, else mma.sync (cuda_fwd_chunk_state.cuh); wgmma
+//     where it cannot run (D = 64, not sm_90) falls back to mma.
+//   ATTNKIT_LINEAR_STATE_BV=32|64|128   the V tile, when the chosen kernel has it for this D (mma:
+//     D 64: 32/64, D 128: 32/64/128, D 256: 32/64; wgmma: D 128: 64/128, D 256: 64); else ignored.
 // delta_bwd lives in cuda_bwd.cu.
 #include <algorithm>
 #include <cstdlib>
@@ -142,11 +148,11 @@ int prep_smem(int D) {
   return PrepLayout<256>::kBytes;
 }
 
-// The V tile of stage 2: more tiles fill more SMs but repeat the state-independent work (P) per tile
-// and shrink each product. Picks, among the tiles whose shared memory fits the device, the one with
-// the least estimated time: waves of blocks (blocks an SM from shared memory, and at most one, two
-// for D = 64, from registers) times the busiest warp's tensor-core work per chunk (mma.sync count,
-// plus a fixed cost for barriers, loads and epilogues). 0 when none fits.
+// The V tile of the mma.sync stage 2: more tiles fill more SMs but repeat the state-independent work
+// (P) per tile and shrink each product. Picks, among the tiles whose shared memory fits the device,
+// the one with the least estimated time: waves of blocks (blocks an SM from shared memory, and at
+// most one, two for D = 64, from registers) times the busiest warp's tensor-core work per chunk
+// (mma.sync count, plus a fixed cost for barriers, loads and epilogues). 0 when none fits.
 int pick_vtile(int D, int64_t units, const cudaDeviceProp& prop) {
   const int options[3] = {128, 64, 32};
   int best = 0;
@@ -172,6 +178,71 @@ int pick_vtile(int D, int64_t units, const cudaDeviceProp& prop) {
   return best;
 }
 
+// Shared memory of the wgmma stage 2, 0 for a pair that has no kernel.
+int state_sm90_smem(int D, int VT) {
+  if (D == 128 && VT == 64) return Sm90StateLayout<128, 64>::kAlloc;
+  if (D == 128 && VT == 128) return Sm90StateLayout<128, 128>::kAlloc;
+  if (D == 256 && VT == 64) return Sm90StateLayout<256, 64>::kAlloc;
+  return 0;
+}
+
+// The V tile of the wgmma stage 2 (one block an SM): waves of blocks times an estimate of a chunk's
+// cycles, the tensor-core time of its products at the dense rate (4096 FLOP a cycle an SM) plus a
+// fixed cost for barriers, the element-wise steps and the loads' issue. 0 when none fits.
+int pick_vtile_sm90(int D, int64_t units, const cudaDeviceProp& prop) {
+  int best = 0;
+  double best_cost = 1e300;
+  for (int vt : {128, 64}) {
+    const int smem = state_sm90_smem(D, vt);
+    if (smem == 0 || smem > static_cast<int>(prop.sharedMemPerBlockOptin)) continue;
+    const double flops = 2.0 * 64 * D * vt * 2 + 2.0 * 64 * 64 * D + 2.0 * 64 * 64 * vt + 2.0 * D * 64 * vt;
+    const double per_chunk = flops / 4096 + 400 + 3.0 * vt;
+    const int64_t blocks = units * (D / vt);
+    const double waves = static_cast<double>((blocks + prop.multiProcessorCount - 1) / prop.multiProcessorCount);
+    const double cost = waves * per_chunk;
+    if (cost < best_cost * 0.999) {
+      best_cost = cost;
+      best = vt;
+    }
+  }
+  return best;
+}
+
+enum class StateKernel { Mma, Wgmma };
+struct StatePlan {
+  StateKernel kernel = StateKernel::Mma;
+  int vt = 0;  // 0: no kernel fits
+};
+
+int env_int(const char* name) {
+  const char* env = std::getenv(name);
+  return env != nullptr && *env != '\0' ? std::atoi(env) : 0;
+}
+
+// Which stage-2 kernel and V tile serve a call (the environment overrides, see the top).
+StatePlan plan_state(int D, int64_t units, const cudaDeviceProp& prop) {
+  const char* variant = std::getenv("ATTNKIT_LINEAR_STATE_VARIANT");
+  const bool want_mma = variant != nullptr && std::strcmp(variant, "mma") == 0;
+  if (variant != nullptr && *variant != '\0' && !want_mma && std::strcmp(variant, "wgmma") != 0 &&
+      std::strcmp(variant, "auto") != 0) {
+    fail(AK_ERR_INVALID_ARGUMENT,
+         std::string("ATTNKIT_LINEAR_STATE_VARIANT: expected auto, mma or wgmma, got ") + variant);
+  }
+  const int bv = env_int("ATTNKIT_LINEAR_STATE_BV");
+  StatePlan plan;
+  if (!want_mma && prop.major == 9 && (D == 128 || D == 256)) {
+    plan.kernel = StateKernel::Wgmma;
+    const int smem = state_sm90_smem(D, bv);
+    plan.vt = smem != 0 && smem <= static_cast<int>(prop.sharedMemPerBlockOptin) ? bv
+                                                                                   : pick_vtile_sm90(D, units, prop);
+    if (plan.vt != 0) return plan;
+  }
+  plan.kernel = StateKernel::Mma;
+  const int smem = state_smem(D, bv);
+  plan.vt = smem != 0 && smem <= static_cast<int>(prop.sharedMemPerBlockOptin) ? bv : pick_vtile(D, units, prop);
+  return plan;
+}
+
 // Why the fast path cannot serve this call, or nullptr when it can.
 const char* fast_refusal(const DeltaFwd& a) {
   const DeltaProblem& p = a.p;
@@ -186,7 +257,7 @@ const char* fast_refusal(const DeltaFwd& a) {
   const cudaDeviceProp& prop = ak::cuda::props(p.device_index);
   if (prop.major < 8) return "it needs compute capability 8.0 or newer";
   if (prep_smem(static_cast<int>(p.K)) > static_cast<int>(prop.sharedMemPerBlockOptin) ||
-      pick_vtile(static_cast<int>(p.K), p.N * p.H, prop) == 0) {
+      plan_state(static_cast<int>(p.K), p.N * p.H, prop).vt == 0) {
     return "its shared memory does not fit this device";
   }
   if (!aligned_rows(a.q) || !aligned_rows(a.k) || !aligned_rows(a.v) || !aligned_rows(a.output)) {
@@ -266,11 +337,18 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
   sp.group = pp.group;
   sp.scale = static_cast<float>(p.scale);
   sp.l2norm = p.l2norm;
-  const int vt = pick_vtile(D, static_cast<int64_t>(N) * H, ak::cuda::props(device));
+  const StatePlan plan = plan_state(D, static_cast<int64_t>(N) * H, ak::cuda::props(device));
   if constexpr (D == 128) {
-    if (vt == 128) return launch_chunk_state<T, D, 128>(sp, stream);
+    if (plan.kernel == StateKernel::Wgmma) {
+      if (plan.vt == 128) return launch_chunk_state_sm90<T, D, 128>(sp, stream);
+      return launch_chunk_state_sm90<T, D, 64>(sp, stream);
+    }
+    if (plan.vt == 128) return launch_chunk_state<T, D, 128>(sp, stream);
   }
-  if (vt == 64) return launch_chunk_state<T, D, 64>(sp, stream);
+  if constexpr (D == 256) {
+    if (plan.kernel == StateKernel::Wgmma) return launch_chunk_state_sm90<T, D, 64>(sp, stream);
+  }
+  if (plan.vt == 64) return launch_chunk_state<T, D, 64>(sp, stream);
   launch_chunk_state<T, D, 32>(sp, stream);
 }
 

@@ -51,14 +51,13 @@ __device__ __forceinline__ void causal_tiles(float (&acc)[4][4], uint32_t x_tile
 }
 
 template <class T, int D>
-__global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(const PrepParams<T> p) {
+__global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_kernel(const PrepParams<T> p) {
   using Lay = PrepLayout<D>;
   constexpr int kLd = Lay::kLd;
   extern __shared__ __align__(16) unsigned char prep_smem[];
   unsigned char* kS = prep_smem + Lay::kK;
   unsigned char* vS = prep_smem + Lay::kV;
   float* LA = reinterpret_cast<float*>(prep_smem + Lay::kLA);
-  float* R = reinterpret_cast<float*>(prep_smem + Lay::kR);
   float* gS = reinterpret_cast<float*>(prep_smem + Lay::kGate);  // g, then its cumsum
   float* bS = reinterpret_cast<float*>(prep_smem + Lay::kBeta);
   float* rkS = reinterpret_cast<float*>(prep_smem + Lay::kRk);
@@ -141,68 +140,106 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(const PrepPara
   }
   __syncthreads();
 
-  // 4. A = (I + L)^-1 by 16x16 blocks. Diagonal blocks first (warp b inverts block b, a lane per
-  //    column, into R), then block rows I = 1..3: A_IJ = -D_I sum_{J <= M < I} L_IM A_MJ, in place.
-  if (warp < 4 && lane < 16) {
-    const float* Lb = LA + 16 * warp * kLd + 16 * warp;
+  // 4. A = (I + L)^-1 by 16x16 blocks, fp32 (as FLA's "ieee" solve), in place over L.
+  //  4a. Diagonal blocks D_b = (I + L_bb)^-1: warps 0-1, lane l inverts block 2 warp + l / 16, its
+  //      column l % 16, by forward substitution (two partial sums, rows of L read as float4s); the
+  //      zeros above the diagonal are written too, so D_b can be read as a full 16x16 block.
+  if (warp < 2) {
+    const int b = 2 * warp + (lane >> 4), col = lane & 15;
+    float* Lb = LA + 16 * b * kLd + 16 * b;
     float x[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      float s = i == lane ? 1.f : 0.f;
+      float s0 = i == col ? 1.f : 0.f, s1 = 0.f;
 #pragma unroll
-      for (int j = 0; j < i; ++j) s = fmaf(-Lb[i * kLd + j], x[j], s);
-      x[i] = s;
+      for (int j4 = 0; j4 < i; j4 += 4) {
+        const float4 l = *reinterpret_cast<const float4*>(Lb + i * kLd + j4);
+        s0 = fmaf(-l.x, x[j4], s0);
+        if (j4 + 1 < i) s1 = fmaf(-l.y, x[j4 + 1], s1);
+        if (j4 + 2 < i) s0 = fmaf(-l.z, x[j4 + 2], s0);
+        if (j4 + 3 < i) s1 = fmaf(-l.w, x[j4 + 3], s1);
+      }
+      x[i] = s0 + s1;
     }
+    __syncwarp();  // every lane has read L_bb before any lane overwrites it
 #pragma unroll
-    for (int i = 0; i < 16; ++i) R[i * kLd + 16 * warp + lane] = x[i];
+    for (int i = 0; i < 16; ++i) Lb[i * kLd + col] = x[i];
   }
   __syncthreads();
-  for (int e = tid; e < 4 * 256; e += kPrepThreads) {
-    const int blk = e >> 8, i = (e >> 4) & 15, c = e & 15;
-    LA[(16 * blk + i) * kLd + 16 * blk + c] = R[i * kLd + 16 * blk + c];
-  }
-  __syncthreads();
+  //  4b. Block rows I = 1..3: R = sum_{J <= M < I} L_IM A_MJ, then A_IJ = -D_I R. Warp J < I owns
+  //      column block J; lane (rp = lane % 8, cg = lane / 8) computes rows rp and rp + 8 of columns
+  //      16 J + 4 cg .. + 3: per k, two L values (float4s along k) and one float4 of A for 8 FMAs.
+  {
+    float* Rs = reinterpret_cast<float*>(prep_smem + Lay::kR);
+    constexpr int kLdR = Lay::kLdR;
+    const int rp = lane & 7, c0 = 16 * warp + 4 * (lane >> 3);
+    // acc[h][e] += X[rp + 8h][k] Y[k][c0 + e] for k in [k0, k0 + 16).
+    auto block_product = [&](float (&acc)[2][4], const float* x, int x_ld, const float* y, int y_ld) {
 #pragma unroll
-  for (int I = 1; I < 4; ++I) {
-    constexpr int kMax = 16 * 16 * 3;
-    const int cols = 16 * I, count = 16 * cols;
-    for (int e = tid; e < kMax && e < count; e += kPrepThreads) {
-      const int r = e / cols, cc = e - r * cols, J = cc >> 4;
-      const float* Lrow = LA + (16 * I + r) * kLd;
-      float s = 0.f;
-      for (int m = 16 * J; m < 16 * I; ++m) s = fmaf(Lrow[m], LA[m * kLd + cc], s);
-      R[r * kLd + cc] = s;
+      for (int k4 = 0; k4 < 16; k4 += 4) {
+        const float4 a0 = *reinterpret_cast<const float4*>(x + rp * x_ld + k4);
+        const float4 a1 = *reinterpret_cast<const float4*>(x + (rp + 8) * x_ld + k4);
+        const float av[2][4] = {{a0.x, a0.y, a0.z, a0.w}, {a1.x, a1.y, a1.z, a1.w}};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float4 bv = *reinterpret_cast<const float4*>(y + (k4 + e) * y_ld + c0);
+#pragma unroll
+          for (int h2 = 0; h2 < 2; ++h2) {
+            acc[h2][0] = fmaf(av[h2][e], bv.x, acc[h2][0]);
+            acc[h2][1] = fmaf(av[h2][e], bv.y, acc[h2][1]);
+            acc[h2][2] = fmaf(av[h2][e], bv.z, acc[h2][2]);
+            acc[h2][3] = fmaf(av[h2][e], bv.w, acc[h2][3]);
+          }
+        }
+      }
+    };
+#pragma unroll
+    for (int I = 1; I < 4; ++I) {
+      if (warp < I) {
+        float acc[2][4] = {};
+        for (int M = warp; M < I; ++M) block_product(acc, LA + 16 * I * kLd + 16 * M, kLd, LA + 16 * M * kLd, kLd);
+#pragma unroll
+        for (int h2 = 0; h2 < 2; ++h2) {
+          *reinterpret_cast<float4*>(Rs + (rp + 8 * h2) * kLdR + c0) =
+              make_float4(acc[h2][0], acc[h2][1], acc[h2][2], acc[h2][3]);
+        }
+      }
+      __syncthreads();  // R is complete; L_I is no longer read
+      if (warp < I) {
+        float acc[2][4] = {};
+        block_product(acc, LA + 16 * I * kLd + 16 * I, kLd, Rs, kLdR);
+#pragma unroll
+        for (int h2 = 0; h2 < 2; ++h2) {
+          *reinterpret_cast<float4*>(LA + (16 * I + rp + 8 * h2) * kLd + c0) =
+              make_float4(-acc[h2][0], -acc[h2][1], -acc[h2][2], -acc[h2][3]);
+        }
+      }
+      __syncthreads();  // block row I of A is final
     }
-    __syncthreads();
-    for (int e = tid; e < kMax && e < count; e += kPrepThreads) {
-      const int r = e / cols, cc = e - r * cols;
-      const float* Drow = LA + (16 * I + r) * kLd + 16 * I;
-      float s = 0.f;
-      for (int m = 0; m <= r; ++m) s = fmaf(Drow[m], R[m * kLd + cc], s);
-      LA[(16 * I + r) * kLd + cc] = -s;
-    }
-    __syncthreads();
   }
 
   // 5. Aw = A diag(beta exp(gc)), Au = A diag(beta): fp32 to the optional outputs; 16-bit (Aw with
-  //    the 1/|k| column scale folded in, so w = Aw K^ reads raw k) into the space A occupied.
+  //    the 1/|k| column scale folded in, so w = Aw K^ reads raw k) into the space L, A and R took.
+  //    Thread tid handles column j = tid % 64 and rows tid / 64 + 4 q, so the column factors are
+  //    computed once.
   {
+    const int j = tid & 63, i0 = tid >> 6;
     float av[16];
 #pragma unroll
     for (int q = 0; q < 16; ++q) {
-      const int e = tid + q * kPrepThreads, i = e >> 6, j = e & 63;
+      const int i = i0 + 4 * q;
       av[q] = j <= i ? LA[i * kLd + j] : 0.f;
     }
+    const float bu = bS[j], bw = bu * expf(gS[j]), rkj = rkS[j];
     __syncthreads();
     T* AwS = reinterpret_cast<T*>(LA);
     T* AuS = AwS + 64 * (Lay::kPitchC / 2);
     const int64_t out_base = (static_cast<int64_t>(row) * p.H + h) * p.tokens + t0;
 #pragma unroll
     for (int q = 0; q < 16; ++q) {
-      const int e = tid + q * kPrepThreads, i = e >> 6, j = e & 63;
-      const float au = av[q] * bS[j];
-      const float aw = au * expf(gS[j]);
-      AwS[i * (Lay::kPitchC / 2) + j] = Elem<T>::from_float(aw * rkS[j]);
+      const int i = i0 + 4 * q;
+      const float au = av[q] * bu, aw = av[q] * bw;
+      AwS[i * (Lay::kPitchC / 2) + j] = Elem<T>::from_float(aw * rkj);
       AuS[i * (Lay::kPitchC / 2) + j] = Elem<T>::from_float(au);
       if (i < len) {
         if (p.aw) p.aw[(out_base + i) * 64 + j] = aw;

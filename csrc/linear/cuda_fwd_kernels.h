@@ -103,5 +103,8 @@ struct StateParams {
 };
 template <class T, int D, int VT>
 void launch_chunk_state(const StateParams<T>& p, cudaStream_t stream);
+// The same on Hopper with wgmma (sm_90a only; D in {128, 256}, VT a multiple of 64).
+template <class T, int D, int VT>
+void launch_chunk_state_sm90(const StateParams<T>& p, cudaStream_t stream);
 
 }  // namespace ak::linear::cuda::fwd

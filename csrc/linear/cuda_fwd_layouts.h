@@ -8,22 +8,25 @@ namespace ak::linear::cuda::fwd {
 // eight different 16-byte bank groups, so ldmatrix and 4-byte stores are conflict-free.
 constexpr int tile_pitch(int cols) { return cols * 2 + 16; }
 
-// Stage 1 (cuda_fwd_chunk_prep.cuh), bytes.
+// Stage 1 (cuda_fwd_chunk_prep.cuh), bytes. 56 KB for D = 128: four blocks an SM.
 template <int D>
 struct PrepLayout {
   static constexpr int kPitchD = tile_pitch(D);   // k and v tiles
   static constexpr int kPitchC = tile_pitch(64);  // Aw and Au (16-bit, 64 x 64)
-  static constexpr int kLd = 72;                  // floats per row of the fp32 64 x 64 matrix
+  // Floats per row of the fp32 64 x 64 matrix: 68 puts eight consecutive rows in eight different
+  // 16-byte bank groups (the solve reads float4s down a column of rows).
+  static constexpr int kLd = 68;
+  static constexpr int kLdR = 52;  // floats per row of the solve's [16][48] scratch
   static constexpr int kK = 0;
   static constexpr int kV = kK + 64 * kPitchD;
-  // L, then A in place, then (after a barrier) Aw and Au as 16-bit tiles.
+  // L, then A in place, then (after a barrier) Aw and Au as 16-bit tiles over L/A and R.
   static constexpr int kLA = kV + 64 * kPitchD;
-  static constexpr int kR = kLA + 64 * kLd * 4;  // fp32 [16][72] scratch of the solve
-  static constexpr int kGate = kR + 16 * kLd * 4;
+  static constexpr int kR = kLA + 64 * kLd * 4;  // fp32 [16][kLdR]: R = L_I A of block row I
+  static constexpr int kGate = kR + 16 * kLdR * 4;
   static constexpr int kBeta = kGate + 64 * 4;
   static constexpr int kRk = kBeta + 64 * 4;
   static constexpr int kBytes = kRk + 64 * 4;
-  static_assert(2 * 64 * kPitchC <= 64 * kLd * 4, "Aw and Au fit where A was");
+  static_assert(2 * 64 * kPitchC <= kGate - kLA, "Aw and Au fit where L, A and R were");
 };
 
 // Stage 2 (cuda_fwd_chunk_state.cuh), bytes.
@@ -53,6 +56,30 @@ struct StateLayout {
   static constexpr int kNT1 = VT / 16;          // n8 tiles per warp in (b)
   static_assert(kBytes <= 227 * 1024, "shared memory of one block");
   static_assert(kNT1 % 2 == 0 && (kNT3 == 1 || kNT3 % 2 == 0), "n8 tiles come in pairs");
+};
+
+// Stage 2 on Hopper (cuda_fwd_chunk_state_sm90.cuh), bytes from a 1024-aligned base. Every 16-bit
+// tile is stored as 128-byte swizzled panels of 64 columns (the layout wgmma reads): element
+// (r, c) of a tile with R rows lies at (c / 64) * 128 R + 128 r + 16 ((c % 64 / 8) ^ (r % 8)) + 2 (c % 8).
+template <int D, int VT>
+struct Sm90StateLayout {
+  static constexpr int kSQ = D <= 128 ? 2 : 1;  // buffers of q, w, u (loaded after (c) when 1)
+  static constexpr int kSK = 2;                 // buffers of k, gc, rk
+  static constexpr int kTileD = 64 * 2 * D;     // [64, D]: q, k, w
+  static constexpr int kTileV = 64 * 2 * VT;    // [64, VT]: u, U, Ud
+  static constexpr int kQ = 0;
+  static constexpr int kW = kQ + kSQ * kTileD;
+  static constexpr int kU = kW + kSQ * kTileD;
+  static constexpr int kK = kU + kSQ * kTileV;
+  static constexpr int kSb = kK + kSK * kTileD;  // [D, VT] 16-bit copy of S (N-major for [W; Q] S)
+  static constexpr int kUb = kSb + D * VT * 2;   // U = u - W S
+  static constexpr int kUd = kUb + kTileV;       // U * rk * exp(gL - gc)
+  static constexpr int kGate = kUd + kTileV;     // [kSK][64] fp32 gate cumsum
+  static constexpr int kRk = kGate + kSK * 256;  // [kSK][64] fp32 1/|k|
+  static constexpr int kBytes = kRk + kSK * 256;
+  static constexpr int kAlloc = kBytes + 1024;  // slack to align the base to the swizzle pattern
+  static_assert(VT % 64 == 0 && D % 128 == 0 && VT <= D, "panels of 64 columns, two warpgroups of S rows");
+  static_assert(kAlloc <= 227 * 1024, "shared memory of one block");
 };
 
 }  // namespace ak::linear::cuda::fwd

@@ -1,5 +1,6 @@
 // Stage 2 of the fast chunked forward (chunk state recurrence + output), __half, D = 64 and 256.
 #include "cuda_fwd_chunk_state.cuh"
+#include "cuda_fwd_chunk_state_sm90.cuh"
 
 namespace ak::linear::cuda::fwd {
 
@@ -7,5 +8,6 @@ template void launch_chunk_state<__half, 64, 32>(const StateParams<__half>&, cud
 template void launch_chunk_state<__half, 64, 64>(const StateParams<__half>&, cudaStream_t);
 template void launch_chunk_state<__half, 256, 32>(const StateParams<__half>&, cudaStream_t);
 template void launch_chunk_state<__half, 256, 64>(const StateParams<__half>&, cudaStream_t);
+template void launch_chunk_state_sm90<__half, 256, 64>(const StateParams<__half>&, cudaStream_t);
 
 }  // namespace ak::linear::cuda::fwd

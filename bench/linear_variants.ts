@@ -1,0 +1,339 @@
+/**
+ * Times the stage-2 variants of the fast CUDA delta-rule forward in one GPU call, after checking each
+ * against the general path: every variant runs on small shapes that break kernels (varlen with empty
+ * and short sequences, tails, grouped heads, in-kernel L2 norm, initial state, chunk states, D = 128
+ * and 256, bf16 and f16) and must match the general path within 0.005 relative RMS (bf16/f16, the
+ * tests' rule) with no NaN and a bit-identical second run; then the six benchmark shapes are timed
+ * per variant (median ms, stage 1 alone once per shape). Variants are picked through the
+ * environment read by csrc/linear/cuda_dispatch.cu: `ATTNKIT_LINEAR_STATE_VARIANT=mma|wgmma` and
+ * `ATTNKIT_LINEAR_STATE_BV=32|64|128`; a variant that does not exist for a head dim falls back to
+ * the automatic choice (the table marks those cells with `*`).
+ *
+ * @example
+ * ```sh
+ * ATTNKIT_LIB=lib/libattnkit.so deno run -A bench/linear_variants.ts --json /tmp/variants.json
+ * ATTNKIT_LIB=lib/libattnkit.so deno run -A bench/linear_variants.ts --check-only
+ * ```
+ *
+ * @module
+ */
+import { parseArgs } from "node:util";
+import { cudaAvailable, deviceInfo, Tensor, timeIt } from "../mod.ts";
+import { deltaForward, type DeltaSettings, type ForwardOutputs } from "../ops/linear/delta_native.ts";
+
+/** One stage-2 configuration: the environment it sets and, per head dim, whether it exists. */
+interface Variant {
+  name: string;
+  env: Record<string, string>;
+  /** Head dims the variant really runs at (elsewhere the dispatcher falls back to auto). */
+  dims: number[];
+}
+
+const VARIANTS: Variant[] = [
+  { name: "auto", env: {}, dims: [64, 128, 256] },
+  { name: "mma", env: { ATTNKIT_LINEAR_STATE_VARIANT: "mma" }, dims: [64, 128, 256] },
+  {
+    name: "mma bv32",
+    env: { ATTNKIT_LINEAR_STATE_VARIANT: "mma", ATTNKIT_LINEAR_STATE_BV: "32" },
+    dims: [64, 128, 256],
+  },
+  {
+    name: "mma bv64",
+    env: { ATTNKIT_LINEAR_STATE_VARIANT: "mma", ATTNKIT_LINEAR_STATE_BV: "64" },
+    dims: [64, 128, 256],
+  },
+  {
+    name: "mma bv128",
+    env: { ATTNKIT_LINEAR_STATE_VARIANT: "mma", ATTNKIT_LINEAR_STATE_BV: "128" },
+    dims: [128],
+  },
+  {
+    name: "wgmma bv64",
+    env: { ATTNKIT_LINEAR_STATE_VARIANT: "wgmma", ATTNKIT_LINEAR_STATE_BV: "64" },
+    dims: [128, 256],
+  },
+  {
+    name: "wgmma bv128",
+    env: { ATTNKIT_LINEAR_STATE_VARIANT: "wgmma", ATTNKIT_LINEAR_STATE_BV: "128" },
+    dims: [128],
+  },
+];
+
+const ENV_KEYS = ["ATTNKIT_LINEAR_STATE_VARIANT", "ATTNKIT_LINEAR_STATE_BV", "ATTNKIT_LINEAR_PATH"];
+
+function setEnv(env: Record<string, string>) {
+  for (const k of ENV_KEYS) Deno.env.delete(k);
+  for (const [k, v] of Object.entries(env)) Deno.env.set(k, v);
+}
+
+interface Shape {
+  name: string;
+  dtype: "bfloat16" | "float16";
+  B: number;
+  T: number;
+  H: number;
+  HK?: number;
+  D: number;
+  l2norm: boolean;
+  cuSeqlens?: number[];
+  initialState: boolean;
+  chunkStates?: boolean;
+}
+
+const CHECKS: Shape[] = [
+  {
+    name: "bf16 D128 varlen 0/1/63/65/172 GQA l2 h0",
+    dtype: "bfloat16",
+    B: 1,
+    T: 320,
+    H: 4,
+    HK: 2,
+    D: 128,
+    l2norm: true,
+    cuSeqlens: [0, 1, 1, 64, 129, 301],
+    initialState: true,
+  },
+  {
+    name: "f16 D128 T=200 chunk states",
+    dtype: "float16",
+    B: 2,
+    T: 200,
+    H: 3,
+    D: 128,
+    l2norm: false,
+    initialState: true,
+    chunkStates: true,
+  },
+  {
+    name: "bf16 D256 T=150 l2 h0",
+    dtype: "bfloat16",
+    B: 2,
+    T: 150,
+    H: 2,
+    D: 256,
+    l2norm: true,
+    initialState: true,
+  },
+];
+
+const BENCH: [number, number, number, number][] = [
+  [1, 8192, 96, 128],
+  [2, 16384, 16, 128],
+  [4, 2048, 16, 128],
+  [4, 4096, 64, 128],
+  [8, 2048, 32, 256],
+  [8, 1024, 8, 64],
+];
+// FLA's chunk_gated_delta_rule forward on this H200 (ANCHORS.md), ms.
+const FLA_GDN: Record<string, number> = {
+  B1_T8192_H96_D128: 1.403,
+  B2_T16384_H16_D128: 0.949,
+  B4_T4096_H64_D128: 1.714,
+  B8_T2048_H32_D256: 2.104,
+  B8_T1024_H8_D64: 0.468,
+};
+
+interface Inputs {
+  q: Tensor;
+  k: Tensor;
+  v: Tensor;
+  g: Tensor;
+  beta: Tensor;
+  h0?: Tensor;
+  cu?: Tensor;
+}
+
+function makeInputs(s: Shape): Inputs {
+  const HK = s.HK ?? s.H, device = "cuda", dtype = s.dtype;
+  const N = s.cuSeqlens ? s.cuSeqlens.length - 1 : s.B;
+  const keyStd = s.l2norm ? 1 : s.D ** -0.5;
+  return {
+    q: Tensor.randn([s.B, s.T, HK, s.D], { dtype, device }),
+    k: Tensor.randn([s.B, s.T, HK, s.D], { dtype, device, std: keyStd }),
+    v: Tensor.randn([s.B, s.T, s.H, s.D], { dtype, device }),
+    g: Tensor.rand([s.B, s.T, s.H], { low: -0.25, high: 0, device }),
+    beta: Tensor.rand([s.B, s.T, s.H], { device }),
+    h0: s.initialState ? Tensor.randn([N, s.H, s.D, s.D], { device, std: 0.5 }) : undefined,
+    cu: s.cuSeqlens ? Tensor.from(new Int32Array(s.cuSeqlens), { device }) : undefined,
+  };
+}
+
+function dispose(x: Inputs) {
+  for (const t of [x.q, x.k, x.v, x.g, x.beta, x.h0, x.cu]) t?.dispose();
+}
+
+function forward(s: Shape, x: Inputs): ForwardOutputs {
+  const settings: DeltaSettings = {
+    layout: "bthd",
+    gated: true,
+    chunkSize: 64,
+    recurrent: false,
+    l2norm: s.l2norm,
+    initialState: x.h0,
+    cuSeqlens: x.cu,
+  };
+  return deltaForward("variants", { q: x.q, k: x.k, v: x.v, g: x.g, beta: x.beta }, settings, {
+    finalState: true,
+    chunkStates: s.chunkStates,
+  });
+}
+
+function host(o: ForwardOutputs): Record<string, Float32Array> {
+  const out: Record<string, Float32Array> = {};
+  for (const [k, t] of Object.entries(o)) if (t) out[k] = t.toArray() as Float32Array;
+  for (const t of Object.values(o)) t?.dispose();
+  return out;
+}
+
+function relRms(a: Float32Array, e: Float32Array, count: number) {
+  let sq = 0, ref = 0, nan = 0;
+  for (let i = 0; i < count; i++) {
+    if (!Number.isFinite(a[i])) {
+      nan++;
+      continue;
+    }
+    sq += (a[i] - e[i]) ** 2;
+    ref += e[i] * e[i];
+  }
+  return { rel: ref > 0 ? Math.sqrt(sq / ref) : Math.sqrt(sq), nan };
+}
+
+/** Checks every variant against the general path; returns the lines and the failure count. */
+function checkVariants(): { lines: string[]; failed: number } {
+  const lines: string[] = [];
+  let failed = 0;
+  for (const s of CHECKS) {
+    const x = makeInputs(s);
+    try {
+      setEnv({ ATTNKIT_LINEAR_PATH: "general" });
+      const ref = host(forward(s, x));
+      for (const v of VARIANTS) {
+        setEnv({ ...v.env, ATTNKIT_LINEAR_PATH: "fast" });
+        let line: string;
+        try {
+          const a = host(forward(s, x));
+          const b = host(forward(s, x));
+          let ok = true;
+          const parts: string[] = [];
+          for (const [key, r] of Object.entries(ref)) {
+            const count = key === "output" && s.cuSeqlens
+              ? r.length / s.T * s.cuSeqlens[s.cuSeqlens.length - 1]
+              : r.length;
+            const d = relRms(a[key], r, count);
+            parts.push(`${key} ${d.rel.toExponential(2)}${d.nan ? ` NaN ${d.nan}` : ""}`);
+            if (d.nan > 0 || !(d.rel <= 5e-3)) ok = false;
+            for (let i = 0; i < count; i++) {
+              if (!Object.is(a[key][i], b[key][i])) {
+                ok = false;
+                parts.push(`${key} differs on a second run (race?)`);
+                break;
+              }
+            }
+          }
+          line = `${ok ? "ok  " : "FAIL"} ${s.name} [${v.name}] ${parts.join(", ")}`;
+          if (!ok) failed++;
+        } catch (e) {
+          failed++;
+          line = `FAIL ${s.name} [${v.name}] ${(e instanceof Error ? e.message : String(e)).split("\n")[0]}`;
+        }
+        lines.push(line);
+        console.log(line);
+      }
+    } finally {
+      setEnv({});
+      dispose(x);
+    }
+  }
+  return { lines, failed };
+}
+
+interface TimingRecord {
+  shape: string;
+  variant: string;
+  ms: number;
+  fallback: boolean;
+}
+
+/** Times every variant at the benchmark shapes; returns the markdown table and the records. */
+function timeVariants(iterations: number): { lines: string[]; records: TimingRecord[] } {
+  const records: TimingRecord[] = [];
+  const head = ["shape", "stage 1", ...VARIANTS.map((v) => v.name), "FLA GDN", "best x FLA"];
+  const lines = [`| ${head.join(" | ")} |`, `| ${head.map(() => "---").join(" | ")} |`];
+  using flush = Tensor.empty([64 << 20], { dtype: "float32", device: "cuda" });
+  const before = () => void flush.fill(0);
+  for (const [B, T, H, D] of BENCH) {
+    const name = `B${B}_T${T}_H${H}_D${D}`;
+    const s: Shape = { name, dtype: "bfloat16", B, T, H, D, l2norm: false, initialState: false };
+    const x = makeInputs(s);
+    const cells: string[] = [];
+    let best = Infinity;
+    try {
+      const run = () => void host1(forward(s, x));
+      setEnv({ ATTNKIT_LINEAR_PATH: "fast" });
+      Deno.env.set("ATTNKIT_LINEAR_FAST_STAGES", "prep");
+      const prep = timeIt(run, { device: "cuda", warmup: 2, iterations, before }).medianMs;
+      Deno.env.delete("ATTNKIT_LINEAR_FAST_STAGES");
+      cells.push(prep.toFixed(3));
+      for (const v of VARIANTS) {
+        setEnv({ ...v.env, ATTNKIT_LINEAR_PATH: "fast" });
+        try {
+          const ms = timeIt(run, { device: "cuda", warmup: 2, iterations, before }).medianMs;
+          const fallback = !v.dims.includes(D);
+          records.push({ shape: name, variant: v.name, ms, fallback });
+          cells.push(`${ms.toFixed(3)}${fallback ? "*" : ""}`);
+          if (!fallback) best = Math.min(best, ms);
+        } catch (e) {
+          cells.push(`error: ${(e instanceof Error ? e.message : String(e)).split("\n")[0]}`);
+        }
+      }
+    } finally {
+      Deno.env.delete("ATTNKIT_LINEAR_FAST_STAGES");
+      setEnv({});
+      dispose(x);
+    }
+    const fla = FLA_GDN[name];
+    cells.push(fla ? fla.toFixed(3) : "-", fla && Number.isFinite(best) ? (fla / best).toFixed(2) : "-");
+    const line = `| ${name} | ${cells.join(" | ")} |`;
+    lines.push(line);
+    console.log(line);
+  }
+  return { lines, records };
+}
+
+function host1(o: ForwardOutputs) {
+  for (const t of Object.values(o)) t?.dispose();
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: {
+      "check-only": { type: "boolean", default: false },
+      iterations: { type: "string", default: "10" },
+      json: { type: "string" },
+    },
+  });
+  if (!cudaAvailable()) {
+    console.error("linear_variants: no CUDA device");
+    Deno.exit(1);
+  }
+  console.log(`# linear stage-2 variants on ${deviceInfo("cuda").name}`);
+  const check = checkVariants();
+  console.log(
+    `\n${check.failed === 0 ? "all variants agree with the general path" : `${check.failed} FAILED`}\n`,
+  );
+  let timing: { lines: string[]; records: TimingRecord[] } = { lines: [], records: [] };
+  if (!values["check-only"]) {
+    timing = timeVariants(Number(values.iterations));
+    console.log(
+      `\n${timing.lines.join("\n")}\n(ms, median; * = that variant does not exist at this D and ran auto)`,
+    );
+  }
+  if (values.json) {
+    await Deno.writeTextFile(
+      values.json,
+      JSON.stringify({ checks: check.lines, timing: timing.records }, null, 2) + "\n",
+    );
+  }
+  if (check.failed > 0) Deno.exitCode = 1;
+}

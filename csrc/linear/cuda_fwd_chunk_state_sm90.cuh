@@ -1,0 +1,375 @@
+// Stage 2 of the fast chunked forward on Hopper (sm_90a): the same recurrence as
+// cuda_fwd_chunk_state.cuh (one block per sequence, value head and V tile, S in fp32 registers),
+// with every product on wgmma, whose operands are read straight from 128-byte swizzled shared tiles:
+// one instruction does a 64 x VT x 16 step, so a chunk costs tens of instructions instead of hundreds
+// of mma.sync + ldmatrix, and the tensor cores, not the issue slots, set the pace.
+//
+// Two warpgroups. Per chunk (C = 64, gc the gate cumsum, gL = gc[63], Sb the 16-bit copy of S):
+//   warpgroup 0 (the W rows)                 warpgroup 1 (the Q rows)
+//   (b) WS = W Sb                            (a) P = Q K^T;  (b) QS = Q Sb
+//   (c) U = u - WS, Ud = U rk e^(gL - gc)        P *= scale rq_i rk_j e^(gc_i - gc_j) (causal), to
+//       (16-bit, to shared memory)               16-bit A fragments; QS *= scale rq e^gc
+//   ---------------------------------------- barrier ----------------------------------------
+//   (e) S[rows 0 .. D/2) = e^gL S + K^T Ud    (e) S[rows D/2 .. D) likewise;  (d) O = QS + P U
+//   Sb <- S (16-bit), the next chunk's (b) reads it after the loop-top barrier.
+// Operand majors: W, Q (A) and K (B of P) K-major; Sb, U, Ud N-major (B); K^T (A of (e)) M-major.
+// The 16-bit roundings are those of the mma.sync kernel (Sb, U, Ud, P), so the results agree with
+// it to summation order. Loads: cp.async into the swizzled tiles, one chunk ahead (q, w, u double
+// buffered for D = 128; for D = 256 they load after (c), k always double buffered).
+#pragma once
+
+#include "../cuda/runtime.cuh"
+#include "cuda_fwd_kernels.h"
+#include "cuda_fwd_layouts.h"
+#include "cuda_fwd_mma.cuh"
+#include "cuda_fwd_sm90.cuh"
+#include "cuda_fwd_wgmma.cuh"
+
+namespace ak::linear::cuda::fwd {
+
+constexpr int kSm90StateThreads = 256;
+
+__device__ __forceinline__ void st_pair_at(unsigned char* addr, uint32_t v) { *reinterpret_cast<uint32_t*>(addr) = v; }
+
+// Named barrier over `threads` threads (id 0 is __syncthreads).
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Copies rows [0, 64) x COLS (16-bit) of a strided global matrix into a tile of 128-byte swizzled
+// panels with cp.async; rows >= valid are zero-filled (nothing is read for them).
+// THREADS threads take part, tid in [0, THREADS).
+template <int COLS, int THREADS = kSm90StateThreads, class RowPtr>
+__device__ __forceinline__ void async_tile_sw128(uint32_t dst, int valid, RowPtr src, int tid) {
+  constexpr int kChunks = COLS / 8;
+#pragma unroll
+  for (int e = tid; e < 64 * kChunks; e += THREADS) {
+    const int r = e / kChunks, c = e - r * kChunks;
+    const bool ok = r < valid;
+    const unsigned char* g = reinterpret_cast<const unsigned char*>(src(ok ? r : 0)) + c * 16;
+    cp_async16(dst + (c >> 3) * 64 * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4), g, ok ? 16 : 0);
+  }
+}
+
+template <class T, int D, int VT>
+__global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(const StateParams<T> p) {
+#if AK_LINEAR_SM90
+  using namespace sm90;
+  using Lay = Sm90StateLayout<D, VT>;
+  constexpr int kMS = D / 128;  // m64 tiles of S rows per warpgroup
+  constexpr int kNA = VT / 2;   // accumulator floats per thread of a 64 x VT tile
+  extern __shared__ __align__(16) unsigned char state_sm90_smem[];
+  const uint32_t raw = smem_addr(state_sm90_smem);
+  const uint32_t sbase = (raw + 1023u) & ~1023u;
+  unsigned char* const base = state_sm90_smem + (sbase - raw);
+
+  const int vtiles = D / VT;
+  const int n = blockIdx.x / vtiles, vt0 = (blockIdx.x - n * vtiles) * VT;
+  const int h = blockIdx.y, hk = h / p.group;
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int g8 = lane >> 2, t4 = lane & 3;
+  int row, begin, end, first;
+  p.map.sequence(n, row, begin, end, first);
+  const int chunks = (end - begin + 63) / 64;
+  const int64_t DD = static_cast<int64_t>(D) * D;
+  const int64_t state_off = (static_cast<int64_t>(n) * p.H + h) * DD;
+
+  // Accumulator element i of a 64 x N tile: row 16 warp + g8 + 8 ((i >> 1) & 1), column
+  // 8 (i >> 2) + 2 t4 + (i & 1). This warpgroup's S rows: 64 (wg kMS + ms) + that row.
+  auto acc_row = [&](int i) { return 16 * warp + g8 + 8 * ((i >> 1) & 1); };
+  auto acc_col = [&](int i) { return 8 * (i >> 2) + 2 * t4; };
+  auto s_row = [&](int ms, int i) { return 64 * (wg * kMS + ms) + acc_row(i); };
+
+  float S[kMS][kNA];
+#pragma unroll
+  for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+    for (int i = 0; i < kNA; i += 2) {
+      float2 v = make_float2(0.f, 0.f);
+      if (p.initial_state) {
+        v = *reinterpret_cast<const float2*>(p.initial_state + state_off + s_row(ms, i) * D + vt0 + acc_col(i));
+      }
+      S[ms][i] = v.x;
+      S[ms][i + 1] = v.y;
+    }
+  }
+  float* const chunk_states =
+      p.chunk_states ? p.chunk_states + (static_cast<int64_t>(n) * p.H + h) * (p.map.NC + 1) * DD : nullptr;
+  auto store_state = [&](float* dst) {
+#pragma unroll
+    for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+      for (int i = 0; i < kNA; i += 2) {
+        *reinterpret_cast<float2*>(dst + s_row(ms, i) * D + vt0 + acc_col(i)) = make_float2(S[ms][i], S[ms][i + 1]);
+      }
+    }
+  };
+  // Sb [D, VT]: row d, column v (N-major operand of (b)).
+  auto store_sb = [&]() {
+#pragma unroll
+    for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+      for (int i = 0; i < kNA; i += 2) {
+        st_pair_at(base + Lay::kSb + sw128_offset(D, s_row(ms, i), acc_col(i)), pack2<T>(S[ms][i], S[ms][i + 1]));
+      }
+    }
+  };
+
+  // ---- loads of chunk c ----
+  auto chunk_rows = [&](int c, int& t0, int& len) {
+    t0 = begin + 64 * c;
+    len = min(64, end - t0);
+  };
+  auto issue_k = [&](int c, int buf) {
+    int t0, len;
+    chunk_rows(c, t0, len);
+    async_tile_sw128<D>(sbase + Lay::kK + buf * Lay::kTileD, len, [&](int r) { return p.k.row(row, t0 + r, hk); },
+                        tid);
+    const int64_t vec = (static_cast<int64_t>(first + c) * p.H + h) * 64;
+    if (tid < 16) {
+      cp_async16(sbase + Lay::kGate + buf * 256 + tid * 16, p.gc + vec + tid * 4, 16);
+    } else if (tid < 32 && p.l2norm) {
+      cp_async16(sbase + Lay::kRk + buf * 256 + (tid - 16) * 16, p.rk + vec + (tid - 16) * 4, 16);
+    }
+  };
+  auto src_q = [&](int c, int r) {
+    int t0, len;
+    chunk_rows(c, t0, len);
+    return p.q.row(row, t0 + r, hk);
+  };
+  auto src_w = [&](int c) { return p.w + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D; };
+  auto src_u = [&](int c) { return p.u + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D + vt0; };
+  auto issue_qwu = [&](int c, int buf) {
+    int t0, len;
+    chunk_rows(c, t0, len);
+    async_tile_sw128<D>(sbase + Lay::kQ + buf * Lay::kTileD, len, [&](int r) { return src_q(c, r); }, tid);
+    const T* wsrc = src_w(c);
+    const T* usrc = src_u(c);
+    async_tile_sw128<D>(sbase + Lay::kW + buf * Lay::kTileD, 64,
+                        [&](int r) { return wsrc + static_cast<int64_t>(r) * D; }, tid);
+    async_tile_sw128<VT>(sbase + Lay::kU + buf * Lay::kTileV, 64,
+                         [&](int r) { return usrc + static_cast<int64_t>(r) * D; }, tid);
+  };
+  // Single-buffered q, w, u (kSQ == 1): warpgroup `wg` reloads one of them for chunk c + 1 once all
+  // of its threads are past their reads (named barrier 1 + wg over its 128 threads).
+  auto reload = [&](int c, int which) {
+    if constexpr (Lay::kSQ == 1) {
+      if (c + 1 >= chunks) return;
+      named_sync(1 + wg, 128);
+      const int wtid = tid & 127;
+      if (which == 0) {
+        const T* wsrc = src_w(c + 1);
+        async_tile_sw128<D, 128>(sbase + Lay::kW, 64, [&](int r) { return wsrc + static_cast<int64_t>(r) * D; },
+                                 wtid);
+      } else if (which == 1) {
+        const T* usrc = src_u(c + 1);
+        async_tile_sw128<VT, 128>(sbase + Lay::kU, 64, [&](int r) { return usrc + static_cast<int64_t>(r) * D; },
+                                  wtid);
+      } else {
+        int t0, len;
+        chunk_rows(c + 1, t0, len);
+        async_tile_sw128<D, 128>(sbase + Lay::kQ, len, [&](int r) { return src_q(c + 1, r); }, wtid);
+      }
+    }
+  };
+
+  store_sb();
+  if (chunk_states) store_state(chunk_states);
+  if (chunks > 0) {
+    issue_k(0, 0);
+    issue_qwu(0, 0);
+  }
+  cp_async_commit();
+
+  const uint64_t desc_sb = desc_sw128(sbase + Lay::kSb, D * 128, 1024);
+  const uint64_t desc_ub = desc_sw128(sbase + Lay::kUb, 64 * 128, 1024);
+  const uint64_t desc_ud = desc_sw128(sbase + Lay::kUd, 64 * 128, 1024);
+
+  for (int c = 0; c < chunks; ++c) {
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();  // S1: chunk c's tiles and Sb are visible to every wgmma; chunk c - 1 is done
+    const int kb = c & 1, qb = Lay::kSQ == 2 ? (c & 1) : 0;
+    if (c + 1 < chunks) {
+      issue_k(c + 1, kb ^ 1);
+      if constexpr (Lay::kSQ == 2) issue_qwu(c + 1, qb ^ 1);
+    }
+    cp_async_commit();
+    int t0, len;
+    chunk_rows(c, t0, len);
+    const uint32_t sQ = sbase + Lay::kQ + qb * Lay::kTileD;
+    const uint32_t sW = sbase + Lay::kW + qb * Lay::kTileD;
+    const uint32_t sK = sbase + Lay::kK + kb * Lay::kTileD;
+    const unsigned char* uS = base + Lay::kU + qb * Lay::kTileV;
+    const float* gc = reinterpret_cast<const float*>(base + Lay::kGate + kb * 256);
+    const float* rk = reinterpret_cast<const float*>(base + Lay::kRk + kb * 256);
+    const float gL = gc[63];
+
+    float acc[kNA];       // warpgroup 0: W S; warpgroup 1: Q S, then O
+    uint32_t pf[16];      // warpgroup 1: P as 16-bit A fragments (four k16 steps of four registers)
+    if (wg == 0) {
+      // (b) WS = W Sb.
+      wg_fence();
+      const uint64_t dw = desc_sw128(sW, 16, 1024);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        LinWgmma<VT, T>::template ss<0, 1>(acc, dw + kmajor_step(64, kk), desc_sb + mnmajor_step(kk), kk > 0);
+      }
+      wg_commit();
+      float di[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = 16 * warp + g8 + 8 * r;
+        di[r] = (p.l2norm ? rk[i] : 1.f) * expf(gL - gc[i]);
+      }
+      wg_wait<0>();
+      fence_regs(acc);
+      reload(c, 0);
+      // (c) U = u - WS and Ud = U rk e^(gL - gc), both 16-bit, to shared memory.
+#pragma unroll
+      for (int i = 0; i < kNA; i += 2) {
+        const uint32_t off = sw128_offset(64, acc_row(i), acc_col(i));
+        const float2 uv = unpack2<T>(*reinterpret_cast<const uint32_t*>(uS + off));
+        const float x0 = uv.x - acc[i], x1 = uv.y - acc[i + 1];
+        const float d = di[(i >> 1) & 1];
+        st_pair_at(base + Lay::kUb + off, pack2<T>(x0, x1));
+        st_pair_at(base + Lay::kUd + off, pack2<T>(x0 * d, x1 * d));
+      }
+      reload(c, 1);
+    } else {
+      // (a) P = Q K^T, then (b) QS = Q Sb, as two groups so P's scaling overlaps QS.
+      float pacc[32];
+      wg_fence();
+      const uint64_t dq = desc_sw128(sQ, 16, 1024), dk = desc_sw128(sK, 16, 1024);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        LinWgmma<64, T>::template ss<0, 0>(pacc, dq + kmajor_step(64, kk), dk + kmajor_step(64, kk), kk > 0);
+      }
+      wg_commit();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        LinWgmma<VT, T>::template ss<0, 1>(acc, dq + kmajor_step(64, kk), desc_sb + mnmajor_step(kk), kk > 0);
+      }
+      wg_commit();
+      // Row factors: scale rq_i (1/|q_i| with the L2 norm; four lanes share a row).
+      float rq[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = 16 * warp + g8 + 8 * r;
+        float ss = 0.f;
+        if (p.l2norm) {
+#pragma unroll
+          for (int pn = 0; pn < D / 64; ++pn) {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              const uint4 v = *reinterpret_cast<const uint4*>(base + (sQ - sbase) + pn * 64 * 128 + i * 128 +
+                                                              (2 * t4 + hh) * 16);
+              const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const float2 f = unpack2<T>(wv[e]);
+                ss = fmaf(f.x, f.x, fmaf(f.y, f.y, ss));
+              }
+            }
+          }
+          ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+          ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+        }
+        rq[r] = p.scale * (p.l2norm ? rsqrtf(ss + kL2NormEps) : 1.f);
+      }
+      wg_wait<1>();
+      fence_regs(pacc);
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {
+        const int ti = acc_row(i), tj = acc_col(i);
+        const float gi = gc[ti], si = rq[(i >> 1) & 1];
+        const float rk0 = p.l2norm ? rk[tj] : 1.f, rk1 = p.l2norm ? rk[tj + 1] : 1.f;
+        const float p0 = tj <= ti ? si * rk0 * expf(gi - gc[tj]) * pacc[i] : 0.f;
+        const float p1 = tj + 1 <= ti ? si * rk1 * expf(gi - gc[tj + 1]) * pacc[i + 1] : 0.f;
+        pf[i >> 1] = pack2<T>(p0, p1);
+      }
+      wg_wait<0>();
+      fence_regs(acc);
+      reload(c, 2);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float si = rq[r] * expf(gc[16 * warp + g8 + 8 * r]);
+#pragma unroll
+        for (int i = 2 * r; i < kNA; i += 4) {
+          acc[i] *= si;
+          acc[i + 1] *= si;
+        }
+      }
+    }
+    fence_proxy_async();
+    __syncthreads();  // S2: U and Ud are visible; q, w and u of chunk c are consumed
+    if constexpr (Lay::kSQ == 1) cp_async_commit();
+
+    // (e) S <- e^gL S + K^T Ud (this warpgroup's rows), then (d) O = QS + P U on warpgroup 1.
+    {
+      const float decay = expf(gL);
+#pragma unroll
+      for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+        for (int i = 0; i < kNA; ++i) S[ms][i] *= decay;
+      }
+    }
+    // Each warpgroup issues, commits and waits inside its own branch: a wgmma under a condition
+    // after common code makes ptxas serialize all of them (C7520).
+    auto issue_e = [&]() {
+#pragma unroll
+      for (int ms = 0; ms < kMS; ++ms) {
+        const uint64_t dkt = desc_sw128(sK + (wg * kMS + ms) * 64 * 128, 64 * 128, 1024);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          LinWgmma<VT, T>::template ss<1, 1>(S[ms], dkt + mnmajor_step(kk), desc_ud + mnmajor_step(kk), 1);
+        }
+      }
+    };
+    if (wg == 0) {
+      wg_fence();
+      issue_e();
+      wg_commit();
+      wg_wait<0>();
+    } else {
+      wg_fence();
+      issue_e();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) LinWgmma<VT, T>::template rs<1>(acc, pf + 4 * kk, desc_ub + mnmajor_step(kk), 1);
+      wg_commit();
+      wg_wait<0>();
+    }
+#pragma unroll
+    for (int ms = 0; ms < kMS; ++ms) fence_regs(S[ms]);
+    fence_regs(acc);
+
+    if (wg == 1) {
+#pragma unroll
+      for (int i = 0; i < kNA; i += 2) {
+        const int ti = acc_row(i);
+        if (ti < len) {
+          *reinterpret_cast<uint32_t*>(p.o.row(row, t0 + ti, h) + vt0 + acc_col(i)) = pack2<T>(acc[i], acc[i + 1]);
+        }
+      }
+    }
+    store_sb();  // read by (b) of the next chunk, after its S1 (this chunk's (b) finished before S2)
+    if (chunk_states) store_state(chunk_states + static_cast<int64_t>(c + 1) * DD);
+  }
+  if (p.final_state) store_state(p.final_state + state_off);
+#else
+  (void)p;
+#endif
+}
+
+template <class T, int D, int VT>
+void launch_chunk_state_sm90(const StateParams<T>& p, cudaStream_t stream) {
+  if (p.N == 0 || p.H == 0) return;
+  constexpr int kSmem = Sm90StateLayout<D, VT>::kAlloc;
+  auto kernel = chunk_state_sm90_kernel<T, D, VT>;
+  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  const dim3 grid(static_cast<unsigned>(p.N * (D / VT)), static_cast<unsigned>(p.H));
+  kernel<<<grid, kSm90StateThreads, kSmem, stream>>>(p);
+  ak::cuda::check_launch("chunk_state_sm90_kernel");
+}
+
+}  // namespace ak::linear::cuda::fwd
