@@ -3,8 +3,15 @@
  * flash-linear-attention's benchmark shapes (bf16, chunk 64) and prints ms, TFLOP/s, the fraction of
  * the H200 floor and the speedup over FLA's delta-rule forward + backward (../shared/ANCHORS.md; FLA's
  * gated backward does not run on Hopper, so the gated rule is compared with the same figures).
- * Before timing, `--check` runs both backward paths (`fast`, `general`) on small shapes and prints the
- * relative RMS difference of every gradient, so one GPU call tests the two against each other.
+ *
+ * - `--check` first runs every fast-path variant (see `--variants`) and the general path on small
+ *   shapes and prints the relative RMS difference of every gradient against the general path, and
+ *   whether the variant repeats bitwise.
+ * - `--stages` times the gated backward of every variant stage by stage (ATTNKIT_LINEAR_BWD_STOP stops
+ *   after a stage; a stage's time is the difference of two such runs) with each stage's GB/s against
+ *   the bytes it must move (bench/NOTES_linear_bwd.md).
+ * - `--variants a,b` picks the variants of those two modes (default: all of VARIANTS below);
+ *   `--l2norm` times the stages with the L2 norm of q and k in the kernel.
  *
  * Inputs as FLA's benchmark: q, k = randn / sqrt(D) (unit norm on average; normalised outside the
  * kernel as FLA's script does), v = randn, g = logsigmoid(randn), beta = sigmoid(randn).
@@ -15,7 +22,7 @@
  * @example
  * ```sh
  * deno run -A build.ts --out /tmp/ak/lib
- * ATTNKIT_LIB=/tmp/ak/lib/libattnkit.so deno run -A bench/linear_bwd_timing.ts --check
+ * ATTNKIT_LIB=/tmp/ak/lib/libattnkit.so deno run -A bench/linear_bwd_timing.ts --check --stages
  * ATTNKIT_LIB=/tmp/ak/lib/libattnkit.so deno run -A bench/linear_bwd_timing.ts --path general --shapes B8_T1024_H8_D64
  * ```
  *
@@ -55,6 +62,43 @@ const PEAK_FLOPS = 699e12; // bf16 matrix product on the H200 (ANCHORS.md)
 const PEAK_BYTES = 4.252e12; // device copy, bytes read + written
 const C = 64;
 
+/** Fast-path variants: ATTNKIT_LINEAR_BWD_* settings (csrc/linear/cuda_bwd_variants.h). */
+const VARIANTS: Record<string, Record<string, string>> = {
+  // The version measured first: SIMT inverse, 4-warp dstates, one grads block per item.
+  "v0": { PREP: "simt", DSTATES: "v1", GRADS: "grid" },
+  // Then persistent grads blocks; the tensor-core inverse; the 8-warp double-buffered dstates.
+  "v0-persist": { PREP: "simt", DSTATES: "v1" },
+  "tc": { PREP: "tc", DSTATES: "v1" },
+  "tc-d2": {},
+  // Widths of the state slices: dstates v2 (DVS) and states (VS).
+  "tc-d2-dvs128": { DVS: "128" },
+  "tc-d2-dvs64": { DVS: "64" },
+  "tc-d2-dvs32": { DVS: "32" },
+  "tc-d2-vs32": { VS: "32" },
+  "tc-d2-vs16": { VS: "16" },
+  // With the L2 norm in the kernel and group 1: the reduce kernel instead of the fused norm backward.
+  "tc-d2-reduce": { REDUCE: "separate" },
+};
+const SWITCHES = ["PREP", "DSTATES", "DVS", "GRADS", "VS", "REDUCE", "STOP"];
+
+function setVariant(settings: Record<string, string>) {
+  for (const key of SWITCHES) {
+    const name = `ATTNKIT_LINEAR_BWD_${key}`;
+    if (settings[key] !== undefined) Deno.env.set(name, settings[key]);
+    else Deno.env.delete(name);
+  }
+}
+
+// Bytes each fast-path stage must move per token and value head (bf16, C = 64; NOTES_linear_bwd.md).
+function stageBytes(D: number): Record<string, number> {
+  return {
+    prep: 10 * D + 4 * C + 12,
+    states: 8 * D + (D * D) / 32 + 4,
+    dstates: 10 * D + 2 * C + (D * D) / 32 + 4,
+    grads: 18 * D + (D * D) / 16 + 2 * C + 16,
+  };
+}
+
 function forwardFlops(s: Shape): number {
   const { D } = s;
   return s.B * s.T * s.H * (6 * D * D + 10 * C * D + (C * C) / 3);
@@ -93,13 +137,13 @@ interface Inputs extends Disposable {
   dO: Tensor;
 }
 
-function makeInputs(B: number, T: number, H: number, D: number, seed: number): Inputs {
+function makeInputs(B: number, T: number, H: number, D: number, seed: number, HK = H): Inputs {
   const device = "cuda";
   const dtype = "bfloat16";
   const n = B * T * H;
   const x = {
-    q: Tensor.randn([B, T, H, D], { dtype, device, seed, std: 1 / Math.sqrt(D) }),
-    k: Tensor.randn([B, T, H, D], { dtype, device, seed: seed + 1, std: 1 / Math.sqrt(D) }),
+    q: Tensor.randn([B, T, HK, D], { dtype, device, seed, std: 1 / Math.sqrt(D) }),
+    k: Tensor.randn([B, T, HK, D], { dtype, device, seed: seed + 1, std: 1 / Math.sqrt(D) }),
     v: Tensor.randn([B, T, H, D], { dtype, device, seed: seed + 2 }),
     g: Tensor.from(normals(n, seed + 3).map((z) => -Math.log1p(Math.exp(-z))), { shape: [B, T, H], device }),
     beta: Tensor.from(normals(n, seed + 4).map((z) => 1 / (1 + Math.exp(-z))), { shape: [B, T, H], device }),
@@ -129,43 +173,104 @@ function relRms(a: Tensor, b: Tensor): number {
   return Math.sqrt(num / Math.max(den, 1e-30));
 }
 
-// Both paths on the same inputs: relative RMS of fast against general, per gradient.
-function check() {
-  console.log("fast vs general backward (relative RMS; bf16 intermediates, expect ~1e-3..1e-2):");
+function sameBits(a: Tensor | undefined, b: Tensor | undefined): boolean {
+  if (!a || !b) return true;
+  const x = a.toArray() as unknown as ArrayLike<number>, y = b.toArray() as unknown as ArrayLike<number>;
+  for (let i = 0; i < x.length; i++) if (!Object.is(Number(x[i]), Number(y[i]))) return false;
+  return true;
+}
+
+const GRADS = ["dq", "dk", "dv", "dbeta", "dg"] as const;
+
+// Every variant and the general path on the same inputs: relative RMS of each variant against the
+// general path, per gradient, and whether the variant repeats bitwise.
+function check(variants: string[]) {
+  console.log("fast variants vs general backward (relative RMS; bf16 intermediates, expect ~1e-3..1e-2):");
   const cases = [
-    { B: 2, T: 300, H: 4, D: 64, gated: true },
-    { B: 1, T: 200, H: 2, D: 128, gated: false },
-    { B: 2, T: 129, H: 3, D: 128, gated: true },
+    { B: 2, T: 300, H: 4, HK: 4, D: 64, gated: true, l2: false },
+    { B: 1, T: 200, H: 2, HK: 2, D: 128, gated: false, l2: false },
+    { B: 2, T: 129, H: 3, HK: 3, D: 128, gated: true, l2: false },
+    { B: 1, T: 1000, H: 5, HK: 5, D: 128, gated: true, l2: false },
+    { B: 2, T: 200, H: 3, HK: 3, D: 128, gated: true, l2: true },
+    { B: 1, T: 300, H: 4, HK: 2, D: 64, gated: true, l2: true },
   ];
   for (const c of cases) {
-    using x = makeInputs(c.B, c.T, c.H, c.D, 11);
+    using x = makeInputs(c.B, c.T, c.H, c.D, 11, c.HK);
+    const options = { useQkL2norm: c.l2 };
     const run = (path: string) => {
       setPath(path);
       return c.gated
-        ? chunkGatedDeltaRuleBackward(x.q, x.k, x.v, x.g, x.beta, x.dO)
-        : chunkDeltaRuleBackward(x.q, x.k, x.v, x.beta, x.dO);
+        ? chunkGatedDeltaRuleBackward(x.q, x.k, x.v, x.g, x.beta, x.dO, options)
+        : chunkDeltaRuleBackward(x.q, x.k, x.v, x.beta, x.dO, options);
     };
+    setVariant({});
     using general = run("general");
-    using fast = run("fast");
-    const parts: string[] = [];
-    for (const key of ["dq", "dk", "dv", "dbeta", "dg"] as const) {
-      const a = fast[key], b = general[key];
-      if (a && b) parts.push(`${key} ${relRms(a, b).toExponential(2)}`);
+    for (const name of variants) {
+      setVariant(VARIANTS[name]);
+      using fast = run("fast");
+      using again = run("fast");
+      const parts: string[] = [];
+      for (const key of GRADS) {
+        const a = fast[key], b = general[key];
+        if (a && b) parts.push(`${key} ${relRms(a, b).toExponential(2)}`);
+      }
+      const same = GRADS.every((key) => sameBits(fast[key], again[key]));
+      console.log(
+        `  B${c.B}_T${c.T}_H${c.H}/${c.HK}_D${c.D}${c.l2 ? "_l2" : ""} ${
+          c.gated ? "gated" : "delta"
+        } ${name}: ` +
+          `${parts.join("  ")}  ` +
+          `(twice: ${same ? "bitwise identical" : "DIFFERENT"})`,
+      );
     }
-    using again = run("fast");
-    const same = (["dq", "dk", "dv", "dbeta", "dg"] as const).every((key) => {
-      const a = fast[key], b = again[key];
-      if (!a || !b) return true;
-      const x = a.toArray() as unknown as ArrayLike<number>, y = b.toArray() as unknown as ArrayLike<number>;
-      for (let i = 0; i < x.length; i++) if (!Object.is(Number(x[i]), Number(y[i]))) return false;
-      return true;
-    });
-    console.log(
-      `  B${c.B}_T${c.T}_H${c.H}_D${c.D} ${c.gated ? "gated" : "delta"}: ${parts.join("  ")}  ` +
-        `(fast twice: ${same ? "bitwise identical" : "DIFFERENT"})`,
-    );
   }
+  setVariant({});
   setPath("auto");
+}
+
+// The gated backward of each variant, stage by stage.
+function stages(shapes: Shape[], variants: string[], iterations: number, l2: boolean) {
+  const order = ["prep", "states", "dstates", "grads", "none"];
+  const rows = [
+    "| shape | variant | prep ms (GB/s) | states ms (GB/s) | dstates ms (GB/s) | grads ms (GB/s) | rest ms | bwd ms |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- |",
+  ];
+  setPath("fast");
+  for (const s of shapes) {
+    if (s.D > 128) continue;
+    using x = makeInputs(s.B, s.T, s.H, s.D, 1);
+    const bytes = stageBytes(s.D);
+    const tokens = s.B * s.T * s.H;
+    for (const name of variants) {
+      const cumulative: number[] = [];
+      for (const stop of order) {
+        setVariant({ ...VARIANTS[name], STOP: stop });
+        const bwd = () =>
+          chunkGatedDeltaRuleBackward(x.q, x.k, x.v, x.g, x.beta, x.dO, { useQkL2norm: l2 })
+            [Symbol.dispose]();
+        cumulative.push(timeIt(bwd, { device: "cuda", warmup: 2, iterations }).medianMs);
+      }
+      const cell = (i: number, stage: string) => {
+        const ms = cumulative[i] - (i > 0 ? cumulative[i - 1] : 0);
+        return `${ms.toFixed(3)} (${(bytes[stage] * tokens / (ms * 1e-3) / 1e9).toFixed(0)})`;
+      };
+      rows.push(
+        `| ${s.name} | ${name} | ${cell(0, "prep")} | ${cell(1, "states")} | ${cell(2, "dstates")} | ${
+          cell(3, "grads")
+        } | ${(cumulative[4] - cumulative[3]).toFixed(3)} | ${cumulative[4].toFixed(3)} |`,
+      );
+      console.log(rows[rows.length - 1]);
+    }
+  }
+  setVariant({});
+  setPath("auto");
+  console.log(
+    `\nstage times${
+      l2 ? " with the L2 norm in the kernel" : ""
+    } (prep includes the workspace allocation and the normalised copies; rest: the reduce):\n`,
+  );
+  console.log(rows.join("\n"));
+  console.log("");
 }
 
 function main() {
@@ -173,6 +278,9 @@ function main() {
     args: Deno.args,
     options: {
       check: { type: "boolean", default: false },
+      stages: { type: "boolean", default: false },
+      l2norm: { type: "boolean", default: false },
+      variants: { type: "string" },
       path: { type: "string", default: "auto" },
       shapes: { type: "string" },
       iterations: { type: "string", default: "10" },
@@ -182,13 +290,16 @@ function main() {
     console.log("linear_bwd_timing: no CUDA device; nothing to time");
     return;
   }
-  if (values.check) check();
-  setPath(values.path!);
+  const variants = values.variants?.split(",") ?? Object.keys(VARIANTS);
+  for (const v of variants) if (!VARIANTS[v]) throw new Error(`--variants: unknown ${v}`);
   const wanted = values.shapes?.split(",");
   const shapes = SHAPES.filter((
     s,
   ) => (wanted ? wanted.includes(s.name) : s.D !== 256 || values.path !== "auto"));
   const iterations = Number(values.iterations);
+  if (values.check) check(variants);
+  if (values.stages) stages(shapes, variants, iterations, values.l2norm!);
+  setPath(values.path!);
   const rows: string[] = [];
   rows.push(
     "| op | shape | fwd ms | bwd ms | fwd+bwd ms | TFLOP/s | floor ms | of floor | FLA delta fwd+bwd ms | speedup |",

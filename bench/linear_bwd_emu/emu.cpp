@@ -21,6 +21,7 @@
 using std::max;
 using std::min;
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+inline float __expf(float x) { return std::exp(x); }
 
 namespace emu {
 struct Warp {
@@ -140,6 +141,8 @@ inline void cp_async_wait() {}
 
 #include "linear/cuda_bwd_fast_grads.cuh"
 #include "linear/cuda_bwd_fast_prep.cuh"
+#include "linear/cuda_bwd_fast_prep_tc.cuh"
+#include "linear/cuda_bwd_fast_dstates8.cuh"
 #include "linear/cuda_bwd_fast_states.cuh"
 #include "linear/cuda_bwd_general.cuh"
 #include "linear/cuda_bwd_reduce.cuh"
@@ -324,10 +327,15 @@ int run(int argc, char** argv) {
     launch(sq, kThreads, 0, [&] { states_fwd(p, w); });
     launch(sq, kThreads, 0, [&] { states_bwd(p, w); });
     launch(dim3(p.NCt, H), kThreads, (2 * C * C + 7 * C + kWarps) * 4, [&] { grads<T>(p, w); });
-    launch(dim3(rows, HK), 256, 0, [&] { reduce_detail::reduce_dqk<T>(p, w.dQh, w.dKh); });
+    if (K % 4 == 0)  // as the launcher: the vectorised kernel, warps striding over rows (few blocks here)
+      launch(dim3(std::min<int64_t>((P * HK + 7) / 8, 3)), 256, 0, [&] { reduce_detail::reduce_dqk_vec<T>(p, w.dQh, w.dKh); });
+    else
+      launch(dim3(rows, HK), 256, 0, [&] { reduce_detail::reduce_dqk<T>(p, w.dQh, w.dKh); });
   } else if constexpr (!std::is_same<T, float>::value) {
     const int D = K;
-    const bool direct = p.group == 1 && !p.l2norm;
+    // EMU_REDUCE=separate: the reduce kernel after grads even for group 1 with the L2 norm.
+    const bool fused_l2 = p.group == 1 && p.l2norm && !(getenv("EMU_REDUCE") && std::string(getenv("EMU_REDUCE")) == "separate");
+    const bool direct = p.group == 1 && (!p.l2norm || fused_l2);
     std::vector<float> gc(H * P, NAN), dQh(direct ? 0 : H * P * D, NAN), dKh(direct ? 0 : H * P * D, NAN);
     std::vector<T> A(H * P * 64), Pm(H * P * 64), W(H * P * D), U(H * P * D), dU(H * P * D),
         Hs(int64_t(H) * p.NCt * D * D), dHs(int64_t(H) * p.NCt * D * D);
@@ -344,34 +352,60 @@ int run(int argc, char** argv) {
     w.dKh = direct ? nullptr : dKh.data();
     Problem pf = p;
     std::vector<T> qn, kn;
+    std::vector<float> rq, rk;
     if (l2) {  // the fast path's normalised copies (same formula as its l2norm kernel)
       qn = q;
       kn = k;
+      rq.resize(qn.size() / D);
+      rk.resize(kn.size() / D);
       for (auto* x : {&qn, &kn})
         for (size_t r = 0; r < x->size() / D; ++r) {
           float ss = 0;
           for (int d = 0; d < D; ++d) ss += float((*x)[r * D + d]) * float((*x)[r * D + d]);
           const float rs = rsqrtf(ss + kL2NormEps);
+          (x == &qn ? rq : rk)[r] = rs;
           for (int d = 0; d < D; ++d) (*x)[r * D + d] = static_cast<T>(float((*x)[r * D + d]) * rs);
         }
+      if (fused_l2) {
+        w.rq = rq.data();
+        w.rk = rk.data();
+      }
       pf.q = rv(qn.data(), HK, K);
       pf.k = rv(kn.data(), HK, K);
     }
     auto run_d = [&](auto dtag) {
       constexpr int DD = decltype(dtag)::value;
-      if (p.NCt > 0)
+      // EMU_PREP=simt: the SIMT inverse; default the tensor-core one.
+      const bool simt = getenv("EMU_PREP") && std::string(getenv("EMU_PREP")) == "simt";
+      if (p.NCt > 0 && simt)
         launch(dim3(p.NCt, H), 128, prep_detail::prep_smem<DD>(), [&] { prep_detail::fast_prep<T, DD>(pf, w); });
+      if (p.NCt > 0 && !simt)
+        launch(dim3(p.NCt, H), 256, prep_tc_detail::PrepTcLayout<DD>::kBytes,
+               [&] { prep_tc_detail::fast_prep_tc<T, DD>(pf, w); });
       auto seq = [&](auto vtag) {
         constexpr int VS = decltype(vtag)::value;
         if (p.NCt > 0)
           launch(dim3(DD / VS * N, H), 128, 2 * sizeof(states_detail::StatesBuf<T, DD, VS>) + sizeof(T) * DD * (VS + 8),
                  [&] { states_detail::fast_states<T, DD, VS>(pf, w); });
         constexpr int ST = VS == 32 ? 2 : 1;  // as the launcher
-        launch(dim3(DD / VS * N, H), 128, sizeof(states_detail::DStatesSmem<T, DD, VS, ST>),
-               [&] { states_detail::fast_dstates<T, DD, VS, ST>(pf, w); });
+        // EMU_DSTATES=v1: the 4-warp version; default v2 with EMU_DVS columns (default D).
+        if (getenv("EMU_DSTATES") && std::string(getenv("EMU_DSTATES")) == "v1")
+          launch(dim3(DD / VS * N, H), 128, sizeof(states_detail::DStatesSmem<T, DD, VS, ST>),
+                 [&] { states_detail::fast_dstates<T, DD, VS, ST>(pf, w); });
+      };
+      auto seq2 = [&](auto vtag) {
+        constexpr int VS = decltype(vtag)::value;
+        launch(dim3(DD / VS * N, H), 256, sizeof(dstates8_detail::Smem<T, DD, VS>),
+               [&] { dstates8_detail::fast_dstates8<T, DD, VS>(pf, w); });
       };
       if (getenv("EMU_VS") && std::atoi(getenv("EMU_VS")) == 32) seq(std::integral_constant<int, 32>{});
       else seq(std::integral_constant<int, 64>{});
+      if (!(getenv("EMU_DSTATES") && std::string(getenv("EMU_DSTATES")) == "v1")) {
+        const int dvs = getenv("EMU_DVS") ? std::atoi(getenv("EMU_DVS")) : DD;
+        if (dvs == 32) seq2(std::integral_constant<int, 32>{});
+        else if (dvs == 64 || DD == 64) seq2(std::integral_constant<int, 64>{});
+        else if constexpr (DD == 128) seq2(std::integral_constant<int, 128>{});
+      }
       if (p.NCt > 0)
         // Persistent blocks, fewer than items so that each loops (EMU_BLOCKS, default 3).
         launch(dim3(min(p.NCt * H, getenv("EMU_BLOCKS") ? std::atoi(getenv("EMU_BLOCKS")) : 3)), 256,
@@ -380,7 +414,7 @@ int run(int argc, char** argv) {
     if (D == 64) run_d(std::integral_constant<int, 64>{});
     else run_d(std::integral_constant<int, 128>{});
     if (!direct) {
-      launch(dim3((P + 7) / 8, HK), 256, 0, [&] { reduce_detail::reduce_dqk<T>(p, w.dQh, w.dKh); });
+      launch(dim3(std::min<int64_t>((P * HK + 7) / 8, 3)), 256, 0, [&] { reduce_detail::reduce_dqk_vec<T>(p, w.dQh, w.dKh); });
     }
   }
   if (covered < T_) launch(dim3(T_ - covered), 256, 0, [&] { reduce_detail::zero_rows<T>(p, covered); });

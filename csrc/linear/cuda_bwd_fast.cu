@@ -6,13 +6,15 @@
 #include "../cuda/runtime.cuh"
 #include "cuda_bwd_elem.cuh"
 #include "cuda_bwd_fast.cuh"
+#include "cuda_bwd_variants.h"
 
 namespace ak::linear::cuda::bwd {
 namespace {
 
-// q and k normalised once into contiguous [B, T, HK, D] copies that the stages read like inputs.
+// q and k normalised once into contiguous [B, T, HK, D] copies that the stages read like inputs;
+// 1 / |x| per row too when the gradient stage applies the norm's backward itself (rinv not null).
 template <class T, int D>
-__global__ void __launch_bounds__(256) l2norm_rows(RowView src, int T_, int HK, int64_t rows, T* dst) {
+__global__ void __launch_bounds__(256) l2norm_rows(RowView src, int T_, int HK, int64_t rows, T* dst, float* rinv) {
   constexpr int E = D / 32;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * 8 + warp;
@@ -32,6 +34,7 @@ __global__ void __launch_bounds__(256) l2norm_rows(RowView src, int T_, int HK, 
   const float rs = rsqrtf(warp_sum(ss) + kL2NormEps);
 #pragma unroll
   for (int e = 0; e < E; ++e) dst[r * D + lane + 32 * e] = from_f<T>(v[e] * rs);
+  if (rinv != nullptr && lane == 0) rinv[r] = rs;
 }
 
 bool aligned(const void* ptr, int64_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
@@ -51,7 +54,10 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   Problem p = p0;
   const int64_t P = p.padded();
   const int64_t H = p.H;
-  const bool direct = p.group == 1 && !p.l2norm;
+  const Variants var = read_variants();
+  // Group 1 with the L2 norm: grads applies the norm's backward and writes dq, dk itself.
+  const bool fused_l2 = p.group == 1 && p.l2norm && var.fused_l2;
+  const bool direct = p.group == 1 && (!p.l2norm || fused_l2);
   const int64_t batch_rows = p.map.seq != nullptr ? 1 : p.N;
   const int64_t qk_rows = batch_rows * p.map.T * p.HK;
   const size_t e = sizeof(T);
@@ -68,13 +74,16 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
       round_up(direct ? 0 : H * P * D * sizeof(float)),       // dKh
       round_up(p.l2norm ? qk_rows * D * e : 0),               // normalised q
       round_up(p.l2norm ? qk_rows * D * e : 0),               // normalised k
+      round_up(fused_l2 ? qk_rows * sizeof(float) : 0),       // 1 / |q|
+      round_up(fused_l2 ? qk_rows * sizeof(float) : 0),       // 1 / |k|
   };
   size_t total = 0;
   for (size_t b : sizes) total += b;
   ak::cuda::Scratch scratch(device, total);
   char* base = scratch.as<char>();
-  void* part[12];
-  for (int i = 0; i < 12; ++i) {
+  constexpr int kParts = sizeof(sizes) / sizeof(sizes[0]);
+  void* part[kParts];
+  for (int i = 0; i < kParts; ++i) {
     part[i] = sizes[i] ? base : nullptr;
     base += sizes[i];
   }
@@ -89,24 +98,32 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   w.dHs = static_cast<T*>(part[7]);
   w.dQh = static_cast<float*>(part[8]);
   w.dKh = static_cast<float*>(part[9]);
+  w.rq = static_cast<float*>(part[12]);
+  w.rk = static_cast<float*>(part[13]);
 
   if (p.l2norm && qk_rows > 0) {
     T* qn = static_cast<T*>(part[10]);
     T* kn = static_cast<T*>(part[11]);
     const unsigned blocks = ak::cuda::ceil_div(qk_rows, 8);
-    l2norm_rows<T, D><<<blocks, 256, 0, s>>>(p.q, p.map.T, p.HK, qk_rows, qn);
-    l2norm_rows<T, D><<<blocks, 256, 0, s>>>(p.k, p.map.T, p.HK, qk_rows, kn);
+    l2norm_rows<T, D><<<blocks, 256, 0, s>>>(p.q, p.map.T, p.HK, qk_rows, qn, static_cast<float*>(part[12]));
+    l2norm_rows<T, D><<<blocks, 256, 0, s>>>(p.k, p.map.T, p.HK, qk_rows, kn, static_cast<float*>(part[13]));
     ak::cuda::check_launch("delta_bwd fast: l2norm");
     const int64_t st = static_cast<int64_t>(p.HK) * D;
     p.q = RowView{qn, st * p.map.T, st, D};
     p.k = RowView{kn, st * p.map.T, st, D};
   }
-  launch_fast_prep<T, D>(p, w, s);
-  launch_fast_states<T, D>(p, w, s);
-  launch_fast_dstates<T, D>(p, w, s);
-  launch_fast_grads<T, D>(p, w, s);
+  if (var.runs(Stage::Prep)) launch_fast_prep<T, D>(p, w, var.prep_tc, s);
+  if (var.runs(Stage::States)) launch_fast_states<T, D>(p, w, var.vs, s);
+  if (var.runs(Stage::DStates)) {
+    if (var.dstates_v2) {
+      launch_fast_dstates8<T, D>(p, w, var.dvs, s);
+    } else {
+      launch_fast_dstates<T, D>(p, w, var.vs, s);
+    }
+  }
+  if (var.runs(Stage::Grads)) launch_fast_grads<T, D>(p, w, var.grads_persistent, s);
   // The original q and k: the L2-norm backward needs the raw rows.
-  if (!direct) launch_reduce_dqk(p0, w.dQh, w.dKh, s);
+  if (!direct && var.runs(Stage::All)) launch_reduce_dqk(p0, w.dQh, w.dKh, s);
 }
 
 }  // namespace

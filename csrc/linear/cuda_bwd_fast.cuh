@@ -24,22 +24,28 @@ struct FastWork {
   T* dU = nullptr;              // [H][P][D]: dv_new
   T *Hs = nullptr, *dHs = nullptr;  // [H][NCt][D][D]
   float *dQh = nullptr, *dKh = nullptr;  // [H][P][D] fp32 per value head, or null: write dq, dk directly
+  // 1 / |x| per row of q and k ([B, T, HK]) when grads writes dq, dk through the L2 norm's backward
+  // (group 1, L2 norm in the kernel); else null.
+  const float *rq = nullptr, *rk = nullptr;
 };
 
 // Shared memory of the fused gradient stage, the largest of the four (bytes).
 template <int D>
 constexpr size_t fast_grads_smem() {
   return 2 * (6 * kFastC * (D + 8) + 2 * D * (D + 8) + 3 * kFastC * (kFastC + 8)) +
-         sizeof(float) * (4 * kFastC + 7 * 2 * kFastC + 4 * kFastC + 8 + kFastC);
+         sizeof(float) * (4 * kFastC + 8 * 2 * kFastC + 4 * kFastC + 8 + kFastC);
 }
 
+// Launchers; the extra arguments pick a variant (cuda_bwd_variants.h).
 template <class T, int D>
-void launch_fast_prep(const Problem& p, const FastWork<T>& w, cudaStream_t s);
+void launch_fast_prep(const Problem& p, const FastWork<T>& w, bool tensor_core_inverse, cudaStream_t s);
 template <class T, int D>
-void launch_fast_states(const Problem& p, const FastWork<T>& w, cudaStream_t s);
+void launch_fast_states(const Problem& p, const FastWork<T>& w, int vs, cudaStream_t s);
 template <class T, int D>
-void launch_fast_dstates(const Problem& p, const FastWork<T>& w, cudaStream_t s);
+void launch_fast_dstates(const Problem& p, const FastWork<T>& w, int vs, cudaStream_t s);
 template <class T, int D>
-void launch_fast_grads(const Problem& p, const FastWork<T>& w, cudaStream_t s);
+void launch_fast_dstates8(const Problem& p, const FastWork<T>& w, int vs, cudaStream_t s);
+template <class T, int D>
+void launch_fast_grads(const Problem& p, const FastWork<T>& w, bool persistent, cudaStream_t s);
 
 }  // namespace ak::linear::cuda::bwd

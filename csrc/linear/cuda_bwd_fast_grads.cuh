@@ -45,6 +45,31 @@ __device__ __forceinline__ void write_rows(const float (&acc)[1][NT][4], float* 
   }
 }
 
+// Writes a 64 x D slice of dy (the gradient of y = x / |x|) as dx = (dy - y (y . dy)) / |x| to the
+// output view (valid rows only): y from the shared tile ys, y . dy summed over the two column halves
+// in rdot[2][64], 1 / |x| per row from rinv ([B, T, HK]).
+template <class T, int NT>
+__device__ __forceinline__ void write_rows_l2(const float (&acc)[1][NT][4], const T* ys, int ld, const float* rdot,
+                                              const float* rinv, int T_, int HK, OutView out, int4 ci, int head,
+                                              int m0, int n0, int lane) {
+  const int gq = lane >> 2, q4 = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = m0 + gq + 8 * half;
+    if (r >= ci.z) continue;
+    const float s = rdot[r] + rdot[kFastC + r];
+    const float ri = rinv[(static_cast<int64_t>(ci.x) * T_ + ci.y + r) * HK + head];
+    T* o = static_cast<T*>(out.p) + out.offset(ci.x, ci.y + r, head);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int c = n0 + 8 * nt + 2 * q4;
+      const float2 y = unpack2<T>(*reinterpret_cast<const uint32_t*>(ys + r * ld + c));
+      const float x = ri * (acc[0][nt][2 * half] - y.x * s), z = ri * (acc[0][nt][2 * half + 1] - y.y * s);
+      *reinterpret_cast<uint32_t*>(o + c) = pack2<T>(x, z);
+    }
+  }
+}
+
 // Sum over this thread's columns of x * S[row][col] for both accumulator rows (S a T tile), reduced
 // over the quad: every lane of the quad ends with the row sums.
 template <class T, int NT>
@@ -92,6 +117,8 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
   float* r_cl = r_rl + 2 * kC;  // [4][64] column sums of dL * L per row block
   float* r_h = r_cl + 4 * kC;   // [8] <h, dh'> per warp
   float* dgs = r_h + 8;         // [64]
+  float* r_kf = dgs + kC;       // [2][64] k.dk at the end (the L2-norm backward of dk)
+  const bool fused_l2 = w.rq != nullptr;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
   const int wr = warp & 3, wc = warp >> 2;
@@ -154,27 +181,29 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
       store_acc<T, 1, 4>(acc, T1, LC, m0, j0, lane);
     }
     __syncthreads();
+    float dqa[1][NT][4];  // dq, written at once or (fused L2 norm) once q.dq is complete
     {  // dq = scale diag(e^gc) dO h^T + dPs K
-      float acc[1][NT][4];
-      zero_acc(acc);
-      warp_mma<T, 1, NT, false, false>(acc, dOs, LD, m0, Hs, LD, n0, D, lane);
+      zero_acc(dqa);
+      warp_mma<T, 1, NT, false, false>(dqa, dOs, LD, m0, Hs, LD, n0, D, lane);
       const float sa = p.scale * gm[rA], sb = p.scale * gm[rB];
   #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        acc[0][nt][0] *= sa;
-        acc[0][nt][1] *= sa;
-        acc[0][nt][2] *= sb;
-        acc[0][nt][3] *= sb;
+        dqa[0][nt][0] *= sa;
+        dqa[0][nt][1] *= sa;
+        dqa[0][nt][2] *= sb;
+        dqa[0][nt][3] *= sb;
       }
       cp_async_wait<0>();  // K, Q, V, dv_new, dh', A
       __syncthreads();
-      warp_mma<T, 1, NT, false, true>(acc, T1, LC, m0, Ks, LD, n0, kC, lane);
-      const float2 qd = row_dots<T, NT>(acc, Qs, LD, rA, n0, lane);
+      warp_mma<T, 1, NT, false, true>(dqa, T1, LC, m0, Ks, LD, n0, kC, lane);
+      const float2 qd = row_dots<T, NT>(dqa, Qs, LD, rA, n0, lane);
       if (q4 == 0) {
         r_qd[wc * kC + rA] = qd.x;
         r_qd[wc * kC + rB] = qd.y;
       }
-      write_rows<T, NT>(acc, w.dQh != nullptr ? w.dQh + row * D : nullptr, D, p.dq, ci, hk, m0, n0, lane);
+      if (!fused_l2) {
+        write_rows<T, NT>(dqa, w.dQh != nullptr ? w.dQh + row * D : nullptr, D, p.dq, ci, hk, m0, n0, lane);
+      }
     }
     {  // <h, dh'>
       float s = 0.f;
@@ -216,11 +245,13 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
     }
     T* dWs = Qs;  // dw takes Q's place once every warp is done with Q
     {
-      float acc[1][NT][4];
-      zero_acc(acc);
-      warp_mma<T, 1, NT, false, false, true>(acc, dUs, LD, m0, Hs, LD, n0, D, lane);  // -dv_new h^T
+      float dw[1][NT][4];
+      zero_acc(dw);
+      warp_mma<T, 1, NT, false, false, true>(dw, dUs, LD, m0, Hs, LD, n0, D, lane);  // -dv_new h^T
       __syncthreads();
-      store_acc<T, 1, NT>(acc, dWs, LD, m0, n0, lane);
+      // q.dq of both halves is in r_qd, Q not yet overwritten.
+      if (fused_l2) write_rows_l2<T, NT>(dqa, Qs, LD, r_qd, w.rq, p.map.T, p.HK, p.dq, ci, hk, m0, n0, lane);
+      store_acc<T, 1, NT>(dw, dWs, LD, m0, n0, lane);
     }
     __syncthreads();
     // dO, v_new and h are dead for this item: fetch the next item's.
@@ -339,7 +370,15 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
     }
     __syncthreads();
     warp_mma<T, 1, NT, false, true>(dk, T1, LC, m0, Ks, LD, n0, kC, lane);  // dk += S K
-    write_rows<T, NT>(dk, w.dKh != nullptr ? w.dKh + row * D : nullptr, D, p.dk, ci, hk, m0, n0, lane);
+    if (fused_l2) {
+      const float2 kf = row_dots<T, NT>(dk, Ks, LD, rA, n0, lane);
+      if (q4 == 0) {
+        r_kf[wc * kC + rA] = kf.x;
+        r_kf[wc * kC + rB] = kf.y;
+      }
+    } else {
+      write_rows<T, NT>(dk, w.dKh != nullptr ? w.dKh + row * D : nullptr, D, p.dk, ci, hk, m0, n0, lane);
+    }
 
     // dbeta and dgc per row; dg = reverse cumsum of dgc (the last row also takes the decay terms).
     if (tid < kC) {
@@ -353,6 +392,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
       }
     }
     __syncthreads();
+    if (fused_l2) write_rows_l2<T, NT>(dk, Ks, LD, r_kf, w.rk, p.map.T, p.HK, p.dk, ci, hk, m0, n0, lane);
     if (p.gated && warp == 0) {
       float last = r_kt[lane] + r_kt[kC + lane] + r_kt[lane + 32] + r_kt[kC + lane + 32];
       last = warp_sum(last);

@@ -8,24 +8,26 @@
 namespace ak::linear::cuda::bwd {
 
 template <class T, int D>
-void launch_fast_grads(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
+void launch_fast_grads(const Problem& p, const FastWork<T>& w, bool persistent, cudaStream_t s) {
   if (p.NCt == 0) return;
   constexpr size_t smem = fast_grads_smem<D>();
   AK_CUDA_CHECK(cudaFuncSetAttribute(grads_detail::fast_grads<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  // Persistent blocks: as many as fit at once (each loops over chunk x head items).
+  // Persistent blocks: as many as fit at once, each looping over chunk x head items (or, when not
+  // persistent, one block per item).
   int per_sm = 0, dev = 0;
   AK_CUDA_CHECK(cudaGetDevice(&dev));
   AK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grads_detail::fast_grads<T, D>,
                                                               grads_detail::kThreads, smem));
   const int64_t items = static_cast<int64_t>(p.NCt) * p.H;
   const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * ak::cuda::props(dev).multiProcessorCount;
-  const unsigned blocks = static_cast<unsigned>(std::min(items, resident));
+  const unsigned blocks = static_cast<unsigned>(persistent ? std::min(items, resident) : items);
   grads_detail::fast_grads<T, D><<<blocks, grads_detail::kThreads, smem, s>>>(p, w);
   ak::cuda::check_launch("delta_bwd fast: grads");
 }
 
-template void launch_fast_grads<__nv_bfloat16, 128>(const Problem&, const FastWork<__nv_bfloat16>&, cudaStream_t);
-template void launch_fast_grads<__half, 128>(const Problem&, const FastWork<__half>&, cudaStream_t);
+template void launch_fast_grads<__nv_bfloat16, 128>(const Problem&, const FastWork<__nv_bfloat16>&, bool,
+                                                         cudaStream_t);
+template void launch_fast_grads<__half, 128>(const Problem&, const FastWork<__half>&, bool, cudaStream_t);
 
 }  // namespace ak::linear::cuda::bwd

@@ -1,23 +1,39 @@
-// Fast backward, stage "prep": launcher and instantiations (the kernel: cuda_bwd_fast_prep.cuh).
+// Fast backward, stage "prep": launchers and instantiations of both versions (kernels:
+// cuda_bwd_fast_prep_tc.cuh, the default, and cuda_bwd_fast_prep.cuh).
 #include "../cuda/runtime.cuh"
 #include "cuda_bwd_fast_prep.cuh"
+#include "cuda_bwd_fast_prep_tc.cuh"
 
 namespace ak::linear::cuda::bwd {
-using namespace prep_detail;
 
 template <class T, int D>
-void launch_fast_prep(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
+void launch_fast_prep(const Problem& p, const FastWork<T>& w, bool tensor_core_inverse, cudaStream_t s) {
   if (p.NCt == 0) return;
-  constexpr size_t smem = prep_smem<D>();
-  AK_CUDA_CHECK(cudaFuncSetAttribute(fast_prep<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
-  fast_prep<T, D><<<dim3(p.NCt, p.H), kThreads, smem, s>>>(p, w);
+  const dim3 grid(p.NCt, p.H);
+  if (tensor_core_inverse) {
+    using namespace prep_tc_detail;
+    constexpr int smem = PrepTcLayout<D>::kBytes;
+    AK_CUDA_CHECK(cudaFuncSetAttribute(fast_prep_tc<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    // Three or four blocks per multiprocessor need the largest shared-memory carveout.
+    AK_CUDA_CHECK(cudaFuncSetAttribute(fast_prep_tc<T, D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       cudaSharedmemCarveoutMaxShared));
+    fast_prep_tc<T, D><<<grid, prep_tc_detail::kThreads, smem, s>>>(p, w);
+  } else {
+    using namespace prep_detail;
+    constexpr size_t smem = prep_smem<D>();
+    AK_CUDA_CHECK(cudaFuncSetAttribute(fast_prep<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+    fast_prep<T, D><<<grid, prep_detail::kThreads, smem, s>>>(p, w);
+  }
   ak::cuda::check_launch("delta_bwd fast: prep");
 }
 
-template void launch_fast_prep<__nv_bfloat16, 64>(const Problem&, const FastWork<__nv_bfloat16>&, cudaStream_t);
-template void launch_fast_prep<__nv_bfloat16, 128>(const Problem&, const FastWork<__nv_bfloat16>&, cudaStream_t);
-template void launch_fast_prep<__half, 64>(const Problem&, const FastWork<__half>&, cudaStream_t);
-template void launch_fast_prep<__half, 128>(const Problem&, const FastWork<__half>&, cudaStream_t);
+#define AK_INSTANTIATE(T, D) \
+  template void launch_fast_prep<T, D>(const Problem&, const FastWork<T>&, bool, cudaStream_t);
+AK_INSTANTIATE(__nv_bfloat16, 64)
+AK_INSTANTIATE(__nv_bfloat16, 128)
+AK_INSTANTIATE(__half, 64)
+AK_INSTANTIATE(__half, 128)
+#undef AK_INSTANTIATE
 
 }  // namespace ak::linear::cuda::bwd

@@ -6,10 +6,15 @@
 namespace ak::linear::cuda::bwd {
 using namespace states_detail;
 
-// State columns per block: 64, or 32 when 64 leaves a third of the multiprocessors idle (few
-// sequences and heads: the sequential stages then take half as long per block).
+namespace {
+
+// State columns per block. Asked for (ATTNKIT_LINEAR_BWD_VS; 16 only at D = 128), or automatic: 64, or
+// 32 when 64 leaves a third of the multiprocessors idle (few sequences and heads: the sequential
+// stages then take half as long per block).
 template <int D>
-int slice_width(const Problem& p) {
+int slice_width(const Problem& p, int asked) {
+  if (asked == 16) return D == 128 ? 16 : 32;
+  if (asked != 0) return asked;
   int dev = 0;
   AK_CUDA_CHECK(cudaGetDevice(&dev));
   const int64_t blocks = static_cast<int64_t>(D / 64) * p.H * p.N;
@@ -25,10 +30,10 @@ void launch_states(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
   ak::cuda::check_launch("delta_bwd fast: states");
 }
 
-// 32-column slices run one block per multiprocessor: double-buffer them.
+// Slices of 32 columns or fewer run one block per multiprocessor: double-buffer them.
 template <class T, int D, int VS>
 void launch_dstates(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
-  constexpr int kStages = VS == 32 ? 2 : 1;
+  constexpr int kStages = VS <= 32 ? 2 : 1;
   constexpr size_t smem = sizeof(DStatesSmem<T, D, VS, kStages>);
   AK_CUDA_CHECK(cudaFuncSetAttribute(fast_dstates<T, D, VS, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
@@ -36,28 +41,40 @@ void launch_dstates(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
   ak::cuda::check_launch("delta_bwd fast: dstates");
 }
 
+}  // namespace
+
 template <class T, int D>
-void launch_fast_states(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
+void launch_fast_states(const Problem& p, const FastWork<T>& w, int vs, cudaStream_t s) {
   if (p.NCt == 0) return;
-  if (slice_width<D>(p) == 32) {
-    launch_states<T, D, 32>(p, w, s);
-  } else {
-    launch_states<T, D, 64>(p, w, s);
+  switch (slice_width<D>(p, vs)) {
+    case 16:
+      if constexpr (D == 128) launch_states<T, D, 16>(p, w, s);
+      break;
+    case 32:
+      launch_states<T, D, 32>(p, w, s);
+      break;
+    default:
+      launch_states<T, D, 64>(p, w, s);
   }
 }
 
 template <class T, int D>
-void launch_fast_dstates(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
-  if (slice_width<D>(p) == 32) {
-    launch_dstates<T, D, 32>(p, w, s);
-  } else {
-    launch_dstates<T, D, 64>(p, w, s);
+void launch_fast_dstates(const Problem& p, const FastWork<T>& w, int vs, cudaStream_t s) {
+  switch (slice_width<D>(p, vs)) {
+    case 16:
+      if constexpr (D == 128) launch_dstates<T, D, 16>(p, w, s);
+      break;
+    case 32:
+      launch_dstates<T, D, 32>(p, w, s);
+      break;
+    default:
+      launch_dstates<T, D, 64>(p, w, s);
   }
 }
 
-#define AK_INSTANTIATE(T, D)                                                                       \
-  template void launch_fast_states<T, D>(const Problem&, const FastWork<T>&, cudaStream_t);       \
-  template void launch_fast_dstates<T, D>(const Problem&, const FastWork<T>&, cudaStream_t);
+#define AK_INSTANTIATE(T, D)                                                                        \
+  template void launch_fast_states<T, D>(const Problem&, const FastWork<T>&, int, cudaStream_t);   \
+  template void launch_fast_dstates<T, D>(const Problem&, const FastWork<T>&, int, cudaStream_t);
 AK_INSTANTIATE(__nv_bfloat16, 64)
 AK_INSTANTIATE(__nv_bfloat16, 128)
 AK_INSTANTIATE(__half, 64)

@@ -102,6 +102,12 @@ __device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const T* s, int ld, 
   const int mat = lane >> 3, r = lane & 7;
   ldsm_x4(b, s + (n0 + r + ((mat >> 1) << 3)) * ld + k0 + ((mat & 1) << 3));
 }
+// B fragments of one n8 tile (n0) over two k-steps, B stored [n][k]: b[0..1] for k0..k0+15, b[2..3]
+// for k0+16..k0+31.
+template <class T>
+__device__ __forceinline__ void load_b1_nk_k32(uint32_t (&b)[4], const T* s, int ld, int n0, int k0, int lane) {
+  ldsm_x4(b, s + (n0 + (lane & 7)) * ld + k0 + ((lane >> 3) << 3));
+}
 // The same for B stored [k][n].
 template <class T>
 __device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const T* s, int ld, int n0, int k0, int lane) {

@@ -5,6 +5,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "../cuda/runtime.cuh"
 #include "cuda_bwd.cuh"
 #include "cuda_bwd_elem.cuh"
@@ -36,10 +38,23 @@ void by_dtype(int dtype, F&& f) {
 void launch_reduce_dqk(const Problem& p, const float* dq_heads, const float* dk_heads, cudaStream_t stream) {
   const int64_t P = p.padded();
   if (P == 0 || p.HK == 0) return;
-  by_dtype(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    reduce_dqk<T><<<dim3(ak::cuda::ceil_div(P, kWarps), p.HK), kWarps * 32, 0, stream>>>(p, dq_heads, dk_heads);
-  });
+  if (p.K % 4 == 0) {
+    // Bandwidth-shaped: eight resident blocks per multiprocessor striding over the rows.
+    int dev = 0;
+    AK_CUDA_CHECK(cudaGetDevice(&dev));
+    const int64_t rows = P * p.HK;
+    const int64_t blocks = std::min<int64_t>(ak::cuda::ceil_div(rows, kWarps),
+                                             8 * static_cast<int64_t>(ak::cuda::props(dev).multiProcessorCount));
+    by_dtype(p.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      reduce_dqk_vec<T><<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(p, dq_heads, dk_heads);
+    });
+  } else {
+    by_dtype(p.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      reduce_dqk<T><<<dim3(ak::cuda::ceil_div(P, kWarps), p.HK), kWarps * 32, 0, stream>>>(p, dq_heads, dk_heads);
+    });
+  }
   ak::cuda::check_launch("delta_bwd: reduce dq, dk");
 }
 

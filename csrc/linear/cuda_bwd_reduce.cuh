@@ -71,6 +71,80 @@ __global__ void __launch_bounds__(kWarps * 32) reduce_dqk(Problem p, const float
   reduce_row<T>(p, dk_heads, p.k, p.dk, hk, pr, ci.x, ci.y + r, lane);
 }
 
+// The same for K a multiple of 4 (fp32 rows of 16-byte aligned float4s): lane l owns columns
+// 4l .. 4l + 3 (and 128 + 4l .. for K > 128), every head of the group is loaded before any sum, and
+// warps stride over the rows (head-major, so neighbouring warps read neighbouring rows).
+template <class T>
+__device__ __forceinline__ void reduce_row_vec(const Problem& p, const float* heads, RowView in, OutView out, int hk,
+                                               int64_t pr, int row, int t, int lane) {
+  const int K = p.K;
+  const int64_t P = p.padded();
+  float acc[2][4] = {};
+#pragma unroll 4
+  for (int j = 0; j < p.group; ++j) {
+    const float* src = heads + ((static_cast<int64_t>(hk) * p.group + j) * P + pr) * K;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int d = 4 * lane + 128 * e;
+      if (d < K) {
+        const float4 v = *reinterpret_cast<const float4*>(src + d);
+        acc[e][0] += v.x;
+        acc[e][1] += v.y;
+        acc[e][2] += v.z;
+        acc[e][3] += v.w;
+      }
+    }
+  }
+  if (p.l2norm) {
+    const T* x = static_cast<const T*>(in.p) + in.offset(row, t, hk);
+    float xv[2][4];
+    float ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int d = 4 * lane + 128 * e + i;
+        xv[e][i] = d < K ? to_f(x[d]) : 0.f;
+        ss += xv[e][i] * xv[e][i];
+      }
+    const float r = rsqrtf(warp_sum(ss) + kL2NormEps);
+    float dot = 0.f;
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dot += xv[e][i] * r * acc[e][i];
+    dot = warp_sum(dot);
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[e][i] = r * (acc[e][i] - xv[e][i] * r * dot);
+  }
+  T* o = static_cast<T*>(out.p) + out.offset(row, t, hk);
+#pragma unroll
+  for (int e = 0; e < 2; ++e)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int d = 4 * lane + 128 * e + i;
+      if (d < K) o[d] = from_f<T>(acc[e][i]);
+    }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kWarps * 32) reduce_dqk_vec(Problem p, const float* dq_heads, const float* dk_heads) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t P = p.padded(), rows = P * p.HK;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t wr = static_cast<int64_t>(blockIdx.x) * kWarps + warp; wr < rows; wr += stride) {
+    const int hk = static_cast<int>(wr / P);
+    const int64_t pr = wr - static_cast<int64_t>(hk) * P;
+    const int g = static_cast<int>(pr / p.C), r = static_cast<int>(pr - static_cast<int64_t>(g) * p.C);
+    const int4 ci = p.map.chunk_of(g);
+    if (r >= ci.z) continue;
+    reduce_row_vec<T>(p, dq_heads, p.q, p.dq, hk, pr, ci.x, ci.y + r, lane);
+    reduce_row_vec<T>(p, dk_heads, p.k, p.dk, hk, pr, ci.x, ci.y + r, lane);
+  }
+}
+
 // Rows [first, T) of batch row 0 (varlen calls have B = 1).
 template <class T>
 __global__ void zero_rows(Problem p, int first) {

@@ -1,0 +1,66 @@
+// Fast backward, stage "dstates" v2: launcher and instantiations (the kernel:
+// cuda_bwd_fast_dstates8.cuh).
+#include "../cuda/runtime.cuh"
+#include "cuda_bwd_fast_dstates8.cuh"
+
+namespace ak::linear::cuda::bwd {
+using namespace dstates8_detail;
+
+namespace {
+
+// State columns per block: asked for (ATTNKIT_LINEAR_BWD_DVS, at most D), or the widest of D, 64, 32
+// that still gives two thirds of the multiprocessors a block (one block per multiprocessor at D = 128).
+// Narrower slices also where a wider one's shared memory exceeds the device's limit.
+template <class T, int D>
+int slice_width(const Problem& p, int asked) {
+  int dev = 0;
+  AK_CUDA_CHECK(cudaGetDevice(&dev));
+  const cudaDeviceProp& props = ak::cuda::props(dev);
+  auto fits = [&](int vs) {
+    const size_t need = vs == 128 ? sizeof(Smem<T, D, 128 <= D ? 128 : D>) : vs == 64 ? sizeof(Smem<T, D, 64>)
+                                                                                        : sizeof(Smem<T, D, 32>);
+    return need <= props.sharedMemPerBlockOptin;
+  };
+  const int64_t pairs = static_cast<int64_t>(p.N) * p.H;
+  const int64_t want = 2 * static_cast<int64_t>(props.multiProcessorCount) / 3;
+  for (int vs = D; vs > 32; vs /= 2) {
+    if (!fits(vs)) continue;
+    if (asked != 0 ? vs <= asked : pairs * (D / vs) >= want) return vs;
+  }
+  return 32;
+}
+
+template <class T, int D, int VS>
+void launch(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
+  constexpr size_t smem = sizeof(Smem<T, D, VS>);
+  AK_CUDA_CHECK(cudaFuncSetAttribute(fast_dstates8<T, D, VS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  fast_dstates8<T, D, VS><<<dim3((D / VS) * p.N, p.H), kThreads, smem, s>>>(p, w);
+  ak::cuda::check_launch("delta_bwd fast: dstates v2");
+}
+
+}  // namespace
+
+template <class T, int D>
+void launch_fast_dstates8(const Problem& p, const FastWork<T>& w, int vs, cudaStream_t s) {
+  switch (slice_width<T, D>(p, vs)) {
+    case 128:
+      if constexpr (D == 128) launch<T, D, 128>(p, w, s);
+      break;
+    case 64:
+      launch<T, D, 64>(p, w, s);
+      break;
+    default:
+      launch<T, D, 32>(p, w, s);
+  }
+}
+
+#define AK_INSTANTIATE(T, D) \
+  template void launch_fast_dstates8<T, D>(const Problem&, const FastWork<T>&, int, cudaStream_t);
+AK_INSTANTIATE(__nv_bfloat16, 64)
+AK_INSTANTIATE(__nv_bfloat16, 128)
+AK_INSTANTIATE(__half, 64)
+AK_INSTANTIATE(__half, 128)
+#undef AK_INSTANTIATE
+
+}  // namespace ak::linear::cuda::bwd
