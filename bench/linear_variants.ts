@@ -6,7 +6,7 @@
  * tests' rule) with no NaN and a bit-identical second run; then the six benchmark shapes are timed
  * per variant (median ms, stage 1 alone once per shape). Variants are picked through the
  * environment read by csrc/linear/cuda_dispatch.cu: `ATTNKIT_LINEAR_STATE_VARIANT=mma|wgmma` and
- * `ATTNKIT_LINEAR_STATE_BV=32|64|128`; a variant that does not exist for a head dim falls back to
+ * `ATTNKIT_LINEAR_STATE_BV=32|64|128`, `ATTNKIT_LINEAR_SM90_E=regs`; a variant that does not exist for a head dim falls back to
  * the automatic choice (the table marks those cells with `*`).
  *
  * @example
@@ -57,9 +57,33 @@ const VARIANTS: Variant[] = [
     env: { ATTNKIT_LINEAR_STATE_VARIANT: "wgmma", ATTNKIT_LINEAR_STATE_BV: "128" },
     dims: [128],
   },
+  // (e) with K^T from registers instead of an M-major shared operand (D = 128 only).
+  {
+    name: "wgmma bv64 e-regs",
+    env: {
+      ATTNKIT_LINEAR_STATE_VARIANT: "wgmma",
+      ATTNKIT_LINEAR_STATE_BV: "64",
+      ATTNKIT_LINEAR_SM90_E: "regs",
+    },
+    dims: [128],
+  },
+  {
+    name: "wgmma bv128 e-regs",
+    env: {
+      ATTNKIT_LINEAR_STATE_VARIANT: "wgmma",
+      ATTNKIT_LINEAR_STATE_BV: "128",
+      ATTNKIT_LINEAR_SM90_E: "regs",
+    },
+    dims: [128],
+  },
 ];
 
-const ENV_KEYS = ["ATTNKIT_LINEAR_STATE_VARIANT", "ATTNKIT_LINEAR_STATE_BV", "ATTNKIT_LINEAR_PATH"];
+const ENV_KEYS = [
+  "ATTNKIT_LINEAR_STATE_VARIANT",
+  "ATTNKIT_LINEAR_STATE_BV",
+  "ATTNKIT_LINEAR_SM90_E",
+  "ATTNKIT_LINEAR_PATH",
+];
 
 function setEnv(env: Record<string, string>) {
   for (const k of ENV_KEYS) Deno.env.delete(k);

@@ -19,6 +19,8 @@
 //     where it cannot run (D = 64, not sm_90) falls back to mma.
 //   ATTNKIT_LINEAR_STATE_BV=32|64|128   the V tile, when the chosen kernel has it for this D (mma:
 //     D 64: 32/64, D 128: 32/64/128, D 256: 32/64; wgmma: D 128: 64/128, D 256: 64); else ignored.
+//   ATTNKIT_LINEAR_SM90_E=regs   wgmma kernel, D = 128: the state update takes K^T from registers
+//     (ldmatrix.trans) instead of reading it M-major from shared memory.
 // delta_bwd lives in cuda_bwd.cu.
 #include <algorithm>
 #include <cstdlib>
@@ -230,7 +232,7 @@ StatePlan plan_state(int D, int64_t units, const cudaDeviceProp& prop) {
   }
   const int bv = env_int("ATTNKIT_LINEAR_STATE_BV");
   StatePlan plan;
-  if (!want_mma && prop.major == 9 && (D == 128 || D == 256)) {
+  if (!want_mma && prop.major == 9 && prop.minor == 0 && (D == 128 || D == 256) && chunk_state_sm90_built()) {
     plan.kernel = StateKernel::Wgmma;
     const int smem = state_sm90_smem(D, bv);
     plan.vt = smem != 0 && smem <= static_cast<int>(prop.sharedMemPerBlockOptin) ? bv
@@ -337,6 +339,8 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
   sp.group = pp.group;
   sp.scale = static_cast<float>(p.scale);
   sp.l2norm = p.l2norm;
+  const char* e_mode = std::getenv("ATTNKIT_LINEAR_SM90_E");
+  sp.e_from_registers = e_mode != nullptr && std::strcmp(e_mode, "regs") == 0;
   const StatePlan plan = plan_state(D, static_cast<int64_t>(N) * H, ak::cuda::props(device));
   if constexpr (D == 128) {
     if (plan.kernel == StateKernel::Wgmma) {

@@ -316,23 +316,41 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
     }
     // Each warpgroup issues, commits and waits inside its own branch: a wgmma under a condition
     // after common code makes ptxas serialize all of them (C7520).
+    // K^T fragments of (e) when they come from registers (D = 128 only): ldmatrix.trans from the K
+    // tile, lanes 8 i .. 8 i + 7 addressing the rows of 8x8 block i = (token half i / 2, column half
+    // i % 2). They must stay untouched until the wgmma reading them has completed.
+    uint32_t kf[4][4];
+    const bool e_regs = kMS == 1 && p.e_from_registers;
     auto issue_e = [&]() {
-#pragma unroll
-      for (int ms = 0; ms < kMS; ++ms) {
-        const uint64_t dkt = desc_sw128(sK + (wg * kMS + ms) * 64 * 128, 64 * 128, 1024);
+      if (e_regs) {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          LinWgmma<VT, T>::template ss<1, 1>(S[ms], dkt + mnmajor_step(kk), desc_ud + mnmajor_step(kk), 1);
+          const int t = 16 * kk + (lane & 7) + 8 * ((lane >> 4) & 1);
+          const int d = 64 * wg + 16 * warp + 8 * ((lane >> 3) & 1);
+          ldsm_x4_trans(kf[kk], sK + sw128_offset(64, t, d));
+        }
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          LinWgmma<VT, T>::template rs<1>(S[0], kf[kk], desc_ud + mnmajor_step(kk), 1);
+        }
+      } else {
+        wg_fence();
+#pragma unroll
+        for (int ms = 0; ms < kMS; ++ms) {
+          const uint64_t dkt = desc_sw128(sK + (wg * kMS + ms) * 64 * 128, 64 * 128, 1024);
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            LinWgmma<VT, T>::template ss<1, 1>(S[ms], dkt + mnmajor_step(kk), desc_ud + mnmajor_step(kk), 1);
+          }
         }
       }
     };
     if (wg == 0) {
-      wg_fence();
       issue_e();
       wg_commit();
       wg_wait<0>();
     } else {
-      wg_fence();
       issue_e();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) LinWgmma<VT, T>::template rs<1>(acc, pf + 4 * kk, desc_ub + mnmajor_step(kk), 1);
@@ -342,6 +360,9 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
 #pragma unroll
     for (int ms = 0; ms < kMS; ++ms) fence_regs(S[ms]);
     fence_regs(acc);
+    fence_regs(pf);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) fence_regs(kf[kk]);
 
     if (wg == 1) {
 #pragma unroll

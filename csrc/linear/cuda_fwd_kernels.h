@@ -100,11 +100,17 @@ struct StateParams {
   int N = 0, H = 0, group = 1;
   float scale = 1.f;
   bool l2norm = false;
+  // wgmma kernel only: (e) takes K^T from registers (ldmatrix.trans + wgmma with A in registers)
+  // instead of reading it M-major from shared memory.
+  bool e_from_registers = false;
 };
 template <class T, int D, int VT>
 void launch_chunk_state(const StateParams<T>& p, cudaStream_t stream);
 // The same on Hopper with wgmma (sm_90a only; D in {128, 256}, VT a multiple of 64).
 template <class T, int D, int VT>
 void launch_chunk_state_sm90(const StateParams<T>& p, cudaStream_t stream);
+// Whether the library holds sm_90a machine code of the wgmma kernel for the current device (a build
+// without sm_90a would run an empty body from PTX).
+bool chunk_state_sm90_built();
 
 }  // namespace ak::linear::cuda::fwd
