@@ -13,6 +13,7 @@
  * ```sh
  * ATTNKIT_LIB=lib/libattnkit.so deno run -A bench/linear_variants.ts --json /tmp/variants.json
  * ATTNKIT_LIB=lib/libattnkit.so deno run -A bench/linear_variants.ts --check-only
+ * deno run -A bench/linear_variants.ts --device cpu --shapes 0   # the script's plumbing, no GPU
  * ```
  *
  * @module
@@ -30,7 +31,6 @@ interface Variant {
 }
 
 const VARIANTS: Variant[] = [
-  { name: "auto", env: {}, dims: [64, 128, 256] },
   { name: "mma", env: { ATTNKIT_LINEAR_STATE_VARIANT: "mma" }, dims: [64, 128, 256] },
   {
     name: "mma bv32",
@@ -76,7 +76,12 @@ const VARIANTS: Variant[] = [
     },
     dims: [128],
   },
+  // Last: a fault in a new kernel leaves a sticky error, so the older variants run first.
+  { name: "auto", env: {}, dims: [64, 128, 256] },
 ];
+
+// "cpu" checks this script's plumbing on a machine without a GPU (every "variant" then runs on the CPU).
+let DEVICE = "cuda";
 
 const ENV_KEYS = [
   "ATTNKIT_LINEAR_STATE_VARIANT",
@@ -168,7 +173,7 @@ interface Inputs {
 }
 
 function makeInputs(s: Shape): Inputs {
-  const HK = s.HK ?? s.H, device = "cuda", dtype = s.dtype;
+  const HK = s.HK ?? s.H, device = DEVICE, dtype = s.dtype;
   const N = s.cuSeqlens ? s.cuSeqlens.length - 1 : s.B;
   const keyStd = s.l2norm ? 1 : s.D ** -0.5;
   return {
@@ -222,16 +227,21 @@ function relRms(a: Float32Array, e: Float32Array, count: number) {
   return { rel: ref > 0 ? Math.sqrt(sq / ref) : Math.sqrt(sq), nan };
 }
 
-/** Checks every variant against the general path; returns the lines and the failure count. */
+/** Checks every variant against the general path (variant by variant, the older first, so a fault
+ * in a new kernel costs only what follows it); returns the lines and the failure count. */
 function checkVariants(): { lines: string[]; failed: number } {
   const lines: string[] = [];
   let failed = 0;
-  for (const s of CHECKS) {
+  const refs = CHECKS.map((s) => {
     const x = makeInputs(s);
-    try {
-      setEnv({ ATTNKIT_LINEAR_PATH: "general" });
-      const ref = host(forward(s, x));
-      for (const v of VARIANTS) {
+    setEnv({ ATTNKIT_LINEAR_PATH: "general" });
+    const ref = host(forward(s, x));
+    setEnv({});
+    return { s, x, ref };
+  });
+  try {
+    for (const v of VARIANTS) {
+      for (const { s, x, ref } of refs) {
         setEnv({ ...v.env, ATTNKIT_LINEAR_PATH: "fast" });
         let line: string;
         try {
@@ -254,19 +264,19 @@ function checkVariants(): { lines: string[]; failed: number } {
               }
             }
           }
-          line = `${ok ? "ok  " : "FAIL"} ${s.name} [${v.name}] ${parts.join(", ")}`;
+          line = `${ok ? "ok  " : "FAIL"} [${v.name}] ${s.name}: ${parts.join(", ")}`;
           if (!ok) failed++;
         } catch (e) {
           failed++;
-          line = `FAIL ${s.name} [${v.name}] ${(e instanceof Error ? e.message : String(e)).split("\n")[0]}`;
+          line = `FAIL [${v.name}] ${s.name}: ${(e instanceof Error ? e.message : String(e)).split("\n")[0]}`;
         }
         lines.push(line);
         console.log(line);
       }
-    } finally {
-      setEnv({});
-      dispose(x);
     }
+  } finally {
+    setEnv({});
+    for (const { x } of refs) dispose(x);
   }
   return { lines, failed };
 }
@@ -278,48 +288,71 @@ interface TimingRecord {
   fallback: boolean;
 }
 
-/** Times every variant at the benchmark shapes; returns the markdown table and the records. */
+function benchShape([B, T, H, D]: [number, number, number, number]): Shape {
+  return {
+    name: `B${B}_T${T}_H${H}_D${D}`,
+    dtype: "bfloat16",
+    B,
+    T,
+    H,
+    D,
+    l2norm: false,
+    initialState: false,
+  };
+}
+
+/** Times stage 1 alone, then every variant, at the benchmark shapes (variant by variant, the older
+ * first); returns the markdown table and the records. */
 function timeVariants(iterations: number): { lines: string[]; records: TimingRecord[] } {
   const records: TimingRecord[] = [];
+  const cells = new Map<string, string[]>();
+  using flush = Tensor.empty([64 << 20], { dtype: "float32", device: DEVICE });
+  const before = () => void flush.fill(0);
+  const timeAll = (label: string, env: Record<string, string>, each: (s: Shape, ms: number) => void) => {
+    for (const dims of BENCH) {
+      const s = benchShape(dims);
+      const x = makeInputs(s);
+      try {
+        setEnv({ ...env, ATTNKIT_LINEAR_PATH: "fast" });
+        const run = () => void host1(forward(s, x));
+        each(s, timeIt(run, { device: DEVICE, warmup: 2, iterations, before }).medianMs);
+      } catch (e) {
+        const msg = `error: ${(e instanceof Error ? e.message : String(e)).split("\n")[0]}`;
+        cells.get(s.name)?.push(msg) ?? cells.set(s.name, [msg]);
+        console.log(`${label} ${s.name}: ${msg}`);
+      } finally {
+        Deno.env.delete("ATTNKIT_LINEAR_FAST_STAGES");
+        setEnv({});
+        dispose(x);
+      }
+    }
+  };
+  const push = (name: string, cell: string) => cells.get(name)?.push(cell) ?? cells.set(name, [cell]);
+  timeAll("stage 1", { ATTNKIT_LINEAR_FAST_STAGES: "prep" }, (s, ms) => {
+    push(s.name, ms.toFixed(3));
+    console.log(`stage 1 ${s.name}: ${ms.toFixed(3)} ms`);
+  });
+  const best = new Map<string, number>();
+  for (const v of VARIANTS) {
+    timeAll(v.name, v.env, (s, ms) => {
+      const fallback = !v.dims.includes(s.D);
+      records.push({ shape: s.name, variant: v.name, ms, fallback });
+      push(s.name, `${ms.toFixed(3)}${fallback ? "*" : ""}`);
+      if (!fallback) best.set(s.name, Math.min(best.get(s.name) ?? Infinity, ms));
+      console.log(`[${v.name}] ${s.name}: ${ms.toFixed(3)} ms`);
+    });
+  }
   const head = ["shape", "stage 1", ...VARIANTS.map((v) => v.name), "FLA GDN", "best x FLA"];
   const lines = [`| ${head.join(" | ")} |`, `| ${head.map(() => "---").join(" | ")} |`];
-  using flush = Tensor.empty([64 << 20], { dtype: "float32", device: "cuda" });
-  const before = () => void flush.fill(0);
-  for (const [B, T, H, D] of BENCH) {
-    const name = `B${B}_T${T}_H${H}_D${D}`;
-    const s: Shape = { name, dtype: "bfloat16", B, T, H, D, l2norm: false, initialState: false };
-    const x = makeInputs(s);
-    const cells: string[] = [];
-    let best = Infinity;
-    try {
-      const run = () => void host1(forward(s, x));
-      setEnv({ ATTNKIT_LINEAR_PATH: "fast" });
-      Deno.env.set("ATTNKIT_LINEAR_FAST_STAGES", "prep");
-      const prep = timeIt(run, { device: "cuda", warmup: 2, iterations, before }).medianMs;
-      Deno.env.delete("ATTNKIT_LINEAR_FAST_STAGES");
-      cells.push(prep.toFixed(3));
-      for (const v of VARIANTS) {
-        setEnv({ ...v.env, ATTNKIT_LINEAR_PATH: "fast" });
-        try {
-          const ms = timeIt(run, { device: "cuda", warmup: 2, iterations, before }).medianMs;
-          const fallback = !v.dims.includes(D);
-          records.push({ shape: name, variant: v.name, ms, fallback });
-          cells.push(`${ms.toFixed(3)}${fallback ? "*" : ""}`);
-          if (!fallback) best = Math.min(best, ms);
-        } catch (e) {
-          cells.push(`error: ${(e instanceof Error ? e.message : String(e)).split("\n")[0]}`);
-        }
-      }
-    } finally {
-      Deno.env.delete("ATTNKIT_LINEAR_FAST_STAGES");
-      setEnv({});
-      dispose(x);
-    }
-    const fla = FLA_GDN[name];
-    cells.push(fla ? fla.toFixed(3) : "-", fla && Number.isFinite(best) ? (fla / best).toFixed(2) : "-");
-    const line = `| ${name} | ${cells.join(" | ")} |`;
-    lines.push(line);
-    console.log(line);
+  for (const dims of BENCH) {
+    const name = benchShape(dims).name;
+    const fla = FLA_GDN[name], b = best.get(name);
+    const row = [
+      ...(cells.get(name) ?? []),
+      fla ? fla.toFixed(3) : "-",
+      fla && b ? (fla / b).toFixed(2) : "-",
+    ];
+    lines.push(`| ${name} | ${row.join(" | ")} |`);
   }
   return { lines, records };
 }
@@ -335,13 +368,17 @@ if (import.meta.main) {
       "check-only": { type: "boolean", default: false },
       iterations: { type: "string", default: "10" },
       json: { type: "string" },
+      device: { type: "string", default: "cuda" },
+      shapes: { type: "string", default: "6" },
     },
   });
-  if (!cudaAvailable()) {
+  DEVICE = values.device!;
+  if (DEVICE === "cuda" && !cudaAvailable()) {
     console.error("linear_variants: no CUDA device");
     Deno.exit(1);
   }
-  console.log(`# linear stage-2 variants on ${deviceInfo("cuda").name}`);
+  BENCH.splice(Number(values.shapes));
+  console.log(`# linear stage-2 variants on ${DEVICE === "cuda" ? deviceInfo("cuda").name : "cpu"}`);
   const check = checkVariants();
   console.log(
     `\n${check.failed === 0 ? "all variants agree with the general path" : `${check.failed} FAILED`}\n`,
