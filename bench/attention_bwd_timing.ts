@@ -1,18 +1,22 @@
 /**
  * Times the CUDA attention backward, alone and as forward + backward, on the shapes of ANCHORS.md
- * (bf16), for each backward path: the Hopper path (`ATTNKIT_ATTN_BWD_PATH=sm90`), the general path
- * (`=general`) and the general path in the deterministic order. Prints ms, TFLOP/s (FlashAttention's
- * convention: forward `4 B Hq Sq Skv D`, halved when causal; backward 2.5x that; forward + backward
- * 3.5x) and the ratio to PyTorch SDPA's figures on the H200 (FlashAttention-2 and cuDNN, from
- * ANCHORS.md). Before timing, each path's gradients (NaN-poisoned buffers) are checked for NaN and
- * compared with the first path's: a path that disagrees is reported, not timed silently.
+ * (bf16), for each backward path: every Hopper kernel (`ATTNKIT_ATTN_BWD_PATH=sm90` with
+ * `ATTNKIT_ATTN_BWD_KERNEL=v1` / `v2` / `v2p` / `v2l`; the v2 family serves head dim 64 only, so it
+ * is skipped elsewhere), the
+ * general path (`=general`) and the general path in the deterministic order. Prints ms, TFLOP/s
+ * (FlashAttention's convention: forward `4 B Hq Sq Skv D`, halved when causal; backward 2.5x that;
+ * forward + backward 3.5x) and the ratio to PyTorch SDPA's figures on the H200 (FlashAttention-2 and
+ * cuDNN, from ANCHORS.md). Before timing, each path's gradients (NaN-poisoned buffers) are checked for
+ * NaN and compared with the first path's (the general path by default): a path that disagrees is
+ * reported, not timed silently. `--small` only checks, on small odd shapes; `--check` only checks, on
+ * the timing shapes (one launch per path, for a profiler).
  *
  * Each timed call follows a 256 MB write that evicts the L2, as `triton.testing.do_bench` does.
  *
  * @example
  * ```sh
  * ATTNKIT_LIB=lib/libattnkit.so deno run -A bench/attention_bwd_timing.ts --json $OUT/attention_bwd.json
- * ATTNKIT_LIB=lib/libattnkit.so deno run -A bench/attention_bwd_timing.ts --paths sm90 --only D128
+ * ATTNKIT_LIB=lib/libattnkit.so deno run -A bench/attention_bwd_timing.ts --paths sm90-v1,sm90-v2 --only D64
  * ```
  *
  * @module
@@ -90,10 +94,19 @@ export const SMALL_SHAPES: BwdShape[] = [
   { name: "B2_S300_H4_KV2_D128_causal", batch: 2, seq: 300, heads: 4, headsKv: 2, dim: 128, causal: true },
   { name: "B1_S257_H2_KV2_D64", batch: 1, seq: 257, heads: 2, headsKv: 2, dim: 64, causal: false },
   { name: "B1_S130_H8_KV1_D64_causal", batch: 1, seq: 130, heads: 8, headsKv: 1, dim: 64, causal: true },
+  { name: "B2_S1000_H4_KV2_D64_causal", batch: 2, seq: 1000, heads: 4, headsKv: 2, dim: 64, causal: true },
 ].map((s) => ({ ...s, flash2: [1, 1] as [number, number], cudnn: [1, 1] as [number, number] }));
 
-/** A backward path as selected through `ATTNKIT_ATTN_BWD_PATH` (plus the deterministic order). */
-export type BwdPath = "sm90" | "general" | "deterministic";
+/**
+ * A backward path as selected through `ATTNKIT_ATTN_BWD_PATH` and `ATTNKIT_ATTN_BWD_KERNEL` (`sm90`:
+ * the default Hopper kernel), plus the deterministic order.
+ */
+export type BwdPath = "sm90" | "sm90-v1" | "sm90-v2" | "sm90-v2p" | "sm90-v2l" | "general" | "deterministic";
+
+/** Whether a path serves a head dim (the v2 family is built for 64 only; the others take every head dim). */
+export function pathServes(path: BwdPath, dim: number): boolean {
+  return !path.startsWith("sm90-v2") || dim === 64;
+}
 
 /** One timed row. */
 export interface BwdRow {
@@ -123,7 +136,10 @@ function referenceFwdBwdTflops(s: BwdShape, rates: [number, number]): number {
 }
 
 function setPath(path: BwdPath): void {
-  Deno.env.set("ATTNKIT_ATTN_BWD_PATH", path === "sm90" ? "sm90" : "general");
+  const hopper = path.startsWith("sm90");
+  Deno.env.set("ATTNKIT_ATTN_BWD_PATH", hopper ? "sm90" : "general");
+  const kernel = path.startsWith("sm90-") ? path.slice(5) : "auto";
+  Deno.env.set("ATTNKIT_ATTN_BWD_KERNEL", kernel);
 }
 
 // Largest |value| and NaN count of a tensor.
@@ -137,11 +153,12 @@ if (import.meta.main) {
   const { values } = parseArgs({
     args: Deno.args,
     options: {
-      paths: { type: "string", default: "sm90,general,deterministic" },
+      paths: { type: "string", default: "general,sm90-v1,sm90-v2,sm90-v2p,sm90-v2l,deterministic" },
       only: { type: "string" },
       iterations: { type: "string", default: "20" },
       json: { type: "string" },
       small: { type: "boolean", default: false },
+      check: { type: "boolean", default: false },
     },
   });
   if (!cudaAvailable()) {
@@ -158,6 +175,7 @@ if (import.meta.main) {
   const problems: string[] = [];
 
   const small = values.small!;
+  const checkOnly = small || values.check!; // one checked call per path, nothing timed (e.g. under ncu)
   for (const s of small ? SMALL_SHAPES : SHAPES) {
     if (values.only && !s.name.includes(values.only)) continue;
     const dtype = "bfloat16";
@@ -173,6 +191,7 @@ if (import.meta.main) {
     const kept: Tensor[] = [];
     try {
       for (const path of paths) {
+        if (!pathServes(path, s.dim)) continue;
         setPath(path);
         const options = { isCausal: s.causal, deterministic: path === "deterministic" };
         const dq = Tensor.empty(q.shape, { dtype, device }).fill(NaN);
@@ -204,7 +223,7 @@ if (import.meta.main) {
           // bf16 gradients from two fp32 accumulation orders: a few units of 2^-8 at the top value.
           if (!(rel <= 3 * 2 ** -8)) problems.push(`${s.name} ${path}: differs from ${paths[0]} by ${rel}`);
         }
-        if (small) continue;
+        if (checkOnly) continue;
         const bwd = timeIt(() => attentionBackward(q, k, v, output, dO, lse, { ...options, out }), {
           device,
           warmup: 3,
@@ -236,6 +255,7 @@ if (import.meta.main) {
     } finally {
       for (const t of kept) t.dispose();
       Deno.env.delete("ATTNKIT_ATTN_BWD_PATH");
+      Deno.env.delete("ATTNKIT_ATTN_BWD_KERNEL");
     }
   }
 

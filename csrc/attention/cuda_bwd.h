@@ -30,6 +30,13 @@ void launch_general(const BwdParams& p, cudaStream_t stream, int device);
 template <class T, int D>
 void launch_sm90(const BwdParams& p, cudaStream_t stream, int device);
 
+// Stage 2, Hopper path v2 (consumers decoupled, K and V in registers, dQ by vector reductions):
+// D = 64. Leaves dq_accum in DqLayout::kHopperFull. pair: consumer 1 reduces both consumers' dQ
+// (half the reduction bytes) instead of each its own. linear: v1's block order instead of long key
+// tiles first in L2 sections.
+template <class T, int D>
+void launch_sm90_v2(const BwdParams& p, cudaStream_t stream, int device, bool pair, bool linear);
+
 // Whether the Hopper kernel that runs on `device` is sm_90a machine code (builds without the
 // sm_90a target carry an empty stand-in that must not be launched).
 bool sm90_compiled(int device);

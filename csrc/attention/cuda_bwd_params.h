@@ -24,7 +24,9 @@ constexpr int kBwdTileM = 64;
 // of 64 x D/2 floats (one per consumer warpgroup), each in the order the warpgroup's m64n(D/2) wgmma
 // accumulator leaves its registers, so that the kernel's stores to shared memory are conflict-free
 // 16-byte writes and one bulk reduction adds the chunk to global memory (see dq_frag_index).
-enum class DqLayout : int { kPlain = 0, kHopperFragments = 1 };
+// Hopper full: one chunk of 64 x D floats in the order of an m64nD accumulator (the v2 kernel, whose
+// consumers each add a whole tile with 16-byte vector reductions from registers).
+enum class DqLayout : int { kPlain = 0, kHopperFragments = 1, kHopperFull = 2 };
 
 struct BwdParams {
   const void* q = nullptr;

@@ -97,8 +97,9 @@ __global__ void __launch_bounds__(kThreads) bwd_dq_convert_kernel(const BwdParam
       const float4 b = *reinterpret_cast<const float4*>(tile + r * p.d + c + 4);
       v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
     } else {
-      // One chunk of D / 2 columns per consumer warpgroup of the Hopper kernel.
-      const int width = p.d / 2;
+      // Hopper fragments: one chunk of D / 2 columns per consumer warpgroup (v1); Hopper full: one
+      // chunk of D columns (v2).
+      const int width = L == DqLayout::kHopperFull ? p.d : p.d / 2;
       const int ci = c / width, cc = c - ci * width;
       const float* chunk = tile + ci * (kBwdTileM * width);
 #pragma unroll
@@ -146,6 +147,8 @@ void launch_dq_convert(const BwdParams& p, int32_t dtype, cudaStream_t stream) {
     using T = decltype(tag);
     if (p.dq_layout == DqLayout::kPlain) {
       bwd_dq_convert_kernel<T, DqLayout::kPlain><<<tile_grid(p), kThreads, 0, stream>>>(p);
+    } else if (p.dq_layout == DqLayout::kHopperFull) {
+      bwd_dq_convert_kernel<T, DqLayout::kHopperFull><<<tile_grid(p), kThreads, 0, stream>>>(p);
     } else {
       bwd_dq_convert_kernel<T, DqLayout::kHopperFragments><<<tile_grid(p), kThreads, 0, stream>>>(p);
     }

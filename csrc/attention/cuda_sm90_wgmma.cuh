@@ -6,6 +6,8 @@
 // Wgmma<N, T>::rs: A from registers, B from shared memory MN-major (O += P V; dV += P^T dO,
 //   dK += dS^T Q).
 // WgmmaBt<N, T>::ss: A and B from shared memory, A K-major and B MN-major (the backward's dQ = dS K).
+// WgmmaRsK<N, T>::rs: A from registers, B from shared memory K-major (the backward's S^T = K Q^T and
+//   dP^T = V dO^T with K and V held in registers).
 // scale_d = 0 overwrites the accumulator instead of adding to it.
 #pragma once
 
@@ -20,6 +22,8 @@ template <int N, class T>
 struct Wgmma;
 template <int N, class T>
 struct WgmmaBt;
+template <int N, class T>
+struct WgmmaRsK;
 
 template <>
 struct Wgmma<64, __nv_bfloat16> {
@@ -386,6 +390,54 @@ struct WgmmaBt<64, __half> {
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 #else
     (void)d; (void)desc_a; (void)desc_b; (void)scale_d;
+    __trap();
+#endif
+  }
+};
+
+template <>
+struct WgmmaRsK<64, __nv_bfloat16> {
+  static constexpr int kAcc = 32;
+  __device__ __forceinline__ static void rs(float (&d)[32], const uint32_t* a, uint64_t desc_b, int scale_d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#else
+    (void)d; (void)a; (void)desc_b; (void)scale_d;
+    __trap();
+#endif
+  }
+};
+
+template <>
+struct WgmmaRsK<64, __half> {
+  static constexpr int kAcc = 32;
+  __device__ __forceinline__ static void rs(float (&d)[32], const uint32_t* a, uint64_t desc_b, int scale_d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#else
+    (void)d; (void)a; (void)desc_b; (void)scale_d;
     __trap();
 #endif
   }

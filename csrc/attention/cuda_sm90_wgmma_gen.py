@@ -9,6 +9,7 @@ TYPES = {"__nv_bfloat16": "bf16", "__half": "f16"}
 SS_WIDTHS = [64, 128]       # Wgmma<N, T>::ss   A, B from shared memory, both K-major
 RS_WIDTHS = [64, 128, 256]  # Wgmma<N, T>::rs   A from registers, B MN-major (transposed)
 BT_WIDTHS = [32, 64]        # WgmmaBt<N, T>::ss A K-major, B MN-major, both from shared memory
+RSK_WIDTHS = [64]           # WgmmaRsK<N, T>::rs A from registers, B K-major
 GUARD = "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)"
 
 HEADER = """// wgmma.mma_async wrappers for the Hopper attention kernels (sm_90a), one per tile width N and
@@ -19,6 +20,8 @@ HEADER = """// wgmma.mma_async wrappers for the Hopper attention kernels (sm_90a
 // Wgmma<N, T>::rs: A from registers, B from shared memory MN-major (O += P V; dV += P^T dO,
 //   dK += dS^T Q).
 // WgmmaBt<N, T>::ss: A and B from shared memory, A K-major and B MN-major (the backward's dQ = dS K).
+// WgmmaRsK<N, T>::rs: A from registers, B from shared memory K-major (the backward's S^T = K Q^T and
+//   dP^T = V dO^T with K and V held in registers).
 // scale_d = 0 overwrites the accumulator instead of adding to it.
 #pragma once
 
@@ -33,6 +36,8 @@ template <int N, class T>
 struct Wgmma;
 template <int N, class T>
 struct WgmmaBt;
+template <int N, class T>
+struct WgmmaRsK;
 """
 
 
@@ -53,12 +58,12 @@ def constraints(n):
 
 
 def method(form, n, t):
-    """One wrapper: form is 'ss', 'rs' or 'bt' (ss with B transposed)."""
+    """One wrapper: form is 'ss', 'rs', 'bt' (ss with B transposed) or 'rsk' (rs with B K-major)."""
     acc = n // 2
-    if form == "rs":
+    if form in ("rs", "rsk"):
         sig = f"rs(float (&d)[{acc}], const uint32_t* a, uint64_t desc_b, int scale_d)"
         a0, b, sc = acc, acc + 4, acc + 5
-        operands = f"{{%{a0}, %{a0 + 1}, %{a0 + 2}, %{a0 + 3}}}, %{b}, p, 1, 1, 1;"
+        operands = f"{{%{a0}, %{a0 + 1}, %{a0 + 2}, %{a0 + 3}}}, %{b}, p, 1, 1, {0 if form == 'rsk' else 1};"
         inputs = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d)'
         unused = "(void)d; (void)a; (void)desc_b; (void)scale_d;"
     else:
@@ -94,6 +99,10 @@ for T, t in TYPES.items():
     for n in BT_WIDTHS:
         out.append(f"template <>\nstruct WgmmaBt<{n}, {T}> {{\n  static constexpr int kAcc = {n // 2};\n"
                    + method("bt", n, t) + "\n};\n")
+for T, t in TYPES.items():
+    for n in RSK_WIDTHS:
+        out.append(f"template <>\nstruct WgmmaRsK<{n}, {T}> {{\n  static constexpr int kAcc = {n // 2};\n"
+                   + method("rsk", n, t) + "\n};\n")
 out.append("}  // namespace ak::attention::cuda::sm90\n")
 with open(sys.argv[1], "w") as f:
     f.write("\n".join(out))
