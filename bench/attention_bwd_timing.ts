@@ -173,6 +173,11 @@ if (import.meta.main) {
   const before = () => void flush.fill(0);
   const rows: BwdRow[] = [];
   const problems: string[] = [];
+  // Reported as found too, so a run cut short (a hanging kernel under `timeout`) still shows them.
+  const problem = (line: string) => {
+    problems.push(line);
+    console.error(`PROBLEM ${line}`);
+  };
 
   const small = values.small!;
   const checkOnly = small || values.check!; // one checked call per path, nothing timed (e.g. under ncu)
@@ -202,7 +207,7 @@ if (import.meta.main) {
         try {
           attentionBackward(q, k, v, output, dO, lse, { ...options, out });
         } catch (e) {
-          problems.push(`${s.name} ${path}: ${e instanceof Error ? e.message.split("\n")[0] : e}`);
+          problem(`${s.name} ${path}: ${e instanceof Error ? e.message.split("\n")[0] : e}`);
           continue;
         }
         let rel: number | null = null;
@@ -210,18 +215,18 @@ if (import.meta.main) {
           let scale = 0;
           for (const [name, t] of [["dq", dq], ["dk", dk], ["dv", dv]] as const) {
             const m = magnitude(t);
-            if (m.nanCount > 0) problems.push(`${s.name} ${path}: ${name} has ${m.nanCount} NaN`);
+            if (m.nanCount > 0) problem(`${s.name} ${path}: ${name} has ${m.nanCount} NaN`);
             scale = Math.max(scale, m.maxAbs);
           }
           first = { dq, dk, dv, scale };
         } else {
           const diffs = [compare(dq, first.dq), compare(dk, first.dk), compare(dv, first.dv)];
           for (const c of diffs) {
-            if (c.nanCount > 0) problems.push(`${s.name} ${path}: ${c.nanCount} NaN in its gradients`);
+            if (c.nanCount > 0) problem(`${s.name} ${path}: ${c.nanCount} NaN in its gradients`);
           }
           rel = Math.max(...diffs.map((c) => c.maxAbs)) / Math.max(first.scale, 1e-30);
           // bf16 gradients from two fp32 accumulation orders: a few units of 2^-8 at the top value.
-          if (!(rel <= 3 * 2 ** -8)) problems.push(`${s.name} ${path}: differs from ${paths[0]} by ${rel}`);
+          if (!(rel <= 3 * 2 ** -8)) problem(`${s.name} ${path}: differs from ${paths[0]} by ${rel}`);
         }
         if (checkOnly) continue;
         const bwd = timeIt(() => attentionBackward(q, k, v, output, dO, lse, { ...options, out }), {
@@ -250,6 +255,8 @@ if (import.meta.main) {
             vsCudnn: tflops / refC,
             relDiffToFirst: rel,
           });
+          // As it goes too, for the same reason as problem().
+          console.error(`${s.name} ${path} ${mode}: ${ms.toFixed(3)} ms, ${tflops.toFixed(0)} TFLOP/s`);
         }
       }
     } finally {
