@@ -236,7 +236,9 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_v2_kernel(const __grid_consta
 
   if (wg == 0) {
     // ---- producer: K and V once, then Q, dO, LSE and D per query tile ----
-    regs_decrease<32>();  // 32 * 128 + 240 * 256 = the whole register file
+    // 24 * 128 + 240 * 256 = 168 * 384, the block's allocation at launch: setmaxnreg only moves
+    // registers within it (a producer at 32 would leave the consumers' increase waiting forever).
+    regs_decrease<24>();
     if (threadIdx.x == 0 && n_iter > 0) {
       prefetch_tmap(&maps.q);
       prefetch_tmap(&maps.dout);
