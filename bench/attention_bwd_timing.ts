@@ -1,8 +1,8 @@
 /**
  * Times the CUDA attention backward, alone and as forward + backward, on the shapes of ANCHORS.md
  * (bf16), for each backward path: every Hopper kernel (`ATTNKIT_ATTN_BWD_PATH=sm90` with
- * `ATTNKIT_ATTN_BWD_KERNEL=v1` / `v2` / `v2p` / `v2l`; the v2 family serves head dim 64 only, so it
- * is skipped elsewhere), the
+ * `ATTNKIT_ATTN_BWD_KERNEL=v1` / `v1r` / `v2` / `v2p` / `v2l`; the v2 family serves head dim 64
+ * only, so it is skipped elsewhere), the
  * general path (`=general`) and the general path in the deterministic order. Prints ms, TFLOP/s
  * (FlashAttention's convention: forward `4 B Hq Sq Skv D`, halved when causal; backward 2.5x that;
  * forward + backward 3.5x) and the ratio to PyTorch SDPA's figures on the H200 (FlashAttention-2 and
@@ -101,7 +101,15 @@ export const SMALL_SHAPES: BwdShape[] = [
  * A backward path as selected through `ATTNKIT_ATTN_BWD_PATH` and `ATTNKIT_ATTN_BWD_KERNEL` (`sm90`:
  * the default Hopper kernel), plus the deterministic order.
  */
-export type BwdPath = "sm90" | "sm90-v1" | "sm90-v2" | "sm90-v2p" | "sm90-v2l" | "general" | "deterministic";
+export type BwdPath =
+  | "sm90"
+  | "sm90-v1"
+  | "sm90-v1r"
+  | "sm90-v2"
+  | "sm90-v2p"
+  | "sm90-v2l"
+  | "general"
+  | "deterministic";
 
 /** Whether a path serves a head dim (the v2 family is built for 64 only; the others take every head dim). */
 export function pathServes(path: BwdPath, dim: number): boolean {
@@ -153,7 +161,7 @@ if (import.meta.main) {
   const { values } = parseArgs({
     args: Deno.args,
     options: {
-      paths: { type: "string", default: "general,sm90-v1,sm90-v2,sm90-v2p,sm90-v2l,deterministic" },
+      paths: { type: "string", default: "general,sm90-v1,sm90-v1r,sm90-v2,sm90-v2p,sm90-v2l,deterministic" },
       only: { type: "string" },
       iterations: { type: "string", default: "20" },
       json: { type: "string" },

@@ -7,10 +7,10 @@
 // variable ATTNKIT_ATTN_BWD_PATH=general forces the general path, =sm90 demands the Hopper one
 // (an error names why when it cannot run), so one GPU session can test both.
 //
-// ATTNKIT_ATTN_BWD_KERNEL picks the Hopper kernel: v1 (cuda_bwd_sm90.cuh, D 64 and 128), v2, v2p or
-// v2l (cuda_bwd_sm90_v2.cuh: consumers decoupled, K and V in registers; v2p sums the consumers' dQ
-// before reducing it; v2l is v2 in v1's block order), which are built for D 64 only and leave other
-// head dims to v1; unset or auto: v1. Read on every call, so one GPU session can
+// ATTNKIT_ATTN_BWD_KERNEL picks the Hopper kernel: v1 (cuda_bwd_sm90.cuh, D 64 and 128), v1r (v1
+// with dQ reduced from registers), v2, v2p or v2l (cuda_bwd_sm90_v2.cuh: consumers decoupled, K and
+// V in registers; v2p sums the consumers' dQ before reducing it; v2l is v2 in v1's block order),
+// which are built for D 64 only and leave other head dims to v1; unset or auto: v1. Read on every call, so one GPU session can
 // compare them (and run the whole test suite on either).
 #include <cmath>
 #include <cstdlib>
@@ -110,15 +110,16 @@ bool positive_strides(const ak_tensor& t) {
 }
 
 enum class Path { kGeneral, kSm90 };
-enum class Sm90Kernel { kV1, kV2, kV2Pair, kV2Linear };
+enum class Sm90Kernel { kV1, kV1Red, kV2, kV2Pair, kV2Linear };
 
 // The Hopper kernel for this call (ATTNKIT_ATTN_BWD_KERNEL; see the top of this file).
 Sm90Kernel choose_sm90_kernel(const AttnProblem& pr) {
   const char* env = std::getenv("ATTNKIT_ATTN_BWD_KERNEL");
   const std::string want = env != nullptr ? env : "";
   if (want.empty() || want == "auto" || want == "v1") return Sm90Kernel::kV1;
+  if (want == "v1r") return Sm90Kernel::kV1Red;
   require(want == "v2" || want == "v2p" || want == "v2l",
-          "ATTNKIT_ATTN_BWD_KERNEL: expected v1, v2, v2p, v2l or auto, got '" + want + "'");
+          "ATTNKIT_ATTN_BWD_KERNEL: expected v1, v1r, v2, v2p, v2l or auto, got '" + want + "'");
   if (pr.D != 64) return Sm90Kernel::kV1;
   return want == "v2" ? Sm90Kernel::kV2 : want == "v2p" ? Sm90Kernel::kV2Pair : Sm90Kernel::kV2Linear;
 }
@@ -158,18 +159,20 @@ Path choose_path(const AttnProblem& pr, int device, bool tma_ok) {
 void launch_main(Path path, Sm90Kernel kernel, const BwdParams& p, int32_t dtype, cudaStream_t stream,
                  int device) {
   const bool bf16 = dtype == AK_BFLOAT16;
-  if (path == Path::kSm90 && kernel != Sm90Kernel::kV1) {
+  if (path == Path::kSm90 && kernel != Sm90Kernel::kV1 && kernel != Sm90Kernel::kV1Red) {
     const bool pair = kernel == Sm90Kernel::kV2Pair, linear = kernel == Sm90Kernel::kV2Linear;
     bf16 ? bwd::launch_sm90_v2<__nv_bfloat16, 64>(p, stream, device, pair, linear)
          : bwd::launch_sm90_v2<__half, 64>(p, stream, device, pair, linear);
     return;
   }
   if (path == Path::kSm90) {
+    const bool red = kernel == Sm90Kernel::kV1Red;
     if (p.d == 64) {
-      bf16 ? bwd::launch_sm90<__nv_bfloat16, 64>(p, stream, device) : bwd::launch_sm90<__half, 64>(p, stream, device);
+      bf16 ? bwd::launch_sm90<__nv_bfloat16, 64>(p, stream, device, red)
+           : bwd::launch_sm90<__half, 64>(p, stream, device, red);
     } else {
-      bf16 ? bwd::launch_sm90<__nv_bfloat16, 128>(p, stream, device)
-           : bwd::launch_sm90<__half, 128>(p, stream, device);
+      bf16 ? bwd::launch_sm90<__nv_bfloat16, 128>(p, stream, device, red)
+           : bwd::launch_sm90<__half, 128>(p, stream, device, red);
     }
     return;
   }
@@ -256,9 +259,10 @@ void attention_bwd_run(const AttnBwd& a) {
                       positive_strides(*dout);
   const Path path = choose_path(pr, device, tma_ok);
   const Sm90Kernel kernel = path == Path::kSm90 ? choose_sm90_kernel(pr) : Sm90Kernel::kV1;
-  p.dq_layout = path != Path::kSm90       ? DqLayout::kPlain
-                : kernel == Sm90Kernel::kV1 ? DqLayout::kHopperFragments
-                                            : DqLayout::kHopperFull;
+  const bool v1_family = kernel == Sm90Kernel::kV1 || kernel == Sm90Kernel::kV1Red;
+  p.dq_layout = path != Path::kSm90 ? DqLayout::kPlain
+                : v1_family         ? DqLayout::kHopperFragments
+                                    : DqLayout::kHopperFull;
   p.acc_rows = bwd_acc_rows(pr.varlen, pr.N, pr.Sq, total_q);
   p.sq_pad = static_cast<int>((pr.Sq + kBwdTileM - 1) / kBwdTileM * kBwdTileM);
   const size_t rows = static_cast<size_t>(pr.Hq * p.acc_rows);

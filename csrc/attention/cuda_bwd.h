@@ -27,8 +27,9 @@ template <class T, int Dpad>
 void launch_general(const BwdParams& p, cudaStream_t stream, int device);
 
 // Stage 2, Hopper path (wgmma + TMA, sm_90a): D = 64 or 128, fp16 / bf16, not deterministic.
+// red: dQ pieces reduced from registers (v1r) instead of through shared memory and bulk reductions.
 template <class T, int D>
-void launch_sm90(const BwdParams& p, cudaStream_t stream, int device);
+void launch_sm90(const BwdParams& p, cudaStream_t stream, int device, bool red);
 
 // Stage 2, Hopper path v2 (consumers decoupled, K and V in registers, dQ by vector reductions):
 // D = 64. Leaves dq_accum in DqLayout::kHopperFull. pair: consumer 1 reduces both consumers' dQ

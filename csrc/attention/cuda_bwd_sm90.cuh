@@ -68,15 +68,28 @@ constexpr int kBarDsReady = 1;  // both consumers: dS halves written
 constexpr int kBarConsumer0 = 2;  // + w: one consumer warpgroup
 constexpr int kBarEpilogue = 4;   // both consumers: the loop is over
 
+// dst[0..3] += (a, b, c, d): one 16-byte fp32 vector reduction, performed at L2.
+__device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c, float d) {
+#if AK_SM90_ENABLED
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d)
+               : "memory");
+#else
+  (void)dst, (void)a, (void)b, (void)c, (void)d;
+#endif
+}
+
 // 64-bit descriptor of a 128-byte-swizzled operand at shared address addr (see cuda_sm90_ptx.cuh).
 __device__ __forceinline__ uint64_t desc_kmajor(uint32_t addr) { return sm90::make_desc_sw128(addr, 16, 1024); }
 __device__ __forceinline__ uint64_t desc_mnmajor(uint32_t addr, uint32_t panel_bytes) {
   return sm90::make_desc_sw128(addr, panel_bytes, 1024);
 }
 
+// red: each consumer adds its dQ piece from registers with 16-byte vector reductions (v1r) instead of
+// staging it in shared memory for one bulk reduction (v1); same bytes, same dq_accum layout, without
+// the staging stores, the 128-thread barrier and the wait for the previous bulk reduction.
 template <class T, int D>
 __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant__ BwdParams p,
-                                                          const __grid_constant__ Sm90Maps maps) {
+                                                          const __grid_constant__ Sm90Maps maps, int red) {
 #if AK_SM90_ENABLED
   using Sh = Sm90Shape<D>;
   constexpr int BM = Sh::BM, BN = Sh::BN;
@@ -262,7 +275,7 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant_
     }
     wgmma_commit();
 
-    if (tid == 0) bulk_wait_read_all();  // the previous dQ reduction has left this consumer's buffer
+    if (!red && tid == 0) bulk_wait_read_all();  // the previous dQ reduction has left this consumer's buffer
     named_sync(kBarDsReady, 256);
 
     // dQ[:, DQ_COLS cw ..] = dS K[:, DQ_COLS cw ..]: A = dS K-major (k-steps of 16 keys), B = K MN-major.
@@ -284,6 +297,16 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant_
     __syncwarp();
     if (lane == 0) mbar_arrive(bar_empty0 + 8 * st);  // Q, dO, LSE and D of this stage are consumed
 
+    float* dq_dst = p.dq_accum + (static_cast<int64_t>(h) * p.acc_rows + s.acc_row0 + i0) * D + cw * (BM * Sh::DQ_COLS);
+    if (red) {
+      // dQ piece -> dq_accum in accumulator order, straight from registers (v1r).
+#pragma unroll
+      for (int j = 0; j < D / 16; ++j) {
+        red_add_v4(dq_dst + 4 * (j * 128 + tid), acc_dq[4 * j], acc_dq[4 * j + 1], acc_dq[4 * j + 2],
+                   acc_dq[4 * j + 3]);
+      }
+      continue;
+    }
     // dQ piece -> shared memory in accumulator order (conflict-free 16-byte stores) -> bulk add.
     float4* dq_smem = reinterpret_cast<float4*>(smem + Sh::OFF_DQ + cw * Sh::DQ_BYTES);
 #pragma unroll
@@ -293,8 +316,7 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant_
     fence_proxy_async();
     named_sync(kBarConsumer0 + cw, 128);
     if (tid == 0) {
-      float* dst = p.dq_accum + (static_cast<int64_t>(h) * p.acc_rows + s.acc_row0 + i0) * D + cw * (BM * Sh::DQ_COLS);
-      bulk_reduce_add_f32(dst, smem_u32(dq_smem), Sh::DQ_BYTES);
+      bulk_reduce_add_f32(dq_dst, smem_u32(dq_smem), Sh::DQ_BYTES);
       bulk_commit();
     }
   }
@@ -341,7 +363,7 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant_
 Sm90Maps make_sm90_maps(const BwdParams& p, bool bf16, int box_q, int box_kv);
 
 template <class T, int D>
-void launch_sm90(const BwdParams& p, cudaStream_t stream, int device) {
+void launch_sm90(const BwdParams& p, cudaStream_t stream, int device, bool red) {
   using Sh = Sm90Shape<D>;
   (void)device;
   const dim3 grid(ak::cuda::ceil_div(p.skv, Sh::BN), static_cast<unsigned>(p.hkv), static_cast<unsigned>(p.n_seq));
@@ -349,7 +371,7 @@ void launch_sm90(const BwdParams& p, cudaStream_t stream, int device) {
   const Sm90Maps maps = make_sm90_maps(p, std::is_same_v<T, __nv_bfloat16>, Sh::BM, Sh::BN);
   auto kernel = bwd_sm90_kernel<T, D>;
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::SMEM_BYTES));
-  kernel<<<grid, Sh::THREADS, Sh::SMEM_BYTES, stream>>>(p, maps);
+  kernel<<<grid, Sh::THREADS, Sh::SMEM_BYTES, stream>>>(p, maps, red ? 1 : 0);
   ak::cuda::check_launch("attention backward: bwd_sm90_kernel");
 }
 

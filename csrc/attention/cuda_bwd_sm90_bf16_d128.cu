@@ -2,7 +2,7 @@
 #include "cuda_bwd_sm90.cuh"
 
 namespace ak::attention::cuda::bwd {
-template void launch_sm90<__nv_bfloat16, 128>(const BwdParams&, cudaStream_t, int);
+template void launch_sm90<__nv_bfloat16, 128>(const BwdParams&, cudaStream_t, int, bool);
 }  // namespace ak::attention::cuda::bwd
 
 namespace ak::attention::cuda::bwd {

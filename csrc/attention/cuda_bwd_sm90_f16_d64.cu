@@ -2,5 +2,5 @@
 #include "cuda_bwd_sm90.cuh"
 
 namespace ak::attention::cuda::bwd {
-template void launch_sm90<__half, 64>(const BwdParams&, cudaStream_t, int);
+template void launch_sm90<__half, 64>(const BwdParams&, cudaStream_t, int, bool);
 }  // namespace ak::attention::cuda::bwd

@@ -94,16 +94,6 @@ __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t* r) {
 #endif
 }
 
-// dst[0..3] += v (one 16-byte fp32 vector reduction at L2).
-__device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c, float d) {
-#if AK_SM90_ENABLED
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d)
-               : "memory");
-#else
-  (void)dst, (void)a, (void)b, (void)c, (void)d;
-#endif
-}
-
 // The softmax gradient of one 64-key x 64-query tile, with keys as rows (the S^T accumulator
 // layout: register 4 j + 2 half + e holds key key0 + 8 half, query i0 + 8 j + 2 t + e). P^T and dS^T
 // leave packed as the A fragments of the rs wgmmas: register 2 j + half holds keys key0 + 8 half,
