@@ -43,6 +43,12 @@ SHAPES = [
 DECODE_SHAPES = [(256, 32, 128)]  # B sequences, H heads, K = V
 
 
+def wanted(only, name):
+    """True when no filter is given or the name contains one of the comma-separated parts."""
+    parts = [p for p in only.split(",") if p]
+    return not parts or any(p in name for p in parts)
+
+
 def shape_name(b, t, h, d):
     return f"B{b}_T{t}_H{h}_D{d}"
 
@@ -148,7 +154,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True, help="folder for the .safetensors files and fla_timings.json")
     parser.add_argument("--ops", default="gdn,delta,decode", help="comma list of gdn, delta, decode")
-    parser.add_argument("--only", default="", help="run only shapes whose name contains this")
+    parser.add_argument("--only", default="", help="run only shapes whose name contains one of these (comma-separated)")
     parser.add_argument("--skip-fla", action="store_true", help="only make and save the inputs")
     parser.add_argument("--no-fwdbwd", action="store_true", help="skip forward + backward timings")
     parser.add_argument("--warmup", type=float, default=25.0, help="do_bench warm-up, ms")
@@ -177,7 +183,7 @@ def main():
     }
     for i, (b, t, h, d) in enumerate(SHAPES):
         name = shape_name(b, t, h, d)
-        if args.only and args.only not in name:
+        if not wanted(args.only, name):
             continue
         if not ops & {"gdn", "delta"}:
             break
@@ -200,7 +206,7 @@ def main():
         torch.cuda.empty_cache()
     if "decode" in ops:
         for j, (b, h, d) in enumerate(DECODE_SHAPES):
-            if args.only and args.only not in shape_name(b, 1, h, d):
+            if not wanted(args.only, shape_name(b, 1, h, d)):
                 continue
             run_decode(recurrent, b, h, d, 2000 + j, device, args, args.out, timings)
             torch.cuda.empty_cache()
