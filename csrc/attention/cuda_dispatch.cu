@@ -9,7 +9,8 @@
 // ATTNKIT_ATTN_PINGPONG=0 turns the ping-pong schedule of the Hopper kernels off (for measuring).
 // ATTNKIT_ATTN_FWD_KERNEL picks the Hopper kernel: v1 (one block per 128-row tile, two consumer
 // warpgroups: cuda_fwd_sm90.cuh), p2 / p3 (persistent, two / three consumer warpgroups:
-// cuda_fwd_sm90_persistent.cuh); unset or auto: p3 for D = 64, p2 for D = 128, v1 for D = 256.
+// cuda_fwd_sm90_persistent.cuh), p4 (p3 with key ranges per consumer warpgroup, D = 64); unset or
+// auto: p3 for D = 64, p2 for D = 128, v1 for D = 256.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -88,21 +89,27 @@ void launch_sm90(const FwdParams& p, int dtype, int flags, cudaStream_t s) {
 }
 
 // The Hopper kernel variants (see the top of this file).
-enum class Sm90Kernel { kV1, kP2, kP3 };
+enum class Sm90Kernel { kV1, kP2, kP3, kP4 };
 
 Sm90Kernel choose_sm90_kernel(const FwdParams& p, int dtype) {
   const std::string want = env("ATTNKIT_ATTN_FWD_KERNEL");
   if (want.empty() || want == "auto") return p.d == 64 ? Sm90Kernel::kP3 : p.d == 128 ? Sm90Kernel::kP2 : Sm90Kernel::kV1;
   if (want == "v1") return Sm90Kernel::kV1;
   if (want == "p3" && p.d == 64) return Sm90Kernel::kP3;
+  if (want == "p4" && p.d == 64) return Sm90Kernel::kP4;
   if (want == "p2" && (p.d == 128 || (p.d == 64 && dtype == AK_BFLOAT16))) return Sm90Kernel::kP2;
-  require(want == "p2" || want == "p3", "ATTNKIT_ATTN_FWD_KERNEL: expected v1, p2, p3 or auto, got '" + want + "'");
+  require(want == "p2" || want == "p3" || want == "p4",
+          "ATTNKIT_ATTN_FWD_KERNEL: expected v1, p2, p3, p4 or auto, got '" + want + "'");
   fail(AK_ERR_UNSUPPORTED, "attention_fwd: ATTNKIT_ATTN_FWD_KERNEL=" + want + " is not built for D = " +
-                               std::to_string(p.d) + " in this dtype (p3: D 64; p2: D 128, and D 64 in bf16)");
+                               std::to_string(p.d) + " in this dtype (p3, p4: D 64; p2: D 128, and D 64 in bf16)");
 }
 
 void launch_sm90_persistent(const FwdParams& p, int dtype, Sm90Kernel kernel, int flags, cudaStream_t s) {
   const bool bf16 = dtype == AK_BFLOAT16;
+  if (kernel == Sm90Kernel::kP4) {
+    return bf16 ? launch_fwd_sm90_persistent_p4<64, AK_BFLOAT16>(p, flags, s)
+                : launch_fwd_sm90_persistent_p4<64, AK_FLOAT16>(p, flags, s);
+  }
   if (kernel == Sm90Kernel::kP3) {
     return bf16 ? launch_fwd_sm90_persistent<64, AK_BFLOAT16, 3>(p, flags, s)
                 : launch_fwd_sm90_persistent<64, AK_FLOAT16, 3>(p, flags, s);
@@ -194,7 +201,7 @@ void attention_fwd(const AttnFwd& a) {
   }
   if (sm90_ok && path != "general") {
     const Sm90Kernel kernel = choose_sm90_kernel(p, pr.dtype);
-    const int block_m = kernel == Sm90Kernel::kP3 ? 192 : 128;
+    const int block_m = kernel == Sm90Kernel::kP3 || kernel == Sm90Kernel::kP4 ? 192 : 128;
     p.num_m_blocks = static_cast<int>((p.sq + block_m - 1) / block_m);
     p.heads_per_section = heads_per_section(p, pr.device_index);
     const int flags = env("ATTNKIT_ATTN_PINGPONG") == "0" ? 0 : sm90::kPingPong;

@@ -25,4 +25,9 @@ void launch_fwd_sm90(const FwdParams& p, int flags, cudaStream_t stream);
 template <int kD, int kDtype, int kConsumers>
 void launch_fwd_sm90_persistent(const FwdParams& p, int flags, cudaStream_t stream);
 
+// Variant p4 of the persistent kernel: three consumer warpgroups (192-row tiles) with key ranges per
+// warpgroup (PersistentTile::kWgRanges). Built for D = 64 in both dtypes (cuda_fwd_sm90p4_d64_*.cu).
+template <int kD, int kDtype>
+void launch_fwd_sm90_persistent_p4(const FwdParams& p, int flags, cudaStream_t stream);
+
 }  // namespace ak::attention::cuda

@@ -13,7 +13,12 @@
 //     causal mask is the shortest; its rows before the sequence start are computed but never
 //     written;
 //   - the O rescale of step j moved between the issue of S_{j+1} and of P_j V_j, where it overlaps
-//     the tensor cores' work instead of lengthening the softmax.
+//     the tensor cores' work instead of lengthening the softmax;
+//   - optionally (kWgRanges, variant p4), key ranges per consumer warpgroup: a warpgroup skips the
+//     products and the softmax of key tiles that admit none of its 64 rows (it still takes its turn
+//     and releases the stage) and masks only the tiles that cut its own rows. With 192-row tiles
+//     under a causal mask the block-wide range makes a third of the diagonal work fully masked
+//     rows and masks three times the tiles that need it.
 // The queue counter lives in device memory and is put back to 0 by the last block to finish, so
 // the next launch on the stream finds it zeroed.
 #pragma once
@@ -22,9 +27,10 @@
 
 namespace ak::attention::cuda::sm90 {
 
-template <int kD_, int kBlockN_, int kStages_, int kConsumers_>
+template <int kD_, int kBlockN_, int kStages_, int kConsumers_, bool kWgRanges_ = false>
 struct PersistentTile {
   static constexpr int kD = kD_;
+  static constexpr bool kWgRanges = kWgRanges_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kBlockN_;
@@ -238,6 +244,20 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       const PersistentWork w = persistent_work<kBlockM, kBlockN>(p, tile);
       const int n = w.n;
       const int row0 = w.m0 + 64 * c + 16 * warp + lane / 4;  // this thread's rows: row0, row0 + 8
+      // The key tiles this warpgroup computes: visit steps [lead, n) of the block's n (the block
+      // walks its tiles from n_hi - 1 down, so the tiles above this warpgroup's rows come first);
+      // mask_kr decides which of them need a mask. Tiles below its range (windows only) are
+      // computed fully masked, as with the block's range: skipping them too would take a second
+      // inlined copy of the skip code, and the registers it costs.
+      KeyRange mask_kr = w.kr;
+      int lead = 0;
+      if constexpr (Tile::kWgRanges) {
+        if (n > 0) {
+          const int r0 = w.m0 + 64 * c;
+          mask_kr = key_range(max(r0, 0), r0 + 64, w.sb.q_len, w.sb.kv_len, p.window_left, p.window_right, kBlockN);
+          lead = mask_kr.n_hi > mask_kr.n_lo ? w.kr.n_hi - mask_kr.n_hi : n;
+        }
+      }
 
       RowState st;
       st.init();
@@ -272,7 +292,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         };
         auto mask_and_cap = [&](int j) {
           if (p.softcap > 0.0f) apply_softcap(s_acc, p.softcap_mul, p.softcap);
-          if (tile_needs_mask(w.kr, (w.kr.n_hi - 1 - j) * kBlockN, kBlockN)) {
+          if (tile_needs_mask(mask_kr, (w.kr.n_hi - 1 - j) * kBlockN, kBlockN)) {
             // The keys each of this thread's rows admits, computed here (few tiles need them).
             const int off = w.sb.kv_len - w.sb.q_len;
             const int lo[2] = {row0 + off - p.window_left, row0 + 8 + off - p.window_left};
@@ -291,53 +311,72 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         auto prev_stage = [&]() { return s == 0 ? kStages - 1 : s - 1; };
         auto prev_phase = [&]() { return s == 0 ? phase ^ 1u : phase; };
 
-        // Key tile 0: S alone.
-        mbar_wait(k_full(s), phase);
-        take_turn();
-        issue_s(s);
-        end_turn();
-        wgmma_wait<0>();
-        fence_regs(s_acc);
-        release(k_empty(s));
-        mask_and_cap(0);
-        softmax_step(s_acc, st, p.exp_scale, corr);
-        pack_pairs<T>(s_acc, pw);
-        advance();
-
-        for (int j = 1; j < n; ++j) {
-          const int sp = prev_stage();
+        // A key tile above this warpgroup's rows: its turn and its stage releases only
+        // (after the stage is full, so that no release can count toward the stage's previous use).
+        auto skip_tile = [&]() {
           mbar_wait(k_full(s), phase);
-          mbar_wait(v_full(sp), prev_phase());
+          take_turn();
+          end_turn();
+          release(k_empty(s));
+          mbar_wait(v_full(s), phase);
+          release(v_empty(s));
+          advance();
+        };
+        for (int j = 0; j < lead; ++j) skip_tile();
+
+        if (lead < n) {
+          // Key tile `lead`: S alone.
+          mbar_wait(k_full(s), phase);
           take_turn();
           issue_s(s);
-          // O so far, in the max of step j - 2, moves to that of step j - 1 while S_j runs.
+          end_turn();
+          wgmma_wait<0>();
+          fence_regs(s_acc);
+          release(k_empty(s));
+          mask_and_cap(lead);
+          softmax_step(s_acc, st, p.exp_scale, corr);
+          pack_pairs<T>(s_acc, pw);
+          advance();
+
+          for (int j = lead + 1; j < n; ++j) {
+            const int sp = prev_stage();
+            mbar_wait(k_full(s), phase);
+            mbar_wait(v_full(sp), prev_phase());
+            take_turn();
+            issue_s(s);
+            // O so far, in the max of step j - 2, moves to that of step j - 1 while S_j runs.
+#pragma unroll
+            for (int i = 0; i < kD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+            issue_pv(sp);
+            end_turn();
+            wgmma_wait<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
+            fence_regs(s_acc);
+            release(k_empty(s));
+            mask_and_cap(j);
+            softmax_step(s_acc, st, p.exp_scale, corr);
+            wgmma_wait<0>();
+            fence_regs(o);
+            fence_regs(pw);
+            release(v_empty(sp));
+            pack_pairs<T>(s_acc, pw);
+            advance();
+          }
+
+          const int sp = prev_stage();
+          mbar_wait(v_full(sp), prev_phase());
+          take_turn();
 #pragma unroll
           for (int i = 0; i < kD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
           issue_pv(sp);
           end_turn();
-          wgmma_wait<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
-          fence_regs(s_acc);
-          release(k_empty(s));
-          mask_and_cap(j);
-          softmax_step(s_acc, st, p.exp_scale, corr);
           wgmma_wait<0>();
           fence_regs(o);
-          fence_regs(pw);
           release(v_empty(sp));
-          pack_pairs<T>(s_acc, pw);
-          advance();
+        } else {
+          // The turn of the last P V product, which every other warpgroup takes (n + 1 turns each).
+          take_turn();
+          end_turn();
         }
-
-        const int sp = prev_stage();
-        mbar_wait(v_full(sp), prev_phase());
-        take_turn();
-#pragma unroll
-        for (int i = 0; i < kD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
-        issue_pv(sp);
-        end_turn();
-        wgmma_wait<0>();
-        fence_regs(o);
-        release(v_empty(sp));
       }
 
       // ---------------- epilogue ----------------
