@@ -65,21 +65,26 @@ const C = 64;
 /** Fast-path variants: ATTNKIT_LINEAR_BWD_* settings (csrc/linear/cuda_bwd_variants.h). */
 const VARIANTS: Record<string, Record<string, string>> = {
   // The version measured first: SIMT inverse, 4-warp dstates, one grads block per item.
-  "v0": { PREP: "simt", DSTATES: "v1", GRADS: "grid" },
-  // Then persistent grads blocks; the tensor-core inverse; the 8-warp double-buffered dstates.
-  "v0-persist": { PREP: "simt", DSTATES: "v1" },
-  "tc": { PREP: "tc", DSTATES: "v1" },
-  "tc-d2": {},
-  // Widths of the state slices: dstates v2 (DVS) and states (VS).
-  "tc-d2-dvs128": { DVS: "128" },
-  "tc-d2-dvs64": { DVS: "64" },
-  "tc-d2-dvs32": { DVS: "32" },
-  "tc-d2-vs32": { VS: "32" },
-  "tc-d2-vs16": { VS: "16" },
+  "v0": { PREP: "simt", DSTATES: "v1", GRADS: "grid", L2NORM: "kernel" },
+  // Then persistent grads blocks; the tensor-core inverse; the 8-warp double-buffered dstates (the
+  // round-2 default, tc-d2).
+  "v0-persist": { PREP: "simt", DSTATES: "v1", GRADS: "persistent", L2NORM: "kernel" },
+  "tc": { PREP: "tc", DSTATES: "v1", GRADS: "persistent", L2NORM: "kernel" },
+  "tc-d2": { GRADS: "persistent", L2NORM: "kernel" },
+  // Round 3 (the default): grads fetches every tile of the next item as its buffer dies (a second K
+  // buffer at D = 128); with the L2 norm, prep normalises q and k itself.
+  "r3": {},
+  "r3-l2kernel": { L2NORM: "kernel" },
+  // Widths of the state slices on top of the default: dstates v2 (DVS) and states (VS).
+  "r3-dvs128": { DVS: "128" },
+  "r3-dvs64": { DVS: "64" },
+  "r3-dvs32": { DVS: "32" },
+  "r3-vs32": { VS: "32" },
+  "r3-vs16": { VS: "16" },
   // With the L2 norm in the kernel and group 1: the reduce kernel instead of the fused norm backward.
-  "tc-d2-reduce": { REDUCE: "separate" },
+  "r3-reduce": { REDUCE: "separate" },
 };
-const SWITCHES = ["PREP", "DSTATES", "DVS", "GRADS", "VS", "REDUCE", "STOP"];
+const SWITCHES = ["PREP", "DSTATES", "DVS", "GRADS", "VS", "REDUCE", "L2NORM", "STOP"];
 
 function setVariant(settings: Record<string, string>) {
   for (const key of SWITCHES) {

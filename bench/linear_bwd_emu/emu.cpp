@@ -379,9 +379,25 @@ int run(int argc, char** argv) {
       const bool simt = getenv("EMU_PREP") && std::string(getenv("EMU_PREP")) == "simt";
       if (p.NCt > 0 && simt)
         launch(dim3(p.NCt, H), 128, prep_detail::prep_smem<DD>(), [&] { prep_detail::fast_prep<T, DD>(pf, w); });
+      // With the L2 norm the tensor-core prep normalises q and k itself (EMU_L2=kernel: the copies made
+      // above, as the separate normalising kernel): it reads the raw rows and overwrites the copies and
+      // 1 / |x|, poisoned first so that a row it misses shows.
+      const bool l2_prep = l2 && !(getenv("EMU_L2") && std::string(getenv("EMU_L2")) == "kernel");
+      Problem pp = pf;
+      if (l2_prep && !simt) {
+        pp.q = rv(q.data(), HK, K);
+        pp.k = rv(k.data(), HK, K);
+        for (auto* x : {&qn, &kn}) std::fill(x->begin(), x->end(), static_cast<T>(NAN));
+        for (auto* x : {&rq, &rk}) std::fill(x->begin(), x->end(), NAN);
+        const int64_t st = int64_t(HK) * K;
+        w.qn_out = OutView{qn.data(), st * p.map.T, st, K};
+        w.kn_out = OutView{kn.data(), st * p.map.T, st, K};
+        w.rq_out = fused_l2 ? rq.data() : nullptr;
+        w.rk_out = fused_l2 ? rk.data() : nullptr;
+      }
       if (p.NCt > 0 && !simt)
         launch(dim3(p.NCt, H), 256, prep_tc_detail::PrepTcLayout<DD>::kBytes,
-               [&] { prep_tc_detail::fast_prep_tc<T, DD>(pf, w); });
+               [&] { prep_tc_detail::fast_prep_tc<T, DD>(pp, w); });
       auto seq = [&](auto vtag) {
         constexpr int VS = decltype(vtag)::value;
         if (p.NCt > 0)
@@ -406,10 +422,14 @@ int run(int argc, char** argv) {
         else if (dvs == 64 || DD == 64) seq2(std::integral_constant<int, 64>{});
         else if constexpr (DD == 128) seq2(std::integral_constant<int, 128>{});
       }
-      if (p.NCt > 0)
-        // Persistent blocks, fewer than items so that each loops (EMU_BLOCKS, default 3).
-        launch(dim3(min(p.NCt * H, getenv("EMU_BLOCKS") ? std::atoi(getenv("EMU_BLOCKS")) : 3)), 256,
-               fast_grads_smem<DD>(), [&] { grads_detail::fast_grads<T, DD>(pf, w); });
+      // Persistent blocks, fewer than items so that each loops (EMU_BLOCKS, default 3); EMU_GRADS=persistent:
+      // the round-2 kernel, default the pipelined one.
+      const unsigned gblocks = min(p.NCt * H, getenv("EMU_BLOCKS") ? std::atoi(getenv("EMU_BLOCKS")) : 3);
+      const bool old_grads = getenv("EMU_GRADS") && std::string(getenv("EMU_GRADS")) == "persistent";
+      if (p.NCt > 0 && old_grads)
+        launch(dim3(gblocks), 256, fast_grads_smem<DD, false>(), [&] { grads_detail::fast_grads<T, DD, false>(pf, w); });
+      if (p.NCt > 0 && !old_grads)
+        launch(dim3(gblocks), 256, fast_grads_smem<DD, true>(), [&] { grads_detail::fast_grads<T, DD, true>(pf, w); });
     };
     if (D == 64) run_d(std::integral_constant<int, 64>{});
     else run_d(std::integral_constant<int, 128>{});

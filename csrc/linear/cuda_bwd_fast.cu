@@ -101,18 +101,30 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   w.rq = static_cast<float*>(part[12]);
   w.rk = static_cast<float*>(part[13]);
 
+  // With the L2 norm, prep (tensor-core version, 16-byte rows) normalises q and k as it loads them;
+  // otherwise a separate kernel does before it.
+  const bool l2_in_prep = p.l2norm && var.l2_in_prep && var.prep_tc && rows16(p.q) && rows16(p.k);
+  Problem p_prep = p;
   if (p.l2norm && qk_rows > 0) {
     T* qn = static_cast<T*>(part[10]);
     T* kn = static_cast<T*>(part[11]);
-    const unsigned blocks = ak::cuda::ceil_div(qk_rows, 8);
-    l2norm_rows<T, D><<<blocks, 256, 0, s>>>(p.q, p.map.T, p.HK, qk_rows, qn, static_cast<float*>(part[12]));
-    l2norm_rows<T, D><<<blocks, 256, 0, s>>>(p.k, p.map.T, p.HK, qk_rows, kn, static_cast<float*>(part[13]));
-    ak::cuda::check_launch("delta_bwd fast: l2norm");
     const int64_t st = static_cast<int64_t>(p.HK) * D;
+    if (l2_in_prep) {
+      w.qn_out = OutView{qn, st * p.map.T, st, D};
+      w.kn_out = OutView{kn, st * p.map.T, st, D};
+      w.rq_out = static_cast<float*>(part[12]);
+      w.rk_out = static_cast<float*>(part[13]);
+    } else {
+      const unsigned blocks = ak::cuda::ceil_div(qk_rows, 8);
+      l2norm_rows<T, D><<<blocks, 256, 0, s>>>(p.q, p.map.T, p.HK, qk_rows, qn, static_cast<float*>(part[12]));
+      l2norm_rows<T, D><<<blocks, 256, 0, s>>>(p.k, p.map.T, p.HK, qk_rows, kn, static_cast<float*>(part[13]));
+      ak::cuda::check_launch("delta_bwd fast: l2norm");
+    }
     p.q = RowView{qn, st * p.map.T, st, D};
     p.k = RowView{kn, st * p.map.T, st, D};
+    if (!l2_in_prep) p_prep = p;
   }
-  if (var.runs(Stage::Prep)) launch_fast_prep<T, D>(p, w, var.prep_tc, s);
+  if (var.runs(Stage::Prep)) launch_fast_prep<T, D>(p_prep, w, var.prep_tc, s);
   if (var.runs(Stage::States)) launch_fast_states<T, D>(p, w, var.vs, s);
   if (var.runs(Stage::DStates)) {
     if (var.dstates_v2) {
@@ -121,7 +133,7 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
       launch_fast_dstates<T, D>(p, w, var.vs, s);
     }
   }
-  if (var.runs(Stage::Grads)) launch_fast_grads<T, D>(p, w, var.grads_persistent, s);
+  if (var.runs(Stage::Grads)) launch_fast_grads<T, D>(p, w, var.grads_persistent, var.grads_pipe, s);
   // The original q and k: the L2-norm backward needs the raw rows.
   if (!direct && var.runs(Stage::All)) launch_reduce_dqk(p0, w.dQh, w.dKh, s);
 }

@@ -27,13 +27,27 @@ struct FastWork {
   // 1 / |x| per row of q and k ([B, T, HK]) when grads writes dq, dk through the L2 norm's backward
   // (group 1, L2 norm in the kernel); else null.
   const float *rq = nullptr, *rk = nullptr;
+  // With the L2 norm done by prep (tensor-core version): where it writes the normalised q and k
+  // ([B, T, HK, D], the views the later stages read) and 1 / |x| per row (rq_out, rk_out: only when
+  // grads needs them, else null). qn_out.p null: prep reads q and k as they are.
+  OutView qn_out, kn_out;
+  float *rq_out = nullptr, *rk_out = nullptr;
 };
 
-// Shared memory of the fused gradient stage, the largest of the four (bytes).
+// Whether the pipelined gradient stage keeps two K buffers (D = 128: one block per multiprocessor
+// either way; at D = 64 a second buffer would cost the second block).
 template <int D>
+constexpr bool grads_two_k() {
+  return D == 128;
+}
+
+// Shared memory of the fused gradient stage, the largest of the four (bytes); Pipe: the pipelined
+// version (cuda_bwd_fast_grads.cuh).
+template <int D, bool Pipe = false>
 constexpr size_t fast_grads_smem() {
   return 2 * (6 * kFastC * (D + 8) + 2 * D * (D + 8) + 3 * kFastC * (kFastC + 8)) +
-         sizeof(float) * (4 * kFastC + 8 * 2 * kFastC + 4 * kFastC + 8 + kFastC);
+         sizeof(float) * (4 * kFastC + 8 * 2 * kFastC + 4 * kFastC + 8 + kFastC) +
+         (Pipe && grads_two_k<D>() ? 2 * kFastC * (D + 8) : 0);
 }
 
 // Launchers; the extra arguments pick a variant (cuda_bwd_variants.h).
@@ -46,6 +60,6 @@ void launch_fast_dstates(const Problem& p, const FastWork<T>& w, int vs, cudaStr
 template <class T, int D>
 void launch_fast_dstates8(const Problem& p, const FastWork<T>& w, int vs, cudaStream_t s);
 template <class T, int D>
-void launch_fast_grads(const Problem& p, const FastWork<T>& w, bool persistent, cudaStream_t s);
+void launch_fast_grads(const Problem& p, const FastWork<T>& w, bool persistent, bool pipe, cudaStream_t s);
 
 }  // namespace ak::linear::cuda::bwd

@@ -88,13 +88,20 @@ __device__ __forceinline__ float2 row_dots(const float (&acc)[1][NT][4], const T
   return make_float2(quad_sum(a), quad_sum(b));
 }
 
-template <class T, int D>
+// Pipe (the default): every tile of the next item is fetched as soon as its buffer is dead, so an
+// item never starts with a wait on device memory: dO, v_new, h, dh' (and K into a second buffer at
+// D = 128) after dw is stored, Q, V, dv_new after the dA product, A after the dL product (needed only
+// at A^T dw). At D = 64 a second K buffer would cost the second block per multiprocessor, so K is
+// fetched at the end of the item. Without Pipe: dO, v_new, h during the WY part, the rest at the
+// start of the item (round 2).
+template <class T, int D, bool Pipe>
 __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem p, FastWork<T> w) {
   constexpr int LD = D + 8, LC = kC + 8, NT = D / 16;
+  constexpr bool kTwoK = Pipe && grads_two_k<D>();
   extern __shared__ __align__(16) unsigned char smraw[];
   T* Qs = reinterpret_cast<T*>(smraw);
-  T* Ks = Qs + kC * LD;
-  T* Vs = Ks + kC * LD;
+  T* Kb = Qs + kC * LD;  // K, or with kTwoK K of even iterations
+  T* Vs = Kb + kC * LD;
   T* dOs = Vs + kC * LD;
   T* Us = dOs + kC * LD;
   T* dUs = Us + kC * LD;
@@ -103,7 +110,8 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
   T* As = dHs + D * LD;  // [64][LC]
   T* T1 = As + kC * LC;
   T* T2 = T1 + kC * LC;
-  float* gc = reinterpret_cast<float*>(T2 + kC * LC);
+  T* Kb2 = T2 + kC * LC;  // kTwoK: K of odd iterations
+  float* gc = reinterpret_cast<float*>(Kb2 + (kTwoK ? kC * LD : 0));
   float* gm = gc + kC;   // e^gc
   float* dec = gm + kC;  // e^(gl - gc)
   float* bt = dec + kC;  // beta
@@ -139,28 +147,82 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
     tile_load<T>(Us, LD, w.U + row * D, D, kC, kC, D, tid, kThreads);
     tile_load<T>(Hs, LD, w.Hs + (static_cast<int64_t>(h) * p.NCt + g) * D * D, D, D, D, D, tid, kThreads);
   };
+  // Pipe's groups, one commit each per item in this order: first (dO, v_new, h, dh', K when kTwoK),
+  // qvdu (Q, V, dv_new), a (A), and without kTwoK k (K).
+  auto issue_k = [&](int item, T* dst) {
+    const int g = item / p.H, hk = (item - g * p.H) / p.group;
+    const int4 ci = p.map.chunk_of(g);
+    tile_load<T>(dst, LD, static_cast<const T*>(p.k.p) + p.k.offset(ci.x, ci.y, hk), p.k.st, kC, ci.z, D, tid,
+                 kThreads);
+  };
+  auto issue_first_pipe = [&](int item, T* kdst) {
+    const int g = item / p.H, h = item - g * p.H;
+    issue_first(item);
+    tile_load<T>(dHs, LD, w.dHs + (static_cast<int64_t>(h) * p.NCt + g) * D * D, D, D, D, D, tid, kThreads);
+    if constexpr (kTwoK) issue_k(item, kdst);
+  };
+  auto issue_qvdu = [&](int item) {
+    const int g = item / p.H, h = item - g * p.H, hk = h / p.group;
+    const int4 ci = p.map.chunk_of(g);
+    const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
+    tile_load<T>(Qs, LD, static_cast<const T*>(p.q.p) + p.q.offset(ci.x, ci.y, hk), p.q.st, kC, ci.z, D, tid,
+                 kThreads);
+    tile_load<T>(Vs, LD, static_cast<const T*>(p.v.p) + p.v.offset(ci.x, ci.y, h), p.v.st, kC, ci.z, D, tid,
+                 kThreads);
+    tile_load<T>(dUs, LD, w.dU + row * D, D, kC, kC, D, tid, kThreads);
+  };
+  auto issue_a = [&](int item) {
+    const int g = item / p.H, h = item - g * p.H;
+    const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
+    tile_load<T>(As, LC, w.A + row * kC, kC, kC, kC, kC, tid, kThreads);
+  };
   int item = blockIdx.x;
-  if (item < items) issue_first(item);
-  cp_async_commit();
-  for (; item < items; item += gridDim.x) {
+  if constexpr (Pipe) {
+    if (item < items) {
+      issue_first_pipe(item, Kb);
+      if constexpr (!kTwoK) issue_k(item, Kb);
+    }
+    cp_async_commit();
+    if (item < items) issue_qvdu(item);
+    cp_async_commit();
+    if (item < items) issue_a(item);
+    cp_async_commit();
+  } else {
+    if (item < items) issue_first(item);
+    cp_async_commit();
+  }
+  for (int iter = 0; item < items; item += gridDim.x, ++iter) {
     const int g = item / p.H, h = item - g * p.H, hk = h / p.group;
     const int4 ci = p.map.chunk_of(g);
     const int len = ci.z;
     const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
-    const int64_t state = (static_cast<int64_t>(h) * p.NCt + g) * D * D;
+    [[maybe_unused]] const int64_t state = (static_cast<int64_t>(h) * p.NCt + g) * D * D;
+    const int next = item + static_cast<int>(gridDim.x);
+    T* Ks = kTwoK && (iter & 1) ? Kb2 : Kb;
 
-    tile_load<T>(Ks, LD, static_cast<const T*>(p.k.p) + p.k.offset(ci.x, ci.y, hk), p.k.st, kC, len, D, tid, kThreads);
-    tile_load<T>(Qs, LD, static_cast<const T*>(p.q.p) + p.q.offset(ci.x, ci.y, hk), p.q.st, kC, len, D, tid, kThreads);
-    tile_load<T>(Vs, LD, static_cast<const T*>(p.v.p) + p.v.offset(ci.x, ci.y, h), p.v.st, kC, len, D, tid, kThreads);
-    tile_load<T>(dUs, LD, w.dU + row * D, D, kC, kC, D, tid, kThreads);
-    tile_load<T>(dHs, LD, w.dHs + state, D, D, D, D, tid, kThreads);
-    tile_load<T>(As, LC, w.A + row * kC, kC, kC, kC, kC, tid, kThreads);
-    cp_async_commit();
+    if constexpr (!Pipe) {
+      tile_load<T>(Ks, LD, static_cast<const T*>(p.k.p) + p.k.offset(ci.x, ci.y, hk), p.k.st, kC, len, D, tid,
+                   kThreads);
+      tile_load<T>(Qs, LD, static_cast<const T*>(p.q.p) + p.q.offset(ci.x, ci.y, hk), p.q.st, kC, len, D, tid,
+                   kThreads);
+      tile_load<T>(Vs, LD, static_cast<const T*>(p.v.p) + p.v.offset(ci.x, ci.y, h), p.v.st, kC, len, D, tid,
+                   kThreads);
+      tile_load<T>(dUs, LD, w.dU + row * D, D, kC, kC, D, tid, kThreads);
+      tile_load<T>(dHs, LD, w.dHs + state, D, D, D, D, tid, kThreads);
+      tile_load<T>(As, LC, w.A + row * kC, kC, kC, kC, kC, tid, kThreads);
+      cp_async_commit();
+    }
     if (tid < kC) {
       gc[tid] = w.gc[row + tid];
       bt[tid] = tid < len ? static_cast<const float*>(p.beta.p)[p.beta.offset(ci.x, ci.y + tid, h)] : 0.f;
     }
-    cp_async_wait<1>();  // dO, v_new, h of this item
+    if constexpr (!Pipe) {
+      cp_async_wait<1>();  // dO, v_new, h of this item
+    } else if constexpr (kTwoK) {
+      cp_async_wait<1>();  // everything but A
+    } else {
+      cp_async_wait<0>();  // K came last
+    }
     __syncthreads();
     const float gl = gc[kC - 1];
     if (tid < kC) {
@@ -193,8 +255,10 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
         dqa[0][nt][2] *= sb;
         dqa[0][nt][3] *= sb;
       }
-      cp_async_wait<0>();  // K, Q, V, dv_new, dh', A
-      __syncthreads();
+      if constexpr (!Pipe) {
+        cp_async_wait<0>();  // K, Q, V, dv_new, dh', A
+        __syncthreads();
+      }
       warp_mma<T, 1, NT, false, true>(dqa, T1, LC, m0, Ks, LD, n0, kC, lane);
       const float2 qd = row_dots<T, NT>(dqa, Qs, LD, rA, n0, lane);
       if (q4 == 0) {
@@ -254,9 +318,18 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
       store_acc<T, 1, NT>(dw, dWs, LD, m0, n0, lane);
     }
     __syncthreads();
-    // dO, v_new and h are dead for this item: fetch the next item's.
-    if (item + static_cast<int>(gridDim.x) < items) issue_first(item + gridDim.x);
-    cp_async_commit();
+    // dO, v_new and h (and dh', the other K buffer) are dead for this item: fetch the next item's.
+    if constexpr (Pipe) {
+      if (next < items) issue_first_pipe(next, (iter & 1) ? Kb : Kb2);
+      cp_async_commit();
+      if constexpr (kTwoK) {
+        cp_async_wait<1>();  // this item's A (committed before the group above)
+        __syncthreads();
+      }
+    } else {
+      if (next < items) issue_first(next);
+      cp_async_commit();
+    }
     {  // A^T dw: dk += diag(beta e^gc) A^T dw; (A^T dw).k
       float acc[1][NT][4];
       zero_acc(acc);
@@ -310,6 +383,10 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
       store_acc<T, 1, 4>(a1, T1, LC, m0, j0, lane);
     }
     __syncthreads();
+    if constexpr (Pipe) {  // Q (as dw), V, dv_new are dead
+      if (next < items) issue_qvdu(next);
+      cp_async_commit();
+    }
     {  // X = dA A^T -> T2
       float x[1][4][4];
       zero_acc(x);
@@ -369,6 +446,10 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
         }
     }
     __syncthreads();
+    if constexpr (Pipe) {  // A is dead
+      if (next < items) issue_a(next);
+      cp_async_commit();
+    }
     warp_mma<T, 1, NT, false, true>(dk, T1, LC, m0, Ks, LD, n0, kC, lane);  // dk += S K
     if (fused_l2) {
       const float2 kf = row_dots<T, NT>(dk, Ks, LD, rA, n0, lane);
@@ -414,6 +495,10 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
       if (i1 < len) dgo[p.dg.offset(ci.x, ci.y + i1, h)] = before + a + b;
     }
     __syncthreads();  // the next item overwrites every tile and row sum
+    if constexpr (Pipe && !kTwoK) {
+      if (next < items) issue_k(next, Kb);
+      cp_async_commit();
+    }
   }
 }
 

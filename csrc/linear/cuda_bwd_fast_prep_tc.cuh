@@ -144,6 +144,38 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 3) fast_prep_tc(Proble
     bg[tid] = bt[tid] * expf(gc[tid]);
     w.gc[row + tid] = gc[tid];
   }
+  if (w.qn_out.p != nullptr) {
+    // The L2 norm of the rows of q and k, in place (the same arithmetic as the separate normalising
+    // kernel); the first value head of each q/k head writes the copies the later stages read.
+    const bool writer = h % p.group == 0;
+#pragma unroll 1
+    for (int r = warp; r < 2 * kC; r += kThreads / 32) {
+      const bool is_k = r >= kC;
+      const int i = is_k ? r - kC : r;
+      T* x = (is_k ? Ks : Qs) + i * LD;
+      constexpr int E = D / 32;
+      float v[E];
+      float ss = 0.f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        v[e] = to_f(x[lane + 32 * e]);
+        ss += v[e] * v[e];
+      }
+      const float rs = rsqrtf(warp_sum(ss) + kL2NormEps);
+      const OutView& dst = is_k ? w.kn_out : w.qn_out;
+      T* o = static_cast<T*>(dst.p) + dst.offset(ci.x, ci.y + i, hk);
+      const bool out = writer && i < len;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        const T y = from_f<T>(v[e] * rs);
+        x[lane + 32 * e] = y;
+        if (out) o[lane + 32 * e] = y;
+      }
+      float* rinv = is_k ? w.rk_out : w.rq_out;
+      if (out && lane == 0 && rinv != nullptr) rinv[(static_cast<int64_t>(ci.x) * p.map.T + ci.y + i) * p.HK + hk] = rs;
+    }
+    __syncthreads();
+  }
 
   // L (row block rb) and P (row block 3 - rb) on the causal n8 tiles nt = par + 2x.
   const int rb = warp & 3, par = warp >> 2, pb = 3 - rb;

@@ -10,8 +10,15 @@
 //   ATTNKIT_LINEAR_BWD_DSTATES = v2 (default) | v1      dstates: 8 warps, everything double-buffered,
 //                                                       or 4 warps (cuda_bwd_fast_states.cuh)
 //   ATTNKIT_LINEAR_BWD_DVS    = auto (default) | 32 | 64 | 128  state columns per block of dstates v2
-//   ATTNKIT_LINEAR_BWD_GRADS  = persistent (default) | grid    grads: resident blocks looping over
-//                                                       items, or one block per item
+//   ATTNKIT_LINEAR_BWD_GRADS  = pipe (default) | persistent | grid    grads: resident blocks looping
+//                                                       over items with every tile of the next item
+//                                                       fetched as its buffer dies (round 3), the same
+//                                                       with only dO, v_new, h fetched early (round 2),
+//                                                       or one block per item
+//   ATTNKIT_LINEAR_BWD_L2NORM = prep (default) | kernel  with the L2 norm in the kernel: prep (tensor-core
+//                                                       version) normalises q and k as it loads them and
+//                                                       writes the copies the later stages read, or a
+//                                                       separate normalising kernel runs first
 //   ATTNKIT_LINEAR_BWD_REDUCE = fused (default) | separate     group 1 with the L2 norm: the norm's
 //                                                       backward inside grads, or the reduce kernel
 //   ATTNKIT_LINEAR_BWD_STOP   = prep | states | dstates | grads    timing only: skip the stages after
@@ -34,6 +41,8 @@ struct Variants {
   bool dstates_v2 = true;
   int dvs = 0;  // 0: automatic
   bool grads_persistent = true;
+  bool grads_pipe = true;
+  bool l2_in_prep = true;
   bool fused_l2 = true;
   Stage stop = Stage::All;
   bool runs(Stage s) const { return static_cast<int>(s) <= static_cast<int>(stop); }
@@ -71,9 +80,15 @@ inline Variants read_variants() {
     else bad("ATTNKIT_LINEAR_BWD_DVS", v, "auto, 32, 64 or 128");
   }
   if (const std::string v = env("ATTNKIT_LINEAR_BWD_GRADS"); !v.empty()) {
-    if (v == "persistent") r.grads_persistent = true;
-    else if (v == "grid") r.grads_persistent = false;
-    else bad("ATTNKIT_LINEAR_BWD_GRADS", v, "persistent or grid");
+    if (v == "pipe") r.grads_pipe = true;
+    else if (v == "persistent") r.grads_pipe = false;
+    else if (v == "grid") r.grads_persistent = r.grads_pipe = false;
+    else bad("ATTNKIT_LINEAR_BWD_GRADS", v, "pipe, persistent or grid");
+  }
+  if (const std::string v = env("ATTNKIT_LINEAR_BWD_L2NORM"); !v.empty()) {
+    if (v == "prep") r.l2_in_prep = true;
+    else if (v == "kernel") r.l2_in_prep = false;
+    else bad("ATTNKIT_LINEAR_BWD_L2NORM", v, "prep or kernel");
   }
   if (const std::string v = env("ATTNKIT_LINEAR_BWD_REDUCE"); !v.empty()) {
     if (v == "fused") r.fused_l2 = true;
