@@ -5,14 +5,19 @@
  * and 256, bf16 and f16) and must match the general path within 0.005 relative RMS (bf16/f16, the
  * tests' rule) with no NaN and a bit-identical second run; then the six benchmark shapes are timed
  * per variant (median ms, stage 1 alone once per shape). Variants are picked through the
- * environment read by csrc/linear/cuda_dispatch.cu: `ATTNKIT_LINEAR_STATE_VARIANT=mma|wgmma` and
- * `ATTNKIT_LINEAR_STATE_BV=32|64|128`, `ATTNKIT_LINEAR_SM90_E=regs`; a variant that does not exist for a head dim falls back to
- * the automatic choice (the table marks those cells with `*`).
+ * environment read by csrc/linear/cuda_dispatch.cu: `ATTNKIT_LINEAR_STATE_VARIANT=mma|wgmma|split`,
+ * `ATTNKIT_LINEAR_STATE_BV=32|64|128`, `ATTNKIT_LINEAR_SM90_E=regs`, `ATTNKIT_LINEAR_CP=auto|P` (context-
+ * parallel stage 2); a variant that does not exist for a head dim falls back to the automatic choice
+ * (the table marks those cells with `*`). Each timing also prints the stage-2 microseconds per chunk
+ * of a sequence (the dependent steps of the plain recurrence); `--profile` then runs the wgmma and
+ * split variants once per shape with `ATTNKIT_LINEAR_STEP_PROFILE=1`, whose per-phase cycle counts
+ * the library prints to stderr. `--variants a,b` times only the named variants.
  *
  * @example
  * ```sh
  * ATTNKIT_LIB=lib/libattnkit.so deno run -A bench/linear_variants.ts --json /tmp/variants.json
  * ATTNKIT_LIB=lib/libattnkit.so deno run -A bench/linear_variants.ts --check-only
+ * ATTNKIT_LIB=lib/libattnkit.so deno run -A bench/linear_variants.ts --variants "wgmma bv128,split bv64" --profile
  * deno run -A bench/linear_variants.ts --device cpu --shapes 0   # the script's plumbing, no GPU
  * ```
  *
@@ -76,9 +81,38 @@ const VARIANTS: Variant[] = [
     },
     dims: [128],
   },
-  // Last: a fault in a new kernel leaves a sticky error, so the older variants run first.
   { name: "auto", env: {}, dims: [64, 128, 256] },
+  // Round 4. Last: a fault in a new kernel leaves a sticky error, so the older variants run first.
+  {
+    name: "wgmma cp auto",
+    env: { ATTNKIT_LINEAR_STATE_VARIANT: "wgmma", ATTNKIT_LINEAR_CP: "auto" },
+    dims: [128, 256],
+  },
+  {
+    name: "wgmma cp3",
+    env: { ATTNKIT_LINEAR_STATE_VARIANT: "wgmma", ATTNKIT_LINEAR_CP: "3" },
+    dims: [128, 256],
+  },
+  {
+    name: "split bv64",
+    env: { ATTNKIT_LINEAR_STATE_VARIANT: "split", ATTNKIT_LINEAR_STATE_BV: "64" },
+    dims: [128],
+  },
+  {
+    name: "split bv128",
+    env: { ATTNKIT_LINEAR_STATE_VARIANT: "split", ATTNKIT_LINEAR_STATE_BV: "128" },
+    dims: [128],
+  },
+  { name: "split", env: { ATTNKIT_LINEAR_STATE_VARIANT: "split" }, dims: [128] },
+  {
+    name: "split cp auto",
+    env: { ATTNKIT_LINEAR_STATE_VARIANT: "split", ATTNKIT_LINEAR_CP: "auto" },
+    dims: [128],
+  },
+  { name: "split cp4", env: { ATTNKIT_LINEAR_STATE_VARIANT: "split", ATTNKIT_LINEAR_CP: "4" }, dims: [128] },
 ];
+// The variants --profile runs (the kernels that record the step profile).
+const PROFILED = ["wgmma bv64", "wgmma bv128", "split bv64", "split bv128", "wgmma cp auto", "split cp auto"];
 
 // "cpu" checks this script's plumbing on a machine without a GPU (every "variant" then runs on the CPU).
 let DEVICE = "cuda";
@@ -88,6 +122,8 @@ const ENV_KEYS = [
   "ATTNKIT_LINEAR_STATE_BV",
   "ATTNKIT_LINEAR_SM90_E",
   "ATTNKIT_LINEAR_PATH",
+  "ATTNKIT_LINEAR_CP",
+  "ATTNKIT_LINEAR_STEP_PROFILE",
 ];
 
 function setEnv(env: Record<string, string>) {
@@ -132,6 +168,17 @@ const CHECKS: Shape[] = [
     l2norm: false,
     initialState: true,
     chunkStates: true,
+  },
+  // Long enough for several chunks per segment when a variant splits sequences (ATTNKIT_LINEAR_CP).
+  {
+    name: "bf16 D128 T=1100 l2 h0",
+    dtype: "bfloat16",
+    B: 2,
+    T: 1100,
+    H: 2,
+    D: 128,
+    l2norm: true,
+    initialState: true,
   },
   {
     name: "bf16 D256 T=150 l2 h0",
@@ -328,7 +375,9 @@ function timeVariants(iterations: number): { lines: string[]; records: TimingRec
     }
   };
   const push = (name: string, cell: string) => cells.get(name)?.push(cell) ?? cells.set(name, [cell]);
+  const stage1 = new Map<string, number>();
   timeAll("stage 1", { ATTNKIT_LINEAR_FAST_STAGES: "prep" }, (s, ms) => {
+    stage1.set(s.name, ms);
     push(s.name, ms.toFixed(3));
     console.log(`stage 1 ${s.name}: ${ms.toFixed(3)} ms`);
   });
@@ -339,7 +388,12 @@ function timeVariants(iterations: number): { lines: string[]; records: TimingRec
       records.push({ shape: s.name, variant: v.name, ms, fallback });
       push(s.name, `${ms.toFixed(3)}${fallback ? "*" : ""}`);
       if (!fallback) best.set(s.name, Math.min(best.get(s.name) ?? Infinity, ms));
-      console.log(`[${v.name}] ${s.name}: ${ms.toFixed(3)} ms`);
+      // Stage 2 per dependent step of the plain recurrence (a chunk of 64 tokens of one sequence).
+      const steps = Math.ceil(s.T / 64), s1 = stage1.get(s.name);
+      const perStep = s1 !== undefined
+        ? `, stage 2 ${((ms - s1) * 1000 / steps).toFixed(2)} us/chunk step`
+        : "";
+      console.log(`[${v.name}] ${s.name}: ${ms.toFixed(3)} ms${perStep}`);
     });
   }
   const head = ["shape", "stage 1", ...VARIANTS.map((v) => v.name), "FLA GDN", "best x FLA"];
@@ -357,6 +411,34 @@ function timeVariants(iterations: number): { lines: string[]; records: TimingRec
   return { lines, records };
 }
 
+/** Runs each profiled variant once per shape with ATTNKIT_LINEAR_STEP_PROFILE=1: the library prints
+ * the mean cycles per phase of a chunk step (per warpgroup) to stderr after each stage-2 launch. */
+function profileVariants() {
+  for (const v of VARIANTS.filter((v) => PROFILED.includes(v.name))) {
+    for (const dims of BENCH) {
+      const s = benchShape(dims);
+      if (!v.dims.includes(s.D)) continue;
+      const x = makeInputs(s);
+      try {
+        setEnv({ ...v.env, ATTNKIT_LINEAR_PATH: "fast" });
+        host1(forward(s, x)); // warm (function attributes, scratch)
+        console.log(`profile [${v.name}] ${s.name}:`);
+        Deno.env.set("ATTNKIT_LINEAR_STEP_PROFILE", "1");
+        host1(forward(s, x));
+      } catch (e) {
+        console.log(
+          `profile [${v.name}] ${s.name}: error: ${
+            (e instanceof Error ? e.message : String(e)).split("\n")[0]
+          }`,
+        );
+      } finally {
+        setEnv({});
+        dispose(x);
+      }
+    }
+  }
+}
+
 function host1(o: ForwardOutputs) {
   for (const t of Object.values(o)) t?.dispose();
 }
@@ -370,8 +452,16 @@ if (import.meta.main) {
       json: { type: "string" },
       device: { type: "string", default: "cuda" },
       shapes: { type: "string", default: "6" },
+      variants: { type: "string" },
+      profile: { type: "boolean", default: false },
     },
   });
+  if (values.variants) {
+    const wanted = values.variants.split(",").map((n) => n.trim());
+    const unknown = wanted.filter((n) => !VARIANTS.some((v) => v.name === n));
+    if (unknown.length > 0) throw new Error(`--variants: unknown ${unknown.join(", ")}`);
+    VARIANTS.splice(0, VARIANTS.length, ...VARIANTS.filter((v) => wanted.includes(v.name)));
+  }
   DEVICE = values.device!;
   if (DEVICE === "cuda" && !cudaAvailable()) {
     console.error("linear_variants: no CUDA device");
@@ -390,6 +480,7 @@ if (import.meta.main) {
       `\n${timing.lines.join("\n")}\n(ms, median; * = that variant does not exist at this D and ran auto)`,
     );
   }
+  if (values.profile && DEVICE === "cuda") profileVariants();
   if (values.json) {
     await Deno.writeTextFile(
       values.json,

@@ -14,15 +14,24 @@
 // ATTNKIT_LINEAR_FAST_STAGES=prep (timing only) stops the fast path after stage 1, leaving the
 // outputs unwritten, so bench/linear_selfcheck.ts can time the two stages apart.
 // Stage-2 variants (for measuring; bench/linear_variants.ts times them):
-//   ATTNKIT_LINEAR_STATE_VARIANT=auto|mma|wgmma   auto: wgmma (cuda_fwd_chunk_state_sm90.cuh) on
+//   ATTNKIT_LINEAR_STATE_VARIANT=auto|mma|wgmma|split   auto: wgmma (cuda_fwd_chunk_state_sm90.cuh) on
 //     compute capability 9.0 for D = 128 and 256, else mma.sync (cuda_fwd_chunk_state.cuh); wgmma
-//     where it cannot run (D = 64, not sm_90) falls back to mma.
+//     where it cannot run (D = 64, not sm_90) falls back to mma. split: the wgmma kernel with the
+//     warpgroups split into the state chain and the output (cuda_fwd_chunk_state_split.cuh), D = 128
+//     (elsewhere as wgmma).
 //   ATTNKIT_LINEAR_STATE_BV=32|64|128   the V tile, when the chosen kernel has it for this D (mma:
 //     D 64: 32/64, D 128: 32/64/128, D 256: 32/64; wgmma: D 128: 64/128, D 256: 64); else ignored.
 //   ATTNKIT_LINEAR_SM90_E=regs   wgmma kernel, D = 128: the state update takes K^T from registers
 //     (ldmatrix.trans) instead of reading it M-major from shared memory.
+//   ATTNKIT_LINEAR_CP=off|auto|P   context-parallel stage 2 (wgmma kernel, no chunk_states): each
+//     sequence cut into P segments, summarised in parallel, combined, then rerun for the output
+//     (cuda_fwd_segments.cuh). Default off; auto picks P (or none) from the block count.
+//   ATTNKIT_LINEAR_STEP_PROFILE=1   the wgmma kernel records clock64() per phase of a chunk step for
+//     its first blocks; each stage-2 launch then synchronizes and prints mean cycles per phase and
+//     step to stderr (timing runs should leave it off).
 // delta_bwd lives in cuda_bwd.cu.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -210,7 +219,7 @@ int pick_vtile_sm90(int D, int64_t units, const cudaDeviceProp& prop) {
   return best;
 }
 
-enum class StateKernel { Mma, Wgmma };
+enum class StateKernel { Mma, Wgmma, Split };
 struct StatePlan {
   StateKernel kernel = StateKernel::Mma;
   int vt = 0;  // 0: no kernel fits
@@ -225,10 +234,11 @@ int env_int(const char* name) {
 StatePlan plan_state(int D, int64_t units, const cudaDeviceProp& prop) {
   const char* variant = std::getenv("ATTNKIT_LINEAR_STATE_VARIANT");
   const bool want_mma = variant != nullptr && std::strcmp(variant, "mma") == 0;
-  if (variant != nullptr && *variant != '\0' && !want_mma && std::strcmp(variant, "wgmma") != 0 &&
+  const bool want_split = variant != nullptr && std::strcmp(variant, "split") == 0;
+  if (variant != nullptr && *variant != '\0' && !want_mma && !want_split && std::strcmp(variant, "wgmma") != 0 &&
       std::strcmp(variant, "auto") != 0) {
     fail(AK_ERR_INVALID_ARGUMENT,
-         std::string("ATTNKIT_LINEAR_STATE_VARIANT: expected auto, mma or wgmma, got ") + variant);
+         std::string("ATTNKIT_LINEAR_STATE_VARIANT: expected auto, mma, wgmma or split, got ") + variant);
   }
   const int bv = env_int("ATTNKIT_LINEAR_STATE_BV");
   StatePlan plan;
@@ -237,12 +247,166 @@ StatePlan plan_state(int D, int64_t units, const cudaDeviceProp& prop) {
     const int smem = state_sm90_smem(D, bv);
     plan.vt = smem != 0 && smem <= static_cast<int>(prop.sharedMemPerBlockOptin) ? bv
                                                                                    : pick_vtile_sm90(D, units, prop);
+    if (want_split && D == 128) plan.kernel = StateKernel::Split;  // same shared-memory fit (226 KB at VT 128)
     if (plan.vt != 0) return plan;
   }
   plan.kernel = StateKernel::Mma;
   const int smem = state_smem(D, bv);
   plan.vt = smem != 0 && smem <= static_cast<int>(prop.sharedMemPerBlockOptin) ? bv : pick_vtile(D, units, prop);
   return plan;
+}
+
+// ---- context-parallel stage 2 ----
+
+struct SegmentPlan {
+  int P = 1;           // segments; 1: the plain recurrence
+  int seg_chunks = 0;  // chunks per segment
+  int vt1 = 0, vt2 = 0;  // V tiles of pass 1 (summaries) and pass 2 (outputs)
+};
+
+// Microseconds a chunk step takes (fixed latency plus a little per V column), the cost model of the
+// choices below: the two-role wgmma kernel as measured in round 3 on the H200, the split kernel as
+// predicted for round 4 (bench/NOTES_linear.md).
+double step_us(StateKernel kernel, int vt) {
+  return kernel == StateKernel::Split ? 0.6 + 0.008 * vt : 3.4 + 0.023 * vt;
+}
+
+// The cheaper V tile for a pass of `jobs` block rows, and its cost in step-microseconds per chunk.
+int segment_pass_vtile(StateKernel kernel, int D, int64_t jobs, int bv, const cudaDeviceProp& prop, double& cost) {
+  int best = 0;
+  cost = 1e300;
+  for (int vt : {128, 64}) {
+    const int smem = state_sm90_smem(D, vt);
+    if (smem == 0 || smem > static_cast<int>(prop.sharedMemPerBlockOptin) || (bv != 0 && bv != vt)) continue;
+    const int64_t blocks = jobs * (D / vt);
+    const double waves = static_cast<double>((blocks + prop.multiProcessorCount - 1) / prop.multiProcessorCount);
+    const double c = waves * step_us(kernel, vt);
+    if (c < cost * 0.999) cost = c, best = vt;
+  }
+  return best;
+}
+
+// The segment plan of a call served by the wgmma kernel (ATTNKIT_LINEAR_CP, see the top).
+SegmentPlan plan_segments(const DeltaFwd& a, const StatePlan& state, const cudaDeviceProp& prop) {
+  SegmentPlan plan;
+  const DeltaProblem& p = a.p;
+  const char* env = std::getenv("ATTNKIT_LINEAR_CP");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "off") == 0 || std::strcmp(env, "0") == 0) return plan;
+  const bool automatic = std::strcmp(env, "auto") == 0;
+  const int forced = automatic ? 0 : std::atoi(env);
+  if (!automatic && forced < 1) {
+    fail(AK_ERR_INVALID_ARGUMENT, std::string("ATTNKIT_LINEAR_CP: expected off, auto or a segment count, got ") + env);
+  }
+  if (state.kernel == StateKernel::Mma || a.chunk_states != nullptr || forced == 1) return plan;
+  int64_t longest = 0;  // chunks of the longest sequence
+  if (!p.varlen) {
+    longest = (p.T + kFastChunk - 1) / kFastChunk;
+  } else {
+    for (int64_t n = 0; n < p.N; ++n) {
+      longest = std::max<int64_t>(longest, (p.seq_start[n + 1] - p.seq_start[n] + kFastChunk - 1) / kFastChunk);
+    }
+  }
+  const int D = static_cast<int>(p.K);
+  const int bv = env_int("ATTNKIT_LINEAR_STATE_BV");
+  const int64_t units = p.N * p.H;
+  double best = 1e300;
+  if (automatic) {
+    double c0;
+    segment_pass_vtile(state.kernel, D, units, state.vt, prop, c0);
+    best = c0 * static_cast<double>(longest) * 0.9;  // a split must win by 10%
+  }
+  for (int P = automatic ? 2 : forced; P <= (automatic ? 16 : forced); ++P) {
+    const int64_t seg = (longest + P - 1) / P;
+    if (automatic && seg < 4) break;
+    double c1, c2;
+    const int vt1 = segment_pass_vtile(state.kernel, D, units * 2 * (P - 1), bv, prop, c1);
+    const int vt2 = segment_pass_vtile(state.kernel, D, units * (P - 1), bv, prop, c2);
+    if (vt1 == 0 || vt2 == 0) continue;
+    const double cost = static_cast<double>(seg) * (c1 + c2) + 3.0 * (P - 1);  // + the combine's products
+    if (!automatic || cost < best) {
+      best = cost;
+      plan.P = P;
+      plan.seg_chunks = static_cast<int>(std::max<int64_t>(1, seg));
+      plan.vt1 = vt1;
+      plan.vt2 = vt2;
+    }
+  }
+  return plan;
+}
+
+// ---- step profile (ATTNKIT_LINEAR_STEP_PROFILE=1) ----
+
+class StepProfiler {
+ public:
+  explicit StepProfiler(int device) : device_(device) {
+    const char* env = std::getenv("ATTNKIT_LINEAR_STEP_PROFILE");
+    if (env == nullptr || std::strcmp(env, "1") != 0) return;
+    AK_CUDA_CHECK(cudaMalloc(&slots_, kBytes));
+  }
+  ~StepProfiler() {
+    if (slots_) cudaFree(slots_);
+  }
+  StepProfiler(const StepProfiler&) = delete;
+  StepProfiler& operator=(const StepProfiler&) = delete;
+
+  // The buffer for the next launch (cleared), or nullptr when off.
+  unsigned long long* arm(cudaStream_t stream) {
+    if (slots_) AK_CUDA_CHECK(cudaMemsetAsync(slots_, 0, kBytes, stream));
+    return slots_;
+  }
+  // Waits for the launch and prints mean cycles per phase and step, per warpgroup.
+  void report(const char* label, bool split, cudaStream_t stream) {
+    if (!slots_) return;
+    unsigned long long host[kProfileBlocks * 2 * kProfileSlots];
+    AK_CUDA_CHECK(cudaMemcpyAsync(host, slots_, kBytes, cudaMemcpyDeviceToHost, stream));
+    AK_CUDA_CHECK(cudaStreamSynchronize(stream));
+    int khz = 0;
+    AK_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device_));
+    // Phase names (the kernels' comments say where the stamps are): the two-role kernel, per warpgroup
+    // (W rows | Q rows), and the split kernel's chain and output warpgroups.
+    static const char* const kTwoRole[10] = {"wait-loads", "S1",   "issue-loads", "issue-WS|P+QS", "WS|P-done",
+                                             "U,Ud|Pscale+QS", "S2", "e(+PU)",    "O-store",       "Sb-store"};
+    static const char* const kChain[10] = {"loads+bar", "issue-WS", "EMPTY+issue-loads", "WS-wait", "U,Ud",
+                                           "fence+bar", "e+issue-q,u", "Sb-store",          "-",       "-"};
+    static const char* const kOutput[10] = {"FULL-wait", "issue-P+QS", "rq", "P-wait", "Pscale+QS",
+                                            "UB-wait",   "PU",         "O-store", "-",  "-"};
+    for (int wg = 0; wg < 2; ++wg) {
+      const char* const* names = !split ? kTwoRole : wg == 0 ? kChain : kOutput;
+      double sum[kProfileSlots] = {};
+      for (int b = 0; b < kProfileBlocks; ++b) {
+        for (int k = 0; k < kProfileSlots; ++k) sum[k] += static_cast<double>(host[(b * 2 + wg) * kProfileSlots + k]);
+      }
+      const double steps = sum[kProfileSlots - 1];
+      if (steps == 0) continue;
+      double total = 0;
+      std::string line;
+      for (int k = 0; k < 10; ++k) {
+        total += sum[k] / steps;
+        if (split && k >= 8) continue;
+        line += std::string(" ") + names[k] + " " + std::to_string(static_cast<long long>(sum[k] / steps + 0.5));
+      }
+      std::fprintf(stderr, "step profile [%s] wg%d (%.0f steps over %d blocks), cycles/step:%s | total %.0f = %.2f us at %d MHz\n",
+                   label, wg, steps, kProfileBlocks, line.c_str(), total, total / (khz * 1e-3), khz / 1000);
+    }
+  }
+
+ private:
+  static constexpr size_t kBytes = sizeof(unsigned long long) * kProfileBlocks * 2 * kProfileSlots;
+  int device_;
+  unsigned long long* slots_ = nullptr;
+};
+
+template <class T, int D>
+void launch_sm90_vt(const StateParams<T>& sp, StateKernel kernel, int vt, cudaStream_t stream) {
+  if constexpr (D == 128) {
+    if (kernel == StateKernel::Split) {
+      if (vt == 128) return launch_chunk_state_split<T, D, 128>(sp, stream);
+      return launch_chunk_state_split<T, D, 64>(sp, stream);
+    }
+    if (vt == 128) return launch_chunk_state_sm90<T, D, 128>(sp, stream);
+    return launch_chunk_state_sm90<T, D, 64>(sp, stream);
+  }
+  if constexpr (D == 256) return launch_chunk_state_sm90<T, D, 64>(sp, stream);
 }
 
 // Why the fast path cannot serve this call, or nullptr when it can.
@@ -341,16 +505,51 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
   sp.l2norm = p.l2norm;
   const char* e_mode = std::getenv("ATTNKIT_LINEAR_SM90_E");
   sp.e_from_registers = e_mode != nullptr && std::strcmp(e_mode, "regs") == 0;
-  const StatePlan plan = plan_state(D, static_cast<int64_t>(N) * H, ak::cuda::props(device));
-  if constexpr (D == 128) {
-    if (plan.kernel == StateKernel::Wgmma) {
-      if (plan.vt == 128) return launch_chunk_state_sm90<T, D, 128>(sp, stream);
-      return launch_chunk_state_sm90<T, D, 64>(sp, stream);
+  const cudaDeviceProp& prop = ak::cuda::props(device);
+  const StatePlan plan = plan_state(D, static_cast<int64_t>(N) * H, prop);
+  if constexpr (D == 128 || D == 256) {
+    if (plan.kernel != StateKernel::Mma) {
+      StepProfiler profiler(device);
+      const bool split = plan.kernel == StateKernel::Split;
+      const char* kname = split ? "split" : "wgmma";
+      const SegmentPlan seg = plan_segments(a, plan, prop);
+      char label[96];
+      if (seg.P <= 1) {
+        sp.profile = profiler.arm(stream);
+        launch_sm90_vt<T, D>(sp, plan.kernel, plan.vt, stream);
+        std::snprintf(label, sizeof label, "%s D%d VT%d", kname, D, plan.vt);
+        profiler.report(label, split, stream);
+        return;
+      }
+      // Context-parallel: summaries of every segment, entry states, outputs of segments 1 .. P - 1.
+      const int pm = seg.P - 1;
+      const size_t summary = round_up(static_cast<size_t>(N) * H * pm * D * D * sizeof(float));
+      ak::cuda::Scratch states(device, 3 * summary);
+      unsigned char* sb = states.as<unsigned char>();
+      sp.seg_count = seg.P;
+      sp.seg_chunks = seg.seg_chunks;
+      sp.seg_fwd = reinterpret_cast<float*>(sb);
+      sp.seg_tr = reinterpret_cast<float*>(sb + summary);
+      float* entry = reinterpret_cast<float*>(sb + 2 * summary);
+      sp.seg_entry = entry;
+      sp.seg_pass = 1;
+      sp.profile = profiler.arm(stream);
+      launch_sm90_vt<T, D>(sp, plan.kernel, seg.vt1, stream);
+      std::snprintf(label, sizeof label, "%s cp pass 1 P%d x%d chunks D%d VT%d", kname, seg.P, seg.seg_chunks, D,
+                    seg.vt1);
+      profiler.report(label, split, stream);
+      launch_segment_combine(sp.seg_fwd, sp.seg_tr, entry, N, H, D, pm, stream);
+      sp.seg_pass = 2;
+      sp.profile = profiler.arm(stream);
+      launch_sm90_vt<T, D>(sp, plan.kernel, seg.vt2, stream);
+      std::snprintf(label, sizeof label, "%s cp pass 2 P%d x%d chunks D%d VT%d", kname, seg.P, seg.seg_chunks, D,
+                    seg.vt2);
+      profiler.report(label, split, stream);
+      return;
     }
-    if (plan.vt == 128) return launch_chunk_state<T, D, 128>(sp, stream);
   }
-  if constexpr (D == 256) {
-    if (plan.kernel == StateKernel::Wgmma) return launch_chunk_state_sm90<T, D, 64>(sp, stream);
+  if constexpr (D == 128) {
+    if (plan.vt == 128) return launch_chunk_state<T, D, 128>(sp, stream);
   }
   if (plan.vt == 64) return launch_chunk_state<T, D, 64>(sp, stream);
   launch_chunk_state<T, D, 32>(sp, stream);

@@ -22,6 +22,7 @@
 #include "cuda_fwd_kernels.h"
 #include "cuda_fwd_layouts.h"
 #include "cuda_fwd_mma.cuh"
+#include "cuda_fwd_segments.cuh"
 #include "cuda_fwd_sm90.cuh"
 #include "cuda_fwd_wgmma.cuh"
 
@@ -30,6 +31,31 @@ namespace ak::linear::cuda::fwd {
 constexpr int kSm90StateThreads = 256;
 
 __device__ __forceinline__ void st_pair_at(unsigned char* addr, uint32_t v) { *reinterpret_cast<uint32_t*>(addr) = v; }
+
+// Step profile (StateParams::profile): thread 0 of each warpgroup of a profiled block adds the cycles
+// since its previous stamp to the phase's slot; off (prof == nullptr) it costs one uniform branch.
+struct StepClock {
+  unsigned long long* prof = nullptr;
+  long long last = 0;
+  __device__ __forceinline__ void start() {
+    if (prof) last = clock64();
+  }
+  __device__ __forceinline__ void stamp(int phase) {
+    if (prof) {
+      const long long now = clock64();
+      atomicAdd(prof + phase, static_cast<unsigned long long>(now - last));
+      last = now;
+    }
+  }
+  __device__ __forceinline__ void step() {
+    if (prof) atomicAdd(prof + kProfileSlots - 1, 1ull);
+  }
+};
+__device__ __forceinline__ unsigned long long* profile_slots(unsigned long long* profile, int wg) {
+  const int block = blockIdx.y * gridDim.x + blockIdx.x;
+  if (profile == nullptr || block >= kProfileBlocks || (threadIdx.x & 127) != 0) return nullptr;
+  return profile + (block * 2 + wg) * kProfileSlots;
+}
 
 // Named barrier over `threads` threads (id 0 is __syncthreads).
 __device__ __forceinline__ void named_sync(int id, int threads) {
@@ -68,11 +94,12 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
   const int h = blockIdx.y, hk = h / p.group;
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int g8 = lane >> 2, t4 = lane & 3;
-  int row, begin, end, first;
-  p.map.sequence(n, row, begin, end, first);
+  const StateJob job = state_job(p, n, h, D);
+  const int row = job.row, begin = job.begin, end = job.end, first = job.first;
   const int chunks = (end - begin + 63) / 64;
   const int64_t DD = static_cast<int64_t>(D) * D;
-  const int64_t state_off = (static_cast<int64_t>(n) * p.H + h) * DD;
+  StepClock clk;
+  clk.prof = profile_slots(p.profile, wg);
 
   // Accumulator element i of a 64 x N tile: row 16 warp + g8 + 8 ((i >> 1) & 1), column
   // 8 (i >> 2) + 2 t4 + (i & 1). This warpgroup's S rows: 64 (wg kMS + ms) + that row.
@@ -86,15 +113,19 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
 #pragma unroll
     for (int i = 0; i < kNA; i += 2) {
       float2 v = make_float2(0.f, 0.f);
-      if (p.initial_state) {
-        v = *reinterpret_cast<const float2*>(p.initial_state + state_off + s_row(ms, i) * D + vt0 + acc_col(i));
+      if (job.init) {
+        v = *reinterpret_cast<const float2*>(job.init + s_row(ms, i) * D + vt0 + acc_col(i));
+      } else if (job.identity) {
+        v.x = s_row(ms, i) == vt0 + acc_col(i) ? 1.f : 0.f;
+        v.y = s_row(ms, i) == vt0 + acc_col(i) + 1 ? 1.f : 0.f;
       }
       S[ms][i] = v.x;
       S[ms][i + 1] = v.y;
     }
   }
-  float* const chunk_states =
-      p.chunk_states ? p.chunk_states + (static_cast<int64_t>(n) * p.H + h) * (p.map.NC + 1) * DD : nullptr;
+  float* const chunk_states = p.chunk_states && job.chunk_states
+                                  ? p.chunk_states + (static_cast<int64_t>(n) * p.H + h) * (p.map.NC + 1) * DD
+                                  : nullptr;
   auto store_state = [&](float* dst) {
 #pragma unroll
     for (int ms = 0; ms < kMS; ++ms) {
@@ -147,8 +178,10 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
     const T* usrc = src_u(c);
     async_tile_sw128<D>(sbase + Lay::kW + buf * Lay::kTileD, 64,
                         [&](int r) { return wsrc + static_cast<int64_t>(r) * D; }, tid);
-    async_tile_sw128<VT>(sbase + Lay::kU + buf * Lay::kTileV, 64,
-                         [&](int r) { return usrc + static_cast<int64_t>(r) * D; }, tid);
+    if (!job.zero_u) {
+      async_tile_sw128<VT>(sbase + Lay::kU + buf * Lay::kTileV, 64,
+                           [&](int r) { return usrc + static_cast<int64_t>(r) * D; }, tid);
+    }
   };
   // Single-buffered q, w, u (kSQ == 1): warpgroup `wg` reloads one of them for chunk c + 1 once all
   // of its threads are past their reads (named barrier 1 + wg over its 128 threads).
@@ -162,6 +195,7 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
         async_tile_sw128<D, 128>(sbase + Lay::kW, 64, [&](int r) { return wsrc + static_cast<int64_t>(r) * D; },
                                  wtid);
       } else if (which == 1) {
+        if (job.zero_u) return;
         const T* usrc = src_u(c + 1);
         async_tile_sw128<VT, 128>(sbase + Lay::kU, 64, [&](int r) { return usrc + static_cast<int64_t>(r) * D; },
                                   wtid);
@@ -185,16 +219,23 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
   const uint64_t desc_ub = desc_sw128(sbase + Lay::kUb, 64 * 128, 1024);
   const uint64_t desc_ud = desc_sw128(sbase + Lay::kUd, 64 * 128, 1024);
 
+  // Profile phases (cuda_dispatch.cu names them): 0 wait for loads, 1 barrier S1, 2 issue of the next
+  // chunk's loads, 3 issue of (b) [and (a)], 4 wait for WS [P], 5 element-wise (c) [P scaling, QS wait
+  // and scaling], 6 barrier S2, 7 (e) [and (d)] issue and wait, 8 output stores, 9 Sb (+ chunk state).
+  clk.start();
   for (int c = 0; c < chunks; ++c) {
     cp_async_wait_all();
     fence_proxy_async();
+    clk.stamp(0);
     __syncthreads();  // S1: chunk c's tiles and Sb are visible to every wgmma; chunk c - 1 is done
+    clk.stamp(1);
     const int kb = c & 1, qb = Lay::kSQ == 2 ? (c & 1) : 0;
     if (c + 1 < chunks) {
       issue_k(c + 1, kb ^ 1);
       if constexpr (Lay::kSQ == 2) issue_qwu(c + 1, qb ^ 1);
     }
     cp_async_commit();
+    clk.stamp(2);
     int t0, len;
     chunk_rows(c, t0, len);
     const uint32_t sQ = sbase + Lay::kQ + qb * Lay::kTileD;
@@ -216,6 +257,7 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
         LinWgmma<VT, T>::template ss<0, 1>(acc, dw + kmajor_step(64, kk), desc_sb + mnmajor_step(kk), kk > 0);
       }
       wg_commit();
+      clk.stamp(3);
       float di[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -224,18 +266,20 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
       }
       wg_wait<0>();
       fence_regs(acc);
+      clk.stamp(4);
       reload(c, 0);
       // (c) U = u - WS and Ud = U rk e^(gL - gc), both 16-bit, to shared memory.
 #pragma unroll
       for (int i = 0; i < kNA; i += 2) {
         const uint32_t off = sw128_offset(64, acc_row(i), acc_col(i));
-        const float2 uv = unpack2<T>(*reinterpret_cast<const uint32_t*>(uS + off));
+        const float2 uv = job.zero_u ? make_float2(0.f, 0.f) : unpack2<T>(*reinterpret_cast<const uint32_t*>(uS + off));
         const float x0 = uv.x - acc[i], x1 = uv.y - acc[i + 1];
         const float d = di[(i >> 1) & 1];
         st_pair_at(base + Lay::kUb + off, pack2<T>(x0, x1));
         st_pair_at(base + Lay::kUd + off, pack2<T>(x0 * d, x1 * d));
       }
       reload(c, 1);
+      clk.stamp(5);
     } else {
       // (a) P = Q K^T, then (b) QS = Q Sb, as two groups so P's scaling overlaps QS.
       float pacc[32];
@@ -251,6 +295,7 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
         LinWgmma<VT, T>::template ss<0, 1>(acc, dq + kmajor_step(64, kk), desc_sb + mnmajor_step(kk), kk > 0);
       }
       wg_commit();
+      clk.stamp(3);
       // Row factors: scale rq_i (1/|q_i| with the L2 norm; four lanes share a row).
       float rq[2];
 #pragma unroll
@@ -279,6 +324,7 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
       }
       wg_wait<1>();
       fence_regs(pacc);
+      clk.stamp(4);
 #pragma unroll
       for (int i = 0; i < 32; i += 2) {
         const int ti = acc_row(i), tj = acc_col(i);
@@ -300,9 +346,11 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
           acc[i + 1] *= si;
         }
       }
+      clk.stamp(5);
     }
     fence_proxy_async();
     __syncthreads();  // S2: U and Ud are visible; q, w and u of chunk c are consumed
+    clk.stamp(6);
     if constexpr (Lay::kSQ == 1) cp_async_commit();
 
     // (e) S <- e^gL S + K^T Ud (this warpgroup's rows), then (d) O = QS + P U on warpgroup 1.
@@ -363,8 +411,9 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
     fence_regs(pf);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) fence_regs(kf[kk]);
+    clk.stamp(7);
 
-    if (wg == 1) {
+    if (wg == 1 && job.output) {
 #pragma unroll
       for (int i = 0; i < kNA; i += 2) {
         const int ti = acc_row(i);
@@ -373,10 +422,13 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
         }
       }
     }
+    clk.stamp(8);
     store_sb();  // read by (b) of the next chunk, after its S1 (this chunk's (b) finished before S2)
     if (chunk_states) store_state(chunk_states + static_cast<int64_t>(c + 1) * DD);
+    clk.stamp(9);
+    clk.step();
   }
-  if (p.final_state) store_state(p.final_state + state_off);
+  if (job.fin) store_state(job.fin);
 #else
   (void)p;
 #endif
@@ -388,7 +440,8 @@ void launch_chunk_state_sm90(const StateParams<T>& p, cudaStream_t stream) {
   constexpr int kSmem = Sm90StateLayout<D, VT>::kAlloc;
   auto kernel = chunk_state_sm90_kernel<T, D, VT>;
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  const dim3 grid(static_cast<unsigned>(p.N * (D / VT)), static_cast<unsigned>(p.H));
+  const int jobs = p.seg_pass == 0 ? p.N : p.N * (p.seg_pass == 1 ? 2 : 1) * (p.seg_count - 1);
+  const dim3 grid(static_cast<unsigned>(jobs * (D / VT)), static_cast<unsigned>(p.H));
   kernel<<<grid, kSm90StateThreads, kSmem, stream>>>(p);
   ak::cuda::check_launch("chunk_state_sm90_kernel");
 }

@@ -103,12 +103,38 @@ struct StateParams {
   // wgmma kernel only: (e) takes K^T from registers (ldmatrix.trans + wgmma with A in registers)
   // instead of reading it M-major from shared memory.
   bool e_from_registers = false;
+  // wgmma kernels only. Step profile (ATTNKIT_LINEAR_STEP_PROFILE=1): the first kProfileBlocks blocks
+  // add each phase's clock64() cycles into profile[(block * 2 + warpgroup) * kProfileSlots + phase]
+  // (slot kProfileSlots - 1 counts the steps); nullptr: off.
+  unsigned long long* profile = nullptr;
+  // wgmma kernels only. Segment jobs of the context-parallel stage 2 (seg_pass 0: one job per
+  // sequence, the plain recurrence). Every sequence is cut into seg_count segments of seg_chunks
+  // chunks (later ones may be short or empty), and with Pm = seg_count - 1:
+  //   seg_pass 1: 2 Pm jobs per sequence: forward runs of segments 0 .. Pm - 1 (segment 0 from the
+  //     initial state, writing its output; the others from zero, no output), end states to seg_fwd
+  //     [N, H, Pm, D, D]; then transitions of segments 1 .. Pm (from the identity with u = 0, no
+  //     output), to seg_tr [N, H, Pm, D, D]: S_end = M S_start + N for every segment.
+  //   seg_pass 2: Pm jobs per sequence: segments 1 .. Pm from their entry states seg_entry
+  //     [N, H, Pm, D, D], writing the output (the last one the final state).
+  int seg_pass = 0, seg_count = 1, seg_chunks = 0;
+  float *seg_fwd = nullptr, *seg_tr = nullptr;
+  const float* seg_entry = nullptr;
 };
+constexpr int kProfileBlocks = 8;
+constexpr int kProfileSlots = 16;
 template <class T, int D, int VT>
 void launch_chunk_state(const StateParams<T>& p, cudaStream_t stream);
 // The same on Hopper with wgmma (sm_90a only; D in {128, 256}, VT a multiple of 64).
 template <class T, int D, int VT>
 void launch_chunk_state_sm90(const StateParams<T>& p, cudaStream_t stream);
+// The same with the warpgroups split by role (cuda_fwd_chunk_state_split.cuh; D = 128, VT 64/128).
+template <class T, int D, int VT>
+void launch_chunk_state_split(const StateParams<T>& p, cudaStream_t stream);
+// Entry states of the context-parallel stage 2: entry[j - 1] of segment j = 1 .. Pm is fwd[0] for
+// j = 1 and tr[j - 2] entry[j - 2] + fwd[j - 1] after (fp32, per sequence and head; arrays as in
+// StateParams::seg_*).
+void launch_segment_combine(const float* fwd, const float* tr, float* entry, int N, int H, int D, int Pm,
+                            cudaStream_t stream);
 // Whether the library holds sm_90a machine code of the wgmma kernel for the current device (a build
 // without sm_90a would run an empty body from PTX).
 bool chunk_state_sm90_built();

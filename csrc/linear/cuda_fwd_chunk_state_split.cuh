@@ -1,0 +1,387 @@
+// Stage 2 on Hopper with the warpgroups split by role ("split", ATTNKIT_LINEAR_STATE_VARIANT=split):
+// the same recurrence and roundings as cuda_fwd_chunk_state_sm90.cuh, but the state's dependency
+// chain runs on one warpgroup that never waits for the output work.
+//
+// Round 3 measured ~10,000 cycles a chunk step where the products need ~2,000: in the two-role kernel
+// every step has two full-block barriers, so the chain S -> W S -> U -> K^T Ud -> S also waits for the
+// output side (P = Q K^T and its 32 exponentials a thread, Q S, P U, the output stores). Here:
+//   warpgroup 0 (the chain, all D rows of S in its registers):
+//     wait for chunk c's loads, publish them (FULL), WS = W Sb, issue the loads of chunk c + 1,
+//     U = u - WS (to Ub, for the output side) and Ud = U rk e^(gL - gc), publish Ub (UB),
+//     S <- e^gL S + K^T Ud, Sb <- S (the other Sb buffer).
+//   warpgroup 1 (the output, one chunk behind at most):
+//     after FULL: P = Q K^T, QS = Q Sb (scaled), after UB: O = QS + P U, then frees the chunk's
+//     buffers (EMPTY) and stores O.
+// Q, K, W, gc, rk, Sb and Ub are double buffered by chunk parity (the output side may still read
+// chunk c while the chain works on c + 1); u and Ud are single (only the chain reads them). The three
+// hand-offs are named barriers with arrive (producer) / sync (consumer) pairs, one id per buffer, so an
+// id is never re-armed before its previous phase completed. Jobs without output (context-parallel
+// summaries) run the chain alone.
+#pragma once
+
+#include "../cuda/runtime.cuh"
+#include "cuda_fwd_chunk_state_sm90.cuh"
+
+namespace ak::linear::cuda::fwd {
+
+// Bytes from a 1024-aligned base; tiles are 128-byte swizzled panels as in Sm90StateLayout.
+template <int D, int VT>
+struct Sm90SplitLayout {
+  static constexpr int kTileD = 64 * 2 * D;
+  static constexpr int kTileV = 64 * 2 * VT;
+  static constexpr int kTileS = D * VT * 2;
+  static constexpr int kQ = 0;                   // [2]
+  static constexpr int kK = kQ + 2 * kTileD;     // [2]
+  static constexpr int kW = kK + 2 * kTileD;     // [2]
+  static constexpr int kU = kW + 2 * kTileD;     // [1] u (chain only)
+  static constexpr int kSb = kU + kTileV;        // [2] 16-bit S
+  static constexpr int kUb = kSb + 2 * kTileS;   // [2] U = u - W S
+  static constexpr int kUd = kUb + 2 * kTileV;   // [1] U rk e^(gL - gc)
+  static constexpr int kGate = kUd + kTileV;     // [2][64] fp32
+  static constexpr int kRk = kGate + 2 * 256;    // [2][64] fp32
+  static constexpr int kBytes = kRk + 2 * 256;
+  static constexpr int kAlloc = kBytes + 1024;
+  static_assert(D == 128 && VT % 64 == 0 && VT <= D, "the chain warpgroup holds D = 128 rows of S");
+  static_assert(kAlloc <= 227 * 1024, "shared memory of one block");
+};
+
+// Named-barrier ids: 1 the chain's own, 2 + s FULL, 4 + s UB, 6 + s EMPTY (s = chunk parity).
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <class T, int D, int VT>
+__global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_split_kernel(const StateParams<T> p) {
+#if AK_LINEAR_SM90
+  using namespace sm90;
+  using Lay = Sm90SplitLayout<D, VT>;
+  constexpr int kMS = D / 64;  // m64 tiles of S rows (all on the chain warpgroup)
+  constexpr int kNA = VT / 2;
+  extern __shared__ __align__(16) unsigned char state_split_smem[];
+  const uint32_t raw = smem_addr(state_split_smem);
+  const uint32_t sbase = (raw + 1023u) & ~1023u;
+  unsigned char* const base = state_split_smem + (sbase - raw);
+
+  const int vtiles = D / VT;
+  const int n = blockIdx.x / vtiles, vt0 = (blockIdx.x - n * vtiles) * VT;
+  const int h = blockIdx.y, hk = h / p.group;
+  const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int g8 = lane >> 2, t4 = lane & 3;
+  const StateJob job = state_job(p, n, h, D);
+  const int row = job.row, begin = job.begin, end = job.end, first = job.first;
+  const int chunks = (end - begin + 63) / 64;
+  const int64_t DD = static_cast<int64_t>(D) * D;
+  const bool duo = job.output;  // the output warpgroup takes part
+  StepClock clk;
+  clk.prof = profile_slots(p.profile, wg);
+
+  auto acc_row = [&](int i) { return 16 * warp + g8 + 8 * ((i >> 1) & 1); };
+  auto acc_col = [&](int i) { return 8 * (i >> 2) + 2 * t4; };
+  auto chunk_rows = [&](int c, int& t0, int& len) {
+    t0 = begin + 64 * c;
+    len = min(64, end - t0);
+  };
+
+  if (wg == 0) {
+    // ---------------- the chain ----------------
+    float S[kMS][kNA];
+#pragma unroll
+    for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+      for (int i = 0; i < kNA; i += 2) {
+        const int r = 64 * ms + acc_row(i), col = vt0 + acc_col(i);
+        float2 v = make_float2(0.f, 0.f);
+        if (job.init) {
+          v = *reinterpret_cast<const float2*>(job.init + r * D + col);
+        } else if (job.identity) {
+          v.x = r == col ? 1.f : 0.f;
+          v.y = r == col + 1 ? 1.f : 0.f;
+        }
+        S[ms][i] = v.x;
+        S[ms][i + 1] = v.y;
+      }
+    }
+    float* const chunk_states = p.chunk_states && job.chunk_states
+                                    ? p.chunk_states + (static_cast<int64_t>(n) * p.H + h) * (p.map.NC + 1) * DD
+                                    : nullptr;
+    auto store_state = [&](float* dst) {
+#pragma unroll
+      for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+        for (int i = 0; i < kNA; i += 2) {
+          *reinterpret_cast<float2*>(dst + (64 * ms + acc_row(i)) * D + vt0 + acc_col(i)) =
+              make_float2(S[ms][i], S[ms][i + 1]);
+        }
+      }
+    };
+    auto store_sb = [&](int slot) {
+      unsigned char* sb = base + Lay::kSb + slot * Lay::kTileS;
+#pragma unroll
+      for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+        for (int i = 0; i < kNA; i += 2) {
+          st_pair_at(sb + sw128_offset(D, 64 * ms + acc_row(i), acc_col(i)), pack2<T>(S[ms][i], S[ms][i + 1]));
+        }
+      }
+    };
+    // The loads of chunk c + 1 are issued in the two windows where this warpgroup waits for its own
+    // products anyway: k, w, gc, rk while W S runs, q and u while K^T Ud runs.
+    auto issue_chunk = [&](int c, int slot) {  // k, w, gc, rk of chunk c (128 threads)
+      int t0, len;
+      chunk_rows(c, t0, len);
+      async_tile_sw128<D, 128>(sbase + Lay::kK + slot * Lay::kTileD, len,
+                               [&](int r) { return p.k.row(row, t0 + r, hk); }, wtid);
+      const T* wsrc = p.w + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D;
+      async_tile_sw128<D, 128>(sbase + Lay::kW + slot * Lay::kTileD, 64,
+                               [&](int r) { return wsrc + static_cast<int64_t>(r) * D; }, wtid);
+      const int64_t vec = (static_cast<int64_t>(first + c) * p.H + h) * 64;
+      if (wtid < 16) {
+        cp_async16(sbase + Lay::kGate + slot * 256 + wtid * 16, p.gc + vec + wtid * 4, 16);
+      } else if (wtid < 32 && p.l2norm) {
+        cp_async16(sbase + Lay::kRk + slot * 256 + (wtid - 16) * 16, p.rk + vec + (wtid - 16) * 4, 16);
+      }
+    };
+    auto issue_q = [&](int c, int slot) {
+      if (!duo) return;
+      int t0, len;
+      chunk_rows(c, t0, len);
+      async_tile_sw128<D, 128>(sbase + Lay::kQ + slot * Lay::kTileD, len,
+                               [&](int r) { return p.q.row(row, t0 + r, hk); }, wtid);
+    };
+    auto issue_u = [&](int c) {
+      if (job.zero_u) return;
+      const T* usrc = p.u + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D + vt0;
+      async_tile_sw128<VT, 128>(sbase + Lay::kU, 64, [&](int r) { return usrc + static_cast<int64_t>(r) * D; },
+                                wtid);
+    };
+
+    store_sb(0);
+    if (chunk_states) store_state(chunk_states);
+    if (chunks > 0) {
+      issue_chunk(0, 0);
+      issue_q(0, 0);
+      issue_u(0);
+    }
+    cp_async_commit();
+    const uint64_t desc_ud = desc_sw128(sbase + Lay::kUd, 64 * 128, 1024);
+    // Phases: 0 wait for loads (+ own barrier), 1 issue of WS, 2 EMPTY wait + next k, w, gc, rk, 3 WS
+    // wait, 4 U, Ud, 5 fence + barrier, 6 (e) issue, next q, u, (e) wait, 7 Sb (+ chunk state).
+    clk.start();
+    for (int c = 0; c < chunks; ++c) {
+      const int s = c & 1;
+      cp_async_wait_all();
+      fence_proxy_async();
+      named_sync(1, 128);  // chunk c's tiles, u and Sb[s] are visible to this warpgroup's wgmma
+      if (duo) named_arrive(2 + s, 256);  // FULL[s]: the output side may read them too
+      clk.stamp(0);
+      const float* gc = reinterpret_cast<const float*>(base + Lay::kGate + s * 256);
+      const float* rk = reinterpret_cast<const float*>(base + Lay::kRk + s * 256);
+      const float gL = gc[63];
+      float acc[kNA];
+      wg_fence();
+      {
+        const uint64_t dw = desc_sw128(sbase + Lay::kW + s * Lay::kTileD, 16, 1024);
+        const uint64_t dsb = desc_sw128(sbase + Lay::kSb + s * Lay::kTileS, D * 128, 1024);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          LinWgmma<VT, T>::template ss<0, 1>(acc, dw + kmajor_step(64, kk), dsb + mnmajor_step(kk), kk > 0);
+        }
+      }
+      wg_commit();
+      clk.stamp(1);
+      if (c + 1 < chunks) {
+        // Slot s ^ 1 held chunk c - 1: the output side must be done with its q, k, Sb and Ub.
+        if (duo && c >= 1) named_sync(6 + (s ^ 1), 256);
+        issue_chunk(c + 1, s ^ 1);
+      }
+      cp_async_commit();
+      float di[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = 16 * warp + g8 + 8 * r;
+        di[r] = (p.l2norm ? rk[i] : 1.f) * expf(gL - gc[i]);
+      }
+      const float decay = expf(gL);
+      clk.stamp(2);
+      wg_wait<0>();
+      fence_regs(acc);
+      clk.stamp(3);
+      {
+        const unsigned char* uS = base + Lay::kU;
+        unsigned char* ub = base + Lay::kUb + s * Lay::kTileV;
+#pragma unroll
+        for (int i = 0; i < kNA; i += 2) {
+          const uint32_t off = sw128_offset(64, acc_row(i), acc_col(i));
+          const float2 uv =
+              job.zero_u ? make_float2(0.f, 0.f) : unpack2<T>(*reinterpret_cast<const uint32_t*>(uS + off));
+          const float x0 = uv.x - acc[i], x1 = uv.y - acc[i + 1];
+          const float d = di[(i >> 1) & 1];
+          if (duo) st_pair_at(ub + off, pack2<T>(x0, x1));
+          st_pair_at(base + Lay::kUd + off, pack2<T>(x0 * d, x1 * d));
+        }
+      }
+      clk.stamp(4);
+      fence_proxy_async();
+      named_sync(1, 128);  // Ud and Ub visible; every thread is past its reads of u
+      if (duo) named_arrive(4 + s, 256);  // UB[s]
+      clk.stamp(5);
+      // (e) S <- e^gL S + K^T Ud, all D rows.
+#pragma unroll
+      for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+        for (int i = 0; i < kNA; ++i) S[ms][i] *= decay;
+      }
+      wg_fence();
+#pragma unroll
+      for (int ms = 0; ms < kMS; ++ms) {
+        const uint64_t dkt = desc_sw128(sbase + Lay::kK + s * Lay::kTileD + ms * 64 * 128, 64 * 128, 1024);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          LinWgmma<VT, T>::template ss<1, 1>(S[ms], dkt + mnmajor_step(kk), desc_ud + mnmajor_step(kk), 1);
+        }
+      }
+      wg_commit();
+      if (c + 1 < chunks) {
+        issue_q(c + 1, s ^ 1);  // slot s ^ 1 was freed before the first window
+        issue_u(c + 1);         // every thread is past its reads of u (the barrier above)
+      }
+      cp_async_commit();
+      wg_wait<0>();
+#pragma unroll
+      for (int ms = 0; ms < kMS; ++ms) fence_regs(S[ms]);
+      clk.stamp(6);
+      // Sb for chunk c + 1 goes to slot s ^ 1, whose previous reader (chunk c - 1) was waited for above.
+      if (c + 1 < chunks) store_sb(s ^ 1);
+      if (chunk_states) store_state(chunk_states + static_cast<int64_t>(c + 1) * DD);
+      clk.stamp(7);
+      clk.step();
+    }
+    if (job.fin) store_state(job.fin);
+  } else if (duo) {
+    // ---------------- the output ----------------
+    // Phases: 0 FULL wait, 1 issue of P and QS, 2 row factors, 3 P wait, 4 P scaling, QS wait and
+    // scaling, 5 UB wait, 6 P U issue and wait, 7 output stores.
+    clk.start();
+    for (int c = 0; c < chunks; ++c) {
+      const int s = c & 1;
+      int t0, len;
+      chunk_rows(c, t0, len);
+      named_sync(2 + s, 256);  // FULL[s]
+      clk.stamp(0);
+      const uint32_t sQ = sbase + Lay::kQ + s * Lay::kTileD;
+      const uint32_t sK = sbase + Lay::kK + s * Lay::kTileD;
+      const float* gc = reinterpret_cast<const float*>(base + Lay::kGate + s * 256);
+      const float* rk = reinterpret_cast<const float*>(base + Lay::kRk + s * 256);
+      float acc[kNA];
+      float pacc[32];
+      uint32_t pf[16];
+      wg_fence();
+      {
+        const uint64_t dq = desc_sw128(sQ, 16, 1024), dk = desc_sw128(sK, 16, 1024);
+        const uint64_t dsb = desc_sw128(sbase + Lay::kSb + s * Lay::kTileS, D * 128, 1024);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          LinWgmma<64, T>::template ss<0, 0>(pacc, dq + kmajor_step(64, kk), dk + kmajor_step(64, kk), kk > 0);
+        }
+        wg_commit();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          LinWgmma<VT, T>::template ss<0, 1>(acc, dq + kmajor_step(64, kk), dsb + mnmajor_step(kk), kk > 0);
+        }
+        wg_commit();
+      }
+      clk.stamp(1);
+      float rq[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = 16 * warp + g8 + 8 * r;
+        float ss = 0.f;
+        if (p.l2norm) {
+#pragma unroll
+          for (int pn = 0; pn < D / 64; ++pn) {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              const uint4 v = *reinterpret_cast<const uint4*>(base + (sQ - sbase) + pn * 64 * 128 + i * 128 +
+                                                              (((2 * t4 + hh) ^ (i & 7)) << 4));
+              const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const float2 f = unpack2<T>(wv[e]);
+                ss = fmaf(f.x, f.x, fmaf(f.y, f.y, ss));
+              }
+            }
+          }
+          ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+          ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+        }
+        rq[r] = p.scale * (p.l2norm ? rsqrtf(ss + kL2NormEps) : 1.f);
+      }
+      clk.stamp(2);
+      wg_wait<1>();
+      fence_regs(pacc);
+      clk.stamp(3);
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {
+        const int ti = acc_row(i), tj = acc_col(i);
+        const float gi = gc[ti], si = rq[(i >> 1) & 1];
+        const float rk0 = p.l2norm ? rk[tj] : 1.f, rk1 = p.l2norm ? rk[tj + 1] : 1.f;
+        const float p0 = tj <= ti ? si * rk0 * expf(gi - gc[tj]) * pacc[i] : 0.f;
+        const float p1 = tj + 1 <= ti ? si * rk1 * expf(gi - gc[tj + 1]) * pacc[i + 1] : 0.f;
+        pf[i >> 1] = pack2<T>(p0, p1);
+      }
+      wg_wait<0>();
+      fence_regs(acc);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float si = rq[r] * expf(gc[16 * warp + g8 + 8 * r]);
+#pragma unroll
+        for (int i = 2 * r; i < kNA; i += 4) {
+          acc[i] *= si;
+          acc[i + 1] *= si;
+        }
+      }
+      clk.stamp(4);
+      named_sync(4 + s, 256);  // UB[s]
+      clk.stamp(5);
+      {
+        const uint64_t dub = desc_sw128(sbase + Lay::kUb + s * Lay::kTileV, 64 * 128, 1024);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) LinWgmma<VT, T>::template rs<1>(acc, pf + 4 * kk, dub + mnmajor_step(kk), 1);
+        wg_commit();
+        wg_wait<0>();
+        fence_regs(acc);
+        fence_regs(pf);
+      }
+      // Chunk c's q, k, Sb and Ub are no longer read: slot s may take chunk c + 2.
+      if (c + 2 < chunks) named_arrive(6 + s, 256);
+      clk.stamp(6);
+#pragma unroll
+      for (int i = 0; i < kNA; i += 2) {
+        const int ti = acc_row(i);
+        if (ti < len) {
+          *reinterpret_cast<uint32_t*>(p.o.row(row, t0 + ti, h) + vt0 + acc_col(i)) = pack2<T>(acc[i], acc[i + 1]);
+        }
+      }
+      clk.stamp(7);
+      clk.step();
+    }
+  }
+#else
+  (void)p;
+#endif
+}
+
+template <class T, int D, int VT>
+void launch_chunk_state_split(const StateParams<T>& p, cudaStream_t stream) {
+  if (p.N == 0 || p.H == 0) return;
+  constexpr int kSmem = Sm90SplitLayout<D, VT>::kAlloc;
+  auto kernel = chunk_state_split_kernel<T, D, VT>;
+  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  const int jobs = p.seg_pass == 0 ? p.N : p.N * (p.seg_pass == 1 ? 2 : 1) * (p.seg_count - 1);
+  const dim3 grid(static_cast<unsigned>(jobs * (D / VT)), static_cast<unsigned>(p.H));
+  kernel<<<grid, kSm90StateThreads, kSmem, stream>>>(p);
+  ak::cuda::check_launch("chunk_state_split_kernel");
+}
+
+}  // namespace ak::linear::cuda::fwd
