@@ -148,31 +148,41 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 3) fast_prep_tc(Proble
     // The L2 norm of the rows of q and k, in place (the same arithmetic as the separate normalising
     // kernel); the first value head of each q/k head writes the copies the later stages read.
     const bool writer = h % p.group == 0;
+    constexpr int E = D / 32, R = 4;  // R rows at a time, so that their shuffles overlap
+    const bool is_k = warp >= 4;      // warps 0-3: Q's rows, 4-7: K's, 16 each
+    T* tile = is_k ? Ks : Qs;
+    const OutView& dst = is_k ? w.kn_out : w.qn_out;
+    float* rinv = is_k ? w.rk_out : w.rq_out;
 #pragma unroll 1
-    for (int r = warp; r < 2 * kC; r += kThreads / 32) {
-      const bool is_k = r >= kC;
-      const int i = is_k ? r - kC : r;
-      T* x = (is_k ? Ks : Qs) + i * LD;
-      constexpr int E = D / 32;
-      float v[E];
-      float ss = 0.f;
+    for (int i0 = 16 * (warp & 3); i0 < 16 * (warp & 3) + 16; i0 += R) {
+      float v[R][E], rs[R];
 #pragma unroll
-      for (int e = 0; e < E; ++e) {
-        v[e] = to_f(x[lane + 32 * e]);
-        ss += v[e] * v[e];
-      }
-      const float rs = rsqrtf(warp_sum(ss) + kL2NormEps);
-      const OutView& dst = is_k ? w.kn_out : w.qn_out;
-      T* o = static_cast<T*>(dst.p) + dst.offset(ci.x, ci.y + i, hk);
-      const bool out = writer && i < len;
+      for (int j = 0; j < R; ++j) {
+        float ss = 0.f;
 #pragma unroll
-      for (int e = 0; e < E; ++e) {
-        const T y = from_f<T>(v[e] * rs);
-        x[lane + 32 * e] = y;
-        if (out) o[lane + 32 * e] = y;
+        for (int e = 0; e < E; ++e) {
+          v[j][e] = to_f(tile[(i0 + j) * LD + lane + 32 * e]);
+          ss += v[j][e] * v[j][e];
+        }
+        rs[j] = ss;
       }
-      float* rinv = is_k ? w.rk_out : w.rq_out;
-      if (out && lane == 0 && rinv != nullptr) rinv[(static_cast<int64_t>(ci.x) * p.map.T + ci.y + i) * p.HK + hk] = rs;
+#pragma unroll
+      for (int j = 0; j < R; ++j) rs[j] = rsqrtf(warp_sum(rs[j]) + kL2NormEps);
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        const int i = i0 + j;
+        const bool out = writer && i < len;
+        T* o = static_cast<T*>(dst.p) + dst.offset(ci.x, ci.y + i, hk);
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          const T y = from_f<T>(v[j][e] * rs[j]);
+          tile[i * LD + lane + 32 * e] = y;
+          if (out) o[lane + 32 * e] = y;
+        }
+        if (out && lane == 0 && rinv != nullptr) {
+          rinv[(static_cast<int64_t>(ci.x) * p.map.T + ci.y + i) * p.HK + hk] = rs[j];
+        }
+      }
     }
     __syncthreads();
   }
