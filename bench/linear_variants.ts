@@ -126,8 +126,11 @@ const ENV_KEYS = [
   "ATTNKIT_LINEAR_STEP_PROFILE",
 ];
 
+// A variant that names an explicit kernel runs without context parallelism unless it asks for it (the
+// library's default is CP auto since 2026-11-30); "auto" keeps the library's defaults.
 function setEnv(env: Record<string, string>) {
   for (const k of ENV_KEYS) Deno.env.delete(k);
+  if (env.ATTNKIT_LINEAR_STATE_VARIANT && !env.ATTNKIT_LINEAR_CP) Deno.env.set("ATTNKIT_LINEAR_CP", "off");
   for (const [k, v] of Object.entries(env)) Deno.env.set(k, v);
 }
 

@@ -14,18 +14,19 @@
 // ATTNKIT_LINEAR_FAST_STAGES=prep (timing only) stops the fast path after stage 1, leaving the
 // outputs unwritten, so bench/linear_selfcheck.ts can time the two stages apart.
 // Stage-2 variants (for measuring; bench/linear_variants.ts times them):
-//   ATTNKIT_LINEAR_STATE_VARIANT=auto|mma|wgmma|split   auto: wgmma (cuda_fwd_chunk_state_sm90.cuh) on
-//     compute capability 9.0 for D = 128 and 256, else mma.sync (cuda_fwd_chunk_state.cuh); wgmma
-//     where it cannot run (D = 64, not sm_90) falls back to mma. split: the wgmma kernel with the
-//     warpgroups split into the state chain and the output (cuda_fwd_chunk_state_split.cuh), D = 128
-//     (elsewhere as wgmma).
+//   ATTNKIT_LINEAR_STATE_VARIANT=auto|mma|wgmma|split   auto: split at D = 128 and wgmma
+//     (cuda_fwd_chunk_state_sm90.cuh) at D = 256 on compute capability 9.0, else mma.sync
+//     (cuda_fwd_chunk_state.cuh); wgmma where it cannot run (D = 64, not sm_90) falls back to mma.
+//     split: the wgmma kernel with the warpgroups split into the state chain and the output
+//     (cuda_fwd_chunk_state_split.cuh), D = 128 (elsewhere as wgmma); the H200 run of 2026-11-30
+//     measured it 10-20% faster than wgmma at D = 128 (bench/NOTES_linear.md, round 4).
 //   ATTNKIT_LINEAR_STATE_BV=32|64|128   the V tile, when the chosen kernel has it for this D (mma:
 //     D 64: 32/64, D 128: 32/64/128, D 256: 32/64; wgmma: D 128: 64/128, D 256: 64); else ignored.
 //   ATTNKIT_LINEAR_SM90_E=regs   wgmma kernel, D = 128: the state update takes K^T from registers
 //     (ldmatrix.trans) instead of reading it M-major from shared memory.
 //   ATTNKIT_LINEAR_CP=off|auto|P   context-parallel stage 2 (wgmma kernel, no chunk_states): each
 //     sequence cut into P segments, summarised in parallel, combined, then rerun for the output
-//     (cuda_fwd_segments.cuh). Default off; auto picks P (or none) from the block count.
+//     (cuda_fwd_segments.cuh). Default auto: picks P (or none) from the block count; off disables it.
 //   ATTNKIT_LINEAR_STEP_PROFILE=1   the wgmma kernel records clock64() per phase of a chunk step for
 //     its first blocks; each stage-2 launch then synchronizes and prints mean cycles per phase and
 //     step to stderr (timing runs should leave it off).
@@ -234,7 +235,8 @@ int env_int(const char* name) {
 StatePlan plan_state(int D, int64_t units, const cudaDeviceProp& prop) {
   const char* variant = std::getenv("ATTNKIT_LINEAR_STATE_VARIANT");
   const bool want_mma = variant != nullptr && std::strcmp(variant, "mma") == 0;
-  const bool want_split = variant != nullptr && std::strcmp(variant, "split") == 0;
+  const bool want_split = variant == nullptr || *variant == '\0' || std::strcmp(variant, "split") == 0 ||
+                          std::strcmp(variant, "auto") == 0;
   if (variant != nullptr && *variant != '\0' && !want_mma && !want_split && std::strcmp(variant, "wgmma") != 0 &&
       std::strcmp(variant, "auto") != 0) {
     fail(AK_ERR_INVALID_ARGUMENT,
@@ -291,8 +293,8 @@ SegmentPlan plan_segments(const DeltaFwd& a, const StatePlan& state, const cudaD
   SegmentPlan plan;
   const DeltaProblem& p = a.p;
   const char* env = std::getenv("ATTNKIT_LINEAR_CP");
-  if (env == nullptr || *env == '\0' || std::strcmp(env, "off") == 0 || std::strcmp(env, "0") == 0) return plan;
-  const bool automatic = std::strcmp(env, "auto") == 0;
+  if (env != nullptr && (std::strcmp(env, "off") == 0 || std::strcmp(env, "0") == 0)) return plan;
+  const bool automatic = env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0;
   const int forced = automatic ? 0 : std::atoi(env);
   if (!automatic && forced < 1) {
     fail(AK_ERR_INVALID_ARGUMENT, std::string("ATTNKIT_LINEAR_CP: expected off, auto or a segment count, got ") + env);
