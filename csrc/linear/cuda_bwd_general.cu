@@ -9,6 +9,8 @@
 //   states   h_c (state before each chunk), v_new = u - w h  (sequential over chunks)
 //   dstates  dh_c (gradient of the state after each chunk), dv_new = P^T dO + diag(e^(gl-gc)) K dh
 //   grads    dq, dk (per value head), dw, the WY backward -> dk, dv, dbeta, dg
+//            (its C x D x D and C x C x D products run before it as batched tiled GEMMs,
+//            cuda_bwd_general_gemm.cuh; so do K K^T and Q K^T for prep)
 //   reduce   (shared with the fast path) group sum, L2-norm backward, dq and dk in the dtype
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,6 +19,7 @@
 #include "cuda_bwd.cuh"
 #include "cuda_bwd_elem.cuh"
 #include "cuda_bwd_general.cuh"
+#include "cuda_bwd_general_gemm.cuh"
 
 namespace ak::linear::cuda::bwd {
 using namespace general_detail;
@@ -32,7 +35,8 @@ void run_typed(const Problem& p, cudaStream_t s, int device) {
   const int64_t ns = static_cast<int64_t>(H) * p.NCt * K * V;
   const int64_t nc = static_cast<int64_t>(H) * P * C;
   const int64_t n1 = static_cast<int64_t>(H) * P;
-  const int64_t total = 2 * nk + 4 * nv + 3 * nhk + 2 * ns + 2 * nc + 2 * n1;
+  const int64_t nck = static_cast<int64_t>(HK) * P * C;
+  const int64_t total = 2 * nk + 4 * nv + 3 * nhk + 2 * ns + 6 * nc + 2 * nck + 2 * n1;
   ak::cuda::Scratch scratch(device, static_cast<size_t>(total) * sizeof(float));
   float* base = scratch.as<float>();
   GenWork w;
@@ -53,9 +57,15 @@ void run_typed(const Problem& p, cudaStream_t s, int device) {
   w.Hs = take(ns);
   w.dHs = take(ns);
   w.Ab = take(nc);
+  w.Abt = take(nc);
   w.Pb = take(nc);
   w.Gc = take(n1);
   w.Bp = take(n1);
+  w.KK = take(nck);
+  w.QK = take(nck);
+  w.dOU = take(nc);
+  w.dUV = take(nc);
+  w.dWK = take(nc);
 
   if (P == 0) {  // only empty sequences: d_initial_state = d_final_state (or zeros)
     states_bwd<<<dim3(ak::cuda::ceil_div(V, kSlice) * p.N, H), kThreads, 0, s>>>(p, w);
@@ -72,6 +82,21 @@ void run_typed(const Problem& p, cudaStream_t s, int device) {
   pack_scalars<<<sc, kThreads, 0, s>>>(p.beta, p.map, P, w.Bp);
   ak::cuda::check_launch("delta_bwd general: pack");
 
+  // Batched products: operands in the padded layout [heads][P][D] (chunk g of head h at
+  // (h P + g C) D) or the per-chunk states [H][NCt][K][V]; the reduction index is each row's last.
+  using namespace general_gemm;
+  auto padded = [&](const float* x, int64_t D, int head_div) {
+    return Operand{x, D, C * D, P * D, head_div};
+  };
+  auto padded_out = [&](float* x, int64_t D) { return Output{x, D, C * D, P * D}; };
+  const int64_t kv = static_cast<int64_t>(K) * V;
+  const Operand states{w.Hs, V, kv, p.NCt * kv, 1};
+  const Operand dstates{w.dHs, V, kv, p.NCt * kv, 1};
+  const Shape cc_k_shared{C, C, K, p.NCt, HK, 1.f, false};  // C x C over K, per key head
+  launch_gemm_xyt(cc_k_shared, padded(w.Kp, K, 1), padded(w.Kp, K, 1), padded_out(w.KK, C), s);
+  launch_gemm_xyt(cc_k_shared, padded(w.Qp, K, 1), padded(w.Kp, K, 1), padded_out(w.QK, C), s);
+  ak::cuda::check_launch("delta_bwd general: K K^T, Q K^T");
+
   const size_t prep_smem = (2 * C * C + 3 * C) * sizeof(float);
   AK_CUDA_CHECK(cudaFuncSetAttribute(prep, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(prep_smem)));
@@ -83,6 +108,19 @@ void run_typed(const Problem& p, cudaStream_t s, int device) {
   ak::cuda::check_launch("delta_bwd general: states");
   states_bwd<<<seq, kThreads, 0, s>>>(p, w);
   ak::cuda::check_launch("delta_bwd general: dstates");
+
+  // From here U holds v_new and dU holds dv_new; W is no longer needed and takes dw.
+  const Shape ck_v{C, K, V, p.NCt, H, 1.f, false};  // C x K over V
+  launch_gemm_xyt(ck_v, padded(w.dOp, V, 1), states, padded_out(w.dQh, K), s);  // dO h^T
+  launch_gemm_xyt(ck_v, padded(w.U, V, 1), dstates, padded_out(w.dKh, K), s);   // v_new dh'^T
+  const Shape ck_v_neg{C, K, V, p.NCt, H, -1.f, false};
+  launch_gemm_xyt(ck_v_neg, padded(w.dU, V, 1), states, padded_out(w.W, K), s);  // dw = -dv_new h^T
+  const Shape cc_v{C, C, V, p.NCt, H, 1.f, false};  // C x C over V
+  launch_gemm_xyt(cc_v, padded(w.dOp, V, 1), padded(w.U, V, 1), padded_out(w.dOU, C), s);  // dO v_new^T
+  launch_gemm_xyt(cc_v, padded(w.dU, V, 1), padded(w.Vp, V, 1), padded_out(w.dUV, C), s);  // dv_new V^T
+  const Shape cc_k{C, C, K, p.NCt, H, 1.f, false};  // C x C over K
+  launch_gemm_xyt(cc_k, padded(w.W, K, 1), padded(w.Kp, K, p.group), padded_out(w.dWK, C), s);  // dw K^T
+  ak::cuda::check_launch("delta_bwd general: chunk products");
 
   const size_t grads_smem = (2 * C * C + 7 * C + kWarps) * sizeof(float);
   AK_CUDA_CHECK(cudaFuncSetAttribute(grads<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -16,9 +16,14 @@ constexpr int kSlice = 32;  // value columns of the state per block in the seque
 
 struct GenWork {
   float *Qp, *Kp, *Vp, *dOp, *Gc, *Bp;  // packed inputs: [HK or H][P][D], [H][P]
-  float *Ab, *Pb;                       // [H][P][C]
-  float *W, *U, *dU, *dQh, *dKh;        // [H][P][K or V]; W is overwritten by dw in grads
+  float *Ab, *Abt, *Pb;                 // [H][P][C]: A, A^T, P
+  float *W, *U, *dU, *dQh, *dKh;        // [H][P][K or V]; W is overwritten by dw before grads
   float *Hs, *dHs;                      // [H][NCt][K][V]
+  // Chunk-local products computed by the batched GEMM (cuda_bwd_general_gemm.cuh) before the
+  // stages that use them, so that no stage reads rows of a D-wide matrix with a stride:
+  float *KK, *QK;          // [HK][P][C]: K K^T, Q K^T (prep, grads)
+  float *dOU, *dUV, *dWK;  // [H][P][C]: dO v_new^T, dv_new V^T, dw K^T (grads)
+  // Also before grads: dQh holds dO h^T, dKh holds v_new dh'^T and W holds dw = -dv_new h^T.
 };
 
 // ---- pack ----
@@ -78,9 +83,10 @@ __global__ void __launch_bounds__(kThreads) prep(Problem p, GenWork w) {
   const int64_t P = p.padded();
   const int64_t row = static_cast<int64_t>(h) * P + static_cast<int64_t>(g) * C;
   const int64_t rowk = static_cast<int64_t>(hk) * P + static_cast<int64_t>(g) * C;
-  const float* Qc = w.Qp + rowk * K;
   const float* Kc = w.Kp + rowk * K;
   const float* Vc = w.Vp + row * V;
+  const float* KKc = w.KK + rowk * C;
+  const float* QKc = w.QK + rowk * C;
   const int tid = threadIdx.x;
 
   if (tid == 0) {
@@ -100,11 +106,7 @@ __global__ void __launch_bounds__(kThreads) prep(Problem p, GenWork w) {
   for (int idx = tid; idx < C * C; idx += kThreads) {
     const int i = idx / C, j = idx - i * C;
     float l = 0.f;
-    if (j < i) {
-      float kk = 0.f;
-      for (int d = 0; d < K; ++d) kk += Kc[i * K + d] * Kc[j * K + d];
-      l = bt[i] * kk * expf(gc[i] - gc[j]);
-    }
+    if (j < i) l = bt[i] * KKc[idx] * expf(gc[i] - gc[j]);
     L[idx] = l;
     A[idx] = i == j ? 1.f : 0.f;
   }
@@ -119,7 +121,12 @@ __global__ void __launch_bounds__(kThreads) prep(Problem p, GenWork w) {
     __syncthreads();
   }
   float* Aout = w.Ab + row * C;
-  for (int idx = tid; idx < C * C; idx += kThreads) Aout[idx] = A[idx];
+  float* Atout = w.Abt + row * C;
+  for (int idx = tid; idx < C * C; idx += kThreads) {
+    const int i = idx / C, j = idx - i * C;
+    Aout[idx] = A[idx];
+    Atout[idx] = A[j * C + i];
+  }
   float* Wc = w.W + row * K;
   for (int idx = tid; idx < C * K; idx += kThreads) {
     const int i = idx / K, d = idx - i * K;
@@ -138,10 +145,7 @@ __global__ void __launch_bounds__(kThreads) prep(Problem p, GenWork w) {
   for (int idx = tid; idx < C * C; idx += kThreads) {
     const int i = idx / C, j = idx - i * C;
     float s = 0.f;
-    if (j <= i) {
-      for (int d = 0; d < K; ++d) s += Qc[i * K + d] * Kc[j * K + d];
-      s *= p.scale * expf(gc[i] - gc[j]);
-    }
+    if (j <= i) s = QKc[idx] * (p.scale * expf(gc[i] - gc[j]));
     Pc[idx] = s;
   }
 }
@@ -296,11 +300,14 @@ __global__ void __launch_bounds__(kThreads) grads(Problem p, GenWork w) {
   const float* Qc = w.Qp + rowk * K;
   const float* Kc = w.Kp + rowk * K;
   const float* Vc = w.Vp + row * V;
-  const float* dOc = w.dOp + row * V;
-  const float* Uc = w.U + row * V;
   const float* dUc = w.dU + row * V;
   const float* A = w.Ab + row * C;
-  float* dWc = w.W + row * K;
+  const float* At = w.Abt + row * C;
+  const float* dOUc = w.dOU + row * C;
+  const float* dUVc = w.dUV + row * C;
+  const float* dWKc = w.dWK + row * C;
+  const float* KKc = w.KK + rowk * C;
+  const float* dWc = w.W + row * K;
   float* dQc = w.dQh + row * K;
   float* dKc = w.dKh + row * K;
   const float* Hc = w.Hs + (static_cast<int64_t>(h) * p.NCt + g) * K * V;
@@ -329,19 +336,15 @@ __global__ void __launch_bounds__(kThreads) grads(Problem p, GenWork w) {
   for (int idx = tid; idx < C * C; idx += kThreads) {
     const int i = idx / C, j = idx - i * C;
     float s = 0.f;
-    if (j <= i) {
-      for (int e = 0; e < V; ++e) s += dOc[i * V + e] * Uc[j * V + e];
-      s *= p.scale * expf(gc[i] - gc[j]);
-    }
+    if (j <= i) s = dOUc[idx] * (p.scale * expf(gc[i] - gc[j]));
     M1[idx] = s;
   }
   __syncthreads();
-  // dq = scale diag(e^gc) dO h^T + dPs K; dgc_i += q_i . dq_i
+  // dq = scale diag(e^gc) dO h^T + dPs K (dQc holds dO h^T); dgc_i += q_i . dq_i
   for (int i = warp; i < C; i += kWarps) {
     float qd = 0.f;
     for (int d = lane; d < K; d += 32) {
-      float s1 = 0.f;
-      for (int e = 0; e < V; ++e) s1 += dOc[i * V + e] * Hc[d * V + e];
+      const float s1 = dQc[i * K + d];
       float s2 = 0.f;
       for (int j = 0; j <= i; ++j) s2 += M1[i * C + j] * Kc[j * K + d];
       const float s = p.scale * gm[i] * s1 + s2;
@@ -351,13 +354,11 @@ __global__ void __launch_bounds__(kThreads) grads(Problem p, GenWork w) {
     qd = warp_sum(qd);
     if (lane == 0) dgc[i] += qd;
   }
-  // dk = diag(e^(gl-gc)) v_new dh'^T + dPs^T Q; dgc_j -= k_j . dk_j
+  // dk = diag(e^(gl-gc)) v_new dh'^T + dPs^T Q (dKc holds v_new dh'^T); dgc_j -= k_j . dk_j
   for (int j = warp; j < C; j += kWarps) {
     float kt = 0.f, kk = 0.f;
     for (int d = lane; d < K; d += 32) {
-      float t = 0.f;
-      for (int e = 0; e < V; ++e) t += Uc[j * V + e] * dHc[d * V + e];
-      t *= dec[j];
+      const float t = dKc[j * K + d] * dec[j];
       const float kd = Kc[j * K + d];
       kt += kd * t;
       float s = t;
@@ -370,14 +371,6 @@ __global__ void __launch_bounds__(kThreads) grads(Problem p, GenWork w) {
     if (lane == 0) {
       lastp[j] = kt;
       dgc[j] -= kk;
-    }
-  }
-  // dw = -dv_new h^T (over w's storage)
-  for (int i = warp; i < C; i += kWarps) {
-    for (int d = lane; d < K; d += 32) {
-      float s = 0.f;
-      for (int e = 0; e < V; ++e) s += dUc[i * V + e] * Hc[d * V + e];
-      dWc[i * K + d] = -s;
     }
   }
   __syncthreads();
@@ -415,21 +408,16 @@ __global__ void __launch_bounds__(kThreads) grads(Problem p, GenWork w) {
   for (int idx = tid; idx < C * C; idx += kThreads) {
     const int i = idx / C, j = idx - i * C;
     float s = 0.f;
-    if (j < i) {
-      float s1 = 0.f, s2 = 0.f;
-      for (int e = 0; e < V; ++e) s1 += dUc[i * V + e] * Vc[j * V + e];
-      for (int d = 0; d < K; ++d) s2 += dWc[i * K + d] * Kc[j * K + d];
-      s = bt[j] * (s1 + gm[j] * s2);
-    }
+    if (j < i) s = bt[j] * (dUVc[idx] + gm[j] * dWKc[idx]);
     M2[idx] = s;
   }
   __syncthreads();
-  // M1 = dA A^T
+  // M1 = dA A^T (A^T read by rows: consecutive j are consecutive addresses)
   for (int idx = tid; idx < C * C; idx += kThreads) {
     const int a = idx / C, j = idx - a * C;
     const int bmax = min(a - 1, j);
     float s = 0.f;
-    for (int b = 0; b <= bmax; ++b) s += M2[a * C + b] * A[j * C + b];
+    for (int b = 0; b <= bmax; ++b) s += M2[a * C + b] * At[b * C + j];
     M1[idx] = s;
   }
   __syncthreads();
@@ -450,8 +438,7 @@ __global__ void __launch_bounds__(kThreads) grads(Problem p, GenWork w) {
     float rdb = 0.f, rl = 0.f;
     for (int j = lane; j < C; j += 32) {
       if (j < i) {
-        float kk = 0.f;
-        for (int d = 0; d < K; ++d) kk += Kc[i * K + d] * Kc[j * K + d];
+        const float kk = KKc[i * C + j];
         const float dij = expf(gc[i] - gc[j]);
         const float dl = M2[i * C + j];
         const float l = bt[i] * kk * dij;
