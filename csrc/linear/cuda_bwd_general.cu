@@ -67,8 +67,13 @@ void run_typed(const Problem& p, cudaStream_t s, int device) {
   w.dUV = take(nc);
   w.dWK = take(nc);
 
+  const size_t states_smem = static_cast<size_t>(states_smem_floats(C, K)) * sizeof(float);
+  AK_CUDA_CHECK(cudaFuncSetAttribute(states_fwd, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(states_smem)));
+  AK_CUDA_CHECK(cudaFuncSetAttribute(states_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(states_smem)));
   if (P == 0) {  // only empty sequences: d_initial_state = d_final_state (or zeros)
-    states_bwd<<<dim3(ak::cuda::ceil_div(V, kSlice) * p.N, H), kThreads, 0, s>>>(p, w);
+    states_bwd<<<dim3(ak::cuda::ceil_div(V, kSlice) * p.N, H), kThreads, states_smem, s>>>(p, w);
     ak::cuda::check_launch("delta_bwd general: dstates");
     return;
   }
@@ -104,9 +109,9 @@ void run_typed(const Problem& p, cudaStream_t s, int device) {
   ak::cuda::check_launch("delta_bwd general: prep");
 
   const dim3 seq(ak::cuda::ceil_div(V, kSlice) * p.N, H);
-  states_fwd<<<seq, kThreads, 0, s>>>(p, w);
+  states_fwd<<<seq, kThreads, states_smem, s>>>(p, w);
   ak::cuda::check_launch("delta_bwd general: states");
-  states_bwd<<<seq, kThreads, 0, s>>>(p, w);
+  states_bwd<<<seq, kThreads, states_smem, s>>>(p, w);
   ak::cuda::check_launch("delta_bwd general: dstates");
 
   // From here U holds v_new and dU holds dv_new; W is no longer needed and takes dw.

@@ -150,17 +150,93 @@ __global__ void __launch_bounds__(kThreads) prep(Problem p, GenWork w) {
   }
 }
 
-// ---- states: h before each chunk; u becomes v_new = u - w h ----
+// ---- states and dstates: sequential over the chunks of a sequence ----
+//
+// A block owns a slice of kSlice value columns of the state of one (sequence, value head); the
+// slice (K x kSlice) lives in shared memory. Each chunk needs products of two shapes:
+//  - C x kSlice over K (w h, k dh): warp w owns rows w * C/8 .. +C/8 and lane = column; the
+//    C x K operand is staged transposed, kStageD of its columns at a time, so that a warp reads
+//    the C/8 values of one reduction step as float4 broadcasts;
+//  - K x kSlice over C (k^T v_new, q^T dO, w^T dv_new): thread (td, tj) owns rows td + 32 r
+//    (r < 8) and columns 4 tj .. 4 tj + 3; the C x kSlice operand is in shared memory (float4 reads)
+//    and the C x K one is read from global memory (4 consecutive floats per warp and row).
+constexpr int kStageD = 16;
+static_assert(kSlice == 32, "the sequential stages map lanes to the columns of a slice");
+static_assert(kThreads == 256, "the K x kSlice tiles assume 32 x 8 threads");
 
+// Shared memory (floats) of states_fwd and states_bwd: the slice, two C x kSlice tiles, the
+// staged transposed operand, and two per-row factors.
+__host__ __device__ inline int states_smem_floats(int C, int K) {
+  return K * kSlice + 2 * C * kSlice + kStageD * (C + 4) + 2 * C;
+}
+
+// acc[r] -= / += sum_d X[i_r][d] S[d][lane] for the warp's rows i_r = row0 + r (r < rows <= 16):
+// X is C x K row-major in global memory, S = the K x kSlice slice in shared memory. Every thread of
+// the block must call it (it synchronises).
+__device__ __forceinline__ void rows_times_slice(const float* __restrict__ X, int C, int K, const float* S,
+                                                 float* xt, int row0, int rows, float sign, float (&acc)[16]) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int ld = C + 4;  // rows of xt: float4-aligned, 2-way conflicts on the transposing stores
+  for (int d0 = 0; d0 < K; d0 += kStageD) {
+    __syncthreads();  // the previous stage (or the caller's writes) is done
+    for (int idx = tid; idx < C * kStageD; idx += kThreads) {
+      const int i = idx / kStageD, dd = idx - i * kStageD, d = d0 + dd;
+      xt[dd * ld + i] = d < K ? sign * X[i * K + d] : 0.f;
+    }
+    __syncthreads();
+    const int nd = min(kStageD, K - d0);
+    for (int dd = 0; dd < nd; ++dd) {
+      const float sv = S[(d0 + dd) * kSlice + lane];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (4 * q < rows) {
+          const float4 x = *reinterpret_cast<const float4*>(&xt[dd * ld + row0 + 4 * q]);
+          acc[4 * q + 0] = fmaf(x.x, sv, acc[4 * q + 0]);
+          acc[4 * q + 1] = fmaf(x.y, sv, acc[4 * q + 1]);
+          acc[4 * q + 2] = fmaf(x.z, sv, acc[4 * q + 2]);
+          acc[4 * q + 3] = fmaf(x.w, sv, acc[4 * q + 3]);
+        }
+      }
+    }
+  }
+}
+
+// acc[r][c] += sum_i X[i][td + 32 r] * T[i][4 tj + c] for r < 8 with td + 32 r < K: X is C x K
+// row-major in global memory, T a C x kSlice tile in shared memory. No synchronisation.
+__device__ __forceinline__ void cols_times_tile(const float* __restrict__ X, int C, int K, const float* T,
+                                                float (&acc)[8][4]) {
+  const int td = threadIdx.x >> 3, tj = threadIdx.x & 7;
+  for (int i = 0; i < C; ++i) {
+    const float4 t = *reinterpret_cast<const float4*>(&T[i * kSlice + 4 * tj]);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const int d = td + 32 * r;
+      if (d < K) {
+        const float x = X[i * K + d];
+        acc[r][0] = fmaf(x, t.x, acc[r][0]);
+        acc[r][1] = fmaf(x, t.y, acc[r][1]);
+        acc[r][2] = fmaf(x, t.z, acc[r][2]);
+        acc[r][3] = fmaf(x, t.w, acc[r][3]);
+      }
+    }
+  }
+}
+
+// h before each chunk; u becomes v_new = u - w h.
 __global__ void __launch_bounds__(kThreads) states_fwd(Problem p, GenWork w) {
-  __shared__ float hs[256 * kSlice];
-  __shared__ float decs[128];
+  extern __shared__ __align__(16) float sm[];
   const int C = p.C, K = p.K, V = p.V;
+  float* hs = sm;                   // K x kSlice: the state slice
+  float* vn = hs + K * kSlice;      // C x kSlice: e^(gl - gc_i) v_new_i
+  float* xt = vn + 2 * C * kSlice;  // kStageD x (C + 4) (after a C x kSlice tile states_bwd uses)
+  float* decs = xt + kStageD * (C + 4);
   // Block x = sequence * slices + slice (gridDim.z would cap the sequences at 65535).
   const int slices = (p.V + kSlice - 1) / kSlice;
   const int n = blockIdx.x / slices, vs = (blockIdx.x % slices) * kSlice, h = blockIdx.y, hk = h / p.group;
   const int nv = min(kSlice, V - vs);
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int td = tid >> 3, tj = tid & 7;
+  const int rows = C / kWarps, row0 = warp * rows;  // C x kSlice products: the warp's rows
   const int64_t P = p.padded();
   const int4 si = p.map.seq_of(n);
   const int nch = (si.z - si.y + C - 1) / C;
@@ -177,7 +253,7 @@ __global__ void __launch_bounds__(kThreads) states_fwd(Problem p, GenWork w) {
     const int64_t row = static_cast<int64_t>(h) * P + static_cast<int64_t>(g) * C;
     const float* gcg = w.Gc + row;
     const float gl = gcg[C - 1];
-    __syncthreads();
+    __syncthreads();  // hs holds the state before this chunk
     for (int i = tid; i < C; i += kThreads) decs[i] = expf(gl - gcg[i]);
     float* Hout = w.Hs + (static_cast<int64_t>(h) * p.NCt + g) * K * V;
     for (int idx = tid; idx < K * nv; idx += kThreads) {
@@ -187,34 +263,61 @@ __global__ void __launch_bounds__(kThreads) states_fwd(Problem p, GenWork w) {
     const float* Wc = w.W + row * K;
     float* Uc = w.U + row * V;
     const float* Kc = w.Kp + (static_cast<int64_t>(hk) * P + static_cast<int64_t>(g) * C) * K;
-    for (int idx = tid; idx < C * nv; idx += kThreads) {
-      const int i = idx / nv, j = idx - i * nv;
-      float s = Uc[i * V + vs + j];
-      for (int d = 0; d < K; ++d) s -= Wc[i * K + d] * hs[d * kSlice + j];
-      Uc[i * V + vs + j] = s;
+    // v_new = u - w h
+    float acc[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) acc[r] = (r < rows && lane < nv) ? Uc[(row0 + r) * V + vs + lane] : 0.f;
+    rows_times_slice(Wc, C, K, hs, xt, row0, rows, -1.f, acc);
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      if (r < rows) {
+        const int i = row0 + r;
+        if (lane < nv) Uc[i * V + vs + lane] = acc[r];
+        vn[i * kSlice + lane] = lane < nv ? decs[i] * acc[r] : 0.f;
+      }
     }
-    __syncthreads();
+    __syncthreads();  // vn complete; every read of hs for w h is done
+    // h' = e^gl h + K^T diag(e^(gl - gc)) v_new
     const float eg = expf(gl);
-    for (int idx = tid; idx < K * nv; idx += kThreads) {
-      const int d = idx / nv, j = idx - d * nv;
-      float s = eg * hs[d * kSlice + j];
-      for (int i = 0; i < C; ++i) s += decs[i] * Kc[i * K + d] * Uc[i * V + vs + j];
-      hs[d * kSlice + j] = s;
+    float acc2[8][4];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const int d = td + 32 * r;
+      const float4 hv = d < K ? *reinterpret_cast<const float4*>(&hs[d * kSlice + 4 * tj]) : float4{};
+      acc2[r][0] = eg * hv.x;
+      acc2[r][1] = eg * hv.y;
+      acc2[r][2] = eg * hv.z;
+      acc2[r][3] = eg * hv.w;
+    }
+    cols_times_tile(Kc, C, K, vn, acc2);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const int d = td + 32 * r;
+      if (d < K) {
+        *reinterpret_cast<float4*>(&hs[d * kSlice + 4 * tj]) =
+            make_float4(acc2[r][0], acc2[r][1], acc2[r][2], acc2[r][3]);
+      }
     }
   }
 }
 
-// ---- dstates: dh after each chunk (reverse), dv_new ----
-
+// dh after each chunk (reverse), dv_new = P^T dO + diag(e^(gl - gc)) K dh.
 __global__ void __launch_bounds__(kThreads) states_bwd(Problem p, GenWork w) {
-  __shared__ float hs[256 * kSlice];
-  __shared__ float decs[128], gms[128];
+  extern __shared__ __align__(16) float sm[];
   const int C = p.C, K = p.K, V = p.V;
+  float* hs = sm;                   // K x kSlice: the slice of dh
+  float* dos = hs + K * kSlice;     // C x kSlice: dO
+  float* dus = dos + C * kSlice;    // C x kSlice: dv_new
+  float* xt = dus + C * kSlice;     // kStageD x (C + 4)
+  float* decs = xt + kStageD * (C + 4);
+  float* gms = decs + C;
   // Block x = sequence * slices + slice (gridDim.z would cap the sequences at 65535).
   const int slices = (p.V + kSlice - 1) / kSlice;
   const int n = blockIdx.x / slices, vs = (blockIdx.x % slices) * kSlice, h = blockIdx.y, hk = h / p.group;
   const int nv = min(kSlice, V - vs);
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int td = tid >> 3, tj = tid & 7;
+  const int rows = C / kWarps, row0 = warp * rows;
   const int64_t P = p.padded();
   const int4 si = p.map.seq_of(n);
   const int nch = (si.z - si.y + C - 1) / C;
@@ -231,7 +334,13 @@ __global__ void __launch_bounds__(kThreads) states_bwd(Problem p, GenWork w) {
     const int64_t rowk = static_cast<int64_t>(hk) * P + static_cast<int64_t>(g) * C;
     const float* gcg = w.Gc + row;
     const float gl = gcg[C - 1];
-    __syncthreads();
+    const float* Pc = w.Pb + row * C;
+    const float* dOc = w.dOp + row * V;
+    const float* Kc = w.Kp + rowk * K;
+    const float* Qc = w.Qp + rowk * K;
+    const float* Wc = w.W + row * K;
+    float* dUc = w.dU + row * V;
+    __syncthreads();  // hs holds dh after this chunk; the previous chunk's tiles are consumed
     for (int i = tid; i < C; i += kThreads) {
       decs[i] = expf(gl - gcg[i]);
       gms[i] = p.scale * expf(gcg[i]);
@@ -241,30 +350,65 @@ __global__ void __launch_bounds__(kThreads) states_bwd(Problem p, GenWork w) {
       const int d = idx / nv, j = idx - d * nv;
       dHout[d * V + vs + j] = hs[d * kSlice + j];
     }
-    __syncthreads();
-    const float* Pc = w.Pb + row * C;
-    const float* dOc = w.dOp + row * V;
-    const float* Kc = w.Kp + rowk * K;
-    const float* Qc = w.Qp + rowk * K;
-    const float* Wc = w.W + row * K;
-    float* dUc = w.dU + row * V;
-    for (int idx = tid; idx < C * nv; idx += kThreads) {
-      const int j = idx / nv, e = idx - j * nv;
-      float s = 0.f;
-      for (int i = j; i < C; ++i) s += Pc[i * C + j] * dOc[i * V + vs + e];
-      float t = 0.f;
-      for (int d = 0; d < K; ++d) t += Kc[j * K + d] * hs[d * kSlice + e];
-      dUc[j * V + vs + e] = s + decs[j] * t;
+    for (int idx = tid; idx < C * kSlice; idx += kThreads) {
+      const int i = idx / kSlice, e = idx - i * kSlice;
+      dos[idx] = e < nv ? dOc[i * V + vs + e] : 0.f;
     }
-    __syncthreads();
-    const float eg = expf(gl);
-    for (int idx = tid; idx < K * nv; idx += kThreads) {
-      const int d = idx / nv, e = idx - d * nv;
-      float s = 0.f;
-      for (int i = 0; i < C; ++i) {
-        s += gms[i] * Qc[i * K + d] * dOc[i * V + vs + e] - Wc[i * K + d] * dUc[i * V + vs + e];
+    // t = K dh (rows_times_slice synchronises before reading dos, decs)
+    float t[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) t[r] = 0.f;
+    rows_times_slice(Kc, C, K, hs, xt, row0, rows, 1.f, t);
+    // s = P^T dO: P is zero above the diagonal, so rows i >= row0 cover every i >= j of the warp
+    float s[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) s[r] = 0.f;
+    for (int i = row0; i < C; ++i) {
+      const float dv = dos[i * kSlice + lane];
+#pragma unroll
+      for (int r = 0; r < 16; ++r) {
+        if (r < rows) s[r] = fmaf(Pc[i * C + row0 + r], dv, s[r]);
       }
-      hs[d * kSlice + e] = eg * hs[d * kSlice + e] + s;
+    }
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      if (r < rows) {
+        const int j = row0 + r;
+        const float du = s[r] + decs[j] * t[r];
+        if (lane < nv) dUc[j * V + vs + lane] = du;
+        dus[j * kSlice + lane] = lane < nv ? du : 0.f;
+      }
+    }
+    __syncthreads();  // dus complete; every read of hs for K dh is done
+    // dh = e^gl dh' + sum_i (gms_i q_i^T dO_i - w_i^T dv_new_i)
+    float acc[8][4];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.f;
+    for (int i = 0; i < C; ++i) {
+      const float4 o = *reinterpret_cast<const float4*>(&dos[i * kSlice + 4 * tj]);
+      const float4 u = *reinterpret_cast<const float4*>(&dus[i * kSlice + 4 * tj]);
+      const float gq = gms[i];
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        const int d = td + 32 * r;
+        if (d < K) {
+          const float q = gq * Qc[i * K + d], wv = Wc[i * K + d];
+          acc[r][0] = fmaf(q, o.x, acc[r][0]) - wv * u.x;
+          acc[r][1] = fmaf(q, o.y, acc[r][1]) - wv * u.y;
+          acc[r][2] = fmaf(q, o.z, acc[r][2]) - wv * u.z;
+          acc[r][3] = fmaf(q, o.w, acc[r][3]) - wv * u.w;
+        }
+      }
+    }
+    const float eg = expf(gl);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const int d = td + 32 * r;
+      if (d < K) {
+        float4* hv = reinterpret_cast<float4*>(&hs[d * kSlice + 4 * tj]);
+        const float4 o = *hv;
+        *hv = make_float4(eg * o.x + acc[r][0], eg * o.y + acc[r][1], eg * o.z + acc[r][2], eg * o.w + acc[r][3]);
+      }
     }
   }
   __syncthreads();
