@@ -25,6 +25,16 @@ namespace ak::linear::cuda::bwd {
 using namespace general_detail;
 namespace {
 
+// Out[b] = alpha X[b] Y[b]^T (or +=) over chunks x heads (gemm_xyt); nothing for an empty batch.
+void launch_gemm_xyt(const general_gemm::Shape& sh, const general_gemm::Operand& X, const general_gemm::Operand& Y,
+                     const general_gemm::Output& O, cudaStream_t stream) {
+  using namespace general_gemm;
+  if (sh.chunks == 0 || sh.heads == 0 || sh.M == 0 || sh.N == 0) return;
+  const int64_t tiles = static_cast<int64_t>((sh.M + kTileM - 1) / kTileM) * ((sh.N + kTileN - 1) / kTileN);
+  gemm_xyt<<<dim3(static_cast<unsigned>(tiles * sh.chunks), static_cast<unsigned>(sh.heads)), kGemmThreads, 0,
+             stream>>>(sh, X, Y, O);
+}
+
 template <class T>
 void run_typed(const Problem& p, cudaStream_t s, int device) {
   const int64_t P = p.padded();

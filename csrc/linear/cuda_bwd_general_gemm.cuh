@@ -121,13 +121,4 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_xyt(Shape s, Operand X, Ope
   }
 }
 
-// Launches gemm_xyt over chunks x heads on `stream` (nothing when the batch or the output is empty).
-inline void launch_gemm_xyt(const Shape& s, const Operand& X, const Operand& Y, const Output& O,
-                            cudaStream_t stream) {
-  if (s.chunks == 0 || s.heads == 0 || s.M == 0 || s.N == 0) return;
-  const int64_t tiles = static_cast<int64_t>((s.M + kTileM - 1) / kTileM) * ((s.N + kTileN - 1) / kTileN);
-  gemm_xyt<<<dim3(static_cast<unsigned>(tiles * s.chunks), static_cast<unsigned>(s.heads)), kGemmThreads, 0,
-             stream>>>(s, X, Y, O);
-}
-
 }  // namespace ak::linear::cuda::bwd::general_gemm
