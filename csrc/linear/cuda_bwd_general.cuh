@@ -69,6 +69,43 @@ __global__ void pack_scalars(RowView src, ChunkMap map, int64_t P, float* dst) {
   dst[static_cast<int64_t>(head) * P + pr] = x;
 }
 
+// ---- chunk-local row products ----
+
+// The C x D products of prep and grads (a C x C coefficient matrix times a D-wide matrix X in
+// global memory, D <= 256) run four rows per warp: lane owns columns lane + 32 c (c < 8), so one
+// coalesced load of X[j][d] serves four rows and the four coefficients are warp-wide broadcasts.
+constexpr int kRowsPerWarp = 4;
+constexpr int kMaxColsPerLane = 8;
+
+// acc[r][c] += sum_{j0 <= j < j1} coef(r, j) X[j * ld + lane + 32 c] for lane + 32 c < D.
+template <class Coef>
+__device__ __forceinline__ void four_rows_times(const float* __restrict__ X, int ld, int D, int j0, int j1,
+                                                Coef coef, float (&acc)[kRowsPerWarp][kMaxColsPerLane]) {
+  const int lane = threadIdx.x & 31;
+  for (int j = j0; j < j1; ++j) {
+    float cr[kRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) cr[r] = coef(r, j);
+#pragma unroll
+    for (int c = 0; c < kMaxColsPerLane; ++c) {
+      const int d = lane + 32 * c;
+      if (d < D) {
+        const float x = X[j * ld + d];
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) acc[r][c] = fmaf(cr[r], x, acc[r][c]);
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void zero(float (&acc)[kRowsPerWarp][kMaxColsPerLane]) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+    for (int c = 0; c < kMaxColsPerLane; ++c) acc[r][c] = 0.f;
+  }
+}
+
 // ---- prep: gc, A, w, u, P per (chunk, value head) ----
 
 __global__ void __launch_bounds__(kThreads) prep(Problem p, GenWork w) {
@@ -127,19 +164,34 @@ __global__ void __launch_bounds__(kThreads) prep(Problem p, GenWork w) {
     Aout[idx] = A[idx];
     Atout[idx] = A[j * C + i];
   }
+  // w = A diag(beta e^gc) K, u = A diag(beta) V (A is zero above the diagonal)
+  const int warp = tid >> 5, lane = tid & 31;
   float* Wc = w.W + row * K;
-  for (int idx = tid; idx < C * K; idx += kThreads) {
-    const int i = idx / K, d = idx - i * K;
-    float s = 0.f;
-    for (int j = 0; j <= i; ++j) s += A[i * C + j] * bg[j] * Kc[j * K + d];
-    Wc[idx] = s;
-  }
   float* Uc = w.U + row * V;
-  for (int idx = tid; idx < C * V; idx += kThreads) {
-    const int i = idx / V, e = idx - i * V;
-    float s = 0.f;
-    for (int j = 0; j <= i; ++j) s += A[i * C + j] * bt[j] * Vc[j * V + e];
-    Uc[idx] = s;
+  for (int i0 = warp * kRowsPerWarp; i0 < C; i0 += kWarps * kRowsPerWarp) {
+    float acc[kRowsPerWarp][kMaxColsPerLane];
+    zero(acc);
+    four_rows_times(Kc, K, K, 0, i0 + kRowsPerWarp, [&](int r, int j) { return A[(i0 + r) * C + j] * bg[j]; },
+                    acc);
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+      for (int c = 0; c < kMaxColsPerLane; ++c) {
+        const int d = lane + 32 * c;
+        if (d < K) Wc[(i0 + r) * K + d] = acc[r][c];
+      }
+    }
+    zero(acc);
+    four_rows_times(Vc, V, V, 0, i0 + kRowsPerWarp, [&](int r, int j) { return A[(i0 + r) * C + j] * bt[j]; },
+                    acc);
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+      for (int c = 0; c < kMaxColsPerLane; ++c) {
+        const int e = lane + 32 * c;
+        if (e < V) Uc[(i0 + r) * V + e] = acc[r][c];
+      }
+    }
   }
   float* Pc = w.Pb + row * C;
   for (int idx = tid; idx < C * C; idx += kThreads) {
@@ -423,7 +475,7 @@ __global__ void __launch_bounds__(kThreads) states_bwd(Problem p, GenWork w) {
 // ---- grads: everything chunk-local ----
 
 template <class T>
-__global__ void __launch_bounds__(kThreads) grads(Problem p, GenWork w) {
+__global__ void __launch_bounds__(kThreads, 1) grads(Problem p, GenWork w) {
   extern __shared__ float sm[];
   const int C = p.C, K = p.K, V = p.V;
   float* M1 = sm;
@@ -484,68 +536,106 @@ __global__ void __launch_bounds__(kThreads) grads(Problem p, GenWork w) {
     M1[idx] = s;
   }
   __syncthreads();
+  // The row loops below (dq, dk, the WY backward) give row i to warp (i / 4) % 8 in every loop, so
+  // the lane 0 that updates dgc_i, dbt_i is the same thread each time. dPs (M1) and A are lower
+  // triangular, so running a group's sums over the range of its widest row adds exact zeros only.
+  float acc[kRowsPerWarp][kMaxColsPerLane];
   // dq = scale diag(e^gc) dO h^T + dPs K (dQc holds dO h^T); dgc_i += q_i . dq_i
-  for (int i = warp; i < C; i += kWarps) {
-    float qd = 0.f;
-    for (int d = lane; d < K; d += 32) {
-      const float s1 = dQc[i * K + d];
-      float s2 = 0.f;
-      for (int j = 0; j <= i; ++j) s2 += M1[i * C + j] * Kc[j * K + d];
-      const float s = p.scale * gm[i] * s1 + s2;
-      dQc[i * K + d] = s;
-      qd += Qc[i * K + d] * s;
+  for (int i0 = warp * kRowsPerWarp; i0 < C; i0 += kWarps * kRowsPerWarp) {
+    zero(acc);
+    four_rows_times(Kc, K, K, 0, i0 + kRowsPerWarp, [&](int r, int j) { return M1[(i0 + r) * C + j]; }, acc);
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int i = i0 + r;
+      float qd = 0.f;
+#pragma unroll
+      for (int c = 0; c < kMaxColsPerLane; ++c) {
+        const int d = lane + 32 * c;
+        if (d < K) {
+          const float s = p.scale * gm[i] * dQc[i * K + d] + acc[r][c];
+          dQc[i * K + d] = s;
+          qd += Qc[i * K + d] * s;
+        }
+      }
+      qd = warp_sum(qd);
+      if (lane == 0) dgc[i] += qd;
     }
-    qd = warp_sum(qd);
-    if (lane == 0) dgc[i] += qd;
   }
   // dk = diag(e^(gl-gc)) v_new dh'^T + dPs^T Q (dKc holds v_new dh'^T); dgc_j -= k_j . dk_j
-  for (int j = warp; j < C; j += kWarps) {
-    float kt = 0.f, kk = 0.f;
-    for (int d = lane; d < K; d += 32) {
-      const float t = dKc[j * K + d] * dec[j];
-      const float kd = Kc[j * K + d];
-      kt += kd * t;
-      float s = t;
-      for (int i = j; i < C; ++i) s += M1[i * C + j] * Qc[i * K + d];
-      dKc[j * K + d] = s;
-      kk += kd * s;
-    }
-    kt = warp_sum(kt);
-    kk = warp_sum(kk);
-    if (lane == 0) {
-      lastp[j] = kt;
-      dgc[j] -= kk;
+  for (int j0 = warp * kRowsPerWarp; j0 < C; j0 += kWarps * kRowsPerWarp) {
+    zero(acc);
+    four_rows_times(Qc, K, K, j0, C, [&](int r, int i) { return M1[i * C + j0 + r]; }, acc);
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int j = j0 + r;
+      float kt = 0.f, kk = 0.f;
+#pragma unroll
+      for (int c = 0; c < kMaxColsPerLane; ++c) {
+        const int d = lane + 32 * c;
+        if (d < K) {
+          const float t = dKc[j * K + d] * dec[j];
+          const float kd = Kc[j * K + d];
+          kt += kd * t;
+          const float s = t + acc[r][c];
+          dKc[j * K + d] = s;
+          kk += kd * s;
+        }
+      }
+      kt = warp_sum(kt);
+      kk = warp_sum(kk);
+      if (lane == 0) {
+        lastp[j] = kt;
+        dgc[j] -= kk;
+      }
     }
   }
   __syncthreads();
   // WY backward, w part: dk += diag(beta e^gc) A^T dw; dbeta, dgc from e^gc beta
-  for (int j = warp; j < C; j += kWarps) {
-    float tk = 0.f;
-    for (int d = lane; d < K; d += 32) {
-      float at = 0.f;
-      for (int i = j; i < C; ++i) at += A[i * C + j] * dWc[i * K + d];
-      dKc[j * K + d] += bt[j] * gm[j] * at;
-      tk += at * Kc[j * K + d];
-    }
-    tk = warp_sum(tk);
-    if (lane == 0) {
-      dbt[j] += gm[j] * tk;
-      dgc[j] += bt[j] * gm[j] * tk;
+  for (int j0 = warp * kRowsPerWarp; j0 < C; j0 += kWarps * kRowsPerWarp) {
+    zero(acc);
+    four_rows_times(dWc, K, K, j0, C, [&](int r, int i) { return At[(j0 + r) * C + i]; }, acc);
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int j = j0 + r;
+      float tk = 0.f;
+#pragma unroll
+      for (int c = 0; c < kMaxColsPerLane; ++c) {
+        const int d = lane + 32 * c;
+        if (d < K) {
+          const float at = acc[r][c];
+          dKc[j * K + d] += bt[j] * gm[j] * at;
+          tk += at * Kc[j * K + d];
+        }
+      }
+      tk = warp_sum(tk);
+      if (lane == 0) {
+        dbt[j] += gm[j] * tk;
+        dgc[j] += bt[j] * gm[j] * tk;
+      }
     }
   }
   // u part: dv = diag(beta) A^T du; dbeta += (A^T du) . v
-  for (int j = warp; j < C; j += kWarps) {
-    const bool valid = j < ci.z;
-    T* dvo = valid ? static_cast<T*>(p.dv.p) + p.dv.offset(ci.x, ci.y + j, h) : nullptr;
-    float tv = 0.f;
-    for (int e = lane; e < V; e += 32) {
-      float au = 0.f;
-      for (int i = j; i < C; ++i) au += A[i * C + j] * dUc[i * V + e];
-      if (valid) dvo[e] = from_f<T>(bt[j] * au);
-      tv += au * Vc[j * V + e];
+  for (int j0 = warp * kRowsPerWarp; j0 < C; j0 += kWarps * kRowsPerWarp) {
+    zero(acc);
+    four_rows_times(dUc, V, V, j0, C, [&](int r, int i) { return At[(j0 + r) * C + i]; }, acc);
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int j = j0 + r;
+      const bool valid = j < ci.z;
+      T* dvo = valid ? static_cast<T*>(p.dv.p) + p.dv.offset(ci.x, ci.y + j, h) : nullptr;
+      float tv = 0.f;
+#pragma unroll
+      for (int c = 0; c < kMaxColsPerLane; ++c) {
+        const int e = lane + 32 * c;
+        if (e < V) {
+          const float au = acc[r][c];
+          if (valid) dvo[e] = from_f<T>(bt[j] * au);
+          tv += au * Vc[j * V + e];
+        }
+      }
+      tv = warp_sum(tv);
+      if (lane == 0) dbt[j] += tv;
     }
-    tv = warp_sum(tv);
-    if (lane == 0) dbt[j] += tv;
   }
   __syncthreads();
   // M2 = dA (strictly lower part; the rest cannot reach dL)
@@ -610,11 +700,17 @@ __global__ void __launch_bounds__(kThreads) grads(Problem p, GenWork w) {
     for (int i = j + 1; i < C; ++i) cs += M2[i * C + j];
     dgc[j] -= cs;
   }
-  for (int j = warp; j < C; j += kWarps) {
-    for (int d = lane; d < K; d += 32) {
-      float s = 0.f;
-      for (int i = 0; i < C; ++i) s += M1[j * C + i] * Kc[i * K + d];
-      dKc[j * K + d] += s;
+  // dk += S K
+  for (int j0 = warp * kRowsPerWarp; j0 < C; j0 += kWarps * kRowsPerWarp) {
+    zero(acc);
+    four_rows_times(Kc, K, K, 0, C, [&](int r, int i) { return M1[(j0 + r) * C + i]; }, acc);
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+      for (int c = 0; c < kMaxColsPerLane; ++c) {
+        const int d = lane + 32 * c;
+        if (d < K) dKc[(j0 + r) * K + d] += acc[r][c];
+      }
     }
   }
   __syncthreads();
