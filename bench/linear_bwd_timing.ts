@@ -6,7 +6,8 @@
  *
  * - `--check` first runs every fast-path variant (see `--variants`) and the general path on small
  *   shapes and prints the relative RMS difference of every gradient against the general path, and
- *   whether the variant repeats bitwise.
+ *   whether the variant repeats bitwise; variants with context parallelism (CP) also against the
+ *   default fast path (`vs default`), on extra cases long enough to have several chunks per segment.
  * - `--stages` times the gated backward of every variant stage by stage (ATTNKIT_LINEAR_BWD_STOP stops
  *   after a stage; a stage's time is the difference of two such runs) with each stage's GB/s against
  *   the bytes it must move (bench/NOTES_linear_bwd.md).
@@ -83,8 +84,12 @@ const VARIANTS: Record<string, Record<string, string>> = {
   "r3-vs16": { VS: "16" },
   // With the L2 norm in the kernel and group 1: the reduce kernel instead of the fused norm backward.
   "r3-reduce": { REDUCE: "separate" },
+  // Context parallelism of states and dstates (segments, cuda_bwd_segments.cuh): the cost model's
+  // choice (often none), and 4 segments forced.
+  "r3-cp-auto": { CP: "auto" },
+  "r3-cp4": { CP: "4" },
 };
-const SWITCHES = ["PREP", "DSTATES", "DVS", "GRADS", "VS", "REDUCE", "L2NORM", "STOP"];
+const SWITCHES = ["PREP", "DSTATES", "DVS", "GRADS", "VS", "REDUCE", "L2NORM", "CP", "STOP"];
 
 function setVariant(settings: Record<string, string>) {
   for (const key of SWITCHES) {
@@ -198,6 +203,9 @@ function check(variants: string[]) {
     { B: 1, T: 1000, H: 5, HK: 5, D: 128, gated: true, l2: false },
     { B: 2, T: 200, H: 3, HK: 3, D: 128, gated: true, l2: true },
     { B: 1, T: 300, H: 4, HK: 2, D: 64, gated: true, l2: true },
+    // Long sequences, few heads: where the segments of CP matter.
+    { B: 1, T: 4000, H: 2, HK: 2, D: 128, gated: true, l2: false },
+    { B: 2, T: 2500, H: 2, HK: 1, D: 64, gated: true, l2: true },
   ];
   for (const c of cases) {
     using x = makeInputs(c.B, c.T, c.H, c.D, 11, c.HK);
@@ -210,6 +218,7 @@ function check(variants: string[]) {
     };
     setVariant({});
     using general = run("general");
+    using fastDefault = run("fast");
     for (const name of variants) {
       setVariant(VARIANTS[name]);
       using fast = run("fast");
@@ -218,6 +227,14 @@ function check(variants: string[]) {
       for (const key of GRADS) {
         const a = fast[key], b = general[key];
         if (a && b) parts.push(`${key} ${relRms(a, b).toExponential(2)}`);
+      }
+      if (VARIANTS[name].CP !== undefined) {
+        const against: string[] = [];
+        for (const key of GRADS) {
+          const a = fast[key], b = fastDefault[key];
+          if (a && b) against.push(`${key} ${relRms(a, b).toExponential(2)}`);
+        }
+        parts.push(`| vs default: ${against.join("  ")}`);
       }
       const same = GRADS.every((key) => sameBits(fast[key], again[key]));
       console.log(

@@ -149,6 +149,27 @@ inline void cp_async_wait() {}
 
 using namespace ak::linear::cuda::bwd;
 
+// The context-parallel combine on the host (the GPU runs the forward's launch_segment_combine):
+// E_1 = N_0, E_(j+1) = M_j E_j + N_j in fp32, per sequence-head, arrays as SegParams.
+void host_segment_combine(const float* fwd, const float* tr, float* entry, int64_t NH, int D, int Pm) {
+  const int64_t DD = int64_t(D) * D;
+  for (int64_t nh = 0; nh < NH; ++nh) {
+    const int64_t base = nh * Pm * DD;
+    std::copy(fwd + base, fwd + base + DD, entry + base);
+    for (int j = 1; j < Pm; ++j) {
+      const float* m = tr + base + (j - 1) * DD;
+      const float* e = entry + base + (j - 1) * DD;
+      float* out = entry + base + j * DD;
+      for (int r = 0; r < D; ++r)
+        for (int c = 0; c < D; ++c) {
+          float acc = fwd[base + j * DD + r * D + c];
+          for (int k = 0; k < D; ++k) acc = std::fma(m[r * D + k], e[k * D + c], acc);
+          out[r * D + c] = acc;
+        }
+    }
+  }
+}
+
 template <class F>
 void launch(dim3 grid, int threads, size_t smem, F&& kernel) {
   emu::g_bdim = dim3(threads, 1, 1);
@@ -398,11 +419,40 @@ int run(int argc, char** argv) {
       if (p.NCt > 0 && !simt)
         launch(dim3(p.NCt, H), 256, prep_tc_detail::PrepTcLayout<DD>::kBytes,
                [&] { prep_tc_detail::fast_prep_tc<T, DD>(pp, w); });
+      // EMU_CP=P: states and dstates v2 as P segments (pass 1, combine, pass 2), with the per-chunk
+      // states and v_new / dv_new poisoned first so that a chunk no pass writes shows as NaN.
+      const int cp = getenv("EMU_CP") ? std::atoi(getenv("EMU_CP")) : 0;
+      std::vector<float> seg_fwd, seg_tr, seg_entry;
+      SegParams sg;
+      if (cp >= 2) {
+        const size_t n = size_t(N) * H * (cp - 1) * DD * DD;
+        seg_fwd.assign(n, NAN);
+        seg_tr.assign(n, NAN);
+        seg_entry.assign(n, NAN);
+        sg.count = cp;
+        sg.fwd = seg_fwd.data();
+        sg.tr = seg_tr.data();
+        sg.entry = seg_entry.data();
+        for (auto* x : {&Hs, &dHs, &dU}) std::fill(x->begin(), x->end(), static_cast<T>(NAN));
+        std::fill(dS0.begin(), dS0.end(), NAN);
+      }
+      // Pass 1, the combine, pass 2 of one stage; `grid_x(jobs)` the blocks per head of a pass.
+      auto segmented = [&](auto&& run_pass) {
+        sg.pass = 1;
+        run_pass(seg_jobs(1, cp));
+        host_segment_combine(sg.fwd, sg.tr, seg_entry.data(), int64_t(N) * H, DD, cp - 1);
+        sg.pass = 2;
+        run_pass(seg_jobs(2, cp));
+      };
       auto seq = [&](auto vtag) {
         constexpr int VS = decltype(vtag)::value;
-        if (p.NCt > 0)
-          launch(dim3(DD / VS * N, H), 128, 2 * sizeof(states_detail::StatesBuf<T, DD, VS>) + sizeof(T) * DD * (VS + 8),
-                 [&] { states_detail::fast_states<T, DD, VS>(pf, w); });
+        constexpr size_t smem = 2 * sizeof(states_detail::StatesBuf<T, DD, VS>) + sizeof(T) * DD * (VS + 8);
+        if (p.NCt > 0 && cp >= 2)
+          segmented([&](int jobs) {
+            launch(dim3(DD / VS * N * jobs, H), 128, smem, [&] { states_detail::fast_states<T, DD, VS, true>(pf, w, sg); });
+          });
+        else if (p.NCt > 0)
+          launch(dim3(DD / VS * N, H), 128, smem, [&] { states_detail::fast_states<T, DD, VS>(pf, w, SegParams{}); });
         constexpr int ST = VS == 32 ? 2 : 1;  // as the launcher
         // EMU_DSTATES=v1: the 4-warp version; default v2 with EMU_DVS columns (default D).
         if (getenv("EMU_DSTATES") && std::string(getenv("EMU_DSTATES")) == "v1")
@@ -411,8 +461,13 @@ int run(int argc, char** argv) {
       };
       auto seq2 = [&](auto vtag) {
         constexpr int VS = decltype(vtag)::value;
-        launch(dim3(DD / VS * N, H), 256, sizeof(dstates8_detail::Smem<T, DD, VS>),
-               [&] { dstates8_detail::fast_dstates8<T, DD, VS>(pf, w); });
+        constexpr size_t smem = sizeof(dstates8_detail::Smem<T, DD, VS>);
+        if (cp >= 2)
+          segmented([&](int jobs) {
+            launch(dim3(DD / VS * N * jobs, H), 256, smem, [&] { dstates8_detail::fast_dstates8<T, DD, VS, true>(pf, w, sg); });
+          });
+        else
+          launch(dim3(DD / VS * N, H), 256, smem, [&] { dstates8_detail::fast_dstates8<T, DD, VS>(pf, w, SegParams{}); });
       };
       if (getenv("EMU_VS") && std::atoi(getenv("EMU_VS")) == 32) seq(std::integral_constant<int, 32>{});
       else seq(std::integral_constant<int, 64>{});

@@ -1,11 +1,15 @@
 // The tensor-core path of the delta-rule backward: when it applies, its workspace, and the order of
 // its stages (prep, states, dstates, grads, then the group reduction when q/k heads are shared or
-// L2-normalised in the kernel).
+// L2-normalised in the kernel). States and dstates optionally run as segments (context parallelism,
+// ATTNKIT_LINEAR_BWD_CP; cuda_bwd_segments.cuh).
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "../cuda/runtime.cuh"
 #include "cuda_bwd_elem.cuh"
 #include "cuda_bwd_fast.cuh"
+#include "cuda_bwd_segments.cuh"
 #include "cuda_bwd_variants.h"
 
 namespace ak::linear::cuda::bwd {
@@ -47,6 +51,68 @@ bool rows4(const OutView& v) { return aligned(v.p, 4) && v.sb % 2 == 0 && v.st %
 
 size_t round_up(size_t x) { return (x + 255) / 256 * 256; }
 
+// ---- segments (context parallelism) of the sequential stages ----
+
+// Microseconds one chunk step of a sequential stage takes when every multiprocessor advances `cols`
+// state columns of D rows (latency plus work), fitted to the two H200 measurements of each stage
+// (NOTES_linear_bwd.md, round 2: B1_T8192_H96_D128 and B2_T16384_H16_D128): states 2.3 us for 32
+// columns per SM, 4.4 us for 128; dstates v2 3.0 us for 32, 5.6 us for 128. Below 32 columns per SM
+// the slices cannot get narrower, so the step does not get shorter.
+double step_us(bool dstates, int D, double cols) {
+  const double latency = dstates ? 2.1 : 1.6, cols_per_us = (dstates ? 37.0 : 46.0) * 128.0 / D;
+  return latency + std::max(cols, 32.0) / cols_per_us;
+}
+
+// Modelled time (us) of one pass of a sequential stage: `units` sequence-heads x `jobs` chains of
+// `steps` chunks each, the slower of the step latency and the bytes at the device bandwidth. Bytes
+// per chunk and chain: the tiles read (states: w, k, u; dstates: k, w, and q, P, dO unless the chain
+// is a transition run) and, for chains that write outputs, h / dh and v_new / dv_new.
+double pass_us(bool dstates, int D, int64_t units, int jobs, double steps, double out_frac, double tr_frac,
+               int sms) {
+  const double tile = 64.0 * D * 2, state = static_cast<double>(D) * D * 2;
+  const double full = dstates ? 4 * tile + 64.0 * 64 * 2 : 3 * tile;  // reads of a chain with inputs
+  const double bare = 2 * tile;                                       // reads of a transition chain
+  const double per_job = (1 - tr_frac) * full + tr_frac * bare + out_frac * (state + tile);
+  const double bytes = per_job * static_cast<double>(units) * jobs;  // per chunk step, all chains
+  const double cols = static_cast<double>(units) * jobs * D / sms;
+  return steps * std::max(step_us(dstates, D, cols), bytes / 3.5e6);  // ~3.5 TB/s = 3.5e6 B/us
+}
+
+// Both sequential stages (states and dstates v2) with P segments (P = 1: the plain run), in us.
+double sequential_us(int P, int D, int64_t units, double chunks, int sms) {
+  double total = 0;
+  for (bool dstates : {false, true}) {
+    if (P == 1) {
+      total += pass_us(dstates, D, units, 1, chunks, 1, 0, sms);
+      continue;
+    }
+    const double steps = std::ceil(chunks / P);
+    const int jobs1 = seg_jobs(1, P), jobs2 = seg_jobs(2, P);
+    total += pass_us(dstates, D, units, jobs1, steps, 1.0 / jobs1, (P - 2.0) / jobs1, sms);
+    total += pass_us(dstates, D, units, jobs2, steps, 1, 0, sms);
+    total += 5 + 8.0 * (P - 2) * D / 128 * D / 128;  // the combine: launch + one D x D product per step
+  }
+  return total;
+}
+
+// Segments of the sequential stages: ATTNKIT_LINEAR_BWD_CP off (1), forced, or automatic: the P of
+// 3 .. 16 (at least 4 chunks per segment) the model above rates fastest, if it beats the plain run
+// by 10%. Varlen calls are rated by their mean sequence length.
+int plan_segments(const Problem& p, int asked, int D, int device) {
+  if (asked >= 2) return asked;
+  if (asked == 0 || p.N == 0 || p.H == 0) return 1;
+  const int sms = ak::cuda::props(device).multiProcessorCount;
+  const double chunks = p.map.seq != nullptr ? static_cast<double>(p.NCt) / p.N : p.map.nc_fixed;
+  const int64_t units = static_cast<int64_t>(p.N) * p.H;
+  int best_p = 1;
+  double best = 0.9 * sequential_us(1, D, units, chunks, sms);
+  for (int P = 3; P <= 16 && chunks / P >= 4; ++P) {
+    const double t = sequential_us(P, D, units, chunks, sms);
+    if (t < best) best = t, best_p = P;
+  }
+  return best_p;
+}
+
 template <class T, int D>
 void run_typed(const Problem& p0, cudaStream_t s, int device) {
   require(static_cast<int64_t>(p0.NCt) * p0.H < (int64_t{1} << 31),
@@ -61,6 +127,10 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   const int64_t batch_rows = p.map.seq != nullptr ? 1 : p.N;
   const int64_t qk_rows = batch_rows * p.map.T * p.HK;
   const size_t e = sizeof(T);
+  // Segments of states and dstates (1: the plain runs): fp32 D x D summaries per sequence, head and
+  // segment boundary.
+  const int segs = var.runs(Stage::States) ? plan_segments(p, var.cp, D, device) : 1;
+  const size_t seg_state = segs > 1 ? static_cast<size_t>(p.N) * H * (segs - 1) * D * D * sizeof(float) : 0;
   const size_t sizes[] = {
       round_up(H * P * sizeof(float)),                        // gc
       round_up(H * P * kFastC * e),                           // A
@@ -76,6 +146,9 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
       round_up(p.l2norm ? qk_rows * D * e : 0),               // normalised k
       round_up(fused_l2 ? qk_rows * sizeof(float) : 0),       // 1 / |q|
       round_up(fused_l2 ? qk_rows * sizeof(float) : 0),       // 1 / |k|
+      round_up(seg_state),                                    // segments: N_j
+      round_up(seg_state),                                    // segments: M_j
+      round_up(seg_state),                                    // segments: entry states E_j
   };
   size_t total = 0;
   for (size_t b : sizes) total += b;
@@ -100,6 +173,20 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   w.dKh = static_cast<float*>(part[9]);
   w.rq = static_cast<float*>(part[12]);
   w.rk = static_cast<float*>(part[13]);
+  SegParams seg;
+  seg.count = segs;
+  seg.fwd = static_cast<float*>(part[14]);
+  seg.tr = static_cast<float*>(part[15]);
+  seg.entry = static_cast<float*>(part[16]);
+  // Pass 1 (summaries; segment 0 writes its outputs), the combine, pass 2 (the other segments'
+  // outputs); the summaries' scratch serves both stages, one after the other on the stream.
+  auto segmented = [&](auto&& launch_pass) {
+    seg.pass = 1;
+    launch_pass(seg);
+    fwd::launch_segment_combine(seg.fwd, seg.tr, static_cast<float*>(part[16]), p.N, p.H, D, segs - 1, s);
+    seg.pass = 2;
+    launch_pass(seg);
+  };
 
   // With the L2 norm, prep (tensor-core version, 16-byte rows) normalises q and k as it loads them;
   // otherwise a separate kernel does before it.
@@ -125,9 +212,17 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
     if (!l2_in_prep) p_prep = p;
   }
   if (var.runs(Stage::Prep)) launch_fast_prep<T, D>(p_prep, w, var.prep_tc, s);
-  if (var.runs(Stage::States)) launch_fast_states<T, D>(p, w, var.vs, s);
+  if (var.runs(Stage::States)) {
+    if (segs > 1) {
+      segmented([&](const SegParams& sg) { launch_fast_states_seg<T, D>(p, w, var.vs, sg, s); });
+    } else {
+      launch_fast_states<T, D>(p, w, var.vs, s);
+    }
+  }
   if (var.runs(Stage::DStates)) {
-    if (var.dstates_v2) {
+    if (var.dstates_v2 && segs > 1) {
+      segmented([&](const SegParams& sg) { launch_fast_dstates8_seg<T, D>(p, w, var.dvs, sg, s); });
+    } else if (var.dstates_v2) {
       launch_fast_dstates8<T, D>(p, w, var.dvs, s);
     } else {
       launch_fast_dstates<T, D>(p, w, var.vs, s);

@@ -11,8 +11,9 @@ namespace {
 // State columns per block: asked for (ATTNKIT_LINEAR_BWD_DVS, at most D), or the widest of D, 64, 32
 // that still gives two thirds of the multiprocessors a block (one block per multiprocessor at D = 128).
 // Narrower slices also where a wider one's shared memory exceeds the device's limit.
+// jobs: blocks per sequence, head and slice (the segment passes run several).
 template <class T, int D>
-int slice_width(const Problem& p, int asked) {
+int slice_width(const Problem& p, int asked, int jobs = 1) {
   int dev = 0;
   AK_CUDA_CHECK(cudaGetDevice(&dev));
   const cudaDeviceProp& props = ak::cuda::props(dev);
@@ -21,7 +22,7 @@ int slice_width(const Problem& p, int asked) {
                                                                                         : sizeof(Smem<T, D, 32>);
     return need <= props.sharedMemPerBlockOptin;
   };
-  const int64_t pairs = static_cast<int64_t>(p.N) * p.H;
+  const int64_t pairs = static_cast<int64_t>(p.N) * p.H * jobs;
   const int64_t want = 2 * static_cast<int64_t>(props.multiProcessorCount) / 3;
   for (int vs = D; vs > 32; vs /= 2) {
     if (!fits(vs)) continue;
@@ -30,13 +31,15 @@ int slice_width(const Problem& p, int asked) {
   return 32;
 }
 
-template <class T, int D, int VS>
-void launch(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
+template <class T, int D, int VS, bool Seg = false>
+void launch(const Problem& p, const FastWork<T>& w, cudaStream_t s, const SegParams& sg = SegParams{}) {
   constexpr size_t smem = sizeof(Smem<T, D, VS>);
-  AK_CUDA_CHECK(cudaFuncSetAttribute(fast_dstates8<T, D, VS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  AK_CUDA_CHECK(cudaFuncSetAttribute(fast_dstates8<T, D, VS, Seg>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  fast_dstates8<T, D, VS><<<dim3((D / VS) * p.N, p.H), kThreads, smem, s>>>(p, w);
-  ak::cuda::check_launch("delta_bwd fast: dstates v2");
+  const int64_t blocks = static_cast<int64_t>(D / VS) * p.N * seg_jobs(Seg ? sg.pass : 0, sg.count);
+  require(blocks < (int64_t{1} << 31), "delta_rule_bwd on CUDA: too many sequences for the dstates pass");
+  fast_dstates8<T, D, VS, Seg><<<dim3(static_cast<unsigned>(blocks), p.H), kThreads, smem, s>>>(p, w, sg);
+  ak::cuda::check_launch(Seg ? "delta_bwd fast: dstates v2 (segments)" : "delta_bwd fast: dstates v2");
 }
 
 }  // namespace
@@ -55,8 +58,25 @@ void launch_fast_dstates8(const Problem& p, const FastWork<T>& w, int vs, cudaSt
   }
 }
 
-#define AK_INSTANTIATE(T, D) \
-  template void launch_fast_dstates8<T, D>(const Problem&, const FastWork<T>&, int, cudaStream_t);
+template <class T, int D>
+void launch_fast_dstates8_seg(const Problem& p, const FastWork<T>& w, int vs, const SegParams& sg,
+                              cudaStream_t s) {
+  switch (slice_width<T, D>(p, vs, seg_jobs(sg.pass, sg.count))) {
+    case 128:
+      if constexpr (D == 128) launch<T, D, 128, true>(p, w, s, sg);
+      break;
+    case 64:
+      launch<T, D, 64, true>(p, w, s, sg);
+      break;
+    default:
+      launch<T, D, 32, true>(p, w, s, sg);
+  }
+}
+
+#define AK_INSTANTIATE(T, D)                                                                         \
+  template void launch_fast_dstates8<T, D>(const Problem&, const FastWork<T>&, int, cudaStream_t); \
+  template void launch_fast_dstates8_seg<T, D>(const Problem&, const FastWork<T>&, int, const SegParams&, \
+                                               cudaStream_t);
 AK_INSTANTIATE(__nv_bfloat16, 64)
 AK_INSTANTIATE(__nv_bfloat16, 128)
 AK_INSTANTIATE(__half, 64)

@@ -7,11 +7,15 @@
 //                                                                 VS/2 at D = 64)
 // The row factor scale e^gc of Q is applied to Q's mma fragments as they are loaded (no pass over the
 // tile). The last dh is d_initial_state.
+// Seg: one job of the context-parallel passes (cuda_bwd_segments.cuh): a range of chunks from a given
+// start dh', or from the identity with dO = 0 (then Q, P and dO are neither loaded nor used), the end
+// state out in fp32.
 #pragma once
 
 #include "cuda_bwd_elem.cuh"
 #include "cuda_bwd_fast.cuh"
 #include "cuda_bwd_mma.cuh"
+#include "cuda_bwd_segments.cuh"
 
 namespace ak::linear::cuda::bwd {
 namespace dstates8_detail {
@@ -43,8 +47,8 @@ __device__ __forceinline__ uint32_t scale_pair(uint32_t x, float2 f) {
   return pack2<T>(v.x * f.x, v.y * f.y);
 }
 
-template <class T, int D, int VS>
-__global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Problem p, FastWork<T> w) {
+template <class T, int D, int VS, bool Seg = false>
+__global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Problem p, FastWork<T> w, SegParams sg) {
   constexpr int LD = D + 8, LV = VS + 8, LC = kC + 8;
   // State tile D x VS: RB row blocks of 16 x CG column groups over the 8 warps.
   constexpr int RB = D / 16, CG = 8 / RB, VC = VS / CG, NS = VC / 8;
@@ -54,8 +58,11 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
   extern __shared__ __align__(16) unsigned char smraw[];
   Smem<T, D, VS>& sm = *reinterpret_cast<Smem<T, D, VS>*>(smraw);
 
-  // Block x = sequence * (D / VS) + slice (gridDim.z would cap the sequences at 65535).
-  const int n = blockIdx.x / (D / VS), vs = (blockIdx.x % (D / VS)) * VS, h = blockIdx.y, hk = h / p.group;
+  // Block x = (sequence * jobs + job) * (D / VS) + slice (gridDim.z would cap the sequences at
+  // 65535); one job per sequence in the plain run.
+  const int jobs = Seg ? seg_jobs(sg.pass, sg.count) : 1;
+  const int nj = blockIdx.x / (D / VS), n = nj / jobs;
+  const int vs = (blockIdx.x % (D / VS)) * VS, h = blockIdx.y, hk = h / p.group;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
   const int rb = warp % RB, cg = warp / RB;  // state rows 16 rb, columns cg VC
   const int ub = warp & 3, uh = warp >> 2;   // dv_new rows 16 ub, columns uh VS/2
@@ -63,6 +70,16 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
   const int nch = (si.z - si.y + kC - 1) / kC;
   const int64_t P = p.padded();
   const int64_t state_base = (static_cast<int64_t>(n) * p.H + h) * D * D;
+  const float* start = p.d_final_state != nullptr ? p.d_final_state + state_base : nullptr;
+  SegJob job;  // loop steps it0 .. it1 - 1 run chunks nch - 1 - it
+  if constexpr (Seg) {
+    job = seg_job(sg, nj - n * jobs, static_cast<int64_t>(n) * p.H + h, nch, D, start);
+  } else {
+    job.it1 = nch;
+    job.init = start;
+  }
+  const bool zero_do = job.identity, output = job.output;
+  const int c_stop = nch - job.it1;  // the chunk after the last one this job runs (runs down to c_stop)
 
   float dh[1][NS][4];
 #pragma unroll
@@ -70,7 +87,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int d = 16 * rb + gq + (r >= 2 ? 8 : 0), e = vs + cg * VC + 8 * nt + 2 * q4 + (r & 1);
-      dh[0][nt][r] = p.d_final_state != nullptr ? p.d_final_state[state_base + d * D + e] : 0.f;
+      dh[0][nt][r] = seg_start_value(job, d, e, D);
     }
 
   auto load = [&](int c, Tiles<T, D, VS>& b) {
@@ -79,31 +96,35 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
     const int64_t row = static_cast<int64_t>(h) * P + static_cast<int64_t>(gi) * kC;
     tile_load<T>(b.K, LD, static_cast<const T*>(p.k.p) + p.k.offset(si.x, t0, hk), p.k.st, kC, len, D, tid,
                  kThreads);
-    tile_load<T>(b.P, LC, w.P + row * kC, kC, kC, kC, kC, tid, kThreads);
-    tile_load<T>(b.dO, LV, static_cast<const T*>(p.dout.p) + p.dout.offset(si.x, t0, h) + vs, p.dout.st, kC, len,
-                 VS, tid, kThreads);
-    tile_load<T>(b.Q, LD, static_cast<const T*>(p.q.p) + p.q.offset(si.x, t0, hk), p.q.st, kC, len, D, tid,
-                 kThreads);
+    if (!zero_do) {
+      tile_load<T>(b.P, LC, w.P + row * kC, kC, kC, kC, kC, tid, kThreads);
+      tile_load<T>(b.dO, LV, static_cast<const T*>(p.dout.p) + p.dout.offset(si.x, t0, h) + vs, p.dout.st, kC,
+                   len, VS, tid, kThreads);
+      tile_load<T>(b.Q, LD, static_cast<const T*>(p.q.p) + p.q.offset(si.x, t0, hk), p.q.st, kC, len, D, tid,
+                   kThreads);
+    }
     tile_load<T>(b.W, LD, w.W + row * D, D, kC, kC, D, tid, kThreads);
     if (tid < kC / 4) cp_async16(b.gc + 4 * tid, w.gc + row + 4 * tid);
   };
 
-  if (nch > 0) load(nch - 1, sm.in[0]);
+  if (job.it0 < job.it1) load(nch - 1 - job.it0, sm.in[job.it0 & 1]);
   cp_async_commit();
-  for (int it = 0; it < nch; ++it) {
+  for (int it = job.it0; it < job.it1; ++it) {
     const int c = nch - 1 - it;
     Tiles<T, D, VS>& b = sm.in[it & 1];
     cp_async_wait<0>();
     __syncthreads();  // this chunk's tiles landed; every warp is done with the other buffer
-    if (c > 0) load(c - 1, sm.in[(it + 1) & 1]);
+    if (c > c_stop) load(c - 1, sm.in[(it + 1) & 1]);
     cp_async_commit();
     const int64_t row = static_cast<int64_t>(h) * P + static_cast<int64_t>(si.w + c) * kC;
     const float gl = b.gc[kC - 1];
     if (tid < kC) sm.qf[tid] = p.scale * expf(b.gc[tid]);
     store_acc<T, 1, NS>(dh, sm.dh, LV, 16 * rb, cg * VC, lane);
     __syncthreads();
-    tile_store<T>(w.dHs + (static_cast<int64_t>(h) * p.NCt + si.w + c) * D * D + vs, D, sm.dh, LV, D, VS, tid,
-                  kThreads);
+    if (output) {
+      tile_store<T>(w.dHs + (static_cast<int64_t>(h) * p.NCt + si.w + c) * D * D + vs, D, sm.dh, LV, D, VS, tid,
+                    kThreads);
+    }
 
     {  // dv_new = diag(e^(gl - gc)) K dh + P^T dO
       float u[1][NU][4];
@@ -118,7 +139,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
           u[0][nt][2 * half + 1] *= dec;
         }
       }
-      warp_mma<T, 1, NU, true, true>(u, b.P, LC, 16 * ub, b.dO, LV, uh * (VS / 2), kC, lane);
+      if (!zero_do) warp_mma<T, 1, NU, true, true>(u, b.P, LC, 16 * ub, b.dO, LV, uh * (VS / 2), kC, lane);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int i = 16 * ub + gq + 8 * half;
@@ -126,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
         for (int nt = 0; nt < NU; ++nt) {
           const int e = uh * (VS / 2) + 8 * nt + 2 * q4;
           const uint32_t v = pack2<T>(u[0][nt][2 * half], u[0][nt][2 * half + 1]);
-          *reinterpret_cast<uint32_t*>(w.dU + (row + i) * D + vs + e) = v;
+          if (output) *reinterpret_cast<uint32_t*>(w.dU + (row + i) * D + vs + e) = v;
           *reinterpret_cast<uint32_t*>(sm.dU + i * LV + e) = v;
         }
       }
@@ -139,27 +160,38 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
     for (int nt = 0; nt < NS; ++nt)
 #pragma unroll
       for (int r = 0; r < 4; ++r) dh[0][nt][r] *= eg;
+    if (!zero_do) {  // + (diag(qf) Q)^T dO
 #pragma unroll
-    for (int k0 = 0; k0 < kC; k0 += 16) {
-      uint32_t a[4];
-      load_a_t<T>(a, b.Q, LD, 16 * rb, k0, lane);
-      const float2 f0 = *reinterpret_cast<const float2*>(sm.qf + k0 + 2 * q4);
-      const float2 f1 = *reinterpret_cast<const float2*>(sm.qf + k0 + 8 + 2 * q4);
-      a[0] = scale_pair<T>(a[0], f0);
-      a[1] = scale_pair<T>(a[1], f0);
-      a[2] = scale_pair<T>(a[2], f1);
-      a[3] = scale_pair<T>(a[3], f1);
+      for (int k0 = 0; k0 < kC; k0 += 16) {
+        uint32_t a[4];
+        load_a_t<T>(a, b.Q, LD, 16 * rb, k0, lane);
+        const float2 f0 = *reinterpret_cast<const float2*>(sm.qf + k0 + 2 * q4);
+        const float2 f1 = *reinterpret_cast<const float2*>(sm.qf + k0 + 8 + 2 * q4);
+        a[0] = scale_pair<T>(a[0], f0);
+        a[1] = scale_pair<T>(a[1], f0);
+        a[2] = scale_pair<T>(a[2], f1);
+        a[3] = scale_pair<T>(a[3], f1);
 #pragma unroll
-      for (int np = 0; np < NS / 2; ++np) {
-        uint32_t bb[4];
-        load_b_kn<T>(bb, b.dO, LV, cg * VC + 16 * np, k0, lane);
-        mma16816<T>(dh[0][2 * np], a, bb[0], bb[1]);
-        mma16816<T>(dh[0][2 * np + 1], a, bb[2], bb[3]);
+        for (int np = 0; np < NS / 2; ++np) {
+          uint32_t bb[4];
+          load_b_kn<T>(bb, b.dO, LV, cg * VC + 16 * np, k0, lane);
+          mma16816<T>(dh[0][2 * np], a, bb[0], bb[1]);
+          mma16816<T>(dh[0][2 * np + 1], a, bb[2], bb[3]);
+        }
       }
     }
     warp_mma<T, 1, NS, true, true, true>(dh, b.W, LD, 16 * rb, sm.dU, LV, cg * VC, kC, lane);
   }
-  if (p.d_initial_state != nullptr) {
+  if (job.fin != nullptr) {  // a segment's end state (fp32, for the combine)
+#pragma unroll
+    for (int nt = 0; nt < NS; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int d = 16 * rb + gq + 8 * half, e = vs + cg * VC + 8 * nt + 2 * q4;
+        *reinterpret_cast<float2*>(job.fin + d * D + e) = make_float2(dh[0][nt][2 * half], dh[0][nt][2 * half + 1]);
+      }
+  }
+  if (job.last && p.d_initial_state != nullptr) {
 #pragma unroll
     for (int nt = 0; nt < NS; ++nt)
 #pragma unroll

@@ -11,23 +11,26 @@ namespace {
 // State columns per block. Asked for (ATTNKIT_LINEAR_BWD_VS; 16 only at D = 128), or automatic: 64, or
 // 32 when 64 leaves a third of the multiprocessors idle (few sequences and heads: the sequential
 // stages then take half as long per block).
+// jobs: blocks per sequence, head and slice (the segment passes run several).
 template <int D>
-int slice_width(const Problem& p, int asked) {
+int slice_width(const Problem& p, int asked, int jobs = 1) {
   if (asked == 16) return D == 128 ? 16 : 32;
   if (asked != 0) return asked;
   int dev = 0;
   AK_CUDA_CHECK(cudaGetDevice(&dev));
-  const int64_t blocks = static_cast<int64_t>(D / 64) * p.H * p.N;
+  const int64_t blocks = static_cast<int64_t>(D / 64) * p.H * p.N * jobs;
   return blocks * 3 < 2 * static_cast<int64_t>(ak::cuda::props(dev).multiProcessorCount) ? 32 : 64;
 }
 
-template <class T, int D, int VS>
-void launch_states(const Problem& p, const FastWork<T>& w, cudaStream_t s) {
+template <class T, int D, int VS, bool Seg = false>
+void launch_states(const Problem& p, const FastWork<T>& w, cudaStream_t s, const SegParams& sg = SegParams{}) {
   constexpr size_t smem = 2 * sizeof(StatesBuf<T, D, VS>) + sizeof(T) * D * (VS + 8);
-  AK_CUDA_CHECK(cudaFuncSetAttribute(fast_states<T, D, VS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  AK_CUDA_CHECK(cudaFuncSetAttribute(fast_states<T, D, VS, Seg>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  fast_states<T, D, VS><<<dim3((D / VS) * p.N, p.H), kThreads, smem, s>>>(p, w);
-  ak::cuda::check_launch("delta_bwd fast: states");
+  const int64_t blocks = static_cast<int64_t>(D / VS) * p.N * seg_jobs(Seg ? sg.pass : 0, sg.count);
+  require(blocks < (int64_t{1} << 31), "delta_rule_bwd on CUDA: too many sequences for the state pass");
+  fast_states<T, D, VS, Seg><<<dim3(static_cast<unsigned>(blocks), p.H), kThreads, smem, s>>>(p, w, sg);
+  ak::cuda::check_launch(Seg ? "delta_bwd fast: states (segments)" : "delta_bwd fast: states");
 }
 
 // Slices of 32 columns or fewer run one block per multiprocessor: double-buffer them.
@@ -59,6 +62,21 @@ void launch_fast_states(const Problem& p, const FastWork<T>& w, int vs, cudaStre
 }
 
 template <class T, int D>
+void launch_fast_states_seg(const Problem& p, const FastWork<T>& w, int vs, const SegParams& sg, cudaStream_t s) {
+  if (p.NCt == 0) return;
+  switch (slice_width<D>(p, vs, seg_jobs(sg.pass, sg.count))) {
+    case 16:
+      if constexpr (D == 128) launch_states<T, D, 16, true>(p, w, s, sg);
+      break;
+    case 32:
+      launch_states<T, D, 32, true>(p, w, s, sg);
+      break;
+    default:
+      launch_states<T, D, 64, true>(p, w, s, sg);
+  }
+}
+
+template <class T, int D>
 void launch_fast_dstates(const Problem& p, const FastWork<T>& w, int vs, cudaStream_t s) {
   switch (slice_width<D>(p, vs)) {
     case 16:
@@ -74,6 +92,8 @@ void launch_fast_dstates(const Problem& p, const FastWork<T>& w, int vs, cudaStr
 
 #define AK_INSTANTIATE(T, D)                                                                        \
   template void launch_fast_states<T, D>(const Problem&, const FastWork<T>&, int, cudaStream_t);   \
+  template void launch_fast_states_seg<T, D>(const Problem&, const FastWork<T>&, int, const SegParams&, \
+                                             cudaStream_t);                                             \
   template void launch_fast_dstates<T, D>(const Problem&, const FastWork<T>&, int, cudaStream_t);
 AK_INSTANTIATE(__nv_bfloat16, 64)
 AK_INSTANTIATE(__nv_bfloat16, 128)

@@ -3,6 +3,8 @@
 // the warps' accumulators, warp w owning state rows w D/4 .. (w + 1) D/4 - 1.
 //   states   h_c before each chunk (stored), v_new = u - w h (stored over u),
 //            h <- e^gl h + K^T diag(e^(gl - gc)) v_new
+//            (Seg: one job of the context-parallel passes, cuda_bwd_segments.cuh: a range of chunks
+//            from a given start state, from the identity with u = 0, end state out)
 //   dstates  dh_c after each chunk (stored), dv_new = diag(e^(gl - gc)) K dh + P^T dO (stored),
 //            dh <- e^gl dh + (scale diag(e^gc) Q)^T dO - w^T dv_new; the last dh is d_initial_state
 #pragma once
@@ -10,6 +12,7 @@
 #include "cuda_bwd_elem.cuh"
 #include "cuda_bwd_fast.cuh"
 #include "cuda_bwd_mma.cuh"
+#include "cuda_bwd_segments.cuh"
 
 namespace ak::linear::cuda::bwd {
 namespace states_detail {
@@ -26,20 +29,34 @@ struct StatesBuf {
   float gc[kC];
 };
 
-template <class T, int D, int VS>
-__global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w) {
+template <class T, int D, int VS, bool Seg = false>
+__global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w, SegParams sg) {
   constexpr int LD = D + 8, LV = VS + 8, MT = D / 64, NT = VS / 8;
   extern __shared__ __align__(16) unsigned char smraw[];
   StatesBuf<T, D, VS>* buf = reinterpret_cast<StatesBuf<T, D, VS>*>(smraw);
   T* hs = reinterpret_cast<T*>(buf + 2);  // [D][LV]
 
-  // Block x = sequence * (D / VS) + slice (gridDim.z would cap the sequences at 65535).
-  const int n = blockIdx.x / (D / VS), vs = (blockIdx.x % (D / VS)) * VS, h = blockIdx.y, hk = h / p.group;
+  // Block x = (sequence * jobs + job) * (D / VS) + slice (gridDim.z would cap the sequences at 65535);
+  // one job per sequence in the plain run.
+  const int jobs = Seg ? seg_jobs(sg.pass, sg.count) : 1;
+  const int nj = blockIdx.x / (D / VS), n = nj / jobs;
+  const int vs = (blockIdx.x % (D / VS)) * VS, h = blockIdx.y, hk = h / p.group;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
   const int4 si = p.map.seq_of(n);
   const int nch = (si.z - si.y + kC - 1) / kC;
   const int64_t P = p.padded();
   const int hm0 = warp * (D / 4);  // first state row of this warp
+  const int64_t nh = static_cast<int64_t>(n) * p.H + h;
+  const float* start = p.initial_state != nullptr ? p.initial_state + nh * D * D : nullptr;
+  SegJob job;
+  if constexpr (Seg) {
+    job = seg_job(sg, nj - n * jobs, nh, nch, D, start);
+  } else {
+    job.it1 = nch;
+    job.init = start;
+  }
+  const int c_end = job.it1;
+  const bool zero_u = job.identity, output = job.output;
 
   float hacc[MT][NT][4];
 #pragma unroll
@@ -49,9 +66,7 @@ __global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int d = hm0 + 16 * mt + gq + (r >= 2 ? 8 : 0), e = vs + 8 * nt + 2 * q4 + (r & 1);
-        hacc[mt][nt][r] = p.initial_state != nullptr
-                              ? p.initial_state[((static_cast<int64_t>(n) * p.H + h) * D + d) * D + e]
-                              : 0.f;
+        hacc[mt][nt][r] = seg_start_value(job, d, e, D);
       }
 
   auto load = [&](int c, StatesBuf<T, D, VS>& b) {
@@ -61,22 +76,25 @@ __global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w
     tile_load<T>(b.W, LD, w.W + row * D, D, kC, kC, D, tid, kThreads);
     tile_load<T>(b.K, LD, static_cast<const T*>(p.k.p) + p.k.offset(si.x, t0, hk), p.k.st, kC, len, D, tid,
                  kThreads);
-    tile_load<T>(b.U, LV, w.U + row * D + vs, D, kC, kC, VS, tid, kThreads);
+    if (!zero_u) tile_load<T>(b.U, LV, w.U + row * D + vs, D, kC, kC, VS, tid, kThreads);
     if (tid < kC / 4) cp_async16(b.gc + 4 * tid, w.gc + row + 4 * tid);
   };
 
-  if (nch > 0) load(0, buf[0]);
+  if (job.it0 < c_end) load(job.it0, buf[job.it0 & 1]);
   cp_async_commit();
-  for (int c = 0; c < nch; ++c) {
+  for (int c = job.it0; c < c_end; ++c) {
     StatesBuf<T, D, VS>& b = buf[c & 1];
-    if (c + 1 < nch) load(c + 1, buf[(c + 1) & 1]);
+    if (c + 1 < c_end) load(c + 1, buf[(c + 1) & 1]);
     cp_async_commit();
     cp_async_wait<1>();
     const int gi = si.w + c;
     const int64_t row = static_cast<int64_t>(h) * P + static_cast<int64_t>(gi) * kC;
     store_acc<T, MT, NT>(hacc, hs, LV, hm0, 0, lane);
     __syncthreads();
-    tile_store<T>(w.Hs + (static_cast<int64_t>(h) * p.NCt + gi) * D * D + vs, D, hs, LV, D, VS, tid, kThreads);
+    if (output) {
+      tile_store<T>(w.Hs + (static_cast<int64_t>(h) * p.NCt + gi) * D * D + vs, D, hs, LV, D, VS, tid,
+                    kThreads);
+    }
 
     // v_new = u - w h; the decayed copy feeds the state update.
     float uacc[1][NT][4];
@@ -91,9 +109,9 @@ __global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w
       for (int nt = 0; nt < NT; ++nt) {
         const int e = 8 * nt + 2 * q4;
         uint32_t* up = reinterpret_cast<uint32_t*>(b.U + i * LV + e);
-        const float2 u2 = unpack2<T>(*up);
+        const float2 u2 = zero_u ? make_float2(0.f, 0.f) : unpack2<T>(*up);
         const float x0 = u2.x - uacc[0][nt][2 * half], x1 = u2.y - uacc[0][nt][2 * half + 1];
-        *reinterpret_cast<uint32_t*>(w.U + (row + i) * D + vs + e) = pack2<T>(x0, x1);
+        if (output) *reinterpret_cast<uint32_t*>(w.U + (row + i) * D + vs + e) = pack2<T>(x0, x1);
         *up = pack2<T>(x0 * dec, x1 * dec);
       }
     }
@@ -107,6 +125,18 @@ __global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w
         for (int r = 0; r < 4; ++r) hacc[mt][nt][r] *= eg;
     warp_mma<T, MT, NT, true, true>(hacc, b.K, LD, hm0, b.U, LV, 0, kC, lane);
     __syncthreads();
+  }
+  if (job.fin != nullptr) {  // a segment's end state (fp32, for the combine)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int d = hm0 + 16 * mt + gq + 8 * half, e = vs + 8 * nt + 2 * q4;
+          *reinterpret_cast<float2*>(job.fin + static_cast<int64_t>(d) * D + e) =
+              make_float2(hacc[mt][nt][2 * half], hacc[mt][nt][2 * half + 1]);
+        }
   }
 }
 

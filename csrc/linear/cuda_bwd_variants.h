@@ -21,6 +21,11 @@
 //                                                       separate normalising kernel runs first
 //   ATTNKIT_LINEAR_BWD_REDUCE = fused (default) | separate     group 1 with the L2 norm: the norm's
 //                                                       backward inside grads, or the reduce kernel
+//   ATTNKIT_LINEAR_BWD_CP     = off (default) | auto | P    context parallelism of states and dstates
+//                                                       (v2): each sequence's chunks cut into P >= 2
+//                                                       segments, summarised in parallel, chained by a
+//                                                       small combine, then rerun (cuda_bwd_segments.cuh);
+//                                                       auto picks P, or none, from a cost model
 //   ATTNKIT_LINEAR_BWD_STOP   = prep | states | dstates | grads    timing only: skip the stages after
 //                                                       this one (the gradients are then garbage)
 #pragma once
@@ -44,6 +49,7 @@ struct Variants {
   bool grads_pipe = true;
   bool l2_in_prep = true;
   bool fused_l2 = true;
+  int cp = 0;  // segments of the sequential stages: 0 off, -1 automatic, else P >= 2
   Stage stop = Stage::All;
   bool runs(Stage s) const { return static_cast<int>(s) <= static_cast<int>(stop); }
 };
@@ -94,6 +100,16 @@ inline Variants read_variants() {
     if (v == "fused") r.fused_l2 = true;
     else if (v == "separate") r.fused_l2 = false;
     else bad("ATTNKIT_LINEAR_BWD_REDUCE", v, "fused or separate");
+  }
+  if (const std::string v = env("ATTNKIT_LINEAR_BWD_CP"); !v.empty() && v != "off") {
+    if (v == "auto") {
+      r.cp = -1;
+    } else {
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || n < 1 || n > 64) bad("ATTNKIT_LINEAR_BWD_CP", v, "off, auto or 1..64");
+      r.cp = n == 1 ? 0 : static_cast<int>(n);
+    }
   }
   if (const std::string v = env("ATTNKIT_LINEAR_BWD_STOP"); !v.empty() && v != "none") {
     if (v == "prep") r.stop = Stage::Prep;
