@@ -53,29 +53,37 @@ size_t round_up(size_t x) { return (x + 255) / 256 * 256; }
 
 // ---- segments (context parallelism) of the sequential stages ----
 
-// Microseconds one chunk step of a sequential stage takes when every multiprocessor advances `cols`
-// state columns of D rows (latency plus work), fitted to the two H200 measurements of each stage
-// (NOTES_linear_bwd.md, round 2: B1_T8192_H96_D128 and B2_T16384_H16_D128): states 2.3 us for 32
-// columns per SM, 4.4 us for 128; dstates v2 3.0 us for 32, 5.6 us for 128. Below 32 columns per SM
-// the slices cannot get narrower, so the step does not get shorter.
-double step_us(bool dstates, int D, double cols) {
+// Microseconds one chunk step of a sequential stage takes on a multiprocessor that holds `per_sm`
+// blocks of `vs` state columns (D rows): latency plus work, fitted to the two H200 measurements of
+// each stage (NOTES_linear_bwd.md, round 2: B2_T16384_H16_D128, one block of 32 columns per SM, and
+// B1_T8192_H96_D128, two blocks of 64 (states) / one of 128 (dstates v2)): states 2.3 and 4.4 us,
+// dstates 3.0 and 5.6 us.
+double step_us(bool dstates, int D, int64_t per_sm, int vs) {
   const double latency = dstates ? 2.1 : 1.6, cols_per_us = (dstates ? 37.0 : 46.0) * 128.0 / D;
-  return latency + std::max(cols, 32.0) / cols_per_us;
+  return latency + static_cast<double>(per_sm * vs) / cols_per_us;
 }
 
-// Modelled time (us) of one pass of a sequential stage: `units` sequence-heads x `jobs` chains of
-// `steps` chunks each, the slower of the step latency and the bytes at the device bandwidth. Bytes
-// per chunk and chain: the tiles read (states: w, k, u; dstates: k, w, and q, P, dO unless the chain
-// is a transition run) and, for chains that write outputs, h / dh and v_new / dv_new.
-double pass_us(bool dstates, int D, int64_t units, int jobs, double steps, double out_frac, double tr_frac,
-               int sms) {
+// Modelled time (us) of one pass of a sequential stage: `chains` independent chains (sequence x head
+// x job) of `steps` chunks each, on the best slice width: the waves of blocks (blocks resident per SM:
+// states 2 at D = 128, 4 at D = 64; dstates v2 1 and 2, from their shared memory) times the step,
+// or the bytes at the device bandwidth if slower. Bytes per chunk and chain: the tiles read (states:
+// w, k, u; dstates: k, w, and q, P, dO unless the chain is a transition run) and, for the chains that
+// write outputs, h / dh and v_new / dv_new.
+double pass_us(bool dstates, int D, int64_t chains, double steps, double out_frac, double tr_frac, int sms) {
   const double tile = 64.0 * D * 2, state = static_cast<double>(D) * D * 2;
   const double full = dstates ? 4 * tile + 64.0 * 64 * 2 : 3 * tile;  // reads of a chain with inputs
   const double bare = 2 * tile;                                       // reads of a transition chain
-  const double per_job = (1 - tr_frac) * full + tr_frac * bare + out_frac * (state + tile);
-  const double bytes = per_job * static_cast<double>(units) * jobs;  // per chunk step, all chains
-  const double cols = static_cast<double>(units) * jobs * D / sms;
-  return steps * std::max(step_us(dstates, D, cols), bytes / 3.5e6);  // ~3.5 TB/s = 3.5e6 B/us
+  const double per_chain = (1 - tr_frac) * full + tr_frac * bare + out_frac * (state + tile);
+  const double bytes_us = per_chain * static_cast<double>(chains) / 3.5e6;  // ~3.5 TB/s, per step
+  const int64_t res = dstates ? (D == 128 ? 1 : 2) : (D == 128 ? 2 : 4);
+  double best = 1e300;
+  for (int vs = dstates ? D : 64; vs >= 32; vs /= 2) {
+    const int64_t blocks = chains * (D / vs);
+    const int64_t waves = (blocks + sms * res - 1) / (sms * res);
+    const int64_t per_sm = std::min(res, (blocks + sms - 1) / sms);
+    best = std::min(best, static_cast<double>(waves) * step_us(dstates, D, per_sm, vs));
+  }
+  return steps * std::max(best, bytes_us);
 }
 
 // Both sequential stages (states and dstates v2) with P segments (P = 1: the plain run), in us.
@@ -83,13 +91,13 @@ double sequential_us(int P, int D, int64_t units, double chunks, int sms) {
   double total = 0;
   for (bool dstates : {false, true}) {
     if (P == 1) {
-      total += pass_us(dstates, D, units, 1, chunks, 1, 0, sms);
+      total += pass_us(dstates, D, units, chunks, 1, 0, sms);
       continue;
     }
     const double steps = std::ceil(chunks / P);
     const int jobs1 = seg_jobs(1, P), jobs2 = seg_jobs(2, P);
-    total += pass_us(dstates, D, units, jobs1, steps, 1.0 / jobs1, (P - 2.0) / jobs1, sms);
-    total += pass_us(dstates, D, units, jobs2, steps, 1, 0, sms);
+    total += pass_us(dstates, D, units * jobs1, steps, 1.0 / jobs1, (P - 2.0) / jobs1, sms);
+    total += pass_us(dstates, D, units * jobs2, steps, 1, 0, sms);
     total += 5 + 8.0 * (P - 2) * D / 128 * D / 128;  // the combine: launch + one D x D product per step
   }
   return total;

@@ -1,5 +1,7 @@
 // Fast backward, stage "dstates" v2: launcher and instantiations (the kernel:
 // cuda_bwd_fast_dstates8.cuh).
+#include <algorithm>
+
 #include "../cuda/runtime.cuh"
 #include "cuda_bwd_fast_dstates8.cuh"
 
@@ -29,6 +31,51 @@ int slice_width(const Problem& p, int asked, int jobs = 1) {
     if (asked != 0 ? vs <= asked : pairs * (D / vs) >= want) return vs;
   }
   return 32;
+}
+
+// Blocks of the segment kernel resident per multiprocessor at slice width VS (0: does not fit).
+template <class T, int D, int VS>
+int seg_resident() {
+  constexpr size_t smem = sizeof(Smem<T, D, VS>);
+  int dev = 0;
+  AK_CUDA_CHECK(cudaGetDevice(&dev));
+  if (smem > ak::cuda::props(dev).sharedMemPerBlockOptin) return 0;
+  AK_CUDA_CHECK(cudaFuncSetAttribute(fast_dstates8<T, D, VS, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  int blocks = 0;
+  AK_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fast_dstates8<T, D, VS, true>, kThreads, smem));
+  return blocks;
+}
+
+// Slice width of a segment pass (`jobs` chains per sequence and head): asked for, or the one with the
+// least modelled time per chunk step, waves x (latency + the columns of the blocks sharing a
+// multiprocessor / rate), with the constants of the plan's model (cuda_bwd_fast.cu: 2.1 us, 37
+// columns per us at D = 128). Unlike the plain run's rule, this counts the waves a pass of many
+// chains needs (at D = 128 one block per multiprocessor whatever the width).
+template <class T, int D>
+int seg_slice_width(const Problem& p, int asked, int jobs) {
+  if (asked != 0) return slice_width<T, D>(p, asked, jobs);
+  int dev = 0;
+  AK_CUDA_CHECK(cudaGetDevice(&dev));
+  const int64_t sms = ak::cuda::props(dev).multiProcessorCount;
+  const int64_t chains = static_cast<int64_t>(p.N) * p.H * jobs;
+  int best = 32;
+  double best_t = 1e300;
+  for (int vs = D; vs >= 32; vs /= 2) {
+    int r = 0;
+    if constexpr (D == 128) r = vs == 128 ? seg_resident<T, D, 128>() : 0;
+    if (vs == 64) r = seg_resident<T, D, 64>();
+    if (vs == 32) r = seg_resident<T, D, 32>();
+    if (r <= 0) continue;
+    const int64_t res = r;
+    const int64_t blocks = chains * (D / vs);
+    const int64_t waves = (blocks + sms * res - 1) / (sms * res);
+    const int64_t per_sm = std::min(res, (blocks + sms - 1) / sms);
+    const double t = static_cast<double>(waves) * (2.1 + static_cast<double>(per_sm * vs) / (37.0 * 128 / D));
+    if (t < best_t * 0.999) best_t = t, best = vs;
+  }
+  return best;
 }
 
 template <class T, int D, int VS, bool Seg = false>
@@ -61,7 +108,7 @@ void launch_fast_dstates8(const Problem& p, const FastWork<T>& w, int vs, cudaSt
 template <class T, int D>
 void launch_fast_dstates8_seg(const Problem& p, const FastWork<T>& w, int vs, const SegParams& sg,
                               cudaStream_t s) {
-  switch (slice_width<T, D>(p, vs, seg_jobs(sg.pass, sg.count))) {
+  switch (seg_slice_width<T, D>(p, vs, seg_jobs(sg.pass, sg.count))) {
     case 128:
       if constexpr (D == 128) launch<T, D, 128, true>(p, w, s, sg);
       break;

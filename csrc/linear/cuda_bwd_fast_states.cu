@@ -1,5 +1,7 @@
 // Fast backward, the sequential stages: launchers and instantiations (kernels:
 // cuda_bwd_fast_states.cuh).
+#include <algorithm>
+
 #include "../cuda/runtime.cuh"
 #include "cuda_bwd_fast_states.cuh"
 
@@ -22,9 +24,50 @@ int slice_width(const Problem& p, int asked, int jobs = 1) {
   return blocks * 3 < 2 * static_cast<int64_t>(ak::cuda::props(dev).multiProcessorCount) ? 32 : 64;
 }
 
+template <class T, int D, int VS>
+constexpr size_t states_smem() {
+  return 2 * sizeof(StatesBuf<T, D, VS>) + sizeof(T) * D * (VS + 8);
+}
+
+// Blocks of the segment kernel resident per multiprocessor at slice width VS.
+template <class T, int D, int VS>
+int seg_resident() {
+  constexpr size_t smem = states_smem<T, D, VS>();
+  AK_CUDA_CHECK(cudaFuncSetAttribute(fast_states<T, D, VS, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  int blocks = 0;
+  AK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fast_states<T, D, VS, true>, kThreads, smem));
+  return blocks;
+}
+
+// Slice width of a segment pass (`jobs` chains per sequence and head): asked for, or the one with the
+// least modelled time per chunk step, waves x (latency + the columns of the blocks sharing a
+// multiprocessor / rate), with the constants of the plan's model (cuda_bwd_fast.cu: 1.6 us, 46
+// columns per us at D = 128). Unlike the plain run's rule, this counts the waves a pass of many
+// chains needs.
+template <class T, int D>
+int seg_slice_width(const Problem& p, int asked, int jobs) {
+  if (asked != 0) return slice_width<D>(p, asked, jobs);
+  int dev = 0;
+  AK_CUDA_CHECK(cudaGetDevice(&dev));
+  const int64_t sms = ak::cuda::props(dev).multiProcessorCount;
+  const int64_t chains = static_cast<int64_t>(p.N) * p.H * jobs;
+  int best = 64;
+  double best_t = 1e300;
+  for (int vs : {64, 32}) {
+    const int64_t res = std::max(1, vs == 64 ? seg_resident<T, D, 64>() : seg_resident<T, D, 32>());
+    const int64_t blocks = chains * (D / vs);
+    const int64_t waves = (blocks + sms * res - 1) / (sms * res);
+    const int64_t per_sm = std::min(res, (blocks + sms - 1) / sms);
+    const double t = static_cast<double>(waves) * (1.6 + static_cast<double>(per_sm * vs) / (46.0 * 128 / D));
+    if (t < best_t * 0.999) best_t = t, best = vs;
+  }
+  return best;
+}
+
 template <class T, int D, int VS, bool Seg = false>
 void launch_states(const Problem& p, const FastWork<T>& w, cudaStream_t s, const SegParams& sg = SegParams{}) {
-  constexpr size_t smem = 2 * sizeof(StatesBuf<T, D, VS>) + sizeof(T) * D * (VS + 8);
+  constexpr size_t smem = states_smem<T, D, VS>();
   AK_CUDA_CHECK(cudaFuncSetAttribute(fast_states<T, D, VS, Seg>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   const int64_t blocks = static_cast<int64_t>(D / VS) * p.N * seg_jobs(Seg ? sg.pass : 0, sg.count);
@@ -64,7 +107,7 @@ void launch_fast_states(const Problem& p, const FastWork<T>& w, int vs, cudaStre
 template <class T, int D>
 void launch_fast_states_seg(const Problem& p, const FastWork<T>& w, int vs, const SegParams& sg, cudaStream_t s) {
   if (p.NCt == 0) return;
-  switch (slice_width<D>(p, vs, seg_jobs(sg.pass, sg.count))) {
+  switch (seg_slice_width<T, D>(p, vs, seg_jobs(sg.pass, sg.count))) {
     case 16:
       if constexpr (D == 128) launch_states<T, D, 16, true>(p, w, s, sg);
       break;
