@@ -48,6 +48,8 @@ interface Shape {
   D: number;
   /** FLA's chunk_delta_rule forward + backward on the H200, ms (ANCHORS.md), when measured. */
   flaFwdBwdMs?: number;
+  /** Timed only when named in --shapes. */
+  extra?: boolean;
 }
 
 const SHAPES: Shape[] = [
@@ -57,6 +59,9 @@ const SHAPES: Shape[] = [
   { name: "B4_T4096_H64_D128", B: 4, T: 4096, H: 64, D: 128, flaFwdBwdMs: 5.563 },
   { name: "B8_T2048_H32_D256", B: 8, T: 2048, H: 32, D: 256 },
   { name: "B8_T1024_H8_D64", B: 8, T: 1024, H: 8, D: 64, flaFwdBwdMs: 2.209 },
+  // Few long sequences: where context parallelism of the backward's sequential stages (CP) is modelled
+  // to win (ATTNKIT_LINEAR_BWD_CP=auto picks 9 segments here).
+  { name: "B1_T32768_H8_D128", B: 1, T: 32768, H: 8, D: 128, extra: true },
 ];
 
 const PEAK_FLOPS = 699e12; // bf16 matrix product on the H200 (ANCHORS.md)
@@ -318,7 +323,7 @@ function main() {
   const wanted = values.shapes?.split(",");
   const shapes = SHAPES.filter((
     s,
-  ) => (wanted ? wanted.includes(s.name) : s.D !== 256 || values.path !== "auto"));
+  ) => (wanted ? wanted.includes(s.name) : !s.extra && (s.D !== 256 || values.path !== "auto")));
   const iterations = Number(values.iterations);
   if (values.check) check(variants);
   if (values.stages) stages(shapes, variants, iterations, values.l2norm!);
