@@ -70,13 +70,12 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
   const int nch = (si.z - si.y + kC - 1) / kC;
   const int64_t P = p.padded();
   const int64_t state_base = (static_cast<int64_t>(n) * p.H + h) * D * D;
-  const float* start = p.d_final_state != nullptr ? p.d_final_state + state_base : nullptr;
-  SegJob job;  // loop steps it0 .. it1 - 1 run chunks nch - 1 - it
+  SegJob job;  // loop steps it0 .. it1 - 1 run chunks nch - 1 - it; the plain run: all, outputs
   if constexpr (Seg) {
-    job = seg_job(sg, nj - n * jobs, static_cast<int64_t>(n) * p.H + h, nch, D, start);
+    job = seg_job(sg, nj - n * jobs, static_cast<int64_t>(n) * p.H + h, nch, D,
+                  p.d_final_state != nullptr ? p.d_final_state + state_base : nullptr);
   } else {
     job.it1 = nch;
-    job.init = start;
   }
   const bool zero_do = job.identity, output = job.output;
   const int c_stop = nch - job.it1;  // the chunk after the last one this job runs (runs down to c_stop)
@@ -87,7 +86,11 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int d = 16 * rb + gq + (r >= 2 ? 8 : 0), e = vs + cg * VC + 8 * nt + 2 * q4 + (r & 1);
-      dh[0][nt][r] = seg_start_value(job, d, e, D);
+      if constexpr (Seg) {
+        dh[0][nt][r] = seg_start_value(job, d, e, D);
+      } else {
+        dh[0][nt][r] = p.d_final_state != nullptr ? p.d_final_state[state_base + d * D + e] : 0.f;
+      }
     }
 
   auto load = [&](int c, Tiles<T, D, VS>& b) {

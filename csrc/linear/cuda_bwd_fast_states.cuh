@@ -46,14 +46,12 @@ __global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w
   const int nch = (si.z - si.y + kC - 1) / kC;
   const int64_t P = p.padded();
   const int hm0 = warp * (D / 4);  // first state row of this warp
-  const int64_t nh = static_cast<int64_t>(n) * p.H + h;
-  const float* start = p.initial_state != nullptr ? p.initial_state + nh * D * D : nullptr;
-  SegJob job;
+  SegJob job;  // the plain run: all chunks, outputs, no end state
   if constexpr (Seg) {
-    job = seg_job(sg, nj - n * jobs, nh, nch, D, start);
+    const int64_t nh = static_cast<int64_t>(n) * p.H + h;
+    job = seg_job(sg, nj - n * jobs, nh, nch, D, p.initial_state != nullptr ? p.initial_state + nh * D * D : nullptr);
   } else {
     job.it1 = nch;
-    job.init = start;
   }
   const int c_end = job.it1;
   const bool zero_u = job.identity, output = job.output;
@@ -66,7 +64,13 @@ __global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int d = hm0 + 16 * mt + gq + (r >= 2 ? 8 : 0), e = vs + 8 * nt + 2 * q4 + (r & 1);
-        hacc[mt][nt][r] = seg_start_value(job, d, e, D);
+        if constexpr (Seg) {
+          hacc[mt][nt][r] = seg_start_value(job, d, e, D);
+        } else {
+          hacc[mt][nt][r] = p.initial_state != nullptr
+                                ? p.initial_state[((static_cast<int64_t>(n) * p.H + h) * D + d) * D + e]
+                                : 0.f;
+        }
       }
 
   auto load = [&](int c, StatesBuf<T, D, VS>& b) {
