@@ -53,16 +53,6 @@ size_t round_up(size_t x) { return (x + 255) / 256 * 256; }
 
 // ---- segments (context parallelism) of the sequential stages ----
 
-// Microseconds one chunk step of a sequential stage takes on a multiprocessor that holds `per_sm`
-// blocks of `vs` state columns (D rows): latency plus work, fitted to the two H200 measurements of
-// each stage (NOTES_linear_bwd.md, round 2: B2_T16384_H16_D128, one block of 32 columns per SM, and
-// B1_T8192_H96_D128, two blocks of 64 (states) / one of 128 (dstates v2)): states 2.3 and 4.4 us,
-// dstates 3.0 and 5.6 us.
-double step_us(bool dstates, int D, int64_t per_sm, int vs) {
-  const double latency = dstates ? 2.1 : 1.6, cols_per_us = (dstates ? 37.0 : 46.0) * 128.0 / D;
-  return latency + static_cast<double>(per_sm * vs) / cols_per_us;
-}
-
 // Modelled time (us) of one pass of a sequential stage: `chains` independent chains (sequence x head
 // x job) of `steps` chunks each, on the best slice width: the waves of blocks (blocks resident per SM:
 // states 2 at D = 128, 4 at D = 64; dstates v2 1 and 2, from their shared memory) times the step,
@@ -78,10 +68,7 @@ double pass_us(bool dstates, int D, int64_t chains, double steps, double out_fra
   const int64_t res = dstates ? (D == 128 ? 1 : 2) : (D == 128 ? 2 : 4);
   double best = 1e300;
   for (int vs = dstates ? D : 64; vs >= 32; vs /= 2) {
-    const int64_t blocks = chains * (D / vs);
-    const int64_t waves = (blocks + sms * res - 1) / (sms * res);
-    const int64_t per_sm = std::min(res, (blocks + sms - 1) / sms);
-    best = std::min(best, static_cast<double>(waves) * step_us(dstates, D, per_sm, vs));
+    best = std::min(best, seg_waves_us(dstates, D, chains, vs, res, sms));
   }
   return steps * std::max(best, bytes_us);
 }
@@ -185,13 +172,14 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   seg.count = segs;
   seg.fwd = static_cast<float*>(part[14]);
   seg.tr = static_cast<float*>(part[15]);
-  seg.entry = static_cast<float*>(part[16]);
+  float* const entry = static_cast<float*>(part[16]);
+  seg.entry = entry;
   // Pass 1 (summaries; segment 0 writes its outputs), the combine, pass 2 (the other segments'
   // outputs); the summaries' scratch serves both stages, one after the other on the stream.
   auto segmented = [&](auto&& launch_pass) {
     seg.pass = 1;
     launch_pass(seg);
-    fwd::launch_segment_combine(seg.fwd, seg.tr, static_cast<float*>(part[16]), p.N, p.H, D, segs - 1, s);
+    fwd::launch_segment_combine(seg.fwd, seg.tr, entry, p.N, p.H, D, segs - 1, s);
     seg.pass = 2;
     launch_pass(seg);
   };

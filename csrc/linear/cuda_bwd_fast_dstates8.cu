@@ -49,10 +49,9 @@ int seg_resident() {
 }
 
 // Slice width of a segment pass (`jobs` chains per sequence and head): asked for, or the one with the
-// least modelled time per chunk step, waves x (latency + the columns of the blocks sharing a
-// multiprocessor / rate), with the constants of the plan's model (cuda_bwd_fast.cu: 2.1 us, 37
-// columns per us at D = 128). Unlike the plain run's rule, this counts the waves a pass of many
-// chains needs (at D = 128 one block per multiprocessor whatever the width).
+// least modelled time per chunk step (seg_waves_us, cuda_bwd_segments.cuh: the plan's model). Unlike
+// the plain run's rule, this counts the waves a pass of many chains needs (at D = 128 one block per
+// multiprocessor whatever the width).
 template <class T, int D>
 int seg_slice_width(const Problem& p, int asked, int jobs) {
   if (asked != 0) return slice_width<T, D>(p, asked, jobs);
@@ -68,11 +67,7 @@ int seg_slice_width(const Problem& p, int asked, int jobs) {
     if (vs == 64) r = seg_resident<T, D, 64>();
     if (vs == 32) r = seg_resident<T, D, 32>();
     if (r <= 0) continue;
-    const int64_t res = r;
-    const int64_t blocks = chains * (D / vs);
-    const int64_t waves = (blocks + sms * res - 1) / (sms * res);
-    const int64_t per_sm = std::min(res, (blocks + sms - 1) / sms);
-    const double t = static_cast<double>(waves) * (2.1 + static_cast<double>(per_sm * vs) / (37.0 * 128 / D));
+    const double t = seg_waves_us(true, D, chains, vs, r, sms);
     if (t < best_t * 0.999) best_t = t, best = vs;
   }
   return best;

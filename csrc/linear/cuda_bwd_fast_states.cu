@@ -41,10 +41,8 @@ int seg_resident() {
 }
 
 // Slice width of a segment pass (`jobs` chains per sequence and head): asked for, or the one with the
-// least modelled time per chunk step, waves x (latency + the columns of the blocks sharing a
-// multiprocessor / rate), with the constants of the plan's model (cuda_bwd_fast.cu: 1.6 us, 46
-// columns per us at D = 128). Unlike the plain run's rule, this counts the waves a pass of many
-// chains needs.
+// least modelled time per chunk step (seg_waves_us, cuda_bwd_segments.cuh: the plan's model). Unlike
+// the plain run's rule, this counts the waves a pass of many chains needs.
 template <class T, int D>
 int seg_slice_width(const Problem& p, int asked, int jobs) {
   if (asked != 0) return slice_width<D>(p, asked, jobs);
@@ -56,10 +54,7 @@ int seg_slice_width(const Problem& p, int asked, int jobs) {
   double best_t = 1e300;
   for (int vs : {64, 32}) {
     const int64_t res = std::max(1, vs == 64 ? seg_resident<T, D, 64>() : seg_resident<T, D, 32>());
-    const int64_t blocks = chains * (D / vs);
-    const int64_t waves = (blocks + sms * res - 1) / (sms * res);
-    const int64_t per_sm = std::min(res, (blocks + sms - 1) / sms);
-    const double t = static_cast<double>(waves) * (1.6 + static_cast<double>(per_sm * vs) / (46.0 * 128 / D));
+    const double t = seg_waves_us(false, D, chains, vs, res, sms);
     if (t < best_t * 0.999) best_t = t, best = vs;
   }
   return best;

@@ -32,6 +32,9 @@
 // The summaries are fp32 [N * H][P - 1][D][D] (row index nh = n H + h), as the combine expects.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+
 #include "cuda_bwd_fast.cuh"
 
 namespace ak::linear::cuda::fwd {
@@ -55,6 +58,27 @@ struct SegParams {
 
 // Blocks per (sequence, head, V slice) in a pass.
 __host__ __device__ inline int seg_jobs(int pass, int P) { return pass == 1 ? 2 * P - 3 : pass == 2 ? P - 1 : 1; }
+
+// The cost model of the segment plan and of the segment passes' slice widths (host side).
+// Microseconds one chunk step of a sequential stage takes on a multiprocessor that holds `per_sm`
+// blocks of `vs` state columns (D rows): latency plus work, fitted to the two H200 measurements of
+// each stage (NOTES_linear_bwd.md, round 2: B2_T16384_H16_D128, one block of 32 columns per SM, and
+// B1_T8192_H96_D128, two blocks of 64 (states) / one of 128 (dstates v2)): states 2.3 and 4.4 us,
+// dstates 3.0 and 5.6 us.
+inline double seg_step_us(bool dstates, int D, int64_t per_sm, int vs) {
+  const double latency = dstates ? 2.1 : 1.6, cols_per_us = (dstates ? 37.0 : 46.0) * 128.0 / D;
+  return latency + static_cast<double>(per_sm * vs) / cols_per_us;
+}
+
+// Microseconds per chunk step of a pass of `chains` chains at slice width `vs`, `res` blocks resident
+// per multiprocessor: the waves of blocks times the step of a multiprocessor holding as many blocks as
+// the pass gives it.
+inline double seg_waves_us(bool dstates, int D, int64_t chains, int vs, int64_t res, int64_t sms) {
+  const int64_t blocks = chains * (D / vs);
+  const int64_t waves = (blocks + sms * res - 1) / (sms * res);
+  const int64_t per_sm = std::min(res, (blocks + sms - 1) / sms);
+  return static_cast<double>(waves) * seg_step_us(dstates, D, per_sm, vs);
+}
 
 struct SegJob {
   int it0 = 0, it1 = 0;           // loop steps [it0, it1) of the stage's order (dstates: chunk nch-1-it)
