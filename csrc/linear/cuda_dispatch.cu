@@ -237,8 +237,8 @@ StatePlan plan_state(int D, int64_t units, const cudaDeviceProp& prop) {
   const bool want_mma = variant != nullptr && std::strcmp(variant, "mma") == 0;
   const bool want_split = variant == nullptr || *variant == '\0' || std::strcmp(variant, "split") == 0 ||
                           std::strcmp(variant, "auto") == 0;
-  if (variant != nullptr && *variant != '\0' && !want_mma && !want_split && std::strcmp(variant, "wgmma") != 0 &&
-      std::strcmp(variant, "auto") != 0) {
+  // Unset, empty and "auto" count as split, so anything else here is named.
+  if (!want_mma && !want_split && std::strcmp(variant, "wgmma") != 0) {
     fail(AK_ERR_INVALID_ARGUMENT,
          std::string("ATTNKIT_LINEAR_STATE_VARIANT: expected auto, mma, wgmma or split, got ") + variant);
   }
