@@ -13,7 +13,15 @@
 //     after FULL: P = Q K^T, QS = Q Sb (scaled), after UB: O = QS + P U, then frees the chunk's
 //     buffers (EMPTY) and stores O.
 // Q, K, W, gc, rk, Sb and Ub are double buffered by chunk parity (the output side may still read
-// chunk c while the chain works on c + 1); u and Ud are single (only the chain reads them). The three
+// chunk c while the chain works on c + 1); Ud is single and u double where it fits (only the chain
+// reads them).
+//
+// Round 5 (the step profile of round 4 measured ~6,600 cycles a step at VT 64, every phase of both
+// warpgroups issue-bound at ~4.5 cycles an instruction, one warp a scheduler per role): the 16-bit
+// tiles move between registers and shared memory with ldmatrix / stmatrix (four accumulator pairs an
+// instruction instead of one), the loops carry no per-element branches (u of a zero-u job is zeros,
+// rk holds ones without the L2 norm, P's mask is a select), exponentials are ex2.approx (__expf),
+// and the tile loads advance one row pointer per thread. The three
 // hand-offs are named barriers with arrive (producer) / sync (consumer) pairs, one id per buffer, so an
 // id is never re-armed before its previous phase completed. Jobs without output (context-parallel
 // summaries) run the chain alone.
@@ -33,12 +41,16 @@ struct Sm90SplitLayout {
   static constexpr int kQ = 0;                   // [2]
   static constexpr int kK = kQ + 2 * kTileD;     // [2]
   static constexpr int kW = kK + 2 * kTileD;     // [2]
-  static constexpr int kU = kW + 2 * kTileD;     // [1] u (chain only)
-  static constexpr int kSb = kU + kTileV;        // [2] 16-bit S
-  static constexpr int kUb = kSb + 2 * kTileS;   // [2] U = u - W S
-  static constexpr int kUd = kUb + 2 * kTileV;   // [1] U rk e^(gL - gc)
-  static constexpr int kGate = kUd + kTileV;     // [2][64] fp32
-  static constexpr int kRk = kGate + 2 * 256;    // [2][64] fp32
+  // u is read by the chain only; double buffered where it fits (VT 64), so chunk c + 1's u loads with
+  // its k and w a whole step before it is read.
+  static constexpr int kWithoutU = 6 * kTileD + 2 * kTileS + 3 * kTileV + 1024 + 1024;  // + gates, alignment
+  static constexpr int kUSlots = kWithoutU + 2 * kTileV <= 227 * 1024 ? 2 : 1;
+  static constexpr int kU = kW + 2 * kTileD;         // [kUSlots] u (chain only)
+  static constexpr int kSb = kU + kUSlots * kTileV;  // [2] 16-bit S
+  static constexpr int kUb = kSb + 2 * kTileS;       // [2] U = u - W S
+  static constexpr int kUd = kUb + 2 * kTileV;       // [1] U rk e^(gL - gc)
+  static constexpr int kGate = kUd + kTileV;         // [2][64] fp32
+  static constexpr int kRk = kGate + 2 * 256;        // [2][64] fp32
   static constexpr int kBytes = kRk + 2 * 256;
   static constexpr int kAlloc = kBytes + 1024;
   static_assert(D == 128 && VT % 64 == 0 && VT <= D, "the chain warpgroup holds D = 128 rows of S");
@@ -48,6 +60,33 @@ struct Sm90SplitLayout {
 // Named-barrier ids: 1 the chain's own, 2 + s FULL, 4 + s UB, 6 + s EMPTY (s = chunk parity).
 __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Copies a 64 x COLS tile of 16-bit rows (`stride` elements apart from `src`; rows >= valid are zero
+// filled, nothing read for them) into 128-byte swizzled panels with THREADS threads. A thread's 16-byte
+// column chunk and swizzle are the same on all its rows, so only the row pointer advances.
+template <int COLS, int THREADS, class T>
+__device__ __forceinline__ void async_rows_sw128(uint32_t dst, int valid, const T* src, int64_t stride, int tid) {
+  constexpr int kChunks = COLS / 8;
+  constexpr int kRowsPerPass = THREADS / kChunks;
+  static_assert(THREADS % kChunks == 0 && kRowsPerPass % 8 == 0 && 64 % kRowsPerPass == 0, "tile shape");
+  const int c = tid % kChunks, r0 = tid / kChunks;
+  const uint32_t d0 = dst + (c >> 3) * 64 * 128 + r0 * 128 + (((c & 7) ^ (r0 & 7)) << 4);
+  const T* s0 = src + r0 * stride + c * 8;
+#pragma unroll
+  for (int j = 0; j < 64 / kRowsPerPass; ++j) {
+    const bool ok = r0 + j * kRowsPerPass < valid;
+    cp_async16(d0 + j * kRowsPerPass * 128, ok ? s0 + j * kRowsPerPass * stride : src, ok ? 16 : 0);
+  }
+}
+
+// This lane's row address for an x4 ldmatrix / stmatrix of accumulator pairs 2 cb .. 2 cb + 3 of a
+// warp's 16 rows (row0 .. row0 + 15) in a tile of `rows` rows of 128-byte swizzled panels: matrix m
+// is rows row0 + 8 (m & 1) .. + 7 of columns 8 (cb + m / 2) .. + 7, the order of the pairs in
+// the accumulator (even pairs the upper 8 rows, odd the lower, two 8-column blocks).
+__device__ __forceinline__ uint32_t frag_x4_addr(uint32_t tile, int rows, int row0, int cb, int lane) {
+  const int m = lane >> 3;
+  return tile + sm90::sw128_offset(rows, row0 + 8 * (m & 1) + (lane & 7), 8 * (cb + (m >> 1)));
 }
 
 template <class T, int D, int VT>
@@ -114,13 +153,16 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_split_kernel
         }
       }
     };
+    // Sb <- S in 16 bits, four accumulator pairs (two 8-column blocks of 16 rows) per stmatrix.
     auto store_sb = [&](int slot) {
-      unsigned char* sb = base + Lay::kSb + slot * Lay::kTileS;
+      const uint32_t sb = sbase + Lay::kSb + slot * Lay::kTileS;
 #pragma unroll
       for (int ms = 0; ms < kMS; ++ms) {
 #pragma unroll
-        for (int i = 0; i < kNA; i += 2) {
-          st_pair_at(sb + sw128_offset(D, 64 * ms + acc_row(i), acc_col(i)), pack2<T>(S[ms][i], S[ms][i + 1]));
+        for (int cb = 0; cb < VT / 8; cb += 2) {
+          const float* a = &S[ms][4 * cb];
+          stsm_x4(frag_x4_addr(sb, D, 64 * ms + 16 * warp, cb, lane), pack2<T>(a[0], a[1]), pack2<T>(a[2], a[3]),
+                  pack2<T>(a[4], a[5]), pack2<T>(a[6], a[7]));
         }
       }
     };
@@ -129,11 +171,9 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_split_kernel
     auto issue_chunk = [&](int c, int slot) {  // k, w, gc, rk of chunk c (128 threads)
       int t0, len;
       chunk_rows(c, t0, len);
-      async_tile_sw128<D, 128>(sbase + Lay::kK + slot * Lay::kTileD, len,
-                               [&](int r) { return p.k.row(row, t0 + r, hk); }, wtid);
-      const T* wsrc = p.w + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D;
-      async_tile_sw128<D, 128>(sbase + Lay::kW + slot * Lay::kTileD, 64,
-                               [&](int r) { return wsrc + static_cast<int64_t>(r) * D; }, wtid);
+      async_rows_sw128<D, 128>(sbase + Lay::kK + slot * Lay::kTileD, len, p.k.row(row, t0, hk), p.k.st, wtid);
+      async_rows_sw128<D, 128>(sbase + Lay::kW + slot * Lay::kTileD, 64,
+                               p.w + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D, D, wtid);
       const int64_t vec = (static_cast<int64_t>(first + c) * p.H + h) * 64;
       if (wtid < 16) {
         cp_async16(sbase + Lay::kGate + slot * 256 + wtid * 16, p.gc + vec + wtid * 4, 16);
@@ -141,26 +181,27 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_split_kernel
         cp_async16(sbase + Lay::kRk + slot * 256 + (wtid - 16) * 16, p.rk + vec + (wtid - 16) * 4, 16);
       }
     };
+    auto issue_u = [&](int c, int slot) {
+      if (job.zero_u) return;
+      async_rows_sw128<VT, 128>(sbase + Lay::kU + slot * Lay::kTileV, 64,
+                                p.u + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D + vt0, D, wtid);
+    };
     auto issue_q = [&](int c, int slot) {
       if (!duo) return;
       int t0, len;
       chunk_rows(c, t0, len);
-      async_tile_sw128<D, 128>(sbase + Lay::kQ + slot * Lay::kTileD, len,
-                               [&](int r) { return p.q.row(row, t0 + r, hk); }, wtid);
-    };
-    auto issue_u = [&](int c) {
-      if (job.zero_u) return;
-      const T* usrc = p.u + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D + vt0;
-      async_tile_sw128<VT, 128>(sbase + Lay::kU, 64, [&](int r) { return usrc + static_cast<int64_t>(r) * D; },
-                                wtid);
+      async_rows_sw128<D, 128>(sbase + Lay::kQ + slot * Lay::kTileD, len, p.q.row(row, t0, hk), p.q.st, wtid);
     };
 
+    // Without the L2 norm 1/|k| is 1: both rk slots hold ones, so every reader multiplies without a
+    // branch (the loads below never write them).
+    if (!p.l2norm) reinterpret_cast<float*>(base + Lay::kRk)[wtid] = 1.f;
     store_sb(0);
     if (chunk_states) store_state(chunk_states);
     if (chunks > 0) {
       issue_chunk(0, 0);
       issue_q(0, 0);
-      issue_u(0);
+      issue_u(0, 0);
     }
     cp_async_commit();
     const uint64_t desc_ud = desc_sw128(sbase + Lay::kUd, 64 * 128, 1024);
@@ -193,31 +234,46 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_split_kernel
         // Slot s ^ 1 held chunk c - 1: the output side must be done with its q, k, Sb and Ub.
         if (duo && c >= 1) named_sync(6 + (s ^ 1), 256);
         issue_chunk(c + 1, s ^ 1);
+        if (Lay::kUSlots == 2) {
+          // u slot s ^ 1 was last read in chunk c - 1's U, Ud (before this warpgroup's barrier).
+          issue_q(c + 1, s ^ 1);
+          issue_u(c + 1, s ^ 1);
+        }
       }
       cp_async_commit();
       float di[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int i = 16 * warp + g8 + 8 * r;
-        di[r] = (p.l2norm ? rk[i] : 1.f) * expf(gL - gc[i]);
+        di[r] = rk[i] * __expf(gL - gc[i]);
       }
-      const float decay = expf(gL);
+      const float decay = __expf(gL);
       clk.stamp(2);
       wg_wait<0>();
       fence_regs(acc);
       clk.stamp(3);
       {
-        const unsigned char* uS = base + Lay::kU;
-        unsigned char* ub = base + Lay::kUb + s * Lay::kTileV;
+        // U = u - W S (to Ub, read by the output side; written also without it, nobody reads it then)
+        // and Ud = U rk e^(gL - gc), four accumulator pairs per ldmatrix / stmatrix.
+        uint32_t uf[VT / 16][4] = {};
+        if (!job.zero_u) {
 #pragma unroll
-        for (int i = 0; i < kNA; i += 2) {
-          const uint32_t off = sw128_offset(64, acc_row(i), acc_col(i));
-          const float2 uv =
-              job.zero_u ? make_float2(0.f, 0.f) : unpack2<T>(*reinterpret_cast<const uint32_t*>(uS + off));
-          const float x0 = uv.x - acc[i], x1 = uv.y - acc[i + 1];
-          const float d = di[(i >> 1) & 1];
-          if (duo) st_pair_at(ub + off, pack2<T>(x0, x1));
-          st_pair_at(base + Lay::kUd + off, pack2<T>(x0 * d, x1 * d));
+          for (int x = 0; x < VT / 16; ++x) ldsm_x4(uf[x], frag_x4_addr(sbase + Lay::kU + (s % Lay::kUSlots) * Lay::kTileV, 64, 16 * warp, 2 * x, lane));
+        }
+#pragma unroll
+        for (int x = 0; x < VT / 16; ++x) {
+          uint32_t ub[4], ud[4];
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            const float2 uv = unpack2<T>(uf[x][m]);
+            const float x0 = uv.x - acc[8 * x + 2 * m], x1 = uv.y - acc[8 * x + 2 * m + 1];
+            const float d = di[m & 1];
+            ub[m] = pack2<T>(x0, x1);
+            ud[m] = pack2<T>(x0 * d, x1 * d);
+          }
+          const uint32_t off = frag_x4_addr(0, 64, 16 * warp, 2 * x, lane);
+          stsm_x4(sbase + Lay::kUb + s * Lay::kTileV + off, ub[0], ub[1], ub[2], ub[3]);
+          stsm_x4(sbase + Lay::kUd + off, ud[0], ud[1], ud[2], ud[3]);
         }
       }
       clk.stamp(4);
@@ -242,8 +298,10 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_split_kernel
       }
       wg_commit();
       if (c + 1 < chunks) {
-        issue_q(c + 1, s ^ 1);  // slot s ^ 1 was freed before the first window
-        issue_u(c + 1);         // every thread is past its reads of u (the barrier above)
+        if (Lay::kUSlots == 1) {
+          issue_q(c + 1, s ^ 1);  // slot s ^ 1 was freed before the first window
+          issue_u(c + 1, 0);      // every thread is past its reads of u (the barrier above)
+        }
       }
       cp_async_commit();
       wg_wait<0>();
@@ -320,20 +378,25 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_split_kernel
       wg_wait<1>();
       fence_regs(pacc);
       clk.stamp(3);
+      // P_ij = rq_i rk_j e^(gc_i - gc_j) (q_i . k_j) on and below the diagonal: every element computed,
+      // then selected (no branches; above the diagonal the exponential may overflow and is dropped).
+      {
+        const float gi[2] = {gc[16 * warp + g8], gc[16 * warp + g8 + 8]};
 #pragma unroll
-      for (int i = 0; i < 32; i += 2) {
-        const int ti = acc_row(i), tj = acc_col(i);
-        const float gi = gc[ti], si = rq[(i >> 1) & 1];
-        const float rk0 = p.l2norm ? rk[tj] : 1.f, rk1 = p.l2norm ? rk[tj + 1] : 1.f;
-        const float p0 = tj <= ti ? si * rk0 * expf(gi - gc[tj]) * pacc[i] : 0.f;
-        const float p1 = tj + 1 <= ti ? si * rk1 * expf(gi - gc[tj + 1]) * pacc[i + 1] : 0.f;
-        pf[i >> 1] = pack2<T>(p0, p1);
+        for (int i = 0; i < 32; i += 2) {
+          const int ti = acc_row(i), tj = acc_col(i), hh = (i >> 1) & 1;
+          const float2 gj = *reinterpret_cast<const float2*>(gc + tj);
+          const float2 rkj = *reinterpret_cast<const float2*>(rk + tj);
+          const float e0 = rq[hh] * rkj.x * __expf(gi[hh] - gj.x) * pacc[i];
+          const float e1 = rq[hh] * rkj.y * __expf(gi[hh] - gj.y) * pacc[i + 1];
+          pf[i >> 1] = pack2<T>(tj <= ti ? e0 : 0.f, tj + 1 <= ti ? e1 : 0.f);
+        }
       }
       wg_wait<0>();
       fence_regs(acc);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const float si = rq[r] * expf(gc[16 * warp + g8 + 8 * r]);
+        const float si = rq[r] * __expf(gc[16 * warp + g8 + 8 * r]);
 #pragma unroll
         for (int i = 2 * r; i < kNA; i += 4) {
           acc[i] *= si;
@@ -356,11 +419,20 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_split_kernel
       // Chunk c's q, k, Sb and Ub are no longer read: slot s may take chunk c + 2.
       if (c + 2 < chunks) named_arrive(6 + s, 256);
       clk.stamp(6);
+      {
+        // Two output rows per thread: their pointers once, then a predicated store per pair.
+        T* orow[2];
+        bool live[2];
 #pragma unroll
-      for (int i = 0; i < kNA; i += 2) {
-        const int ti = acc_row(i);
-        if (ti < len) {
-          *reinterpret_cast<uint32_t*>(p.o.row(row, t0 + ti, h) + vt0 + acc_col(i)) = pack2<T>(acc[i], acc[i + 1]);
+        for (int r = 0; r < 2; ++r) {
+          const int ti = 16 * warp + g8 + 8 * r;
+          live[r] = ti < len;
+          orow[r] = p.o.row(row, t0 + (live[r] ? ti : 0), h) + vt0 + 2 * t4;
+        }
+#pragma unroll
+        for (int i = 0; i < kNA; i += 2) {
+          const int r = (i >> 1) & 1;
+          if (live[r]) *reinterpret_cast<uint32_t*>(orow[r] + 8 * (i >> 2)) = pack2<T>(acc[i], acc[i + 1]);
         }
       }
       clk.stamp(7);

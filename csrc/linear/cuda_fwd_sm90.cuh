@@ -72,6 +72,16 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_addr, uint32_t lbo_
   return desc;
 }
 
+// Stores four 8x8 16-bit matrices from mma fragment registers (thread l holds row l / 4, columns
+// 2 (l % 4) and + 1 of each); lanes 8 m .. 8 m + 7 give the row addresses of matrix m.
+__device__ __forceinline__ void stsm_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+#if AK_LINEAR_SM90
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+#endif
+}
+
 // Byte offset of element (r, c) in a tile of `rows` rows stored as 128-byte swizzled panels.
 __device__ __forceinline__ uint32_t sw128_offset(int rows, int r, int c) {
   return static_cast<uint32_t>((c >> 6) * rows * 128 + r * 128 + ((((c & 63) >> 3) ^ (r & 7)) << 4) + (c & 7) * 2);
