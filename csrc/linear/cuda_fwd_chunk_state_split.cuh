@@ -57,7 +57,8 @@ struct Sm90SplitLayout {
   static_assert(kAlloc <= 227 * 1024, "shared memory of one block");
 };
 
-// Named-barrier ids: 1 the chain's own, 2 + s FULL, 4 + s UB, 6 + s EMPTY (s = chunk parity).
+// Named-barrier ids: 1 the chain's own, 2 + s FULL, 4 + s UB, 6 + s EMPTY (s = chunk parity), 8 the
+// output warpgroup's own.
 __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -318,7 +319,7 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_split_kernel
   } else if (duo) {
     // ---------------- the output ----------------
     // Phases: 0 FULL wait, 1 issue of P and QS, 2 row factors, 3 P wait, 4 P scaling, QS wait and
-    // scaling, 5 UB wait, 6 P U issue and wait, 7 output stores.
+    // scaling, 5 UB wait, 6 P U issue and wait + O to shared memory, 7 output stores.
     clk.start();
     for (int c = 0; c < chunks; ++c) {
       const int s = c & 1;
@@ -416,24 +417,32 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_split_kernel
         fence_regs(acc);
         fence_regs(pf);
       }
+      // O goes out through shared memory: stmatrix into this chunk's Q slot (its products are done;
+      // the chain refills it only after EMPTY below), then whole 16-byte pieces of rows, so a warp
+      // stores 128 contiguous bytes of a row per instruction instead of 4 bytes of 8 rows.
+      const uint32_t so = sbase + Lay::kQ + s * Lay::kTileD;
+#pragma unroll
+      for (int cb = 0; cb < VT / 8; cb += 2) {
+        const float* a = &acc[4 * cb];
+        stsm_x4(frag_x4_addr(so, 64, 16 * warp, cb, lane), pack2<T>(a[0], a[1]), pack2<T>(a[2], a[3]),
+                pack2<T>(a[4], a[5]), pack2<T>(a[6], a[7]));
+      }
+      named_sync(8, 128);  // the output warpgroup's O tile is complete
+      constexpr int kPieces = VT / 8;                  // 16-byte pieces a row
+      constexpr int kPasses = 64 * kPieces / 128;      // of the 128 threads
+      uint4 piece[kPasses];
+#pragma unroll
+      for (int x = 0; x < kPasses; ++x) {
+        const int e = wtid + 128 * x, r = e / kPieces, j = e % kPieces;
+        piece[x] = *reinterpret_cast<const uint4*>(base + (so - sbase) + sw128_offset(64, r, 8 * j));
+      }
       // Chunk c's q, k, Sb and Ub are no longer read: slot s may take chunk c + 2.
       if (c + 2 < chunks) named_arrive(6 + s, 256);
       clk.stamp(6);
-      {
-        // Two output rows per thread: their pointers once, then a predicated store per pair.
-        T* orow[2];
-        bool live[2];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int ti = 16 * warp + g8 + 8 * r;
-          live[r] = ti < len;
-          orow[r] = p.o.row(row, t0 + (live[r] ? ti : 0), h) + vt0 + 2 * t4;
-        }
-#pragma unroll
-        for (int i = 0; i < kNA; i += 2) {
-          const int r = (i >> 1) & 1;
-          if (live[r]) *reinterpret_cast<uint32_t*>(orow[r] + 8 * (i >> 2)) = pack2<T>(acc[i], acc[i + 1]);
-        }
+      for (int x = 0; x < kPasses; ++x) {
+        const int e = wtid + 128 * x, r = e / kPieces, j = e % kPieces;
+        if (r < len) *reinterpret_cast<uint4*>(p.o.row(row, t0 + r, h) + vt0 + 8 * j) = piece[x];
       }
       clk.stamp(7);
       clk.step();
