@@ -131,9 +131,14 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
       for (int hh = 0; hh < 2; ++hh) {
         const int i = 16 * rb + g8 + 8 * hh, j = 8 * nt + 2 * t4;
         const float bi = bS[i] * rkS[i], gi = gS[i];
+        // Computed for every element, then selected: no branches (above the diagonal the exponential
+        // may overflow; it is dropped).
+        const float2 gj = *reinterpret_cast<const float2*>(gS + j), rkj = *reinterpret_cast<const float2*>(rkS + j);
+        const float e0 = bi * rkj.x * __expf(gi - gj.x) * acc[x][2 * hh];
+        const float e1 = bi * rkj.y * __expf(gi - gj.y) * acc[x][2 * hh + 1];
         float2 out;
-        out.x = j < i ? bi * rkS[j] * expf(gi - gS[j]) * acc[x][2 * hh] : 0.f;
-        out.y = j + 1 < i ? bi * rkS[j + 1] * expf(gi - gS[j + 1]) * acc[x][2 * hh + 1] : 0.f;
+        out.x = j < i ? e0 : 0.f;
+        out.y = j + 1 < i ? e1 : 0.f;
         *reinterpret_cast<float2*>(&LA[i * kLd + j]) = out;
       }
     }
@@ -166,56 +171,78 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
     for (int i = 0; i < 16; ++i) Lb[i * kLd + col] = x[i];
   }
   __syncthreads();
-  //  4b. Block rows I = 1..3: R = sum_{J <= M < I} L_IM A_MJ, then A_IJ = -D_I R. Warp J < I owns
-  //      column block J; lane (rp = lane % 8, cg = lane / 8) computes rows rp and rp + 8 of columns
-  //      16 J + 4 cg .. + 3: per k, two L values (float4s along k) and one float4 of A for 8 FMAs.
+  //  4b. The off-diagonal blocks by doubling, all warps busy (D_b the diagonal inverses from 4a):
+  //      round 1, the two 32 x 32 diagonal halves: T_b = L_{2b+1,2b} D_2b, then A_{2b+1,2b} = -D_{2b+1} T_b;
+  //      round 2, X = L_hl A_lo (L_hl rows 32-63 x columns 0-31, A_lo the upper-left half's inverse);
+  //      round 3, A_hl = -A_hi X (A_hi the lower-right half's inverse).
+  //      The intermediates T and X go to the unused upper triangle of LA (T_b into block (2b, 2b+1), X
+  //      into rows 0-31 x columns 32-63), so no round reads what it writes and one barrier a step
+  //      suffices. Loops never touch the upper blocks of A_lo / A_hi: a warp's k range is uniform.
+  //      Critical path 384 FMAs a thread (the block-row form took 1,152 on at most three warps).
   {
-    float* Rs = reinterpret_cast<float*>(prep_smem + Lay::kR);
-    constexpr int kLdR = Lay::kLdR;
-    const int rp = lane & 7, c0 = 16 * warp + 4 * (lane >> 3);
-    // acc[h][e] += X[rp + 8h][k] Y[k][c0 + e] for k in [k0, k0 + 16).
-    auto block_product = [&](float (&acc)[2][4], const float* x, int x_ld, const float* y, int y_ld) {
+    // Round 1 (T and then A of blocks (1, 0) and (3, 2)): thread -> half b, row i, columns j0, j0 + 1.
+    const int b = tid >> 7, i1 = (tid & 127) >> 3, j1 = 2 * (tid & 7);
+    const int hb = 32 * b;  // first row and column of the half
+    {
+      float2 t = make_float2(0.f, 0.f);
+      const float* lrow = LA + (hb + 16 + i1) * kLd + hb;
 #pragma unroll
-      for (int k4 = 0; k4 < 16; k4 += 4) {
-        const float4 a0 = *reinterpret_cast<const float4*>(x + rp * x_ld + k4);
-        const float4 a1 = *reinterpret_cast<const float4*>(x + (rp + 8) * x_ld + k4);
-        const float av[2][4] = {{a0.x, a0.y, a0.z, a0.w}, {a1.x, a1.y, a1.z, a1.w}};
+      for (int k = 0; k < 16; ++k) {
+        const float l = lrow[k];
+        const float2 d = *reinterpret_cast<const float2*>(LA + (hb + k) * kLd + hb + j1);
+        t.x = fmaf(l, d.x, t.x);
+        t.y = fmaf(l, d.y, t.y);
+      }
+      *reinterpret_cast<float2*>(LA + (hb + i1) * kLd + hb + 16 + j1) = t;
+    }
+    __syncthreads();
+    {
+      float2 a = make_float2(0.f, 0.f);
+      const float* drow = LA + (hb + 16 + i1) * kLd + hb + 16;
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        const float d = drow[k];
+        const float2 t = *reinterpret_cast<const float2*>(LA + (hb + k) * kLd + hb + 16 + j1);
+        a.x = fmaf(d, t.x, a.x);
+        a.y = fmaf(d, t.y, a.y);
+      }
+      *reinterpret_cast<float2*>(LA + (hb + 16 + i1) * kLd + hb + j1) = make_float2(-a.x, -a.y);
+    }
+    __syncthreads();
+    // acc[e] += x[k] Y[k][e] over k in [k0, k1), four columns (a float4 of each row of Y).
+    auto row_times = [&](float (&acc)[4], const float* x, const float* y, int k0, int k1) {
+#pragma unroll 4
+      for (int k = k0; k < k1; k += 4) {
+        const float4 xv = *reinterpret_cast<const float4*>(x + k);
+        const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float4 bv = *reinterpret_cast<const float4*>(y + (k4 + e) * y_ld + c0);
-#pragma unroll
-          for (int h2 = 0; h2 < 2; ++h2) {
-            acc[h2][0] = fmaf(av[h2][e], bv.x, acc[h2][0]);
-            acc[h2][1] = fmaf(av[h2][e], bv.y, acc[h2][1]);
-            acc[h2][2] = fmaf(av[h2][e], bv.z, acc[h2][2]);
-            acc[h2][3] = fmaf(av[h2][e], bv.w, acc[h2][3]);
-          }
+          const float4 yv = *reinterpret_cast<const float4*>(y + (k + e) * kLd);
+          acc[0] = fmaf(xs[e], yv.x, acc[0]);
+          acc[1] = fmaf(xs[e], yv.y, acc[1]);
+          acc[2] = fmaf(xs[e], yv.z, acc[2]);
+          acc[3] = fmaf(xs[e], yv.w, acc[3]);
         }
       }
     };
-#pragma unroll
-    for (int I = 1; I < 4; ++I) {
-      if (warp < I) {
-        float acc[2][4] = {};
-        for (int M = warp; M < I; ++M) block_product(acc, LA + 16 * I * kLd + 16 * M, kLd, LA + 16 * M * kLd, kLd);
-#pragma unroll
-        for (int h2 = 0; h2 < 2; ++h2) {
-          *reinterpret_cast<float4*>(Rs + (rp + 8 * h2) * kLdR + c0) =
-              make_float4(acc[h2][0], acc[h2][1], acc[h2][2], acc[h2][3]);
-        }
-      }
-      __syncthreads();  // R is complete; L_I is no longer read
-      if (warp < I) {
-        float acc[2][4] = {};
-        block_product(acc, LA + 16 * I * kLd + 16 * I, kLd, Rs, kLdR);
-#pragma unroll
-        for (int h2 = 0; h2 < 2; ++h2) {
-          *reinterpret_cast<float4*>(LA + (16 * I + rp + 8 * h2) * kLd + c0) =
-              make_float4(-acc[h2][0], -acc[h2][1], -acc[h2][2], -acc[h2][3]);
-        }
-      }
-      __syncthreads();  // block row I of A is final
+    // Round 2: warps 0-3 columns 0-15 (k over all 32 rows of A_lo), warps 4-7 columns 16-31 (k over
+    // rows 16-31: D_1 alone); rows 8 (warp % 4) + lane / 4, columns 16 (warp / 4) + 4 (lane % 4).
+    {
+      const int i = 8 * (warp & 3) + (lane >> 2), j0 = 16 * (warp >> 2) + 4 * (lane & 3);
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      row_times(acc, LA + (32 + i) * kLd, LA + j0, warp < 4 ? 0 : 16, 32);
+      *reinterpret_cast<float4*>(LA + i * kLd + 32 + j0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
     }
+    __syncthreads();
+    // Round 3: warps 0-3 rows 0-15 (k over D_2's 16 columns), warps 4-7 rows 16-31 (k over 32);
+    // rows 4 warp + lane / 8, columns 4 (lane % 8).
+    {
+      const int i = 4 * warp + (lane >> 3), j0 = 4 * (lane & 7);
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      row_times(acc, LA + (32 + i) * kLd + 32, LA + 32 + j0, 0, warp < 4 ? 16 : 32);
+      *reinterpret_cast<float4*>(LA + (32 + i) * kLd + j0) = make_float4(-acc[0], -acc[1], -acc[2], -acc[3]);
+    }
+    __syncthreads();  // A is final (lower triangle; the upper one holds T and X)
   }
 
   // 5. Aw = A diag(beta exp(gc)), Au = A diag(beta): fp32 to the optional outputs; 16-bit (Aw with

@@ -16,13 +16,13 @@ struct PrepLayout {
   // Floats per row of the fp32 64 x 64 matrix: 68 puts eight consecutive rows in eight different
   // 16-byte bank groups (the solve reads float4s down a column of rows).
   static constexpr int kLd = 68;
-  static constexpr int kLdR = 52;  // floats per row of the solve's [16][48] scratch
   static constexpr int kK = 0;
   static constexpr int kV = kK + 64 * kPitchD;
-  // L, then A in place, then (after a barrier) Aw and Au as 16-bit tiles over L/A and R.
+  // L, then A in place (the solve's intermediates in its upper triangle), then (after a barrier) Aw
+  // and Au as 16-bit tiles over L/A and the spare bytes after it, which they need.
   static constexpr int kLA = kV + 64 * kPitchD;
-  static constexpr int kR = kLA + 64 * kLd * 4;  // fp32 [16][kLdR]: R = L_I A of block row I
-  static constexpr int kGate = kR + 16 * kLdR * 4;
+  static constexpr int kSpare = kLA + 64 * kLd * 4;
+  static constexpr int kGate = kSpare + 3328;
   static constexpr int kBeta = kGate + 64 * 4;
   static constexpr int kRk = kBeta + 64 * 4;
   static constexpr int kBytes = kRk + 64 * 4;
