@@ -104,6 +104,16 @@ const VARIANTS: Variant[] = [
     dims: [128],
   },
   { name: "split", env: { ATTNKIT_LINEAR_STATE_VARIANT: "split" }, dims: [128] },
+  // Round 5: one output warpgroup at VT 64 (the default has two, one per chunk parity).
+  {
+    name: "split bv64 out1",
+    env: {
+      ATTNKIT_LINEAR_STATE_VARIANT: "split",
+      ATTNKIT_LINEAR_STATE_BV: "64",
+      ATTNKIT_LINEAR_SPLIT_OUTPUTS: "1",
+    },
+    dims: [128],
+  },
   {
     name: "split cp auto",
     env: { ATTNKIT_LINEAR_STATE_VARIANT: "split", ATTNKIT_LINEAR_CP: "auto" },
@@ -112,7 +122,15 @@ const VARIANTS: Variant[] = [
   { name: "split cp4", env: { ATTNKIT_LINEAR_STATE_VARIANT: "split", ATTNKIT_LINEAR_CP: "4" }, dims: [128] },
 ];
 // The variants --profile runs (the kernels that record the step profile).
-const PROFILED = ["wgmma bv64", "wgmma bv128", "split bv64", "split bv128", "wgmma cp auto", "split cp auto"];
+const PROFILED = [
+  "wgmma bv64",
+  "wgmma bv128",
+  "split bv64",
+  "split bv128",
+  "wgmma cp auto",
+  "split cp auto",
+  "split bv64 out1",
+];
 
 // "cpu" checks this script's plumbing on a machine without a GPU (every "variant" then runs on the CPU).
 let DEVICE = "cuda";
@@ -124,6 +142,7 @@ const ENV_KEYS = [
   "ATTNKIT_LINEAR_PATH",
   "ATTNKIT_LINEAR_CP",
   "ATTNKIT_LINEAR_STEP_PROFILE",
+  "ATTNKIT_LINEAR_SPLIT_OUTPUTS",
 ];
 
 // A variant that names an explicit kernel runs without context parallelism unless it asks for it (the

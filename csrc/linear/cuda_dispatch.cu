@@ -22,6 +22,8 @@
 //     measured it 10-20% faster than wgmma at D = 128 (bench/NOTES_linear.md, round 4).
 //   ATTNKIT_LINEAR_STATE_BV=32|64|128   the V tile, when the chosen kernel has it for this D (mma:
 //     D 64: 32/64, D 128: 32/64/128, D 256: 32/64; wgmma: D 128: 64/128, D 256: 64); else ignored.
+//   ATTNKIT_LINEAR_SPLIT_OUTPUTS=1|2   split kernel at VT 64: output warpgroups (default 2, the
+//     chunks of each parity on their own warpgroup; VT 128 always has one).
 //   ATTNKIT_LINEAR_SM90_E=regs   wgmma kernel, D = 128: the state update takes K^T from registers
 //     (ldmatrix.trans) instead of reading it M-major from shared memory.
 //   ATTNKIT_LINEAR_CP=off|auto|P   context-parallel stage 2 (wgmma kernel, no chunk_states): each
@@ -400,12 +402,20 @@ class StepProfiler {
   unsigned long long* slots_ = nullptr;
 };
 
+// Output warpgroups of the split kernel at VT 64 (ATTNKIT_LINEAR_SPLIT_OUTPUTS=1|2, default 2).
+int split_outputs() {
+  const int n = env_int("ATTNKIT_LINEAR_SPLIT_OUTPUTS");
+  if (n != 0 && n != 1 && n != 2) fail(AK_ERR_INVALID_ARGUMENT, "ATTNKIT_LINEAR_SPLIT_OUTPUTS: expected 1 or 2");
+  return n == 0 ? 2 : n;
+}
+
 template <class T, int D>
 void launch_sm90_vt(const StateParams<T>& sp, StateKernel kernel, int vt, cudaStream_t stream) {
   if constexpr (D == 128) {
     if (kernel == StateKernel::Split) {
-      if (vt == 128) return launch_chunk_state_split<T, D, 128>(sp, stream);
-      return launch_chunk_state_split<T, D, 64>(sp, stream);
+      if (vt == 128) return launch_chunk_state_split<T, D, 128, 1>(sp, stream);
+      if (split_outputs() == 1) return launch_chunk_state_split<T, D, 64, 1>(sp, stream);
+      return launch_chunk_state_split<T, D, 64, 2>(sp, stream);
     }
     if (vt == 128) return launch_chunk_state_sm90<T, D, 128>(sp, stream);
     return launch_chunk_state_sm90<T, D, 64>(sp, stream);

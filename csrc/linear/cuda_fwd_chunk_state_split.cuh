@@ -57,8 +57,8 @@ struct Sm90SplitLayout {
   static_assert(kAlloc <= 227 * 1024, "shared memory of one block");
 };
 
-// Named-barrier ids: 1 the chain's own, 2 + s FULL, 4 + s UB, 6 + s EMPTY (s = chunk parity), 8 the
-// output warpgroup's own.
+// Named-barrier ids: 1 the chain's own, 2 + s FULL, 4 + s UB, 6 + s EMPTY (s = chunk parity), 8 + o
+// output warpgroup o's own.
 __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -90,8 +90,10 @@ __device__ __forceinline__ uint32_t frag_x4_addr(uint32_t tile, int rows, int ro
   return tile + sm90::sw128_offset(rows, row0 + 8 * (m & 1) + (lane & 7), 8 * (cb + (m >> 1)));
 }
 
-template <class T, int D, int VT>
-__global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_split_kernel(const StateParams<T> p) {
+// kOut output warpgroups: with two, warpgroup 1 + s takes the chunks of parity s (the buffers are
+// double buffered by parity already), so a chunk's output work overlaps the previous chunk's.
+template <class T, int D, int VT, int kOut>
+__global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(const StateParams<T> p) {
 #if AK_LINEAR_SM90
   using namespace sm90;
   using Lay = Sm90SplitLayout<D, VT>;
@@ -113,7 +115,7 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_split_kernel
   const int64_t DD = static_cast<int64_t>(D) * D;
   const bool duo = job.output;  // the output warpgroup takes part
   StepClock clk;
-  clk.prof = profile_slots(p.profile, wg);
+  clk.prof = wg < 2 ? profile_slots(p.profile, wg) : nullptr;  // the first output warpgroup stands for all
 
   auto acc_row = [&](int i) { return 16 * warp + g8 + 8 * ((i >> 1) & 1); };
   auto acc_col = [&](int i) { return 8 * (i >> 2) + 2 * t4; };
@@ -317,11 +319,12 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_split_kernel
     }
     if (job.fin) store_state(job.fin);
   } else if (duo) {
+    const int ow = wg - 1;  // this output warpgroup takes chunks ow, ow + kOut, ...
     // ---------------- the output ----------------
     // Phases: 0 FULL wait, 1 issue of P and QS, 2 row factors, 3 P wait, 4 P scaling, QS wait and
     // scaling, 5 UB wait, 6 P U issue and wait + O to shared memory, 7 output stores.
     clk.start();
-    for (int c = 0; c < chunks; ++c) {
+    for (int c = ow; c < chunks; c += kOut) {
       const int s = c & 1;
       int t0, len;
       chunk_rows(c, t0, len);
@@ -427,7 +430,7 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_split_kernel
         stsm_x4(frag_x4_addr(so, 64, 16 * warp, cb, lane), pack2<T>(a[0], a[1]), pack2<T>(a[2], a[3]),
                 pack2<T>(a[4], a[5]), pack2<T>(a[6], a[7]));
       }
-      named_sync(8, 128);  // the output warpgroup's O tile is complete
+      named_sync(8 + ow, 128);  // this output warpgroup's O tile is complete
       constexpr int kPieces = VT / 8;                  // 16-byte pieces a row
       constexpr int kPasses = 64 * kPieces / 128;      // of the 128 threads
       uint4 piece[kPasses];
@@ -453,15 +456,15 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_split_kernel
 #endif
 }
 
-template <class T, int D, int VT>
+template <class T, int D, int VT, int kOut>
 void launch_chunk_state_split(const StateParams<T>& p, cudaStream_t stream) {
   if (p.N == 0 || p.H == 0) return;
   constexpr int kSmem = Sm90SplitLayout<D, VT>::kAlloc;
-  auto kernel = chunk_state_split_kernel<T, D, VT>;
+  auto kernel = chunk_state_split_kernel<T, D, VT, kOut>;
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int jobs = p.seg_pass == 0 ? p.N : p.N * (p.seg_pass == 1 ? 2 : 1) * (p.seg_count - 1);
   const dim3 grid(static_cast<unsigned>(jobs * (D / VT)), static_cast<unsigned>(p.H));
-  kernel<<<grid, kSm90StateThreads, kSmem, stream>>>(p);
+  kernel<<<grid, 128 * (1 + kOut), kSmem, stream>>>(p);
   ak::cuda::check_launch("chunk_state_split_kernel");
 }
 
