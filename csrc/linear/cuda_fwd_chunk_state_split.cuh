@@ -12,17 +12,20 @@
 //   warpgroup 1 (the output, one chunk behind at most):
 //     after FULL: P = Q K^T, QS = Q Sb (scaled), after UB: O = QS + P U, then frees the chunk's
 //     buffers (EMPTY) and stores O.
-// Q, K, W, gc, rk, Sb and Ub are double buffered by chunk parity (the output side may still read
-// chunk c while the chain works on c + 1); Ud is single and u double where it fits (only the chain
-// reads them).
+// Q, K, gc, rk, Sb and Ub have kSlots = kOut + 1 buffers, chunk c in slot c % kSlots (the output side
+// may still read chunk c while the chain works on c + 1 .. c + kOut); W is double buffered, Ud single
+// and u double where it fits (only the chain reads them).
 //
 // Round 5 (the step profile of round 4 measured ~6,600 cycles a step at VT 64, every phase of both
 // warpgroups issue-bound at ~4.5 cycles an instruction, one warp a scheduler per role): the 16-bit
 // tiles move between registers and shared memory with ldmatrix / stmatrix (four accumulator pairs an
 // instruction instead of one), the loops carry no per-element branches (u of a zero-u job is zeros,
 // rk holds ones without the L2 norm, P's mask is a select), exponentials are ex2.approx (__expf),
-// and the tile loads advance one row pointer per thread. The three
-// hand-offs are named barriers with arrive (producer) / sync (consumer) pairs, one id per buffer, so an
+// and the tile loads advance one row pointer per thread. At VT 64 two output warpgroups take the
+// chunks in turn (kOut = 2) with three buffers, so a chunk's output may finish two chain steps after
+// its loads instead of one (with one output warpgroup the chain waited ~1,400 cycles a step for it).
+//
+// The three hand-offs are named barriers with arrive (producer) / sync (consumer) pairs, one id per buffer, so an
 // id is never re-armed before its previous phase completed. Jobs without output (context-parallel
 // summaries) run the chain alone.
 #pragma once
@@ -33,32 +36,42 @@
 namespace ak::linear::cuda::fwd {
 
 // Bytes from a 1024-aligned base; tiles are 128-byte swizzled panels as in Sm90StateLayout.
-template <int D, int VT>
+template <int D, int VT, int kSlots>
 struct Sm90SplitLayout {
   static constexpr int kTileD = 64 * 2 * D;
   static constexpr int kTileV = 64 * 2 * VT;
   static constexpr int kTileS = D * VT * 2;
-  static constexpr int kQ = 0;                   // [2]
-  static constexpr int kK = kQ + 2 * kTileD;     // [2]
-  static constexpr int kW = kK + 2 * kTileD;     // [2]
-  // u is read by the chain only; double buffered where it fits (VT 64), so chunk c + 1's u loads with
-  // its k and w a whole step before it is read.
-  static constexpr int kWithoutU = 6 * kTileD + 2 * kTileS + 3 * kTileV + 1024 + 1024;  // + gates, alignment
+  static constexpr int kQ = 0;                        // [kSlots]
+  static constexpr int kK = kQ + kSlots * kTileD;     // [kSlots]
+  static constexpr int kW = kK + kSlots * kTileD;     // [2] (chain only)
+  // u is read by the chain only; double buffered where it fits, so chunk c + 1's u loads with its k and
+  // w a whole step before it is read.
+  static constexpr int kWithoutU =
+      (2 * kSlots + 2) * kTileD + kSlots * kTileS + (kSlots + 1) * kTileV + 2 * kSlots * 256 + 1024;
   static constexpr int kUSlots = kWithoutU + 2 * kTileV <= 227 * 1024 ? 2 : 1;
-  static constexpr int kU = kW + 2 * kTileD;         // [kUSlots] u (chain only)
-  static constexpr int kSb = kU + kUSlots * kTileV;  // [2] 16-bit S
-  static constexpr int kUb = kSb + 2 * kTileS;       // [2] U = u - W S
-  static constexpr int kUd = kUb + 2 * kTileV;       // [1] U rk e^(gL - gc)
-  static constexpr int kGate = kUd + kTileV;         // [2][64] fp32
-  static constexpr int kRk = kGate + 2 * 256;        // [2][64] fp32
-  static constexpr int kBytes = kRk + 2 * 256;
+  static constexpr int kU = kW + 2 * kTileD;              // [kUSlots] u (chain only)
+  static constexpr int kSb = kU + kUSlots * kTileV;       // [kSlots] 16-bit S
+  static constexpr int kUb = kSb + kSlots * kTileS;       // [kSlots] U = u - W S
+  static constexpr int kUd = kUb + kSlots * kTileV;       // [1] U rk e^(gL - gc)
+  static constexpr int kGate = kUd + kTileV;              // [kSlots][64] fp32
+  static constexpr int kRk = kGate + kSlots * 256;        // [kSlots][64] fp32
+  static constexpr int kBytes = kRk + kSlots * 256;
   static constexpr int kAlloc = kBytes + 1024;
   static_assert(D == 128 && VT % 64 == 0 && VT <= D, "the chain warpgroup holds D = 128 rows of S");
   static_assert(kAlloc <= 227 * 1024, "shared memory of one block");
 };
 
-// Named-barrier ids: 1 the chain's own, 2 + s FULL, 4 + s UB, 6 + s EMPTY (s = chunk parity), 8 + o
-// output warpgroup o's own.
+// Named-barrier ids (s the slot, o the output warpgroup): 1 the chain's own, then per slot FULL, UB and
+// EMPTY, then one per output warpgroup.
+template <int kSlots>
+struct SplitBarriers {
+  static constexpr int kChain = 1;
+  __device__ static constexpr int full(int s) { return 2 + s; }
+  __device__ static constexpr int ub(int s) { return 2 + kSlots + s; }
+  __device__ static constexpr int empty(int s) { return 2 + 2 * kSlots + s; }
+  __device__ static constexpr int output(int o) { return 2 + 3 * kSlots + o; }
+  static_assert(2 + 3 * kSlots + kSlots - 1 <= 15, "16 named barriers");
+};
 __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -90,13 +103,14 @@ __device__ __forceinline__ uint32_t frag_x4_addr(uint32_t tile, int rows, int ro
   return tile + sm90::sw128_offset(rows, row0 + 8 * (m & 1) + (lane & 7), 8 * (cb + (m >> 1)));
 }
 
-// kOut output warpgroups: with two, warpgroup 1 + s takes the chunks of parity s (the buffers are
-// double buffered by parity already), so a chunk's output work overlaps the previous chunk's.
+// kOut output warpgroups: warpgroup 1 + o takes the chunks c with c % kOut == o.
 template <class T, int D, int VT, int kOut>
 __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(const StateParams<T> p) {
 #if AK_LINEAR_SM90
   using namespace sm90;
-  using Lay = Sm90SplitLayout<D, VT>;
+  constexpr int kSlots = kOut + 1;
+  using Lay = Sm90SplitLayout<D, VT, kSlots>;
+  using Bar = SplitBarriers<kSlots>;
   constexpr int kMS = D / 64;  // m64 tiles of S rows (all on the chain warpgroup)
   constexpr int kNA = VT / 2;
   extern __shared__ __align__(16) unsigned char state_split_smem[];
@@ -175,7 +189,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
       int t0, len;
       chunk_rows(c, t0, len);
       async_rows_sw128<D, 128>(sbase + Lay::kK + slot * Lay::kTileD, len, p.k.row(row, t0, hk), p.k.st, wtid);
-      async_rows_sw128<D, 128>(sbase + Lay::kW + slot * Lay::kTileD, 64,
+      async_rows_sw128<D, 128>(sbase + Lay::kW + (c & 1) * Lay::kTileD, 64,
                                p.w + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D, D, wtid);
       const int64_t vec = (static_cast<int64_t>(first + c) * p.H + h) * 64;
       if (wtid < 16) {
@@ -196,9 +210,11 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
       async_rows_sw128<D, 128>(sbase + Lay::kQ + slot * Lay::kTileD, len, p.q.row(row, t0, hk), p.q.st, wtid);
     };
 
-    // Without the L2 norm 1/|k| is 1: both rk slots hold ones, so every reader multiplies without a
+    // Without the L2 norm 1/|k| is 1: the rk slots hold ones, so every reader multiplies without a
     // branch (the loads below never write them).
-    if (!p.l2norm) reinterpret_cast<float*>(base + Lay::kRk)[wtid] = 1.f;
+    if (!p.l2norm) {
+      for (int i = wtid; i < kSlots * 64; i += 128) reinterpret_cast<float*>(base + Lay::kRk)[i] = 1.f;
+    }
     store_sb(0);
     if (chunk_states) store_state(chunk_states);
     if (chunks > 0) {
@@ -212,11 +228,11 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
     // wait, 4 U, Ud, 5 fence + barrier, 6 (e) issue, next q, u, (e) wait, 7 Sb (+ chunk state).
     clk.start();
     for (int c = 0; c < chunks; ++c) {
-      const int s = c & 1;
+      const int s = c % kSlots, s1 = (c + 1) % kSlots;  // this chunk's slot and the next one's
       cp_async_wait_all();
       fence_proxy_async();
-      named_sync(1, 128);  // chunk c's tiles, u and Sb[s] are visible to this warpgroup's wgmma
-      if (duo) named_arrive(2 + s, 256);  // FULL[s]: the output side may read them too
+      named_sync(Bar::kChain, 128);  // chunk c's tiles, u and Sb[s] are visible to this warpgroup's wgmma
+      if (duo) named_arrive(Bar::full(s), 256);  // FULL[s]: the output side may read them too
       clk.stamp(0);
       const float* gc = reinterpret_cast<const float*>(base + Lay::kGate + s * 256);
       const float* rk = reinterpret_cast<const float*>(base + Lay::kRk + s * 256);
@@ -224,7 +240,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
       float acc[kNA];
       wg_fence();
       {
-        const uint64_t dw = desc_sw128(sbase + Lay::kW + s * Lay::kTileD, 16, 1024);
+        const uint64_t dw = desc_sw128(sbase + Lay::kW + (c & 1) * Lay::kTileD, 16, 1024);
         const uint64_t dsb = desc_sw128(sbase + Lay::kSb + s * Lay::kTileS, D * 128, 1024);
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
@@ -234,13 +250,13 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
       wg_commit();
       clk.stamp(1);
       if (c + 1 < chunks) {
-        // Slot s ^ 1 held chunk c - 1: the output side must be done with its q, k, Sb and Ub.
-        if (duo && c >= 1) named_sync(6 + (s ^ 1), 256);
-        issue_chunk(c + 1, s ^ 1);
+        // Slot s1 held chunk c + 1 - kSlots: the output side must be done with its q, k, Sb and Ub.
+        // W and u slot (c + 1) & 1 held chunk c - 1, read before this warpgroup's barriers.
+        if (duo && c + 1 >= kSlots) named_sync(Bar::empty(s1), 256);
+        issue_chunk(c + 1, s1);
         if (Lay::kUSlots == 2) {
-          // u slot s ^ 1 was last read in chunk c - 1's U, Ud (before this warpgroup's barrier).
-          issue_q(c + 1, s ^ 1);
-          issue_u(c + 1, s ^ 1);
+          issue_q(c + 1, s1);
+          issue_u(c + 1, (c + 1) & 1);
         }
       }
       cp_async_commit();
@@ -261,7 +277,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
         uint32_t uf[VT / 16][4] = {};
         if (!job.zero_u) {
 #pragma unroll
-          for (int x = 0; x < VT / 16; ++x) ldsm_x4(uf[x], frag_x4_addr(sbase + Lay::kU + (s % Lay::kUSlots) * Lay::kTileV, 64, 16 * warp, 2 * x, lane));
+          for (int x = 0; x < VT / 16; ++x) ldsm_x4(uf[x], frag_x4_addr(sbase + Lay::kU + (c % Lay::kUSlots) * Lay::kTileV, 64, 16 * warp, 2 * x, lane));
         }
 #pragma unroll
         for (int x = 0; x < VT / 16; ++x) {
@@ -281,8 +297,8 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
       }
       clk.stamp(4);
       fence_proxy_async();
-      named_sync(1, 128);  // Ud and Ub visible; every thread is past its reads of u
-      if (duo) named_arrive(4 + s, 256);  // UB[s]
+      named_sync(Bar::kChain, 128);  // Ud and Ub visible; every thread is past its reads of u
+      if (duo) named_arrive(Bar::ub(s), 256);  // UB[s]
       clk.stamp(5);
       // (e) S <- e^gL S + K^T Ud, all D rows.
 #pragma unroll
@@ -302,8 +318,8 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
       wg_commit();
       if (c + 1 < chunks) {
         if (Lay::kUSlots == 1) {
-          issue_q(c + 1, s ^ 1);  // slot s ^ 1 was freed before the first window
-          issue_u(c + 1, 0);      // every thread is past its reads of u (the barrier above)
+          issue_q(c + 1, s1);  // slot s1 was freed before the first window
+          issue_u(c + 1, 0);   // every thread is past its reads of u (the barrier above)
         }
       }
       cp_async_commit();
@@ -311,8 +327,8 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
 #pragma unroll
       for (int ms = 0; ms < kMS; ++ms) fence_regs(S[ms]);
       clk.stamp(6);
-      // Sb for chunk c + 1 goes to slot s ^ 1, whose previous reader (chunk c - 1) was waited for above.
-      if (c + 1 < chunks) store_sb(s ^ 1);
+      // Sb for chunk c + 1 goes to slot s1, whose previous reader was waited for above.
+      if (c + 1 < chunks) store_sb(s1);
       if (chunk_states) store_state(chunk_states + static_cast<int64_t>(c + 1) * DD);
       clk.stamp(7);
       clk.step();
@@ -325,10 +341,10 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
     // scaling, 5 UB wait, 6 P U issue and wait + O to shared memory, 7 output stores.
     clk.start();
     for (int c = ow; c < chunks; c += kOut) {
-      const int s = c & 1;
+      const int s = c % kSlots;
       int t0, len;
       chunk_rows(c, t0, len);
-      named_sync(2 + s, 256);  // FULL[s]
+      named_sync(Bar::full(s), 256);  // FULL[s]
       clk.stamp(0);
       const uint32_t sQ = sbase + Lay::kQ + s * Lay::kTileD;
       const uint32_t sK = sbase + Lay::kK + s * Lay::kTileD;
@@ -408,7 +424,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
         }
       }
       clk.stamp(4);
-      named_sync(4 + s, 256);  // UB[s]
+      named_sync(Bar::ub(s), 256);  // UB[s]
       clk.stamp(5);
       {
         const uint64_t dub = desc_sw128(sbase + Lay::kUb + s * Lay::kTileV, 64 * 128, 1024);
@@ -430,7 +446,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
         stsm_x4(frag_x4_addr(so, 64, 16 * warp, cb, lane), pack2<T>(a[0], a[1]), pack2<T>(a[2], a[3]),
                 pack2<T>(a[4], a[5]), pack2<T>(a[6], a[7]));
       }
-      named_sync(8 + ow, 128);  // this output warpgroup's O tile is complete
+      named_sync(Bar::output(ow), 128);  // this output warpgroup's O tile is complete
       constexpr int kPieces = VT / 8;                  // 16-byte pieces a row
       constexpr int kPasses = 64 * kPieces / 128;      // of the 128 threads
       uint4 piece[kPasses];
@@ -439,8 +455,8 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
         const int e = wtid + 128 * x, r = e / kPieces, j = e % kPieces;
         piece[x] = *reinterpret_cast<const uint4*>(base + (so - sbase) + sw128_offset(64, r, 8 * j));
       }
-      // Chunk c's q, k, Sb and Ub are no longer read: slot s may take chunk c + 2.
-      if (c + 2 < chunks) named_arrive(6 + s, 256);
+      // Chunk c's q, k, Sb and Ub are no longer read: slot s may take chunk c + kSlots.
+      if (c + kSlots < chunks) named_arrive(Bar::empty(s), 256);
       clk.stamp(6);
 #pragma unroll
       for (int x = 0; x < kPasses; ++x) {
@@ -459,7 +475,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
 template <class T, int D, int VT, int kOut>
 void launch_chunk_state_split(const StateParams<T>& p, cudaStream_t stream) {
   if (p.N == 0 || p.H == 0) return;
-  constexpr int kSmem = Sm90SplitLayout<D, VT>::kAlloc;
+  constexpr int kSmem = Sm90SplitLayout<D, VT, kOut + 1>::kAlloc;
   auto kernel = chunk_state_split_kernel<T, D, VT, kOut>;
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int jobs = p.seg_pass == 0 ? p.N : p.N * (p.seg_pass == 1 ? 2 : 1) * (p.seg_count - 1);
