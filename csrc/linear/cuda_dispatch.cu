@@ -24,6 +24,8 @@
 //     D 64: 32/64, D 128: 32/64/128, D 256: 32/64; wgmma: D 128: 64/128, D 256: 64); else ignored.
 //   ATTNKIT_LINEAR_SPLIT_OUTPUTS=1|2   split kernel at VT 64: output warpgroups (default 2, the
 //     chunks of each parity on their own warpgroup; VT 128 always has one).
+//   ATTNKIT_LINEAR_SPLIT_TMA=0   split kernel: load with cp.async also on fixed-length calls (default:
+//     tensor maps / TMA there, cp.async on varlen calls).
 //   ATTNKIT_LINEAR_SM90_E=regs   wgmma kernel, D = 128: the state update takes K^T from registers
 //     (ldmatrix.trans) instead of reading it M-major from shared memory.
 //   ATTNKIT_LINEAR_CP=off|auto|P   context-parallel stage 2 (wgmma kernel, no chunk_states): each
@@ -38,8 +40,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "../cuda/runtime.cuh"
+#include "../cuda/tensor_map.h"
 #include "cuda_fwd_kernels.h"
 #include "cuda_fwd_layouts.h"
 #include "delta_rule.h"
@@ -402,6 +406,27 @@ class StepProfiler {
   unsigned long long* slots_ = nullptr;
 };
 
+// The split kernel loads with TMA on fixed-length calls (ATTNKIT_LINEAR_SPLIT_TMA=0: cp.async always).
+// Varlen calls use cp.async: a chunk's rows past its sequence must load as zeros, and a tensor map
+// only zero-fills past the end of the whole tensor.
+template <class T>
+bool encode_split_maps(const DeltaFwd& a, const T* w, const T* u, int64_t chunks, SplitMaps& maps) {
+  const char* env = std::getenv("ATTNKIT_LINEAR_SPLIT_TMA");
+  if (a.p.varlen || (env != nullptr && std::strcmp(env, "0") == 0)) return false;
+  const int dtype = std::is_same_v<T, __half> ? AK_FLOAT16 : AK_BFLOAT16;
+  const DeltaProblem& p = a.p;
+  auto rows_map = [&](CUtensorMap& m, const ak_tensor* t, const char* what) {
+    ak::cuda::encode_rows_map(m, dtype, t->data, p.K, p.T, p.HK, p.B, t->strides[1], t->strides[2], t->strides[0],
+                              64, what);
+  };
+  rows_map(maps.q, a.q, "delta rule q");
+  rows_map(maps.k, a.k, "delta rule k");
+  const int64_t rows = chunks * p.H * 64;
+  ak::cuda::encode_rows_map(maps.w, dtype, w, p.K, rows, 1, 1, p.K, 0, 0, 64, "delta rule w");
+  ak::cuda::encode_rows_map(maps.u, dtype, u, p.K, rows, 1, 1, p.K, 0, 0, 64, "delta rule u");
+  return true;
+}
+
 // Output warpgroups of the split kernel at VT 64 (ATTNKIT_LINEAR_SPLIT_OUTPUTS=1|2, default 2).
 int split_outputs() {
   const int n = env_int("ATTNKIT_LINEAR_SPLIT_OUTPUTS");
@@ -410,12 +435,13 @@ int split_outputs() {
 }
 
 template <class T, int D>
-void launch_sm90_vt(const StateParams<T>& sp, StateKernel kernel, int vt, cudaStream_t stream) {
+void launch_sm90_vt(const StateParams<T>& sp, StateKernel kernel, int vt, const SplitMaps* maps,
+                    cudaStream_t stream) {
   if constexpr (D == 128) {
     if (kernel == StateKernel::Split) {
-      if (vt == 128) return launch_chunk_state_split<T, D, 128, 1>(sp, stream);
-      if (split_outputs() == 1) return launch_chunk_state_split<T, D, 64, 1>(sp, stream);
-      return launch_chunk_state_split<T, D, 64, 2>(sp, stream);
+      if (vt == 128) return launch_chunk_state_split<T, D, 128, 1>(sp, maps, stream);
+      if (split_outputs() == 1) return launch_chunk_state_split<T, D, 64, 1>(sp, maps, stream);
+      return launch_chunk_state_split<T, D, 64, 2>(sp, maps, stream);
     }
     if (vt == 128) return launch_chunk_state_sm90<T, D, 128>(sp, stream);
     return launch_chunk_state_sm90<T, D, 64>(sp, stream);
@@ -527,10 +553,12 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
       const bool split = plan.kernel == StateKernel::Split;
       const char* kname = split ? "split" : "wgmma";
       const SegmentPlan seg = plan_segments(a, plan, prop);
+      SplitMaps maps_storage;
+      const SplitMaps* maps = split && encode_split_maps<T>(a, w, u, chunks, maps_storage) ? &maps_storage : nullptr;
       char label[96];
       if (seg.P <= 1) {
         sp.profile = profiler.arm(stream);
-        launch_sm90_vt<T, D>(sp, plan.kernel, plan.vt, stream);
+        launch_sm90_vt<T, D>(sp, plan.kernel, plan.vt, maps, stream);
         std::snprintf(label, sizeof label, "%s D%d VT%d", kname, D, plan.vt);
         profiler.report(label, split, stream);
         return;
@@ -548,14 +576,14 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
       sp.seg_entry = entry;
       sp.seg_pass = 1;
       sp.profile = profiler.arm(stream);
-      launch_sm90_vt<T, D>(sp, plan.kernel, seg.vt1, stream);
+      launch_sm90_vt<T, D>(sp, plan.kernel, seg.vt1, maps, stream);
       std::snprintf(label, sizeof label, "%s cp pass 1 P%d x%d chunks D%d VT%d", kname, seg.P, seg.seg_chunks, D,
                     seg.vt1);
       profiler.report(label, split, stream);
       launch_segment_combine(sp.seg_fwd, sp.seg_tr, entry, N, H, D, pm, stream);
       sp.seg_pass = 2;
       sp.profile = profiler.arm(stream);
-      launch_sm90_vt<T, D>(sp, plan.kernel, seg.vt2, stream);
+      launch_sm90_vt<T, D>(sp, plan.kernel, seg.vt2, maps, stream);
       std::snprintf(label, sizeof label, "%s cp pass 2 P%d x%d chunks D%d VT%d", kname, seg.P, seg.seg_chunks, D,
                     seg.vt2);
       profiler.report(label, split, stream);

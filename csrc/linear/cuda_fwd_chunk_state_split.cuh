@@ -30,6 +30,7 @@
 // summaries) run the chain alone.
 #pragma once
 
+#include "../attention/cuda_sm90_ptx.cuh"
 #include "../cuda/runtime.cuh"
 #include "cuda_fwd_chunk_state_sm90.cuh"
 
@@ -47,7 +48,7 @@ struct Sm90SplitLayout {
   // u is read by the chain only; double buffered where it fits, so chunk c + 1's u loads with its k and
   // w a whole step before it is read.
   static constexpr int kWithoutU =
-      (2 * kSlots + 2) * kTileD + kSlots * kTileS + (kSlots + 1) * kTileV + 2 * kSlots * 256 + 1024;
+      (2 * kSlots + 2) * kTileD + kSlots * kTileS + (kSlots + 1) * kTileV + 2 * kSlots * 256 + 64 + 1024;
   static constexpr int kUSlots = kWithoutU + 2 * kTileV <= 227 * 1024 ? 2 : 1;
   static constexpr int kU = kW + 2 * kTileD;              // [kUSlots] u (chain only)
   static constexpr int kSb = kU + kUSlots * kTileV;       // [kSlots] 16-bit S
@@ -55,7 +56,8 @@ struct Sm90SplitLayout {
   static constexpr int kUd = kUb + kSlots * kTileV;       // [1] U rk e^(gL - gc)
   static constexpr int kGate = kUd + kTileV;              // [kSlots][64] fp32
   static constexpr int kRk = kGate + kSlots * 256;        // [kSlots][64] fp32
-  static constexpr int kBytes = kRk + kSlots * 256;
+  static constexpr int kLoadBar = kRk + kSlots * 256;  // [kSlots] mbarriers of the TMA loads
+  static constexpr int kBytes = kLoadBar + 64;
   static constexpr int kAlloc = kBytes + 1024;
   static_assert(D == 128 && VT % 64 == 0 && VT <= D, "the chain warpgroup holds D = 128 rows of S");
   static_assert(kAlloc <= 227 * 1024, "shared memory of one block");
@@ -105,7 +107,10 @@ __device__ __forceinline__ uint32_t frag_x4_addr(uint32_t tile, int rows, int ro
 
 // kOut output warpgroups: warpgroup 1 + o takes the chunks c with c % kOut == o.
 template <class T, int D, int VT, int kOut>
-__global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(const StateParams<T> p) {
+__global__ void __launch_bounds__(128 * (1 + kOut), 1)
+    chunk_state_split_kernel(const StateParams<T> p, const __grid_constant__ CUtensorMap tm_q,
+                             const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_w,
+                             const __grid_constant__ CUtensorMap tm_u, const bool tma) {
 #if AK_LINEAR_SM90
   using namespace sm90;
   constexpr int kSlots = kOut + 1;
@@ -128,6 +133,15 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
   const int chunks = (end - begin + 63) / 64;
   const int64_t DD = static_cast<int64_t>(D) * D;
   const bool duo = job.output;  // the output warpgroup takes part
+  // The loads of a chunk complete on the mbarrier of its slot (TMA path), two arrivals a phase: the
+  // chain's thread 0 announces each of its two load windows.
+  auto load_bar = [&](int slot) { return sbase + Lay::kLoadBar + 8 * slot; };
+  auto load_parity = [&](int c) { return static_cast<uint32_t>((c / kSlots) & 1); };
+  if (tma && tid == 0) {
+    for (int i = 0; i < kSlots; ++i) attention::cuda::sm90::mbar_init(load_bar(i), 2);
+    attention::cuda::sm90::fence_barrier_init();
+  }
+  __syncthreads();
   StepClock clk;
   clk.prof = wg < 2 ? profile_slots(p.profile, wg) : nullptr;  // the first output warpgroup stands for all
 
@@ -183,9 +197,8 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
         }
       }
     };
-    // The loads of chunk c + 1 are issued in the two windows where this warpgroup waits for its own
-    // products anyway: k, w, gc, rk while W S runs, q and u while K^T Ud runs.
-    auto issue_chunk = [&](int c, int slot) {  // k, w, gc, rk of chunk c (128 threads)
+    // cp.async path (varlen calls: a chunk's rows past its sequence must load as zeros), 128 threads.
+    auto issue_chunk_async = [&](int c, int slot) {  // k, w, gc, rk of chunk c (128 threads)
       int t0, len;
       chunk_rows(c, t0, len);
       async_rows_sw128<D, 128>(sbase + Lay::kK + slot * Lay::kTileD, len, p.k.row(row, t0, hk), p.k.st, wtid);
@@ -198,18 +211,68 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
         cp_async16(sbase + Lay::kRk + slot * 256 + (wtid - 16) * 16, p.rk + vec + (wtid - 16) * 4, 16);
       }
     };
-    auto issue_u = [&](int c, int slot) {
+    auto issue_u_async = [&](int c, int slot) {
       if (job.zero_u) return;
       async_rows_sw128<VT, 128>(sbase + Lay::kU + slot * Lay::kTileV, 64,
                                 p.u + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D + vt0, D, wtid);
     };
-    auto issue_q = [&](int c, int slot) {
+    auto issue_q_async = [&](int c, int slot) {
       if (!duo) return;
       int t0, len;
       chunk_rows(c, t0, len);
       async_rows_sw128<D, 128>(sbase + Lay::kQ + slot * Lay::kTileD, len, p.q.row(row, t0, hk), p.q.st, wtid);
     };
 
+    // TMA path (fixed-length calls): thread 0 issues every copy; rows past T load as zeros.
+    namespace hw = attention::cuda::sm90;
+    auto tma_window = [&](int c, int slot, bool first_window, bool with_q, bool with_u) {
+      if (wtid != 0) return;
+      const int t0 = begin + 64 * c;
+      const bool q = with_q && duo, u = with_u && !job.zero_u;
+      const uint32_t bytes = (first_window ? 2 * Lay::kTileD + 256 + (p.l2norm ? 256 : 0) : 0) +
+                             (q ? Lay::kTileD : 0) + (u ? Lay::kTileV : 0);
+      const uint32_t bar = load_bar(slot);
+      hw::mbar_arrive_expect_tx(bar, bytes);
+      const int wrow = static_cast<int>((static_cast<int64_t>(first + c) * p.H + h) * 64);
+      if (first_window) {
+        for (int pn = 0; pn < D / 64; ++pn) {
+          hw::tma_load_4d(sbase + Lay::kK + slot * Lay::kTileD + pn * 8192, &tm_k, bar, 64 * pn, t0, hk, row);
+          hw::tma_load_4d(sbase + Lay::kW + (c & 1) * Lay::kTileD + pn * 8192, &tm_w, bar, 64 * pn, wrow, 0, 0);
+        }
+        const int64_t vec = (static_cast<int64_t>(first + c) * p.H + h) * 64;
+        hw::bulk_load(sbase + Lay::kGate + slot * 256, p.gc + vec, 256, bar);
+        if (p.l2norm) hw::bulk_load(sbase + Lay::kRk + slot * 256, p.rk + vec, 256, bar);
+      }
+      if (q) {
+        for (int pn = 0; pn < D / 64; ++pn) {
+          hw::tma_load_4d(sbase + Lay::kQ + slot * Lay::kTileD + pn * 8192, &tm_q, bar, 64 * pn, t0, hk, row);
+        }
+      }
+      if (u) {
+        for (int pn = 0; pn < VT / 64; ++pn) {
+          hw::tma_load_4d(sbase + Lay::kU + (c % Lay::kUSlots) * Lay::kTileV + pn * 8192, &tm_u, bar, vt0 + 64 * pn,
+                          wrow, 0, 0);
+        }
+      }
+    };
+    // The loads of chunk c + 1 are issued in the two windows where this warpgroup waits for its own
+    // products anyway: k, w, gc, rk (and q, u where u has two buffers) while W S runs, else q and u
+    // while K^T Ud runs.
+    auto load_first = [&](int c, int slot) {
+      if (tma) return tma_window(c, slot, true, Lay::kUSlots == 2, Lay::kUSlots == 2);
+      issue_chunk_async(c, slot);
+      if (Lay::kUSlots == 2) {
+        issue_q_async(c, slot);
+        issue_u_async(c, c & 1);
+      }
+    };
+    auto load_second = [&](int c, int slot) {
+      if (tma) return tma_window(c, slot, false, Lay::kUSlots == 1, Lay::kUSlots == 1);
+      if (Lay::kUSlots == 1) {
+        issue_q_async(c, slot);
+        issue_u_async(c, 0);
+      }
+    };
     // Without the L2 norm 1/|k| is 1: the rk slots hold ones, so every reader multiplies without a
     // branch (the loads below never write them).
     if (!p.l2norm) {
@@ -218,9 +281,8 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
     store_sb(0);
     if (chunk_states) store_state(chunk_states);
     if (chunks > 0) {
-      issue_chunk(0, 0);
-      issue_q(0, 0);
-      issue_u(0, 0);
+      load_first(0, 0);
+      load_second(0, 0);
     }
     cp_async_commit();
     const uint64_t desc_ud = desc_sw128(sbase + Lay::kUd, 64 * 128, 1024);
@@ -229,7 +291,11 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
     clk.start();
     for (int c = 0; c < chunks; ++c) {
       const int s = c % kSlots, s1 = (c + 1) % kSlots;  // this chunk's slot and the next one's
-      cp_async_wait_all();
+      if (tma) {
+        hw::mbar_wait(load_bar(s), load_parity(c));
+      } else {
+        cp_async_wait_all();
+      }
       fence_proxy_async();
       named_sync(Bar::kChain, 128);  // chunk c's tiles, u and Sb[s] are visible to this warpgroup's wgmma
       if (duo) named_arrive(Bar::full(s), 256);  // FULL[s]: the output side may read them too
@@ -253,11 +319,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
         // Slot s1 held chunk c + 1 - kSlots: the output side must be done with its q, k, Sb and Ub.
         // W and u slot (c + 1) & 1 held chunk c - 1, read before this warpgroup's barriers.
         if (duo && c + 1 >= kSlots) named_sync(Bar::empty(s1), 256);
-        issue_chunk(c + 1, s1);
-        if (Lay::kUSlots == 2) {
-          issue_q(c + 1, s1);
-          issue_u(c + 1, (c + 1) & 1);
-        }
+        load_first(c + 1, s1);
       }
       cp_async_commit();
       float di[2];
@@ -316,12 +378,9 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
         }
       }
       wg_commit();
-      if (c + 1 < chunks) {
-        if (Lay::kUSlots == 1) {
-          issue_q(c + 1, s1);  // slot s1 was freed before the first window
-          issue_u(c + 1, 0);   // every thread is past its reads of u (the barrier above)
-        }
-      }
+      // Slot s1 was freed before the first window; with one u buffer every thread is past its reads of
+      // u (the barrier above).
+      if (c + 1 < chunks) load_second(c + 1, s1);
       cp_async_commit();
       wg_wait<0>();
 #pragma unroll
@@ -345,6 +404,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
       int t0, len;
       chunk_rows(c, t0, len);
       named_sync(Bar::full(s), 256);  // FULL[s]
+      if (tma) attention::cuda::sm90::mbar_wait(load_bar(s), load_parity(c));  // q (done; makes it visible here)
       clk.stamp(0);
       const uint32_t sQ = sbase + Lay::kQ + s * Lay::kTileD;
       const uint32_t sK = sbase + Lay::kK + s * Lay::kTileD;
@@ -456,6 +516,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
         piece[x] = *reinterpret_cast<const uint4*>(base + (so - sbase) + sw128_offset(64, r, 8 * j));
       }
       // Chunk c's q, k, Sb and Ub are no longer read: slot s may take chunk c + kSlots.
+      fence_proxy_async();  // the generic reads of the slot come before the next copies into it
       if (c + kSlots < chunks) named_arrive(Bar::empty(s), 256);
       clk.stamp(6);
 #pragma unroll
@@ -473,14 +534,16 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1) chunk_state_split_kernel(
 }
 
 template <class T, int D, int VT, int kOut>
-void launch_chunk_state_split(const StateParams<T>& p, cudaStream_t stream) {
+void launch_chunk_state_split(const StateParams<T>& p, const SplitMaps* maps, cudaStream_t stream) {
   if (p.N == 0 || p.H == 0) return;
   constexpr int kSmem = Sm90SplitLayout<D, VT, kOut + 1>::kAlloc;
   auto kernel = chunk_state_split_kernel<T, D, VT, kOut>;
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int jobs = p.seg_pass == 0 ? p.N : p.N * (p.seg_pass == 1 ? 2 : 1) * (p.seg_count - 1);
   const dim3 grid(static_cast<unsigned>(jobs * (D / VT)), static_cast<unsigned>(p.H));
-  kernel<<<grid, 128 * (1 + kOut), kSmem, stream>>>(p);
+  static const SplitMaps none{};  // the cp.async path never reads them
+  const SplitMaps& m = maps != nullptr ? *maps : none;
+  kernel<<<grid, 128 * (1 + kOut), kSmem, stream>>>(p, m.q, m.k, m.w, m.u, maps != nullptr);
   ak::cuda::check_launch("chunk_state_split_kernel");
 }
 

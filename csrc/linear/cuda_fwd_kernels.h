@@ -2,6 +2,7 @@
 // own translation unit; cuda_dispatch.cu picks one per call.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -127,10 +128,15 @@ void launch_chunk_state(const StateParams<T>& p, cudaStream_t stream);
 // The same on Hopper with wgmma (sm_90a only; D in {128, 256}, VT a multiple of 64).
 template <class T, int D, int VT>
 void launch_chunk_state_sm90(const StateParams<T>& p, cudaStream_t stream);
+// Tensor maps of the split kernel's loads: q, k as [B, T, heads, D] and w, u as [chunks * H * 64, D],
+// boxes of 64 columns x 64 rows (cuda_dispatch.cu encodes them for fixed-length calls).
+struct SplitMaps {
+  CUtensorMap q, k, w, u;
+};
 // The same with the warpgroups split by role (cuda_fwd_chunk_state_split.cuh; D = 128, VT 64/128;
-// kOut output warpgroups, 1 or 2 (VT 64 only)).
+// kOut output warpgroups, 1 or 2 (VT 64 only)); maps == nullptr loads with cp.async instead of TMA.
 template <class T, int D, int VT, int kOut>
-void launch_chunk_state_split(const StateParams<T>& p, cudaStream_t stream);
+void launch_chunk_state_split(const StateParams<T>& p, const SplitMaps* maps, cudaStream_t stream);
 // Entry states of the context-parallel stage 2: entry[j - 1] of segment j = 1 .. Pm is fwd[0] for
 // j = 1 and tr[j - 2] entry[j - 2] + fwd[j - 1] after (fp32, per sequence and head; arrays as in
 // StateParams::seg_*).
