@@ -104,6 +104,16 @@ const VARIANTS: Variant[] = [
     dims: [128],
   },
   { name: "split", env: { ATTNKIT_LINEAR_STATE_VARIANT: "split" }, dims: [128] },
+  // Round 5: loads with cp.async instead of TMA (the default on fixed-length calls).
+  {
+    name: "split bv64 cp.async",
+    env: {
+      ATTNKIT_LINEAR_STATE_VARIANT: "split",
+      ATTNKIT_LINEAR_STATE_BV: "64",
+      ATTNKIT_LINEAR_SPLIT_TMA: "0",
+    },
+    dims: [128],
+  },
   // Round 5: one output warpgroup at VT 64 (the default has two, one per chunk parity).
   {
     name: "split bv64 out1",
@@ -143,6 +153,7 @@ const ENV_KEYS = [
   "ATTNKIT_LINEAR_CP",
   "ATTNKIT_LINEAR_STEP_PROFILE",
   "ATTNKIT_LINEAR_SPLIT_OUTPUTS",
+  "ATTNKIT_LINEAR_SPLIT_TMA",
 ];
 
 // A variant that names an explicit kernel runs without context parallelism unless it asks for it (the

@@ -135,11 +135,53 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
   const bool duo = job.output;  // the output warpgroup takes part
   // The loads of a chunk complete on the mbarrier of its slot (TMA path), two arrivals a phase: the
   // chain's thread 0 announces each of its two load windows.
+  // TMA path (fixed-length calls; rows past T load as zeros): chunk c's copies complete on the
+  // mbarrier of its slot, one arrival a phase that announces all of the chunk's bytes. With output,
+  // the output warpgroup that takes chunk c issues chunk c + 1's copies as soon as it sees FULL[c]:
+  // its slot held chunk c + 1 - kSlots, which that same warpgroup finished, and FULL[c] means the
+  // chain is past chunk c - 1 (w and u of chunk c + 1 go to chunk c - 1's buffers). So the chain
+  // never spends its own time issuing copies (a copy costs its issuing warp ~100 cycles); only a
+  // single u buffer (VT 128) is loaded by the chain, after it has read chunk c's u.
+  namespace hw = attention::cuda::sm90;
   auto load_bar = [&](int slot) { return sbase + Lay::kLoadBar + 8 * slot; };
   auto load_parity = [&](int c) { return static_cast<uint32_t>((c / kSlots) & 1); };
+  constexpr int kAnnounce = 1, kKWG = 2, kQ = 4, kU = 8;  // parts of a chunk's copies
+  auto tma_issue = [&](int c, int parts) {
+    const int slot = c % kSlots, t0 = begin + 64 * c;
+    const bool q = duo && (parts & kQ), u = !job.zero_u && (parts & kU);
+    const uint32_t bar = load_bar(slot);
+    const int wrow = static_cast<int>((static_cast<int64_t>(first + c) * p.H + h) * 64);
+    if (parts & kAnnounce) {
+      const uint32_t bytes = 2 * Lay::kTileD + 256 + (p.l2norm ? 256 : 0) + (duo ? Lay::kTileD : 0) +
+                             (job.zero_u ? 0 : Lay::kTileV);
+      hw::mbar_arrive_expect_tx(bar, bytes);
+    }
+    if (parts & kKWG) {
+      for (int pn = 0; pn < D / 64; ++pn) {
+        hw::tma_load_4d(sbase + Lay::kK + slot * Lay::kTileD + pn * 8192, &tm_k, bar, 64 * pn, t0, hk, row);
+        hw::tma_load_4d(sbase + Lay::kW + (c & 1) * Lay::kTileD + pn * 8192, &tm_w, bar, 64 * pn, wrow, 0, 0);
+      }
+      const int64_t vec = (static_cast<int64_t>(first + c) * p.H + h) * 64;
+      hw::bulk_load(sbase + Lay::kGate + slot * 256, p.gc + vec, 256, bar);
+      if (p.l2norm) hw::bulk_load(sbase + Lay::kRk + slot * 256, p.rk + vec, 256, bar);
+    }
+    if (q) {
+      for (int pn = 0; pn < D / 64; ++pn) {
+        hw::tma_load_4d(sbase + Lay::kQ + slot * Lay::kTileD + pn * 8192, &tm_q, bar, 64 * pn, t0, hk, row);
+      }
+    }
+    if (u) {
+      for (int pn = 0; pn < VT / 64; ++pn) {
+        hw::tma_load_4d(sbase + Lay::kU + (c % Lay::kUSlots) * Lay::kTileV + pn * 8192, &tm_u, bar, vt0 + 64 * pn,
+                        wrow, 0, 0);
+      }
+    }
+  };
+  // Everything of chunk c + 1 but a single-buffered u (which waits until the chain has read chunk c's).
+  constexpr int kNextParts = kAnnounce | kKWG | kQ | (Lay::kUSlots == 2 ? kU : 0);
   if (tma && tid == 0) {
-    for (int i = 0; i < kSlots; ++i) attention::cuda::sm90::mbar_init(load_bar(i), 2);
-    attention::cuda::sm90::fence_barrier_init();
+    for (int i = 0; i < kSlots; ++i) hw::mbar_init(load_bar(i), 1);
+    hw::fence_barrier_init();
   }
   __syncthreads();
   StepClock clk;
@@ -223,43 +265,15 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       async_rows_sw128<D, 128>(sbase + Lay::kQ + slot * Lay::kTileD, len, p.q.row(row, t0, hk), p.q.st, wtid);
     };
 
-    // TMA path (fixed-length calls): thread 0 issues every copy; rows past T load as zeros.
-    namespace hw = attention::cuda::sm90;
-    auto tma_window = [&](int c, int slot, bool first_window, bool with_q, bool with_u) {
-      if (wtid != 0) return;
-      const int t0 = begin + 64 * c;
-      const bool q = with_q && duo, u = with_u && !job.zero_u;
-      const uint32_t bytes = (first_window ? 2 * Lay::kTileD + 256 + (p.l2norm ? 256 : 0) : 0) +
-                             (q ? Lay::kTileD : 0) + (u ? Lay::kTileV : 0);
-      const uint32_t bar = load_bar(slot);
-      hw::mbar_arrive_expect_tx(bar, bytes);
-      const int wrow = static_cast<int>((static_cast<int64_t>(first + c) * p.H + h) * 64);
-      if (first_window) {
-        for (int pn = 0; pn < D / 64; ++pn) {
-          hw::tma_load_4d(sbase + Lay::kK + slot * Lay::kTileD + pn * 8192, &tm_k, bar, 64 * pn, t0, hk, row);
-          hw::tma_load_4d(sbase + Lay::kW + (c & 1) * Lay::kTileD + pn * 8192, &tm_w, bar, 64 * pn, wrow, 0, 0);
-        }
-        const int64_t vec = (static_cast<int64_t>(first + c) * p.H + h) * 64;
-        hw::bulk_load(sbase + Lay::kGate + slot * 256, p.gc + vec, 256, bar);
-        if (p.l2norm) hw::bulk_load(sbase + Lay::kRk + slot * 256, p.rk + vec, 256, bar);
-      }
-      if (q) {
-        for (int pn = 0; pn < D / 64; ++pn) {
-          hw::tma_load_4d(sbase + Lay::kQ + slot * Lay::kTileD + pn * 8192, &tm_q, bar, 64 * pn, t0, hk, row);
-        }
-      }
-      if (u) {
-        for (int pn = 0; pn < VT / 64; ++pn) {
-          hw::tma_load_4d(sbase + Lay::kU + (c % Lay::kUSlots) * Lay::kTileV + pn * 8192, &tm_u, bar, vt0 + 64 * pn,
-                          wrow, 0, 0);
-        }
-      }
-    };
     // The loads of chunk c + 1 are issued in the two windows where this warpgroup waits for its own
     // products anyway: k, w, gc, rk (and q, u where u has two buffers) while W S runs, else q and u
     // while K^T Ud runs.
     auto load_first = [&](int c, int slot) {
-      if (tma) return tma_window(c, slot, true, Lay::kUSlots == 2, Lay::kUSlots == 2);
+      if (tma) {
+        // With output, the output warpgroup issues these (see above).
+        if (!duo && wtid == 0) tma_issue(c, kNextParts);
+        return;
+      }
       issue_chunk_async(c, slot);
       if (Lay::kUSlots == 2) {
         issue_q_async(c, slot);
@@ -267,7 +281,10 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       }
     };
     auto load_second = [&](int c, int slot) {
-      if (tma) return tma_window(c, slot, false, Lay::kUSlots == 1, Lay::kUSlots == 1);
+      if (tma) {
+        if (Lay::kUSlots == 1 && wtid == 0) tma_issue(c, kU);
+        return;
+      }
       if (Lay::kUSlots == 1) {
         issue_q_async(c, slot);
         issue_u_async(c, 0);
@@ -281,8 +298,12 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
     store_sb(0);
     if (chunk_states) store_state(chunk_states);
     if (chunks > 0) {
-      load_first(0, 0);
-      load_second(0, 0);
+      if (tma) {
+        if (wtid == 0) tma_issue(0, kAnnounce | kKWG | kQ | kU);
+      } else {
+        load_first(0, 0);
+        load_second(0, 0);
+      }
     }
     cp_async_commit();
     const uint64_t desc_ud = desc_sw128(sbase + Lay::kUd, 64 * 128, 1024);
@@ -318,7 +339,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       if (c + 1 < chunks) {
         // Slot s1 held chunk c + 1 - kSlots: the output side must be done with its q, k, Sb and Ub.
         // W and u slot (c + 1) & 1 held chunk c - 1, read before this warpgroup's barriers.
-        if (duo && c + 1 >= kSlots) named_sync(Bar::empty(s1), 256);
+        if (!tma && duo && c + 1 >= kSlots) named_sync(Bar::empty(s1), 256);
         load_first(c + 1, s1);
       }
       cp_async_commit();
@@ -387,7 +408,12 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       for (int ms = 0; ms < kMS; ++ms) fence_regs(S[ms]);
       clk.stamp(6);
       // Sb for chunk c + 1 goes to slot s1, whose previous reader was waited for above.
-      if (c + 1 < chunks) store_sb(s1);
+      if (c + 1 < chunks) {
+        // TMA path: the output side must be done with chunk c + 1 - kSlots's Sb (and Ub, written next
+        // step) before they are overwritten (the cp.async path waited before its loads).
+        if (tma && duo && c + 1 >= kSlots) named_sync(Bar::empty(s1), 256);
+        store_sb(s1);
+      }
       if (chunk_states) store_state(chunk_states + static_cast<int64_t>(c + 1) * DD);
       clk.stamp(7);
       clk.step();
@@ -404,7 +430,10 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       int t0, len;
       chunk_rows(c, t0, len);
       named_sync(Bar::full(s), 256);  // FULL[s]
-      if (tma) attention::cuda::sm90::mbar_wait(load_bar(s), load_parity(c));  // q (done; makes it visible here)
+      if (tma) {
+        hw::mbar_wait(load_bar(s), load_parity(c));  // q (done; makes it visible here)
+        if (c + 1 < chunks && wtid == 0) tma_issue(c + 1, kNextParts);
+      }
       clk.stamp(0);
       const uint32_t sQ = sbase + Lay::kQ + s * Lay::kTileD;
       const uint32_t sK = sbase + Lay::kK + s * Lay::kTileD;
