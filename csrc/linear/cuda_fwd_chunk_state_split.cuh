@@ -56,7 +56,7 @@ struct Sm90SplitLayout {
   static constexpr int kUd = kUb + kSlots * kTileV;       // [1] U rk e^(gL - gc)
   static constexpr int kGate = kUd + kTileV;              // [kSlots][64] fp32
   static constexpr int kRk = kGate + kSlots * 256;        // [kSlots][64] fp32
-  static constexpr int kLoadBar = kRk + kSlots * 256;  // [kSlots] mbarriers of the TMA loads
+  static constexpr int kLoadBar = kRk + kSlots * 256;  // [kSlots + 1] mbarriers of the TMA loads
   static constexpr int kBytes = kLoadBar + 64;
   static constexpr int kAlloc = kBytes + 1024;
   static_assert(D == 128 && VT % 64 == 0 && VT <= D, "the chain warpgroup holds D = 128 rows of S");
@@ -144,6 +144,8 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
   // single u buffer (VT 128) is loaded by the chain, after it has read chunk c's u.
   namespace hw = attention::cuda::sm90;
   auto load_bar = [&](int slot) { return sbase + Lay::kLoadBar + 8 * slot; };
+  // With one u buffer its copy has its own mbarrier (phase c & 1), waited just before u is read.
+  const uint32_t u_bar = sbase + Lay::kLoadBar + 8 * kSlots;
   auto load_parity = [&](int c) { return static_cast<uint32_t>((c / kSlots) & 1); };
   constexpr int kAnnounce = 1, kKWG = 2, kQ = 4, kU = 8;  // parts of a chunk's copies
   auto tma_issue = [&](int c, int parts) {
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
     const int wrow = static_cast<int>((static_cast<int64_t>(first + c) * p.H + h) * 64);
     if (parts & kAnnounce) {
       const uint32_t bytes = 2 * Lay::kTileD + 256 + (p.l2norm ? 256 : 0) + (duo ? Lay::kTileD : 0) +
-                             (job.zero_u ? 0 : Lay::kTileV);
+                             (job.zero_u || Lay::kUSlots == 1 ? 0 : Lay::kTileV);
       hw::mbar_arrive_expect_tx(bar, bytes);
     }
     if (parts & kKWG) {
@@ -171,8 +173,10 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       }
     }
     if (u) {
+      const uint32_t ub = Lay::kUSlots == 1 ? u_bar : bar;
+      if (Lay::kUSlots == 1) hw::mbar_arrive_expect_tx(ub, Lay::kTileV);
       for (int pn = 0; pn < VT / 64; ++pn) {
-        hw::tma_load_4d(sbase + Lay::kU + (c % Lay::kUSlots) * Lay::kTileV + pn * 8192, &tm_u, bar, vt0 + 64 * pn,
+        hw::tma_load_4d(sbase + Lay::kU + (c % Lay::kUSlots) * Lay::kTileV + pn * 8192, &tm_u, ub, vt0 + 64 * pn,
                         wrow, 0, 0);
       }
     }
@@ -181,6 +185,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
   constexpr int kNextParts = kAnnounce | kKWG | kQ | (Lay::kUSlots == 2 ? kU : 0);
   if (tma && tid == 0) {
     for (int i = 0; i < kSlots; ++i) hw::mbar_init(load_bar(i), 1);
+    hw::mbar_init(u_bar, 1);
     hw::fence_barrier_init();
   }
   __syncthreads();
@@ -354,36 +359,35 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       wg_wait<0>();
       fence_regs(acc);
       clk.stamp(3);
+      // U = u - W S and Ud = U rk e^(gL - gc), four accumulator pairs per ldmatrix / stmatrix. Ud (the
+      // chain's next product) is stored first; U stays packed in registers until (e) is issued.
+      uint32_t uf[VT / 16][4] = {};
       {
-        // U = u - W S (to Ub, read by the output side; written also without it, nobody reads it then)
-        // and Ud = U rk e^(gL - gc), four accumulator pairs per ldmatrix / stmatrix.
-        uint32_t uf[VT / 16][4] = {};
         if (!job.zero_u) {
+          if (tma && Lay::kUSlots == 1) hw::mbar_wait(u_bar, static_cast<uint32_t>(c & 1));
+          const uint32_t u_tile = sbase + Lay::kU + (c % Lay::kUSlots) * Lay::kTileV;
 #pragma unroll
-          for (int x = 0; x < VT / 16; ++x) ldsm_x4(uf[x], frag_x4_addr(sbase + Lay::kU + (c % Lay::kUSlots) * Lay::kTileV, 64, 16 * warp, 2 * x, lane));
+          for (int x = 0; x < VT / 16; ++x) ldsm_x4(uf[x], frag_x4_addr(u_tile, 64, 16 * warp, 2 * x, lane));
         }
 #pragma unroll
         for (int x = 0; x < VT / 16; ++x) {
-          uint32_t ub[4], ud[4];
+          uint32_t ud[4];
 #pragma unroll
           for (int m = 0; m < 4; ++m) {
             const float2 uv = unpack2<T>(uf[x][m]);
             const float x0 = uv.x - acc[8 * x + 2 * m], x1 = uv.y - acc[8 * x + 2 * m + 1];
             const float d = di[m & 1];
-            ub[m] = pack2<T>(x0, x1);
+            uf[x][m] = pack2<T>(x0, x1);  // U, for Ub
             ud[m] = pack2<T>(x0 * d, x1 * d);
           }
-          const uint32_t off = frag_x4_addr(0, 64, 16 * warp, 2 * x, lane);
-          stsm_x4(sbase + Lay::kUb + s * Lay::kTileV + off, ub[0], ub[1], ub[2], ub[3]);
-          stsm_x4(sbase + Lay::kUd + off, ud[0], ud[1], ud[2], ud[3]);
+          stsm_x4(sbase + Lay::kUd + frag_x4_addr(0, 64, 16 * warp, 2 * x, lane), ud[0], ud[1], ud[2], ud[3]);
         }
       }
       clk.stamp(4);
       fence_proxy_async();
-      named_sync(Bar::kChain, 128);  // Ud and Ub visible; every thread is past its reads of u
-      if (duo) named_arrive(Bar::ub(s), 256);  // UB[s]
+      named_sync(Bar::kChain, 128);  // Ud visible; every thread is past its reads of u
       clk.stamp(5);
-      // (e) S <- e^gL S + K^T Ud, all D rows.
+      // (e) S <- e^gL S + K^T Ud, all D rows; while it runs, U goes to Ub for the output side (UB).
 #pragma unroll
       for (int ms = 0; ms < kMS; ++ms) {
 #pragma unroll
@@ -399,6 +403,15 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
         }
       }
       wg_commit();
+      if (duo) {
+#pragma unroll
+        for (int x = 0; x < VT / 16; ++x) {
+          stsm_x4(sbase + Lay::kUb + s * Lay::kTileV + frag_x4_addr(0, 64, 16 * warp, 2 * x, lane), uf[x][0], uf[x][1],
+                  uf[x][2], uf[x][3]);
+        }
+        fence_proxy_async();
+        named_arrive(Bar::ub(s), 256);  // UB[s]
+      }
       // Slot s1 was freed before the first window; with one u buffer every thread is past its reads of
       // u (the barrier above).
       if (c + 1 < chunks) load_second(c + 1, s1);
