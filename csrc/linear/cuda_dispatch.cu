@@ -274,9 +274,9 @@ struct SegmentPlan {
 
 // Microseconds a chunk step takes (fixed latency plus a little per V column), the cost model of the
 // choices below: the two-role wgmma kernel as measured in round 3 on the H200, the split kernel as
-// measured in round 5 (2.15 / 3.5 us at VT 64 / 128, bench/NOTES_linear.md).
+// measured in round 5 (1.6 / 2.6 us at VT 64 / 128 with the output, bench/NOTES_linear.md).
 double step_us(StateKernel kernel, int vt) {
-  return kernel == StateKernel::Split ? 0.8 + 0.021 * vt : 3.4 + 0.023 * vt;
+  return kernel == StateKernel::Split ? 0.6 + 0.0156 * vt : 3.4 + 0.023 * vt;
 }
 
 // The cheaper V tile for a pass of `jobs` block rows, and its cost in step-microseconds per chunk.
