@@ -6,28 +6,32 @@
 // every step has two full-block barriers, so the chain S -> W S -> U -> K^T Ud -> S also waits for the
 // output side (P = Q K^T and its 32 exponentials a thread, Q S, P U, the output stores). Here:
 //   warpgroup 0 (the chain, all D rows of S in its registers):
-//     wait for chunk c's loads, publish them (FULL), WS = W Sb, issue the loads of chunk c + 1,
-//     U = u - WS (to Ub, for the output side) and Ud = U rk e^(gL - gc), publish Ub (UB),
-//     S <- e^gL S + K^T Ud, Sb <- S (the other Sb buffer).
-//   warpgroup 1 (the output, one chunk behind at most):
+//     wait for chunk c's loads, publish them and Sb (FULL), WS = W Sb, U = u - WS and
+//     Ud = U rk e^(gL - gc), then S <- e^gL S + K^T Ud while U goes to Ub for the output side (UB),
+//     Sb <- S (the next slot).
+//   warpgroups 1 .. kOut (the output; with two, they take the chunks in turn):
 //     after FULL: P = Q K^T, QS = Q Sb (scaled), after UB: O = QS + P U, then frees the chunk's
-//     buffers (EMPTY) and stores O.
+//     buffers (EMPTY) and stores O through shared memory.
 // Q, K, gc, rk, Sb and Ub have kSlots = kOut + 1 buffers, chunk c in slot c % kSlots (the output side
 // may still read chunk c while the chain works on c + 1 .. c + kOut); W is double buffered, Ud single
 // and u double where it fits (only the chain reads them).
+//
+// Loads: on fixed-length calls TMA boxes onto one mbarrier per slot, issued for chunk c + 1 by the
+// output warpgroup that takes chunk c (see tma_issue), so the chain spends no time on them; varlen
+// calls use cp.async from the chain (a chunk's rows past its sequence must read as zeros).
 //
 // Round 5 (the step profile of round 4 measured ~6,600 cycles a step at VT 64, every phase of both
 // warpgroups issue-bound at ~4.5 cycles an instruction, one warp a scheduler per role): the 16-bit
 // tiles move between registers and shared memory with ldmatrix / stmatrix (four accumulator pairs an
 // instruction instead of one), the loops carry no per-element branches (u of a zero-u job is zeros,
-// rk holds ones without the L2 norm, P's mask is a select), exponentials are ex2.approx (__expf),
-// and the tile loads advance one row pointer per thread. At VT 64 two output warpgroups take the
-// chunks in turn (kOut = 2) with three buffers, so a chunk's output may finish two chain steps after
-// its loads instead of one (with one output warpgroup the chain waited ~1,400 cycles a step for it).
+// rk holds ones without the L2 norm, P's mask is a select), exponentials are ex2.approx (__expf), the
+// loads are TMA issued off the chain, and at VT 64 two output warpgroups with three buffers let a
+// chunk's output finish two chain steps after its loads. Measured: ~3,200 cycles a step at VT 64,
+// ~5,200 at VT 128 (bench/NOTES_linear.md, round 5).
 //
-// The three hand-offs are named barriers with arrive (producer) / sync (consumer) pairs, one id per buffer, so an
-// id is never re-armed before its previous phase completed. Jobs without output (context-parallel
-// summaries) run the chain alone.
+// The hand-offs are named barriers with arrive (producer) / sync (consumer) pairs, one id per buffer,
+// so an id is never re-armed before its previous phase completed. Jobs without output
+// (context-parallel summaries) run the chain alone.
 #pragma once
 
 #include "../attention/cuda_sm90_ptx.cuh"
