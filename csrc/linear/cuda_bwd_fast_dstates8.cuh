@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
     cp_async_commit();
     const int64_t row = static_cast<int64_t>(h) * P + static_cast<int64_t>(si.w + c) * kC;
     const float gl = b.gc[kC - 1];
-    if (tid < kC) sm.qf[tid] = p.scale * expf(b.gc[tid]);
+    if (tid < kC) sm.qf[tid] = p.scale * __expf(b.gc[tid]);
     store_acc<T, 1, NS>(dh, sm.dh, LV, 16 * rb, cg * VC, lane);
     __syncthreads();
     if (output) {
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
       warp_mma<T, 1, NU, false, true>(u, b.K, LD, 16 * ub, sm.dh, LV, uh * (VS / 2), D, lane);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const float dec = expf(gl - b.gc[16 * ub + gq + 8 * half]);
+        const float dec = __expf(gl - b.gc[16 * ub + gq + 8 * half]);
 #pragma unroll
         for (int nt = 0; nt < NU; ++nt) {
           u[0][nt][2 * half] *= dec;
@@ -143,22 +143,33 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
         }
       }
       if (!zero_do) warp_mma<T, 1, NU, true, true>(u, b.P, LC, 16 * ub, b.dO, LV, uh * (VS / 2), kC, lane);
+      // To shared memory, then (one uniform branch, not one per element) to the workspace.
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int i = 16 * ub + gq + 8 * half;
 #pragma unroll
         for (int nt = 0; nt < NU; ++nt) {
           const int e = uh * (VS / 2) + 8 * nt + 2 * q4;
-          const uint32_t v = pack2<T>(u[0][nt][2 * half], u[0][nt][2 * half + 1]);
-          if (output) *reinterpret_cast<uint32_t*>(w.dU + (row + i) * D + vs + e) = v;
-          *reinterpret_cast<uint32_t*>(sm.dU + i * LV + e) = v;
+          *reinterpret_cast<uint32_t*>(sm.dU + i * LV + e) = pack2<T>(u[0][nt][2 * half], u[0][nt][2 * half + 1]);
+        }
+      }
+      if (output) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = 16 * ub + gq + 8 * half;
+#pragma unroll
+          for (int nt = 0; nt < NU; ++nt) {
+            const int e = uh * (VS / 2) + 8 * nt + 2 * q4;
+            *reinterpret_cast<uint32_t*>(w.dU + (row + i) * D + vs + e) =
+                pack2<T>(u[0][nt][2 * half], u[0][nt][2 * half + 1]);
+          }
         }
       }
     }
     __syncthreads();  // dv_new and the row factors are in shared memory
 
     // dh <- e^gl dh + (diag(qf) Q)^T dO - w^T dv_new
-    const float eg = expf(gl);
+    const float eg = __expf(gl);
 #pragma unroll
     for (int nt = 0; nt < NS; ++nt)
 #pragma unroll

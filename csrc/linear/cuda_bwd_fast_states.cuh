@@ -105,22 +105,45 @@ __global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w
     zero_acc(uacc);
     warp_mma<T, 1, NT, false, true>(uacc, b.W, LD, 16 * warp, hs, LV, 0, D, lane);
     const float gl = b.gc[kC - 1];
+    // u is read in one pass and v_new written in another, each behind one uniform branch: per-element
+    // branches on zero_u / output kept the compiler from batching the shared-memory loads.
+    uint32_t vn[2][NT];
+    if (zero_u) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) vn[half][nt] = 0u;
+    } else {
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          vn[half][nt] = *reinterpret_cast<const uint32_t*>(b.U + (16 * warp + gq + 8 * half) * LV + 8 * nt + 2 * q4);
+        }
+    }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int i = 16 * warp + gq + 8 * half;
-      const float dec = expf(gl - b.gc[i]);
+      const float dec = __expf(gl - b.gc[i]);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        const int e = 8 * nt + 2 * q4;
-        uint32_t* up = reinterpret_cast<uint32_t*>(b.U + i * LV + e);
-        const float2 u2 = zero_u ? make_float2(0.f, 0.f) : unpack2<T>(*up);
+        const float2 u2 = unpack2<T>(vn[half][nt]);
         const float x0 = u2.x - uacc[0][nt][2 * half], x1 = u2.y - uacc[0][nt][2 * half + 1];
-        if (output) *reinterpret_cast<uint32_t*>(w.U + (row + i) * D + vs + e) = pack2<T>(x0, x1);
-        *up = pack2<T>(x0 * dec, x1 * dec);
+        vn[half][nt] = pack2<T>(x0, x1);
+        *reinterpret_cast<uint32_t*>(b.U + i * LV + 8 * nt + 2 * q4) = pack2<T>(x0 * dec, x1 * dec);
       }
     }
+    if (output) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const int i = 16 * warp + gq + 8 * half, e = 8 * nt + 2 * q4;
+          *reinterpret_cast<uint32_t*>(w.U + (row + i) * D + vs + e) = vn[half][nt];
+        }
+    }
     __syncthreads();
-    const float eg = expf(gl);
+    const float eg = __expf(gl);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -287,7 +310,7 @@ __global__ void __launch_bounds__(kThreads) fast_dstates(Problem p, FastWork<T> 
     }
 
     // dh <- e^gl dh + Q'^T dO - w^T dv_new
-    const float eg = expf(gl);
+    const float eg = __expf(gl);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
