@@ -77,6 +77,15 @@ __device__ __forceinline__ void async_tile_sw128(uint32_t dst, int valid, RowPtr
   }
 }
 
+// This lane's row address for an x4 ldmatrix / stmatrix of accumulator pairs 2 cb .. 2 cb + 3 of a
+// warp's 16 rows (row0 .. row0 + 15) in a tile of `rows` rows of 128-byte swizzled panels: matrix m
+// is rows row0 + 8 (m & 1) .. + 7 of columns 8 (cb + m / 2) .. + 7, the order of the pairs in
+// the accumulator (even pairs the upper 8 rows, odd the lower, two 8-column blocks).
+__device__ __forceinline__ uint32_t frag_x4_addr(uint32_t tile, int rows, int row0, int cb, int lane) {
+  const int m = lane >> 3;
+  return tile + sm90::sw128_offset(rows, row0 + 8 * (m & 1) + (lane & 7), 8 * (cb + (m >> 1)));
+}
+
 template <class T, int D, int VT>
 __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(const StateParams<T> p) {
 #if AK_LINEAR_SM90
@@ -140,8 +149,10 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
 #pragma unroll
     for (int ms = 0; ms < kMS; ++ms) {
 #pragma unroll
-      for (int i = 0; i < kNA; i += 2) {
-        st_pair_at(base + Lay::kSb + sw128_offset(D, s_row(ms, i), acc_col(i)), pack2<T>(S[ms][i], S[ms][i + 1]));
+      for (int cb = 0; cb < VT / 8; cb += 2) {
+        const float* a = &S[ms][4 * cb];
+        stsm_x4(frag_x4_addr(sbase + Lay::kSb, D, 64 * (wg * kMS + ms) + 16 * warp, cb, lane), pack2<T>(a[0], a[1]),
+                pack2<T>(a[2], a[3]), pack2<T>(a[4], a[5]), pack2<T>(a[6], a[7]));
       }
     }
   };
@@ -207,6 +218,9 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
     }
   };
 
+  // Without the L2 norm 1/|k| is 1: both rk slots hold ones, so every reader multiplies without a
+  // branch (the loads never write them); published by the first barrier.
+  if (!p.l2norm && tid < 128) reinterpret_cast<float*>(base + Lay::kRk)[tid] = 1.f;
   store_sb();
   if (chunk_states) store_state(chunk_states);
   if (chunks > 0) {
@@ -262,21 +276,35 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int i = 16 * warp + g8 + 8 * r;
-        di[r] = (p.l2norm ? rk[i] : 1.f) * expf(gL - gc[i]);
+        di[r] = rk[i] * __expf(gL - gc[i]);
       }
       wg_wait<0>();
       fence_regs(acc);
       clk.stamp(4);
       reload(c, 0);
       // (c) U = u - WS and Ud = U rk e^(gL - gc), both 16-bit, to shared memory.
+      //     Four accumulator pairs per ldmatrix / stmatrix, no per-element branches.
+      {
+        uint32_t uf[VT / 16][4] = {};
+        if (!job.zero_u) {
 #pragma unroll
-      for (int i = 0; i < kNA; i += 2) {
-        const uint32_t off = sw128_offset(64, acc_row(i), acc_col(i));
-        const float2 uv = job.zero_u ? make_float2(0.f, 0.f) : unpack2<T>(*reinterpret_cast<const uint32_t*>(uS + off));
-        const float x0 = uv.x - acc[i], x1 = uv.y - acc[i + 1];
-        const float d = di[(i >> 1) & 1];
-        st_pair_at(base + Lay::kUb + off, pack2<T>(x0, x1));
-        st_pair_at(base + Lay::kUd + off, pack2<T>(x0 * d, x1 * d));
+          for (int x = 0; x < VT / 16; ++x) ldsm_x4(uf[x], frag_x4_addr(smem_addr(uS), 64, 16 * warp, 2 * x, lane));
+        }
+#pragma unroll
+        for (int x = 0; x < VT / 16; ++x) {
+          uint32_t ub[4], ud[4];
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            const float2 uv = unpack2<T>(uf[x][m]);
+            const float x0 = uv.x - acc[8 * x + 2 * m], x1 = uv.y - acc[8 * x + 2 * m + 1];
+            const float d = di[m & 1];
+            ub[m] = pack2<T>(x0, x1);
+            ud[m] = pack2<T>(x0 * d, x1 * d);
+          }
+          const uint32_t off = frag_x4_addr(0, 64, 16 * warp, 2 * x, lane);
+          stsm_x4(sbase + Lay::kUb + off, ub[0], ub[1], ub[2], ub[3]);
+          stsm_x4(sbase + Lay::kUd + off, ud[0], ud[1], ud[2], ud[3]);
+        }
       }
       reload(c, 1);
       clk.stamp(5);
@@ -325,21 +353,26 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
       wg_wait<1>();
       fence_regs(pacc);
       clk.stamp(4);
+      {
+        // Every element computed, then selected (no branches; above the diagonal the exponential may
+        // overflow and is dropped).
+        const float gi[2] = {gc[16 * warp + g8], gc[16 * warp + g8 + 8]};
 #pragma unroll
-      for (int i = 0; i < 32; i += 2) {
-        const int ti = acc_row(i), tj = acc_col(i);
-        const float gi = gc[ti], si = rq[(i >> 1) & 1];
-        const float rk0 = p.l2norm ? rk[tj] : 1.f, rk1 = p.l2norm ? rk[tj + 1] : 1.f;
-        const float p0 = tj <= ti ? si * rk0 * expf(gi - gc[tj]) * pacc[i] : 0.f;
-        const float p1 = tj + 1 <= ti ? si * rk1 * expf(gi - gc[tj + 1]) * pacc[i + 1] : 0.f;
-        pf[i >> 1] = pack2<T>(p0, p1);
+        for (int i = 0; i < 32; i += 2) {
+          const int ti = acc_row(i), tj = acc_col(i), hh = (i >> 1) & 1;
+          const float2 gj = *reinterpret_cast<const float2*>(gc + tj);
+          const float2 rkj = *reinterpret_cast<const float2*>(rk + tj);
+          const float e0 = rq[hh] * rkj.x * __expf(gi[hh] - gj.x) * pacc[i];
+          const float e1 = rq[hh] * rkj.y * __expf(gi[hh] - gj.y) * pacc[i + 1];
+          pf[i >> 1] = pack2<T>(tj <= ti ? e0 : 0.f, tj + 1 <= ti ? e1 : 0.f);
+        }
       }
       wg_wait<0>();
       fence_regs(acc);
       reload(c, 2);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const float si = rq[r] * expf(gc[16 * warp + g8 + 8 * r]);
+        const float si = rq[r] * __expf(gc[16 * warp + g8 + 8 * r]);
 #pragma unroll
         for (int i = 2 * r; i < kNA; i += 4) {
           acc[i] *= si;
@@ -355,7 +388,7 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
 
     // (e) S <- e^gL S + K^T Ud (this warpgroup's rows), then (d) O = QS + P U on warpgroup 1.
     {
-      const float decay = expf(gL);
+      const float decay = __expf(gL);
 #pragma unroll
       for (int ms = 0; ms < kMS; ++ms) {
 #pragma unroll
@@ -414,12 +447,19 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
     clk.stamp(7);
 
     if (wg == 1 && job.output) {
+      // Two output rows per thread: their pointers once, then a predicated store per pair.
+      T* orow[2];
+      bool live[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int ti = 16 * warp + g8 + 8 * r;
+        live[r] = ti < len;
+        orow[r] = p.o.row(row, t0 + (live[r] ? ti : 0), h) + vt0 + 2 * t4;
+      }
 #pragma unroll
       for (int i = 0; i < kNA; i += 2) {
-        const int ti = acc_row(i);
-        if (ti < len) {
-          *reinterpret_cast<uint32_t*>(p.o.row(row, t0 + ti, h) + vt0 + acc_col(i)) = pack2<T>(acc[i], acc[i + 1]);
-        }
+        const int r = (i >> 1) & 1;
+        if (live[r]) *reinterpret_cast<uint32_t*>(orow[r] + 8 * (i >> 2)) = pack2<T>(acc[i], acc[i + 1]);
       }
     }
     clk.stamp(8);

@@ -100,15 +100,6 @@ __device__ __forceinline__ void async_rows_sw128(uint32_t dst, int valid, const 
   }
 }
 
-// This lane's row address for an x4 ldmatrix / stmatrix of accumulator pairs 2 cb .. 2 cb + 3 of a
-// warp's 16 rows (row0 .. row0 + 15) in a tile of `rows` rows of 128-byte swizzled panels: matrix m
-// is rows row0 + 8 (m & 1) .. + 7 of columns 8 (cb + m / 2) .. + 7, the order of the pairs in
-// the accumulator (even pairs the upper 8 rows, odd the lower, two 8-column blocks).
-__device__ __forceinline__ uint32_t frag_x4_addr(uint32_t tile, int rows, int row0, int cb, int lane) {
-  const int m = lane >> 3;
-  return tile + sm90::sw128_offset(rows, row0 + 8 * (m & 1) + (lane & 7), 8 * (cb + (m >> 1)));
-}
-
 // kOut output warpgroups: warpgroup 1 + o takes the chunks c with c % kOut == o.
 template <class T, int D, int VT, int kOut>
 __global__ void __launch_bounds__(128 * (1 + kOut), 1)
