@@ -62,18 +62,22 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Copies rows [0, 64) x COLS (16-bit) of a strided global matrix into a tile of 128-byte swizzled
-// panels with cp.async; rows >= valid are zero-filled (nothing is read for them).
-// THREADS threads take part, tid in [0, THREADS).
-template <int COLS, int THREADS = kSm90StateThreads, class RowPtr>
-__device__ __forceinline__ void async_tile_sw128(uint32_t dst, int valid, RowPtr src, int tid) {
+// Copies a 64 x COLS tile of 16-bit rows (`stride` elements apart from `src`; rows >= valid are zero
+// filled, nothing read for them) into 128-byte swizzled panels with THREADS threads. A thread's 16-byte
+// column chunk is the same on all its rows, so only the row pointer advances.
+template <int COLS, int THREADS = kSm90StateThreads, class T>
+__device__ __forceinline__ void async_rows_sw128(uint32_t dst, int valid, const T* src, int64_t stride, int tid) {
   constexpr int kChunks = COLS / 8;
+  constexpr int kRowsPerPass = THREADS / kChunks;
+  static_assert(THREADS % kChunks == 0 && 64 % kRowsPerPass == 0, "tile shape");
+  const int c = tid % kChunks, r0 = tid / kChunks;
+  const T* s0 = src + r0 * stride + c * 8;
 #pragma unroll
-  for (int e = tid; e < 64 * kChunks; e += THREADS) {
-    const int r = e / kChunks, c = e - r * kChunks;
+  for (int j = 0; j < 64 / kRowsPerPass; ++j) {
+    const int r = r0 + j * kRowsPerPass;
     const bool ok = r < valid;
-    const unsigned char* g = reinterpret_cast<const unsigned char*>(src(ok ? r : 0)) + c * 16;
-    cp_async16(dst + (c >> 3) * 64 * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4), g, ok ? 16 : 0);
+    cp_async16(dst + (c >> 3) * 64 * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4),
+               ok ? s0 + j * kRowsPerPass * stride : src, ok ? 16 : 0);
   }
 }
 
@@ -165,8 +169,7 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
   auto issue_k = [&](int c, int buf) {
     int t0, len;
     chunk_rows(c, t0, len);
-    async_tile_sw128<D>(sbase + Lay::kK + buf * Lay::kTileD, len, [&](int r) { return p.k.row(row, t0 + r, hk); },
-                        tid);
+    async_rows_sw128<D>(sbase + Lay::kK + buf * Lay::kTileD, len, p.k.row(row, t0, hk), p.k.st, tid);
     const int64_t vec = (static_cast<int64_t>(first + c) * p.H + h) * 64;
     if (tid < 16) {
       cp_async16(sbase + Lay::kGate + buf * 256 + tid * 16, p.gc + vec + tid * 4, 16);
@@ -184,15 +187,9 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
   auto issue_qwu = [&](int c, int buf) {
     int t0, len;
     chunk_rows(c, t0, len);
-    async_tile_sw128<D>(sbase + Lay::kQ + buf * Lay::kTileD, len, [&](int r) { return src_q(c, r); }, tid);
-    const T* wsrc = src_w(c);
-    const T* usrc = src_u(c);
-    async_tile_sw128<D>(sbase + Lay::kW + buf * Lay::kTileD, 64,
-                        [&](int r) { return wsrc + static_cast<int64_t>(r) * D; }, tid);
-    if (!job.zero_u) {
-      async_tile_sw128<VT>(sbase + Lay::kU + buf * Lay::kTileV, 64,
-                           [&](int r) { return usrc + static_cast<int64_t>(r) * D; }, tid);
-    }
+    async_rows_sw128<D>(sbase + Lay::kQ + buf * Lay::kTileD, len, src_q(c, 0), p.q.st, tid);
+    async_rows_sw128<D>(sbase + Lay::kW + buf * Lay::kTileD, 64, src_w(c), D, tid);
+    if (!job.zero_u) async_rows_sw128<VT>(sbase + Lay::kU + buf * Lay::kTileV, 64, src_u(c), D, tid);
   };
   // Single-buffered q, w, u (kSQ == 1): warpgroup `wg` reloads one of them for chunk c + 1 once all
   // of its threads are past their reads (named barrier 1 + wg over its 128 threads).
@@ -202,18 +199,14 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
       named_sync(1 + wg, 128);
       const int wtid = tid & 127;
       if (which == 0) {
-        const T* wsrc = src_w(c + 1);
-        async_tile_sw128<D, 128>(sbase + Lay::kW, 64, [&](int r) { return wsrc + static_cast<int64_t>(r) * D; },
-                                 wtid);
+        async_rows_sw128<D, 128>(sbase + Lay::kW, 64, src_w(c + 1), D, wtid);
       } else if (which == 1) {
         if (job.zero_u) return;
-        const T* usrc = src_u(c + 1);
-        async_tile_sw128<VT, 128>(sbase + Lay::kU, 64, [&](int r) { return usrc + static_cast<int64_t>(r) * D; },
-                                  wtid);
+        async_rows_sw128<VT, 128>(sbase + Lay::kU, 64, src_u(c + 1), D, wtid);
       } else {
         int t0, len;
         chunk_rows(c + 1, t0, len);
-        async_tile_sw128<D, 128>(sbase + Lay::kQ, len, [&](int r) { return src_q(c + 1, r); }, wtid);
+        async_rows_sw128<D, 128>(sbase + Lay::kQ, len, src_q(c + 1, 0), p.q.st, wtid);
       }
     }
   };

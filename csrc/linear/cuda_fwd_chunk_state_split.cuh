@@ -82,24 +82,6 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Copies a 64 x COLS tile of 16-bit rows (`stride` elements apart from `src`; rows >= valid are zero
-// filled, nothing read for them) into 128-byte swizzled panels with THREADS threads. A thread's 16-byte
-// column chunk and swizzle are the same on all its rows, so only the row pointer advances.
-template <int COLS, int THREADS, class T>
-__device__ __forceinline__ void async_rows_sw128(uint32_t dst, int valid, const T* src, int64_t stride, int tid) {
-  constexpr int kChunks = COLS / 8;
-  constexpr int kRowsPerPass = THREADS / kChunks;
-  static_assert(THREADS % kChunks == 0 && kRowsPerPass % 8 == 0 && 64 % kRowsPerPass == 0, "tile shape");
-  const int c = tid % kChunks, r0 = tid / kChunks;
-  const uint32_t d0 = dst + (c >> 3) * 64 * 128 + r0 * 128 + (((c & 7) ^ (r0 & 7)) << 4);
-  const T* s0 = src + r0 * stride + c * 8;
-#pragma unroll
-  for (int j = 0; j < 64 / kRowsPerPass; ++j) {
-    const bool ok = r0 + j * kRowsPerPass < valid;
-    cp_async16(d0 + j * kRowsPerPass * 128, ok ? s0 + j * kRowsPerPass * stride : src, ok ? 16 : 0);
-  }
-}
-
 // kOut output warpgroups: warpgroup 1 + o takes the chunks c with c % kOut == o.
 template <class T, int D, int VT, int kOut>
 __global__ void __launch_bounds__(128 * (1 + kOut), 1)
