@@ -97,15 +97,7 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
     const unsigned char* src = kS + r * Lay::kPitchD + q * (D / 4) * 2;
     float ss = 0.f;
 #pragma unroll
-    for (int c = 0; c < D / 32; ++c) {
-      const uint4 v = *reinterpret_cast<const uint4*>(src + c * 16);
-      const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 f = unpack2<T>(wv[e]);
-        ss = fmaf(f.x, f.x, fmaf(f.y, f.y, ss));
-      }
-    }
+    for (int c = 0; c < D / 32; ++c) ss = add_squares8<T>(*reinterpret_cast<const uint4*>(src + c * 16), ss);
     ss += __shfl_xor_sync(0xffffffffu, ss, 1);
     ss += __shfl_xor_sync(0xffffffffu, ss, 2);
     if (q == 0) rkS[r] = rsqrtf(ss + kL2NormEps);

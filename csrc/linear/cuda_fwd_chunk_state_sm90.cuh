@@ -90,6 +90,87 @@ __device__ __forceinline__ uint32_t frag_x4_addr(uint32_t tile, int rows, int ro
   return tile + sm90::sw128_offset(rows, row0 + 8 * (m & 1) + (lane & 7), 8 * (cb + (m >> 1)));
 }
 
+// ---- the output side, shared by the two-role and split kernels ----
+// A thread (warp, g8 = lane / 4, t4 = lane % 4) of a warpgroup holds rows 16 warp + g8 and + 8 of a 64-row
+// accumulator; pair i of it is at row + 8 ((i / 2) % 2), columns 8 (i / 4) + 2 t4 and + 1.
+
+// (a) P = Q K^T and (b) QS = Q Sb (Sb an N-major D x VT tile), two commit groups so that P's scaling
+// can start while QS runs. Q and K are 64 x D tiles of 128-byte swizzled panels.
+template <class T, int D, int VT>
+__device__ __forceinline__ void issue_p_and_qs(float (&pacc)[32], float (&qs)[VT / 2], uint32_t q_tile,
+                                               uint32_t k_tile, uint64_t desc_sb) {
+  using namespace sm90;
+  wg_fence();
+  const uint64_t dq = desc_sw128(q_tile, 16, 1024), dk = desc_sw128(k_tile, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    LinWgmma<64, T>::template ss<0, 0>(pacc, dq + kmajor_step(64, kk), dk + kmajor_step(64, kk), kk > 0);
+  }
+  wg_commit();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    LinWgmma<VT, T>::template ss<0, 1>(qs, dq + kmajor_step(64, kk), desc_sb + mnmajor_step(kk), kk > 0);
+  }
+  wg_commit();
+}
+
+// Row factors rq_i = scale / |q_i| (the L2 norm in the kernel) or scale, from the Q tile in shared
+// memory (four lanes share a row: each sums two 16-byte pieces of every panel).
+template <class T, int D>
+__device__ __forceinline__ void q_row_factors(float (&rq)[2], const unsigned char* q_tile, bool l2norm, float scale,
+                                              int warp, int g8, int t4) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = 16 * warp + g8 + 8 * r;
+    float ss = 0.f;
+    if (l2norm) {
+#pragma unroll
+      for (int pn = 0; pn < D / 64; ++pn) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          ss = add_squares8<T>(
+              *reinterpret_cast<const uint4*>(q_tile + pn * 64 * 128 + i * 128 + (((2 * t4 + hh) ^ (i & 7)) << 4)), ss);
+        }
+      }
+      ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+      ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+    }
+    rq[r] = scale * (l2norm ? rsqrtf(ss + kL2NormEps) : 1.f);
+  }
+}
+
+// P_ij = rq_i rk_j e^(gc_i - gc_j) (q_i . k_j) on and below the diagonal, as the 16-bit A fragments of
+// P U: every element computed, then selected (no branches; above the diagonal the exponential may
+// overflow and is dropped). rk holds ones without the L2 norm.
+template <class T>
+__device__ __forceinline__ void scale_p(uint32_t (&pf)[16], const float (&pacc)[32], const float* gc, const float* rk,
+                                        const float (&rq)[2], int warp, int g8, int t4) {
+  const float gi[2] = {gc[16 * warp + g8], gc[16 * warp + g8 + 8]};
+#pragma unroll
+  for (int i = 0; i < 32; i += 2) {
+    const int hh = (i >> 1) & 1, ti = 16 * warp + g8 + 8 * hh, tj = 8 * (i >> 2) + 2 * t4;
+    const float2 gj = *reinterpret_cast<const float2*>(gc + tj);
+    const float2 rkj = *reinterpret_cast<const float2*>(rk + tj);
+    const float e0 = rq[hh] * rkj.x * __expf(gi[hh] - gj.x) * pacc[i];
+    const float e1 = rq[hh] * rkj.y * __expf(gi[hh] - gj.y) * pacc[i + 1];
+    pf[i >> 1] = pack2<T>(tj <= ti ? e0 : 0.f, tj + 1 <= ti ? e1 : 0.f);
+  }
+}
+
+// QS rows times rq_i e^(gc_i).
+template <int kNA>
+__device__ __forceinline__ void scale_qs(float (&qs)[kNA], const float (&rq)[2], const float* gc, int warp, int g8) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float si = rq[r] * __expf(gc[16 * warp + g8 + 8 * r]);
+#pragma unroll
+    for (int i = 2 * r; i < kNA; i += 4) {
+      qs[i] *= si;
+      qs[i + 1] *= si;
+    }
+  }
+}
+
 template <class T, int D, int VT>
 __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(const StateParams<T> p) {
 #if AK_LINEAR_SM90
@@ -304,74 +385,18 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
     } else {
       // (a) P = Q K^T, then (b) QS = Q Sb, as two groups so P's scaling overlaps QS.
       float pacc[32];
-      wg_fence();
-      const uint64_t dq = desc_sw128(sQ, 16, 1024), dk = desc_sw128(sK, 16, 1024);
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        LinWgmma<64, T>::template ss<0, 0>(pacc, dq + kmajor_step(64, kk), dk + kmajor_step(64, kk), kk > 0);
-      }
-      wg_commit();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        LinWgmma<VT, T>::template ss<0, 1>(acc, dq + kmajor_step(64, kk), desc_sb + mnmajor_step(kk), kk > 0);
-      }
-      wg_commit();
+      issue_p_and_qs<T, D, VT>(pacc, acc, sQ, sK, desc_sb);
       clk.stamp(3);
-      // Row factors: scale rq_i (1/|q_i| with the L2 norm; four lanes share a row).
       float rq[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int i = 16 * warp + g8 + 8 * r;
-        float ss = 0.f;
-        if (p.l2norm) {
-#pragma unroll
-          for (int pn = 0; pn < D / 64; ++pn) {
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-              const uint4 v = *reinterpret_cast<const uint4*>(base + (sQ - sbase) + pn * 64 * 128 + i * 128 +
-                                                              (2 * t4 + hh) * 16);
-              const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const float2 f = unpack2<T>(wv[e]);
-                ss = fmaf(f.x, f.x, fmaf(f.y, f.y, ss));
-              }
-            }
-          }
-          ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-          ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-        }
-        rq[r] = p.scale * (p.l2norm ? rsqrtf(ss + kL2NormEps) : 1.f);
-      }
+      q_row_factors<T, D>(rq, base + (sQ - sbase), p.l2norm, p.scale, warp, g8, t4);
       wg_wait<1>();
       fence_regs(pacc);
       clk.stamp(4);
-      {
-        // Every element computed, then selected (no branches; above the diagonal the exponential may
-        // overflow and is dropped).
-        const float gi[2] = {gc[16 * warp + g8], gc[16 * warp + g8 + 8]};
-#pragma unroll
-        for (int i = 0; i < 32; i += 2) {
-          const int ti = acc_row(i), tj = acc_col(i), hh = (i >> 1) & 1;
-          const float2 gj = *reinterpret_cast<const float2*>(gc + tj);
-          const float2 rkj = *reinterpret_cast<const float2*>(rk + tj);
-          const float e0 = rq[hh] * rkj.x * __expf(gi[hh] - gj.x) * pacc[i];
-          const float e1 = rq[hh] * rkj.y * __expf(gi[hh] - gj.y) * pacc[i + 1];
-          pf[i >> 1] = pack2<T>(tj <= ti ? e0 : 0.f, tj + 1 <= ti ? e1 : 0.f);
-        }
-      }
+      scale_p<T>(pf, pacc, gc, rk, rq, warp, g8, t4);
       wg_wait<0>();
       fence_regs(acc);
       reload(c, 2);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float si = rq[r] * __expf(gc[16 * warp + g8 + 8 * r]);
-#pragma unroll
-        for (int i = 2 * r; i < kNA; i += 4) {
-          acc[i] *= si;
-          acc[i + 1] *= si;
-        }
-      }
+      scale_qs(acc, rq, gc, warp, g8);
       clk.stamp(5);
     }
     fence_proxy_async();

@@ -432,76 +432,18 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       float acc[kNA];
       float pacc[32];
       uint32_t pf[16];
-      wg_fence();
-      {
-        const uint64_t dq = desc_sw128(sQ, 16, 1024), dk = desc_sw128(sK, 16, 1024);
-        const uint64_t dsb = desc_sw128(sbase + Lay::kSb + s * Lay::kTileS, D * 128, 1024);
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          LinWgmma<64, T>::template ss<0, 0>(pacc, dq + kmajor_step(64, kk), dk + kmajor_step(64, kk), kk > 0);
-        }
-        wg_commit();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          LinWgmma<VT, T>::template ss<0, 1>(acc, dq + kmajor_step(64, kk), dsb + mnmajor_step(kk), kk > 0);
-        }
-        wg_commit();
-      }
+      issue_p_and_qs<T, D, VT>(pacc, acc, sQ, sK, desc_sw128(sbase + Lay::kSb + s * Lay::kTileS, D * 128, 1024));
       clk.stamp(1);
       float rq[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int i = 16 * warp + g8 + 8 * r;
-        float ss = 0.f;
-        if (p.l2norm) {
-#pragma unroll
-          for (int pn = 0; pn < D / 64; ++pn) {
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-              const uint4 v = *reinterpret_cast<const uint4*>(base + (sQ - sbase) + pn * 64 * 128 + i * 128 +
-                                                              (((2 * t4 + hh) ^ (i & 7)) << 4));
-              const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const float2 f = unpack2<T>(wv[e]);
-                ss = fmaf(f.x, f.x, fmaf(f.y, f.y, ss));
-              }
-            }
-          }
-          ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-          ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-        }
-        rq[r] = p.scale * (p.l2norm ? rsqrtf(ss + kL2NormEps) : 1.f);
-      }
+      q_row_factors<T, D>(rq, base + (sQ - sbase), p.l2norm, p.scale, warp, g8, t4);
       clk.stamp(2);
       wg_wait<1>();
       fence_regs(pacc);
       clk.stamp(3);
-      // P_ij = rq_i rk_j e^(gc_i - gc_j) (q_i . k_j) on and below the diagonal: every element computed,
-      // then selected (no branches; above the diagonal the exponential may overflow and is dropped).
-      {
-        const float gi[2] = {gc[16 * warp + g8], gc[16 * warp + g8 + 8]};
-#pragma unroll
-        for (int i = 0; i < 32; i += 2) {
-          const int ti = acc_row(i), tj = acc_col(i), hh = (i >> 1) & 1;
-          const float2 gj = *reinterpret_cast<const float2*>(gc + tj);
-          const float2 rkj = *reinterpret_cast<const float2*>(rk + tj);
-          const float e0 = rq[hh] * rkj.x * __expf(gi[hh] - gj.x) * pacc[i];
-          const float e1 = rq[hh] * rkj.y * __expf(gi[hh] - gj.y) * pacc[i + 1];
-          pf[i >> 1] = pack2<T>(tj <= ti ? e0 : 0.f, tj + 1 <= ti ? e1 : 0.f);
-        }
-      }
+      scale_p<T>(pf, pacc, gc, rk, rq, warp, g8, t4);
       wg_wait<0>();
       fence_regs(acc);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float si = rq[r] * __expf(gc[16 * warp + g8 + 8 * r]);
-#pragma unroll
-        for (int i = 2 * r; i < kNA; i += 4) {
-          acc[i] *= si;
-          acc[i + 1] *= si;
-        }
-      }
+      scale_qs(acc, rq, gc, warp, g8);
       clk.stamp(4);
       named_sync(Bar::ub(s), 256);  // UB[s]
       clk.stamp(5);

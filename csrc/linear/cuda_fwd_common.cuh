@@ -81,6 +81,18 @@ __device__ __forceinline__ float2 unpack2<__half>(uint32_t bits) {
   return __half22float2(*reinterpret_cast<__half2*>(&bits));
 }
 
+// ss plus the squares of the eight 16-bit values of v (a 16-byte piece of a row): the L2 norm's sums.
+template <class T>
+__device__ __forceinline__ float add_squares8(const uint4& v, float ss) {
+  const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 f = unpack2<T>(wv[e]);
+    ss = fmaf(f.x, f.x, fmaf(f.y, f.y, ss));
+  }
+  return ss;
+}
+
 // ---- warp reductions ----
 
 __device__ __forceinline__ float warp_sum(float x) {
