@@ -100,18 +100,18 @@ template <class T, int D, int VT>
 __device__ __forceinline__ void issue_p_and_qs(float (&pacc)[32], float (&qs)[VT / 2], uint32_t q_tile,
                                                uint32_t k_tile, uint64_t desc_sb) {
   using namespace sm90;
-  wg_fence();
-  const uint64_t dq = desc_sw128(q_tile, 16, 1024), dk = desc_sw128(k_tile, 16, 1024);
+  wgmma_fence();
+  const uint64_t dq = make_desc_sw128(q_tile, 16, 1024), dk = make_desc_sw128(k_tile, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     LinWgmma<64, T>::template ss<0, 0>(pacc, dq + kmajor_step(64, kk), dk + kmajor_step(64, kk), kk > 0);
   }
-  wg_commit();
+  wgmma_commit();
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     LinWgmma<VT, T>::template ss<0, 1>(qs, dq + kmajor_step(64, kk), desc_sb + mnmajor_step(kk), kk > 0);
   }
-  wg_commit();
+  wgmma_commit();
 }
 
 // Row factors rq_i = scale / |q_i| (the L2 norm in the kernel) or scale, from the Q tile in shared
@@ -303,9 +303,9 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
   }
   cp_async_commit();
 
-  const uint64_t desc_sb = desc_sw128(sbase + Lay::kSb, D * 128, 1024);
-  const uint64_t desc_ub = desc_sw128(sbase + Lay::kUb, 64 * 128, 1024);
-  const uint64_t desc_ud = desc_sw128(sbase + Lay::kUd, 64 * 128, 1024);
+  const uint64_t desc_sb = make_desc_sw128(sbase + Lay::kSb, D * 128, 1024);
+  const uint64_t desc_ub = make_desc_sw128(sbase + Lay::kUb, 64 * 128, 1024);
+  const uint64_t desc_ud = make_desc_sw128(sbase + Lay::kUd, 64 * 128, 1024);
 
   // Profile phases (cuda_dispatch.cu names them): 0 wait for loads, 1 barrier S1, 2 issue of the next
   // chunk's loads, 3 issue of (b) [and (a)], 4 wait for WS [P], 5 element-wise (c) [P scaling, QS wait
@@ -338,13 +338,13 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
     uint32_t pf[16];      // warpgroup 1: P as 16-bit A fragments (four k16 steps of four registers)
     if (wg == 0) {
       // (b) WS = W Sb.
-      wg_fence();
-      const uint64_t dw = desc_sw128(sW, 16, 1024);
+      wgmma_fence();
+      const uint64_t dw = make_desc_sw128(sW, 16, 1024);
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         LinWgmma<VT, T>::template ss<0, 1>(acc, dw + kmajor_step(64, kk), desc_sb + mnmajor_step(kk), kk > 0);
       }
-      wg_commit();
+      wgmma_commit();
       clk.stamp(3);
       float di[2];
 #pragma unroll
@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
         const int i = 16 * warp + g8 + 8 * r;
         di[r] = rk[i] * __expf(gL - gc[i]);
       }
-      wg_wait<0>();
+      wgmma_wait<0>();
       fence_regs(acc);
       clk.stamp(4);
       reload(c, 0);
@@ -389,11 +389,11 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
       clk.stamp(3);
       float rq[2];
       q_row_factors<T, D>(rq, base + (sQ - sbase), p.l2norm, p.scale, warp, g8, t4);
-      wg_wait<1>();
+      wgmma_wait<1>();
       fence_regs(pacc);
       clk.stamp(4);
       scale_p<T>(pf, pacc, gc, rk, rq, warp, g8, t4);
-      wg_wait<0>();
+      wgmma_wait<0>();
       fence_regs(acc);
       reload(c, 2);
       scale_qs(acc, rq, gc, warp, g8);
@@ -428,16 +428,16 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
           const int d = 64 * wg + 16 * warp + 8 * ((lane >> 3) & 1);
           ldsm_x4_trans(kf[kk], sK + sw128_offset(64, t, d));
         }
-        wg_fence();
+        wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           LinWgmma<VT, T>::template rs<1>(S[0], kf[kk], desc_ud + mnmajor_step(kk), 1);
         }
       } else {
-        wg_fence();
+        wgmma_fence();
 #pragma unroll
         for (int ms = 0; ms < kMS; ++ms) {
-          const uint64_t dkt = desc_sw128(sK + (wg * kMS + ms) * 64 * 128, 64 * 128, 1024);
+          const uint64_t dkt = make_desc_sw128(sK + (wg * kMS + ms) * 64 * 128, 64 * 128, 1024);
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
             LinWgmma<VT, T>::template ss<1, 1>(S[ms], dkt + mnmajor_step(kk), desc_ud + mnmajor_step(kk), 1);
@@ -447,14 +447,14 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
     };
     if (wg == 0) {
       issue_e();
-      wg_commit();
-      wg_wait<0>();
+      wgmma_commit();
+      wgmma_wait<0>();
     } else {
       issue_e();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) LinWgmma<VT, T>::template rs<1>(acc, pf + 4 * kk, desc_ub + mnmajor_step(kk), 1);
-      wg_commit();
-      wg_wait<0>();
+      wgmma_commit();
+      wgmma_wait<0>();
     }
 #pragma unroll
     for (int ms = 0; ms < kMS; ++ms) fence_regs(S[ms]);

@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       }
     }
     cp_async_commit();
-    const uint64_t desc_ud = desc_sw128(sbase + Lay::kUd, 64 * 128, 1024);
+    const uint64_t desc_ud = make_desc_sw128(sbase + Lay::kUd, 64 * 128, 1024);
     // Phases: 0 wait for loads (+ own barrier), 1 issue of WS, 2 EMPTY wait + next k, w, gc, rk, 3 WS
     // wait, 4 U, Ud, 5 fence + barrier, 6 (e) issue, next q, u, (e) wait, 7 Sb (+ chunk state).
     clk.start();
@@ -307,16 +307,16 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       const float* rk = reinterpret_cast<const float*>(base + Lay::kRk + s * 256);
       const float gL = gc[63];
       float acc[kNA];
-      wg_fence();
+      wgmma_fence();
       {
-        const uint64_t dw = desc_sw128(sbase + Lay::kW + (c & 1) * Lay::kTileD, 16, 1024);
-        const uint64_t dsb = desc_sw128(sbase + Lay::kSb + s * Lay::kTileS, D * 128, 1024);
+        const uint64_t dw = make_desc_sw128(sbase + Lay::kW + (c & 1) * Lay::kTileD, 16, 1024);
+        const uint64_t dsb = make_desc_sw128(sbase + Lay::kSb + s * Lay::kTileS, D * 128, 1024);
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
           LinWgmma<VT, T>::template ss<0, 1>(acc, dw + kmajor_step(64, kk), dsb + mnmajor_step(kk), kk > 0);
         }
       }
-      wg_commit();
+      wgmma_commit();
       clk.stamp(1);
       if (c + 1 < chunks) {
         // Slot s1 held chunk c + 1 - kSlots: the output side must be done with its q, k, Sb and Ub.
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       }
       const float decay = __expf(gL);
       clk.stamp(2);
-      wg_wait<0>();
+      wgmma_wait<0>();
       fence_regs(acc);
       clk.stamp(3);
       // U = u - W S and Ud = U rk e^(gL - gc), four accumulator pairs per ldmatrix / stmatrix. Ud (the
@@ -370,16 +370,16 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
 #pragma unroll
         for (int i = 0; i < kNA; ++i) S[ms][i] *= decay;
       }
-      wg_fence();
+      wgmma_fence();
 #pragma unroll
       for (int ms = 0; ms < kMS; ++ms) {
-        const uint64_t dkt = desc_sw128(sbase + Lay::kK + s * Lay::kTileD + ms * 64 * 128, 64 * 128, 1024);
+        const uint64_t dkt = make_desc_sw128(sbase + Lay::kK + s * Lay::kTileD + ms * 64 * 128, 64 * 128, 1024);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           LinWgmma<VT, T>::template ss<1, 1>(S[ms], dkt + mnmajor_step(kk), desc_ud + mnmajor_step(kk), 1);
         }
       }
-      wg_commit();
+      wgmma_commit();
       if (duo) {
 #pragma unroll
         for (int x = 0; x < VT / 16; ++x) {
@@ -393,7 +393,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       // u (the barrier above).
       if (c + 1 < chunks) load_second(c + 1, s1);
       cp_async_commit();
-      wg_wait<0>();
+      wgmma_wait<0>();
 #pragma unroll
       for (int ms = 0; ms < kMS; ++ms) fence_regs(S[ms]);
       clk.stamp(6);
@@ -432,28 +432,28 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       float acc[kNA];
       float pacc[32];
       uint32_t pf[16];
-      issue_p_and_qs<T, D, VT>(pacc, acc, sQ, sK, desc_sw128(sbase + Lay::kSb + s * Lay::kTileS, D * 128, 1024));
+      issue_p_and_qs<T, D, VT>(pacc, acc, sQ, sK, make_desc_sw128(sbase + Lay::kSb + s * Lay::kTileS, D * 128, 1024));
       clk.stamp(1);
       float rq[2];
       q_row_factors<T, D>(rq, base + (sQ - sbase), p.l2norm, p.scale, warp, g8, t4);
       clk.stamp(2);
-      wg_wait<1>();
+      wgmma_wait<1>();
       fence_regs(pacc);
       clk.stamp(3);
       scale_p<T>(pf, pacc, gc, rk, rq, warp, g8, t4);
-      wg_wait<0>();
+      wgmma_wait<0>();
       fence_regs(acc);
       scale_qs(acc, rq, gc, warp, g8);
       clk.stamp(4);
       named_sync(Bar::ub(s), 256);  // UB[s]
       clk.stamp(5);
       {
-        const uint64_t dub = desc_sw128(sbase + Lay::kUb + s * Lay::kTileV, 64 * 128, 1024);
-        wg_fence();
+        const uint64_t dub = make_desc_sw128(sbase + Lay::kUb + s * Lay::kTileV, 64 * 128, 1024);
+        wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) LinWgmma<VT, T>::template rs<1>(acc, pf + 4 * kk, dub + mnmajor_step(kk), 1);
-        wg_commit();
-        wg_wait<0>();
+        wgmma_commit();
+        wgmma_wait<0>();
         fence_regs(acc);
         fence_regs(pf);
       }
