@@ -13,7 +13,9 @@ export const linearSymbols = {
   //   const ak_tensor* final_state,   [N, H, K, V] float32, or NULL
   //   const ak_tensor* chunk_states,  [B, H, NC + 1, K, V] float32, or NULL
   //   const ak_tensor* aw,            [B, H, T, chunk_size] float32, or NULL
-  //   const ak_tensor* au)            [B, H, T, chunk_size] float32, or NULL
+  //   const ak_tensor* au,            [B, H, T, chunk_size] float32, or NULL
+  //   const ak_tensor* saved,         1-D dtype of q, >= H NCS (K V + 64 V) elements, or NULL
+  //   int32_t* saved_written)         set to 1 when the forward filled `saved`, else 0
   ak_delta_rule_fwd: {
     parameters: [
       "buffer",
@@ -26,6 +28,8 @@ export const linearSymbols = {
       "f64",
       "i32",
       "i32",
+      "buffer",
+      "buffer",
       "buffer",
       "buffer",
       "buffer",
@@ -45,7 +49,8 @@ export const linearSymbols = {
   //   const ak_tensor* dv,            [B, T, H, V]  dtype of q
   //   const ak_tensor* dbeta,         [B, T, H] float32
   //   const ak_tensor* dg,            [B, T, H] float32, or NULL (required with AK_DELTA_GATED)
-  //   const ak_tensor* d_initial_state) [N, H, K, V] float32, or NULL
+  //   const ak_tensor* d_initial_state, [N, H, K, V] float32, or NULL
+  //   const ak_tensor* saved)         a buffer its forward filled (saved_written 1), or NULL
   ak_delta_rule_bwd: {
     parameters: [
       "buffer",
@@ -60,6 +65,7 @@ export const linearSymbols = {
       "f64",
       "i32",
       "i32",
+      "buffer",
       "buffer",
       "buffer",
       "buffer",

@@ -313,6 +313,8 @@ deviceTest(
           (over.states ?? N) as Uint8Array<ArrayBuffer> | null,
           (over.aw ?? N) as Uint8Array<ArrayBuffer> | null,
           N,
+          (over.saved ?? N) as Uint8Array<ArrayBuffer> | null,
+          (over.written ?? N) as Uint8Array<ArrayBuffer> | null,
         ),
       );
     fwd({})(); // the valid call works
@@ -341,6 +343,21 @@ deviceTest(
       /aw: only available for the chunked algorithm/,
     );
     refuses(fwd({ states: aw.descriptor() }), /chunk_states: expected shape \[1, 4, 2, 16, 8\]/);
+    // The saved-for-backward buffer: 1-D, dtype of q, H NCS (K V + 64 V) = 4 * 1 * (128 + 512) elements.
+    using saved = Tensor.empty([2560], { device });
+    using small = Tensor.empty([2559], { device });
+    const written = new Int32Array([7]);
+    fwd({ saved: saved.descriptor(), written: new Uint8Array(written.buffer) })();
+    assert.ok(written[0] === 0 || written[0] === 1, `saved_written: got ${written[0]}`);
+    refuses(fwd({ saved: saved.descriptor() }), /saved_written: expected a pointer because saved is given/);
+    refuses(
+      fwd({ saved: small.descriptor(), written: new Uint8Array(written.buffer) }),
+      /saved: expected at least 2560 elements/,
+    );
+    refuses(
+      fwd({ saved: aw.descriptor(), written: new Uint8Array(written.buffer) }),
+      /saved: expected a 1-D buffer, got shape \[1, 4, 12, 64\]/,
+    );
     // Decode: new_state must be state itself or apart from it.
     using sq = Tensor.randn([1, 1, 4], { device });
     using sv = Tensor.randn([1, 1, 4], { device });

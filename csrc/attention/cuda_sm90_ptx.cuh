@@ -89,6 +89,17 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* tmap, uint
 #endif
 }
 
+// Stores one box of shared memory to a 4-D tensor map (coordinates innermost first), as a bulk
+// group of this thread (bulk_commit, then bulk_wait_read_all before the box is overwritten).
+__device__ __forceinline__ void tma_store_4d(const void* tmap, uint32_t src, int c0, int c1, int c2, int c3) {
+#if AK_SM90_ENABLED
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(tmap)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+#endif
+}
+
 __device__ __forceinline__ void prefetch_tmap(const void* tmap) {
 #if AK_SM90_ENABLED
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");

@@ -44,12 +44,19 @@ extern "C" {
  *                 WY factors, w = Aw k and u = Au v per chunk, with Aw = A diag(beta exp(gc)),
  *                 Au = A diag(beta), A = (I + tril(diag(beta) K K^T * decay, -1))^-1 and gc the
  *                 gate cumulated within the chunk
+ *   saved         or NULL: a contiguous 1-D buffer of the dtype of q, at least
+ *                 H * NCS * (K * V + 64 * V) elements, NCS = B * ceil(T / 64) without cu_seqlens and
+ *                 ceil(T / 64) + N with it. The forward may store there what the backward would
+ *                 otherwise recompute (the state before every chunk of 64 tokens and the chunk-local
+ *                 v - w S), in a layout private to the library; it then sets *saved_written to 1, else 0.
+ *   saved_written int32, written when saved is given (may be NULL otherwise)
  */
 AK_API ak_status ak_delta_rule_fwd(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* g,
                                    const ak_tensor* beta, const ak_tensor* initial_state,
                                    const ak_tensor* cu_seqlens, double scale, int32_t chunk_size, int32_t flags,
                                    const ak_tensor* output, const ak_tensor* final_state,
-                                   const ak_tensor* chunk_states, const ak_tensor* aw, const ak_tensor* au);
+                                   const ak_tensor* chunk_states, const ak_tensor* aw, const ak_tensor* au,
+                                   const ak_tensor* saved, int32_t* saved_written);
 
 /*
  * Backward: gradients of the forward above (recomputing what it needs) with respect to every input.
@@ -61,13 +68,16 @@ AK_API ak_status ak_delta_rule_fwd(const ak_tensor* q, const ak_tensor* k, const
  *   dbeta         [B, T, H]      float32
  *   dg            [B, T, H]      float32, or NULL (required with AK_DELTA_GATED)
  *   d_initial_state [N, H, K, V] float32, or NULL
+ * saved: NULL, or the buffer a forward with the same inputs, scale and flags filled (saved_written 1):
+ * the backward then reads the per-chunk states from it instead of recomputing them.
  */
 AK_API ak_status ak_delta_rule_bwd(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* g,
                                    const ak_tensor* beta, const ak_tensor* initial_state,
                                    const ak_tensor* cu_seqlens, const ak_tensor* d_output,
                                    const ak_tensor* d_final_state, double scale, int32_t chunk_size,
                                    int32_t flags, const ak_tensor* dq, const ak_tensor* dk, const ak_tensor* dv,
-                                   const ak_tensor* dbeta, const ak_tensor* dg, const ak_tensor* d_initial_state);
+                                   const ak_tensor* dbeta, const ak_tensor* dg, const ak_tensor* d_initial_state,
+                                   const ak_tensor* saved);
 
 /*
  * Decode: one token per sequence.

@@ -108,6 +108,7 @@ void delta_bwd(const DeltaBwd& a) {
   p.dbeta = out_view(a.dbeta);
   p.dg = dp.gated ? out_view(a.dg) : OutView{};
   p.d_initial_state = a.d_initial_state ? static_cast<float*>(a.d_initial_state->data) : nullptr;
+  p.saved = a.saved ? a.saved->data : nullptr;
   p.map.T = static_cast<int>(dp.T);
   p.map.C = p.C;
 

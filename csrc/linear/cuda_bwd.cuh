@@ -65,6 +65,9 @@ struct Problem {
   const float* d_final_state = nullptr;  // [N, H, K, V] or null
   OutView dq, dk, dv, dbeta, dg;         // dg only when gated
   float* d_initial_state = nullptr;      // [N, H, K, V] or null
+  // The forward's saved per-chunk states and v_new (chunks of 64; [H][NCt][K][V] then [H][NCt * 64][V],
+  // the fast path's own layouts), or null: the fast path then skips its states stage.
+  const void* saved = nullptr;
   __host__ __device__ int64_t padded() const { return static_cast<int64_t>(NCt) * C; }
 };
 

@@ -122,9 +122,12 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   const int64_t batch_rows = p.map.seq != nullptr ? 1 : p.N;
   const int64_t qk_rows = batch_rows * p.map.T * p.HK;
   const size_t e = sizeof(T);
+  // States and v_new saved by the forward (chunks of 64, this path's layouts): no states stage.
+  T* const saved_h = static_cast<T*>(const_cast<void*>(p.saved));
+  const bool from_saved = saved_h != nullptr;
   // Segments of states and dstates (1: the plain runs): fp32 D x D summaries per sequence, head and
   // segment boundary.
-  const int segs = var.runs(Stage::States) ? plan_segments(p, var.cp, D, device) : 1;
+  const int segs = var.runs(Stage::States) && !from_saved ? plan_segments(p, var.cp, D, device) : 1;
   const size_t seg_state = segs > 1 ? static_cast<size_t>(p.N) * H * (segs - 1) * D * D * sizeof(float) : 0;
   const size_t sizes[] = {
       round_up(H * P * sizeof(float)),                        // gc
@@ -133,7 +136,7 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
       round_up(H * P * D * e),                                // W
       round_up(H * P * D * e),                                // U
       round_up(H * P * D * e),                                // dU
-      round_up(H * p.NCt * D * D * e),                        // Hs
+      round_up(from_saved ? 0 : H * p.NCt * D * D * e),       // Hs
       round_up(H * p.NCt * D * D * e),                        // dHs
       round_up(direct ? 0 : H * P * D * sizeof(float)),       // dQh
       round_up(direct ? 0 : H * P * D * sizeof(float)),       // dKh
@@ -208,7 +211,14 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
     if (!l2_in_prep) p_prep = p;
   }
   if (var.runs(Stage::Prep)) launch_fast_prep<T, D>(p_prep, w, var.prep_tc, s);
-  if (var.runs(Stage::States)) {
+  // The forward's states replace the states stage: grads reads h and v_new from them (prep's u, in
+  // w.U, is then unused).
+  FastWork<T> wg = w;
+  if (from_saved) {
+    wg.Hs = saved_h;
+    wg.U = saved_h + static_cast<int64_t>(H) * p.NCt * D * D;
+  }
+  if (!from_saved && var.runs(Stage::States)) {
     if (segs > 1) {
       segmented([&](const SegParams& sg) { launch_fast_states_seg<T, D>(p, w, var.vs, sg, s); });
     } else {
@@ -224,7 +234,7 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
       launch_fast_dstates<T, D>(p, w, var.vs, s);
     }
   }
-  if (var.runs(Stage::Grads)) launch_fast_grads<T, D>(p, w, var.grads_persistent, var.grads_pipe, s);
+  if (var.runs(Stage::Grads)) launch_fast_grads<T, D>(p, wg, var.grads_persistent, var.grads_pipe, s);
   // The original q and k: the L2-norm backward needs the raw rows.
   if (!direct && var.runs(Stage::All)) launch_reduce_dqk(p0, w.dQh, w.dKh, s);
 }

@@ -434,14 +434,27 @@ int split_outputs() {
   return n == 0 ? 2 : n;
 }
 
+// The split kernel's stores of what the backward would recompute (DeltaFwd::saved): the state
+// before each chunk and U, in the fast backward's layouts ([H][chunks][D][D], [H][chunks * 64][D]).
+template <class T>
+void encode_save_maps(const DeltaFwd& a, int64_t chunks, SaveMaps& maps) {
+  const int dtype = std::is_same_v<T, __half> ? AK_FLOAT16 : AK_BFLOAT16;
+  const int64_t D = a.p.K, H = a.p.H;
+  T* const hs = static_cast<T*>(a.saved->data);
+  T* const vs = hs + H * chunks * D * D;
+  ak::cuda::encode_rows_map(maps.hs, dtype, hs, D, H * chunks * D, 1, 1, D, 0, 0, static_cast<int>(D),
+                            "delta rule saved states");
+  ak::cuda::encode_rows_map(maps.vs, dtype, vs, D, H * chunks * 64, 1, 1, D, 0, 0, 64, "delta rule saved v_new");
+}
+
 template <class T, int D>
 void launch_sm90_vt(const StateParams<T>& sp, StateKernel kernel, int vt, const SplitMaps* maps,
-                    cudaStream_t stream) {
+                    const SaveMaps* save, cudaStream_t stream) {
   if constexpr (D == 128) {
     if (kernel == StateKernel::Split) {
-      if (vt == 128) return launch_chunk_state_split<T, D, 128, 1>(sp, maps, stream);
-      if (split_outputs() == 1) return launch_chunk_state_split<T, D, 64, 1>(sp, maps, stream);
-      return launch_chunk_state_split<T, D, 64, 2>(sp, maps, stream);
+      if (vt == 128) return launch_chunk_state_split<T, D, 128, 1>(sp, maps, save, stream);
+      if (split_outputs() == 1) return launch_chunk_state_split<T, D, 64, 1>(sp, maps, save, stream);
+      return launch_chunk_state_split<T, D, 64, 2>(sp, maps, save, stream);
     }
     if (vt == 128) return launch_chunk_state_sm90<T, D, 128>(sp, stream);
     return launch_chunk_state_sm90<T, D, 64>(sp, stream);
@@ -555,10 +568,19 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
       const SegmentPlan seg = plan_segments(a, plan, prop);
       SplitMaps maps_storage;
       const SplitMaps* maps = split && encode_split_maps<T>(a, w, u, chunks, maps_storage) ? &maps_storage : nullptr;
+      // Only the split kernel saves for the backward (its layouts are the fast backward's, D = 128).
+      SaveMaps save_storage;
+      const SaveMaps* save = nullptr;
+      if (split && a.saved != nullptr) {
+        encode_save_maps<T>(a, chunks, save_storage);
+        save = &save_storage;
+        sp.save_chunks = chunks;
+        *a.saved_written = 1;
+      }
       char label[96];
       if (seg.P <= 1) {
         sp.profile = profiler.arm(stream);
-        launch_sm90_vt<T, D>(sp, plan.kernel, plan.vt, maps, stream);
+        launch_sm90_vt<T, D>(sp, plan.kernel, plan.vt, maps, save, stream);
         std::snprintf(label, sizeof label, "%s D%d VT%d", kname, D, plan.vt);
         profiler.report(label, split, stream);
         return;
@@ -576,14 +598,14 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
       sp.seg_entry = entry;
       sp.seg_pass = 1;
       sp.profile = profiler.arm(stream);
-      launch_sm90_vt<T, D>(sp, plan.kernel, seg.vt1, maps, stream);
+      launch_sm90_vt<T, D>(sp, plan.kernel, seg.vt1, maps, save, stream);
       std::snprintf(label, sizeof label, "%s cp pass 1 P%d x%d chunks D%d VT%d", kname, seg.P, seg.seg_chunks, D,
                     seg.vt1);
       profiler.report(label, split, stream);
       launch_segment_combine(sp.seg_fwd, sp.seg_tr, entry, N, H, D, pm, stream);
       sp.seg_pass = 2;
       sp.profile = profiler.arm(stream);
-      launch_sm90_vt<T, D>(sp, plan.kernel, seg.vt2, maps, stream);
+      launch_sm90_vt<T, D>(sp, plan.kernel, seg.vt2, maps, save, stream);
       std::snprintf(label, sizeof label, "%s cp pass 2 P%d x%d chunks D%d VT%d", kname, seg.P, seg.seg_chunks, D,
                     seg.vt2);
       profiler.report(label, split, stream);

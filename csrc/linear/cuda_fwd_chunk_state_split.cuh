@@ -87,7 +87,8 @@ template <class T, int D, int VT, int kOut>
 __global__ void __launch_bounds__(128 * (1 + kOut), 1)
     chunk_state_split_kernel(const StateParams<T> p, const __grid_constant__ CUtensorMap tm_q,
                              const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_w,
-                             const __grid_constant__ CUtensorMap tm_u, const bool tma) {
+                             const __grid_constant__ CUtensorMap tm_u, const __grid_constant__ CUtensorMap tm_hs,
+                             const __grid_constant__ CUtensorMap tm_vs, const bool tma) {
 #if AK_LINEAR_SM90
   using namespace sm90;
   constexpr int kSlots = kOut + 1;
@@ -110,6 +111,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
   const int chunks = (end - begin + 63) / 64;
   const int64_t DD = static_cast<int64_t>(D) * D;
   const bool duo = job.output;  // the output warpgroup takes part
+  const bool save = duo && p.save_chunks > 0;  // chunks with output store their Sb and U for the backward
   // The loads of a chunk complete on the mbarrier of its slot (TMA path), two arrivals a phase: the
   // chain's thread 0 announces each of its two load windows.
   // TMA path (fixed-length calls; rows past T load as zeros): chunk c's copies complete on the
@@ -446,6 +448,18 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       scale_qs(acc, rq, gc, warp, g8);
       clk.stamp(4);
       named_sync(Bar::ub(s), 256);  // UB[s]
+      // Saved for the backward: chunk c's 16-bit start state (Sb, published with FULL) and U, stored
+      // from their slots by one thread (the swizzled panels are the maps' boxes); slot s is not freed
+      // (EMPTY) before the stores have read it.
+      if (save && wtid == 0) {
+        const int gch = static_cast<int>(static_cast<int64_t>(h) * p.save_chunks + first + c);
+#pragma unroll
+        for (int pn = 0; pn < VT / 64; ++pn) {
+          hw::tma_store_4d(&tm_hs, sbase + Lay::kSb + s * Lay::kTileS + pn * D * 128, vt0 + 64 * pn, gch * D, 0, 0);
+          hw::tma_store_4d(&tm_vs, sbase + Lay::kUb + s * Lay::kTileV + pn * 64 * 128, vt0 + 64 * pn, gch * 64, 0, 0);
+        }
+        hw::bulk_commit();
+      }
       clk.stamp(5);
       {
         const uint64_t dub = make_desc_sw128(sbase + Lay::kUb + s * Lay::kTileV, 64 * 128, 1024);
@@ -477,6 +491,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
         piece[x] = *reinterpret_cast<const uint4*>(base + (so - sbase) + sw128_offset(64, r, 8 * j));
       }
       // Chunk c's q, k, Sb and Ub are no longer read: slot s may take chunk c + kSlots.
+      if (save && wtid == 0) hw::bulk_wait_read_all();
       fence_proxy_async();  // the generic reads of the slot come before the next copies into it
       if (c + kSlots < chunks) named_arrive(Bar::empty(s), 256);
       clk.stamp(6);
@@ -488,6 +503,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       clk.stamp(7);
       clk.step();
     }
+    if (save && wtid == 0) hw::bulk_wait_all();
   }
 #else
   (void)p;
@@ -495,7 +511,8 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
 }
 
 template <class T, int D, int VT, int kOut>
-void launch_chunk_state_split(const StateParams<T>& p, const SplitMaps* maps, cudaStream_t stream) {
+void launch_chunk_state_split(const StateParams<T>& p, const SplitMaps* maps, const SaveMaps* save,
+                              cudaStream_t stream) {
   if (p.N == 0 || p.H == 0) return;
   constexpr int kSmem = Sm90SplitLayout<D, VT, kOut + 1>::kAlloc;
   auto kernel = chunk_state_split_kernel<T, D, VT, kOut>;
@@ -503,8 +520,10 @@ void launch_chunk_state_split(const StateParams<T>& p, const SplitMaps* maps, cu
   const int jobs = p.seg_pass == 0 ? p.N : p.N * (p.seg_pass == 1 ? 2 : 1) * (p.seg_count - 1);
   const dim3 grid(static_cast<unsigned>(jobs * (D / VT)), static_cast<unsigned>(p.H));
   static const SplitMaps none{};  // the cp.async path never reads them
+  static const SaveMaps no_save{};  // read only when p.save_chunks > 0
   const SplitMaps& m = maps != nullptr ? *maps : none;
-  kernel<<<grid, 128 * (1 + kOut), kSmem, stream>>>(p, m.q, m.k, m.w, m.u, maps != nullptr);
+  const SaveMaps& sv = save != nullptr ? *save : no_save;
+  kernel<<<grid, 128 * (1 + kOut), kSmem, stream>>>(p, m.q, m.k, m.w, m.u, sv.hs, sv.vs, maps != nullptr);
   ak::cuda::check_launch("chunk_state_split_kernel");
 }
 

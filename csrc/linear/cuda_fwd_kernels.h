@@ -120,6 +120,9 @@ struct StateParams {
   int seg_pass = 0, seg_count = 1, seg_chunks = 0;
   float *seg_fwd = nullptr, *seg_tr = nullptr;
   const float* seg_entry = nullptr;
+  // Split kernel only: the chunks of the whole call when it saves, for the backward, the 16-bit state
+  // before every chunk and U = u - w S (SaveMaps; layouts of cuda_bwd_fast.cuh), else 0.
+  int save_chunks = 0;
 };
 constexpr int kProfileBlocks = 8;
 constexpr int kProfileSlots = 16;
@@ -133,10 +136,18 @@ void launch_chunk_state_sm90(const StateParams<T>& p, cudaStream_t stream);
 struct SplitMaps {
   CUtensorMap q, k, w, u;
 };
+// Tensor maps of the split kernel's stores for the backward (StateParams::save_chunks): the states
+// as [H * chunks * D, D] rows in boxes of 64 columns x D rows, U as [H * chunks * 64, D] in boxes
+// of 64 x 64.
+struct SaveMaps {
+  CUtensorMap hs, vs;
+};
 // The same with the warpgroups split by role (cuda_fwd_chunk_state_split.cuh; D = 128, VT 64/128;
-// kOut output warpgroups, 1 or 2 (VT 64 only)); maps == nullptr loads with cp.async instead of TMA.
+// kOut output warpgroups, 1 or 2 (VT 64 only)); maps == nullptr loads with cp.async instead of TMA;
+// save: the store maps when p.save_chunks > 0.
 template <class T, int D, int VT, int kOut>
-void launch_chunk_state_split(const StateParams<T>& p, const SplitMaps* maps, cudaStream_t stream);
+void launch_chunk_state_split(const StateParams<T>& p, const SplitMaps* maps, const SaveMaps* save,
+                              cudaStream_t stream);
 // Entry states of the context-parallel stage 2: entry[j - 1] of segment j = 1 .. Pm is fwd[0] for
 // j = 1 and tr[j - 2] entry[j - 2] + fwd[j - 1] after (fp32, per sequence and head; arrays as in
 // StateParams::seg_*).

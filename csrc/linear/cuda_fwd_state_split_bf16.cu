@@ -4,10 +4,10 @@
 namespace ak::linear::cuda::fwd {
 
 template void launch_chunk_state_split<__nv_bfloat16, 128, 64, 1>(const StateParams<__nv_bfloat16>&, const SplitMaps*,
-                                                                       cudaStream_t);
+    const SaveMaps*, cudaStream_t);
 template void launch_chunk_state_split<__nv_bfloat16, 128, 64, 2>(const StateParams<__nv_bfloat16>&, const SplitMaps*,
-                                                                       cudaStream_t);
+    const SaveMaps*, cudaStream_t);
 template void launch_chunk_state_split<__nv_bfloat16, 128, 128, 1>(const StateParams<__nv_bfloat16>&, const SplitMaps*,
-                                                                       cudaStream_t);
+    const SaveMaps*, cudaStream_t);
 
 }  // namespace ak::linear::cuda::fwd

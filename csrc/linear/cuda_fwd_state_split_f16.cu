@@ -4,10 +4,10 @@
 namespace ak::linear::cuda::fwd {
 
 template void launch_chunk_state_split<__half, 128, 64, 1>(const StateParams<__half>&, const SplitMaps*,
-                                                                       cudaStream_t);
+    const SaveMaps*, cudaStream_t);
 template void launch_chunk_state_split<__half, 128, 64, 2>(const StateParams<__half>&, const SplitMaps*,
-                                                                       cudaStream_t);
+    const SaveMaps*, cudaStream_t);
 template void launch_chunk_state_split<__half, 128, 128, 1>(const StateParams<__half>&, const SplitMaps*,
-                                                                       cudaStream_t);
+    const SaveMaps*, cudaStream_t);
 
 }  // namespace ak::linear::cuda::fwd

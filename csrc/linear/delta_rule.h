@@ -37,6 +37,10 @@ struct DeltaFwd {
   const ak_tensor* initial_state = nullptr;
   const ak_tensor *output = nullptr, *final_state = nullptr, *chunk_states = nullptr;
   const ak_tensor *aw = nullptr, *au = nullptr;
+  // What the backward would recompute (attnkit_linear.h, `saved`): a backend that stores it sets
+  // *saved_written = 1 (the entry sets 0 first).
+  const ak_tensor* saved = nullptr;
+  int32_t* saved_written = nullptr;
 };
 
 struct DeltaBwd {
@@ -46,6 +50,7 @@ struct DeltaBwd {
   const ak_tensor *d_output = nullptr, *d_final_state = nullptr;
   const ak_tensor *dq = nullptr, *dk = nullptr, *dv = nullptr, *dbeta = nullptr, *dg = nullptr;
   const ak_tensor* d_initial_state = nullptr;
+  const ak_tensor* saved = nullptr;  // filled by a forward (saved_written 1), or nullptr
 };
 
 struct DeltaDecode {

@@ -191,6 +191,19 @@ void check_chunk_outputs(const DeltaProblem& p, const ak_tensor& q, const ak_ten
   if (au) check_state(au, "au", {p.B, p.H, p.T, C}, q, "q");
 }
 
+// The saved-for-backward buffer: contiguous, 1-D, dtype of q, on q's device, large enough for the
+// per-chunk states and v - w S of every chunk of 64 (attnkit_linear.h).
+void check_saved(const DeltaProblem& p, const ak_tensor* saved, const ak_tensor& q) {
+  const ak_tensor& t = check_contiguous(saved, "saved");
+  require(t.rank == 1, "saved: expected a 1-D buffer, got shape " + shape_string(t));
+  check_same_dtype(t, "saved", q, "q");
+  check_same_device(t, "saved", q, "q");
+  const int64_t ncs = p.varlen ? (p.T + 63) / 64 + p.N : p.B * ((p.T + 63) / 64);
+  const int64_t need = p.H * ncs * (p.K * p.V + 64 * p.V);
+  require(t.shape[0] >= need, "saved: expected at least " + std::to_string(need) + " elements (H * NCS * (K V + 64 V)), got " +
+                                  std::to_string(t.shape[0]));
+}
+
 }  // namespace
 
 extern "C" {
@@ -199,8 +212,10 @@ AK_API ak_status ak_delta_rule_fwd(const ak_tensor* q, const ak_tensor* k, const
                                    const ak_tensor* beta, const ak_tensor* initial_state,
                                    const ak_tensor* cu_seqlens, double scale, int32_t chunk_size, int32_t flags,
                                    const ak_tensor* output, const ak_tensor* final_state,
-                                   const ak_tensor* chunk_states, const ak_tensor* aw, const ak_tensor* au) {
+                                   const ak_tensor* chunk_states, const ak_tensor* aw, const ak_tensor* au,
+                                   const ak_tensor* saved, int32_t* saved_written) {
   AK_ENTRY("ak_delta_rule_fwd", {
+    if (saved_written) *saved_written = 0;
     DeltaFwd a;
     a.p = parse_problem(q, k, v, g, beta, initial_state, cu_seqlens, scale, chunk_size, flags);
     const DeltaProblem& p = a.p;
@@ -209,6 +224,12 @@ AK_API ak_status ak_delta_rule_fwd(const ak_tensor* q, const ak_tensor* k, const
     check_same_dtype(out, "output", qt, "q");
     if (final_state) check_state(final_state, "final_state", {p.N, p.H, p.K, p.V}, qt, "q");
     check_chunk_outputs(p, qt, chunk_states, aw, au);
+    if (saved) {
+      require(saved_written != nullptr, "saved_written: expected a pointer because saved is given");
+      check_saved(p, saved, qt);
+    }
+    a.saved = saved;
+    a.saved_written = saved_written;
     a.q = q;
     a.k = k;
     a.v = v;
@@ -234,7 +255,8 @@ AK_API ak_status ak_delta_rule_bwd(const ak_tensor* q, const ak_tensor* k, const
                                    const ak_tensor* cu_seqlens, const ak_tensor* d_output,
                                    const ak_tensor* d_final_state, double scale, int32_t chunk_size,
                                    int32_t flags, const ak_tensor* dq, const ak_tensor* dk, const ak_tensor* dv,
-                                   const ak_tensor* dbeta, const ak_tensor* dg, const ak_tensor* d_initial_state) {
+                                   const ak_tensor* dbeta, const ak_tensor* dg, const ak_tensor* d_initial_state,
+                                   const ak_tensor* saved) {
   AK_ENTRY("ak_delta_rule_bwd", {
     DeltaBwd a;
     a.p = parse_problem(q, k, v, g, beta, initial_state, cu_seqlens, scale, chunk_size, flags);
@@ -259,6 +281,8 @@ AK_API ak_status ak_delta_rule_bwd(const ak_tensor* q, const ak_tensor* k, const
       require(dg == nullptr, "dg: given, but flags lack AK_DELTA_GATED (pass NULL for the ungated delta rule)");
     }
     if (d_initial_state) check_state(d_initial_state, "d_initial_state", {p.N, p.H, p.K, p.V}, qt, "q");
+    if (saved) check_saved(p, saved, qt);
+    a.saved = saved;
     a.q = q;
     a.k = k;
     a.v = v;

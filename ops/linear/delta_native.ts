@@ -12,6 +12,7 @@ import { DeltaFlags } from "../../ffi/symbols_linear.ts";
 import { expectDType, expectSameDevice, expectSameDType, expectShape, expectTensor } from "../checks.ts";
 import type { DType } from "../dtype.ts";
 import { Tensor } from "../tensor.ts";
+import { DeltaSavedStates } from "./saved.ts";
 import { TensorScope } from "./scope.ts";
 
 /** Memory order of q, k, v, o: token-major `[B, T, H, D]` (FLA) or head-major `[B, H, T, D]`. */
@@ -85,6 +86,8 @@ export interface ForwardWants {
   chunkStates?: boolean;
   /** The chunk-local WY factors Aw and Au, `[B, H, T, chunkSize]`. */
   factors?: boolean;
+  /** What the backward would recompute, where the backend stores it (see {@link DeltaSavedStates}). */
+  saved?: boolean;
 }
 
 /** What the forward returns. */
@@ -99,6 +102,8 @@ export interface ForwardOutputs {
   aw?: Tensor;
   /** `[B, H, T, chunkSize]` float32, when asked. */
   au?: Tensor;
+  /** When asked and the backend stored them: the per-chunk states for the backward. */
+  saved?: DeltaSavedStates;
 }
 
 /** What the backward returns. */
@@ -335,6 +340,32 @@ function cuSeqlensInt32(
   return narrowed.descriptor();
 }
 
+/**
+ * What a saved-states buffer is valid for: the sizes and every option that changes the states (not
+ * the layout or the chunk size: the buffer is always in chunks of 64, token-major).
+ */
+function savedCall(inputs: DeltaInputs, s: DeltaSettings, sizes: DeltaSizes): string {
+  const { B, T, H, HK, K, V, N } = sizes;
+  const scale = checkScale("saved", s.scale, K);
+  const parts = [
+    `B=${B} T=${T} H=${H} HK=${HK} K=${K} V=${V} N=${N} ${inputs.q.dtype} on ${inputs.q.device}`,
+    s.gated ? "gated" : "ungated",
+    s.l2norm ? "L2-normalised" : "unnormalised",
+    `scale ${scale}`,
+    s.initialState ? "with an initial state" : "from zero",
+    s.cuSeqlens ? "packed" : "fixed-length",
+  ];
+  return parts.join(", ");
+}
+
+// Elements of the saved-states buffer (attnkit_linear.h): H NCS (K V + 64 V), NCS an upper bound
+// on the chunks of 64 of the whole call.
+function savedElements(sizes: DeltaSizes, packed: boolean): number {
+  const { B, T, H, K, V, N } = sizes;
+  const chunks = packed ? Math.ceil(T / 64) + N : B * Math.ceil(T / 64);
+  return H * chunks * (K * V + 64 * V);
+}
+
 function flagsOf(s: { gated: boolean; l2norm: boolean; recurrent?: boolean }): number {
   return (s.gated ? DeltaFlags.GATED : 0) | (s.l2norm ? DeltaFlags.QK_L2NORM : 0) |
     (s.recurrent ? DeltaFlags.RECURRENT : 0);
@@ -395,6 +426,13 @@ export function deltaForward(
     : undefined;
   const aw = wants.factors ? f32Result(op, scope, [B, H, T, s.chunkSize], device, "aw", out.aw) : undefined;
   const au = wants.factors ? f32Result(op, scope, [B, H, T, s.chunkSize], device, "au", out.au) : undefined;
+  // Only a CUDA forward may store the states (the CPU backend never does): skip the buffer elsewhere.
+  const savedBuffer = wants.saved && !s.recurrent && device !== "cpu"
+    ? scope.temp(
+      Tensor.empty([savedElements(sizes, s.cuSeqlens !== undefined)], { dtype: inputs.q.dtype, device }),
+    )
+    : undefined;
+  const written = new Int32Array(1);
   unwrap(
     native().ak_delta_rule_fwd(
       x.q,
@@ -412,18 +450,26 @@ export function deltaForward(
       chunkStates?.descriptor() ?? null,
       aw?.descriptor() ?? null,
       au?.descriptor() ?? null,
+      savedBuffer?.descriptor() ?? null,
+      new Uint8Array(written.buffer),
     ),
     op,
   );
+  // The buffer moves to the handle only when the forward filled it; else the scope frees it.
+  let saved: DeltaSavedStates | undefined;
+  if (savedBuffer !== undefined && written[0] === 1) {
+    saved = new DeltaSavedStates(scope.keep(savedBuffer), savedCall(inputs, s, sizes));
+  }
   scope.release();
-  return { output: output.tensor, finalState, chunkStates, aw, au };
+  return { output: output.tensor, finalState, chunkStates, aw, au, saved };
 }
 
 /**
  * Runs the backward: gradients of the forward with the same inputs and settings, from `dOutput`
  * (the output's layout and dtype) and an optional `dFinalState` (`[N, H, K, V]` float32). Gradient
  * rows of tokens past the last packed sequence are zero. `dInitialState` is computed when an
- * initial state was given, unless `wantDInitialState` is false.
+ * initial state was given, unless `wantDInitialState` is false. `saved`: what the forward of the same
+ * call stored (read, not disposed).
  */
 export function deltaBackward(
   op: string,
@@ -433,6 +479,7 @@ export function deltaBackward(
   dFinalState?: Tensor,
   wantDInitialState = true,
   out: DeltaBackwardBuffers = {},
+  saved?: DeltaSavedStates,
 ): BackwardOutputs {
   const sizes = checkDeltaCall(op, inputs, s);
   const { B, T, H, HK, K, V, N } = sizes;
@@ -447,6 +494,10 @@ export function deltaBackward(
     expectSameDevice(op, "dFinalState", dh, q, "q");
     expectShape(op, "dFinalState", dh, [N, H, K, V]);
   }
+  if (saved !== undefined && saved !== null && !(saved instanceof DeltaSavedStates)) {
+    throw invalidArgument(op, "saved: expected the saved states a forward returned");
+  }
+  const savedBuffer = saved ? saved.bufferFor(op, savedCall(inputs, s, sizes)) : undefined;
   const device = q.device;
   using scope = new TensorScope();
   const x = prepareInputs(op, scope, inputs, s);
@@ -478,6 +529,7 @@ export function deltaBackward(
       dbeta.view,
       dg?.view ?? null,
       dInitialState?.descriptor() ?? null,
+      savedBuffer?.descriptor() ?? null,
     ),
     op,
   );

@@ -27,6 +27,7 @@ import {
   deltaForward,
   type DeltaSettings,
 } from "./delta_native.ts";
+import type { DeltaSavedStates } from "./saved.ts";
 
 /** Options of {@link recurrentDeltaRule} and {@link recurrentGatedDeltaRule}. */
 export interface DeltaRuleOptions {
@@ -51,22 +52,37 @@ export interface DeltaRuleOptions {
 export interface ChunkDeltaRuleOptions extends DeltaRuleOptions {
   /** Tokens per chunk: 32, 64 (default) or 128. Any T works; the last chunk may be short. */
   chunkSize?: number;
+  /**
+   * Keep what the backward would recompute (the state before every chunk; see
+   * {@link DeltaSavedStates}) and return it as `saved`, for the backward's `saved` option (default
+   * false). Training loops that run the backward right after the forward save a sequential pass with
+   * it, for `H * chunks * (K V + 64 V)` elements of memory.
+   */
+  saveForBackward?: boolean;
 }
 
 /** Options of the backward functions. */
-export interface DeltaRuleBackwardOptions extends Omit<ChunkDeltaRuleOptions, "out" | "outputFinalState"> {
+export interface DeltaRuleBackwardOptions
+  extends Omit<ChunkDeltaRuleOptions, "out" | "outputFinalState" | "saveForBackward"> {
   /** Gradient of the final state, `[N, H, K, V]` float32 (default zero). */
   dFinalState?: Tensor;
+  /**
+   * The `saved` of the forward with the same inputs and options (`saveForBackward`): read, not
+   * disposed. Without it the backward recomputes the per-chunk states.
+   */
+  saved?: DeltaSavedStates;
   /** Buffers to write the gradients into instead of new tensors (exact shape, dtype and device). */
   out?: DeltaBackwardBuffers;
 }
 
-/** What the forward functions return; `using` disposes both tensors. */
+/** What the forward functions return; `using` disposes the tensors and the saved states. */
 export interface DeltaRuleResult extends Disposable {
   /** `[B, T, H, V]`, dtype of q. With `cuSeqlens`, rows past the last sequence are unspecified. */
   output: Tensor;
   /** `[N, H, K, V]` float32 when `outputFinalState` was set, else undefined. */
   finalState?: Tensor;
+  /** With `saveForBackward`, where the backend stores them (CUDA, K = V = 128, 16-bit inputs). */
+  saved?: DeltaSavedStates;
 }
 
 /** What the backward functions return; `using` disposes every tensor. */
@@ -118,19 +134,25 @@ function forward(
   options: unknown,
 ): DeltaRuleResult {
   const s = settings(op, kind, options);
+  const save = (options as ChunkDeltaRuleOptions).saveForBackward ?? false;
+  if (typeof save !== "boolean") {
+    throw invalidArgument(op, `saveForBackward: expected a boolean, got ${typeof save}`);
+  }
   const r = deltaForward(
     op,
     inputs,
     s,
-    { finalState: s.outputFinalState },
+    { finalState: s.outputFinalState, saved: save },
     (options as DeltaRuleOptions).out,
   );
   return {
     output: r.output,
     finalState: r.finalState,
+    saved: r.saved,
     [Symbol.dispose]() {
       r.output.dispose();
       r.finalState?.dispose();
+      r.saved?.dispose();
     },
   };
 }
@@ -144,7 +166,7 @@ function backward(
 ): DeltaRuleGradients {
   const s = settings(op, kind, options);
   const o = options as DeltaRuleBackwardOptions;
-  const r: BackwardOutputs = deltaBackward(op, inputs, s, dOutput, o.dFinalState, true, o.out);
+  const r: BackwardOutputs = deltaBackward(op, inputs, s, dOutput, o.dFinalState, true, o.out, o.saved);
   return {
     ...r,
     [Symbol.dispose]() {

@@ -186,9 +186,11 @@ export class DeltaNetOp implements Disposable {
 
   /** Runs the forward on BHSD tensors and keeps the inputs for {@link DeltaNetOp.backward}. */
   forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, out?: { output?: Tensor }): Tensor {
-    const r = deltaForward("DeltaNetOp", { q, k, v, beta }, settings(this.#options, false), {}, out);
+    const r = deltaForward("DeltaNetOp", { q, k, v, beta }, settings(this.#options, false), {
+      saved: this.#options.saveStates,
+    }, out);
     try {
-      this.#saved.save({ q, k, v, beta });
+      this.#saved.save({ q, k, v, beta }, r.saved);
     } catch (e) {
       r.output.dispose();
       throw e;
@@ -201,7 +203,8 @@ export class DeltaNetOp implements Disposable {
     const op = "DeltaNetOp";
     const inputs = this.#saved.get(op);
     try {
-      return gradients(deltaBackward(op, inputs, settings(this.#options, false), dO, undefined, false, out));
+      const s = settings(this.#options, false);
+      return gradients(deltaBackward(op, inputs, s, dO, undefined, false, out, this.#saved.states));
     } finally {
       this.#saved.dispose();
     }

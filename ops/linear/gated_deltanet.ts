@@ -352,9 +352,11 @@ export class GatedDeltaNetOp implements Disposable {
 
   /** Runs the forward and keeps the inputs for {@link GatedDeltaNetOp.backward}. */
   forward(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, out?: { output?: Tensor }): Tensor {
-    const r = deltaForward("GatedDeltaNetOp", { q, k, v, g, beta }, settings(this.#options, "bhtd"), {}, out);
+    const r = deltaForward("GatedDeltaNetOp", { q, k, v, g, beta }, settings(this.#options, "bhtd"), {
+      saved: this.#options.saveStates,
+    }, out);
     try {
-      this.#saved.save({ q, k, v, g, beta });
+      this.#saved.save({ q, k, v, g, beta }, r.saved);
     } catch (e) {
       r.output.dispose();
       throw e;
@@ -368,7 +370,16 @@ export class GatedDeltaNetOp implements Disposable {
     const inputs = this.#saved.get(op);
     try {
       return gatedGradients(
-        deltaBackward(op, inputs, settings(this.#options, "bhtd"), dO, undefined, false, out),
+        deltaBackward(
+          op,
+          inputs,
+          settings(this.#options, "bhtd"),
+          dO,
+          undefined,
+          false,
+          out,
+          this.#saved.states,
+        ),
       );
     } finally {
       this.#saved.dispose();

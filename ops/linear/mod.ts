@@ -59,3 +59,4 @@ export {
 } from "./gated_deltanet.ts";
 export type { DecodeOpOptions, DeltaOpOptions } from "./op_support.ts";
 export type { DeltaBackwardBuffers, DeltaForwardBuffers } from "./delta_native.ts";
+export { DeltaSavedStates } from "./saved.ts";

@@ -37,6 +37,12 @@ export class TensorScope implements Disposable {
     return t;
   }
 
+  /** Takes a temporary out of the scope: the caller owns it from now on. */
+  keep<T extends Tensor>(t: T): T {
+    this.#temps = this.#temps.filter((x) => x !== t);
+    return t;
+  }
+
   /** Hands the results to the caller (call once all work succeeded). */
   release(): void {
     this.#released = true;
