@@ -212,6 +212,8 @@ if (import.meta.main) {
       "skip-python": { type: "boolean", default: false },
       "skip-fla": { type: "boolean", default: false },
       "no-fwdbwd": { type: "boolean", default: false },
+      // Forward + backward without the forward's saved states (the backward recomputes them).
+      "no-save": { type: "boolean", default: false },
       iterations: { type: "string", default: "20" },
       // "cpu" checks this script's plumbing on small saved inputs (with --skip-python).
       device: { type: "string", default: "cuda" },
@@ -226,6 +228,7 @@ if (import.meta.main) {
   const iterations = Number(values.iterations);
   const skipFla = values["skip-fla"]!;
   const noFwdbwd = values["no-fwdbwd"]!;
+  const save = !values["no-save"];
   if (!values["skip-python"]) {
     await runPython(values.python!, values.dir!, { ops: values.ops!, only: values.only, skipFla, noFwdbwd });
   }
@@ -259,7 +262,9 @@ if (import.meta.main) {
     for (const op of ["gdn", "delta"] as const) {
       if (!ops.has(op)) continue;
       const gated = op === "gdn";
-      const forward = (opts: { out?: { output: Tensor }; outputFinalState?: boolean }) =>
+      const forward = (
+        opts: { out?: { output: Tensor }; outputFinalState?: boolean; saveForBackward?: boolean },
+      ) =>
         gated
           ? chunkGatedDeltaRule(t.q, t.k, t.v, t.g, t.beta, opts)
           : chunkDeltaRule(t.q, t.k, t.v, t.beta, opts);
@@ -293,15 +298,17 @@ if (import.meta.main) {
         note: note ?? fwdRef.note,
       });
       if (noFwdbwd) continue;
-      // Forward + backward: attnkit's backward recomputes what it needs from the inputs.
+      // Forward + backward as a training step runs them: the forward keeps its per-chunk states for the
+      // backward (where it stores them; --no-save: the backward recomputes them from the inputs).
       let ourFb: number | null = null;
       let fbNote: string | undefined;
       try {
         const step = () => {
-          using r = forward({});
+          using r = forward({ saveForBackward: save });
+          const saved = r.saved;
           using grads = gated
-            ? chunkGatedDeltaRuleBackward(t.q, t.k, t.v, t.g, t.beta, t.do, {})
-            : chunkDeltaRuleBackward(t.q, t.k, t.v, t.beta, t.do, {});
+            ? chunkGatedDeltaRuleBackward(t.q, t.k, t.v, t.g, t.beta, t.do, { saved })
+            : chunkDeltaRuleBackward(t.q, t.k, t.v, t.beta, t.do, { saved });
           void r, grads;
         };
         step();
@@ -396,6 +403,11 @@ if (import.meta.main) {
     "",
     "FLOPs of the chunked forward: B T H (6 K V + 6 C K + 4 C V), C = 64; forward + backward: 3x that. " +
     "Decode GB/s: fp32 state read + written. Ceilings (ANCHORS.md): 699 TFLOP/s, 4252 GB/s.",
+    `Forward + backward: ${
+      save
+        ? "the forward keeps its per-chunk states for the backward (saveForBackward)"
+        : "the backward recomputes the per-chunk states (--no-save)"
+    }.`,
     "",
     ...lines,
     "",
