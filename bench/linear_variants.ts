@@ -130,17 +130,6 @@ const VARIANTS: Variant[] = [
     dims: [128],
   },
   { name: "split cp4", env: { ATTNKIT_LINEAR_STATE_VARIANT: "split", ATTNKIT_LINEAR_CP: "4" }, dims: [128] },
-  // Session 5: stage 1 beside stage 2 (flags, side stream) forced wherever it is safe, and never.
-  {
-    name: "split pipe",
-    env: { ATTNKIT_LINEAR_STATE_VARIANT: "split", ATTNKIT_LINEAR_PIPELINE: "1" },
-    dims: [128],
-  },
-  {
-    name: "split nopipe",
-    env: { ATTNKIT_LINEAR_STATE_VARIANT: "split", ATTNKIT_LINEAR_PIPELINE: "0" },
-    dims: [128],
-  },
 ];
 // The variants --profile runs (the kernels that record the step profile).
 const PROFILED = [
