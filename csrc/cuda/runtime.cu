@@ -15,9 +15,6 @@ constexpr int kMaxDevices = 64;
 struct DeviceState {
   std::once_flag once;
   cudaStream_t stream = nullptr;
-  std::once_flag side_once;
-  cudaStream_t side = nullptr;
-  cudaError_t side_error = cudaSuccess;
   cudaDeviceProp props{};
   MemoryTracker memory;
   cudaError_t init_error = cudaSuccess;
@@ -62,28 +59,6 @@ void check(cudaError_t err, const char* what) {
 }
 
 cudaStream_t stream(int device) { return state(device).stream; }
-
-cudaStream_t side_stream(int device) {
-  DeviceState& s = state(device);
-  std::call_once(s.side_once, [&] {
-    int previous = 0;
-    cudaGetDevice(&previous);
-    s.side_error = cudaSetDevice(device);
-    if (s.side_error == cudaSuccess) s.side_error = cudaStreamCreateWithFlags(&s.side, cudaStreamNonBlocking);
-    cudaSetDevice(previous);
-  });
-  check(s.side_error, "creating the side stream");
-  return s.side;
-}
-
-void stream_wait(cudaStream_t waiter, cudaStream_t producer) {
-  cudaEvent_t event;
-  AK_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-  const cudaError_t recorded = cudaEventRecord(event, producer);
-  const cudaError_t waited = recorded == cudaSuccess ? cudaStreamWaitEvent(waiter, event, 0) : recorded;
-  cudaEventDestroy(event);  // released once the wait is satisfied
-  check(waited, "ordering two streams");
-}
 const cudaDeviceProp& props(int device) { return state(device).props; }
 
 DeviceGuard::DeviceGuard(int device) : device_(device) {

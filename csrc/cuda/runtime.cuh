@@ -18,14 +18,6 @@ inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel)
 // The stream all of attnkit's work on `device` goes to (created on first use, non-blocking).
 cudaStream_t stream(int device);
 
-// A second stream on `device`, for kernels that must run beside one on the main stream within a
-// call (e.g. a consumer that waits for a producer's flags); the call joins it back with
-// stream_wait before returning.
-cudaStream_t side_stream(int device);
-
-// Makes `waiter` wait for the work issued to `producer` so far (an event, recorded and waited).
-void stream_wait(cudaStream_t waiter, cudaStream_t producer);
-
 // Makes `device` current for the guard's lifetime, restoring the caller's device afterwards.
 class DeviceGuard {
  public:

@@ -31,9 +31,6 @@
 //   ATTNKIT_LINEAR_CP=off|auto|P   context-parallel stage 2 (wgmma kernel, no chunk_states): each
 //     sequence cut into P segments, summarised in parallel, combined, then rerun for the output
 //     (cuda_fwd_segments.cuh). Default auto: picks P (or none) from the block count; off disables it.
-//   ATTNKIT_LINEAR_PIPELINE=0|1|auto   split kernel, fixed length: stage 1 runs beside stage 2 on a
-//     side stream (stage 2 waits per chunk for stage 1's flags) where stage 2 leaves many SMs idle
-//     (pipeline_pays); 0 never, 1 whenever it is safe.
 //   ATTNKIT_LINEAR_STEP_PROFILE=1   the wgmma kernel records clock64() per phase of a chunk step for
 //     its first blocks; each stage-2 launch then synchronizes and prints mean cycles per phase and
 //     step to stderr (timing runs should leave it off).
@@ -430,24 +427,6 @@ bool encode_split_maps(const DeltaFwd& a, const T* w, const T* u, int64_t chunks
   return true;
 }
 
-// Whether stage 1 should run beside the split stage 2 (ATTNKIT_LINEAR_PIPELINE=0|1, default
-// automatic). Stage 2 holds `blocks` multiprocessors for `steps` chain steps of `step` us; stage 1
-// needs ~5 us of one multiprocessor per chunk and head (D = 128, H200 round 5). Side by side, stage 1
-// has the other multiprocessors and stage 2 follows its flags, so the pair takes about the longer
-// of the two instead of their sum. Never when stage 2 would leave fewer than 16 multiprocessors:
-// its blocks wait for stage 1, which needs room to run.
-bool pipeline_pays(int64_t chunk_heads, int64_t steps, int64_t blocks, double step, int sms) {
-  const int forced = env_int("ATTNKIT_LINEAR_PIPELINE");
-  const char* env = std::getenv("ATTNKIT_LINEAR_PIPELINE");
-  const bool off = env != nullptr && std::strcmp(env, "0") == 0;
-  if (off || blocks > sms - 16) return false;
-  if (forced == 1) return true;
-  const double s1 = static_cast<double>(chunk_heads) * 5.0 / sms;
-  const double s2 = static_cast<double>(steps) * step;
-  const double side_by_side = std::max(s1 * sms / static_cast<double>(sms - blocks), s2);
-  return side_by_side < 0.85 * (s1 + s2);
-}
-
 // Output warpgroups of the split kernel at VT 64 (ATTNKIT_LINEAR_SPLIT_OUTPUTS=1|2, default 2).
 int split_outputs() {
   const int n = env_int("ATTNKIT_LINEAR_SPLIT_OUTPUTS");
@@ -556,8 +535,9 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
   pp.group = as_int(p.group(), "group");
   pp.tokens = map.T;
   pp.l2norm = p.l2norm;
+  launch_chunk_prep<T, D>(pp, stream);
   const char* stages = std::getenv("ATTNKIT_LINEAR_FAST_STAGES");
-  if (stages != nullptr && std::strcmp(stages, "prep") == 0) return launch_chunk_prep<T, D>(pp, stream);
+  if (stages != nullptr && std::strcmp(stages, "prep") == 0) return;
 
   StateParams<T> sp;
   sp.q = rows_in<T>(a.q);
@@ -598,33 +578,10 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
         *a.saved_written = 1;
       }
       char label[96];
-      std::snprintf(label, sizeof label, "%s D%d VT%d", kname, D, plan.vt);
-      const int64_t blocks = static_cast<int64_t>(N) * H * (D / plan.vt);
-      if (seg.P <= 1 && split && maps != nullptr && a.aw == nullptr && a.au == nullptr && a.chunk_states == nullptr &&
-          pipeline_pays(static_cast<int64_t>(chunks) * H, map.NC, blocks, step_us(plan.kernel, plan.vt),
-                        prop.multiProcessorCount)) {
-        // Stage 1 beside stage 2: stage 2 goes first on the side stream (its blocks take their
-        // multiprocessors and wait per chunk for stage 1's flags), stage 1 fills the others in time
-        // order; the main stream then waits for both.
-        const size_t flag_bytes = static_cast<size_t>(chunks) * H * sizeof(int);
-        ak::cuda::Scratch flags(device, flag_bytes);
-        AK_CUDA_CHECK(cudaMemsetAsync(flags.as<int>(), 0, flag_bytes, stream));
-        pp.ready = flags.as<int>();
-        pp.nc = map.NC;
-        sp.ready = flags.as<int>();
-        cudaStream_t side = ak::cuda::side_stream(device);
-        ak::cuda::stream_wait(side, stream);
-        sp.profile = profiler.arm(side);
-        launch_sm90_vt<T, D>(sp, plan.kernel, plan.vt, maps, save, side);
-        launch_chunk_prep<T, D>(pp, stream);
-        ak::cuda::stream_wait(stream, side);
-        profiler.report(label, split, side);
-        return;
-      }
-      launch_chunk_prep<T, D>(pp, stream);
       if (seg.P <= 1) {
         sp.profile = profiler.arm(stream);
         launch_sm90_vt<T, D>(sp, plan.kernel, plan.vt, maps, save, stream);
+        std::snprintf(label, sizeof label, "%s D%d VT%d", kname, D, plan.vt);
         profiler.report(label, split, stream);
         return;
       }
@@ -655,7 +612,6 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
       return;
     }
   }
-  launch_chunk_prep<T, D>(pp, stream);
   if constexpr (D == 128) {
     if (plan.vt == 128) return launch_chunk_state<T, D, 128>(sp, stream);
   }

@@ -62,15 +62,7 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
   float* bS = reinterpret_cast<float*>(prep_smem + Lay::kBeta);
   float* rkS = reinterpret_cast<float*>(prep_smem + Lay::kRk);
 
-  int gch = blockIdx.x, h = blockIdx.y;
-  if (p.ready != nullptr) {  // time order: blocks are dispatched in the order of their linear index
-    const int per_step = p.chunks / p.nc * p.H;  // sequences x heads
-    const int linear = blockIdx.x + blockIdx.y * gridDim.x;
-    const int c = linear / per_step, r = linear - c * per_step, n = r / p.H;
-    h = r - n * p.H;
-    gch = n * p.nc + c;
-  }
-  const int hk = h / p.group;
+  const int gch = blockIdx.x, h = blockIdx.y, hk = h / p.group;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
   int row, t0, len;
   p.map.chunk(gch, row, t0, len);
@@ -315,15 +307,6 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
               pack2<T>(acc[nt][2 * hh], acc[nt][2 * hh + 1]);
         }
       }
-    }
-  }
-  if (p.ready != nullptr) {  // every store of the block is made visible before the flag
-    __syncthreads();
-    if (tid == 0) {
-      __threadfence();
-      asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p.ready + static_cast<int64_t>(gch) * p.H + h),
-                   "r"(1)
-                   : "memory");
     }
   }
 }

@@ -82,20 +82,6 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Spins until stage 1 (running beside this kernel) has set the flag, then orders the bulk copies
-// that follow after what the flag published.
-__device__ __forceinline__ void wait_ready(const int* flag) {
-#if AK_LINEAR_SM90
-  int v = 0;
-  do {
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
-  } while (v == 0);
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-#else
-  (void)flag;
-#endif
-}
-
 // kOut output warpgroups: warpgroup 1 + o takes the chunks c with c % kOut == o.
 template <class T, int D, int VT, int kOut>
 __global__ void __launch_bounds__(128 * (1 + kOut), 1)
@@ -142,8 +128,6 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
   auto load_parity = [&](int c) { return static_cast<uint32_t>((c / kSlots) & 1); };
   constexpr int kAnnounce = 1, kKWG = 2, kQ = 4, kU = 8;  // parts of a chunk's copies
   auto tma_issue = [&](int c, int parts) {
-    // Stage 1 running beside this kernel: its w, u, gc, rk of chunk c must be stored first.
-    if (p.ready != nullptr && (parts & (kKWG | kU))) wait_ready(p.ready + static_cast<int64_t>(first + c) * p.H + h);
     const int slot = c % kSlots, t0 = begin + 64 * c;
     const bool q = duo && (parts & kQ), u = !job.zero_u && (parts & kU);
     const uint32_t bar = load_bar(slot);

@@ -82,11 +82,6 @@ struct PrepParams {
   float *aw = nullptr, *au = nullptr;  // [B, H, T, C] or nullptr (fixed length only)
   int chunks = 0, H = 0, group = 1, tokens = 0;
   bool l2norm = false;
-  // Pipelined with stage 2 (fixed length only): the blocks take the chunks in time order (chunk c of
-  // every sequence and head before chunk c + 1; nc chunks a sequence) and each sets
-  // ready[chunk * H + h] to 1 once its w, u, gc and rk are stored.
-  int* ready = nullptr;
-  int nc = 0;
 };
 template <class T, int D>
 void launch_chunk_prep(const PrepParams<T>& p, cudaStream_t stream);
@@ -128,9 +123,6 @@ struct StateParams {
   // Split kernel only: the chunks of the whole call when it saves, for the backward, the 16-bit state
   // before every chunk and U = u - w S (SaveMaps; layouts of cuda_bwd_fast.cuh), else 0.
   int save_chunks = 0;
-  // Split kernel only: stage 1 runs beside it (PrepParams::ready); a chunk's w, u, gc and rk are read
-  // once ready[chunk * H + h] is set.
-  const int* ready = nullptr;
 };
 constexpr int kProfileBlocks = 8;
 constexpr int kProfileSlots = 16;
