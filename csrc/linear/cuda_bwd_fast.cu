@@ -125,6 +125,8 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   // States and v_new saved by the forward (chunks of 64, this path's layouts): no states stage.
   T* const saved_h = static_cast<T*>(const_cast<void*>(p.saved));
   const bool from_saved = saved_h != nullptr;
+  // The tensor-core prep then skips u (nothing reads it); the SIMT one always writes it.
+  const bool skip_u = from_saved && var.prep_tc;
   // Segments of states and dstates (1: the plain runs): fp32 D x D summaries per sequence, head and
   // segment boundary.
   const int segs = var.runs(Stage::States) && !from_saved ? plan_segments(p, var.cp, D, device) : 1;
@@ -134,7 +136,7 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
       round_up(H * P * kFastC * e),                           // A
       round_up(H * P * kFastC * e),                           // P
       round_up(H * P * D * e),                                // W
-      round_up(H * P * D * e),                                // U
+      round_up(skip_u ? 0 : H * P * D * e),                   // U
       round_up(H * P * D * e),                                // dU
       round_up(from_saved ? 0 : H * p.NCt * D * D * e),       // Hs
       round_up(H * p.NCt * D * D * e),                        // dHs
@@ -212,7 +214,7 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   }
   if (var.runs(Stage::Prep)) launch_fast_prep<T, D>(p_prep, w, var.prep_tc, s);
   // The forward's states replace the states stage: grads reads h and v_new from them (prep's u, in
-  // w.U, is then unused).
+  // w.U, is then unused or not computed at all).
   FastWork<T> wg = w;
   if (from_saved) {
     wg.Hs = saved_h;

@@ -114,7 +114,12 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 3) fast_prep_tc(Proble
   tile_load<T>(Ks, LD, static_cast<const T*>(p.k.p) + p.k.offset(ci.x, ci.y, hk), p.k.st, kC, len, D, tid, kThreads);
   tile_load<T>(Qs, LD, static_cast<const T*>(p.q.p) + p.q.offset(ci.x, ci.y, hk), p.q.st, kC, len, D, tid, kThreads);
   cp_async_commit();
-  tile_load<T>(Vs, LD, static_cast<const T*>(p.v.p) + p.v.offset(ci.x, ci.y, h), p.v.st, kC, len, D, tid, kThreads);
+  // With the forward's saved states the backward needs no u (w.U null): V is not read.
+  const bool only_w = w.U == nullptr;
+  if (!only_w) {
+    tile_load<T>(Vs, LD, static_cast<const T*>(p.v.p) + p.v.offset(ci.x, ci.y, h), p.v.st, kC, len, D, tid,
+                 kThreads);
+  }
   cp_async_commit();
   if (tid < kC) {
     float gv = 0.f, bv = 0.f;
@@ -352,11 +357,13 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 3) fast_prep_tc(Proble
   cp_async_wait<0>();  // V
   __syncthreads();
 
-  // w = Aw K (warps 0-3) and u = Au V (warps 4-7), 16 rows a warp, 64 columns at a time.
+  // w = Aw K (warps 0-3) and u = Au V (warps 4-7), 16 rows a warp, 64 columns at a time; without u,
+  // w on all eight warps, parity par taking columns 32 par .. 32 par + 31 of each 64.
   {
-    const T* F = par ? Au : Aw;
-    const T* X = par ? Vs : Ks;
-    T* out = (par ? w.U : w.W) + (row + 16 * rb) * D;
+    const bool is_u = par && !only_w;
+    const T* F = is_u ? Au : Aw;
+    const T* X = is_u ? Vs : Ks;
+    T* out = (is_u ? w.U : w.W) + (row + 16 * rb) * D;
 #pragma unroll
     for (int ng = 0; ng < D / 64; ++ng) {
       float acc[8][4];
@@ -371,6 +378,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 3) fast_prep_tc(Proble
         load_a<T>(a, F, LC, 16 * rb, 16 * kb, lane);
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
+          if (only_w && (np >> 1) != par) continue;
           uint32_t b[4];
           load_b_kn<T>(b, X, LD, 64 * ng + 16 * np, 16 * kb, lane);
           mma16816<T>(acc[2 * np], a, b[0], b[1]);
@@ -379,6 +387,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 3) fast_prep_tc(Proble
       }
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
+        if (only_w && (nt >> 2) != par) continue;
         const int c = 64 * ng + 8 * nt + 2 * q4;
         *reinterpret_cast<uint32_t*>(out + gq * D + c) = pack2<T>(acc[nt][0], acc[nt][1]);
         *reinterpret_cast<uint32_t*>(out + (gq + 8) * D + c) = pack2<T>(acc[nt][2], acc[nt][3]);
