@@ -134,8 +134,10 @@ function defineCases(device: Device, shapes: Shape[], dtype: DType): Case[] {
       flops: 3 * forwardFlops(s),
       run: () => {
         const x = inputsFor(s, dtype, device);
-        chunkGatedDeltaRule(x.q, x.k, x.v, x.g, x.beta, o).output.dispose();
-        chunkGatedDeltaRuleBackward(x.q, x.k, x.v, x.g, x.beta, x.dO, o)[Symbol.dispose]();
+        // As a training step runs them: the forward keeps its per-chunk states for the backward.
+        using r = chunkGatedDeltaRule(x.q, x.k, x.v, x.g, x.beta, { ...o, saveForBackward: true });
+        chunkGatedDeltaRuleBackward(x.q, x.k, x.v, x.g, x.beta, x.dO, { ...o, saved: r.saved })
+          [Symbol.dispose]();
       },
     });
     cases.push({
@@ -144,8 +146,8 @@ function defineCases(device: Device, shapes: Shape[], dtype: DType): Case[] {
       flops: 3 * forwardFlops(s),
       run: () => {
         const x = inputsFor(s, dtype, device);
-        chunkDeltaRule(x.q, x.k, x.v, x.beta, o).output.dispose();
-        chunkDeltaRuleBackward(x.q, x.k, x.v, x.beta, x.dO, o)[Symbol.dispose]();
+        using r = chunkDeltaRule(x.q, x.k, x.v, x.beta, { ...o, saveForBackward: true });
+        chunkDeltaRuleBackward(x.q, x.k, x.v, x.beta, x.dO, { ...o, saved: r.saved })[Symbol.dispose]();
       },
     });
   }

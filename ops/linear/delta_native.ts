@@ -426,8 +426,11 @@ export function deltaForward(
     : undefined;
   const aw = wants.factors ? f32Result(op, scope, [B, H, T, s.chunkSize], device, "aw", out.aw) : undefined;
   const au = wants.factors ? f32Result(op, scope, [B, H, T, s.chunkSize], device, "au", out.au) : undefined;
-  // Only a CUDA forward may store the states (the CPU backend never does): skip the buffer elsewhere.
-  const savedBuffer = wants.saved && !s.recurrent && device !== "cpu"
+  // Only the CUDA forward's Hopper kernel at K = V = 128 with 16-bit inputs stores the states
+  // (csrc/linear/cuda_dispatch.cu; it still reports whether it did): no buffer where it cannot.
+  const mayStore = device !== "cpu" && !s.recurrent && K === 128 && V === 128 &&
+    (inputs.q.dtype === "bfloat16" || inputs.q.dtype === "float16");
+  const savedBuffer = wants.saved && mayStore
     ? scope.temp(
       Tensor.empty([savedElements(sizes, s.cuSeqlens !== undefined)], { dtype: inputs.q.dtype, device }),
     )

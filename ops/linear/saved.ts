@@ -2,8 +2,7 @@
  * What a delta-rule forward keeps for its backward: on CUDA, the state before every chunk of 64 tokens
  * and the chunk-local `v - w S` (16-bit, in the library's own layout), which the backward would
  * otherwise recompute in a sequential pass. It costs `H * chunks * (K V + 64 V)` elements of the
- * input dtype (about 1.5x the size of q, k and v together at K = V = 128) and saves the backward
- * that pass.
+ * input dtype (at K = V = 128 as much as q, k and v together) and saves the backward that pass.
  *
  * @module
  */
