@@ -306,14 +306,16 @@ deviceTest(
         cuSeqlens: [0, 0, 1, 64, 129, 129, 150],
       },
       { B: 1, T: 96, H: 2, K: 64, V: 64, dtype: "bfloat16", gated: true, l2norm: true },
+      { B: 1, T: 100, H: 2, HK: 1, K: 256, V: 256, dtype: "bfloat16", gated: true, l2norm: true },
     ];
     const hopper = device !== "cpu" && deviceInfo(device).computeCapability.join(".") === "9.0";
     for (const spec of specs) {
       await withSeed((seed) => {
         let stored = false;
         checkGradients(device, spec, "saved", seed, (x) => stored = x);
-        // The Hopper forward stores them at K = V = 128 (so this test reaches the backward's saved path).
-        const expected = hopper && spec.K === 128;
+        // The Hopper forward stores them at K = V = 128 and 256 (so this test reaches the backward's
+        // saved paths: the tensor-core one at 128, the general one at 256).
+        const expected = hopper && (spec.K === 128 || spec.K === 256);
         assert.equal(stored, expected, `states stored for ${JSON.stringify(spec)} on ${device}`);
       });
     }

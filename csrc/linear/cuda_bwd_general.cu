@@ -12,6 +12,8 @@
 //            (its C x D x D and C x C x D products run before it as batched tiled GEMMs,
 //            cuda_bwd_general_gemm.cuh; so do K K^T and Q K^T for prep)
 //   reduce   (shared with the fast path) group sum, L2-norm backward, dq and dk in the dtype
+#include <algorithm>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -20,10 +22,30 @@
 #include "cuda_bwd_elem.cuh"
 #include "cuda_bwd_general.cuh"
 #include "cuda_bwd_general_gemm.cuh"
+#include "cuda_bwd_mma.cuh"
 
 namespace ak::linear::cuda::bwd {
 using namespace general_detail;
 namespace {
+
+// The forward's saved 16-bit states and v_new (chunks of 64, [H][NCt][K][V] then [H][NCt * 64][V]:
+// this path's layouts at C = 64) widened into Hs and U, in place of the states stage.
+template <class T>
+__global__ void __launch_bounds__(kThreads) widen_saved(const T* saved, int64_t states, int64_t total, float* Hs,
+                                                          float* U) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads * 8;
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * 8; i < total; i += stride) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(saved + i);
+    const uint32_t pairs[4] = {raw.x, raw.y, raw.z, raw.w};
+    float* out = i < states ? Hs + i : U + (i - states);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 f = unpack2<T>(pairs[e]);
+      out[2 * e] = f.x;
+      out[2 * e + 1] = f.y;
+    }
+  }
+}
 
 // Out[b] = alpha X[b] Y[b]^T (or +=) over chunks x heads (gemm_xyt); nothing for an empty batch.
 void launch_gemm_xyt(const general_gemm::Shape& sh, const general_gemm::Operand& X, const general_gemm::Operand& Y,
@@ -119,7 +141,19 @@ void run_typed(const Problem& p, cudaStream_t s, int device) {
   ak::cuda::check_launch("delta_bwd general: prep");
 
   const dim3 seq(ak::cuda::ceil_div(V, kSlice) * p.N, H);
-  states_fwd<<<seq, kThreads, states_smem, s>>>(p, w);
+  if constexpr (sizeof(T) == 2) {
+    // The forward's saved states (chunks of 64, so only when this path runs in chunks of 64).
+    if (p.saved != nullptr && C == 64) {
+      const int64_t total = ns + nv;  // both multiples of 8: K V and 64 V elements per chunk
+      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ak::cuda::ceil_div(total, 8 * kThreads), 8192));
+      widen_saved<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(p.saved), ns, total, w.Hs, w.U);
+      ak::cuda::check_launch("delta_bwd general: saved states");
+    } else {
+      states_fwd<<<seq, kThreads, states_smem, s>>>(p, w);
+    }
+  } else {
+    states_fwd<<<seq, kThreads, states_smem, s>>>(p, w);
+  }
   ak::cuda::check_launch("delta_bwd general: states");
   states_bwd<<<seq, kThreads, states_smem, s>>>(p, w);
   ak::cuda::check_launch("delta_bwd general: dstates");

@@ -434,7 +434,7 @@ int split_outputs() {
   return n == 0 ? 2 : n;
 }
 
-// The split kernel's stores of what the backward would recompute (DeltaFwd::saved): the state
+// The Hopper kernels' stores of what the backward would recompute (DeltaFwd::saved): the state
 // before each chunk and U, in the fast backward's layouts ([H][chunks][D][D], [H][chunks * 64][D]).
 template <class T>
 void encode_save_maps(const DeltaFwd& a, int64_t chunks, SaveMaps& maps) {
@@ -456,10 +456,10 @@ void launch_sm90_vt(const StateParams<T>& sp, StateKernel kernel, int vt, const 
       if (split_outputs() == 1) return launch_chunk_state_split<T, D, 64, 1>(sp, maps, save, stream);
       return launch_chunk_state_split<T, D, 64, 2>(sp, maps, save, stream);
     }
-    if (vt == 128) return launch_chunk_state_sm90<T, D, 128>(sp, stream);
-    return launch_chunk_state_sm90<T, D, 64>(sp, stream);
+    if (vt == 128) return launch_chunk_state_sm90<T, D, 128>(sp, save, stream);
+    return launch_chunk_state_sm90<T, D, 64>(sp, save, stream);
   }
-  if constexpr (D == 256) return launch_chunk_state_sm90<T, D, 64>(sp, stream);
+  if constexpr (D == 256) return launch_chunk_state_sm90<T, D, 64>(sp, save, stream);
 }
 
 // Why the fast path cannot serve this call, or nullptr when it can.
@@ -568,10 +568,11 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
       const SegmentPlan seg = plan_segments(a, plan, prop);
       SplitMaps maps_storage;
       const SplitMaps* maps = split && encode_split_maps<T>(a, w, u, chunks, maps_storage) ? &maps_storage : nullptr;
-      // Only the split kernel saves for the backward (its layouts are the fast backward's, D = 128).
+      // Both Hopper kernels save for the backward (the fast backward's layouts; the general one
+      // widens them to fp32).
       SaveMaps save_storage;
       const SaveMaps* save = nullptr;
-      if (split && a.saved != nullptr) {
+      if (a.saved != nullptr) {
         encode_save_maps<T>(a, chunks, save_storage);
         save = &save_storage;
         sp.save_chunks = chunks;

@@ -172,7 +172,9 @@ __device__ __forceinline__ void scale_qs(float (&qs)[kNA], const float (&rq)[2],
 }
 
 template <class T, int D, int VT>
-__global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(const StateParams<T> p) {
+__global__ void __launch_bounds__(kSm90StateThreads, 1)
+    chunk_state_sm90_kernel(const StateParams<T> p, const __grid_constant__ CUtensorMap tm_hs,
+                            const __grid_constant__ CUtensorMap tm_vs) {
 #if AK_LINEAR_SM90
   using namespace sm90;
   using Lay = Sm90StateLayout<D, VT>;
@@ -192,6 +194,24 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
   const int row = job.row, begin = job.begin, end = job.end, first = job.first;
   const int chunks = (end - begin + 63) / 64;
   const int64_t DD = static_cast<int64_t>(D) * D;
+  // Saved for the backward (StateParams::save_chunks): chunk c's Sb (after S1) and Ub (after S2),
+  // stored by thread 0 with TMA from the swizzled panels, which are the maps' boxes; thread 0 waits
+  // for the reads before the barrier after which they are overwritten (S2 for Sb, the next S1 for Ub).
+  namespace hw = attention::cuda::sm90;
+  const bool save = job.output && p.save_chunks > 0 && tid == 0;
+  static_assert(Lay::kSb % 1024 == 0 && Lay::kUb % 1024 == 0, "swizzled panels for the stores");
+  auto save_chunk = [&](int c, bool states) {
+    const int gch = static_cast<int>(static_cast<int64_t>(h) * p.save_chunks + first + c);
+#pragma unroll
+    for (int pn = 0; pn < VT / 64; ++pn) {
+      if (states) {
+        hw::tma_store_4d(&tm_hs, sbase + Lay::kSb + pn * D * 128, vt0 + 64 * pn, gch * D, 0, 0);
+      } else {
+        hw::tma_store_4d(&tm_vs, sbase + Lay::kUb + pn * 64 * 128, vt0 + 64 * pn, gch * 64, 0, 0);
+      }
+    }
+    hw::bulk_commit();
+  };
   StepClock clk;
   clk.prof = profile_slots(p.profile, wg);
 
@@ -314,8 +334,10 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
   for (int c = 0; c < chunks; ++c) {
     cp_async_wait_all();
     fence_proxy_async();
+    if (save) hw::bulk_wait_read_all();  // chunk c - 1's Ub, overwritten after S1
     clk.stamp(0);
     __syncthreads();  // S1: chunk c's tiles and Sb are visible to every wgmma; chunk c - 1 is done
+    if (save) save_chunk(c, true);
     clk.stamp(1);
     const int kb = c & 1, qb = Lay::kSQ == 2 ? (c & 1) : 0;
     if (c + 1 < chunks) {
@@ -400,7 +422,9 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
       clk.stamp(5);
     }
     fence_proxy_async();
+    if (save) hw::bulk_wait_read_all();  // Sb, overwritten after S2
     __syncthreads();  // S2: U and Ud are visible; q, w and u of chunk c are consumed
+    if (save) save_chunk(c, false);
     clk.stamp(6);
     if constexpr (Lay::kSQ == 1) cp_async_commit();
 
@@ -487,20 +511,23 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1) chunk_state_sm90_kernel(
     clk.step();
   }
   if (job.fin) store_state(job.fin);
+  if (save) hw::bulk_wait_all();
 #else
   (void)p;
 #endif
 }
 
 template <class T, int D, int VT>
-void launch_chunk_state_sm90(const StateParams<T>& p, cudaStream_t stream) {
+void launch_chunk_state_sm90(const StateParams<T>& p, const SaveMaps* save, cudaStream_t stream) {
   if (p.N == 0 || p.H == 0) return;
   constexpr int kSmem = Sm90StateLayout<D, VT>::kAlloc;
   auto kernel = chunk_state_sm90_kernel<T, D, VT>;
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int jobs = p.seg_pass == 0 ? p.N : p.N * (p.seg_pass == 1 ? 2 : 1) * (p.seg_count - 1);
   const dim3 grid(static_cast<unsigned>(jobs * (D / VT)), static_cast<unsigned>(p.H));
-  kernel<<<grid, kSm90StateThreads, kSmem, stream>>>(p);
+  static const SaveMaps no_save{};  // read only when p.save_chunks > 0
+  const SaveMaps& sv = save != nullptr ? *save : no_save;
+  kernel<<<grid, kSm90StateThreads, kSmem, stream>>>(p, sv.hs, sv.vs);
   ak::cuda::check_launch("chunk_state_sm90_kernel");
 }
 

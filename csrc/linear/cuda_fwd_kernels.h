@@ -120,27 +120,28 @@ struct StateParams {
   int seg_pass = 0, seg_count = 1, seg_chunks = 0;
   float *seg_fwd = nullptr, *seg_tr = nullptr;
   const float* seg_entry = nullptr;
-  // Split kernel only: the chunks of the whole call when it saves, for the backward, the 16-bit state
-  // before every chunk and U = u - w S (SaveMaps; layouts of cuda_bwd_fast.cuh), else 0.
+  // wgmma kernels only: the chunks of the whole call when they save, for the backward, the 16-bit
+  // state before every chunk and U = u - w S (SaveMaps; layouts of cuda_bwd_fast.cuh), else 0.
   int save_chunks = 0;
 };
 constexpr int kProfileBlocks = 8;
 constexpr int kProfileSlots = 16;
 template <class T, int D, int VT>
 void launch_chunk_state(const StateParams<T>& p, cudaStream_t stream);
-// The same on Hopper with wgmma (sm_90a only; D in {128, 256}, VT a multiple of 64).
+// Tensor maps of the Hopper kernels' stores for the backward (StateParams::save_chunks): the states
+// as [H * chunks * D, D] rows in boxes of 64 columns x D rows, U as [H * chunks * 64, D] in boxes
+// of 64 x 64 (the fast backward's layouts).
+struct SaveMaps {
+  CUtensorMap hs, vs;
+};
+// The same on Hopper with wgmma (sm_90a only; D in {128, 256}, VT a multiple of 64); save: the store
+// maps when p.save_chunks > 0.
 template <class T, int D, int VT>
-void launch_chunk_state_sm90(const StateParams<T>& p, cudaStream_t stream);
+void launch_chunk_state_sm90(const StateParams<T>& p, const SaveMaps* save, cudaStream_t stream);
 // Tensor maps of the split kernel's loads: q, k as [B, T, heads, D] and w, u as [chunks * H * 64, D],
 // boxes of 64 columns x 64 rows (cuda_dispatch.cu encodes them for fixed-length calls).
 struct SplitMaps {
   CUtensorMap q, k, w, u;
-};
-// Tensor maps of the split kernel's stores for the backward (StateParams::save_chunks): the states
-// as [H * chunks * D, D] rows in boxes of 64 columns x D rows, U as [H * chunks * 64, D] in boxes
-// of 64 x 64.
-struct SaveMaps {
-  CUtensorMap hs, vs;
 };
 // The same with the warpgroups split by role (cuda_fwd_chunk_state_split.cuh; D = 128, VT 64/128;
 // kOut output warpgroups, 1 or 2 (VT 64 only)); maps == nullptr loads with cp.async instead of TMA;

@@ -21,7 +21,7 @@ bool chunk_state_sm90_built() {
   return built;
 }
 
-template void launch_chunk_state_sm90<__nv_bfloat16, 128, 64>(const StateParams<__nv_bfloat16>&, cudaStream_t);
-template void launch_chunk_state_sm90<__nv_bfloat16, 128, 128>(const StateParams<__nv_bfloat16>&, cudaStream_t);
+template void launch_chunk_state_sm90<__nv_bfloat16, 128, 64>(const StateParams<__nv_bfloat16>&, const SaveMaps*, cudaStream_t);
+template void launch_chunk_state_sm90<__nv_bfloat16, 128, 128>(const StateParams<__nv_bfloat16>&, const SaveMaps*, cudaStream_t);
 
 }  // namespace ak::linear::cuda::fwd

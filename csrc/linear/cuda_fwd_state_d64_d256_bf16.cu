@@ -8,6 +8,6 @@ template void launch_chunk_state<__nv_bfloat16, 64, 32>(const StateParams<__nv_b
 template void launch_chunk_state<__nv_bfloat16, 64, 64>(const StateParams<__nv_bfloat16>&, cudaStream_t);
 template void launch_chunk_state<__nv_bfloat16, 256, 32>(const StateParams<__nv_bfloat16>&, cudaStream_t);
 template void launch_chunk_state<__nv_bfloat16, 256, 64>(const StateParams<__nv_bfloat16>&, cudaStream_t);
-template void launch_chunk_state_sm90<__nv_bfloat16, 256, 64>(const StateParams<__nv_bfloat16>&, cudaStream_t);
+template void launch_chunk_state_sm90<__nv_bfloat16, 256, 64>(const StateParams<__nv_bfloat16>&, const SaveMaps*, cudaStream_t);
 
 }  // namespace ak::linear::cuda::fwd

@@ -8,6 +8,6 @@ template void launch_chunk_state<__half, 64, 32>(const StateParams<__half>&, cud
 template void launch_chunk_state<__half, 64, 64>(const StateParams<__half>&, cudaStream_t);
 template void launch_chunk_state<__half, 256, 32>(const StateParams<__half>&, cudaStream_t);
 template void launch_chunk_state<__half, 256, 64>(const StateParams<__half>&, cudaStream_t);
-template void launch_chunk_state_sm90<__half, 256, 64>(const StateParams<__half>&, cudaStream_t);
+template void launch_chunk_state_sm90<__half, 256, 64>(const StateParams<__half>&, const SaveMaps*, cudaStream_t);
 
 }  // namespace ak::linear::cuda::fwd

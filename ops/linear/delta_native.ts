@@ -426,9 +426,9 @@ export function deltaForward(
     : undefined;
   const aw = wants.factors ? f32Result(op, scope, [B, H, T, s.chunkSize], device, "aw", out.aw) : undefined;
   const au = wants.factors ? f32Result(op, scope, [B, H, T, s.chunkSize], device, "au", out.au) : undefined;
-  // Only the CUDA forward's Hopper kernel at K = V = 128 with 16-bit inputs stores the states
-  // (csrc/linear/cuda_dispatch.cu; it still reports whether it did): no buffer where it cannot.
-  const mayStore = device !== "cpu" && !s.recurrent && K === 128 && V === 128 &&
+  // Only the CUDA forward's Hopper kernels at K = V = 128 or 256 with 16-bit inputs store the states
+  // (csrc/linear/cuda_dispatch.cu; it still reports whether it did): no buffer where they cannot.
+  const mayStore = device !== "cpu" && !s.recurrent && K === V && (K === 128 || K === 256) &&
     (inputs.q.dtype === "bfloat16" || inputs.q.dtype === "float16");
   const savedBuffer = wants.saved && mayStore
     ? scope.temp(

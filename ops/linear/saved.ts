@@ -12,8 +12,9 @@ import type { Tensor } from "../tensor.ts";
 /**
  * Handle on the per-chunk states a forward stored for its backward (`saveForBackward: true`). Pass it
  * to the backward of the same call (same inputs and options), then dispose it; `using` does both ends.
- * Only the CUDA forward at K = V = 128 with bfloat16/float16 inputs stores them; elsewhere the forward
- * returns no handle and the backward recomputes everything, as it does without one.
+ * Only the CUDA forward on Hopper at K = V = 128 or 256 with bfloat16/float16 inputs stores them;
+ * elsewhere the forward returns no handle and the backward recomputes everything, as it does without
+ * one.
  *
  * @example
  * ```ts
