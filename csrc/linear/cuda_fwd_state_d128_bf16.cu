@@ -12,7 +12,7 @@ bool chunk_state_sm90_built() {
   // the caller has checked for 9.0, so one answer serves the process.
   static const bool built = [] {
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, chunk_state_sm90_kernel<__nv_bfloat16, 128, 128>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, chunk_state_sm90_kernel<__nv_bfloat16, 128, 128, false>) != cudaSuccess) {
       cudaGetLastError();
       return false;
     }
