@@ -292,7 +292,10 @@ deviceTest(
   async (device) => {
     const specs: CaseSpec[] = [
       { B: 2, T: 130, H: 3, HK: 1, K: 128, V: 128, dtype: "bfloat16", gated: true, l2norm: true },
-      { B: 1, T: 1, H: 2, K: 128, V: 128, dtype: "bfloat16", gated: true, l2norm: true },
+      // T = 1 with several sequences and heads: dg of one token is a cancellation of large sums (the
+      // initial state's term), so a handful of elements makes a fragile relative RMS (seed 4052261334
+      // gave 7e-2 over 2 elements, saved or recomputed alike; 16 elements: at most 4e-3 over 41 seeds).
+      { B: 4, T: 1, H: 4, HK: 2, K: 128, V: 128, dtype: "bfloat16", gated: true, l2norm: true },
       { B: 1, T: 200, H: 2, HK: 1, K: 128, V: 128, dtype: "float16", gated: false, l2norm: true },
       {
         B: 1,
