@@ -196,24 +196,10 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
     }
     warp_mma<T, 1, NS, true, true, true>(dh, b.W, LD, 16 * rb, sm.dU, LV, cg * VC, kC, lane);
   }
-  if (job.fin != nullptr) {  // a segment's end state (fp32, for the combine)
-#pragma unroll
-    for (int nt = 0; nt < NS; ++nt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int d = 16 * rb + gq + 8 * half, e = vs + cg * VC + 8 * nt + 2 * q4;
-        *reinterpret_cast<float2*>(job.fin + d * D + e) = make_float2(dh[0][nt][2 * half], dh[0][nt][2 * half + 1]);
-      }
-  }
+  // A segment's end state (fp32, for the combine); the last job's is d_initial_state.
+  if (job.fin != nullptr) store_acc_f32<1, NS>(dh, job.fin, D, 16 * rb, vs + cg * VC, lane);
   if (job.last && p.d_initial_state != nullptr) {
-#pragma unroll
-    for (int nt = 0; nt < NS; ++nt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int d = 16 * rb + gq + 8 * half, e = vs + cg * VC + 8 * nt + 2 * q4;
-        *reinterpret_cast<float2*>(p.d_initial_state + state_base + d * D + e) =
-            make_float2(dh[0][nt][2 * half], dh[0][nt][2 * half + 1]);
-      }
+    store_acc_f32<1, NS>(dh, p.d_initial_state + state_base, D, 16 * rb, vs + cg * VC, lane);
   }
 }
 

@@ -153,18 +153,8 @@ __global__ void __launch_bounds__(kThreads) fast_states(Problem p, FastWork<T> w
     warp_mma<T, MT, NT, true, true>(hacc, b.K, LD, hm0, b.U, LV, 0, kC, lane);
     __syncthreads();
   }
-  if (job.fin != nullptr) {  // a segment's end state (fp32, for the combine)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int d = hm0 + 16 * mt + gq + 8 * half, e = vs + 8 * nt + 2 * q4;
-          *reinterpret_cast<float2*>(job.fin + static_cast<int64_t>(d) * D + e) =
-              make_float2(hacc[mt][nt][2 * half], hacc[mt][nt][2 * half + 1]);
-        }
-  }
+  // A segment's end state (fp32, for the combine).
+  if (job.fin != nullptr) store_acc_f32<MT, NT>(hacc, job.fin, D, hm0, vs, lane);
 }
 
 // Per-chunk input tiles of the backward state pass.
@@ -325,18 +315,7 @@ __global__ void __launch_bounds__(kThreads) fast_dstates(Problem p, FastWork<T> 
       cp_async_commit();
     }
   }
-  if (p.d_initial_state != nullptr) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int d = hm0 + 16 * mt + gq + 8 * half, e = vs + 8 * nt + 2 * q4;
-          *reinterpret_cast<float2*>(p.d_initial_state + state_base + d * D + e) =
-              make_float2(dh[mt][nt][2 * half], dh[mt][nt][2 * half + 1]);
-        }
-  }
+  if (p.d_initial_state != nullptr) store_acc_f32<MT, NT>(dh, p.d_initial_state + state_base, D, hm0, vs, lane);
 }
 
 }  // namespace states_detail

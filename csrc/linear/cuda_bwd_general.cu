@@ -141,19 +141,18 @@ void run_typed(const Problem& p, cudaStream_t s, int device) {
   ak::cuda::check_launch("delta_bwd general: prep");
 
   const dim3 seq(ak::cuda::ceil_div(V, kSlice) * p.N, H);
+  // The forward's saved states (16-bit, chunks of 64: usable when this path runs in chunks of 64)
+  // replace the states stage.
+  bool from_saved = false;
   if constexpr (sizeof(T) == 2) {
-    // The forward's saved states (chunks of 64, so only when this path runs in chunks of 64).
     if (p.saved != nullptr && C == 64) {
       const int64_t total = ns + nv;  // both multiples of 8: K V and 64 V elements per chunk
       const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ak::cuda::ceil_div(total, 8 * kThreads), 8192));
       widen_saved<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(p.saved), ns, total, w.Hs, w.U);
-      ak::cuda::check_launch("delta_bwd general: saved states");
-    } else {
-      states_fwd<<<seq, kThreads, states_smem, s>>>(p, w);
+      from_saved = true;
     }
-  } else {
-    states_fwd<<<seq, kThreads, states_smem, s>>>(p, w);
   }
+  if (!from_saved) states_fwd<<<seq, kThreads, states_smem, s>>>(p, w);
   ak::cuda::check_launch("delta_bwd general: states");
   states_bwd<<<seq, kThreads, states_smem, s>>>(p, w);
   ak::cuda::check_launch("delta_bwd general: dstates");

@@ -177,6 +177,21 @@ __device__ __forceinline__ void store_acc(const float (&acc)[MT][NT][4], T* s, i
     }
 }
 
+// The same in fp32 into device memory (a state slice: d_initial_state, a segment's end state).
+template <int MT, int NT>
+__device__ __forceinline__ void store_acc_f32(const float (&acc)[MT][NT][4], float* dst, int64_t ld, int m0, int n0,
+                                              int lane) {
+  const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int r = m0 + 16 * mt + g, c = n0 + 8 * nt + 2 * q;
+      *reinterpret_cast<float2*>(dst + r * ld + c) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+      *reinterpret_cast<float2*>(dst + (r + 8) * ld + c) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+    }
+}
+
 // ---- asynchronous global -> shared copies (16 bytes) ----
 
 #ifndef AK_BWD_EMULATE

@@ -57,6 +57,18 @@ __device__ __forceinline__ unsigned long long* profile_slots(unsigned long long*
   return profile + (block * 2 + wg) * kProfileSlots;
 }
 
+// Stores the VT / 64 swizzled panels of a 16-bit [rows, VT] tile (panel stride rows x 128 bytes) to
+// rows row0 .. row0 + rows - 1, columns vt0 .. vt0 + VT - 1 of a map whose boxes are 64 x rows, as one
+// bulk group of the calling thread (the backward's saved states: Sb, rows = D; U, rows = 64).
+template <int VT>
+__device__ __forceinline__ void store_panels(const CUtensorMap* map, uint32_t tile, int rows, int vt0, int row0) {
+#pragma unroll
+  for (int pn = 0; pn < VT / 64; ++pn) {
+    attention::cuda::sm90::tma_store_4d(map, tile + pn * rows * 128, vt0 + 64 * pn, row0, 0, 0);
+  }
+  attention::cuda::sm90::bulk_commit();
+}
+
 // Named barrier over `threads` threads (id 0 is __syncthreads).
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -204,15 +216,11 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1)
   static_assert(Lay::kSb % 1024 == 0 && Lay::kUb % 1024 == 0, "swizzled panels for the stores");
   auto save_chunk = [&](int c, bool states) {
     const int gch = static_cast<int>(static_cast<int64_t>(h) * p.save_chunks + first + c);
-#pragma unroll
-    for (int pn = 0; pn < VT / 64; ++pn) {
-      if (states) {
-        hw::tma_store_4d(&tm_hs, sbase + Lay::kSb + pn * D * 128, vt0 + 64 * pn, gch * D, 0, 0);
-      } else {
-        hw::tma_store_4d(&tm_vs, sbase + Lay::kUb + pn * 64 * 128, vt0 + 64 * pn, gch * 64, 0, 0);
-      }
+    if (states) {
+      store_panels<VT>(&tm_hs, sbase + Lay::kSb, D, vt0, gch * D);
+    } else {
+      store_panels<VT>(&tm_vs, sbase + Lay::kUb, 64, vt0, gch * 64);
     }
-    hw::bulk_commit();
   };
   StepClock clk;
   clk.prof = profile_slots(p.profile, wg);

@@ -453,12 +453,8 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       // (EMPTY) before the stores have read it.
       if (save && wtid == 0) {
         const int gch = static_cast<int>(static_cast<int64_t>(h) * p.save_chunks + first + c);
-#pragma unroll
-        for (int pn = 0; pn < VT / 64; ++pn) {
-          hw::tma_store_4d(&tm_hs, sbase + Lay::kSb + s * Lay::kTileS + pn * D * 128, vt0 + 64 * pn, gch * D, 0, 0);
-          hw::tma_store_4d(&tm_vs, sbase + Lay::kUb + s * Lay::kTileV + pn * 64 * 128, vt0 + 64 * pn, gch * 64, 0, 0);
-        }
-        hw::bulk_commit();
+        store_panels<VT>(&tm_hs, sbase + Lay::kSb + s * Lay::kTileS, D, vt0, gch * D);
+        store_panels<VT>(&tm_vs, sbase + Lay::kUb + s * Lay::kTileV, 64, vt0, gch * 64);
       }
       clk.stamp(5);
       {
