@@ -140,6 +140,7 @@ inline void cp_async_wait() {}
 }  // namespace ak::linear::cuda::bwd
 
 #include "linear/cuda_bwd_fast_grads.cuh"
+#include "linear/cuda_bwd_fast_grads256.cuh"
 #include "linear/cuda_bwd_fast_prep.cuh"
 #include "linear/cuda_bwd_fast_prep_tc.cuh"
 #include "linear/cuda_bwd_fast_dstates8.cuh"
@@ -355,7 +356,7 @@ int run(int argc, char** argv) {
   } else if constexpr (!std::is_same<T, float>::value) {
     const int D = K;
     // EMU_REDUCE=separate: the reduce kernel after grads even for group 1 with the L2 norm.
-    const bool fused_l2 = p.group == 1 && p.l2norm && !(getenv("EMU_REDUCE") && std::string(getenv("EMU_REDUCE")) == "separate");
+    const bool fused_l2 = p.group == 1 && p.l2norm && K != 256 && !(getenv("EMU_REDUCE") && std::string(getenv("EMU_REDUCE")) == "separate");
     const bool direct = p.group == 1 && (!p.l2norm || fused_l2);
     std::vector<float> gc(H * P, NAN), dQh(direct ? 0 : H * P * D, NAN), dKh(direct ? 0 : H * P * D, NAN);
     std::vector<T> A(H * P * 64), Pm(H * P * 64), W(H * P * D), U(H * P * D), dU(H * P * D),
@@ -475,8 +476,22 @@ int run(int argc, char** argv) {
         const int dvs = getenv("EMU_DVS") ? std::atoi(getenv("EMU_DVS")) : DD;
         if (dvs == 32) seq2(std::integral_constant<int, 32>{});
         else if (dvs == 64 || DD == 64) seq2(std::integral_constant<int, 64>{});
-        else if constexpr (DD == 128) seq2(std::integral_constant<int, 128>{});
+        else if constexpr (DD >= 128) seq2(std::integral_constant<int, 128>{});
       }
+      if constexpr (DD == 256) {  // the two gradient kernels of D = 256, one block per item
+        const unsigned items = p.NCt * H;
+        std::vector<float> Xq(size_t(H) * P * DD, NAN), Xk(size_t(H) * P * DD, NAN), dA1(size_t(H) * P * 64, NAN),
+            tv(size_t(H) * P, NAN), hd(size_t(H) * p.NCt, NAN);
+        w.Xq = Xq.data();
+        w.Xk = Xk.data();
+        w.dA1 = dA1.data();
+        w.tv = tv.data();
+        w.hd = hd.data();
+        if (p.NCt > 0) {
+          launch(dim3(items), 256, fast_grads256_smem_v(), [&] { grads256_detail::grads256_v<T>(pf, w); });
+          launch(dim3(items), 256, fast_grads256_smem_k(), [&] { grads256_detail::grads256_k<T>(pf, w); });
+        }
+      } else {
       // Persistent blocks, fewer than items so that each loops (EMU_BLOCKS, default 3); EMU_GRADS=persistent:
       // the round-2 kernel, default the pipelined one.
       const unsigned gblocks = min(p.NCt * H, getenv("EMU_BLOCKS") ? std::atoi(getenv("EMU_BLOCKS")) : 3);
@@ -485,9 +500,11 @@ int run(int argc, char** argv) {
         launch(dim3(gblocks), 256, fast_grads_smem<DD, false>(), [&] { grads_detail::fast_grads<T, DD, false>(pf, w); });
       if (p.NCt > 0 && !old_grads)
         launch(dim3(gblocks), 256, fast_grads_smem<DD, true>(), [&] { grads_detail::fast_grads<T, DD, true>(pf, w); });
+      }
     };
     if (D == 64) run_d(std::integral_constant<int, 64>{});
-    else run_d(std::integral_constant<int, 128>{});
+    else if (D == 128) run_d(std::integral_constant<int, 128>{});
+    else run_d(std::integral_constant<int, 256>{});
     if (!direct) {
       launch(dim3(std::min<int64_t>((P * HK + 7) / 8, 3)), 256, 0, [&] { reduce_detail::reduce_dqk_vec<T>(p, w.dQh, w.dKh); });
     }

@@ -116,8 +116,10 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   const int64_t P = p.padded();
   const int64_t H = p.H;
   const Variants var = read_variants();
-  // Group 1 with the L2 norm: grads applies the norm's backward and writes dq, dk itself.
-  const bool fused_l2 = p.group == 1 && p.l2norm && var.fused_l2;
+  // Group 1 with the L2 norm: grads applies the norm's backward and writes dq, dk itself (not the
+  // two gradient kernels of D = 256).
+  constexpr bool kD256 = D == 256;
+  const bool fused_l2 = p.group == 1 && p.l2norm && var.fused_l2 && !kD256;
   const bool direct = p.group == 1 && (!p.l2norm || fused_l2);
   const int64_t batch_rows = p.map.seq != nullptr ? 1 : p.N;
   const int64_t qk_rows = batch_rows * p.map.T * p.HK;
@@ -129,7 +131,7 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   const bool skip_u = from_saved && var.prep_tc;
   // Segments of states and dstates (1: the plain runs): fp32 D x D summaries per sequence, head and
   // segment boundary.
-  const int segs = var.runs(Stage::States) && !from_saved ? plan_segments(p, var.cp, D, device) : 1;
+  const int segs = var.runs(Stage::States) && !from_saved && !kD256 ? plan_segments(p, var.cp, D, device) : 1;
   const size_t seg_state = segs > 1 ? static_cast<size_t>(p.N) * H * (segs - 1) * D * D * sizeof(float) : 0;
   const size_t sizes[] = {
       round_up(H * P * sizeof(float)),                        // gc
@@ -149,6 +151,11 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
       round_up(seg_state),                                    // segments: N_j
       round_up(seg_state),                                    // segments: M_j
       round_up(seg_state),                                    // segments: entry states E_j
+      round_up(kD256 ? H * P * D * sizeof(float) : 0),        // D 256: Xq
+      round_up(kD256 ? H * P * D * sizeof(float) : 0),        // D 256: Xk
+      round_up(kD256 ? H * P * kFastC * sizeof(float) : 0),   // D 256: dA1
+      round_up(kD256 ? H * P * sizeof(float) : 0),            // D 256: tv
+      round_up(kD256 ? H * p.NCt * sizeof(float) : 0),        // D 256: hd
   };
   size_t total = 0;
   for (size_t b : sizes) total += b;
@@ -178,6 +185,11 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   seg.fwd = static_cast<float*>(part[14]);
   seg.tr = static_cast<float*>(part[15]);
   float* const entry = static_cast<float*>(part[16]);
+  w.Xq = static_cast<float*>(part[17]);
+  w.Xk = static_cast<float*>(part[18]);
+  w.dA1 = static_cast<float*>(part[19]);
+  w.tv = static_cast<float*>(part[20]);
+  w.hd = static_cast<float*>(part[21]);
   seg.entry = entry;
   // Pass 1 (summaries; segment 0 writes its outputs), the combine, pass 2 (the other segments'
   // outputs); the summaries' scratch serves both stages, one after the other on the stream.
@@ -221,14 +233,18 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
     wg.U = saved_h + static_cast<int64_t>(H) * p.NCt * D * D;
   }
   if (!from_saved && var.runs(Stage::States)) {
-    if (segs > 1) {
+    if constexpr (kD256) {
+      launch_fast_states<T, D>(p, w, var.vs, s);
+    } else if (segs > 1) {
       segmented([&](const SegParams& sg) { launch_fast_states_seg<T, D>(p, w, var.vs, sg, s); });
     } else {
       launch_fast_states<T, D>(p, w, var.vs, s);
     }
   }
   if (var.runs(Stage::DStates)) {
-    if (var.dstates_v2 && segs > 1) {
+    if constexpr (kD256) {  // v2 only, no segments
+      launch_fast_dstates8<T, D>(p, w, var.dvs, s);
+    } else if (var.dstates_v2 && segs > 1) {
       segmented([&](const SegParams& sg) { launch_fast_dstates8_seg<T, D>(p, w, var.dvs, sg, s); });
     } else if (var.dstates_v2) {
       launch_fast_dstates8<T, D>(p, w, var.dvs, s);
@@ -236,7 +252,13 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
       launch_fast_dstates<T, D>(p, w, var.vs, s);
     }
   }
-  if (var.runs(Stage::Grads)) launch_fast_grads<T, D>(p, wg, var.grads_persistent, var.grads_pipe, s);
+  if (var.runs(Stage::Grads)) {
+    if constexpr (kD256) {
+      launch_fast_grads256<T>(p, wg, s);
+    } else {
+      launch_fast_grads<T, D>(p, wg, var.grads_persistent, var.grads_pipe, s);
+    }
+  }
   // The original q and k: the L2-norm backward needs the raw rows.
   if (!direct && var.runs(Stage::All)) launch_reduce_dqk(p0, w.dQh, w.dKh, s);
 }
@@ -245,10 +267,12 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
 
 bool fast_supported(const Problem& p, int device) {
   if (p.dtype != AK_BFLOAT16 && p.dtype != AK_FLOAT16) return false;
-  if (p.K != p.V || (p.K != 64 && p.K != 128) || p.C != kFastC) return false;
+  if (p.K != p.V || (p.K != 64 && p.K != 128 && p.K != 256) || p.C != kFastC) return false;
   const cudaDeviceProp& props = ak::cuda::props(device);
   if (props.major < 8) return false;
-  const size_t need = p.K == 64 ? fast_grads_smem<64>() : fast_grads_smem<128>();
+  const size_t need = p.K == 64    ? fast_grads_smem<64>()
+                      : p.K == 128 ? fast_grads_smem<128>()
+                                   : fast_grads256_smem_v();  // the largest stage at D = 256
   if (props.sharedMemPerBlockOptin < need) return false;
   if (!p.l2norm && (!rows16(p.q) || !rows16(p.k))) return false;
   if (!rows16(p.v) || !rows16(p.dout)) return false;
@@ -259,14 +283,18 @@ void run_fast(const Problem& p, cudaStream_t stream, int device) {
   if (p.dtype == AK_BFLOAT16) {
     if (p.K == 64) {
       run_typed<__nv_bfloat16, 64>(p, stream, device);
-    } else {
+    } else if (p.K == 128) {
       run_typed<__nv_bfloat16, 128>(p, stream, device);
+    } else {
+      run_typed<__nv_bfloat16, 256>(p, stream, device);
     }
   } else {
     if (p.K == 64) {
       run_typed<__half, 64>(p, stream, device);
-    } else {
+    } else if (p.K == 128) {
       run_typed<__half, 128>(p, stream, device);
+    } else {
+      run_typed<__half, 256>(p, stream, device);
     }
   }
 }

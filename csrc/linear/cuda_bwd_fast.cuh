@@ -24,6 +24,9 @@ struct FastWork {
   T* dU = nullptr;              // [H][P][D]: dv_new
   T *Hs = nullptr, *dHs = nullptr;  // [H][NCt][D][D]
   float *dQh = nullptr, *dKh = nullptr;  // [H][P][D] fp32 per value head, or null: write dq, dk directly
+  // D = 256 only, between the two gradient kernels (cuda_bwd_fast_grads256.cuh): the V-contracted
+  // parts of dq and dk ([H][P][D]), dv_new V^T ([H][P][64]), (A^T dv_new).v ([H][P]), <h, dh'> ([H][NCt]).
+  float *Xq = nullptr, *Xk = nullptr, *dA1 = nullptr, *tv = nullptr, *hd = nullptr;
   // 1 / |x| per row of q and k ([B, T, HK]) when grads writes dq, dk through the L2 norm's backward
   // (group 1, L2 norm in the kernel); else null.
   const float *rq = nullptr, *rk = nullptr;
@@ -50,6 +53,15 @@ constexpr size_t fast_grads_smem() {
          (Pipe && grads_two_k<D>() ? 2 * kFastC * (D + 8) : 0);
 }
 
+// Shared memory of the two gradient kernels at D = 256 (cuda_bwd_fast_grads256.cuh): the first
+// (over V) holds dO, v_new, dv_new and three 64 x D buffers, the second (over K) Q, K, dw.
+constexpr size_t fast_grads256_smem_v() {
+  return 2 * (6 * kFastC * (256 + 8) + kFastC * (kFastC + 8)) + sizeof(float) * (6 * kFastC + 8);
+}
+constexpr size_t fast_grads256_smem_k() {
+  return 2 * (3 * kFastC * (256 + 8) + 3 * kFastC * (kFastC + 8)) + sizeof(float) * (23 * kFastC + 8);
+}
+
 // Launchers; the extra arguments pick a variant (cuda_bwd_variants.h).
 template <class T, int D>
 void launch_fast_prep(const Problem& p, const FastWork<T>& w, bool tensor_core_inverse, cudaStream_t s);
@@ -61,5 +73,7 @@ template <class T, int D>
 void launch_fast_dstates8(const Problem& p, const FastWork<T>& w, int vs, cudaStream_t s);
 template <class T, int D>
 void launch_fast_grads(const Problem& p, const FastWork<T>& w, bool persistent, bool pipe, cudaStream_t s);
+template <class T>
+void launch_fast_grads256(const Problem& p, const FastWork<T>& w, cudaStream_t s);
 
 }  // namespace ak::linear::cuda::bwd

@@ -26,7 +26,7 @@ int slice_width(const Problem& p, int asked, int jobs = 1) {
   };
   const int64_t pairs = static_cast<int64_t>(p.N) * p.H * jobs;
   const int64_t want = 2 * static_cast<int64_t>(props.multiProcessorCount) / 3;
-  for (int vs = D; vs > 32; vs /= 2) {
+  for (int vs = D < 128 ? D : 128; vs > 32; vs /= 2) {
     if (!fits(vs)) continue;
     if (asked != 0 ? vs <= asked : pairs * (D / vs) >= want) return vs;
   }
@@ -90,7 +90,7 @@ template <class T, int D>
 void launch_fast_dstates8(const Problem& p, const FastWork<T>& w, int vs, cudaStream_t s) {
   switch (slice_width<T, D>(p, vs)) {
     case 128:
-      if constexpr (D == 128) launch<T, D, 128>(p, w, s);
+      if constexpr (D >= 128) launch<T, D, 128>(p, w, s);
       break;
     case 64:
       launch<T, D, 64>(p, w, s);
@@ -124,5 +124,9 @@ AK_INSTANTIATE(__nv_bfloat16, 128)
 AK_INSTANTIATE(__half, 64)
 AK_INSTANTIATE(__half, 128)
 #undef AK_INSTANTIATE
+// D = 256 runs without segments (run_typed never plans them there).
+template void launch_fast_dstates8<__nv_bfloat16, 256>(const Problem&, const FastWork<__nv_bfloat16>&, int,
+                                                        cudaStream_t);
+template void launch_fast_dstates8<__half, 256>(const Problem&, const FastWork<__half>&, int, cudaStream_t);
 
 }  // namespace ak::linear::cuda::bwd

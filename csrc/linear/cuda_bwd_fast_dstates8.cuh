@@ -1,6 +1,7 @@
 // Fast backward, stage "dstates", second version: one block of 8 warps per sequence, value head and
 // slice of VS in {32, 64, 128} state columns, every input tile double-buffered (the next chunk's tiles
-// are fetched during the whole of this chunk's work). Per chunk c, last to first (dh = dh' after the
+// are fetched during the whole of this chunk's work; at D = 256 two sets do not fit in shared memory:
+// one set, the next chunk's fetched once this chunk's products are done). Per chunk c, last to first (dh = dh' after the
 // chunk, stored before the update):
 //   dv_new = diag(e^(gl - gc)) K dh + P^T dO                   (stored; 64 x VS, warp = 16 rows x VS/2)
 //   dh    <- e^gl dh + (scale diag(e^gc) Q)^T dO - w^T dv_new  (registers; warp = 16 state rows x VS or
@@ -33,9 +34,15 @@ struct Tiles {
   float gc[kC];
 };
 
+// Sets of input tiles: two (double buffering) where they fit.
+template <int D>
+constexpr int stages() {
+  return D == 256 ? 1 : 2;
+}
+
 template <class T, int D, int VS>
 struct Smem {
-  Tiles<T, D, VS> in[2];
+  Tiles<T, D, VS> in[stages<D>()];
   T dh[D * (VS + 8)];
   T dU[kC * (VS + 8)];
   float qf[kC];  // scale e^gc of the current chunk
@@ -49,9 +56,10 @@ __device__ __forceinline__ uint32_t scale_pair(uint32_t x, float2 f) {
 
 template <class T, int D, int VS, bool Seg = false>
 __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Problem p, FastWork<T> w, SegParams sg) {
-  constexpr int LD = D + 8, LV = VS + 8, LC = kC + 8;
-  // State tile D x VS: RB row blocks of 16 x CG column groups over the 8 warps.
-  constexpr int RB = D / 16, CG = 8 / RB, VC = VS / CG, NS = VC / 8;
+  constexpr int LD = D + 8, LV = VS + 8, LC = kC + 8, ST = stages<D>();
+  // State tile D x VS: RB row blocks of 16 x MB rows (MB = 2 at D = 256, else 1) x CG column groups
+  // over the 8 warps.
+  constexpr int MB = D / 16 > 8 ? D / 128 : 1, RB = D / (16 * MB), CG = 8 / RB, VC = VS / CG, NS = VC / 8;
   // dv_new tile 64 x VS: 4 row blocks x 2 column halves.
   constexpr int NU = VS / 16;
   static_assert(NS % 2 == 0 && NU % 2 == 0, "n8 tiles come in pairs");
@@ -64,7 +72,8 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
   const int nj = blockIdx.x / (D / VS), n = nj / jobs;
   const int vs = (blockIdx.x % (D / VS)) * VS, h = blockIdx.y, hk = h / p.group;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
-  const int rb = warp % RB, cg = warp / RB;  // state rows 16 rb, columns cg VC
+  const int rb = warp % RB, cg = warp / RB;  // state rows 16 MB rb .., columns cg VC ..
+  const int sm0 = 16 * MB * rb;
   const int ub = warp & 3, uh = warp >> 2;   // dv_new rows 16 ub, columns uh VS/2
   const int4 si = p.map.seq_of(n);
   const int nch = (si.z - si.y + kC - 1) / kC;
@@ -80,18 +89,20 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
   const bool zero_do = job.identity, output = job.output;
   const int c_stop = nch - job.it1;  // the chunk after the last one this job runs (runs down to c_stop)
 
-  float dh[1][NS][4];
+  float dh[MB][NS][4];
 #pragma unroll
-  for (int nt = 0; nt < NS; ++nt)
+  for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int d = 16 * rb + gq + (r >= 2 ? 8 : 0), e = vs + cg * VC + 8 * nt + 2 * q4 + (r & 1);
-      if constexpr (Seg) {
-        dh[0][nt][r] = seg_start_value(job, d, e, D);
-      } else {
-        dh[0][nt][r] = p.d_final_state != nullptr ? p.d_final_state[state_base + d * D + e] : 0.f;
+    for (int nt = 0; nt < NS; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int d = sm0 + 16 * mb + gq + (r >= 2 ? 8 : 0), e = vs + cg * VC + 8 * nt + 2 * q4 + (r & 1);
+        if constexpr (Seg) {
+          dh[mb][nt][r] = seg_start_value(job, d, e, D);
+        } else {
+          dh[mb][nt][r] = p.d_final_state != nullptr ? p.d_final_state[state_base + d * D + e] : 0.f;
+        }
       }
-    }
 
   auto load = [&](int c, Tiles<T, D, VS>& b) {
     const int gi = si.w + c, t0 = si.y + c * kC;
@@ -110,19 +121,19 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
     if (tid < kC / 4) cp_async16(b.gc + 4 * tid, w.gc + row + 4 * tid);
   };
 
-  if (job.it0 < job.it1) load(nch - 1 - job.it0, sm.in[job.it0 & 1]);
+  if (job.it0 < job.it1) load(nch - 1 - job.it0, sm.in[job.it0 % ST]);
   cp_async_commit();
   for (int it = job.it0; it < job.it1; ++it) {
     const int c = nch - 1 - it;
-    Tiles<T, D, VS>& b = sm.in[it & 1];
+    Tiles<T, D, VS>& b = sm.in[it % ST];
     cp_async_wait<0>();
     __syncthreads();  // this chunk's tiles landed; every warp is done with the other buffer
-    if (c > c_stop) load(c - 1, sm.in[(it + 1) & 1]);
+    if (ST == 2 && c > c_stop) load(c - 1, sm.in[(it + 1) % ST]);
     cp_async_commit();
     const int64_t row = static_cast<int64_t>(h) * P + static_cast<int64_t>(si.w + c) * kC;
     const float gl = b.gc[kC - 1];
     if (tid < kC) sm.qf[tid] = p.scale * __expf(b.gc[tid]);
-    store_acc<T, 1, NS>(dh, sm.dh, LV, 16 * rb, cg * VC, lane);
+    store_acc<T, MB, NS>(dh, sm.dh, LV, sm0, cg * VC, lane);
     __syncthreads();
     if (output) {
       tile_store<T>(w.dHs + (static_cast<int64_t>(h) * p.NCt + si.w + c) * D * D + vs, D, sm.dh, LV, D, VS, tid,
@@ -171,35 +182,48 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
     // dh <- e^gl dh + (diag(qf) Q)^T dO - w^T dv_new
     const float eg = __expf(gl);
 #pragma unroll
-    for (int nt = 0; nt < NS; ++nt)
+    for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) dh[0][nt][r] *= eg;
+      for (int nt = 0; nt < NS; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) dh[mb][nt][r] *= eg;
     if (!zero_do) {  // + (diag(qf) Q)^T dO
 #pragma unroll
       for (int k0 = 0; k0 < kC; k0 += 16) {
-        uint32_t a[4];
-        load_a_t<T>(a, b.Q, LD, 16 * rb, k0, lane);
         const float2 f0 = *reinterpret_cast<const float2*>(sm.qf + k0 + 2 * q4);
         const float2 f1 = *reinterpret_cast<const float2*>(sm.qf + k0 + 8 + 2 * q4);
-        a[0] = scale_pair<T>(a[0], f0);
-        a[1] = scale_pair<T>(a[1], f0);
-        a[2] = scale_pair<T>(a[2], f1);
-        a[3] = scale_pair<T>(a[3], f1);
+        uint32_t a[MB][4];
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb) {
+          load_a_t<T>(a[mb], b.Q, LD, sm0 + 16 * mb, k0, lane);
+          a[mb][0] = scale_pair<T>(a[mb][0], f0);
+          a[mb][1] = scale_pair<T>(a[mb][1], f0);
+          a[mb][2] = scale_pair<T>(a[mb][2], f1);
+          a[mb][3] = scale_pair<T>(a[mb][3], f1);
+        }
 #pragma unroll
         for (int np = 0; np < NS / 2; ++np) {
           uint32_t bb[4];
           load_b_kn<T>(bb, b.dO, LV, cg * VC + 16 * np, k0, lane);
-          mma16816<T>(dh[0][2 * np], a, bb[0], bb[1]);
-          mma16816<T>(dh[0][2 * np + 1], a, bb[2], bb[3]);
+#pragma unroll
+          for (int mb = 0; mb < MB; ++mb) {
+            mma16816<T>(dh[mb][2 * np], a[mb], bb[0], bb[1]);
+            mma16816<T>(dh[mb][2 * np + 1], a[mb], bb[2], bb[3]);
+          }
         }
       }
     }
-    warp_mma<T, 1, NS, true, true, true>(dh, b.W, LD, 16 * rb, sm.dU, LV, cg * VC, kC, lane);
+    warp_mma<T, MB, NS, true, true, true>(dh, b.W, LD, sm0, sm.dU, LV, cg * VC, kC, lane);
+    if constexpr (ST == 1) {  // one set of tiles: the next chunk's once every warp is done with these
+      __syncthreads();
+      if (c > c_stop) load(c - 1, sm.in[0]);
+      cp_async_commit();
+    }
   }
   // A segment's end state (fp32, for the combine); the last job's is d_initial_state.
-  if (job.fin != nullptr) store_acc_f32<1, NS>(dh, job.fin, D, 16 * rb, vs + cg * VC, lane);
+  if (job.fin != nullptr) store_acc_f32<MB, NS>(dh, job.fin, D, sm0, vs + cg * VC, lane);
   if (job.last && p.d_initial_state != nullptr) {
-    store_acc_f32<1, NS>(dh, p.d_initial_state + state_base, D, 16 * rb, vs + cg * VC, lane);
+    store_acc_f32<MB, NS>(dh, p.d_initial_state + state_base, D, sm0, vs + cg * VC, lane);
   }
 }
 

@@ -88,6 +88,119 @@ __device__ __forceinline__ float2 row_dots(const float (&acc)[1][NT][4], const T
   return make_float2(quad_sum(a), quad_sum(b));
 }
 
+// Per-row partial sums of the gradient stage, in shared memory: [2][64] (per column half) unless said.
+struct GradRows {
+  float* qd;   // q.dq
+  float* kt;   // k.dk~ (decay of the keys in the carried state)
+  float* kk;   // k.dk (before the WY part)
+  float* tk;   // (A^T dw).k
+  float* tv;   // (A^T dv_new).v
+  float* db;   // sum_j dL_ij (K K^T)_ij D_ij
+  float* rl;   // row sums of dL * L
+  float* cl;   // [4][64] column sums of dL * L per row block
+  float* hd;   // [8] <h, dh'> per warp
+  float* dgs;  // [64] dgc
+};
+
+// dL = -A^T X (X = dA A^T in T2, strictly lower) with L = diag(beta) (K K^T) * D: the row sums for
+// dbeta and dgc, and S = dM + dM^T (dM = diag(beta) dL * D) into T1 (64 x 64 tiles, stride kC + 8).
+// Ks: the chunk's keys (row stride ldk, kdim columns). Warp (wr, wc): rows 16 wr, columns 32 wc.
+template <class T>
+__device__ __forceinline__ void dl_products(const T* As, const T* T2, const T* Ks, int ldk, int kdim, T* T1,
+                                            const float* gc, const float* bt, const GradRows& rs, int wr, int wc,
+                                            int lane) {
+  constexpr int LC = kC + 8;
+  const int gq = lane >> 2, q4 = lane & 3, m0 = 16 * wr, rA = m0 + gq, rB = rA + 8, j0 = 32 * wc;
+  float dl[1][4][4], kk[1][4][4];
+  zero_acc(dl);
+  zero_acc(kk);
+  warp_mma<T, 1, 4, true, true, true>(dl, As, LC, m0, T2, LC, j0, kC, lane);
+  warp_mma<T, 1, 4, false, false>(kk, Ks, ldk, m0, Ks, ldk, j0, kdim, lane);
+  float rdb[2] = {0.f, 0.f}, rl[2] = {0.f, 0.f};
+  float cl[4][2];
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+    cl[nt][0] = 0.f;
+    cl[nt][1] = 0.f;
+  }
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int half = r >> 1, i = half ? rB : rA, j = j0 + 8 * nt + 2 * q4 + (r & 1);
+      float sv = 0.f;
+      if (j < i) {
+        const float dij = expf(gc[i] - gc[j]);
+        const float kkd = kk[0][nt][r] * dij;
+        const float d = dl[0][nt][r];
+        const float ll = d * bt[i] * kkd;  // dL_ij L_ij
+        rdb[half] += d * kkd;
+        rl[half] += ll;
+        cl[nt][r & 1] += ll;
+        sv = d * bt[i] * dij;
+        T1[j * LC + i] = from_f<T>(sv);
+      }
+      if (j <= i) T1[i * LC + j] = from_f<T>(sv);
+    }
+  const float db0 = quad_sum(rdb[0]), db1 = quad_sum(rdb[1]);
+  const float rl0 = quad_sum(rl[0]), rl1 = quad_sum(rl[1]);
+  if (q4 == 0) {
+    rs.db[wc * kC + rA] = db0;
+    rs.db[wc * kC + rB] = db1;
+    rs.rl[wc * kC + rA] = rl0;
+    rs.rl[wc * kC + rB] = rl1;
+  }
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int par = 0; par < 2; ++par) {
+      float x = cl[nt][par];
+      x += __shfl_xor_sync(0xffffffffu, x, 4);
+      x += __shfl_xor_sync(0xffffffffu, x, 8);
+      x += __shfl_xor_sync(0xffffffffu, x, 16);
+      if (gq == 0) rs.cl[wr * kC + j0 + 8 * nt + 2 * q4 + par] = x;
+    }
+}
+
+// dbeta and dgc per row from the row sums (threads 0..63), a barrier every thread reaches, then dg =
+// reverse cumsum of dgc within the chunk, the last row also taking the decay terms (warp 0). gm = e^gc,
+// gl = gc of the last row.
+__device__ __forceinline__ void write_dbeta_dg(const Problem& p, int4 ci, int h, const float* gm, const float* bt,
+                                               float gl, const GradRows& rs, int tid, int lane) {
+  const int len = ci.z;
+  if (tid < kC) {
+    const int i = tid;
+    const float tk = rs.tk[i] + rs.tk[kC + i];
+    rs.dgs[i] = rs.qd[i] + rs.qd[kC + i] - rs.kk[i] - rs.kk[kC + i] + bt[i] * gm[i] * tk + rs.rl[i] +
+                rs.rl[kC + i] - (rs.cl[i] + rs.cl[kC + i] + rs.cl[2 * kC + i] + rs.cl[3 * kC + i]);
+    if (i < len) {
+      static_cast<float*>(p.dbeta.p)[p.dbeta.offset(ci.x, ci.y + i, h)] =
+          gm[i] * tk + rs.tv[i] + rs.tv[kC + i] + rs.db[i] + rs.db[kC + i];
+    }
+  }
+  __syncthreads();
+  if (p.gated && tid < 32) {
+    float last = rs.kt[lane] + rs.kt[kC + lane] + rs.kt[lane + 32] + rs.kt[kC + lane + 32];
+    last = warp_sum(last);
+    float hd = lane < 8 ? rs.hd[lane] : 0.f;
+    hd = warp_sum(hd);
+    // x_k = dgc_(63 - k); lane owns k = 2 lane, 2 lane + 1; inclusive scan over k.
+    float a = rs.dgs[kC - 1 - 2 * lane], b = rs.dgs[kC - 2 - 2 * lane];
+    if (lane == 0) a += last + expf(gl) * hd;
+    float s = a + b;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float t = __shfl_up_sync(0xffffffffu, s, o);
+      if (lane >= o) s += t;
+    }
+    const float before = s - (a + b);
+    const int i0 = kC - 1 - 2 * lane, i1 = i0 - 1;
+    float* dgo = static_cast<float*>(p.dg.p);
+    if (i0 < len) dgo[p.dg.offset(ci.x, ci.y + i0, h)] = before + a;
+    if (i1 < len) dgo[p.dg.offset(ci.x, ci.y + i1, h)] = before + a + b;
+  }
+}
+
 // Pipe (the default): every tile of the next item is fetched as soon as its buffer is dead, so an
 // item never starts with a wait on device memory: dO, v_new, h, dh' (and K into a second buffer at
 // D = 128) after dw is stored, Q, V, dv_new after the dA product, A after the dL product (needed only
@@ -126,6 +239,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
   float* r_h = r_cl + 4 * kC;   // [8] <h, dh'> per warp
   float* dgs = r_h + 8;         // [64]
   float* r_kf = dgs + kC;       // [2][64] k.dk at the end (the L2-norm backward of dk)
+  const GradRows rows{r_qd, r_kt, r_kk, r_tk, r_tv, r_db, r_rl, r_cl, r_h, dgs};
   const bool fused_l2 = w.rq != nullptr;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
@@ -394,57 +508,8 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
       store_acc<T, 1, 4>(x, T2, LC, m0, j0, lane);
     }
     __syncthreads();
-    {  // dL = -A^T X (strictly lower) with L = diag(beta) (K K^T) * D: dbeta, dgc, S = dM + dM^T -> T1
-      float dl[1][4][4], kk[1][4][4];
-      zero_acc(dl);
-      zero_acc(kk);
-      warp_mma<T, 1, 4, true, true, true>(dl, As, LC, m0, T2, LC, j0, kC, lane);
-      warp_mma<T, 1, 4, false, false>(kk, Ks, LD, m0, Ks, LD, j0, D, lane);
-      float rdb[2] = {0.f, 0.f}, rl[2] = {0.f, 0.f};
-      float cl[4][2];
-  #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        cl[nt][0] = 0.f;
-        cl[nt][1] = 0.f;
-      }
-  #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-  #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int half = r >> 1, i = half ? rB : rA, j = j0 + 8 * nt + 2 * q4 + (r & 1);
-          float sv = 0.f;
-          if (j < i) {
-            const float dij = expf(gc[i] - gc[j]);
-            const float kkd = kk[0][nt][r] * dij;
-            const float d = dl[0][nt][r];
-            const float ll = d * bt[i] * kkd;  // dL_ij L_ij
-            rdb[half] += d * kkd;
-            rl[half] += ll;
-            cl[nt][r & 1] += ll;
-            sv = d * bt[i] * dij;
-            T1[j * LC + i] = from_f<T>(sv);
-          }
-          if (j <= i) T1[i * LC + j] = from_f<T>(sv);
-        }
-      const float db0 = quad_sum(rdb[0]), db1 = quad_sum(rdb[1]);
-      const float rl0 = quad_sum(rl[0]), rl1 = quad_sum(rl[1]);
-      if (q4 == 0) {
-        r_db[wc * kC + rA] = db0;
-        r_db[wc * kC + rB] = db1;
-        r_rl[wc * kC + rA] = rl0;
-        r_rl[wc * kC + rB] = rl1;
-      }
-  #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-  #pragma unroll
-        for (int par = 0; par < 2; ++par) {
-          float x = cl[nt][par];
-          x += __shfl_xor_sync(0xffffffffu, x, 4);
-          x += __shfl_xor_sync(0xffffffffu, x, 8);
-          x += __shfl_xor_sync(0xffffffffu, x, 16);
-          if (gq == 0) r_cl[wr * kC + j0 + 8 * nt + 2 * q4 + par] = x;
-        }
-    }
+    // dL = -A^T X: dbeta, dgc row sums, S = dM + dM^T -> T1
+    dl_products<T>(As, T2, Ks, LD, D, T1, gc, bt, rows, wr, wc, lane);
     __syncthreads();
     if constexpr (Pipe) {  // A is dead
       if (next < items) issue_a(next);
@@ -461,39 +526,8 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
       write_rows<T, NT>(dk, w.dKh != nullptr ? w.dKh + row * D : nullptr, D, p.dk, ci, hk, m0, n0, lane);
     }
 
-    // dbeta and dgc per row; dg = reverse cumsum of dgc (the last row also takes the decay terms).
-    if (tid < kC) {
-      const int i = tid;
-      const float tk = r_tk[i] + r_tk[kC + i];
-      dgs[i] = r_qd[i] + r_qd[kC + i] - r_kk[i] - r_kk[kC + i] + bt[i] * gm[i] * tk + r_rl[i] + r_rl[kC + i] -
-               (r_cl[i] + r_cl[kC + i] + r_cl[2 * kC + i] + r_cl[3 * kC + i]);
-      if (i < len) {
-        static_cast<float*>(p.dbeta.p)[p.dbeta.offset(ci.x, ci.y + i, h)] =
-            gm[i] * tk + r_tv[i] + r_tv[kC + i] + r_db[i] + r_db[kC + i];
-      }
-    }
-    __syncthreads();
+    write_dbeta_dg(p, ci, h, gm, bt, gl, rows, tid, lane);
     if (fused_l2) write_rows_l2<T, NT>(dk, Ks, LD, r_kf, w.rk, p.map.T, p.HK, p.dk, ci, hk, m0, n0, lane);
-    if (p.gated && warp == 0) {
-      float last = r_kt[lane] + r_kt[kC + lane] + r_kt[lane + 32] + r_kt[kC + lane + 32];
-      last = warp_sum(last);
-      float hd = lane < 8 ? r_h[lane] : 0.f;
-      hd = warp_sum(hd);
-      // x_k = dgc_(63 - k); lane owns k = 2 lane, 2 lane + 1; inclusive scan over k.
-      float a = dgs[kC - 1 - 2 * lane], b = dgs[kC - 2 - 2 * lane];
-      if (lane == 0) a += last + expf(gl) * hd;
-      float s = a + b;
-  #pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const float t = __shfl_up_sync(0xffffffffu, s, o);
-        if (lane >= o) s += t;
-      }
-      const float before = s - (a + b);
-      const int i0 = kC - 1 - 2 * lane, i1 = i0 - 1;
-      float* dgo = static_cast<float*>(p.dg.p);
-      if (i0 < len) dgo[p.dg.offset(ci.x, ci.y + i0, h)] = before + a;
-      if (i1 < len) dgo[p.dg.offset(ci.x, ci.y + i1, h)] = before + a + b;
-    }
     __syncthreads();  // the next item overwrites every tile and row sum
     if constexpr (Pipe && !kTwoK) {
       if (next < items) issue_k(next, Kb);

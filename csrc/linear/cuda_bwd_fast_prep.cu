@@ -10,7 +10,8 @@ template <class T, int D>
 void launch_fast_prep(const Problem& p, const FastWork<T>& w, bool tensor_core_inverse, cudaStream_t s) {
   if (p.NCt == 0) return;
   const dim3 grid(p.NCt, p.H);
-  if (tensor_core_inverse) {
+  // D = 256: the tensor-core version only (the SIMT one is kept for D <= 128 as a variant).
+  if (tensor_core_inverse || D == 256) {
     using namespace prep_tc_detail;
     constexpr int smem = PrepTcLayout<D>::kBytes;
     AK_CUDA_CHECK(cudaFuncSetAttribute(fast_prep_tc<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -18,7 +19,7 @@ void launch_fast_prep(const Problem& p, const FastWork<T>& w, bool tensor_core_i
     AK_CUDA_CHECK(cudaFuncSetAttribute(fast_prep_tc<T, D>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        cudaSharedmemCarveoutMaxShared));
     fast_prep_tc<T, D><<<grid, prep_tc_detail::kThreads, smem, s>>>(p, w);
-  } else {
+  } else if constexpr (D <= 128) {
     using namespace prep_detail;
     constexpr size_t smem = prep_smem<D>();
     AK_CUDA_CHECK(cudaFuncSetAttribute(fast_prep<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -34,6 +35,8 @@ AK_INSTANTIATE(__nv_bfloat16, 64)
 AK_INSTANTIATE(__nv_bfloat16, 128)
 AK_INSTANTIATE(__half, 64)
 AK_INSTANTIATE(__half, 128)
+AK_INSTANTIATE(__nv_bfloat16, 256)
+AK_INSTANTIATE(__half, 256)
 #undef AK_INSTANTIATE
 
 }  // namespace ak::linear::cuda::bwd

@@ -28,24 +28,25 @@ constexpr int kThreads = 256;
 constexpr int LC = kC + 8;  // 64 x 64 tiles of 16-bit elements
 using B16 = __nv_bfloat16;
 
-// Shared memory, bytes. Q is only read by the first products: it lives where the A pair goes later.
+// Shared memory, bytes. Q is only read by the first products: it lives where the A pair goes later,
+// when it fits there (D <= 128), else in a tile of its own.
 template <int D>
 struct PrepTcLayout {
   static constexpr int LD = D + 8;
   static constexpr int kTileD = kC * LD * 2;
   static constexpr int kTileC = kC * LC * 2;
+  static constexpr bool kQInA = kTileD <= 2 * kTileC;
   static constexpr int kK = 0;
   static constexpr int kV = kK + kTileD;
   static constexpr int kLh = kV + kTileD;  // L (then Aw) hi
   static constexpr int kLl = kLh + kTileC;  // L (then Au) lo
   static constexpr int kAh = kLl + kTileC;
   static constexpr int kAl = kAh + kTileC;
-  static constexpr int kQ = kAh;
-  static constexpr int kGc = kAl + kTileC;
+  static constexpr int kQ = kQInA ? kAh : kAl + kTileC;
+  static constexpr int kGc = kQInA ? kAl + kTileC : kQ + kTileD;
   static constexpr int kBt = kGc + kC * 4;
   static constexpr int kBg = kBt + kC * 4;
   static constexpr int kBytes = kBg + kC * 4;
-  static_assert(kTileD <= 2 * kTileC, "Q fits where the A pair goes");
 };
 
 __device__ __forceinline__ void split_store(float x, float y, B16* hi, B16* lo, int off) {
@@ -88,7 +89,7 @@ __device__ __forceinline__ void split_store_neg(const float (&acc)[2][4], B16* h
 }
 
 template <class T, int D>
-__global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 3) fast_prep_tc(Problem p, FastWork<T> w) {
+__global__ void __launch_bounds__(kThreads, D == 64 ? 4 : D == 128 ? 3 : 1) fast_prep_tc(Problem p, FastWork<T> w) {
   using Lay = PrepTcLayout<D>;
   constexpr int LD = Lay::LD;
   extern __shared__ __align__(16) unsigned char smraw[];

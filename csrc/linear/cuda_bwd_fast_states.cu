@@ -138,5 +138,9 @@ AK_INSTANTIATE(__nv_bfloat16, 128)
 AK_INSTANTIATE(__half, 64)
 AK_INSTANTIATE(__half, 128)
 #undef AK_INSTANTIATE
+// D = 256: the plain states pass only (no segments; dstates is always v2 there).
+template void launch_fast_states<__nv_bfloat16, 256>(const Problem&, const FastWork<__nv_bfloat16>&, int,
+                                                      cudaStream_t);
+template void launch_fast_states<__half, 256>(const Problem&, const FastWork<__half>&, int, cudaStream_t);
 
 }  // namespace ak::linear::cuda::bwd

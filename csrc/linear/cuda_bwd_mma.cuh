@@ -192,6 +192,25 @@ __device__ __forceinline__ void store_acc_f32(const float (&acc)[MT][NT][4], flo
     }
 }
 
+// Loads an accumulator tile from fp32 device memory (the layout store_acc_f32 writes).
+template <int MT, int NT>
+__device__ __forceinline__ void load_acc_f32(float (&acc)[MT][NT][4], const float* src, int64_t ld, int m0, int n0,
+                                             int lane) {
+  const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int r = m0 + 16 * mt + g, c = n0 + 8 * nt + 2 * q;
+      const float2 a = *reinterpret_cast<const float2*>(src + r * ld + c);
+      const float2 b = *reinterpret_cast<const float2*>(src + (r + 8) * ld + c);
+      acc[mt][nt][0] = a.x;
+      acc[mt][nt][1] = a.y;
+      acc[mt][nt][2] = b.x;
+      acc[mt][nt][3] = b.y;
+    }
+}
+
 // ---- asynchronous global -> shared copies (16 bytes) ----
 
 #ifndef AK_BWD_EMULATE
