@@ -139,6 +139,34 @@ deviceTest("delta rule backward: head dims 64/128/256, K != V and general sizes"
   }
 });
 
+deviceTest(
+  "delta rule backward: K = V = 256 (packed with empty, 1/63/65-token sequences; GQA; T = 1; fp16), recomputed and saved",
+  async (device) => {
+    // On CUDA with 16-bit inputs these take the tensor-core path of D = 256 (its own gradient kernels).
+    const specs: CaseSpec[] = [
+      {
+        B: 1,
+        T: 160,
+        H: 2,
+        HK: 1,
+        K: 256,
+        V: 256,
+        dtype: "bfloat16",
+        gated: true,
+        l2norm: true,
+        cuSeqlens: [0, 0, 1, 64, 129, 129, 150],
+      },
+      { B: 4, T: 1, H: 4, HK: 2, K: 256, V: 256, dtype: "bfloat16", gated: true, l2norm: true },
+      { B: 1, T: 130, H: 3, K: 256, V: 256, dtype: "float16", gated: false },
+    ];
+    for (const spec of specs) {
+      for (const mode of [{ recurrent: false, chunkSize: 64 }, "saved"] as const) {
+        await withSeed((seed) => checkGradients(device, spec, mode, seed));
+      }
+    }
+  },
+);
+
 deviceTest("delta rule backward: T = 1, T not a multiple of the chunk, odd head counts", async (device) => {
   const cases: [Omit<CaseSpec, "dtype" | "gated">, number][] = [
     [{ B: 3, T: 1, H: 3, HK: 1, K: 64, V: 64 }, 64],
@@ -317,7 +345,7 @@ deviceTest(
         let stored = false;
         checkGradients(device, spec, "saved", seed, (x) => stored = x);
         // The Hopper forward stores them at K = V = 128 and 256 (so this test reaches the backward's
-        // saved paths: the tensor-core one at 128, the general one at 256).
+        // saved paths: the tensor-core ones at 128 and 256, the general one when it is forced).
         const expected = hopper && (spec.K === 128 || spec.K === 256);
         assert.equal(stored, expected, `states stored for ${JSON.stringify(spec)} on ${device}`);
       });

@@ -497,9 +497,9 @@ int run(int argc, char** argv) {
       const unsigned gblocks = min(p.NCt * H, getenv("EMU_BLOCKS") ? std::atoi(getenv("EMU_BLOCKS")) : 3);
       const bool old_grads = getenv("EMU_GRADS") && std::string(getenv("EMU_GRADS")) == "persistent";
       if (p.NCt > 0 && old_grads)
-        launch(dim3(gblocks), 256, fast_grads_smem<DD, false>(), [&] { grads_detail::fast_grads<T, DD, false>(pf, w); });
+        launch(dim3(gblocks), 128 * grads_wc<DD>(), fast_grads_smem<DD, false>(), [&] { grads_detail::fast_grads<T, DD, false>(pf, w); });
       if (p.NCt > 0 && !old_grads)
-        launch(dim3(gblocks), 256, fast_grads_smem<DD, true>(), [&] { grads_detail::fast_grads<T, DD, true>(pf, w); });
+        launch(dim3(gblocks), 128 * grads_wc<DD>(), fast_grads_smem<DD, true>(), [&] { grads_detail::fast_grads<T, DD, true>(pf, w); });
       }
     };
     if (D == 64) run_d(std::integral_constant<int, 64>{});

@@ -44,12 +44,20 @@ constexpr bool grads_two_k() {
   return D == 128;
 }
 
+// Column parts of the fused gradient stage's warps (4 x WC warps a block): 4 at D = 128 (16 warps, one
+// block per multiprocessor), 2 at D = 64 (8 warps, two blocks).
+template <int D>
+constexpr int grads_wc() {
+  return D == 128 ? 4 : 2;
+}
+
 // Shared memory of the fused gradient stage, the largest of the four (bytes); Pipe: the pipelined
 // version (cuda_bwd_fast_grads.cuh).
 template <int D, bool Pipe = false>
 constexpr size_t fast_grads_smem() {
+  constexpr int WC = grads_wc<D>();
   return 2 * (6 * kFastC * (D + 8) + 2 * D * (D + 8) + 3 * kFastC * (kFastC + 8)) +
-         sizeof(float) * (4 * kFastC + 8 * 2 * kFastC + 4 * kFastC + 8 + kFastC) +
+         sizeof(float) * (4 * kFastC + 8 * WC * kFastC + 4 * kFastC + 4 * WC + kFastC) +
          (Pipe && grads_two_k<D>() ? 2 * kFastC * (D + 8) : 0);
 }
 

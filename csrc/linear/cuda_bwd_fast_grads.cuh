@@ -1,8 +1,9 @@
-// Fast backward, stage "grads": every chunk-local gradient in one block of 8 warps per chunk and value
-// head, with nothing in between going through device memory. Warp (wr, wc) = (warp % 4, warp / 4) owns
-// rows 16 wr .. 16 wr + 15 and the column half wc of each 64 x D product (64 x 32 for 64 x 64 ones).
-// Per-row sums (q.dq, k.dk, ...) are combined over the halves through shared memory in a fixed order,
-// so results are deterministic. Steps (notation of bench/NOTES_linear_bwd.md):
+// Fast backward, stage "grads": every chunk-local gradient in one block per chunk and value head, with
+// nothing in between going through device memory. The block has 4 x WC warps (WC = 4 at D = 128: 16
+// warps, one block per multiprocessor; WC = 2 at D = 64: 8 warps, two blocks): warp (wr, wc) =
+// (warp % 4, warp / 4) owns rows 16 wr .. 16 wr + 15 and the column part wc of WC of each 64 x D
+// product (and of each 64 x 64 one). Per-row sums (q.dq, k.dk, ...) are combined over the parts
+// through shared memory in a fixed order, so results are deterministic. Steps (notation of bench/NOTES_linear_bwd.md):
 //   dPs = scale (dO v_new^T) * D (lower incl.)      dq = scale diag(e^gc) dO h^T + dPs K
 //   dk  = diag(e^(gl-gc)) v_new dh'^T + dPs^T Q       dw = -dv_new h^T
 //   dk += diag(beta e^gc) A^T dw                      dv = diag(beta) A^T dv_new
@@ -19,7 +20,16 @@ namespace ak::linear::cuda::bwd {
 namespace grads_detail {
 
 constexpr int kC = kFastC;
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;  // blocks of 8 warps (WC = 2): the two kernels of D = 256
+
+// Sum of the WC column parts of a per-row partial sum stored as [WC][64].
+template <int WC>
+__device__ __forceinline__ float sum_parts(const float* r, int i) {
+  float s = r[i];
+#pragma unroll
+  for (int c = 1; c < WC; ++c) s += r[c * kC + i];
+  return s;
+}
 
 // Writes a 64 x D accumulator slice (rows m0.., columns n0..) either as fp32 into the per-head
 // scratch (row-major [64][D] at `scratch`) or, when scratch is null, in the dtype to the output view
@@ -46,9 +56,9 @@ __device__ __forceinline__ void write_rows(const float (&acc)[1][NT][4], float* 
 }
 
 // Writes a 64 x D slice of dy (the gradient of y = x / |x|) as dx = (dy - y (y . dy)) / |x| to the
-// output view (valid rows only): y from the shared tile ys, y . dy summed over the two column halves
-// in rdot[2][64], 1 / |x| per row from rinv ([B, T, HK]).
-template <class T, int NT>
+// output view (valid rows only): y from the shared tile ys, y . dy summed over the WC column parts
+// in rdot[WC][64], 1 / |x| per row from rinv ([B, T, HK]).
+template <class T, int NT, int WC>
 __device__ __forceinline__ void write_rows_l2(const float (&acc)[1][NT][4], const T* ys, int ld, const float* rdot,
                                               const float* rinv, int T_, int HK, OutView out, int4 ci, int head,
                                               int m0, int n0, int lane) {
@@ -57,7 +67,7 @@ __device__ __forceinline__ void write_rows_l2(const float (&acc)[1][NT][4], cons
   for (int half = 0; half < 2; ++half) {
     const int r = m0 + gq + 8 * half;
     if (r >= ci.z) continue;
-    const float s = rdot[r] + rdot[kFastC + r];
+    const float s = sum_parts<WC>(rdot, r);
     const float ri = rinv[(static_cast<int64_t>(ci.x) * T_ + ci.y + r) * HK + head];
     T* o = static_cast<T*>(out.p) + out.offset(ci.x, ci.y + r, head);
 #pragma unroll
@@ -88,7 +98,7 @@ __device__ __forceinline__ float2 row_dots(const float (&acc)[1][NT][4], const T
   return make_float2(quad_sum(a), quad_sum(b));
 }
 
-// Per-row partial sums of the gradient stage, in shared memory: [2][64] (per column half) unless said.
+// Per-row partial sums of the gradient stage, in shared memory: [WC][64] (per column part) unless said.
 struct GradRows {
   float* qd;   // q.dq
   float* kt;   // k.dk~ (decay of the keys in the carried state)
@@ -98,33 +108,33 @@ struct GradRows {
   float* db;   // sum_j dL_ij (K K^T)_ij D_ij
   float* rl;   // row sums of dL * L
   float* cl;   // [4][64] column sums of dL * L per row block
-  float* hd;   // [8] <h, dh'> per warp
+  float* hd;   // [4 WC] <h, dh'> per warp
   float* dgs;  // [64] dgc
 };
 
 // dL = -A^T X (X = dA A^T in T2, strictly lower) with L = diag(beta) (K K^T) * D: the row sums for
 // dbeta and dgc, and S = dM + dM^T (dM = diag(beta) dL * D) into T1 (64 x 64 tiles, stride kC + 8).
-// Ks: the chunk's keys (row stride ldk, kdim columns). Warp (wr, wc): rows 16 wr, columns 32 wc.
-template <class T>
+// Ks: the chunk's keys (row stride ldk, kdim columns). Warp (wr, wc): rows 16 wr, columns 64 / WC wc.
+template <class T, int WC>
 __device__ __forceinline__ void dl_products(const T* As, const T* T2, const T* Ks, int ldk, int kdim, T* T1,
                                             const float* gc, const float* bt, const GradRows& rs, int wr, int wc,
                                             int lane) {
-  constexpr int LC = kC + 8;
-  const int gq = lane >> 2, q4 = lane & 3, m0 = 16 * wr, rA = m0 + gq, rB = rA + 8, j0 = 32 * wc;
-  float dl[1][4][4], kk[1][4][4];
+  constexpr int LC = kC + 8, NJ = 8 / WC;
+  const int gq = lane >> 2, q4 = lane & 3, m0 = 16 * wr, rA = m0 + gq, rB = rA + 8, j0 = (kC / WC) * wc;
+  float dl[1][NJ][4], kk[1][NJ][4];
   zero_acc(dl);
   zero_acc(kk);
-  warp_mma<T, 1, 4, true, true, true>(dl, As, LC, m0, T2, LC, j0, kC, lane);
-  warp_mma<T, 1, 4, false, false>(kk, Ks, ldk, m0, Ks, ldk, j0, kdim, lane);
+  warp_mma<T, 1, NJ, true, true, true>(dl, As, LC, m0, T2, LC, j0, kC, lane);
+  warp_mma<T, 1, NJ, false, false>(kk, Ks, ldk, m0, Ks, ldk, j0, kdim, lane);
   float rdb[2] = {0.f, 0.f}, rl[2] = {0.f, 0.f};
-  float cl[4][2];
+  float cl[NJ][2];
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt) {
+  for (int nt = 0; nt < NJ; ++nt) {
     cl[nt][0] = 0.f;
     cl[nt][1] = 0.f;
   }
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+  for (int nt = 0; nt < NJ; ++nt)
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int half = r >> 1, i = half ? rB : rA, j = j0 + 8 * nt + 2 * q4 + (r & 1);
@@ -151,7 +161,7 @@ __device__ __forceinline__ void dl_products(const T* As, const T* T2, const T* K
     rs.rl[wc * kC + rB] = rl1;
   }
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+  for (int nt = 0; nt < NJ; ++nt)
 #pragma unroll
     for (int par = 0; par < 2; ++par) {
       float x = cl[nt][par];
@@ -165,24 +175,25 @@ __device__ __forceinline__ void dl_products(const T* As, const T* T2, const T* K
 // dbeta and dgc per row from the row sums (threads 0..63), a barrier every thread reaches, then dg =
 // reverse cumsum of dgc within the chunk, the last row also taking the decay terms (warp 0). gm = e^gc,
 // gl = gc of the last row.
+template <int WC>
 __device__ __forceinline__ void write_dbeta_dg(const Problem& p, int4 ci, int h, const float* gm, const float* bt,
                                                float gl, const GradRows& rs, int tid, int lane) {
   const int len = ci.z;
   if (tid < kC) {
     const int i = tid;
-    const float tk = rs.tk[i] + rs.tk[kC + i];
-    rs.dgs[i] = rs.qd[i] + rs.qd[kC + i] - rs.kk[i] - rs.kk[kC + i] + bt[i] * gm[i] * tk + rs.rl[i] +
-                rs.rl[kC + i] - (rs.cl[i] + rs.cl[kC + i] + rs.cl[2 * kC + i] + rs.cl[3 * kC + i]);
+    const float tk = sum_parts<WC>(rs.tk, i);
+    rs.dgs[i] = sum_parts<WC>(rs.qd, i) - sum_parts<WC>(rs.kk, i) + bt[i] * gm[i] * tk + sum_parts<WC>(rs.rl, i) -
+                sum_parts<4>(rs.cl, i);
     if (i < len) {
       static_cast<float*>(p.dbeta.p)[p.dbeta.offset(ci.x, ci.y + i, h)] =
-          gm[i] * tk + rs.tv[i] + rs.tv[kC + i] + rs.db[i] + rs.db[kC + i];
+          gm[i] * tk + sum_parts<WC>(rs.tv, i) + sum_parts<WC>(rs.db, i);
     }
   }
   __syncthreads();
   if (p.gated && tid < 32) {
-    float last = rs.kt[lane] + rs.kt[kC + lane] + rs.kt[lane + 32] + rs.kt[kC + lane + 32];
+    float last = sum_parts<WC>(rs.kt, lane) + sum_parts<WC>(rs.kt, lane + 32);
     last = warp_sum(last);
-    float hd = lane < 8 ? rs.hd[lane] : 0.f;
+    float hd = lane < 4 * WC ? rs.hd[lane] : 0.f;
     hd = warp_sum(hd);
     // x_k = dgc_(63 - k); lane owns k = 2 lane, 2 lane + 1; inclusive scan over k.
     float a = rs.dgs[kC - 1 - 2 * lane], b = rs.dgs[kC - 2 - 2 * lane];
@@ -208,8 +219,10 @@ __device__ __forceinline__ void write_dbeta_dg(const Problem& p, int4 ci, int h,
 // fetched at the end of the item. Without Pipe: dO, v_new, h during the WY part, the rest at the
 // start of the item (round 2).
 template <class T, int D, bool Pipe>
-__global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem p, FastWork<T> w) {
-  constexpr int LD = D + 8, LC = kC + 8, NT = D / 16;
+__global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_grads(Problem p, FastWork<T> w) {
+  // NT: n8 tiles of a warp's part of a 64 x D product; NJ: of a 64 x 64 one.
+  constexpr int WC = grads_wc<D>(), kThreads = 128 * WC, NT = D / (8 * WC), NJ = 8 / WC;
+  constexpr int LD = D + 8, LC = kC + 8;
   constexpr bool kTwoK = Pipe && grads_two_k<D>();
   extern __shared__ __align__(16) unsigned char smraw[];
   T* Qs = reinterpret_cast<T*>(smraw);
@@ -228,25 +241,25 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
   float* gm = gc + kC;   // e^gc
   float* dec = gm + kC;  // e^(gl - gc)
   float* bt = dec + kC;  // beta
-  float* r_qd = bt + kC;  // [2][64] per column half: q.dq
-  float* r_kt = r_qd + 2 * kC;  // k.dk~ (decay of the keys in the carried state)
-  float* r_kk = r_kt + 2 * kC;  // k.dk (before the WY part)
-  float* r_tk = r_kk + 2 * kC;  // (A^T dw).k
-  float* r_tv = r_tk + 2 * kC;  // (A^T dv_new).v
-  float* r_db = r_tv + 2 * kC;  // sum_j dL_ij (K K^T)_ij D_ij
-  float* r_rl = r_db + 2 * kC;  // row sums of dL * L
-  float* r_cl = r_rl + 2 * kC;  // [4][64] column sums of dL * L per row block
-  float* r_h = r_cl + 4 * kC;   // [8] <h, dh'> per warp
-  float* dgs = r_h + 8;         // [64]
-  float* r_kf = dgs + kC;       // [2][64] k.dk at the end (the L2-norm backward of dk)
+  float* r_qd = bt + kC;         // [WC][64] per column part: q.dq
+  float* r_kt = r_qd + WC * kC;  // k.dk~ (decay of the keys in the carried state)
+  float* r_kk = r_kt + WC * kC;  // k.dk (before the WY part)
+  float* r_tk = r_kk + WC * kC;  // (A^T dw).k
+  float* r_tv = r_tk + WC * kC;  // (A^T dv_new).v
+  float* r_db = r_tv + WC * kC;  // sum_j dL_ij (K K^T)_ij D_ij
+  float* r_rl = r_db + WC * kC;  // row sums of dL * L
+  float* r_cl = r_rl + WC * kC;  // [4][64] column sums of dL * L per row block
+  float* r_h = r_cl + 4 * kC;    // [4 WC] <h, dh'> per warp
+  float* dgs = r_h + 4 * WC;     // [64]
+  float* r_kf = dgs + kC;        // [WC][64] k.dk at the end (the L2-norm backward of dk)
   const GradRows rows{r_qd, r_kt, r_kk, r_tk, r_tv, r_db, r_rl, r_cl, r_h, dgs};
   const bool fused_l2 = w.rq != nullptr;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
   const int wr = warp & 3, wc = warp >> 2;
   const int m0 = 16 * wr, rA = m0 + gq, rB = rA + 8;
-  const int n0 = wc * (D / 2);  // columns of 64 x D products
-  const int j0 = 32 * wc;       // columns of 64 x 64 products
+  const int n0 = wc * (D / WC);   // columns of 64 x D products
+  const int j0 = wc * (kC / WC);  // columns of 64 x 64 products
 
   // Persistent blocks: item = chunk * H + head. Loads come in two cp.async groups: dO, v_new, h (the
   // first products' operands) are fetched during the previous item's WY part, when their buffers are
@@ -344,17 +357,17 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
       dec[tid] = expf(gl - gc[tid]);
     }
     {  // dPs = scale (dO v_new^T) * D, lower incl. -> T1
-      float acc[1][4][4];
+      float acc[1][NJ][4];
       zero_acc(acc);
-      warp_mma<T, 1, 4, false, false>(acc, dOs, LD, m0, Us, LD, j0, D, lane);
+      warp_mma<T, 1, NJ, false, false>(acc, dOs, LD, m0, Us, LD, j0, D, lane);
   #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < NJ; ++nt)
   #pragma unroll
         for (int r = 0; r < 4; ++r) {
           const int i = r < 2 ? rA : rB, j = j0 + 8 * nt + 2 * q4 + (r & 1);
           acc[0][nt][r] = j <= i ? p.scale * acc[0][nt][r] * expf(gc[i] - gc[j]) : 0.f;
         }
-      store_acc<T, 1, 4>(acc, T1, LC, m0, j0, lane);
+      store_acc<T, 1, NJ>(acc, T1, LC, m0, j0, lane);
     }
     __syncthreads();
     float dqa[1][NT][4];  // dq, written at once or (fused L2 norm) once q.dq is complete
@@ -428,7 +441,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
       warp_mma<T, 1, NT, false, false, true>(dw, dUs, LD, m0, Hs, LD, n0, D, lane);  // -dv_new h^T
       __syncthreads();
       // q.dq of both halves is in r_qd, Q not yet overwritten.
-      if (fused_l2) write_rows_l2<T, NT>(dqa, Qs, LD, r_qd, w.rq, p.map.T, p.HK, p.dq, ci, hk, m0, n0, lane);
+      if (fused_l2) write_rows_l2<T, NT, WC>(dqa, Qs, LD, r_qd, w.rq, p.map.T, p.HK, p.dq, ci, hk, m0, n0, lane);
       store_acc<T, 1, NT>(dw, dWs, LD, m0, n0, lane);
     }
     __syncthreads();
@@ -482,19 +495,19 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
       write_rows<T, NT>(acc, nullptr, D, p.dv, ci, h, m0, n0, lane);
     }
     {  // dA = (dv_new V^T) diag(beta) + (dw K^T) diag(beta e^gc), strictly lower -> T1
-      float a1[1][4][4], a2[1][4][4];
+      float a1[1][NJ][4], a2[1][NJ][4];
       zero_acc(a1);
       zero_acc(a2);
-      warp_mma<T, 1, 4, false, false>(a1, dUs, LD, m0, Vs, LD, j0, D, lane);
-      warp_mma<T, 1, 4, false, false>(a2, dWs, LD, m0, Ks, LD, j0, D, lane);
+      warp_mma<T, 1, NJ, false, false>(a1, dUs, LD, m0, Vs, LD, j0, D, lane);
+      warp_mma<T, 1, NJ, false, false>(a2, dWs, LD, m0, Ks, LD, j0, D, lane);
   #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < NJ; ++nt)
   #pragma unroll
         for (int r = 0; r < 4; ++r) {
           const int i = r < 2 ? rA : rB, j = j0 + 8 * nt + 2 * q4 + (r & 1);
           a1[0][nt][r] = j < i ? bt[j] * (a1[0][nt][r] + gm[j] * a2[0][nt][r]) : 0.f;
         }
-      store_acc<T, 1, 4>(a1, T1, LC, m0, j0, lane);
+      store_acc<T, 1, NJ>(a1, T1, LC, m0, j0, lane);
     }
     __syncthreads();
     if constexpr (Pipe) {  // Q (as dw), V, dv_new are dead
@@ -502,14 +515,14 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
       cp_async_commit();
     }
     {  // X = dA A^T -> T2
-      float x[1][4][4];
+      float x[1][NJ][4];
       zero_acc(x);
-      warp_mma<T, 1, 4, false, false>(x, T1, LC, m0, As, LC, j0, kC, lane);
-      store_acc<T, 1, 4>(x, T2, LC, m0, j0, lane);
+      warp_mma<T, 1, NJ, false, false>(x, T1, LC, m0, As, LC, j0, kC, lane);
+      store_acc<T, 1, NJ>(x, T2, LC, m0, j0, lane);
     }
     __syncthreads();
     // dL = -A^T X: dbeta, dgc row sums, S = dM + dM^T -> T1
-    dl_products<T>(As, T2, Ks, LD, D, T1, gc, bt, rows, wr, wc, lane);
+    dl_products<T, WC>(As, T2, Ks, LD, D, T1, gc, bt, rows, wr, wc, lane);
     __syncthreads();
     if constexpr (Pipe) {  // A is dead
       if (next < items) issue_a(next);
@@ -526,8 +539,8 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_grads(Problem 
       write_rows<T, NT>(dk, w.dKh != nullptr ? w.dKh + row * D : nullptr, D, p.dk, ci, hk, m0, n0, lane);
     }
 
-    write_dbeta_dg(p, ci, h, gm, bt, gl, rows, tid, lane);
-    if (fused_l2) write_rows_l2<T, NT>(dk, Ks, LD, r_kf, w.rk, p.map.T, p.HK, p.dk, ci, hk, m0, n0, lane);
+    write_dbeta_dg<WC>(p, ci, h, gm, bt, gl, rows, tid, lane);
+    if (fused_l2) write_rows_l2<T, NT, WC>(dk, Ks, LD, r_kf, w.rk, p.map.T, p.HK, p.dk, ci, hk, m0, n0, lane);
     __syncthreads();  // the next item overwrites every tile and row sum
     if constexpr (Pipe && !kTwoK) {
       if (next < items) issue_k(next, Kb);

@@ -16,11 +16,11 @@ void launch_variant(const Problem& p, const FastWork<T>& w, bool persistent, cud
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   int per_sm = 0, dev = 0;
   AK_CUDA_CHECK(cudaGetDevice(&dev));
-  AK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, grads_detail::kThreads, smem));
+  AK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128 * grads_wc<D>(), smem));
   const int64_t items = static_cast<int64_t>(p.NCt) * p.H;
   const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * ak::cuda::props(dev).multiProcessorCount;
   const unsigned blocks = static_cast<unsigned>(persistent ? std::min(items, resident) : items);
-  kernel<<<blocks, grads_detail::kThreads, smem, s>>>(p, w);
+  kernel<<<blocks, 128 * grads_wc<D>(), smem, s>>>(p, w);
   ak::cuda::check_launch("delta_bwd fast: grads");
 }
 

@@ -285,11 +285,11 @@ __global__ void __launch_bounds__(kThreads, 1) grads256_k(Problem p, FastWork<T>
   }
   __syncthreads();
   // dL = -A^T X: dbeta, dgc row sums, S = dM + dM^T -> T1
-  dl_products<T>(As, T2, Ks, LD, D, T1, gc, bt, rows, wr, wc, lane);
+  dl_products<T, 2>(As, T2, Ks, LD, D, T1, gc, bt, rows, wr, wc, lane);
   __syncthreads();
   warp_mma<T, 1, NT, false, true>(dk, T1, LC, m0, Ks, LD, n0, kC, lane);  // dk += S K
   write_rows<T, NT>(dk, w.dKh != nullptr ? w.dKh + row * D : nullptr, D, p.dk, ci, hk, m0, n0, lane);
-  write_dbeta_dg(p, ci, h, gm, bt, gl, rows, tid, lane);
+  write_dbeta_dg<2>(p, ci, h, gm, bt, gl, rows, tid, lane);
 }
 
 }  // namespace grads256_detail
