@@ -14,7 +14,7 @@ export const linearSymbols = {
   //   const ak_tensor* chunk_states,  [B, H, NC + 1, K, V] float32, or NULL
   //   const ak_tensor* aw,            [B, H, T, chunk_size] float32, or NULL
   //   const ak_tensor* au,            [B, H, T, chunk_size] float32, or NULL
-  //   const ak_tensor* saved,         1-D dtype of q, >= H NCS (K V + 64 V) elements, or NULL
+  //   const ak_tensor* saved,         1-D dtype of q, >= H NCS (K V + 64 V + 64 * 64 + 64 K) elements, or NULL
   //   int32_t* saved_written)         set to 1 when the forward filled `saved`, else 0
   ak_delta_rule_fwd: {
     parameters: [

@@ -343,16 +343,17 @@ deviceTest(
       /aw: only available for the chunked algorithm/,
     );
     refuses(fwd({ states: aw.descriptor() }), /chunk_states: expected shape \[1, 4, 2, 16, 8\]/);
-    // The saved-for-backward buffer: 1-D, dtype of q, H NCS (K V + 64 V) = 4 * 1 * (128 + 512) elements.
-    using saved = Tensor.empty([2560], { device });
-    using small = Tensor.empty([2559], { device });
+    // The saved-for-backward buffer: 1-D, dtype of q, H NCS (K V + 64 V + 64 * 64 + 64 K) =
+    // 4 * 1 * (128 + 512 + 4096 + 1024) elements.
+    using saved = Tensor.empty([23040], { device });
+    using small = Tensor.empty([23039], { device });
     const written = new Int32Array([7]);
     fwd({ saved: saved.descriptor(), written: new Uint8Array(written.buffer) })();
     assert.ok(written[0] === 0 || written[0] === 1, `saved_written: got ${written[0]}`);
     refuses(fwd({ saved: saved.descriptor() }), /saved_written: expected a pointer because saved is given/);
     refuses(
       fwd({ saved: small.descriptor(), written: new Uint8Array(written.buffer) }),
-      /saved: expected at least 2560 elements/,
+      /saved: expected at least 23040 elements/,
     );
     refuses(
       fwd({ saved: aw.descriptor(), written: new Uint8Array(written.buffer) }),

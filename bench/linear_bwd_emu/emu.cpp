@@ -420,6 +420,14 @@ int run(int argc, char** argv) {
       if (p.NCt > 0 && !simt)
         launch(dim3(p.NCt, H), 256, prep_tc_detail::PrepTcLayout<DD>::kBytes,
                [&] { prep_tc_detail::fast_prep_tc<T, DD>(pp, w); });
+      // EMU_SAVED=1: as with the forward's saved A and w: prep again computing only P and gc, over
+      // poisoned copies of both.
+      if (p.NCt > 0 && getenv("EMU_SAVED")) {
+        std::fill(Pm.begin(), Pm.end(), static_cast<T>(NAN));
+        std::fill(gc.begin(), gc.end(), NAN);
+        launch(dim3(p.NCt, H), 256, prep_tc_detail::PrepTcLayout<DD>::kBytes,
+               [&] { prep_tc_detail::fast_prep_tc<T, DD, true>(pp, w); });
+      }
       // EMU_CP=P: states and dstates v2 as P segments (pass 1, combine, pass 2), with the per-chunk
       // states and v_new / dv_new poisoned first so that a chunk no pass writes shows as NaN.
       const int cp = getenv("EMU_CP") ? std::atoi(getenv("EMU_CP")) : 0;
@@ -482,6 +490,8 @@ int run(int argc, char** argv) {
         const unsigned items = p.NCt * H;
         std::vector<float> Xq(size_t(H) * P * DD, NAN), Xk(size_t(H) * P * DD, NAN), dA1(size_t(H) * P * 64, NAN),
             tv(size_t(H) * P, NAN), hd(size_t(H) * p.NCt, NAN);
+        std::vector<T> dW(size_t(H) * P * DD, static_cast<T>(NAN));
+        w.dW = dW.data();
         w.Xq = Xq.data();
         w.Xk = Xk.data();
         w.dA1 = dA1.data();

@@ -45,10 +45,11 @@ extern "C" {
  *                 Au = A diag(beta), A = (I + tril(diag(beta) K K^T * decay, -1))^-1 and gc the
  *                 gate cumulated within the chunk
  *   saved         or NULL: a contiguous 1-D buffer of the dtype of q, at least
- *                 H * NCS * (K * V + 64 * V) elements, NCS = B * ceil(T / 64) without cu_seqlens and
- *                 ceil(T / 64) + N with it. The forward may store there what the backward would
- *                 otherwise recompute (the state before every chunk of 64 tokens and the chunk-local
- *                 v - w S), in a layout private to the library; it then sets *saved_written to 1, else 0.
+ *                 H * NCS * (K * V + 64 * V + 64 * 64 + 64 * K) elements, NCS = B * ceil(T / 64)
+ *                 without cu_seqlens and ceil(T / 64) + N with it. The forward may store there what the
+ *                 backward would otherwise recompute (the state before every chunk of 64 tokens, the
+ *                 chunk-local v - w S, the WY factors A and w), in a layout private to the library; it
+ *                 then sets *saved_written to 1, else 0.
  *   saved_written int32, written when saved is given (may be NULL otherwise)
  */
 AK_API ak_status ak_delta_rule_fwd(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* g,

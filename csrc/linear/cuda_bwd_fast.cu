@@ -124,21 +124,24 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   const int64_t batch_rows = p.map.seq != nullptr ? 1 : p.N;
   const int64_t qk_rows = batch_rows * p.map.T * p.HK;
   const size_t e = sizeof(T);
-  // States and v_new saved by the forward (chunks of 64, this path's layouts): no states stage.
+  // States, v_new, A and w saved by the forward (chunks of 64, this path's layouts: [H][NCt][D][D],
+  // [H][NCt * 64][D], [H][NCt * 64][64], [H][NCt * 64][D]): no states stage, and prep computes only
+  // gc and P.
   T* const saved_h = static_cast<T*>(const_cast<void*>(p.saved));
   const bool from_saved = saved_h != nullptr;
-  // The tensor-core prep then skips u (nothing reads it); the SIMT one always writes it.
-  const bool skip_u = from_saved && var.prep_tc;
+  T* const saved_u = from_saved ? saved_h + H * p.NCt * D * D : nullptr;
+  T* const saved_a = from_saved ? saved_u + H * P * D : nullptr;
+  T* const saved_w = from_saved ? saved_a + H * P * kFastC : nullptr;
   // Segments of states and dstates (1: the plain runs): fp32 D x D summaries per sequence, head and
   // segment boundary.
   const int segs = var.runs(Stage::States) && !from_saved && !kD256 ? plan_segments(p, var.cp, D, device) : 1;
   const size_t seg_state = segs > 1 ? static_cast<size_t>(p.N) * H * (segs - 1) * D * D * sizeof(float) : 0;
   const size_t sizes[] = {
       round_up(H * P * sizeof(float)),                        // gc
-      round_up(H * P * kFastC * e),                           // A
+      round_up(from_saved ? 0 : H * P * kFastC * e),          // A
       round_up(H * P * kFastC * e),                           // P
-      round_up(H * P * D * e),                                // W
-      round_up(skip_u ? 0 : H * P * D * e),                   // U
+      round_up(from_saved ? 0 : H * P * D * e),               // W
+      round_up(from_saved ? 0 : H * P * D * e),               // U
       round_up(H * P * D * e),                                // dU
       round_up(from_saved ? 0 : H * p.NCt * D * D * e),       // Hs
       round_up(H * p.NCt * D * D * e),                        // dHs
@@ -156,6 +159,7 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
       round_up(kD256 ? H * P * kFastC * sizeof(float) : 0),   // D 256: dA1
       round_up(kD256 ? H * P * sizeof(float) : 0),            // D 256: tv
       round_up(kD256 ? H * p.NCt * sizeof(float) : 0),        // D 256: hd
+      round_up(kD256 && from_saved ? H * P * D * e : 0),      // D 256: dw (else over W)
   };
   size_t total = 0;
   for (size_t b : sizes) total += b;
@@ -169,9 +173,9 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   }
   FastWork<T> w;
   w.gc = static_cast<float*>(part[0]);
-  w.A = static_cast<T*>(part[1]);
+  w.A = from_saved ? saved_a : static_cast<T*>(part[1]);
   w.P = static_cast<T*>(part[2]);
-  w.W = static_cast<T*>(part[3]);
+  w.W = from_saved ? saved_w : static_cast<T*>(part[3]);
   w.U = static_cast<T*>(part[4]);
   w.dU = static_cast<T*>(part[5]);
   w.Hs = static_cast<T*>(part[6]);
@@ -190,6 +194,7 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   w.dA1 = static_cast<float*>(part[19]);
   w.tv = static_cast<float*>(part[20]);
   w.hd = static_cast<float*>(part[21]);
+  w.dW = from_saved ? static_cast<T*>(part[22]) : w.W;
   seg.entry = entry;
   // Pass 1 (summaries; segment 0 writes its outputs), the combine, pass 2 (the other segments'
   // outputs); the summaries' scratch serves both stages, one after the other on the stream.
@@ -224,13 +229,12 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
     p.k = RowView{kn, st * p.map.T, st, D};
     if (!l2_in_prep) p_prep = p;
   }
-  if (var.runs(Stage::Prep)) launch_fast_prep<T, D>(p_prep, w, var.prep_tc, s);
-  // The forward's states replace the states stage: grads reads h and v_new from them (prep's u, in
-  // w.U, is then unused or not computed at all).
+  if (var.runs(Stage::Prep)) launch_fast_prep<T, D>(p_prep, w, var.prep_tc, from_saved, s);
+  // The forward's states replace the states stage: grads reads h and v_new from them.
   FastWork<T> wg = w;
   if (from_saved) {
     wg.Hs = saved_h;
-    wg.U = saved_h + static_cast<int64_t>(H) * p.NCt * D * D;
+    wg.U = saved_u;
   }
   if (!from_saved && var.runs(Stage::States)) {
     if constexpr (kD256) {

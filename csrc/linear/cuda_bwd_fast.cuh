@@ -20,13 +20,15 @@ template <class T>
 struct FastWork {
   float* gc = nullptr;          // [H][P] cumulated gate (zeros when ungated)
   T *A = nullptr, *P = nullptr; // [H][P][64]: (I + L)^-1 and scale (Q K^T * D), lower incl.
-  T *W = nullptr, *U = nullptr; // [H][P][D]: w; u, overwritten by v_new in states
+  T *W = nullptr, *U = nullptr; // [H][P][D]: w; u, overwritten by v_new in states (A and W may
+                                // be the forward's saved ones: read only)
   T* dU = nullptr;              // [H][P][D]: dv_new
   T *Hs = nullptr, *dHs = nullptr;  // [H][NCt][D][D]
   float *dQh = nullptr, *dKh = nullptr;  // [H][P][D] fp32 per value head, or null: write dq, dk directly
   // D = 256 only, between the two gradient kernels (cuda_bwd_fast_grads256.cuh): the V-contracted
   // parts of dq and dk ([H][P][D]), dv_new V^T ([H][P][64]), (A^T dv_new).v ([H][P]), <h, dh'> ([H][NCt]).
   float *Xq = nullptr, *Xk = nullptr, *dA1 = nullptr, *tv = nullptr, *hd = nullptr;
+  T* dW = nullptr;  // [H][P][D]: dw (over W when W is not the forward's saved one)
   // 1 / |x| per row of q and k ([B, T, HK]) when grads writes dq, dk through the L2 norm's backward
   // (group 1, L2 norm in the kernel); else null.
   const float *rq = nullptr, *rk = nullptr;
@@ -71,8 +73,9 @@ constexpr size_t fast_grads256_smem_k() {
 }
 
 // Launchers; the extra arguments pick a variant (cuda_bwd_variants.h).
+// only_p: A and w come from the forward's saved buffer; prep computes gc and P only.
 template <class T, int D>
-void launch_fast_prep(const Problem& p, const FastWork<T>& w, bool tensor_core_inverse, cudaStream_t s);
+void launch_fast_prep(const Problem& p, const FastWork<T>& w, bool tensor_core_inverse, bool only_p, cudaStream_t s);
 template <class T, int D>
 void launch_fast_states(const Problem& p, const FastWork<T>& w, int vs, cudaStream_t s);
 template <class T, int D>

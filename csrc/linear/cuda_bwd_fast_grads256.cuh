@@ -7,7 +7,7 @@
 //     dv  = diag(beta) A^T dv_new; (A^T dv_new).v   -> dv, w.tv
 //     per 64-row panel of h and dh' (three buffers in rotation, the next panel in flight):
 //       Xq = scale diag(e^gc) dO h^T, Xk = diag(e^(gl-gc)) v_new dh'^T -> w.Xq, w.Xk (fp32)
-//       dw = -dv_new h^T                                              -> w.W (prep's w is dead too)
+//       dw = -dv_new h^T                                              -> w.dW
 //       <h, dh'>                                                       -> w.hd
 //   grads256_k, over K and the chunk (one block per chunk x head): what the fused kernel does after
 //     those products: dq = Xq + dPs K; dk = Xk + dPs^T Q + diag(beta e^gc) A^T dw + S K;
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, 1) grads256_v(Problem p, FastWork<T>
     }
     store_acc_f32<1, 4>(x1, w.Xq + row * D, D, m0, kp * kC + j0, lane);
     store_acc_f32<1, 4>(x2, w.Xk + row * D, D, m0, kp * kC + j0, lane);
-    store_acc<T, 1, 4>(x3, w.W + row * D, D, m0, kp * kC + j0, lane);
+    store_acc<T, 1, 4>(x3, w.dW + row * D, D, m0, kp * kC + j0, lane);
     const int na = c, nb = a, nc = b;
     a = na, b = nb, c = nc;
   }
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1) grads256_k(Problem p, FastWork<T>
 
   tile_load<T>(Qs, LD, static_cast<const T*>(p.q.p) + p.q.offset(ci.x, ci.y, hk), p.q.st, kC, len, D, tid, kThreads);
   tile_load<T>(Ks, LD, static_cast<const T*>(p.k.p) + p.k.offset(ci.x, ci.y, hk), p.k.st, kC, len, D, tid, kThreads);
-  tile_load<T>(dWs, LD, w.W + row * D, D, kC, kC, D, tid, kThreads);
+  tile_load<T>(dWs, LD, w.dW + row * D, D, kC, kC, D, tid, kThreads);
   tile_load<T>(As, LC, w.A + row * kC, kC, kC, kC, kC, tid, kThreads);
   tile_load<T>(T1, LC, w.P + row * kC, kC, kC, kC, kC, tid, kThreads);
   cp_async_commit();

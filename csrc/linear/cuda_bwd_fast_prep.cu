@@ -7,9 +7,19 @@
 namespace ak::linear::cuda::bwd {
 
 template <class T, int D>
-void launch_fast_prep(const Problem& p, const FastWork<T>& w, bool tensor_core_inverse, cudaStream_t s) {
+void launch_fast_prep(const Problem& p, const FastWork<T>& w, bool tensor_core_inverse, bool only_p, cudaStream_t s) {
   if (p.NCt == 0) return;
   const dim3 grid(p.NCt, p.H);
+  if (only_p) {  // A and w come from the forward
+    using namespace prep_tc_detail;
+    constexpr int smem = PrepTcLayout<D>::kBytes;
+    AK_CUDA_CHECK(cudaFuncSetAttribute(fast_prep_tc<T, D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    AK_CUDA_CHECK(cudaFuncSetAttribute(fast_prep_tc<T, D, true>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       cudaSharedmemCarveoutMaxShared));
+    fast_prep_tc<T, D, true><<<grid, prep_tc_detail::kThreads, smem, s>>>(p, w);
+    ak::cuda::check_launch("delta_bwd fast: prep (P only)");
+    return;
+  }
   // D = 256: the tensor-core version only (the SIMT one is kept for D <= 128 as a variant).
   if (tensor_core_inverse || D == 256) {
     using namespace prep_tc_detail;
@@ -30,7 +40,7 @@ void launch_fast_prep(const Problem& p, const FastWork<T>& w, bool tensor_core_i
 }
 
 #define AK_INSTANTIATE(T, D) \
-  template void launch_fast_prep<T, D>(const Problem&, const FastWork<T>&, bool, cudaStream_t);
+  template void launch_fast_prep<T, D>(const Problem&, const FastWork<T>&, bool, bool, cudaStream_t);
 AK_INSTANTIATE(__nv_bfloat16, 64)
 AK_INSTANTIATE(__nv_bfloat16, 128)
 AK_INSTANTIATE(__half, 64)

@@ -88,7 +88,8 @@ __device__ __forceinline__ void split_store_neg(const float (&acc)[2][4], B16* h
   }
 }
 
-template <class T, int D>
+// OnlyP: with the forward's saved A and w, only gc and P (and the L2 norm of q and k).
+template <class T, int D, bool OnlyP = false>
 __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : D == 128 ? 3 : 1) fast_prep_tc(Problem p, FastWork<T> w) {
   using Lay = PrepTcLayout<D>;
   constexpr int LD = Lay::LD;
@@ -117,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : D == 128 ? 3 : 1) fast
   cp_async_commit();
   // With the forward's saved states the backward needs no u (w.U null): V is not read.
   const bool only_w = w.U == nullptr;
-  if (!only_w) {
+  if (!only_w && !OnlyP) {
     tile_load<T>(Vs, LD, static_cast<const T*>(p.v.p) + p.v.offset(ci.x, ci.y, h), p.v.st, kC, len, D, tid,
                  kThreads);
   }
@@ -214,7 +215,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : D == 128 ? 3 : 1) fast
         if (x > rb && x > pb) continue;
         uint32_t b[4];
         load_b1_nk_k32<T>(b, Ks, LD, 8 * (par + 2 * x), k0, lane);
-        if (x <= rb) {
+        if (!OnlyP && x <= rb) {
           mma16816<T>(la[x], ak[0], b[0], b[1]);
           mma16816<T>(la[x], ak[1], b[2], b[3]);
         }
@@ -227,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : D == 128 ? 3 : 1) fast
     // L_ij = beta_i (k_i . k_j) e^(gc_i - gc_j), j < i, as a bf16 pair (its upper tiles stay unwritten).
 #pragma unroll
     for (int x = 0; x < 4; ++x) {
-      if (x > rb) continue;
+      if (OnlyP || x > rb) continue;
       const int j = 8 * (par + 2 * x) + 2 * q4;
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -255,6 +256,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : D == 128 ? 3 : 1) fast
       }
     }
   }
+  if constexpr (OnlyP) return;
   __syncthreads();  // L written; Q dead
 
   // 1. Diagonal blocks: lane j of warp b < 4 solves column j of (I + L_bb) x = e_j.

@@ -434,14 +434,29 @@ int split_outputs() {
   return n == 0 ? 2 : n;
 }
 
-// The Hopper kernels' stores of what the backward would recompute (DeltaFwd::saved): the state
-// before each chunk and U, in the fast backward's layouts ([H][chunks][D][D], [H][chunks * 64][D]).
+// What the forward saves for the backward (DeltaFwd::saved), in the fast backward's layouts: the
+// state before each chunk and U = u - w S (stored by the Hopper stage-2 kernels), then A = (I + L)^-1
+// and w (stored by stage 1): [H][chunks][D][D], [H][chunks * 64][D], [H][chunks * 64][64],
+// [H][chunks * 64][D].
+template <class T>
+struct SavedParts {
+  T *hs, *vs, *a, *w;
+  SavedParts(const DeltaFwd& f, int64_t chunks) {
+    const int64_t D = f.p.K, H = f.p.H;
+    hs = static_cast<T*>(f.saved->data);
+    vs = hs + H * chunks * D * D;
+    a = vs + H * chunks * 64 * D;
+    w = a + H * chunks * 64 * 64;
+  }
+};
+
 template <class T>
 void encode_save_maps(const DeltaFwd& a, int64_t chunks, SaveMaps& maps) {
   const int dtype = std::is_same_v<T, __half> ? AK_FLOAT16 : AK_BFLOAT16;
   const int64_t D = a.p.K, H = a.p.H;
-  T* const hs = static_cast<T*>(a.saved->data);
-  T* const vs = hs + H * chunks * D * D;
+  const SavedParts<T> parts(a, chunks);
+  T* const hs = parts.hs;
+  T* const vs = parts.vs;
   ak::cuda::encode_rows_map(maps.hs, dtype, hs, D, H * chunks * D, 1, 1, D, 0, 0, static_cast<int>(D),
                             "delta rule saved states");
   ak::cuda::encode_rows_map(maps.vs, dtype, vs, D, H * chunks * 64, 1, 1, D, 0, 0, 64, "delta rule saved v_new");
@@ -535,6 +550,15 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
   pp.group = as_int(p.group(), "group");
   pp.tokens = map.T;
   pp.l2norm = p.l2norm;
+  const cudaDeviceProp& prop = ak::cuda::props(device);
+  const StatePlan plan = plan_state(D, static_cast<int64_t>(N) * H, prop);
+  // The Hopper stage-2 kernels store the states for the backward; stage 1 then stores A and w.
+  const bool saving = (D == 128 || D == 256) && plan.kernel != StateKernel::Mma && a.saved != nullptr;
+  if (saving) {
+    const SavedParts<T> parts(a, chunks);
+    pp.save_a = parts.a;
+    pp.save_w = parts.w;
+  }
   launch_chunk_prep<T, D>(pp, stream);
   const char* stages = std::getenv("ATTNKIT_LINEAR_FAST_STAGES");
   if (stages != nullptr && std::strcmp(stages, "prep") == 0) return;
@@ -558,8 +582,6 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
   sp.l2norm = p.l2norm;
   const char* e_mode = std::getenv("ATTNKIT_LINEAR_SM90_E");
   sp.e_from_registers = e_mode != nullptr && std::strcmp(e_mode, "regs") == 0;
-  const cudaDeviceProp& prop = ak::cuda::props(device);
-  const StatePlan plan = plan_state(D, static_cast<int64_t>(N) * H, prop);
   if constexpr (D == 128 || D == 256) {
     if (plan.kernel != StateKernel::Mma) {
       StepProfiler profiler(device);
@@ -572,7 +594,7 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
       // widens them to fp32).
       SaveMaps save_storage;
       const SaveMaps* save = nullptr;
-      if (a.saved != nullptr) {
+      if (saving) {
         encode_save_maps<T>(a, chunks, save_storage);
         save = &save_storage;
         sp.save_chunks = chunks;

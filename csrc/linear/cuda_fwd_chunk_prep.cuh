@@ -5,7 +5,7 @@
 //   A   = (I + L)^-1                                  triangular solve, 16x16 blocks, fp32
 //   w   = A diag(beta exp(gc)) K^,  u = A diag(beta) V    WY vectors (tensor cores)
 // It writes w, u (16-bit, [chunk, H, 64, D]), gc and 1/|k| (fp32, [chunk, H, 64]) for stage 2, and
-// Aw, Au (fp32) when asked. Rows past the chunk's length load as zeros (beta = g = 0 there), so their
+// Aw, Au (fp32) when asked; with save_a / save_w also A and w for the backward (16-bit, its layouts). Rows past the chunk's length load as zeros (beta = g = 0 there), so their
 // rows of w and u are zero and stage 2 can read whole tiles.
 //
 // FLOPs per chunk and head (C = 64): K K^T 2 C^2 D / 2 (causal tiles only), solve ~C^3 / 3,
@@ -67,6 +67,8 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
   int row, t0, len;
   p.map.chunk(gch, row, t0, len);
   const int64_t vec_off = (static_cast<int64_t>(gch) * p.H + h) * 64;  // [chunk, H, 64] index base
+  // [H][chunks * 64] row base of the backward's layouts
+  const int64_t save_row = (static_cast<int64_t>(h) * p.chunks + gch) * 64;
 
   // 1. Load k, v (zero rows past len), g and beta.
   async_tile<64, D, kPrepThreads>(kS, len, [&](int r) { return p.k.row(row, t0 + r, hk); }, tid);
@@ -260,6 +262,7 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
       const float au = av[q] * bu, aw = av[q] * bw;
       AwS[i * (Lay::kPitchC / 2) + j] = Elem<T>::from_float(aw * rkj);
       AuS[i * (Lay::kPitchC / 2) + j] = Elem<T>::from_float(au);
+      if (p.save_a) p.save_a[(save_row + i) * 64 + j] = Elem<T>::from_float(av[q]);
       if (i < len) {
         if (p.aw) p.aw[(out_base + i) * 64 + j] = aw;
         if (p.au) p.au[(out_base + i) * 64 + j] = au;
@@ -276,6 +279,7 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
     const uint32_t f_tile = smem_addr(LA) + (is_w ? 0 : 64 * Lay::kPitchC);
     const uint32_t x_tile = smem_addr(is_w ? kS : vS);
     T* out = (is_w ? p.w : p.u) + vec_off * D;
+    T* const saved_w = is_w && p.save_w ? p.save_w + save_row * D : nullptr;
 #pragma unroll
     for (int ng = 0; ng < D / 64; ++ng) {
       float acc[8][4];
@@ -303,8 +307,9 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const int i = 16 * rb + g8 + 8 * hh;
-          *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(i) * D + col) =
-              pack2<T>(acc[nt][2 * hh], acc[nt][2 * hh + 1]);
+          const uint32_t pair = pack2<T>(acc[nt][2 * hh], acc[nt][2 * hh + 1]);
+          *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(i) * D + col) = pair;
+          if (saved_w) *reinterpret_cast<uint32_t*>(saved_w + static_cast<int64_t>(i) * D + col) = pair;
         }
       }
     }

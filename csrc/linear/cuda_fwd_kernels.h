@@ -80,6 +80,9 @@ struct PrepParams {
   T *w = nullptr, *u = nullptr;   // [chunks, H, C, D]
   float *gc = nullptr, *rk = nullptr;  // [chunks, H, C]: gate cumsum, 1 / |k| (rk only with l2norm)
   float *aw = nullptr, *au = nullptr;  // [B, H, T, C] or nullptr (fixed length only)
+  // For the backward (DeltaFwd::saved), or null: A = (I + L)^-1 ([H][chunks * 64][64]) and w
+  // ([H][chunks * 64][D]) in the fast backward's layouts.
+  T *save_a = nullptr, *save_w = nullptr;
   int chunks = 0, H = 0, group = 1, tokens = 0;
   bool l2norm = false;
 };

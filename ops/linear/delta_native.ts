@@ -358,12 +358,12 @@ function savedCall(inputs: DeltaInputs, s: DeltaSettings, sizes: DeltaSizes): st
   return parts.join(", ");
 }
 
-// Elements of the saved-states buffer (attnkit_linear.h): H NCS (K V + 64 V), NCS an upper bound
-// on the chunks of 64 of the whole call.
+// Elements of the saved-states buffer (attnkit_linear.h): H NCS (K V + 64 V + 64 * 64 + 64 K), NCS
+// an upper bound on the chunks of 64 of the whole call.
 function savedElements(sizes: DeltaSizes, packed: boolean): number {
   const { B, T, H, K, V, N } = sizes;
   const chunks = packed ? Math.ceil(T / 64) + N : B * Math.ceil(T / 64);
-  return H * chunks * (K * V + 64 * V);
+  return H * chunks * (K * V + 64 * V + 64 * 64 + 64 * K);
 }
 
 function flagsOf(s: { gated: boolean; l2norm: boolean; recurrent?: boolean }): number {

@@ -56,7 +56,7 @@ export interface ChunkDeltaRuleOptions extends DeltaRuleOptions {
    * Keep what the backward would recompute (the state before every chunk; see
    * {@link DeltaSavedStates}) and return it as `saved`, for the backward's `saved` option (default
    * false). Training loops that run the backward right after the forward save a sequential pass with
-   * it, for `H * chunks * (K V + 64 V)` elements of memory.
+   * it, for `H * chunks * (K V + 64 V + 64 * 64 + 64 K)` elements of memory.
    */
   saveForBackward?: boolean;
 }

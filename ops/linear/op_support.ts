@@ -22,7 +22,7 @@ export interface DeltaOpOptions {
   /**
    * `DeltaNetOp` and `GatedDeltaNetOp`: keep the per-chunk states from the forward for the backward
    * where the backend stores them (default true; see {@link DeltaSavedStates}): a faster backward for
-   * `H * chunks * (K V + 64 V)` more elements held between the two calls.
+   * `H * chunks * (K V + 64 V + 64 * 64 + 64 K)` more elements held between the two calls.
    */
   saveStates?: boolean;
 }

@@ -1,8 +1,9 @@
 /**
- * What a delta-rule forward keeps for its backward: on CUDA, the state before every chunk of 64 tokens
- * and the chunk-local `v - w S` (16-bit, in the library's own layout), which the backward would
- * otherwise recompute in a sequential pass. It costs `H * chunks * (K V + 64 V)` elements of the
- * input dtype (at K = V = 128 as much as q, k and v together) and saves the backward that pass.
+ * What a delta-rule forward keeps for its backward: on CUDA, the state before every chunk of 64 tokens,
+ * the chunk-local `v - w S` and the WY factors `A` and `w` (16-bit, in the library's own layout),
+ * which the backward would otherwise recompute (a sequential pass and most of its chunk-local
+ * preparation). It costs `H * chunks * (K V + 64 V + 64 * 64 + 64 K)` elements of the input dtype (at
+ * K = V = 128 one and a half times q, k and v together).
  *
  * @module
  */
