@@ -272,15 +272,20 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
   __syncthreads();
 
   // 6. w = Aw K (warps 0-3) and u = Au V (warps 4-7), 16 rows a warp, 64 columns at a time; A is
-  //    lower triangular, so row block rb needs k-blocks 0..rb only.
+  //    lower triangular, so row block rb needs k-blocks 0..rb only. Each 64-column group leaves through
+  //    shared memory, over the columns of k and v it was computed from (dead once every warp is past
+  //    the barrier), as 16-byte stores of whole row pieces: the fragments' own stores wrote 16 bytes
+  //    of 8 rows each.
   {
     const bool is_w = warp < 4;
     const int rb = warp & 3;
     const uint32_t f_tile = smem_addr(LA) + (is_w ? 0 : 64 * Lay::kPitchC);
-    const uint32_t x_tile = smem_addr(is_w ? kS : vS);
-    T* out = (is_w ? p.w : p.u) + vec_off * D;
-    T* const saved_w = is_w && p.save_w ? p.save_w + save_row * D : nullptr;
-#pragma unroll
+    unsigned char* const x_bytes = is_w ? kS : vS;
+    const uint32_t x_tile = smem_addr(x_bytes);
+    T* const w_out = p.w + vec_off * D;
+    T* const u_out = p.u + vec_off * D;
+    T* const w_saved = p.save_w ? p.save_w + save_row * D : nullptr;
+#pragma unroll 1
     for (int ng = 0; ng < D / 64; ++ng) {
       float acc[8][4];
 #pragma unroll
@@ -301,16 +306,26 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
           mma16816<T>(acc[2 * np + 1], a, b[1]);
         }
       }
+      __syncthreads();  // every warp is done reading this group's columns of k and v
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
         const int col = 64 * ng + 8 * nt + 2 * t4;
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const int i = 16 * rb + g8 + 8 * hh;
-          const uint32_t pair = pack2<T>(acc[nt][2 * hh], acc[nt][2 * hh + 1]);
-          *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(i) * D + col) = pair;
-          if (saved_w) *reinterpret_cast<uint32_t*>(saved_w + static_cast<int64_t>(i) * D + col) = pair;
+          *reinterpret_cast<uint32_t*>(x_bytes + i * Lay::kPitchD + 2 * col) =
+              pack2<T>(acc[nt][2 * hh], acc[nt][2 * hh + 1]);
         }
+      }
+      __syncthreads();
+      // 64 rows x 64 columns of w, then of u: 512 pieces of 16 bytes each.
+#pragma unroll
+      for (int idx = tid; idx < 1024; idx += kPrepThreads) {
+        const bool part_w = idx < 512;
+        const int r = (idx & 511) >> 3, col = 64 * ng + 8 * (idx & 7);
+        const uint4 val = *reinterpret_cast<const uint4*>((part_w ? kS : vS) + r * Lay::kPitchD + 2 * col);
+        *reinterpret_cast<uint4*>((part_w ? w_out : u_out) + static_cast<int64_t>(r) * D + col) = val;
+        if (part_w && w_saved) *reinterpret_cast<uint4*>(w_saved + static_cast<int64_t>(r) * D + col) = val;
       }
     }
   }
