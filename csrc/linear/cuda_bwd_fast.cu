@@ -46,8 +46,8 @@ bool aligned(const void* ptr, int64_t bytes) { return reinterpret_cast<uintptr_t
 bool rows16(const RowView& v) {
   return aligned(v.p, 16) && v.sb % 8 == 0 && v.st % 8 == 0 && v.sh % 8 == 0;
 }
-// Pairs of elements for the outputs.
-bool rows4(const OutView& v) { return aligned(v.p, 4) && v.sb % 2 == 0 && v.st % 2 == 0 && v.sh % 2 == 0; }
+// 16-byte pieces of rows for the outputs (the gradient stage's stores).
+bool rows16(const OutView& v) { return aligned(v.p, 16) && v.sb % 8 == 0 && v.st % 8 == 0 && v.sh % 8 == 0; }
 
 size_t round_up(size_t x) { return (x + 255) / 256 * 256; }
 
@@ -280,7 +280,7 @@ bool fast_supported(const Problem& p, int device) {
   if (props.sharedMemPerBlockOptin < need) return false;
   if (!p.l2norm && (!rows16(p.q) || !rows16(p.k))) return false;
   if (!rows16(p.v) || !rows16(p.dout)) return false;
-  return rows4(p.dq) && rows4(p.dk) && rows4(p.dv);
+  return rows16(p.dq) && rows16(p.dk) && rows16(p.dv);
 }
 
 void run_fast(const Problem& p, cudaStream_t stream, int device) {

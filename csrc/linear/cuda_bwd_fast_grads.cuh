@@ -31,9 +31,41 @@ __device__ __forceinline__ float sum_parts(const float* r, int i) {
   return s;
 }
 
+// Lane q of each quad holds words v[0..3], word j from n8 tile j of one accumulator row; afterwards it
+// holds tile q's four words (lanes 0..3 in order): 16 contiguous bytes of the row, so that a warp
+// stores whole 32-byte sectors (the fragments' own 4-byte stores left half of each sector to a
+// second instruction).
+__device__ __forceinline__ void quad_transpose(uint32_t (&v)[4], int q) {
+  auto pick = [&](int i) { return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3]; };
+  const uint32_t own = pick(q);
+  const uint32_t r1 = __shfl_xor_sync(0xffffffffu, pick(q ^ 1), 1);
+  const uint32_t r2 = __shfl_xor_sync(0xffffffffu, pick(q ^ 2), 2);
+  const uint32_t r3 = __shfl_xor_sync(0xffffffffu, pick(q ^ 3), 3);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int m = k ^ q;
+    v[k] = m == 0 ? own : m == 1 ? r1 : m == 2 ? r2 : r3;
+  }
+}
+
+// Stores row pieces of a 1 x NT n8-tile accumulator row (two floats a tile and lane) as 16-byte
+// pieces: words[j] = the lane's pair of tile j; o = the row (null: not stored, the shuffles still run).
+template <int NT>
+__device__ __forceinline__ void store_row16(uint32_t (&words)[NT], void* o_row, int n0, int q4) {
+  static_assert(NT % 4 == 0, "n8 tiles in groups of four");
+#pragma unroll
+  for (int g = 0; g < NT / 4; ++g) {
+    uint32_t v[4] = {words[4 * g], words[4 * g + 1], words[4 * g + 2], words[4 * g + 3]};
+    quad_transpose(v, q4);
+    if (o_row != nullptr) {
+      *reinterpret_cast<uint4*>(static_cast<char*>(o_row) + 2 * (n0 + 32 * g + 8 * q4)) = make_uint4(v[0], v[1], v[2], v[3]);
+    }
+  }
+}
+
 // Writes a 64 x D accumulator slice (rows m0.., columns n0..) either as fp32 into the per-head
 // scratch (row-major [64][D] at `scratch`) or, when scratch is null, in the dtype to the output view
-// (valid rows only).
+// (valid rows only, 16-byte pieces: store_row16).
 template <class T, int NT>
 __device__ __forceinline__ void write_rows(const float (&acc)[1][NT][4], float* scratch, int D, OutView out,
                                            int4 ci, int head, int m0, int n0, int lane) {
@@ -41,16 +73,18 @@ __device__ __forceinline__ void write_rows(const float (&acc)[1][NT][4], float* 
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = m0 + gq + 8 * half;
+    if (scratch != nullptr) {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int c = n0 + 8 * nt + 2 * q4;
-      const float x = acc[0][nt][2 * half], y = acc[0][nt][2 * half + 1];
-      if (scratch != nullptr) {
-        *reinterpret_cast<float2*>(scratch + r * D + c) = make_float2(x, y);
-      } else if (r < ci.z) {
-        T* o = static_cast<T*>(out.p) + out.offset(ci.x, ci.y + r, head) + c;
-        *reinterpret_cast<uint32_t*>(o) = pack2<T>(x, y);
+      for (int nt = 0; nt < NT; ++nt) {
+        const int c = n0 + 8 * nt + 2 * q4;
+        *reinterpret_cast<float2*>(scratch + r * D + c) = make_float2(acc[0][nt][2 * half], acc[0][nt][2 * half + 1]);
       }
+    } else {
+      uint32_t words[NT];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) words[nt] = pack2<T>(acc[0][nt][2 * half], acc[0][nt][2 * half + 1]);
+      T* o = r < ci.z ? static_cast<T*>(out.p) + out.offset(ci.x, ci.y + r, head) : nullptr;
+      store_row16<NT>(words, o, n0, q4);
     }
   }
 }
@@ -66,17 +100,17 @@ __device__ __forceinline__ void write_rows_l2(const float (&acc)[1][NT][4], cons
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = m0 + gq + 8 * half;
-    if (r >= ci.z) continue;
+    const bool valid = r < ci.z;
     const float s = sum_parts<WC>(rdot, r);
-    const float ri = rinv[(static_cast<int64_t>(ci.x) * T_ + ci.y + r) * HK + head];
-    T* o = static_cast<T*>(out.p) + out.offset(ci.x, ci.y + r, head);
+    const float ri = valid ? rinv[(static_cast<int64_t>(ci.x) * T_ + ci.y + r) * HK + head] : 0.f;
+    uint32_t words[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const int c = n0 + 8 * nt + 2 * q4;
       const float2 y = unpack2<T>(*reinterpret_cast<const uint32_t*>(ys + r * ld + c));
-      const float x = ri * (acc[0][nt][2 * half] - y.x * s), z = ri * (acc[0][nt][2 * half + 1] - y.y * s);
-      *reinterpret_cast<uint32_t*>(o + c) = pack2<T>(x, z);
+      words[nt] = pack2<T>(ri * (acc[0][nt][2 * half] - y.x * s), ri * (acc[0][nt][2 * half + 1] - y.y * s));
     }
+    store_row16<NT>(words, valid ? static_cast<T*>(out.p) + out.offset(ci.x, ci.y + r, head) : nullptr, n0, q4);
   }
 }
 
