@@ -32,7 +32,10 @@ export interface TimeOptions {
 
 /**
  * Times `fn` with device events (CUDA) or the host clock (CPU): warm-up calls, then one
- * measurement per call; returns the median and the rest.
+ * measurement per call; returns the median and the rest. On CUDA every call's pair of events is
+ * recorded first and read once at the end (as triton's `do_bench` does), so the host prepares a
+ * call while the device still runs the one before: the samples measure the device's work, not the
+ * host's launch latency after an idle device.
  *
  * @example
  * ```ts
@@ -57,14 +60,17 @@ export function timeIt(fn: () => void, options: TimeOptions = {}): Timing {
       samples.push(performance.now() - t0);
     }
   } else {
-    using start = new DeviceEvent(id.index);
-    using end = new DeviceEvent(id.index);
-    for (let i = 0; i < iterations; i++) {
-      options.before?.();
-      start.record();
-      fn();
-      end.record();
-      samples.push(start.elapsedTo(end));
+    const events = Array.from({ length: 2 * iterations }, () => new DeviceEvent(id.index));
+    try {
+      for (let i = 0; i < iterations; i++) {
+        options.before?.();
+        events[2 * i].record();
+        fn();
+        events[2 * i + 1].record();
+      }
+      for (let i = 0; i < iterations; i++) samples.push(events[2 * i].elapsedTo(events[2 * i + 1]));
+    } finally {
+      for (const e of events) e[Symbol.dispose]();
     }
   }
   const sorted = [...samples].sort((a, b) => a - b);
