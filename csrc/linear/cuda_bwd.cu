@@ -1,7 +1,7 @@
 // The CUDA backward of the delta rule (ak::linear::cuda::delta_bwd): turns the validated call into
 // the stages' Problem, builds the varlen chunk map on the device, and picks a path.
 //
-// Paths: "fast" (tensor cores; bf16/f16, K = V in {64, 128}; any chunk size, computed as 64: the
+// Paths: "fast" (tensor cores; bf16/f16, K = V in {64, 128, 256}; any chunk size, computed as 64: the
 // gradients do not depend on it) and "general" (fp32 SIMT, everything else, at the chunk size
 // asked). ATTNKIT_LINEAR_BWD_PATH=general|fast forces one (fast refuses calls it cannot serve);
 // unset or "auto" picks fast where it applies.
@@ -148,7 +148,7 @@ void delta_bwd(const DeltaBwd& a) {
     const bool fast = bwd::fast_supported(p, device);
     if (path == Path::Fast) {
       require(fast, "delta_rule_bwd: ATTNKIT_LINEAR_BWD_PATH=fast, but the fast path serves only bfloat16/float16 "
-                    "with K = V in {64, 128} on sm_80 or newer");
+                    "with K = V in {64, 128, 256} on sm_80 or newer");
     }
     if (fast && path != Path::General) {
       bwd::run_fast(p, stream, device);

@@ -77,7 +77,7 @@ constexpr float kL2NormEps = 1e-6f;
 // ---- the general path: fp32 SIMT stages (any K, V <= 256, chunk 32/64/128, every dtype) ----
 void run_general(const Problem& p, cudaStream_t stream, int device);
 
-// ---- the tensor-core path: bf16/f16, K = V in {64, 128}, chunk 64 ----
+// ---- the tensor-core path: bf16/f16, K = V in {64, 128, 256}, chunk 64 ----
 bool fast_supported(const Problem& p, int device);
 void run_fast(const Problem& p, cudaStream_t stream, int device);
 

@@ -1,10 +1,11 @@
-// The tensor-core path of the delta-rule backward: bf16/f16 inputs, K = V = D in {64, 128}, chunks of
+// The tensor-core path of the delta-rule backward: bf16/f16 inputs, K = V = D in {64, 128, 256}, chunks of
 // 64 (whatever chunk size the caller asked: the gradients do not depend on it). Four stages
 // (bench/NOTES_linear_bwd.md has the math, FLOPs and bytes):
-//   prep     (chunk-parallel)   gc, A, w, u, P
-//   states   (sequential)       h_c before each chunk, v_new = u - w h
+//   prep     (chunk-parallel)   gc, A, w, u, P (only gc and P with the forward's saved A and w)
+//   states   (sequential)       h_c before each chunk, v_new = u - w h (skipped with saved states)
 //   dstates  (sequential, back) dh_c after each chunk, dv_new = P^T dO + diag(e^(gl-gc)) K dh
 //   grads    (chunk-parallel)   dq, dk, dv, dbeta, dg: everything chunk-local, fused, no HBM between
+//                               (at D = 256 two kernels, cuda_bwd_fast_grads256.cuh)
 // Intermediates are stored in the input dtype (the mma operand type), gc in fp32.
 #pragma once
 
