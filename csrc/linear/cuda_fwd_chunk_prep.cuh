@@ -70,17 +70,15 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
   // [H][chunks * 64] row base of the backward's layouts
   const int64_t save_row = (static_cast<int64_t>(h) * p.chunks + gch) * 64;
 
-  // 1. Load k, v (zero rows past len), g and beta; v (read only in step 6) lands while K K^T and the
-  //    solve run.
+  // 1. Load k, v (zero rows past len), g and beta.
   async_tile<64, D, kPrepThreads>(kS, len, [&](int r) { return p.k.row(row, t0 + r, hk); }, tid);
-  cp_async_commit();
   async_tile<64, D, kPrepThreads>(vS, len, [&](int r) { return p.v.row(row, t0 + r, h); }, tid);
   cp_async_commit();
   if (tid < 64) {
     gS[tid] = tid < len ? p.g.at(row, t0 + tid, h) : 0.f;
     bS[tid] = tid < len ? p.beta.at(row, t0 + tid, h) : 0.f;
   }
-  cp_async_wait_all_but_one();
+  cp_async_wait_all();
   __syncthreads();
 
   // 2. Gate cumsum (warp 0: two tokens a lane, then a warp scan) and 1 / |k| per row.
@@ -271,7 +269,6 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
       }
     }
   }
-  cp_async_wait_all();  // v
   __syncthreads();
 
   // 6. w = Aw K (warps 0-3) and u = Au V (warps 4-7), 16 rows a warp, 64 columns at a time; A is

@@ -48,12 +48,6 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 #endif
 }
-// Waits for all but the newest group.
-__device__ __forceinline__ void cp_async_wait_all_but_one() {
-#ifndef AK_LINEAR_NO_MMA
-  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-#endif
-}
 
 // ---- ldmatrix ----
 
