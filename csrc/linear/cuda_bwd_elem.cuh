@@ -32,4 +32,14 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+// Inclusive prefix sum of x over the lanes of a warp (lane 0 first).
+__device__ __forceinline__ float warp_inclusive_scan(float x, int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float t = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += t;
+  }
+  return x;
+}
+
 }  // namespace ak::linear::cuda::bwd

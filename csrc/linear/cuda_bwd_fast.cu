@@ -11,6 +11,7 @@
 #include "cuda_bwd_fast.cuh"
 #include "cuda_bwd_segments.cuh"
 #include "cuda_bwd_variants.h"
+#include "saved_layout.h"
 
 namespace ak::linear::cuda::bwd {
 namespace {
@@ -124,14 +125,10 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   const int64_t batch_rows = p.map.seq != nullptr ? 1 : p.N;
   const int64_t qk_rows = batch_rows * p.map.T * p.HK;
   const size_t e = sizeof(T);
-  // States, v_new, A and w saved by the forward (chunks of 64, this path's layouts: [H][NCt][D][D],
-  // [H][NCt * 64][D], [H][NCt * 64][64], [H][NCt * 64][D]): no states stage, and prep computes only
-  // gc and P.
-  T* const saved_h = static_cast<T*>(const_cast<void*>(p.saved));
-  const bool from_saved = saved_h != nullptr;
-  T* const saved_u = from_saved ? saved_h + H * p.NCt * D * D : nullptr;
-  T* const saved_a = from_saved ? saved_u + H * P * D : nullptr;
-  T* const saved_w = from_saved ? saved_a + H * P * kFastC : nullptr;
+  // States, v_new, A and w saved by the forward (saved_layout.h): no states stage, and prep computes
+  // only gc and P.
+  const bool from_saved = p.saved != nullptr;
+  const SavedParts<T> saved(static_cast<T*>(const_cast<void*>(p.saved)), H, p.NCt, D, D);
   // Segments of states and dstates (1: the plain runs): fp32 D x D summaries per sequence, head and
   // segment boundary.
   const int segs = var.runs(Stage::States) && !from_saved && !kD256 ? plan_segments(p, var.cp, D, device) : 1;
@@ -173,9 +170,9 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   }
   FastWork<T> w;
   w.gc = static_cast<float*>(part[0]);
-  w.A = from_saved ? saved_a : static_cast<T*>(part[1]);
+  w.A = from_saved ? saved.a : static_cast<T*>(part[1]);
   w.P = static_cast<T*>(part[2]);
-  w.W = from_saved ? saved_w : static_cast<T*>(part[3]);
+  w.W = from_saved ? saved.w : static_cast<T*>(part[3]);
   w.U = static_cast<T*>(part[4]);
   w.dU = static_cast<T*>(part[5]);
   w.Hs = static_cast<T*>(part[6]);
@@ -233,8 +230,8 @@ void run_typed(const Problem& p0, cudaStream_t s, int device) {
   // The forward's states replace the states stage: grads reads h and v_new from them.
   FastWork<T> wg = w;
   if (from_saved) {
-    wg.Hs = saved_h;
-    wg.U = saved_u;
+    wg.Hs = saved.hs;
+    wg.U = saved.vs;
   }
   if (!from_saved && var.runs(Stage::States)) {
     if constexpr (kD256) {

@@ -132,6 +132,102 @@ __device__ __forceinline__ float2 row_dots(const float (&acc)[1][NT][4], const T
   return make_float2(quad_sum(a), quad_sum(b));
 }
 
+// row_dots of both accumulator rows stored per column part, r[wc][row] (one lane of each quad writes).
+template <class T, int NT>
+__device__ __forceinline__ void put_row_dots(const float (&acc)[1][NT][4], const T* s, int ld, float* r, int wc, int m0,
+                                             int n0, int lane) {
+  const int rA = m0 + (lane >> 2);
+  const float2 d = row_dots<T, NT>(acc, s, ld, rA, n0, lane);
+  if ((lane & 3) == 0) {
+    r[wc * kC + rA] = d.x;
+    r[wc * kC + rA + 8] = d.y;
+  }
+}
+
+// Scales the two accumulator rows (rA, rA + 8) by fa and fb.
+template <int NT>
+__device__ __forceinline__ void scale_rows(float (&acc)[1][NT][4], float fa, float fb) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    acc[0][nt][0] *= fa;
+    acc[0][nt][1] *= fa;
+    acc[0][nt][2] *= fb;
+    acc[0][nt][3] *= fb;
+  }
+}
+
+// dPs = scale (dO v_new^T) * D on and below the diagonal, as accumulators (columns j0 .. of 64).
+template <class T, int NJ>
+__device__ __forceinline__ void dps_tile(float (&acc)[1][NJ][4], const T* dOs, const T* Us, int ld, int kdim,
+                                         const float* gc, float scale, int m0, int j0, int lane) {
+  const int rA = m0 + (lane >> 2), q4 = lane & 3;
+  zero_acc(acc);
+  warp_mma<T, 1, NJ, false, false>(acc, dOs, ld, m0, Us, ld, j0, kdim, lane);
+#pragma unroll
+  for (int nt = 0; nt < NJ; ++nt)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int i = r < 2 ? rA : rA + 8, j = j0 + 8 * nt + 2 * q4 + (r & 1);
+      acc[0][nt][r] = j <= i ? scale * acc[0][nt][r] * expf(gc[i] - gc[j]) : 0.f;
+    }
+}
+
+// dv = diag(beta) A^T dv_new to the output; (A^T dv_new).v per row into r_tv.
+template <class T, int NT>
+__device__ __forceinline__ void write_dv(const T* As, const T* dUs, const T* Vs, int ld, const float* bt, float* r_tv,
+                                         const Problem& p, int4 ci, int h, int wc, int m0, int n0, int lane) {
+  const int rA = m0 + (lane >> 2);
+  float acc[1][NT][4];
+  zero_acc(acc);
+  warp_mma<T, 1, NT, true, true>(acc, As, kC + 8, m0, dUs, ld, n0, kC, lane);
+  put_row_dots<T, NT>(acc, Vs, ld, r_tv, wc, m0, n0, lane);
+  scale_rows(acc, bt[rA], bt[rA + 8]);
+  write_rows<T, NT>(acc, nullptr, 0, p.dv, ci, h, m0, n0, lane);
+}
+
+// dk += diag(beta e^gc) A^T dw; (A^T dw).k per row into r_tk.
+template <class T, int NT>
+__device__ __forceinline__ void add_at_dw(float (&dk)[1][NT][4], const T* As, const T* dWs, const T* Ks, int ld,
+                                          const float* bt, const float* gm, float* r_tk, int wc, int m0, int n0,
+                                          int lane) {
+  const int rA = m0 + (lane >> 2);
+  float acc[1][NT][4];
+  zero_acc(acc);
+  warp_mma<T, 1, NT, true, true>(acc, As, kC + 8, m0, dWs, ld, n0, kC, lane);
+  put_row_dots<T, NT>(acc, Ks, ld, r_tk, wc, m0, n0, lane);
+  const float fa = bt[rA] * gm[rA], fb = bt[rA + 8] * gm[rA + 8];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    dk[0][nt][0] += fa * acc[0][nt][0];
+    dk[0][nt][1] += fa * acc[0][nt][1];
+    dk[0][nt][2] += fb * acc[0][nt][2];
+    dk[0][nt][3] += fb * acc[0][nt][3];
+  }
+}
+
+// dA = (a1 + a2 diag(e^gc)) diag(beta), strictly lower, into a1 (a1 = dv_new V^T, a2 = dw K^T).
+template <int NJ>
+__device__ __forceinline__ void combine_da(float (&a1)[1][NJ][4], const float (&a2)[1][NJ][4], const float* bt,
+                                           const float* gm, int m0, int j0, int lane) {
+  const int rA = m0 + (lane >> 2), q4 = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < NJ; ++nt)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int i = r < 2 ? rA : rA + 8, j = j0 + 8 * nt + 2 * q4 + (r & 1);
+      a1[0][nt][r] = j < i ? bt[j] * (a1[0][nt][r] + gm[j] * a2[0][nt][r]) : 0.f;
+    }
+}
+
+// X = dA A^T (dA in T1) -> T2, all 64 x 64 tiles of stride kC + 8.
+template <class T, int NJ>
+__device__ __forceinline__ void store_x(const T* T1, const T* As, T* T2, int m0, int j0, int lane) {
+  float x[1][NJ][4];
+  zero_acc(x);
+  warp_mma<T, 1, NJ, false, false>(x, T1, kC + 8, m0, As, kC + 8, j0, kC, lane);
+  store_acc<T, 1, NJ>(x, T2, kC + 8, m0, j0, lane);
+}
+
 // Per-row partial sums of the gradient stage, in shared memory: [WC][64] (per column part) unless said.
 struct GradRows {
   float* qd;   // q.dq
@@ -232,13 +328,7 @@ __device__ __forceinline__ void write_dbeta_dg(const Problem& p, int4 ci, int h,
     // x_k = dgc_(63 - k); lane owns k = 2 lane, 2 lane + 1; inclusive scan over k.
     float a = rs.dgs[kC - 1 - 2 * lane], b = rs.dgs[kC - 2 - 2 * lane];
     if (lane == 0) a += last + expf(gl) * hd;
-    float s = a + b;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float t = __shfl_up_sync(0xffffffffu, s, o);
-      if (lane >= o) s += t;
-    }
-    const float before = s - (a + b);
+    const float before = warp_inclusive_scan(a + b, lane) - (a + b);
     const int i0 = kC - 1 - 2 * lane, i1 = i0 - 1;
     float* dgo = static_cast<float*>(p.dg.p);
     if (i0 < len) dgo[p.dg.offset(ci.x, ci.y + i0, h)] = before + a;
@@ -289,9 +379,9 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
   const GradRows rows{r_qd, r_kt, r_kk, r_tk, r_tv, r_db, r_rl, r_cl, r_h, dgs};
   const bool fused_l2 = w.rq != nullptr;
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wr = warp & 3, wc = warp >> 2;
-  const int m0 = 16 * wr, rA = m0 + gq, rB = rA + 8;
+  const int m0 = 16 * wr, rA = m0 + (lane >> 2), rB = rA + 8;
   const int n0 = wc * (D / WC);   // columns of 64 x D products
   const int j0 = wc * (kC / WC);  // columns of 64 x 64 products
 
@@ -392,15 +482,7 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
     }
     {  // dPs = scale (dO v_new^T) * D, lower incl. -> T1
       float acc[1][NJ][4];
-      zero_acc(acc);
-      warp_mma<T, 1, NJ, false, false>(acc, dOs, LD, m0, Us, LD, j0, D, lane);
-  #pragma unroll
-      for (int nt = 0; nt < NJ; ++nt)
-  #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int i = r < 2 ? rA : rB, j = j0 + 8 * nt + 2 * q4 + (r & 1);
-          acc[0][nt][r] = j <= i ? p.scale * acc[0][nt][r] * expf(gc[i] - gc[j]) : 0.f;
-        }
+      dps_tile<T, NJ>(acc, dOs, Us, LD, D, gc, p.scale, m0, j0, lane);
       store_acc<T, 1, NJ>(acc, T1, LC, m0, j0, lane);
     }
     __syncthreads();
@@ -408,24 +490,13 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
     {  // dq = scale diag(e^gc) dO h^T + dPs K
       zero_acc(dqa);
       warp_mma<T, 1, NT, false, false>(dqa, dOs, LD, m0, Hs, LD, n0, D, lane);
-      const float sa = p.scale * gm[rA], sb = p.scale * gm[rB];
-  #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        dqa[0][nt][0] *= sa;
-        dqa[0][nt][1] *= sa;
-        dqa[0][nt][2] *= sb;
-        dqa[0][nt][3] *= sb;
-      }
+      scale_rows(dqa, p.scale * gm[rA], p.scale * gm[rB]);
       if constexpr (!Pipe) {
         cp_async_wait<0>();  // K, Q, V, dv_new, dh', A
         __syncthreads();
       }
       warp_mma<T, 1, NT, false, true>(dqa, T1, LC, m0, Ks, LD, n0, kC, lane);
-      const float2 qd = row_dots<T, NT>(dqa, Qs, LD, rA, n0, lane);
-      if (q4 == 0) {
-        r_qd[wc * kC + rA] = qd.x;
-        r_qd[wc * kC + rB] = qd.y;
-      }
+      put_row_dots<T, NT>(dqa, Qs, LD, r_qd, wc, m0, n0, lane);
       if (!fused_l2) {
         write_rows<T, NT>(dqa, w.dQh != nullptr ? w.dQh + row * D : nullptr, D, p.dq, ci, hk, m0, n0, lane);
       }
@@ -445,29 +516,10 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
     float dk[1][NT][4];
     zero_acc(dk);
     warp_mma<T, 1, NT, false, false>(dk, Us, LD, m0, dHs, LD, n0, D, lane);
-    {
-      const float da = dec[rA], db = dec[rB];
-  #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        dk[0][nt][0] *= da;
-        dk[0][nt][1] *= da;
-        dk[0][nt][2] *= db;
-        dk[0][nt][3] *= db;
-      }
-      const float2 kt = row_dots<T, NT>(dk, Ks, LD, rA, n0, lane);
-      if (q4 == 0) {
-        r_kt[wc * kC + rA] = kt.x;
-        r_kt[wc * kC + rB] = kt.y;
-      }
-    }
+    scale_rows(dk, dec[rA], dec[rB]);
+    put_row_dots<T, NT>(dk, Ks, LD, r_kt, wc, m0, n0, lane);
     warp_mma<T, 1, NT, true, true>(dk, T1, LC, m0, Qs, LD, n0, kC, lane);
-    {
-      const float2 kk = row_dots<T, NT>(dk, Ks, LD, rA, n0, lane);
-      if (q4 == 0) {
-        r_kk[wc * kC + rA] = kk.x;
-        r_kk[wc * kC + rB] = kk.y;
-      }
-    }
+    put_row_dots<T, NT>(dk, Ks, LD, r_kk, wc, m0, n0, lane);
     T* dWs = Qs;  // dw takes Q's place once every warp is done with Q
     {
       float dw[1][NT][4];
@@ -491,56 +543,17 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
       if (next < items) issue_first(next);
       cp_async_commit();
     }
-    {  // A^T dw: dk += diag(beta e^gc) A^T dw; (A^T dw).k
-      float acc[1][NT][4];
-      zero_acc(acc);
-      warp_mma<T, 1, NT, true, true>(acc, As, LC, m0, dWs, LD, n0, kC, lane);
-      const float2 tk = row_dots<T, NT>(acc, Ks, LD, rA, n0, lane);
-      if (q4 == 0) {
-        r_tk[wc * kC + rA] = tk.x;
-        r_tk[wc * kC + rB] = tk.y;
-      }
-      const float fa = bt[rA] * gm[rA], fb = bt[rB] * gm[rB];
-  #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        dk[0][nt][0] += fa * acc[0][nt][0];
-        dk[0][nt][1] += fa * acc[0][nt][1];
-        dk[0][nt][2] += fb * acc[0][nt][2];
-        dk[0][nt][3] += fb * acc[0][nt][3];
-      }
-    }
-    {  // A^T dv_new: dv = diag(beta) A^T dv_new; (A^T dv_new).v
-      float acc[1][NT][4];
-      zero_acc(acc);
-      warp_mma<T, 1, NT, true, true>(acc, As, LC, m0, dUs, LD, n0, kC, lane);
-      const float2 tv = row_dots<T, NT>(acc, Vs, LD, rA, n0, lane);
-      if (q4 == 0) {
-        r_tv[wc * kC + rA] = tv.x;
-        r_tv[wc * kC + rB] = tv.y;
-      }
-      const float ba = bt[rA], bb = bt[rB];
-  #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        acc[0][nt][0] *= ba;
-        acc[0][nt][1] *= ba;
-        acc[0][nt][2] *= bb;
-        acc[0][nt][3] *= bb;
-      }
-      write_rows<T, NT>(acc, nullptr, D, p.dv, ci, h, m0, n0, lane);
-    }
+    // A^T dw: dk += diag(beta e^gc) A^T dw; (A^T dw).k
+    add_at_dw<T, NT>(dk, As, dWs, Ks, LD, bt, gm, r_tk, wc, m0, n0, lane);
+    // A^T dv_new: dv = diag(beta) A^T dv_new; (A^T dv_new).v
+    write_dv<T, NT>(As, dUs, Vs, LD, bt, r_tv, p, ci, h, wc, m0, n0, lane);
     {  // dA = (dv_new V^T) diag(beta) + (dw K^T) diag(beta e^gc), strictly lower -> T1
       float a1[1][NJ][4], a2[1][NJ][4];
       zero_acc(a1);
       zero_acc(a2);
       warp_mma<T, 1, NJ, false, false>(a1, dUs, LD, m0, Vs, LD, j0, D, lane);
       warp_mma<T, 1, NJ, false, false>(a2, dWs, LD, m0, Ks, LD, j0, D, lane);
-  #pragma unroll
-      for (int nt = 0; nt < NJ; ++nt)
-  #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int i = r < 2 ? rA : rB, j = j0 + 8 * nt + 2 * q4 + (r & 1);
-          a1[0][nt][r] = j < i ? bt[j] * (a1[0][nt][r] + gm[j] * a2[0][nt][r]) : 0.f;
-        }
+      combine_da(a1, a2, bt, gm, m0, j0, lane);
       store_acc<T, 1, NJ>(a1, T1, LC, m0, j0, lane);
     }
     __syncthreads();
@@ -548,12 +561,7 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
       if (next < items) issue_qvdu(next);
       cp_async_commit();
     }
-    {  // X = dA A^T -> T2
-      float x[1][NJ][4];
-      zero_acc(x);
-      warp_mma<T, 1, NJ, false, false>(x, T1, LC, m0, As, LC, j0, kC, lane);
-      store_acc<T, 1, NJ>(x, T2, LC, m0, j0, lane);
-    }
+    store_x<T, NJ>(T1, As, T2, m0, j0, lane);  // X = dA A^T -> T2
     __syncthreads();
     // dL = -A^T X: dbeta, dgc row sums, S = dM + dM^T -> T1
     dl_products<T, WC>(As, T2, Ks, LD, D, T1, gc, bt, rows, wr, wc, lane);
@@ -564,11 +572,7 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
     }
     warp_mma<T, 1, NT, false, true>(dk, T1, LC, m0, Ks, LD, n0, kC, lane);  // dk += S K
     if (fused_l2) {
-      const float2 kf = row_dots<T, NT>(dk, Ks, LD, rA, n0, lane);
-      if (q4 == 0) {
-        r_kf[wc * kC + rA] = kf.x;
-        r_kf[wc * kC + rB] = kf.y;
-      }
+      put_row_dots<T, NT>(dk, Ks, LD, r_kf, wc, m0, n0, lane);
     } else {
       write_rows<T, NT>(dk, w.dKh != nullptr ? w.dKh + row * D : nullptr, D, p.dk, ci, hk, m0, n0, lane);
     }

@@ -43,9 +43,9 @@ __global__ void __launch_bounds__(kThreads, 1) grads256_v(Problem p, FastWork<T>
   const int item = blockIdx.x, g = item / p.H, h = item - g * p.H;
   const int4 ci = p.map.chunk_of(g);
   const int len = ci.z;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wr = warp & 3, wc = warp >> 2;
-  const int m0 = 16 * wr, rA = m0 + gq, rB = rA + 8;
+  const int m0 = 16 * wr, rA = m0 + (lane >> 2), rB = rA + 8;
   const int n0 = wc * (D / 2);  // columns of 64 x D products
   const int j0 = 32 * wc;       // columns of 64 x 64 products
   const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
@@ -75,15 +75,7 @@ __global__ void __launch_bounds__(kThreads, 1) grads256_v(Problem p, FastWork<T>
   }
   {  // dPs = scale (dO v_new^T) * D, lower incl.
     float acc[1][4][4];
-    zero_acc(acc);
-    warp_mma<T, 1, 4, false, false>(acc, dOs, LD, m0, Us, LD, j0, D, lane);
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = r < 2 ? rA : rB, j = j0 + 8 * nt + 2 * q4 + (r & 1);
-        acc[0][nt][r] = j <= i ? p.scale * acc[0][nt][r] * expf(gc[i] - gc[j]) : 0.f;
-      }
+    dps_tile<T, 4>(acc, dOs, Us, LD, D, gc, p.scale, m0, j0, lane);
     store_acc<T, 1, 4>(acc, w.P + row * kC, kC, m0, j0, lane);
   }
   {  // dA1 = dv_new V^T (the second kernel keeps its strictly lower part)
@@ -92,25 +84,8 @@ __global__ void __launch_bounds__(kThreads, 1) grads256_v(Problem p, FastWork<T>
     warp_mma<T, 1, 4, false, false>(acc, dUs, LD, m0, buf(2), LD, j0, D, lane);
     store_acc_f32<1, 4>(acc, w.dA1 + row * kC, kC, m0, j0, lane);
   }
-  {  // A^T dv_new: dv = diag(beta) A^T dv_new; (A^T dv_new).v
-    float acc[1][NT][4];
-    zero_acc(acc);
-    warp_mma<T, 1, NT, true, true>(acc, As, LC, m0, dUs, LD, n0, kC, lane);
-    const float2 tv = row_dots<T, NT>(acc, buf(2), LD, rA, n0, lane);
-    if (q4 == 0) {
-      r_tv[wc * kC + rA] = tv.x;
-      r_tv[wc * kC + rB] = tv.y;
-    }
-    const float ba = bt[rA], bb = bt[rB];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      acc[0][nt][0] *= ba;
-      acc[0][nt][1] *= ba;
-      acc[0][nt][2] *= bb;
-      acc[0][nt][3] *= bb;
-    }
-    write_rows<T, NT>(acc, nullptr, D, p.dv, ci, h, m0, n0, lane);
-  }
+  // A^T dv_new: dv = diag(beta) A^T dv_new; (A^T dv_new).v
+  write_dv<T, NT>(As, dUs, buf(2), LD, bt, r_tv, p, ci, h, wc, m0, n0, lane);
 
   // Panels of 64 state rows: h in buffer a, dh' in b, c free for the next h.
   float hdot = 0.f;
@@ -139,17 +114,8 @@ __global__ void __launch_bounds__(kThreads, 1) grads256_v(Problem p, FastWork<T>
     float x2[1][4][4];
     zero_acc(x2);
     warp_mma<T, 1, 4, false, false>(x2, Us, LD, m0, buf(b), LD, j0, D, lane);  // v_new dh'^T
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      x1[0][nt][0] *= gs[rA];
-      x1[0][nt][1] *= gs[rA];
-      x1[0][nt][2] *= gs[rB];
-      x1[0][nt][3] *= gs[rB];
-      x2[0][nt][0] *= dec[rA];
-      x2[0][nt][1] *= dec[rA];
-      x2[0][nt][2] *= dec[rB];
-      x2[0][nt][3] *= dec[rB];
-    }
+    scale_rows(x1, gs[rA], gs[rB]);
+    scale_rows(x2, dec[rA], dec[rB]);
     store_acc_f32<1, 4>(x1, w.Xq + row * D, D, m0, kp * kC + j0, lane);
     store_acc_f32<1, 4>(x2, w.Xk + row * D, D, m0, kp * kC + j0, lane);
     store_acc<T, 1, 4>(x3, w.dW + row * D, D, m0, kp * kC + j0, lane);
@@ -187,9 +153,9 @@ __global__ void __launch_bounds__(kThreads, 1) grads256_k(Problem p, FastWork<T>
   const int item = blockIdx.x, g = item / p.H, h = item - g * p.H, hk = h / p.group;
   const int4 ci = p.map.chunk_of(g);
   const int len = ci.z;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wr = warp & 3, wc = warp >> 2;
-  const int m0 = 16 * wr, rA = m0 + gq, rB = rA + 8;
+  const int m0 = 16 * wr;
   const int n0 = wc * (D / 2), j0 = 32 * wc;
   const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
 
@@ -218,71 +184,28 @@ __global__ void __launch_bounds__(kThreads, 1) grads256_k(Problem p, FastWork<T>
     float acc[1][NT][4];
     load_acc_f32<1, NT>(acc, w.Xq + row * D, D, m0, n0, lane);
     warp_mma<T, 1, NT, false, true>(acc, T1, LC, m0, Ks, LD, n0, kC, lane);
-    const float2 qd = row_dots<T, NT>(acc, Qs, LD, rA, n0, lane);
-    if (q4 == 0) {
-      rows.qd[wc * kC + rA] = qd.x;
-      rows.qd[wc * kC + rB] = qd.y;
-    }
+    put_row_dots<T, NT>(acc, Qs, LD, rows.qd, wc, m0, n0, lane);
     write_rows<T, NT>(acc, w.dQh != nullptr ? w.dQh + row * D : nullptr, D, p.dq, ci, hk, m0, n0, lane);
   }
   // dk = Xk + dPs^T Q, kept in registers to the end
   float dk[1][NT][4];
   load_acc_f32<1, NT>(dk, w.Xk + row * D, D, m0, n0, lane);
-  {
-    const float2 kt = row_dots<T, NT>(dk, Ks, LD, rA, n0, lane);
-    if (q4 == 0) {
-      rows.kt[wc * kC + rA] = kt.x;
-      rows.kt[wc * kC + rB] = kt.y;
-    }
-  }
+  put_row_dots<T, NT>(dk, Ks, LD, rows.kt, wc, m0, n0, lane);
   warp_mma<T, 1, NT, true, true>(dk, T1, LC, m0, Qs, LD, n0, kC, lane);
-  {
-    const float2 kk = row_dots<T, NT>(dk, Ks, LD, rA, n0, lane);
-    if (q4 == 0) {
-      rows.kk[wc * kC + rA] = kk.x;
-      rows.kk[wc * kC + rB] = kk.y;
-    }
-  }
-  {  // A^T dw: dk += diag(beta e^gc) A^T dw; (A^T dw).k
-    float acc[1][NT][4];
-    zero_acc(acc);
-    warp_mma<T, 1, NT, true, true>(acc, As, LC, m0, dWs, LD, n0, kC, lane);
-    const float2 tk = row_dots<T, NT>(acc, Ks, LD, rA, n0, lane);
-    if (q4 == 0) {
-      rows.tk[wc * kC + rA] = tk.x;
-      rows.tk[wc * kC + rB] = tk.y;
-    }
-    const float fa = bt[rA] * gm[rA], fb = bt[rB] * gm[rB];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      dk[0][nt][0] += fa * acc[0][nt][0];
-      dk[0][nt][1] += fa * acc[0][nt][1];
-      dk[0][nt][2] += fb * acc[0][nt][2];
-      dk[0][nt][3] += fb * acc[0][nt][3];
-    }
-  }
+  put_row_dots<T, NT>(dk, Ks, LD, rows.kk, wc, m0, n0, lane);
+  // A^T dw: dk += diag(beta e^gc) A^T dw; (A^T dw).k
+  add_at_dw<T, NT>(dk, As, dWs, Ks, LD, bt, gm, rows.tk, wc, m0, n0, lane);
   {  // dA = (dA1 + (dw K^T) diag(e^gc)) diag(beta), strictly lower -> T1 (dPs dead after the barrier)
     float a1[1][4][4], a2[1][4][4];
     load_acc_f32<1, 4>(a1, w.dA1 + row * kC, kC, m0, j0, lane);
     zero_acc(a2);
     warp_mma<T, 1, 4, false, false>(a2, dWs, LD, m0, Ks, LD, j0, D, lane);
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = r < 2 ? rA : rB, j = j0 + 8 * nt + 2 * q4 + (r & 1);
-        a1[0][nt][r] = j < i ? bt[j] * (a1[0][nt][r] + gm[j] * a2[0][nt][r]) : 0.f;
-      }
+    combine_da(a1, a2, bt, gm, m0, j0, lane);
     __syncthreads();
     store_acc<T, 1, 4>(a1, T1, LC, m0, j0, lane);
   }
   __syncthreads();
-  {  // X = dA A^T -> T2
-    float x[1][4][4];
-    zero_acc(x);
-    warp_mma<T, 1, 4, false, false>(x, T1, LC, m0, As, LC, j0, kC, lane);
-    store_acc<T, 1, 4>(x, T2, LC, m0, j0, lane);
-  }
+  store_x<T, 4>(T1, As, T2, m0, j0, lane);  // X = dA A^T -> T2
   __syncthreads();
   // dL = -A^T X: dbeta, dgc row sums, S = dM + dM^T -> T1
   dl_products<T, 2>(As, T2, Ks, LD, D, T1, gc, bt, rows, wr, wc, lane);

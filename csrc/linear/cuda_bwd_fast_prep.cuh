@@ -58,13 +58,7 @@ __global__ void __launch_bounds__(kThreads) fast_prep(Problem p, FastWork<T> w) 
   __syncthreads();
   if (warp == 0) {  // inclusive scan of the gate, two entries per lane
     const float a = gc[2 * lane], b = gc[2 * lane + 1];
-    float s = a + b;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float t = __shfl_up_sync(0xffffffffu, s, o);
-      if (lane >= o) s += t;
-    }
-    const float before = s - (a + b);
+    const float before = warp_inclusive_scan(a + b, lane) - (a + b);
     gc[2 * lane] = before + a;
     gc[2 * lane + 1] = before + a + b;
   }

@@ -28,8 +28,8 @@ namespace ak::linear::cuda::bwd {
 using namespace general_detail;
 namespace {
 
-// The forward's saved 16-bit states and v_new (chunks of 64, [H][NCt][K][V] then [H][NCt * 64][V]:
-// this path's layouts at C = 64) widened into Hs and U, in place of the states stage.
+// The forward's saved 16-bit states and v_new (the first two parts of saved_layout.h, chunks of 64:
+// this path's Hs and U layouts at C = 64) widened into Hs and U, in place of the states stage.
 template <class T>
 __global__ void __launch_bounds__(kThreads) widen_saved(const T* saved, int64_t states, int64_t total, float* Hs,
                                                           float* U) {

@@ -47,6 +47,7 @@
 #include "cuda_fwd_kernels.h"
 #include "cuda_fwd_layouts.h"
 #include "delta_rule.h"
+#include "saved_layout.h"
 
 namespace ak::linear::cuda {
 namespace {
@@ -434,27 +435,17 @@ int split_outputs() {
   return n == 0 ? 2 : n;
 }
 
-// What the forward saves for the backward (DeltaFwd::saved), in the fast backward's layouts: the
-// state before each chunk and U = u - w S (stored by the Hopper stage-2 kernels), then A = (I + L)^-1
-// and w (stored by stage 1): [H][chunks][D][D], [H][chunks * 64][D], [H][chunks * 64][64],
-// [H][chunks * 64][D].
+// What the forward saves for the backward (DeltaFwd::saved; saved_layout.h).
 template <class T>
-struct SavedParts {
-  T *hs, *vs, *a, *w;
-  SavedParts(const DeltaFwd& f, int64_t chunks) {
-    const int64_t D = f.p.K, H = f.p.H;
-    hs = static_cast<T*>(f.saved->data);
-    vs = hs + H * chunks * D * D;
-    a = vs + H * chunks * 64 * D;
-    w = a + H * chunks * 64 * 64;
-  }
-};
+SavedParts<T> saved_parts(const DeltaFwd& f, int64_t chunks) {
+  return SavedParts<T>(static_cast<T*>(f.saved->data), f.p.H, chunks, f.p.K, f.p.V);
+}
 
 template <class T>
 void encode_save_maps(const DeltaFwd& a, int64_t chunks, SaveMaps& maps) {
   const int dtype = std::is_same_v<T, __half> ? AK_FLOAT16 : AK_BFLOAT16;
   const int64_t D = a.p.K, H = a.p.H;
-  const SavedParts<T> parts(a, chunks);
+  const SavedParts<T> parts = saved_parts<T>(a, chunks);
   T* const hs = parts.hs;
   T* const vs = parts.vs;
   ak::cuda::encode_rows_map(maps.hs, dtype, hs, D, H * chunks * D, 1, 1, D, 0, 0, static_cast<int>(D),
@@ -555,7 +546,7 @@ void fast_fwd_d(const DeltaFwd& a, cudaStream_t stream) {
   // The Hopper stage-2 kernels store the states for the backward; stage 1 then stores A and w.
   const bool saving = (D == 128 || D == 256) && plan.kernel != StateKernel::Mma && a.saved != nullptr;
   if (saving) {
-    const SavedParts<T> parts(a, chunks);
+    const SavedParts<T> parts = saved_parts<T>(a, chunks);
     pp.save_a = parts.a;
     pp.save_w = parts.w;
   }

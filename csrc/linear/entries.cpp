@@ -7,6 +7,7 @@
 
 #include "../core/common.h"
 #include "delta_rule.h"
+#include "saved_layout.h"
 #if AK_WITH_CUDA
 #include "../cuda/backend.h"
 #endif
@@ -199,7 +200,7 @@ void check_saved(const DeltaProblem& p, const ak_tensor* saved, const ak_tensor&
   check_same_dtype(t, "saved", q, "q");
   check_same_device(t, "saved", q, "q");
   const int64_t ncs = p.varlen ? (p.T + 63) / 64 + p.N : p.B * ((p.T + 63) / 64);
-  const int64_t need = p.H * ncs * (p.K * p.V + 64 * p.V + 64 * 64 + 64 * p.K);
+  const int64_t need = saved_elements(p.H, ncs, p.K, p.V);
   require(t.shape[0] >= need, "saved: expected at least " + std::to_string(need) +
                                   " elements (H * NCS * (K V + 64 V + 64 * 64 + 64 K)), got " +
                                   std::to_string(t.shape[0]));
