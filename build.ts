@@ -21,8 +21,23 @@
  * @module
  */
 import { parseArgs } from "node:util";
+import {
+  expandRows,
+  instantiationUnit,
+  type KernelFamily,
+  type KernelRow,
+  launchTableUnit,
+  rowsHeader,
+  unitName,
+} from "./build/registry.ts";
+import { wgmmaHeader } from "./build/wgmma.ts";
+import { attentionRegistry } from "./csrc/attention/registry.ts";
+import { linearRegistry } from "./csrc/linear/registry.ts";
 import { cacheDirectory, LIBRARY_FILE } from "./ffi/library.ts";
 import { VERSION } from "./ffi/version.ts";
+
+/** The kernel registries of every family, in the order of the library's row table. */
+export const REGISTRIES: readonly KernelFamily[] = [linearRegistry, attentionRegistry];
 
 /** Options of {@link buildLibrary}. */
 export interface BuildOptions {
@@ -65,11 +80,13 @@ interface Toolchain {
 }
 
 interface Unit {
-  source: string; // path relative to the source root, e.g. csrc/core/common.cpp
+  source: string; // absolute path of the source file
+  label: string; // what the progress lines call it
   object: string;
   stamp: string;
   hash: string;
   cuda: boolean;
+  flags: string[];
 }
 
 /**
@@ -95,27 +112,38 @@ export async function buildLibrary(options: BuildOptions = {}): Promise<BuildRes
   const objDir = `${outDir}/obj`;
   await Deno.mkdir(objDir, { recursive: true });
 
-  const sources = await listSources(`${sourceRoot}/csrc`);
-  if (isLocalModule()) await writeManifest(`${sourceRoot}/csrc`, sources);
+  const csrc = `${sourceRoot}/csrc`;
+  const genDir = `${outDir}/gen`;
+  const sources = await listSources(csrc);
+  if (isLocalModule()) await writeManifest(csrc, sources);
+  const rows = expandRows(REGISTRIES);
+  const generated = await generateSources(genDir, rows, cuda, arch);
+  const includes = [csrc, genDir];
   const headerCache = new Map<string, string>();
   const units: Unit[] = [];
-  for (const rel of sources) {
-    const isCuda = rel.endsWith(".cu");
-    if (!isCuda && !rel.endsWith(".cpp")) continue;
-    if (isCuda && !cuda) continue;
-    if (options.only && !options.only.some((s) => rel.includes(s))) continue;
-    const flags = isCuda ? nvccFlags(toolchain, arch, options) : cxxFlags(toolchain, cuda);
-    const content = await includeClosure(`${sourceRoot}/csrc/${rel}`, headerCache);
+  const addUnit = async (path: string, label: string, isCuda: boolean, targets: string[]) => {
+    if (options.only && !options.only.some((s) => label.includes(s))) return;
+    const flags = isCuda ? nvccFlags(toolchain, targets, options, includes) : cxxFlags(toolchain, cuda, includes);
+    const content = await includeClosure(path, includes, headerCache);
     const hash = await sha256(`${flags.join(" ")}\n${toolchain.cxx}\n${toolchain.nvcc ?? ""}\n${content}`);
-    const base = rel.replace(/[\/.]/g, "_");
+    const base = label.replace(/[\/.]/g, "_");
     units.push({
-      source: rel,
+      source: path,
+      label,
       object: `${objDir}/${base}.o`,
       stamp: `${objDir}/${base}.hash`,
       hash,
       cuda: isCuda,
+      flags,
     });
+  };
+  for (const rel of sources) {
+    const isCuda = rel.endsWith(".cu");
+    if (!isCuda && !rel.endsWith(".cpp")) continue;
+    if (isCuda && !cuda) continue;
+    await addUnit(`${csrc}/${rel}`, `csrc/${rel}`, isCuda, arch);
   }
+  for (const g of generated) await addUnit(g.path, g.label, true, g.targets);
 
   const stale: Unit[] = [];
   for (const u of units) {
@@ -132,36 +160,20 @@ export async function buildLibrary(options: BuildOptions = {}): Promise<BuildRes
     for (let u = queue.shift(); u; u = queue.shift()) {
       if (failures.length > 0) return;
       const t0 = performance.now();
-      const cmd = u.cuda
-        ? [
-          toolchain.nvcc!,
-          ...nvccFlags(toolchain, arch, options),
-          "-c",
-          `${sourceRoot}/csrc/${u.source}`,
-          "-o",
-          u.object,
-        ]
-        : [
-          toolchain.cxx,
-          ...cxxFlags(toolchain, cuda),
-          "-c",
-          `${sourceRoot}/csrc/${u.source}`,
-          "-o",
-          u.object,
-        ];
+      const cmd = [u.cuda ? toolchain.nvcc! : toolchain.cxx, ...u.flags, "-c", u.source, "-o", u.object];
       const out = await run(cmd);
       done++;
       const secs = ((performance.now() - t0) / 1000).toFixed(1);
       const total = ((performance.now() - started) / 1000).toFixed(0);
       if (!out.ok) {
-        failures.push(`${u.source}:\n${out.stderr}${out.stdout}`);
-        console.error(`[${done}/${stale.length}] FAILED csrc/${u.source} (${secs} s)`);
+        failures.push(`${u.label}:\n${out.stderr}${out.stdout}`);
+        console.error(`[${done}/${stale.length}] FAILED ${u.label} (${secs} s)`);
         continue;
       }
       await Deno.writeTextFile(u.stamp, u.hash);
       const report = options.ptxasVerbose && u.cuda ? `\n${summariseReport(out.stderr)}` : "";
       if (!options.quiet || stale.length > 0) {
-        console.error(`[${done}/${stale.length}] csrc/${u.source} ${secs} s (elapsed ${total} s)${report}`);
+        console.error(`[${done}/${stale.length}] ${u.label} ${secs} s (elapsed ${total} s)${report}`);
       }
     }
   };
@@ -204,11 +216,56 @@ export async function buildLibrary(options: BuildOptions = {}): Promise<BuildRes
   return { library, cuda, units: units.length, compiled: stale.length, seconds: elapsed(started) };
 }
 
+interface GeneratedUnit {
+  path: string;
+  label: string;
+  targets: string[];
+}
+
+/**
+ * Writes the generated sources into `genDir`: the row table (every build), and for a CUDA build the
+ * wgmma wrappers, one instantiation unit per row whose architecture is among the targets, and the
+ * launch table. Files are rewritten only when their text changes. Returns the units to compile.
+ */
+async function generateSources(
+  genDir: string,
+  rows: KernelRow[],
+  cuda: boolean,
+  arch: string[],
+): Promise<GeneratedUnit[]> {
+  await writeIfChanged(`${genDir}/generated/registry_rows.h`, rowsHeader(rows));
+  if (!cuda) return [];
+  await writeIfChanged(`${genDir}/generated/wgmma_ops.cuh`, wgmmaHeader());
+  const units: GeneratedUnit[] = [];
+  const built: boolean[] = [];
+  for (const row of rows) {
+    const targets = row.arch === "sm90a" ? arch.filter((a) => a === "sm_90a") : arch;
+    built.push(targets.length > 0);
+    if (targets.length === 0) continue;
+    const name = unitName(row);
+    const path = `${genDir}/kernels/${name}`;
+    await writeIfChanged(path, instantiationUnit(row));
+    units.push({ path, label: `gen/kernels/${name}`, targets });
+  }
+  const plain = arch.filter((a) => !a.endsWith("a")).map((a) => Number(a.slice(3))).sort((a, b) => a - b);
+  const described = [...arch, ...(plain.length > 0 ? [`compute_${plain[0]}`] : [])];
+  const table = `${genDir}/launch_table.cu`;
+  await writeIfChanged(table, launchTableUnit(rows, built, described));
+  units.push({ path: table, label: "gen/launch_table.cu", targets: arch });
+  return units;
+}
+
+async function writeIfChanged(path: string, text: string): Promise<void> {
+  if ((await readText(path)) === text) return;
+  await Deno.mkdir(path.slice(0, path.lastIndexOf("/")), { recursive: true });
+  await Deno.writeTextFile(path, text);
+}
+
 function elapsed(started: number): number {
   return (performance.now() - started) / 1000;
 }
 
-function cxxFlags(t: Toolchain, cuda: boolean): string[] {
+function cxxFlags(t: Toolchain, cuda: boolean, includes: string[]): string[] {
   const flags = [
     "-std=c++17",
     "-O3",
@@ -218,12 +275,13 @@ function cxxFlags(t: Toolchain, cuda: boolean): string[] {
     "-Wall",
     `-DAK_VERSION="${VERSION}"`,
     `-DAK_WITH_CUDA=${cuda ? 1 : 0}`,
+    ...includes.map((i) => `-I${i}`),
   ];
   if (cuda) flags.push(`-I${t.cudaHome}/include`);
   return flags;
 }
 
-function nvccFlags(t: Toolchain, arch: string[], options: BuildOptions): string[] {
+function nvccFlags(t: Toolchain, arch: string[], options: BuildOptions, includes: string[]): string[] {
   const flags = [
     "-std=c++17",
     "-O3",
@@ -232,6 +290,7 @@ function nvccFlags(t: Toolchain, arch: string[], options: BuildOptions): string[
     `-DAK_VERSION="${VERSION}"`,
     "-DAK_WITH_CUDA=1",
     `-ccbin=${t.cxx}`,
+    ...includes.map((i) => `-I${i}`),
   ];
   for (const a of arch) {
     const m = /^sm_(\d+)(a?)$/.exec(a);
@@ -298,7 +357,8 @@ async function run(cmd: string[]): Promise<{ ok: boolean; stdout: string; stderr
 }
 
 // The source file and every local header it includes (recursively), concatenated for hashing.
-async function includeClosure(path: string, cache: Map<string, string>): Promise<string> {
+// Quoted includes resolve against the including file's folder, then the include folders.
+async function includeClosure(path: string, includes: string[], cache: Map<string, string>): Promise<string> {
   const seen = new Set<string>();
   const parts: string[] = [];
   const visit = async (file: string) => {
@@ -313,8 +373,13 @@ async function includeClosure(path: string, cache: Map<string, string>): Promise
     parts.push(`// ${norm}\n${text}`);
     const dir = norm.slice(0, norm.lastIndexOf("/"));
     for (const m of text.matchAll(/^\s*#\s*include\s*"([^"]+)"/gm)) {
-      const target = `${dir}/${m[1]}`;
-      if (await exists(normalize(target))) await visit(target);
+      for (const base of [dir, ...includes]) {
+        const target = normalize(`${base}/${m[1]}`);
+        if (await exists(target)) {
+          await visit(target);
+          break;
+        }
+      }
     }
   };
   await visit(path);

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "../core/common.h"
-#include "attention.h"
+#include "core/common.h"
+#include "attention/problem.h"
 #if AK_WITH_CUDA
-#include "../cuda/backend.h"
+#include "cuda/backend.h"
 #endif
 
 using namespace ak;

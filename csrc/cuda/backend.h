@@ -4,7 +4,8 @@
 
 #include <cstdint>
 
-#include "../include/attnkit.h"
+#include "core/registry.h"
+#include "include/attnkit.h"
 
 namespace ak::cuda {
 
@@ -30,5 +31,8 @@ void* event_create(int device);
 void event_record(void* event);
 double event_elapsed_ms(void* start, void* end);
 void event_destroy(void* event);
+
+// What the planners know about device `device`: its limits, and which registry rows were built for it.
+const registry::Caps& caps(int device);
 
 }  // namespace ak::cuda

@@ -143,6 +143,29 @@ AK_API ak_status ak_event_record(void* event);
 AK_API ak_status ak_event_elapsed_ms(void* start, void* end, double* out_ms);
 AK_API ak_status ak_event_destroy(void* event);
 
+/*
+ * The kernel layer. Every run-time choice of the library is one entry of the tuning table; its
+ * keys and allowed values: ak_tune_describe. The environment variable ATTNKIT_TUNE sets the table
+ * at first use ("key=value,key=value"); ak_tune_set replaces it ("" resets every key to auto). An
+ * unknown key or value is an error that names it; a setting that cannot serve a call makes the call
+ * fail with AK_ERR_UNSUPPORTED.
+ */
+AK_API ak_status ak_tune_set(const char* spec);
+/* JSON {"current": {key: value}, "keys": [{"name", "values", "doc"}]}; valid until this thread's next call. */
+AK_API const char* ak_tune_describe(void);
+/*
+ * What the planners would run for a described call, without running it: query "op=<op>,key=value,..."
+ * with op linear.fwd | linear.bwd | linear.decode | attention.fwd | attention.bwd, the GPU as
+ * gpu=h200 | h100 | a100 | l40s or device=<index>, and the call's sizes and flags. *out_json receives
+ * {"op", "path", "kernels": [{"name", "stage", "variant", "dtype", "d", "tile"}], "details": {...}},
+ * valid until this thread's next call.
+ */
+AK_API ak_status ak_plan(const char* query, const char** out_json);
+/* The plan of this thread's last CUDA op (same JSON), or "" before any. */
+AK_API const char* ak_last_plan(void);
+/* The registry's rows as JSON, each with "runnable" on CUDA device device_index (-1: none). */
+AK_API ak_status ak_kernels(int32_t device_index, const char** out_json);
+
 #ifdef __cplusplus
 }
 #endif

@@ -60,6 +60,17 @@ AK_API ak_status ak_delta_rule_fwd(const ak_tensor* q, const ak_tensor* k, const
                                    const ak_tensor* saved, int32_t* saved_written);
 
 /*
+ * How many elements of `saved` the forward above, called with these arguments, would store (the
+ * states-for-backward buffer), or 0 when it would store none (every CPU call, and CUDA calls that
+ * take no Hopper state kernel). The same validation as the forward.
+ */
+AK_API ak_status ak_delta_rule_saved_size(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v,
+                                          const ak_tensor* g, const ak_tensor* beta, const ak_tensor* initial_state,
+                                          const ak_tensor* cu_seqlens, double scale, int32_t chunk_size,
+                                          int32_t flags, const ak_tensor* output, const ak_tensor* chunk_states,
+                                          const ak_tensor* aw, const ak_tensor* au, int64_t* elements);
+
+/*
  * Backward: gradients of the forward above (recomputing what it needs) with respect to every input.
  *   d_output      [B, T, H, V]   dtype of q
  *   d_final_state [N, H, K, V]   float32, or NULL (zero)

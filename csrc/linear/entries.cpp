@@ -5,11 +5,12 @@
 #include <string>
 #include <vector>
 
-#include "../core/common.h"
-#include "delta_rule.h"
-#include "saved_layout.h"
+#include "core/common.h"
+#include "linear/planner.h"
+#include "linear/problem.h"
+#include "linear/saved_layout.h"
 #if AK_WITH_CUDA
-#include "../cuda/backend.h"
+#include "cuda/backend.h"
 #endif
 
 using namespace ak;
@@ -192,6 +193,11 @@ void check_chunk_outputs(const DeltaProblem& p, const ak_tensor& q, const ak_ten
   if (au) check_state(au, "au", {p.B, p.H, p.T, C}, q, "q");
 }
 
+// An upper bound on the chunks of 64 of a call (the saved buffer's size is counted in them).
+int64_t saved_chunks_bound(const DeltaProblem& p) {
+  return p.varlen ? (p.T + 63) / 64 + p.N : p.B * ((p.T + 63) / 64);
+}
+
 // The saved-for-backward buffer: contiguous, 1-D, dtype of q, on q's device, large enough for the
 // per-chunk states and v - w S of every chunk of 64 (attnkit_linear.h).
 void check_saved(const DeltaProblem& p, const ak_tensor* saved, const ak_tensor& q) {
@@ -199,8 +205,7 @@ void check_saved(const DeltaProblem& p, const ak_tensor* saved, const ak_tensor&
   require(t.rank == 1, "saved: expected a 1-D buffer, got shape " + shape_string(t));
   check_same_dtype(t, "saved", q, "q");
   check_same_device(t, "saved", q, "q");
-  const int64_t ncs = p.varlen ? (p.T + 63) / 64 + p.N : p.B * ((p.T + 63) / 64);
-  const int64_t need = saved_elements(p.H, ncs, p.K, p.V);
+  const int64_t need = saved_elements(p.H, saved_chunks_bound(p), p.K, p.V);
   require(t.shape[0] >= need, "saved: expected at least " + std::to_string(need) +
                                   " elements (H * NCS * (K V + 64 V + 64 * 64 + 64 K)), got " +
                                   std::to_string(t.shape[0]));
@@ -249,6 +254,31 @@ AK_API ak_status ak_delta_rule_fwd(const ak_tensor* q, const ak_tensor* k, const
     } else {
       AK_CUDA_CALL(ak::linear::cuda::delta_fwd(a));
     }
+  });
+}
+
+AK_API ak_status ak_delta_rule_saved_size(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v,
+                                          const ak_tensor* g, const ak_tensor* beta, const ak_tensor* initial_state,
+                                          const ak_tensor* cu_seqlens, double scale, int32_t chunk_size,
+                                          int32_t flags, const ak_tensor* output, const ak_tensor* chunk_states,
+                                          const ak_tensor* aw, const ak_tensor* au, int64_t* elements) {
+  AK_ENTRY("ak_delta_rule_saved_size", {
+    require(elements != nullptr, "elements: expected a pointer");
+    *elements = 0;
+    DeltaFwd a;
+    a.p = parse_problem(q, k, v, g, beta, initial_state, cu_seqlens, scale, chunk_size, flags);
+    const DeltaProblem& p = a.p;
+    const ak_tensor& out = check_rows(output, "output", {p.B, p.T, p.H, p.V}, *q, "q");
+    check_same_dtype(out, "output", *q, "q");
+    check_chunk_outputs(p, *q, chunk_states, aw, au);
+    a.q = q, a.k = k, a.v = v, a.output = output;
+    a.chunk_states = chunk_states, a.aw = aw, a.au = au;
+    if (p.N == 0 || p.device_type == AK_CPU) return;
+#if AK_WITH_CUDA
+    const planning::FwdChoice plan =
+        planning::plan_fwd(planning::fwd_shape(a, true), cuda::caps(p.device_index), tuning::current());
+    if (plan.save) *elements = saved_elements(p.H, saved_chunks_bound(p), p.K, p.V);
+#endif
   });
 }
 

@@ -1,0 +1,256 @@
+/**
+ * The kernel registries: what a family's table says about each kernel, how it expands into one row
+ * per instance (dtype, head dim, tile), and the C++ that the build generates from the rows (the row
+ * table every backend compiles, one instantiation unit per row, the launch table of the CUDA build).
+ *
+ * A family's table lives beside its code (`csrc/<family>/registry.ts`); `build.ts` reads them all.
+ * Each kernel names a launcher: a C++ class template `<class T, int D, int Tile>` with a type `Args`
+ * and `static void launch(const Args&, cudaStream_t)`, declared in the family's light launcher header
+ * and defined in the kernel's own header.
+ *
+ * @example
+ * ```ts
+ * import { expandRows, type KernelFamily } from "./registry.ts";
+ * const family: KernelFamily = {
+ *   family: "demo",
+ *   launchers: "demo/launchers.h",
+ *   kernels: [{
+ *     stage: "demo.fwd",
+ *     variant: "mma",
+ *     launcher: "ak::demo::Fwd",
+ *     header: "demo/fwd.cuh",
+ *     arch: "sm80",
+ *     instances: [{ dtypes: ["bfloat16", "float16"], d: [64, 128] }],
+ *     doc: "a demonstration",
+ *   }],
+ * };
+ * console.log(expandRows([family]).length); // 4
+ * ```
+ *
+ * @module
+ */
+
+/** Element type of a kernel instance (the inputs' dtype). */
+export type KernelDtype = "float32" | "float16" | "bfloat16";
+
+/** Lowest architecture a kernel runs on: sm80 code also serves newer GPUs, sm90a only Hopper. */
+export type KernelArch = "sm80" | "sm90a";
+
+/** A group of instances: every combination of its dtypes, head dims and tiles. */
+export interface KernelInstances {
+  /** Element types. */
+  dtypes: readonly KernelDtype[];
+  /** Head dims (0: the kernel takes any head dim at run time). */
+  d: readonly number[];
+  /** The launcher's third template parameter (a tile width, see the kernel's doc); default [0]. */
+  tiles?: readonly number[];
+}
+
+/** One kernel of a family's table. */
+export interface KernelSpec {
+  /** The stage it serves, `<family>.<direction>.<stage>`, e.g. `linear.fwd.state`. */
+  stage: string;
+  /** Its name among the stage's kernels: tuning values and plans use it, e.g. `split`. */
+  variant: string;
+  /** The C++ launcher class template, fully qualified. */
+  launcher: string;
+  /** The header (from csrc/) that defines the launcher's `launch`. */
+  header: string;
+  /** Lowest architecture its code needs. */
+  arch: KernelArch;
+  /** The instances the build compiles. */
+  instances: readonly KernelInstances[];
+  /** What it computes and how, in a sentence or two. */
+  doc: string;
+  /** When it can serve a call, beyond dtype, head dim, tile and architecture. */
+  constraints?: string;
+}
+
+/** A family's table. */
+export interface KernelFamily {
+  /** The family's name, the first part of its stages. */
+  family: string;
+  /** Header (from csrc/) declaring every launcher of the family, without kernel code. */
+  launchers: string;
+  /** Its kernels. */
+  kernels: readonly KernelSpec[];
+}
+
+/** One instance: what the build compiles and the planner chooses among. */
+export interface KernelRow {
+  /** Position in the library's row table (all families, in order). */
+  index: number;
+  /** The family's name. */
+  family: string;
+  /** The family's launcher header. */
+  launchers: string;
+  /** The stage it serves. */
+  stage: string;
+  /** Its name among the stage's kernels. */
+  variant: string;
+  /** The launcher class template. */
+  launcher: string;
+  /** The header defining it. */
+  header: string;
+  /** Lowest architecture. */
+  arch: KernelArch;
+  /** Element type. */
+  dtype: KernelDtype;
+  /** Head dim (0: any). */
+  d: number;
+  /** Tile (the launcher's third template parameter). */
+  tile: number;
+}
+
+const CXX_TYPE: Record<KernelDtype, string> = {
+  float32: "float",
+  float16: "__half",
+  bfloat16: "__nv_bfloat16",
+};
+
+const C_DTYPE: Record<KernelDtype, string> = {
+  float32: "AK_FLOAT32",
+  float16: "AK_FLOAT16",
+  bfloat16: "AK_BFLOAT16",
+};
+
+const STAGE = /^[a-z][a-z0-9]*(\.[a-z][a-z0-9_]*)+$/;
+const VARIANT = /^[a-z][a-z0-9_]*$/;
+
+/** Every instance of every family, numbered in order; throws on a malformed or repeated entry. */
+export function expandRows(families: readonly KernelFamily[]): KernelRow[] {
+  const rows: KernelRow[] = [];
+  const seen = new Set<string>();
+  for (const f of families) {
+    for (const k of f.kernels) {
+      const where = `${f.family} registry, ${k.stage}.${k.variant}`;
+      if (!STAGE.test(k.stage) || !k.stage.startsWith(`${f.family}.`)) {
+        throw new Error(`${where}: stage must look like ${f.family}.<direction>.<stage>`);
+      }
+      if (!VARIANT.test(k.variant)) throw new Error(`${where}: variant must be a lower-case identifier`);
+      for (const group of k.instances) {
+        for (const dtype of group.dtypes) {
+          for (const d of group.d) {
+            for (const tile of group.tiles ?? [0]) {
+              const key = `${k.stage}.${k.variant}/${dtype}/${d}/${tile}`;
+              if (seen.has(key)) throw new Error(`${where}: instance ${key} is listed twice`);
+              seen.add(key);
+              rows.push({
+                index: rows.length,
+                family: f.family,
+                launchers: f.launchers,
+                stage: k.stage,
+                variant: k.variant,
+                launcher: k.launcher,
+                header: k.header,
+                arch: k.arch,
+                dtype,
+                d,
+                tile,
+              });
+            }
+          }
+        }
+      }
+    }
+  }
+  return rows;
+}
+
+/** A row as plans and messages write it, e.g. `linear.fwd.state.split<bfloat16, D128, tile 64>`. */
+export function rowName(row: KernelRow): string {
+  const parts: string[] = [row.dtype];
+  if (row.d !== 0) parts.push(`D${row.d}`);
+  if (row.tile !== 0) parts.push(`tile ${row.tile}`);
+  return `${row.stage}.${row.variant}<${parts.join(", ")}>`;
+}
+
+const BANNER = "// Generated by build.ts from csrc/*/registry.ts: do not edit.";
+
+/** The C++ row table (`generated/registry_rows.h`), compiled by every backend (the planner reads it). */
+export function rowsHeader(rows: readonly KernelRow[]): string {
+  const lines = rows.map((r) =>
+    `    {"${r.stage}", "${r.variant}", Arch::${r.arch === "sm90a" ? "kSm90a" : "kSm80"}, ` +
+    `${C_DTYPE[r.dtype]}, ${r.d}, ${r.tile}},  // ${r.index}`
+  );
+  return [
+    BANNER,
+    "#pragma once",
+    "",
+    '#include "core/registry.h"',
+    "",
+    "namespace ak::registry {",
+    "",
+    "inline constexpr Row kRows[] = {",
+    ...lines,
+    "};",
+    "inline constexpr int kRowCount = static_cast<int>(sizeof(kRows) / sizeof(kRows[0]));",
+    "",
+    "}  // namespace ak::registry",
+    "",
+  ].join("\n");
+}
+
+function instance(row: KernelRow): string {
+  return `${row.launcher}<${CXX_TYPE[row.dtype]}, ${row.d}, ${row.tile}>`;
+}
+
+/** File name (without folder) of a row's instantiation unit. */
+export function unitName(row: KernelRow): string {
+  return `${String(row.index).padStart(3, "0")}_${row.stage}.${row.variant}_${row.dtype}_d${row.d}_t${row.tile}`
+    .replace(/\./g, "_") + ".cu";
+}
+
+/** The instantiation unit of one row: its header and one explicit instantiation. */
+export function instantiationUnit(row: KernelRow): string {
+  return [
+    BANNER,
+    `// ${rowName(row)}`,
+    `#include "${row.header}"`,
+    "",
+    `template struct ${instance(row)};`,
+    "",
+  ].join("\n");
+}
+
+/**
+ * The launch table of a CUDA build (`launch_table.cu`): one entry per row, null where the row was not
+ * compiled (its architecture was not built), and the targets the build compiled for.
+ */
+export function launchTableUnit(rows: readonly KernelRow[], built: readonly boolean[], targets: string[]): string {
+  const headers = [...new Set(rows.map((r) => r.launchers))].sort();
+  const entries = rows.map((r, i) =>
+    built[i] ? `    &erased<${instance(r)}>,  // ${r.index}` : `    nullptr,  // ${r.index}: not built`
+  );
+  return [
+    BANNER,
+    "#include <cuda_bf16.h>",
+    "#include <cuda_fp16.h>",
+    "#include <cuda_runtime.h>",
+    "",
+    '#include "core/registry.h"',
+    '#include "generated/registry_rows.h"',
+    ...headers.map((h) => `#include "${h}"`),
+    "",
+    "namespace {",
+    "",
+    "// Calls a launcher with its arguments, which the dispatcher passed as `const void*`.",
+    "template <class Launcher>",
+    "void erased(const void* args, void* stream) {",
+    "  Launcher::launch(*static_cast<const typename Launcher::Args*>(args), static_cast<cudaStream_t>(stream));",
+    "}",
+    "",
+    "}  // namespace",
+    "",
+    "namespace ak::registry {",
+    "",
+    "extern const LaunchFn kLaunchTable[] = {",
+    ...(entries.length > 0 ? entries : ["    nullptr,"]),
+    "};",
+    `static_assert(sizeof(kLaunchTable) / sizeof(kLaunchTable[0]) >= kRowCount, "one entry per row");`,
+    `extern const char* const kBuiltTargets = "${targets.join(" ")}";`,
+    "",
+    "}  // namespace ak::registry",
+    "",
+  ].join("\n");
+}

@@ -1,0 +1,51 @@
+// The attention planner: which registry row serves a call, and with what tiling. Pure host code (the
+// CPU build compiles it too), so its decisions are tested on any machine through ak_plan.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/plan.h"
+#include "core/registry.h"
+#include "core/tuning.h"
+
+namespace ak::attention::planning {
+
+struct FwdShape {
+  int32_t dtype = 0;
+  int d = 0;
+  int n_seq = 0, hq = 0, hkv = 0, sq = 0, skv = 0;
+  int64_t total_kv = 0;  // key rows in all (0: no keys at all)
+  bool aligned = true;   // q, k, v, output: 16-byte aligned pointers and strides
+};
+
+struct FwdChoice {
+  plan::Plan plan;   // plan.rows: empty when there is nothing to compute, else the one kernel
+  int block_m = 64;  // query rows a work tile
+  int heads_per_section = 1;  // (sequence, head) pairs whose K and V share the L2
+};
+
+FwdChoice plan_fwd(const FwdShape& s, const registry::Caps& caps, const tuning::Table& t);
+
+struct BwdShape {
+  int32_t dtype = 0;
+  int d = 0;
+  int n_seq = 0, hq = 0, hkv = 0, sq = 0, skv = 0;
+  bool deterministic = false;
+  bool tma_ok = true;  // no zero (broadcast) strides in q, k, v, dO
+};
+
+// How the chosen kernel orders dq_accum (BwdParams::dq_layout).
+enum class DqOrder : int { kPlain = 0, kHopperFragments = 1, kHopperFull = 2 };
+
+struct BwdChoice {
+  plan::Plan plan;  // plan.rows: the main kernel
+  DqOrder dq_order = DqOrder::kPlain;
+};
+
+BwdChoice plan_bwd(const BwdShape& s, const registry::Caps& caps, const tuning::Table& t);
+
+// ak_plan for op attention.fwd / attention.bwd: the plan as JSON.
+std::string plan_query(const std::string& op, plan::Query& q);
+
+}  // namespace ak::attention::planning

@@ -1,0 +1,90 @@
+/**
+ * The kernel registry of softmax attention: every kernel the build compiles, with its architecture,
+ * dtypes and head dims. The planner (planner.cpp) chooses among these rows; adding a dtype or a head
+ * dim is one entry in an `instances` list.
+ *
+ * @example
+ * ```ts
+ * import { attentionRegistry } from "./registry.ts";
+ * console.log(attentionRegistry.kernels.map((k) => `${k.stage}.${k.variant}`));
+ * ```
+ *
+ * @module
+ */
+import type { KernelFamily } from "../../build/registry.ts";
+
+const HALF = ["bfloat16", "float16"] as const;
+
+/** The attention family's table. */
+export const attentionRegistry: KernelFamily = {
+  family: "attention",
+  launchers: "attention/launchers.h",
+  kernels: [
+    {
+      stage: "attention.fwd",
+      variant: "general",
+      launcher: "ak::attention::cuda::FwdGeneral",
+      header: "attention/fwd/general.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [64, 128, 192, 256] }],
+      doc: "FlashAttention-2's schedule on mma.sync: 64 query rows a block, K and V double-buffered " +
+        "with cp.async; D is the width built, smaller head dims are zero-padded to it.",
+      constraints: "any head dim up to D (a multiple of 8), any strides with a contiguous last dimension",
+    },
+    {
+      stage: "attention.fwd",
+      variant: "wgmma",
+      launcher: "ak::attention::cuda::FwdWgmma",
+      header: "attention/fwd/sm90.cuh",
+      arch: "sm90a",
+      instances: [{ dtypes: HALF, d: [256] }],
+      doc: "FlashAttention-3's structure: a TMA producer warpgroup, two wgmma consumer warpgroups " +
+        "taking turns (ping-pong), one block per 128-row query tile.",
+      constraints: "head dim = D; 16-byte aligned pointers and strides; some keys",
+    },
+    {
+      stage: "attention.fwd",
+      variant: "wgmma_persistent",
+      launcher: "ak::attention::cuda::FwdWgmmaPersistent",
+      header: "attention/fwd/sm90_persistent.cuh",
+      arch: "sm90a",
+      instances: [{ dtypes: HALF, d: [64, 128] }],
+      doc: "The wgmma forward in persistent blocks that take work tiles from a queue, long tiles " +
+        "first; three consumer warpgroups at D 64, two at D 128.",
+      constraints: "head dim = D; 16-byte aligned pointers and strides; some keys",
+    },
+    {
+      stage: "attention.bwd",
+      variant: "general",
+      launcher: "ak::attention::cuda::BwdGeneral",
+      header: "attention/bwd/general.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [64, 128, 256] }],
+      doc: "FlashAttention-2's backward on mma.sync: a block per key tile walks the query tiles of " +
+        "its KV group; dQ by fp32 atomics, or in a fixed order when deterministic.",
+      constraints: "any head dim up to D (a multiple of 8); the only kernel with the deterministic order",
+    },
+    {
+      stage: "attention.bwd",
+      variant: "wgmma",
+      launcher: "ak::attention::cuda::BwdWgmma",
+      header: "attention/bwd/sm90.cuh",
+      arch: "sm90a",
+      instances: [{ dtypes: HALF, d: [128] }],
+      doc: "FlashAttention-3's backward: a TMA producer, two wgmma consumers of 64 keys each, dQ " +
+        "staged in shared memory and added by one bulk reduction.",
+      constraints: "head dim = D; not deterministic; no zero (broadcast) strides",
+    },
+    {
+      stage: "attention.bwd",
+      variant: "wgmma_v2",
+      launcher: "ak::attention::cuda::BwdWgmmaV2",
+      header: "attention/bwd/sm90_v2.cuh",
+      arch: "sm90a",
+      instances: [{ dtypes: HALF, d: [64] }],
+      doc: "The wgmma backward with K and V in registers, products ordered across query tiles, a " +
+        "four-stage ring and consumer 1 reducing both consumers' dQ.",
+      constraints: "head dim = D; not deterministic; no zero (broadcast) strides",
+    },
+  ],
+};

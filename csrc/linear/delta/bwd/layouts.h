@@ -1,0 +1,94 @@
+// Shared-memory layouts of the tensor-core backward's stages, visible to the host (the planner checks
+// them against the device's limit) and to the kernels. Element types are 16-bit; the structs take
+// the kernels' element type, and uint16_t on the host.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ak::linear::cuda::bwd {
+
+constexpr int kFastC = 64;
+
+// ---- states (states.cuh): the chunk tiles, double-buffered, then the 16-bit state slice ----
+
+template <class T, int D, int VS>
+struct StatesBuf {
+  T W[kFastC * (D + 8)];
+  T K[kFastC * (D + 8)];
+  T U[kFastC * (VS + 8)];
+  float gc[kFastC];
+};
+
+template <int D, int VS>
+constexpr size_t states_smem() {
+  return 2 * sizeof(StatesBuf<uint16_t, D, VS>) + 2 * D * (VS + 8);
+}
+
+// ---- dstates (dstates.cuh): one or two sets of input tiles, the dh slice and dv_new ----
+
+template <class T, int D, int VS>
+struct DStatesTiles {
+  T K[kFastC * (D + 8)];
+  T Q[kFastC * (D + 8)];
+  T W[kFastC * (D + 8)];
+  T P[kFastC * (kFastC + 8)];
+  T dO[kFastC * (VS + 8)];
+  float gc[kFastC];
+};
+
+// Sets of input tiles: two (double buffering) where they fit.
+template <int D>
+constexpr int dstates_sets() {
+  return D == 256 ? 1 : 2;
+}
+
+template <class T, int D, int VS>
+struct DStatesSmem {
+  DStatesTiles<T, D, VS> in[dstates_sets<D>()];
+  T dh[D * (VS + 8)];
+  T dU[kFastC * (VS + 8)];
+  float qf[kFastC];  // scale e^gc of the current chunk
+};
+
+template <int D, int VS>
+constexpr size_t dstates_smem() {
+  return sizeof(DStatesSmem<uint16_t, D, VS>);
+}
+
+// ---- grads (grads.cuh, grads256.cuh) ----
+
+// Whether the pipelined gradient stage keeps two K buffers (D = 128: one block per multiprocessor
+// either way; at D = 64 a second buffer would cost the second block).
+template <int D>
+constexpr bool grads_two_k() {
+  return D == 128;
+}
+
+// Column parts of the fused gradient stage's warps (4 x WC warps a block): 4 at D = 128 (16 warps, one
+// block per multiprocessor), 2 at D = 64 (8 warps, two blocks).
+template <int D>
+constexpr int grads_wc() {
+  return D == 128 ? 4 : 2;
+}
+
+// Shared memory of the fused gradient stage, the largest of the four (bytes); Pipe: the pipelined
+// version (grads.cuh).
+template <int D, bool Pipe = false>
+constexpr size_t fast_grads_smem() {
+  constexpr int WC = grads_wc<D>();
+  return 2 * (6 * kFastC * (D + 8) + 2 * D * (D + 8) + 3 * kFastC * (kFastC + 8)) +
+         sizeof(float) * (4 * kFastC + 8 * WC * kFastC + 4 * kFastC + 4 * WC + kFastC) +
+         (Pipe && grads_two_k<D>() ? 2 * kFastC * (D + 8) : 0);
+}
+
+// Shared memory of the two gradient kernels at D = 256 (grads256.cuh): the first
+// (over V) holds dO, v_new, dv_new and three 64 x D buffers, the second (over K) Q, K, dw.
+constexpr size_t fast_grads256_smem_v() {
+  return 2 * (6 * kFastC * (256 + 8) + kFastC * (kFastC + 8)) + sizeof(float) * (6 * kFastC + 8);
+}
+constexpr size_t fast_grads256_smem_k() {
+  return 2 * (3 * kFastC * (256 + 8) + 3 * kFastC * (kFastC + 8)) + sizeof(float) * (23 * kFastC + 8);
+}
+
+}  // namespace ak::linear::cuda::bwd

@@ -1,0 +1,345 @@
+// Stage 2 of the fast chunked forward on Hopper (sm_90a): the same recurrence as
+// state_mma.cuh (one block per sequence, value head and V tile, S in fp32 registers),
+// with every product on wgmma, whose operands are read straight from 128-byte swizzled shared tiles:
+// one instruction does a 64 x VT x 16 step, so a chunk costs tens of instructions instead of hundreds
+// of mma.sync + ldmatrix, and the tensor cores, not the issue slots, set the pace.
+//
+// Two warpgroups. Per chunk (C = 64, gc the gate cumsum, gL = gc[63], Sb the 16-bit copy of S):
+//   warpgroup 0 (the W rows)                 warpgroup 1 (the Q rows)
+//   (b) WS = W Sb                            (a) P = Q K^T;  (b) QS = Q Sb
+//   (c) U = u - WS, Ud = U rk e^(gL - gc)        P *= scale rq_i rk_j e^(gc_i - gc_j) (causal), to
+//       (16-bit, to shared memory)               16-bit A fragments; QS *= scale rq e^gc
+//   ---------------------------------------- barrier ----------------------------------------
+//   (e) S[rows 0 .. D/2) = e^gL S + K^T Ud    (e) S[rows D/2 .. D) likewise;  (d) O = QS + P U
+//   Sb <- S (16-bit), the next chunk's (b) reads it after the loop-top barrier.
+// Operand majors: W, Q (A) and K (B of P) K-major; Sb, U, Ud N-major (B); K^T (A of (e)) M-major.
+// The 16-bit roundings are those of the mma.sync kernel (Sb, U, Ud, P), so the results agree with
+// it to summation order. Loads: cp.async into the swizzled tiles, one chunk ahead (q, w, u double
+// buffered for D = 128; for D = 256 they load after (c), k always double buffered).
+#pragma once
+
+#include "linear/delta/fwd/state_sm90_parts.cuh"
+
+namespace ak::linear::cuda::fwd {
+
+// kSave: an instance with the stores for the backward (StateParams::save_chunks > 0), so that the
+// plain forward's instance carries none of their code (with it, D = 256 measured 7% slower).
+template <class T, int D, int VT, bool kSave>
+__global__ void __launch_bounds__(kSm90StateThreads, 1)
+    chunk_state_sm90_kernel(const StateParams<T> p, const __grid_constant__ CUtensorMap tm_hs,
+                            const __grid_constant__ CUtensorMap tm_vs) {
+#if AK_ARCH_SM90A
+  using Lay = Sm90StateLayout<D, VT>;
+  constexpr int kMS = D / 128;  // m64 tiles of S rows per warpgroup
+  constexpr int kNA = VT / 2;   // accumulator floats per thread of a 64 x VT tile
+  extern __shared__ __align__(16) unsigned char state_sm90_smem[];
+  const uint32_t raw = smem_addr(state_sm90_smem);
+  const uint32_t sbase = (raw + 1023u) & ~1023u;
+  unsigned char* const base = state_sm90_smem + (sbase - raw);
+
+  const int vtiles = D / VT;
+  const int n = blockIdx.x / vtiles, vt0 = (blockIdx.x - n * vtiles) * VT;
+  const int h = blockIdx.y, hk = h / p.group;
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int g8 = lane >> 2, t4 = lane & 3;
+  const StateJob job = state_job(p, n, h, D);
+  const int row = job.row, begin = job.begin, end = job.end, first = job.first;
+  const int chunks = (end - begin + 63) / 64;
+  const int64_t DD = static_cast<int64_t>(D) * D;
+  // Saved for the backward (StateParams::save_chunks): chunk c's Sb (after S1) and Ub (after S2),
+  // stored by thread 0 with TMA from the swizzled panels, which are the maps' boxes; thread 0 waits
+  // for the reads before the barrier after which they are overwritten (S2 for Sb, the next S1 for Ub).
+  const bool save = kSave && job.output && tid == 0;
+  static_assert(Lay::kSb % 1024 == 0 && Lay::kUb % 1024 == 0, "swizzled panels for the stores");
+  auto save_chunk = [&](int c, bool states) {
+    const int gch = static_cast<int>(static_cast<int64_t>(h) * p.save_chunks + first + c);
+    if (states) {
+      store_panels<VT>(&tm_hs, sbase + Lay::kSb, D, vt0, gch * D);
+    } else {
+      store_panels<VT>(&tm_vs, sbase + Lay::kUb, 64, vt0, gch * 64);
+    }
+  };
+  // Accumulator element i of a 64 x N tile: row 16 warp + g8 + 8 ((i >> 1) & 1), column
+  // 8 (i >> 2) + 2 t4 + (i & 1). This warpgroup's S rows: 64 (wg kMS + ms) + that row.
+  auto acc_row = [&](int i) { return 16 * warp + g8 + 8 * ((i >> 1) & 1); };
+  auto acc_col = [&](int i) { return 8 * (i >> 2) + 2 * t4; };
+  auto s_row = [&](int ms, int i) { return 64 * (wg * kMS + ms) + acc_row(i); };
+
+  float S[kMS][kNA];
+#pragma unroll
+  for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+    for (int i = 0; i < kNA; i += 2) {
+      float2 v = make_float2(0.f, 0.f);
+      if (job.init) {
+        v = *reinterpret_cast<const float2*>(job.init + s_row(ms, i) * D + vt0 + acc_col(i));
+      } else if (job.identity) {
+        v.x = s_row(ms, i) == vt0 + acc_col(i) ? 1.f : 0.f;
+        v.y = s_row(ms, i) == vt0 + acc_col(i) + 1 ? 1.f : 0.f;
+      }
+      S[ms][i] = v.x;
+      S[ms][i + 1] = v.y;
+    }
+  }
+  float* const chunk_states = p.chunk_states && job.chunk_states
+                                  ? p.chunk_states + (static_cast<int64_t>(n) * p.H + h) * (p.map.NC + 1) * DD
+                                  : nullptr;
+  auto store_state = [&](float* dst) {
+#pragma unroll
+    for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+      for (int i = 0; i < kNA; i += 2) {
+        *reinterpret_cast<float2*>(dst + s_row(ms, i) * D + vt0 + acc_col(i)) = make_float2(S[ms][i], S[ms][i + 1]);
+      }
+    }
+  };
+  // Sb [D, VT]: row d, column v (N-major operand of (b)).
+  auto store_sb = [&]() {
+#pragma unroll
+    for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+      for (int cb = 0; cb < VT / 8; cb += 2) {
+        const float* a = &S[ms][4 * cb];
+        stmatrix_x4(frag_x4_addr(sbase + Lay::kSb, D, 64 * (wg * kMS + ms) + 16 * warp, cb, lane), pack2<T>(a[0], a[1]),
+                pack2<T>(a[2], a[3]), pack2<T>(a[4], a[5]), pack2<T>(a[6], a[7]));
+      }
+    }
+  };
+
+  // ---- loads of chunk c ----
+  auto chunk_rows = [&](int c, int& t0, int& len) {
+    t0 = begin + 64 * c;
+    len = min(64, end - t0);
+  };
+  auto issue_k = [&](int c, int buf) {
+    int t0, len;
+    chunk_rows(c, t0, len);
+    async_rows_sw128<D>(sbase + Lay::kK + buf * Lay::kTileD, len, p.k.row(row, t0, hk), p.k.st, tid);
+    const int64_t vec = (static_cast<int64_t>(first + c) * p.H + h) * 64;
+    if (tid < 16) {
+      cp_async16(sbase + Lay::kGate + buf * 256 + tid * 16, p.gc + vec + tid * 4, 16);
+    } else if (tid < 32 && p.l2norm) {
+      cp_async16(sbase + Lay::kRk + buf * 256 + (tid - 16) * 16, p.rk + vec + (tid - 16) * 4, 16);
+    }
+  };
+  auto src_q = [&](int c, int r) {
+    int t0, len;
+    chunk_rows(c, t0, len);
+    return p.q.row(row, t0 + r, hk);
+  };
+  auto src_w = [&](int c) { return p.w + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D; };
+  auto src_u = [&](int c) { return p.u + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D + vt0; };
+  auto issue_qwu = [&](int c, int buf) {
+    int t0, len;
+    chunk_rows(c, t0, len);
+    async_rows_sw128<D>(sbase + Lay::kQ + buf * Lay::kTileD, len, src_q(c, 0), p.q.st, tid);
+    async_rows_sw128<D>(sbase + Lay::kW + buf * Lay::kTileD, 64, src_w(c), D, tid);
+    if (!job.zero_u) async_rows_sw128<VT>(sbase + Lay::kU + buf * Lay::kTileV, 64, src_u(c), D, tid);
+  };
+  // Single-buffered q, w, u (kSQ == 1): warpgroup `wg` reloads one of them for chunk c + 1 once all
+  // of its threads are past their reads (named barrier 1 + wg over its 128 threads).
+  auto reload = [&](int c, int which) {
+    if constexpr (Lay::kSQ == 1) {
+      if (c + 1 >= chunks) return;
+      named_sync(1 + wg, 128);
+      const int wtid = tid & 127;
+      if (which == 0) {
+        async_rows_sw128<D, 128>(sbase + Lay::kW, 64, src_w(c + 1), D, wtid);
+      } else if (which == 1) {
+        if (job.zero_u) return;
+        async_rows_sw128<VT, 128>(sbase + Lay::kU, 64, src_u(c + 1), D, wtid);
+      } else {
+        int t0, len;
+        chunk_rows(c + 1, t0, len);
+        async_rows_sw128<D, 128>(sbase + Lay::kQ, len, src_q(c + 1, 0), p.q.st, wtid);
+      }
+    }
+  };
+
+  // Without the L2 norm 1/|k| is 1: both rk slots hold ones, so every reader multiplies without a
+  // branch (the loads never write them); published by the first barrier.
+  if (!p.l2norm && tid < 128) reinterpret_cast<float*>(base + Lay::kRk)[tid] = 1.f;
+  store_sb();
+  if (chunk_states) store_state(chunk_states);
+  if (chunks > 0) {
+    issue_k(0, 0);
+    issue_qwu(0, 0);
+  }
+  cp_async_commit();
+
+  const uint64_t desc_sb = make_desc_sw128(sbase + Lay::kSb, D * 128, 1024);
+  const uint64_t desc_ub = make_desc_sw128(sbase + Lay::kUb, 64 * 128, 1024);
+  const uint64_t desc_ud = make_desc_sw128(sbase + Lay::kUd, 64 * 128, 1024);
+
+  for (int c = 0; c < chunks; ++c) {
+    cp_async_wait_all();
+    fence_proxy_async();
+    if (save) bulk_wait_read_all();  // chunk c - 1's Ub, overwritten after S1
+    __syncthreads();  // S1: chunk c's tiles and Sb are visible to every wgmma; chunk c - 1 is done
+    if (save) save_chunk(c, true);
+    const int kb = c & 1, qb = Lay::kSQ == 2 ? (c & 1) : 0;
+    if (c + 1 < chunks) {
+      issue_k(c + 1, kb ^ 1);
+      if constexpr (Lay::kSQ == 2) issue_qwu(c + 1, qb ^ 1);
+    }
+    cp_async_commit();
+    int t0, len;
+    chunk_rows(c, t0, len);
+    const uint32_t sQ = sbase + Lay::kQ + qb * Lay::kTileD;
+    const uint32_t sW = sbase + Lay::kW + qb * Lay::kTileD;
+    const uint32_t sK = sbase + Lay::kK + kb * Lay::kTileD;
+    const unsigned char* uS = base + Lay::kU + qb * Lay::kTileV;
+    const float* gc = reinterpret_cast<const float*>(base + Lay::kGate + kb * 256);
+    const float* rk = reinterpret_cast<const float*>(base + Lay::kRk + kb * 256);
+    const float gL = gc[63];
+
+    float acc[kNA];       // warpgroup 0: W S; warpgroup 1: Q S, then O
+    uint32_t pf[16];      // warpgroup 1: P as 16-bit A fragments (four k16 steps of four registers)
+    if (wg == 0) {
+      // (b) WS = W Sb.
+      wgmma_fence();
+      const uint64_t dw = make_desc_sw128(sW, 16, 1024);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        Wgmma<VT, T>::template ss<0, 1>(acc, dw + kmajor_step(64, kk), desc_sb + mnmajor_step(kk), kk > 0);
+      }
+      wgmma_commit();
+      float di[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = 16 * warp + g8 + 8 * r;
+        di[r] = rk[i] * __expf(gL - gc[i]);
+      }
+      wgmma_wait<0>();
+      fence_regs(acc);
+      reload(c, 0);
+      // (c) U = u - WS and Ud = U rk e^(gL - gc), both 16-bit, to shared memory.
+      //     Four accumulator pairs per ldmatrix / stmatrix, no per-element branches.
+      {
+        uint32_t uf[VT / 16][4] = {};
+        if (!job.zero_u) {
+#pragma unroll
+          for (int x = 0; x < VT / 16; ++x) ldsm_x4(uf[x], frag_x4_addr(smem_addr(uS), 64, 16 * warp, 2 * x, lane));
+        }
+#pragma unroll
+        for (int x = 0; x < VT / 16; ++x) {
+          uint32_t ub[4], ud[4];
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            const float2 uv = unpack2<T>(uf[x][m]);
+            const float x0 = uv.x - acc[8 * x + 2 * m], x1 = uv.y - acc[8 * x + 2 * m + 1];
+            const float d = di[m & 1];
+            ub[m] = pack2<T>(x0, x1);
+            ud[m] = pack2<T>(x0 * d, x1 * d);
+          }
+          const uint32_t off = frag_x4_addr(0, 64, 16 * warp, 2 * x, lane);
+          stmatrix_x4(sbase + Lay::kUb + off, ub[0], ub[1], ub[2], ub[3]);
+          stmatrix_x4(sbase + Lay::kUd + off, ud[0], ud[1], ud[2], ud[3]);
+        }
+      }
+      reload(c, 1);
+    } else {
+      // (a) P = Q K^T, then (b) QS = Q Sb, as two groups so P's scaling overlaps QS.
+      float pacc[32];
+      issue_p_and_qs<T, D, VT>(pacc, acc, sQ, sK, desc_sb);
+      float rq[2];
+      q_row_factors<T, D>(rq, base + (sQ - sbase), p.l2norm, p.scale, warp, g8, t4);
+      wgmma_wait<1>();
+      fence_regs(pacc);
+      scale_p<T>(pf, pacc, gc, rk, rq, warp, g8, t4);
+      wgmma_wait<0>();
+      fence_regs(acc);
+      reload(c, 2);
+      scale_qs(acc, rq, gc, warp, g8);
+    }
+    fence_proxy_async();
+    if (save) bulk_wait_read_all();  // Sb, overwritten after S2
+    __syncthreads();  // S2: U and Ud are visible; q, w and u of chunk c are consumed
+    if (save) save_chunk(c, false);
+    if constexpr (Lay::kSQ == 1) cp_async_commit();
+
+    // (e) S <- e^gL S + K^T Ud (this warpgroup's rows), then (d) O = QS + P U on warpgroup 1.
+    {
+      const float decay = __expf(gL);
+#pragma unroll
+      for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+        for (int i = 0; i < kNA; ++i) S[ms][i] *= decay;
+      }
+    }
+    // Each warpgroup issues, commits and waits inside its own branch: a wgmma under a condition
+    // after common code makes ptxas serialize all of them (C7520).
+    auto issue_e = [&]() {
+      wgmma_fence();
+#pragma unroll
+      for (int ms = 0; ms < kMS; ++ms) {
+        const uint64_t dkt = make_desc_sw128(sK + (wg * kMS + ms) * 64 * 128, 64 * 128, 1024);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          Wgmma<VT, T>::template ss<1, 1>(S[ms], dkt + mnmajor_step(kk), desc_ud + mnmajor_step(kk), 1);
+        }
+      }
+    };
+    if (wg == 0) {
+      issue_e();
+      wgmma_commit();
+      wgmma_wait<0>();
+    } else {
+      issue_e();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) Wgmma<VT, T>::template rs<1>(acc, pf + 4 * kk, desc_ub + mnmajor_step(kk), 1);
+      wgmma_commit();
+      wgmma_wait<0>();
+    }
+#pragma unroll
+    for (int ms = 0; ms < kMS; ++ms) fence_regs(S[ms]);
+    fence_regs(acc);
+    fence_regs(pf);
+
+    if (wg == 1 && job.output) {
+      // Two output rows per thread: their pointers once, then a predicated store per pair.
+      T* orow[2];
+      bool live[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int ti = 16 * warp + g8 + 8 * r;
+        live[r] = ti < len;
+        orow[r] = p.o.row(row, t0 + (live[r] ? ti : 0), h) + vt0 + 2 * t4;
+      }
+#pragma unroll
+      for (int i = 0; i < kNA; i += 2) {
+        const int r = (i >> 1) & 1;
+        if (live[r]) *reinterpret_cast<uint32_t*>(orow[r] + 8 * (i >> 2)) = pack2<T>(acc[i], acc[i + 1]);
+      }
+    }
+    store_sb();  // read by (b) of the next chunk, after its S1 (this chunk's (b) finished before S2)
+    if (chunk_states) store_state(chunk_states + static_cast<int64_t>(c + 1) * DD);
+  }
+  if (job.fin) store_state(job.fin);
+  if (save) bulk_wait_all();
+#else
+  (void)p;
+#endif
+}
+
+}  // namespace ak::linear::cuda::fwd
+
+namespace ak::linear::cuda {
+
+template <class T, int D, int VT>
+void FwdStateWgmma<T, D, VT>::launch(const Args& a, cudaStream_t stream) {
+  const fwd::StateParams<T>& p = a.p;
+  if (p.N == 0 || p.H == 0) return;
+  constexpr int kSmem = fwd::Sm90StateLayout<D, VT>::kAlloc;
+  auto kernel = p.save_chunks > 0 ? fwd::chunk_state_sm90_kernel<T, D, VT, true>
+                                  : fwd::chunk_state_sm90_kernel<T, D, VT, false>;
+  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  const int jobs = p.seg_pass == 0 ? p.N : p.N * (p.seg_pass == 1 ? 2 : 1) * (p.seg_count - 1);
+  const dim3 grid(static_cast<unsigned>(jobs * (D / VT)), static_cast<unsigned>(p.H));
+  static const fwd::SaveMaps no_save{};  // read only when p.save_chunks > 0
+  const fwd::SaveMaps& sv = a.save != nullptr ? *a.save : no_save;
+  kernel<<<grid, fwd::kSm90StateThreads, kSmem, stream>>>(p, sv.hs, sv.vs);
+  ak::cuda::check_launch("chunk_state_sm90_kernel");
+}
+
+}  // namespace ak::linear::cuda

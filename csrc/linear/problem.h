@@ -1,0 +1,74 @@
+// The delta-rule family's internal interface: entries (entries.cpp) validate the C arguments and
+// fill these structs; each backend implements the same three functions.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/common.h"
+
+namespace ak::linear {
+
+// Sizes and options shared by every delta-rule call, validated by the entry.
+struct DeltaProblem {
+  int64_t B = 0, T = 0, H = 0, HK = 0, K = 0, V = 0;
+  int64_t N = 0;              // sequences: B, or cu_seqlens length - 1
+  int32_t dtype = AK_FLOAT32; // of q, k, v, output
+  int32_t device_type = AK_CPU, device_index = 0;
+  double scale = 1.0;
+  int32_t chunk_size = 64;
+  bool gated = false, l2norm = false, recurrent = false;
+  bool varlen = false;
+  // Sequence n covers tokens [seq_start[n], seq_start[n + 1]) of batch row (varlen ? 0 : n);
+  // host copy of cu_seqlens (or 0, T, 2T... without it: each row starts at 0 then).
+  std::vector<int64_t> seq_start;  // N + 1 entries, varlen only
+  const ak_tensor* cu_seqlens = nullptr;  // the device tensor, when varlen
+
+  int64_t group() const { return H / HK; }  // value heads per q/k head
+  // Token range of sequence n within its batch row.
+  int64_t begin(int64_t n) const { return varlen ? seq_start[n] : 0; }
+  int64_t end(int64_t n) const { return varlen ? seq_start[n + 1] : T; }
+  int64_t row(int64_t n) const { return varlen ? 0 : n; }
+};
+
+struct DeltaFwd {
+  DeltaProblem p;
+  const ak_tensor *q = nullptr, *k = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr;
+  const ak_tensor* initial_state = nullptr;
+  const ak_tensor *output = nullptr, *final_state = nullptr, *chunk_states = nullptr;
+  const ak_tensor *aw = nullptr, *au = nullptr;
+  // What the backward would recompute (attnkit_linear.h, `saved`): a backend that stores it sets
+  // *saved_written = 1 (the entry sets 0 first).
+  const ak_tensor* saved = nullptr;
+  int32_t* saved_written = nullptr;
+};
+
+struct DeltaBwd {
+  DeltaProblem p;
+  const ak_tensor *q = nullptr, *k = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr;
+  const ak_tensor* initial_state = nullptr;
+  const ak_tensor *d_output = nullptr, *d_final_state = nullptr;
+  const ak_tensor *dq = nullptr, *dk = nullptr, *dv = nullptr, *dbeta = nullptr, *dg = nullptr;
+  const ak_tensor* d_initial_state = nullptr;
+  const ak_tensor* saved = nullptr;  // filled by a forward (saved_written 1), or nullptr
+};
+
+struct DeltaDecode {
+  DeltaProblem p;  // T = 1, N = B
+  const ak_tensor *q = nullptr, *k = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr;
+  const ak_tensor *state = nullptr, *output = nullptr, *new_state = nullptr;
+};
+
+namespace cpu {
+void delta_fwd(const DeltaFwd& a);
+void delta_bwd(const DeltaBwd& a);
+void delta_decode(const DeltaDecode& a);
+}  // namespace cpu
+
+namespace cuda {
+void delta_fwd(const DeltaFwd& a);
+void delta_bwd(const DeltaBwd& a);
+void delta_decode(const DeltaDecode& a);
+}  // namespace cuda
+
+}  // namespace ak::linear

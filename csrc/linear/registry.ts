@@ -1,0 +1,179 @@
+/**
+ * The kernel registry of the chunked linear-attention family: every kernel the build compiles, with
+ * its architecture, dtypes, head dims and tiles. The planner (planner.cpp) chooses among these rows;
+ * adding a dtype, a head dim or a tile is one entry in an `instances` list.
+ *
+ * @example
+ * ```ts
+ * import { linearRegistry } from "./registry.ts";
+ * console.log(linearRegistry.kernels.map((k) => `${k.stage}.${k.variant}`));
+ * ```
+ *
+ * @module
+ */
+import type { KernelFamily } from "../../build/registry.ts";
+
+const HALF = ["bfloat16", "float16"] as const;
+const ALL = ["float32", "bfloat16", "float16"] as const;
+
+/** The linear family's table. */
+export const linearRegistry: KernelFamily = {
+  family: "linear",
+  launchers: "linear/launchers.h",
+  kernels: [
+    // ---- forward, chunked (the fast path) ----
+    {
+      stage: "linear.fwd.prep",
+      variant: "mma",
+      launcher: "ak::linear::cuda::FwdPrep",
+      header: "linear/delta/fwd/prep.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [64, 128, 256] }],
+      doc: "Stage 1, a block per chunk of 64 and value head: gate cumsum, K K^T with decay, " +
+        "(I + L)^-1 in fp32 blocks, w = Aw K and u = Au V on mma.sync.",
+      constraints: "K = V = D; 16-byte aligned rows",
+    },
+    {
+      stage: "linear.fwd.state",
+      variant: "mma",
+      launcher: "ak::linear::cuda::FwdStateMma",
+      header: "linear/delta/fwd/state_mma.cuh",
+      arch: "sm80",
+      instances: [
+        { dtypes: HALF, d: [64], tiles: [32, 64] },
+        { dtypes: HALF, d: [128], tiles: [32, 64, 128] },
+        { dtypes: HALF, d: [256], tiles: [32, 64] },
+      ],
+      doc: "Stage 2 on mma.sync: a block per sequence, head and V tile walks the chunks with the " +
+        "state in registers, fused with the output; tile = the V columns a block.",
+      constraints: "its shared memory fits the GPU",
+    },
+    {
+      stage: "linear.fwd.state",
+      variant: "wgmma",
+      launcher: "ak::linear::cuda::FwdStateWgmma",
+      header: "linear/delta/fwd/state_wgmma.cuh",
+      arch: "sm90a",
+      instances: [{ dtypes: HALF, d: [256], tiles: [64] }],
+      doc: "Stage 2 on wgmma, two warpgroups (W rows, Q rows) sharing each chunk step; can split the " +
+        "state pass into segments and store the states for the backward.",
+    },
+    {
+      stage: "linear.fwd.state",
+      variant: "split",
+      launcher: "ak::linear::cuda::FwdStateSplit",
+      header: "linear/delta/fwd/state_split.cuh",
+      arch: "sm90a",
+      instances: [{ dtypes: HALF, d: [128], tiles: [64, 128] }],
+      doc: "Stage 2 on wgmma with the state chain on one warpgroup and the output on one (tile 128) " +
+        "or two (tile 64) others; TMA loads on fixed-length calls, cp.async on packed ones.",
+    },
+    // ---- forward, general path and decode ----
+    {
+      stage: "linear.fwd.recurrent",
+      variant: "simt",
+      launcher: "ak::linear::cuda::FwdRecurrent",
+      header: "linear/delta/fwd/recurrent.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: ALL, d: [0] }],
+      doc: "The token-by-token recurrence in fp32, every head dim up to 256 and every dtype.",
+    },
+    {
+      stage: "linear.fwd.wy",
+      variant: "simt",
+      launcher: "ak::linear::cuda::FwdWyGeneral",
+      header: "linear/delta/fwd/wy_general.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: ALL, d: [0] }],
+      doc: "The chunk-local WY factors Aw, Au in fp32, when the general path is asked for them.",
+    },
+    {
+      stage: "linear.decode",
+      variant: "simt",
+      launcher: "ak::linear::cuda::Decode",
+      header: "linear/delta/decode.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: ALL, d: [0] }],
+      doc: "One token a sequence: the state read once and written in place, fp32 or 16-bit states.",
+    },
+    // ---- backward, tensor-core path ----
+    {
+      stage: "linear.bwd.prep",
+      variant: "mma",
+      launcher: "ak::linear::cuda::BwdPrep",
+      header: "linear/delta/bwd/prep.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [64, 128, 256] }],
+      doc: "gc, A = (I + L)^-1 (split-bf16 products on tensor cores), w, u and P, a block per chunk " +
+        "and head; only gc and P when the forward saved A and w.",
+    },
+    {
+      stage: "linear.bwd.states",
+      variant: "mma",
+      launcher: "ak::linear::cuda::BwdStates",
+      header: "linear/delta/bwd/states.cuh",
+      arch: "sm80",
+      instances: [
+        { dtypes: HALF, d: [64], tiles: [32, 64] },
+        { dtypes: HALF, d: [128], tiles: [16, 32, 64] },
+        { dtypes: HALF, d: [256], tiles: [32, 64] },
+      ],
+      doc: "The forward's state pass again (when the forward saved no states): the state before " +
+        "every chunk and v_new; tile = the state columns a block.",
+    },
+    {
+      stage: "linear.bwd.dstates",
+      variant: "mma",
+      launcher: "ak::linear::cuda::BwdDStates",
+      header: "linear/delta/bwd/dstates.cuh",
+      arch: "sm80",
+      instances: [
+        { dtypes: HALF, d: [64], tiles: [32, 64] },
+        { dtypes: HALF, d: [128, 256], tiles: [32, 64, 128] },
+      ],
+      doc: "The state gradient from the last chunk to the first, dv_new on the way; tile = the " +
+        "state columns a block.",
+      constraints: "its shared memory fits the GPU",
+    },
+    {
+      stage: "linear.bwd.grads",
+      variant: "pipe",
+      launcher: "ak::linear::cuda::BwdGrads",
+      header: "linear/delta/bwd/grads.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [64, 128] }],
+      doc: "Every chunk-local gradient fused in persistent blocks, the next item's tiles fetched as " +
+        "buffers die (two K buffers at D 128).",
+      constraints: "its shared memory fits the GPU (sm_90's at D 128)",
+    },
+    {
+      stage: "linear.bwd.grads",
+      variant: "compact",
+      launcher: "ak::linear::cuda::BwdGradsCompact",
+      header: "linear/delta/bwd/grads.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [128] }],
+      doc: "The fused gradients with one K buffer, for GPUs with less shared memory than sm_90.",
+    },
+    {
+      stage: "linear.bwd.grads",
+      variant: "two_pass",
+      launcher: "ak::linear::cuda::BwdGrads256",
+      header: "linear/delta/bwd/grads256.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [256] }],
+      doc: "The gradients at D 256 as two kernels, the products contracted over V, then over K.",
+    },
+    // ---- backward, general path ----
+    {
+      stage: "linear.bwd.general",
+      variant: "simt",
+      launcher: "ak::linear::cuda::BwdGeneral",
+      header: "linear/delta/bwd/general_entry.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: ALL, d: [0] }],
+      doc: "The backward in fp32 SIMT stages over padded chunks, any head dim up to 256 and chunk " +
+        "size 32, 64 or 128.",
+    },
+  ],
+};
