@@ -24,20 +24,16 @@ import { parseArgs } from "node:util";
 import {
   expandRows,
   instantiationUnit,
-  type KernelFamily,
   type KernelRow,
   launchTableUnit,
   rowsHeader,
+  unitGroups,
   unitName,
 } from "./build/registry.ts";
+import { REGISTRIES } from "./build/registries.ts";
 import { wgmmaHeader } from "./build/wgmma.ts";
-import { attentionRegistry } from "./csrc/attention/registry.ts";
-import { linearRegistry } from "./csrc/linear/registry.ts";
 import { cacheDirectory, LIBRARY_FILE } from "./ffi/library.ts";
 import { VERSION } from "./ffi/version.ts";
-
-/** The kernel registries of every family, in the order of the library's row table. */
-export const REGISTRIES: readonly KernelFamily[] = [linearRegistry, attentionRegistry];
 
 /** Options of {@link buildLibrary}. */
 export interface BuildOptions {
@@ -224,8 +220,8 @@ interface GeneratedUnit {
 
 /**
  * Writes the generated sources into `genDir`: the row table (every build), and for a CUDA build the
- * wgmma wrappers, one instantiation unit per row whose architecture is among the targets, and the
- * launch table. Files are rewritten only when their text changes. Returns the units to compile.
+ * wgmma wrappers, one instantiation unit per kernel and dtype whose architecture is among the targets,
+ * and the launch table. Files are rewritten only when their text changes. Returns the units to compile.
  */
 async function generateSources(
   genDir: string,
@@ -237,14 +233,14 @@ async function generateSources(
   if (!cuda) return [];
   await writeIfChanged(`${genDir}/generated/wgmma_ops.cuh`, wgmmaHeader());
   const units: GeneratedUnit[] = [];
-  const built: boolean[] = [];
-  for (const row of rows) {
-    const targets = row.arch === "sm90a" ? arch.filter((a) => a === "sm_90a") : arch;
-    built.push(targets.length > 0);
+  const built: boolean[] = rows.map(() => false);
+  for (const group of unitGroups(rows)) {
+    const targets = group[0].arch === "sm90a" ? arch.filter((a) => a === "sm_90a") : arch;
     if (targets.length === 0) continue;
-    const name = unitName(row);
+    for (const r of group) built[r.index] = true;
+    const name = unitName(group);
     const path = `${genDir}/kernels/${name}`;
-    await writeIfChanged(path, instantiationUnit(row));
+    await writeIfChanged(path, instantiationUnit(group));
     units.push({ path, label: `gen/kernels/${name}`, targets });
   }
   const plain = arch.filter((a) => !a.endsWith("a")).map((a) => Number(a.slice(3))).sort((a, b) => a - b);

@@ -49,6 +49,23 @@ export {
   type Tolerance,
   ToleranceError,
 } from "./ops/compare.ts";
+export {
+  explain,
+  type GpuName,
+  type KernelInfo,
+  kernels,
+  lastPlan,
+  type Plan,
+  type PlanKernel,
+  type PlanOp,
+  type PlanQuery,
+  setTuning,
+  tuning,
+  type TuningKey,
+  type TuningSpec,
+  type TuningTable,
+  withTuning,
+} from "./ops/kernels.ts";
 export * from "./ops/io/mod.ts";
 export * from "./ops/linear/mod.ts";
 export * from "./ops/attention/mod.ts";

@@ -195,20 +195,34 @@ function instance(row: KernelRow): string {
   return `${row.launcher}<${CXX_TYPE[row.dtype]}, ${row.d}, ${row.tile}>`;
 }
 
-/** File name (without folder) of a row's instantiation unit. */
-export function unitName(row: KernelRow): string {
-  return `${String(row.index).padStart(3, "0")}_${row.stage}.${row.variant}_${row.dtype}_d${row.d}_t${row.tile}`
-    .replace(/\./g, "_") + ".cu";
+/**
+ * The rows grouped into instantiation units: one per kernel (launcher) and dtype, so that a unit
+ * parses its header once for all head dims and tiles, and units still compile in parallel.
+ */
+export function unitGroups(rows: readonly KernelRow[]): KernelRow[][] {
+  const groups = new Map<string, KernelRow[]>();
+  for (const r of rows) {
+    const key = `${r.stage}.${r.variant}/${r.dtype}`;
+    const g = groups.get(key);
+    if (g) g.push(r);
+    else groups.set(key, [r]);
+  }
+  return [...groups.values()];
 }
 
-/** The instantiation unit of one row: its header and one explicit instantiation. */
-export function instantiationUnit(row: KernelRow): string {
+/** File name (without folder) of a group's instantiation unit. */
+export function unitName(group: readonly KernelRow[]): string {
+  const r = group[0];
+  return `${r.stage}.${r.variant}_${r.dtype}`.replace(/\./g, "_") + ".cu";
+}
+
+/** The instantiation unit of a group of rows: its header and one explicit instantiation a row. */
+export function instantiationUnit(group: readonly KernelRow[]): string {
   return [
     BANNER,
-    `// ${rowName(row)}`,
-    `#include "${row.header}"`,
+    `#include "${group[0].header}"`,
     "",
-    `template struct ${instance(row)};`,
+    ...group.map((r) => `template struct ${instance(r)};  // ${rowName(r)}`),
     "",
   ].join("\n");
 }

@@ -7,11 +7,13 @@
  */
 import { attentionSymbols } from "./symbols_attention.ts";
 import { coreSymbols } from "./symbols_core.ts";
+import { kernelSymbols } from "./symbols_kernels.ts";
 import { linearSymbols } from "./symbols_linear.ts";
 
 /** Every symbol attnkit loads from its native library. */
 export const symbols = {
   ...coreSymbols,
+  ...kernelSymbols,
   ...linearSymbols,
   ...attentionSymbols,
 } as const satisfies Deno.ForeignLibraryInterface;

@@ -38,6 +38,30 @@ export const linearSymbols = {
     ],
     result: "i32",
   },
+  // ak_status ak_delta_rule_saved_size(
+  //   q, k, v, g, beta, initial_state, cu_seqlens, double scale, int32_t chunk_size, int32_t flags,
+  //   const ak_tensor* output, const ak_tensor* chunk_states, const ak_tensor* aw, const ak_tensor* au,
+  //   int64_t* elements)              what the forward with these arguments would store in `saved` (0: none)
+  ak_delta_rule_saved_size: {
+    parameters: [
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "f64",
+      "i32",
+      "i32",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+    ],
+    result: "i32",
+  },
   // ak_status ak_delta_rule_bwd(
   //   const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* g,
   //   const ak_tensor* beta, const ak_tensor* initial_state, const ak_tensor* cu_seqlens,

@@ -2,6 +2,8 @@
 // must agree, and incremental rebuilds.
 import assert from "node:assert/strict";
 import { buildLibrary } from "../build.ts";
+import { expandRows, type KernelFamily, launchTableUnit, rowName, rowsHeader } from "../build/registry.ts";
+import { REGISTRIES } from "../build/registries.ts";
 import { VERSION } from "../ffi/version.ts";
 import { nativeVersion } from "../mod.ts";
 
@@ -23,16 +25,55 @@ Deno.test("csrc/files.json lists exactly the sources and headers under csrc/", a
   assert.deepEqual(manifest, await walk(csrc), "run `deno task build` to refresh csrc/files.json");
 });
 
-Deno.test("every local #include in csrc/ resolves to a file in the manifest", async () => {
+// Quoted includes name a file from csrc/ (the build's include folder), or one the build generates.
+const GENERATED = new Set(["generated/registry_rows.h", "generated/wgmma_ops.cuh"]);
+
+Deno.test("every local #include in csrc/ resolves to a file in the manifest or a generated one", async () => {
   const manifest = new Set<string>(JSON.parse(await Deno.readTextFile(new URL("files.json", csrc))));
   for (const file of manifest) {
     const text = await Deno.readTextFile(new URL(file, csrc));
-    const dir = file.includes("/") ? file.slice(0, file.lastIndexOf("/") + 1) : "";
     for (const m of text.matchAll(/^\s*#\s*include\s*"([^"]+)"/gm)) {
-      const target = new URL(m[1], new URL(dir, csrc)).pathname.slice(csrc.pathname.length);
-      assert.ok(manifest.has(target), `${file} includes "${m[1]}", which is not in csrc/files.json`);
+      assert.ok(
+        manifest.has(m[1]) || GENERATED.has(m[1]),
+        `${file} includes "${m[1]}", which is neither in csrc/files.json nor generated`,
+      );
     }
   }
+});
+
+Deno.test("the registries expand into unique, well-formed rows; the generated C++ names each", () => {
+  const rows = expandRows(REGISTRIES);
+  assert.ok(rows.length > 50);
+  assert.equal(new Set(rows.map(rowName)).size, rows.length, "one row per instance");
+  assert.deepEqual(rows.map((r) => r.index), rows.map((_, i) => i));
+  const header = rowsHeader(rows);
+  for (const r of rows) assert.ok(header.includes(`// ${r.index}\n`), `row ${r.index} in the row table`);
+  // A row whose architecture the build leaves out gets a null launcher.
+  const built = rows.map((r) => r.arch !== "sm90a");
+  const table = launchTableUnit(rows, built, ["sm_80", "compute_80"]);
+  const sm90 = rows.find((r) => r.arch === "sm90a")!;
+  assert.ok(table.includes(`nullptr,  // ${sm90.index}: not built`));
+  assert.ok(table.includes('kBuiltTargets = "sm_80 compute_80"'));
+  const bad = (k: Partial<KernelFamily["kernels"][number]>): KernelFamily => ({
+    family: "demo",
+    launchers: "demo/launchers.h",
+    kernels: [{
+      stage: "demo.fwd",
+      variant: "mma",
+      launcher: "ak::Demo",
+      header: "demo.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: ["bfloat16"], d: [64] }],
+      doc: "",
+      ...k,
+    }],
+  });
+  assert.throws(() => expandRows([bad({ stage: "other.fwd" })]), /stage must look like demo/);
+  assert.throws(() => expandRows([bad({ variant: "Split" })]), /variant must be/);
+  assert.throws(
+    () => expandRows([bad({ instances: [{ dtypes: ["bfloat16", "bfloat16"], d: [64] }] })]),
+    /listed twice/,
+  );
 });
 
 Deno.test("deno.json, ffi/version.ts and the native library agree on the version", async () => {
@@ -41,7 +82,7 @@ Deno.test("deno.json, ffi/version.ts and the native library agree on the version
   assert.equal(nativeVersion(), VERSION);
   assert.equal(config.name, "@attnkit/attnkit");
   assert.deepEqual(config.exports, { ".": "./mod.ts", "./build": "./build.ts" });
-  for (const path of ["mod.ts", "build.ts", "ffi/", "ops/", "csrc/", "README.md", "LICENSE"]) {
+  for (const path of ["mod.ts", "build.ts", "build/", "ffi/", "ops/", "csrc/", "README.md", "LICENSE"]) {
     assert.ok(config.publish.include.includes(path), `deno.json publish.include lacks ${path}`);
   }
   for (const task of ["build", "test", "bench", "demo", "check"]) {
@@ -60,7 +101,7 @@ Deno.test("build.ts recompiles only what changed", async () => {
     const second = await buildLibrary(options);
     assert.equal(second.compiled, 0, "an unchanged unit is not rebuilt");
     // a stamp that no longer matches (as after a change of source or flags) forces a rebuild
-    await Deno.writeTextFile(`${out}/obj/core_common_cpp.hash`, "stale");
+    await Deno.writeTextFile(`${out}/obj/csrc_core_common_cpp.hash`, "stale");
     const third = await buildLibrary(options);
     assert.equal(third.compiled, 1);
   } finally {

@@ -1,4 +1,4 @@
-#include "common.h"
+#include "core/common.h"
 
 #include <algorithm>
 #include <atomic>
@@ -8,7 +8,7 @@
 #include <thread>
 
 #if AK_WITH_CUDA
-#include "../cuda/backend.h"
+#include "cuda/backend.h"
 #endif
 
 namespace ak {

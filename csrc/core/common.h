@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../include/attnkit.h"
+#include "include/attnkit.h"
 
 // build.ts defines AK_WITH_CUDA=1 for every unit when it compiles with nvcc.
 #ifndef AK_WITH_CUDA

@@ -2,10 +2,10 @@
 #include <cstring>
 #include <string>
 
-#include "../cpu/backend.h"
-#include "common.h"
+#include "cpu/backend.h"
+#include "core/common.h"
 #if AK_WITH_CUDA
-#include "../cuda/backend.h"
+#include "cuda/backend.h"
 #endif
 
 #ifndef AK_VERSION

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "../include/attnkit.h"
+#include "include/attnkit.h"
 
 namespace ak {
 

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "numeric.h"
+#include "core/numeric.h"
 
 namespace ak {
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "../include/attnkit.h"
+#include "include/attnkit.h"
 
 namespace ak::cpu {
 

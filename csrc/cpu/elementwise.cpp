@@ -6,11 +6,11 @@
 #include <cstring>
 #include <type_traits>
 
-#include "../core/common.h"
-#include "../core/layout.h"
-#include "../core/numeric.h"
-#include "../core/random.h"
-#include "backend.h"
+#include "core/common.h"
+#include "core/layout.h"
+#include "core/numeric.h"
+#include "core/random.h"
+#include "cpu/backend.h"
 
 namespace ak::cpu {
 namespace {

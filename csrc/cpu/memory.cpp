@@ -1,9 +1,9 @@
 // Host memory for the CPU backend: 64-byte aligned, so vector loads never straddle a line.
 #include <cstdlib>
 
-#include "../core/common.h"
-#include "../core/memory_tracker.h"
-#include "backend.h"
+#include "core/common.h"
+#include "core/memory_tracker.h"
+#include "cpu/backend.h"
 
 namespace ak::cpu {
 namespace {

@@ -6,11 +6,11 @@
 
 #include <cstring>
 
-#include "../core/layout.h"
-#include "../core/numeric.h"
-#include "../core/random.h"
-#include "backend.h"
-#include "runtime.cuh"
+#include "core/layout.h"
+#include "core/numeric.h"
+#include "core/random.h"
+#include "cuda/backend.h"
+#include "cuda/runtime.cuh"
 
 namespace ak::cuda {
 namespace {

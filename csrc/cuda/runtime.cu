@@ -3,9 +3,9 @@
 #include <cstring>
 #include <mutex>
 
-#include "../core/memory_tracker.h"
-#include "backend.h"
-#include "runtime.cuh"
+#include "core/memory_tracker.h"
+#include "cuda/backend.h"
+#include "cuda/runtime.cuh"
 
 namespace ak::cuda {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "../core/common.h"
+#include "core/common.h"
 
 namespace ak::cuda {
 

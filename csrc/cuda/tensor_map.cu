@@ -4,8 +4,8 @@
 #include <mutex>
 #include <string>
 
-#include "runtime.cuh"
-#include "tensor_map.h"
+#include "cuda/runtime.cuh"
+#include "cuda/tensor_map.h"
 
 namespace ak::cuda {
 namespace {

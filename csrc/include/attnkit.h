@@ -170,7 +170,7 @@ AK_API ak_status ak_kernels(int32_t device_index, const char** out_json);
 }
 #endif
 
-#include "attnkit_linear.h"
-#include "attnkit_attention.h"
+#include "include/attnkit_linear.h"
+#include "include/attnkit_attention.h"
 
 #endif /* ATTNKIT_H */

@@ -276,7 +276,7 @@ AK_API ak_status ak_delta_rule_saved_size(const ak_tensor* q, const ak_tensor* k
     if (p.N == 0 || p.device_type == AK_CPU) return;
 #if AK_WITH_CUDA
     const planning::FwdChoice plan =
-        planning::plan_fwd(planning::fwd_shape(a, true), cuda::caps(p.device_index), tuning::current());
+        planning::plan_fwd(planning::fwd_shape(a, true), ::ak::cuda::caps(p.device_index), tuning::current());
     if (plan.save) *elements = saved_elements(p.H, saved_chunks_bound(p), p.K, p.V);
 #endif
   });

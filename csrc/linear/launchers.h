@@ -38,7 +38,6 @@ AK_LINEAR_LAUNCHER(BwdPrep, bwd::StageArgs<T>)
 AK_LINEAR_LAUNCHER(BwdStates, bwd::StageArgs<T>)
 AK_LINEAR_LAUNCHER(BwdDStates, bwd::StageArgs<T>)
 AK_LINEAR_LAUNCHER(BwdGrads, bwd::StageArgs<T>)
-AK_LINEAR_LAUNCHER(BwdGradsCompact, bwd::StageArgs<T>)
 AK_LINEAR_LAUNCHER(BwdGrads256, bwd::StageArgs<T>)
 
 struct BwdGeneralArgs {

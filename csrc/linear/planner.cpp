@@ -242,10 +242,10 @@ int pick_dstates_tile(const BwdShape& s, const registry::Caps& caps) {
   return 32;
 }
 
-int64_t grads_smem(int D, bool pipe) {
+int64_t grads_smem(int D) {
   using namespace cuda::bwd;
-  if (D == 64) return static_cast<int64_t>(fast_grads_smem<64, true>());
-  if (D == 128) return static_cast<int64_t>(pipe ? fast_grads_smem<128, true>() : fast_grads_smem<128, false>());
+  if (D == 64) return static_cast<int64_t>(fast_grads_smem<64>());
+  if (D == 128) return static_cast<int64_t>(fast_grads_smem<128>());
   return static_cast<int64_t>(std::max(fast_grads256_smem_v(), fast_grads256_smem_k()));
 }
 
@@ -254,7 +254,7 @@ std::string fast_bwd_refusal(const BwdShape& s, const registry::Caps& caps) {
   if (s.K != s.V || (s.K != 64 && s.K != 128 && s.K != 256)) return "it needs K = V in {64, 128, 256}";
   if (caps.major < 8) return "it needs compute capability 8.0 or newer";
   if (runnable(caps, "linear.bwd.prep", "mma", s.dtype, s.K, 0) < 0) return "its kernels are not built for this GPU";
-  if (grads_smem(s.K, false) > caps.smem_block) return "its shared memory does not fit this GPU";
+  if (grads_smem(s.K) > caps.smem_block) return "its shared memory does not fit this GPU";
   if ((!s.l2norm && !s.aligned_qk) || !s.aligned_rest) {
     return "it needs 16-byte aligned rows (q, k unless L2-normalised, v, d_output, dq, dk, dv)";
   }
@@ -403,10 +403,9 @@ BwdChoice plan_bwd(const BwdShape& s, const registry::Caps& caps, const tuning::
   c.plan.rows.push_back(c.dstates_row);
   const std::string& want = t.get("linear.bwd.grads");
   std::string variant = want;
-  if (want == "auto") variant = D == 256 ? "two_pass" : grads_smem(D, true) <= caps.smem_block ? "pipe" : "compact";
+  if (want == "auto") variant = D == 256 ? "two_pass" : "fused";
   c.grads_row = runnable(caps, "linear.bwd.grads", variant.c_str(), s.dtype, D, 0);
-  const bool fits = variant == "two_pass" || grads_smem(D, variant == "pipe") <= caps.smem_block;
-  if (c.grads_row < 0 || !fits) {
+  if (c.grads_row < 0) {
     refuse("delta_rule_bwd", "linear.bwd.grads=" + variant, "no runnable kernel of it at D = " + std::to_string(D));
   }
   c.plan.rows.push_back(c.grads_row);

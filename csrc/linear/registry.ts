@@ -137,23 +137,14 @@ export const linearRegistry: KernelFamily = {
     },
     {
       stage: "linear.bwd.grads",
-      variant: "pipe",
+      variant: "fused",
       launcher: "ak::linear::cuda::BwdGrads",
       header: "linear/delta/bwd/grads.cuh",
       arch: "sm80",
       instances: [{ dtypes: HALF, d: [64, 128] }],
       doc: "Every chunk-local gradient fused in persistent blocks, the next item's tiles fetched as " +
         "buffers die (two K buffers at D 128).",
-      constraints: "its shared memory fits the GPU (sm_90's at D 128)",
-    },
-    {
-      stage: "linear.bwd.grads",
-      variant: "compact",
-      launcher: "ak::linear::cuda::BwdGradsCompact",
-      header: "linear/delta/bwd/grads.cuh",
-      arch: "sm80",
-      instances: [{ dtypes: HALF, d: [128] }],
-      doc: "The fused gradients with one K buffer, for GPUs with less shared memory than sm_90.",
+      constraints: "its shared memory fits the GPU (at D 128 only sm_90's does)",
     },
     {
       stage: "linear.bwd.grads",

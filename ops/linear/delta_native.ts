@@ -358,14 +358,6 @@ function savedCall(inputs: DeltaInputs, s: DeltaSettings, sizes: DeltaSizes): st
   return parts.join(", ");
 }
 
-// Elements of the saved-states buffer (attnkit_linear.h): H NCS (K V + 64 V + 64 * 64 + 64 K), NCS
-// an upper bound on the chunks of 64 of the whole call.
-function savedElements(sizes: DeltaSizes, packed: boolean): number {
-  const { B, T, H, K, V, N } = sizes;
-  const chunks = packed ? Math.ceil(T / 64) + N : B * Math.ceil(T / 64);
-  return H * chunks * (K * V + 64 * V + 64 * 64 + 64 * K);
-}
-
 function flagsOf(s: { gated: boolean; l2norm: boolean; recurrent?: boolean }): number {
   return (s.gated ? DeltaFlags.GATED : 0) | (s.l2norm ? DeltaFlags.QK_L2NORM : 0) |
     (s.recurrent ? DeltaFlags.RECURRENT : 0);
@@ -426,15 +418,34 @@ export function deltaForward(
     : undefined;
   const aw = wants.factors ? f32Result(op, scope, [B, H, T, s.chunkSize], device, "aw", out.aw) : undefined;
   const au = wants.factors ? f32Result(op, scope, [B, H, T, s.chunkSize], device, "au", out.au) : undefined;
-  // Only the CUDA forward's Hopper kernels at K = V = 128 or 256 with 16-bit inputs store the states
-  // (csrc/linear/cuda_dispatch.cu; it still reports whether it did): no buffer where they cannot.
-  const mayStore = device !== "cpu" && !s.recurrent && K === V && (K === 128 || K === 256) &&
-    (inputs.q.dtype === "bfloat16" || inputs.q.dtype === "float16");
-  const savedBuffer = wants.saved && mayStore
-    ? scope.temp(
-      Tensor.empty([savedElements(sizes, s.cuSeqlens !== undefined)], { dtype: inputs.q.dtype, device }),
-    )
-    : undefined;
+  // Whether (and how much) the forward would store for the backward is the planner's answer.
+  let savedBuffer: Tensor | undefined;
+  if (wants.saved && device !== "cpu") {
+    const elements = new BigInt64Array(1);
+    unwrap(
+      native().ak_delta_rule_saved_size(
+        x.q,
+        x.k,
+        x.v,
+        x.g,
+        x.beta,
+        x.initialState,
+        x.cuSeqlens,
+        x.scale,
+        s.recurrent ? 64 : s.chunkSize,
+        x.flags,
+        output.view,
+        chunkStates?.descriptor() ?? null,
+        aw?.descriptor() ?? null,
+        au?.descriptor() ?? null,
+        new Uint8Array(elements.buffer),
+      ),
+      op,
+    );
+    if (elements[0] > 0n) {
+      savedBuffer = scope.temp(Tensor.empty([Number(elements[0])], { dtype: inputs.q.dtype, device }));
+    }
+  }
   const written = new Int32Array(1);
   unwrap(
     native().ak_delta_rule_fwd(

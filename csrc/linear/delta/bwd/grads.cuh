@@ -339,18 +339,17 @@ __device__ __forceinline__ void write_dbeta_dg(const Problem& p, int4 ci, int h,
   }
 }
 
-// Pipe: every tile of the next item is fetched as soon as its buffer is dead, so an
-// item never starts with a wait on device memory: dO, v_new, h, dh' (and K into a second buffer at
-// D = 128) after dw is stored, Q, V, dv_new after the dA product, A after the dL product (needed only
-// at A^T dw). At D = 64 a second K buffer would cost the second block per multiprocessor, so K is
-// fetched at the end of the item. Without Pipe (one K buffer, for GPUs whose shared memory is smaller
-// than sm_90's): dO, v_new, h during the WY part, the rest at the start of the item.
-template <class T, int D, bool Pipe>
+// Every tile of the next item is fetched as soon as its buffer is dead, so an item never starts with a
+// wait on device memory: dO, v_new, h, dh' (and K into a second buffer at D = 128) after dw is stored,
+// Q, V, dv_new after the dA product, A after the dL product (needed only at A^T dw). At D = 64 a
+// second K buffer would cost the second block per multiprocessor, so K is fetched at the end of the
+// item.
+template <class T, int D>
 __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_grads(Problem p, FastWork<T> w) {
   // NT: n8 tiles of a warp's part of a 64 x D product; NJ: of a 64 x 64 one.
   constexpr int WC = grads_wc<D>(), kThreads = 128 * WC, NT = D / (8 * WC), NJ = 8 / WC;
   constexpr int LD = D + 8, LC = kC + 8;
-  constexpr bool kTwoK = Pipe && grads_two_k<D>();
+  constexpr bool kTwoK = grads_two_k<D>();
   extern __shared__ __align__(16) unsigned char smraw[];
   T* Qs = reinterpret_cast<T*>(smraw);
   T* Kb = Qs + kC * LD;  // K, or with kTwoK K of even iterations
@@ -388,9 +387,7 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
   const int n0 = wc * (D / WC);   // columns of 64 x D products
   const int j0 = wc * (kC / WC);  // columns of 64 x 64 products
 
-  // Persistent blocks: item = chunk * H + head. Loads come in two cp.async groups: dO, v_new, h (the
-  // first products' operands) are fetched during the previous item's WY part, when their buffers are
-  // dead; K, Q, V, dv_new, dh', A at the start of the item, landing while dP and dO h^T run.
+  // Persistent blocks: item = chunk * H + head.
   const int items = p.NCt * p.H;
   auto issue_first = [&](int item) {
     const int g = item / p.H, h = item - g * p.H;
@@ -401,8 +398,8 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
     tile_load<T>(Us, LD, w.U + row * D, D, kC, kC, D, tid, kThreads);
     tile_load<T>(Hs, LD, w.Hs + (static_cast<int64_t>(h) * p.NCt + g) * D * D, D, D, D, D, tid, kThreads);
   };
-  // Pipe's groups, one commit each per item in this order: first (dO, v_new, h, dh', K when kTwoK),
-  // qvdu (Q, V, dv_new), a (A), and without kTwoK k (K).
+  // The cp.async groups, one commit each per item in this order: first (dO, v_new, h, dh', K when
+  // kTwoK), qvdu (Q, V, dv_new), a (A), and without kTwoK k (K).
   auto issue_k = [&](int item, T* dst) {
     const int g = item / p.H, hk = (item - g * p.H) / p.group;
     const int4 ci = p.map.chunk_of(g);
@@ -431,48 +428,28 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
     tile_load<T>(As, LC, w.A + row * kC, kC, kC, kC, kC, tid, kThreads);
   };
   int item = blockIdx.x;
-  if constexpr (Pipe) {
-    if (item < items) {
-      issue_first_pipe(item, Kb);
-      if constexpr (!kTwoK) issue_k(item, Kb);
-    }
-    cp_async_commit();
-    if (item < items) issue_qvdu(item);
-    cp_async_commit();
-    if (item < items) issue_a(item);
-    cp_async_commit();
-  } else {
-    if (item < items) issue_first(item);
-    cp_async_commit();
+  if (item < items) {
+    issue_first_pipe(item, Kb);
+    if constexpr (!kTwoK) issue_k(item, Kb);
   }
+  cp_async_commit();
+  if (item < items) issue_qvdu(item);
+  cp_async_commit();
+  if (item < items) issue_a(item);
+  cp_async_commit();
   for (int iter = 0; item < items; item += gridDim.x, ++iter) {
     const int g = item / p.H, h = item - g * p.H, hk = h / p.group;
     const int4 ci = p.map.chunk_of(g);
     const int len = ci.z;
     const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
-    [[maybe_unused]] const int64_t state = (static_cast<int64_t>(h) * p.NCt + g) * D * D;
     const int next = item + static_cast<int>(gridDim.x);
     T* Ks = kTwoK && (iter & 1) ? Kb2 : Kb;
 
-    if constexpr (!Pipe) {
-      tile_load<T>(Ks, LD, static_cast<const T*>(p.k.p) + p.k.offset(ci.x, ci.y, hk), p.k.st, kC, len, D, tid,
-                   kThreads);
-      tile_load<T>(Qs, LD, static_cast<const T*>(p.q.p) + p.q.offset(ci.x, ci.y, hk), p.q.st, kC, len, D, tid,
-                   kThreads);
-      tile_load<T>(Vs, LD, static_cast<const T*>(p.v.p) + p.v.offset(ci.x, ci.y, h), p.v.st, kC, len, D, tid,
-                   kThreads);
-      tile_load<T>(dUs, LD, w.dU + row * D, D, kC, kC, D, tid, kThreads);
-      tile_load<T>(dHs, LD, w.dHs + state, D, D, D, D, tid, kThreads);
-      tile_load<T>(As, LC, w.A + row * kC, kC, kC, kC, kC, tid, kThreads);
-      cp_async_commit();
-    }
     if (tid < kC) {
       gc[tid] = w.gc[row + tid];
       bt[tid] = tid < len ? static_cast<const float*>(p.beta.p)[p.beta.offset(ci.x, ci.y + tid, h)] : 0.f;
     }
-    if constexpr (!Pipe) {
-      cp_async_wait<1>();  // dO, v_new, h of this item
-    } else if constexpr (kTwoK) {
+    if constexpr (kTwoK) {
       cp_async_wait<1>();  // everything but A
     } else {
       cp_async_wait<0>();  // K came last
@@ -494,10 +471,6 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
       zero_acc(dqa);
       warp_mma<T, 1, NT, false, false>(dqa, dOs, LD, m0, Hs, LD, n0, D, lane);
       scale_rows(dqa, p.scale * gm[rA], p.scale * gm[rB]);
-      if constexpr (!Pipe) {
-        cp_async_wait<0>();  // K, Q, V, dv_new, dh', A
-        __syncthreads();
-      }
       warp_mma<T, 1, NT, false, true>(dqa, T1, LC, m0, Ks, LD, n0, kC, lane);
       put_row_dots<T, NT>(dqa, Qs, LD, r_qd, wc, m0, n0, lane);
       if (!fused_l2) {
@@ -535,16 +508,11 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
     }
     __syncthreads();
     // dO, v_new and h (and dh', the other K buffer) are dead for this item: fetch the next item's.
-    if constexpr (Pipe) {
-      if (next < items) issue_first_pipe(next, (iter & 1) ? Kb : Kb2);
-      cp_async_commit();
-      if constexpr (kTwoK) {
-        cp_async_wait<1>();  // this item's A (committed before the group above)
-        __syncthreads();
-      }
-    } else {
-      if (next < items) issue_first(next);
-      cp_async_commit();
+    if (next < items) issue_first_pipe(next, (iter & 1) ? Kb : Kb2);
+    cp_async_commit();
+    if constexpr (kTwoK) {
+      cp_async_wait<1>();  // this item's A (committed before the group above)
+      __syncthreads();
     }
     // A^T dw: dk += diag(beta e^gc) A^T dw; (A^T dw).k
     add_at_dw<T, NT>(dk, As, dWs, Ks, LD, bt, gm, r_tk, wc, m0, n0, lane);
@@ -560,19 +528,17 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
       store_acc<T, 1, NJ>(a1, T1, LC, m0, j0, lane);
     }
     __syncthreads();
-    if constexpr (Pipe) {  // Q (as dw), V, dv_new are dead
-      if (next < items) issue_qvdu(next);
-      cp_async_commit();
-    }
+    // Q (as dw), V, dv_new are dead.
+    if (next < items) issue_qvdu(next);
+    cp_async_commit();
     store_x<T, NJ>(T1, As, T2, m0, j0, lane);  // X = dA A^T -> T2
     __syncthreads();
     // dL = -A^T X: dbeta, dgc row sums, S = dM + dM^T -> T1
     dl_products<T, WC>(As, T2, Ks, LD, D, T1, gc, bt, rows, wr, wc, lane);
     __syncthreads();
-    if constexpr (Pipe) {  // A is dead
-      if (next < items) issue_a(next);
-      cp_async_commit();
-    }
+    // A is dead.
+    if (next < items) issue_a(next);
+    cp_async_commit();
     warp_mma<T, 1, NT, false, true>(dk, T1, LC, m0, Ks, LD, n0, kC, lane);  // dk += S K
     if (fused_l2) {
       put_row_dots<T, NT>(dk, Ks, LD, r_kf, wc, m0, n0, lane);
@@ -583,28 +549,11 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
     write_dbeta_dg<WC>(p, ci, h, gm, bt, gl, rows, tid, lane);
     if (fused_l2) write_rows_l2<T, NT, WC>(dk, Ks, LD, r_kf, w.rk, p.map.T, p.HK, p.dk, ci, hk, m0, n0, lane);
     __syncthreads();  // the next item overwrites every tile and row sum
-    if constexpr (Pipe && !kTwoK) {
+    if constexpr (!kTwoK) {
       if (next < items) issue_k(next, Kb);
       cp_async_commit();
     }
   }
-}
-
-// Persistent blocks, as many as fit at once, each looping over chunk x head items.
-template <class T, int D, bool Pipe>
-void launch_grads(const StageArgs<T>& a, cudaStream_t s) {
-  const Problem& p = a.p;
-  if (p.NCt == 0) return;
-  constexpr size_t smem = fast_grads_smem<D, Pipe>();
-  auto* kernel = fast_grads<T, D, Pipe>;
-  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  int per_sm = 0, dev = 0;
-  AK_CUDA_CHECK(cudaGetDevice(&dev));
-  AK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128 * grads_wc<D>(), smem));
-  const int64_t items = static_cast<int64_t>(p.NCt) * p.H;
-  const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * ak::cuda::props(dev).multiProcessorCount;
-  kernel<<<static_cast<unsigned>(std::min(items, resident)), 128 * grads_wc<D>(), smem, s>>>(p, a.w);
-  ak::cuda::check_launch("delta_bwd fast: grads");
 }
 
 }  // namespace grads_detail
@@ -613,14 +562,21 @@ void launch_grads(const StageArgs<T>& a, cudaStream_t s) {
 
 namespace ak::linear::cuda {
 
+// Persistent blocks, as many as fit at once, each looping over chunk x head items.
 template <class T, int D, int Tile>
 void BwdGrads<T, D, Tile>::launch(const Args& a, cudaStream_t s) {
-  bwd::grads_detail::launch_grads<T, D, true>(a, s);
-}
-
-template <class T, int D, int Tile>
-void BwdGradsCompact<T, D, Tile>::launch(const Args& a, cudaStream_t s) {
-  bwd::grads_detail::launch_grads<T, D, false>(a, s);
+  const bwd::Problem& p = a.p;
+  if (p.NCt == 0) return;
+  constexpr size_t smem = bwd::fast_grads_smem<D>();
+  auto* kernel = bwd::grads_detail::fast_grads<T, D>;
+  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  int per_sm = 0, dev = 0;
+  AK_CUDA_CHECK(cudaGetDevice(&dev));
+  AK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128 * bwd::grads_wc<D>(), smem));
+  const int64_t items = static_cast<int64_t>(p.NCt) * p.H;
+  const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * ak::cuda::props(dev).multiProcessorCount;
+  kernel<<<static_cast<unsigned>(std::min(items, resident)), 128 * bwd::grads_wc<D>(), smem, s>>>(p, a.w);
+  ak::cuda::check_launch("delta_bwd fast: grads");
 }
 
 }  // namespace ak::linear::cuda

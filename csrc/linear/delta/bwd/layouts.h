@@ -58,7 +58,7 @@ constexpr size_t dstates_smem() {
 
 // ---- grads (grads.cuh, grads256.cuh) ----
 
-// Whether the pipelined gradient stage keeps two K buffers (D = 128: one block per multiprocessor
+// Whether the gradient stage keeps two K buffers (D = 128: one block per multiprocessor
 // either way; at D = 64 a second buffer would cost the second block).
 template <int D>
 constexpr bool grads_two_k() {
@@ -72,14 +72,13 @@ constexpr int grads_wc() {
   return D == 128 ? 4 : 2;
 }
 
-// Shared memory of the fused gradient stage, the largest of the four (bytes); Pipe: the pipelined
-// version (grads.cuh).
-template <int D, bool Pipe = false>
+// Shared memory of the fused gradient stage (grads.cuh), bytes.
+template <int D>
 constexpr size_t fast_grads_smem() {
   constexpr int WC = grads_wc<D>();
   return 2 * (6 * kFastC * (D + 8) + 2 * D * (D + 8) + 3 * kFastC * (kFastC + 8)) +
          sizeof(float) * (4 * kFastC + 8 * WC * kFastC + 4 * kFastC + 4 * WC + kFastC) +
-         (Pipe && grads_two_k<D>() ? 2 * kFastC * (D + 8) : 0);
+         (grads_two_k<D>() ? 2 * kFastC * (D + 8) : 0);
 }
 
 // Shared memory of the two gradient kernels at D = 256 (grads256.cuh): the first

@@ -1,11 +1,11 @@
-"""Block-level emulation of the fast chunked forward (csrc/linear/cuda_fwd_chunk_prep.cuh and
-cuda_fwd_chunk_state.cuh) in numpy, for desk-checking without a GPU: the same warp roles, tile
+"""Block-level emulation of the fast chunked forward (csrc/linear/delta/fwd/prep.cuh and
+state_mma.cuh) in numpy, for desk-checking without a GPU: the same warp roles, tile
 ranges, masks, scalings and 16-bit roundings, with shared memory as NaN-filled arrays so a read of
 anything no warp wrote shows up. Prints the relative RMS error of outputs and final states against
 the plain recurrence in float64 for a few shapes (D = 64/128/256, tails, L2 norm, gated or not).
 Keep it in step with the kernels when they change.
 
-    python3 bench/linear_emulate.py [seed]
+    python3 tools/linear_emulate.py [seed]
 """
 import numpy as np, sys
 rng = np.random.default_rng(int(sys.argv[1]) if len(sys.argv) > 1 else 0)

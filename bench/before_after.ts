@@ -1,0 +1,167 @@
+/**
+ * Times the recorded shapes of every op family through the public API of the attnkit checkout at
+ * `--root` (default this one), so that two versions of the library can be compared in the same GPU
+ * session: run it once per checkout (each loads its own library) and `--compare` the two JSON files.
+ *
+ * Shapes (ANCHORS.md and the bench/results tables): Gated DeltaNet and DeltaNet forward, and forward +
+ * backward (the forward saving its states), at B1_T8192_H96_D128, B2_T16384_H16_D128,
+ * B4_T4096_H64_D128, B8_T2048_H32_D256, B8_T1024_H8_D64; Gated DeltaNet decode [256, 32, 128, 128]
+ * fp32; attention forward and backward at B4_S4096_H32_D128 (causal and not), B4_S4096_H32_KV8_D128
+ * causal and B8_S2048_H16_D64 causal. Inputs bf16. Every sample clears the L2 first (256 MB written),
+ * as do_bench does; the median of `--iterations` is recorded.
+ *
+ * @example
+ * ```sh
+ * deno run -A bench/before_after.ts --root .before --out $OUT/before.json
+ * deno run -A bench/before_after.ts --out $OUT/after.json
+ * deno run -A bench/before_after.ts --compare $OUT/before.json,$OUT/after.json --md $OUT/table.md
+ * ```
+ *
+ * @module
+ */
+import { parseArgs } from "node:util";
+
+/** One timing: `{op, shape, dtype, mode, ms}`. */
+export interface Timed {
+  /** The function or op timed. */
+  op: string;
+  /** E.g. `B2_T16384_H16_D128`. */
+  shape: string;
+  /** The inputs' dtype. */
+  dtype: string;
+  /** `fwd`, `fwdbwd`, `bwd` or `decode`. */
+  mode: string;
+  /** Median milliseconds. */
+  ms: number;
+}
+
+const LINEAR = [
+  [1, 8192, 96, 128],
+  [2, 16384, 16, 128],
+  [4, 4096, 64, 128],
+  [8, 2048, 32, 256],
+  [8, 1024, 8, 64],
+] as const;
+
+const ATTENTION = [
+  { b: 4, s: 4096, h: 32, hkv: 32, d: 128, causal: true },
+  { b: 4, s: 4096, h: 32, hkv: 32, d: 128, causal: false },
+  { b: 4, s: 4096, h: 32, hkv: 8, d: 128, causal: true },
+  { b: 8, s: 2048, h: 16, hkv: 16, d: 64, causal: true },
+] as const;
+
+// deno-lint-ignore no-explicit-any
+type Module = any;
+
+async function measure(root: string, iterations: number): Promise<Timed[]> {
+  const ak: Module = await import(new URL(`${root.replace(/\/$/, "")}/mod.ts`, `file://${Deno.cwd()}/`).href);
+  const device = "cuda";
+  const flush = ak.Tensor.empty([64 << 20], { dtype: "float32", device });
+  const time = (fn: () => void) =>
+    ak.timeIt(fn, { device, warmup: 3, iterations, before: () => void flush.fill(0) }).medianMs as number;
+  const out: Timed[] = [];
+  const record = (op: string, shape: string, mode: string, ms: number) => {
+    out.push({ op, shape, dtype: "bfloat16", mode, ms });
+    console.error(`${root}: ${op} ${shape} ${mode} ${ms.toFixed(3)} ms`);
+  };
+  for (const [B, T, H, D] of LINEAR) {
+    const shape = `B${B}_T${T}_H${H}_D${D}`;
+    const opt = { dtype: "bfloat16", device };
+    const q = ak.Tensor.randn([B, T, H, D], { ...opt, seed: 1 });
+    const k = ak.Tensor.randn([B, T, H, D], { ...opt, seed: 2 });
+    const v = ak.Tensor.randn([B, T, H, D], { ...opt, seed: 3 });
+    const g = ak.Tensor.rand([B, T, H], { device, seed: 4, low: -0.1, high: 0 });
+    const beta = ak.Tensor.rand([B, T, H], { device, seed: 5 });
+    const dO = ak.Tensor.randn([B, T, H, D], { ...opt, seed: 6 });
+    const output = ak.Tensor.empty([B, T, H, D], opt);
+    for (const gated of [true, false]) {
+      const name = gated ? "chunkGatedDeltaRule" : "chunkDeltaRule";
+      const fwd = (o: Record<string, unknown>) =>
+        gated
+          ? ak.chunkGatedDeltaRule(q, k, v, g, beta, { useQkL2norm: true, ...o })
+          : ak.chunkDeltaRule(q, k, v, beta, { useQkL2norm: true, ...o });
+      const bwd = (saved: unknown) =>
+        gated
+          ? ak.chunkGatedDeltaRuleBackward(q, k, v, g, beta, dO, { useQkL2norm: true, saved })
+          : ak.chunkDeltaRuleBackward(q, k, v, beta, dO, { useQkL2norm: true, saved });
+      record(name, shape, "fwd", time(() => void fwd({ out: { output } })));
+      record(name, shape, "fwdbwd", time(() => {
+        const r = fwd({ saveForBackward: true });
+        bwd(r.saved)[Symbol.dispose]();
+        r[Symbol.dispose]();
+      }));
+    }
+    for (const t of [q, k, v, g, beta, dO, output]) t.dispose();
+  }
+  {
+    const [B, H, D] = [256, 32, 128];
+    const x = (seed: number, shape: number[]) => ak.Tensor.randn(shape, { dtype: "bfloat16", device, seed });
+    const q = x(1, [B, H, D]), k = x(2, [B, H, D]), v = x(3, [B, H, D]);
+    const g = ak.Tensor.rand([B, H], { device, seed: 4, low: -0.1, high: 0 });
+    const beta = ak.Tensor.rand([B, H], { device, seed: 5 });
+    const state = ak.Tensor.randn([B, H, D, D], { device, seed: 6 });
+    const op = new ak.GatedDeltaNetDecodeFwdOp({ useQkL2norm: true, inPlace: true });
+    const output = ak.Tensor.empty([B, H, D], { dtype: "bfloat16", device });
+    record("GatedDeltaNetDecodeFwdOp", "B256_H32_D128_fp32state", "decode", time(() => {
+      op.forward(q, k, v, g, beta, state, { output });
+    }));
+    for (const t of [q, k, v, g, beta, state, output]) t.dispose();
+  }
+  for (const c of ATTENTION) {
+    const shape = `B${c.b}_S${c.s}_H${c.h}${c.hkv !== c.h ? `_KV${c.hkv}` : ""}_D${c.d}${c.causal ? "_causal" : ""}`;
+    const opt = { dtype: "bfloat16", device };
+    const q = ak.Tensor.randn([c.b, c.s, c.h, c.d], { ...opt, seed: 1 });
+    const k = ak.Tensor.randn([c.b, c.s, c.hkv, c.d], { ...opt, seed: 2 });
+    const v = ak.Tensor.randn([c.b, c.s, c.hkv, c.d], { ...opt, seed: 3 });
+    const dO = ak.Tensor.randn([c.b, c.s, c.h, c.d], { ...opt, seed: 4 });
+    const y = ak.attention(q, k, v, { isCausal: c.causal, returnLse: true });
+    const output = ak.Tensor.empty(q.shape, opt);
+    record("attention", shape, "fwd", time(() => void ak.attention(q, k, v, { isCausal: c.causal, out: { output } })));
+    record("attentionBackward", shape, "bwd", time(() => {
+      ak.attentionBackward(q, k, v, y.output, dO, y.lse, { isCausal: c.causal })[Symbol.dispose]();
+    }));
+    for (const t of [q, k, v, dO, output]) t.dispose();
+    y[Symbol.dispose]();
+  }
+  flush.dispose();
+  return out;
+}
+
+function compare(before: Timed[], after: Timed[]): string {
+  const key = (t: Timed) => `${t.op} ${t.shape} ${t.mode}`;
+  const old = new Map(before.map((t) => [key(t), t.ms]));
+  const lines = [
+    "| op | shape | mode | before ms | after ms | after / before |",
+    "| --- | --- | --- | ---: | ---: | ---: |",
+  ];
+  for (const t of after) {
+    const b = old.get(key(t));
+    const ratio = b === undefined ? "n/a" : (t.ms / b).toFixed(3);
+    lines.push(`| ${t.op} | ${t.shape} | ${t.mode} | ${b?.toFixed(3) ?? "n/a"} | ${t.ms.toFixed(3)} | ${ratio} |`);
+  }
+  return lines.join("\n");
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: {
+      root: { type: "string", default: "." },
+      out: { type: "string" },
+      iterations: { type: "string", default: "20" },
+      compare: { type: "string" },
+      md: { type: "string" },
+    },
+  });
+  if (values.compare) {
+    const [a, b] = values.compare.split(",");
+    const table = compare(JSON.parse(await Deno.readTextFile(a)), JSON.parse(await Deno.readTextFile(b)));
+    console.log(table);
+    if (values.md) await Deno.writeTextFile(values.md, `${table}\n`);
+  } else {
+    const results = await measure(values.root!, Number(values.iterations));
+    const text = JSON.stringify(results, null, 1);
+    if (values.out) await Deno.writeTextFile(values.out, text);
+    else console.log(text);
+  }
+}

@@ -1,0 +1,260 @@
+// Every kernel of the registries (csrc/*/registry.ts) on the GPU: each row is pinned through the
+// tuning table, run on fresh random inputs into NaN-poisoned buffers, held to its float64 oracle with
+// the tolerance of the test files (linear_fixtures.ts, attention_cases.ts), and the plan of the call
+// must name that row. A row the present GPU cannot run (an sm_90a kernel elsewhere) is reported as
+// ignored, as is every row without a GPU.
+import assert from "node:assert/strict";
+import { expandRows, type KernelRow, rowName } from "../build/registry.ts";
+import { REGISTRIES } from "../build/registries.ts";
+import {
+  chunkGatedDeltaRule,
+  chunkGatedDeltaRuleBackward,
+  type DType,
+  GatedDeltaNetBTHDFwdOp,
+  GatedDeltaNetDecodeFwdOp,
+  kernels,
+  lastPlan,
+  setTuning,
+  type Tensor,
+  tuning,
+  type TuningSpec,
+  withTuning,
+} from "../mod.ts";
+import { type AttentionCase, checkBackward, checkForward } from "./attention_cases.ts";
+import { expectNoLeak, HAS_CUDA, withSeed } from "./helpers.ts";
+import { type CaseSpec, DeltaCase, expectAgree, expectClose, host, pathTolerance, poisoned, tol } from "./linear_fixtures.ts";
+import { deltaRuleReference } from "./reference/delta_rule.ts";
+
+const DEVICE = "cuda";
+const RUNNABLE = new Set(HAS_CUDA ? kernels(DEVICE).filter((k) => k.runnable).map((k) => k.name) : []);
+
+/** Runs `call` with the tuning table set to `spec` and checks that the plan it records names `row`. */
+function pinned<T>(row: KernelRow, spec: TuningSpec, call: () => T): T {
+  return withTuning(spec, () => {
+    const result = call();
+    const plan = lastPlan();
+    const ran = plan?.kernels.map((k) => k.name) ?? [];
+    assert.ok(ran.includes(rowName(row)), `${rowName(row)} did not run; the plan was ${JSON.stringify(plan)}`);
+    return result;
+  });
+}
+
+// ---- the linear family ----
+
+function linearSpec(row: KernelRow, extra: Partial<CaseSpec> = {}): CaseSpec {
+  const d = row.d || 48;
+  return {
+    B: 2,
+    T: 150, // two full chunks and a tail
+    H: 3,
+    HK: 3,
+    K: d,
+    V: row.d || 40,
+    dtype: row.dtype as DType,
+    gated: true,
+    l2norm: true,
+    ...extra,
+  };
+}
+
+/** The forward of a case against the oracle (output and final state), under a tuning spec. */
+function forwardCase(row: KernelRow, spec: CaseSpec, tuning: TuningSpec, seed: number): void {
+  using c = new DeltaCase(DEVICE, spec, seed);
+  const out = c.forwardBuffers();
+  pinned(row, tuning, () =>
+    chunkGatedDeltaRule(c.q, c.k, c.v, c.g!, c.beta, { ...c.options(), outputFinalState: true, out }));
+  const ref = c.reference();
+  const t = tol(spec.dtype);
+  const what = `${rowName(row)} ${JSON.stringify(tuning)} ${JSON.stringify(spec)}`;
+  const rows = spec.cuSeqlens ? spec.cuSeqlens.at(-1)! * spec.H * spec.V : ref.output.length;
+  expectClose(host(out.output).subarray(0, rows), ref.output.subarray(0, rows), t.output, `output (${what})`);
+  expectClose(out.finalState, ref.finalState, t.state, `final state (${what})`);
+}
+
+/**
+ * The backward of a case against the oracle, under a tuning spec. `saved`: from the states the
+ * forward saved, the row checked in the forward's plan ("forward") or the backward's ("backward").
+ */
+function backwardCase(
+  row: KernelRow,
+  spec: CaseSpec,
+  tuning: TuningSpec,
+  seed: number,
+  saved?: "forward" | "backward",
+): void {
+  using c = new DeltaCase(DEVICE, spec, seed);
+  const { dOutput, dFinalState } = c.cotangents(seed);
+  const out = c.backwardBuffers();
+  const forward = () => chunkGatedDeltaRule(c.q, c.k, c.v, c.g!, c.beta, { ...c.options(), saveForBackward: true });
+  using r = saved === "forward" ? pinned(row, tuning, forward) : saved ? withTuning(tuning, forward) : undefined;
+  if (saved) assert.ok(r?.saved !== undefined, `${rowName(row)}: the forward saved no states`);
+  const backward = () =>
+    chunkGatedDeltaRuleBackward(c.q, c.k, c.v, c.g!, c.beta, dOutput, { ...c.options(), dFinalState, out, saved: r?.saved });
+  if (saved === "forward") withTuning(tuning, backward);
+  else pinned(row, tuning, backward);
+  const ref = c.referenceBackward(dOutput, dFinalState);
+  const t = tol(spec.dtype);
+  const what = `${rowName(row)} ${JSON.stringify(tuning)}${saved ? " saved" : ""} ${JSON.stringify(spec)}`;
+  expectClose(out.dq, ref.dq, t.dqkv, `dq (${what})`);
+  expectClose(out.dk, ref.dk, t.dqkv, `dk (${what})`);
+  expectClose(out.dv, ref.dv, t.dqkv, `dv (${what})`);
+  expectClose(out.dbeta, ref.dbeta, t.dsmall, `dbeta (${what})`);
+  expectClose(out.dg!, ref.dg, t.dsmall, `dg (${what})`);
+  expectClose(out.dInitialState!, ref.dInitialState, t.dsmall, `dInitialState (${what})`);
+}
+
+const PACKED: Partial<CaseSpec> = { B: 1, T: 260, cuSeqlens: [0, 70, 70, 200, 201] };
+
+function linearForwardState(row: KernelRow, seed: number): void {
+  const pin = { "linear.fwd.path": "fast", "linear.fwd.state": row.variant, "linear.fwd.state.tile": row.tile };
+  forwardCase(row, linearSpec(row), pin, seed);
+  forwardCase(row, linearSpec(row, { ...PACKED, HK: 1, l2norm: false }), pin, seed + 100);
+  if (row.variant === "mma") return;
+  // The Hopper kernels: the pass split into segments, the other loads, and the states they save.
+  forwardCase(row, linearSpec(row, { T: 700 }), { ...pin, "linear.fwd.segments": 3 }, seed + 200);
+  if (row.variant === "split") forwardCase(row, linearSpec(row), { ...pin, "linear.fwd.loads": "cp.async" }, seed + 300);
+  backwardCase(row, linearSpec(row), pin, seed + 400, "forward");
+}
+
+function linearWyFactors(row: KernelRow, seed: number): void {
+  // The general path's factors against the CPU backend's (itself held to the oracle's residuals in
+  // linear_ops.test.ts).
+  const spec = linearSpec(row, { B: 1, initialState: false });
+  const factors = (device: "cpu" | "cuda") => {
+    using c = new DeltaCase(device, spec, seed);
+    const { B, T, H, V } = spec;
+    const out = {
+      output: c.own(poisoned([B, T, H, V], spec.dtype, device)),
+      chunkStates: c.own(poisoned([B, H, Math.ceil(T / 64) + 1, spec.K, V], "float32", device)),
+      aw: c.own(poisoned([B, H, T, 64], "float32", device)),
+      au: c.own(poisoned([B, H, T, 64], "float32", device)),
+    };
+    const run = () => new GatedDeltaNetBTHDFwdOp({ useQkL2norm: true }).forward(c.q, c.k, c.v, c.g!, c.beta, out);
+    if (device === "cuda") pinned(row, { "linear.fwd.path": "general" }, run);
+    else run();
+    return { aw: host(out.aw), au: host(out.au) };
+  };
+  const gpu = factors("cuda"), cpu = factors("cpu");
+  expectAgree(gpu.aw, cpu.aw, pathTolerance("float32"), `${rowName(row)} aw`);
+  expectAgree(gpu.au, cpu.au, pathTolerance("float32"), `${rowName(row)} au`);
+}
+
+function linearDecode(row: KernelRow, seed: number): void {
+  const states: DType[] = row.dtype === "float32" ? ["float32"] : ["float32", row.dtype as DType];
+  for (const stateDtype of states) {
+    const spec = linearSpec(row, { T: 1, K: 64, V: 96 });
+    using c = new DeltaCase(DEVICE, spec, seed);
+    const { B, H, K, V } = spec;
+    const squeeze = (t: Tensor, shape: number[]) => c.own(t.reshape(shape));
+    const state = c.own(c.initialState!.cast(stateDtype));
+    const output = c.own(poisoned([B, H, V], spec.dtype, DEVICE));
+    const r = pinned(row, {}, () =>
+      new GatedDeltaNetDecodeFwdOp({ useQkL2norm: true }).forward(
+        squeeze(c.q, [B, H, K]),
+        squeeze(c.k, [B, H, K]),
+        squeeze(c.v, [B, H, V]),
+        squeeze(c.g!, [B, H]),
+        squeeze(c.beta, [B, H]),
+        state,
+        { output },
+      ));
+    c.own(r.newState);
+    const ref = deltaRuleReference(c.hostInputs);
+    const t = stateDtype === "float32" ? tol(spec.dtype).state : tol(stateDtype).state;
+    expectClose(output, ref.output, tol(spec.dtype).output, `${rowName(row)} output (${stateDtype} state)`);
+    expectClose(r.newState, ref.finalState, 2 * t, `${rowName(row)} state (${stateDtype} state)`);
+  }
+}
+
+function linearBackward(row: KernelRow, seed: number): void {
+  const pin: Record<string, string | number> = { "linear.bwd.path": "fast" };
+  if (row.stage === "linear.bwd.states" || row.stage === "linear.bwd.dstates") pin[`${row.stage}.tile`] = row.tile;
+  if (row.stage === "linear.bwd.grads") pin["linear.bwd.grads"] = row.variant;
+  if (row.stage === "linear.bwd.general") {
+    const spec = linearSpec(row, { K: 48, V: 40 });
+    backwardCase(row, spec, { "linear.bwd.path": "general" }, seed);
+    backwardCase(row, linearSpec(row, { ...PACKED, HK: 1, K: 32, V: 32 }), { "linear.bwd.path": "general" }, seed + 1);
+    return;
+  }
+  backwardCase(row, linearSpec(row), pin, seed);
+  backwardCase(row, linearSpec(row, { ...PACKED, HK: 1, l2norm: false }), pin, seed + 100);
+  // From the states a Hopper forward saved (prep then computes gc and P only; no states stage).
+  const hopper = kernels(DEVICE).some((k) => k.runnable && k.arch === "sm90a");
+  if (hopper && (row.d === 128 || row.d === 256) && row.stage !== "linear.bwd.states") {
+    backwardCase(row, linearSpec(row), pin, seed + 200, "backward");
+  }
+}
+
+// ---- the attention family ----
+
+function attentionCases(row: KernelRow): AttentionCase[] {
+  const dtype = row.dtype as "float16" | "bfloat16";
+  // The general kernels are built per head-dim bucket: a head dim below the bucket is padded.
+  const dims = row.variant === "general" ? [row.d, row.d - 24] : [row.d];
+  return dims.flatMap((dim) => [
+    { dtype, heads: 6, headsKv: 2, dim, batch: 2, seqQ: 200, seqKv: 200, causal: true },
+    { dtype, heads: 3, headsKv: 3, dim, lengthsQ: [0, 130, 33], lengthsKv: [40, 130, 77], windowLeft: 50 },
+  ]);
+}
+
+async function attentionForward(row: KernelRow, seed: number): Promise<void> {
+  for (const c of attentionCases(row)) {
+    await withTuningAsync({ "attention.fwd": row.variant }, () => checkForward(DEVICE, c, seed), row);
+  }
+}
+
+async function attentionBackward(row: KernelRow, seed: number): Promise<void> {
+  for (const c of attentionCases(row)) {
+    await withTuningAsync({ "attention.bwd": row.variant }, () => checkBackward(DEVICE, c, seed), row);
+  }
+}
+
+// checkForward / checkBackward are async only through their leak check: the tuning stays set across.
+async function withTuningAsync(spec: TuningSpec, fn: () => Promise<void>, row: KernelRow): Promise<void> {
+  const previous = tuning().current;
+  setTuning(spec);
+  try {
+    await fn();
+    const ran = lastPlan()?.kernels.map((k) => k.name) ?? [];
+    // The forward's plan when checking a forward; the backward's last when checking a backward.
+    assert.ok(ran.includes(rowName(row)), `${rowName(row)} did not run: ${JSON.stringify(lastPlan())}`);
+  } finally {
+    setTuning(previous);
+  }
+}
+
+// ---- one test a row ----
+
+function exercise(row: KernelRow, seed: number): void | Promise<void> {
+  switch (row.stage) {
+    case "linear.fwd.prep":
+      return forwardCase(row, linearSpec(row), { "linear.fwd.path": "fast" }, seed);
+    case "linear.fwd.state":
+      return linearForwardState(row, seed);
+    case "linear.fwd.recurrent":
+      forwardCase(row, linearSpec(row), { "linear.fwd.path": "general" }, seed);
+      return forwardCase(row, linearSpec(row, { ...PACKED, HK: 1 }), { "linear.fwd.path": "general" }, seed + 1);
+    case "linear.fwd.wy":
+      return linearWyFactors(row, seed);
+    case "linear.decode":
+      return linearDecode(row, seed);
+    case "attention.fwd":
+      return attentionForward(row, seed);
+    case "attention.bwd":
+      return attentionBackward(row, seed);
+    default:
+      if (row.stage.startsWith("linear.bwd.")) return linearBackward(row, seed);
+      throw new Error(`no exercise for stage ${row.stage}`);
+  }
+}
+
+for (const row of expandRows(REGISTRIES)) {
+  const name = rowName(row);
+  const ignore = !RUNNABLE.has(name);
+  const why = !HAS_CUDA ? " (no GPU: skipped)" : ignore ? " (not built for this GPU: skipped)" : "";
+  Deno.test({
+    name: `variant ${name} [cuda]${why}`,
+    ignore,
+    fn: () => expectNoLeak(DEVICE, () => withSeed((seed) => exercise(row, seed))),
+  });
+}
