@@ -25,6 +25,8 @@ import {
   expandRows,
   instantiationUnit,
   type KernelRow,
+  launcherHeader,
+  launchersHeader,
   launchTableUnit,
   rowsHeader,
   unitGroups,
@@ -119,7 +121,9 @@ export async function buildLibrary(options: BuildOptions = {}): Promise<BuildRes
   const units: Unit[] = [];
   const addUnit = async (path: string, label: string, isCuda: boolean, targets: string[]) => {
     if (options.only && !options.only.some((s) => label.includes(s))) return;
-    const flags = isCuda ? nvccFlags(toolchain, targets, options, includes) : cxxFlags(toolchain, cuda, includes);
+    const flags = isCuda
+      ? nvccFlags(toolchain, targets, options, includes)
+      : cxxFlags(toolchain, cuda, includes);
     const content = await includeClosure(path, includes, headerCache);
     const hash = await sha256(`${flags.join(" ")}\n${toolchain.cxx}\n${toolchain.nvcc ?? ""}\n${content}`);
     const base = label.replace(/[\/.]/g, "_");
@@ -220,7 +224,7 @@ interface GeneratedUnit {
 
 /**
  * Writes the generated sources into `genDir`: the row table (every build), and for a CUDA build the
- * wgmma wrappers, one instantiation unit per kernel and dtype whose architecture is among the targets,
+ * wgmma wrappers, each family's launcher declarations, one instantiation unit per kernel and dtype whose architecture is among the targets,
  * and the launch table. Files are rewritten only when their text changes. Returns the units to compile.
  */
 async function generateSources(
@@ -232,6 +236,9 @@ async function generateSources(
   await writeIfChanged(`${genDir}/generated/registry_rows.h`, rowsHeader(rows));
   if (!cuda) return [];
   await writeIfChanged(`${genDir}/generated/wgmma_ops.cuh`, wgmmaHeader());
+  for (const family of REGISTRIES) {
+    await writeIfChanged(`${genDir}/${launcherHeader(family)}`, launchersHeader(family));
+  }
   const units: GeneratedUnit[] = [];
   const built: boolean[] = rows.map(() => false);
   for (const group of unitGroups(rows)) {

@@ -85,11 +85,16 @@ async function measure(root: string, iterations: number): Promise<Timed[]> {
           ? ak.chunkGatedDeltaRuleBackward(q, k, v, g, beta, dO, { useQkL2norm: true, saved })
           : ak.chunkDeltaRuleBackward(q, k, v, beta, dO, { useQkL2norm: true, saved });
       record(name, shape, "fwd", time(() => void fwd({ out: { output } })));
-      record(name, shape, "fwdbwd", time(() => {
-        const r = fwd({ saveForBackward: true });
-        bwd(r.saved)[Symbol.dispose]();
-        r[Symbol.dispose]();
-      }));
+      record(
+        name,
+        shape,
+        "fwdbwd",
+        time(() => {
+          const r = fwd({ saveForBackward: true });
+          bwd(r.saved)[Symbol.dispose]();
+          r[Symbol.dispose]();
+        }),
+      );
     }
     for (const t of [q, k, v, g, beta, dO, output]) t.dispose();
   }
@@ -102,13 +107,20 @@ async function measure(root: string, iterations: number): Promise<Timed[]> {
     const state = ak.Tensor.randn([B, H, D, D], { device, seed: 6 });
     const op = new ak.GatedDeltaNetDecodeFwdOp({ useQkL2norm: true, inPlace: true });
     const output = ak.Tensor.empty([B, H, D], { dtype: "bfloat16", device });
-    record("GatedDeltaNetDecodeFwdOp", "B256_H32_D128_fp32state", "decode", time(() => {
-      op.forward(q, k, v, g, beta, state, { output });
-    }));
+    record(
+      "GatedDeltaNetDecodeFwdOp",
+      "B256_H32_D128_fp32state",
+      "decode",
+      time(() => {
+        op.forward(q, k, v, g, beta, state, { output });
+      }),
+    );
     for (const t of [q, k, v, g, beta, state, output]) t.dispose();
   }
   for (const c of ATTENTION) {
-    const shape = `B${c.b}_S${c.s}_H${c.h}${c.hkv !== c.h ? `_KV${c.hkv}` : ""}_D${c.d}${c.causal ? "_causal" : ""}`;
+    const shape = `B${c.b}_S${c.s}_H${c.h}${c.hkv !== c.h ? `_KV${c.hkv}` : ""}_D${c.d}${
+      c.causal ? "_causal" : ""
+    }`;
     const opt = { dtype: "bfloat16", device };
     const q = ak.Tensor.randn([c.b, c.s, c.h, c.d], { ...opt, seed: 1 });
     const k = ak.Tensor.randn([c.b, c.s, c.hkv, c.d], { ...opt, seed: 2 });
@@ -116,10 +128,20 @@ async function measure(root: string, iterations: number): Promise<Timed[]> {
     const dO = ak.Tensor.randn([c.b, c.s, c.h, c.d], { ...opt, seed: 4 });
     const y = ak.attention(q, k, v, { isCausal: c.causal, returnLse: true });
     const output = ak.Tensor.empty(q.shape, opt);
-    record("attention", shape, "fwd", time(() => void ak.attention(q, k, v, { isCausal: c.causal, out: { output } })));
-    record("attentionBackward", shape, "bwd", time(() => {
-      ak.attentionBackward(q, k, v, y.output, dO, y.lse, { isCausal: c.causal })[Symbol.dispose]();
-    }));
+    record(
+      "attention",
+      shape,
+      "fwd",
+      time(() => void ak.attention(q, k, v, { isCausal: c.causal, out: { output } })),
+    );
+    record(
+      "attentionBackward",
+      shape,
+      "bwd",
+      time(() => {
+        ak.attentionBackward(q, k, v, y.output, dO, y.lse, { isCausal: c.causal })[Symbol.dispose]();
+      }),
+    );
     for (const t of [q, k, v, dO, output]) t.dispose();
     y[Symbol.dispose]();
   }
@@ -137,7 +159,9 @@ function compare(before: Timed[], after: Timed[]): string {
   for (const t of after) {
     const b = old.get(key(t));
     const ratio = b === undefined ? "n/a" : (t.ms / b).toFixed(3);
-    lines.push(`| ${t.op} | ${t.shape} | ${t.mode} | ${b?.toFixed(3) ?? "n/a"} | ${t.ms.toFixed(3)} | ${ratio} |`);
+    lines.push(
+      `| ${t.op} | ${t.shape} | ${t.mode} | ${b?.toFixed(3) ?? "n/a"} | ${t.ms.toFixed(3)} | ${ratio} |`,
+    );
   }
   return lines.join("\n");
 }

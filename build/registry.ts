@@ -5,19 +5,21 @@
  *
  * A family's table lives beside its code (`csrc/<family>/registry.ts`); `build.ts` reads them all.
  * Each kernel names a launcher: a C++ class template `<class T, int D, int Tile>` with a type `Args`
- * and `static void launch(const Args&, cudaStream_t)`, declared in the family's light launcher header
- * and defined in the kernel's own header.
+ * and `static void launch(const Args&, cudaStream_t)`. The build declares every launcher of a family
+ * in `generated/<family>_launchers.h` (what dispatchers include: no kernel code); the kernel's own
+ * header defines `launch`.
  *
  * @example
  * ```ts
  * import { expandRows, type KernelFamily } from "./registry.ts";
  * const family: KernelFamily = {
  *   family: "demo",
- *   launchers: "demo/launchers.h",
+ *   params: ["demo/params.h"],
  *   kernels: [{
  *     stage: "demo.fwd",
  *     variant: "mma",
  *     launcher: "ak::demo::Fwd",
+ *     args: "FwdParams<T>",
  *     header: "demo/fwd.cuh",
  *     arch: "sm80",
  *     instances: [{ dtypes: ["bfloat16", "float16"], d: [64, 128] }],
@@ -54,6 +56,8 @@ export interface KernelSpec {
   variant: string;
   /** The C++ launcher class template, fully qualified. */
   launcher: string;
+  /** Its argument type, in the launcher's namespace; may use the template parameters T, D, Tile. */
+  args: string;
   /** The header (from csrc/) that defines the launcher's `launch`. */
   header: string;
   /** Lowest architecture its code needs. */
@@ -70,8 +74,8 @@ export interface KernelSpec {
 export interface KernelFamily {
   /** The family's name, the first part of its stages. */
   family: string;
-  /** Header (from csrc/) declaring every launcher of the family, without kernel code. */
-  launchers: string;
+  /** Headers (from csrc/) declaring the launchers' argument types, without kernel code. */
+  params: readonly string[];
   /** Its kernels. */
   kernels: readonly KernelSpec[];
 }
@@ -82,7 +86,7 @@ export interface KernelRow {
   index: number;
   /** The family's name. */
   family: string;
-  /** The family's launcher header. */
+  /** The family's generated launcher header (from the generated include folder). */
   launchers: string;
   /** The stage it serves. */
   stage: string;
@@ -138,7 +142,7 @@ export function expandRows(families: readonly KernelFamily[]): KernelRow[] {
               rows.push({
                 index: rows.length,
                 family: f.family,
-                launchers: f.launchers,
+                launchers: launcherHeader(f),
                 stage: k.stage,
                 variant: k.variant,
                 launcher: k.launcher,
@@ -155,6 +159,54 @@ export function expandRows(families: readonly KernelFamily[]): KernelRow[] {
     }
   }
   return rows;
+}
+
+/** Path of a family's generated launcher header, as sources include it. */
+export function launcherHeader(family: KernelFamily): string {
+  return `generated/${family.family}_launchers.h`;
+}
+
+/**
+ * A family's launcher header: each launcher declared once (kernels of a family may share one), with
+ * the kernel's doc, inside its namespace; the argument types come from the family's `params` headers.
+ */
+export function launchersHeader(family: KernelFamily): string {
+  const seen = new Map<string, KernelSpec>();
+  for (const k of family.kernels) {
+    const first = seen.get(k.launcher);
+    if (first && first.args !== k.args) {
+      throw new Error(`${family.family} registry: launcher ${k.launcher} is given two argument types`);
+    }
+    if (!first) seen.set(k.launcher, k);
+  }
+  const byNamespace = new Map<string, string[]>();
+  for (const [name, k] of seen) {
+    const cut = name.lastIndexOf("::");
+    if (cut <= 0) throw new Error(`${family.family} registry: launcher ${name} must be namespace-qualified`);
+    const ns = name.slice(0, cut);
+    const decl = [
+      `// ${k.stage}.${k.variant}: ${k.doc}`,
+      "template <class T, int D, int Tile>",
+      `struct ${name.slice(cut + 2)} {`,
+      `  using Args = ${k.args};`,
+      "  static void launch(const Args& a, cudaStream_t stream);",
+      "};",
+      "",
+    ];
+    byNamespace.set(ns, [...(byNamespace.get(ns) ?? []), ...decl]);
+  }
+  return [
+    BANNER,
+    "#pragma once",
+    "",
+    "#include <cuda_runtime.h>",
+    "",
+    ...family.params.map((h) => `#include "${h}"`),
+    "",
+    ...[...byNamespace].flatMap((
+      [ns, decls],
+    ) => [`namespace ${ns} {`, "", ...decls, `}  // namespace ${ns}`, ""]),
+  ].join("\n");
 }
 
 /** A row as plans and messages write it, e.g. `linear.fwd.state.split<bfloat16, D128, tile 64>`. */
@@ -231,7 +283,11 @@ export function instantiationUnit(group: readonly KernelRow[]): string {
  * The launch table of a CUDA build (`launch_table.cu`): one entry per row, null where the row was not
  * compiled (its architecture was not built), and the targets the build compiled for.
  */
-export function launchTableUnit(rows: readonly KernelRow[], built: readonly boolean[], targets: string[]): string {
+export function launchTableUnit(
+  rows: readonly KernelRow[],
+  built: readonly boolean[],
+  targets: string[],
+): string {
   const headers = [...new Set(rows.map((r) => r.launchers))].sort();
   const entries = rows.map((r, i) =>
     built[i] ? `    &erased<${instance(r)}>,  // ${r.index}` : `    nullptr,  // ${r.index}: not built`

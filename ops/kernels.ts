@@ -182,11 +182,16 @@ function queryText(q: PlanQuery): string {
     if (value === undefined) continue;
     const name = QUERY_KEYS[key];
     if (name === undefined) {
-      throw invalidArgument("explain", `query: unknown key ${key} (keys: ${Object.keys(QUERY_KEYS).join(", ")})`);
+      throw invalidArgument(
+        "explain",
+        `query: unknown key ${key} (keys: ${Object.keys(QUERY_KEYS).join(", ")})`,
+      );
     }
     if (key === "device") {
       const d = parseDevice(String(value), "explain");
-      if (d.type !== 1) throw invalidArgument("explain", `device: expected a CUDA device, got ${String(value)}`);
+      if (d.type !== 1) {
+        throw invalidArgument("explain", `device: expected a CUDA device, got ${String(value)}`);
+      }
       parts.push(`device=${d.index}`);
     } else if (key === "seqlens") {
       if (!Array.isArray(value) || value.length === 0 || !value.every((x) => Number.isInteger(x) && x >= 0)) {
@@ -198,7 +203,10 @@ function queryText(q: PlanQuery): string {
     } else if (typeof value === "number" && Number.isInteger(value) && value >= 0) {
       parts.push(`${name}=${value}`);
     } else {
-      throw invalidArgument("explain", `${key}: expected a non-negative integer, a boolean or a name, got ${value}`);
+      throw invalidArgument(
+        "explain",
+        `${key}: expected a non-negative integer, a boolean or a name, got ${value}`,
+      );
     }
   }
   return parts.join(",");

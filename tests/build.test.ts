@@ -2,7 +2,15 @@
 // must agree, and incremental rebuilds.
 import assert from "node:assert/strict";
 import { buildLibrary } from "../build.ts";
-import { expandRows, type KernelFamily, launchTableUnit, rowName, rowsHeader } from "../build/registry.ts";
+import {
+  expandRows,
+  type KernelFamily,
+  launcherHeader,
+  launchersHeader,
+  launchTableUnit,
+  rowName,
+  rowsHeader,
+} from "../build/registry.ts";
 import { REGISTRIES } from "../build/registries.ts";
 import { VERSION } from "../ffi/version.ts";
 import { nativeVersion } from "../mod.ts";
@@ -26,7 +34,11 @@ Deno.test("csrc/files.json lists exactly the sources and headers under csrc/", a
 });
 
 // Quoted includes name a file from csrc/ (the build's include folder), or one the build generates.
-const GENERATED = new Set(["generated/registry_rows.h", "generated/wgmma_ops.cuh"]);
+const GENERATED = new Set([
+  "generated/registry_rows.h",
+  "generated/wgmma_ops.cuh",
+  ...REGISTRIES.map((family) => launcherHeader(family)),
+]);
 
 Deno.test("every local #include in csrc/ resolves to a file in the manifest or a generated one", async () => {
   const manifest = new Set<string>(JSON.parse(await Deno.readTextFile(new URL("files.json", csrc))));
@@ -56,11 +68,12 @@ Deno.test("the registries expand into unique, well-formed rows; the generated C+
   assert.ok(table.includes('kBuiltTargets = "sm_80 compute_80"'));
   const bad = (k: Partial<KernelFamily["kernels"][number]>): KernelFamily => ({
     family: "demo",
-    launchers: "demo/launchers.h",
+    params: ["demo/params.h"],
     kernels: [{
       stage: "demo.fwd",
       variant: "mma",
-      launcher: "ak::Demo",
+      launcher: "ak::demo::Fwd",
+      args: "FwdParams<T>",
       header: "demo.cuh",
       arch: "sm80",
       instances: [{ dtypes: ["bfloat16"], d: [64] }],
@@ -74,6 +87,18 @@ Deno.test("the registries expand into unique, well-formed rows; the generated C+
     () => expandRows([bad({ instances: [{ dtypes: ["bfloat16", "bfloat16"], d: [64] }] })]),
     /listed twice/,
   );
+  // Every launcher is declared once, in its namespace, with its argument type.
+  for (const family of REGISTRIES) {
+    const declared = launchersHeader(family);
+    for (const k of family.kernels) {
+      const name = k.launcher.slice(k.launcher.lastIndexOf("::") + 2);
+      assert.equal(declared.split(`struct ${name} {`).length, 2, `${k.launcher} declared once`);
+    }
+  }
+  const demo = launchersHeader(bad({}));
+  assert.match(demo, /#include "demo\/params.h"/);
+  assert.match(demo, /namespace ak::demo \{[^]*struct Fwd \{\n {2}using Args = FwdParams<T>;/);
+  assert.throws(() => launchersHeader(bad({ launcher: "Fwd" })), /namespace-qualified/);
 });
 
 Deno.test("deno.json, ffi/version.ts and the native library agree on the version", async () => {

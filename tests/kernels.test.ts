@@ -4,7 +4,16 @@
 import assert from "node:assert/strict";
 import { expandRows, rowName } from "../build/registry.ts";
 import { REGISTRIES } from "../build/registries.ts";
-import { AttnkitError, explain, kernels, type Plan, type PlanQuery, setTuning, tuning, withTuning } from "../mod.ts";
+import {
+  AttnkitError,
+  explain,
+  kernels,
+  type Plan,
+  type PlanQuery,
+  setTuning,
+  tuning,
+  withTuning,
+} from "../mod.ts";
 import { HAS_CUDA } from "./helpers.ts";
 
 const names = (p: Plan) => p.kernels.map((k) => k.name);
@@ -41,8 +50,16 @@ Deno.test("tuning: keys come from the registry; unknown keys and values are refu
   assert.deepEqual(keys["attention.bwd"], ["general", "wgmma", "wgmma_v2"]);
   assert.deepEqual(keys["linear.bwd.grads"], ["fused", "two_pass"]);
   assert.ok(keys["linear.fwd.path"].includes("general"));
-  refused(() => setTuning("linear.fwd.stat=split"), "INVALID_ARGUMENT", /unknown key 'linear\.fwd\.stat' \(did you mean 'linear\.fwd\.state'\?\)/);
-  refused(() => setTuning({ "attention.bwd": "v2p" }), "INVALID_ARGUMENT", /attention\.bwd must be auto or one of general, wgmma, wgmma_v2, got 'v2p'/);
+  refused(
+    () => setTuning("linear.fwd.stat=split"),
+    "INVALID_ARGUMENT",
+    /unknown key 'linear\.fwd\.stat' \(did you mean 'linear\.fwd\.state'\?\)/,
+  );
+  refused(
+    () => setTuning({ "attention.bwd": "v2p" }),
+    "INVALID_ARGUMENT",
+    /attention\.bwd must be auto or one of general, wgmma, wgmma_v2, got 'v2p'/,
+  );
   refused(() => setTuning("linear.fwd.path"), "INVALID_ARGUMENT", /expected key=value/);
   refused(() => setTuning("linear.fwd.path=fast,linear.fwd.path=general"), "INVALID_ARGUMENT", /given twice/);
   refused(() => setTuning({ "linear.fwd.segments": 1 }), "INVALID_ARGUMENT", /linear\.fwd\.segments must be/);
@@ -60,18 +77,32 @@ Deno.test("planner: attention forward and backward kernels on H200 and A100", ()
     "attention.fwd.wgmma_persistent<bfloat16, D64>",
   ]);
   assert.equal(fwd({ d: 64, sq: 2048, hq: 16 }).details.block_m, 192);
-  assert.equal(fwd({ d: 128, dtype: "float16" }).kernels[0].name, "attention.fwd.wgmma_persistent<float16, D128>");
+  assert.equal(
+    fwd({ d: 128, dtype: "float16" }).kernels[0].name,
+    "attention.fwd.wgmma_persistent<float16, D128>",
+  );
   assert.equal(fwd({ d: 128 }).details.block_m, 128);
   assert.equal(fwd({ d: 256 }).kernels[0].name, "attention.fwd.wgmma<bfloat16, D256>");
-  assert.equal(fwd({ d: 96 }).kernels[0].name, "attention.fwd.general<bfloat16, D128>", "96 is padded to 128");
+  assert.equal(
+    fwd({ d: 96 }).kernels[0].name,
+    "attention.fwd.general<bfloat16, D128>",
+    "96 is padded to 128",
+  );
   assert.equal(fwd({ d: 160 }).kernels[0].name, "attention.fwd.general<bfloat16, D192>");
   assert.equal(fwd({ d: 128, aligned: false }).path, "general");
   assert.equal(fwd({ d: 128, totalKv: 0 }).path, "general", "no keys at all: the general kernel");
   assert.equal(fwd({ d: 128, sq: 0 }).path, "empty");
   assert.deepEqual(fwd({ d: 128 }, "attention.fwd=general").kernels[0].variant, "general");
-  refused(() => fwd({ d: 128 }, "attention.fwd=wgmma"), "UNSUPPORTED", /no attention\.fwd\.wgmma kernel for bfloat16 at head dim 128/);
+  refused(
+    () => fwd({ d: 128 }, "attention.fwd=wgmma"),
+    "UNSUPPORTED",
+    /no attention\.fwd\.wgmma kernel for bfloat16 at head dim 128/,
+  );
   refused(() => fwd({ d: 96 }, "attention.fwd=wgmma_persistent"), "UNSUPPORTED", /head dim 96/);
-  assert.equal(plan({ op: "attention.fwd", gpu: "a100", d: 128 }).kernels[0].name, "attention.fwd.general<bfloat16, D128>");
+  assert.equal(
+    plan({ op: "attention.fwd", gpu: "a100", d: 128 }).kernels[0].name,
+    "attention.fwd.general<bfloat16, D128>",
+  );
   // (sequence, head) pairs whose K and V share half of the H200's 50 MiB L2: 25 MiB / (4096 * 128 * 4 B).
   assert.equal(fwd({ d: 128, sq: 4096, hq: 32, b: 4 }).details.heads_per_section, 12);
 
@@ -91,7 +122,10 @@ Deno.test("planner: the chunked linear forward (paths, state kernels, tiles, seg
   const fwd = (q: Omit<PlanQuery, "op">, spec = "") => plan({ op: "linear.fwd", gpu: "h200", ...q }, spec);
   // D 128 on Hopper: the split kernel; 32 blocks fill a wave at tile 64 and cost less than tile 128.
   const b2 = fwd({ b: 2, t: 16384, h: 16, k: 128, save: true });
-  assert.deepEqual(names(b2), ["linear.fwd.prep.mma<bfloat16, D128>", "linear.fwd.state.split<bfloat16, D128, tile 64>"]);
+  assert.deepEqual(names(b2), [
+    "linear.fwd.prep.mma<bfloat16, D128>",
+    "linear.fwd.state.split<bfloat16, D128, tile 64>",
+  ]);
   assert.equal(b2.details.loads, "tma");
   assert.equal(b2.details.saves_states, "true");
   assert.equal(b2.details.segments, undefined, "a full wave of blocks: no segments");
@@ -102,9 +136,16 @@ Deno.test("planner: the chunked linear forward (paths, state kernels, tiles, seg
   // Packed sequences load with cp.async.
   assert.equal(fwd({ seqlens: [300, 5000, 17], h: 32, k: 128 }).details.loads, "cp.async");
   // D 256: the two-role wgmma kernel; D 64: mma.sync.
-  assert.equal(fwd({ k: 256, h: 32, b: 8, t: 2048 }).kernels[1].name, "linear.fwd.state.wgmma<bfloat16, D256, tile 64>");
+  assert.equal(
+    fwd({ k: 256, h: 32, b: 8, t: 2048 }).kernels[1].name,
+    "linear.fwd.state.wgmma<bfloat16, D256, tile 64>",
+  );
   assert.equal(fwd({ k: 64, h: 8, b: 8, t: 1024 }).kernels[1].variant, "mma");
-  assert.equal(fwd({ k: 64, save: true }).details.saves_states, "false", "only the Hopper kernels save states");
+  assert.equal(
+    fwd({ k: 64, save: true }).details.saves_states,
+    "false",
+    "only the Hopper kernels save states",
+  );
   // The general path: fp32, other head dims, K != V, the recurrent algorithm, chunk outputs at 32.
   for (const q of [{ dtype: "float32" as const }, { k: 96 }, { k: 128, v: 64 }, { recurrent: true }]) {
     const p = fwd(q);
@@ -115,7 +156,11 @@ Deno.test("planner: the chunked linear forward (paths, state kernels, tiles, seg
     "linear.fwd.recurrent",
     "linear.fwd.wy",
   ]);
-  assert.equal(fwd({ chunkSize: 32 }).path, "fast", "chunk size 32 computes the same function in chunks of 64");
+  assert.equal(
+    fwd({ chunkSize: 32 }).path,
+    "fast",
+    "chunk size 32 computes the same function in chunks of 64",
+  );
   assert.equal(fwd({ aligned: false }).path, "general");
   // A100: mma.sync at every D.
   const a100 = plan({ op: "linear.fwd", gpu: "a100", k: 128, b: 2, t: 4096, h: 16 });
@@ -136,7 +181,11 @@ Deno.test("planner: the chunked linear forward (paths, state kernels, tiles, seg
 Deno.test("planner: the linear backward and decode", () => {
   const bwd = (q: Omit<PlanQuery, "op">, spec = "") => plan({ op: "linear.bwd", gpu: "h200", ...q }, spec);
   const saved = bwd({ b: 2, t: 16384, h: 16, k: 128, saved: true });
-  assert.deepEqual(saved.kernels.map((k) => k.stage), ["linear.bwd.prep", "linear.bwd.dstates", "linear.bwd.grads"]);
+  assert.deepEqual(saved.kernels.map((k) => k.stage), [
+    "linear.bwd.prep",
+    "linear.bwd.dstates",
+    "linear.bwd.grads",
+  ]);
   assert.equal(saved.kernels[2].variant, "fused");
   // Without saved states the state pass runs again; 32 sequence-heads x 2 blocks leave SMs idle: tile 32.
   const recompute = bwd({ b: 2, t: 16384, h: 16, k: 128 });
@@ -148,12 +197,18 @@ Deno.test("planner: the linear backward and decode", () => {
   ]);
   assert.equal(recompute.details.states_tile, 32);
   assert.equal(bwd({ b: 8, t: 2048, h: 64, k: 128 }).details.states_tile, 64);
-  assert.equal(bwd({ k: 256, h: 32, b: 8 }).kernels.at(-1)!.name, "linear.bwd.grads.two_pass<bfloat16, D256>");
+  assert.equal(
+    bwd({ k: 256, h: 32, b: 8 }).kernels.at(-1)!.name,
+    "linear.bwd.grads.two_pass<bfloat16, D256>",
+  );
   assert.equal(bwd({ k: 128, l2norm: true }).details.l2norm, "prep, fused");
   assert.equal(bwd({ k: 128, l2norm: true, hk: 4 }).details.l2norm, "prep");
   assert.equal(bwd({ k: 128, l2norm: true }, "linear.bwd.l2norm=kernel").details.l2norm, "kernel, fused");
   // A100: the fused gradients fit its shared memory at D 64 only; D 128 takes the general path.
-  assert.equal(plan({ op: "linear.bwd", gpu: "a100", k: 64 }).kernels.at(-1)!.name, "linear.bwd.grads.fused<bfloat16, D64>");
+  assert.equal(
+    plan({ op: "linear.bwd", gpu: "a100", k: 64 }).kernels.at(-1)!.name,
+    "linear.bwd.grads.fused<bfloat16, D64>",
+  );
   assert.equal(plan({ op: "linear.bwd", gpu: "a100", k: 128 }).path, "general");
   const general = bwd({ dtype: "float16", k: 96, chunkSize: 32 });
   assert.equal(general.path, "general");
@@ -162,15 +217,26 @@ Deno.test("planner: the linear backward and decode", () => {
   refused(() => bwd({ k: 64 }, "linear.bwd.states.tile=16"), "UNSUPPORTED", /tile/);
   refused(() => bwd({ k: 128 }, "linear.bwd.grads=two_pass"), "UNSUPPORTED", /two_pass/);
   refused(() => bwd({ k: 128 }, "linear.bwd.l2norm=prep"), "UNSUPPORTED", /no L2 norm/);
-  assert.equal(plan({ op: "linear.decode", gpu: "h200", dtype: "float32" }).kernels[0].name, "linear.decode.simt<float32>");
+  assert.equal(
+    plan({ op: "linear.decode", gpu: "h200", dtype: "float32" }).kernels[0].name,
+    "linear.decode.simt<float32>",
+  );
 });
 
 Deno.test("explain: bad queries are refused by name", () => {
   // Without a GPU named, this machine's first one (none here: refused).
   if (HAS_CUDA) assert.equal(explain({ op: "linear.fwd" }).op, "linear.fwd");
-  else refused(() => explain({ op: "linear.fwd" }), "INVALID_ARGUMENT", /name the GPU/);
-  refused(() => explain({ op: "linear.fwdx" as "linear.fwd", gpu: "h200" }), "INVALID_ARGUMENT", /op must be/);
-  refused(() => explain({ op: "linear.fwd", gpu: "h300" as "h200" }), "INVALID_ARGUMENT", /gpu must be one of/);
+  else refused(() => explain({ op: "linear.fwd" }), "INVALID_ARGUMENT", /name (the GPU|a gpu=h200)/);
+  refused(
+    () => explain({ op: "linear.fwdx" as "linear.fwd", gpu: "h200" }),
+    "INVALID_ARGUMENT",
+    /op must be/,
+  );
+  refused(
+    () => explain({ op: "linear.fwd", gpu: "h300" as "h200" }),
+    "INVALID_ARGUMENT",
+    /gpu must be one of/,
+  );
   refused(() => explain({ op: "linear.fwd", gpu: "h200", d: 64 }), "INVALID_ARGUMENT", /unknown key 'd'/);
   refused(() => explain({ op: "attention.fwd", gpu: "h200", hk: 2 }), "INVALID_ARGUMENT", /unknown key 'hk'/);
   refused(

@@ -22,7 +22,16 @@ import {
 } from "../mod.ts";
 import { type AttentionCase, checkBackward, checkForward } from "./attention_cases.ts";
 import { expectNoLeak, HAS_CUDA, withSeed } from "./helpers.ts";
-import { type CaseSpec, DeltaCase, expectAgree, expectClose, host, pathTolerance, poisoned, tol } from "./linear_fixtures.ts";
+import {
+  type CaseSpec,
+  DeltaCase,
+  expectAgree,
+  expectClose,
+  host,
+  pathTolerance,
+  poisoned,
+  tol,
+} from "./linear_fixtures.ts";
 import { deltaRuleReference } from "./reference/delta_rule.ts";
 
 const DEVICE = "cuda";
@@ -34,7 +43,10 @@ function pinned<T>(row: KernelRow, spec: TuningSpec, call: () => T): T {
     const result = call();
     const plan = lastPlan();
     const ran = plan?.kernels.map((k) => k.name) ?? [];
-    assert.ok(ran.includes(rowName(row)), `${rowName(row)} did not run; the plan was ${JSON.stringify(plan)}`);
+    assert.ok(
+      ran.includes(rowName(row)),
+      `${rowName(row)} did not run; the plan was ${JSON.stringify(plan)}`,
+    );
     return result;
   });
 }
@@ -61,8 +73,11 @@ function linearSpec(row: KernelRow, extra: Partial<CaseSpec> = {}): CaseSpec {
 function forwardCase(row: KernelRow, spec: CaseSpec, tuning: TuningSpec, seed: number): void {
   using c = new DeltaCase(DEVICE, spec, seed);
   const out = c.forwardBuffers();
-  pinned(row, tuning, () =>
-    chunkGatedDeltaRule(c.q, c.k, c.v, c.g!, c.beta, { ...c.options(), outputFinalState: true, out }));
+  pinned(
+    row,
+    tuning,
+    () => chunkGatedDeltaRule(c.q, c.k, c.v, c.g!, c.beta, { ...c.options(), outputFinalState: true, out }),
+  );
   const ref = c.reference();
   const t = tol(spec.dtype);
   const what = `${rowName(row)} ${JSON.stringify(tuning)} ${JSON.stringify(spec)}`;
@@ -85,11 +100,21 @@ function backwardCase(
   using c = new DeltaCase(DEVICE, spec, seed);
   const { dOutput, dFinalState } = c.cotangents(seed);
   const out = c.backwardBuffers();
-  const forward = () => chunkGatedDeltaRule(c.q, c.k, c.v, c.g!, c.beta, { ...c.options(), saveForBackward: true });
-  using r = saved === "forward" ? pinned(row, tuning, forward) : saved ? withTuning(tuning, forward) : undefined;
+  const forward = () =>
+    chunkGatedDeltaRule(c.q, c.k, c.v, c.g!, c.beta, { ...c.options(), saveForBackward: true });
+  using r = saved === "forward"
+    ? pinned(row, tuning, forward)
+    : saved
+    ? withTuning(tuning, forward)
+    : undefined;
   if (saved) assert.ok(r?.saved !== undefined, `${rowName(row)}: the forward saved no states`);
   const backward = () =>
-    chunkGatedDeltaRuleBackward(c.q, c.k, c.v, c.g!, c.beta, dOutput, { ...c.options(), dFinalState, out, saved: r?.saved });
+    chunkGatedDeltaRuleBackward(c.q, c.k, c.v, c.g!, c.beta, dOutput, {
+      ...c.options(),
+      dFinalState,
+      out,
+      saved: r?.saved,
+    });
   if (saved === "forward") withTuning(tuning, backward);
   else pinned(row, tuning, backward);
   const ref = c.referenceBackward(dOutput, dFinalState);
@@ -106,13 +131,19 @@ function backwardCase(
 const PACKED: Partial<CaseSpec> = { B: 1, T: 260, cuSeqlens: [0, 70, 70, 200, 201] };
 
 function linearForwardState(row: KernelRow, seed: number): void {
-  const pin = { "linear.fwd.path": "fast", "linear.fwd.state": row.variant, "linear.fwd.state.tile": row.tile };
+  const pin = {
+    "linear.fwd.path": "fast",
+    "linear.fwd.state": row.variant,
+    "linear.fwd.state.tile": row.tile,
+  };
   forwardCase(row, linearSpec(row), pin, seed);
   forwardCase(row, linearSpec(row, { ...PACKED, HK: 1, l2norm: false }), pin, seed + 100);
   if (row.variant === "mma") return;
   // The Hopper kernels: the pass split into segments, the other loads, and the states they save.
   forwardCase(row, linearSpec(row, { T: 700 }), { ...pin, "linear.fwd.segments": 3 }, seed + 200);
-  if (row.variant === "split") forwardCase(row, linearSpec(row), { ...pin, "linear.fwd.loads": "cp.async" }, seed + 300);
+  if (row.variant === "split") {
+    forwardCase(row, linearSpec(row), { ...pin, "linear.fwd.loads": "cp.async" }, seed + 300);
+  }
   backwardCase(row, linearSpec(row), pin, seed + 400, "forward");
 }
 
@@ -129,7 +160,8 @@ function linearWyFactors(row: KernelRow, seed: number): void {
       aw: c.own(poisoned([B, H, T, 64], "float32", device)),
       au: c.own(poisoned([B, H, T, 64], "float32", device)),
     };
-    const run = () => new GatedDeltaNetBTHDFwdOp({ useQkL2norm: true }).forward(c.q, c.k, c.v, c.g!, c.beta, out);
+    const run = () =>
+      new GatedDeltaNetBTHDFwdOp({ useQkL2norm: true }).forward(c.q, c.k, c.v, c.g!, c.beta, out);
     if (device === "cuda") pinned(row, { "linear.fwd.path": "general" }, run);
     else run();
     return { aw: host(out.aw), au: host(out.au) };
@@ -168,12 +200,19 @@ function linearDecode(row: KernelRow, seed: number): void {
 
 function linearBackward(row: KernelRow, seed: number): void {
   const pin: Record<string, string | number> = { "linear.bwd.path": "fast" };
-  if (row.stage === "linear.bwd.states" || row.stage === "linear.bwd.dstates") pin[`${row.stage}.tile`] = row.tile;
+  if (row.stage === "linear.bwd.states" || row.stage === "linear.bwd.dstates") {
+    pin[`${row.stage}.tile`] = row.tile;
+  }
   if (row.stage === "linear.bwd.grads") pin["linear.bwd.grads"] = row.variant;
   if (row.stage === "linear.bwd.general") {
     const spec = linearSpec(row, { K: 48, V: 40 });
     backwardCase(row, spec, { "linear.bwd.path": "general" }, seed);
-    backwardCase(row, linearSpec(row, { ...PACKED, HK: 1, K: 32, V: 32 }), { "linear.bwd.path": "general" }, seed + 1);
+    backwardCase(
+      row,
+      linearSpec(row, { ...PACKED, HK: 1, K: 32, V: 32 }),
+      { "linear.bwd.path": "general" },
+      seed + 1,
+    );
     return;
   }
   backwardCase(row, linearSpec(row), pin, seed);
@@ -233,7 +272,12 @@ function exercise(row: KernelRow, seed: number): void | Promise<void> {
       return linearForwardState(row, seed);
     case "linear.fwd.recurrent":
       forwardCase(row, linearSpec(row), { "linear.fwd.path": "general" }, seed);
-      return forwardCase(row, linearSpec(row, { ...PACKED, HK: 1 }), { "linear.fwd.path": "general" }, seed + 1);
+      return forwardCase(
+        row,
+        linearSpec(row, { ...PACKED, HK: 1 }),
+        { "linear.fwd.path": "general" },
+        seed + 1,
+      );
     case "linear.fwd.wy":
       return linearWyFactors(row, seed);
     case "linear.decode":

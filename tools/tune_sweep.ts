@@ -60,7 +60,9 @@ function makeOp(op: string, s: Record<string, number | boolean>): { run: () => T
     if (op === "gdn-fwd") return { run: () => chunkGatedDeltaRule(q, k, v, g, beta, o).output, dispose };
     return {
       run: () => {
-        using r = op === "gdn-fwdbwd" ? chunkGatedDeltaRule(q, k, v, g, beta, { ...o, saveForBackward: true }) : undefined;
+        using r = op === "gdn-fwdbwd"
+          ? chunkGatedDeltaRule(q, k, v, g, beta, { ...o, saveForBackward: true })
+          : undefined;
         const grads = chunkGatedDeltaRuleBackward(q, k, v, g, beta, dO, { ...o, saved: r?.saved });
         for (const x of [grads.dk, grads.dv, grads.dbeta, grads.dg]) x?.dispose();
         return grads.dq;
@@ -68,7 +70,11 @@ function makeOp(op: string, s: Record<string, number | boolean>): { run: () => T
       dispose,
     };
   }
-  const B = s.b as number, S = s.s as number, H = s.h as number, D = s.d as number, KV = (s.kv as number) ?? H;
+  const B = s.b as number,
+    S = s.s as number,
+    H = s.h as number,
+    D = s.d as number,
+    KV = (s.kv as number) ?? H;
   const isCausal = s.causal === true;
   const q = t(Tensor.randn([B, S, H, D], { ...opt, seed: 1 }));
   const k = t(Tensor.randn([B, S, KV, D], { ...opt, seed: 2 }));

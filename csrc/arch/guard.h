@@ -17,3 +17,15 @@
 #else
 #define AK_ARCH_SM90A 0
 #endif
+
+// One asm statement that only the passes of its architecture emit; elsewhere it is nothing.
+#if AK_ARCH_SM80
+#define AK_ASM_SM80(...) asm volatile(__VA_ARGS__)
+#else
+#define AK_ASM_SM80(...) ((void)0)
+#endif
+#if AK_ARCH_SM90A
+#define AK_ASM_SM90A(...) asm volatile(__VA_ARGS__)
+#else
+#define AK_ASM_SM90A(...) ((void)0)
+#endif

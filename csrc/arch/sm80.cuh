@@ -14,6 +14,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "arch/guard.h"
 
@@ -113,59 +114,39 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 
 // src_bytes 0 reads nothing and zero-fills the destination (rows past a sequence's end).
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-#if AK_ARCH_SM80
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-#endif
+  AK_ASM_SM80("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
   cp_async16(smem_addr(dst), src, src_bytes);
 }
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-#if AK_ARCH_SM80
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-#endif
+  AK_ASM_SM80("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() {
-#if AK_ARCH_SM80
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void cp_async_commit() { AK_ASM_SM80("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most N committed groups of this thread are in flight.
 template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if AK_ARCH_SM80
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
-}
+__device__ __forceinline__ void cp_async_wait() { AK_ASM_SM80("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
 
 // ---- ldmatrix: r receives four (x4) or two (x2) registers ----
 
 __device__ __forceinline__ void ldsm_x4(uint32_t* r, uint32_t addr) {
-#if AK_ARCH_SM80
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-#endif
+  AK_ASM_SM80("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+              : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+              : "r"(addr));
 }
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, uint32_t addr) {
-#if AK_ARCH_SM80
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-#endif
+  AK_ASM_SM80("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+              : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+              : "r"(addr));
 }
 __device__ __forceinline__ void ldsm_x2(uint32_t* r, uint32_t addr) {
-#if AK_ARCH_SM80
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-#endif
+  AK_ASM_SM80("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
 }
 __device__ __forceinline__ void ldsm_x2_trans(uint32_t* r, uint32_t addr) {
-#if AK_ARCH_SM80
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(addr));
-#endif
+  AK_ASM_SM80("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+              : "=r"(r[0]), "=r"(r[1])
+              : "r"(addr));
 }
 __device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) { ldsm_x4(r, smem_addr(p)); }
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, const void* p) { ldsm_x4_trans(r, smem_addr(p)); }
@@ -173,31 +154,56 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, const void* p) { ldsm
 // ---- the product: d += A B, m16n8k16, fp32 accumulators ----
 // d: four accumulators (C fragment), a: four registers (A fragment), b0 / b1 or b[2]: the B fragment.
 
+#define AK_MMA16816(TY)                                                                             \
+  AK_ASM_SM80("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, " \
+              "{%8, %9}, {%0, %1, %2, %3};\n"                                                                 \
+              : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                \
+              : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
 template <class T>
-__device__ __forceinline__ void mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma16816<__nv_bfloat16>(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-#if AK_ARCH_SM80
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
+__device__ __forceinline__ void mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "mma16816 takes f16 or bf16");
+  if constexpr (std::is_same_v<T, __half>) {
+    AK_MMA16816("f16");
+  } else {
+    AK_MMA16816("bf16");
+  }
 }
-template <>
-__device__ __forceinline__ void mma16816<__half>(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-#if AK_ARCH_SM80
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
+#undef AK_MMA16816
 template <class T>
 __device__ __forceinline__ void mma16816(float* d, const uint32_t* a, const uint32_t* b) {
   mma16816<T>(d, a, b[0], b[1]);
+}
+
+// ---- m16n8 accumulator tiles: acc[mt][nt] is the C fragment of rows 16 mt + lane / 4 (and + 8),
+// columns 8 nt + 2 (lane % 4) (and + 1) ----
+
+template <int MT, int NT>
+__device__ __forceinline__ void zero_acc(float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+    }
+  }
+}
+
+// Calls f(r, c, pair) for both row halves of every tile, with the tile at (m0, n0): pair points at
+// the accumulators of (r, c) and (r, c + 1). Acc: float[MT][NT][4], const or not.
+template <class Acc, class F>
+__device__ __forceinline__ void for_acc_pairs(Acc& acc, int m0, int n0, int lane, F&& f) {
+  constexpr int MT = std::extent_v<Acc, 0>, NT = std::extent_v<Acc, 1>;
+  const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int r = m0 + 16 * mt + g, c = n0 + 8 * nt + 2 * q;
+      f(r, c, &acc[mt][nt][0]);
+      f(r + 8, c, &acc[mt][nt][2]);
+    }
+  }
 }
 
 }  // namespace ak::arch

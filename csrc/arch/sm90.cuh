@@ -19,29 +19,21 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) { return smem_addr(p
 // ---- mbarriers ----
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-#if AK_ARCH_SM90A
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-#endif
+  AK_ASM_SM90A("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 
 // Makes the initialised barriers visible to the async proxy (the copy engine completes them).
 __device__ __forceinline__ void fence_barrier_init() {
-#if AK_ARCH_SM90A
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
+  AK_ASM_SM90A("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
 // One arrival that also announces `bytes` more to come from the copy engine in this phase.
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-#if AK_ARCH_SM90A
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-#endif
+  AK_ASM_SM90A("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-#if AK_ARCH_SM90A
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-#endif
+  AK_ASM_SM90A("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
 // True once the phase with the given parity has completed. A fresh barrier is in phase 0, so
@@ -75,56 +67,36 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 // is counted in bytes on `bar`. Out-of-bounds elements are filled with zeros (and still counted).
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* tmap, uint32_t bar, int c0, int c1, int c2,
                                             int c3) {
-#if AK_ARCH_SM90A
-  asm volatile(
+  AK_ASM_SM90A(
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
       "%6}], [%2];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(tmap)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
-#endif
 }
 
 // Stores one box of shared memory to a 4-D tensor map (coordinates innermost first), as a bulk
 // group of this thread (bulk_commit, then bulk_wait_read_all before the box is overwritten).
 __device__ __forceinline__ void tma_store_4d(const void* tmap, uint32_t src, int c0, int c1, int c2, int c3) {
-#if AK_ARCH_SM90A
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+  AK_ASM_SM90A("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
                    reinterpret_cast<uint64_t>(tmap)),
                "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                : "memory");
-#endif
 }
 
 __device__ __forceinline__ void prefetch_tmap(const void* tmap) {
-#if AK_ARCH_SM90A
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
-#endif
+  AK_ASM_SM90A("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
 }
 
 // Orders this thread's generic-proxy shared-memory accesses before later async-proxy accesses.
-__device__ __forceinline__ void fence_proxy_async() {
-#if AK_ARCH_SM90A
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void fence_proxy_async() { AK_ASM_SM90A("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // ---- wgmma ----
 
-__device__ __forceinline__ void wgmma_fence() {
-#if AK_ARCH_SM90A
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wgmma_commit() {
-#if AK_ARCH_SM90A
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void wgmma_fence() { AK_ASM_SM90A("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { AK_ASM_SM90A("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
-#if AK_ARCH_SM90A
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-#endif
+  AK_ASM_SM90A("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 
 // Pins accumulator registers at this point of the program: the compiler may not move their reads
@@ -138,6 +110,27 @@ template <int kN>
 __device__ __forceinline__ void fence_regs(uint32_t (&r)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// The dynamic shared memory of a kernel whose TMA tiles use the 128-byte swizzle: its base rounded up
+// to the pattern's 1024 bytes (launches allocate 1024 bytes of slack), as an address of the shared
+// window and as a pointer.
+struct SwizzledSmem {
+  uint32_t addr;
+  unsigned char* ptr;
+};
+__device__ __forceinline__ SwizzledSmem swizzled_smem() {
+  extern __shared__ __align__(16) unsigned char ak_dynamic_smem[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(ak_dynamic_smem));
+  const uint32_t addr = (raw + 1023u) & ~1023u;
+  return {addr, ak_dynamic_smem + (addr - raw)};
+}
+
+// Zeroes an accumulator array (wgmma accumulators before a first product with scale_d = 1).
+template <int kN>
+__device__ __forceinline__ void zero_regs(float (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) r[i] = 0.0f;
 }
 
 // Shared-memory matrix descriptor for the 128-byte swizzle (the layout TMA writes with
@@ -160,68 +153,44 @@ __device__ __forceinline__ uint64_t make_desc_sw128(uint32_t smem_addr, uint32_t
 
 // `bytes` (a multiple of 16) from global to shared memory, completing on the mbarrier.
 __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-#if AK_ARCH_SM90A
-  asm volatile(
+  AK_ASM_SM90A(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
-#endif
 }
 
 // dst[i] += src[i] for `bytes` / 4 floats, performed at L2 (atomic per element).
 __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
-#if AK_ARCH_SM90A
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+  AK_ASM_SM90A("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
                "r"(bytes)
                : "memory");
-#endif
 }
 
-__device__ __forceinline__ void bulk_commit() {
-#if AK_ARCH_SM90A
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void bulk_commit() { AK_ASM_SM90A("cp.async.bulk.commit_group;\n" ::: "memory"); }
 
 // Waits until this thread's committed bulk operations have finished reading shared memory.
 __device__ __forceinline__ void bulk_wait_read_all() {
-#if AK_ARCH_SM90A
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-#endif
+  AK_ASM_SM90A("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 
 // Waits until this thread's committed bulk operations are complete (their writes performed).
-__device__ __forceinline__ void bulk_wait_all() {
-#if AK_ARCH_SM90A
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void bulk_wait_all() { AK_ASM_SM90A("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // Four 8x8 16-bit matrices, transposed on the way: lane l's register i holds row l / 4, columns
 // 2 (l % 4) and 2 (l % 4) + 1 of matrix i; lane 8 i + r gives the address of stored row r of
 // matrix i (which receives column r).
 __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-#if AK_ARCH_SM90A
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+  AK_ASM_SM90A("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
                "r"(r1), "r"(r2), "r"(r3)
                : "memory");
-#endif
 }
 
 // ---- warp specialisation ----
 
 template <int kRegs>
-__device__ __forceinline__ void regs_increase() {
-#if AK_ARCH_SM90A
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-#endif
-}
+__device__ __forceinline__ void regs_increase() { AK_ASM_SM90A("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
 template <int kRegs>
-__device__ __forceinline__ void regs_decrease() {
-#if AK_ARCH_SM90A
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-#endif
-}
+__device__ __forceinline__ void regs_decrease() { AK_ASM_SM90A("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
 
 // Named barriers (id 0 is __syncthreads): bar.sync waits, bar.arrive signals without waiting.
 __device__ __forceinline__ void named_sync(int id, int threads) {
@@ -235,19 +204,15 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
 // Stores four 8x8 16-bit matrices from mma fragment registers (thread l holds row l / 4, columns
 // 2 (l % 4) and + 1 of each); lanes 8 m .. 8 m + 7 give the row addresses of matrix m.
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-#if AK_ARCH_SM90A
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+  AK_ASM_SM90A("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
                "r"(r2), "r"(r3)
                : "memory");
-#endif
 }
 
 // dst[0..3] += a, b, c, d with one 16-byte vector reduction at L2.
 __device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c, float d) {
-#if AK_ARCH_SM90A
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d)
+  AK_ASM_SM90A("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d)
                : "memory");
-#endif
 }
 
 // Shared-memory accesses by address (the swizzled tiles are addressed as integers).

@@ -1,6 +1,8 @@
 #include "attention/planner.h"
 
 #include <algorithm>
+#include <initializer_list>
+#include <utility>
 
 #include "core/common.h"
 
@@ -29,6 +31,40 @@ int usable_row(const char* stage, const char* variant, int32_t dtype, int d, con
   return row;
 }
 
+// Why the Hopper kernels cannot serve a call, "" when they can: the GPU, the head dims they are built
+// for, then the direction's own conditions (the first that holds gives the reason).
+std::string hopper_ruled_out(const registry::Caps& caps, int d, std::initializer_list<int> dims, const char* dims_text,
+                             std::initializer_list<std::pair<bool, const char*>> conditions) {
+  if (!caps.is_hopper()) return "they need compute capability 9.0";
+  if (std::find(dims.begin(), dims.end(), d) == dims.end()) {
+    return "head dim " + std::to_string(d) + " (they take " + dims_text + ")";
+  }
+  for (const auto& [holds, why] : conditions) {
+    if (holds) return why;
+  }
+  return "";
+}
+
+// The variant that serves a call and its row: the tuning's choice, or under "auto" the Hopper kernel
+// when nothing rules it out (`why` empty) and else the general one, whose head dim is `general_d`
+// (the bucket the call's head dim pads to). A forced variant that cannot serve is an error. The plan
+// gets the variant as its path and the row.
+std::string choose(const char* op, const char* stage, const std::string& want, const char* hopper,
+                   const std::string& ruled_out, const CallShape& s, int general_d, const registry::Caps& caps,
+                   plan::Plan& plan) {
+  const std::string variant = want == "auto" ? (ruled_out.empty() ? hopper : "general") : want;
+  if (variant != "general" && !ruled_out.empty()) refuse(op, stage, variant, ruled_out);
+  std::string why;
+  const int row = usable_row(stage, variant.c_str(), s.dtype, variant == "general" ? general_d : s.d, caps, why);
+  if (row < 0) {
+    if (want == "auto") fail(AK_ERR_UNSUPPORTED, std::string(op) + ": " + why);
+    refuse(op, stage, variant, why);
+  }
+  plan.path = variant;
+  plan.rows.push_back(row);
+  return variant;
+}
+
 }  // namespace
 
 FwdChoice plan_fwd(const FwdShape& s, const registry::Caps& caps, const tuning::Table& t) {
@@ -40,27 +76,12 @@ FwdChoice plan_fwd(const FwdShape& s, const registry::Caps& caps, const tuning::
   }
   const std::string& want = t.get("attention.fwd");
   // The Hopper kernels: head dim exactly 64, 128 or 256, aligned tensors, some keys.
-  std::string why;
-  if (!caps.is_hopper()) {
-    why = "they need compute capability 9.0";
-  } else if (s.d != 64 && s.d != 128 && s.d != 256) {
-    why = "head dim " + std::to_string(s.d) + " (they take 64, 128 or 256)";
-  } else if (s.total_kv == 0) {
-    why = "there are no keys";
-  } else if (!s.aligned) {
-    why = "they need 16-byte aligned pointers and strides";
-  }
+  const std::string why = hopper_ruled_out(caps, s.d, {64, 128, 256}, "64, 128 or 256",
+                                           {{s.total_kv == 0, "there are no keys"},
+                                            {!s.aligned, "they need 16-byte aligned pointers and strides"}});
   const char* hopper = s.d == 256 ? "wgmma" : "wgmma_persistent";
-  std::string variant = want == "auto" ? (why.empty() ? hopper : "general") : want;
-  if (variant != "general" && !why.empty()) refuse("attention_fwd", "attention.fwd", variant, why);
-  const int d = variant == "general" ? forward_bucket(s.d) : s.d;
-  const int row = usable_row("attention.fwd", variant.c_str(), s.dtype, d, caps, why);
-  if (row < 0) {
-    if (want == "auto") fail(AK_ERR_UNSUPPORTED, "attention_fwd: " + why);
-    refuse("attention_fwd", "attention.fwd", variant, why);
-  }
-  c.plan.path = variant;
-  c.plan.rows.push_back(row);
+  const std::string variant =
+      choose("attention_fwd", "attention.fwd", want, hopper, why, s, forward_bucket(s.d), caps, c.plan);
   c.block_m = variant == "general" ? 64 : variant == "wgmma" ? 128 : s.d == 64 ? 192 : 128;
   // (Sequence, head) pairs per L2 section: as many as keep their K and V within half of the L2.
   const int64_t l2 = std::max<int64_t>(caps.l2, 1 << 20);
@@ -76,29 +97,14 @@ BwdChoice plan_bwd(const BwdShape& s, const registry::Caps& caps, const tuning::
   BwdChoice c;
   c.plan.op = "attention.bwd";
   const std::string& want = t.get("attention.bwd");
-  std::string why;
-  if (!caps.is_hopper()) {
-    why = "they need compute capability 9.0";
-  } else if (s.d != 64 && s.d != 128) {
-    why = "head dim " + std::to_string(s.d) + " (they take 64 or 128)";
-  } else if (s.deterministic) {
-    why = "the deterministic order runs on the general kernel";
-  } else if (s.sq == 0 || s.skv == 0) {
-    why = "an empty sequence dimension";
-  } else if (!s.tma_ok) {
-    why = "a tensor with a zero (broadcast) stride, which the tensor-memory accelerator cannot walk";
-  }
+  const std::string why = hopper_ruled_out(
+      caps, s.d, {64, 128}, "64 or 128",
+      {{s.deterministic, "the deterministic order runs on the general kernel"},
+       {s.sq == 0 || s.skv == 0, "an empty sequence dimension"},
+       {!s.tma_ok, "a tensor with a zero (broadcast) stride, which the tensor-memory accelerator cannot walk"}});
   const char* hopper = s.d == 64 ? "wgmma_v2" : "wgmma";
-  std::string variant = want == "auto" ? (why.empty() ? hopper : "general") : want;
-  if (variant != "general" && !why.empty()) refuse("attention_bwd", "attention.bwd", variant, why);
-  const int d = variant == "general" ? backward_bucket(s.d) : s.d;
-  const int row = usable_row("attention.bwd", variant.c_str(), s.dtype, d, caps, why);
-  if (row < 0) {
-    if (want == "auto") fail(AK_ERR_UNSUPPORTED, "attention_bwd: " + why);
-    refuse("attention_bwd", "attention.bwd", variant, why);
-  }
-  c.plan.path = variant;
-  c.plan.rows.push_back(row);
+  const std::string variant =
+      choose("attention_bwd", "attention.bwd", want, hopper, why, s, backward_bucket(s.d), caps, c.plan);
   c.dq_order = variant == "general" ? DqOrder::kPlain
                : variant == "wgmma" ? DqOrder::kHopperFragments
                                     : DqOrder::kHopperFull;
@@ -112,19 +118,21 @@ std::string plan_query(const std::string& op, plan::Query& q) {
   const registry::Caps caps = plan::caps_of(q);
   const tuning::Table t = tuning::current();
   const int32_t dtype = q.dtype("dtype");
-  const int d = static_cast<int>(q.integer("d", 128));
-  const int b = static_cast<int>(q.integer("b", 1));
-  const int hq = static_cast<int>(q.integer("hq", 8));
-  const int hkv = static_cast<int>(q.integer("hkv", hq));
-  const int sq = static_cast<int>(q.integer("sq", 1024));
-  const int skv = static_cast<int>(q.integer("skv", sq));
+  CallShape call;
+  call.dtype = dtype;
+  call.d = static_cast<int>(q.integer("d", 128));
+  call.n_seq = static_cast<int>(q.integer("b", 1));
+  call.hq = static_cast<int>(q.integer("hq", 8));
+  call.hkv = static_cast<int>(q.integer("hkv", call.hq));
+  call.sq = static_cast<int>(q.integer("sq", 1024));
+  call.skv = static_cast<int>(q.integer("skv", call.sq));
   std::string out;
   if (op == "attention.fwd") {
-    FwdShape s{dtype, d, b, hq, hkv, sq, skv, q.integer("total_kv", int64_t(b) * skv), q.flag("aligned", true)};
+    FwdShape s{call, q.integer("total_kv", int64_t(call.n_seq) * call.skv), q.flag("aligned", true)};
     q.finish();
     out = plan_fwd(s, caps, t).plan.json();
   } else {
-    BwdShape s{dtype, d, b, hq, hkv, sq, skv, q.flag("deterministic", false), q.flag("tma_ok", true)};
+    BwdShape s{call, q.flag("deterministic", false), q.flag("tma_ok", true)};
     q.finish();
     out = plan_bwd(s, caps, t).plan.json();
   }

@@ -11,10 +11,14 @@
 
 namespace ak::attention::planning {
 
-struct FwdShape {
+// What both directions' planners read of a call.
+struct CallShape {
   int32_t dtype = 0;
   int d = 0;
   int n_seq = 0, hq = 0, hkv = 0, sq = 0, skv = 0;
+};
+
+struct FwdShape : CallShape {
   int64_t total_kv = 0;  // key rows in all (0: no keys at all)
   bool aligned = true;   // q, k, v, output: 16-byte aligned pointers and strides
 };
@@ -27,10 +31,7 @@ struct FwdChoice {
 
 FwdChoice plan_fwd(const FwdShape& s, const registry::Caps& caps, const tuning::Table& t);
 
-struct BwdShape {
-  int32_t dtype = 0;
-  int d = 0;
-  int n_seq = 0, hq = 0, hkv = 0, sq = 0, skv = 0;
+struct BwdShape : CallShape {
   bool deterministic = false;
   bool tma_ok = true;  // no zero (broadcast) strides in q, k, v, dO
 };

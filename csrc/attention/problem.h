@@ -36,14 +36,7 @@ struct AttnBwd {
   const ak_tensor *dq = nullptr, *dk = nullptr, *dv = nullptr;
 };
 
-namespace cpu {
-void attention_fwd(const AttnFwd& a);
-void attention_bwd(const AttnBwd& a);
-}  // namespace cpu
-
-namespace cuda {
-void attention_fwd(const AttnFwd& a);
-void attention_bwd(const AttnBwd& a);
-}  // namespace cuda
+// What each backend defines for the entries.
+AK_DECLARE_BACKENDS(void attention_fwd(const AttnFwd& a); void attention_bwd(const AttnBwd& a);)
 
 }  // namespace ak::attention

@@ -125,7 +125,16 @@ void check_same_dtype(const ak_tensor& t, const char* name, const ak_tensor& ref
                                     ref_name + "), got " + dtype_name(t.dtype));
 }
 
-void check_shape(const ak_tensor& t, const char* name, std::initializer_list<int64_t> expected) {
+std::string json_quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+void check_shape(const ak_tensor& t, const char* name, const std::vector<int64_t>& expected) {
   bool ok = static_cast<size_t>(t.rank) == expected.size();
   int i = 0;
   for (int64_t e : expected) {

@@ -61,6 +61,8 @@ int64_t numel(const ak_tensor& t);
 bool is_contiguous(const ak_tensor& t);
 std::string shape_string(const ak_tensor& t);
 std::string device_string(int32_t device_type, int32_t device_index);
+// s as a JSON string literal (quotes and backslashes escaped; the library's names hold nothing else).
+std::string json_quoted(const std::string& s);
 
 // Checks a descriptor is well formed (non-null, rank in range, known dtype and device, non-negative
 // shape, data present when non-empty). `name` is the argument name used in messages.
@@ -70,7 +72,7 @@ const ak_tensor& check_contiguous(const ak_tensor* t, const char* name);
 void check_dtype(const ak_tensor& t, const char* name, std::initializer_list<int32_t> allowed);
 void check_same_dtype(const ak_tensor& t, const char* name, const ak_tensor& ref, const char* ref_name);
 // Expects an exact shape; -1 entries match anything.
-void check_shape(const ak_tensor& t, const char* name, std::initializer_list<int64_t> expected);
+void check_shape(const ak_tensor& t, const char* name, const std::vector<int64_t>& expected);
 void check_same_device(const ak_tensor& t, const char* name, const ak_tensor& ref, const char* ref_name);
 
 // A std::vector-like view of the shape for iteration.
@@ -80,6 +82,16 @@ inline std::vector<int64_t> shape_of(const ak_tensor& t) {
 
 // Devices: validates device_type/index of a tensor (for CUDA: the index exists and the build has CUDA).
 void check_device(const ak_tensor& t, const char* name);
+// Declares a family's backend functions (`decls`) in both backends' namespaces, cpu:: and cuda::: the
+// entries call one or the other by the tensors' device.
+#define AK_DECLARE_BACKENDS(decls) \
+  namespace cpu {                  \
+  decls                            \
+  }                                \
+  namespace cuda {                 \
+  decls                            \
+  }
+
 [[noreturn]] void fail_no_cuda();
 
 // Calls a CUDA-backend function, or refuses clearly when the library was built without CUDA.

@@ -22,42 +22,19 @@ struct bf16_t {
   uint16_t bits;
 };
 
-AK_HD uint32_t float_bits(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-#endif
+// The bits of a value of one type read as another of the same size (memcpy: defined behaviour on
+// the host, a register move on the device).
+template <class To, class From>
+AK_HD To bit_cast(From from) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast between types of one size");
+  To to;
+  __builtin_memcpy(&to, &from, sizeof(To));
+  return to;
 }
-AK_HD float bits_float(uint32_t u) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-#endif
-}
-AK_HD uint64_t double_bits(double d) {
-#ifdef __CUDA_ARCH__
-  return static_cast<uint64_t>(__double_as_longlong(d));
-#else
-  uint64_t u;
-  std::memcpy(&u, &d, 8);
-  return u;
-#endif
-}
-AK_HD double bits_double(uint64_t u) {
-#ifdef __CUDA_ARCH__
-  return __longlong_as_double(static_cast<long long>(u));
-#else
-  double d;
-  std::memcpy(&d, &u, 8);
-  return d;
-#endif
-}
+AK_HD uint32_t float_bits(float f) { return bit_cast<uint32_t>(f); }
+AK_HD float bits_float(uint32_t u) { return bit_cast<float>(u); }
+AK_HD uint64_t double_bits(double d) { return bit_cast<uint64_t>(d); }
+AK_HD double bits_double(uint64_t u) { return bit_cast<double>(u); }
 
 // ---- 16-bit floats ----
 

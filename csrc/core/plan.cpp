@@ -12,15 +12,6 @@ namespace {
 
 thread_local std::string last;
 
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
 bool is_number(const std::string& s) {
   if (s.empty()) return false;
   char* end = nullptr;
@@ -34,16 +25,17 @@ std::string Plan::json() const {
   std::string kernels;
   for (int r : rows) {
     const registry::Row& row = registry::row(r);
-    kernels += std::string(kernels.empty() ? "" : ", ") + "{\"name\": " + quoted(registry::row_name(r)) +
-               ", \"stage\": " + quoted(row.stage) + ", \"variant\": " + quoted(row.variant) +
-               ", \"dtype\": " + quoted(dtype_name(row.dtype)) + ", \"d\": " + std::to_string(row.d) +
+    kernels += std::string(kernels.empty() ? "" : ", ") + "{\"name\": " + json_quoted(registry::row_name(r)) +
+               ", \"stage\": " + json_quoted(row.stage) + ", \"variant\": " + json_quoted(row.variant) +
+               ", \"dtype\": " + json_quoted(dtype_name(row.dtype)) + ", \"d\": " + std::to_string(row.d) +
                ", \"tile\": " + std::to_string(row.tile) + "}";
   }
   std::string extra;
   for (const auto& [k, v] : details) {
-    extra += std::string(extra.empty() ? "" : ", ") + quoted(k) + ": " + (is_number(v) ? v : quoted(v));
+    extra += std::string(extra.empty() ? "" : ", ") + json_quoted(k) + ": ";
+    extra += is_number(v) ? v : json_quoted(v);
   }
-  return "{\"op\": " + quoted(op) + ", \"path\": " + quoted(path) + ", \"kernels\": [" + kernels +
+  return "{\"op\": " + json_quoted(op) + ", \"path\": " + json_quoted(path) + ", \"kernels\": [" + kernels +
          "], \"details\": {" + extra + "}}";
 }
 

@@ -29,8 +29,9 @@ std::string kernels_json(int32_t device) {
   std::string out = "[";
   for (int i = 0; i < registry::row_count(); ++i) {
     const registry::Row& r = registry::row(i);
-    out += std::string(i ? ", " : "") + "{\"index\": " + std::to_string(i) + ", \"name\": \"" + registry::row_name(i) +
-           "\", \"stage\": \"" + r.stage + "\", \"variant\": \"" + r.variant + "\", \"arch\": \"" +
+    out += std::string(i ? ", " : "") + "{\"index\": " + std::to_string(i) + ", \"name\": " +
+           json_quoted(registry::row_name(i)) + ", \"stage\": " + json_quoted(r.stage) +
+           ", \"variant\": " + json_quoted(r.variant) + ", \"arch\": \"" +
            (r.arch == registry::Arch::kSm90a ? "sm90a" : "sm80") + "\", \"dtype\": \"" + dtype_name(r.dtype) +
            "\", \"d\": " + std::to_string(r.d) + ", \"tile\": " + std::to_string(r.tile) +
            ", \"runnable\": " + (caps != nullptr && caps->can_run(i) ? "true" : "false") + "}";

@@ -92,53 +92,31 @@ AK_HD double exact_log_unit(double x) {
   }
   const double s = rdiv(radd(m, -1.0), radd(m, 1.0));
   const double z = rmul(s, s);
-  double p = 1.0 / 25.0;
-  p = rfma(p, z, 1.0 / 23.0);
-  p = rfma(p, z, 1.0 / 21.0);
-  p = rfma(p, z, 1.0 / 19.0);
-  p = rfma(p, z, 1.0 / 17.0);
-  p = rfma(p, z, 1.0 / 15.0);
-  p = rfma(p, z, 1.0 / 13.0);
-  p = rfma(p, z, 1.0 / 11.0);
-  p = rfma(p, z, 1.0 / 9.0);
-  p = rfma(p, z, 1.0 / 7.0);
-  p = rfma(p, z, 1.0 / 5.0);
-  p = rfma(p, z, 1.0 / 3.0);
-  p = rfma(p, z, 1.0);
+  double p = 1.0 / 25.0;  // atanh series: sum of z^k / (2k + 1), by Horner's rule from k = 12
+  for (int n = 23; n >= 1; n -= 2) p = rfma(p, z, 1.0 / n);
   const double log_m = rmul(rmul(2.0, s), p);
   const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
   return radd(rfma(static_cast<double>(e), ln2_hi, log_m), rmul(static_cast<double>(e), ln2_lo));
 }
 
-// sin and cos of a in [0, pi/2] by their Taylor series (12 and 12 terms, error < 1e-17).
+// sin and cos of a in [0, pi/2] by their Taylor series (12 and 12 terms, error < 1e-17), evaluated
+// by Horner's rule from the highest term: kSin[i] = (-1)^(11-i) / (23 - 2i)!, kCos[i] = (-1)^(12-i) / (24 - 2i)!.
 AK_HD void exact_sincos_quarter(double a, double* s, double* c) {
+  constexpr double kSin[12] = {-1.0 / 25852016738884976640000.0, 1.0 / 51090942171709440000.0,
+                               -1.0 / 121645100408832000.0, 1.0 / 355687428096000.0, -1.0 / 1307674368000.0,
+                               1.0 / 6227020800.0, -1.0 / 39916800.0, 1.0 / 362880.0, -1.0 / 5040.0, 1.0 / 120.0,
+                               -1.0 / 6.0, 1.0};
+  constexpr double kCos[13] = {1.0 / 620448401733239439360000.0, -1.0 / 1124000727777607680000.0,
+                               1.0 / 2432902008176640000.0, -1.0 / 6402373705728000.0, 1.0 / 20922789888000.0,
+                               -1.0 / 87178291200.0, 1.0 / 479001600.0, -1.0 / 3628800.0, 1.0 / 40320.0,
+                               -1.0 / 720.0, 1.0 / 24.0, -0.5, 1.0};
   const double z = rmul(a, a);
-  double ps = -1.0 / 25852016738884976640000.0;  // -1/23!
-  ps = rfma(ps, z, 1.0 / 51090942171709440000.0);  // 1/21!
-  ps = rfma(ps, z, -1.0 / 121645100408832000.0);   // -1/19!
-  ps = rfma(ps, z, 1.0 / 355687428096000.0);       // 1/17!
-  ps = rfma(ps, z, -1.0 / 1307674368000.0);        // -1/15!
-  ps = rfma(ps, z, 1.0 / 6227020800.0);            // 1/13!
-  ps = rfma(ps, z, -1.0 / 39916800.0);             // -1/11!
-  ps = rfma(ps, z, 1.0 / 362880.0);                // 1/9!
-  ps = rfma(ps, z, -1.0 / 5040.0);                 // -1/7!
-  ps = rfma(ps, z, 1.0 / 120.0);                   // 1/5!
-  ps = rfma(ps, z, -1.0 / 6.0);                    // -1/3!
-  ps = rfma(ps, z, 1.0);
+  double ps = kSin[0];
+  for (int i = 1; i < 12; ++i) ps = rfma(ps, z, kSin[i]);
   *s = rmul(a, ps);
-  double pc = 1.0 / 620448401733239439360000.0;    // 1/24!
-  pc = rfma(pc, z, -1.0 / 1124000727777607680000.0);  // -1/22!
-  pc = rfma(pc, z, 1.0 / 2432902008176640000.0);      // 1/20!
-  pc = rfma(pc, z, -1.0 / 6402373705728000.0);        // -1/18!
-  pc = rfma(pc, z, 1.0 / 20922789888000.0);           // 1/16!
-  pc = rfma(pc, z, -1.0 / 87178291200.0);             // -1/14!
-  pc = rfma(pc, z, 1.0 / 479001600.0);                // 1/12!
-  pc = rfma(pc, z, -1.0 / 3628800.0);                 // -1/10!
-  pc = rfma(pc, z, 1.0 / 40320.0);                    // 1/8!
-  pc = rfma(pc, z, -1.0 / 720.0);                     // -1/6!
-  pc = rfma(pc, z, 1.0 / 24.0);                       // 1/4!
-  pc = rfma(pc, z, -0.5);
-  *c = rfma(pc, z, 1.0);
+  double pc = kCos[0];
+  for (int i = 1; i < 13; ++i) pc = rfma(pc, z, kCos[i]);
+  *c = pc;
 }
 
 // Element `index` of a random stream: kind 0 uniform in [a, b), kind 1 normal(mean a, std b).

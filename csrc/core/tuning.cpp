@@ -74,15 +74,6 @@ std::string join(const std::vector<std::string>& items, const char* sep) {
   return out;
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
 std::mutex mutex;
 bool initialised = false;
 Table installed;
@@ -180,7 +171,7 @@ std::string describe_json() {
   try {
     const Table t = current();
     for (const auto& [k, v] : t.values) {
-      current_part += (current_part.empty() ? "" : ", ") + json_string(k) + ": " + json_string(v);
+      current_part += (current_part.empty() ? "" : ", ") + json_quoted(k) + ": " + json_quoted(v);
     }
   } catch (const Error&) {
     // a malformed ATTNKIT_TUNE: describe the keys anyway; the next op reports the error
@@ -188,9 +179,9 @@ std::string describe_json() {
   std::string keys_part;
   for (const Key& k : keys()) {
     std::vector<std::string> values;
-    for (const std::string& v : k.values) values.push_back(json_string(v));
-    keys_part += std::string(keys_part.empty() ? "" : ", ") + "{\"name\": " + json_string(k.name) +
-                 ", \"values\": [" + join(values, ", ") + "], \"doc\": " + json_string(k.doc) + "}";
+    for (const std::string& v : k.values) values.push_back(json_quoted(v));
+    keys_part += std::string(keys_part.empty() ? "" : ", ") + "{\"name\": " + json_quoted(k.name) +
+                 ", \"values\": [" + join(values, ", ") + "], \"doc\": " + json_quoted(k.doc) + "}";
   }
   return "{\"current\": {" + current_part + "}, \"keys\": [" + keys_part + "]}";
 }

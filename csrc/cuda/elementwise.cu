@@ -5,7 +5,9 @@
 #include <cuda_fp16.h>
 
 #include <cstring>
+#include <type_traits>
 
+#include "arch/sm80.cuh"
 #include "core/layout.h"
 #include "core/numeric.h"
 #include "core/random.h"
@@ -39,22 +41,21 @@ struct Elem<double> {
   __device__ static double from_float(float f) { return f; }
   static constexpr bool kSmallFloat = false;
 };
-template <>
-struct Elem<__half> {
-  __device__ static double to_double(__half x) { return __half2float(x); }
-  __device__ static float to_float(__half x) { return __half2float(x); }
-  __device__ static __half from_double(double d) { return __ushort_as_half(double_to_f16(d)); }
-  __device__ static __half from_float(float f) { return __float2half_rn(f); }
+// The 16-bit floats: read through fp32, written from fp64 with a single rounding (numeric.h).
+template <class H>
+struct Elem16 {
+  __device__ static float to_float(H x) { return ::ak::arch::to_float(x); }
+  __device__ static double to_double(H x) { return to_float(x); }
+  __device__ static H from_float(float f) { return ::ak::arch::from_float<H>(f); }
+  __device__ static H from_double(double d) {
+    return bit_cast<H>(std::is_same_v<H, __half> ? double_to_f16(d) : double_to_bf16(d));
+  }
   static constexpr bool kSmallFloat = true;
 };
 template <>
-struct Elem<__nv_bfloat16> {
-  __device__ static double to_double(__nv_bfloat16 x) { return __bfloat162float(x); }
-  __device__ static float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-  __device__ static __nv_bfloat16 from_double(double d) { return __ushort_as_bfloat16(double_to_bf16(d)); }
-  __device__ static __nv_bfloat16 from_float(float f) { return __float2bfloat16_rn(f); }
-  static constexpr bool kSmallFloat = true;
-};
+struct Elem<__half> : Elem16<__half> {};
+template <>
+struct Elem<__nv_bfloat16> : Elem16<__nv_bfloat16> {};
 template <>
 struct Elem<int32_t> {
   __device__ static double to_double(int32_t x) { return x; }

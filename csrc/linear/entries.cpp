@@ -37,12 +37,20 @@ void check_row_layout(const ak_tensor& t, const char* name) {
 
 // A tensor read or written row by row: well formed, of the expected rank and shape, last dim contiguous,
 // on the reference device.
-const ak_tensor& check_rows(const ak_tensor* t, const char* name, std::initializer_list<int64_t> shape,
+const ak_tensor& check_rows(const ak_tensor* t, const char* name, const std::vector<int64_t>& shape,
                             const ak_tensor& ref, const char* ref_name) {
   const ak_tensor& r = check_tensor(t, name);
   check_shape(r, name, shape);
   check_row_layout(r, name);
   check_same_device(r, name, ref, ref_name);
+  return r;
+}
+
+// The same for a tensor of q's dtype.
+const ak_tensor& check_rows_like_q(const ak_tensor* t, const char* name, const std::vector<int64_t>& shape,
+                                   const ak_tensor& q) {
+  const ak_tensor& r = check_rows(t, name, shape, q, "q");
+  check_same_dtype(r, name, q, "q");
   return r;
 }
 
@@ -109,6 +117,56 @@ std::vector<int64_t> read_cu_seqlens(const ak_tensor& cu, int64_t T) {
   return starts;
 }
 
+// q, k, v, g and beta of a call, each [B, T, ...] (tokens) or [B, ...] (one decode step): q and k
+// [.., HK, K], v [.., H, V], g (with AK_DELTA_GATED) and beta [.., H] in float32. Fills p's extents,
+// dtype and device (T = 1 for a decode step); returns q.
+const ak_tensor& check_inputs(DeltaProblem& p, bool tokens, const ak_tensor* q_, const ak_tensor* k_,
+                              const ak_tensor* v_, const ak_tensor* g_, const ak_tensor* beta_) {
+  const int rank = tokens ? 4 : 3;
+  const std::string lead = tokens ? "B, T, " : "B, ";
+  auto expected_rank = [&](const char* name, const char* tail, const ak_tensor& t) {
+    require(t.rank == rank, str(name) + ": expected rank " + std::to_string(rank) + " [" + lead + tail +
+                                "], got shape " + shape_string(t));
+  };
+  const ak_tensor& q = check_tensor(q_, "q");
+  check_dtype(q, "q", {AK_FLOAT16, AK_BFLOAT16, AK_FLOAT32});
+  expected_rank("q", "HK, K", q);
+  check_row_layout(q, "q");
+  p.B = q.shape[0];
+  p.T = tokens ? q.shape[1] : 1;
+  p.HK = q.shape[rank - 2];
+  p.K = q.shape[rank - 1];
+  p.dtype = q.dtype;
+  p.device_type = q.device_type;
+  p.device_index = q.device_index;
+  auto dims = [&](std::initializer_list<int64_t> tail) {
+    std::vector<int64_t> d{p.B};
+    if (tokens) d.push_back(p.T);
+    d.insert(d.end(), tail);
+    return d;
+  };
+
+  const ak_tensor& k = check_rows(k_, "k", dims({p.HK, p.K}), q, "q");
+  check_same_dtype(k, "k", q, "q");
+  const ak_tensor& v = check_tensor(v_, "v");
+  expected_rank("v", "H, V", v);
+  check_rows(v_, "v", dims({-1, -1}), q, "q");
+  check_same_dtype(v, "v", q, "q");
+  p.H = v.shape[rank - 2];
+  p.V = v.shape[rank - 1];
+  check_heads(p.HK, p.H, "q", "v");
+  check_head_dims(p.K, p.V, "q", "v");
+
+  if (p.gated) {
+    require(g_ != nullptr, "g: expected a tensor [" + lead + "H] because flags include AK_DELTA_GATED");
+    check_dtype(check_rows(g_, "g", dims({p.H}), q, "q"), "g", {AK_FLOAT32});
+  } else {
+    require(g_ == nullptr, "g: given, but flags lack AK_DELTA_GATED (pass NULL for the ungated delta rule)");
+  }
+  check_dtype(check_rows(beta_, "beta", dims({p.H}), q, "q"), "beta", {AK_FLOAT32});
+  return q;
+}
+
 // Validates the inputs shared by the forward and the backward and describes the problem.
 DeltaProblem parse_problem(const ak_tensor* q_, const ak_tensor* k_, const ak_tensor* v_, const ak_tensor* g_,
                            const ak_tensor* beta_, const ak_tensor* initial_state_, const ak_tensor* cu_seqlens_,
@@ -123,38 +181,7 @@ DeltaProblem parse_problem(const ak_tensor* q_, const ak_tensor* k_, const ak_te
   if (!p.recurrent) check_chunk_size(chunk_size);
   p.chunk_size = p.recurrent ? 64 : chunk_size;
 
-  const ak_tensor& q = check_tensor(q_, "q");
-  check_dtype(q, "q", {AK_FLOAT16, AK_BFLOAT16, AK_FLOAT32});
-  require(q.rank == 4, "q: expected rank 4 [B, T, HK, K], got shape " + shape_string(q));
-  check_row_layout(q, "q");
-  p.B = q.shape[0];
-  p.T = q.shape[1];
-  p.HK = q.shape[2];
-  p.K = q.shape[3];
-  p.dtype = q.dtype;
-  p.device_type = q.device_type;
-  p.device_index = q.device_index;
-
-  const ak_tensor& k = check_rows(k_, "k", {p.B, p.T, p.HK, p.K}, q, "q");
-  check_same_dtype(k, "k", q, "q");
-  const ak_tensor& v = check_tensor(v_, "v");
-  require(v.rank == 4, "v: expected rank 4 [B, T, H, V], got shape " + shape_string(v));
-  check_rows(v_, "v", {p.B, p.T, -1, -1}, q, "q");
-  check_same_dtype(v, "v", q, "q");
-  p.H = v.shape[2];
-  p.V = v.shape[3];
-  check_heads(p.HK, p.H, "q", "v");
-  check_head_dims(p.K, p.V, "q", "v");
-
-  if (p.gated) {
-    require(g_ != nullptr, "g: expected a tensor [B, T, H] because flags include AK_DELTA_GATED");
-    const ak_tensor& g = check_rows(g_, "g", {p.B, p.T, p.H}, q, "q");
-    check_dtype(g, "g", {AK_FLOAT32});
-  } else {
-    require(g_ == nullptr, "g: given, but flags lack AK_DELTA_GATED (pass NULL for the ungated delta rule)");
-  }
-  const ak_tensor& beta = check_rows(beta_, "beta", {p.B, p.T, p.H}, q, "q");
-  check_dtype(beta, "beta", {AK_FLOAT32});
+  const ak_tensor& q = check_inputs(p, true, q_, k_, v_, g_, beta_);
 
   if (cu_seqlens_) {
     const ak_tensor& cu = check_tensor(cu_seqlens_, "cu_seqlens");
@@ -227,27 +254,14 @@ AK_API ak_status ak_delta_rule_fwd(const ak_tensor* q, const ak_tensor* k, const
     a.p = parse_problem(q, k, v, g, beta, initial_state, cu_seqlens, scale, chunk_size, flags);
     const DeltaProblem& p = a.p;
     const ak_tensor& qt = *q;
-    const ak_tensor& out = check_rows(output, "output", {p.B, p.T, p.H, p.V}, qt, "q");
-    check_same_dtype(out, "output", qt, "q");
+    check_rows_like_q(output, "output", {p.B, p.T, p.H, p.V}, qt);
     if (final_state) check_state(final_state, "final_state", {p.N, p.H, p.K, p.V}, qt, "q");
     check_chunk_outputs(p, qt, chunk_states, aw, au);
     if (saved) {
       require(saved_written != nullptr, "saved_written: expected a pointer because saved is given");
       check_saved(p, saved, qt);
     }
-    a.saved = saved;
-    a.saved_written = saved_written;
-    a.q = q;
-    a.k = k;
-    a.v = v;
-    a.g = g;
-    a.beta = beta;
-    a.initial_state = initial_state;
-    a.output = output;
-    a.final_state = final_state;
-    a.chunk_states = chunk_states;
-    a.aw = aw;
-    a.au = au;
+    a = DeltaFwd{a.p, q, k, v, g, beta, initial_state, output, final_state, chunk_states, aw, au, saved, saved_written};
     if (p.N == 0) return;  // an empty batch: nothing to read or write
     if (p.device_type == AK_CPU) {
       ak::linear::cpu::delta_fwd(a);
@@ -268,8 +282,7 @@ AK_API ak_status ak_delta_rule_saved_size(const ak_tensor* q, const ak_tensor* k
     DeltaFwd a;
     a.p = parse_problem(q, k, v, g, beta, initial_state, cu_seqlens, scale, chunk_size, flags);
     const DeltaProblem& p = a.p;
-    const ak_tensor& out = check_rows(output, "output", {p.B, p.T, p.H, p.V}, *q, "q");
-    check_same_dtype(out, "output", *q, "q");
+    check_rows_like_q(output, "output", {p.B, p.T, p.H, p.V}, *q);
     check_chunk_outputs(p, *q, chunk_states, aw, au);
     a.q = q, a.k = k, a.v = v, a.output = output;
     a.chunk_states = chunk_states, a.aw = aw, a.au = au;
@@ -294,15 +307,11 @@ AK_API ak_status ak_delta_rule_bwd(const ak_tensor* q, const ak_tensor* k, const
     a.p = parse_problem(q, k, v, g, beta, initial_state, cu_seqlens, scale, chunk_size, flags);
     const DeltaProblem& p = a.p;
     const ak_tensor& qt = *q;
-    const ak_tensor& d_out = check_rows(d_output, "d_output", {p.B, p.T, p.H, p.V}, qt, "q");
-    check_same_dtype(d_out, "d_output", qt, "q");
+    check_rows_like_q(d_output, "d_output", {p.B, p.T, p.H, p.V}, qt);
     if (d_final_state) check_state(d_final_state, "d_final_state", {p.N, p.H, p.K, p.V}, qt, "q");
-    const ak_tensor& dqt = check_rows(dq, "dq", {p.B, p.T, p.HK, p.K}, qt, "q");
-    check_same_dtype(dqt, "dq", qt, "q");
-    const ak_tensor& dkt = check_rows(dk, "dk", {p.B, p.T, p.HK, p.K}, qt, "q");
-    check_same_dtype(dkt, "dk", qt, "q");
-    const ak_tensor& dvt = check_rows(dv, "dv", {p.B, p.T, p.H, p.V}, qt, "q");
-    check_same_dtype(dvt, "dv", qt, "q");
+    check_rows_like_q(dq, "dq", {p.B, p.T, p.HK, p.K}, qt);
+    check_rows_like_q(dk, "dk", {p.B, p.T, p.HK, p.K}, qt);
+    check_rows_like_q(dv, "dv", {p.B, p.T, p.H, p.V}, qt);
     const ak_tensor& dbt = check_rows(dbeta, "dbeta", {p.B, p.T, p.H}, qt, "q");
     check_dtype(dbt, "dbeta", {AK_FLOAT32});
     if (p.gated) {
@@ -314,21 +323,8 @@ AK_API ak_status ak_delta_rule_bwd(const ak_tensor* q, const ak_tensor* k, const
     }
     if (d_initial_state) check_state(d_initial_state, "d_initial_state", {p.N, p.H, p.K, p.V}, qt, "q");
     if (saved) check_saved(p, saved, qt);
-    a.saved = saved;
-    a.q = q;
-    a.k = k;
-    a.v = v;
-    a.g = g;
-    a.beta = beta;
-    a.initial_state = initial_state;
-    a.d_output = d_output;
-    a.d_final_state = d_final_state;
-    a.dq = dq;
-    a.dk = dk;
-    a.dv = dv;
-    a.dbeta = dbeta;
-    a.dg = dg;
-    a.d_initial_state = d_initial_state;
+    a = DeltaBwd{a.p, q, k, v, g, beta, initial_state, d_output, d_final_state,
+                 dq, dk, dv, dbeta, dg, d_initial_state, saved};
     if (p.N == 0) return;
     if (p.device_type == AK_CPU) {
       ak::linear::cpu::delta_bwd(a);
@@ -350,35 +346,8 @@ AK_API ak_status ak_delta_rule_decode(const ak_tensor* q, const ak_tensor* k, co
     p.l2norm = (flags & AK_DELTA_QK_L2NORM) != 0;
     p.recurrent = true;
     p.scale = scale;
-    const ak_tensor& qt = check_tensor(q, "q");
-    check_dtype(qt, "q", {AK_FLOAT16, AK_BFLOAT16, AK_FLOAT32});
-    require(qt.rank == 3, "q: expected rank 3 [B, HK, K], got shape " + shape_string(qt));
-    check_row_layout(qt, "q");
-    p.B = qt.shape[0];
-    p.T = 1;
+    const ak_tensor& qt = check_inputs(p, false, q, k, v, g, beta);
     p.N = p.B;
-    p.HK = qt.shape[1];
-    p.K = qt.shape[2];
-    p.dtype = qt.dtype;
-    p.device_type = qt.device_type;
-    p.device_index = qt.device_index;
-    const ak_tensor& kt = check_rows(k, "k", {p.B, p.HK, p.K}, qt, "q");
-    check_same_dtype(kt, "k", qt, "q");
-    const ak_tensor& vt = check_tensor(v, "v");
-    require(vt.rank == 3, "v: expected rank 3 [B, H, V], got shape " + shape_string(vt));
-    check_rows(v, "v", {p.B, -1, -1}, qt, "q");
-    check_same_dtype(vt, "v", qt, "q");
-    p.H = vt.shape[1];
-    p.V = vt.shape[2];
-    check_heads(p.HK, p.H, "q", "v");
-    check_head_dims(p.K, p.V, "q", "v");
-    if (p.gated) {
-      require(g != nullptr, "g: expected a tensor [B, H] because flags include AK_DELTA_GATED");
-      check_dtype(check_rows(g, "g", {p.B, p.H}, qt, "q"), "g", {AK_FLOAT32});
-    } else {
-      require(g == nullptr, "g: given, but flags lack AK_DELTA_GATED (pass NULL for the ungated delta rule)");
-    }
-    check_dtype(check_rows(beta, "beta", {p.B, p.H}, qt, "q"), "beta", {AK_FLOAT32});
     const ak_tensor& st = check_tensor(state, "state");
     require(st.dtype == AK_FLOAT32 || st.dtype == qt.dtype,
             str("state: expected dtype float32 or ") + dtype_name(qt.dtype) + " (that of q), got " +
@@ -386,8 +355,7 @@ AK_API ak_status ak_delta_rule_decode(const ak_tensor* q, const ak_tensor* k, co
     check_shape(st, "state", {p.B, p.H, p.K, p.V});
     require(is_contiguous(st), "state: expected a contiguous tensor");
     check_same_device(st, "state", qt, "q");
-    const ak_tensor& out = check_rows(output, "output", {p.B, p.H, p.V}, qt, "q");
-    check_same_dtype(out, "output", qt, "q");
+    check_rows_like_q(output, "output", {p.B, p.H, p.V}, qt);
     const ak_tensor& ns = check_tensor(new_state, "new_state");
     check_same_dtype(ns, "new_state", st, "state");
     check_shape(ns, "new_state", {p.B, p.H, p.K, p.V});
@@ -399,14 +367,7 @@ AK_API ak_status ak_delta_rule_decode(const ak_tensor* q, const ak_tensor* k, co
     const char* n0 = static_cast<const char*>(ns.data);
     require(bytes == 0 || s0 == n0 || n0 + bytes <= s0 || s0 + bytes <= n0,
             "new_state: must be the same memory as state (in place) or not overlap it");
-    a.q = q;
-    a.k = k;
-    a.v = v;
-    a.g = g;
-    a.beta = beta;
-    a.state = state;
-    a.output = output;
-    a.new_state = new_state;
+    a = DeltaDecode{a.p, q, k, v, g, beta, state, output, new_state};
     if (p.B == 0) return;
     if (p.device_type == AK_CPU) {
       ak::linear::cpu::delta_decode(a);

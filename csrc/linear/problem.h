@@ -59,16 +59,8 @@ struct DeltaDecode {
   const ak_tensor *state = nullptr, *output = nullptr, *new_state = nullptr;
 };
 
-namespace cpu {
-void delta_fwd(const DeltaFwd& a);
-void delta_bwd(const DeltaBwd& a);
-void delta_decode(const DeltaDecode& a);
-}  // namespace cpu
-
-namespace cuda {
-void delta_fwd(const DeltaFwd& a);
-void delta_bwd(const DeltaBwd& a);
-void delta_decode(const DeltaDecode& a);
-}  // namespace cuda
+// What each backend defines for the entries.
+AK_DECLARE_BACKENDS(void delta_fwd(const DeltaFwd& a); void delta_bwd(const DeltaBwd& a);
+                    void delta_decode(const DeltaDecode& a);)
 
 }  // namespace ak::linear

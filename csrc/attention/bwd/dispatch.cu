@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "attention/bwd/launch.h"
-#include "attention/launchers.h"
+#include "attention/call_fields.h"
+#include "generated/attention_launchers.h"
 #include "attention/planner.h"
 #include "cuda/backend.h"
 #include "cuda/registry_launch.h"
@@ -75,23 +76,6 @@ class Staging {
   std::vector<std::pair<const ak_tensor*, const ak_tensor*>> pending_;
 };
 
-// Batch, row and head strides of a BSHD tensor, or of a packed THD one (batch stride 0).
-void bshd_strides(const ak_tensor& t, bool varlen, int64_t& batch, int64_t& row, int64_t& head) {
-  if (varlen) {
-    batch = 0;
-    row = t.strides[0];
-    head = t.strides[1];
-  } else {
-    batch = t.strides[0];
-    row = t.strides[1];
-    head = t.strides[2];
-  }
-}
-
-int clamp_window(int64_t w) {
-  return w < 0 || w >= kWindowUnlimited ? kWindowUnlimited : static_cast<int>(w);
-}
-
 // TMA steps along every dimension longer than 1 with a positive stride (no broadcast views).
 bool positive_strides(const ak_tensor& t) {
   for (int i = 0; i < t.rank - 1; ++i) {
@@ -147,34 +131,14 @@ void attention_bwd_run(const AttnBwd& a) {
   p.lse_batch = pr.varlen ? 0 : pr.Hq * pr.Sq;
   p.lse_head = pr.varlen ? total_q : pr.Sq;
 
-  p.n_seq = static_cast<int>(pr.N);
-  p.hq = static_cast<int>(pr.Hq);
-  p.hkv = static_cast<int>(pr.Hkv);
-  p.group = static_cast<int>(pr.group());
-  p.d = static_cast<int>(pr.D);
-  p.sq = static_cast<int>(pr.Sq);
-  p.skv = static_cast<int>(pr.Skv);
+  fill_call(p, pr);
   p.tq = static_cast<int>(total_q);
   p.tkv = static_cast<int>(total_kv);
-  if (pr.varlen) {
-    p.cu_q = static_cast<const int32_t*>(pr.cu_seqlens_q->data);
-    p.cu_kv = static_cast<const int32_t*>(pr.cu_seqlens_kv->data);
-  }
-  p.sm_scale = pr.sm_scale;
-  p.softcap = pr.softcap;
   p.softcap_mul = pr.softcap > 0 ? pr.sm_scale / pr.softcap : 0.0f;
   p.exp_scale = (pr.softcap > 0 ? pr.softcap : pr.sm_scale) * kLog2e;
-  p.window_left = clamp_window(pr.window_left);
-  p.window_right = clamp_window(pr.window_right);
 
   planning::BwdShape shape;
-  shape.dtype = pr.dtype;
-  shape.d = p.d;
-  shape.n_seq = p.n_seq;
-  shape.hq = p.hq;
-  shape.hkv = p.hkv;
-  shape.sq = p.sq;
-  shape.skv = p.skv;
+  static_cast<planning::CallShape&>(shape) = call_shape(pr);
   shape.deterministic = pr.deterministic;
   shape.tma_ok = positive_strides(*q) && positive_strides(*k) && positive_strides(*v) && positive_strides(*dout);
   const planning::BwdChoice choice = planning::plan_bwd(shape, ak::cuda::caps(device), tuning::current());

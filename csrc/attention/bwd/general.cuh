@@ -17,7 +17,7 @@
 
 #include "attention/bwd/launch.h"
 #include "attention/bwd/mma.cuh"
-#include "attention/launchers.h"
+#include "generated/attention_launchers.h"
 #include "cuda/runtime.cuh"
 
 namespace ak::attention::cuda::bwd {
@@ -147,8 +147,8 @@ __global__ void __launch_bounds__(GeneralShape<Dpad>::THREADS) bwd_general_kerne
   };
 
   float acc_dv[Sh::MT_KV][Sh::NT_KV][4], acc_dk[Sh::MT_KV][Sh::NT_KV][4];
-  zero(acc_dv);
-  zero(acc_dk);
+  zero_acc(acc_dv);
+  zero_acc(acc_dk);
 
   const int wm_s = warp / C::WN_S, wn_s = warp % C::WN_S;
   const int wm_kv = warp / C::WN_KV, wn_kv = warp % C::WN_KV;
@@ -188,8 +188,8 @@ __global__ void __launch_bounds__(GeneralShape<Dpad>::THREADS) bwd_general_kerne
     // S = Q K^T and dP = dO V^T for this warp's 16*MT_S x 8*NT_S piece.
     {
       float acc_s[Sh::MT_S][Sh::NT_S][4], acc_dp[Sh::MT_S][Sh::NT_S][4];
-      zero(acc_s);
-      zero(acc_dp);
+      zero_acc(acc_s);
+      zero_acc(acc_dp);
       const int r0 = wm_s * (BM / C::WM_S), c0 = wn_s * (BN / C::WN_S);
       warp_mma<Sh::MT_S, Sh::NT_S, true, true>(acc_s, q_s, LD, r0, sK, LD, c0, Dpad);
       warp_mma<Sh::MT_S, Sh::NT_S, true, true>(acc_dp, do_s, LD, r0, sV, LD, c0, Dpad);
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(GeneralShape<Dpad>::THREADS) bwd_general_kerne
 #pragma unroll
     for (int pass = 0; pass < C::DQ_PASSES; ++pass) {
       float acc_dq[Sh::MT_Q][Sh::NT_Q][4];
-      zero(acc_dq);
+      zero_acc(acc_dq);
       const int r0 = wm_q * (BM / C::WM_Q), c0 = pass * Sh::DQ_COLS + wn_q * (Sh::DQ_COLS / C::WN_Q);
       warp_mma<Sh::MT_Q, Sh::NT_Q, true, false>(acc_dq, sdS, LDP, r0, sK, LD, c0, BN);
 #pragma unroll

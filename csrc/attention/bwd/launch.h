@@ -1,5 +1,5 @@
 // The CUDA attention backward's host interface: the whole call (dispatch.cu) and its small stages
-// around the main kernel (prep.cu); the main kernels are the registry's (launchers.h).
+// around the main kernel (prep.cu); the main kernels are the registry's (generated/attention_launchers.h).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -60,16 +60,6 @@ __device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], const T* sA, i
   }
 }
 
-template <int MT, int NT>
-__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
-#pragma unroll
-  for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NT; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
-}
-
 // tanh(x) from exp2, accurate to a few ulp of 1 (tanh.approx is too coarse for the recomputed
 // probabilities): 1 - 2 / (e^{2x} + 1), with the sign folded so the exponent never overflows.
 __device__ __forceinline__ float accurate_tanh(float x) {

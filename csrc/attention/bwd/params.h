@@ -28,10 +28,7 @@ constexpr int kBwdTileM = 64;
 // consumers each add a whole tile with 16-byte vector reductions from registers).
 enum class DqLayout : int { kPlain = 0, kHopperFragments = 1, kHopperFull = 2 };
 
-struct BwdParams {
-  const void* q = nullptr;
-  const void* k = nullptr;
-  const void* v = nullptr;
+struct BwdParams : CallParams {
   const void* o = nullptr;
   const void* dout = nullptr;
   const float* lse = nullptr;
@@ -39,11 +36,7 @@ struct BwdParams {
   void* dk = nullptr;
   void* dv = nullptr;
 
-  // Element strides: batch (0 for varlen), row (sequence position or packed token), head. The
-  // head-dim stride is 1.
-  int64_t q_batch = 0, q_row = 0, q_head = 0;
-  int64_t k_batch = 0, k_row = 0, k_head = 0;
-  int64_t v_batch = 0, v_row = 0, v_head = 0;
+  // Element strides, as CallParams's.
   int64_t o_batch = 0, o_row = 0, o_head = 0;
   int64_t do_batch = 0, do_row = 0, do_head = 0;
   int64_t dq_batch = 0, dq_row = 0, dq_head = 0;
@@ -51,19 +44,7 @@ struct BwdParams {
   int64_t dv_batch = 0, dv_row = 0, dv_head = 0;
   int64_t lse_batch = 0, lse_head = 0;  // the row stride of the LSE is 1
 
-  int n_seq = 0;
-  int hq = 0, hkv = 0, group = 1;
-  int d = 0;
-  int sq = 0, skv = 0;  // dense lengths; for varlen the longest query / key sequence
   int tq = 0, tkv = 0;  // varlen: packed query / key rows (the tensors' first dimension)
-  const int32_t* cu_q = nullptr;  // varlen: device cu_seqlens, else null
-  const int32_t* cu_kv = nullptr;
-
-  float sm_scale = 1.0f;
-  float softcap = 0.0f;      // 0: none
-  float softcap_mul = 0.0f;  // sm_scale / softcap: the tanh argument per raw score q . k
-  float exp_scale = 0.0f;    // raw score (or softcapped score) -> log2 units
-  int window_left = kWindowUnlimited, window_right = kWindowUnlimited;
 
   // Scratch (see the top of this file).
   float* lse_log2 = nullptr;
@@ -153,5 +134,11 @@ AK_ATTN_HD int dq_frag_index(int r, int c) {
   const int thread = warp * 32 + g * 4 + t;
   return ((j * 128 + thread) << 2) + hi * 2 + e;
 }
+
+// The main backward kernels' launcher arguments.
+struct BwdArgs {
+  BwdParams p;
+  int device = 0;
+};
 
 }  // namespace ak::attention::cuda

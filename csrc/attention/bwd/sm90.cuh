@@ -28,7 +28,8 @@
 #include "arch/wgmma.cuh"
 #include "attention/bwd/launch.h"
 #include "attention/bwd/mma.cuh"
-#include "attention/launchers.h"
+#include "attention/bwd/softmax_grad.cuh"
+#include "generated/attention_launchers.h"
 #include "cuda/runtime.cuh"
 
 namespace ak::attention::cuda::bwd {
@@ -75,6 +76,154 @@ __device__ __forceinline__ uint64_t desc_mnmajor(uint32_t addr, uint32_t panel_b
   return make_desc_sw128(addr, panel_bytes, 1024);
 }
 
+// The epilogue of both Hopper kernels: this consumer's dK (times sm_scale) and dV, m64nD accumulators
+// of its 64 keys (thread (wi, g, t) of the warpgroup: rows 16 wi + g (+ 8), columns 8 j + 2 t), staged
+// through shared memory ([64][D + 8] each, from `stage`) and written as 16-byte rows, once both
+// consumers are past their last reads (`epilogue_bar`); `bar` is the consumer warpgroup's named barrier.
+template <class T, int D>
+__device__ __forceinline__ void store_dk_dv(const float (&acc_dk)[D / 2], const float (&acc_dv)[D / 2], T* stage,
+                                            int epilogue_bar, int bar, const BwdParams& p, const BwdSeq& s, int seq,
+                                            int hk, int j0, int BN, int cw, int tid) {
+  named_sync(epilogue_bar, 256);  // neither consumer reads Q, dO or dS any more
+  constexpr int BM = kBwdTileM, LD = D + 8;
+  const int wi = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  T* stage_k = stage + cw * 2 * BM * LD;
+  T* stage_v = stage_k + BM * LD;
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = 16 * wi + g + 8 * half, col = 8 * j + 2 * t;
+      const int idx = 4 * j + 2 * half;
+      *reinterpret_cast<uint32_t*>(stage_k + row * LD + col) =
+          pack2<T>(acc_dk[idx] * p.sm_scale, acc_dk[idx + 1] * p.sm_scale);
+      *reinterpret_cast<uint32_t*>(stage_v + row * LD + col) = pack2<T>(acc_dv[idx], acc_dv[idx + 1]);
+    }
+  }
+  named_sync(bar, 128);
+  const int kv_rows = min(BN, s.kv_len - j0);
+  T* dk = static_cast<T*>(p.dk) + seq * p.dk_batch + static_cast<int64_t>(s.kv_off + j0) * p.dk_row + hk * p.dk_head;
+  T* dv = static_cast<T*>(p.dv) + seq * p.dv_batch + static_cast<int64_t>(s.kv_off + j0) * p.dv_row + hk * p.dv_head;
+  constexpr int CHUNKS = D / 8;
+  for (int idx = tid; idx < BM * CHUNKS; idx += 128) {
+    const int r = idx / CHUNKS, c = (idx % CHUNKS) * 8;
+    const int key = 64 * cw + r;
+    if (key >= kv_rows) continue;
+    *reinterpret_cast<uint4*>(dk + key * p.dk_row + c) = *reinterpret_cast<const uint4*>(stage_k + r * LD + c);
+    *reinterpret_cast<uint4*>(dv + key * p.dv_row + c) = *reinterpret_cast<const uint4*>(stage_v + r * LD + c);
+  }
+}
+
+// dS^T (the A fragments ds_frag of one consumer warpgroup) -> dS [query][key] in its 64-key panel
+// (128-byte swizzle rows of queries), K-major for dQ = dS K. Matrix i of step kk: queries
+// 8 (2 kk + i / 2) .., keys 16 wi + 8 (i % 2) .. (one 16-byte chunk per row).
+__device__ __forceinline__ void store_ds_panel(uint32_t panel, const uint32_t (&ds_frag)[16], int wi, int lane) {
+  const int i = lane >> 3, r = lane & 7;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const int query = 8 * (2 * kk + (i >> 1)) + r;
+    const int chunk = 2 * wi + (i & 1);
+    stmatrix_x4_trans(panel + query * 128 + ((chunk ^ (query & 7)) << 4), ds_frag[4 * kk], ds_frag[4 * kk + 1],
+                      ds_frag[4 * kk + 2], ds_frag[4 * kk + 3]);
+  }
+}
+
+// dV += P^T dO and dK += dS^T Q for one 64-query tile: A from registers, B = dO / Q MN-major (k-steps
+// of 16 queries, panels panel_q bytes apart). Issued, not committed.
+template <class T, int D, int BM>
+__device__ __forceinline__ void issue_dv_dk(float (&acc_dv)[D / 2], float (&acc_dk)[D / 2], const uint32_t (&p_frag)[16],
+                                            const uint32_t (&ds_frag)[16], uint32_t do_rows, uint32_t q_rows,
+                                            uint32_t panel_q) {
+#pragma unroll
+  for (int kk = 0; kk < BM / 16; ++kk) {
+    Wgmma<D, T>::template rs<1>(acc_dv, &p_frag[4 * kk], desc_mnmajor(do_rows + kk * 16 * 128, panel_q), 1);
+  }
+#pragma unroll
+  for (int kk = 0; kk < BM / 16; ++kk) {
+    Wgmma<D, T>::template rs<1>(acc_dk, &ds_frag[4 * kk], desc_mnmajor(q_rows + kk * 16 * 128, panel_q), 1);
+  }
+}
+
+// The barriers of the Hopper backward kernels, 8 bytes apart from `kv`: K and V (once), then kStages
+// "full" (a stage's Q, dO, LSE and D have landed) and kStages "empty" (every consumer warp has
+// released the stage); a kernel's own barriers follow at next().
+template <int kStages>
+struct QueryRing {
+  uint32_t kv;
+  __device__ __forceinline__ uint32_t full(int st) const { return kv + 8u * (1 + st); }
+  __device__ __forceinline__ uint32_t empty(int st) const { return kv + 8u * (1 + kStages + st); }
+  __device__ __forceinline__ uint32_t next(int i) const { return kv + 8u * (1 + 2 * kStages + i); }
+  __device__ __forceinline__ void init() const {
+    mbar_init(kv, 1);
+    for (int st = 0; st < kStages; ++st) {
+      mbar_init(full(st), 1);
+      mbar_init(empty(st), 8);  // one arrival per consumer warp
+    }
+  }
+};
+
+// The query tiles a block of keys meets: tiles mt.lo .. mt.hi of each head of its group, n in all.
+struct QueryTiles {
+  TileRange mt;
+  int per_head, n;
+  __device__ __forceinline__ QueryTiles(const BwdParams& p, const BwdSeq& s, int j0, int BN, int BM)
+      : mt(query_tiles(j0, BN, BM, s.q_len, s.kv_len, p.window_left, p.window_right)),
+        per_head(mt.hi - mt.lo + 1),
+        n(per_head > 0 ? per_head * p.group : 0) {}
+  __device__ __forceinline__ int head(const BwdParams& p, int hk, int it) const { return hk * p.group + it / per_head; }
+  __device__ __forceinline__ int row0(int it, int BM) const { return (mt.lo + it % per_head) * BM; }
+};
+
+// A consumer thread of the Hopper backward kernels: warpgroup cw of two owns keys [64 cw, 64 cw + 64)
+// of the block's key tile; the thread's rows of its m64 tiles are keys key0 and key0 + 8.
+struct KeyThread {
+  int cw, tid, wi, lane, t, key0;
+  __device__ __forceinline__ KeyThread(int wg, int j0)
+      : cw(wg - 1), tid(threadIdx.x - 128 * wg), wi(tid >> 5), lane(tid & 31), t(lane & 3),
+        key0(j0 + 64 * cw + 16 * wi + (lane >> 2)) {}
+};
+
+// The producer warpgroup of the Hopper backward kernels gives its registers to the consumers
+// (24 * 128 + 240 * 256 = 168 * 384, the block's allocation at launch: setmaxnreg only moves registers
+// within it), and one thread of it loads: the block's K and V once, then for each of its query tiles
+// Q and dO by TMA and the rows' LSE and D by bulk copies, into the QueryRing's kStages stages, each
+// once the consumer warps have released it.
+template <class Sh, int kStages>
+__device__ __forceinline__ void produce_query_tiles(const BwdParams& p, const BwdSeq& s, const Sm90Maps& maps,
+                                                    uint32_t sbase, int j0, int hk, int seq, const QueryTiles& qt) {
+  regs_decrease<24>();
+  if (threadIdx.x != 0 || qt.n == 0) return;
+  const int batch = p.cu_q != nullptr ? 0 : seq;  // varlen maps are [T, H, D] with batch 1
+  constexpr int BM = Sh::BM;
+  const QueryRing<kStages> ring{sbase + Sh::OFF_BAR};
+  const uint32_t bar_kv = ring.kv;
+  prefetch_tmap(&maps.q);
+  prefetch_tmap(&maps.dout);
+  mbar_arrive_expect_tx(bar_kv, 2 * Sh::K_BYTES);
+#pragma unroll
+  for (int c = 0; c < Sh::PANELS; ++c) {
+    tma_load_4d(sbase + Sh::OFF_K + c * Sh::PANEL_K, &maps.k, bar_kv, c * 64, s.kv_off + j0, hk, batch);
+    tma_load_4d(sbase + Sh::OFF_V + c * Sh::PANEL_K, &maps.v, bar_kv, c * 64, s.kv_off + j0, hk, batch);
+  }
+  for (int it = 0; it < qt.n; ++it) {
+    const int st = it % kStages;
+    mbar_wait(ring.empty(st), ((it / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
+    const int h = qt.head(p, hk, it);
+    const int i0 = qt.row0(it, BM);
+    const uint32_t full = ring.full(st);
+    mbar_arrive_expect_tx(full, 2 * Sh::Q_BYTES + 2 * BM * 4);
+#pragma unroll
+    for (int c = 0; c < Sh::PANELS; ++c) {
+      const uint32_t panel = st * Sh::Q_BYTES + c * Sh::PANEL_Q;
+      tma_load_4d(sbase + Sh::OFF_Q + panel, &maps.q, full, c * 64, s.q_off + i0, h, batch);
+      tma_load_4d(sbase + Sh::OFF_DO + panel, &maps.dout, full, c * 64, s.q_off + i0, h, batch);
+    }
+    const int64_t acc = static_cast<int64_t>(h) * p.acc_rows + s.acc_row0 + i0;
+    bulk_load(sbase + Sh::OFF_LSE + st * BM * 4, p.lse_log2 + acc, BM * 4, full);
+    bulk_load(sbase + Sh::OFF_DSUM + st * BM * 4, p.dsum + acc, BM * 4, full);
+  }
+}
+
 template <class T, int D>
 __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant__ BwdParams p,
                                                           const __grid_constant__ Sm90Maps maps) {
@@ -87,108 +236,63 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant_
   const int j0 = n_tile * BN;
   if (j0 >= s.kv_len) return;  // whole block: a shorter varlen sequence
 
-  extern __shared__ unsigned char smem_raw[];
-  const uint32_t raw = smem_u32(smem_raw);
-  const uint32_t sbase = (raw + 1023u) & ~1023u;
-  unsigned char* smem = smem_raw + (sbase - raw);
-  const uint32_t bar_kv = sbase + Sh::OFF_BAR;
-  const uint32_t bar_full0 = bar_kv + 8, bar_empty0 = bar_kv + 24;  // [stage] at + 8 * stage
-
-  const TileRange mt = query_tiles(j0, BN, BM, s.q_len, s.kv_len, p.window_left, p.window_right);
-  const int tiles_per_head = mt.hi - mt.lo + 1;
-  const int n_iter = tiles_per_head > 0 ? tiles_per_head * p.group : 0;
-
+  const SwizzledSmem dyn = swizzled_smem();
+  const uint32_t sbase = dyn.addr;
+  unsigned char* smem = dyn.ptr;
+  const QueryRing<2> ring{sbase + Sh::OFF_BAR};
+  const QueryTiles qt(p, s, j0, BN, BM);
+  const int n_iter = qt.n;
   if (threadIdx.x == 0) {
-    mbar_init(bar_kv, 1);
-    mbar_init(bar_full0, 1);
-    mbar_init(bar_full0 + 8, 1);
-    mbar_init(bar_empty0, 8);  // one arrival per consumer warp
-    mbar_init(bar_empty0 + 8, 8);
+    ring.init();
     fence_barrier_init();
   }
   __syncthreads();
 
   const int wg = threadIdx.x / 128;
-  const int batch_coord = p.cu_q != nullptr ? 0 : seq;  // varlen maps are [T, H, D] with batch 1
-
   if (wg == 0) {
-    // ---- producer ----
-    regs_decrease<24>();
-    if (threadIdx.x == 0 && n_iter > 0) {
-      prefetch_tmap(&maps.q);
-      prefetch_tmap(&maps.dout);
-      mbar_arrive_expect_tx(bar_kv, 2 * Sh::K_BYTES);
-#pragma unroll
-      for (int c = 0; c < Sh::PANELS; ++c) {
-        tma_load_4d(sbase + Sh::OFF_K + c * Sh::PANEL_K, &maps.k, bar_kv, c * 64, s.kv_off + j0, hk, batch_coord);
-        tma_load_4d(sbase + Sh::OFF_V + c * Sh::PANEL_K, &maps.v, bar_kv, c * 64, s.kv_off + j0, hk, batch_coord);
-      }
-      for (int it = 0; it < n_iter; ++it) {
-        const int st = it & 1;
-        mbar_wait(bar_empty0 + 8 * st, ((it >> 1) & 1) ^ 1);  // a fresh barrier passes parity 1
-        const int h = hk * p.group + it / tiles_per_head;
-        const int i0 = (mt.lo + it % tiles_per_head) * BM;
-        const uint32_t full = bar_full0 + 8 * st;
-        mbar_arrive_expect_tx(full, 2 * Sh::Q_BYTES + 2 * BM * 4);
-#pragma unroll
-        for (int c = 0; c < Sh::PANELS; ++c) {
-          tma_load_4d(sbase + Sh::OFF_Q + st * Sh::Q_BYTES + c * Sh::PANEL_Q, &maps.q, full, c * 64, s.q_off + i0, h,
-                      batch_coord);
-          tma_load_4d(sbase + Sh::OFF_DO + st * Sh::Q_BYTES + c * Sh::PANEL_Q, &maps.dout, full, c * 64,
-                      s.q_off + i0, h, batch_coord);
-        }
-        const int64_t acc = static_cast<int64_t>(h) * p.acc_rows + s.acc_row0 + i0;
-        bulk_load(sbase + Sh::OFF_LSE + st * BM * 4, p.lse_log2 + acc, BM * 4, full);
-        bulk_load(sbase + Sh::OFF_DSUM + st * BM * 4, p.dsum + acc, BM * 4, full);
-      }
-    }
+    produce_query_tiles<Sh, 2>(p, s, maps, sbase, j0, hk, seq, qt);
     return;
   }
 
   // ---- consumers ----
   regs_increase<240>();
-  const int cw = wg - 1;  // keys [64 cw, 64 cw + 64) of the tile
-  const int tid = threadIdx.x - 128 * wg;
-  const int wi = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int off = s.kv_len - s.q_len;
-  const int key0 = j0 + 64 * cw + 16 * wi + g;  // this thread's first key; the second is key0 + 8
+  const KeyThread me(wg, j0);
+  const int cw = me.cw, tid = me.tid, wi = me.wi, lane = me.lane, t = me.t, key0 = me.key0;
   const bool softcapped = p.softcap > 0.0f;
   const uint32_t k_addr = sbase + Sh::OFF_K, v_addr = sbase + Sh::OFF_V;
   const float* lse_smem = reinterpret_cast<const float*>(smem + Sh::OFF_LSE);
   const float* dsum_smem = reinterpret_cast<const float*>(smem + Sh::OFF_DSUM);
 
   float acc_dk[D / 2], acc_dv[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) acc_dk[i] = acc_dv[i] = 0.0f;
+  zero_regs(acc_dk);
+  zero_regs(acc_dv);
 
-  if (n_iter > 0) mbar_wait(bar_kv, 0);
+  if (n_iter > 0) mbar_wait(ring.kv, 0);
 
   for (int it = 0; it < n_iter; ++it) {
     const int st = it & 1;
-    const int h = hk * p.group + it / tiles_per_head;
-    const int i0 = (mt.lo + it % tiles_per_head) * BM;
+    const int h = qt.head(p, hk, it);
+    const int i0 = qt.row0(it, BM);
     const uint32_t q_addr = sbase + Sh::OFF_Q + st * Sh::Q_BYTES;
     const uint32_t do_addr = sbase + Sh::OFF_DO + st * Sh::Q_BYTES;
     const uint32_t ds_addr = sbase + Sh::OFF_DS + st * Sh::DS_BYTES;
-    mbar_wait(bar_full0 + 8 * st, (it >> 1) & 1);
+    mbar_wait(ring.full(st), (it >> 1) & 1);
 
     // S^T = K_w Q^T and dP^T = V_w dO^T: both operands K-major, k-steps of 16 along D.
     float acc_s[32], acc_dp[32];
+    // acc = A_w B^T over D: A = this consumer's 64 rows of K or V, B = the Q or dO stage.
+    auto issue_kmajor = [&](float(&acc)[32], uint32_t a_rows, uint32_t b_rows) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t a = a_rows + (kk / 4) * Sh::PANEL_K + cw * 64 * 128 + (kk % 4) * 32;
+        const uint32_t b = b_rows + (kk / 4) * Sh::PANEL_Q + (kk % 4) * 32;
+        Wgmma<64, T>::template ss<0, 0>(acc, desc_kmajor(a), desc_kmajor(b), kk > 0);
+      }
+      wgmma_commit();
+    };
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t a = k_addr + (kk / 4) * Sh::PANEL_K + cw * 64 * 128 + (kk % 4) * 32;
-      const uint32_t b = q_addr + (kk / 4) * Sh::PANEL_Q + (kk % 4) * 32;
-      Wgmma<64, T>::template ss<0, 0>(acc_s, desc_kmajor(a), desc_kmajor(b), kk > 0);
-    }
-    wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t a = v_addr + (kk / 4) * Sh::PANEL_K + cw * 64 * 128 + (kk % 4) * 32;
-      const uint32_t b = do_addr + (kk / 4) * Sh::PANEL_Q + (kk % 4) * 32;
-      Wgmma<64, T>::template ss<0, 0>(acc_dp, desc_kmajor(a), desc_kmajor(b), kk > 0);
-    }
-    wgmma_commit();
+    issue_kmajor(acc_s, k_addr, q_addr);
+    issue_kmajor(acc_dp, v_addr, do_addr);
     wgmma_wait<0>();
     fence_regs(acc_s);
     fence_regs(acc_dp);
@@ -199,67 +303,15 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant_
     const float* lse_st = lse_smem + st * BM;
     const float* dsum_st = dsum_smem + st * BM;
     uint32_t p_frag[16], ds_frag[16];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 lse = *reinterpret_cast<const float2*>(lse_st + 8 * j + 2 * t);
-      const float2 dsum = *reinterpret_cast<const float2*>(dsum_st + 8 * j + 2 * t);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float pr[2], ds[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int idx = 4 * j + 2 * half + e;
-          const float raw = acc_s[idx];
-          const float lse_e = e ? lse.y : lse.x;
-          float tanh_v = 0.0f, prob;
-          if (softcapped) {
-            tanh_v = accurate_tanh(raw * p.softcap_mul);
-            prob = fast_exp2(tanh_v * p.exp_scale - lse_e);
-          } else {
-            prob = fast_exp2(raw * p.exp_scale - lse_e);
-          }
-          if (!full) {
-            const int key = key0 + 8 * half, query = i0 + 8 * j + 2 * t + e;
-            const int dist = key - (query + off);
-            const bool ok = query < s.q_len && key < s.kv_len && dist >= -p.window_left && dist <= p.window_right;
-            prob = ok ? prob : 0.0f;
-          }
-          float d = prob * (acc_dp[idx] - (e ? dsum.y : dsum.x));
-          if (softcapped) d *= 1.0f - tanh_v * tanh_v;
-          pr[e] = prob;
-          ds[e] = d;
-        }
-        p_frag[2 * j + half] = pack2<T>(pr[0], pr[1]);
-        ds_frag[2 * j + half] = pack2<T>(ds[0], ds[1]);
-      }
-    }
+    probs_and_grads<T>(p, s, softcapped, acc_s, acc_dp, lse_st, dsum_st, full, key0, i0, t, p_frag, ds_frag);
 
-    // dS^T -> dS [query][key] (K-major for dQ = dS K), this consumer's panel of 64 keys. Matrix i of
-    // step kk: queries 8 (2 kk + i / 2) .., keys 16 wi + 8 (i % 2) .. (one 16-byte chunk per row).
-    {
-      const int i = lane >> 3, r = lane & 7;
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const int query = 8 * (2 * kk + (i >> 1)) + r;
-        const int chunk = 2 * wi + (i & 1);
-        const uint32_t addr = ds_addr + cw * Sh::PANEL_Q + query * 128 + ((chunk ^ (query & 7)) << 4);
-        stmatrix_x4_trans(addr, ds_frag[4 * kk], ds_frag[4 * kk + 1], ds_frag[4 * kk + 2], ds_frag[4 * kk + 3]);
-      }
-    }
+    store_ds_panel(ds_addr + cw * Sh::PANEL_Q, ds_frag, wi, lane);
     fence_proxy_async();  // the generic-proxy dS stores, before wgmma reads them
 
-    // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q MN-major (k-steps of 16 queries).
     fence_regs(p_frag);  // the fragments are complete before the fence that orders them for wgmma
     fence_regs(ds_frag);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk) {
-      Wgmma<D, T>::template rs<1>(acc_dv, &p_frag[4 * kk], desc_mnmajor(do_addr + kk * 16 * 128, Sh::PANEL_Q), 1);
-    }
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk) {
-      Wgmma<D, T>::template rs<1>(acc_dk, &ds_frag[4 * kk], desc_mnmajor(q_addr + kk * 16 * 128, Sh::PANEL_Q), 1);
-    }
+    issue_dv_dk<T, D, BM>(acc_dv, acc_dk, p_frag, ds_frag, do_addr, q_addr, Sh::PANEL_Q);
     wgmma_commit();
 
     if (tid == 0) bulk_wait_read_all();  // the previous dQ reduction has left this consumer's buffer
@@ -282,7 +334,7 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant_
     fence_regs(p_frag);
     fence_regs(ds_frag);
     __syncwarp();
-    if (lane == 0) mbar_arrive(bar_empty0 + 8 * st);  // Q, dO, LSE and D of this stage are consumed
+    if (lane == 0) mbar_arrive(ring.empty(st));  // Q, dO, LSE and D of this stage are consumed
 
     float* dq_dst = p.dq_accum + (static_cast<int64_t>(h) * p.acc_rows + s.acc_row0 + i0) * D + cw * (BM * Sh::DQ_COLS);
     // dQ piece -> shared memory in accumulator order (conflict-free 16-byte stores) -> bulk add.
@@ -300,33 +352,8 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant_
   }
 
   // ---- epilogue: dK (times sm_scale) and dV through shared memory, 16-byte rows ----
-  named_sync(kBarEpilogue, 256);  // neither consumer reads Q, dO or dS any more
-  constexpr int LD = Sh::EPI_LD;
-  T* stage_k = reinterpret_cast<T*>(smem + Sh::OFF_Q) + cw * 2 * BM * LD;
-  T* stage_v = stage_k + BM * LD;
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = 16 * wi + g + 8 * half, col = 8 * j + 2 * t;
-      const int idx = 4 * j + 2 * half;
-      *reinterpret_cast<uint32_t*>(stage_k + row * LD + col) =
-          pack2<T>(acc_dk[idx] * p.sm_scale, acc_dk[idx + 1] * p.sm_scale);
-      *reinterpret_cast<uint32_t*>(stage_v + row * LD + col) = pack2<T>(acc_dv[idx], acc_dv[idx + 1]);
-    }
-  }
-  named_sync(kBarConsumer0 + cw, 128);
-  const int kv_rows = min(BN, s.kv_len - j0);
-  T* dk = static_cast<T*>(p.dk) + seq * p.dk_batch + static_cast<int64_t>(s.kv_off + j0) * p.dk_row + hk * p.dk_head;
-  T* dv = static_cast<T*>(p.dv) + seq * p.dv_batch + static_cast<int64_t>(s.kv_off + j0) * p.dv_row + hk * p.dv_head;
-  constexpr int CHUNKS = D / 8;
-  for (int idx = tid; idx < BM * CHUNKS; idx += 128) {
-    const int r = idx / CHUNKS, c = (idx % CHUNKS) * 8;
-    const int key = 64 * cw + r;
-    if (key >= kv_rows) continue;
-    *reinterpret_cast<uint4*>(dk + key * p.dk_row + c) = *reinterpret_cast<const uint4*>(stage_k + r * LD + c);
-    *reinterpret_cast<uint4*>(dv + key * p.dv_row + c) = *reinterpret_cast<const uint4*>(stage_v + r * LD + c);
-  }
+  store_dk_dv<T, D>(acc_dk, acc_dv, reinterpret_cast<T*>(smem + Sh::OFF_Q), kBarEpilogue, kBarConsumer0 + cw, p, s,
+                    seq, hk, j0, BN, cw, tid);
   if (tid == 0) bulk_wait_all();  // shared memory must outlive the last reduction
 #else
   (void)p;
@@ -340,6 +367,14 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant_
 // swizzle), through the forward's encoder.
 Sm90Maps make_sm90_maps(const BwdParams& p, bool bf16, int box_q, int box_kv);
 
+// What both Hopper backward launches do first: the tensor maps for Sh's tiles and the kernel's
+// shared-memory allowance.
+template <class Sh, class T, class Kernel>
+Sm90Maps prepare_launch(const BwdParams& p, Kernel kernel) {
+  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::SMEM_BYTES));
+  return make_sm90_maps(p, std::is_same_v<T, __nv_bfloat16>, Sh::BM, Sh::BN);
+}
+
 }  // namespace ak::attention::cuda::bwd
 
 namespace ak::attention::cuda {
@@ -350,9 +385,8 @@ void BwdWgmma<T, D, Tile>::launch(const Args& a, cudaStream_t stream) {
   const BwdParams& p = a.p;
   const dim3 grid(ak::cuda::ceil_div(p.skv, Sh::BN), static_cast<unsigned>(p.hkv), static_cast<unsigned>(p.n_seq));
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
-  const bwd::Sm90Maps maps = bwd::make_sm90_maps(p, std::is_same_v<T, __nv_bfloat16>, Sh::BM, Sh::BN);
   auto kernel = bwd::bwd_sm90_kernel<T, D>;
-  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::SMEM_BYTES));
+  const bwd::Sm90Maps maps = bwd::prepare_launch<Sh, T>(p, kernel);
   kernel<<<grid, Sh::THREADS, Sh::SMEM_BYTES, stream>>>(p, maps);
   ak::cuda::check_launch("attention backward: bwd_sm90_kernel");
 }

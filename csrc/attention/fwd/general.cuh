@@ -11,7 +11,7 @@
 #include "arch/sm80.cuh"
 #include "attention/fwd/params.h"
 #include "attention/fwd/softmax.cuh"
-#include "attention/launchers.h"
+#include "generated/attention_launchers.h"
 #include "cuda/runtime.cuh"
 
 namespace ak::attention::cuda {
@@ -90,20 +90,12 @@ __global__ void __launch_bounds__(128) attention_fwd_general_kernel(const FwdPar
   const int n = kr.n_hi > kr.n_lo ? kr.n_hi - kr.n_lo : 0;
 
   // This thread's two rows (sequence positions) and the keys each admits.
-  const int off = sb.kv_len - sb.q_len;
-  int row[2], lo[2], hi[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row[r] = m0 + warp * 16 + lane / 4 + 8 * r;
-    lo[r] = row[r] + off - p.window_left;
-    hi[r] = min(sb.kv_len - 1, row[r] + off + p.window_right);
-  }
+  const int row[2] = {m0 + warp * 16 + lane / 4, m0 + warp * 16 + lane / 4 + 8};
+  const RowWindow window = row_window(p, sb, row[0]);
 
   RowState st;
-  st.init();
   float o[kD / 2];
-#pragma unroll
-  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+  st.start(o);
 
   if (n > 0) {
     load_tile<kD>(sQ, q, p.q_row, kBlockM, m1 - m0, p.d, aligned, p.q);
@@ -151,7 +143,7 @@ __global__ void __launch_bounds__(128) attention_fwd_general_kernel(const FwdPar
       }
 
       if (p.softcap > 0.0f) apply_softcap(s, p.softcap_mul, p.softcap);
-      if (tile_needs_mask(kr, nb * kBlockN, kBlockN)) apply_mask(s, nb * kBlockN + 2 * (lane & 3), lo, hi);
+      if (tile_needs_mask(kr, nb * kBlockN, kBlockN)) apply_mask(s, nb * kBlockN + 2 * (lane & 3), window);
       float corr[2];
       softmax_step(s, st, p.exp_scale, corr);
 #pragma unroll

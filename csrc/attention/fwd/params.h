@@ -17,34 +17,38 @@ namespace ak::attention::cuda {
 // overflows int32.
 constexpr int kWindowUnlimited = 1 << 30;
 
-struct FwdParams {
+// What the kernels of both directions read of a call: the inputs, the extents, the scale, the soft
+// cap and the window.
+struct CallParams {
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;
-  void* o = nullptr;
-  float* lse = nullptr;  // null when the caller wants no LSE
-
   // Element strides. Dense: batch, row (sequence position), head. Varlen: batch stride 0 and rows
   // index the packed token dimension. The last (head-dim) stride is 1.
   int64_t q_batch = 0, q_row = 0, q_head = 0;
   int64_t k_batch = 0, k_row = 0, k_head = 0;
   int64_t v_batch = 0, v_row = 0, v_head = 0;
-  int64_t o_batch = 0, o_row = 0, o_head = 0;
-  int64_t lse_batch = 0, lse_head = 0, lse_row = 0;
 
-  int n_seq = 0;     // B, or the number of varlen sequences
+  int n_seq = 0;  // B, or the number of varlen sequences
   int hq = 0, hkv = 0, group = 1;
-  int d = 0;         // head dim
+  int d = 0;            // head dim
   int sq = 0, skv = 0;  // dense lengths; for varlen the longest query / key sequence
-  int64_t total_q = 0, total_kv = 0;  // varlen: rows of the packed tensors
-  const int32_t* cu_q = nullptr;   // varlen: device cu_seqlens, else null
+  const int32_t* cu_q = nullptr;  // varlen: device cu_seqlens, else null
   const int32_t* cu_kv = nullptr;
 
   float sm_scale = 1.0f;
   float softcap = 0.0f;      // 0: none
   float softcap_mul = 0.0f;  // sm_scale / softcap: tanh argument per raw score
-  float exp_scale = 0.0f;    // multiplies a (possibly soft-capped) score into log2 units
+  float exp_scale = 0.0f;    // multiplies a score into log2 units (the direction's own convention)
   int window_left = kWindowUnlimited, window_right = kWindowUnlimited;
+};
+
+struct FwdParams : CallParams {
+  void* o = nullptr;
+  float* lse = nullptr;  // null when the caller wants no LSE
+  int64_t o_batch = 0, o_row = 0, o_head = 0;
+  int64_t lse_batch = 0, lse_head = 0, lse_row = 0;
+  int64_t total_q = 0, total_kv = 0;  // varlen: rows of the packed tensors
 
   int num_m_blocks = 0;   // query blocks of the longest sequence, for the grid
   int heads_per_section = 1;  // sm90 tile order: (batch, head) pairs whose K/V share L2
@@ -119,5 +123,11 @@ AK_ATTN_HD TileCoord decode_tile(int t, int num_m, int hq, int n_seq, int heads_
   const int bh = first + inner % width;
   return {num_m - 1 - inner / width, bh % hq, bh / hq};
 }
+
+// The general kernel's launcher arguments.
+struct FwdGeneralArgs {
+  FwdParams p;
+  bool aligned = true;  // q, k, v and their strides allow 16-byte copies
+};
 
 }  // namespace ak::attention::cuda

@@ -28,7 +28,7 @@
 #include "arch/wgmma.cuh"
 #include "attention/fwd/params.h"
 #include "attention/fwd/softmax.cuh"
-#include "attention/launchers.h"
+#include "generated/attention_launchers.h"
 #include "cuda/runtime.cuh"
 
 namespace ak::attention::cuda::sm90 {
@@ -68,6 +68,120 @@ struct Sm90Maps {
   CUtensorMap q, k, v;
 };
 
+// The epilogue of the Hopper forward kernels: a consumer's 64 rows of O (the m64nD accumulator o
+// times 1 / row sum), staged through its own rows of the Q buffer (`rows`, panels kQPanelBytes apart)
+// in the 128-byte swizzle, so that a warp's 4-byte writes hit 32 different banks, then written as
+// 16-byte rows; then the LSE of its rows. row0: the sequence row of the consumer's first row (rows
+// outside [0, q_len) are not written); bar: the consumer's named barrier.
+template <class T, int kD, int kQPanelBytes>
+__device__ __forceinline__ void store_o_rows(const float (&o)[kD / 2], const float (&inv)[2], const float (&lse)[2],
+                                             uint32_t rows, int bar, const FwdParams& p, int b, int h,
+                                             const SeqBounds& sb, int row0, int tid) {
+  const int warp = tid / 32, lane = tid % 32;
+  fence_proxy_async();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int rl = 16 * warp + lane / 4 + 8 * r;  // row within this consumer's 64
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      const uint32_t addr = rows + (j / 8) * kQPanelBytes + rl * 128 + (((j % 8) ^ (rl & 7)) * 16) + (lane & 3) * 4;
+      st_shared_u32(addr, pack2<T>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]));
+    }
+  }
+  named_sync(bar, 128);
+  T* out = static_cast<T*>(p.o) + b * p.o_batch + int64_t(sb.q_off) * p.o_row + h * p.o_head;
+  constexpr int kChunks = kD / 8;
+#pragma unroll 4
+  for (int idx = tid; idx < 64 * kChunks; idx += 128) {
+    const int rl = idx / kChunks, cc = idx % kChunks;
+    const int grow = row0 + rl;
+    const uint32_t addr = rows + (cc / 8) * kQPanelBytes + rl * 128 + (((cc % 8) ^ (rl & 7)) * 16);
+    const uint4 v = ld_shared_v4(addr);
+    if (grow >= 0 && grow < sb.q_len) *reinterpret_cast<uint4*>(out + int64_t(grow) * p.o_row + cc * 8) = v;
+  }
+  if (p.lse != nullptr && (lane & 3) == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + 16 * warp + lane / 4 + 8 * r;
+      if (row >= 0 && row < sb.q_len) p.lse[b * p.lse_batch + h * p.lse_head + int64_t(sb.q_off + row) * p.lse_row] = lse[r];
+    }
+  }
+}
+
+// One tile of rows [row, row + rows) of a [batch, rows, heads, D] tensor map into kPanels panels of
+// 64 columns (128-byte swizzle rows), kPanelBytes apart, completing on bar.
+template <int kPanels, int kPanelBytes>
+__device__ __forceinline__ void load_panels(uint32_t dst, const CUtensorMap* map, uint32_t bar, int row, int head,
+                                            int batch) {
+#pragma unroll
+  for (int pn = 0; pn < kPanels; ++pn) tma_load_4d(dst + pn * kPanelBytes, map, bar, pn * 64, row, head, batch);
+}
+
+// The K / V ring of the Hopper forward kernels: kStages stages of K and of V in shared memory, each
+// with a "full" mbarrier (the copy engine completes it by bytes) and an "empty" one (every consumer
+// warp releases it). bars: the first of the ring's 4 kStages barriers.
+template <class Tile>
+struct KvRing {
+  uint32_t k, v, bars;
+  __device__ __forceinline__ uint32_t k_stage(int s) const { return k + s * Tile::kKBytes; }
+  __device__ __forceinline__ uint32_t v_stage(int s) const { return v + s * Tile::kKBytes; }
+  __device__ __forceinline__ uint32_t k_full(int s) const { return bars + 8u * s; }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return bars + 8u * (Tile::kStages + s); }
+  __device__ __forceinline__ uint32_t v_full(int s) const { return bars + 8u * (2 * Tile::kStages + s); }
+  __device__ __forceinline__ uint32_t v_empty(int s) const { return bars + 8u * (3 * Tile::kStages + s); }
+
+  __device__ __forceinline__ void init(uint32_t releases) const {
+    for (int s = 0; s < Tile::kStages; ++s) {
+      mbar_init(k_full(s), 1);
+      mbar_init(v_full(s), 1);
+      mbar_init(k_empty(s), releases);
+      mbar_init(v_empty(s), releases);
+    }
+  }
+
+  // Producer: K, then V, of the key block at row key0 into stage s, each once the consumers have
+  // released the stage's previous use (phase: how often the ring went round, mod 2).
+  __device__ __forceinline__ void load(const CUtensorMap* tm_k, const CUtensorMap* tm_v, int s, uint32_t phase,
+                                       int key0, int hk, int batch) const {
+    mbar_wait(k_empty(s), phase ^ 1);  // a fresh barrier passes parity 1
+    mbar_arrive_expect_tx(k_full(s), Tile::kKBytes);
+    load_panels<Tile::kPanels, Tile::kKPanelBytes>(k_stage(s), tm_k, k_full(s), key0, hk, batch);
+    mbar_wait(v_empty(s), phase ^ 1);
+    mbar_arrive_expect_tx(v_full(s), Tile::kKBytes);
+    load_panels<Tile::kPanels, Tile::kKPanelBytes>(v_stage(s), tm_v, v_full(s), key0, hk, batch);
+  }
+};
+
+// S = Q K^T of a consumer's 64 rows and the K block of one stage: one wgmma per 16 columns of D, both
+// operands K-major (LBO unused, SBO = 8 rows of 128 bytes); a 16-column step is 32 bytes inside a
+// 128-byte swizzle row, and every 4 steps move to the next panel.
+template <class Tile, class T>
+__device__ __forceinline__ void issue_qk(float (&s_acc)[Tile::kBlockN / 2], uint64_t q_desc, uint32_t k_stage) {
+  wgmma_fence();
+  const uint64_t kd = make_desc_sw128(k_stage, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < Tile::kD / 16; ++kk) {
+    const uint32_t q_step = ((kk / 4) * Tile::kQPanelBytes + (kk % 4) * 32) >> 4;
+    const uint32_t k_step = ((kk / 4) * Tile::kKPanelBytes + (kk % 4) * 32) >> 4;
+    Wgmma<Tile::kBlockN, T>::template ss<0, 0>(s_acc, q_desc + q_step, kd + k_step, kk > 0 ? 1 : 0);
+  }
+  wgmma_commit();
+}
+
+// O += P V with P from registers and V read MN-major (transposed: LBO = one 64-column panel, SBO = 8
+// key rows): one wgmma per 16 keys (16 rows of 128 bytes in every panel).
+template <class Tile, class T>
+__device__ __forceinline__ void issue_pv(float (&o)[Tile::kD / 2], const uint32_t (&pw)[Tile::kBlockN / 4],
+                                         uint32_t v_stage) {
+  wgmma_fence();
+  const uint64_t vd = make_desc_sw128(v_stage, Tile::kKPanelBytes, 1024);
+#pragma unroll
+  for (int kk = 0; kk < Tile::kBlockN / 16; ++kk) {
+    Wgmma<Tile::kD, T>::template rs<1>(o, pw + 4 * kk, vd + ((kk * 16 * 128) >> 4), 1);
+  }
+  wgmma_commit();
+}
+
 template <class Tile, class T>
 __global__ void __launch_bounds__(384, 1)
     attention_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -84,27 +198,14 @@ __global__ void __launch_bounds__(384, 1)
   const KeyRange kr = key_range(m0, m1, sb.q_len, sb.kv_len, p.window_left, p.window_right, kBlockN);
   const int n = kr.n_hi > kr.n_lo ? kr.n_hi - kr.n_lo : 0;
 
-  extern __shared__ unsigned char smem_raw[];
-  const uint32_t raw = smem_u32(smem_raw);
-  const uint32_t base = (raw + 1023u) & ~1023u;
+  const uint32_t base = swizzled_smem().addr;
   const uint32_t sQ = base + Tile::kQOffset;
-  const uint32_t sK = base + Tile::kKOffset;
-  const uint32_t sV = base + Tile::kVOffset;
-  const uint32_t bars = base + Tile::kBarOffset;
-  const uint32_t q_full = bars;
-  auto k_full = [&](int s) { return bars + 8u * (1 + s); };
-  auto k_empty = [&](int s) { return bars + 8u * (1 + kStages + s); };
-  auto v_full = [&](int s) { return bars + 8u * (1 + 2 * kStages + s); };
-  auto v_empty = [&](int s) { return bars + 8u * (1 + 3 * kStages + s); };
+  const KvRing<Tile> ring{base + Tile::kKOffset, base + Tile::kVOffset, base + Tile::kBarOffset + 8};
+  const uint32_t q_full = base + Tile::kBarOffset;
 
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(k_full(s), 1);
-      mbar_init(v_full(s), 1);
-      mbar_init(k_empty(s), 8);  // every consumer warp releases a stage
-      mbar_init(v_empty(s), 8);
-    }
+    ring.init(8);  // every consumer warp releases a stage
     fence_barrier_init();
   }
   __syncthreads();
@@ -120,26 +221,10 @@ __global__ void __launch_bounds__(384, 1)
       const int hk = tc.h / p.group;
       const int batch = p.cu_q != nullptr ? 0 : tc.b;  // varlen maps have a batch extent of 1
       mbar_arrive_expect_tx(q_full, Tile::kQBytes);
-#pragma unroll
-      for (int pn = 0; pn < kPanels; ++pn) {
-        tma_load_4d(sQ + pn * Tile::kQPanelBytes, &tm_q, q_full, pn * 64, sb.q_off + m0, tc.h, batch);
-      }
+      load_panels<kPanels, Tile::kQPanelBytes>(sQ, &tm_q, q_full, sb.q_off + m0, tc.h, batch);
       for (int it = 0; it < n; ++it) {
-        const int s = it % kStages;
-        const uint32_t phase = (it / kStages) & 1;
         const int key0 = sb.kv_off + (kr.n_hi - 1 - it) * kBlockN;
-        mbar_wait(k_empty(s), phase ^ 1);
-        mbar_arrive_expect_tx(k_full(s), Tile::kKBytes);
-#pragma unroll
-        for (int pn = 0; pn < kPanels; ++pn) {
-          tma_load_4d(sK + s * Tile::kKBytes + pn * Tile::kKPanelBytes, &tm_k, k_full(s), pn * 64, key0, hk, batch);
-        }
-        mbar_wait(v_empty(s), phase ^ 1);
-        mbar_arrive_expect_tx(v_full(s), Tile::kKBytes);
-#pragma unroll
-        for (int pn = 0; pn < kPanels; ++pn) {
-          tma_load_4d(sV + s * Tile::kKBytes + pn * Tile::kKPanelBytes, &tm_v, v_full(s), pn * 64, key0, hk, batch);
-        }
+        ring.load(&tm_k, &tm_v, it % kStages, (it / kStages) & 1, key0, hk, batch);
       }
     }
   } else {
@@ -150,61 +235,26 @@ __global__ void __launch_bounds__(384, 1)
     const int warp = tid / 32, lane = tid % 32;
     const int my_turn = 1 + c, other_turn = 2 - c;  // named barrier ids 1 and 2
 
-    // This thread's two rows (sequence positions) and the keys each admits.
-    const int off = sb.kv_len - sb.q_len;
-    int row[2], lo[2], hi[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      row[r] = m0 + 64 * c + 16 * warp + lane / 4 + 8 * r;
-      lo[r] = row[r] + off - p.window_left;
-      hi[r] = min(sb.kv_len - 1, row[r] + off + p.window_right);
-    }
+    // The keys this thread's two rows admit.
+    const RowWindow window = row_window(p, sb, m0 + 64 * c + 16 * warp + lane / 4);
 
     RowState st;
-    st.init();
     float o[kD / 2];
-#pragma unroll
-    for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+    st.start(o);
 
     if (n > 0) {
       float s_acc[kBlockN / 2];
       uint32_t pw[kBlockN / 4];
-      // K-major operands: LBO unused, SBO = 8 rows of 128 bytes.
       const uint64_t q_desc = make_desc_sw128(sQ + c * 64 * 128, 16, 1024);
-      // V is read MN-major (transposed): LBO = one 64-column panel, SBO = 8 key rows.
-      auto k_desc = [&](int s) { return make_desc_sw128(sK + s * Tile::kKBytes, 16, 1024); };
-      auto v_desc = [&](int s) { return make_desc_sw128(sV + s * Tile::kKBytes, Tile::kKPanelBytes, 1024); };
-
-      // S = Q K^T: one wgmma per 16 columns of D; a 16-column step is 32 bytes inside a 128-byte
-      // swizzle row, and every 4 steps move to the next panel.
-      auto issue_s = [&](int s) {
-        wgmma_fence();
-        const uint64_t kd = k_desc(s);
-#pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk) {
-          const uint32_t q_step = ((kk / 4) * Tile::kQPanelBytes + (kk % 4) * 32) >> 4;
-          const uint32_t k_step = ((kk / 4) * Tile::kKPanelBytes + (kk % 4) * 32) >> 4;
-          Wgmma<kBlockN, T>::template ss<0, 0>(s_acc, q_desc + q_step, kd + k_step, kk > 0 ? 1 : 0);
-        }
-        wgmma_commit();
-      };
-      // O += P V: one wgmma per 16 keys (16 rows of 128 bytes in every panel).
-      auto issue_pv = [&](int s) {
-        wgmma_fence();
-        const uint64_t vd = v_desc(s);
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk) {
-          Wgmma<kD, T>::template rs<1>(o, pw + 4 * kk, vd + ((kk * 16 * 128) >> 4), 1);
-        }
-        wgmma_commit();
-      };
+      auto issue_s = [&](int s) { issue_qk<Tile, T>(s_acc, q_desc, ring.k_stage(s)); };
+      auto issue_o = [&](int s) { issue_pv<Tile, T>(o, pw, ring.v_stage(s)); };
       auto release = [&](uint32_t bar) {
         if (lane == 0) mbar_arrive(bar);
       };
       auto mask_and_cap = [&](int it) {
         const int nb = kr.n_hi - 1 - it;
         if (p.softcap > 0.0f) apply_softcap(s_acc, p.softcap_mul, p.softcap);
-        if (tile_needs_mask(kr, nb * kBlockN, kBlockN)) apply_mask(s_acc, nb * kBlockN + 2 * (lane & 3), lo, hi);
+        if (tile_needs_mask(kr, nb * kBlockN, kBlockN)) apply_mask(s_acc, nb * kBlockN + 2 * (lane & 3), window);
       };
       // Ping-pong turns: n + 1 issue points per consumer (S of tile 0, then S of j + 1 with P V of
       // j, then the last P V). Consumer 0 goes first; consumer 1 hands it the first turn and skips
@@ -221,35 +271,35 @@ __global__ void __launch_bounds__(384, 1)
       mbar_wait(q_full, 0);
 
       // Tile 0.
-      mbar_wait(k_full(0), 0);
+      mbar_wait(ring.k_full(0), 0);
       take_turn();
       issue_s(0);
       end_turn();
       wgmma_wait<0>();
       fence_regs(s_acc);
-      release(k_empty(0));
+      release(ring.k_empty(0));
       mask_and_cap(0);
       softmax_first(s_acc, st, p.exp_scale);
       pack_pairs<T>(s_acc, pw);
 
       for (int it = 1; it < n; ++it) {
         const int s = it % kStages, sp = (it - 1) % kStages;
-        mbar_wait(k_full(s), (it / kStages) & 1);
-        mbar_wait(v_full(sp), ((it - 1) / kStages) & 1);
+        mbar_wait(ring.k_full(s), (it / kStages) & 1);
+        mbar_wait(ring.v_full(sp), ((it - 1) / kStages) & 1);
         take_turn();
         issue_s(s);
-        issue_pv(sp);
+        issue_o(sp);
         end_turn();
         wgmma_wait<1>();  // S of tile it is done; P V of tile it - 1 may still run
         fence_regs(s_acc);
-        release(k_empty(s));
+        release(ring.k_empty(s));
         mask_and_cap(it);
         float corr[2];
         softmax_step(s_acc, st, p.exp_scale, corr);
         wgmma_wait<0>();
         fence_regs(o);
         fence_regs(pw);
-        release(v_empty(sp));
+        release(ring.v_empty(sp));
 #pragma unroll
         for (int i = 0; i < kD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
         pack_pairs<T>(s_acc, pw);
@@ -257,52 +307,21 @@ __global__ void __launch_bounds__(384, 1)
 
       {
         const int sp = (n - 1) % kStages;
-        mbar_wait(v_full(sp), ((n - 1) / kStages) & 1);
+        mbar_wait(ring.v_full(sp), ((n - 1) / kStages) & 1);
         take_turn();
-        issue_pv(sp);
+        issue_o(sp);
         end_turn();
         wgmma_wait<0>();
         fence_regs(o);
-        release(v_empty(sp));
+        release(ring.v_empty(sp));
       }
     }
 
     // ---------------- epilogue ----------------
     float inv[2], lse[2];
     softmax_finish(st, p.exp_scale, inv, lse);
-    // Stage O in this consumer's rows of the Q buffer, in the same 128-byte swizzled panels (so
-    // the 4-byte writes of a warp hit 32 different banks), then copy out 16 bytes per thread.
-    fence_proxy_async();
-    const uint32_t my_rows = sQ + c * 64 * 128;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int rl = 16 * warp + lane / 4 + 8 * r;  // row within this consumer's 64
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
-        const uint32_t addr =
-            my_rows + (j / 8) * Tile::kQPanelBytes + rl * 128 + (((j % 8) ^ (rl & 7)) * 16) + (lane & 3) * 4;
-        st_shared_u32(addr, pack2<T>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]));
-      }
-    }
-    named_sync(3 + c, 128);
-    T* out = static_cast<T*>(p.o) + tc.b * p.o_batch + int64_t(sb.q_off) * p.o_row + tc.h * p.o_head;
-    constexpr int kChunks = kD / 8;
-#pragma unroll 4
-    for (int idx = tid; idx < 64 * kChunks; idx += 128) {
-      const int rl = idx / kChunks, cc = idx % kChunks;
-      const int grow = m0 + 64 * c + rl;
-      const uint32_t addr = my_rows + (cc / 8) * Tile::kQPanelBytes + rl * 128 + (((cc % 8) ^ (rl & 7)) * 16);
-      const uint4 v = ld_shared_v4(addr);
-      if (grow < sb.q_len) *reinterpret_cast<uint4*>(out + int64_t(grow) * p.o_row + cc * 8) = v;
-    }
-    if (p.lse != nullptr && (lane & 3) == 0) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if (row[r] < sb.q_len) {
-          p.lse[tc.b * p.lse_batch + tc.h * p.lse_head + int64_t(sb.q_off + row[r]) * p.lse_row] = lse[r];
-        }
-      }
-    }
+    store_o_rows<T, kD, Tile::kQPanelBytes>(o, inv, lse, sQ + c * 64 * 128, 3 + c, p, tc.b, tc.h, sb, m0 + 64 * c,
+                                            tid);
   }
 #else
   (void)tm_q;
@@ -315,26 +334,29 @@ __global__ void __launch_bounds__(384, 1)
 // Host side: the tensor maps (sm90_tmap.cu) and the launch.
 void encode_attention_maps(const FwdParams& p, int block_m, int block_n, int dtype, Sm90Maps& maps);
 
-template <class Tile, class T>
-void launch_fwd_sm90_impl(const FwdParams& p, int dtype, cudaStream_t stream) {
+// What every Hopper forward launch does first: Q, K and V tensor maps for Tile's blocks, and the
+// kernel's shared-memory allowance.
+template <class Tile, class T, class Kernel>
+Sm90Maps prepare_launch(const FwdParams& p, Kernel kernel) {
   Sm90Maps maps;
-  encode_attention_maps(p, Tile::kBlockM, Tile::kBlockN, dtype, maps);
-  auto kernel = attention_fwd_sm90_kernel<Tile, T>;
+  encode_attention_maps(p, Tile::kBlockM, Tile::kBlockN, std::is_same_v<T, __half> ? AK_FLOAT16 : AK_BFLOAT16, maps);
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-  const int64_t tiles = int64_t(p.num_m_blocks) * p.hq * p.n_seq;
-  kernel<<<static_cast<unsigned>(tiles), Tile::kThreads, Tile::kSmemBytes, stream>>>(maps.q, maps.k, maps.v, p);
-  ::ak::cuda::check_launch("attention_fwd_sm90_kernel");
+  return maps;
 }
 
 }  // namespace ak::attention::cuda::sm90
 
 namespace ak::attention::cuda {
 
-// 128 x 64 tiles, two stages of K and V (the registry builds it at D = 256).
+// 128 x 64 tiles, two stages of K and V (the registry builds it at D = 256); a block per tile.
 template <class T, int D, int Tile>
 void FwdWgmma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
-  constexpr int kDtype = std::is_same_v<T, __half> ? AK_FLOAT16 : AK_BFLOAT16;
-  sm90::launch_fwd_sm90_impl<sm90::Sm90Tile<D, 64, 2>, T>(p, kDtype, stream);
+  using Shape = sm90::Sm90Tile<D, 64, 2>;
+  auto kernel = sm90::attention_fwd_sm90_kernel<Shape, T>;
+  const sm90::Sm90Maps maps = sm90::prepare_launch<Shape, T>(p, kernel);
+  const int64_t tiles = int64_t(p.num_m_blocks) * p.hq * p.n_seq;
+  kernel<<<static_cast<unsigned>(tiles), Shape::kThreads, Shape::kSmemBytes, stream>>>(maps.q, maps.k, maps.v, p);
+  ::ak::cuda::check_launch("attention_fwd_sm90_kernel");
 }
 
 }  // namespace ak::attention::cuda

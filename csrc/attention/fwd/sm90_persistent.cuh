@@ -1,4 +1,4 @@
-// The persistent Hopper forward of softmax attention (sm_90a): the structure of cuda_fwd_sm90.cuh
+// The persistent Hopper forward of softmax attention (sm_90a): the structure of fwd/sm90.cuh
 // (a TMA producer warp, consumer warpgroups with wgmma, ping-pong, intra-warpgroup overlap), with
 //   - one block per multiprocessor that loops over work tiles taken from a queue (an atomic
 //     counter in long-first order), so the block launch, the barrier set-up, the Q load and the
@@ -102,19 +102,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr int kPanels = Tile::kPanels, kConsumers = Tile::kConsumers;
   constexpr uint32_t kReleases = 4 * kConsumers;  // one arrival per consumer warp
 
-  extern __shared__ unsigned char smem_raw[];
-  const uint32_t raw = smem_u32(smem_raw);
-  const uint32_t base = (raw + 1023u) & ~1023u;
+  const uint32_t base = swizzled_smem().addr;
   auto sQ = [&](int b) { return base + Tile::kQOffset + b * Tile::kQBytes; };
-  const uint32_t sK = base + Tile::kKOffset;
-  const uint32_t sV = base + Tile::kVOffset;
   const uint32_t bars = base + Tile::kBarOffset;
   auto q_full = [&](int b) { return bars + 8u * b; };
   auto q_empty = [&](int b) { return bars + 8u * (2 + b); };
-  auto k_full = [&](int s) { return bars + 8u * (4 + s); };
-  auto k_empty = [&](int s) { return bars + 8u * (4 + kStages + s); };
-  auto v_full = [&](int s) { return bars + 8u * (4 + 2 * kStages + s); };
-  auto v_empty = [&](int s) { return bars + 8u * (4 + 3 * kStages + s); };
+  const KvRing<Tile> ring{base + Tile::kKOffset, base + Tile::kVOffset, bars + 8u * 4};
   auto slot = [&](int b) { return base + Tile::kSlotOffset + 4u * b; };
 
   if (threadIdx.x == 0) {
@@ -122,12 +115,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       mbar_init(q_full(b), 1);
       mbar_init(q_empty(b), kReleases);
     }
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(k_full(s), 1);
-      mbar_init(v_full(s), 1);
-      mbar_init(k_empty(s), kReleases);
-      mbar_init(v_empty(s), kReleases);
-    }
+    ring.init(kReleases);
     fence_barrier_init();
   }
   __syncthreads();
@@ -161,27 +149,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         const int batch = p.cu_q != nullptr ? 0 : w.b;  // varlen maps have a batch extent of 1
         if (w.n > 0) {
           mbar_arrive_expect_tx(q_full(qb), Tile::kQBytes);
-#pragma unroll
-          for (int pn = 0; pn < kPanels; ++pn) {
-            tma_load_4d(sQ(qb) + pn * Tile::kQPanelBytes, &tm_q, q_full(qb), pn * 64, w.sb.q_off + w.m0, w.h, batch);
-          }
+          load_panels<kPanels, Tile::kQPanelBytes>(sQ(qb), &tm_q, q_full(qb), w.sb.q_off + w.m0, w.h, batch);
         } else {
           mbar_arrive(q_full(qb));  // no keys: the consumers only write O = 0 and LSE = -inf
         }
         for (int j = 0; j < w.n; ++j) {
           const int key0 = w.sb.kv_off + (w.kr.n_hi - 1 - j) * kBlockN;
-          mbar_wait(k_empty(s), phase ^ 1);
-          mbar_arrive_expect_tx(k_full(s), Tile::kKBytes);
-#pragma unroll
-          for (int pn = 0; pn < kPanels; ++pn) {
-            tma_load_4d(sK + s * Tile::kKBytes + pn * Tile::kKPanelBytes, &tm_k, k_full(s), pn * 64, key0, hk, batch);
-          }
-          mbar_wait(v_empty(s), phase ^ 1);
-          mbar_arrive_expect_tx(v_full(s), Tile::kKBytes);
-#pragma unroll
-          for (int pn = 0; pn < kPanels; ++pn) {
-            tma_load_4d(sV + s * Tile::kKBytes + pn * Tile::kKPanelBytes, &tm_v, v_full(s), pn * 64, key0, hk, batch);
-          }
+          ring.load(&tm_k, &tm_v, s, phase, key0, hk, batch);
           if (++s == kStages) {
             s = 0;
             phase ^= 1;
@@ -225,45 +199,21 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       const int n = w.n;
       const int row0 = w.m0 + 64 * c + 16 * warp + lane / 4;  // this thread's rows: row0, row0 + 8
       RowState st;
-      st.init();
       float o[kD / 2];
-#pragma unroll
-      for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+      st.start(o);
 
       if (n > 0) {
         float s_acc[kBlockN / 2];
         uint32_t pw[kBlockN / 4];
         float corr[2];
         const uint64_t q_desc = make_desc_sw128(sQ(qb) + c * 64 * 128, 16, 1024);
-        auto issue_s = [&](int stage) {
-          wgmma_fence();
-          const uint64_t kd = make_desc_sw128(sK + stage * Tile::kKBytes, 16, 1024);
-#pragma unroll
-          for (int kk = 0; kk < kD / 16; ++kk) {
-            const uint32_t q_step = ((kk / 4) * Tile::kQPanelBytes + (kk % 4) * 32) >> 4;
-            const uint32_t k_step = ((kk / 4) * Tile::kKPanelBytes + (kk % 4) * 32) >> 4;
-            Wgmma<kBlockN, T>::template ss<0, 0>(s_acc, q_desc + q_step, kd + k_step, kk > 0 ? 1 : 0);
-          }
-          wgmma_commit();
-        };
-        auto issue_pv = [&](int stage) {
-          wgmma_fence();
-          const uint64_t vd = make_desc_sw128(sV + stage * Tile::kKBytes, Tile::kKPanelBytes, 1024);
-#pragma unroll
-          for (int kk = 0; kk < kBlockN / 16; ++kk) {
-            Wgmma<kD, T>::template rs<1>(o, pw + 4 * kk, vd + ((kk * 16 * 128) >> 4), 1);
-          }
-          wgmma_commit();
-        };
+        auto issue_s = [&](int stage) { issue_qk<Tile, T>(s_acc, q_desc, ring.k_stage(stage)); };
+        auto issue_o = [&](int stage) { issue_pv<Tile, T>(o, pw, ring.v_stage(stage)); };
         auto mask_and_cap = [&](int j) {
           if (p.softcap > 0.0f) apply_softcap(s_acc, p.softcap_mul, p.softcap);
           if (tile_needs_mask(w.kr, (w.kr.n_hi - 1 - j) * kBlockN, kBlockN)) {
             // The keys each of this thread's rows admits, computed here (few tiles need them).
-            const int off = w.sb.kv_len - w.sb.q_len;
-            const int lo[2] = {row0 + off - p.window_left, row0 + 8 + off - p.window_left};
-            const int hi[2] = {min(w.sb.kv_len - 1, row0 + off + p.window_right),
-                               min(w.sb.kv_len - 1, row0 + 8 + off + p.window_right)};
-            apply_mask(s_acc, (w.kr.n_hi - 1 - j) * kBlockN + 2 * (lane & 3), lo, hi);
+            apply_mask(s_acc, (w.kr.n_hi - 1 - j) * kBlockN + 2 * (lane & 3), row_window(p, w.sb, row0));
           }
         };
         auto advance = [&]() {
@@ -278,13 +228,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
         {
           // Key tile 0: S alone.
-          mbar_wait(k_full(s), phase);
+          mbar_wait(ring.k_full(s), phase);
           take_turn();
           issue_s(s);
           end_turn();
           wgmma_wait<0>();
           fence_regs(s_acc);
-          release(k_empty(s));
+          release(ring.k_empty(s));
           mask_and_cap(0);
           softmax_step(s_acc, st, p.exp_scale, corr);
           pack_pairs<T>(s_acc, pw);
@@ -292,38 +242,38 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
           for (int j = 1; j < n; ++j) {
             const int sp = prev_stage();
-            mbar_wait(k_full(s), phase);
-            mbar_wait(v_full(sp), prev_phase());
+            mbar_wait(ring.k_full(s), phase);
+            mbar_wait(ring.v_full(sp), prev_phase());
             take_turn();
             issue_s(s);
             // O so far, in the max of step j - 2, moves to that of step j - 1 while S_j runs.
 #pragma unroll
             for (int i = 0; i < kD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
-            issue_pv(sp);
+            issue_o(sp);
             end_turn();
             wgmma_wait<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
             fence_regs(s_acc);
-            release(k_empty(s));
+            release(ring.k_empty(s));
             mask_and_cap(j);
             softmax_step(s_acc, st, p.exp_scale, corr);
             wgmma_wait<0>();
             fence_regs(o);
             fence_regs(pw);
-            release(v_empty(sp));
+            release(ring.v_empty(sp));
             pack_pairs<T>(s_acc, pw);
             advance();
           }
 
           const int sp = prev_stage();
-          mbar_wait(v_full(sp), prev_phase());
+          mbar_wait(ring.v_full(sp), prev_phase());
           take_turn();
 #pragma unroll
           for (int i = 0; i < kD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
-          issue_pv(sp);
+          issue_o(sp);
           end_turn();
           wgmma_wait<0>();
           fence_regs(o);
-          release(v_empty(sp));
+          release(ring.v_empty(sp));
         }
       }
 
@@ -331,43 +281,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // The tile's coordinates again, from the slot (a fresh load: nothing of them stays live in
       // registers through the loop above).
       const PersistentWork we = persistent_work<kBlockM, kBlockN>(p, ld_shared_s32(slot(qb)));
-      const int erow0 = we.m0 + 64 * c + 16 * warp + lane / 4;
       float inv[2], lse[2];
       softmax_finish(st, p.exp_scale, inv, lse);
-      // O goes through this consumer's rows of the Q buffer (its own S products are complete),
-      // in the 128-byte swizzle, then out in 16-byte stores.
-      fence_proxy_async();
-      const uint32_t my_rows = sQ(qb) + c * 64 * 128;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int rl = 16 * warp + lane / 4 + 8 * r;
-#pragma unroll
-        for (int j = 0; j < kD / 8; ++j) {
-          const uint32_t addr =
-              my_rows + (j / 8) * Tile::kQPanelBytes + rl * 128 + (((j % 8) ^ (rl & 7)) * 16) + (lane & 3) * 4;
-          st_shared_u32(addr, pack2<T>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]));
-        }
-      }
-      named_sync(Tile::kStageBar + c, 128);
-      T* out = static_cast<T*>(p.o) + we.b * p.o_batch + int64_t(we.sb.q_off) * p.o_row + we.h * p.o_head;
-      constexpr int kChunks = kD / 8;
-#pragma unroll 4
-      for (int idx = tid; idx < 64 * kChunks; idx += 128) {
-        const int rl = idx / kChunks, cc = idx % kChunks;
-        const int grow = we.m0 + 64 * c + rl;
-        const uint32_t addr = my_rows + (cc / 8) * Tile::kQPanelBytes + rl * 128 + (((cc % 8) ^ (rl & 7)) * 16);
-        const uint4 v = ld_shared_v4(addr);
-        if (grow >= 0 && grow < we.sb.q_len) *reinterpret_cast<uint4*>(out + int64_t(grow) * p.o_row + cc * 8) = v;
-      }
-      if (p.lse != nullptr && (lane & 3) == 0) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = erow0 + 8 * r;
-          if (row >= 0 && row < we.sb.q_len) {
-            p.lse[we.b * p.lse_batch + we.h * p.lse_head + int64_t(we.sb.q_off + row) * p.lse_row] = lse[r];
-          }
-        }
-      }
+      // O goes through this consumer's rows of the Q buffer (its own S products are complete).
+      store_o_rows<T, kD, Tile::kQPanelBytes>(o, inv, lse, sQ(qb) + c * 64 * 128, Tile::kStageBar + c, p, we.b, we.h,
+                                              we.sb, we.m0 + 64 * c, tid);
       __syncwarp();
       release(q_empty(qb));  // this warp has read its O rows out of the buffer
     }
@@ -387,12 +305,17 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 // `stream`, ahead of the first launch) on first use.
 int* persistent_queue(int device, cudaStream_t stream);
 
-template <class Tile, class T>
-void launch_fwd_sm90_persistent_impl(const FwdParams& p, int dtype, cudaStream_t stream) {
-  Sm90Maps maps;
-  encode_attention_maps(p, Tile::kBlockM, Tile::kBlockN, dtype, maps);
-  auto kernel = attention_fwd_sm90_persistent_kernel<Tile, T>;
-  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+}  // namespace ak::attention::cuda::sm90
+
+namespace ak::attention::cuda {
+
+// D = 64: three consumer warpgroups (192 x 128 tiles, three stages), where a tile's exponentials cost
+// as much as its two products; D = 128: two (128 x 128 tiles, two stages). A block per multiprocessor.
+template <class T, int D, int Tile>
+void FwdWgmmaPersistent<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  using Shape = std::conditional_t<D == 64, sm90::PersistentTile<64, 128, 3, 3>, sm90::PersistentTile<D, 128, 2, 2>>;
+  auto kernel = sm90::attention_fwd_sm90_persistent_kernel<Shape, T>;
+  const sm90::Sm90Maps maps = sm90::prepare_launch<Shape, T>(p, kernel);
   int device = 0;
   AK_CUDA_CHECK(cudaGetDevice(&device));
   const int64_t tiles = int64_t(p.num_m_blocks) * p.hq * p.n_seq;
@@ -400,22 +323,9 @@ void launch_fwd_sm90_persistent_impl(const FwdParams& p, int dtype, cudaStream_t
   if (tiles >= (int64_t{1} << 30)) fail(AK_ERR_UNSUPPORTED, "attention_fwd: too many work tiles for one launch");
   const int sms = ::ak::cuda::props(device).multiProcessorCount;
   const unsigned grid = static_cast<unsigned>(tiles < sms ? tiles : sms);
-  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(maps.q, maps.k, maps.v, p,
-                                                              static_cast<int>(tiles), persistent_queue(device, stream));
+  int* queue = sm90::persistent_queue(device, stream);
+  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(maps.q, maps.k, maps.v, p, static_cast<int>(tiles), queue);
   ::ak::cuda::check_launch("attention_fwd_sm90_persistent_kernel");
-}
-
-}  // namespace ak::attention::cuda::sm90
-
-namespace ak::attention::cuda {
-
-// D = 64: three consumer warpgroups (192 x 128 tiles, three stages), where a tile's exponentials cost
-// as much as its two products; D = 128: two (128 x 128 tiles, two stages).
-template <class T, int D, int Tile>
-void FwdWgmmaPersistent<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
-  constexpr int kDtype = std::is_same_v<T, __half> ? AK_FLOAT16 : AK_BFLOAT16;
-  using Shape = std::conditional_t<D == 64, sm90::PersistentTile<64, 128, 3, 3>, sm90::PersistentTile<D, 128, 2, 2>>;
-  sm90::launch_fwd_sm90_persistent_impl<Shape, T>(p, kDtype, stream);
 }
 
 }  // namespace ak::attention::cuda

@@ -1,4 +1,4 @@
-// The work-queue counters of the persistent Hopper forward (cuda_fwd_sm90_persistent.cuh): two ints
+// The work-queue counters of the persistent Hopper forward (sm90_persistent.cuh): two ints
 // per device, zeroed once here; every launch leaves them zeroed for the next one on the stream.
 #include <mutex>
 #include <unordered_map>

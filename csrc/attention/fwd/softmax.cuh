@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "arch/sm80.cuh"
+#include "attention/fwd/params.h"
 
 namespace ak::attention::cuda {
 
@@ -25,15 +26,31 @@ __device__ __forceinline__ void apply_softcap(float (&s)[kN], float mul, float c
   for (int i = 0; i < kN; ++i) s[i] = cap * tanhf(s[i] * mul);
 }
 
-// Masks keys outside [lo[row], hi[row]] (inclusive) with -inf; col0 is the key index of this
-// thread's first column (tile start + 2 * (lane % 4)).
+// The keys a thread's two rows (row0 and row0 + 8, sequence positions) admit: [lo[r], hi[r]],
+// inclusive, under the bottom-right-aligned causal mask and the window.
+struct RowWindow {
+  int lo[2], hi[2];
+};
+__device__ __forceinline__ RowWindow row_window(const FwdParams& p, const SeqBounds& sb, int row0) {
+  const int off = sb.kv_len - sb.q_len;
+  RowWindow w;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    w.lo[r] = row0 + 8 * r + off - p.window_left;
+    w.hi[r] = min(sb.kv_len - 1, row0 + 8 * r + off + p.window_right);
+  }
+  return w;
+}
+
+// Masks keys outside the rows' windows with -inf; col0 is the key index of this thread's first column
+// (tile start + 2 * (lane % 4)).
 template <int kN>
-__device__ __forceinline__ void apply_mask(float (&s)[kN], int col0, const int (&lo)[2], const int (&hi)[2]) {
+__device__ __forceinline__ void apply_mask(float (&s)[kN], int col0, const RowWindow& w) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
     const int col = col0 + 8 * (i >> 2) + (i & 1);
     const int r = (i >> 1) & 1;
-    if (col < lo[r] || col > hi[r]) s[i] = -INFINITY;
+    if (col < w.lo[r] || col > w.hi[r]) s[i] = -INFINITY;
   }
 }
 
@@ -46,8 +63,14 @@ struct RowState {
     m[0] = m[1] = -INFINITY;
     l[0] = l[1] = 0.0f;
   }
+  // A fresh state for this thread's two rows and their zeroed output accumulator.
+  template <int kN>
+  __device__ __forceinline__ void start(float (&o)[kN]) {
+    init();
+#pragma unroll
+    for (int i = 0; i < kN; ++i) o[i] = 0.0f;
+  }
 };
-
 
 // One step: folds the scores s of a new key tile into the row state, replaces s by the unnormalised
 // probabilities exp2((s - m_new) * exp_scale), and returns in corr the factor by which the output

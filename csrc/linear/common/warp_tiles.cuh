@@ -85,62 +85,32 @@ __device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], const T* as, i
   }
 }
 
-template <int MT, int NT>
-__device__ __forceinline__ void zero_acc(float (&acc)[MT][NT][4]) {
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.f;
-}
-
 // Stores an accumulator tile as T into shared memory [m][n] (row stride ld).
 template <class T, int MT, int NT>
 __device__ __forceinline__ void store_acc(const float (&acc)[MT][NT][4], T* s, int ld, int m0, int n0, int lane) {
-  const int g = lane >> 2, q = lane & 3;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int r = m0 + 16 * mt + g, c = n0 + 8 * nt + 2 * q;
-      *reinterpret_cast<uint32_t*>(s + r * ld + c) = pack2<T>(acc[mt][nt][0], acc[mt][nt][1]);
-      *reinterpret_cast<uint32_t*>(s + (r + 8) * ld + c) = pack2<T>(acc[mt][nt][2], acc[mt][nt][3]);
-    }
+  for_acc_pairs(acc, m0, n0, lane, [&](int r, int c, const float* v) {
+    *reinterpret_cast<uint32_t*>(s + r * ld + c) = pack2<T>(v[0], v[1]);
+  });
 }
 
 // The same in fp32 into device memory (a state slice: d_initial_state, a segment's end state).
 template <int MT, int NT>
 __device__ __forceinline__ void store_acc_f32(const float (&acc)[MT][NT][4], float* dst, int64_t ld, int m0, int n0,
                                               int lane) {
-  const int g = lane >> 2, q = lane & 3;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int r = m0 + 16 * mt + g, c = n0 + 8 * nt + 2 * q;
-      *reinterpret_cast<float2*>(dst + r * ld + c) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
-      *reinterpret_cast<float2*>(dst + (r + 8) * ld + c) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
-    }
+  for_acc_pairs(acc, m0, n0, lane, [&](int r, int c, const float* v) {
+    *reinterpret_cast<float2*>(dst + r * ld + c) = make_float2(v[0], v[1]);
+  });
 }
 
 // Loads an accumulator tile from fp32 device memory (the layout store_acc_f32 writes).
 template <int MT, int NT>
 __device__ __forceinline__ void load_acc_f32(float (&acc)[MT][NT][4], const float* src, int64_t ld, int m0, int n0,
                                              int lane) {
-  const int g = lane >> 2, q = lane & 3;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int r = m0 + 16 * mt + g, c = n0 + 8 * nt + 2 * q;
-      const float2 a = *reinterpret_cast<const float2*>(src + r * ld + c);
-      const float2 b = *reinterpret_cast<const float2*>(src + (r + 8) * ld + c);
-      acc[mt][nt][0] = a.x;
-      acc[mt][nt][1] = a.y;
-      acc[mt][nt][2] = b.x;
-      acc[mt][nt][3] = b.y;
-    }
+  for_acc_pairs(acc, m0, n0, lane, [&](int r, int c, float* v) {
+    const float2 x = *reinterpret_cast<const float2*>(src + r * ld + c);
+    v[0] = x.x;
+    v[1] = x.y;
+  });
 }
 
 // Copies rows [0, rows) x [0, width) of T from global (row stride gld elements, 16-byte aligned rows)

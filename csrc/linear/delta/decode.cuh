@@ -14,7 +14,7 @@
 
 #include "cuda/runtime.cuh"
 #include "linear/delta/fwd/params.h"
-#include "linear/launchers.h"
+#include "generated/linear_launchers.h"
 
 namespace ak::linear::cuda::fwd {
 

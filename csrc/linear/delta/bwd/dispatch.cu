@@ -8,7 +8,7 @@
 #include "cuda/registry_launch.h"
 #include "cuda/runtime.cuh"
 #include "linear/delta/bwd/fast.cuh"
-#include "linear/launchers.h"
+#include "generated/linear_launchers.h"
 #include "linear/planner.h"
 #include "linear/problem.h"
 
@@ -113,7 +113,7 @@ void delta_bwd(const DeltaBwd& a) {
     if (plan.fast) {
       bwd::run_fast(p, plan, stream, device);
     } else {
-      const BwdGeneralArgs args{p, device};
+      const bwd::GeneralArgs args{p, device};
       switch (p.dtype) {
         case AK_FLOAT32: ak::cuda::launch_row<float>(plan.general_row, "linear.bwd.general", args, stream); break;
         case AK_FLOAT16: ak::cuda::launch_row<__half>(plan.general_row, "linear.bwd.general", args, stream); break;

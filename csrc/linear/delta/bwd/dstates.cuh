@@ -13,7 +13,7 @@
 #include "cuda/runtime.cuh"
 #include "linear/common/warp_tiles.cuh"
 #include "linear/delta/bwd/fast.cuh"
-#include "linear/launchers.h"
+#include "generated/linear_launchers.h"
 
 namespace ak::linear::cuda::bwd {
 namespace dstates8_detail {
@@ -115,27 +115,8 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 2 : 1) fast_dstates8(Probl
       }
       warp_mma<T, 1, NU, true, true>(u, b.P, LC, 16 * ub, b.dO, LV, uh * (VS / 2), kC, lane);
       // To shared memory, then to the workspace.
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = 16 * ub + gq + 8 * half;
-#pragma unroll
-        for (int nt = 0; nt < NU; ++nt) {
-          const int e = uh * (VS / 2) + 8 * nt + 2 * q4;
-          *reinterpret_cast<uint32_t*>(sm.dU + i * LV + e) = pack2<T>(u[0][nt][2 * half], u[0][nt][2 * half + 1]);
-        }
-      }
-      {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int i = 16 * ub + gq + 8 * half;
-#pragma unroll
-          for (int nt = 0; nt < NU; ++nt) {
-            const int e = uh * (VS / 2) + 8 * nt + 2 * q4;
-            *reinterpret_cast<uint32_t*>(w.dU + (row + i) * D + vs + e) =
-                pack2<T>(u[0][nt][2 * half], u[0][nt][2 * half + 1]);
-          }
-        }
-      }
+      store_acc(u, sm.dU, LV, 16 * ub, uh * (VS / 2), lane);
+      store_acc(u, w.dU + row * D + vs, D, 16 * ub, uh * (VS / 2), lane);
     }
     __syncthreads();  // dv_new and the row factors are in shared memory
 

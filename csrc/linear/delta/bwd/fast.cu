@@ -8,7 +8,7 @@
 #include "cuda/registry_launch.h"
 #include "cuda/runtime.cuh"
 #include "linear/delta/bwd/fast.cuh"
-#include "linear/launchers.h"
+#include "generated/linear_launchers.h"
 #include "linear/planner.h"
 #include "linear/saved_layout.h"
 

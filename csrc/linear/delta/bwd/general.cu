@@ -10,7 +10,7 @@
 //   dstates  dh_c (gradient of the state after each chunk), dv_new = P^T dO + diag(e^(gl-gc)) K dh
 //   grads    dq, dk (per value head), dw, the WY backward -> dk, dv, dbeta, dg
 //            (its C x D x D and C x C x D products run before it as batched tiled GEMMs,
-//            cuda_bwd_general_gemm.cuh; so do K K^T and Q K^T for prep)
+//            general_gemm.cuh; so do K K^T and Q K^T for prep)
 //   reduce   (shared with the fast path) group sum, L2-norm backward, dq and dk in the dtype
 // Compiled once here for the three dtypes; the registry's rows reach it through general_entry.cuh.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Kernels of the general (fp32 SIMT) path of the delta-rule backward; see cuda_bwd_general.cu.
+// Kernels of the general (fp32 SIMT) path of the delta-rule backward; see general.cu.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,7 +18,7 @@ struct GenWork {
   float *Ab, *Abt, *Pb;                 // [H][P][C]: A, A^T, P
   float *W, *U, *dU, *dQh, *dKh;        // [H][P][K or V]; W is overwritten by dw before grads
   float *Hs, *dHs;                      // [H][NCt][K][V]
-  // Chunk-local products computed by the batched GEMM (cuda_bwd_general_gemm.cuh) before the
+  // Chunk-local products computed by the batched GEMM (general_gemm.cuh) before the
   // stages that use them, so that no stage reads rows of a D-wide matrix with a stride:
   float *KK, *QK;          // [HK][P][C]: K K^T, Q K^T (prep, grads)
   float *dOU, *dUV, *dWK;  // [H][P][C]: dO v_new^T, dv_new V^T, dw K^T (grads)

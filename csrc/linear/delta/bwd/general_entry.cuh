@@ -5,7 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "linear/delta/bwd/problem.cuh"
-#include "linear/launchers.h"
+#include "generated/linear_launchers.h"
 
 namespace ak::linear::cuda::bwd {
 

@@ -1,4 +1,4 @@
-// A batched fp32 SIMT GEMM for the general path of the delta-rule backward (cuda_bwd_general.cu):
+// A batched fp32 SIMT GEMM for the general path of the delta-rule backward (general.cu):
 //
 //   Out[b] (M x N) = alpha * X[b] (M x R) * Y[b] (N x R)^T      (or += when accumulate)
 //

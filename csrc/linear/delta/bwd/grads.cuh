@@ -17,7 +17,7 @@
 #include "cuda/runtime.cuh"
 #include "linear/common/warp_tiles.cuh"
 #include "linear/delta/bwd/fast.cuh"
-#include "linear/launchers.h"
+#include "generated/linear_launchers.h"
 
 namespace ak::linear::cuda::bwd {
 namespace grads_detail {

@@ -1,5 +1,5 @@
 // Fast backward, stage "grads" at K = V = 256, in two kernels: the fused kernel of D <= 128
-// (cuda_bwd_fast_grads.cuh) would need h and dh' (two 256 x 256 tiles, 256 KB) in shared memory at
+// (grads.cuh) would need h and dh' (two 256 x 256 tiles, 256 KB) in shared memory at
 // once. The work splits by what each product contracts over (notation of bench/NOTES_linear_bwd.md):
 //   grads256_v, over V (one block per chunk x head):
 //     dPs = scale (dO v_new^T) * D, lower incl.     -> w.P (prep's P is dead after dstates)

@@ -17,9 +17,11 @@
 #pragma once
 
 #include "cuda/runtime.cuh"
+#include "linear/common/gate.cuh"
+#include "linear/common/solve.cuh"
 #include "linear/common/warp_tiles.cuh"
 #include "linear/delta/bwd/fast.cuh"
-#include "linear/launchers.h"
+#include "generated/linear_launchers.h"
 
 namespace ak::linear::cuda::bwd {
 namespace prep_tc_detail {
@@ -49,45 +51,6 @@ struct PrepTcLayout {
   static constexpr int kBg = kBt + kC * 4;
   static constexpr int kBytes = kBg + kC * 4;
 };
-
-__device__ __forceinline__ void split_store(float x, float y, B16* hi, B16* lo, int off) {
-  const uint32_t h = pack2<B16>(x, y);
-  const float2 hf = unpack2<B16>(h);
-  *reinterpret_cast<uint32_t*>(hi + off) = h;
-  *reinterpret_cast<uint32_t*>(lo + off) = pack2<B16>(x - hf.x, y - hf.y);
-}
-
-// acc (16 x 16 at X rows xm, Y columns yn) += X[xm.., xk .. xk + kdim) Y[yk .. yk + kdim, yn..), both
-// held as hi/lo pairs: X row-major [m][k], Y row-major [k][n]; the lo * lo term is dropped.
-__device__ __forceinline__ void split_mma(float (&acc)[2][4], const B16* xh, const B16* xl, int xm, int xk,
-                                          const B16* yh, const B16* yl, int yk, int yn, int kdim, int lane) {
-  for (int k = 0; k < kdim; k += 16) {
-    uint32_t ah[4], al[4], bh[4], bl[4];
-    load_a<B16>(ah, xh, LC, xm, xk + k, lane);
-    load_a<B16>(al, xl, LC, xm, xk + k, lane);
-    load_b_kn<B16>(bh, yh, LC, yn, yk + k, lane);
-    load_b_kn<B16>(bl, yl, LC, yn, yk + k, lane);
-    mma16816<B16>(acc[0], ah, bh[0], bh[1]);
-    mma16816<B16>(acc[1], ah, bh[2], bh[3]);
-    mma16816<B16>(acc[0], ah, bl[0], bl[1]);
-    mma16816<B16>(acc[1], ah, bl[2], bl[3]);
-    mma16816<B16>(acc[0], al, bh[0], bh[1]);
-    mma16816<B16>(acc[1], al, bh[2], bh[3]);
-  }
-}
-
-// Stores -acc (16 x 16 at rows m0, columns n0) as a hi/lo pair.
-__device__ __forceinline__ void split_store_neg(const float (&acc)[2][4], B16* hi, B16* lo, int m0, int n0,
-                                                int lane, bool negate) {
-  const int g = lane >> 2, q = lane & 3;
-  const float s = negate ? -1.f : 1.f;
-#pragma unroll
-  for (int nt = 0; nt < 2; ++nt) {
-    const int c = n0 + 8 * nt + 2 * q;
-    split_store(s * acc[nt][0], s * acc[nt][1], hi, lo, (m0 + g) * LC + c);
-    split_store(s * acc[nt][2], s * acc[nt][3], hi, lo, (m0 + g + 8) * LC + c);
-  }
-}
 
 // OnlyP: with the forward's saved A and w, only gc and P (and the L2 norm of q and k).
 template <class T, int D, bool OnlyP = false>
@@ -134,12 +97,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : D == 128 ? 3 : 1) fast
     bt[tid] = bv;
   }
   __syncthreads();
-  if (warp == 0) {  // inclusive scan of the gate, two entries per lane
-    const float a = gc[2 * lane], b = gc[2 * lane + 1];
-    const float before = warp_inclusive_scan(a + b, lane) - (a + b);
-    gc[2 * lane] = before + a;
-    gc[2 * lane + 1] = before + a + b;
-  }
+  if (warp == 0) chunk_cumsum64(gc, lane);
   cp_async_wait<1>();  // K and Q
   __syncthreads();
   if (tid < kC) {
@@ -254,81 +212,8 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : D == 128 ? 3 : 1) fast
   if constexpr (OnlyP) return;
   __syncthreads();  // L written; Q dead
 
-  // 1. Diagonal blocks: lane j of warp b < 4 solves column j of (I + L_bb) x = e_j.
-  if (warp < 4) {
-    if (lane < 16) {
-      const int b0 = 16 * warp;
-      float x[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        float s = i == lane ? 1.f : 0.f;
-        if (i > 0) {
-          const B16* hr = Lh + (b0 + i) * LC + b0;
-          const B16* lr = Ll + (b0 + i) * LC + b0;
-#pragma unroll
-          for (int m8 = 0; m8 < 2; ++m8) {
-            if (8 * m8 >= i) continue;
-            const uint4 hv = *reinterpret_cast<const uint4*>(hr + 8 * m8);
-            const uint4 lv = *reinterpret_cast<const uint4*>(lr + 8 * m8);
-            const uint32_t hw[4] = {hv.x, hv.y, hv.z, hv.w}, lw[4] = {lv.x, lv.y, lv.z, lv.w};
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float2 a = unpack2<B16>(hw[e]), c = unpack2<B16>(lw[e]);
-              const int m = 8 * m8 + 2 * e;
-              if (m < i) s = fmaf(-(a.x + c.x), x[m], s);
-              if (m + 1 < i) s = fmaf(-(a.y + c.y), x[m + 1], s);
-            }
-          }
-        }
-        x[i] = s;
-      }
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const B16 hi = __float2bfloat16_rn(x[i]);
-        Ah[(b0 + i) * LC + b0 + lane] = hi;
-        Al[(b0 + i) * LC + b0 + lane] = __float2bfloat16_rn(x[i] - __bfloat162float(hi));
-      }
-    }
-  } else {
-    // Blocks (0, 1) and (2, 3) of A are read by step 3 as parts of lower-triangular 32 x 32 blocks.
-    const int t = tid - 128;  // 128 threads, 2 blocks x 2 tiles x 16 rows x 2 halves of 16 bytes
-    const int blk = t >> 6, tile = (t >> 5) & 1, r = (t >> 1) & 15, half = t & 1;
-    B16* base = (tile ? Al : Ah) + (32 * blk + r) * LC + 32 * blk + 16 + 8 * half;
-    *reinterpret_cast<uint4*>(base) = make_uint4(0, 0, 0, 0);
-  }
-  __syncthreads();
-
-  // 2. A_(2b+1)(2b) = -a_(2b+1) (L_(2b+1)(2b) a_(2b)), b = warp in {0, 1}; Y kept in L's block (2b, 2b+1).
-  if (warp < 2) {
-    const int d0 = 32 * warp, d1 = d0 + 16;
-    float acc[2][4] = {};
-    split_mma(acc, Lh, Ll, d1, d0, Ah, Al, d0, d0, 16, lane);
-    split_store_neg(acc, Lh, Ll, d0, d1, lane, false);
-  }
-  __syncthreads();
-  if (warp < 2) {
-    const int d0 = 32 * warp, d1 = d0 + 16;
-    float acc[2][4] = {};
-    split_mma(acc, Ah, Al, d1, d1, Lh, Ll, d0, d1, 16, lane);
-    split_store_neg(acc, Ah, Al, d1, d0, lane, true);
-  }
-  __syncthreads();
-  // 3. A_21 = -A_22 (L_21 A_11): warp (mt, nt) < 4 owns 16 x 16 tile (mt, nt); Y kept in L's rows 0..31,
-  //    columns 32..63.
-  if (warp < 4) {
-    const int mt = warp & 1, nt = warp >> 1;
-    float acc[2][4] = {};
-    split_mma(acc, Lh, Ll, 32 + 16 * mt, 0, Ah, Al, 0, 16 * nt, 32, lane);
-    split_store_neg(acc, Lh, Ll, 16 * mt, 32 + 16 * nt, lane, false);
-  }
-  __syncthreads();
-  if (warp < 4) {
-    const int mt = warp & 1, nt = warp >> 1;
-    float acc[2][4] = {};
-    split_mma(acc, Ah, Al, 32 + 16 * mt, 32, Lh, Ll, 0, 32 + 16 * nt, 32, lane);
-    split_store_neg(acc, Ah, Al, 32 + 16 * mt, 16 * nt, lane, true);
-  }
-  __syncthreads();
+  // A = (I + L)^-1 as hi/lo bf16 pairs on tensor cores (linear/common/solve.cuh).
+  invert_unit_lower64_split<LC>(Lh, Ll, Ah, Al, tid);
 
   // A (zeros above the diagonal) to device memory; Aw = A diag(beta e^gc) and Au = A diag(beta), each
   // rounded once, into L's tiles, so that w = Aw K and u = Au V read K and V exactly.

@@ -52,6 +52,12 @@ struct Problem {
   __host__ __device__ int64_t padded() const { return static_cast<int64_t>(NCt) * C; }
 };
 
+// The general path's launcher arguments (the fast path's stages take StageArgs, fast.cuh).
+struct GeneralArgs {
+  Problem p;
+  int device = 0;
+};
+
 // ---- shared by both paths ----
 // Sums the per-value-head gradients dq_h, dk_h (fp32, padded [H][P][K]) over each group of value
 // heads, applies the L2-norm backward when asked, and writes dq, dk in the input dtype.

@@ -1,5 +1,5 @@
 // Kernels of the last stage of the delta-rule backward (group sum, L2-norm backward, zeros for
-// uncovered rows); see cuda_bwd_reduce.cu.
+// uncovered rows); see reduce.cu.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -13,7 +13,7 @@
 #include "cuda/runtime.cuh"
 #include "cuda/tensor_map.h"
 #include "linear/common/segments.h"
-#include "linear/launchers.h"
+#include "generated/linear_launchers.h"
 #include "linear/planner.h"
 #include "linear/problem.h"
 #include "linear/saved_layout.h"

@@ -22,6 +22,8 @@
 #pragma once
 
 #include "cuda/runtime.cuh"
+#include "linear/common/warp_tiles.cuh"
+#include "linear/delta/fwd/chunk_sources.cuh"
 #include "linear/delta/fwd/prep.cuh"
 
 namespace ak::linear::cuda::fwd {
@@ -64,26 +66,6 @@ __device__ __forceinline__ void warp_mma_2xN(float (&acc)[2][NT][4], uint32_t a_
   }
 }
 
-// 1 / sqrt(|row|^2 + eps) of rows r0 .. r0 + 15 of a padded 64 x D tile of 16-bit elements: lanes l
-// and l + 16 each sum half of row r0 + l, and both end up holding its value.
-template <class T, int D>
-__device__ __forceinline__ float inv_row_norm16(const unsigned char* tile, int r0, int lane) {
-  const unsigned char* src = tile + (r0 + (lane & 15)) * tile_pitch(D) + (lane >> 4) * D;
-  float ss = 0.f;
-#pragma unroll
-  for (int c16 = 0; c16 < D / 16; ++c16) {
-    const uint4 v = *reinterpret_cast<const uint4*>(src + c16 * 16);
-    const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 f = unpack2<T>(wv[e]);
-      ss = fmaf(f.x, f.x, fmaf(f.y, f.y, ss));
-    }
-  }
-  ss += __shfl_xor_sync(0xffffffffu, ss, 16);
-  return rsqrtf(ss + kL2NormEps);
-}
-
 // Two blocks an SM for D = 64 (the shared memory allows it; registers are capped at 128), else one.
 template <class T, int D, int VT>
 __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_kernel(const StateParams<T> p) {
@@ -112,75 +94,36 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
 
   // ---- the state, fp32 in registers ----
   float S[2][kNT3][4];
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-    for (int nt = 0; nt < kNT3; ++nt) {
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = r3 + 16 * mi + g8 + 8 * hh, c = vt0 + c3 + 8 * nt + 2 * t4;
-        float2 v = make_float2(0.f, 0.f);
-        if (p.initial_state) v = *reinterpret_cast<const float2*>(p.initial_state + state_off + r * D + c);
-        S[mi][nt][2 * hh] = v.x;
-        S[mi][nt][2 * hh + 1] = v.y;
-      }
-    }
+  if (p.initial_state) {
+    load_acc_f32(S, p.initial_state + state_off, D, r3, vt0 + c3, lane);
+  } else {
+    zero_acc(S);
   }
   float* const chunk_states =
       p.chunk_states ? p.chunk_states + (static_cast<int64_t>(n) * p.H + h) * (p.map.NC + 1) * DD : nullptr;
   // Writes S (fp32) to dst [D, D] at this warp's tile.
-  auto store_state = [&](float* dst) {
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-      for (int nt = 0; nt < kNT3; ++nt) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int r = r3 + 16 * mi + g8 + 8 * hh, c = vt0 + c3 + 8 * nt + 2 * t4;
-          *reinterpret_cast<float2*>(dst + r * D + c) = make_float2(S[mi][nt][2 * hh], S[mi][nt][2 * hh + 1]);
-        }
-      }
-    }
-  };
+  auto store_state = [&](float* dst) { store_acc_f32(S, dst, D, r3, vt0 + c3, lane); };
   // The 16-bit copy of S that (b) reads.
   auto store_sb = [&]() {
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-      for (int nt = 0; nt < kNT3; ++nt) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int r = r3 + 16 * mi + g8 + 8 * hh, c = c3 + 8 * nt + 2 * t4;
-          st_pair(base + Lay::kSb, Lay::kPitchV, r, c, pack2<T>(S[mi][nt][2 * hh], S[mi][nt][2 * hh + 1]));
-        }
-      }
-    }
+    for_acc_pairs(S, r3, c3, lane, [&](int r, int c, const float* v) {
+      st_pair(base + Lay::kSb, Lay::kPitchV, r, c, pack2<T>(v[0], v[1]));
+    });
   };
 
   // ---- loads of chunk c ----
-  auto chunk_rows = [&](int c, int& t0, int& len) {
-    t0 = begin + 64 * c;
-    len = min(64, end - t0);
-  };
+  const ChunkSources<T, D> src{p, row, begin, end, first, h, hk, vt0};
   auto issue_k = [&](int c, int buf) {
-    int t0, len;
-    chunk_rows(c, t0, len);
-    async_tile<64, D, kStateThreads>(base + Lay::kK + buf * Lay::kTileD, len,
+    const int t0 = src.t0(c);
+    async_tile<64, D, kStateThreads>(base + Lay::kK + buf * Lay::kTileD, src.len(c),
                                      [&](int r) { return p.k.row(row, t0 + r, hk); }, tid);
-    const int64_t vec = (static_cast<int64_t>(first + c) * p.H + h) * 64;
-    if (tid < 16) {
-      cp_async16(sbase + Lay::kGate + buf * 256 + tid * 16, p.gc + vec + tid * 4, 16);
-    } else if (tid < 32 && p.l2norm) {
-      cp_async16(sbase + Lay::kRk + buf * 256 + (tid - 16) * 16, p.rk + vec + (tid - 16) * 4, 16);
-    }
+    src.load_vectors(c, sbase + Lay::kGate + buf * 256, sbase + Lay::kRk + buf * 256, tid);
   };
   auto issue_qwu = [&](int c, int buf) {
-    int t0, len;
-    chunk_rows(c, t0, len);
-    async_tile<64, D, kStateThreads>(base + Lay::kQ + buf * Lay::kTileD, len,
+    const int t0 = src.t0(c);
+    async_tile<64, D, kStateThreads>(base + Lay::kQ + buf * Lay::kTileD, src.len(c),
                                      [&](int r) { return p.q.row(row, t0 + r, hk); }, tid);
-    const T* wsrc = p.w + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D;
-    const T* usrc = p.u + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D + vt0;
+    const T* wsrc = src.w(c);
+    const T* usrc = src.u(c);
     async_tile<64, D, kStateThreads>(base + Lay::kW + buf * Lay::kTileD, 64,
                                      [&](int r) { return wsrc + static_cast<int64_t>(r) * D; }, tid);
     async_tile<64, VT, kStateThreads>(base + Lay::kU + buf * Lay::kTileV, 64,
@@ -189,65 +132,39 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
 
   store_sb();
   if (chunk_states) store_state(chunk_states);
-  if (chunks > 0) {
-    issue_k(0, 0);
-    issue_qwu(0, 0);
-  }
-  cp_async_commit();
+  issue_first_chunk(chunks, issue_k, issue_qwu);
 
   for (int c = 0; c < chunks; ++c) {
     cp_async_wait_all();
     __syncthreads();  // S1: chunk c's tiles and the 16-bit S are visible; chunk c-1 is done with everything
-    const int kb = c & 1, qb = Lay::kStages == 2 ? (c & 1) : 0;
-    if (c + 1 < chunks) {
-      issue_k(c + 1, kb ^ 1);
-      if constexpr (Lay::kStages == 2) issue_qwu(c + 1, qb ^ 1);
-    }
-    cp_async_commit();
-    int t0, len;
-    chunk_rows(c, t0, len);
-    const uint32_t qT = sbase + Lay::kQ + qb * Lay::kTileD;
-    const uint32_t wT = sbase + Lay::kW + qb * Lay::kTileD;
-    const uint32_t kT = sbase + Lay::kK + kb * Lay::kTileD;
-    const unsigned char* uS = base + Lay::kU + qb * Lay::kTileV;
-    const float* gc = reinterpret_cast<const float*>(base + Lay::kGate + kb * 256);
-    const float* rk = reinterpret_cast<const float*>(base + Lay::kRk + kb * 256);
+    issue_next_chunk<Lay::kStages>(c, chunks, issue_k, issue_qwu);
+    const int t0 = src.t0(c), len = src.len(c);
+    const ChunkTiles tl = chunk_tiles<Lay, Lay::kStages>(base, sbase, c);
+    const float* gc = tl.gc;
+    const float* rk = tl.rk;
     const float gL = gc[63];
 
     // (b) [W; Q] S for this warp's 32 rows and VT / 2 columns.
     float acc[2][kNT1][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-      for (int nt = 0; nt < kNT1; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mi][nt][e] = 0.f;
-      }
-    }
-    warp_mma_2xN<T, kNT1, false>(acc, w_rows ? wT : qT, Lay::kPitchD, m1, sbase + Lay::kSb, Lay::kPitchV, c1,
+    zero_acc(acc);
+    warp_mma_2xN<T, kNT1, false>(acc, w_rows ? tl.w : tl.q, Lay::kPitchD, m1, sbase + Lay::kSb, Lay::kPitchV, c1,
                                  D / 16, lane);
 
     // (a) P = tril(scale rq_i Q K^T rk_j exp(gc_i - gc_j)) -> shared, 16-bit. Independent of (b):
     //     placed here its products overlap the tail of (b) before (c) needs (b)'s results.
     {
       float acc[4][4];
-      causal_tiles<T, D>(acc, qT, kT, warp, lane);
-      const int rb = warp & 3, parity = warp >> 2;
-      const float rq16 = p.l2norm ? inv_row_norm16<T, D>(base + Lay::kQ + qb * Lay::kTileD, 16 * rb, lane) : 1.f;
-#pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        if (x > rb) continue;
-        const int nt = parity + 2 * x;
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int i = 16 * rb + g8 + 8 * hh, j = 8 * nt + 2 * t4;
-          const float si = p.scale * __shfl_sync(0xffffffffu, rq16, g8 + 8 * hh), gi = gc[i];
-          const float rk0 = p.l2norm ? rk[j] : 1.f, rk1 = p.l2norm ? rk[j + 1] : 1.f;
-          const float p0 = j <= i ? si * rk0 * expf(gi - gc[j]) * acc[x][2 * hh] : 0.f;
-          const float p1 = j + 1 <= i ? si * rk1 * expf(gi - gc[j + 1]) * acc[x][2 * hh + 1] : 0.f;
-          st_pair(base + Lay::kP, Lay::kPitchC, i, j, pack2<T>(p0, p1));
-        }
-      }
+      causal_tiles<T, D>(acc, tl.q, tl.k, warp, lane);
+      const unsigned char* q_tile = base + (tl.q - sbase);
+      const float rq16 = p.l2norm ? inv_row_norm16<T, D>(q_tile, 16 * (warp & 3), lane) : 1.f;
+      for_causal_pairs(acc, warp, lane, [&](int i, int j, float a0, float a1) {
+        // Lane i % 16 holds row i's 1 / |q_i| (inv_row_norm16).
+        const float si = p.scale * __shfl_sync(0xffffffffu, rq16, i & 15), gi = gc[i];
+        const float rk0 = p.l2norm ? rk[j] : 1.f, rk1 = p.l2norm ? rk[j + 1] : 1.f;
+        const float p0 = j <= i ? si * rk0 * expf(gi - gc[j]) * a0 : 0.f;
+        const float p1 = j + 1 <= i ? si * rk1 * expf(gi - gc[j + 1]) * a1 : 0.f;
+        st_pair(base + Lay::kP, Lay::kPitchC, i, j, pack2<T>(p0, p1));
+      });
     }
 
     // (c) U = u - W S (and its decayed, normalised copy Ud); Q S rows get scale rq exp(gc).
@@ -261,7 +178,7 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
 #pragma unroll
           for (int nt = 0; nt < kNT1; ++nt) {
             const int col = c1 + 8 * nt + 2 * t4;
-            const float2 uv = unpack2<T>(ld_pair(uS, Lay::kPitchV, i, col));
+            const float2 uv = unpack2<T>(ld_pair(tl.u, Lay::kPitchV, i, col));
             const float x0 = uv.x - acc[mi][nt][2 * hh], x1 = uv.y - acc[mi][nt][2 * hh + 1];
             st_pair(base + Lay::kUb, Lay::kPitchV, i, col, pack2<T>(x0, x1));
             st_pair(base + Lay::kUd, Lay::kPitchV, i, col, pack2<T>(x0 * di, x1 * di));
@@ -272,7 +189,7 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
         const float rq16 =
-            p.l2norm ? inv_row_norm16<T, D>(base + Lay::kQ + qb * Lay::kTileD, m1 + 16 * mi, lane) : 1.f;
+            p.l2norm ? inv_row_norm16<T, D>(base + (tl.q - sbase), m1 + 16 * mi, lane) : 1.f;
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const int i = m1 + 16 * mi + g8 + 8 * hh;
@@ -297,19 +214,7 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
         const int r16 = (m1 >> 4) + mi;
-#pragma unroll
-        for (int kb16 = 0; kb16 < 4; ++kb16) {
-          if (kb16 > r16) continue;
-          uint32_t a[4];
-          load_a(a, pT, Lay::kPitchC, 16 * r16, 16 * kb16, lane);
-#pragma unroll
-          for (int np = 0; np < kNT1 / 2; ++np) {
-            uint32_t b[2][2];
-            load_b2_kn(b, ubT, Lay::kPitchV, 16 * kb16, c1 + 16 * np, lane);
-            mma16816<T>(acc[mi][2 * np], a, b[0]);
-            mma16816<T>(acc[mi][2 * np + 1], a, b[1]);
-          }
-        }
+        causal_rows_times<T, kNT1>(acc[mi], pT, Lay::kPitchC, r16, ubT, Lay::kPitchV, c1, lane);
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const int i = m1 + 16 * mi + g8 + 8 * hh;
@@ -335,7 +240,7 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
           for (int e = 0; e < 4; ++e) S[mi][nt][e] *= decay;
         }
       }
-      warp_mma_2xN<T, kNT3, true>(S, kT, Lay::kPitchD, r3, sbase + Lay::kUd, Lay::kPitchV, c3, 4, lane);
+      warp_mma_2xN<T, kNT3, true>(S, tl.k, Lay::kPitchD, r3, sbase + Lay::kUd, Lay::kPitchV, c3, 4, lane);
     }
     store_sb();  // read by (b) of the next chunk, after its S1
     if (chunk_states) store_state(chunk_states + static_cast<int64_t>(c + 1) * DD);

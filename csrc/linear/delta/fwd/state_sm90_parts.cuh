@@ -7,10 +7,11 @@
 #include "arch/wgmma.cuh"
 #include "cuda/runtime.cuh"
 #include "linear/common/tiles.cuh"
+#include "linear/delta/fwd/chunk_sources.cuh"
 #include "linear/delta/fwd/layouts.h"
 #include "linear/delta/fwd/params.h"
 #include "linear/delta/fwd/segments.cuh"
-#include "linear/launchers.h"
+#include "generated/linear_launchers.h"
 
 namespace ak::linear::cuda::fwd {
 
@@ -54,6 +55,74 @@ __device__ __forceinline__ void async_rows_sw128(uint32_t dst, int valid, const 
 __device__ __forceinline__ uint32_t frag_x4_addr(uint32_t tile, int rows, int row0, int cb, int lane) {
   const int m = lane >> 3;
   return tile + sw128_offset(rows, row0 + 8 * (m & 1) + (lane & 7), 8 * (cb + (m >> 1)));
+}
+
+// ---- the state in registers ----
+// A warpgroup holds kMS m64 tiles of S: tile ms covers state rows row0 + 64 ms .. + 63 and the
+// block's V columns vt0 .. vt0 + 2 kNA - 1. Element i of a tile sits at row 16 warp + g8 +
+// 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 t4 + (i & 1) (g8 = lane / 4, t4 = lane % 4).
+
+struct StateCoords {
+  int D, row0, vt0, warp, g8, t4;
+  __device__ __forceinline__ int row(int ms, int i) const { return row0 + 64 * ms + 16 * warp + g8 + 8 * ((i >> 1) & 1); }
+  __device__ __forceinline__ int col(int i) const { return vt0 + 8 * (i >> 2) + 2 * t4; }
+};
+
+// The job's start state: its given state, the identity (a transition run) or zeros.
+template <int kMS, int kNA>
+__device__ __forceinline__ void load_start_state(float (&S)[kMS][kNA], const StateJob& job, const StateCoords& at) {
+#pragma unroll
+  for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+    for (int i = 0; i < kNA; i += 2) {
+      const int r = at.row(ms, i), c = at.col(i);
+      float2 v = make_float2(0.f, 0.f);
+      if (job.init) {
+        v = *reinterpret_cast<const float2*>(job.init + r * at.D + c);
+      } else if (job.identity) {
+        v.x = r == c ? 1.f : 0.f;
+        v.y = r == c + 1 ? 1.f : 0.f;
+      }
+      S[ms][i] = v.x;
+      S[ms][i + 1] = v.y;
+    }
+  }
+}
+
+// S in fp32 to a [D, D] state in device memory.
+template <int kMS, int kNA>
+__device__ __forceinline__ void store_state(const float (&S)[kMS][kNA], float* dst, const StateCoords& at) {
+#pragma unroll
+  for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+    for (int i = 0; i < kNA; i += 2) {
+      *reinterpret_cast<float2*>(dst + at.row(ms, i) * at.D + at.col(i)) = make_float2(S[ms][i], S[ms][i + 1]);
+    }
+  }
+}
+
+// S in 16 bits to Sb, a [D, 2 kNA] tile of 128-byte swizzled panels (the N-major operand of W S and
+// Q S), four accumulator pairs a stmatrix.
+template <class T, int kMS, int kNA>
+__device__ __forceinline__ void store_state16(const float (&S)[kMS][kNA], uint32_t sb, const StateCoords& at,
+                                              int lane) {
+#pragma unroll
+  for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+    for (int cb = 0; cb < kNA / 4; cb += 2) {
+      const float* a = &S[ms][4 * cb];
+      stmatrix_x4(frag_x4_addr(sb, at.D, at.row0 + 64 * ms + 16 * at.warp, cb, lane), pack2<T>(a[0], a[1]),
+                  pack2<T>(a[2], a[3]), pack2<T>(a[4], a[5]), pack2<T>(a[6], a[7]));
+    }
+  }
+}
+
+// The job's chunk_states ([B, H, NC + 1, D, D]) for sequence n and head h, or null.
+template <class T>
+__device__ __forceinline__ float* chunk_states_of(const StateParams<T>& p, const StateJob& job, int n, int h, int D) {
+  const int64_t DD = static_cast<int64_t>(D) * D;
+  return p.chunk_states && job.chunk_states ? p.chunk_states + (static_cast<int64_t>(n) * p.H + h) * (p.map.NC + 1) * DD
+                                            : nullptr;
 }
 
 // ---- the output side, shared by the two-role and split kernels ----
@@ -134,6 +203,26 @@ __device__ __forceinline__ void scale_qs(float (&qs)[kNA], const float (&rq)[2],
       qs[i + 1] *= si;
     }
   }
+}
+
+// ---- host side of both launches ----
+
+// Launches a Hopper state kernel: a block of `threads` per job (a sequence, or a segment of one in the
+// segment passes) and V tile, by value head, with kSmem bytes of shared memory; the kernel takes the
+// parameters, then `rest`, then the maps of the saved states (empty ones when nothing is saved: the
+// kernels read them only when p.save_chunks > 0).
+template <int D, int VT, int kSmem, class T, class Kernel, class... Rest>
+void launch_state_kernel(Kernel kernel, const char* name, int threads, const StateArgs<T>& a, cudaStream_t stream,
+                         Rest... rest) {
+  const StateParams<T>& p = a.p;
+  if (p.N == 0 || p.H == 0) return;
+  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  static const SaveMaps none{};
+  const SaveMaps& save = a.save != nullptr ? *a.save : none;
+  const int jobs = p.seg_pass == 0 ? p.N : p.N * (p.seg_pass == 1 ? 2 : 1) * (p.seg_count - 1);
+  const dim3 grid(static_cast<unsigned>(jobs * (D / VT)), static_cast<unsigned>(p.H));
+  kernel<<<grid, threads, kSmem, stream>>>(p, rest..., save.hs, save.vs);
+  ::ak::cuda::check_launch(name);
 }
 
 }  // namespace ak::linear::cuda::fwd

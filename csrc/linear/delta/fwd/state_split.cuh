@@ -46,18 +46,17 @@ template <class T, int D, int VT, int kOut>
 __global__ void __launch_bounds__(128 * (1 + kOut), 1)
     chunk_state_split_kernel(const StateParams<T> p, const __grid_constant__ CUtensorMap tm_q,
                              const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_w,
-                             const __grid_constant__ CUtensorMap tm_u, const __grid_constant__ CUtensorMap tm_hs,
-                             const __grid_constant__ CUtensorMap tm_vs, const bool tma) {
+                             const __grid_constant__ CUtensorMap tm_u, const bool tma,
+                             const __grid_constant__ CUtensorMap tm_hs, const __grid_constant__ CUtensorMap tm_vs) {
 #if AK_ARCH_SM90A
   constexpr int kSlots = kOut + 1;
   using Lay = Sm90SplitLayout<D, VT, kSlots>;
   using Bar = SplitBarriers<kSlots>;
   constexpr int kMS = D / 64;  // m64 tiles of S rows (all on the chain warpgroup)
   constexpr int kNA = VT / 2;
-  extern __shared__ __align__(16) unsigned char state_split_smem[];
-  const uint32_t raw = smem_addr(state_split_smem);
-  const uint32_t sbase = (raw + 1023u) & ~1023u;
-  unsigned char* const base = state_split_smem + (sbase - raw);
+  const SwizzledSmem dyn = swizzled_smem();
+  const uint32_t sbase = dyn.addr;
+  unsigned char* const base = dyn.ptr;
 
   const int vtiles = D / VT;
   const int n = blockIdx.x / vtiles, vt0 = (blockIdx.x - n * vtiles) * VT;
@@ -66,6 +65,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
   const int g8 = lane >> 2, t4 = lane & 3;
   const StateJob job = state_job(p, n, h, D);
   const int row = job.row, begin = job.begin, end = job.end, first = job.first;
+  const ChunkSources<T, D> src{p, row, begin, end, first, h, hk, vt0};
   const int chunks = (end - begin + 63) / 64;
   const int64_t DD = static_cast<int64_t>(D) * D;
   const bool duo = job.output;  // the output warpgroup takes part
@@ -85,10 +85,10 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
   auto load_parity = [&](int c) { return static_cast<uint32_t>((c / kSlots) & 1); };
   constexpr int kAnnounce = 1, kKWG = 2, kQ = 4, kU = 8;  // parts of a chunk's copies
   auto tma_issue = [&](int c, int parts) {
-    const int slot = c % kSlots, t0 = begin + 64 * c;
+    const int slot = c % kSlots, t0 = src.t0(c);
     const bool q = duo && (parts & kQ), u = !job.zero_u && (parts & kU);
     const uint32_t bar = load_bar(slot);
-    const int wrow = static_cast<int>((static_cast<int64_t>(first + c) * p.H + h) * 64);
+    const int wrow = static_cast<int>(src.prep_row(c));
     if (parts & kAnnounce) {
       const uint32_t bytes = 2 * Lay::kTileD + 256 + (p.l2norm ? 256 : 0) + (duo ? Lay::kTileD : 0) +
                              (job.zero_u || Lay::kUSlots == 1 ? 0 : Lay::kTileV);
@@ -99,9 +99,8 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
         tma_load_4d(sbase + Lay::kK + slot * Lay::kTileD + pn * 8192, &tm_k, bar, 64 * pn, t0, hk, row);
         tma_load_4d(sbase + Lay::kW + (c & 1) * Lay::kTileD + pn * 8192, &tm_w, bar, 64 * pn, wrow, 0, 0);
       }
-      const int64_t vec = (static_cast<int64_t>(first + c) * p.H + h) * 64;
-      bulk_load(sbase + Lay::kGate + slot * 256, p.gc + vec, 256, bar);
-      if (p.l2norm) bulk_load(sbase + Lay::kRk + slot * 256, p.rk + vec, 256, bar);
+      bulk_load(sbase + Lay::kGate + slot * 256, p.gc + src.prep_row(c), 256, bar);
+      if (p.l2norm) bulk_load(sbase + Lay::kRk + slot * 256, p.rk + src.prep_row(c), 256, bar);
     }
     if (q) {
       for (int pn = 0; pn < D / 64; ++pn) {
@@ -126,82 +125,25 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
   }
   __syncthreads();
 
-  auto acc_row = [&](int i) { return 16 * warp + g8 + 8 * ((i >> 1) & 1); };
-  auto acc_col = [&](int i) { return 8 * (i >> 2) + 2 * t4; };
-  auto chunk_rows = [&](int c, int& t0, int& len) {
-    t0 = begin + 64 * c;
-    len = min(64, end - t0);
-  };
 
   if (wg == 0) {
     // ---------------- the chain ----------------
+    const StateCoords at{D, 0, vt0, warp, g8, t4};
     float S[kMS][kNA];
-#pragma unroll
-    for (int ms = 0; ms < kMS; ++ms) {
-#pragma unroll
-      for (int i = 0; i < kNA; i += 2) {
-        const int r = 64 * ms + acc_row(i), col = vt0 + acc_col(i);
-        float2 v = make_float2(0.f, 0.f);
-        if (job.init) {
-          v = *reinterpret_cast<const float2*>(job.init + r * D + col);
-        } else if (job.identity) {
-          v.x = r == col ? 1.f : 0.f;
-          v.y = r == col + 1 ? 1.f : 0.f;
-        }
-        S[ms][i] = v.x;
-        S[ms][i + 1] = v.y;
-      }
-    }
-    float* const chunk_states = p.chunk_states && job.chunk_states
-                                    ? p.chunk_states + (static_cast<int64_t>(n) * p.H + h) * (p.map.NC + 1) * DD
-                                    : nullptr;
-    auto store_state = [&](float* dst) {
-#pragma unroll
-      for (int ms = 0; ms < kMS; ++ms) {
-#pragma unroll
-        for (int i = 0; i < kNA; i += 2) {
-          *reinterpret_cast<float2*>(dst + (64 * ms + acc_row(i)) * D + vt0 + acc_col(i)) =
-              make_float2(S[ms][i], S[ms][i + 1]);
-        }
-      }
-    };
-    // Sb <- S in 16 bits, four accumulator pairs (two 8-column blocks of 16 rows) per stmatrix.
-    auto store_sb = [&](int slot) {
-      const uint32_t sb = sbase + Lay::kSb + slot * Lay::kTileS;
-#pragma unroll
-      for (int ms = 0; ms < kMS; ++ms) {
-#pragma unroll
-        for (int cb = 0; cb < VT / 8; cb += 2) {
-          const float* a = &S[ms][4 * cb];
-          stmatrix_x4(frag_x4_addr(sb, D, 64 * ms + 16 * warp, cb, lane), pack2<T>(a[0], a[1]), pack2<T>(a[2], a[3]),
-                  pack2<T>(a[4], a[5]), pack2<T>(a[6], a[7]));
-        }
-      }
-    };
+    load_start_state(S, job, at);
+    float* const chunk_states = chunk_states_of(p, job, n, h, D);
+    auto store_sb = [&](int slot) { store_state16<T>(S, sbase + Lay::kSb + slot * Lay::kTileS, at, lane); };
     // cp.async path (varlen calls: a chunk's rows past its sequence must load as zeros), 128 threads.
     auto issue_chunk_async = [&](int c, int slot) {  // k, w, gc, rk of chunk c (128 threads)
-      int t0, len;
-      chunk_rows(c, t0, len);
-      async_rows_sw128<D, 128>(sbase + Lay::kK + slot * Lay::kTileD, len, p.k.row(row, t0, hk), p.k.st, wtid);
-      async_rows_sw128<D, 128>(sbase + Lay::kW + (c & 1) * Lay::kTileD, 64,
-                               p.w + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D, D, wtid);
-      const int64_t vec = (static_cast<int64_t>(first + c) * p.H + h) * 64;
-      if (wtid < 16) {
-        cp_async16(sbase + Lay::kGate + slot * 256 + wtid * 16, p.gc + vec + wtid * 4, 16);
-      } else if (wtid < 32 && p.l2norm) {
-        cp_async16(sbase + Lay::kRk + slot * 256 + (wtid - 16) * 16, p.rk + vec + (wtid - 16) * 4, 16);
-      }
+      async_rows_sw128<D, 128>(sbase + Lay::kK + slot * Lay::kTileD, src.len(c), src.k(c), p.k.st, wtid);
+      async_rows_sw128<D, 128>(sbase + Lay::kW + (c & 1) * Lay::kTileD, 64, src.w(c), D, wtid);
+      src.load_vectors(c, sbase + Lay::kGate + slot * 256, sbase + Lay::kRk + slot * 256, wtid);
     };
     auto issue_u_async = [&](int c, int slot) {
-      if (job.zero_u) return;
-      async_rows_sw128<VT, 128>(sbase + Lay::kU + slot * Lay::kTileV, 64,
-                                p.u + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D + vt0, D, wtid);
+      if (!job.zero_u) async_rows_sw128<VT, 128>(sbase + Lay::kU + slot * Lay::kTileV, 64, src.u(c), D, wtid);
     };
     auto issue_q_async = [&](int c, int slot) {
-      if (!duo) return;
-      int t0, len;
-      chunk_rows(c, t0, len);
-      async_rows_sw128<D, 128>(sbase + Lay::kQ + slot * Lay::kTileD, len, p.q.row(row, t0, hk), p.q.st, wtid);
+      if (duo) async_rows_sw128<D, 128>(sbase + Lay::kQ + slot * Lay::kTileD, src.len(c), src.q(c), p.q.st, wtid);
     };
 
     // The loads of chunk c + 1 are issued in the two windows where this warpgroup waits for its own
@@ -235,7 +177,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       for (int i = wtid; i < kSlots * 64; i += 128) reinterpret_cast<float*>(base + Lay::kRk)[i] = 1.f;
     }
     store_sb(0);
-    if (chunk_states) store_state(chunk_states);
+    if (chunk_states) store_state(S, chunk_states, at);
     if (chunks > 0) {
       if (tma) {
         if (wtid == 0) tma_issue(0, kAnnounce | kKWG | kQ | kU);
@@ -353,9 +295,9 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
         if (tma && duo && c + 1 >= kSlots) named_sync(Bar::empty(s1), 256);
         store_sb(s1);
       }
-      if (chunk_states) store_state(chunk_states + static_cast<int64_t>(c + 1) * DD);
+      if (chunk_states) store_state(S, chunk_states + static_cast<int64_t>(c + 1) * DD, at);
     }
-    if (job.fin) store_state(job.fin);
+    if (job.fin) store_state(S, job.fin, at);
   } else if (duo) {
     const int ow = wg - 1;  // this output warpgroup takes chunks ow, ow + kOut, ...
     // ---------------- the output ----------------
@@ -363,8 +305,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
     // scaling, 5 UB wait, 6 P U issue and wait + O to shared memory, 7 output stores.
     for (int c = ow; c < chunks; c += kOut) {
       const int s = c % kSlots;
-      int t0, len;
-      chunk_rows(c, t0, len);
+      const int t0 = src.t0(c), len = src.len(c);
       named_sync(Bar::full(s), 256);  // FULL[s]
       if (tma) {
         mbar_wait(load_bar(s), load_parity(c));  // q (done; makes it visible here)
@@ -449,19 +390,11 @@ namespace ak::linear::cuda {
 template <class T, int D, int VT>
 void FwdStateSplit<T, D, VT>::launch(const Args& a, cudaStream_t stream) {
   constexpr int kOut = VT == 64 ? 2 : 1;
-  const fwd::StateParams<T>& p = a.p;
-  if (p.N == 0 || p.H == 0) return;
-  constexpr int kSmem = fwd::Sm90SplitLayout<D, VT, kOut + 1>::kAlloc;
-  auto kernel = fwd::chunk_state_split_kernel<T, D, VT, kOut>;
-  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  const int jobs = p.seg_pass == 0 ? p.N : p.N * (p.seg_pass == 1 ? 2 : 1) * (p.seg_count - 1);
-  const dim3 grid(static_cast<unsigned>(jobs * (D / VT)), static_cast<unsigned>(p.H));
-  static const fwd::SplitMaps none{};     // the cp.async path never reads them
-  static const fwd::SaveMaps no_save{};  // read only when p.save_chunks > 0
+  static const fwd::SplitMaps none{};  // the cp.async path never reads them
   const fwd::SplitMaps& m = a.maps != nullptr ? *a.maps : none;
-  const fwd::SaveMaps& sv = a.save != nullptr ? *a.save : no_save;
-  kernel<<<grid, 128 * (1 + kOut), kSmem, stream>>>(p, m.q, m.k, m.w, m.u, sv.hs, sv.vs, a.maps != nullptr);
-  ak::cuda::check_launch("chunk_state_split_kernel");
+  fwd::launch_state_kernel<D, VT, fwd::Sm90SplitLayout<D, VT, kOut + 1>::kAlloc>(
+      fwd::chunk_state_split_kernel<T, D, VT, kOut>, "chunk_state_split_kernel", 128 * (1 + kOut), a, stream, m.q,
+      m.k, m.w, m.u, a.maps != nullptr);
 }
 
 }  // namespace ak::linear::cuda

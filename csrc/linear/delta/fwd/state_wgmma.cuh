@@ -32,10 +32,9 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1)
   using Lay = Sm90StateLayout<D, VT>;
   constexpr int kMS = D / 128;  // m64 tiles of S rows per warpgroup
   constexpr int kNA = VT / 2;   // accumulator floats per thread of a 64 x VT tile
-  extern __shared__ __align__(16) unsigned char state_sm90_smem[];
-  const uint32_t raw = smem_addr(state_sm90_smem);
-  const uint32_t sbase = (raw + 1023u) & ~1023u;
-  unsigned char* const base = state_sm90_smem + (sbase - raw);
+  const SwizzledSmem dyn = swizzled_smem();
+  const uint32_t sbase = dyn.addr;
+  unsigned char* const base = dyn.ptr;
 
   const int vtiles = D / VT;
   const int n = blockIdx.x / vtiles, vt0 = (blockIdx.x - n * vtiles) * VT;
@@ -59,82 +58,23 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1)
       store_panels<VT>(&tm_vs, sbase + Lay::kUb, 64, vt0, gch * 64);
     }
   };
-  // Accumulator element i of a 64 x N tile: row 16 warp + g8 + 8 ((i >> 1) & 1), column
-  // 8 (i >> 2) + 2 t4 + (i & 1). This warpgroup's S rows: 64 (wg kMS + ms) + that row.
-  auto acc_row = [&](int i) { return 16 * warp + g8 + 8 * ((i >> 1) & 1); };
-  auto acc_col = [&](int i) { return 8 * (i >> 2) + 2 * t4; };
-  auto s_row = [&](int ms, int i) { return 64 * (wg * kMS + ms) + acc_row(i); };
-
+  // This warpgroup's S rows: 64 wg kMS ...
+  const StateCoords at{D, 64 * wg * kMS, vt0, warp, g8, t4};
   float S[kMS][kNA];
-#pragma unroll
-  for (int ms = 0; ms < kMS; ++ms) {
-#pragma unroll
-    for (int i = 0; i < kNA; i += 2) {
-      float2 v = make_float2(0.f, 0.f);
-      if (job.init) {
-        v = *reinterpret_cast<const float2*>(job.init + s_row(ms, i) * D + vt0 + acc_col(i));
-      } else if (job.identity) {
-        v.x = s_row(ms, i) == vt0 + acc_col(i) ? 1.f : 0.f;
-        v.y = s_row(ms, i) == vt0 + acc_col(i) + 1 ? 1.f : 0.f;
-      }
-      S[ms][i] = v.x;
-      S[ms][i + 1] = v.y;
-    }
-  }
-  float* const chunk_states = p.chunk_states && job.chunk_states
-                                  ? p.chunk_states + (static_cast<int64_t>(n) * p.H + h) * (p.map.NC + 1) * DD
-                                  : nullptr;
-  auto store_state = [&](float* dst) {
-#pragma unroll
-    for (int ms = 0; ms < kMS; ++ms) {
-#pragma unroll
-      for (int i = 0; i < kNA; i += 2) {
-        *reinterpret_cast<float2*>(dst + s_row(ms, i) * D + vt0 + acc_col(i)) = make_float2(S[ms][i], S[ms][i + 1]);
-      }
-    }
-  };
-  // Sb [D, VT]: row d, column v (N-major operand of (b)).
-  auto store_sb = [&]() {
-#pragma unroll
-    for (int ms = 0; ms < kMS; ++ms) {
-#pragma unroll
-      for (int cb = 0; cb < VT / 8; cb += 2) {
-        const float* a = &S[ms][4 * cb];
-        stmatrix_x4(frag_x4_addr(sbase + Lay::kSb, D, 64 * (wg * kMS + ms) + 16 * warp, cb, lane), pack2<T>(a[0], a[1]),
-                pack2<T>(a[2], a[3]), pack2<T>(a[4], a[5]), pack2<T>(a[6], a[7]));
-      }
-    }
-  };
+  load_start_state(S, job, at);
+  float* const chunk_states = chunk_states_of(p, job, n, h, D);
+  auto store_sb = [&]() { store_state16<T>(S, sbase + Lay::kSb, at, lane); };
 
   // ---- loads of chunk c ----
-  auto chunk_rows = [&](int c, int& t0, int& len) {
-    t0 = begin + 64 * c;
-    len = min(64, end - t0);
-  };
+  const ChunkSources<T, D> src{p, row, begin, end, first, h, hk, vt0};
   auto issue_k = [&](int c, int buf) {
-    int t0, len;
-    chunk_rows(c, t0, len);
-    async_rows_sw128<D>(sbase + Lay::kK + buf * Lay::kTileD, len, p.k.row(row, t0, hk), p.k.st, tid);
-    const int64_t vec = (static_cast<int64_t>(first + c) * p.H + h) * 64;
-    if (tid < 16) {
-      cp_async16(sbase + Lay::kGate + buf * 256 + tid * 16, p.gc + vec + tid * 4, 16);
-    } else if (tid < 32 && p.l2norm) {
-      cp_async16(sbase + Lay::kRk + buf * 256 + (tid - 16) * 16, p.rk + vec + (tid - 16) * 4, 16);
-    }
+    async_rows_sw128<D>(sbase + Lay::kK + buf * Lay::kTileD, src.len(c), src.k(c), p.k.st, tid);
+    src.load_vectors(c, sbase + Lay::kGate + buf * 256, sbase + Lay::kRk + buf * 256, tid);
   };
-  auto src_q = [&](int c, int r) {
-    int t0, len;
-    chunk_rows(c, t0, len);
-    return p.q.row(row, t0 + r, hk);
-  };
-  auto src_w = [&](int c) { return p.w + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D; };
-  auto src_u = [&](int c) { return p.u + (static_cast<int64_t>(first + c) * p.H + h) * 64 * D + vt0; };
   auto issue_qwu = [&](int c, int buf) {
-    int t0, len;
-    chunk_rows(c, t0, len);
-    async_rows_sw128<D>(sbase + Lay::kQ + buf * Lay::kTileD, len, src_q(c, 0), p.q.st, tid);
-    async_rows_sw128<D>(sbase + Lay::kW + buf * Lay::kTileD, 64, src_w(c), D, tid);
-    if (!job.zero_u) async_rows_sw128<VT>(sbase + Lay::kU + buf * Lay::kTileV, 64, src_u(c), D, tid);
+    async_rows_sw128<D>(sbase + Lay::kQ + buf * Lay::kTileD, src.len(c), src.q(c), p.q.st, tid);
+    async_rows_sw128<D>(sbase + Lay::kW + buf * Lay::kTileD, 64, src.w(c), D, tid);
+    if (!job.zero_u) async_rows_sw128<VT>(sbase + Lay::kU + buf * Lay::kTileV, 64, src.u(c), D, tid);
   };
   // Single-buffered q, w, u (kSQ == 1): warpgroup `wg` reloads one of them for chunk c + 1 once all
   // of its threads are past their reads (named barrier 1 + wg over its 128 threads).
@@ -144,14 +84,12 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1)
       named_sync(1 + wg, 128);
       const int wtid = tid & 127;
       if (which == 0) {
-        async_rows_sw128<D, 128>(sbase + Lay::kW, 64, src_w(c + 1), D, wtid);
+        async_rows_sw128<D, 128>(sbase + Lay::kW, 64, src.w(c + 1), D, wtid);
       } else if (which == 1) {
         if (job.zero_u) return;
-        async_rows_sw128<VT, 128>(sbase + Lay::kU, 64, src_u(c + 1), D, wtid);
+        async_rows_sw128<VT, 128>(sbase + Lay::kU, 64, src.u(c + 1), D, wtid);
       } else {
-        int t0, len;
-        chunk_rows(c + 1, t0, len);
-        async_rows_sw128<D, 128>(sbase + Lay::kQ, len, src_q(c + 1, 0), p.q.st, wtid);
+        async_rows_sw128<D, 128>(sbase + Lay::kQ, src.len(c + 1), src.q(c + 1), p.q.st, wtid);
       }
     }
   };
@@ -160,12 +98,8 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1)
   // branch (the loads never write them); published by the first barrier.
   if (!p.l2norm && tid < 128) reinterpret_cast<float*>(base + Lay::kRk)[tid] = 1.f;
   store_sb();
-  if (chunk_states) store_state(chunk_states);
-  if (chunks > 0) {
-    issue_k(0, 0);
-    issue_qwu(0, 0);
-  }
-  cp_async_commit();
+  if (chunk_states) store_state(S, chunk_states, at);
+  issue_first_chunk(chunks, issue_k, issue_qwu);
 
   const uint64_t desc_sb = make_desc_sw128(sbase + Lay::kSb, D * 128, 1024);
   const uint64_t desc_ub = make_desc_sw128(sbase + Lay::kUb, 64 * 128, 1024);
@@ -177,20 +111,11 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1)
     if (save) bulk_wait_read_all();  // chunk c - 1's Ub, overwritten after S1
     __syncthreads();  // S1: chunk c's tiles and Sb are visible to every wgmma; chunk c - 1 is done
     if (save) save_chunk(c, true);
-    const int kb = c & 1, qb = Lay::kSQ == 2 ? (c & 1) : 0;
-    if (c + 1 < chunks) {
-      issue_k(c + 1, kb ^ 1);
-      if constexpr (Lay::kSQ == 2) issue_qwu(c + 1, qb ^ 1);
-    }
-    cp_async_commit();
-    int t0, len;
-    chunk_rows(c, t0, len);
-    const uint32_t sQ = sbase + Lay::kQ + qb * Lay::kTileD;
-    const uint32_t sW = sbase + Lay::kW + qb * Lay::kTileD;
-    const uint32_t sK = sbase + Lay::kK + kb * Lay::kTileD;
-    const unsigned char* uS = base + Lay::kU + qb * Lay::kTileV;
-    const float* gc = reinterpret_cast<const float*>(base + Lay::kGate + kb * 256);
-    const float* rk = reinterpret_cast<const float*>(base + Lay::kRk + kb * 256);
+    issue_next_chunk<Lay::kSQ>(c, chunks, issue_k, issue_qwu);
+    const int t0 = src.t0(c), len = src.len(c);
+    const ChunkTiles tl = chunk_tiles<Lay, Lay::kSQ>(base, sbase, c);
+    const float* gc = tl.gc;
+    const float* rk = tl.rk;
     const float gL = gc[63];
 
     float acc[kNA];       // warpgroup 0: W S; warpgroup 1: Q S, then O
@@ -198,7 +123,7 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1)
     if (wg == 0) {
       // (b) WS = W Sb.
       wgmma_fence();
-      const uint64_t dw = make_desc_sw128(sW, 16, 1024);
+      const uint64_t dw = make_desc_sw128(tl.w, 16, 1024);
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         Wgmma<VT, T>::template ss<0, 1>(acc, dw + kmajor_step(64, kk), desc_sb + mnmajor_step(kk), kk > 0);
@@ -219,7 +144,9 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1)
         uint32_t uf[VT / 16][4] = {};
         if (!job.zero_u) {
 #pragma unroll
-          for (int x = 0; x < VT / 16; ++x) ldsm_x4(uf[x], frag_x4_addr(smem_addr(uS), 64, 16 * warp, 2 * x, lane));
+          for (int x = 0; x < VT / 16; ++x) {
+            ldsm_x4(uf[x], frag_x4_addr(smem_addr(tl.u), 64, 16 * warp, 2 * x, lane));
+          }
         }
 #pragma unroll
         for (int x = 0; x < VT / 16; ++x) {
@@ -241,9 +168,9 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1)
     } else {
       // (a) P = Q K^T, then (b) QS = Q Sb, as two groups so P's scaling overlaps QS.
       float pacc[32];
-      issue_p_and_qs<T, D, VT>(pacc, acc, sQ, sK, desc_sb);
+      issue_p_and_qs<T, D, VT>(pacc, acc, tl.q, tl.k, desc_sb);
       float rq[2];
-      q_row_factors<T, D>(rq, base + (sQ - sbase), p.l2norm, p.scale, warp, g8, t4);
+      q_row_factors<T, D>(rq, base + (tl.q - sbase), p.l2norm, p.scale, warp, g8, t4);
       wgmma_wait<1>();
       fence_regs(pacc);
       scale_p<T>(pf, pacc, gc, rk, rq, warp, g8, t4);
@@ -273,7 +200,7 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int ms = 0; ms < kMS; ++ms) {
-        const uint64_t dkt = make_desc_sw128(sK + (wg * kMS + ms) * 64 * 128, 64 * 128, 1024);
+        const uint64_t dkt = make_desc_sw128(tl.k + (wg * kMS + ms) * 64 * 128, 64 * 128, 1024);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           Wgmma<VT, T>::template ss<1, 1>(S[ms], dkt + mnmajor_step(kk), desc_ud + mnmajor_step(kk), 1);
@@ -313,9 +240,9 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1)
       }
     }
     store_sb();  // read by (b) of the next chunk, after its S1 (this chunk's (b) finished before S2)
-    if (chunk_states) store_state(chunk_states + static_cast<int64_t>(c + 1) * DD);
+    if (chunk_states) store_state(S, chunk_states + static_cast<int64_t>(c + 1) * DD, at);
   }
-  if (job.fin) store_state(job.fin);
+  if (job.fin) store_state(S, job.fin, at);
   if (save) bulk_wait_all();
 #else
   (void)p;
@@ -328,18 +255,10 @@ namespace ak::linear::cuda {
 
 template <class T, int D, int VT>
 void FwdStateWgmma<T, D, VT>::launch(const Args& a, cudaStream_t stream) {
-  const fwd::StateParams<T>& p = a.p;
-  if (p.N == 0 || p.H == 0) return;
-  constexpr int kSmem = fwd::Sm90StateLayout<D, VT>::kAlloc;
-  auto kernel = p.save_chunks > 0 ? fwd::chunk_state_sm90_kernel<T, D, VT, true>
-                                  : fwd::chunk_state_sm90_kernel<T, D, VT, false>;
-  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  const int jobs = p.seg_pass == 0 ? p.N : p.N * (p.seg_pass == 1 ? 2 : 1) * (p.seg_count - 1);
-  const dim3 grid(static_cast<unsigned>(jobs * (D / VT)), static_cast<unsigned>(p.H));
-  static const fwd::SaveMaps no_save{};  // read only when p.save_chunks > 0
-  const fwd::SaveMaps& sv = a.save != nullptr ? *a.save : no_save;
-  kernel<<<grid, fwd::kSm90StateThreads, kSmem, stream>>>(p, sv.hs, sv.vs);
-  ak::cuda::check_launch("chunk_state_sm90_kernel");
+  auto kernel = a.p.save_chunks > 0 ? fwd::chunk_state_sm90_kernel<T, D, VT, true>
+                                    : fwd::chunk_state_sm90_kernel<T, D, VT, false>;
+  fwd::launch_state_kernel<D, VT, fwd::Sm90StateLayout<D, VT>::kAlloc>(kernel, "chunk_state_sm90_kernel",
+                                                                       fwd::kSm90StateThreads, a, stream);
 }
 
 }  // namespace ak::linear::cuda
