@@ -236,9 +236,12 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant_
   const int j0 = n_tile * BN;
   if (j0 >= s.kv_len) return;  // whole block: a shorter varlen sequence
 
-  const SwizzledSmem dyn = swizzled_smem();
-  const uint32_t sbase = dyn.addr;
-  unsigned char* smem = dyn.ptr;
+  // The base rounded up to the swizzle pattern, computed in the kernel rather than by swizzled_smem()
+  // (bench/NOTES_architecture.md says why).
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t sbase = (raw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (sbase - raw);
   const QueryRing<2> ring{sbase + Sh::OFF_BAR};
   const QueryTiles qt(p, s, j0, BN, BM);
   const int n_iter = qt.n;
