@@ -46,7 +46,7 @@ export function dtypeCode(dtype: DType): number {
 
 /** Bytes per element. */
 export function dtypeSize(dtype: DType): number {
-  return sizes[dtype];
+  return sizes[parseDType(dtype, "dtypeSize")];
 }
 
 /** True for float16, bfloat16, float32 and float64. */
@@ -57,7 +57,12 @@ export function isFloating(dtype: DType): boolean {
 /** Checks that a value names a dtype; throws an AttnkitError naming `arg` otherwise. */
 export function parseDType(value: unknown, op: string, arg = "dtype"): DType {
   if (typeof value === "string" && value in codes) return value as DType;
-  throw invalidArgument(op, `${arg}: expected one of ${DTYPES.join(", ")}, got ${JSON.stringify(value)}`);
+  throw invalidArgument(
+    op,
+    `${arg}: expected one of ${DTYPES.join(", ")}, got ${
+      typeof value === "string" ? JSON.stringify(value) : String(value)
+    }`,
+  );
 }
 
 /** The typed array `Tensor.toArray()` returns for each dtype (16-bit floats widen to float32). */

@@ -5,6 +5,7 @@
  */
 import { contiguousStrides, encodeDescriptor, MAX_RANK } from "../ffi/descriptor.ts";
 import { AttnkitError, invalidArgument } from "../ffi/errors.ts";
+import { checkArgument, checkOptions, describeValue, type OptionSpec } from "./args.ts";
 import { native, unwrap } from "../ffi/library.ts";
 import { type Device, type DeviceId, parseDevice } from "./device.ts";
 import {
@@ -44,6 +45,35 @@ export interface RandomOptions extends TensorOptions {
   /** First counter value (default 0 with an explicit seed). */
   offset?: number | bigint;
 }
+
+const DEVICE_KIND = (
+  v: unknown,
+) => (typeof v === "string" ? undefined : 'a device ("cpu", "cuda", "cuda:N")');
+const TENSOR_OPTIONS: OptionSpec = { dtype: "string", device: DEVICE_KIND };
+const SEED_KIND = (v: unknown) =>
+  (typeof v === "bigint" || (Number.isSafeInteger(v) && (v as number) >= 0))
+    ? undefined
+    : "a non-negative integer";
+const RANDN_OPTIONS: OptionSpec = {
+  ...TENSOR_OPTIONS,
+  seed: SEED_KIND,
+  offset: SEED_KIND,
+  mean: "number",
+  std: "number",
+};
+const RAND_OPTIONS: OptionSpec = {
+  ...TENSOR_OPTIONS,
+  seed: SEED_KIND,
+  offset: SEED_KIND,
+  low: "number",
+  high: "number",
+};
+const FROM_OPTIONS: OptionSpec = { ...TENSOR_OPTIONS, shape: "any" };
+// Values a host array may stage at once: 2^31 elements (16 GB of float64), so that a bad argument
+// fails at once instead of after gigabytes.
+const MAX_HOST_ELEMENTS = 2 ** 31;
+// Nesting a nested array may have (a tensor has at most 8 dimensions).
+const MAX_NESTING = MAX_RANK;
 
 // A block of memory shared by a tensor and its reshaped views; freed when the last one lets go.
 class Storage {
@@ -86,6 +116,7 @@ let globalOffset = 0n;
  * ```
  */
 export function manualSeed(seed: number | bigint): void {
+  checkArgument("manualSeed", "seed", seed, SEED_KIND);
   globalSeed = BigInt.asUintN(64, BigInt(seed));
   globalOffset = 0n;
 }
@@ -112,10 +143,21 @@ function checkShape(shape: readonly number[], op: string, arg = "shape"): number
     throw invalidArgument(op, `${arg}: expected an array of sizes, got ${String(shape)}`);
   }
   if (shape.length > MAX_RANK) throw invalidArgument(op, `${arg}: rank ${shape.length} exceeds ${MAX_RANK}`);
+  let count = 1n;
   for (const s of shape) {
     if (!Number.isSafeInteger(s) || s < 0) {
       throw invalidArgument(op, `${arg}: sizes must be non-negative integers, got [${shape.join(", ")}]`);
     }
+    count *= BigInt(s);
+  }
+  // Counted exactly: a product past 2^53 would round, and its byte count could wrap in the C ABI.
+  if (count > BigInt(Number.MAX_SAFE_INTEGER)) {
+    throw invalidArgument(
+      op,
+      `${arg}: [${
+        shape.join(", ")
+      }] holds ${count} elements, more than 2^53 - 1 (the most a tensor may hold)`,
+    );
   }
   return [...shape];
 }
@@ -171,7 +213,10 @@ export class Tensor {
    * ```
    */
   static empty(shape: readonly number[], options: TensorOptions = {}): Tensor {
-    const op = "Tensor.empty";
+    return Tensor.#empty(shape, checkOptions("Tensor.empty", options, TENSOR_OPTIONS), "Tensor.empty");
+  }
+
+  static #empty(shape: readonly number[], options: TensorOptions, op: string): Tensor {
     const dims = checkShape(shape, op);
     const dtype = parseDType(options.dtype ?? "float32", op);
     const device = parseDevice(options.device, op);
@@ -192,7 +237,7 @@ export class Tensor {
    * ```
    */
   static zeros(shape: readonly number[], options: TensorOptions = {}): Tensor {
-    return Tensor.full(shape, 0, options);
+    return Tensor.#full(shape, 0, checkOptions("Tensor.zeros", options, TENSOR_OPTIONS), "Tensor.zeros");
   }
 
   /**
@@ -205,7 +250,7 @@ export class Tensor {
    * ```
    */
   static ones(shape: readonly number[], options: TensorOptions = {}): Tensor {
-    return Tensor.full(shape, 1, options);
+    return Tensor.#full(shape, 1, checkOptions("Tensor.ones", options, TENSOR_OPTIONS), "Tensor.ones");
   }
 
   /**
@@ -218,7 +263,17 @@ export class Tensor {
    * ```
    */
   static full(shape: readonly number[], value: number, options: TensorOptions = {}): Tensor {
-    const t = Tensor.empty(shape, options);
+    return Tensor.#full(shape, value, checkOptions("Tensor.full", options, TENSOR_OPTIONS), "Tensor.full");
+  }
+
+  static #full(shape: readonly number[], value: number, options: TensorOptions, op: string): Tensor {
+    checkArgument(
+      op,
+      "value",
+      value,
+      (v) => (typeof v === "number" ? undefined : "a number (NaN and infinities too)"),
+    );
+    const t = Tensor.#empty(shape, options, op);
     try {
       t.fill(value);
     } catch (e) {
@@ -242,7 +297,12 @@ export class Tensor {
     shape: readonly number[],
     options: RandomOptions & { mean?: number; std?: number } = {},
   ): Tensor {
-    return Tensor.#random(shape, options, 1, options.mean ?? 0, options.std ?? 1, "Tensor.randn");
+    const o = checkOptions<RandomOptions & { mean?: number; std?: number }>(
+      "Tensor.randn",
+      options,
+      RANDN_OPTIONS,
+    );
+    return Tensor.#random(shape, o, 1, o.mean ?? 0, o.std ?? 1, "Tensor.randn");
   }
 
   /**
@@ -258,7 +318,12 @@ export class Tensor {
     shape: readonly number[],
     options: RandomOptions & { low?: number; high?: number } = {},
   ): Tensor {
-    return Tensor.#random(shape, options, 0, options.low ?? 0, options.high ?? 1, "Tensor.rand");
+    const o = checkOptions<RandomOptions & { low?: number; high?: number }>(
+      "Tensor.rand",
+      options,
+      RAND_OPTIONS,
+    );
+    return Tensor.#random(shape, o, 0, o.low ?? 0, o.high ?? 1, "Tensor.rand");
   }
 
   static #random(
@@ -273,7 +338,10 @@ export class Tensor {
     if (!isFloating(dtype)) {
       throw invalidArgument(op, `dtype: random numbers need a floating dtype, got ${dtype}`);
     }
-    const t = Tensor.empty(shape, { ...options, dtype });
+    if (!Number.isFinite(a) || !Number.isFinite(b)) {
+      throw invalidArgument(op, `the distribution's parameters must be finite, got ${a} and ${b}`);
+    }
+    const t = Tensor.#empty(shape, { ...options, dtype }, op);
     try {
       const n = t.numel;
       const draw = options.seed === undefined
@@ -298,12 +366,26 @@ export class Tensor {
    */
   static arange(start: number, end?: number, step = 1, options: TensorOptions = {}): Tensor {
     const op = "Tensor.arange";
+    checkOptions(op, options, TENSOR_OPTIONS);
     if (end === undefined) [start, end] = [0, start];
-    if (!Number.isFinite(start) || !Number.isFinite(end)) {
-      throw invalidArgument(op, `start, end: expected finite numbers, got ${start}, ${end}`);
+    if (
+      typeof start !== "number" || typeof end !== "number" || !Number.isFinite(start) || !Number.isFinite(end)
+    ) {
+      throw invalidArgument(
+        op,
+        `start, end: expected finite numbers, got ${describeValue(start)}, ${describeValue(end)}`,
+      );
     }
-    if (step === 0 || !Number.isFinite(step)) throw invalidArgument(op, `step: expected a non-zero number`);
+    if (typeof step !== "number" || step === 0 || !Number.isFinite(step)) {
+      throw invalidArgument(op, `step: expected a finite non-zero number, got ${describeValue(step)}`);
+    }
     const n = Math.max(0, Math.ceil((end - start) / step));
+    if (n > MAX_HOST_ELEMENTS) {
+      throw invalidArgument(
+        op,
+        `[start, end) with step ${step} holds ${n} values, more than ${MAX_HOST_ELEMENTS}`,
+      );
+    }
     const values = new Float64Array(n);
     for (let i = 0; i < n; i++) values[i] = start + i * step;
     const integral = Number.isInteger(start) && Number.isInteger(step);
@@ -331,6 +413,7 @@ export class Tensor {
     options: TensorOptions & { shape?: readonly number[] } = {},
   ): Tensor {
     const op = "Tensor.from";
+    checkOptions(op, options, FROM_OPTIONS);
     let flat: SourceArray;
     let shape: number[];
     if (ArrayBuffer.isView(data)) {
@@ -524,6 +607,9 @@ export class Tensor {
     const op = "Tensor.reshape";
     const storage = this.#live(op);
     const n = this.numel;
+    if (!Array.isArray(shape)) {
+      throw invalidArgument(op, `shape: expected an array of sizes, got ${describeValue(shape)}`);
+    }
     const dims = [...shape];
     const free = dims.indexOf(-1);
     if (free >= 0) {
@@ -562,6 +648,9 @@ export class Tensor {
     const op = "Tensor.permute";
     this.#live(op);
     const rank = this.ndim;
+    if (!Array.isArray(dims)) {
+      throw invalidArgument(op, `dims: expected an array of dims, got ${describeValue(dims)}`);
+    }
     if (dims.length !== rank || [...dims].sort((a, b) => a - b).some((d, i) => d !== i)) {
       throw invalidArgument(op, `dims: expected a permutation of 0..${rank - 1}, got [${dims.join(", ")}]`);
     }
@@ -589,6 +678,8 @@ export class Tensor {
    * ```
    */
   transpose(a: number, b: number): Tensor {
+    checkArgument("Tensor.transpose", "a", a, "integer");
+    checkArgument("Tensor.transpose", "b", b, "integer");
     const rank = this.ndim;
     const norm = (d: number) => (d < 0 ? d + rank : d);
     const [x, y] = [norm(a), norm(b)];
@@ -869,10 +960,20 @@ function flatten(data: NestedNumbers, op: string): { values: Float64Array; shape
   const shape: number[] = [];
   let probe: NestedNumbers = data;
   while (Array.isArray(probe)) {
+    if (shape.length === MAX_NESTING) {
+      throw invalidArgument(
+        op,
+        `data: nested more than ${MAX_NESTING} deep (a tensor has at most ${MAX_RANK} dimensions)`,
+      );
+    }
     shape.push(probe.length);
     probe = probe.length > 0 ? probe[0] : 0;
   }
-  const values = new Float64Array(product(shape));
+  const count = shape.reduce((a, b) => a * b, 1);
+  if (count > MAX_HOST_ELEMENTS) {
+    throw invalidArgument(op, `data: ${count} values, more than ${MAX_HOST_ELEMENTS} can be staged at once`);
+  }
+  const values = new Float64Array(count);
   let k = 0;
   const walk = (node: NestedNumbers, depth: number) => {
     if (depth === shape.length) {

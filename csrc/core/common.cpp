@@ -62,7 +62,14 @@ bool is_float_dtype(int32_t dtype) {
 
 int64_t numel(const ak_tensor& t) {
   int64_t n = 1;
-  for (int i = 0; i < t.rank; ++i) n *= t.shape[i];
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] == 0) return 0;
+  }
+  for (int i = 0; i < t.rank; ++i) {
+    // The largest count a descriptor may describe: its bytes must fit int64 (check_tensor refuses more).
+    if (t.shape[i] < 0 || n > kMaxElements / t.shape[i]) return -1;
+    n *= t.shape[i];
+  }
   return n;
 }
 
@@ -100,6 +107,7 @@ const ak_tensor& check_tensor(const ak_tensor* t, const char* name) {
   for (int i = 0; i < t->rank; ++i) {
     require(t->shape[i] >= 0, std::string(name) + ": negative size in shape " + shape_string(*t));
   }
+  require(numel(*t) >= 0, std::string(name) + ": shape " + shape_string(*t) + " holds more than 2^60 elements");
   require(numel(*t) == 0 || t->data != nullptr, std::string(name) + ": has no data (was it disposed?)");
   check_device(*t, name);
   return *t;

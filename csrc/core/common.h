@@ -57,6 +57,9 @@ const char* dtype_name(int32_t dtype);
 bool is_float_dtype(int32_t dtype);
 
 // ---- tensor descriptors ----
+// The most elements a tensor may hold: 2^60, so that its bytes (8 at most per element) fit int64.
+constexpr int64_t kMaxElements = int64_t{1} << 60;
+// Elements of a descriptor, -1 when its shape holds more than kMaxElements (or a negative size).
 int64_t numel(const ak_tensor& t);
 bool is_contiguous(const ak_tensor& t);
 std::string shape_string(const ak_tensor& t);
