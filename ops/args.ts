@@ -80,9 +80,22 @@ function fold(key: string): string {
   return key.toLowerCase().replace(/_in_kernel$/, "").replace(/[_-]/g, "").replace(/^is/, "");
 }
 
+// Names other libraries give to options of ours, folded.
+const ALIASES: Readonly<Record<string, string>> = {
+  softmaxscale: "smScale",
+  scale: "smScale",
+  logitsoftcap: "softcap",
+  windowsize: "windowSizeLeft",
+  cuseqlensk: "cuSeqlensKv",
+  qkl2norm: "useQkL2norm",
+  l2norm: "useQkL2norm",
+};
+
 /** The known key nearest to `key`, or undefined when none is close. */
 export function nearestKey(key: string, known: readonly string[]): string | undefined {
   const folded = fold(key);
+  const alias = ALIASES[folded];
+  if (alias !== undefined && known.includes(alias)) return alias;
   const exact = known.find((k) => fold(k) === folded);
   if (exact) return exact;
   const prefix = known.find((k) => fold(k).startsWith(folded) || folded.startsWith(fold(k)));
@@ -110,8 +123,13 @@ export function checkOptions<T extends object>(
   if (typeof options !== "object" || options === null || Array.isArray(options)) {
     throw invalidArgument(op, `${name}: expected an object of options, got ${describeValue(options)}`);
   }
+  const proto = Object.getPrototypeOf(options);
+  if (proto !== Object.prototype && proto !== null) {
+    // A Tensor here usually means one argument too many (e.g. the gated argument list on the ungated function).
+    throw invalidArgument(op, `${name}: expected an object of options, got ${describeValue(options)}`);
+  }
   const known = Object.keys(spec);
-  for (const key of Object.keys(options)) {
+  for (const key of Object.keys(options as object)) {
     const kind = spec[key];
     if (kind === undefined) {
       const near = nearestKey(key, known);

@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { checkOptions, describeValue, numberIn } from "./args.ts";
 import { invalidArgument } from "../ffi/errors.ts";
 import { Tensor } from "./tensor.ts";
 
@@ -63,14 +64,31 @@ export class ToleranceError extends Error {
   }
 }
 
-function hostValues(x: Comparable): { values: ArrayLike<number>; shape?: readonly number[] } {
+function hostValues(
+  x: Comparable,
+  op: string,
+  name: string,
+): { values: ArrayLike<number>; shape?: readonly number[] } {
   if (x instanceof Tensor) {
     const arr = x.toArray();
     const values = arr instanceof BigInt64Array ? Float64Array.from(arr, Number) : arr;
     return { values, shape: x.shape };
   }
   if (x instanceof BigInt64Array) return { values: Float64Array.from(x, Number) };
-  return { values: x };
+  if (ArrayBuffer.isView(x)) return { values: x as unknown as ArrayLike<number> };
+  const isArrayLike = typeof x === "object" && x !== null &&
+    Number.isSafeInteger((x as ArrayLike<number>).length) &&
+    (x as ArrayLike<number>).length >= 0;
+  if (!isArrayLike) {
+    throw invalidArgument(op, `${name}: expected a Tensor or an array of numbers, got ${describeValue(x)}`);
+  }
+  const values = x as ArrayLike<number>;
+  for (let i = 0; i < values.length; i++) {
+    if (typeof values[i] !== "number") {
+      throw invalidArgument(op, `${name}: element ${i} is ${describeValue(values[i])}, not a number`);
+    }
+  }
+  return { values };
 }
 
 /**
@@ -95,7 +113,7 @@ function hostPair(
   expected: Comparable,
   op: string,
 ): [ArrayLike<number>, ArrayLike<number>] {
-  const a = hostValues(actual), e = hostValues(expected);
+  const a = hostValues(actual, op, "actual"), e = hostValues(expected, op, "expected");
   if (a.shape && e.shape && a.shape.join(",") !== e.shape.join(",")) {
     throw invalidArgument(
       op,
@@ -170,6 +188,13 @@ function coords(index: number, shape: readonly number[] | undefined): string {
  * ```
  */
 export function assertClose(actual: Comparable, expected: Comparable, tol: Tolerance): Comparison {
+  const bound = numberIn(0);
+  checkOptions(
+    "assertClose",
+    tol,
+    { atol: bound, rtol: bound, relRms: bound, maxAbs: bound, name: "string" },
+    "tol",
+  );
   if ([tol?.atol, tol?.rtol, tol?.relRms, tol?.maxAbs].every((t) => t === undefined)) {
     // An assertion with no bound would only check the NaN pattern: almost surely a mistake.
     throw invalidArgument("assertClose", `tol: give at least one of atol, rtol, relRms, maxAbs`);

@@ -3,6 +3,7 @@
  *
  * @module
  */
+import { checkArgument, checkOptions, numberIn } from "./args.ts";
 import { native, unwrap } from "../ffi/library.ts";
 import { type Device, parseDevice, synchronize } from "./device.ts";
 
@@ -46,9 +47,16 @@ export interface TimeOptions {
  * ```
  */
 export function timeIt(fn: () => void, options: TimeOptions = {}): Timing {
+  checkArgument("timeIt", "fn", fn, "function");
+  checkOptions("timeIt", options, {
+    device: "any",
+    warmup: numberIn(0, 1e6, true),
+    iterations: numberIn(1, 1e6, true),
+    before: "function",
+  });
   const id = parseDevice(options.device, "timeIt");
   const warmup = options.warmup ?? 3;
-  const iterations = Math.max(1, options.iterations ?? 20);
+  const iterations = options.iterations ?? 20;
   for (let i = 0; i < warmup; i++) fn();
   synchronize(id.name);
   const samples: number[] = [];
@@ -103,6 +111,7 @@ export class DeviceEvent {
 
   /** Creates an event on CUDA device `index`. */
   constructor(index = 0) {
+    checkArgument("DeviceEvent", "index", index, numberIn(0, 2 ** 31 - 1, true));
     const out = new BigUint64Array(1);
     unwrap(native().ak_event_create(index, new Uint8Array(out.buffer)), "DeviceEvent");
     this.#ptr = Deno.UnsafePointer.create(out[0]);

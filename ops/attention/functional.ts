@@ -5,6 +5,7 @@
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
+import { checkOptions, type OptionSpec } from "../args.ts";
 import { expectTensor } from "../checks.ts";
 import type { Tensor } from "../tensor.ts";
 import {
@@ -55,6 +56,25 @@ export interface AttentionBackwardOptions extends Omit<AttentionOptions, "return
 }
 
 type Sources = { query: QuerySource; kv: KvSource; release: () => void };
+
+// The keys of the functional options; resolveMask, resolveScore, resolveLayout and cuSeqlensTensor
+// check their values.
+const FORWARD_OPTIONS: OptionSpec = {
+  isCausal: "any",
+  windowSizeLeft: "any",
+  windowSizeRight: "any",
+  smScale: "any",
+  softcap: "any",
+  layout: "any",
+  cuSeqlensQ: "any",
+  cuSeqlensKv: "any",
+  returnLse: "boolean",
+  out: "object",
+};
+const BACKWARD_OPTIONS: OptionSpec = {
+  ...Object.fromEntries(Object.entries(FORWARD_OPTIONS).filter(([k]) => k !== "returnLse")),
+  deterministic: "boolean",
+};
 
 // Builds the query and KV sources of a functional call, uploading host cu_seqlens if needed.
 function sourcesOf(
@@ -163,6 +183,8 @@ export function attention(
   options: AttentionOptions = {},
 ): Tensor | AttentionOutput {
   const op = "attention";
+  options = checkOptions<AttentionOptions>(op, options, FORWARD_OPTIONS);
+  checkOptions(op, options.out, { output: "any", lse: "any" }, "out");
   const mask = resolveMask(op, options, false);
   const score = resolveScore(op, options);
   const sources = sourcesOf(op, q, k, v, options);
@@ -202,6 +224,8 @@ export function attentionBackward(
   options: AttentionBackwardOptions = {},
 ): AttentionGradients {
   const op = "attentionBackward";
+  options = checkOptions<AttentionBackwardOptions>(op, options, BACKWARD_OPTIONS);
+  checkOptions(op, options.out, { dq: "any", dk: "any", dv: "any" }, "out");
   const mask = resolveMask(op, options, false);
   const score = resolveScore(op, options);
   const sources = sourcesOf(op, q, k, v, options);

@@ -4,6 +4,8 @@
  *
  * @module
  */
+import { checkOptions } from "../args.ts";
+import { OP_OPTION_KEYS } from "./op_support.ts";
 import {
   GroupedQueryAttentionBwdOp,
   type GroupedQueryAttentionBwdOptions,
@@ -16,6 +18,13 @@ export type MultiHeadAttentionFwdOptions = Omit<GroupedQueryAttentionFwdOptions,
 
 /** Options of {@link MultiHeadAttentionBwdOp}: the GQA backward's, without `headsKv`. */
 export type MultiHeadAttentionBwdOptions = Omit<GroupedQueryAttentionBwdOptions, "headsKv">;
+
+// The MHA options as the GQA op takes them (headsKv = heads), once checked without headsKv.
+function mhaOptions<T extends { heads: number }>(op: string, options: T): T & { headsKv: number } {
+  const keys = Object.keys(OP_OPTION_KEYS[op]).filter((k) => k !== "headsKv");
+  checkOptions(op, options, Object.fromEntries(keys.map((k) => [k, "any" as const])));
+  return { ...options, headsKv: options.heads };
+}
 
 /**
  * MHA forward for training (BSHD, square): q, k, v `[batch, seqLen, heads, dim]`; returns the output
@@ -32,7 +41,7 @@ export type MultiHeadAttentionBwdOptions = Omit<GroupedQueryAttentionBwdOptions,
 export class MultiHeadAttentionFwdOp extends GroupedQueryAttentionFwdOp {
   /** Checks the sizes and options once. */
   constructor(options: MultiHeadAttentionFwdOptions) {
-    super({ ...options, headsKv: options?.heads });
+    super(mhaOptions("MultiHeadAttentionFwdOp", options));
   }
 }
 
@@ -53,6 +62,6 @@ export class MultiHeadAttentionFwdOp extends GroupedQueryAttentionFwdOp {
 export class MultiHeadAttentionBwdOp extends GroupedQueryAttentionBwdOp {
   /** Checks the sizes and options once. */
   constructor(options: MultiHeadAttentionBwdOptions) {
-    super({ ...options, headsKv: options?.heads });
+    super(mhaOptions("MultiHeadAttentionBwdOp", options));
   }
 }

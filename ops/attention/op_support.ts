@@ -5,6 +5,7 @@
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
+import { checkOptions, type OptionSpec } from "../args.ts";
 import { expectDType, expectShape, expectTensor } from "../checks.ts";
 import type { DType } from "../dtype.ts";
 import type { Tensor } from "../tensor.ts";
@@ -91,10 +92,36 @@ export class DTypePin {
 
 /** Checks that a constructor got an options object. */
 export function expectOptions(op: string, options: unknown): void {
-  if (options === null || typeof options !== "object") {
-    throw invalidArgument(op, `options: expected an object of sizes and options, got ${String(options)}`);
-  }
+  checkOptions(op, options, OP_OPTION_KEYS[op]);
 }
+
+// The keys of the op classes' options (values are checked where they are resolved).
+const SQUARE_KEYS = ["batch", "heads", "headsKv", "seqLen", "dim"];
+const PACKED_KEYS = ["batch", "heads", "headsKv", "dim"];
+const MASK_KEYS = ["isCausal", "windowSizeLeft", "windowSizeRight"];
+const SCORE_KEYS = ["smScale", "softcap"];
+
+/** The option keys of each attention op class, by class name. */
+export const OP_OPTION_KEYS: Readonly<Record<string, OptionSpec>> = Object.fromEntries(
+  Object.entries({
+    GroupedQueryAttentionFwdOp: [...SQUARE_KEYS, ...SCORE_KEYS, "isCausal"],
+    GroupedQueryAttentionBwdOp: [...SQUARE_KEYS, ...SCORE_KEYS, ...MASK_KEYS, "deterministic"],
+    // The MHA ops check their users' options without headsKv (mha.ts), then pass headsKv = heads.
+    MultiHeadAttentionFwdOp: [...SQUARE_KEYS, ...SCORE_KEYS, "isCausal"],
+    MultiHeadAttentionBwdOp: [...SQUARE_KEYS, ...SCORE_KEYS, ...MASK_KEYS, "deterministic"],
+    GroupedQueryAttentionDenseFwdOp: [...MASK_KEYS, ...SCORE_KEYS, "dtype"],
+    GroupedQueryAttentionSlidingWindowFwdOp: [...SQUARE_KEYS, ...MASK_KEYS],
+    GroupedQueryAttentionSlidingWindowVarlenFwdOp: [...PACKED_KEYS, ...MASK_KEYS],
+    GroupedQueryAttentionPrefillVarlenFwdOp: [
+      ...PACKED_KEYS,
+      ...SCORE_KEYS,
+      "maxSeqlenQ",
+      "maxSeqlenKv",
+      "isCausal",
+      "validateInputs",
+    ],
+  }).map(([op, keys]) => [op, Object.fromEntries(keys.map((k) => [k, "any"]))]),
+);
 
 /** Sizes of a packed (varlen) op: q `[Tq, heads, dim]`, k and v `[Tkv, headsKv, dim]`, `batch` sequences. */
 export interface PackedSizes {

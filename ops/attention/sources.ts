@@ -236,10 +236,19 @@ export function cuSeqlensTensor(
       `${name}: expected an int32 Tensor or an array of offsets, got ${String(value)}`,
     );
   }
+  const length = (value as ArrayLike<number>).length;
+  // N + 1 offsets of int32 sequences; more sequences than int32 counts cannot be valid.
+  if (!Number.isSafeInteger(length) || length < 0 || length > 2 ** 31) {
+    throw invalidArgument(
+      op,
+      `${name}: expected an array of at most 2^31 offsets, got length ${String(length)}`,
+    );
+  }
   const values = Array.from(value as ArrayLike<number>);
   for (const x of values) {
     if (!Number.isInteger(x) || x < 0 || x > 2 ** 31 - 1) {
-      throw invalidArgument(op, `${name}: expected non-negative int32 offsets, got [${values.join(", ")}]`);
+      const shown = values.length > 8 ? `[${values.slice(0, 8).join(", ")}, ...]` : `[${values.join(", ")}]`;
+      throw invalidArgument(op, `${name}: expected non-negative int32 offsets, got ${shown}`);
     }
   }
   return { tensor: Tensor.from(Int32Array.from(values), { dtype: "int32", device }), owned: true };

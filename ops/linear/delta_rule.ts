@@ -19,6 +19,7 @@
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
+import { checkOptions, type OptionSpec } from "../args.ts";
 import type { Tensor } from "../tensor.ts";
 import {
   type BackwardOutputs,
@@ -103,14 +104,28 @@ export interface DeltaRuleGradients extends Disposable {
 
 type Kind = { gated: boolean; recurrent: boolean };
 
-function settings(op: string, kind: Kind, options: unknown): DeltaSettings & { outputFinalState: boolean } {
-  if (options === null || typeof options !== "object") {
-    throw invalidArgument(
-      op,
-      `options: expected an object, got ${options === null ? "null" : typeof options}`,
-    );
+// The options each function takes; the tensors and chunk size are checked where they are used.
+const COMMON: OptionSpec = {
+  scale: "any",
+  initialState: "any",
+  cuSeqlens: "any",
+  useQkL2norm: "boolean",
+  chunkSize: "any", // the recurrent functions refuse it with a message of their own
+  out: "object",
+};
+const FORWARD: OptionSpec = { ...COMMON, outputFinalState: "boolean", saveForBackward: "boolean" };
+const BACKWARD: OptionSpec = { ...COMMON, dFinalState: "any", saved: "any" };
+
+function settings(
+  op: string,
+  kind: Kind,
+  options: unknown,
+  spec: OptionSpec,
+): DeltaSettings & { outputFinalState: boolean } {
+  const o = checkOptions<ChunkDeltaRuleOptions>(op, options, spec);
+  if (kind.recurrent && "saveForBackward" in o && o.saveForBackward !== undefined) {
+    throw invalidArgument(op, "saveForBackward: the recurrent form saves nothing; use the chunk* function");
   }
-  const o = options as ChunkDeltaRuleOptions;
   if (kind.recurrent && "chunkSize" in o && o.chunkSize !== undefined) {
     throw invalidArgument(op, "chunkSize: the recurrent form has no chunks; use the chunk* function");
   }
@@ -133,17 +148,16 @@ function forward(
   inputs: { q: Tensor; k: Tensor; v: Tensor; g?: Tensor; beta: Tensor },
   options: unknown,
 ): DeltaRuleResult {
-  const s = settings(op, kind, options);
-  const save = (options as ChunkDeltaRuleOptions).saveForBackward ?? false;
-  if (typeof save !== "boolean") {
-    throw invalidArgument(op, `saveForBackward: expected a boolean, got ${typeof save}`);
-  }
+  const s = settings(op, kind, options, FORWARD);
+  const out = (options as DeltaRuleOptions | undefined)?.out;
+  checkOptions(op, out, { output: "any", finalState: "any" }, "out");
+  const save = (options as ChunkDeltaRuleOptions | undefined)?.saveForBackward ?? false;
   const r = deltaForward(
     op,
     inputs,
     s,
     { finalState: s.outputFinalState, saved: save },
-    (options as DeltaRuleOptions).out,
+    out,
   );
   return {
     output: r.output,
@@ -164,8 +178,14 @@ function backward(
   dOutput: Tensor,
   options: unknown,
 ): DeltaRuleGradients {
-  const s = settings(op, kind, options);
-  const o = options as DeltaRuleBackwardOptions;
+  const s = settings(op, kind, options, BACKWARD);
+  const o = (options ?? {}) as DeltaRuleBackwardOptions;
+  checkOptions(
+    op,
+    o.out,
+    { dq: "any", dk: "any", dv: "any", dbeta: "any", dg: "any", dInitialState: "any" },
+    "out",
+  );
   const r: BackwardOutputs = deltaBackward(op, inputs, s, dOutput, o.dFinalState, true, o.out, o.saved);
   return {
     ...r,

@@ -20,6 +20,9 @@ import {
   type DeltaForwardBuffers,
 } from "./delta_native.ts";
 import {
+  CHUNKED_OP_OPTIONS,
+  COMBINED_OP_OPTIONS,
+  DECODE_OP_OPTIONS,
   type DecodeOpOptions,
   type DeltaOpOptions,
   disposable,
@@ -98,7 +101,7 @@ export class DeltaNetFwdOp {
 
   /** Builds the op; shapes and dtype come with each call. */
   constructor(options: DeltaOpOptions = {}) {
-    this.#options = resolveOptions("DeltaNetFwdOp", options, 64);
+    this.#options = resolveOptions("DeltaNetFwdOp", options, 64, CHUNKED_OP_OPTIONS);
   }
 
   /** Runs the forward on BHSD tensors (into `out`'s buffers where given). */
@@ -134,7 +137,7 @@ export class DeltaNetBwdOp {
 
   /** Builds the op; shapes and dtype come with each call. */
   constructor(options: DeltaOpOptions = {}) {
-    this.#options = resolveOptions("DeltaNetBwdOp", options, 64);
+    this.#options = resolveOptions("DeltaNetBwdOp", options, 64, CHUNKED_OP_OPTIONS);
   }
 
   /** Runs the backward on BHSD tensors (into `out`'s buffers where given). */
@@ -181,7 +184,7 @@ export class DeltaNetOp implements Disposable {
 
   /** Builds the op; shapes and dtype come with each call. */
   constructor(options: DeltaOpOptions = {}) {
-    this.#options = resolveOptions("DeltaNetOp", options, 64);
+    this.#options = resolveOptions("DeltaNetOp", options, 64, COMBINED_OP_OPTIONS);
   }
 
   /** Runs the forward on BHSD tensors and keeps the inputs for {@link DeltaNetOp.backward}. */
@@ -251,7 +254,7 @@ export class DeltaNetDecodeFwdOp {
 
   /** Builds the op; shapes and dtype come with each call. */
   constructor(options: DecodeOpOptions = {}) {
-    this.#options = resolveOptions("DeltaNetDecodeFwdOp", options, undefined);
+    this.#options = resolveOptions("DeltaNetDecodeFwdOp", options, undefined, DECODE_OP_OPTIONS);
     this.#inPlace = options.inPlace ?? false;
   }
 

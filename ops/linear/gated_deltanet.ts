@@ -11,6 +11,7 @@
  *
  * @module
  */
+import { checkOptions } from "../args.ts";
 import {
   checkDeltaCall,
   deltaBackward,
@@ -22,6 +23,9 @@ import {
 } from "./delta_native.ts";
 import type { DecodeResult } from "./deltanet.ts";
 import {
+  CHUNKED_OP_OPTIONS,
+  COMBINED_OP_OPTIONS,
+  DECODE_OP_OPTIONS,
   type DecodeOpOptions,
   type DeltaOpOptions,
   disposable,
@@ -107,7 +111,7 @@ export class GatedDeltaNetBTHDFwdOp {
 
   /** Builds the op; shapes and dtype come with each call. */
   constructor(options: DeltaOpOptions = {}) {
-    this.#options = resolveOptions("GatedDeltaNetBTHDFwdOp", options, 64);
+    this.#options = resolveOptions("GatedDeltaNetBTHDFwdOp", options, 64, CHUNKED_OP_OPTIONS);
   }
 
   /** Runs the forward on BTHD tensors (into `out`'s buffers where given). */
@@ -144,7 +148,7 @@ export class GatedDeltaNetBHTDFwdOp {
 
   /** Builds the op; shapes and dtype come with each call. */
   constructor(options: DeltaOpOptions = {}) {
-    this.#options = resolveOptions("GatedDeltaNetBHTDFwdOp", options, 64);
+    this.#options = resolveOptions("GatedDeltaNetBHTDFwdOp", options, 64, CHUNKED_OP_OPTIONS);
   }
 
   /** Runs the forward on BHTD tensors (into `out`'s buffers where given). */
@@ -187,7 +191,8 @@ function prefill(
 }
 
 function prefillOptions(op: string, options: PrefillOpOptions): ResolvedOptions {
-  return resolveOptions(op, { ...options, chunkSize: options.chunkSize ?? undefined }, undefined);
+  const o = checkOptions<PrefillOpOptions>(op, options, CHUNKED_OP_OPTIONS);
+  return resolveOptions(op, { ...o, chunkSize: o.chunkSize ?? undefined }, undefined, CHUNKED_OP_OPTIONS);
 }
 
 /**
@@ -298,7 +303,7 @@ export class GatedDeltaNetBwdOp {
 
   /** Builds the op; shapes and dtype come with each call. */
   constructor(options: DeltaOpOptions = {}) {
-    this.#options = resolveOptions("GatedDeltaNetBwdOp", options, 64);
+    this.#options = resolveOptions("GatedDeltaNetBwdOp", options, 64, CHUNKED_OP_OPTIONS);
   }
 
   /** Runs the backward on BHTD tensors. */
@@ -347,7 +352,7 @@ export class GatedDeltaNetOp implements Disposable {
 
   /** Builds the op; shapes and dtype come with each call. */
   constructor(options: DeltaOpOptions = {}) {
-    this.#options = resolveOptions("GatedDeltaNetOp", options, 64);
+    this.#options = resolveOptions("GatedDeltaNetOp", options, 64, COMBINED_OP_OPTIONS);
   }
 
   /** Runs the forward and keeps the inputs for {@link GatedDeltaNetOp.backward}. */
@@ -427,7 +432,7 @@ export class GatedDeltaNetDecodeFwdOp {
 
   /** Builds the op; shapes and dtype come with each call. */
   constructor(options: DecodeOpOptions = {}) {
-    this.#options = resolveOptions("GatedDeltaNetDecodeFwdOp", options, undefined);
+    this.#options = resolveOptions("GatedDeltaNetDecodeFwdOp", options, undefined, DECODE_OP_OPTIONS);
     this.#inPlace = options.inPlace ?? false;
   }
 

@@ -6,6 +6,7 @@
  */
 import { invalidArgument } from "../../ffi/errors.ts";
 import { native, unwrap } from "../../ffi/library.ts";
+import { checkOptions, type OptionSpec } from "../args.ts";
 import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
 import { Tensor } from "../tensor.ts";
 import { checkChunkSize, type DeltaInputs } from "./delta_native.ts";
@@ -49,19 +50,24 @@ export interface ResolvedOptions {
   saveStates: boolean;
 }
 
-/** Checks constructor options; `chunkSize` undefined stays undefined when `defaultChunk` is. */
+/** The constructor options of the chunked forward or backward op classes. */
+export const CHUNKED_OP_OPTIONS: OptionSpec = { chunkSize: "any", scale: "any", useQkL2norm: "any" };
+/** The constructor options of the combined (forward and backward) op classes. */
+export const COMBINED_OP_OPTIONS: OptionSpec = { ...CHUNKED_OP_OPTIONS, saveStates: "any" };
+/** The constructor options of the decode op classes. */
+export const DECODE_OP_OPTIONS: OptionSpec = { scale: "any", useQkL2norm: "any", inPlace: "any" };
+
+/**
+ * Checks constructor options against the op's keys (`spec`) and their values; `chunkSize` undefined
+ * stays undefined when `defaultChunk` is.
+ */
 export function resolveOptions(
   op: string,
   options: unknown,
   defaultChunk: number | undefined,
+  spec: OptionSpec,
 ): ResolvedOptions {
-  if (options === null || typeof options !== "object") {
-    throw invalidArgument(
-      op,
-      `options: expected an object, got ${options === null ? "null" : typeof options}`,
-    );
-  }
-  const o = options as DeltaOpOptions;
+  const o = checkOptions<DeltaOpOptions>(op, options, spec);
   const chunk = o.chunkSize ?? defaultChunk;
   if (chunk !== undefined) checkChunkSize(op, chunk);
   if (o.scale !== undefined && (typeof o.scale !== "number" || !Number.isFinite(o.scale))) {
@@ -73,7 +79,7 @@ export function resolveOptions(
   if (o.saveStates !== undefined && typeof o.saveStates !== "boolean") {
     throw invalidArgument(op, `saveStates: expected a boolean, got ${typeof o.saveStates}`);
   }
-  const inPlace = (options as DecodeOpOptions).inPlace;
+  const inPlace = (o as DecodeOpOptions).inPlace;
   if (inPlace !== undefined && typeof inPlace !== "boolean") {
     throw invalidArgument(op, `inPlace: expected a boolean, got ${typeof inPlace}`);
   }
