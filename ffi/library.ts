@@ -19,10 +19,35 @@ export const LIBRARY_FILE = Deno.build.os === "darwin"
   ? "attnkit.dll"
   : "libattnkit.so";
 
+// An environment variable, or undefined when unset or when the process may not read the environment
+// (then the lookup goes on without it, and a failure says which permission was missing).
+function envGet(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch {
+    return undefined;
+  }
+}
+
+// The permissions the lookup and loading need that this process lacks, as command-line flags.
+function missingPermissions(): string[] {
+  const needed: [Deno.PermissionName, string][] = [["ffi", "--allow-ffi"], ["read", "--allow-read"]];
+  const missing: string[] = [];
+  for (const [name, flag] of needed) {
+    try {
+      if (Deno.permissions.querySync({ name } as Deno.PermissionDescriptor).state !== "granted") {
+        missing.push(flag);
+      }
+    } catch {
+      // a runtime without the permissions API: the load itself reports what fails
+    }
+  }
+  return missing;
+}
+
 /** The per-user cache folder for this version's library. */
 export function cacheDirectory(): string {
-  const base = Deno.env.get("XDG_CACHE_HOME") ??
-    `${Deno.env.get("HOME") ?? Deno.env.get("USERPROFILE") ?? "."}/.cache`;
+  const base = envGet("XDG_CACHE_HOME") ?? `${envGet("HOME") ?? envGet("USERPROFILE") ?? "."}/.cache`;
   return `${base}/attnkit/${VERSION}`;
 }
 
@@ -42,7 +67,7 @@ function exists(path: string): boolean {
 
 /** The path the library would be loaded from, in lookup order; undefined when none exists. */
 export function findLibrary(): string | undefined {
-  const fromEnv = Deno.env.get("ATTNKIT_LIB");
+  const fromEnv = envGet("ATTNKIT_LIB");
   if (fromEnv) return fromEnv;
   const local = checkoutLibraryPath();
   if (local && exists(local)) return local;
@@ -65,6 +90,15 @@ export function libraryPath(): string {
 
 function load(): { symbols: Symbols; path: string } {
   if (loaded) return loaded;
+  const missing = missingPermissions();
+  if (missing.length > 0) {
+    throw new AttnkitError(
+      "LIBRARY_NOT_FOUND",
+      "attnkit",
+      `loading the native library needs ${missing.join(" and ")} (e.g. \`deno run ${missing.join(" ")} ` +
+        `script.ts\`, or -A)`,
+    );
+  }
   const path = findLibrary();
   if (!path) {
     throw new AttnkitError(

@@ -20,10 +20,19 @@
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
+import { checkOptions } from "../args.ts";
 import type { Device } from "../device.ts";
 import { type DType, dtypeSize, parseDType } from "../dtype.ts";
 import { Tensor } from "../tensor.ts";
-import { type FileSource, numelOf, swapBytes, tensorBytesInto, tensorFromBytes } from "./raw.ts";
+import {
+  type FileSource,
+  numelOf,
+  readFileChecked,
+  swapBytes,
+  tensorBytesInto,
+  tensorFromBytes,
+  writeFileChecked,
+} from "./raw.ts";
 
 /** Options of {@link loadNpy} and {@link decodeNpy}. */
 export interface NpyLoadOptions {
@@ -79,6 +88,7 @@ const DTYPE_DESCRS: Record<DType, string> = {
  * ```
  */
 export async function loadNpy(source: FileSource, options: NpyLoadOptions = {}): Promise<Tensor> {
+  checkOptions("loadNpy", options, { device: "any", dtype: "any" });
   const bytes = source instanceof Uint8Array ? source : await readFile(source, "loadNpy");
   return decode(bytes, options, "loadNpy");
 }
@@ -98,6 +108,7 @@ export function decodeNpy(bytes: Uint8Array, options: NpyLoadOptions = {}): Tens
 }
 
 function decode(bytes: Uint8Array, options: NpyLoadOptions, op: string): Tensor {
+  checkOptions(op, options, { device: "any", dtype: "any" });
   if (bytes.length < 10 || MAGIC.some((m, i) => bytes[i] !== m)) {
     throw invalidArgument(op, `file: not a .npy file (it does not start with "\\x93NUMPY")`);
   }
@@ -155,7 +166,7 @@ export async function saveNpy(
   tensor: Tensor,
   options: NpySaveOptions = {},
 ): Promise<void> {
-  await Deno.writeFile(path, encode(tensor, options, "saveNpy"));
+  await writeFileChecked(path, encode(tensor, options, "saveNpy"), "saveNpy");
 }
 
 /**
@@ -173,6 +184,7 @@ export function encodeNpy(tensor: Tensor, options: NpySaveOptions = {}): Uint8Ar
 }
 
 function encode(tensor: Tensor, options: NpySaveOptions, op: string): Uint8Array {
+  checkOptions(op, options, { bfloat16Descr: "any" });
   if (!(tensor instanceof Tensor)) throw invalidArgument(op, `tensor: expected a Tensor`);
   if (tensor.disposed) throw invalidArgument(op, `tensor: the tensor was disposed`);
   const bf16 = options.bfloat16Descr ?? "bfloat16";
@@ -362,10 +374,6 @@ class PyLiteralParser {
   }
 }
 
-async function readFile(path: string | URL, op: string): Promise<Uint8Array> {
-  try {
-    return await Deno.readFile(path);
-  } catch (e) {
-    throw invalidArgument(op, `path: cannot read ${String(path)}: ${(e as Error).message}`);
-  }
+function readFile(path: string | URL, op: string): Promise<Uint8Array> {
+  return readFileChecked(path, op);
 }

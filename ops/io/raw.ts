@@ -5,6 +5,7 @@
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
+import { describeValue } from "../args.ts";
 import { native, unwrap } from "../../ffi/library.ts";
 import type { Device } from "../device.ts";
 import type { DType } from "../dtype.ts";
@@ -97,11 +98,71 @@ export async function readExactly(
   return out;
 }
 
-/** Opens a path or file URL for reading, turning "not found" into an error that names the path. */
-export async function openForReading(path: string | URL, op: string): Promise<Deno.FsFile> {
+/** Checks a path argument: a non-empty string or a file URL. */
+export function checkPath(path: unknown, op: string): string | URL {
+  if (path instanceof URL ? path.protocol === "file:" : typeof path === "string" && path !== "") {
+    return path as string | URL;
+  }
+  throw invalidArgument(op, `path: expected a file path or a file: URL, got ${describeValue(path)}`);
+}
+
+// A file-system failure as an AttnkitError that names the path, and the flag a missing permission needs.
+function fileError(path: string | URL, op: string, doing: string, e: unknown): Error {
+  const denied = e instanceof Deno.errors.PermissionDenied || (e as Error)?.name === "NotCapable";
+  const hint = denied ? ` (run with ${doing === "write" ? "--allow-write" : "--allow-read"})` : "";
+  return invalidArgument(op, `path: cannot ${doing} ${String(path)}: ${(e as Error).message}${hint}`);
+}
+
+/** Opens a path or file URL for reading, turning failures into an error that names the path. */
+export async function openForReading(path: string | URL, op: string, doing = "open"): Promise<Deno.FsFile> {
+  checkPath(path, op);
+  let file: Deno.FsFile;
   try {
-    return await Deno.open(path, { read: true });
+    file = await Deno.open(path, { read: true });
   } catch (e) {
-    throw invalidArgument(op, `path: cannot open ${String(path)}: ${(e as Error).message}`);
+    throw fileError(path, op, doing, e);
+  }
+  let isFile = false;
+  try {
+    isFile = (await file.stat()).isFile;
+  } catch (e) {
+    file.close();
+    throw fileError(path, op, "open", e);
+  }
+  if (!isFile) {
+    file.close();
+    throw invalidArgument(op, `path: ${String(path)} is not a file`);
+  }
+  return file;
+}
+
+/** Opens (creating or truncating) a path for writing, turning failures into an error that names it. */
+export async function openForWriting(path: string | URL, op: string): Promise<Deno.FsFile> {
+  checkPath(path, op);
+  try {
+    return await Deno.open(path, { write: true, create: true, truncate: true });
+  } catch (e) {
+    throw fileError(path, op, "write", e);
+  }
+}
+
+/** Writes a whole file, turning failures into an error that names the path. */
+export async function writeFileChecked(path: string | URL, bytes: Uint8Array, op: string): Promise<void> {
+  checkPath(path, op);
+  try {
+    await Deno.writeFile(path, bytes);
+  } catch (e) {
+    throw fileError(path, op, "write", e);
+  }
+}
+
+/** Reads a whole file, turning failures into an error that names the path. */
+export async function readFileChecked(path: string | URL, op: string): Promise<Uint8Array> {
+  const file = await openForReading(path, op, "read");
+  file.close();
+  try {
+    return await Deno.readFile(path);
+  } catch (e) {
+    throw fileError(path, op, "read", e);
   }
 }

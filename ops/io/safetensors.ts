@@ -17,6 +17,7 @@
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
+import { checkOptions } from "../args.ts";
 import type { Device } from "../device.ts";
 import { type DType, dtypeSize } from "../dtype.ts";
 import { Tensor } from "../tensor.ts";
@@ -24,10 +25,13 @@ import {
   type FileSource,
   numelOf,
   openForReading,
+  openForWriting,
   readExactly,
   tensorBytesInto,
   tensorFromBytes,
 } from "./raw.ts";
+
+const LOAD_OPTIONS = { device: "any", names: "any" } as const;
 
 /** Options of {@link loadSafetensors} and {@link decodeSafetensors}. */
 export interface SafetensorsLoadOptions {
@@ -108,6 +112,7 @@ export async function loadSafetensors(
 ): Promise<SafetensorsContents> {
   const op = "loadSafetensors";
   if (source instanceof Uint8Array) return decode(source, options, op);
+  checkOptions(op, options, LOAD_OPTIONS);
   const file = await openForReading(source, op);
   try {
     const size = (await file.stat()).size;
@@ -150,6 +155,7 @@ export function decodeSafetensors(
 }
 
 function decode(bytes: Uint8Array, options: SafetensorsLoadOptions, op: string): SafetensorsContents {
+  checkOptions(op, options, LOAD_OPTIONS);
   if (bytes.length < 8) {
     throw invalidArgument(op, `file: ${bytes.length} bytes is too short for a .safetensors file`);
   }
@@ -187,7 +193,7 @@ export async function saveSafetensors(
 ): Promise<void> {
   const op = "saveSafetensors";
   const layout = plan(tensors, options, op);
-  const file = await Deno.open(path, { write: true, create: true, truncate: true });
+  const file = await openForWriting(path, op);
   try {
     await writeAll(file, layout.prefix);
     for (const e of layout.entries) {
@@ -374,6 +380,7 @@ interface Layout {
 }
 
 function plan(tensors: Record<string, Tensor>, options: SafetensorsSaveOptions, op: string): Layout {
+  checkOptions(op, options, { metadata: "object" });
   if (typeof tensors !== "object" || tensors === null || tensors instanceof Tensor) {
     throw invalidArgument(op, `tensors: expected an object of named tensors, e.g. { q, k }`);
   }
