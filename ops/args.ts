@@ -1,6 +1,7 @@
 /**
  * Checks of option objects and plain arguments, shared by every public function: an option object is
- * `undefined` or a plain object whose every key is known and whose every value has the expected type;
+ * `undefined` or a plain object whose every key is known and whose every value has the expected type
+ * (or is undefined or null, which ask for the default);
  * anything else throws an `AttnkitError` (INVALID_ARGUMENT) that names the key and, for an unknown
  * one, the nearest valid name (`causal` -> `isCausal`, `use_qk_l2norm_in_kernel` -> `useQkL2norm`).
  *
@@ -141,7 +142,7 @@ export function checkOptions<T extends object>(
       );
     }
     const value = (options as Record<string, unknown>)[key];
-    if (value === undefined) continue;
+    if (value === undefined || value === null) continue; // null, like undefined, asks for the default
     const expected = expectedOf(kind, value);
     if (expected !== undefined) {
       throw invalidArgument(op, `${name}.${key}: expected ${expected}, got ${describeValue(value)}`);

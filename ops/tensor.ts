@@ -5,7 +5,7 @@
  */
 import { contiguousStrides, encodeDescriptor, MAX_RANK } from "../ffi/descriptor.ts";
 import { AttnkitError, invalidArgument } from "../ffi/errors.ts";
-import { checkArgument, checkOptions, describeValue, type OptionSpec } from "./args.ts";
+import { checkArgument, checkOptions, describeValue, numberIn, type OptionSpec } from "./args.ts";
 import { native, unwrap } from "../ffi/library.ts";
 import { type Device, type DeviceId, parseDevice } from "./device.ts";
 import {
@@ -68,6 +68,7 @@ const RAND_OPTIONS: OptionSpec = {
   low: "number",
   high: "number",
 };
+const BITS16 = numberIn(0, 0xffff, true);
 const FROM_OPTIONS: OptionSpec = { ...TENSOR_OPTIONS, shape: "any" };
 // Values a host array may stage at once: 2^31 elements (16 GB of float64), so that a bad argument
 // fails at once instead of after gigabytes.
@@ -903,6 +904,7 @@ function formatNumber(v: number): string {
 
 /** Decodes a bfloat16 bit pattern. */
 export function bf16BitsToNumber(bits: number): number {
+  checkArgument("bf16BitsToNumber", "bits", bits, BITS16);
   const buf = new DataView(new ArrayBuffer(4));
   buf.setUint32(0, bits << 16, true);
   return buf.getFloat32(0, true);
@@ -910,6 +912,7 @@ export function bf16BitsToNumber(bits: number): number {
 
 /** Decodes a float16 bit pattern. */
 export function f16BitsToNumber(bits: number): number {
+  checkArgument("f16BitsToNumber", "bits", bits, BITS16);
   const sign = bits & 0x8000 ? -1 : 1;
   const exp = (bits >> 10) & 0x1f;
   const man = bits & 0x3ff;

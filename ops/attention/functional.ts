@@ -184,7 +184,6 @@ export function attention(
 ): Tensor | AttentionOutput {
   const op = "attention";
   options = checkOptions<AttentionOptions>(op, options, FORWARD_OPTIONS);
-  checkOptions(op, options.out, { output: "any", lse: "any" }, "out");
   const mask = resolveMask(op, options, false);
   const score = resolveScore(op, options);
   const sources = sourcesOf(op, q, k, v, options);
@@ -225,7 +224,6 @@ export function attentionBackward(
 ): AttentionGradients {
   const op = "attentionBackward";
   options = checkOptions<AttentionBackwardOptions>(op, options, BACKWARD_OPTIONS);
-  checkOptions(op, options.out, { dq: "any", dk: "any", dv: "any" }, "out");
   const mask = resolveMask(op, options, false);
   const score = resolveScore(op, options);
   const sources = sourcesOf(op, q, k, v, options);

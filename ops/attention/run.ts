@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { checkOptions } from "../args.ts";
 import { invalidArgument } from "../../ffi/errors.ts";
 import { native, unwrap } from "../../ffi/library.ts";
 import { AttentionFlags } from "../../ffi/symbols_attention.ts";
@@ -138,6 +139,10 @@ function disposeOwned(items: { tensor: Tensor; owned: boolean }[]): void {
 /** Runs the forward; computes the LSE only when `wantLse` (or a buffer for it is given). */
 export function runForward(call: ForwardCall, wantLse: boolean): { output: Tensor; lse: Tensor | undefined } {
   const { op } = call;
+  call = {
+    ...call,
+    out: checkOptions<ForwardBuffers>(op, call.out ?? undefined, { output: "any", lse: "any" }, "out"),
+  };
   const g = describeCall(op, call.query, call.kv);
   const made: { tensor: Tensor; owned: boolean }[] = [];
   try {
@@ -188,6 +193,10 @@ export function forwardWithLse(call: ForwardCall): AttentionOutput {
 /** Runs the backward and returns dq, dk, dv. */
 export function runBackward(call: BackwardCall): AttentionGradients {
   const { op } = call;
+  call = {
+    ...call,
+    out: checkOptions<BackwardBuffers>(op, call.out ?? undefined, { dq: "any", dk: "any", dv: "any" }, "out"),
+  };
   const g = describeCall(op, call.query, call.kv);
   const q = call.query.q;
   for (const [name, t] of [["o", call.output], ["dO", call.dOutput]] as const) {

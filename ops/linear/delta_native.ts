@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { checkOptions, type OptionSpec } from "../args.ts";
 import { invalidArgument } from "../../ffi/errors.ts";
 import { native, unwrap } from "../../ffi/library.ts";
 import { DeltaFlags } from "../../ffi/symbols_linear.ts";
@@ -221,6 +222,24 @@ export type DeltaBackwardBuffers = Partial<
   Record<"dq" | "dk" | "dv" | "dbeta" | "dg" | "dInitialState", Tensor>
 >;
 
+// The keys of the caller-provided buffer objects (each value is checked where it is used).
+const FORWARD_BUFFERS: OptionSpec = {
+  output: "any",
+  finalState: "any",
+  chunkStates: "any",
+  aw: "any",
+  au: "any",
+};
+const BACKWARD_BUFFERS: OptionSpec = {
+  dq: "any",
+  dk: "any",
+  dv: "any",
+  dbeta: "any",
+  dg: "any",
+  dInitialState: "any",
+};
+const DECODE_BUFFERS: OptionSpec = { output: "any", newState: "any" };
+
 /** Checks a caller-provided result buffer: a live tensor of exactly this shape, dtype and device. */
 function provided(
   op: string,
@@ -389,8 +408,9 @@ export function deltaForward(
   inputs: DeltaInputs,
   s: DeltaSettings,
   wants: ForwardWants = {},
-  out: DeltaForwardBuffers = {},
+  out?: DeltaForwardBuffers,
 ): ForwardOutputs {
+  out = checkOptions<DeltaForwardBuffers>(op, out ?? undefined, FORWARD_BUFFERS, "out");
   const sizes = checkDeltaCall(op, inputs, s);
   const { B, T, H, K, V, N } = sizes;
   if ((wants.chunkStates || wants.factors) && (s.recurrent || s.cuSeqlens !== undefined)) {
@@ -492,9 +512,10 @@ export function deltaBackward(
   dOutput: Tensor,
   dFinalState?: Tensor,
   wantDInitialState = true,
-  out: DeltaBackwardBuffers = {},
+  out?: DeltaBackwardBuffers,
   saved?: DeltaSavedStates,
 ): BackwardOutputs {
+  out = checkOptions<DeltaBackwardBuffers>(op, out ?? undefined, BACKWARD_BUFFERS, "out");
   const sizes = checkDeltaCall(op, inputs, s);
   const { B, T, H, HK, K, V, N } = sizes;
   const q = inputs.q;
@@ -582,8 +603,9 @@ export function deltaDecode(
   op: string,
   inputs: DecodeInputs,
   s: DecodeSettings,
-  out: { output?: Tensor; newState?: Tensor } = {},
+  out?: { output?: Tensor; newState?: Tensor },
 ): { output: Tensor; newState: Tensor } {
+  out = checkOptions<{ output?: Tensor; newState?: Tensor }>(op, out ?? undefined, DECODE_BUFFERS, "out");
   const q = expectTensor(op, "q", inputs.q);
   const k = expectTensor(op, "k", inputs.k);
   const v = expectTensor(op, "v", inputs.v);

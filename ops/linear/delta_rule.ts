@@ -150,7 +150,6 @@ function forward(
 ): DeltaRuleResult {
   const s = settings(op, kind, options, FORWARD);
   const out = (options as DeltaRuleOptions | undefined)?.out;
-  checkOptions(op, out, { output: "any", finalState: "any" }, "out");
   const save = (options as ChunkDeltaRuleOptions | undefined)?.saveForBackward ?? false;
   const r = deltaForward(
     op,
@@ -180,12 +179,6 @@ function backward(
 ): DeltaRuleGradients {
   const s = settings(op, kind, options, BACKWARD);
   const o = (options ?? {}) as DeltaRuleBackwardOptions;
-  checkOptions(
-    op,
-    o.out,
-    { dq: "any", dk: "any", dv: "any", dbeta: "any", dg: "any", dInitialState: "any" },
-    "out",
-  );
   const r: BackwardOutputs = deltaBackward(op, inputs, s, dOutput, o.dFinalState, true, o.out, o.saved);
   return {
     ...r,

@@ -11,8 +11,9 @@
  *
  * @module
  */
-import { checkOptions } from "../args.ts";
+import { checkArgument, checkOptions, numberIn } from "../args.ts";
 import {
+  checkChunkSize,
   checkDeltaCall,
   deltaBackward,
   type DeltaBackwardBuffers,
@@ -171,7 +172,14 @@ export function prefillChunkSize(
   heads: number,
   T: number,
 ): number {
-  if (chosen !== undefined) return chosen;
+  const op = "prefillChunkSize";
+  for (const [name, value] of [["batch", batch], ["heads", heads], ["T", T]] as const) {
+    checkArgument(op, name, value, numberIn(0, Number.MAX_SAFE_INTEGER, true));
+  }
+  if (chosen !== undefined && chosen !== null) {
+    checkChunkSize(op, chosen);
+    return chosen;
+  }
   return batch * heads <= 8 && T >= 128 ? 128 : 64;
 }
 

@@ -1,0 +1,938 @@
+// The fuzz catalog: for every public function and op class, a generator of valid calls on small random
+// inputs, and mutations that make a call invalid (each one certainly invalid). A case knows which it is,
+// so the runner can tell an accepted invalid call from a refused valid one.
+import * as ak from "../../mod.ts";
+
+/** A deterministic generator (xorshift64*), so a failing case replays from its seed. */
+export class Rng {
+  #s: bigint;
+  constructor(seed: number) {
+    this.#s = BigInt(seed) * 0x9e3779b97f4a7c15n + 1n;
+  }
+  next(): number {
+    let s = this.#s;
+    s ^= s >> 12n;
+    s ^= (s << 25n) & 0xffffffffffffffffn;
+    s ^= s >> 27n;
+    this.#s = s;
+    return Number(((s * 0x2545f4914f6cdd1dn) & 0xffffffffffffffffn) >> 11n) / 2 ** 53;
+  }
+  int(lo: number, hi: number): number {
+    return lo + Math.floor(this.next() * (hi - lo + 1));
+  }
+  pick<T>(xs: readonly T[]): T {
+    return xs[Math.floor(this.next() * xs.length)];
+  }
+  chance(p: number): boolean {
+    return this.next() < p;
+  }
+}
+
+/** What a case expects: success (with finite float outputs when `finite`), or an AttnkitError. */
+export interface Case {
+  name: string;
+  expect: "ok" | "error";
+  finite: boolean;
+  run(): unknown;
+}
+
+/** Tensors made for a case; disposed after it, whatever happened. */
+export class Scope {
+  readonly made: ak.Tensor[] = [];
+  constructor(readonly device: ak.Device) {}
+  keep<T extends ak.Tensor>(t: T): T {
+    this.made.push(t);
+    return t;
+  }
+  randn(shape: number[], dtype: ak.DType, seed: number): ak.Tensor {
+    return this.keep(ak.Tensor.randn(shape, { dtype, device: this.device, seed }));
+  }
+  rand(shape: number[], seed: number, low = 0, high = 1): ak.Tensor {
+    return this.keep(ak.Tensor.rand(shape, { device: this.device, seed, low, high }));
+  }
+  dispose(): void {
+    for (const t of this.made) t.dispose();
+    this.made.length = 0;
+  }
+}
+
+// ---- invalid replacements for arguments ----
+
+const FOREIGN_KEYS = [
+  "causal",
+  "softmax_scale",
+  "chunk_size",
+  "use_qk_l2norm_in_kernel",
+  "is_causal",
+  "scale_",
+  "cu_seqlens",
+  "head_first",
+  "foo",
+  "dtype ",
+  "",
+];
+const NOT_OBJECTS: unknown[] = ["causal", 1, true, 0n, [], [1, 2], () => {}, null, Symbol("s")];
+// (null, like undefined, asks for an option's default)
+const NOT_BOOLEANS: unknown[] = ["false", "no", 0, 1, {}, []];
+const NOT_NUMBERS: unknown[] = ["1", NaN, {}, [], true, 1n];
+
+/**
+ * A value that is not a live tensor of the right kind, for a tensor argument. `strict`: the argument
+ * also needs its own dtype and device (an op input); without it only the shape matters (a copy source).
+ */
+function badTensor(
+  rng: Rng,
+  scope: Scope,
+  like: ak.Tensor,
+  strict = true,
+  offDims?: number[],
+  optional = false,
+): unknown {
+  const which = rng.int(0, strict ? 6 : 4);
+  switch (which) {
+    case 0: // not a tensor (null and undefined too, unless the argument is optional)
+      return rng.pick([...(optional ? [] : [null, undefined]), 1, "q", {}, [1, 2], new Float32Array(4)]);
+    case 1: {
+      const t = ak.Tensor.randn([...like.shape], { device: scope.device });
+      t.dispose();
+      return t; // disposed
+    }
+    case 2: // another rank
+      return scope.randn(like.shape.length > 1 ? like.shape.slice(1) : [...like.shape, 2], "float32", 2);
+    case 3: { // one size off
+      const shape = [...like.shape];
+      shape[offDims ? rng.pick(offDims) : rng.int(0, shape.length - 1)] += 1;
+      return scope.randn(shape, "float32", 3);
+    }
+    case 4: // a shape of no meaning at all
+      return scope.randn([7], "float32", 4);
+    case 5: // the wrong dtype: int32 for a float input, float64 (which no op takes) otherwise
+      return scope.keep(like.cast(rng.pick<ak.DType>(["int32", "float64"])));
+    default: // the wrong device, where there is another; else a float64 tensor
+      if (ak.cudaAvailable()) return scope.keep(like.to(scope.device === "cpu" ? "cuda" : "cpu"));
+      return scope.keep(like.cast("float64"));
+  }
+}
+
+/** An invalid option object, given the spec of what the valid one may hold. */
+function badOptions(
+  rng: Rng,
+  valid: Record<string, unknown>,
+  kinds: Record<string, "boolean" | "number">,
+): unknown {
+  const keys = Object.keys(kinds);
+  const choice = rng.int(0, keys.length > 0 ? 3 : 1);
+  if (choice === 0) return rng.pick(NOT_OBJECTS);
+  if (choice === 1) return { ...valid, [rng.pick(FOREIGN_KEYS)]: true };
+  const key = rng.pick(keys);
+  return { ...valid, [key]: kinds[key] === "boolean" ? rng.pick(NOT_BOOLEANS) : rng.pick(NOT_NUMBERS) };
+}
+
+function valid(name: string, run: () => unknown, finite = true): Case {
+  return { name, expect: "ok", finite, run };
+}
+function invalid(name: string, run: () => unknown): Case {
+  return { name, expect: "error", finite: false, run };
+}
+
+// ---- generators, one per function or op class ----
+
+type Gen = (rng: Rng, scope: Scope, bad: boolean) => Case;
+const FLOATS: ak.DType[] = ["float32", "float64", "float16", "bfloat16"];
+const ALL: ak.DType[] = [...FLOATS, "int32", "int64", "bool"];
+
+function smallShape(rng: Rng, maxRank = 4, maxSize = 5): number[] {
+  return Array.from({ length: rng.int(0, maxRank) }, () => rng.int(0, maxSize));
+}
+
+const tensorMaking: Gen = (rng, scope, bad) => {
+  const dev = scope.device;
+  const shape = smallShape(rng);
+  const dtype = rng.pick(ALL);
+  const which = rng.int(0, 6);
+  if (!bad) {
+    const o = { dtype, device: dev };
+    switch (which) {
+      case 0:
+        return valid("Tensor.zeros", () => scope.keep(ak.Tensor.zeros(shape, o)));
+      case 1:
+        return valid("Tensor.ones", () => scope.keep(ak.Tensor.ones(shape, o)));
+      case 2:
+        return valid(
+          "Tensor.full",
+          () => scope.keep(ak.Tensor.full(shape, rng.pick([1.5, -3, NaN]), o)),
+          false,
+        );
+      case 3: {
+        const fd = rng.pick(FLOATS);
+        return valid(
+          "Tensor.randn",
+          () => scope.keep(ak.Tensor.randn(shape, { dtype: fd, device: dev, seed: 5 })),
+        );
+      }
+      case 4:
+        return valid(
+          "Tensor.arange",
+          () => scope.keep(ak.Tensor.arange(0, rng.int(0, 50), rng.pick([1, 3]), o)),
+        );
+      case 5:
+        return valid("Tensor.from", () => scope.keep(ak.Tensor.from([[1, 2], [3, 4]], o)));
+      default:
+        return valid("Tensor.empty", () => scope.keep(ak.Tensor.empty(shape, o)), false);
+    }
+  }
+  const badShape = rng.pick<unknown>([
+    [-1],
+    [1.5],
+    [2 ** 40, 2 ** 40],
+    [2 ** 53],
+    "2",
+    null,
+    [NaN],
+    Array(9).fill(1),
+    [[2]],
+  ]);
+  switch (which) {
+    case 0:
+      return invalid("Tensor.zeros(bad shape)", () => scope.keep(ak.Tensor.zeros(badShape as number[])));
+    case 1:
+      return invalid(
+        "Tensor.ones(bad options)",
+        () => scope.keep(ak.Tensor.ones([2], badOptions(rng, {}, {}) as ak.TensorOptions)),
+      );
+    case 2:
+      return invalid(
+        "Tensor.full(bad value)",
+        () => scope.keep(ak.Tensor.full([2], rng.pick(["1", null, {}]) as number)),
+      );
+    case 3:
+      return invalid(
+        "Tensor.randn(bad options)",
+        () =>
+          scope.keep(
+            ak.Tensor.randn(
+              [2],
+              rng.pick<object>([{ seed: NaN }, { seed: -1 }, { mean: "1" }, { std: Infinity }, {
+                dtype: "int32",
+              }]),
+            ),
+          ),
+      );
+    case 4:
+      return invalid(
+        "Tensor.arange(bad)",
+        () =>
+          scope.keep(
+            ak.Tensor.arange(
+              ...rng.pick<[number, number, number]>([[0, 10, 0], [0, 2 ** 40, 1], [0, NaN, 1], [
+                0,
+                1,
+                1e-12,
+              ]]),
+            ),
+          ),
+      );
+    case 5: {
+      const self: unknown[] = [];
+      self.push(self);
+      const data = rng.pick<unknown>([self, [[1, 2], [3]], ["a"], { length: 2 ** 40 }, null]);
+      return invalid("Tensor.from(bad data)", () => scope.keep(ak.Tensor.from(data as number[])));
+    }
+    default:
+      return invalid(
+        "Tensor.empty(bad dtype)",
+        () => scope.keep(ak.Tensor.empty([2], { dtype: "float8" as ak.DType })),
+      );
+  }
+};
+
+const tensorMethods: Gen = (rng, scope, bad) => {
+  const shape = [rng.int(2, 3), rng.int(1, 4), rng.int(1, 3)]; // more than one element (item refuses)
+  const t = scope.randn(shape, rng.pick(FLOATS), 11);
+  const which = rng.int(0, 8);
+  if (!bad) {
+    switch (which) {
+      case 0:
+        return valid("reshape", () => scope.keep(t.reshape([-1])));
+      case 1:
+        return valid("permute", () => scope.keep(t.permute([2, 0, 1])));
+      case 2:
+        return valid("transpose", () => scope.keep(t.transpose(0, -1)));
+      case 3:
+        return valid("cast", () => scope.keep(t.cast(rng.pick(ALL))));
+      case 4:
+        return valid("toArray", () => t.toArray());
+      case 5:
+        return valid("fill", () => t.fill(2));
+      case 6:
+        return valid("clone", () => scope.keep(t.clone()));
+      case 7:
+        return valid("copyFrom", () => t.copyFrom(scope.randn(shape, "float32", 3)));
+      default:
+        return valid("toString", () => t.toString(), false);
+    }
+  }
+  switch (which) {
+    case 0:
+      return invalid(
+        "reshape(bad)",
+        () => t.reshape(rng.pick<unknown>([null, [7, 7, 7], [-1, -1], ["a"], [1.5]]) as number[]),
+      );
+    case 1:
+      return invalid(
+        "permute(bad)",
+        () => t.permute(rng.pick<unknown>([null, [0, 0, 1], [0, 1], [0, 1, 3], "012"]) as number[]),
+      );
+    case 2:
+      return invalid("transpose(bad)", () => t.transpose(rng.pick([0.5, 5, -9]), 0));
+    case 3:
+      return invalid("cast(bad)", () => t.cast(rng.pick(["float8", "", null]) as ak.DType));
+    case 4:
+      return invalid("item(non-scalar)", () => t.item());
+    case 5:
+      return invalid("fill(bad)", () => t.fill(rng.pick(["1", null, {}]) as number));
+    case 6:
+      return invalid("to(bad device)", () => scope.keep(t.to(rng.pick(["gpu", "cuda:99", "", "cpu:1"]))));
+    case 7:
+      return invalid("copyFrom(bad)", () => t.copyFrom(badTensor(rng, scope, t, false) as ak.Tensor));
+    default: {
+      t.dispose();
+      return invalid("use after dispose", () => t.toArray());
+    }
+  }
+};
+
+const utilities: Gen = (rng, scope, bad) => {
+  const which = rng.int(0, 5);
+  const a = scope.randn([3], "float32", 1);
+  if (!bad) {
+    switch (which) {
+      case 0:
+        return valid("compare", () => ak.compare(a, a));
+      case 1:
+        return valid("assertClose", () => ak.assertClose(a, a, { atol: 0 }));
+      case 2:
+        return valid("timeIt", () => ak.timeIt(() => {}, { iterations: 1, warmup: 0 }), false);
+      case 3:
+        return valid("dtypeSize", () => ak.dtypeSize(rng.pick(ALL)));
+      case 4:
+        return valid("explain", () => ak.explain({ op: "attention.fwd", gpu: "h200", d: 128 }), false);
+      default:
+        return valid("memoryStats", () => ak.memoryStats("cpu"), false);
+    }
+  }
+  switch (which) {
+    case 0:
+      return invalid(
+        "compare(bad)",
+        () => ak.compare(a, rng.pick<unknown>([null, [1, 2], ["a", "b", "c"], 3]) as number[]),
+      );
+    case 1:
+      return invalid(
+        "assertClose(bad tol)",
+        () =>
+          ak.assertClose(
+            a,
+            a,
+            rng.pick<unknown>([{}, { atol: -1 }, { rtol: "1" }, null, { atol: NaN }]) as ak.Tolerance,
+          ),
+      );
+    case 2:
+      return invalid(
+        "timeIt(bad)",
+        () =>
+          ak.timeIt(
+            () => {},
+            rng.pick<object>([{ iterations: NaN }, { iterations: 0 }, { warmup: -1 }, { cycles: 2 }]),
+          ),
+      );
+    case 3:
+      return invalid("dtypeSize(bad)", () => ak.dtypeSize(rng.pick(["float8", "", null]) as ak.DType));
+    case 4:
+      return invalid(
+        "explain(bad)",
+        () =>
+          ak.explain(rng.pick<unknown>([{ op: "x" }, { op: "attention.fwd", gpu: "h300" }]) as ak.PlanQuery),
+      );
+    default:
+      return invalid("manualSeed(bad)", () => ak.manualSeed(rng.pick([1.5, -1, NaN]) as number));
+  }
+};
+
+// ---- linear attention ----
+
+interface LinearInputs {
+  q: ak.Tensor;
+  k: ak.Tensor;
+  v: ak.Tensor;
+  g: ak.Tensor;
+  beta: ak.Tensor;
+  B: number;
+  T: number;
+  H: number;
+  D: number;
+}
+
+function linearInputs(rng: Rng, scope: Scope): LinearInputs {
+  const B = rng.int(1, 2), T = rng.pick([1, 2, 7, 31, 33, 64, 65]), H = rng.int(1, 3);
+  const D = rng.pick(scope.device === "cpu" ? [8, 16, 32] : [16, 64, 128]);
+  const dtype = rng.pick<ak.DType>(["float32", "bfloat16", "float16"]);
+  // |k| near 1 keeps the recurrence stable (each step scales the state by I - beta k k^T), so valid
+  // calls have finite outputs with and without the in-kernel L2 norm.
+  const unit = (seed: number) =>
+    scope.keep(ak.Tensor.randn([B, T, H, D], { dtype, device: scope.device, seed, std: D ** -0.5 }));
+  return {
+    q: unit(1),
+    k: unit(2),
+    v: scope.randn([B, T, H, D], dtype, 3),
+    g: scope.rand([B, T, H], 4, -0.2, 0),
+    beta: scope.rand([B, T, H], 5),
+    B,
+    T,
+    H,
+    D,
+  };
+}
+
+const LINEAR_KINDS = { useQkL2norm: "boolean", scale: "number", outputFinalState: "boolean" } as const;
+
+const linearFunctions: Gen = (rng, scope, bad) => {
+  const x = linearInputs(rng, scope);
+  const gated = rng.chance(0.5);
+  const chunked = rng.chance(0.6);
+  const options: Record<string, unknown> = {
+    useQkL2norm: rng.chance(0.5),
+    outputFinalState: rng.chance(0.5),
+  };
+  if (chunked) options.chunkSize = rng.pick([32, 64, 128]);
+  const name = `${chunked ? "chunk" : "recurrent"}${gated ? "Gated" : ""}DeltaRule`;
+  const fn = (ak as unknown as Record<string, (...a: unknown[]) => unknown>)[name];
+  const call = (q: unknown, beta: unknown, o: unknown) =>
+    gated ? fn(q, x.k, x.v, x.g, beta, o) : fn(q, x.k, x.v, beta, o);
+  const dispose = (r: unknown) => (r as Disposable)[Symbol.dispose]();
+  if (!bad) {
+    if (rng.chance(0.3)) {
+      const back = `${name}Backward`;
+      const bfn = (ak as unknown as Record<string, (...a: unknown[]) => unknown>)[back];
+      const dO = scope.randn([x.B, x.T, x.H, x.D], x.q.dtype, 9);
+      const o = { ...options };
+      delete o.outputFinalState;
+      return valid(
+        back,
+        () => dispose(gated ? bfn(x.q, x.k, x.v, x.g, x.beta, dO, o) : bfn(x.q, x.k, x.v, x.beta, dO, o)),
+      );
+    }
+    return valid(name, () => {
+      const r = call(x.q, x.beta, options) as ak.DeltaRuleResult;
+      const out = scope.keep(r.output.clone());
+      dispose(r);
+      return out;
+    });
+  }
+  switch (rng.int(0, 3)) {
+    case 0:
+      return invalid(`${name}(bad q)`, () => dispose(call(badTensor(rng, scope, x.q), x.beta, options)));
+    case 1:
+      // beta and g take any float dtype (they are read as float32): only their shape and liveness matter
+      return invalid(
+        `${name}(bad beta)`,
+        () => dispose(call(x.q, badTensor(rng, scope, x.beta, false), options)),
+      );
+    case 2:
+      return invalid(
+        `${name}(bad options)`,
+        () => dispose(call(x.q, x.beta, badOptions(rng, options, LINEAR_KINDS))),
+      );
+    default:
+      // the gated argument list on the ungated function, or one argument short on the gated one
+      return invalid(
+        `${name}(argument list)`,
+        () => dispose(gated ? fn(x.q, x.k, x.v, x.beta, {}) : fn(x.q, x.k, x.v, x.g, x.beta)),
+      );
+  }
+};
+
+const linearOps: Gen = (rng, scope, bad) => {
+  const x = linearInputs(rng, scope);
+  const gated = rng.chance(0.5);
+  if (!bad) {
+    if (rng.chance(0.3)) {
+      const state = scope.randn([x.B, x.H, x.D, x.D], "float32", 7);
+      const q1 = scope.randn([x.B, x.H, x.D], x.q.dtype, 8);
+      const b1 = scope.rand([x.B, x.H], 9);
+      const g1 = scope.rand([x.B, x.H], 10, -0.2, 0);
+      const op = gated
+        ? new ak.GatedDeltaNetDecodeFwdOp({ useQkL2norm: true })
+        : new ak.DeltaNetDecodeFwdOp({ useQkL2norm: true });
+      return valid("DecodeFwdOp", () => {
+        const r = gated
+          ? (op as ak.GatedDeltaNetDecodeFwdOp).forward(q1, q1, q1, g1, b1, state)
+          : (op as ak.DeltaNetDecodeFwdOp).forward(q1, q1, q1, b1, state);
+        scope.keep(r.output);
+        scope.keep(r.newState);
+      });
+    }
+    const o = { chunkSize: rng.pick([32, 64]), useQkL2norm: rng.chance(0.5) };
+    if (gated) {
+      const op = new ak.GatedDeltaNetOp(o);
+      return valid("GatedDeltaNetOp", () => {
+        scope.keep(op.forward(x.q, x.k, x.v, x.g, x.beta));
+        const dO = scope.randn([x.B, x.T, x.H, x.D], x.q.dtype, 9);
+        const grads = op.backward(dO);
+        grads[Symbol.dispose]();
+        op[Symbol.dispose]();
+      });
+    }
+    const op = new ak.DeltaNetFwdOp(o);
+    return valid("DeltaNetFwdOp", () => {
+      const r = op.forward(x.q, x.k, x.v, x.beta);
+      const out = scope.keep(r.output.clone());
+      r[Symbol.dispose]();
+      return out;
+    });
+  }
+  switch (rng.int(0, 2)) {
+    case 0:
+      return invalid(
+        "op constructor(bad options)",
+        () =>
+          new ak.GatedDeltaNetBTHDFwdOp(
+            badOptions(rng, {}, { useQkL2norm: "boolean", scale: "number" }) as ak.DeltaOpOptions,
+          ),
+      );
+    case 1:
+      return invalid(
+        "DecodeFwdOp(saveStates)",
+        () => new ak.DeltaNetDecodeFwdOp({ saveStates: true } as unknown as ak.DecodeOpOptions),
+      );
+    default: {
+      const op = new ak.GatedDeltaNetBTHDFwdOp({});
+      return invalid("GatedDeltaNetBTHDFwdOp.forward(bad g)", () => {
+        const r = op.forward(x.q, x.k, x.v, badTensor(rng, scope, x.g, false) as ak.Tensor, x.beta);
+        (r as unknown as Disposable)[Symbol.dispose]();
+      });
+    }
+  }
+};
+
+// ---- softmax attention ----
+
+const ATTENTION_KINDS = { isCausal: "boolean", returnLse: "boolean", smScale: "number" } as const;
+
+const attentionFunctions: Gen = (rng, scope, bad) => {
+  const B = rng.int(1, 2), Sq = rng.pick([1, 5, 17, 64]), Skv = rng.pick([Sq, 1, 33]);
+  const Hkv = rng.int(1, 2), Hq = Hkv * rng.int(1, 3), D = rng.pick([8, 64, 128]);
+  const dtype = rng.pick<ak.DType>(["bfloat16", "float16"]);
+  const q = scope.randn([B, Sq, Hq, D], dtype, 1);
+  const k = scope.randn([B, Skv, Hkv, D], dtype, 2);
+  const v = scope.randn([B, Skv, Hkv, D], dtype, 3);
+  const options: Record<string, unknown> = { isCausal: rng.chance(0.5) };
+  if (rng.chance(0.3)) options.windowSizeLeft = rng.int(0, 8);
+  if (rng.chance(0.2)) options.softcap = 20;
+  // Causal with more queries than keys leaves rows with no key: output 0, still finite.
+  if (!bad) {
+    if (rng.chance(0.3)) {
+      return valid("attentionBackward", () => {
+        const y = ak.attention(q, k, v, { ...options, returnLse: true });
+        const dO = scope.randn([B, Sq, Hq, D], dtype, 4);
+        try {
+          ak.attentionBackward(q, k, v, y.output, dO, y.lse, options)[Symbol.dispose]();
+        } finally {
+          y[Symbol.dispose]();
+        }
+      });
+    }
+    return valid("attention", () => scope.keep(ak.attention(q, k, v, options)));
+  }
+  switch (rng.int(0, 3)) {
+    case 0:
+      // q's batch and head dim must match k's (its length and heads may differ)
+      return invalid(
+        "attention(bad q)",
+        () => scope.keep(ak.attention(badTensor(rng, scope, q, true, [0, 3]) as ak.Tensor, k, v, options)),
+      );
+    case 1:
+      return invalid(
+        "attention(bad v)",
+        () => scope.keep(ak.attention(q, k, badTensor(rng, scope, v) as ak.Tensor, options)),
+      );
+    case 2:
+      return invalid(
+        "attention(bad options)",
+        () =>
+          scope.keep(
+            ak.attention(
+              q,
+              k,
+              v,
+              badOptions(rng, options, ATTENTION_KINDS) as ak.AttentionOptions,
+            ) as ak.Tensor,
+          ),
+      );
+    default:
+      return invalid(
+        "attention(bad window)",
+        () => scope.keep(ak.attention(q, k, v, { windowSizeLeft: rng.pick([-2, 1.5, NaN]) })),
+      );
+  }
+};
+
+const attentionOps: Gen = (rng, scope, bad) => {
+  const batch = rng.int(1, 2),
+    seqLen = rng.pick([1, 9, 64]),
+    headsKv = rng.int(1, 2),
+    heads = headsKv * rng.int(1, 2);
+  const dim = rng.pick([32, 64]);
+  const sizes = { batch, heads, headsKv, seqLen, dim };
+  const q = scope.randn([batch, seqLen, heads, dim], "bfloat16", 1);
+  const kv = scope.randn([batch, seqLen, headsKv, dim], "bfloat16", 2);
+  if (!bad) {
+    if (rng.chance(0.5)) {
+      const op = new ak.GroupedQueryAttentionFwdOp(sizes);
+      return valid("GroupedQueryAttentionFwdOp", () => op.forward(q, kv, kv)[Symbol.dispose]());
+    }
+    const op = new ak.GroupedQueryAttentionDenseFwdOp({ windowSizeLeft: rng.int(-1, 4) });
+    return valid("GroupedQueryAttentionDenseFwdOp", () => scope.keep(op.forward(q, kv, kv)));
+  }
+  switch (rng.int(0, 2)) {
+    case 0:
+      return invalid(
+        "GroupedQueryAttentionFwdOp(bad sizes)",
+        () =>
+          new ak.GroupedQueryAttentionFwdOp(
+            rng.pick<unknown>([{ ...sizes, heads: 3, headsKv: 2 }, { ...sizes, dim: 12 }, {
+              ...sizes,
+              batch: 0,
+            }, {
+              ...sizes,
+              causal: true,
+            }, null]) as ak.GroupedQueryAttentionFwdOptions,
+          ),
+      );
+    case 1:
+      return invalid(
+        "MultiHeadAttentionFwdOp(headsKv)",
+        () =>
+          new ak.MultiHeadAttentionFwdOp(
+            { batch, heads, seqLen, dim, headsKv } as ak.MultiHeadAttentionFwdOptions,
+          ),
+      );
+    default: {
+      const op = new ak.GroupedQueryAttentionFwdOp(sizes);
+      return invalid(
+        "GroupedQueryAttentionFwdOp.forward(bad k)",
+        () => op.forward(q, badTensor(rng, scope, kv) as ak.Tensor, kv)[Symbol.dispose](),
+      );
+    }
+  }
+};
+
+const io: Gen = (rng, scope, bad) => {
+  const t = scope.randn([2, 3], rng.pick(FLOATS), 1);
+  if (!bad) {
+    return rng.chance(0.5)
+      ? valid("npy round trip", () => scope.keep(ak.decodeNpy(ak.encodeNpy(t))))
+      : valid("safetensors round trip", () =>
+        ak.decodeSafetensors(ak.encodeSafetensors({ t }))[Symbol.dispose]());
+  }
+  switch (rng.int(0, 2)) {
+    case 0:
+      return invalid(
+        "decodeNpy(garbage)",
+        () => scope.keep(ak.decodeNpy(new Uint8Array(rng.int(0, 100)).map(() => rng.int(0, 255)))),
+      );
+    case 1:
+      return invalid(
+        "encodeSafetensors(bad)",
+        () =>
+          ak.encodeSafetensors(
+            rng.pick<unknown>([null, t, { "": t }, { a: 1 }]) as Record<string, ak.Tensor>,
+          ),
+      );
+    default:
+      return invalid(
+        "encodeSafetensors(bad metadata)",
+        () => ak.encodeSafetensors({ t }, { metadata: { a: 1 } as unknown as Record<string, string> }),
+      );
+  }
+};
+
+// ---- packed sequences, empty shapes, the remaining op classes and utilities ----
+
+/** Offsets of `n` sequences (some possibly empty) over `total` tokens, starting at 0. */
+function offsets(rng: Rng, n: number, total: number): number[] {
+  const cuts = Array.from({ length: n - 1 }, () => rng.int(0, total)).sort((a, b) => a - b);
+  return [0, ...cuts, total];
+}
+
+const BAD_OFFSETS = (total: number, n: number): unknown[] => [
+  [1, total], // not starting at 0
+  [0, total + 1], // past the tokens
+  [0, 3, 1, total], // decreasing
+  [0, 1.5, total], // not integers
+  [0, -1, total],
+  [], // no sequence
+  { length: 2 ** 40 }, // an array-like of absurd length
+  "0,1",
+  Array(n + 2).fill(0), // more sequences than the other side has (for attention)
+];
+
+const attentionPacked: Gen = (rng, scope, bad) => {
+  const n = rng.int(1, 3), Tq = rng.int(0, 20), Tkv = rng.int(1, 20);
+  const Hkv = rng.int(1, 2), Hq = Hkv * rng.int(1, 2), D = rng.pick([16, 64]);
+  const q = scope.randn([Tq, Hq, D], "bfloat16", 1);
+  const kv = scope.randn([Tkv, Hkv, D], "bfloat16", 2);
+  const cuQ = offsets(rng, n, Tq), cuKv = offsets(rng, n, Tkv);
+  const options = { cuSeqlensQ: cuQ, cuSeqlensKv: cuKv, isCausal: rng.chance(0.5) };
+  if (!bad) {
+    if (rng.chance(0.5)) {
+      const op = new ak.GroupedQueryAttentionPrefillVarlenFwdOp({
+        batch: n,
+        heads: Hq,
+        headsKv: Hkv,
+        dim: D,
+        maxSeqlenQ: Tq,
+        maxSeqlenKv: Tkv,
+        validateInputs: true,
+      });
+      return valid("GroupedQueryAttentionPrefillVarlenFwdOp", () => {
+        const a = scope.keep(ak.Tensor.from(Int32Array.from(cuQ), { device: scope.device }));
+        const b = scope.keep(ak.Tensor.from(Int32Array.from(cuKv), { device: scope.device }));
+        return scope.keep(op.forward(q, kv, kv, a, b));
+      });
+    }
+    return valid("attention (packed)", () => scope.keep(ak.attention(q, kv, kv, options)));
+  }
+  const badCu = rng.pick(BAD_OFFSETS(Tq, n));
+  return rng.chance(0.5)
+    ? invalid(
+      "attention (bad cuSeqlensQ)",
+      () => scope.keep(ak.attention(q, kv, kv, { ...options, cuSeqlensQ: badCu as number[] })),
+    )
+    : invalid(
+      "attention (one cuSeqlens only)",
+      () => scope.keep(ak.attention(q, kv, kv, { cuSeqlensQ: cuQ })),
+    );
+};
+
+const emptyShapes: Gen = (rng, scope, bad) => {
+  if (bad) return utilities(rng, scope, true);
+  if (rng.chance(0.5)) {
+    const [B, Sq, Skv] = rng.pick([[0, 4, 4], [1, 0, 4], [2, 4, 0], [1, 0, 0]]);
+    const q = scope.randn([B, Sq, 2, 64], "float16", 1);
+    const kv = scope.randn([B, Skv, 2, 64], "float16", 2);
+    const layout = rng.pick<ak.AttentionLayout>(["bshd", "bhsd"]);
+    const [qq, kk] = layout === "bhsd"
+      ? [scope.keep(q.permute([0, 2, 1, 3])), scope.keep(kv.permute([0, 2, 1, 3]))]
+      : [q, kv];
+    return valid(`attention + backward, empty (B ${B}, Sq ${Sq}, Skv ${Skv}, ${layout})`, () => {
+      const y = ak.attention(qq, kk, kk, { returnLse: true, layout });
+      try {
+        ak.attentionBackward(qq, kk, kk, y.output, y.output, y.lse, { layout })[Symbol.dispose]();
+        return scope.keep(y.output.clone());
+      } finally {
+        y[Symbol.dispose]();
+      }
+    });
+  }
+  const [B, T] = rng.pick([[0, 5], [1, 0], [2, 0]]);
+  const x = (seed: number) => scope.randn([B, T, 2, 16], "float32", seed);
+  const q = x(1), beta = scope.rand([B, T, 2], 2), g = scope.rand([B, T, 2], 3, -0.1, 0);
+  return valid(`chunkGatedDeltaRule + backward, empty (B ${B}, T ${T})`, () => {
+    const r = ak.chunkGatedDeltaRule(q, q, q, g, beta, { outputFinalState: true });
+    ak.chunkGatedDeltaRuleBackward(q, q, q, g, beta, r.output)[Symbol.dispose]();
+    r[Symbol.dispose]();
+  });
+};
+
+const linearPacked: Gen = (rng, scope, bad) => {
+  const n = rng.int(1, 3), T = rng.int(1, 70), H = rng.int(1, 2), D = rng.pick([16, 32]);
+  const unit = (seed: number) =>
+    scope.keep(ak.Tensor.randn([1, T, H, D], { device: scope.device, seed, std: D ** -0.5 }));
+  const q = unit(1), k = unit(2), v = unit(3);
+  const g = scope.rand([1, T, H], 4, -0.2, 0), beta = scope.rand([1, T, H], 5);
+  const cu = scope.keep(ak.Tensor.from(Int32Array.from(offsets(rng, n, T)), { device: scope.device }));
+  const initialState = scope.randn([n, H, D, D], "float32", 6);
+  if (!bad) {
+    return valid("chunkGatedDeltaRule (packed, initial state)", () => {
+      const r = ak.chunkGatedDeltaRule(q, k, v, g, beta, {
+        cuSeqlens: cu,
+        initialState,
+        outputFinalState: true,
+      });
+      const grads = ak.chunkGatedDeltaRuleBackward(q, k, v, g, beta, r.output, {
+        cuSeqlens: cu,
+        initialState,
+      });
+      grads[Symbol.dispose]();
+      const out = scope.keep(r.output.clone());
+      r[Symbol.dispose]();
+      return out;
+    });
+  }
+  switch (rng.int(0, 2)) {
+    case 0: {
+      // (all-zero offsets would be valid here: empty sequences)
+      const badCu = rng.pick([[1, T], [0, T + 1], [0, T + 3, 1, T], [0, -1, T]]);
+      return invalid(`chunkGatedDeltaRule (bad cuSeqlens ${JSON.stringify(badCu)} of T ${T})`, () => {
+        const t = scope.keep(ak.Tensor.from(Int32Array.from(badCu), { device: scope.device }));
+        ak.chunkGatedDeltaRule(q, k, v, g, beta, { cuSeqlens: t })[Symbol.dispose]();
+      });
+    }
+    case 1:
+      return invalid(
+        "chunkGatedDeltaRule (bad initial state)",
+        () =>
+          ak.chunkGatedDeltaRule(q, k, v, g, beta, {
+            cuSeqlens: cu,
+            initialState: badTensor(rng, scope, initialState, true, undefined, true) as ak.Tensor,
+          })[Symbol.dispose](),
+      );
+    default:
+      return invalid(
+        "chunkGatedDeltaRuleBackward (bad dO)",
+        () =>
+          ak.chunkGatedDeltaRuleBackward(q, k, v, g, beta, badTensor(rng, scope, q) as ak.Tensor)
+            [Symbol.dispose](),
+      );
+  }
+};
+
+const moreOps: Gen = (rng, scope, bad) => {
+  const batch = rng.int(1, 2), seqLen = rng.pick([1, 9, 40]), heads = rng.int(1, 2), dim = 32;
+  const sizes = { batch, heads, headsKv: heads, seqLen, dim };
+  const q = scope.randn([batch, seqLen, heads, dim], "float16", 1);
+  const which = rng.int(0, 3);
+  if (!bad) {
+    switch (which) {
+      case 0: {
+        const fwd = new ak.MultiHeadAttentionFwdOp({ batch, heads, seqLen, dim });
+        const bwd = new ak.MultiHeadAttentionBwdOp({ batch, heads, seqLen, dim });
+        return valid("MultiHeadAttention Fwd + Bwd ops", () => {
+          const y = fwd.forward(q, q, q);
+          try {
+            bwd.forward(q, q, q, y.output, y.output, y.lse)[Symbol.dispose]();
+          } finally {
+            y[Symbol.dispose]();
+          }
+        });
+      }
+      case 1: {
+        const op = new ak.GroupedQueryAttentionSlidingWindowFwdOp({
+          ...sizes,
+          windowSizeLeft: rng.int(0, 8),
+        });
+        return valid("GroupedQueryAttentionSlidingWindowFwdOp", () => scope.keep(op.forward(q, q, q)));
+      }
+      case 2: {
+        const unit = (seed: number) =>
+          scope.keep(
+            ak.Tensor.randn([batch, heads, seqLen, dim], { device: scope.device, seed, std: dim ** -0.5 }),
+          );
+        const [lq, lk, lv] = [unit(1), unit(2), unit(3)];
+        const g = scope.rand([batch, heads, seqLen], 4, -0.2, 0),
+          beta = scope.rand([batch, heads, seqLen], 5);
+        const op = new ak.GatedDeltaNetPrefillBHTDFwdOp({});
+        return valid("GatedDeltaNetPrefillBHTDFwdOp", () => {
+          const r = op.forward(lq, lk, lv, g, beta);
+          scope.keep(r.finalState);
+          return scope.keep(r.output);
+        });
+      }
+      default:
+        return valid("prefillChunkSize", () => ak.prefillChunkSize(undefined, batch, heads, seqLen), false);
+    }
+  }
+  switch (which) {
+    case 0:
+      return invalid(
+        "MultiHeadAttentionBwdOp(bad)",
+        () => new ak.MultiHeadAttentionBwdOp({ batch, heads, seqLen, dim, deterministic: "yes" } as never),
+      );
+    case 1:
+      return invalid(
+        "GroupedQueryAttentionSlidingWindowFwdOp(bad window)",
+        () =>
+          new ak.GroupedQueryAttentionSlidingWindowFwdOp({
+            ...sizes,
+            windowSizeLeft: rng.pick([-2, 0.5, "8"]) as number,
+          }),
+      );
+    case 2:
+      return invalid(
+        "GatedDeltaNetPrefillBHTDFwdOp(bad chunk)",
+        () => new ak.GatedDeltaNetPrefillBHTDFwdOp({ chunkSize: rng.pick([0, 48, 256, "64"]) as number }),
+      );
+    default:
+      return invalid(
+        "prefillChunkSize(bad)",
+        () => ak.prefillChunkSize(rng.pick([48, "64"]) as number, batch, heads, seqLen),
+      );
+  }
+};
+
+const settingsAndDevices: Gen = (rng, scope, bad) => {
+  if (!bad) {
+    switch (rng.int(0, 4)) {
+      case 0:
+        return valid("parseDevice", () => ak.parseDevice(rng.pick(["cpu", scope.device])), false);
+      case 1:
+        return valid(
+          "withTuning",
+          () => ak.withTuning({ "attention.fwd": rng.pick(["auto", "general"]) }, () => 1),
+          false,
+        );
+      case 2:
+        return valid("tuning", () => ak.tuning(), false);
+      case 3:
+        return valid("kernels", () => ak.kernels(), false);
+      default:
+        return valid("bf16BitsToNumber", () => ak.bf16BitsToNumber(rng.int(0, 65535)), false);
+    }
+  }
+  switch (rng.int(0, 3)) {
+    case 0:
+      return invalid(
+        "parseDevice(bad)",
+        () => ak.parseDevice(rng.pick(["gpu", "cuda:-1", "cuda:1.5", "cpu:0:1", 7]) as string),
+      );
+    case 1:
+      return invalid(
+        "withTuning(bad)",
+        () =>
+          ak.withTuning(
+            rng.pick<unknown>([
+              "attention.fwd=v9",
+              { "no.such.key": "auto" },
+              { "attention.fwd": 3 },
+              5,
+            ]) as ak.TuningSpec,
+            () => 1,
+          ),
+      );
+    case 2:
+      return invalid(
+        "bf16BitsToNumber(bad)",
+        () => ak.bf16BitsToNumber(rng.pick([-1, 65536, 1.5, NaN]) as number),
+      );
+    default:
+      return invalid("kernels(bad device)", () => ak.kernels(rng.pick(["cpu", "cuda:99", "x"]) as ak.Device));
+  }
+};
+
+/** The generators and how often each is drawn. */
+export const GENERATORS: readonly [string, Gen, number][] = [
+  ["tensor making", tensorMaking, 3],
+  ["tensor methods", tensorMethods, 3],
+  ["utilities", utilities, 2],
+  ["linear functions", linearFunctions, 3],
+  ["linear ops", linearOps, 2],
+  ["attention functions", attentionFunctions, 3],
+  ["attention ops", attentionOps, 2],
+  ["io", io, 1],
+  ["attention packed", attentionPacked, 2],
+  ["empty shapes", emptyShapes, 1],
+  ["linear packed", linearPacked, 2],
+  ["more ops", moreOps, 2],
+  ["settings and devices", settingsAndDevices, 1],
+];
