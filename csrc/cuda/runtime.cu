@@ -51,17 +51,64 @@ struct Event {
 
 }  // namespace
 
+namespace {
+
+// The first error that left the CUDA context unusable (a kernel fault is sticky: every later call
+// fails with it), kept so that later calls can name the cause instead of a bare error code.
+std::mutex fault_mutex;
+std::string first_fault;
+
+bool is_sticky(cudaError_t err) {
+  switch (err) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorContextIsDestroyed:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string lost_context_message() {
+  return "the CUDA context was lost to an earlier fault (" + first_fault + "); restart the process";
+}
+
+}  // namespace
+
 void check(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return;
   cudaGetLastError();  // clear a non-sticky error so the next call starts clean
   const ak_status status = err == cudaErrorMemoryAllocation ? AK_ERR_OUT_OF_MEMORY : AK_ERR_CUDA;
-  fail(status, std::string(what) + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+  std::string message = std::string(what) + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
+  {
+    std::lock_guard<std::mutex> lock(fault_mutex);
+    if (!first_fault.empty()) {
+      message += "; " + lost_context_message();
+    } else if (is_sticky(err)) {
+      first_fault = message;
+    }
+  }
+  fail(status, message);
+}
+
+void check_usable() {
+  std::lock_guard<std::mutex> lock(fault_mutex);
+  if (!first_fault.empty()) fail(AK_ERR_CUDA, lost_context_message());
 }
 
 cudaStream_t stream(int device) { return state(device).stream; }
 const cudaDeviceProp& props(int device) { return state(device).props; }
 
 DeviceGuard::DeviceGuard(int device) : device_(device) {
+  check_usable();
   AK_CUDA_CHECK(cudaGetDevice(&previous_));
   if (previous_ != device_) AK_CUDA_CHECK(cudaSetDevice(device_));
 }

@@ -14,6 +14,8 @@ void check(cudaError_t err, const char* what);
 #define AK_CUDA_CHECK(call) ::ak::cuda::check((call), #call)
 // Checks the launch that just happened (bad configuration, missing kernel image).
 inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+// Fails at once, naming the first fault, once a kernel fault has made the CUDA context unusable.
+void check_usable();
 
 // The stream all of attnkit's work on `device` goes to (created on first use, non-blocking).
 cudaStream_t stream(int device);
