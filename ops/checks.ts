@@ -5,6 +5,7 @@
  * @module
  */
 import { invalidArgument } from "../ffi/errors.ts";
+import { describeValue } from "./args.ts";
 import type { DType } from "./dtype.ts";
 import { Tensor } from "./tensor.ts";
 
@@ -13,7 +14,9 @@ export type Dim = number | string | null;
 
 /** Checks that `t` is a live Tensor. */
 export function expectTensor(op: string, name: string, t: unknown): Tensor {
-  if (!(t instanceof Tensor)) throw invalidArgument(op, `${name}: expected a Tensor, got ${describe(t)}`);
+  if (!(t instanceof Tensor)) {
+    throw invalidArgument(op, `${name}: expected a Tensor, got ${describeValue(t)}`);
+  }
   if (t.disposed) throw invalidArgument(op, `${name}: the tensor was disposed`);
   return t;
 }
@@ -87,11 +90,4 @@ export function expectShape(
     }
   });
   return sizes;
-}
-
-function describe(v: unknown): string {
-  if (v === null) return "null";
-  if (v === undefined) return "undefined";
-  if (typeof v === "object") return (v as object).constructor?.name ?? "object";
-  return typeof v;
 }

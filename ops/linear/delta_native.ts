@@ -438,23 +438,27 @@ export function deltaForward(
     : undefined;
   const aw = wants.factors ? f32Result(op, scope, [B, H, T, s.chunkSize], device, "aw", out.aw) : undefined;
   const au = wants.factors ? f32Result(op, scope, [B, H, T, s.chunkSize], device, "au", out.au) : undefined;
+  // The arguments ak_delta_rule_fwd and ak_delta_rule_saved_size both start with.
+  const call = [
+    x.q,
+    x.k,
+    x.v,
+    x.g,
+    x.beta,
+    x.initialState,
+    x.cuSeqlens,
+    x.scale,
+    s.recurrent ? 64 : s.chunkSize,
+    x.flags,
+    output.view,
+  ] as const;
   // Whether (and how much) the forward would store for the backward is the planner's answer.
   let savedBuffer: Tensor | undefined;
   if (wants.saved && device !== "cpu") {
     const elements = new BigInt64Array(1);
     unwrap(
       native().ak_delta_rule_saved_size(
-        x.q,
-        x.k,
-        x.v,
-        x.g,
-        x.beta,
-        x.initialState,
-        x.cuSeqlens,
-        x.scale,
-        s.recurrent ? 64 : s.chunkSize,
-        x.flags,
-        output.view,
+        ...call,
         chunkStates?.descriptor() ?? null,
         aw?.descriptor() ?? null,
         au?.descriptor() ?? null,
@@ -469,17 +473,7 @@ export function deltaForward(
   const written = new Int32Array(1);
   unwrap(
     native().ak_delta_rule_fwd(
-      x.q,
-      x.k,
-      x.v,
-      x.g,
-      x.beta,
-      x.initialState,
-      x.cuSeqlens,
-      x.scale,
-      s.recurrent ? 64 : s.chunkSize,
-      x.flags,
-      output.view,
+      ...call,
       finalState?.descriptor() ?? null,
       chunkStates?.descriptor() ?? null,
       aw?.descriptor() ?? null,
