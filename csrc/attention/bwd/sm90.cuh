@@ -219,6 +219,10 @@ __device__ __forceinline__ void produce_query_tiles(const BwdParams& p, const Bw
       tma_load_4d(sbase + Sh::OFF_DO + panel, &maps.dout, full, c * 64, s.q_off + i0, h, batch);
     }
     const int64_t acc = static_cast<int64_t>(h) * p.acc_rows + s.acc_row0 + i0;
+    // racecheck reports these two copies as WAR hazards against the consumers' LSE / D reads
+    // (softmax_grad.cuh): it does not model mbarriers. Every consumer warp reads stage st, then
+    // __syncwarp, then its lane 0 arrives on empty(st) (8 arrivals complete the phase); this thread
+    // waited on that phase above before overwriting the stage. tests/attention_race.test.ts checks it.
     bulk_load(sbase + Sh::OFF_LSE + st * BM * 4, p.lse_log2 + acc, BM * 4, full);
     bulk_load(sbase + Sh::OFF_DSUM + st * BM * 4, p.dsum + acc, BM * 4, full);
   }

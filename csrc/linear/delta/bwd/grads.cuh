@@ -387,7 +387,8 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
   const int n0 = wc * (D / WC);   // columns of 64 x D products
   const int j0 = wc * (kC / WC);  // columns of 64 x 64 products
 
-  // Persistent blocks: item = chunk * H + head.
+  // Persistent blocks: item = chunk * H + head. Workspace rows past a chunk's length are zero-filled,
+  // not read: the forward's saved v_new leaves them unwritten, and 0 * NaN would reach the gradients.
   const int items = p.NCt * p.H;
   auto issue_first = [&](int item) {
     const int g = item / p.H, h = item - g * p.H;
@@ -395,7 +396,7 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
     const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
     tile_load<T>(dOs, LD, static_cast<const T*>(p.dout.p) + p.dout.offset(ci.x, ci.y, h), p.dout.st, kC, ci.z, D,
                  tid, kThreads);
-    tile_load<T>(Us, LD, w.U + row * D, D, kC, kC, D, tid, kThreads);
+    tile_load<T>(Us, LD, w.U + row * D, D, kC, ci.z, D, tid, kThreads);
     tile_load<T>(Hs, LD, w.Hs + (static_cast<int64_t>(h) * p.NCt + g) * D * D, D, D, D, D, tid, kThreads);
   };
   // The cp.async groups, one commit each per item in this order: first (dO, v_new, h, dh', K when
@@ -420,7 +421,7 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
                  kThreads);
     tile_load<T>(Vs, LD, static_cast<const T*>(p.v.p) + p.v.offset(ci.x, ci.y, h), p.v.st, kC, ci.z, D, tid,
                  kThreads);
-    tile_load<T>(dUs, LD, w.dU + row * D, D, kC, kC, D, tid, kThreads);
+    tile_load<T>(dUs, LD, w.dU + row * D, D, kC, ci.z, D, tid, kThreads);
   };
   auto issue_a = [&](int item) {
     const int g = item / p.H, h = item - g * p.H;

@@ -53,8 +53,8 @@ __global__ void __launch_bounds__(kThreads, 1) grads256_v(Problem p, FastWork<T>
 
   tile_load<T>(dOs, LD, static_cast<const T*>(p.dout.p) + p.dout.offset(ci.x, ci.y, h), p.dout.st, kC, len, D, tid,
                kThreads);
-  tile_load<T>(Us, LD, w.U + row * D, D, kC, kC, D, tid, kThreads);
-  tile_load<T>(dUs, LD, w.dU + row * D, D, kC, kC, D, tid, kThreads);
+  tile_load<T>(Us, LD, w.U + row * D, D, kC, len, D, tid, kThreads);
+  tile_load<T>(dUs, LD, w.dU + row * D, D, kC, len, D, tid, kThreads);
   tile_load<T>(buf(2), LD, static_cast<const T*>(p.v.p) + p.v.offset(ci.x, ci.y, h), p.v.st, kC, len, D, tid,
                kThreads);
   tile_load<T>(As, LC, w.A + row * kC, kC, kC, kC, kC, tid, kThreads);
