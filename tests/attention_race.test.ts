@@ -8,23 +8,28 @@ import assert from "node:assert/strict";
 import { attention, kernels, lastPlan, Tensor, withTuning } from "../mod.ts";
 import { type AttentionCase, functionalBackward, makeInputs } from "./attention_cases.ts";
 import { expectNoLeak, HAS_CUDA } from "./helpers.ts";
+import { expandRows, rowName } from "../build/registry.ts";
+import { REGISTRIES } from "../build/registries.ts";
 
 const DEVICE = "cuda";
 const RUNS = 24;
-const ROWS = HAS_CUDA
-  ? kernels(DEVICE).filter((k) => k.runnable && k.stage === "attention.bwd" && k.arch === "sm90a")
-  : [];
+const RUNNABLE = new Set(HAS_CUDA ? kernels(DEVICE).filter((k) => k.runnable).map((k) => k.name) : []);
+// The Hopper backward rows (one test per head dim and variant, bf16), from the registry.
+const ROWS = expandRows(REGISTRIES).filter((r) =>
+  r.stage === "attention.bwd" && r.arch === "sm90a" && r.dtype === "bfloat16"
+);
 
 function bits(t: Tensor): Uint16Array {
   return t.toRawBits();
 }
 
-for (const variant of ["wgmma", "wgmma_v2"]) {
-  for (const dim of [64, 128]) {
-    const rows = ROWS.filter((k) => k.variant === variant && k.d === dim && k.dtype === "bfloat16");
+for (const row of ROWS) {
+  const { variant, d: dim } = row;
+  {
+    const name = rowName(row);
     Deno.test({
-      name: `attention backward ${variant} D${dim}: ${RUNS} runs give the same dK, dV bits [cuda]`,
-      ignore: rows.length === 0,
+      name: `attention backward ${name}: ${RUNS} runs give the same dK, dV bits [cuda]`,
+      ignore: !RUNNABLE.has(name),
       fn: () =>
         expectNoLeak(DEVICE, () => {
           const c: AttentionCase = {

@@ -73,7 +73,12 @@ if (import.meta.main) {
       ...values.tests.split(","),
       ...(values.filter ? ["--filter", values.filter] : []),
     ];
-    const out = await new Deno.Command("compute-sanitizer", { args, stdout: "piped", stderr: "piped" })
+    const out = await new Deno.Command("compute-sanitizer", {
+      args,
+      stdout: "piped",
+      stderr: "piped",
+      env: { NO_COLOR: "1" }, // plain summary lines
+    })
       .output();
     const log = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
     if (values.logs) await Deno.writeTextFile(`${values.logs}/${tool}.log`, log);
