@@ -1,31 +1,45 @@
 /**
- * Runs NVIDIA compute-sanitizer over the GPU tests, one tool after the other (memcheck, racecheck,
- * initcheck, synccheck by default), and writes a summary per tool: the error count the tool reports
- * and the kernels it names. On a GPU host:
+ * Runs NVIDIA compute-sanitizer over the GPU tests (memcheck, racecheck, initcheck, synccheck by
+ * default) and writes one summary row per tool: the errors the tool reports, the kernels it names and
+ * the tests that ran. A tool over the whole suite is slow (initcheck tracks every byte), so the work is
+ * split into shards, one `deno test` process per test file (or per `file#filter`), run `--parallel`
+ * at a time. On a GPU host:
  *
  * ```sh
- * deno task sanitize --out bench/results/sanitize.md
- * deno task sanitize --tools initcheck --filter "linear.bwd" --tests tests/variants.test.ts
+ * deno task sanitize --parallel 12 --out bench/results/sanitize.md
+ * deno task sanitize --tools initcheck --tests "tests/variants.test.ts#linear.bwd"
  * ```
  *
  * @module
  */
 import { parseArgs } from "node:util";
 
-/** One tool's outcome. */
+/** One tool's outcome over all its shards. */
 export interface SanitizerRun {
   tool: string;
-  /** Errors (or hazards, for racecheck) the tool counted; -1 when it printed no summary. */
+  /** Errors (or hazards, for racecheck) the tool counted; -1 when a shard printed no summary. */
   errors: number;
   /** The kernels its reports name, with how many reports each. */
   kernels: Record<string, number>;
-  /** The test summary line of the run. */
-  tests: string;
+  /** Tests passed and failed, summed over the shards' `deno test` summaries. */
+  passed: number;
+  failed: number;
+  /** Shards whose test run printed no summary (a crash or a timeout). */
+  broken: string[];
   seconds: number;
 }
 
-/** Reads a compute-sanitizer log: its summary count and the kernels it names. */
-export function summarise(tool: string, log: string): Omit<SanitizerRun, "seconds"> {
+/** What one shard's log says. */
+export interface ShardSummary {
+  errors: number;
+  kernels: Record<string, number>;
+  passed: number;
+  failed: number;
+  summarised: boolean;
+}
+
+/** Reads a compute-sanitizer log: its summary count, the kernels it names, the test summary. */
+export function summarise(log: string): ShardSummary {
   const summary = log.match(/(?:ERROR|RACECHECK) SUMMARY: (\d+)/g) ?? [];
   const errors = summary.length === 0
     ? -1
@@ -36,66 +50,140 @@ export function summarise(tool: string, log: string): Omit<SanitizerRun, "second
       kernels[m[1]] = (kernels[m[1]] ?? 0) + 1;
     }
   }
-  const tests = log.match(/^(ok|FAILED) \|.*$/m)?.[0] ?? "no test summary";
-  return { tool, errors, kernels, tests };
+  const tests = log.match(/^(?:ok|FAILED) \| (\d+) passed[^|]*\| (\d+) failed/m);
+  return {
+    errors,
+    kernels,
+    passed: tests ? Number(tests[1]) : 0,
+    failed: tests ? Number(tests[2]) : 0,
+    summarised: tests !== null,
+  };
+}
+
+/** The shards of a `--tests` list: files, folders (their `*.test.ts`), `file#filter`. */
+export async function shardsOf(list: string): Promise<{ file: string; filter?: string }[]> {
+  const shards: { file: string; filter?: string }[] = [];
+  for (const entry of list.split(",").map((s) => s.trim()).filter(Boolean)) {
+    const [path, filter] = entry.split("#");
+    const info = await Deno.stat(path);
+    if (info.isDirectory) {
+      const names: string[] = [];
+      for await (const e of Deno.readDir(path)) {
+        if (e.isFile && e.name.endsWith(".test.ts")) names.push(e.name);
+      }
+      for (const n of names.sort()) shards.push({ file: `${path.replace(/\/$/, "")}/${n}` });
+    } else {
+      shards.push({ file: path, filter });
+    }
+  }
+  return shards;
+}
+
+/** Runs `jobs` with at most `limit` at a time, keeping their order in the results. */
+async function pool<T>(jobs: (() => Promise<T>)[], limit: number): Promise<T[]> {
+  const results: T[] = new Array(jobs.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < jobs.length) {
+      const i = next++;
+      results[i] = await jobs[i]();
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, jobs.length) }, worker));
+  return results;
+}
+
+async function runShard(
+  tool: string,
+  shard: { file: string; filter?: string },
+  logs: string | undefined,
+): Promise<ShardSummary & { name: string }> {
+  const name = shard.filter ? `${shard.file}#${shard.filter}` : shard.file;
+  const args = [
+    "--tool",
+    tool,
+    ...(tool === "racecheck" ? ["--racecheck-report", "analysis"] : []),
+    "--target-processes",
+    "all",
+    "--print-limit",
+    "100",
+    Deno.execPath(),
+    "test",
+    "--allow-ffi",
+    "--allow-read",
+    "--allow-write",
+    "--allow-env",
+    "--allow-run",
+    shard.file,
+    ...(shard.filter ? ["--filter", shard.filter] : []),
+  ];
+  const out = await new Deno.Command("compute-sanitizer", {
+    args,
+    stdout: "piped",
+    stderr: "piped",
+    env: { NO_COLOR: "1" }, // plain summary lines
+  }).output();
+  const log = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+  if (logs) {
+    const file = `${logs}/${tool}_${name.replace(/[^\w.-]+/g, "_")}.log`;
+    await Deno.writeTextFile(file, log);
+  }
+  return { ...summarise(log), name };
 }
 
 if (import.meta.main) {
   const { values } = parseArgs({
     args: Deno.args,
+    strict: true,
     options: {
       tools: { type: "string", default: "memcheck,racecheck,initcheck,synccheck" },
-      tests: { type: "string", default: "tests/variants.test.ts" },
-      filter: { type: "string" },
+      tests: { type: "string", default: "tests/" },
+      parallel: { type: "string", default: "4" },
       out: { type: "string" },
       logs: { type: "string" },
     },
   });
-  const runs: SanitizerRun[] = [];
-  for (const tool of values.tools.split(",")) {
-    const started = performance.now();
-    const extra: string[] = [];
-    const args = [
-      "--tool",
+  const parallel = Number(values.parallel);
+  if (!Number.isInteger(parallel) || parallel < 1) throw new Error("--parallel: expected an integer >= 1");
+  if (values.logs) await Deno.mkdir(values.logs, { recursive: true });
+  const shards = await shardsOf(values.tests);
+  const tools = values.tools.split(",");
+  const started = performance.now();
+  const jobs = tools.flatMap((tool) => shards.map((s) => () => runShard(tool, s, values.logs)));
+  const done = await pool(jobs, parallel);
+  const seconds = (performance.now() - started) / 1000;
+  const runs: SanitizerRun[] = tools.map((tool, t) => {
+    const mine = done.slice(t * shards.length, (t + 1) * shards.length);
+    const kernels: Record<string, number> = {};
+    for (const s of mine) for (const [k, n] of Object.entries(s.kernels)) kernels[k] = (kernels[k] ?? 0) + n;
+    return {
       tool,
-      ...extra,
-      "--target-processes",
-      "all",
-      "--print-limit",
-      "100",
-      Deno.execPath(),
-      "test",
-      "--allow-ffi",
-      "--allow-read",
-      "--allow-write",
-      "--allow-env",
-      "--allow-run",
-      ...values.tests.split(","),
-      ...(values.filter ? ["--filter", values.filter] : []),
-    ];
-    const out = await new Deno.Command("compute-sanitizer", {
-      args,
-      stdout: "piped",
-      stderr: "piped",
-      env: { NO_COLOR: "1" }, // plain summary lines
-    })
-      .output();
-    const log = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
-    if (values.logs) await Deno.writeTextFile(`${values.logs}/${tool}.log`, log);
-    const run = { ...summarise(tool, log), seconds: (performance.now() - started) / 1000 };
-    runs.push(run);
-    console.log(`${tool}: ${run.errors} reported, ${run.tests} (${run.seconds.toFixed(0)} s)`);
+      errors: mine.some((s) => s.errors < 0) ? -1 : mine.reduce((a, s) => a + s.errors, 0),
+      kernels,
+      passed: mine.reduce((a, s) => a + s.passed, 0),
+      failed: mine.reduce((a, s) => a + s.failed, 0),
+      broken: mine.filter((s) => !s.summarised).map((s) => s.name),
+      seconds,
+    };
+  });
+  for (const r of runs) {
+    console.log(
+      `${r.tool}: ${r.errors} reported, ${r.passed} passed, ${r.failed} failed` +
+        (r.broken.length ? `, no test summary from ${r.broken.join(", ")}` : ""),
+    );
   }
   if (values.out) {
     const lines = [
-      `# compute-sanitizer over ${values.tests}${values.filter ? ` (filter ${values.filter})` : ""}`,
+      `# compute-sanitizer over ${values.tests} (${shards.length} shards, ${parallel} at a time, ${
+        seconds.toFixed(0)
+      } s)`,
       "",
-      "| tool | reported | kernels named | tests | seconds |",
-      "| --- | ---: | --- | --- | ---: |",
+      "| tool | reported | kernels named | tests passed | failed | shards without a summary |",
+      "| --- | ---: | --- | ---: | ---: | --- |",
       ...runs.map((r) =>
         `| ${r.tool} | ${r.errors} | ${
           Object.entries(r.kernels).map(([k, n]) => `${k} (${n})`).join(", ") || "-"
-        } | ${r.tests} | ${r.seconds.toFixed(0)} |`
+        } | ${r.passed} | ${r.failed} | ${r.broken.join(", ") || "-"} |`
       ),
       "",
     ];
