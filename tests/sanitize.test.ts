@@ -5,7 +5,10 @@ import { shardsOf, summarise } from "../tools/sanitize.ts";
 Deno.test("sanitize: a log's error count, kernels and test summary are read", () => {
   const log = [
     "========= Invalid __global__ read of size 4 bytes",
-    "=========     at void ak::linear::cuda::fast_grads<bf16, 128>(Problem)+0x10 in grads.cuh:1",
+    "=========     at ak::arch::cp_async16(void *, const void *)+0x1390 in sm80.cuh:123",
+    "=========         Device Frame: void ak::tile_load<bf16>(T1 *, int)+0x1320 in warp_tiles.cuh:127",
+    "=========         Device Frame: void ak::fast_grads<bf16, (int)128>(ak::Problem, ak::FastWork<T1>)+0x110 in g.cuh:4",
+    "=========     Saved host backtrace up to driver entry point at kernel launch time",
     "ok | 12 passed | 1 failed | 3 ignored (4s)",
     "========= ERROR SUMMARY: 7 errors",
   ].join("\n");
@@ -14,7 +17,7 @@ Deno.test("sanitize: a log's error count, kernels and test summary are read", ()
   assert.equal(s.passed, 12);
   assert.equal(s.failed, 1);
   assert.ok(s.summarised);
-  assert.deepEqual(Object.keys(s.kernels), ["void ak::linear::cuda::fast_grads<bf16, 128>"]);
+  assert.deepEqual(Object.keys(s.kernels), ["ak::fast_grads<bf16, (int)128>"]);
   const crashed = summarise("Segmentation fault");
   assert.equal(crashed.errors, -1);
   assert.equal(crashed.summarised, false);

@@ -45,11 +45,19 @@ export function summarise(log: string): ShardSummary {
     ? -1
     : summary.map((s) => Number(s.match(/(\d+)/)![1])).reduce((a, b) => a + b);
   const kernels: Record<string, number> = {};
-  for (const m of log.matchAll(/(?:in|kernel) (\w[\w:<>, ]*?)(?:\(|$)/gm)) {
-    if (/^(ak|void|bwd|fwd|chunk|attention|fast|linear|__)/.test(m[1]) || m[1].includes("kernel")) {
-      kernels[m[1]] = (kernels[m[1]] ?? 0) + 1;
-    }
+  // Each report lists frames innermost first; its last device frame is the kernel.
+  let kernel: string | undefined;
+  const commit = () => {
+    if (kernel) kernels[kernel] = (kernels[kernel] ?? 0) + 1;
+    kernel = undefined;
+  };
+  for (const line of log.split("\n")) {
+    if (/^=+ (?:Invalid|Uninitialized|Error|Warning|Barrier|Race|Program hit)/.test(line)) commit();
+    const frame = line.match(/(?:Device Frame:|^=+\s+at) (.+?)\+0x[0-9a-f]+/);
+    if (frame) kernel = functionName(frame[1]);
+    if (line.includes("Saved host backtrace")) commit();
   }
+  commit();
   const tests = log.match(/^(?:ok|FAILED) \| (\d+) passed[^|]*\| (\d+) failed/m);
   return {
     errors,
@@ -58,6 +66,22 @@ export function summarise(log: string): ShardSummary {
     failed: tests ? Number(tests[2]) : 0,
     summarised: tests !== null,
   };
+}
+
+/** A frame's function without its parameter list or a leading `void`. */
+function functionName(frame: string): string {
+  let name = frame.trim().replace(/^void /, "");
+  if (name.endsWith(")")) {
+    let depth = 0;
+    for (let i = name.length - 1; i >= 0; --i) {
+      if (name[i] === ")") depth++;
+      else if (name[i] === "(" && --depth === 0) {
+        name = name.slice(0, i);
+        break;
+      }
+    }
+  }
+  return name;
 }
 
 /** The shards of a `--tests` list: files, folders (their `*.test.ts`), `file#filter`. */
