@@ -40,7 +40,7 @@ export interface ShardSummary {
 
 /** Reads a compute-sanitizer log: its summary count, the kernels it names, the test summary. */
 export function summarise(log: string): ShardSummary {
-  const summary = log.match(/(?:ERROR|RACECHECK) SUMMARY: (\d+)/g) ?? [];
+  const summary = log.match(/(?:ERROR|RACECHECK) SUMMARY: \d+ (?!errors were not printed)/g) ?? [];
   const errors = summary.length === 0
     ? -1
     : summary.map((s) => Number(s.match(/(\d+)/)![1])).reduce((a, b) => a + b);
@@ -53,7 +53,7 @@ export function summarise(log: string): ShardSummary {
   };
   for (const line of log.split("\n")) {
     if (/^=+ (?:Invalid|Uninitialized|Error|Warning|Barrier|Race|Program hit)/.test(line)) commit();
-    const frame = line.match(/(?:Device Frame:|^=+\s+at) (.+?)\+0x[0-9a-f]+/);
+    const frame = line.match(/(?:Device Frame:| at) (.+?)\+0x[0-9a-f]+/);
     if (frame) kernel = functionName(frame[1]);
     if (line.includes("Saved host backtrace")) commit();
   }
