@@ -121,6 +121,7 @@ async function runShard(
   tool: string,
   shard: { file: string; filter?: string },
   logs: string | undefined,
+  timeoutSeconds: number,
 ): Promise<ShardSummary & { name: string }> {
   const name = shard.filter ? `${shard.file}#${shard.filter}` : shard.file;
   const args = [
@@ -146,6 +147,8 @@ async function runShard(
     stdout: "piped",
     stderr: "piped",
     env: { NO_COLOR: "1" }, // plain summary lines
+    // A shard past its time is killed; its log then has no test summary and the shard is listed.
+    signal: timeoutSeconds > 0 ? AbortSignal.timeout(timeoutSeconds * 1000) : undefined,
   }).output();
   const log = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
   if (logs) {
@@ -163,17 +166,20 @@ if (import.meta.main) {
       tools: { type: "string", default: "memcheck,racecheck,initcheck,synccheck" },
       tests: { type: "string", default: "tests/" },
       parallel: { type: "string", default: "4" },
+      "shard-timeout": { type: "string", default: "0" },
       out: { type: "string" },
       logs: { type: "string" },
     },
   });
   const parallel = Number(values.parallel);
   if (!Number.isInteger(parallel) || parallel < 1) throw new Error("--parallel: expected an integer >= 1");
+  const shardTimeout = Number(values["shard-timeout"]);
+  if (!(shardTimeout >= 0)) throw new Error("--shard-timeout: expected seconds >= 0 (0: none)");
   if (values.logs) await Deno.mkdir(values.logs, { recursive: true });
   const shards = await shardsOf(values.tests);
   const tools = values.tools.split(",");
   const started = performance.now();
-  const jobs = tools.flatMap((tool) => shards.map((s) => () => runShard(tool, s, values.logs)));
+  const jobs = tools.flatMap((tool) => shards.map((s) => () => runShard(tool, s, values.logs, shardTimeout)));
   const done = await pool(jobs, parallel);
   const seconds = (performance.now() - started) / 1000;
   const runs: SanitizerRun[] = tools.map((tool, t) => {
