@@ -9,6 +9,7 @@ import { attentionSymbols } from "./symbols_attention.ts";
 import { coreSymbols } from "./symbols_core.ts";
 import { kernelSymbols } from "./symbols_kernels.ts";
 import { linearSymbols } from "./symbols_linear.ts";
+import { mathSymbols } from "./symbols_math.ts";
 
 /** Every symbol attnkit loads from its native library. */
 export const symbols = {
@@ -16,6 +17,7 @@ export const symbols = {
   ...kernelSymbols,
   ...linearSymbols,
   ...attentionSymbols,
+  ...mathSymbols,
 } as const satisfies Deno.ForeignLibraryInterface;
 
 /** The loaded library's symbol functions. */

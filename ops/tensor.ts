@@ -8,6 +8,20 @@ import { AttnkitError, invalidArgument } from "../ffi/errors.ts";
 import { checkArgument, checkOptions, describeValue, numberIn, type OptionSpec } from "./args.ts";
 import { native, unwrap } from "../ffi/library.ts";
 import { type Device, type DeviceId, parseDevice } from "./device.ts";
+import { countTensor, countTensorBytes, creationSite, reportLeak } from "./memory.ts";
+import { binary, unary } from "./tensor_math/elementwise.ts";
+import {
+  at,
+  broadcastTo,
+  indexSelect,
+  type IndexSpec,
+  select,
+  slice,
+  squeeze,
+  unsqueeze,
+} from "./tensor_math/indexing.ts";
+import { matmul } from "./tensor_math/matmul.ts";
+import { type Dims, logsumexp, reduce, type ReduceOptions, softmax } from "./tensor_math/reduce.ts";
 import {
   type AnyArray,
   type ArrayFor,
@@ -83,20 +97,35 @@ class Storage {
     readonly ptr: Deno.PointerValue,
     readonly bytes: number,
     readonly device: DeviceId,
-  ) {}
+  ) {
+    countTensorBytes(device.name, bytes);
+  }
 
   release(): void {
     if (--this.refs > 0) return;
+    countTensorBytes(this.device.name, -this.bytes);
     if (this.ptr !== null) {
       unwrap(native().ak_free(this.device.type, this.device.index, this.ptr), "Tensor.dispose");
     }
   }
 }
 
-// The backstop for tensors that are dropped without dispose(): give their memory back when collected.
-const collector = new FinalizationRegistry<Storage>((storage) => {
+// What the backstop below needs of a tensor it outlives: its memory, and (with leak reports on) what
+// it was and where it was made.
+interface Remains {
+  storage: Storage;
+  what?: string;
+  site?: string;
+}
+
+// The backstop for tensors that are dropped without dispose(): give their memory back when collected
+// (safe: a collected tensor can no longer reach its memory, and CUDA frees are stream-ordered after
+// any work still queued on it), reporting the leak when asked to.
+const collector = new FinalizationRegistry<Remains>((remains) => {
+  countTensor(remains.storage.device.name, -1);
+  if (remains.site !== undefined) reportLeak(remains.what ?? "a tensor", remains.site);
   try {
-    storage.release();
+    remains.storage.release();
   } catch {
     // The library may be unloading at exit; nothing useful can be done here.
   }
@@ -174,6 +203,19 @@ function shapeText(shape: readonly number[]): string {
  * is only a backstop). Reshaped views share memory with their source; every other method returns
  * a new tensor.
  *
+ * Math for writing references runs on the tensor's device (CPU or CUDA) without a trip through the host:
+ * indexing (`slice`, `select`, `at`, `indexSelect`), element-wise ops, reductions (`sum`, `mean`,
+ * `max`, `min`, `logsumexp`, `softmax`) and `matmul`. Element-wise ops broadcast as NumPy and
+ * PyTorch do (shapes aligned at their last dims; sizes equal or 1) and take a tensor on the same
+ * device or a number. The result's dtype is promoted: bool < integers < floats, and within a kind the
+ * wider (int32 + int64 -> int64, float16 + bfloat16 -> float32); a number changes it only when its
+ * kind is higher (a non-integer with an integer tensor -> float32, an integer with a bool tensor ->
+ * int64). Comparisons give bool; `div`, `pow`, `sqrt`, `exp`, `log`, `sigmoid`, `tanh` give floats
+ * (float32 for integer inputs); arithmetic on bools counts them as int64. Floats compute in float64
+ * on the CPU and in float32 (float64 for float64) on CUDA, rounded once to the result's dtype;
+ * integers wrap around. The intermediates of a chain such as `a.sub(b).abs().max()` are left to the
+ * garbage collector (the finalizer frees them); name them with `using` where memory is tight.
+ *
  * @example
  * ```ts
  * import { Tensor } from "@attnkit/attnkit";
@@ -199,7 +241,12 @@ export class Tensor {
     this.dtype = dtype;
     this.shape = Object.freeze([...shape]);
     this.device = storage.device.name;
-    collector.register(this, storage, this);
+    countTensor(this.device, 1);
+    const site = creationSite();
+    const what = site === undefined
+      ? undefined
+      : `a Tensor ${shapeText(this.shape)} ${dtype} on ${this.device}`;
+    collector.register(this, { storage, what, site }, this);
   }
 
   // ---- making tensors ----
@@ -511,16 +558,21 @@ export class Tensor {
 
   /**
    * A descriptor of a strided view of this tensor's memory (same dtype and device), e.g. a
-   * permuted layout read in place. The caller keeps the view inside the tensor's bounds.
+   * permuted layout read in place, starting `offset` elements in. The caller keeps the view inside
+   * the tensor's bounds.
    */
   viewDescriptor(
     shape: readonly number[],
     strides: readonly number[],
     op = "Tensor.viewDescriptor",
+    offset = 0,
   ): Uint8Array<ArrayBuffer> {
     const storage = this.#live(op);
     return encodeDescriptor({
-      ptr: storage.ptr,
+      // An empty tensor has no memory (a null pointer): no view of it reads any.
+      ptr: offset === 0 || storage.ptr === null
+        ? storage.ptr
+        : Deno.UnsafePointer.offset(storage.ptr, offset * dtypeSize(this.dtype)),
       dtype: dtypeCode(this.dtype),
       deviceType: storage.device.type,
       deviceIndex: storage.device.index,
@@ -731,6 +783,601 @@ export class Tensor {
     return this;
   }
 
+  // ---- indexing (each result is a new contiguous tensor, copied on the device) ----
+
+  /**
+   * Elements `start, start + step, ...` before `end` of dim `dim`, as Python's `x[start:end:step]`
+   * does it: negative bounds count from the end, bounds past the ends are clamped, `step` >= 1.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.arange(10, undefined, 1, { dtype: "float32" });
+   * using tail = x.slice(0, -3); // [7, 8, 9]
+   * using even = x.slice(0, 0, undefined, 2); // [0, 2, 4, 6, 8]
+   * ```
+   */
+  slice(dim: number, start?: number, end?: number, step = 1): Tensor {
+    return slice(this, dim, start, end, step);
+  }
+
+  /**
+   * Index `index` of dim `dim` (negative counts from the end; out of range is an error); the
+   * result drops that dim, like `x[:, index]`.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.from([[1, 2, 3], [4, 5, 6]]);
+   * using last = x.select(1, -1); // [3, 6]
+   * ```
+   */
+  select(dim: number, index: number): Tensor {
+    return select(this, dim, index);
+  }
+
+  /**
+   * NumPy-style indexing, one spec per dim: an integer picks an index (dropping the dim), a string
+   * `"start:end:step"` takes a slice (`":"`, `"1:"`, `"::2"`, `"-4:"`), `"..."` stands for the
+   * remaining dims, `null` inserts a dim of size 1. Dims left without a spec are taken whole.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using q = Tensor.randn([2, 16, 4, 64]); // [B, T, H, D]
+   * using head0 = q.at(":", ":", 0); // [2, 16, 64], like q[:, :, 0]
+   * using firstTokens = q.at("...", "0:8", ":", ":"); // [2, 8, 4, 64]
+   * using lastToken = q.at(0, -1, null); // [1, 4, 64]
+   * ```
+   */
+  at(...specs: IndexSpec[]): Tensor {
+    return at(this, specs);
+  }
+
+  /**
+   * The entries at `indices` along dim `dim` (a gather, like `torch.index_select`); indices may
+   * repeat and count from the end when negative. A tensor of indices (1-D int32 or int64) is read
+   * back to the host to check its bounds.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.from([[1, 2], [3, 4], [5, 6]]);
+   * using rows = x.indexSelect(0, [2, 0, -1]); // [[5, 6], [1, 2], [5, 6]]
+   * ```
+   */
+  indexSelect(dim: number, indices: readonly number[] | Tensor): Tensor {
+    return indexSelect(this, dim, indices);
+  }
+
+  /**
+   * A copy broadcast to `shape` (sizes of 1 and missing leading dims repeat).
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using row = Tensor.from([1, 2, 3]);
+   * using grid = row.broadcastTo([2, 3]); // [[1, 2, 3], [1, 2, 3]]
+   * ```
+   */
+  broadcastTo(shape: readonly number[]): Tensor {
+    return broadcastTo(this, shape);
+  }
+
+  /**
+   * A view with a dim of size 1 inserted at `dim` (in [-rank - 1, rank]), sharing memory like
+   * `reshape`.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.ones([4, 8]);
+   * using col = x.unsqueeze(-1); // [4, 8, 1]
+   * ```
+   */
+  unsqueeze(dim: number): Tensor {
+    return unsqueeze(this, dim);
+  }
+
+  /**
+   * A view without the dims of size 1: all of them, or the ones named (each must have size 1).
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.ones([4, 1, 8]);
+   * using y = x.squeeze(1); // [4, 8]
+   * ```
+   */
+  squeeze(dim?: number | readonly number[]): Tensor {
+    return squeeze(this, dim);
+  }
+
+  // ---- element-wise math (new tensors; see the class doc for broadcasting and dtypes) ----
+
+  /**
+   * `this + other`, broadcasting.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.from([[1, 2], [3, 4]]);
+   * using bias = Tensor.from([10, 20]);
+   * using y = x.add(bias); // [[11, 22], [13, 24]]
+   * using z = x.add(1); // [[2, 3], [4, 5]]
+   * ```
+   */
+  add(other: Tensor | number): Tensor {
+    return binary(this, other, "add");
+  }
+
+  /**
+   * `this - other`, broadcasting.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.from([3, 4]);
+   * using y = x.sub(1); // [2, 3]
+   * ```
+   */
+  sub(other: Tensor | number): Tensor {
+    return binary(this, other, "sub");
+  }
+
+  /**
+   * `this * other`, broadcasting.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.from([3, 4]);
+   * using y = x.mul(x); // [9, 16]
+   * ```
+   */
+  mul(other: Tensor | number): Tensor {
+    return binary(this, other, "mul");
+  }
+
+  /**
+   * `this / other`, broadcasting; true division (integers give float32).
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.from([1, 2], { dtype: "int32" });
+   * using y = x.div(4); // float32 [0.25, 0.5]
+   * ```
+   */
+  div(other: Tensor | number): Tensor {
+    return binary(this, other, "div");
+  }
+
+  /**
+   * `this ** exponent`, broadcasting (a float result; integers give float32).
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.from([4, 9]);
+   * using y = x.pow(0.5); // [2, 3]
+   * ```
+   */
+  pow(exponent: Tensor | number): Tensor {
+    return binary(this, exponent, "pow");
+  }
+
+  /**
+   * The larger of `this` and `other` element by element; NaN if either is NaN.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.from([-1, 2]);
+   * using relu = x.maximum(0); // [0, 2]
+   * ```
+   */
+  maximum(other: Tensor | number): Tensor {
+    return binary(this, other, "maximum");
+  }
+
+  /**
+   * The smaller of `this` and `other` element by element; NaN if either is NaN.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.from([-1, 2]);
+   * using y = x.minimum(1); // [-1, 1]
+   * ```
+   */
+  minimum(other: Tensor | number): Tensor {
+    return binary(this, other, "minimum");
+  }
+
+  /**
+   * `this == other` as a bool tensor (compared in the promoted dtype), broadcasting.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.from([1, 2]);
+   * using y = x.eq(2); // bool [0, 1]
+   * ```
+   */
+  eq(other: Tensor | number): Tensor {
+    return binary(this, other, "eq");
+  }
+
+  /**
+   * `this != other` as a bool tensor.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.from([1, NaN]);
+   * using y = x.ne(x); // bool [0, 1]
+   * ```
+   */
+  ne(other: Tensor | number): Tensor {
+    return binary(this, other, "ne");
+  }
+
+  /**
+   * `this < other` as a bool tensor.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using y = Tensor.from([1, 2]).lt(2); // bool [1, 0]
+   * ```
+   */
+  lt(other: Tensor | number): Tensor {
+    return binary(this, other, "lt");
+  }
+
+  /**
+   * `this <= other` as a bool tensor.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using y = Tensor.from([1, 2]).le(1); // bool [1, 0]
+   * ```
+   */
+  le(other: Tensor | number): Tensor {
+    return binary(this, other, "le");
+  }
+
+  /**
+   * `this > other` as a bool tensor.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using y = Tensor.from([1, 2]).gt(1); // bool [0, 1]
+   * ```
+   */
+  gt(other: Tensor | number): Tensor {
+    return binary(this, other, "gt");
+  }
+
+  /**
+   * `this >= other` as a bool tensor; with `arange` it builds masks such as a causal one.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using i = Tensor.arange(4).reshape([4, 1]);
+   * using j = Tensor.arange(4);
+   * using causal = i.ge(j); // [4, 4], true on and below the diagonal
+   * ```
+   */
+  ge(other: Tensor | number): Tensor {
+    return binary(this, other, "ge");
+  }
+
+  /**
+   * `this && other` (non-zero is true) as a bool tensor.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using i = Tensor.arange(4).reshape([4, 1]);
+   * using j = Tensor.arange(4);
+   * using band = i.ge(j).logicalAnd(i.sub(j).lt(2)); // causal, window of 2
+   * ```
+   */
+  logicalAnd(other: Tensor | number): Tensor {
+    return binary(this, other, "logicalAnd");
+  }
+
+  /**
+   * `this || other` (non-zero is true) as a bool tensor.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.from([0, 1, 0]);
+   * using y = x.logicalOr(Tensor.from([0, 0, 2])); // bool [0, 1, 1]
+   * ```
+   */
+  logicalOr(other: Tensor | number): Tensor {
+    return binary(this, other, "logicalOr");
+  }
+
+  /**
+   * `!this` (zero is false) as a bool tensor.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using y = Tensor.from([0, 3]).logicalNot(); // bool [1, 0]
+   * ```
+   */
+  logicalNot(): Tensor {
+    return unary(this, "logicalNot");
+  }
+
+  /**
+   * True where an element is NaN.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using y = Tensor.from([1, NaN]).isNan(); // bool [0, 1]
+   * ```
+   */
+  isNan(): Tensor {
+    return unary(this, "isNan");
+  }
+
+  /**
+   * True where an element is neither NaN nor infinite.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using y = Tensor.from([1, Infinity, NaN]).isFinite(); // bool [1, 0, 0]
+   * ```
+   */
+  isFinite(): Tensor {
+    return unary(this, "isFinite");
+  }
+
+  /**
+   * `-this`.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using y = Tensor.from([1, -2]).neg(); // [-1, 2]
+   * ```
+   */
+  neg(): Tensor {
+    return unary(this, "neg");
+  }
+
+  /**
+   * `|this|`.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using y = Tensor.from([1, -2]).abs(); // [1, 2]
+   * ```
+   */
+  abs(): Tensor {
+    return unary(this, "abs");
+  }
+
+  /**
+   * `this * this`.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using y = Tensor.from([3, -2]).square(); // [9, 4]
+   * ```
+   */
+  square(): Tensor {
+    return unary(this, "square");
+  }
+
+  /**
+   * The square root (a float result; integers give float32).
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using y = Tensor.from([4, 9]).sqrt(); // [2, 3]
+   * ```
+   */
+  sqrt(): Tensor {
+    return unary(this, "sqrt");
+  }
+
+  /**
+   * `e ** this` (a float result).
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using y = Tensor.from([0, 1]).exp(); // [1, 2.7183]
+   * ```
+   */
+  exp(): Tensor {
+    return unary(this, "exp");
+  }
+
+  /**
+   * The natural logarithm (a float result).
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using y = Tensor.from([1, Math.E]).log(); // [0, 1]
+   * ```
+   */
+  log(): Tensor {
+    return unary(this, "log");
+  }
+
+  /**
+   * `1 / (1 + e ** -this)` (a float result).
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using beta = Tensor.randn([2, 16, 4]).sigmoid(); // in (0, 1), as gates are
+   * ```
+   */
+  sigmoid(): Tensor {
+    return unary(this, "sigmoid");
+  }
+
+  /**
+   * The hyperbolic tangent (a float result).
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using y = Tensor.from([0, 100]).tanh(); // [0, 1]
+   * ```
+   */
+  tanh(): Tensor {
+    return unary(this, "tanh");
+  }
+
+  // ---- reductions (accumulated in float64 for floats, int64 for integers) ----
+
+  /**
+   * The sum over `dim` (a dim or a list; every dim when left out). Floats keep their dtype;
+   * integers and bools sum to int64. `{ keepDim: true }` keeps the reduced dims with size 1.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.from([[1, 2], [3, 4]]);
+   * using rows = x.sum(-1); // [3, 7]
+   * using total = x.sum(); // 0-d: 10
+   * using kept = x.sum(0, { keepDim: true }); // [[4, 6]]
+   * ```
+   */
+  sum(dim?: Dims, options?: ReduceOptions): Tensor {
+    return reduce(this, "sum", dim, options);
+  }
+
+  /**
+   * The mean over `dim` (every dim when left out); integers give float32; NaN over no elements.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.from([[1, 2], [3, 4]]);
+   * using m = x.mean(0); // [2, 3]
+   * ```
+   */
+  mean(dim?: Dims, options?: ReduceOptions): Tensor {
+    return reduce(this, "mean", dim, options);
+  }
+
+  /**
+   * The largest value over `dim` (every dim when left out; values only, where `torch.max(dim)` also
+   * gives indices); NaN if any is NaN. An error over no elements.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.from([[1, 5], [3, 4]]);
+   * using m = x.max(-1); // [5, 4]
+   * ```
+   */
+  max(dim?: Dims, options?: ReduceOptions): Tensor {
+    return reduce(this, "max", dim, options);
+  }
+
+  /**
+   * The smallest value over `dim` (every dim when left out; values only); NaN if any is NaN. An
+   * error over no elements.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using x = Tensor.from([[1, 5], [3, 4]]);
+   * using m = x.min(); // 0-d: 1
+   * ```
+   */
+  min(dim?: Dims, options?: ReduceOptions): Tensor {
+    return reduce(this, "min", dim, options);
+  }
+
+  /**
+   * `log(sum(exp(this)))` over `dim`, with the maximum taken out first so that it neither overflows
+   * nor underflows; computed in float32 (float64 for float64) and returned in the input's float
+   * dtype (integers give float32). -Infinity over no elements.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using scores = Tensor.from([[1000, 1000], [0, Math.log(3)]]);
+   * using lse = scores.logsumexp(-1); // [1000.6931, 1.3863]
+   * ```
+   */
+  logsumexp(dim: Dims, options?: ReduceOptions): Tensor {
+    return logsumexp(this, dim, options);
+  }
+
+  /**
+   * `exp(this)` normalised to sum to 1 along `dim`, numerically stable (the maximum is subtracted
+   * first); computed in float32 (float64 for float64), returned in the input's float dtype.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using scores = Tensor.randn([2, 4, 16, 16]);
+   * using p = scores.softmax(-1); // each row sums to 1
+   * ```
+   */
+  softmax(dim: number): Tensor {
+    return softmax(this, dim);
+  }
+
+  /**
+   * `log(softmax(this, dim))`, computed as `this - logsumexp(this, dim)`.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using logits = Tensor.randn([4, 10]);
+   * using logp = logits.logSoftmax(-1);
+   * ```
+   */
+  logSoftmax(dim: number): Tensor {
+    return softmax(this, dim, true);
+  }
+
+  // ---- matrix products ----
+
+  /**
+   * The matrix product, as `torch.matmul`: 2-D times 2-D is a matrix product; dims before the last
+   * two are batch dims and broadcast; a 1-D operand is a row (left) or column (right) vector whose
+   * dim the result drops. Accumulates in float64 on the CPU, float32 on CUDA (float64 for float64),
+   * int64 for integers.
+   *
+   * @example
+   * ```ts
+   * import { Tensor } from "@attnkit/attnkit";
+   * using q = Tensor.randn([2, 4, 16, 64]); // [B, H, T, D]
+   * using k = Tensor.randn([2, 4, 16, 64]);
+   * using kt = k.transpose(-2, -1);
+   * using scores = q.matmul(kt); // [2, 4, 16, 16]
+   * ```
+   */
+  matmul(other: Tensor): Tensor {
+    return matmul(this, other);
+  }
+
   // ---- reading ----
 
   /**
@@ -888,6 +1535,7 @@ export class Tensor {
     this.#storage = null;
     this.#descriptor = undefined;
     collector.unregister(this);
+    countTensor(this.device, -1);
     storage.release();
   }
 
