@@ -1,26 +1,32 @@
 /**
  * Builds attnkit's native library from `csrc/`.
  *
- * With `nvcc` on PATH it compiles the CUDA backend (sm_90a and sm_80 machine code plus sm_80 PTX by
- * default) and the CPU backend; without it, the CPU backend alone with the host C++ compiler.
+ * The CPU backend is always built, with the host C++ compiler. The CUDA kernels (sm_90a and sm_80
+ * machine code plus sm_80 PTX by default) are compiled too when `nvcc` is on PATH and either a GPU
+ * driver is present, or `--cuda` / `ATTNKIT_CUDA=1` asks for them, or the output folder already holds
+ * a CUDA build; on a machine without a GPU the first build thus takes seconds, not minutes.
  * Incremental and parallel: one object per translation unit, rebuilt only when its source, a header
- * it includes or the flags change.
+ * it includes, the flags or the compilers' versions change. Beside the library it records what it
+ * was built from (`libattnkit.so.build.json`), which the library lookup compares with the sources.
  *
- * In a checkout it writes `lib/libattnkit.so`; for a copy imported as a dependency (whose folder is
- * read-only) it fetches the shipped sources and builds into the per-user cache that the library
- * lookup reads (`$XDG_CACHE_HOME/attnkit/<version>/`).
+ * In a checkout it writes `lib/libattnkit.so`; with `--cache` it writes the per-user cache that the
+ * library lookup also reads (`$XDG_CACHE_HOME/attnkit/<version>/`), which is what a copy used as a
+ * dependency needs when its own folder is read-only. A copy imported over the network fetches the
+ * shipped sources first.
  *
  * @example
  * ```sh
- * deno task build                       # in a checkout
- * deno run -A build.ts --cpu-only       # the CPU backend only
- * deno run -A build.ts --arch sm_90a    # only Hopper machine code
- * deno run -A jsr:@attnkit/attnkit/build   # attnkit as a dependency: build into the cache
+ * deno task build                                  # in a checkout: lib/libattnkit.so
+ * deno run -A build.ts --cuda                      # compile the CUDA kernels without a GPU here (CI)
+ * deno run -A build.ts --cpu-only                  # the CPU backend only
+ * deno run -A build.ts --arch sm_90a               # only Hopper machine code
+ * deno run --allow-read --allow-write --allow-run --allow-env path/to/attnkit/build.ts --cache
  * ```
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { cudaRequestFromEnv, decideBackend, probeGpuDriver } from "./build/backend.ts";
+import { checkArch, checkJobs, parseBuildArgs, USAGE, UsageError } from "./build/args.ts";
 import {
   expandRows,
   instantiationUnit,
@@ -34,16 +40,29 @@ import {
 } from "./build/registry.ts";
 import { REGISTRIES } from "./build/registries.ts";
 import { wgmmaHeader } from "./build/wgmma.ts";
-import { cacheDirectory, LIBRARY_FILE } from "./ffi/library.ts";
+import { type BuildRecord, buildRecordPath, readBuildRecord } from "./ffi/build_record.ts";
+import { sourceFingerprint } from "./ffi/fingerprint.ts";
+import { ABI_FINGERPRINT, cacheDirectory, LIBRARY_FILE } from "./ffi/library.ts";
 import { VERSION } from "./ffi/version.ts";
+
+export {
+  type BackendDecision,
+  type BackendFacts,
+  decideBackend,
+  NO_DRIVER_NOTE,
+  probeGpuDriver,
+} from "./build/backend.ts";
+export { parseBuildArgs, type ParsedBuildArgs, USAGE, UsageError } from "./build/args.ts";
 
 /** Options of {@link buildLibrary}. */
 export interface BuildOptions {
-  /** Build the CPU backend only, even when nvcc is available. */
+  /** Compile the CUDA kernels even without a GPU driver here (also `ATTNKIT_CUDA=1`). Needs nvcc. */
+  cuda?: boolean;
+  /** Build the CPU backend only, even when nvcc and a GPU are here (also `ATTNKIT_CUDA=0`). */
   cpuOnly?: boolean;
   /** CUDA targets, e.g. `["sm_90a", "sm_80"]` (default). PTX of the lowest target is embedded too. */
   arch?: string[];
-  /** Parallel compiler processes (default: the number of cores). */
+  /** Parallel compiler processes, at least 1 (default: the number of cores). */
   jobs?: number;
   /** Output folder (default: `lib/` of a checkout, else the per-user cache). */
   outDir?: string;
@@ -53,6 +72,10 @@ export interface BuildOptions {
   ptxasVerbose?: boolean;
   /** Compile only the units whose path contains one of these strings, and do not link. */
   only?: string[];
+  /** The folder holding `csrc/` (default: this module's own folder, or the fetched sources of a remote one). */
+  sourceRoot?: string;
+  /** Whether a GPU driver is present (default: probed with {@link probeGpuDriver}). */
+  gpuDriver?: boolean;
 }
 
 /** What {@link buildLibrary} did. */
@@ -65,6 +88,8 @@ export interface BuildResult {
   units: number;
   /** Units compiled this time. */
   compiled: number;
+  /** Whether the library was linked this time. */
+  linked: boolean;
   /** Seconds the build took. */
   seconds: number;
 }
@@ -73,7 +98,9 @@ const DEFAULT_ARCH = ["sm_90a", "sm_80"];
 
 interface Toolchain {
   cxx: string;
+  cxxVersion: string;
   nvcc?: string;
+  nvccVersion?: string;
   cudaHome?: string;
 }
 
@@ -88,13 +115,17 @@ interface Unit {
 }
 
 /**
- * Builds (or brings up to date) the native library and returns where it is.
+ * Builds (or brings up to date) the native library and returns where it is. Throws when a compiler
+ * fails, when an option is invalid, or when CUDA is asked for and no toolkit is found.
  *
  * @example
  * ```ts
  * import { buildLibrary } from "@attnkit/attnkit/build";
- * const result = await buildLibrary({ quiet: true });
- * console.log(result.library);
+ * // One small unit into a scratch folder (a real build leaves out `only` and `outDir`).
+ * const outDir = await Deno.makeTempDir();
+ * const result = await buildLibrary({ cpuOnly: true, outDir, only: ["gen/abi.cpp"], quiet: true });
+ * console.log(result.compiled, result.cuda); // 1 false
+ * await Deno.remove(outDir, { recursive: true });
  * ```
  */
 export async function buildLibrary(options: BuildOptions = {}): Promise<BuildResult> {
@@ -102,18 +133,24 @@ export async function buildLibrary(options: BuildOptions = {}): Promise<BuildRes
   const log = (line: string) => {
     if (!options.quiet) console.error(line);
   };
-  const sourceRoot = await resolveSourceRoot();
+  const arch = checkArch(options.arch ?? DEFAULT_ARCH);
+  const jobs = checkJobs(options.jobs ?? navigator.hardwareConcurrency ?? 2);
+  if (options.outDir !== undefined && options.outDir.trim() === "") {
+    throw new UsageError("outDir: expected a folder, got an empty path");
+  }
+  const sourceRoot = options.sourceRoot ?? (await resolveSourceRoot());
   const outDir = options.outDir ?? defaultOutDir(sourceRoot);
-  const toolchain = await findToolchain(options.cpuOnly ?? false);
+  const library = `${outDir}/${LIBRARY_FILE}`;
+  const previous = readBuildRecord(library);
+  const { toolchain, note } = await chooseToolchain(options, outDir, previous);
   const cuda = toolchain.nvcc !== undefined;
-  const arch = options.arch ?? DEFAULT_ARCH;
   const objDir = `${outDir}/obj`;
   await Deno.mkdir(objDir, { recursive: true });
 
   const csrc = `${sourceRoot}/csrc`;
   const genDir = `${outDir}/gen`;
   const sources = await listSources(csrc);
-  if (isLocalModule()) await writeManifest(csrc, sources);
+  if (isLocalModule() && options.sourceRoot === undefined) await writeManifest(csrc, sources);
   const rows = expandRows(REGISTRIES);
   const generated = await generateSources(genDir, rows, cuda, arch);
   const includes = [csrc, genDir];
@@ -125,7 +162,8 @@ export async function buildLibrary(options: BuildOptions = {}): Promise<BuildRes
       ? nvccFlags(toolchain, targets, options, includes)
       : cxxFlags(toolchain, cuda, includes);
     const content = await includeClosure(path, includes, headerCache);
-    const hash = await sha256(`${flags.join(" ")}\n${toolchain.cxx}\n${toolchain.nvcc ?? ""}\n${content}`);
+    const compilers = isCuda ? `${toolchain.cxxVersion}\n${toolchain.nvccVersion}` : toolchain.cxxVersion;
+    const hash = await sha256(`${flags.join(" ")}\n${toolchain.cxx}\n${compilers}\n${content}`);
     const base = label.replace(/[\/.]/g, "_");
     units.push({
       source: path,
@@ -143,16 +181,16 @@ export async function buildLibrary(options: BuildOptions = {}): Promise<BuildRes
     if (isCuda && !cuda) continue;
     await addUnit(`${csrc}/${rel}`, `csrc/${rel}`, isCuda, arch);
   }
-  for (const g of generated) await addUnit(g.path, g.label, true, g.targets);
+  for (const g of generated) await addUnit(g.path, g.label, g.cuda, g.targets);
 
   const stale: Unit[] = [];
   for (const u of units) {
     if ((await readText(u.stamp)) !== u.hash || !(await exists(u.object))) stale.push(u);
   }
   const mode = cuda ? `cuda ${arch.join(", ")}` : "cpu only";
+  if (note && (!options.quiet || stale.length > 0)) console.error(`attnkit build: ${note}`);
   if (stale.length > 0) log(`attnkit build (${mode}): compiling ${stale.length} of ${units.length} units`);
 
-  const jobs = Math.max(1, options.jobs ?? navigator.hardwareConcurrency ?? 2);
   let done = 0;
   const failures: string[] = [];
   const queue = [...stale].sort((a, b) => Number(b.cuda) - Number(a.cuda)); // slow CUDA units first
@@ -182,10 +220,15 @@ export async function buildLibrary(options: BuildOptions = {}): Promise<BuildRes
     throw new Error(`attnkit build failed:\n${failures.join("\n")}`);
   }
 
-  const library = `${outDir}/${LIBRARY_FILE}`;
-  if (options.only) {
-    return { library, cuda, units: units.length, compiled: stale.length, seconds: elapsed(started) };
-  }
+  const result = (linked: boolean): BuildResult => ({
+    library,
+    cuda,
+    units: units.length,
+    compiled: stale.length,
+    linked,
+    seconds: elapsed(started),
+  });
+  if (options.only) return result(false);
   const linkFlags = cuda
     ? [
       `-L${toolchain.cudaHome}/lib64`,
@@ -197,8 +240,18 @@ export async function buildLibrary(options: BuildOptions = {}): Promise<BuildRes
     ]
     : ["-lpthread"];
   const linkHash = await sha256([...units.map((u) => u.hash), ...linkFlags].join("\n"));
-  const linkStamp = `${outDir}/${LIBRARY_FILE}.hash`;
-  if (stale.length > 0 || (await readText(linkStamp)) !== linkHash || !(await exists(library))) {
+  const record: BuildRecord = {
+    version: VERSION,
+    abi: ABI_FINGERPRINT,
+    sources: sourceFingerprint(sourceRoot),
+    sourceRoot,
+    build: linkHash,
+    cuda,
+    arch: cuda ? arch : [],
+    compilers: { cxx: toolchain.cxxVersion, ...(cuda ? { nvcc: toolchain.nvccVersion } : {}) },
+  };
+  let linked = false;
+  if (stale.length > 0 || previous?.build !== linkHash || !(await exists(library))) {
     const tmp = `${library}.tmp`;
     const out = await run([
       toolchain.cxx,
@@ -210,22 +263,31 @@ export async function buildLibrary(options: BuildOptions = {}): Promise<BuildRes
     ]);
     if (!out.ok) throw new Error(`attnkit link failed:\n${out.stderr}${out.stdout}`);
     await Deno.rename(tmp, library);
-    await Deno.writeTextFile(linkStamp, linkHash);
+    linked = true;
     log(`attnkit build: linked ${library} (${mode}) in ${elapsed(started).toFixed(1)} s`);
   }
-  return { library, cuda, units: units.length, compiled: stale.length, seconds: elapsed(started) };
+  // Rewritten whenever it differs, also without a link: an edit that changes no object (a comment in
+  // a registry) still changes the sources' fingerprint the lookup compares.
+  const recordText = JSON.stringify(record, null, 2) + "\n";
+  if ((await readText(buildRecordPath(library))) !== recordText) {
+    await Deno.writeTextFile(buildRecordPath(library), recordText);
+  }
+  await Deno.remove(`${library}.hash`).catch(() => {}); // the stamp of builds before the record
+  return result(linked);
 }
 
 interface GeneratedUnit {
   path: string;
   label: string;
   targets: string[];
+  cuda: boolean;
 }
 
 /**
- * Writes the generated sources into `genDir`: the row table (every build), and for a CUDA build the
- * wgmma wrappers, each family's launcher declarations, one instantiation unit per kernel and dtype whose architecture is among the targets,
- * and the launch table. Files are rewritten only when their text changes. Returns the units to compile.
+ * Writes the generated sources into `genDir`: the row table and the ABI fingerprint (every build),
+ * and for a CUDA build the wgmma wrappers, each family's launcher declarations, one instantiation
+ * unit per kernel and dtype whose architecture is among the targets, and the launch table. Files are
+ * rewritten only when their text changes. Returns the units to compile.
  */
 async function generateSources(
   genDir: string,
@@ -234,12 +296,14 @@ async function generateSources(
   arch: string[],
 ): Promise<GeneratedUnit[]> {
   await writeIfChanged(`${genDir}/generated/registry_rows.h`, rowsHeader(rows));
-  if (!cuda) return [];
+  const abi = `${genDir}/abi.cpp`;
+  await writeIfChanged(abi, abiUnit(ABI_FINGERPRINT));
+  const units: GeneratedUnit[] = [{ path: abi, label: "gen/abi.cpp", targets: [], cuda: false }];
+  if (!cuda) return units;
   await writeIfChanged(`${genDir}/generated/wgmma_ops.cuh`, wgmmaHeader());
   for (const family of REGISTRIES) {
     await writeIfChanged(`${genDir}/${launcherHeader(family)}`, launchersHeader(family));
   }
-  const units: GeneratedUnit[] = [];
   const built: boolean[] = rows.map(() => false);
   for (const group of unitGroups(rows)) {
     const targets = group[0].arch === "sm90a" ? arch.filter((a) => a === "sm_90a") : arch;
@@ -248,14 +312,28 @@ async function generateSources(
     const name = unitName(group);
     const path = `${genDir}/kernels/${name}`;
     await writeIfChanged(path, instantiationUnit(group));
-    units.push({ path, label: `gen/kernels/${name}`, targets });
+    units.push({ path, label: `gen/kernels/${name}`, targets, cuda: true });
   }
   const plain = arch.filter((a) => !a.endsWith("a")).map((a) => Number(a.slice(3))).sort((a, b) => a - b);
   const described = [...arch, ...(plain.length > 0 ? [`compute_${plain[0]}`] : [])];
   const table = `${genDir}/launch_table.cu`;
   await writeIfChanged(table, launchTableUnit(rows, built, described));
-  units.push({ path: table, label: "gen/launch_table.cu", targets: arch });
+  units.push({ path: table, label: "gen/launch_table.cu", targets: arch, cuda: true });
   return units;
+}
+
+// The C entry that reports which FFI symbol table the library was built for (read by the lookup,
+// which refuses a library built for another table).
+function abiUnit(fingerprint: string): string {
+  return `// Generated by build.ts: the fingerprint of the FFI symbol table (ffi/symbols.ts) this library
+// was built for. The library lookup compares it with its own table's.
+#if defined(_WIN32)
+#define AK_ABI_EXPORT __declspec(dllexport)
+#else
+#define AK_ABI_EXPORT __attribute__((visibility("default")))
+#endif
+extern "C" AK_ABI_EXPORT const char* ak_abi_fingerprint(void) { return "${fingerprint}"; }
+`;
 }
 
 async function writeIfChanged(path: string, text: string): Promise<void> {
@@ -313,32 +391,97 @@ function summariseReport(stderr: string): string {
     .join("\n");
 }
 
-async function findToolchain(cpuOnly: boolean): Promise<Toolchain> {
-  const cxx = Deno.env.get("CXX") ?? (await firstWorking(["g++", "c++", "clang++"]));
-  if (!cxx) throw new Error("attnkit build: no C++ compiler found (tried $CXX, g++, c++, clang++)");
-  if (cpuOnly) return { cxx };
-  const nvcc = Deno.env.get("ATTNKIT_NVCC") ?? ((await firstWorking(["nvcc"])) ? "nvcc" : undefined);
-  if (!nvcc) return { cxx };
-  const cudaHome = await cudaHomeOf(nvcc);
-  return cudaHome ? { cxx, nvcc, cudaHome } : { cxx };
+// The compilers, and whether the CUDA kernels are built (see build/backend.ts for the rule).
+async function chooseToolchain(
+  options: BuildOptions,
+  outDir: string,
+  previous: BuildRecord | undefined,
+): Promise<{ toolchain: Toolchain; note?: string }> {
+  const cxxFromEnv = envGet("CXX");
+  const cxxFound = cxxFromEnv
+    ? { command: cxxFromEnv, version: await versionOf(cxxFromEnv) }
+    : await firstWorking(["g++", "c++", "clang++"]);
+  if (!cxxFound?.version) {
+    throw new Error(
+      cxxFromEnv
+        ? `attnkit build: CXX=${cxxFromEnv} does not run (\`${cxxFromEnv} --version\` failed)`
+        : "attnkit build: no C++ compiler found (tried $CXX, g++, c++, clang++): install g++ or clang++",
+    );
+  }
+  const cpu: Toolchain = { cxx: cxxFound.command, cxxVersion: firstLine(cxxFound.version) };
+  // Explicit options win over ATTNKIT_CUDA, which wins over the build's own choice.
+  const fromEnv = options.cuda || options.cpuOnly ? undefined : cudaRequestFromEnv(envGet("ATTNKIT_CUDA"));
+  const askedCuda = options.cuda ?? fromEnv === true;
+  const cpuOnly = options.cpuOnly ?? fromEnv === false;
+  if (askedCuda && cpuOnly) throw new UsageError("cuda and cpuOnly contradict each other");
+  if (cpuOnly) return { toolchain: cpu };
+  const nvccCommand = envGet("ATTNKIT_NVCC") ?? "nvcc";
+  const nvccVersion = await versionOf(nvccCommand);
+  const previousCuda = previous?.cuda ??
+    ((await exists(`${outDir}/${LIBRARY_FILE}.hash`)) &&
+      (await exists(`${outDir}/obj/gen_launch_table_cu.o`)));
+  const needsProbe = nvccVersion !== undefined && !askedCuda && !previousCuda;
+  const driver = needsProbe ? options.gpuDriver ?? (await probeGpuDriver()) : (options.gpuDriver ?? false);
+  const decision = decideBackend({
+    nvcc: nvccVersion !== undefined,
+    driver,
+    askedCuda,
+    cpuOnly,
+    previousCuda,
+  });
+  if (!decision.cuda) return { toolchain: cpu, note: decision.note };
+  const cudaHome = await cudaHomeOf(nvccCommand);
+  if (!cudaHome) {
+    if (askedCuda) {
+      throw new Error(
+        `attnkit build: the CUDA kernels were asked for but ${nvccCommand}'s toolkit has no ` +
+          "include/cuda_runtime.h and lib64/libcudart_static.a: set CUDA_HOME to the toolkit's folder",
+      );
+    }
+    return { toolchain: cpu };
+  }
+  const release = nvccVersion!.split("\n").filter((l) => /release|Build/.test(l)).join("; ");
+  return {
+    toolchain: { ...cpu, nvcc: nvccCommand, nvccVersion: release || firstLine(nvccVersion!), cudaHome },
+  };
 }
 
-async function firstWorking(candidates: string[]): Promise<string | undefined> {
-  for (const c of candidates) {
-    try {
-      const out = await new Deno.Command(c, { args: ["--version"], stdout: "null", stderr: "null" }).output();
-      if (out.success) return c;
-    } catch {
-      // not installed
-    }
+function firstLine(text: string): string {
+  return text.trim().split("\n")[0].trim();
+}
+
+// `command --version`'s output, or undefined when it does not run.
+async function versionOf(command: string): Promise<string | undefined> {
+  try {
+    const out = await new Deno.Command(command, { args: ["--version"], stdout: "piped", stderr: "null" })
+      .output();
+    return out.success ? new TextDecoder().decode(out.stdout) : undefined;
+  } catch {
+    return undefined; // not installed, or not allowed to run
+  }
+}
+
+async function firstWorking(candidates: string[]): Promise<{ command: string; version: string } | undefined> {
+  for (const command of candidates) {
+    const version = await versionOf(command);
+    if (version !== undefined) return { command, version };
   }
   return undefined;
+}
+
+// An environment variable, or undefined when unset or not readable (no --allow-env).
+function envGet(name: string): string | undefined {
+  try {
+    return Deno.env.get(name);
+  } catch {
+    return undefined;
+  }
 }
 
 // The toolkit root, from CUDA_HOME or from what nvcc itself reports (it may be a wrapper script).
 async function cudaHomeOf(nvcc: string): Promise<string | undefined> {
   const candidates: string[] = [];
-  const env = Deno.env.get("CUDA_HOME") ?? Deno.env.get("CUDA_PATH");
+  const env = envGet("CUDA_HOME") ?? envGet("CUDA_PATH");
   if (env) candidates.push(env);
   const out = await run([nvcc, "-dryrun", "-c", "-x", "cu", "/dev/null", "-o", "/dev/null"]);
   const top = /#\$ TOP=(.*)/.exec(out.stderr + out.stdout);
@@ -411,7 +554,12 @@ async function listSources(dir: string, prefix = ""): Promise<string[]> {
 // csrc/files.json lists the sources, so a remote copy of the module knows what to fetch.
 async function writeManifest(dir: string, sources: string[]): Promise<void> {
   const text = JSON.stringify(sources, null, 2) + "\n";
-  if ((await readText(`${dir}/files.json`)) !== text) await Deno.writeTextFile(`${dir}/files.json`, text);
+  if ((await readText(`${dir}/files.json`)) === text) return;
+  try {
+    await Deno.writeTextFile(`${dir}/files.json`, text);
+  } catch {
+    // a read-only copy (a dependency building into the cache): its manifest is the published one
+  }
 }
 
 function isLocalModule(): boolean {
@@ -467,48 +615,36 @@ async function sha256(text: string): Promise<string> {
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: {
-      "cpu-only": { type: "boolean", default: false },
-      arch: { type: "string" },
-      jobs: { type: "string" },
-      out: { type: "string" },
-      quiet: { type: "boolean", default: false },
-      "ptxas-verbose": { type: "boolean", default: false },
-      only: { type: "string", multiple: true },
-      help: { type: "boolean", default: false },
-    },
-  });
-  if (values.help) {
-    console.log(
-      "usage: deno run -A build.ts [--cpu-only] [--arch sm_90a,sm_80] [--jobs N] [--out DIR] [--quiet]\n" +
-        "                            [--ptxas-verbose] [--only PATH_PART ...]",
-    );
+  let parsed;
+  try {
+    parsed = parseBuildArgs(Deno.args);
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e;
+    console.error(e.showUsage ? `build.ts: ${e.message}\n\n${USAGE}` : `build.ts: ${e.message}`);
+    Deno.exit(2);
+  }
+  if (parsed.help) {
+    console.log(USAGE);
     Deno.exit(0);
   }
+  const { options } = parsed;
   try {
     const result = await buildLibrary({
-      cpuOnly: values["cpu-only"],
-      arch: values.arch?.split(",").map((s) => s.trim()).filter(Boolean),
-      jobs: values.jobs ? Number(values.jobs) : undefined,
-      outDir: values.out,
-      quiet: values.quiet,
-      ptxasVerbose: values["ptxas-verbose"],
-      only: values.only,
+      ...options,
+      outDir: parsed.cache ? cacheDirectory() : options.outDir,
     });
-    if (!values.quiet && values.only) {
+    if (!options.quiet && options.only) {
       console.error(
         `attnkit build: compiled ${result.compiled} of ${result.units} matching units (not linked: --only)`,
       );
-    } else if (!values.quiet) {
+    } else if (!options.quiet) {
       console.error(
         `attnkit build: ${result.library} is up to date (${result.cuda ? "CUDA + CPU" : "CPU only"}; ` +
           `${result.compiled} of ${result.units} units compiled, ${result.seconds.toFixed(1)} s)`,
       );
     }
   } catch (e) {
-    console.error((e as Error).message);
-    Deno.exit(1);
+    console.error(e instanceof UsageError ? `build.ts: ${e.message}` : (e as Error).message);
+    Deno.exit(e instanceof UsageError ? 2 : 1);
   }
 }

@@ -82,9 +82,13 @@ const DTYPE_DESCRS: Record<DType, string> = {
  *
  * @example
  * ```ts
- * import { loadNpy } from "@attnkit/attnkit";
- * // saved from Python with np.save("q.npy", q.float().numpy())
- * using q = await loadNpy("q.npy", { device: "cuda" });
+ * import { defaultDevice, loadNpy, saveNpy, Tensor } from "@attnkit/attnkit";
+ * // A file as np.save("q.npy", q.float().numpy()) writes it from Python; here saved by attnkit.
+ * const path = `${await Deno.makeTempDir()}/q.npy`;
+ * using saved = Tensor.randn([2, 16, 4, 32], { seed: 1 });
+ * await saveNpy(path, saved);
+ * using q = await loadNpy(path, { device: defaultDevice() }); // onto the GPU when there is one
+ * console.log(q.shape, q.dtype); // [2, 16, 4, 32] float32
  * ```
  */
 export async function loadNpy(source: FileSource, options: NpyLoadOptions = {}): Promise<Tensor> {

@@ -8,10 +8,11 @@
  * @example
  * ```ts
  * import { loadSafetensors, saveSafetensors, Tensor } from "@attnkit/attnkit";
+ * const path = `${await Deno.makeTempDir()}/inputs.safetensors`;
  * using q = Tensor.randn([1, 64, 4, 32], { dtype: "bfloat16", seed: 1 });
- * await saveSafetensors("/tmp/inputs.safetensors", { q }, { metadata: { note: "seed 1" } });
- * using file = await loadSafetensors("/tmp/inputs.safetensors");
- * console.log(file.tensors.q.shape, file.metadata.note);
+ * await saveSafetensors(path, { q }, { metadata: { note: "random inputs" } });
+ * using file = await loadSafetensors(path);
+ * console.log(file.tensors.q.shape, file.metadata.note); // [1, 64, 4, 32] random inputs
  * ```
  *
  * @module
@@ -100,10 +101,15 @@ interface Header {
  *
  * @example
  * ```ts
- * import { loadSafetensors } from "@attnkit/attnkit";
- * // saved from Python with safetensors.torch.save_file({"q": q, "k": k}, "qk.safetensors")
- * using file = await loadSafetensors("qk.safetensors", { device: "cuda", names: ["q"] });
- * const q = file.tensors.q;
+ * import { defaultDevice, loadSafetensors, saveSafetensors, Tensor } from "@attnkit/attnkit";
+ * // A file as safetensors.torch.save_file({"q": q, "k": k}, "qk.safetensors") writes it from Python;
+ * // here saved by attnkit.
+ * const path = `${await Deno.makeTempDir()}/qk.safetensors`;
+ * using q0 = Tensor.randn([1, 64, 4, 32], { dtype: "bfloat16", seed: 1 });
+ * using k0 = Tensor.randn([1, 64, 4, 32], { dtype: "bfloat16", seed: 2 });
+ * await saveSafetensors(path, { q: q0, k: k0 });
+ * using file = await loadSafetensors(path, { device: defaultDevice(), names: ["q"] }); // q only
+ * console.log(Object.keys(file.tensors), file.tensors.q.dtype); // ["q"] bfloat16
  * ```
  */
 export async function loadSafetensors(
