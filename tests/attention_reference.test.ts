@@ -1,4 +1,4 @@
-// Checks of the attention oracle itself (tests/reference/attention.ts): its gradients against
+// Checks of the attention oracle itself (reference/attention.ts): its gradients against
 // central finite differences of sum(dO * O), its mask rule on hand-worked rows, and its rounding.
 import assert from "node:assert/strict";
 import {
@@ -11,7 +11,7 @@ import {
   roundBf16,
   roundF16,
   samePrecision,
-} from "./reference/attention.ts";
+} from "../reference/attention.ts";
 
 // A small deterministic generator so the finite-difference cases need no native library.
 function randomArray(n: number, seed: number): Float64Array {

@@ -6,7 +6,7 @@ import {
   type DeltaReferenceInputs,
   deltaRuleReference,
   deltaRuleReferenceBackward,
-} from "./reference/delta_rule.ts";
+} from "../reference/delta_rule.ts";
 import { withSeed } from "./helpers.ts";
 
 // A small seeded generator for host-only inputs (mulberry32).

@@ -17,7 +17,7 @@ import {
   Tensor,
 } from "../mod.ts";
 import { deviceTest, expectNoLeak, HAS_CUDA, withSeed } from "./helpers.ts";
-import { uniformAt } from "./reference/philox.ts";
+import { uniformAt } from "../reference/philox.ts";
 import {
   BFLOAT16,
   edgeValues,
@@ -31,7 +31,7 @@ import {
   toBool,
   toInt32,
   toInt64,
-} from "./reference/rounding.ts";
+} from "../reference/rounding.ts";
 
 // ---- helpers ----
 

@@ -1,7 +1,7 @@
 /**
  * Float64 oracle of the delta rule and the gated delta rule: the plain token-by-token recurrence,
- * and its reverse mode derived by hand (checked against finite differences in
- * tests/linear_reference.test.ts). Token-major host arrays, as FLA lays them out:
+ * and its reverse mode derived by hand (checked against finite differences). Token-major host arrays,
+ * as FLA lays them out (the `"bshd"` layout):
  * q, k `[B, T, HK, K]`, v `[B, T, H, V]`, g and beta `[B, T, H]`, states `[N, H, K, V]`.
  *
  * Per value head h (q/k head h / (H / HK)) and token t, with x^ = x / sqrt(sum(x^2) + 1e-6) when
@@ -14,6 +14,8 @@
  *
  * @module
  */
+import { invalidArgument } from "../ffi/errors.ts";
+import { checkFields, checkNumbers, count, expectLength, FINITE, NUMBERS, OFFSETS } from "./checks.ts";
 
 /** The inputs of one oracle run (float64 or float32 host arrays holding the exact input values). */
 export interface DeltaReferenceInputs {
@@ -54,6 +56,8 @@ export interface DeltaReferenceInputs {
   roundState?: (x: number) => number;
   /** Also return the state before every `checkpointEvery`-th token of each sequence. */
   checkpointEvery?: number;
+  /** Called after each (sequence, head) pair with the pairs done and their total (for long runs). */
+  onProgress?: (done: number, total: number) => void;
 }
 
 /** What the forward oracle returns. */
@@ -84,8 +88,63 @@ export interface DeltaReferenceGradients {
   dInitialState: Float64Array;
 }
 
-/** The L2 norm's epsilon (inside the square root), as FLA and the kernels use it. */
+/**
+ * The L2 norm's epsilon (inside the square root), as FLA and the kernels use it.
+ *
+ * @example
+ * ```ts
+ * import { L2NORM_EPS } from "@attnkit/attnkit/reference";
+ * const norm = (x: number[]) => Math.sqrt(x.reduce((s, v) => s + v * v, 0) + L2NORM_EPS);
+ * ```
+ */
 export const L2NORM_EPS = 1e-6;
+
+const INPUTS = {
+  B: count(0),
+  T: count(0),
+  H: count(1),
+  HK: count(1),
+  K: count(1),
+  V: count(1),
+  q: NUMBERS,
+  k: NUMBERS,
+  v: NUMBERS,
+  g: NUMBERS,
+  beta: NUMBERS,
+  scale: FINITE,
+  initialState: NUMBERS,
+  cuSeqlens: OFFSETS,
+  l2norm: "boolean",
+  roundState: "function",
+  checkpointEvery: count(1),
+  onProgress: "function",
+} as const;
+const REQUIRED = ["B", "T", "H", "HK", "K", "V", "q", "k", "v", "beta", "scale"];
+
+// Refuses inputs whose fields are missing, mistyped or inconsistent; returns the sequence count.
+function checkInputs(op: string, x: DeltaReferenceInputs): number {
+  checkFields(op, "x", x, INPUTS, REQUIRED);
+  const { B, T, H, HK, K, V } = x;
+  if (H % HK !== 0) throw invalidArgument(op, `x.HK: ${HK} does not divide the ${H} value heads`);
+  let N = B;
+  if (x.cuSeqlens) {
+    const cu = x.cuSeqlens;
+    if (B !== 1) throw invalidArgument(op, `x.B: packed sequences (cuSeqlens) take B = 1, got ${B}`);
+    if (cu[cu.length - 1] > T) {
+      throw invalidArgument(op, `x.cuSeqlens: ends at ${cu[cu.length - 1]}, past T = ${T}`);
+    }
+    N = cu.length - 1;
+  }
+  expectLength(op, "x.q", x.q, B * T * HK * K, `[${B}, ${T}, ${HK}, ${K}]`);
+  expectLength(op, "x.k", x.k, B * T * HK * K, `[${B}, ${T}, ${HK}, ${K}]`);
+  expectLength(op, "x.v", x.v, B * T * H * V, `[${B}, ${T}, ${H}, ${V}]`);
+  expectLength(op, "x.beta", x.beta, B * T * H, `[${B}, ${T}, ${H}]`);
+  if (x.g) expectLength(op, "x.g", x.g, B * T * H, `[${B}, ${T}, ${H}]`);
+  if (x.initialState) {
+    expectLength(op, "x.initialState", x.initialState, N * H * K * V, `[${N}, ${H}, ${K}, ${V}]`);
+  }
+  return N;
+}
 
 interface Sequence {
   row: number;
@@ -129,8 +188,30 @@ function scalar(
   return a ? a[(b * x.T + t) * x.H + h] : 0;
 }
 
-/** The forward recurrence in float64. */
+/**
+ * The forward recurrence in float64: output, final state and residuals.
+ *
+ * @example
+ * ```ts
+ * import { chunkGatedDeltaRule, compare, Tensor } from "@attnkit/attnkit";
+ * import { deltaRuleReference } from "@attnkit/attnkit/reference";
+ * const [B, T, H, D] = [1, 16, 2, 8];
+ * using q = Tensor.randn([B, T, H, D], { seed: 1 });
+ * using k = Tensor.randn([B, T, H, D], { seed: 2, std: D ** -0.5 });
+ * using v = Tensor.randn([B, T, H, D], { seed: 3 });
+ * using g = Tensor.rand([B, T, H], { seed: 4, low: -0.25, high: 0 });
+ * using beta = Tensor.rand([B, T, H], { seed: 5 });
+ * using r = chunkGatedDeltaRule(q, k, v, g, beta, { layout: "bshd" });
+ * const host = (t: Tensor) => Float64Array.from(t.toArray() as Float32Array);
+ * const oracle = deltaRuleReference({
+ *   B, T, H, HK: H, K: D, V: D, scale: D ** -0.5,
+ *   q: host(q), k: host(k), v: host(v), g: host(g), beta: host(beta),
+ * });
+ * console.log(compare(r.output, oracle.output).relRms); // about 1e-7 in float32
+ * ```
+ */
 export function deltaRuleReference(x: DeltaReferenceInputs): DeltaReferenceOutputs {
+  checkInputs("deltaRuleReference", x);
   const { B, T, H, HK, K, V } = x;
   const seqs = sequences(x);
   const N = seqs.length, G = H / HK, KV = K * V;
@@ -172,6 +253,7 @@ export function deltaRuleReference(x: DeltaReferenceInputs): DeltaReferenceOutpu
       }
       if (every) keep(Math.ceil((end - begin) / every));
       finalState.set(S, (n * H + h) * KV);
+      x.onProgress?.(n * H + h + 1, N * H);
     }
   }
   return { output, finalState, residual, checkpoints };
@@ -180,12 +262,38 @@ export function deltaRuleReference(x: DeltaReferenceInputs): DeltaReferenceOutpu
 /**
  * Reverse mode of {@link deltaRuleReference} for the loss `sum(dOutput * output) + sum(dFinalState *
  * finalState)`: the gradient of every input.
+ *
+ * @example
+ * ```ts
+ * import { deltaRuleReferenceBackward } from "@attnkit/attnkit/reference";
+ * // One token, one head, K = V = 1: o = scale * q * beta * v * k.
+ * const grads = deltaRuleReferenceBackward(
+ *   { B: 1, T: 1, H: 1, HK: 1, K: 1, V: 1, q: [2], k: [3], v: [5], beta: [0.5], scale: 1 },
+ *   [1],
+ * );
+ * console.log(grads.dq[0]); // beta * v * k = 7.5
+ * ```
  */
 export function deltaRuleReferenceBackward(
   x: DeltaReferenceInputs,
   dOutput: ArrayLike<number>,
   dFinalState?: ArrayLike<number>,
 ): DeltaReferenceGradients {
+  const op = "deltaRuleReferenceBackward";
+  const sequenceCount = checkInputs(op, x);
+  const rows = x.B * x.T * x.H * x.V;
+  expectLength(
+    op,
+    "dOutput",
+    checkNumbers(op, "dOutput", dOutput),
+    rows,
+    `[${x.B}, ${x.T}, ${x.H}, ${x.V}], like v`,
+  );
+  if (dFinalState !== undefined && dFinalState !== null) {
+    const states = sequenceCount * x.H * x.K * x.V;
+    const what = `[${sequenceCount}, ${x.H}, ${x.K}, ${x.V}]`;
+    expectLength(op, "dFinalState", checkNumbers(op, "dFinalState", dFinalState), states, what);
+  }
   const { B, T, H, HK, K, V } = x;
   const seqs = sequences(x);
   const N = seqs.length, G = H / HK, KV = K * V;
@@ -283,6 +391,7 @@ export function deltaRuleReferenceBackward(
         if (x.g) dg[(row * T + t) * H + h] = a * da;
       }
       dInitialState.set(dS, (n * H + h) * KV);
+      x.onProgress?.(n * H + h + 1, N * H);
     }
     // Through the L2 norm: d(x / n) = dx^ / n - x (x . dx^) / n^3.
     for (let hk = 0; hk < HK; hk++) {

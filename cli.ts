@@ -1,0 +1,108 @@
+/**
+ * attnkit's command line, for quick checks without writing a script:
+ *
+ * - `attnkit check <op> --shape B2_T1000_H4_D128 --dtype bf16 --device cuda [--backward]` runs an op
+ *   on fresh random inputs against the float64 oracle and prints each output's error against the
+ *   dtype's tolerance (PASS / FAIL, exit status 1 on a failure), the time and the TFLOP/s;
+ * - `attnkit bench <op> --shapes A,B --out DIR [--ref results.json]` times an op over shapes and
+ *   writes JSON, markdown and an SVG chart;
+ * - `attnkit info` prints the devices, the native library and its kernels;
+ * - `attnkit chart results.json -o chart.svg` draws recorded results.
+ *
+ * Ops: `gdn` (chunkGatedDeltaRule), `deltanet` (chunkDeltaRule), `attention`. Run it as
+ * `deno run -A jsr:@attnkit/attnkit/cli <command>`, or `deno task attnkit <command>` in a checkout.
+ * Exit status: 0 success, 1 a failed check or a runtime error, 2 a usage error.
+ *
+ * @example
+ * ```ts
+ * import { main } from "@attnkit/attnkit/cli";
+ * const status = await main(["check", "attention", "--shape", "B1_S64_H2_D64", "--device", "cpu"]);
+ * console.log(status); // 0 when every output passed
+ * ```
+ *
+ * @module
+ */
+import { AttnkitError } from "./mod.ts";
+import { invalidArgument } from "./ffi/errors.ts";
+import { describeValue } from "./ops/args.ts";
+import { BENCH_USAGE, benchCommand } from "./cli/bench.ts";
+import { CHART_USAGE, chartCommand } from "./cli/chart_command.ts";
+import { CHECK_USAGE, checkCommand } from "./cli/check.ts";
+import { INFO_USAGE, infoCommand } from "./cli/info.ts";
+import { CliError, OPS } from "./cli/shape.ts";
+
+export { type ChartOptions, renderChart } from "./cli/chart.ts";
+export { parseResults, type ResultRecord, type ResultsFile } from "./cli/results.ts";
+
+const USAGE = `Usage: attnkit <command> [options]
+
+Commands:
+  check <op>   run an op against the float64 oracle: errors vs tolerance, time, TFLOP/s
+  bench <op>   time an op over shapes; write JSON, markdown and an SVG chart
+  info         devices, the native library, kernels
+  chart FILE   draw recorded results JSON as an SVG chart
+
+Ops: ${OPS.join(", ")}
+Run "attnkit <command> --help" for a command's options.`;
+
+const COMMANDS: Record<string, { usage: string; run: (args: string[]) => number | Promise<number> }> = {
+  check: { usage: CHECK_USAGE, run: checkCommand },
+  bench: { usage: BENCH_USAGE, run: benchCommand },
+  info: { usage: INFO_USAGE, run: infoCommand },
+  chart: { usage: CHART_USAGE, run: chartCommand },
+};
+
+// node:util's parseArgs reports a bad flag with a TypeError carrying an ERR_PARSE_ARGS_* code.
+function isParseError(e: unknown): e is Error {
+  return e instanceof Error && String((e as { code?: unknown }).code ?? "").startsWith("ERR_PARSE_ARGS");
+}
+
+/**
+ * Runs the command line with its arguments (without the program name) and returns the exit status:
+ * 0 success, 1 a failed check or an error while running, 2 a usage error (printed with the usage).
+ *
+ * @example
+ * ```ts
+ * import { main } from "@attnkit/attnkit/cli";
+ * const status = await main(["info"]);
+ * ```
+ */
+export function main(args: readonly string[]): Promise<number> {
+  // Checked before anything runs, so a wrong argument throws here rather than in the promise.
+  if (!Array.isArray(args) || args.some((a) => typeof a !== "string")) {
+    throw invalidArgument("main", `args: expected an array of strings, got ${describeValue(args)}`);
+  }
+  return run(args);
+}
+
+async function run(args: readonly string[]): Promise<number> {
+  const [name, ...rest] = args;
+  if (name === undefined || name === "help" || name === "--help" || name === "-h") {
+    (name === undefined ? console.error : console.log)(USAGE);
+    return name === undefined ? 2 : 0;
+  }
+  const command = COMMANDS[name];
+  if (!command) {
+    console.error(`attnkit: unknown command "${name}"\n\n${USAGE}`);
+    return 2;
+  }
+  try {
+    return await command.run(rest);
+  } catch (e) {
+    if (isParseError(e)) {
+      console.error(`attnkit ${name}: ${e.message}\n\n${command.usage}`);
+      return 2;
+    }
+    if (e instanceof CliError) {
+      console.error(`attnkit ${name}: ${e.message}${e.showUsage ? `\n\n${command.usage}` : ""}`);
+      return e.status;
+    }
+    if (e instanceof AttnkitError) {
+      console.error(`attnkit ${name}: ${e.message}`);
+      return 1;
+    }
+    throw e;
+  }
+}
+
+if (import.meta.main) Deno.exit(await main(Deno.args));

@@ -1,0 +1,114 @@
+/**
+ * Makes the case of an op, and the options `check` and `bench` share: device, dtype, seed, timing.
+ *
+ * @module
+ */
+import {
+  AttnkitError,
+  cudaAvailable,
+  type Device,
+  parseDevice,
+  synchronize,
+  Tensor,
+  timeIt,
+} from "../mod.ts";
+import { attentionCase, attentionOracleSeconds } from "./attention.ts";
+import { linearCase, linearOracleSeconds } from "./linear.ts";
+import type { CaseSettings, Mode, OpCase } from "./problem.ts";
+import { CliError, type OpName, type Shape, UsageError } from "./shape.ts";
+
+/** The case of an op; `causal` applies to attention (the linear ops are causal by construction). */
+export function makeCase(op: OpName, settings: CaseSettings, causal: boolean): OpCase {
+  if (op === "attention") return attentionCase(settings, causal);
+  if (causal) throw new UsageError(`--causal: ${op} is causal by construction; drop the flag`);
+  return linearCase(settings, op === "gdn");
+}
+
+/** Seconds the float64 oracle would take over `batches` batch rows of an op's shape (a rough estimate). */
+export function oracleSeconds(
+  op: OpName,
+  shape: Shape,
+  causal: boolean,
+  batches: number,
+  backward: boolean,
+): number {
+  return op === "attention"
+    ? attentionOracleSeconds(shape, causal, batches, backward)
+    : linearOracleSeconds(shape, batches, backward);
+}
+
+/** The device a `--device` value names (default: the first GPU when there is one, else the CPU). */
+export function chooseDevice(text: string | undefined): Device {
+  const name = text ?? (cudaAvailable() ? "cuda" : "cpu");
+  if (!/^(cpu|cuda(:\d+)?)$/.test(name)) {
+    throw new UsageError(`--device: expected cpu, cuda or cuda:N, got "${name}"`);
+  }
+  try {
+    parseDevice(name, "--device");
+  } catch (e) {
+    // The device is absent (or the library cannot be loaded): no usage to show, exit status 1.
+    throw new CliError(e instanceof AttnkitError ? e.message : String(e), 1, false);
+  }
+  return name as Device;
+}
+
+/** How many calls to time. */
+export interface TimingPlan {
+  /** Untimed calls first. */
+  warmup: number;
+  /** Timed calls (their median is reported). */
+  iterations: number;
+  /**
+   * When the first call takes longer than SLOW_CALL_SECONDS, time that one call only (set unless the
+   * counts were given on the command line).
+   */
+  adaptive: boolean;
+}
+
+/** A call slower than this (seconds) is timed once when the plan is adaptive. */
+export const SLOW_CALL_SECONDS = 2;
+
+/** The default timing: a few calls on the CPU, as many as `do_bench`-style medians want on a GPU. */
+export function defaultTiming(device: Device): TimingPlan {
+  return device === "cpu"
+    ? { warmup: 1, iterations: 3, adaptive: true }
+    : { warmup: 3, iterations: 20, adaptive: true };
+}
+
+/** What {@link timeMode} measured. */
+export interface ModeTiming {
+  /** Median milliseconds. */
+  ms: number;
+  /** The calls the median is of. */
+  calls: number;
+}
+
+/**
+ * Times one mode of a case: the median milliseconds of `iterations` calls after `warmup` calls; on a
+ * GPU the L2 cache is cleared before each call, as triton's `do_bench` does. The first call is timed
+ * on the host to see what lies ahead: when an adaptive plan's first call is slow (a large shape on
+ * the CPU backend) that call is the measurement; `slow` hears of a long run ahead.
+ */
+export function timeMode(
+  c: OpCase,
+  mode: Mode,
+  device: Device,
+  plan: TimingPlan,
+  slow?: (firstSeconds: number, calls: number) => void,
+): ModeTiming {
+  const fn = c.call(mode);
+  synchronize(device);
+  const t0 = performance.now();
+  fn();
+  synchronize(device);
+  const first = (performance.now() - t0) / 1000;
+  if (plan.adaptive && first > SLOW_CALL_SECONDS) return { ms: first * 1000, calls: 1 };
+  const warmup = Math.max(0, plan.warmup - 1);
+  if (first > 1) slow?.(first, warmup + plan.iterations);
+  using flush = Tensor.empty([device === "cpu" ? 1 : 64 << 20], { dtype: "float32", device });
+  const before = device === "cpu" ? undefined : () => void flush.fill(0);
+  return {
+    ms: timeIt(fn, { device, warmup, iterations: plan.iterations, before }).medianMs,
+    calls: plan.iterations,
+  };
+}

@@ -1,0 +1,51 @@
+/**
+ * FLOP counts behind the TFLOP/s the command line prints: the conventions of attnkit's side-by-side
+ * benchmarks (and of FLA and FlashAttention), so numbers compare across tables.
+ *
+ * @module
+ */
+
+/** The chunk length of the chunked linear forward. */
+export const LINEAR_CHUNK = 64;
+
+/**
+ * FLOPs of the chunked delta-rule forward, per token and value head with chunk C (each matrix product
+ * counted in full, 2 m n k): K K^T 2CK, w = Aw K 2CK, u = Au V 2CV, W S 2KV, Q S 2KV, Q K^T 2CK,
+ * P U 2CV, K^T U 2KV; in all `B T H (6 K V + 6 C K + 4 C V)`.
+ */
+export function linearForwardFlops(
+  B: number,
+  T: number,
+  H: number,
+  K: number,
+  V: number,
+  C = LINEAR_CHUNK,
+): number {
+  return B * T * H * (6 * K * V + 6 * C * K + 4 * C * V);
+}
+
+/**
+ * FLOPs of softmax attention's forward, FlashAttention's convention: `4 B Hq Sq Skv D`, halved when
+ * causal.
+ */
+export function attentionForwardFlops(
+  B: number,
+  heads: number,
+  seqQ: number,
+  seqKv: number,
+  dim: number,
+  causal: boolean,
+): number {
+  return 4 * B * heads * seqQ * seqKv * dim / (causal ? 2 : 1);
+}
+
+/**
+ * The multiple of the forward's FLOPs a mode counts: attention's backward 2.5x and forward + backward
+ * 3.5x (FlashAttention); the linear forward + backward 3x (the usual convention for
+ * matrix-product-bound training), so its backward alone 2x.
+ */
+export function modeFactor(family: "linear" | "attention", mode: "fwd" | "bwd" | "fwdbwd"): number {
+  if (mode === "fwd") return 1;
+  if (family === "attention") return mode === "bwd" ? 2.5 : 3.5;
+  return mode === "bwd" ? 2 : 3;
+}

@@ -1,0 +1,115 @@
+/**
+ * What the op families of the command line share: a case (random inputs of one shape on a device)
+ * that can check itself against the float64 oracle and be timed, and the verdict of one compared
+ * output.
+ *
+ * @module
+ */
+import { compare, type Device, type DType, Tensor } from "../mod.ts";
+import type { Shape } from "./shape.ts";
+
+/** The verdict on one output of a check. */
+export interface CheckRow {
+  /** The output, e.g. `output`, `dq`. */
+  name: string;
+  /** Largest |actual - oracle|. */
+  maxAbs: number;
+  /** RMS(actual - oracle) / RMS(oracle). */
+  relRms: number;
+  /** The bound, as text, e.g. `rel RMS <= 5.0e-3`. */
+  bound: string;
+  /** Whether the output meets its bound (and has no NaN or stray non-finite value). */
+  pass: boolean;
+  /** Why it failed beyond the numbers (NaN, infinities). */
+  problem?: string;
+}
+
+/** The timed modes. */
+export type Mode = "fwd" | "bwd" | "fwdbwd";
+
+/** What a case needs to know about its run. */
+export interface CaseSettings {
+  /** Sizes. */
+  shape: Shape;
+  /** Dtype of q, k, v. */
+  dtype: DType;
+  /** Where the op runs. */
+  device: Device;
+  /** Seed of the random inputs. */
+  seed: number;
+  /** Linear ops: L2-normalise q and k in the kernel. */
+  l2norm: boolean;
+}
+
+/** Random inputs of one op and shape on a device: checked against the oracle and timed. */
+export interface OpCase extends Disposable {
+  /** The inputs, one line. */
+  readonly description: string;
+  /**
+   * Runs the op (outputs poisoned with NaN first) and the oracle on the first `batches` batch rows;
+   * `progress` hears of the oracle's (sequence, head) pairs.
+   */
+  check(batches: number, backward: boolean, progress: (done: number, total: number) => void): CheckRow[];
+  /** A call of the op in a mode, for timing (its results disposed). */
+  call(mode: Mode): () => void;
+  /** The modes the op times. */
+  readonly modes: readonly Mode[];
+  /** FLOPs of one call in a mode (the benchmarks' convention). */
+  flops(mode: Mode): number;
+}
+
+/** A tensor's values as float64 (16-bit values widen exactly); the first `count` elements. */
+export function hostValues(t: Tensor, count = t.numel): Float64Array {
+  const all = t.toArray() as Float32Array;
+  return Float64Array.from(count === all.length ? all : all.subarray(0, count));
+}
+
+/** A fresh NaN-filled tensor: an element the op does not write fails the comparison. */
+export function poisoned(shape: readonly number[], dtype: DType, device: Device): Tensor {
+  return Tensor.empty(shape, { dtype, device }).fill(NaN);
+}
+
+function nonFinite(c: ReturnType<typeof compare>): string | undefined {
+  if (c.nanCount > 0) return `${c.nanCount} NaN`;
+  if (c.nonFiniteMismatches > 0) return `${c.nonFiniteMismatches} non-finite where the oracle is finite`;
+  return undefined;
+}
+
+/** Judges an output by its relative RMS error. */
+export function byRelRms(
+  name: string,
+  actual: ArrayLike<number>,
+  oracle: ArrayLike<number>,
+  bound: number,
+): CheckRow {
+  const c = compare(actual, oracle);
+  const problem = nonFinite(c);
+  return {
+    name,
+    maxAbs: c.maxAbs,
+    relRms: c.relRms,
+    bound: `rel RMS <= ${bound.toExponential(1)}`,
+    pass: problem === undefined && c.relRms <= bound,
+    problem,
+  };
+}
+
+/** Judges an output by its max abs error, with the bound's explanation. */
+export function byMaxAbs(
+  name: string,
+  actual: ArrayLike<number>,
+  oracle: ArrayLike<number>,
+  bound: number,
+  why: string,
+): CheckRow {
+  const c = compare(actual, oracle);
+  const problem = nonFinite(c);
+  return {
+    name,
+    maxAbs: c.maxAbs,
+    relRms: c.relRms,
+    bound: `max abs <= ${bound.toExponential(2)} (${why})`,
+    pass: problem === undefined && c.maxAbs <= bound,
+    problem,
+  };
+}
