@@ -1,7 +1,8 @@
 /**
- * A tour of attnkit in one screen: the device, one tensor moved through every dtype, Gated DeltaNet and
- * causal softmax attention checked against float64 references written here in a few lines, and (on a
- * GPU) device copy bandwidth and the two ops' speed at benchmark shapes. Run it with `deno task demo`.
+ * A tour of attnkit in one screen: the device, one tensor moved through every dtype, Gated DeltaNet (its
+ * forward, and the gate gradient of the backward its result runs) and causal softmax attention checked
+ * against float64 references written here in a few lines, and (on a GPU) device copy bandwidth and the
+ * two ops' speed at benchmark shapes. Run it with `deno task demo`.
  *
  * @module
  */
@@ -19,7 +20,7 @@ import {
   timeIt,
 } from "./mod.ts";
 
-/** The device-to-device copy ceiling measured on an H200 (bytes read + written), /work/shared/ANCHORS.md. */
+/** The device-to-device copy ceiling measured on an H200 (bytes read + written). */
 const COPY_CEILING_GBS = 4252;
 
 const device = defaultDevice();
@@ -111,12 +112,32 @@ const f64 = (t: Tensor) => t.cast("float64").toArray() as Float64Array;
   using v = Tensor.randn(shape, { dtype: "bfloat16", device, seed: 3 });
   using g = Tensor.rand(shape.slice(0, 3), { low: -0.1, high: 0, device, seed: 4 });
   using beta = Tensor.rand(shape.slice(0, 3), { device, seed: 5 });
-  using r = chunkGatedDeltaRule(q, k, v, g, beta);
+  using r = chunkGatedDeltaRule(q, k, v, g, beta, { layout: "bshd" });
   const expected = gatedDeltaReference(f64(q), f64(k), f64(v), f64(g), f64(beta), shape);
   const c = compare(r.output, expected);
   console.log(
     `\nGated DeltaNet, bf16 [1, 200, 2, 64] on ${device} vs a float64 recurrence: ` +
       `relative RMS error ${c.relRms.toExponential(2)}, NaNs ${c.nanCount}`,
+  );
+  // The result runs its own backward (the forward's inputs and options, as autograd does). Its gate
+  // gradient dg (float32) along a random direction d of g, against a float64 central difference of
+  // the loss sum(dO * o) along d.
+  using dO = Tensor.randn(shape, { dtype: "bfloat16", device, seed: 6 });
+  using grads = r.backward(dO);
+  using direction = Tensor.randn(shape.slice(0, 3), { dtype: "float64", seed: 7 });
+  const [d, g0, dOut, dg] = [direction, g, dO, grads.dg!].map(f64);
+  const loss = (step: number) => {
+    const moved = g0.map((x, i) => x + step * d[i]);
+    const o = gatedDeltaReference(f64(q), f64(k), f64(v), moved, f64(beta), shape);
+    return o.reduce((sum, x, i) => sum + x * dOut[i], 0);
+  };
+  const eps = 1e-4;
+  const numeric = (loss(eps) - loss(-eps)) / (2 * eps);
+  const analytic = dg.reduce((sum, x, i) => sum + x * d[i], 0);
+  console.log(
+    `  its backward: dg (${grads.dg!.dtype}) along a random direction ${analytic.toPrecision(6)}, ` +
+      `float64 central difference ${numeric.toPrecision(6)} ` +
+      `(relative error ${Math.abs(analytic / numeric - 1).toExponential(2)})`,
   );
 }
 
@@ -159,8 +180,8 @@ function attentionReference(
   using q = Tensor.randn(shape, { dtype: "bfloat16", device, seed: 6 });
   using k = Tensor.randn([2, 300, 2, 128], { dtype: "bfloat16", device, seed: 7 });
   using v = Tensor.randn([2, 300, 2, 128], { dtype: "bfloat16", device, seed: 8 });
-  using o = attention(q, k, v, { isCausal: true });
-  const c = compare(o, attentionReference(f64(q), f64(k), f64(v), shape, 2));
+  using r = attention(q, k, v, { layout: "bshd", isCausal: true });
+  const c = compare(r.output, attentionReference(f64(q), f64(k), f64(v), shape, 2));
   console.log(
     `causal GQA attention, bf16 [2, 300, 8 / 2, 128] on ${device} vs float64 attention: ` +
       `relative RMS error ${c.relRms.toExponential(2)}, NaNs ${c.nanCount}`,
@@ -170,7 +191,7 @@ function attentionReference(
 // ---- speed at benchmark shapes (GPU only) ----
 if (cudaAvailable()) {
   {
-    // FLOPs of the chunked forward (bench/linear_side_by_side.ts): B T H (6 K V + 6 C K + 4 C V), C = 64.
+    // FLOPs of the chunked forward: B T H (6 K V + 6 C K + 4 C V) with chunks of C = 64 tokens.
     const [B, T, H, D] = [4, 2048, 16, 128];
     using q = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device, seed: 11 });
     using k = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device, seed: 12 });
@@ -178,7 +199,7 @@ if (cudaAvailable()) {
     using g = Tensor.rand([B, T, H], { low: -0.1, high: 0, device, seed: 14 });
     using beta = Tensor.rand([B, T, H], { device, seed: 15 });
     const t = timeIt(() => {
-      using _ = chunkGatedDeltaRule(q, k, v, g, beta, { useQkL2norm: true });
+      using _ = chunkGatedDeltaRule(q, k, v, g, beta, { layout: "bshd", useQkL2norm: true });
     }, { device, warmup: 3, iterations: 20 });
     const flops = B * T * H * (6 * D * D + 6 * 64 * D + 4 * 64 * D);
     console.log(
@@ -193,7 +214,7 @@ if (cudaAvailable()) {
     using k = Tensor.randn([B, S, H, D], { dtype: "bfloat16", device, seed: 17 });
     using v = Tensor.randn([B, S, H, D], { dtype: "bfloat16", device, seed: 18 });
     const t = timeIt(() => {
-      using _ = attention(q, k, v, { isCausal: true });
+      using _ = attention(q, k, v, { layout: "bshd", isCausal: true });
     }, { device, warmup: 3, iterations: 20 });
     const flops = (4 * B * H * S * S * D) / 2;
     console.log(

@@ -79,7 +79,7 @@ function lazyBuffers(s: Shape, dtype: DType, device: Device): () => Buffers {
     const v = Tensor.randn(kvShape, { dtype, device, seed: 3 });
     const output = Tensor.empty(qShape, { dtype, device });
     const lse = Tensor.empty([s.B, s.H, s.S], { device });
-    attention(q, k, v, { isCausal: s.causal, out: { output, lse } });
+    attention(q, k, v, { layout: "bshd", isCausal: s.causal, out: { output, lse } })[Symbol.dispose]();
     x = {
       q,
       k,
@@ -99,7 +99,7 @@ function defineCases(device: Device, shapes: Shape[], dtype: DType): Case[] {
   const cases: Case[] = [];
   for (const s of shapes) {
     const buffers = lazyBuffers(s, dtype, device);
-    const options: AttentionOptions = { isCausal: s.causal };
+    const options: AttentionOptions = { layout: "bshd", isCausal: s.causal };
     cases.push({
       name: `attention fwd ${shapeName(s)} ${dtype} [${device}]`,
       device,
@@ -107,7 +107,7 @@ function defineCases(device: Device, shapes: Shape[], dtype: DType): Case[] {
       prepare: buffers,
       run: () => {
         const x = buffers();
-        attention(x.q, x.k, x.v, { ...options, out: { output: x.output, lse: x.lse } });
+        attention(x.q, x.k, x.v, { ...options, out: { output: x.output, lse: x.lse } })[Symbol.dispose]();
       },
     });
     cases.push({
@@ -117,10 +117,10 @@ function defineCases(device: Device, shapes: Shape[], dtype: DType): Case[] {
       prepare: buffers,
       run: () => {
         const x = buffers();
-        attentionBackward(x.q, x.k, x.v, x.output, x.dO, x.lse, {
+        attentionBackward(x.dO, x.q, x.k, x.v, x.output, x.lse, {
           ...options,
           out: { dq: x.dq, dk: x.dk, dv: x.dv },
-        });
+        })[Symbol.dispose]();
       },
     });
   }

@@ -25,6 +25,7 @@ import {
   compare,
   cudaAvailable,
   deviceInfo,
+  GroupedQueryAttentionDenseFwdOp,
   loadSafetensors,
   type SafetensorsContents,
   Tensor,
@@ -134,7 +135,9 @@ if (import.meta.main) {
       device,
     });
     const t = file.tensors;
-    const opts = { isCausal: s.causal };
+    const opts = { layout: "bshd", isCausal: s.causal } as const;
+    // The inference forward (output only, no LSE), as SDPA's forward is timed.
+    const inference = new GroupedQueryAttentionDenseFwdOp(opts);
     const fwdFlops = 4 * s.batch * s.heads * s.seq * s.seq * s.dim / (s.causal ? 2 : 1);
 
     // Forward: time, then compare with each backend's output.
@@ -146,8 +149,8 @@ if (import.meta.main) {
       bwd: {},
       fwdbwd: {},
     };
-    attention(t.q, t.k, t.v, { ...opts, out: { output, lse } });
-    ours.fwd = timeIt(() => attention(t.q, t.k, t.v, { ...opts, out: { output } }), {
+    attention(t.q, t.k, t.v, { ...opts, out: { output, lse } })[Symbol.dispose]();
+    ours.fwd = timeIt(() => inference.forward(t.q, t.k, t.v, { output }), {
       device,
       warmup: 5,
       iterations,
@@ -160,16 +163,16 @@ if (import.meta.main) {
 
     // Backward (n/a until attnkit's CUDA backward exists).
     try {
-      using grads = attentionBackward(t.q, t.k, t.v, output, t.do, lse, opts);
-      ours.bwd = timeIt(() => attentionBackward(t.q, t.k, t.v, output, t.do, lse, opts)[Symbol.dispose](), {
+      using grads = attentionBackward(t.do, t.q, t.k, t.v, output, lse, opts);
+      ours.bwd = timeIt(() => attentionBackward(t.do, t.q, t.k, t.v, output, lse, opts)[Symbol.dispose](), {
         device,
         warmup: 3,
         iterations,
         before,
       }).medianMs;
       ours.fwdbwd = timeIt(() => {
-        using o = attention(t.q, t.k, t.v, { ...opts, returnLse: true });
-        attentionBackward(t.q, t.k, t.v, o.output, t.do, o.lse, opts)[Symbol.dispose]();
+        using o = attention(t.q, t.k, t.v, opts);
+        o.backward(t.do)[Symbol.dispose]();
       }, { device, warmup: 3, iterations, before }).medianMs;
       const ref = ["dq", "dk", "dv"].map((g) => t[`${g}_sdpa_flash2`]);
       if (ref.every((r) => r !== undefined)) {

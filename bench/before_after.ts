@@ -78,12 +78,12 @@ async function measure(root: string, iterations: number): Promise<Timed[]> {
       const name = gated ? "chunkGatedDeltaRule" : "chunkDeltaRule";
       const fwd = (o: Record<string, unknown>) =>
         gated
-          ? ak.chunkGatedDeltaRule(q, k, v, g, beta, { useQkL2norm: true, ...o })
-          : ak.chunkDeltaRule(q, k, v, beta, { useQkL2norm: true, ...o });
+          ? ak.chunkGatedDeltaRule(q, k, v, g, beta, { layout: "bshd", useQkL2norm: true, ...o })
+          : ak.chunkDeltaRule(q, k, v, beta, { layout: "bshd", useQkL2norm: true, ...o });
       const bwd = (saved: unknown) =>
         gated
-          ? ak.chunkGatedDeltaRuleBackward(q, k, v, g, beta, dO, { useQkL2norm: true, saved })
-          : ak.chunkDeltaRuleBackward(q, k, v, beta, dO, { useQkL2norm: true, saved });
+          ? ak.chunkGatedDeltaRuleBackward(dO, q, k, v, g, beta, { layout: "bshd", useQkL2norm: true, saved })
+          : ak.chunkDeltaRuleBackward(dO, q, k, v, beta, { layout: "bshd", useQkL2norm: true, saved });
       record(name, shape, "fwd", time(() => void fwd({ out: { output } })));
       record(
         name,
@@ -126,20 +126,23 @@ async function measure(root: string, iterations: number): Promise<Timed[]> {
     const k = ak.Tensor.randn([c.b, c.s, c.hkv, c.d], { ...opt, seed: 2 });
     const v = ak.Tensor.randn([c.b, c.s, c.hkv, c.d], { ...opt, seed: 3 });
     const dO = ak.Tensor.randn([c.b, c.s, c.h, c.d], { ...opt, seed: 4 });
-    const y = ak.attention(q, k, v, { isCausal: c.causal, returnLse: true });
+    const options = { layout: "bshd", isCausal: c.causal } as const;
+    const y = ak.attention(q, k, v, { ...options, returnLse: true });
     const output = ak.Tensor.empty(q.shape, opt);
+    // The forward as timed before results carried their LSE: the output alone.
+    const forward = new ak.GroupedQueryAttentionDenseFwdOp(options);
     record(
       "attention",
       shape,
       "fwd",
-      time(() => void ak.attention(q, k, v, { isCausal: c.causal, out: { output } })),
+      time(() => void forward.forward(q, k, v, { output })),
     );
     record(
       "attentionBackward",
       shape,
       "bwd",
       time(() => {
-        ak.attentionBackward(q, k, v, y.output, dO, y.lse, { isCausal: c.causal })[Symbol.dispose]();
+        ak.attentionBackward(dO, q, k, v, y.output, y.lse, options)[Symbol.dispose]();
       }),
     );
     for (const t of [q, k, v, dO, output]) t.dispose();

@@ -109,7 +109,7 @@ function defineCases(device: Device, shapes: Shape[], dtype: DType): Case[] {
   const cases: Case[] = [];
   for (const s of shapes) {
     const name = shapeName(s);
-    const o = { useQkL2norm: true };
+    const o = { layout: "bshd", useQkL2norm: true } as const;
     cases.push({
       name: `chunkGatedDeltaRule fwd ${name} ${dtype} [${device}]`,
       device,
@@ -136,7 +136,7 @@ function defineCases(device: Device, shapes: Shape[], dtype: DType): Case[] {
         const x = inputsFor(s, dtype, device);
         // As a training step runs them: the forward keeps its per-chunk states for the backward.
         using r = chunkGatedDeltaRule(x.q, x.k, x.v, x.g, x.beta, { ...o, saveForBackward: true });
-        chunkGatedDeltaRuleBackward(x.q, x.k, x.v, x.g, x.beta, x.dO, { ...o, saved: r.saved })
+        chunkGatedDeltaRuleBackward(x.dO, x.q, x.k, x.v, x.g, x.beta, { ...o, saved: r.saved })
           [Symbol.dispose]();
       },
     });
@@ -147,7 +147,7 @@ function defineCases(device: Device, shapes: Shape[], dtype: DType): Case[] {
       run: () => {
         const x = inputsFor(s, dtype, device);
         using r = chunkDeltaRule(x.q, x.k, x.v, x.beta, { ...o, saveForBackward: true });
-        chunkDeltaRuleBackward(x.q, x.k, x.v, x.beta, x.dO, { ...o, saved: r.saved })[Symbol.dispose]();
+        chunkDeltaRuleBackward(x.dO, x.q, x.k, x.v, x.beta, { ...o, saved: r.saved })[Symbol.dispose]();
       },
     });
   }

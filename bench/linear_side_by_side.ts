@@ -266,8 +266,8 @@ if (import.meta.main) {
         opts: { out?: { output: Tensor }; outputFinalState?: boolean; saveForBackward?: boolean },
       ) =>
         gated
-          ? chunkGatedDeltaRule(t.q, t.k, t.v, t.g, t.beta, opts)
-          : chunkDeltaRule(t.q, t.k, t.v, t.beta, opts);
+          ? chunkGatedDeltaRule(t.q, t.k, t.v, t.g, t.beta, { layout: "bshd", ...opts })
+          : chunkDeltaRule(t.q, t.k, t.v, t.beta, { layout: "bshd", ...opts });
       // Correctness against FLA's output and final state (one call that keeps the final state).
       let outDiff: Diff | null = null, stateDiff: Diff | null = null, ourFwd: number | null = null;
       let note: string | undefined;
@@ -307,8 +307,8 @@ if (import.meta.main) {
           using r = forward({ saveForBackward: save });
           const saved = r.saved;
           using grads = gated
-            ? chunkGatedDeltaRuleBackward(t.q, t.k, t.v, t.g, t.beta, t.do, { saved })
-            : chunkDeltaRuleBackward(t.q, t.k, t.v, t.beta, t.do, { saved });
+            ? chunkGatedDeltaRuleBackward(t.do, t.q, t.k, t.v, t.g, t.beta, { layout: "bshd", saved })
+            : chunkDeltaRuleBackward(t.do, t.q, t.k, t.v, t.beta, { layout: "bshd", saved });
           void r, grads;
         };
         step();

@@ -83,13 +83,16 @@ function fold(key: string): string {
 
 // Names other libraries give to options of ours, folded.
 const ALIASES: Readonly<Record<string, string>> = {
-  softmaxscale: "smScale",
-  scale: "smScale",
+  softmaxscale: "scale",
+  smscale: "scale",
   logitsoftcap: "softcap",
   windowsize: "windowSizeLeft",
-  cuseqlensk: "cuSeqlensKv",
+  cuseqlenskv: "cuSeqlensK",
+  maxseqlenkv: "maxSeqlenK",
   qkl2norm: "useQkL2norm",
   l2norm: "useQkL2norm",
+  savestates: "saveForBackward",
+  headfirst: "layout",
 };
 
 /** The known key nearest to `key`, or undefined when none is close. */

@@ -1,10 +1,17 @@
-// Attention backward (functional `attentionBackward`, fed the kernel's own forward output and LSE)
-// against the float64 oracle's exact gradients, under the FlashAttention rule of
-// tests/attention_cases.ts: each of dq, dk, dv within 3x the plain same-precision reference's max
-// error + 1e-5. Gradient buffers are NaN-poisoned before each run.
+// Attention backward (functional `attentionBackward`, fed the kernel's own forward output and LSE,
+// and the forward result's own `backward(dO)`) against the float64 oracle's exact gradients, under the
+// FlashAttention rule of tests/attention_cases.ts: each of dq, dk, dv within 3x the plain
+// same-precision reference's max error + 1e-5. Gradient buffers are NaN-poisoned before each run.
 import assert from "node:assert/strict";
 import { attention, attentionBackward, Tensor } from "../mod.ts";
-import { type AttentionCase, caseName, checkBackward, cudaTest, makeInputs } from "./attention_cases.ts";
+import {
+  type AttentionCase,
+  caseName,
+  checkBackward,
+  cudaTest,
+  makeInputs,
+  resultBackward,
+} from "./attention_cases.ts";
 import { deviceTest, expectNoLeak, withSeed } from "./helpers.ts";
 
 const CASES: AttentionCase[] = [
@@ -28,7 +35,7 @@ const CASES: AttentionCase[] = [
     qStd: 3,
   },
   { dtype: "float16", batch: 1, seqQ: 64, heads: 2, headsKv: 2, dim: 256, causal: true },
-  { dtype: "bfloat16", batch: 2, seqQ: 33, heads: 3, headsKv: 1, dim: 40, smScale: 0.2 },
+  { dtype: "bfloat16", batch: 2, seqQ: 33, heads: 3, headsKv: 1, dim: 40, scale: 0.2 },
   { dtype: "bfloat16", batch: 1, seqQ: 1, seqKv: 1, heads: 2, headsKv: 1, dim: 64, causal: true },
   { dtype: "float16", batch: 1, seqQ: 1, seqKv: 64, heads: 4, headsKv: 1, dim: 64, causal: true },
   // no keys at all: every row admits none (output 0, LSE -inf, dq 0)
@@ -61,6 +68,14 @@ for (const c of CASES) {
     (device) => withSeed((seed) => checkBackward(device, c, seed)),
   );
 }
+// The forward result's backward: the same oracle check, with no option repeated (mask, window,
+// softcap, scale and layout all come from the forward).
+for (const c of CASES.filter((c) => c.windowLeft !== undefined || c.softcap || c.scale || c.layout)) {
+  deviceTest(
+    `attention result.backward(dO): ${caseName(c)}`,
+    (device) => withSeed((seed) => checkBackward(device, c, seed, false, resultBackward)),
+  );
+}
 deviceTest(
   "attention backward: deterministic runs are checked and bit-identical",
   (device) =>
@@ -80,7 +95,7 @@ deviceTest(
         using dOut = Tensor.randn(inputs.q.shape, { dtype: c.dtype, device, seed: seed + 3 });
         using fwd = attention(inputs.q, inputs.k, inputs.v, { ...inputs.options, returnLse: true });
         const run = () => {
-          using g = attentionBackward(inputs.q, inputs.k, inputs.v, fwd.output, dOut, fwd.lse, {
+          using g = attentionBackward(dOut, inputs.q, inputs.k, inputs.v, fwd.output, fwd.lse, {
             ...inputs.options,
             deterministic: true,
           });

@@ -3,14 +3,13 @@
 //
 // Tolerance rule (both dtypes): the kernel's max abs error against the float64 oracle must be at most
 // 2x (forward output) or 3x (dq, dk, dv) the max abs error of a same-precision reference computed the
-// plain way (tests/reference/attention.ts: scores and softmax in fp32, P and dS rounded to the dtype
+// plain way (reference/attention.ts: scores and softmax in fp32, P and dS rounded to the dtype
 // before their products, results rounded to the dtype), plus 1e-5. LSE: within 1e-3 relative
 // (|error| <= 1e-3 * max(1, |LSE|)), and exactly -inf where the oracle's row admits no key. A NaN,
 // or any non-finite value where the oracle is finite, fails.
 import {
   attention,
   attentionBackward,
-  type AttentionLayout,
   type AttentionOptions,
   type BackwardBuffers,
   compare,
@@ -26,7 +25,7 @@ import {
   type AttentionProblem,
   FLOAT64,
   samePrecision,
-} from "./reference/attention.ts";
+} from "../reference/attention.ts";
 
 /** Registers a test of large shapes for CUDA only (reported as ignored without a GPU). */
 export function cudaTest(name: string, fn: () => Promise<void>): void {
@@ -48,8 +47,9 @@ export interface AttentionCase {
   windowLeft?: number;
   windowRight?: number;
   softcap?: number;
-  smScale?: number;
-  layout?: AttentionLayout;
+  scale?: number;
+  /** Dense layout (default "bshd"); varlen cases are "thd". */
+  layout?: "bshd" | "bhsd";
   /** Standard deviation of q (larger makes the softmax peakier; default 1). */
   qStd?: number;
 }
@@ -65,7 +65,7 @@ export function caseName(c: AttentionCase): string {
     parts.push(`window(${c.windowLeft ?? -1},${c.windowRight ?? -1})`);
   }
   if (c.softcap) parts.push(`softcap ${c.softcap}`);
-  if (c.smScale) parts.push(`scale ${c.smScale}`);
+  if (c.scale) parts.push(`scale ${c.scale}`);
   if (c.layout === "bhsd") parts.push("bhsd");
   return parts.join(" ");
 }
@@ -156,15 +156,15 @@ export function makeInputs(device: Device, c: AttentionCase, seed: number): Case
   const q = T.randn(g.qShape, { dtype: c.dtype, device, seed, std: c.qStd ?? 1 });
   const k = T.randn(g.kvShape, { dtype: c.dtype, device, seed: seed + 1 });
   const v = T.randn(g.kvShape, { dtype: c.dtype, device, seed: seed + 2 });
-  const options = {
+  const options: Omit<AttentionOptions, "out" | "returnLse"> = {
     isCausal: c.causal ?? false,
     windowSizeLeft: c.windowLeft,
     windowSizeRight: c.windowRight,
     softcap: c.softcap,
-    smScale: c.smScale,
-    layout: c.layout,
+    scale: c.scale,
+    layout: g.varlen ? "thd" : c.layout ?? "bshd",
     cuSeqlensQ: g.varlen ? g.qStart : undefined,
-    cuSeqlensKv: g.varlen ? g.kvStart : undefined,
+    cuSeqlensK: g.varlen ? g.kvStart : undefined,
   };
   const problem: AttentionProblem = {
     q: packed(q, c),
@@ -175,7 +175,7 @@ export function makeInputs(device: Device, c: AttentionCase, seed: number): Case
     heads: c.heads,
     headsKv: c.headsKv,
     dim: c.dim,
-    smScale: c.smScale ?? 1 / Math.sqrt(c.dim),
+    smScale: c.scale ?? 1 / Math.sqrt(c.dim),
     softcap: c.softcap ?? 0,
     causal: c.causal ?? false,
     windowLeft: c.windowLeft ?? -1,
@@ -242,7 +242,7 @@ export type ForwardRunner = (inputs: CaseInputs, out: Required<ForwardBuffers>) 
 
 /** The default runner: the functional `attention` with the case's options. */
 export const functionalForward: ForwardRunner = (inputs, out) => {
-  attention(inputs.q, inputs.k, inputs.v, { ...inputs.options, returnLse: true, out });
+  attention(inputs.q, inputs.k, inputs.v, { ...inputs.options, returnLse: true, out })[Symbol.dispose]();
 };
 
 function lseShapeOf(g: Geometry, c: AttentionCase): number[] {
@@ -262,11 +262,17 @@ export type BackwardRunner = (inputs: CaseInputs, args: BackwardArgs, out: Requi
 
 /** The default runner: the functional `attentionBackward` with the case's options. */
 export const functionalBackward: BackwardRunner = (inputs, args, out) => {
-  attentionBackward(inputs.q, inputs.k, inputs.v, args.output, args.dOut, args.lse, {
+  attentionBackward(args.dOut, inputs.q, inputs.k, inputs.v, args.output, args.lse, {
     ...inputs.options,
     deterministic: args.deterministic,
     out,
-  });
+  })[Symbol.dispose]();
+};
+
+/** The backward a forward result runs itself: `attention(...).backward(dO)`, no options repeated. */
+export const resultBackward: BackwardRunner = (inputs, args, out) => {
+  using fwd = attention(inputs.q, inputs.k, inputs.v, inputs.options);
+  fwd.backward(args.dOut, { deterministic: args.deterministic, out })[Symbol.dispose]();
 };
 
 /**

@@ -6,7 +6,7 @@ import { native, unwrap } from "../ffi/library.ts";
 import { attention, attentionBackward, AttnkitError, type Device, Tensor } from "../mod.ts";
 import { expectFlashRule, makeInputs } from "./attention_cases.ts";
 import { deviceTest, expectNoLeak } from "./helpers.ts";
-import { attentionForward, FLOAT64, samePrecision } from "./reference/attention.ts";
+import { attentionForward, FLOAT64, samePrecision } from "../reference/attention.ts";
 
 function refuses(fn: () => unknown, pattern: RegExp): void {
   assert.throws(fn, (e: unknown) => {
@@ -43,77 +43,99 @@ deviceTest("attention refuses bad tensors, naming the argument", (device) =>
     using d264 = Tensor.randn([1, 2, 1, 264], { dtype: "bfloat16", device, seed: 4 });
     using rank3 = Tensor.randn([8, 4, 64], { dtype: "bfloat16", device, seed: 4 });
     using batch3 = Tensor.randn([3, 8, 2, 64], { dtype: "bfloat16", device, seed: 4 });
-    refuses(() => attention(f32, kv, kv), /^attention: q: expected dtype float16 \| bfloat16, got float32/);
-    refuses(() => attention(q, half, half), /k: expected dtype bfloat16 \(same as q\), got float16/);
+    const L = { layout: "bshd" } as const;
     refuses(
-      () => attention(six, four, four),
-      /q: the query heads \(6\) must be a multiple of the KV heads of k \(4\)/,
+      () => attention(f32, kv, kv, L),
+      /^attention: q: expected dtype float16 \| bfloat16, got float32/,
+    );
+    refuses(() => attention(q, half, half, L), /k: expected dtype bfloat16 \(same as q\), got float16/);
+    refuses(
+      () => attention(six, four, four, L),
+      /q: the query heads \(6\) must be a multiple of the KV heads of k \(4\) .*\(layout "bshd" reads/,
     );
     refuses(
-      () => attention(d12, d12, d12),
+      () => attention(d12, d12, d12, L),
       /q: head dim D must be a multiple of 8 between 8 and 256, got 12/,
     );
     refuses(
-      () => attention(d264, d264, d264),
+      () => attention(d264, d264, d264, L),
       /q: head dim D must be a multiple of 8 between 8 and 256, got 264/,
     );
-    refuses(() => attention(rank3, kv, kv), /q: expected rank 4 \[B, S, H, D\] \(bshd\), got \[8, 4, 64\]/);
     refuses(
-      () => attention(q, batch3, batch3),
-      /k: expected shape \[B=2, Skv, Hkv, D=64\], got \[3, 8, 2, 64\]/,
+      () => attention(rank3, kv, kv, L),
+      /q: expected rank 4 \[batch, seq, heads, dim\] for layout "bshd", got \[8, 4, 64\]; packed inputs take layout "thd"/,
     );
-    refuses(() => attention(q, kv, q), /v: expected shape \[B=2, Skv=8, Hkv=2, D=64\], got \[2, 8, 4, 64\]/);
-    refuses(() => attention(q, kv, kv, { layout: "bthd" as "bshd" }), /layout: expected "bshd" or "bhsd"/);
-    refuses(() => attention(q, kv, kv, { windowSizeLeft: -2 }), /windowSizeLeft: expected -1 \(unlimited\)/);
     refuses(
-      () => attention(q, kv, kv, { windowSizeRight: 1.5 }),
+      () => attention(q, batch3, batch3, L),
+      /k: expected shape \[B=2, Skv, Hkv, D=64\], got \[3, 8, 2, 64\] \(B is 2\) \(layout "bshd" reads \[batch, seq, heads, dim\]\)/,
+    );
+    refuses(
+      () => attention(q, kv, q, L),
+      /v: expected shape \[B=2, Skv=8, Hkv=2, D=64\], got \[2, 8, 4, 64\]/,
+    );
+    refuses(
+      () => attention(q, kv, kv, { layout: "bthd" as "bshd" }),
+      /layout got "bthd"; expected one of "bshd" \[batch, seq, heads, dim\], "bhsd" \[batch, heads, seq, dim\], "thd"/,
+    );
+    refuses(
+      () => attention(q, kv, kv, { ...L, windowSizeLeft: -2 }),
+      /windowSizeLeft: expected -1 \(unlimited\)/,
+    );
+    refuses(
+      () => attention(q, kv, kv, { ...L, windowSizeRight: 1.5 }),
       /windowSizeRight: expected -1 \(unlimited\)/,
     );
-    refuses(() => attention(q, kv, kv, { softcap: NaN }), /softcap: expected a finite number >= 0/);
-    refuses(() => attention(q, kv, kv, { smScale: -1 }), /smScale: expected a finite number > 0/);
+    refuses(() => attention(q, kv, kv, { ...L, softcap: NaN }), /softcap: expected a finite number >= 0/);
+    refuses(() => attention(q, kv, kv, { ...L, scale: -1 }), /scale: expected a finite number > 0/);
+    for (const name of ["smScale", "softmaxScale", "softmax_scale", "sm_scale"]) {
+      refuses(
+        () => attention(q, kv, kv, { ...L, [name]: 0.1 }),
+        new RegExp(`unknown option '${name}' \\(did you mean 'scale'\\?\\)`),
+      );
+    }
     refuses(
-      () => attention(q, kv, kv, { isCausal: 1 as unknown as boolean }),
+      () => attention(q, kv, kv, { ...L, isCausal: 1 as unknown as boolean }),
       /isCausal: expected a boolean/,
     );
     using wrongOut = Tensor.empty([2, 8, 4, 32], { dtype: "bfloat16", device });
     refuses(
-      () => attention(q, kv, kv, { out: { output: wrongOut } }),
+      () => attention(q, kv, kv, { ...L, out: { output: wrongOut } }),
       /output: expected shape \[2, 8, 4, 64\]/,
     );
     using wrongLse = Tensor.empty([2, 4, 8], { dtype: "bfloat16", device });
     refuses(
-      () => attention(q, kv, kv, { out: { lse: wrongLse } }),
+      () => attention(q, kv, kv, { ...L, out: { lse: wrongLse } }),
       /lse: expected dtype float32, got bfloat16/,
     );
     const gone = Tensor.randn([2, 8, 4, 64], { dtype: "bfloat16", device, seed: 5 });
     gone.dispose();
-    refuses(() => attention(gone, kv, kv), /q: the tensor was disposed/);
+    refuses(() => attention(gone, kv, kv, L), /q: the tensor was disposed/);
   }));
 
 deviceTest("attentionBackward refuses mismatched forward results", (device) =>
   expectNoLeak(device, () => {
     using t = tensors(device);
     const { q, kv } = t;
-    using fwd = attention(q, kv, kv, { returnLse: true });
+    const L = { layout: "bshd" } as const;
+    using fwd = attention(q, kv, kv, { ...L, returnLse: true });
     using lse16 = Tensor.empty([2, 4, 8], { dtype: "bfloat16", device });
     using lseShort = Tensor.empty([2, 4, 7], { device });
     using dO16 = Tensor.randn([2, 8, 4, 64], { dtype: "float16", device, seed: 6 });
-    refuses(() => attentionBackward(q, kv, kv, fwd.output, fwd.output, lse16), /lse: expected dtype float32/);
+    const o = fwd.output;
+    refuses(() => attentionBackward(o, q, kv, kv, o, lse16, L), /lse: expected dtype float32/);
+    refuses(() => attentionBackward(o, q, kv, kv, o, lseShort, L), /lse: expected shape \[2, 4, 8\]/);
     refuses(
-      () => attentionBackward(q, kv, kv, fwd.output, fwd.output, lseShort),
-      /lse: expected shape \[2, 4, 8\]/,
-    );
-    refuses(
-      () => attentionBackward(q, kv, kv, fwd.output, dO16, fwd.lse),
+      () => attentionBackward(dO16, q, kv, kv, o, fwd.lse, L),
       /dO: expected dtype bfloat16 \(same as q\)/,
     );
-    refuses(() => attentionBackward(q, kv, kv, kv, fwd.output, fwd.lse), /o: expected shape \[2, 8, 4, 64\]/);
+    refuses(() => attentionBackward(o, q, kv, kv, kv, fwd.lse, L), /o: expected shape \[2, 8, 4, 64\]/);
     refuses(
-      () =>
-        attentionBackward(q, kv, kv, fwd.output, fwd.output, fwd.lse, {
-          deterministic: "yes" as unknown as boolean,
-        }),
+      () => attentionBackward(o, q, kv, kv, o, fwd.lse, { ...L, deterministic: "yes" as unknown as boolean }),
       /deterministic: expected a boolean/,
+    );
+    refuses(
+      () => attentionBackward(o, q, kv, kv, o, fwd.lse, undefined as never),
+      /layout is required \(no layout is assumed\)/,
     );
   }));
 
@@ -123,39 +145,64 @@ deviceTest(
     expectNoLeak(device, () => {
       using q = Tensor.randn([10, 2, 64], { dtype: "float16", device, seed: 1 });
       using kv = Tensor.randn([12, 1, 64], { dtype: "float16", device, seed: 2 });
-      using cu64 = Tensor.from([0, 10], { dtype: "int64", device });
+      using cuF32 = Tensor.from([0, 10], { dtype: "float32", device });
+      using cu2d = Tensor.from([[0, 10]], { dtype: "int32", device });
+      const T = { layout: "thd" } as const;
       refuses(
-        () => attention(q, kv, kv, { cuSeqlensQ: [0, 10] }),
-        /cuSeqlensKv: expected it because cuSeqlensQ is given/,
+        () => attention(q, kv, kv, { ...T, cuSeqlensQ: [0, 10] }),
+        /cuSeqlensK: layout "thd" \(packed sequences\) needs both cuSeqlensQ and cuSeqlensK/,
+      );
+      refuses(() => attention(q, kv, kv, T), /cuSeqlensQ: layout "thd" \(packed sequences\) needs both/);
+      refuses(
+        () => attention(q, kv, kv, { layout: "bshd", cuSeqlensQ: [0, 10], cuSeqlensK: [0, 12] }),
+        /cuSeqlensQ: given with layout "bshd"; packed sequences take layout "thd"/,
       );
       refuses(
-        () => attention(q, kv, kv, { cuSeqlensQ: cu64, cuSeqlensKv: [0, 12] }),
-        /cuSeqlensQ: expected dtype int32/,
+        () => attention(q, kv, kv, { ...T, cuSeqlensQ: cuF32, cuSeqlensK: [0, 12] }),
+        /cuSeqlensQ: expected dtype int32 \| int64, got float32/,
       );
       refuses(
-        () => attention(q, kv, kv, { cuSeqlensQ: [0, 5, 10], cuSeqlensKv: [0, 12] }),
-        /cuSeqlensKv: expected 3 entries \(same as cuSeqlensQ\), got 2/,
+        () => attention(q, kv, kv, { ...T, cuSeqlensQ: cu2d, cuSeqlensK: [0, 12] }),
+        /cuSeqlensQ: expected shape \[N \+ 1\] with N >= 0, got \[1, 2\]/,
       );
       refuses(
-        () => attention(q, kv, kv, { cuSeqlensQ: [0, -1, 10], cuSeqlensKv: [0, 6, 12] }),
+        () => attention(q, kv, kv, { ...T, cuSeqlensQ: "0,10" as never, cuSeqlensK: [0, 12] }),
+        /cuSeqlensQ: expected offsets as a number\[\], Int32Array, BigInt64Array or an int32\/int64 Tensor, got "0,10"/,
+      );
+      refuses(
+        () => attention(q, kv, kv, { ...T, cuSeqlensQ: [0, 5, 10], cuSeqlensK: [0, 12] }),
+        /cuSeqlensK: expected 3 entries \(same as cuSeqlensQ\), got 2/,
+      );
+      refuses(
+        () => attention(q, kv, kv, { ...T, cuSeqlensQ: [0, -1, 10], cuSeqlensK: [0, 6, 12] }),
         /non-negative int32/,
+      );
+      refuses(
+        () =>
+          attention(q, kv, kv, { ...T, cuSeqlensQ: new BigInt64Array([0n, 2n ** 40n]), cuSeqlensK: [0, 12] }),
+        /cuSeqlensQ: expected non-negative int32 offsets, got \[0, 1099511627776\]/,
       );
       // Content checks happen in the C entry (it reads cu_seqlens on the host).
       refuses(
         () =>
-          attention(q, kv, kv, { cuSeqlensQ: [0, 6, 5, 10], cuSeqlensKv: [0, 1, 6, 12], returnLse: true }),
+          attention(q, kv, kv, {
+            ...T,
+            cuSeqlensQ: [0, 6, 5, 10],
+            cuSeqlensK: [0, 1, 6, 12],
+            returnLse: true,
+          }),
         /^attention: cu_seqlens_q: must be nondecreasing, but entry 2 \(5\) is below entry 1 \(6\)/,
       );
       refuses(
-        () => attention(q, kv, kv, { cuSeqlensQ: [1, 10], cuSeqlensKv: [0, 12] }),
+        () => attention(q, kv, kv, { ...T, cuSeqlensQ: [1, 10], cuSeqlensK: [0, 12] }),
         /cu_seqlens_q: must start at 0, got 1/,
       );
       refuses(
-        () => attention(q, kv, kv, { cuSeqlensQ: [0, 10], cuSeqlensKv: [0, 11] }),
+        () => attention(q, kv, kv, { ...T, cuSeqlensQ: [0, 10], cuSeqlensK: [0, 11] }),
         /cu_seqlens_kv: the last entry \(11\) must equal the number of packed tokens in k \(12\)/,
       );
       refuses(
-        () => attention(q, kv, kv, { cuSeqlensQ: [0, 9], cuSeqlensKv: [0, 12] }),
+        () => attention(q, kv, kv, { ...T, cuSeqlensQ: [0, 9], cuSeqlensK: [0, 12] }),
         /cu_seqlens_q: the last entry \(9\) must equal the number of packed tokens in q \(10\)/,
       );
     }),
@@ -264,8 +311,8 @@ deviceTest(
         () => expectFlashRule("output", poisoned.toArray() as Float32Array, oracle, plain, 2),
         /NaN/,
       );
-      using o = attention(inputs.q, inputs.k, inputs.v);
-      const values = o.toArray() as Float32Array;
+      using o = attention(inputs.q, inputs.k, inputs.v, inputs.options);
+      const values = o.output.toArray() as Float32Array;
       expectFlashRule("output", values, oracle, plain, 2);
       values[37] = NaN;
       assert.throws(() => expectFlashRule("output", values, oracle, plain, 2), /NaN/);
@@ -280,7 +327,7 @@ deviceTest(
       host[(3 * 2 + 1) * 64 + 5] = NaN; // row 3, head 1, dim 5
       using q = Tensor.from(host, { dtype: "bfloat16", device, shape: [1, 8, 2, 64] });
       using kv = Tensor.randn([1, 8, 1, 64], { dtype: "bfloat16", device, seed: 3 });
-      using r = attention(q, kv, kv, { returnLse: true });
+      using r = attention(q, kv, kv, { layout: "bshd", returnLse: true });
       const o = r.output.toArray() as Float32Array, lse = r.lse.toArray() as Float32Array;
       for (let row = 0; row < 8; row++) {
         for (let h = 0; h < 2; h++) {

@@ -50,7 +50,7 @@ const CASES: AttentionCase[] = [
     headsKv: 2,
     dim: 64,
     softcap: 0.5,
-    smScale: 0.3,
+    scale: 0.3,
     qStd: 2,
   },
   { dtype: "bfloat16", batch: 1, seqQ: 128, heads: 2, headsKv: 1, dim: 256, causal: true },

@@ -1,6 +1,7 @@
-// The seed-001 op classes (construct once, call many) against the float64 oracle under the
-// FlashAttention rule of tests/attention_cases.ts, with their defaults (isCausal true), their own
-// options, and their call checks (sizes fixed at construction, dtype fixed by the first call).
+// The attention op classes (construct once, call many) against the float64 oracle under the
+// FlashAttention rule of tests/attention_cases.ts, with their defaults (isCausal false), their own
+// options, both dense layouts, and their call checks (layout required, sizes fixed at construction,
+// dtype fixed by the first call).
 import assert from "node:assert/strict";
 import {
   AttnkitError,
@@ -31,8 +32,15 @@ async function twice(device: Device, c: AttentionCase, run: ForwardRunner, lse =
   await withSeed((seed) => checkForward(device, c, seed, run, lse));
 }
 
-deviceTest("MultiHeadAttentionFwdOp: causal by default, output and LSE", async (device) => {
-  const op = new MultiHeadAttentionFwdOp({ batch: 2, heads: 4, seqLen: 100, dim: 64 });
+deviceTest("MultiHeadAttentionFwdOp: causal, output and LSE", async (device) => {
+  const op = new MultiHeadAttentionFwdOp({
+    layout: "bshd",
+    batch: 2,
+    heads: 4,
+    seqLen: 100,
+    dim: 64,
+    isCausal: true,
+  });
   const c: AttentionCase = {
     dtype: "bfloat16",
     batch: 2,
@@ -42,18 +50,33 @@ deviceTest("MultiHeadAttentionFwdOp: causal by default, output and LSE", async (
     dim: 64,
     causal: true,
   };
-  await twice(device, c, (x, out) => op.forward(x.q, x.k, x.v, out));
+  await twice(device, c, (x, out) => op.forward(x.q, x.k, x.v, out)[Symbol.dispose]());
 });
 
-deviceTest("GroupedQueryAttentionFwdOp: smScale and softcap", async (device) => {
+deviceTest("MultiHeadAttentionFwdOp: layout bhsd, not causal by default", async (device) => {
+  const op = new MultiHeadAttentionFwdOp({ layout: "bhsd", batch: 2, heads: 3, seqLen: 70, dim: 64 });
+  assert.equal(op.mask.causal, false);
+  const c: AttentionCase = {
+    dtype: "float16",
+    batch: 2,
+    seqQ: 70,
+    heads: 3,
+    headsKv: 3,
+    dim: 64,
+    layout: "bhsd",
+  };
+  await twice(device, c, (x, out) => op.forward(x.q, x.k, x.v, out)[Symbol.dispose]());
+});
+
+deviceTest("GroupedQueryAttentionFwdOp: scale and softcap", async (device) => {
   const op = new GroupedQueryAttentionFwdOp({
+    layout: "bshd",
     batch: 1,
     heads: 8,
     headsKv: 2,
     seqLen: 80,
     dim: 128,
-    isCausal: false,
-    smScale: 0.2,
+    scale: 0.2,
     softcap: 4,
   });
   const c: AttentionCase = {
@@ -63,31 +86,39 @@ deviceTest("GroupedQueryAttentionFwdOp: smScale and softcap", async (device) => 
     heads: 8,
     headsKv: 2,
     dim: 128,
-    smScale: 0.2,
+    scale: 0.2,
     softcap: 4,
     qStd: 2,
   };
-  await twice(device, c, (x, out) => op.forward(x.q, x.k, x.v, out));
+  await twice(device, c, (x, out) => op.forward(x.q, x.k, x.v, out)[Symbol.dispose]());
 });
 
 deviceTest("MultiHeadAttentionBwdOp and GroupedQueryAttentionBwdOp: gradients", async (device) => {
-  const mha = new MultiHeadAttentionBwdOp({ batch: 1, heads: 2, seqLen: 64, dim: 64, deterministic: true });
+  const mha = new MultiHeadAttentionBwdOp({
+    layout: "bshd",
+    batch: 1,
+    heads: 2,
+    seqLen: 64,
+    dim: 64,
+    isCausal: true,
+    deterministic: true,
+  });
   await withSeed((seed) =>
     checkBackward(
       device,
       { dtype: "bfloat16", batch: 1, seqQ: 64, heads: 2, headsKv: 2, dim: 64, causal: true },
       seed,
       true,
-      (x, a, out) => mha.forward(x.q, x.k, x.v, a.output, a.dOut, a.lse, out),
+      (x, a, out) => mha.backward(a.dOut, x.q, x.k, x.v, a.output, a.lse, out)[Symbol.dispose](),
     )
   );
   const gqa = new GroupedQueryAttentionBwdOp({
+    layout: "bshd",
     batch: 2,
     heads: 4,
     headsKv: 1,
     seqLen: 50,
     dim: 96,
-    isCausal: false,
     windowSizeLeft: 7,
     windowSizeRight: 3,
     softcap: 2,
@@ -109,7 +140,7 @@ deviceTest("MultiHeadAttentionBwdOp and GroupedQueryAttentionBwdOp: gradients", 
       },
       seed,
       false,
-      (x, a, out) => gqa.forward(x.q, x.k, x.v, a.output, a.dOut, a.lse, out),
+      (x, a, out) => gqa.backward(a.dOut, x.q, x.k, x.v, a.output, a.lse, out)[Symbol.dispose](),
     )
   );
 });
@@ -117,7 +148,12 @@ deviceTest("MultiHeadAttentionBwdOp and GroupedQueryAttentionBwdOp: gradients", 
 deviceTest(
   "GroupedQueryAttentionDenseFwdOp: rectangular, window, softcap; shapes per call",
   async (device) => {
-    const op = new GroupedQueryAttentionDenseFwdOp({ windowSizeLeft: 24, softcap: 5 }); // causal by default
+    const op = new GroupedQueryAttentionDenseFwdOp({
+      layout: "bshd",
+      isCausal: true,
+      windowSizeLeft: 24,
+      softcap: 5,
+    });
     const run: ForwardRunner = (x, out) => op.forward(x.q, x.k, x.v, out);
     const base = { heads: 8, headsKv: 1, dim: 64, causal: true, windowLeft: 24, softcap: 5 } as const;
     await withSeed((seed) =>
@@ -131,11 +167,13 @@ deviceTest(
 
 deviceTest("GroupedQueryAttentionSlidingWindowFwdOp: causal window", async (device) => {
   const op = new GroupedQueryAttentionSlidingWindowFwdOp({
+    layout: "bshd",
     batch: 1,
     heads: 4,
     headsKv: 2,
     seqLen: 130,
     dim: 64,
+    isCausal: true,
     windowSizeLeft: 15,
   });
   const c: AttentionCase = {
@@ -155,29 +193,39 @@ const RAGGED = { lengthsQ: [5, 0, 1, 40], lengthsKv: [9, 3, 0, 40] };
 
 deviceTest("GroupedQueryAttentionPrefillVarlenFwdOp: causal packed prefill", async (device) => {
   const op = new GroupedQueryAttentionPrefillVarlenFwdOp({
+    layout: "thd",
     batch: 4,
     heads: 4,
     headsKv: 1,
     dim: 128,
     maxSeqlenQ: 40,
-    maxSeqlenKv: 40,
+    maxSeqlenK: 40,
+    isCausal: true,
     validateInputs: true,
   });
   const c: AttentionCase = { dtype: "bfloat16", heads: 4, headsKv: 1, dim: 128, causal: true, ...RAGGED };
-  await twice(device, c, (x, out) => {
-    using cuQ = Tensor.from(new Int32Array(x.geometry.qStart), { device });
-    using cuKv = Tensor.from(new Int32Array(x.geometry.kvStart), { device });
-    op.forward(x.q, x.k, x.v, cuQ, cuKv, out);
-  });
+  // device int32 offsets, then host offsets
+  await withSeed((seed) =>
+    checkForward(device, c, seed, (x, out) => {
+      using cuQ = Tensor.from(new Int32Array(x.geometry.qStart), { device });
+      using cuK = Tensor.from(new Int32Array(x.geometry.kvStart), { device });
+      op.forward(x.q, x.k, x.v, cuQ, cuK, out);
+    })
+  );
+  await withSeed((seed) =>
+    checkForward(device, c, seed, (x, out) => {
+      op.forward(x.q, x.k, x.v, x.geometry.qStart, x.geometry.kvStart, out);
+    })
+  );
 });
 
 deviceTest("GroupedQueryAttentionSlidingWindowVarlenFwdOp: window on both sides", async (device) => {
   const op = new GroupedQueryAttentionSlidingWindowVarlenFwdOp({
+    layout: "thd",
     batch: 4,
     heads: 2,
     headsKv: 2,
     dim: 64,
-    isCausal: false,
     windowSizeLeft: 4,
     windowSizeRight: 2,
   });
@@ -191,7 +239,7 @@ deviceTest("GroupedQueryAttentionSlidingWindowVarlenFwdOp: window on both sides"
     ...RAGGED,
   };
   await twice(device, c, (x, out) => {
-    using cuQ = Tensor.from(new Int32Array(x.geometry.qStart), { device });
+    using cuQ = Tensor.from(BigInt64Array.from(x.geometry.qStart, BigInt), { device }); // int64 offsets
     using cuK = Tensor.from(new Int32Array(x.geometry.kvStart), { device });
     op.forward(x.q, x.k, x.v, cuQ, cuK, 40, out);
   }, false);
@@ -201,49 +249,55 @@ deviceTest(
   "attention op classes: sizes fixed at construction, dtype fixed by the first call",
   (device) =>
     expectNoLeak(device, () => {
+      const L = { layout: "bshd" } as const;
       refuses(
-        () => new GroupedQueryAttentionFwdOp({ batch: 1, heads: 6, headsKv: 4, seqLen: 8, dim: 64 }),
+        () => new GroupedQueryAttentionFwdOp({ ...L, batch: 1, heads: 6, headsKv: 4, seqLen: 8, dim: 64 }),
         /heads: 6 query heads are not a multiple of headsKv \(4\)/,
       );
       refuses(
-        () => new MultiHeadAttentionFwdOp({ batch: 1, heads: 2, seqLen: 8, dim: 100 }),
+        () => new MultiHeadAttentionFwdOp({ ...L, batch: 1, heads: 2, seqLen: 8, dim: 100 }),
         /dim: expected a multiple of 8/,
       );
       refuses(
-        () => new MultiHeadAttentionBwdOp({ batch: 0, heads: 2, seqLen: 8, dim: 64 }),
+        () => new MultiHeadAttentionBwdOp({ ...L, batch: 0, heads: 2, seqLen: 8, dim: 64 }),
         /batch: expected an integer >= 1/,
       );
       refuses(
-        () => new GroupedQueryAttentionDenseFwdOp({ windowSizeLeft: -2 }),
+        () => new GroupedQueryAttentionDenseFwdOp({ ...L, windowSizeLeft: -2 }),
         /windowSizeLeft: expected -1 \(unlimited\) or an integer size >= 0, got -2/,
       );
       refuses(
-        () => new GroupedQueryAttentionDenseFwdOp({ softcap: -1 }),
+        () => new GroupedQueryAttentionDenseFwdOp({ ...L, softcap: -1 }),
         /softcap: expected a finite number >= 0/,
       );
       refuses(
-        () => new GroupedQueryAttentionDenseFwdOp({ smScale: 0 }),
-        /smScale: expected a finite number > 0/,
+        () => new GroupedQueryAttentionDenseFwdOp({ ...L, scale: 0 }),
+        /scale: expected a finite number > 0/,
+      );
+      refuses(
+        () => new GroupedQueryAttentionDenseFwdOp({ ...L, smScale: 0.1 } as never),
+        /unknown option 'smScale' \(did you mean 'scale'\?\)/,
       );
 
-      const op = new MultiHeadAttentionFwdOp({ batch: 1, heads: 2, seqLen: 8, dim: 64 });
+      const op = new MultiHeadAttentionFwdOp({ ...L, batch: 1, heads: 2, seqLen: 8, dim: 64 });
       using q = Tensor.randn([1, 8, 2, 64], { dtype: "bfloat16", device, seed: 1 });
       using wrong = Tensor.randn([1, 9, 2, 64], { dtype: "bfloat16", device, seed: 1 });
       using half = Tensor.randn([1, 8, 2, 64], { dtype: "float16", device, seed: 1 });
       refuses(
         () => op.forward(wrong, q, q),
-        /MultiHeadAttentionFwdOp: q: expected shape \[1, 8, 2, 64\], got \[1, 9, 2, 64\]/,
+        /MultiHeadAttentionFwdOp: q: expected shape \[1, 8, 2, 64\], got \[1, 9, 2, 64\] \(layout "bshd" reads/,
       );
       op.forward(q, q, q)[Symbol.dispose]();
       refuses(() => op.forward(half, half, half), /first called with bfloat16; got float16/);
 
       const varlen = new GroupedQueryAttentionPrefillVarlenFwdOp({
+        layout: "thd",
         batch: 2,
         heads: 2,
         headsKv: 2,
         dim: 64,
         maxSeqlenQ: 4,
-        maxSeqlenKv: 8,
+        maxSeqlenK: 8,
         validateInputs: true,
       });
       using pq = Tensor.randn([8, 2, 64], { dtype: "bfloat16", device, seed: 2 });

@@ -85,14 +85,14 @@ deviceTest("attention varlen: no tokens at all gives empty results", (device) =>
     using q = Tensor.empty([0, 4, 64], { dtype: "bfloat16", device });
     using kv = Tensor.empty([0, 2, 64], { dtype: "bfloat16", device });
     const cu = [0, 0, 0];
-    using fwd = attention(q, kv, kv, { cuSeqlensQ: cu, cuSeqlensKv: cu, returnLse: true, isCausal: true });
+    const options = { layout: "thd", cuSeqlensQ: cu, cuSeqlensK: cu, isCausal: true } as const;
+    using fwd = attention(q, kv, kv, { ...options, returnLse: true });
     assert.deepEqual(fwd.output.shape, [0, 4, 64]);
     assert.deepEqual(fwd.lse.shape, [4, 0]);
-    using grads = attentionBackward(q, kv, kv, fwd.output, fwd.output, fwd.lse, {
-      cuSeqlensQ: cu,
-      cuSeqlensKv: cu,
-    });
+    using grads = attentionBackward(fwd.output, q, kv, kv, fwd.output, fwd.lse, options);
     assert.deepEqual(grads.dk.shape, [0, 2, 64]);
+    using again = fwd.backward(fwd.output);
+    assert.deepEqual(again.dq.shape, [0, 4, 64]);
   }));
 
 deviceTest(
@@ -102,16 +102,12 @@ deviceTest(
       using q = Tensor.empty([0, 2, 64], { dtype: "float16", device });
       using k = Tensor.randn([9, 1, 64], { dtype: "float16", device, seed: 1 });
       using v = Tensor.randn([9, 1, 64], { dtype: "float16", device, seed: 2 });
-      const cuQ = [0, 0, 0], cuKv = [0, 4, 9];
-      using fwd = attention(q, k, v, { cuSeqlensQ: cuQ, cuSeqlensKv: cuKv, returnLse: true });
+      const options = { layout: "thd", cuSeqlensQ: [0, 0, 0], cuSeqlensK: [0, 4, 9] } as const;
+      using fwd = attention(q, k, v, { ...options, returnLse: true });
       using dk = Tensor.full([9, 1, 64], NaN, { dtype: "float16", device });
       using dv = Tensor.full([9, 1, 64], NaN, { dtype: "float16", device });
       using dq = Tensor.empty([0, 2, 64], { dtype: "float16", device });
-      attentionBackward(q, k, v, fwd.output, fwd.output, fwd.lse, {
-        cuSeqlensQ: cuQ,
-        cuSeqlensKv: cuKv,
-        out: { dq, dk, dv },
-      });
+      attentionBackward(fwd.output, q, k, v, fwd.output, fwd.lse, { ...options, out: { dq, dk, dv } });
       assert.ok((dk.toArray() as Float32Array).every((x) => x === 0), "dk");
       assert.ok((dv.toArray() as Float32Array).every((x) => x === 0), "dv");
     }),

@@ -16,7 +16,7 @@ import {
 } from "../mod.ts";
 import { deviceTest, withSeed } from "./helpers.ts";
 import { type CaseSpec, DeltaCase, expectClose, expectSame, host, poisoned, tol } from "./linear_fixtures.ts";
-import { deltaRuleReference } from "./reference/delta_rule.ts";
+import { deltaRuleReference } from "../reference/delta_rule.ts";
 
 /** Token t of a [B, T, heads, D] (or [B, T, H]) host array as a [B, heads, D] device tensor. */
 function step(

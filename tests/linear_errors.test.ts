@@ -8,12 +8,14 @@ import { DeltaFlags } from "../ffi/symbols_linear.ts";
 import {
   AttnkitError,
   chunkDeltaRule,
+  type ChunkDeltaRuleOptions,
   chunkGatedDeltaRule,
   chunkGatedDeltaRuleBackward,
   DeltaNetBwdOp,
   DeltaNetDecodeFwdOp,
   DeltaNetFwdOp,
   DeltaNetOp,
+  type DeltaRuleBackwardOptions,
   type Device,
   type DType,
   GatedDeltaNetBHTDFwdOp,
@@ -25,6 +27,9 @@ import {
   Tensor,
 } from "../mod.ts";
 import { deviceTest, expectNoLeak, HAS_CUDA } from "./helpers.ts";
+
+const BSHD = { layout: "bshd" } as const;
+const BHSD = { layout: "bhsd" } as const;
 
 /** Asserts fn throws an INVALID_ARGUMENT AttnkitError whose message matches `pattern`. */
 function refuses(fn: () => unknown, pattern: RegExp, what = pattern.source): void {
@@ -60,7 +65,7 @@ function inputs(device: Device, dtype: DType = "bfloat16") {
 deviceTest("delta rule functions refuse bad tensors, naming the argument", (device) => {
   using x = inputs(device);
   const { q, k, v, g, beta } = x;
-  const f = (over: Partial<Record<"q" | "k" | "v" | "g" | "beta", unknown>>, options: object = {}) => {
+  const f = (over: Partial<Record<"q" | "k" | "v" | "g" | "beta", unknown>>, options: object = BSHD) => {
     const pick = (name: keyof typeof over, fallback: Tensor) =>
       (name in over ? over[name] : fallback) as Tensor;
     return () =>
@@ -70,7 +75,7 @@ deviceTest("delta rule functions refuse bad tensors, naming the argument", (devi
         pick("v", v),
         pick("g", g),
         pick("beta", beta),
-        options,
+        options as ChunkDeltaRuleOptions,
       );
   };
   refuses(f({ q: null }), /q: expected a Tensor/);
@@ -102,7 +107,10 @@ deviceTest("delta rule functions refuse bad tensors, naming the argument", (devi
     }),
     /q: head dimension K must be in 1\.\.256/,
   );
-  refuses(f({ beta: x.make(Tensor.zeros([1, 12, 2], { device })) }), /beta: expected shape/);
+  refuses(
+    f({ beta: x.make(Tensor.zeros([1, 12, 2], { device })) }),
+    /beta: expected shape.*\(layout "bshd" reads/,
+  );
   refuses(f({ beta: x.make(Tensor.zeros([1, 12, 4], { dtype: "int32", device })) }), /beta: expected dtype/);
   refuses(f({ g: undefined }), /g: expected a Tensor/);
   refuses(f({ g: x.make(Tensor.zeros([1, 12, 4, 1], { device })) }), /g: expected shape/);
@@ -115,14 +123,15 @@ deviceTest("delta rule functions refuse bad tensors, naming the argument", (devi
 deviceTest("delta rule functions refuse bad options, packed offsets, states and buffers", (device) => {
   using x = inputs(device);
   const { q, k, v, g, beta, dO } = x;
-  const run = (options: object) => () => chunkGatedDeltaRule(q, k, v, g, beta, options);
+  const run = (options: object) => () =>
+    chunkGatedDeltaRule(q, k, v, g, beta, { ...BSHD, ...options } as ChunkDeltaRuleOptions);
   refuses(
-    () => chunkGatedDeltaRule(q, k, v, g, beta, null as unknown as object),
+    () => chunkGatedDeltaRule(q, k, v, g, beta, null as unknown as ChunkDeltaRuleOptions),
     /options: expected an object/,
   );
   refuses(run({ chunkSize: 48 }), /chunkSize: expected 32, 64, 128, got 48/);
   refuses(
-    () => recurrentGatedDeltaRule(q, k, v, g, beta, { chunkSize: 64 } as object),
+    () => recurrentGatedDeltaRule(q, k, v, g, beta, { ...BSHD, chunkSize: 64 } as ChunkDeltaRuleOptions),
     /chunkSize: the recurrent form/,
   );
   refuses(run({ scale: NaN }), /scale: expected a finite number/);
@@ -130,6 +139,17 @@ deviceTest("delta rule functions refuse bad options, packed offsets, states and 
     x.make(Tensor.from(Float64Array.from(values), { dtype, device }));
   refuses(run({ cuSeqlens: cu([0, 12], "float32") }), /cuSeqlens: expected dtype int32 \| int64/);
   refuses(run({ cuSeqlens: cu([0]) }), /cuSeqlens: expected shape \[N \+ 1\] with N >= 1/);
+  refuses(
+    run({ cuSeqlens: [0] }),
+    /cuSeqlens: expected shape \[N \+ 1\] with N >= 1 sequences, got 1 offsets/,
+  );
+  refuses(run({ cuSeqlens: [0, 1.5, 12] }), /cuSeqlens: expected non-negative int32 offsets/);
+  refuses(
+    run({ cuSeqlens: new BigInt64Array([0n, 2n ** 40n]) }),
+    /cuSeqlens: expected non-negative int32 offsets/,
+  );
+  refuses(run({ cuSeqlens: "0,12" }), /cuSeqlens: expected offsets as a number\[\]/);
+  refuses(run({ cuSeqlens: [0, 13] }), /cu_seqlens: the last offset 13 exceeds the 12 tokens of q/);
   refuses(run({ cuSeqlens: cu([1, 12]) }), /cu_seqlens: must start at 0, got 1/);
   refuses(run({ cuSeqlens: cu([0, 8, 5, 12]) }), /cu_seqlens: must be nondecreasing/);
   refuses(run({ cuSeqlens: cu([0, 13]) }), /cu_seqlens: the last offset 13 exceeds the 12 tokens of q/);
@@ -163,12 +183,20 @@ deviceTest("delta rule functions refuse bad options, packed offsets, states and 
     using g2 = Tensor.zeros([2, 12, 4], { device });
     using b2 = Tensor.zeros([2, 12, 4], { device });
     refuses(
-      () => chunkGatedDeltaRule(q2, k2, v2, g2, b2, { cuSeqlens: cu([0, 12]) }),
+      () => chunkGatedDeltaRule(q2, k2, v2, g2, b2, { ...BSHD, cuSeqlens: cu([0, 12]) }),
       /q: packed input \(cuSeqlens given\) needs batch size 1, got 2/,
     );
   }
   const back = (dOutput: Tensor, options: object = {}) => () =>
-    chunkGatedDeltaRuleBackward(q, k, v, g, beta, dOutput, options);
+    chunkGatedDeltaRuleBackward(
+      dOutput,
+      q,
+      k,
+      v,
+      g,
+      beta,
+      { ...BSHD, ...options } as DeltaRuleBackwardOptions,
+    );
   refuses(
     back(x.make(Tensor.zeros([1, 12, 4, 8], { device }))),
     /dOutput: expected dtype bfloat16 \(same as q\)/,
@@ -189,15 +217,22 @@ deviceTest("delta rule functions refuse bad options, packed offsets, states and 
     back(dO, { out: { dbeta: x.make(Tensor.zeros([1, 12, 4], { dtype: "bfloat16", device })) } }),
     /out.dbeta: expected dtype float32/,
   );
-  refuses(() => chunkDeltaRule(q, k, v, beta, { out: { output: q } }), /out.output: expected shape/);
+  refuses(
+    back(dO, { out: { dg: x.make(Tensor.zeros([1, 12, 4], { dtype: "float16", device })) } }),
+    /out.dg: expected dtype float32/,
+  );
+  refuses(() => chunkDeltaRule(q, k, v, beta, { ...BSHD, out: { output: q } }), /out.output: expected shape/);
 });
 
 deviceTest("delta rule op classes refuse bad options and inputs", (device) => {
   using x = inputs(device);
   const { q, k, v, g, beta } = x;
-  refuses(() => new DeltaNetFwdOp({ chunkSize: 100 }), /DeltaNetFwdOp: chunkSize: expected 32, 64, 128/);
   refuses(
-    () => new GatedDeltaNetOp({ scale: "big" as unknown as number }),
+    () => new DeltaNetFwdOp({ ...BHSD, chunkSize: 100 }),
+    /DeltaNetFwdOp: chunkSize: expected 32, 64, 128/,
+  );
+  refuses(
+    () => new GatedDeltaNetOp({ ...BHSD, scale: "big" as unknown as number }),
     /scale: expected a finite number/,
   );
   refuses(
@@ -209,8 +244,8 @@ deviceTest("delta rule op classes refuse bad options and inputs", (device) => {
     /inPlace: expected a boolean/,
   );
   refuses(() => new GatedDeltaNetPrefillBTHDFwdOp({ chunkSize: 16 }), /chunkSize: expected 32, 64, 128/);
-  refuses(() => new GatedDeltaNetOp().backward(x.dO), /GatedDeltaNetOp: backward: call forward first/);
-  refuses(() => new DeltaNetOp().forward(q, k, v, g), /DeltaNetOp: v: expected shape/);
+  refuses(() => new GatedDeltaNetOp(BHSD).backward(x.dO), /GatedDeltaNetOp: backward: call forward first/);
+  refuses(() => new DeltaNetOp(BHSD).forward(q, k, v, g), /DeltaNetOp: v: expected shape/);
   // BHTD ops read [B, H, T, D]: the BTHD tensors here have the wrong v.
   refuses(
     () => new GatedDeltaNetBHTDFwdOp().forward(q, k, v, g, beta),
@@ -225,10 +260,10 @@ deviceTest("delta rule op classes refuse bad options and inputs", (device) => {
     using dOh = x.dO.permute([0, 2, 1, 3]);
     using S = Tensor.zeros([1, 4, 3, 16, 8], { device }); // 12 tokens in chunks of 64 need 2 entries
     refuses(
-      () => new GatedDeltaNetBwdOp().forward(dOh, qh, kh, vh, gh, bh, S),
+      () => new GatedDeltaNetBwdOp(BHSD).backward(dOh, qh, kh, vh, gh, bh, S),
       /S: expected shape \[1, 4, 2, 16, 8\]/,
     );
-    refuses(() => new DeltaNetBwdOp().forward(dOh, qh, kh, vh, bh, x.dO), /S: expected dtype float32/);
+    refuses(() => new DeltaNetBwdOp(BHSD).backward(dOh, qh, kh, vh, bh, x.dO), /S: expected dtype float32/);
   }
   const step = {
     q: x.make(Tensor.randn([3, 2, 16], { dtype: "bfloat16", device })),
@@ -401,7 +436,7 @@ Deno.test({
     using x = inputs("cuda");
     using beta = Tensor.rand([1, 12, 4]);
     refuses(
-      () => chunkGatedDeltaRule(x.q, x.k, x.v, x.g, beta),
+      () => chunkGatedDeltaRule(x.q, x.k, x.v, x.g, beta, BSHD),
       /beta: expected device cuda:0 \(same as q\), got cpu/,
     );
   },
@@ -417,10 +452,14 @@ deviceTest(
     using b16 = beta.cast("bfloat16");
     using h0 = Tensor.zeros([1, 4, 16, 8], { device });
     await expectNoLeak(device, () => {
-      using a = chunkGatedDeltaRule(q, k, v, g16, b16, { initialState: h0, outputFinalState: true });
-      using b = recurrentGatedDeltaRule(q, k, v, g, beta, { outputFinalState: true });
-      using grads = chunkGatedDeltaRuleBackward(q, k, v, g16, b16, dO, { initialState: h0, dFinalState: h0 });
-      using ops = new GatedDeltaNetOp();
+      using a = chunkGatedDeltaRule(q, k, v, g16, b16, { ...BSHD, initialState: h0, outputFinalState: true });
+      using b = recurrentGatedDeltaRule(q, k, v, g, beta, { ...BSHD, outputFinalState: true });
+      using grads = chunkGatedDeltaRuleBackward(dO, q, k, v, g16, b16, {
+        ...BSHD,
+        initialState: h0,
+        dFinalState: h0,
+      });
+      using ops = new GatedDeltaNetOp(BHSD);
       using qh = q.permute([0, 2, 1, 3]);
       using kh = k.permute([0, 2, 1, 3]);
       using vh = v.permute([0, 2, 1, 3]);
@@ -430,7 +469,7 @@ deviceTest(
       using o = ops.forward(qh, kh, vh, gh, bh);
       using og = ops.backward(dOh);
       using fwd = new GatedDeltaNetBHTDFwdOp().forward(qh, kh, vh, gh, bh);
-      using bwd = new GatedDeltaNetBwdOp().forward(dOh, qh, kh, vh, gh, bh, fwd.chunkStates);
+      using bwd = new GatedDeltaNetBwdOp(BHSD).backward(dOh, qh, kh, vh, gh, bh, fwd.chunkStates);
       using pre = new GatedDeltaNetPrefillBTHDFwdOp().forward(q, k, v, g, beta);
       using s = Tensor.zeros([1, 4, 16, 8], { device });
       using q1 = Tensor.randn([1, 2, 16], { dtype: "bfloat16", device });
@@ -441,13 +480,16 @@ deviceTest(
       step.newState.dispose();
       assert.ok([a, b, grads, o, og, fwd, bwd, pre].length > 0);
     });
-    // Errors the C entry finds after the op allocated its results and temporaries.
+    // Errors the C entry finds after the op allocated its results and temporaries. (A fresh q: the
+    // one above ran forwards without cuSeqlens, and a backward contradicting them is refused early.)
     using bad = Tensor.from(Int32Array.from([0, 9, 4, 12]), { device });
     using badStates = Tensor.zeros([3, 4, 16, 8], { device });
+    using qFresh = q.clone();
     await expectNoLeak(device, () => {
       refuses(
         () =>
           chunkGatedDeltaRule(q, k, v, g16, b16, {
+            ...BSHD,
             cuSeqlens: bad,
             initialState: badStates,
             outputFinalState: true,
@@ -455,10 +497,15 @@ deviceTest(
         /cu_seqlens: must be nondecreasing/,
       );
       refuses(
-        () => chunkGatedDeltaRuleBackward(q, k, v, g16, b16, dO, { cuSeqlens: bad, initialState: badStates }),
+        () =>
+          chunkGatedDeltaRuleBackward(dO, qFresh, k, v, g16, b16, {
+            ...BSHD,
+            cuSeqlens: bad,
+            initialState: badStates,
+          }),
         /cu_seqlens: must be nondecreasing/,
       );
-      const op = new GatedDeltaNetOp();
+      const op = new GatedDeltaNetOp(BHSD);
       using qh = q.permute([0, 2, 1, 3]);
       using kh = k.permute([0, 2, 1, 3]);
       using vh = v.permute([0, 2, 1, 3]);

@@ -8,7 +8,7 @@ import {
   type DeltaReferenceOutputs,
   deltaRuleReference,
   deltaRuleReferenceBackward,
-} from "./reference/delta_rule.ts";
+} from "../reference/delta_rule.ts";
 import { poison } from "./helpers.ts";
 
 /**
@@ -186,14 +186,16 @@ export class DeltaCase implements Disposable {
     );
   }
 
-  /** The common options of the functional API for this case. */
+  /** The common options of the functional API for this case (its tensors are "bshd"). */
   options(): {
+    layout: "bshd";
     initialState?: Tensor;
     cuSeqlens?: Tensor;
     useQkL2norm: boolean;
     scale?: number;
   } {
     return {
+      layout: "bshd",
       initialState: this.initialState,
       cuSeqlens: this.cuSeqlens,
       useQkL2norm: this.spec.l2norm ?? false,
@@ -211,7 +213,7 @@ export class DeltaCase implements Disposable {
     return { output, finalState };
   }
 
-  /** NaN-poisoned gradient buffers (dInitialState when the case has an initial state). */
+  /** NaN-poisoned gradient buffers (dInitialState when the case has an initial state; dg, dbeta float32). */
   backwardBuffers(): {
     dq: Tensor;
     dk: Tensor;
@@ -222,13 +224,12 @@ export class DeltaCase implements Disposable {
   } {
     const { B, T, H, K, V, dtype } = this.spec;
     const keep = (t: Tensor) => (this.#owned.push(t), t);
-    const gateDtype = this.spec.gateDtype ?? "float32";
     return {
       dq: keep(poisoned([B, T, this.HK, K], dtype, this.device)),
       dk: keep(poisoned([B, T, this.HK, K], dtype, this.device)),
       dv: keep(poisoned([B, T, H, V], dtype, this.device)),
-      dbeta: keep(poisoned([B, T, H], gateDtype, this.device)),
-      dg: this.g ? keep(poisoned([B, T, H], gateDtype, this.device)) : undefined,
+      dbeta: keep(poisoned([B, T, H], "float32", this.device)),
+      dg: this.g ? keep(poisoned([B, T, H], "float32", this.device)) : undefined,
       dInitialState: this.initialState
         ? keep(poisoned([this.N, H, K, V], "float32", this.device))
         : undefined,
@@ -329,4 +330,15 @@ export function expectAgree(
 /** The agreement bound of two code paths on the same inputs: 1e-5 for float32, 16-bit output rounding otherwise. */
 export function pathTolerance(dtype: DType): number {
   return dtype === "float32" ? 1e-5 : 0.004;
+}
+
+/** A `"bhsd"` copy (on the device, owned by the case) of a `"bshd"` tensor (or of g / beta). */
+export function toBhsd(c: DeltaCase, t: Tensor): Tensor {
+  return c.own(t.permute(t.ndim === 4 ? [0, 2, 1, 3] : [0, 2, 1]));
+}
+
+/** A `"bhsd"` tensor's values in `"bshd"` order, as float64. */
+export function bshdValues(t: Tensor): Float64Array {
+  using p = t.permute(t.ndim === 4 ? [0, 2, 1, 3] : [0, 2, 1]);
+  return host(p);
 }

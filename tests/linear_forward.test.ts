@@ -29,7 +29,7 @@ import {
   poisoned,
   tol,
 } from "./linear_fixtures.ts";
-import { deltaRuleReference } from "./reference/delta_rule.ts";
+import { deltaRuleReference } from "../reference/delta_rule.ts";
 
 type Mode = { recurrent: true } | { recurrent: false; chunkSize: number };
 
@@ -202,7 +202,7 @@ deviceTest("delta rule forward: one call equals two calls chained through the st
         };
       };
       const call = (p: ReturnType<typeof parts>, h0: Tensor) => {
-        const o = { initialState: h0, outputFinalState: true, useQkL2norm: true };
+        const o = { layout: "bshd", initialState: h0, outputFinalState: true, useQkL2norm: true } as const;
         const r = gated
           ? chunkGatedDeltaRule(p.q, p.k, p.v, p.g!, p.beta, o)
           : chunkDeltaRule(p.q, p.k, p.v, p.beta, o);
@@ -268,7 +268,13 @@ deviceTest(
           );
           const out = poisoned([1, t1 - t0, 2, 64], "bfloat16", device);
           c.own(out);
-          const o = { initialState: init, outputFinalState: true, useQkL2norm: true, out: { output: out } };
+          const o = {
+            layout: "bshd",
+            initialState: init,
+            outputFinalState: true,
+            useQkL2norm: true,
+            out: { output: out },
+          } as const;
           const r = gated ? chunkGatedDeltaRule(q, k, v, g!, beta, o) : chunkDeltaRule(q, k, v, beta, o);
           c.own(r.finalState!);
           // Same arithmetic per sequence: the packed call must agree to fp32 summation order.
@@ -377,7 +383,7 @@ deviceTest(
         { B: 1, T: 10, H: 1, K: 16, V: 16, dtype: "float32", gated: false },
         seed,
       );
-      using r = chunkDeltaRule(c.q, c.k, c.v, c.beta);
+      using r = chunkDeltaRule(c.q, c.k, c.v, c.beta, { layout: "bshd" });
       assert.equal(r.finalState, undefined);
       assert.deepEqual(r.output.shape, [1, 10, 1, 16]);
     });

@@ -37,7 +37,7 @@ import {
   poisoned,
   tol,
 } from "./linear_fixtures.ts";
-import { deltaRuleReference } from "./reference/delta_rule.ts";
+import { deltaRuleReference } from "../reference/delta_rule.ts";
 
 /** BHTD copies (on the device) of a case's BTHD inputs. */
 function headMajor(c: DeltaCase) {
@@ -116,7 +116,7 @@ deviceTest(
         const out = fwdBuffers(c, "bhtd", chunkSize);
         const x = headMajor(c);
         if (gated) new GatedDeltaNetBHTDFwdOp({ chunkSize }).forward(x.q, x.k, x.v, x.g!, x.beta, out);
-        else new DeltaNetFwdOp({ chunkSize }).forward(x.q, x.k, x.v, x.beta, out);
+        else new DeltaNetFwdOp({ layout: "bhsd", chunkSize }).forward(x.q, x.k, x.v, x.beta, out);
         const { T, H } = spec;
         const C = chunkSize, NC = Math.ceil(T / C), KV = K * V;
         const ref = deltaRuleReference({ ...c.hostInputs, checkpointEvery: C });
@@ -170,12 +170,12 @@ deviceTest("DeltaNet ops: BHSD forward and backward equal the token-major functi
     };
     using c = new DeltaCase(device, { ...spec, initialState: false }, seed);
     const x = headMajor(c);
-    using fwd = new DeltaNetFwdOp({ useQkL2norm: true }).forward(x.q, x.k, x.v, x.beta);
-    using ref = chunkDeltaRule(c.q, c.k, c.v, c.beta, { useQkL2norm: true });
+    using fwd = new DeltaNetFwdOp({ layout: "bhsd", useQkL2norm: true }).forward(x.q, x.k, x.v, x.beta);
+    using ref = chunkDeltaRule(c.q, c.k, c.v, c.beta, { layout: "bshd", useQkL2norm: true });
     expectAgree(tokenMajorValues(fwd.output), host(ref.output), pathTolerance("bfloat16"), "layouts agree");
     const { dOutput } = c.cotangents(seed);
     const dO = c.own(dOutput.permute([0, 2, 1, 3]));
-    using grads = new DeltaNetBwdOp({ useQkL2norm: true }).forward(
+    using grads = new DeltaNetBwdOp({ layout: "bhsd", useQkL2norm: true }).backward(
       dO,
       x.q,
       x.k,
@@ -183,7 +183,10 @@ deviceTest("DeltaNet ops: BHSD forward and backward equal the token-major functi
       x.beta,
       fwd.chunkStates,
     );
-    using want = chunkDeltaRuleBackward(c.q, c.k, c.v, c.beta, dOutput, { useQkL2norm: true });
+    using want = chunkDeltaRuleBackward(dOutput, c.q, c.k, c.v, c.beta, {
+      layout: "bshd",
+      useQkL2norm: true,
+    });
     for (const name of ["dq", "dk", "dv", "dbeta"] as const) {
       expectAgree(tokenMajorValues(grads[name]), host(want[name]), pathTolerance("bfloat16"), name);
     }
@@ -213,7 +216,7 @@ deviceTest(
         dg: c.own(poisoned([B, H, T], "float32", device)),
         dbeta: c.own(poisoned([B, H, T], "float32", device)),
       };
-      const grads = new GatedDeltaNetBwdOp({ useQkL2norm: true }).forward(
+      const grads = new GatedDeltaNetBwdOp({ layout: "bhsd", useQkL2norm: true }).backward(
         dO,
         x.q,
         x.k,
@@ -253,13 +256,14 @@ deviceTest(
       using c = new DeltaCase(device, spec, seed);
       const { dOutput } = c.cotangents(seed);
       const dO = c.own(dOutput.permute([0, 2, 1, 3]));
-      using want = chunkGatedDeltaRule(c.q, c.k, c.v, c.g!, c.beta, { useQkL2norm: true });
-      using wantGrads = chunkGatedDeltaRuleBackward(c.q, c.k, c.v, c.g!, c.beta, dOutput, {
+      using want = chunkGatedDeltaRule(c.q, c.k, c.v, c.g!, c.beta, { layout: "bshd", useQkL2norm: true });
+      using wantGrads = chunkGatedDeltaRuleBackward(dOutput, c.q, c.k, c.v, c.g!, c.beta, {
+        layout: "bshd",
         useQkL2norm: true,
       });
       const x = headMajor(c);
       await expectNoLeak(device, () => {
-        using op = new GatedDeltaNetOp({ useQkL2norm: true });
+        using op = new GatedDeltaNetOp({ layout: "bhsd", useQkL2norm: true });
         // The op holds its own handles: the caller may dispose its inputs before backward.
         const copies = [x.q.clone(), x.k.clone(), x.v.clone(), x.g!.clone(), x.beta.clone()];
         using o = op.forward(copies[0], copies[1], copies[2], copies[3], copies[4]);
@@ -280,7 +284,7 @@ deviceTest(
         assert.ok(op.holdsInputs);
       });
       await expectNoLeak(device, () => {
-        const op = new DeltaNetOp();
+        const op = new DeltaNetOp({ layout: "bhsd" });
         op.forward(x.q, x.k, x.v, x.beta).dispose();
         op.forward(x.q, x.k, x.v, x.beta).dispose(); // the second forward replaces the first's inputs
         const before = memoryStats(device).liveAllocations;

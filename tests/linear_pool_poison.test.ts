@@ -35,7 +35,7 @@ deviceTest(
           });
           poisonPool(device);
           const out = c.backwardBuffers();
-          chunkGatedDeltaRuleBackward(c.q, c.k, c.v, c.g!, c.beta, dOutput, {
+          chunkGatedDeltaRuleBackward(dOutput, c.q, c.k, c.v, c.g!, c.beta, {
             ...c.options(),
             dFinalState,
             out,

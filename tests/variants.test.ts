@@ -32,7 +32,7 @@ import {
   poisoned,
   tol,
 } from "./linear_fixtures.ts";
-import { deltaRuleReference } from "./reference/delta_rule.ts";
+import { deltaRuleReference } from "../reference/delta_rule.ts";
 
 const DEVICE = "cuda";
 const RUNNABLE = new Set(HAS_CUDA ? kernels(DEVICE).filter((k) => k.runnable).map((k) => k.name) : []);
@@ -107,9 +107,9 @@ function backwardCase(
     : saved
     ? withTuning(tuning, forward)
     : undefined;
-  if (saved) assert.ok(r?.saved !== undefined, `${rowName(row)}: the forward saved no states`);
+  if (saved) assert.ok(r?.saved?.stored, `${rowName(row)}: the forward saved no states`);
   const backward = () =>
-    chunkGatedDeltaRuleBackward(c.q, c.k, c.v, c.g!, c.beta, dOutput, {
+    chunkGatedDeltaRuleBackward(dOutput, c.q, c.k, c.v, c.g!, c.beta, {
       ...c.options(),
       dFinalState,
       out,

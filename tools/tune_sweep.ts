@@ -23,6 +23,7 @@ import {
   chunkGatedDeltaRule,
   chunkGatedDeltaRuleBackward,
   compare,
+  GroupedQueryAttentionDenseFwdOp,
   lastPlan,
   Tensor,
   timeIt,
@@ -56,14 +57,14 @@ function makeOp(op: string, s: Record<string, number | boolean>): { run: () => T
     const g = t(Tensor.rand([B, T, H], { device, seed: 4, low: -0.1, high: 0 }));
     const beta = t(Tensor.rand([B, T, H], { device, seed: 5 }));
     const dO = t(Tensor.randn([B, T, H, D], { ...opt, seed: 6 }));
-    const o = { useQkL2norm: true };
+    const o = { layout: "bshd", useQkL2norm: true } as const;
     if (op === "gdn-fwd") return { run: () => chunkGatedDeltaRule(q, k, v, g, beta, o).output, dispose };
     return {
       run: () => {
         using r = op === "gdn-fwdbwd"
           ? chunkGatedDeltaRule(q, k, v, g, beta, { ...o, saveForBackward: true })
           : undefined;
-        const grads = chunkGatedDeltaRuleBackward(q, k, v, g, beta, dO, { ...o, saved: r?.saved });
+        const grads = chunkGatedDeltaRuleBackward(dO, q, k, v, g, beta, { ...o, saved: r?.saved });
         for (const x of [grads.dk, grads.dv, grads.dbeta, grads.dg]) x?.dispose();
         return grads.dq;
       },
@@ -79,13 +80,17 @@ function makeOp(op: string, s: Record<string, number | boolean>): { run: () => T
   const q = t(Tensor.randn([B, S, H, D], { ...opt, seed: 1 }));
   const k = t(Tensor.randn([B, S, KV, D], { ...opt, seed: 2 }));
   const v = t(Tensor.randn([B, S, KV, D], { ...opt, seed: 3 }));
-  if (op === "attn-fwd") return { run: () => attention(q, k, v, { isCausal }), dispose };
+  const options = { layout: "bshd", isCausal } as const;
+  if (op === "attn-fwd") {
+    const forward = new GroupedQueryAttentionDenseFwdOp(options); // the output alone, no LSE
+    return { run: () => forward.forward(q, k, v), dispose };
+  }
   const dO = t(Tensor.randn([B, S, H, D], { ...opt, seed: 4 }));
-  const y = attention(q, k, v, { isCausal, returnLse: true });
-  own.push(y.output, y.lse!);
+  const y = attention(q, k, v, { ...options, returnLse: true });
+  own.push(y.output, y.lse);
   return {
     run: () => {
-      const r = attentionBackward(q, k, v, y.output, dO, y.lse!, { isCausal });
+      const r = attentionBackward(dO, q, k, v, y.output, y.lse, options);
       r.dk.dispose();
       r.dv.dispose();
       return r.dq;

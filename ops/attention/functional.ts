@@ -1,48 +1,49 @@
 /**
- * The functional entry points: `attention` (forward) and `attentionBackward`, for dense (BSHD or
- * BHSD) and packed varlen inputs, MHA and GQA, causal, sliding windows and softcap.
+ * The functional entry points: `attention` (forward; its result runs its own backward) and
+ * `attentionBackward`, for dense (`"bshd"` or `"bhsd"`) and packed (`"thd"`) inputs, MHA and GQA,
+ * causal, sliding windows and softcap.
  *
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
 import { checkOptions, type OptionSpec } from "../args.ts";
 import { expectTensor } from "../checks.ts";
+import { type Layout, requireLayout } from "../layout.ts";
+import { type CuSeqlens, type Int32Seqlens, int32Seqlens } from "../seqlens.ts";
 import type { Tensor } from "../tensor.ts";
-import {
-  type AttentionLayout,
-  type MaskOptions,
-  resolveLayout,
-  resolveMask,
-  resolveScore,
-  type ScoreOptions,
-} from "./options.ts";
+import { type MaskOptions, resolveMask, resolveScore, type ScoreOptions } from "./options.ts";
 import {
   type AttentionGradients,
   type AttentionOutput,
+  type AttentionResult,
   type BackwardBuffers,
   type ForwardBuffers,
-  forwardWithLse,
+  forwardResult,
   runBackward,
-  runForward,
 } from "./run.ts";
-import { cuSeqlensTensor, type KvSource, type QuerySource } from "./sources.ts";
+import type { KvSource, QuerySource } from "./sources.ts";
 
 /** Options of {@link attention}. */
 export interface AttentionOptions extends MaskOptions, ScoreOptions {
-  /** Dense layout of q, k, v and the output: `"bshd"` (default) or `"bhsd"`. Ignored for varlen. */
-  layout?: AttentionLayout;
   /**
-   * Varlen: cumulative query lengths, int32 `[N + 1]` starting at 0 (a Tensor on q's device, or host
-   * numbers). Given together with `cuSeqlensKv`; q is then `[Tq, Hq, D]`, k and v `[Tkv, Hkv, D]`.
+   * Layout of q, k, v and the output (required; none is assumed): `"bshd"` `[batch, seq, heads, dim]`,
+   * `"bhsd"` `[batch, heads, seq, dim]` (read in place, no copy), or `"thd"` `[totalTokens, heads, dim]`
+   * for packed sequences delimited by `cuSeqlensQ` / `cuSeqlensK`.
    */
-  cuSeqlensQ?: Tensor | ArrayLike<number>;
-  /** Varlen: cumulative key lengths, like `cuSeqlensQ`. */
-  cuSeqlensKv?: Tensor | ArrayLike<number>;
-  /** Also return the LSE (for a later backward): the result is then `{ output, lse }`. */
+  layout: Layout;
+  /**
+   * With layout `"thd"`: the query offsets `[N + 1]` starting at 0, as host numbers (`number[]`,
+   * `Int32Array`, `BigInt64Array`) or an int32 / int64 tensor on q's device. Each sequence is aligned on
+   * its own lengths.
+   */
+  cuSeqlensQ?: CuSeqlens;
+  /** With layout `"thd"`: the key offsets, like `cuSeqlensQ`. */
+  cuSeqlensK?: CuSeqlens;
+  /** Make the LSE part of the result (`result.lse`); the result keeps it internally either way. */
   returnLse?: boolean;
   /**
-   * Buffers to write instead of allocating (checked for shape, dtype and device). An `lse` buffer is
-   * written even without `returnLse`.
+   * Buffers to write instead of allocating (checked for shape, dtype and device; the caller keeps them:
+   * disposing the result never disposes them).
    */
   out?: ForwardBuffers;
 }
@@ -51,23 +52,21 @@ export interface AttentionOptions extends MaskOptions, ScoreOptions {
 export interface AttentionBackwardOptions extends Omit<AttentionOptions, "returnLse" | "out"> {
   /** A fixed reduction order on the GPU (slower); the CPU backend is always deterministic. */
   deterministic?: boolean;
-  /** Gradient buffers to write instead of allocating. */
+  /** Gradient buffers to write instead of allocating (the caller keeps them). */
   out?: BackwardBuffers;
 }
 
-type Sources = { query: QuerySource; kv: KvSource; release: () => void };
-
-// The keys of the functional options; resolveMask, resolveScore, resolveLayout and cuSeqlensTensor
+// The keys of the functional options; resolveMask, resolveScore, requireLayout and int32Seqlens
 // check their values.
 const FORWARD_OPTIONS: OptionSpec = {
   isCausal: "any",
   windowSizeLeft: "any",
   windowSizeRight: "any",
-  smScale: "any",
+  scale: "any",
   softcap: "any",
   layout: "any",
   cuSeqlensQ: "any",
-  cuSeqlensKv: "any",
+  cuSeqlensK: "any",
   returnLse: "boolean",
   out: "object",
 };
@@ -76,54 +75,71 @@ const BACKWARD_OPTIONS: OptionSpec = {
   deterministic: "boolean",
 };
 
-// Builds the query and KV sources of a functional call, uploading host cu_seqlens if needed.
+const LAYOUT_NAMES: readonly Layout[] = ["bshd", "bhsd", "thd"];
+
+type Sources = { query: QuerySource; kv: KvSource; keep: Int32Seqlens[] };
+
+function given(value: unknown): boolean {
+  return value !== undefined && value !== null;
+}
+
+// Builds the query and KV sources of a functional call, uploading host offsets if needed.
 function sourcesOf(
   op: string,
   q: Tensor,
   k: Tensor,
   v: Tensor,
-  options: Pick<AttentionOptions, "layout" | "cuSeqlensQ" | "cuSeqlensKv">,
+  options: Pick<AttentionOptions, "layout" | "cuSeqlensQ" | "cuSeqlensK">,
 ): Sources {
+  const layout = requireLayout(op, options.layout, LAYOUT_NAMES);
   expectTensor(op, "q", q);
-  const layout = resolveLayout(op, options.layout);
-  const hasQ = options.cuSeqlensQ !== undefined && options.cuSeqlensQ !== null;
-  const hasKv = options.cuSeqlensKv !== undefined && options.cuSeqlensKv !== null;
-  if (hasQ !== hasKv) {
+  const hasQ = given(options.cuSeqlensQ), hasK = given(options.cuSeqlensK);
+  if (layout !== "thd") {
+    if (hasQ || hasK) {
+      throw invalidArgument(
+        op,
+        `${hasQ ? "cuSeqlensQ" : "cuSeqlensK"}: given with layout "${layout}"; packed sequences take ` +
+          `layout "thd" [totalTokens, heads, dim]`,
+      );
+    }
+    return { query: { kind: "dense", q, layout }, kv: { kind: "dense", k, v, layout }, keep: [] };
+  }
+  if (!hasQ || !hasK) {
     throw invalidArgument(
       op,
-      hasQ
-        ? "cuSeqlensKv: expected it because cuSeqlensQ is given (varlen needs both)"
-        : "cuSeqlensQ: expected it because cuSeqlensKv is given (varlen needs both)",
+      `${
+        hasQ ? "cuSeqlensK" : "cuSeqlensQ"
+      }: layout "thd" (packed sequences) needs both cuSeqlensQ and cuSeqlensK`,
     );
   }
-  if (!hasQ) {
-    return { query: { kind: "dense", q, layout }, kv: { kind: "dense", k, v, layout }, release: () => {} };
-  }
-  const cuQ = cuSeqlensTensor(op, "cuSeqlensQ", options.cuSeqlensQ!, q.device);
-  let cuKv;
+  const cuQ = int32Seqlens(op, "cuSeqlensQ", options.cuSeqlensQ, q.device);
+  let cuK;
   try {
-    cuKv = cuSeqlensTensor(op, "cuSeqlensKv", options.cuSeqlensKv!, q.device);
+    cuK = int32Seqlens(op, "cuSeqlensK", options.cuSeqlensK, q.device);
   } catch (e) {
-    if (cuQ.owned) cuQ.tensor.dispose();
+    cuQ[Symbol.dispose]();
     throw e;
   }
   return {
-    query: { kind: "packed", q, cuSeqlens: cuQ.tensor },
-    kv: { kind: "packed", k, v, cuSeqlens: cuKv.tensor },
-    release: () => {
-      if (cuQ.owned) cuQ.tensor.dispose();
-      if (cuKv.owned) cuKv.tensor.dispose();
-    },
+    query: { kind: "packed", q, cuSeqlens: cuQ.tensor, offsets: cuQ.host },
+    kv: { kind: "packed", k, v, cuSeqlens: cuK.tensor, offsets: cuK.host },
+    keep: [cuQ, cuK],
   };
 }
 
+function release(keep: Disposable[]): void {
+  for (const k of keep) k[Symbol.dispose]();
+}
+
 /**
- * Softmax attention: `softmax(mask(cap(smScale * q k^T))) v` per head, with query head h reading
- * KV head `floor(h / (Hq / Hkv))` (MHA when Hq = Hkv). Dense inputs are BSHD (`[B, S, H, D]`) or
- * BHSD; with `cuSeqlensQ`/`cuSeqlensKv` they are packed `[T, H, D]` sequences, each aligned on its
- * own lengths. float16 or bfloat16; head dim a multiple of 8 up to 256. Softmax and accumulation run
- * in fp32; the output has q's dtype. `isCausal` defaults to false here (the op classes follow the
- * seed: true). A row that admits no key gives output 0 (and LSE -inf).
+ * Softmax attention: `softmax(mask(cap(scale * q k^T))) v` per head, with query head h reading KV
+ * head `floor(h / (Hq / Hkv))` (MHA when Hq = Hkv). `layout` is required: `"bshd"` or `"bhsd"` for
+ * dense inputs, `"thd"` for packed sequences with `cuSeqlensQ` / `cuSeqlensK` (each aligned on its own
+ * lengths). float16 or bfloat16; head dim a multiple of 8 up to 256. Softmax and accumulation run in
+ * fp32; the output has q's dtype. `isCausal` defaults to false. A row that admits no key gives output 0
+ * (and LSE -inf). The result runs its own backward: `result.backward(dOutput)`, so it always computes the
+ * LSE (a float32 per row and head); `GroupedQueryAttentionDenseFwdOp` returns the output alone, for
+ * inference.
  *
  * @example
  * ```ts
@@ -131,8 +147,10 @@ function sourcesOf(
  * using q = Tensor.randn([2, 128, 8, 64], { dtype: "bfloat16", seed: 1 });
  * using k = Tensor.randn([2, 128, 2, 64], { dtype: "bfloat16", seed: 2 });
  * using v = Tensor.randn([2, 128, 2, 64], { dtype: "bfloat16", seed: 3 });
- * using o = attention(q, k, v, { isCausal: true, windowSizeLeft: 32 });
- * using r = attention(q, k, v, { isCausal: true, returnLse: true }); // r.output, r.lse
+ * using dO = Tensor.randn([2, 128, 8, 64], { dtype: "bfloat16", seed: 4 });
+ * using r = attention(q, k, v, { layout: "bshd", isCausal: true, returnLse: true });
+ * console.log(r.output.shape, r.lse.shape); // [2, 128, 8, 64] [2, 8, 128]
+ * using grads = r.backward(dO); // same inputs and options as the forward
  * ```
  */
 export function attention(
@@ -142,65 +160,45 @@ export function attention(
   options: AttentionOptions & { returnLse: true },
 ): AttentionOutput;
 /**
- * Softmax attention returning the output only (see the first signature).
+ * Softmax attention (see the first signature); `result.lse` is undefined unless `returnLse`.
  *
  * @example
  * ```ts
  * import { attention, Tensor } from "@attnkit/attnkit";
- * using q = Tensor.randn([1, 16, 2, 64], { dtype: "float16", seed: 1 });
- * using o = attention(q, q, q, { isCausal: true });
+ * // PyTorch's order: [batch, heads, seq, dim]
+ * using q = Tensor.randn([1, 2, 16, 64], { dtype: "float16", seed: 1 });
+ * using r = attention(q, q, q, { layout: "bhsd", isCausal: true, windowSizeLeft: 4 });
+ * console.log(r.output.shape); // [1, 2, 16, 64]
+ * // packed sequences of lengths 3 and 13
+ * using p = Tensor.randn([16, 2, 64], { dtype: "float16", seed: 2 });
+ * using packed = attention(p, p, p, { layout: "thd", cuSeqlensQ: [0, 3, 16], cuSeqlensK: [0, 3, 16] });
  * ```
  */
-export function attention(
-  q: Tensor,
-  k: Tensor,
-  v: Tensor,
-  options?: AttentionOptions & { returnLse?: false },
-): Tensor;
-/**
- * Softmax attention with `returnLse` known only at run time: the output, or `{ output, lse }`.
- *
- * @example
- * ```ts
- * import { attention, type AttentionOptions, Tensor } from "@attnkit/attnkit";
- * using q = Tensor.randn([1, 16, 2, 64], { dtype: "float16", seed: 1 });
- * const options: AttentionOptions = { returnLse: false };
- * const result = attention(q, q, q, options);
- * if ("lse" in result) result[Symbol.dispose]();
- * else result.dispose();
- * ```
- */
-export function attention(
-  q: Tensor,
-  k: Tensor,
-  v: Tensor,
-  options?: AttentionOptions,
-): Tensor | AttentionOutput;
-export function attention(
-  q: Tensor,
-  k: Tensor,
-  v: Tensor,
-  options: AttentionOptions = {},
-): Tensor | AttentionOutput {
+export function attention(q: Tensor, k: Tensor, v: Tensor, options: AttentionOptions): AttentionResult;
+export function attention(q: Tensor, k: Tensor, v: Tensor, options: AttentionOptions): AttentionResult {
   const op = "attention";
-  options = checkOptions<AttentionOptions>(op, options, FORWARD_OPTIONS);
-  const mask = resolveMask(op, options, false);
-  const score = resolveScore(op, options);
-  const sources = sourcesOf(op, q, k, v, options);
+  const o = checkOptions<AttentionOptions>(op, options, FORWARD_OPTIONS);
+  const mask = resolveMask(op, o);
+  const score = resolveScore(op, o);
+  const sources = sourcesOf(op, q, k, v, o);
   try {
-    const call = { op, query: sources.query, kv: sources.kv, mask, score, out: options.out };
-    if (options.returnLse) return forwardWithLse(call);
-    // The LSE is only computed here when the caller passed a buffer for it (theirs to keep).
-    return runForward(call, false).output;
-  } finally {
-    sources.release();
+    return forwardResult(
+      { op, query: sources.query, kv: sources.kv, mask, score, out: o.out, keep: sources.keep },
+      o.returnLse ?? false,
+      "attention(...).backward",
+    );
+  } catch (e) {
+    release(sources.keep);
+    throw e;
   }
 }
 
 /**
- * Backward of {@link attention}: from q, k, v, the forward's output and LSE, and the output's
- * gradient dO, returns dq, dk and dv (dk, dv summed over each KV group). It recomputes the scores
- * from the LSE; no Sq x Skv matrix is stored. Pass the forward's own mask and score options.
+ * Backward of {@link attention}, the output gradient first: from dO, q, k, v, the forward's output
+ * and LSE, returns dq, dk and dv (dk, dv summed over each KV group). It recomputes the scores from the
+ * LSE; no Sq x Skv matrix is stored. Pass the forward's options: options that contradict the forward
+ * that produced `lse` (mask, scale, softcap, layout, offsets) are refused. `result.backward(dO)` on the
+ * forward's result does the same without repeating them.
  *
  * @example
  * ```ts
@@ -208,25 +206,26 @@ export function attention(
  * using q = Tensor.randn([1, 64, 4, 64], { dtype: "float16", seed: 1 });
  * using kv = Tensor.randn([1, 64, 1, 64], { dtype: "float16", seed: 2 });
  * using dO = Tensor.randn([1, 64, 4, 64], { dtype: "float16", seed: 3 });
- * using fwd = attention(q, kv, kv, { isCausal: true, returnLse: true });
- * using grads = attentionBackward(q, kv, kv, fwd.output, dO, fwd.lse, { isCausal: true });
+ * const options = { layout: "bshd", isCausal: true } as const;
+ * using fwd = attention(q, kv, kv, { ...options, returnLse: true });
+ * using grads = attentionBackward(dO, q, kv, kv, fwd.output, fwd.lse, options);
  * console.log(grads.dk.shape); // [1, 64, 1, 64]
  * ```
  */
 export function attentionBackward(
+  dOutput: Tensor,
   q: Tensor,
   k: Tensor,
   v: Tensor,
   output: Tensor,
-  dOutput: Tensor,
   lse: Tensor,
-  options: AttentionBackwardOptions = {},
+  options: AttentionBackwardOptions,
 ): AttentionGradients {
   const op = "attentionBackward";
-  options = checkOptions<AttentionBackwardOptions>(op, options, BACKWARD_OPTIONS);
-  const mask = resolveMask(op, options, false);
-  const score = resolveScore(op, options);
-  const sources = sourcesOf(op, q, k, v, options);
+  const o = checkOptions<AttentionBackwardOptions>(op, options, BACKWARD_OPTIONS);
+  const mask = resolveMask(op, o);
+  const score = resolveScore(op, o);
+  const sources = sourcesOf(op, q, k, v, o);
   try {
     return runBackward({
       op,
@@ -237,10 +236,10 @@ export function attentionBackward(
       output,
       dOutput,
       lse,
-      deterministic: options.deterministic ?? false,
-      out: options.out,
+      deterministic: o.deterministic ?? false,
+      out: o.out,
     });
   } finally {
-    sources.release();
+    release(sources.keep);
   }
 }

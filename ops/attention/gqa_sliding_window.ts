@@ -1,13 +1,19 @@
 /**
- * Sliding-window GQA forward ops of seed 001: fixed length (BSHD, square) and varlen (packed THD).
- * A query at position p admits key j when every applicable condition holds: `j <= p` (isCausal),
- * `j >= p - windowSizeLeft` (left >= 0), `j <= p + windowSizeRight` (right >= 0). For varlen, p is
- * the row's local index plus `seqlen_k - seqlen_q` of its own sequence (bottom-right).
+ * Sliding-window GQA forward ops: fixed length (square, `"bshd"` or `"bhsd"`) and varlen (packed,
+ * `"thd"`). A query at position p admits key j when every applicable condition holds: `j <= p`
+ * (isCausal), `j >= p - windowSizeLeft` (left >= 0), `j <= p + windowSizeRight` (right >= 0). For
+ * varlen, p is the row's local index plus `seqlen_k - seqlen_q` of its own sequence (bottom-right).
+ * As everywhere, `isCausal` defaults to false: a window open on the right (`windowSizeRight` -1, the
+ * default) admits every later key, so a causal sliding window says `isCausal: true` (or
+ * `windowSizeRight: 0`).
  *
  * @module
  */
+import type { Layout } from "../layout.ts";
+import type { CuSeqlens } from "../seqlens.ts";
 import type { Tensor } from "../tensor.ts";
 import {
+  expectSize,
   type MaskOptions,
   type ResolvedMask,
   type ResolvedScore,
@@ -17,29 +23,34 @@ import {
 import {
   checkPackedSizes,
   checkSquareSizes,
+  denseLayout,
   DTypePin,
-  expectBoolean,
   expectMaxSeqlen,
+  expectOptions,
   expectPackedCall,
   expectSquareCall,
+  packedLayout,
   type PackedSizes,
   type SquareSizes,
 } from "./op_support.ts";
 import { type ForwardBuffers, runForward } from "./run.ts";
-import { expectSize } from "./options.ts";
 
-/** Options of {@link GroupedQueryAttentionSlidingWindowFwdOp}: sizes and the mask (causal by default). */
-export interface GroupedQueryAttentionSlidingWindowFwdOptions extends SquareSizes, MaskOptions {}
+/** Options of {@link GroupedQueryAttentionSlidingWindowFwdOp}: layout (required), sizes and the mask. */
+export interface GroupedQueryAttentionSlidingWindowFwdOptions extends SquareSizes, MaskOptions {
+  /** Layout of q, k, v and the output: `"bshd"` or `"bhsd"` (required). */
+  layout: Extract<Layout, "bshd" | "bhsd">;
+}
 
 /**
  * Fixed-length sliding-window GQA forward: q `[batch, seqLen, heads, dim]`, k and v
- * `[batch, seqLen, headsKv, dim]`; returns the output `[batch, seqLen, heads, dim]`.
+ * `[batch, seqLen, headsKv, dim]` (`"bshd"`; `"bhsd"` puts heads before seqLen); returns the output,
+ * shaped like q.
  *
  * @example
  * ```ts
  * import { GroupedQueryAttentionSlidingWindowFwdOp, Tensor } from "@attnkit/attnkit";
  * const op = new GroupedQueryAttentionSlidingWindowFwdOp({
- *   batch: 1, heads: 4, headsKv: 1, seqLen: 256, dim: 64, windowSizeLeft: 63,
+ *   layout: "bshd", batch: 1, heads: 4, headsKv: 1, seqLen: 256, dim: 64, isCausal: true, windowSizeLeft: 63,
  * });
  * using q = Tensor.randn([1, 256, 4, 64], { dtype: "bfloat16", seed: 1 });
  * using kv = Tensor.randn([1, 256, 1, 64], { dtype: "bfloat16", seed: 2 });
@@ -49,30 +60,31 @@ export interface GroupedQueryAttentionSlidingWindowFwdOptions extends SquareSize
 export class GroupedQueryAttentionSlidingWindowFwdOp {
   /** The sizes every call must match. */
   readonly sizes: Readonly<SquareSizes>;
+  /** Layout of every call's tensors. */
+  readonly layout: Extract<Layout, "bshd" | "bhsd">;
   /** The mask. */
   readonly mask: ResolvedMask;
   readonly #score: ResolvedScore = resolveScore("GroupedQueryAttentionSlidingWindowFwdOp", {});
   readonly #pin = new DTypePin();
 
-  /** Checks the sizes and the window once. */
+  /** Checks the sizes, the layout and the window once. */
   constructor(options: GroupedQueryAttentionSlidingWindowFwdOptions) {
     const op = "GroupedQueryAttentionSlidingWindowFwdOp";
+    options = expectOptions(op, options);
     this.sizes = checkSquareSizes(op, options);
-    this.mask = resolveMask(op, {
-      ...options,
-      isCausal: expectBoolean(op, "isCausal", options.isCausal, true),
-    }, true);
+    this.layout = denseLayout(op, options.layout);
+    this.mask = resolveMask(op, options);
   }
 
-  /** Runs the forward; `out` may supply the output buffer. */
+  /** Runs the forward; `out` may supply the output buffer (the returned output is the caller's). */
   forward(q: Tensor, k: Tensor, v: Tensor, out?: ForwardBuffers): Tensor {
     const op = "GroupedQueryAttentionSlidingWindowFwdOp";
-    expectSquareCall(op, this.sizes, q, k, v);
+    expectSquareCall(op, this.sizes, this.layout, q, k, v);
     this.#pin.check(op, q);
     return runForward({
       op,
-      query: { kind: "dense", q, layout: "bshd" },
-      kv: { kind: "dense", k, v, layout: "bshd" },
+      query: { kind: "dense", q, layout: this.layout },
+      kv: { kind: "dense", k, v, layout: this.layout },
       mask: this.mask,
       score: this.#score,
       out,
@@ -80,19 +92,23 @@ export class GroupedQueryAttentionSlidingWindowFwdOp {
   }
 }
 
-/** Options of {@link GroupedQueryAttentionSlidingWindowVarlenFwdOp}: sizes and the mask (causal by default). */
-export interface GroupedQueryAttentionSlidingWindowVarlenFwdOptions extends PackedSizes, MaskOptions {}
+/** Options of {@link GroupedQueryAttentionSlidingWindowVarlenFwdOp}: layout `"thd"`, sizes and the mask. */
+export interface GroupedQueryAttentionSlidingWindowVarlenFwdOptions extends PackedSizes, MaskOptions {
+  /** `"thd"`: packed `[totalTokens, heads, dim]` (required, so every call names its layout). */
+  layout: Extract<Layout, "thd">;
+}
 
 /**
  * Varlen sliding-window GQA forward on packed sequences: q `[totalQ, heads, dim]`, k and v
- * `[totalK, headsKv, dim]`, `cuSeqlensQ` / `cuSeqlensK` int32 `[batch + 1]` on q's device;
- * `maxSeqlenQ` is checked against the query lengths. Returns the output `[totalQ, heads, dim]`.
+ * `[totalK, headsKv, dim]`, `cuSeqlensQ` / `cuSeqlensK` `[batch + 1]` (host numbers, or int32 / int64
+ * tensors on q's device); `maxSeqlenQ` is checked against the query lengths. Returns the output
+ * `[totalQ, heads, dim]`.
  *
  * @example
  * ```ts
  * import { GroupedQueryAttentionSlidingWindowVarlenFwdOp, Tensor } from "@attnkit/attnkit";
  * const op = new GroupedQueryAttentionSlidingWindowVarlenFwdOp({
- *   batch: 2, heads: 4, headsKv: 2, dim: 64, windowSizeLeft: 16,
+ *   layout: "thd", batch: 2, heads: 4, headsKv: 2, dim: 64, isCausal: true, windowSizeLeft: 16,
  * });
  * using q = Tensor.randn([50, 4, 64], { dtype: "float16", seed: 1 });
  * using kv = Tensor.randn([50, 2, 64], { dtype: "float16", seed: 2 });
@@ -103,39 +119,41 @@ export interface GroupedQueryAttentionSlidingWindowVarlenFwdOptions extends Pack
 export class GroupedQueryAttentionSlidingWindowVarlenFwdOp {
   /** The sizes every call must match. */
   readonly sizes: Readonly<PackedSizes>;
+  /** `"thd"`. */
+  readonly layout: Extract<Layout, "thd">;
   /** The mask. */
   readonly mask: ResolvedMask;
   readonly #score: ResolvedScore = resolveScore("GroupedQueryAttentionSlidingWindowVarlenFwdOp", {});
   readonly #pin = new DTypePin();
 
-  /** Checks the sizes and the window once. */
+  /** Checks the sizes, the layout and the window once. */
   constructor(options: GroupedQueryAttentionSlidingWindowVarlenFwdOptions) {
     const op = "GroupedQueryAttentionSlidingWindowVarlenFwdOp";
+    options = expectOptions(op, options);
     this.sizes = checkPackedSizes(op, options);
-    this.mask = resolveMask(op, {
-      ...options,
-      isCausal: expectBoolean(op, "isCausal", options.isCausal, true),
-    }, true);
+    this.layout = packedLayout(op, options.layout);
+    this.mask = resolveMask(op, options);
   }
 
-  /** Runs the forward; `out` may supply the output buffer. */
+  /** Runs the forward; `out` may supply the output buffer (the returned output is the caller's). */
   forward(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    cuSeqlensQ: Tensor,
-    cuSeqlensK: Tensor,
+    cuSeqlensQ: CuSeqlens,
+    cuSeqlensK: CuSeqlens,
     maxSeqlenQ: number,
     out?: ForwardBuffers,
   ): Tensor {
     const op = "GroupedQueryAttentionSlidingWindowVarlenFwdOp";
-    expectPackedCall(op, this.sizes, { q, k, v, cuSeqlensQ, cuSeqlensKv: cuSeqlensK }, "cuSeqlensK");
+    const maxQ = expectSize(op, "maxSeqlenQ", maxSeqlenQ, 0);
+    using cu = expectPackedCall(op, this.sizes, { q, k, v, cuSeqlensQ, cuSeqlensK });
     this.#pin.check(op, q);
-    expectMaxSeqlen(op, "cuSeqlensQ", cuSeqlensQ, "maxSeqlenQ", expectSize(op, "maxSeqlenQ", maxSeqlenQ, 0));
+    expectMaxSeqlen(op, "cuSeqlensQ", cu.q, "maxSeqlenQ", maxQ);
     return runForward({
       op,
-      query: { kind: "packed", q, cuSeqlens: cuSeqlensQ },
-      kv: { kind: "packed", k, v, cuSeqlens: cuSeqlensK },
+      query: { kind: "packed", q, cuSeqlens: cu.q.tensor, offsets: cu.q.host },
+      kv: { kind: "packed", k, v, cuSeqlens: cu.k.tensor, offsets: cu.k.host },
       mask: this.mask,
       score: this.#score,
       out,

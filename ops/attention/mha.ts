@@ -1,6 +1,5 @@
 /**
- * Multi-head attention ops of seed 001: the `headsKv = heads` case of the GQA ops, as the seed
- * routes them.
+ * Multi-head attention ops: the `headsKv = heads` case of the GQA ops.
  *
  * @module
  */
@@ -22,20 +21,24 @@ export type MultiHeadAttentionBwdOptions = Omit<GroupedQueryAttentionBwdOptions,
 // The MHA options as the GQA op takes them (headsKv = heads), once checked without headsKv.
 function mhaOptions<T extends { heads: number }>(op: string, options: T): T & { headsKv: number } {
   const keys = Object.keys(OP_OPTION_KEYS[op]).filter((k) => k !== "headsKv");
-  checkOptions(op, options, Object.fromEntries(keys.map((k) => [k, "any" as const])));
-  return { ...options, headsKv: options.heads };
+  const checked = checkOptions<T>(op, options, Object.fromEntries(keys.map((k) => [k, "any" as const])));
+  return { ...checked, headsKv: checked.heads };
 }
 
 /**
- * MHA forward for training (BSHD, square): q, k, v `[batch, seqLen, heads, dim]`; returns the output
- * and the LSE. `isCausal` defaults to true, as in the seed.
+ * MHA forward for training (square): q, k, v `[batch, seqLen, heads, dim]` (`"bshd"`) or
+ * `[batch, heads, seqLen, dim]` (`"bhsd"`); returns the output, the LSE and `backward(dO)`.
+ * `isCausal` defaults to false.
  *
  * @example
  * ```ts
  * import { MultiHeadAttentionFwdOp, Tensor } from "@attnkit/attnkit";
- * const op = new MultiHeadAttentionFwdOp({ batch: 2, heads: 4, seqLen: 128, dim: 64 });
- * using q = Tensor.randn([2, 128, 4, 64], { dtype: "bfloat16", seed: 1 });
+ * const op = new MultiHeadAttentionFwdOp({
+ *   layout: "bhsd", batch: 2, heads: 4, seqLen: 128, dim: 64, isCausal: true,
+ * });
+ * using q = Tensor.randn([2, 4, 128, 64], { dtype: "bfloat16", seed: 1 });
  * using result = op.forward(q, q, q);
+ * console.log(result.lse.shape); // [2, 4, 128]
  * ```
  */
 export class MultiHeadAttentionFwdOp extends GroupedQueryAttentionFwdOp {
@@ -46,17 +49,18 @@ export class MultiHeadAttentionFwdOp extends GroupedQueryAttentionFwdOp {
 }
 
 /**
- * MHA backward (BSHD, square): returns dq, dk, dv, each `[batch, seqLen, heads, dim]`.
+ * MHA backward (square): `backward(dO, q, k, v, o, lse)` returns dq, dk, dv, each shaped like q.
  *
  * @example
  * ```ts
  * import { MultiHeadAttentionBwdOp, MultiHeadAttentionFwdOp, Tensor } from "@attnkit/attnkit";
- * const sizes = { batch: 1, heads: 2, seqLen: 64, dim: 64 };
- * const fwd = new MultiHeadAttentionFwdOp(sizes);
- * const bwd = new MultiHeadAttentionBwdOp({ ...sizes, deterministic: true });
+ * const options = { layout: "bshd", batch: 1, heads: 2, seqLen: 64, dim: 64, isCausal: true } as const;
+ * const fwd = new MultiHeadAttentionFwdOp(options);
+ * const bwd = new MultiHeadAttentionBwdOp({ ...options, deterministic: true });
  * using q = Tensor.randn([1, 64, 2, 64], { dtype: "float16", seed: 1 });
+ * using dO = Tensor.randn([1, 64, 2, 64], { dtype: "float16", seed: 2 });
  * using y = fwd.forward(q, q, q);
- * using grads = bwd.forward(q, q, q, y.output, y.output, y.lse);
+ * using grads = bwd.backward(dO, q, q, q, y.output, y.lse);
  * ```
  */
 export class MultiHeadAttentionBwdOp extends GroupedQueryAttentionBwdOp {

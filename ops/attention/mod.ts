@@ -1,22 +1,31 @@
 /**
- * Softmax attention: MHA and GQA, dense (BSHD / BHSD) and packed varlen, causal (bottom-right
- * aligned), sliding windows and softcap; forward with LSE and backward recomputing from it. The op
- * classes follow seed 001 (construct once, call many); `attention` / `attentionBackward` are the
- * functional forms.
+ * Softmax attention: MHA and GQA, dense (`"bshd"` / `"bhsd"`) and packed varlen (`"thd"`), causal
+ * (bottom-right aligned), sliding windows and softcap; forward with LSE, and a backward recomputing
+ * from it. Every call names its layout; `isCausal` defaults to false. The op classes are built once
+ * and called many times; `attention` / `attentionBackward` are the functional forms, and a forward's
+ * result runs its own backward.
  *
  * @example
  * ```ts
  * import { attention, Tensor } from "@attnkit/attnkit";
  * using q = Tensor.randn([1, 64, 8, 64], { dtype: "bfloat16", seed: 1 });
  * using kv = Tensor.randn([1, 64, 2, 64], { dtype: "bfloat16", seed: 2 });
- * using o = attention(q, kv, kv, { isCausal: true });
+ * using r = attention(q, kv, kv, { layout: "bshd", isCausal: true });
+ * using grads = r.backward(r.output);
  * ```
  *
  * @module
  */
-export type { AttentionLayout, MaskOptions, ResolvedMask, ResolvedScore, ScoreOptions } from "./options.ts";
+export type { MaskOptions, ResolvedMask, ResolvedScore, ScoreOptions } from "./options.ts";
 export type { KvSource, QuerySource } from "./sources.ts";
-export type { AttentionGradients, AttentionOutput, BackwardBuffers, ForwardBuffers } from "./run.ts";
+export type {
+  AttentionGradients,
+  AttentionOutput,
+  AttentionResult,
+  BackwardBuffers,
+  ForwardBuffers,
+  ResultBackwardOptions,
+} from "./run.ts";
 export {
   attention,
   attentionBackward,

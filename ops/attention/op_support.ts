@@ -1,18 +1,23 @@
 /**
- * What the attention op classes share: their constructor sizes, the dtype taken from the first call,
- * and the shape checks of square (Sq = Skv) BSHD calls.
+ * What the attention op classes share: their constructor sizes and layout, the dtype taken from the
+ * first call, and the shape checks of square (Sq = Skv) and packed calls.
  *
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
 import { checkOptions, type OptionSpec } from "../args.ts";
-import { expectDType, expectShape, expectTensor } from "../checks.ts";
+import { expectShape, expectTensor } from "../checks.ts";
 import type { DType } from "../dtype.ts";
+import { LAYOUTS, requireLayout } from "../layout.ts";
+import { type Int32Seqlens, int32Seqlens, seqlensOffsets } from "../seqlens.ts";
 import type { Tensor } from "../tensor.ts";
 import { expectSize } from "./options.ts";
-import { MAX_HEAD_DIM, sequenceLengths } from "./sources.ts";
+import { type DenseLayout, MAX_HEAD_DIM, sequenceLengths } from "./sources.ts";
 
-/** Sizes of a square BSHD op: q `[batch, seqLen, heads, dim]`, k and v `[batch, seqLen, headsKv, dim]`. */
+/**
+ * Sizes of a square op: q `[batch, seqLen, heads, dim]`, k and v `[batch, seqLen, headsKv, dim]` (in
+ * the order of the op's layout).
+ */
 export interface SquareSizes {
   /** Batch size. */
   batch: number;
@@ -48,9 +53,22 @@ export function checkDim(op: string, dim: unknown): number {
   return d;
 }
 
+/** The layouts dense op classes take. */
+export const DENSE_LAYOUTS: readonly DenseLayout[] = ["bshd", "bhsd"];
+
+/** Checks the (required) layout of a dense op's constructor. */
+export function denseLayout(op: string, layout: unknown): DenseLayout {
+  return requireLayout(op, layout, DENSE_LAYOUTS);
+}
+
+/** Checks the (required) layout of a packed op's constructor: `"thd"`, so every call names its layout. */
+export function packedLayout(op: string, layout: unknown): "thd" {
+  return requireLayout(op, layout, ["thd"]);
+}
+
 /** Checks the sizes of a square op's constructor. */
 export function checkSquareSizes(op: string, sizes: SquareSizes): Readonly<SquareSizes> {
-  expectOptions(op, sizes);
+  sizes = expectOptions(op, sizes);
   const { heads, headsKv } = checkHeads(op, sizes.heads, sizes.headsKv);
   return Object.freeze({
     batch: expectSize(op, "batch", sizes.batch),
@@ -61,12 +79,28 @@ export function checkSquareSizes(op: string, sizes: SquareSizes): Readonly<Squar
   });
 }
 
-/** Checks q, k, v of a call against a square op's sizes. */
-export function expectSquareCall(op: string, sizes: SquareSizes, q: unknown, k: unknown, v: unknown): void {
+/** Checks q, k, v of a call against a square op's sizes, in the op's layout. */
+export function expectSquareCall(
+  op: string,
+  sizes: SquareSizes,
+  layout: DenseLayout,
+  q: unknown,
+  k: unknown,
+  v: unknown,
+): void {
   const { batch, seqLen, heads, headsKv, dim } = sizes;
-  expectShape(op, "q", expectTensor(op, "q", q), [batch, seqLen, heads, dim]);
-  expectShape(op, "k", expectTensor(op, "k", k), [batch, seqLen, headsKv, dim]);
-  expectShape(op, "v", expectTensor(op, "v", v), [batch, seqLen, headsKv, dim]);
+  const shape = (h: number) => layout === "bshd" ? [batch, seqLen, h, dim] : [batch, h, seqLen, dim];
+  try {
+    expectShape(op, "q", expectTensor(op, "q", q), shape(heads));
+    expectShape(op, "k", expectTensor(op, "k", k), shape(headsKv));
+    expectShape(op, "v", expectTensor(op, "v", v), shape(headsKv));
+  } catch (e) {
+    if (!(e instanceof Error) || !/expected shape/.test(e.message)) throw e;
+    throw invalidArgument(
+      op,
+      `${e.message.slice(op.length + 2)} (layout "${layout}" reads ${LAYOUTS[layout]})`,
+    );
+  }
 }
 
 /** The dtype an op takes from its first call; later calls must use the same one. */
@@ -90,33 +124,34 @@ export class DTypePin {
   }
 }
 
-/** Checks that a constructor got an options object. */
-export function expectOptions(op: string, options: unknown): void {
-  checkOptions(op, options, OP_OPTION_KEYS[op]);
+/** Checks a constructor's options object (known keys only) and returns it ({} for undefined). */
+export function expectOptions<T extends object>(op: string, options: T | undefined): T {
+  return checkOptions<T>(op, options, OP_OPTION_KEYS[op]);
 }
 
 // The keys of the op classes' options (values are checked where they are resolved).
 const SQUARE_KEYS = ["batch", "heads", "headsKv", "seqLen", "dim"];
 const PACKED_KEYS = ["batch", "heads", "headsKv", "dim"];
 const MASK_KEYS = ["isCausal", "windowSizeLeft", "windowSizeRight"];
-const SCORE_KEYS = ["smScale", "softcap"];
+const SCORE_KEYS = ["scale", "softcap"];
 
 /** The option keys of each attention op class, by class name. */
 export const OP_OPTION_KEYS: Readonly<Record<string, OptionSpec>> = Object.fromEntries(
   Object.entries({
-    GroupedQueryAttentionFwdOp: [...SQUARE_KEYS, ...SCORE_KEYS, "isCausal"],
-    GroupedQueryAttentionBwdOp: [...SQUARE_KEYS, ...SCORE_KEYS, ...MASK_KEYS, "deterministic"],
+    GroupedQueryAttentionFwdOp: ["layout", ...SQUARE_KEYS, ...SCORE_KEYS, ...MASK_KEYS],
+    GroupedQueryAttentionBwdOp: ["layout", ...SQUARE_KEYS, ...SCORE_KEYS, ...MASK_KEYS, "deterministic"],
     // The MHA ops check their users' options without headsKv (mha.ts), then pass headsKv = heads.
-    MultiHeadAttentionFwdOp: [...SQUARE_KEYS, ...SCORE_KEYS, "isCausal"],
-    MultiHeadAttentionBwdOp: [...SQUARE_KEYS, ...SCORE_KEYS, ...MASK_KEYS, "deterministic"],
-    GroupedQueryAttentionDenseFwdOp: [...MASK_KEYS, ...SCORE_KEYS, "dtype"],
-    GroupedQueryAttentionSlidingWindowFwdOp: [...SQUARE_KEYS, ...MASK_KEYS],
-    GroupedQueryAttentionSlidingWindowVarlenFwdOp: [...PACKED_KEYS, ...MASK_KEYS],
+    MultiHeadAttentionFwdOp: ["layout", ...SQUARE_KEYS, ...SCORE_KEYS, ...MASK_KEYS],
+    MultiHeadAttentionBwdOp: ["layout", ...SQUARE_KEYS, ...SCORE_KEYS, ...MASK_KEYS, "deterministic"],
+    GroupedQueryAttentionDenseFwdOp: ["layout", ...MASK_KEYS, ...SCORE_KEYS, "dtype"],
+    GroupedQueryAttentionSlidingWindowFwdOp: ["layout", ...SQUARE_KEYS, ...MASK_KEYS],
+    GroupedQueryAttentionSlidingWindowVarlenFwdOp: ["layout", ...PACKED_KEYS, ...MASK_KEYS],
     GroupedQueryAttentionPrefillVarlenFwdOp: [
+      "layout",
       ...PACKED_KEYS,
       ...SCORE_KEYS,
       "maxSeqlenQ",
-      "maxSeqlenKv",
+      "maxSeqlenK",
       "isCausal",
       "validateInputs",
     ],
@@ -137,7 +172,7 @@ export interface PackedSizes {
 
 /** Checks the sizes of a packed op's constructor. */
 export function checkPackedSizes(op: string, sizes: PackedSizes): Readonly<PackedSizes> {
-  expectOptions(op, sizes);
+  sizes = expectOptions(op, sizes);
   const { heads, headsKv } = checkHeads(op, sizes.heads, sizes.headsKv);
   return Object.freeze({
     batch: expectSize(op, "batch", sizes.batch, 0),
@@ -147,27 +182,65 @@ export function checkPackedSizes(op: string, sizes: PackedSizes): Readonly<Packe
   });
 }
 
-/** Checks q, k, v and the cu_seqlens of a packed call against a packed op's sizes. */
+/** The int32 offsets of a packed call, uploaded or narrowed as needed; dispose them after the call. */
+export interface PackedOffsets extends Disposable {
+  /** Query offsets. */
+  readonly q: Int32Seqlens;
+  /** Key offsets. */
+  readonly k: Int32Seqlens;
+}
+
+/**
+ * Checks q, k, v and the offsets of a packed call against a packed op's sizes, and returns the offsets
+ * as int32 tensors on q's device (host arrays and int64 tensors accepted).
+ */
 export function expectPackedCall(
   op: string,
   sizes: PackedSizes,
-  tensors: { q: unknown; k: unknown; v: unknown; cuSeqlensQ: unknown; cuSeqlensKv: unknown },
-  kvName = "cuSeqlensKv",
-): void {
+  tensors: { q: unknown; k: unknown; v: unknown; cuSeqlensQ: unknown; cuSeqlensK: unknown },
+): PackedOffsets {
   const { batch, heads, headsKv, dim } = sizes;
-  expectShape(op, "q", expectTensor(op, "q", tensors.q), [null, heads, dim]);
-  const k = expectShape(op, "k", expectTensor(op, "k", tensors.k), ["Tkv", headsKv, dim]);
-  expectShape(op, "v", expectTensor(op, "v", tensors.v), ["Tkv", headsKv, dim], k);
-  for (const [name, cu] of [["cuSeqlensQ", tensors.cuSeqlensQ], [kvName, tensors.cuSeqlensKv]] as const) {
-    const t = expectTensor(op, name, cu);
-    expectDType(op, name, t, ["int32"]);
-    expectShape(op, name, t, [batch + 1]);
+  try {
+    expectShape(op, "q", expectTensor(op, "q", tensors.q), [null, heads, dim]);
+    const k = expectShape(op, "k", expectTensor(op, "k", tensors.k), ["Tkv", headsKv, dim]);
+    expectShape(op, "v", expectTensor(op, "v", tensors.v), ["Tkv", headsKv, dim], k);
+  } catch (e) {
+    if (!(e instanceof Error) || !/expected shape/.test(e.message)) throw e;
+    throw invalidArgument(op, `${e.message.slice(op.length + 2)} (layout "thd" reads ${LAYOUTS.thd})`);
   }
+  const device = (tensors.q as Tensor).device;
+  const cuQ = int32Seqlens(op, "cuSeqlensQ", tensors.cuSeqlensQ, device);
+  let cuK: Int32Seqlens | undefined;
+  try {
+    cuK = int32Seqlens(op, "cuSeqlensK", tensors.cuSeqlensK, device);
+    for (const [name, cu] of [["cuSeqlensQ", cuQ], ["cuSeqlensK", cuK]] as const) {
+      expectShape(op, name, cu.tensor, [batch + 1]);
+    }
+  } catch (e) {
+    cuQ[Symbol.dispose]();
+    cuK?.[Symbol.dispose]();
+    throw e;
+  }
+  const k = cuK;
+  return {
+    q: cuQ,
+    k,
+    [Symbol.dispose]() {
+      cuQ[Symbol.dispose]();
+      k[Symbol.dispose]();
+    },
+  };
 }
 
-/** Checks that no sequence of `cu` is longer than `max` (reads cu_seqlens to the host). */
-export function expectMaxSeqlen(op: string, name: string, cu: Tensor, maxName: string, max: number): void {
-  const lengths = sequenceLengths(cu);
+/** Checks that no sequence of `cu` is longer than `max` (reads device offsets to the host). */
+export function expectMaxSeqlen(
+  op: string,
+  name: string,
+  cu: Int32Seqlens,
+  maxName: string,
+  max: number,
+): void {
+  const lengths = sequenceLengths(seqlensOffsets(cu));
   const n = lengths.findIndex((len) => len > max);
   if (n >= 0) {
     throw invalidArgument(

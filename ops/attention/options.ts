@@ -21,7 +21,7 @@ import { invalidArgument } from "../../ffi/errors.ts";
  * ```
  */
 export interface MaskOptions {
-  /** Causal mask, bottom-right aligned (the default differs per op; see each op). */
+  /** Causal mask, bottom-right aligned; default false everywhere (no op implies it). */
   isCausal?: boolean;
   /** Keys admitted left of the row's position; -1 (default) for unlimited. */
   windowSizeLeft?: number;
@@ -33,7 +33,7 @@ export interface MaskOptions {
 }
 
 /**
- * How raw scores are formed: `z = smScale * q . k`, then with `softcap` c > 0, `c * tanh(z / c)`
+ * How raw scores are formed: `z = scale * q . k`, then with `softcap` c > 0, `c * tanh(z / c)`
  * before masking and softmax.
  *
  * @example
@@ -44,22 +44,10 @@ export interface MaskOptions {
  */
 export interface ScoreOptions {
   /** Score scale; default `1 / sqrt(D)` from the call's head dimension. */
-  smScale?: number;
+  scale?: number;
   /** Cap c > 0 applied as `c * tanh(z / c)`; 0 or undefined for none. */
   softcap?: number;
 }
-
-/**
- * Memory layout of dense q, k, v and the output: `"bshd"` ([batch, seq, heads, dim], the default)
- * or `"bhsd"` ([batch, heads, seq, dim], read and written in place, no copy).
- *
- * @example
- * ```ts
- * import type { AttentionLayout } from "@attnkit/attnkit";
- * const layout: AttentionLayout = "bhsd";
- * ```
- */
-export type AttentionLayout = "bshd" | "bhsd";
 
 /**
  * A mask with its defaults applied, as an op holds it and the C entries take it.
@@ -67,7 +55,7 @@ export type AttentionLayout = "bshd" | "bhsd";
  * @example
  * ```ts
  * import { GroupedQueryAttentionDenseFwdOp } from "@attnkit/attnkit";
- * const op = new GroupedQueryAttentionDenseFwdOp({ windowSizeLeft: 128 });
+ * const op = new GroupedQueryAttentionDenseFwdOp({ layout: "bshd", isCausal: true, windowSizeLeft: 128 });
  * console.log(op.mask); // { causal: true, windowLeft: 128, windowRight: 0 }
  * ```
  */
@@ -86,13 +74,13 @@ export interface ResolvedMask {
  * @example
  * ```ts
  * import { GroupedQueryAttentionDenseFwdOp } from "@attnkit/attnkit";
- * const op = new GroupedQueryAttentionDenseFwdOp({ softcap: 30 });
- * console.log(op.score); // { smScale: undefined, softcap: 30 }
+ * const op = new GroupedQueryAttentionDenseFwdOp({ layout: "bshd", softcap: 30 });
+ * console.log(op.score); // { scale: undefined, softcap: 30 }
  * ```
  */
 export interface ResolvedScore {
   /** The scale; undefined means `1 / sqrt(D)` of the call. */
-  readonly smScale: number | undefined;
+  readonly scale: number | undefined;
   /** 0 for none. */
   readonly softcap: number;
 }
@@ -111,10 +99,10 @@ function windowSize(op: string, name: string, value: unknown): number {
 }
 
 /**
- * Checks mask options and applies defaults (internal to the attention ops) (`defaultCausal` when `isCausal` is not given).
+ * Checks mask options and applies the defaults (not causal, unlimited windows).
  */
-export function resolveMask(op: string, options: MaskOptions, defaultCausal: boolean): ResolvedMask {
-  const causal = options.isCausal ?? defaultCausal;
+export function resolveMask(op: string, options: MaskOptions): ResolvedMask {
+  const causal = options.isCausal ?? false;
   if (typeof causal !== "boolean") {
     throw invalidArgument(op, `isCausal: expected a boolean, got ${String(causal)}`);
   }
@@ -127,14 +115,14 @@ export function resolveMask(op: string, options: MaskOptions, defaultCausal: boo
  * Checks score options and applies defaults.
  */
 export function resolveScore(op: string, options: ScoreOptions): ResolvedScore {
-  const { smScale, softcap } = options;
+  const { scale, softcap } = options;
   if (
-    smScale !== undefined && smScale !== null &&
-    !(typeof smScale === "number" && Number.isFinite(smScale) && smScale > 0)
+    scale !== undefined && scale !== null &&
+    !(typeof scale === "number" && Number.isFinite(scale) && scale > 0)
   ) {
     throw invalidArgument(
       op,
-      `smScale: expected a finite number > 0 (or undefined for 1 / sqrt(D)), got ${String(smScale)}`,
+      `scale: expected a finite number > 0 (or undefined for 1 / sqrt(D)), got ${String(scale)}`,
     );
   }
   if (
@@ -146,18 +134,7 @@ export function resolveScore(op: string, options: ScoreOptions): ResolvedScore {
       `softcap: expected a finite number >= 0 (0 or undefined for none), got ${String(softcap)}`,
     );
   }
-  return Object.freeze({ smScale: smScale ?? undefined, softcap: softcap ?? 0 });
-}
-
-/**
- * Checks a layout name.
- */
-export function resolveLayout(op: string, layout: unknown): AttentionLayout {
-  if (layout === undefined) return "bshd";
-  if (layout !== "bshd" && layout !== "bhsd") {
-    throw invalidArgument(op, `layout: expected "bshd" or "bhsd", got ${JSON.stringify(layout)}`);
-  }
-  return layout;
+  return Object.freeze({ scale: scale ?? undefined, softcap: softcap ?? 0 });
 }
 
 /**

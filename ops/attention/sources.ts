@@ -1,20 +1,24 @@
 /**
  * Where a call's queries, keys and values come from, and the checks that turn them into one
  * geometry (batch, lengths, heads, head dim) with BSHD views for the C entries. Dense tensors are
- * BSHD or BHSD; packed (varlen) tensors are THD with `cu_seqlens`. A later issue adds a paged KV
- * source here without touching the ops.
+ * `"bshd"` or `"bhsd"`; packed (varlen) tensors are `"thd"` with int32 `cuSeqlens`. Further kinds of
+ * source (a paged KV cache) fit here without touching the ops.
  *
  * @module
  */
-import { invalidArgument } from "../../ffi/errors.ts";
+import { AttnkitError, invalidArgument } from "../../ffi/errors.ts";
 import { expectDType, expectSameDevice, expectSameDType, expectShape, expectTensor } from "../checks.ts";
 import type { DType } from "../dtype.ts";
+import { type Layout, LAYOUTS } from "../layout.ts";
 import { Tensor } from "../tensor.ts";
-import type { AttentionLayout } from "./options.ts";
+
+/** The layouts of dense (not packed) q, k, v. */
+export type DenseLayout = Extract<Layout, "bshd" | "bhsd">;
 
 /**
- * Queries of a call: dense `[B, Sq, Hq, D]` (or `[B, Hq, Sq, D]` for `"bhsd"`), or packed
- * `[Tq, Hq, D]` with `cuSeqlens` (int32 `[N + 1]`).
+ * Queries of a call: dense `[B, Sq, Hq, D]` (`"bshd"`) or `[B, Hq, Sq, D]` (`"bhsd"`), or packed
+ * `[Tq, Hq, D]` (`"thd"`) with `cuSeqlens` (int32 `[N + 1]` on q's device; `offsets`, its host copy,
+ * when the caller gave the offsets on the host).
  *
  * @example
  * ```ts
@@ -24,12 +28,17 @@ import type { AttentionLayout } from "./options.ts";
  * ```
  */
 export type QuerySource =
-  | { readonly kind: "dense"; readonly q: Tensor; readonly layout: AttentionLayout }
-  | { readonly kind: "packed"; readonly q: Tensor; readonly cuSeqlens: Tensor };
+  | { readonly kind: "dense"; readonly q: Tensor; readonly layout: Extract<Layout, "bshd" | "bhsd"> }
+  | {
+    readonly kind: "packed";
+    readonly q: Tensor;
+    readonly cuSeqlens: Tensor;
+    readonly offsets?: Int32Array;
+  };
 
 /**
- * Keys and values of a call: dense `[B, Skv, Hkv, D]` (or BHSD), or packed `[Tkv, Hkv, D]` with
- * `cuSeqlens`. (Paged KV caches come in a later issue as another kind.)
+ * Keys and values of a call: dense `[B, Skv, Hkv, D]` (`"bshd"`) or `[B, Hkv, Skv, D]` (`"bhsd"`), or
+ * packed `[Tkv, Hkv, D]` (`"thd"`) with `cuSeqlens`.
  *
  * @example
  * ```ts
@@ -40,15 +49,26 @@ export type QuerySource =
  * ```
  */
 export type KvSource =
-  | { readonly kind: "dense"; readonly k: Tensor; readonly v: Tensor; readonly layout: AttentionLayout }
-  | { readonly kind: "packed"; readonly k: Tensor; readonly v: Tensor; readonly cuSeqlens: Tensor };
+  | {
+    readonly kind: "dense";
+    readonly k: Tensor;
+    readonly v: Tensor;
+    readonly layout: Extract<Layout, "bshd" | "bhsd">;
+  }
+  | {
+    readonly kind: "packed";
+    readonly k: Tensor;
+    readonly v: Tensor;
+    readonly cuSeqlens: Tensor;
+    readonly offsets?: Int32Array;
+  };
 
 /** Sizes of one call, after every check. */
 export interface AttentionGeometry {
   /** Packed (varlen) inputs. */
   readonly packed: boolean;
-  /** Dense memory layout (`"bshd"` for packed). */
-  readonly layout: AttentionLayout;
+  /** Memory layout of q, k, v and the output (`"thd"` when packed). */
+  readonly layout: Layout;
   /** Batch, or the number of packed sequences. */
   readonly batch: number;
   /** Query length (dense) or packed query tokens Tq. */
@@ -70,13 +90,61 @@ export interface AttentionGeometry {
 /** The largest head dimension served; any multiple of 8 up to it. */
 export const MAX_HEAD_DIM = 256;
 
-function densePattern(layout: AttentionLayout, seq: string, heads: string): string[] {
+function densePattern(layout: DenseLayout, seq: string, heads: string): string[] {
   return layout === "bshd" ? ["B", seq, heads, "D"] : ["B", heads, seq, "D"];
 }
 
+// Runs shape checks of a call, adding its layout to what they refuse, so a tensor read in the wrong
+// order says which order it was read in.
+function inLayout<T>(layout: Layout, check: () => T): T {
+  try {
+    return check();
+  } catch (e) {
+    if (!(e instanceof AttnkitError) || e.code !== "INVALID_ARGUMENT") throw e;
+    const message = e.message.slice(e.op.length + 2);
+    throw invalidArgument(e.op, `${message} (layout "${layout}" reads ${LAYOUTS[layout]})`);
+  }
+}
+
+let warned = false;
+
+/** Lets the next suspicious call warn again (for tests). */
+export function resetLayoutWarning(): void {
+  warned = false;
+}
+
+// Warns once per process (as flash-linear-attention does) when both q and k hold fewer positions than
+// heads as the layout reads them: the usual sign of tensors of the other layout, which would run and
+// return garbage. Never refuses: a short context with many heads is valid.
+function warnIfLayoutLooksSwapped(op: string, layout: DenseLayout, sizes: Record<string, number>): void {
+  const { Sq, Hq, Skv, Hkv } = sizes;
+  if (warned || Skv < 1 || Sq >= Hq || Skv >= Hkv) return;
+  warned = true;
+  const other = layout === "bshd" ? "bhsd" : "bshd";
+  console.warn(
+    `attnkit: ${op}: q has ${Sq} positions and ${Hq} heads, k ${Skv} positions and ${Hkv} heads as ` +
+      `layout "${layout}" ${LAYOUTS[layout]} reads them; if they are ${LAYOUTS[other]}, pass layout: ` +
+      `"${other}" (this warning is shown once)`,
+  );
+}
+
+function expectRank(op: string, t: Tensor, layout: Layout): void {
+  const rank = layout === "thd" ? 3 : 4;
+  if (t.ndim === rank) return;
+  const hint = layout === "thd"
+    ? '; dense inputs take layout "bshd" or "bhsd" without cuSeqlens'
+    : t.ndim === 3
+    ? '; packed inputs take layout "thd" with cuSeqlensQ and cuSeqlensK'
+    : "";
+  throw invalidArgument(
+    op,
+    `q: expected rank ${rank} ${LAYOUTS[layout]} for layout "${layout}", got [${t.shape.join(", ")}]${hint}`,
+  );
+}
+
 /**
- * Checks q, k, v (and cu_seqlens) of a call and returns its geometry. Messages name the op and
- * the argument.
+ * Checks q, k, v (and cu_seqlens) of a call and returns its geometry. Messages name the op, the
+ * argument and the layout the tensors were read in.
  */
 export function describeCall(op: string, query: QuerySource, kv: KvSource): AttentionGeometry {
   const q = expectTensor(op, "q", query.q);
@@ -87,74 +155,65 @@ export function describeCall(op: string, query: QuerySource, kv: KvSource): Atte
   expectSameDType(op, "v", v, q, "q");
   expectSameDevice(op, "k", k, q, "q");
   expectSameDevice(op, "v", v, q, "q");
-  const sizes: Record<string, number> = {};
-  let geometry: AttentionGeometry;
-  if (query.kind === "dense" && kv.kind === "dense") {
-    const layout = query.layout;
-    const what = layout === "bshd" ? "[B, S, H, D]" : "[B, H, S, D]";
-    if (q.ndim !== 4) {
-      throw invalidArgument(op, `q: expected rank 4 ${what} (${layout}), got [${q.shape.join(", ")}]`);
+  if (query.kind !== kv.kind) {
+    throw invalidArgument(op, "k: packed (thd) queries need packed keys and values, and dense ones dense");
+  }
+  const layout: Layout = query.kind === "dense" ? query.layout : "thd";
+  if (kv.kind === "dense" && kv.layout !== layout) {
+    throw invalidArgument(op, `k: read as layout "${kv.layout}" while q is read as "${layout}"`);
+  }
+  expectRank(op, q, layout);
+  const geometry = inLayout(layout, () => {
+    const sizes: Record<string, number> = {};
+    if (query.kind === "dense") {
+      const dense = query.layout;
+      expectShape(op, "q", q, densePattern(dense, "Sq", "Hq"), sizes);
+      expectShape(op, "k", k, densePattern(dense, "Skv", "Hkv"), sizes);
+      expectShape(op, "v", v, densePattern(dense, "Skv", "Hkv"), sizes);
+    } else {
+      expectShape(op, "q", q, ["Tq", "Hq", "D"], sizes);
+      expectShape(op, "k", k, ["Tkv", "Hkv", "D"], sizes);
+      expectShape(op, "v", v, ["Tkv", "Hkv", "D"], sizes);
     }
-    expectShape(op, "q", q, densePattern(layout, "Sq", "Hq"), sizes);
-    expectShape(op, "k", k, densePattern(layout, "Skv", "Hkv"), sizes);
-    expectShape(op, "v", v, densePattern(layout, "Skv", "Hkv"), sizes);
-    geometry = {
-      packed: false,
-      layout,
-      batch: sizes.B,
-      seqQ: sizes.Sq,
-      seqKv: sizes.Skv,
-      heads: sizes.Hq,
-      headsKv: sizes.Hkv,
-      dim: sizes.D,
-      dtype: q.dtype,
-      device: q.device,
-    };
-  } else if (query.kind === "packed" && kv.kind === "packed") {
-    if (q.ndim !== 3) {
-      throw invalidArgument(op, `q: expected rank 3 [Tq, Hq, D] (varlen), got [${q.shape.join(", ")}]`);
-    }
-    expectShape(op, "q", q, ["Tq", "Hq", "D"], sizes);
-    expectShape(op, "k", k, ["Tkv", "Hkv", "D"], sizes);
-    expectShape(op, "v", v, ["Tkv", "Hkv", "D"], sizes);
-    const cuQ = expectCuSeqlens(op, "cuSeqlensQ", query.cuSeqlens, q);
-    const cuKv = expectCuSeqlens(op, "cuSeqlensKv", kv.cuSeqlens, q);
-    if (cuKv.shape[0] !== cuQ.shape[0]) {
+    const { D: dim, Hq: heads, Hkv: headsKv } = sizes;
+    if (dim % 8 !== 0 || dim < 8 || dim > MAX_HEAD_DIM) {
       throw invalidArgument(
         op,
-        `cuSeqlensKv: expected ${cuQ.shape[0]} entries (same as cuSeqlensQ), got ${cuKv.shape[0]}`,
+        `q: head dim D must be a multiple of 8 between 8 and ${MAX_HEAD_DIM}, got ${dim}`,
       );
     }
-    geometry = {
-      packed: true,
-      layout: "bshd",
-      batch: cuQ.shape[0] - 1,
-      seqQ: sizes.Tq,
-      seqKv: sizes.Tkv,
-      heads: sizes.Hq,
-      headsKv: sizes.Hkv,
-      dim: sizes.D,
-      dtype: q.dtype,
-      device: q.device,
-    };
-  } else {
-    throw invalidArgument(op, "k: packed (varlen) queries need packed keys and values, and dense ones dense");
+    if (headsKv < 1) {
+      throw invalidArgument(op, `k: expected at least one KV head, got [${k.shape.join(", ")}]`);
+    }
+    if (heads % headsKv !== 0) {
+      throw invalidArgument(
+        op,
+        `q: the query heads (${heads}) must be a multiple of the KV heads of k (${headsKv}) for grouped-query attention`,
+      );
+    }
+    return sizes;
+  });
+  const common = {
+    layout,
+    heads: geometry.Hq,
+    headsKv: geometry.Hkv,
+    dim: geometry.D,
+    dtype: q.dtype,
+    device: q.device,
+  };
+  if (query.kind === "dense") {
+    warnIfLayoutLooksSwapped(op, query.layout, geometry);
+    return { ...common, packed: false, batch: geometry.B, seqQ: geometry.Sq, seqKv: geometry.Skv };
   }
-  const { dim, heads, headsKv } = geometry;
-  if (dim % 8 !== 0 || dim < 8 || dim > MAX_HEAD_DIM) {
+  const cuQ = expectCuSeqlens(op, "cuSeqlensQ", query.cuSeqlens, q);
+  const cuKv = expectCuSeqlens(op, "cuSeqlensK", (kv as { cuSeqlens: Tensor }).cuSeqlens, q);
+  if (cuKv.shape[0] !== cuQ.shape[0]) {
     throw invalidArgument(
       op,
-      `q: head dim D must be a multiple of 8 between 8 and ${MAX_HEAD_DIM}, got ${dim}`,
+      `cuSeqlensK: expected ${cuQ.shape[0]} entries (same as cuSeqlensQ), got ${cuKv.shape[0]}`,
     );
   }
-  if (headsKv < 1) throw invalidArgument(op, `k: expected at least one KV head, got [${k.shape.join(", ")}]`);
-  if (heads % headsKv !== 0) {
-    throw invalidArgument(
-      op,
-      `q: the query heads (${heads}) must be a multiple of the KV heads of k (${headsKv}) for grouped-query attention`,
-    );
-  }
-  return geometry;
+  return { ...common, packed: true, batch: cuQ.shape[0] - 1, seqQ: geometry.Tq, seqKv: geometry.Tkv };
 }
 
 function expectCuSeqlens(op: string, name: string, t: unknown, q: Tensor): Tensor {
@@ -189,7 +248,7 @@ export function lseShape(g: AttentionGeometry): number[] {
  * descriptor for BSHD and packed layouts, a permuted view (no copy) for BHSD.
  */
 export function bshdDescriptor(t: Tensor, g: AttentionGeometry, op: string): Uint8Array<ArrayBuffer> {
-  if (g.packed || g.layout === "bshd") return t.descriptor(op);
+  if (g.layout !== "bhsd") return t.descriptor(op);
   const [b, h, s, d] = t.shape;
   const strides = t.strides;
   return t.viewDescriptor([b, s, h, d], [strides[0], strides[2], strides[1], strides[3]], op);
@@ -217,46 +276,8 @@ export function outputTensor(
   return { tensor: t, owned: false };
 }
 
-/**
- * cu_seqlens from a tensor (used as is) or host numbers (uploaded to `device` as int32; the
- * caller disposes `owned` ones).
- */
-export function cuSeqlensTensor(
-  op: string,
-  name: string,
-  value: Tensor | ArrayLike<number>,
-  device: string,
-): { tensor: Tensor; owned: boolean } {
-  if (value instanceof Tensor) return { tensor: value, owned: false };
-  if (
-    value === null || typeof value !== "object" || typeof (value as ArrayLike<number>).length !== "number"
-  ) {
-    throw invalidArgument(
-      op,
-      `${name}: expected an int32 Tensor or an array of offsets, got ${String(value)}`,
-    );
-  }
-  const length = (value as ArrayLike<number>).length;
-  // N + 1 offsets of int32 sequences; more sequences than int32 counts cannot be valid.
-  if (!Number.isSafeInteger(length) || length < 0 || length > 2 ** 31) {
-    throw invalidArgument(
-      op,
-      `${name}: expected an array of at most 2^31 offsets, got length ${String(length)}`,
-    );
-  }
-  const values = Array.from(value as ArrayLike<number>);
-  for (const x of values) {
-    if (!Number.isInteger(x) || x < 0 || x > 2 ** 31 - 1) {
-      const shown = values.length > 8 ? `[${values.slice(0, 8).join(", ")}, ...]` : `[${values.join(", ")}]`;
-      throw invalidArgument(op, `${name}: expected non-negative int32 offsets, got ${shown}`);
-    }
-  }
-  return { tensor: Tensor.from(Int32Array.from(values), { dtype: "int32", device }), owned: true };
-}
-
-/** The sequence lengths of a cu_seqlens tensor (read to the host). */
-export function sequenceLengths(cu: Tensor): number[] {
-  const offsets = cu.values("int32");
+/** The sequence lengths of cu_seqlens offsets. */
+export function sequenceLengths(offsets: Int32Array): number[] {
   const lengths: number[] = [];
   for (let i = 1; i < offsets.length; i++) lengths.push(offsets[i] - offsets[i - 1]);
   return lengths;

@@ -1,23 +1,30 @@
 /**
  * The delta-rule family's bridge to the C entries: checks the arguments (with the names the public
- * API uses), turns head-major (BHTD) tensors into strided token-major views read in place, casts g
- * and beta to float32 where needed, allocates the results and calls `ak_delta_rule_fwd/bwd/decode`.
- * Every public function and op of `ops/linear/` runs through here.
+ * API uses), turns `"bhsd"` tensors into strided `[B, T, H, D]` views read in place (no copy), casts
+ * g and beta to float32 where needed, allocates the results and calls `ak_delta_rule_fwd/bwd/decode`.
+ * Every public function and op of `ops/linear/` runs through here, and so do the checks that a
+ * backward's options match its forward's (`consistency.ts`).
  *
  * @module
  */
 import { checkOptions, type OptionSpec } from "../args.ts";
-import { invalidArgument } from "../../ffi/errors.ts";
+import { AttnkitError, invalidArgument } from "../../ffi/errors.ts";
 import { native, unwrap } from "../../ffi/library.ts";
 import { DeltaFlags } from "../../ffi/symbols_linear.ts";
 import { expectDType, expectSameDevice, expectSameDType, expectShape, expectTensor } from "../checks.ts";
 import type { DType } from "../dtype.ts";
+import { LAYOUTS } from "../layout.ts";
+import { type CuSeqlens, int32Seqlens } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
-import { DeltaSavedStates } from "./saved.ts";
+import {
+  checkAgainstForwards,
+  type DeltaCallOptions,
+  rememberForward,
+  type Unchecked,
+} from "./consistency.ts";
+import { type LinearLayout, sequencePattern, warnIfLayoutLooksSwapped } from "./layouts.ts";
+import { type DeltaSavedCall, DeltaSavedStates } from "./saved.ts";
 import { TensorScope } from "./scope.ts";
-
-/** Memory order of q, k, v, o: token-major `[B, T, H, D]` (FLA) or head-major `[B, H, T, D]`. */
-export type Layout = "bthd" | "bhtd";
 
 /** Chunk sizes the chunked algorithm accepts. */
 export const CHUNK_SIZES: readonly number[] = [32, 64, 128];
@@ -44,7 +51,7 @@ export interface DeltaInputs {
 /** How to run one delta-rule call. */
 export interface DeltaSettings {
   /** Memory order of q, k, v, g, beta and the outputs. */
-  layout: Layout;
+  layout: LinearLayout;
   /** Gated delta rule (g given). */
   gated: boolean;
   /** Query scale; default K^-0.5. */
@@ -57,8 +64,8 @@ export interface DeltaSettings {
   l2norm: boolean;
   /** `[N, H, K, V]` float32. */
   initialState?: Tensor;
-  /** `[N + 1]` int32 or int64 offsets of packed sequences (batch 1). */
-  cuSeqlens?: Tensor;
+  /** `[N + 1]` offsets of packed sequences (batch 1): host numbers or an int32/int64 tensor. */
+  cuSeqlens?: CuSeqlens;
 }
 
 /** The sizes of a call. */
@@ -87,13 +94,18 @@ export interface ForwardWants {
   chunkStates?: boolean;
   /** The chunk-local WY factors Aw and Au, `[B, H, T, chunkSize]`. */
   factors?: boolean;
-  /** What the backward would recompute, where the backend stores it (see {@link DeltaSavedStates}). */
+  /**
+   * A handle for the backward: what it would recompute where the backend stores it, and the call's
+   * options either way (see {@link DeltaSavedStates}).
+   */
   saved?: boolean;
+  /** Remember the call's options for the backward's checks (default true; not for inference). */
+  remember?: boolean;
 }
 
 /** What the forward returns. */
 export interface ForwardOutputs {
-  /** `[B, T, H, V]` (bthd) or `[B, H, T, V]` (bhtd), dtype of q. */
+  /** `[B, T, H, V]` (bshd) or `[B, H, T, V]` (bhsd), dtype of q. */
   output: Tensor;
   /** `[N, H, K, V]` float32, when asked. */
   finalState?: Tensor;
@@ -103,7 +115,7 @@ export interface ForwardOutputs {
   aw?: Tensor;
   /** `[B, H, T, chunkSize]` float32, when asked. */
   au?: Tensor;
-  /** When asked and the backend stored them: the per-chunk states for the backward. */
+  /** When asked: the handle for the backward (holding the per-chunk states where stored). */
   saved?: DeltaSavedStates;
 }
 
@@ -115,9 +127,9 @@ export interface BackwardOutputs {
   dk: Tensor;
   /** Gradient of v. */
   dv: Tensor;
-  /** Gradient of beta, its shape and dtype. */
+  /** Gradient of beta, its shape, float32. */
   dbeta: Tensor;
-  /** Gradient of g (gated rule only), its shape and dtype. */
+  /** Gradient of g (gated rule only), its shape, float32. */
   dg?: Tensor;
   /** Gradient of the initial state, when one was given. */
   dInitialState?: Tensor;
@@ -159,6 +171,48 @@ function checkHeads(op: string, HK: number, H: number): void {
   }
 }
 
+/** `expectShape`, with the layout named when the shape does not fit it. */
+function expectInLayout(
+  op: string,
+  name: string,
+  t: Tensor,
+  layout: LinearLayout,
+  pattern: string[],
+  sizes?: Record<string, number>,
+): Record<string, number> {
+  try {
+    return expectShape(op, name, t, pattern, sizes);
+  } catch (e) {
+    if (!(e instanceof AttnkitError) || !e.message.startsWith(`${op}: `)) throw e;
+    const reason = e.message.slice(op.length + 2);
+    throw invalidArgument(op, `${reason} (layout "${layout}" reads ${LAYOUTS[layout]})`);
+  }
+}
+
+/** The number of packed sequences `cuSeqlens` describes (its values are checked where it is read). */
+function packedSequences(op: string, cu: unknown, q: Tensor): number {
+  let count: number;
+  let shape: string;
+  if (cu instanceof Tensor) {
+    const t = expectTensor(op, "cuSeqlens", cu);
+    expectDType(op, "cuSeqlens", t, ["int32", "int64"]);
+    expectSameDevice(op, "cuSeqlens", t, q, "q");
+    count = t.ndim === 1 ? t.shape[0] : 0;
+    shape = `shape [${t.shape.join(", ")}]`;
+  } else if (Array.isArray(cu) || cu instanceof Int32Array || cu instanceof BigInt64Array) {
+    count = cu.length;
+    shape = `${count} offsets`;
+  } else {
+    // Not a form offsets take: the shared check's message lists them.
+    int32Seqlens(op, "cuSeqlens", cu, q.device)[Symbol.dispose]();
+    throw invalidArgument(op, "cuSeqlens: expected offsets");
+  }
+  if (count < 2) {
+    throw invalidArgument(op, `cuSeqlens: expected shape [N + 1] with N >= 1 sequences, got ${shape}`);
+  }
+  return count - 1;
+}
+
 /** Checks the tensors and settings of a forward or backward call; returns the sizes. */
 export function checkDeltaCall(op: string, inputs: DeltaInputs, s: DeltaSettings): DeltaSizes {
   const q = expectTensor(op, "q", inputs.q);
@@ -172,16 +226,16 @@ export function checkDeltaCall(op: string, inputs: DeltaInputs, s: DeltaSettings
   expectSameDevice(op, "v", v, q, "q");
   expectSameDevice(op, "beta", beta, q, "q");
   expectDType(op, "beta", beta, GATE_DTYPES);
-  const bthd = s.layout === "bthd";
-  const sizes = expectShape(op, "q", q, bthd ? ["B", "T", "HK", "K"] : ["B", "HK", "T", "K"]);
-  expectShape(op, "k", k, bthd ? ["B", "T", "HK", "K"] : ["B", "HK", "T", "K"], sizes);
-  expectShape(op, "v", v, bthd ? ["B", "T", "H", "V"] : ["B", "H", "T", "V"], sizes);
-  expectShape(op, "beta", beta, bthd ? ["B", "T", "H"] : ["B", "H", "T"], sizes);
+  const L = s.layout;
+  const sizes = expectInLayout(op, "q", q, L, sequencePattern(L, "HK", "K"));
+  expectInLayout(op, "k", k, L, sequencePattern(L, "HK", "K"), sizes);
+  expectInLayout(op, "v", v, L, sequencePattern(L, "H", "V"), sizes);
+  expectInLayout(op, "beta", beta, L, sequencePattern(L, "H"), sizes);
   if (s.gated) {
     const g = expectTensor(op, "g", inputs.g);
     expectSameDevice(op, "g", g, q, "q");
     expectDType(op, "g", g, GATE_DTYPES);
-    expectShape(op, "g", g, bthd ? ["B", "T", "H"] : ["B", "H", "T"], sizes);
+    expectInLayout(op, "g", g, L, sequencePattern(L, "H"), sizes);
   } else if (inputs.g !== undefined) {
     throw invalidArgument(op, "g: given to the ungated delta rule");
   }
@@ -192,17 +246,8 @@ export function checkDeltaCall(op: string, inputs: DeltaInputs, s: DeltaSettings
   checkScale(op, s.scale, K);
   let N = B;
   if (s.cuSeqlens !== undefined) {
-    const cu = expectTensor(op, "cuSeqlens", s.cuSeqlens);
-    expectDType(op, "cuSeqlens", cu, ["int32", "int64"]);
-    expectSameDevice(op, "cuSeqlens", cu, q, "q");
-    if (cu.ndim !== 1 || cu.shape[0] < 2) {
-      throw invalidArgument(
-        op,
-        `cuSeqlens: expected shape [N + 1] with N >= 1 sequences, got [${cu.shape.join(", ")}]`,
-      );
-    }
+    N = packedSequences(op, s.cuSeqlens, q);
     if (B !== 1) throw invalidArgument(op, `q: packed input (cuSeqlens given) needs batch size 1, got ${B}`);
-    N = cu.shape[0] - 1;
   }
   if (s.initialState !== undefined) {
     const h0 = expectTensor(op, "initialState", s.initialState);
@@ -210,7 +255,20 @@ export function checkDeltaCall(op: string, inputs: DeltaInputs, s: DeltaSettings
     expectSameDevice(op, "initialState", h0, q, "q");
     expectShape(op, "initialState", h0, [N, H, K, V]);
   }
+  warnIfLayoutLooksSwapped(op, L, T, HK);
   return { B, T, H, HK, K, V, N };
+}
+
+/** The options of a call as a backward compares them with its forward's. */
+export function callOptions(s: DeltaSettings, K: number): DeltaCallOptions {
+  return {
+    layout: s.layout,
+    useQkL2norm: s.l2norm,
+    scale: checkScale("callOptions", s.scale, K),
+    chunkSize: s.recurrent ? undefined : s.chunkSize,
+    initialState: s.initialState !== undefined,
+    cuSeqlens: s.cuSeqlens !== undefined,
+  };
 }
 
 /** Caller-provided forward results (e.g. NaN-poisoned buffers in tests, or reused memory). */
@@ -263,9 +321,9 @@ function provided(
 
 // ---- layouts ----
 
-/** The token-major `[B, T, heads, D]` view the C ABI reads, of a bthd or bhtd tensor. */
-function tokenMajor(t: Tensor, layout: Layout): Uint8Array<ArrayBuffer> {
-  if (layout === "bthd") return t.descriptor();
+/** The `[B, T, heads, D]` view the C ABI reads, of a bshd or bhsd tensor (read in place). */
+function tokenMajor(t: Tensor, layout: LinearLayout): Uint8Array<ArrayBuffer> {
+  if (layout === "bshd") return t.descriptor();
   const [B, heads, T, D] = t.shape;
   return t.viewDescriptor([B, T, heads, D], [heads * T * D, D, T * D, 1]);
 }
@@ -277,7 +335,7 @@ function tokenMajor(t: Tensor, layout: Layout): Uint8Array<ArrayBuffer> {
 function rowsResult(
   op: string,
   scope: TensorScope,
-  layout: Layout,
+  layout: LinearLayout,
   sizes: { B: number; T: number; heads: number; D: number },
   dtype: DType,
   device: string,
@@ -285,7 +343,7 @@ function rowsResult(
   given: Tensor | undefined,
 ): { tensor: Tensor; view: Uint8Array<ArrayBuffer> } {
   const { B, T, heads, D } = sizes;
-  const shape = layout === "bthd" ? [B, T, heads, D] : [B, heads, T, D];
+  const shape = layout === "bshd" ? [B, T, heads, D] : [B, heads, T, D];
   const tensor = provided(op, name, given, shape, dtype, device) ??
     scope.result(Tensor.empty(shape, { dtype, device }));
   return { tensor, view: tokenMajor(tensor, layout) };
@@ -305,76 +363,60 @@ function f32Result(
 }
 
 /** g or beta as the contiguous float32 `[B, T, H]` the C side reads (a cast/permute when needed). */
-function scalarsF32(op: string, scope: TensorScope, t: Tensor, layout: Layout): Uint8Array<ArrayBuffer> {
-  if (layout === "bthd" && t.dtype === "float32") return t.descriptor();
+function scalarsF32(
+  op: string,
+  scope: TensorScope,
+  t: Tensor,
+  layout: LinearLayout,
+): Uint8Array<ArrayBuffer> {
+  if (layout === "bshd" && t.dtype === "float32") return t.descriptor();
   const [B, X, Y] = t.shape;
-  const [T, H] = layout === "bthd" ? [X, Y] : [Y, X];
+  const [T, H] = layout === "bshd" ? [X, Y] : [Y, X];
   const out = scope.temp(Tensor.empty([B, T, H], { dtype: "float32", device: t.device }));
-  const source = layout === "bthd" ? t.descriptor() : t.viewDescriptor([B, T, H], [H * T, 1, T]);
+  const source = layout === "bshd" ? t.descriptor() : t.viewDescriptor([B, T, H], [H * T, 1, T]);
   unwrap(native().ak_copy(out.descriptor(), source), op);
   return out.descriptor();
 }
 
 /**
- * A float32 `[B, T, H]` buffer for dbeta/dg (shaped and typed like the input `like`), and how to
- * turn it into the tensor the caller gets (`given`, else a new one).
+ * The float32 gradient of g or beta (`[B, T, H]` or `[B, H, T]` by layout; the caller's buffer, else
+ * a new one): the kernels accumulate these sums in float32 and write float32, and a 16-bit gate
+ * would lose their precision, so they keep it whatever the gate's dtype. The C side writes rows of
+ * `[B, T, H]`; for bhsd it writes a scratch buffer that `finish` transposes into the result.
  */
 function scalarsGrad(
   op: string,
   scope: TensorScope,
-  layout: Layout,
+  layout: LinearLayout,
   sizes: DeltaSizes,
   like: Tensor,
   name: string,
   given: Tensor | undefined,
 ): { view: Uint8Array<ArrayBuffer>; finish: () => Tensor } {
   const { B, T, H } = sizes;
-  const target = provided(op, name, given, like.shape, like.dtype, like.device);
-  if (layout === "bthd" && like.dtype === "float32") {
-    const t = target ?? scope.result(Tensor.empty([B, T, H], { dtype: "float32", device: like.device }));
-    return { view: t.descriptor(), finish: () => t };
-  }
+  const target = provided(op, name, given, like.shape, "float32", like.device) ??
+    scope.result(Tensor.empty(like.shape, { dtype: "float32", device: like.device }));
+  if (layout === "bshd") return { view: target.descriptor(), finish: () => target };
   const buffer = scope.temp(Tensor.empty([B, T, H], { dtype: "float32", device: like.device }));
   return {
     view: buffer.descriptor(),
     finish: () => {
-      const out = target ??
-        scope.result(Tensor.empty(like.shape, { dtype: like.dtype, device: like.device }));
-      const view = layout === "bthd" ? out.descriptor() : out.viewDescriptor([B, T, H], [H * T, 1, T]);
-      unwrap(native().ak_copy(view, buffer.descriptor()), op);
-      return out;
+      unwrap(native().ak_copy(target.viewDescriptor([B, T, H], [H * T, 1, T]), buffer.descriptor()), op);
+      return target;
     },
   };
 }
 
-function cuSeqlensInt32(
-  op: string,
-  scope: TensorScope,
-  cu: Tensor | undefined,
-): Uint8Array<ArrayBuffer> | null {
-  if (cu === undefined) return null;
-  if (cu.dtype === "int32") return cu.descriptor();
-  const narrowed = scope.temp(Tensor.empty(cu.shape, { dtype: "int32", device: cu.device }));
-  unwrap(native().ak_copy(narrowed.descriptor(), cu.descriptor()), op);
-  return narrowed.descriptor();
-}
-
-/**
- * What a saved-states buffer is valid for: the sizes and every option that changes the states (not
- * the layout or the chunk size: the buffer is always in chunks of 64, token-major).
- */
-function savedCall(inputs: DeltaInputs, s: DeltaSettings, sizes: DeltaSizes): string {
+/** What a saved-states handle is valid for: the sizes and every option a backward must share. */
+function savedCall(inputs: DeltaInputs, s: DeltaSettings, sizes: DeltaSizes): DeltaSavedCall {
   const { B, T, H, HK, K, V, N } = sizes;
-  const scale = checkScale("saved", s.scale, K);
-  const parts = [
-    `B=${B} T=${T} H=${H} HK=${HK} K=${K} V=${V} N=${N} ${inputs.q.dtype} on ${inputs.q.device}`,
-    s.gated ? "gated" : "ungated",
-    s.l2norm ? "L2-normalised" : "unnormalised",
-    `scale ${scale}`,
-    s.initialState ? "with an initial state" : "from zero",
-    s.cuSeqlens ? "packed" : "fixed-length",
-  ];
-  return parts.join(", ");
+  return {
+    sizes: `B=${B} T=${T} H=${H} HK=${HK} K=${K} V=${V} N=${N}`,
+    dtype: inputs.q.dtype,
+    device: inputs.q.device,
+    gated: s.gated,
+    options: callOptions(s, K),
+  };
 }
 
 function flagsOf(s: { gated: boolean; l2norm: boolean; recurrent?: boolean }): number {
@@ -384,6 +426,12 @@ function flagsOf(s: { gated: boolean; l2norm: boolean; recurrent?: boolean }): n
 
 // The descriptors of the inputs shared by the forward and the backward.
 function prepareInputs(op: string, scope: TensorScope, inputs: DeltaInputs, s: DeltaSettings) {
+  let cuSeqlens: Uint8Array<ArrayBuffer> | null = null;
+  if (s.cuSeqlens !== undefined) {
+    const cu = int32Seqlens(op, "cuSeqlens", s.cuSeqlens, inputs.q.device);
+    if (cu.owned) scope.temp(cu.tensor);
+    cuSeqlens = cu.tensor.descriptor();
+  }
   return {
     q: tokenMajor(inputs.q, s.layout),
     k: tokenMajor(inputs.k, s.layout),
@@ -391,7 +439,7 @@ function prepareInputs(op: string, scope: TensorScope, inputs: DeltaInputs, s: D
     g: s.gated ? scalarsF32(op, scope, inputs.g!, s.layout) : null,
     beta: scalarsF32(op, scope, inputs.beta, s.layout),
     initialState: s.initialState?.descriptor() ?? null,
-    cuSeqlens: cuSeqlensInt32(op, scope, s.cuSeqlens),
+    cuSeqlens,
     scale: checkScale(op, s.scale, inputs.q.shape[3]), // K is the last dimension in both layouts
     flags: flagsOf(s),
   };
@@ -401,7 +449,7 @@ function prepareInputs(op: string, scope: TensorScope, inputs: DeltaInputs, s: D
 
 /**
  * Runs the forward. The output rows past the last packed sequence (`cuSeqlens[N]`) are left
- * unwritten.
+ * unwritten. Results in `out` are the caller's; the others are new tensors.
  */
 export function deltaForward(
   op: string,
@@ -485,39 +533,52 @@ export function deltaForward(
   );
   // The buffer moves to the handle only when the forward filled it; else the scope frees it.
   let saved: DeltaSavedStates | undefined;
-  if (savedBuffer !== undefined && written[0] === 1) {
-    saved = new DeltaSavedStates(scope.keep(savedBuffer), savedCall(inputs, s, sizes));
+  if (wants.saved) {
+    const stored = savedBuffer !== undefined && written[0] === 1 ? scope.keep(savedBuffer) : undefined;
+    saved = new DeltaSavedStates(stored, savedCall(inputs, s, sizes));
   }
+  if (wants.remember !== false) rememberForward(inputs, callOptions(s, K));
   scope.release();
   return { output: output.tensor, finalState, chunkStates, aw, au, saved };
 }
 
+/** What a backward takes besides the inputs and settings. */
+export interface BackwardExtras {
+  /** Gradient of the final state, `[N, H, K, V]` float32 (default zero). */
+  dFinalState?: Tensor;
+  /** Compute dInitialState when an initial state was given (default true). */
+  wantDInitialState?: boolean;
+  /** Caller-provided gradient buffers. */
+  out?: DeltaBackwardBuffers;
+  /** What the forward of the same call stored (read, not disposed). */
+  saved?: DeltaSavedStates;
+  /** Options the check against earlier forwards leaves out (e.g. an initial state read from S). */
+  unchecked?: Unchecked;
+}
+
 /**
  * Runs the backward: gradients of the forward with the same inputs and settings, from `dOutput`
- * (the output's layout and dtype) and an optional `dFinalState` (`[N, H, K, V]` float32). Gradient
- * rows of tokens past the last packed sequence are zero. `dInitialState` is computed when an
- * initial state was given, unless `wantDInitialState` is false. `saved`: what the forward of the same
- * call stored (read, not disposed).
+ * (the output's layout and dtype) and an optional `dFinalState`. Gradient rows of tokens past the
+ * last packed sequence are zero. Refuses settings that contradict the forward that made `saved`, or
+ * every forward seen on these inputs (`consistency.ts`).
  */
 export function deltaBackward(
   op: string,
   inputs: DeltaInputs,
   s: DeltaSettings,
   dOutput: Tensor,
-  dFinalState?: Tensor,
-  wantDInitialState = true,
-  out?: DeltaBackwardBuffers,
-  saved?: DeltaSavedStates,
+  extras: BackwardExtras = {},
 ): BackwardOutputs {
-  out = checkOptions<DeltaBackwardBuffers>(op, out ?? undefined, BACKWARD_BUFFERS, "out");
+  const { dFinalState, wantDInitialState = true, saved } = extras;
+  const out = checkOptions<DeltaBackwardBuffers>(op, extras.out ?? undefined, BACKWARD_BUFFERS, "out");
   const sizes = checkDeltaCall(op, inputs, s);
   const { B, T, H, HK, K, V, N } = sizes;
   const q = inputs.q;
   const dO = expectTensor(op, "dOutput", dOutput);
   expectSameDType(op, "dOutput", dO, q, "q");
   expectSameDevice(op, "dOutput", dO, q, "q");
-  expectShape(op, "dOutput", dO, s.layout === "bthd" ? [B, T, H, V] : [B, H, T, V]);
-  if (dFinalState !== undefined) {
+  expectInLayout(op, "dOutput", dO, s.layout, sequencePattern(s.layout, "H", "V"), { B, T, H, V });
+  if (dFinalState !== undefined && dFinalState !== null) {
     const dh = expectTensor(op, "dFinalState", dFinalState);
     expectDType(op, "dFinalState", dh, ["float32"]);
     expectSameDevice(op, "dFinalState", dh, q, "q");
@@ -527,6 +588,7 @@ export function deltaBackward(
     throw invalidArgument(op, "saved: expected the saved states a forward returned");
   }
   const savedBuffer = saved ? saved.bufferFor(op, savedCall(inputs, s, sizes)) : undefined;
+  if (!saved) checkAgainstForwards(op, inputs, callOptions(s, K), extras.unchecked);
   const device = q.device;
   using scope = new TensorScope();
   const x = prepareInputs(op, scope, inputs, s);

@@ -1,6 +1,9 @@
 /**
- * The functional API of the delta rule and the gated delta rule, in FLA's token-major layout:
- * q, k `[B, T, HK, K]`, v `[B, T, H, V]`, g and beta `[B, T, H]`, states `[N, H, K, V]` float32.
+ * The functional API of the delta rule and the gated delta rule, flash-linear-attention's functions
+ * with an explicit `layout`: `"bshd"` (q, k `[B, T, HK, K]`, v `[B, T, H, V]`, g and beta
+ * `[B, T, H]`, FLA's order) or `"bhsd"` (q, k `[B, HK, T, K]`, v `[B, H, T, V]`, g and beta
+ * `[B, H, T]`, PyTorch's). Outputs and gradients come back in the layout of the inputs, states
+ * `[N, H, K, V]` float32 in both.
  *
  * Per value head the state S (`[K, V]`) follows, for each token t:
  * - gated only: `S <- exp(g_t) S` (g is a natural-log decay);
@@ -9,42 +12,61 @@
  *
  * Grouped heads: q and k may have HK heads where HK divides the H value heads; each block of H / HK
  * consecutive value heads shares one q/k head. Packed sequences: with `cuSeqlens` (`[N + 1]`,
- * starting at 0, nondecreasing, ending at or before T) the batch is 1 and holds N sequences, each
- * with its own state; empty sequences pass their state through. With `useQkL2norm`, q and k are
- * replaced by `x / sqrt(sum(x^2) + 1e-6)` inside the kernel.
+ * starting at 0, nondecreasing, ending at or before T; host numbers or an int32/int64 tensor on the
+ * device) the batch is 1 and holds N sequences, each with its own state; empty sequences pass their
+ * state through. With `useQkL2norm`, q and k are replaced by `x / sqrt(sum(x^2) + 1e-6)` inside the
+ * kernel.
  *
  * q, k, v share one dtype (float16, bfloat16 or float32; the state and all sums are float32);
- * g and beta may be any floating dtype (cast to float32 on the device).
+ * g and beta may be any floating dtype (cast to float32 on the device). Gradients: dq, dk, dv in the
+ * dtype of q; dg and dbeta float32 whatever the dtype of g and beta (the kernels sum them in float32).
+ *
+ * Backward: either `r.backward(dO)` on the forward's result (it reruns nothing and repeats no
+ * option), or the `...Backward` functions, output gradient first, with the forward's options; a
+ * backward whose options contradict the forward's on the same input tensors is refused.
  *
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
 import { checkOptions, type OptionSpec } from "../args.ts";
+import type { CuSeqlens } from "../seqlens.ts";
 import type { Tensor } from "../tensor.ts";
 import {
   type BackwardOutputs,
   deltaBackward,
   type DeltaBackwardBuffers,
   deltaForward,
+  type DeltaInputs,
   type DeltaSettings,
 } from "./delta_native.ts";
+import { type LinearLayout, linearLayout } from "./layouts.ts";
+import { callerBuffers, disposable, expectInputsLive, keepOffsets } from "./results.ts";
 import type { DeltaSavedStates } from "./saved.ts";
 
 /** Options of {@link recurrentDeltaRule} and {@link recurrentGatedDeltaRule}. */
 export interface DeltaRuleOptions {
+  /**
+   * Required: `"bshd"` (q `[B, T, HK, K]`, g and beta `[B, T, H]`) or `"bhsd"` (q `[B, HK, T, K]`, g and
+   * beta `[B, H, T]`); outputs come back in the same layout.
+   */
+  layout: LinearLayout;
   /** Query scale (default `K ** -0.5`). */
   scale?: number;
   /** State before the first token, `[N, H, K, V]` float32 (default zeros). */
   initialState?: Tensor;
   /** Also return the state after the last token (default false). */
   outputFinalState?: boolean;
-  /** Offsets of packed sequences, int32 or int64 `[N + 1]`; q must then have batch size 1. */
-  cuSeqlens?: Tensor;
+  /**
+   * Offsets of packed sequences, `[N + 1]`: host numbers (`number[]`, `Int32Array`,
+   * `BigInt64Array`) or an int32/int64 tensor on the device of q; q must then have batch size 1.
+   */
+  cuSeqlens?: CuSeqlens;
   /** L2-normalise q and k inside the kernel (default false). */
   useQkL2norm?: boolean;
   /**
    * Buffers to write the results into instead of new tensors (exact shape, dtype and device), e.g.
-   * reused memory; `out.finalState` implies `outputFinalState`.
+   * reused memory; `out.finalState` implies `outputFinalState`. They stay the caller's: disposing
+   * the result leaves them alone.
    */
   out?: { output?: Tensor; finalState?: Tensor };
 }
@@ -55,14 +77,14 @@ export interface ChunkDeltaRuleOptions extends DeltaRuleOptions {
   chunkSize?: number;
   /**
    * Keep what the backward would recompute (the state before every chunk; see
-   * {@link DeltaSavedStates}) and return it as `saved`, for the backward's `saved` option (default
-   * false). Training loops that run the backward right after the forward save a sequential pass with
-   * it, for `H * chunks * (K V + 64 V + 64 * 64 + 64 K)` elements of memory.
+   * {@link DeltaSavedStates}) and return it as `saved`, for the backward (default false). Training
+   * loops that run the backward right after the forward save a sequential pass with it, for
+   * `H * chunks * (K V + 64 V + 64 * 64 + 64 K)` elements of memory.
    */
   saveForBackward?: boolean;
 }
 
-/** Options of the backward functions. */
+/** Options of the `...Backward` functions: the forward's options, and what only a backward takes. */
 export interface DeltaRuleBackwardOptions
   extends Omit<ChunkDeltaRuleOptions, "out" | "outputFinalState" | "saveForBackward"> {
   /** Gradient of the final state, `[N, H, K, V]` float32 (default zero). */
@@ -72,40 +94,61 @@ export interface DeltaRuleBackwardOptions
    * disposed. Without it the backward recomputes the per-chunk states.
    */
   saved?: DeltaSavedStates;
-  /** Buffers to write the gradients into instead of new tensors (exact shape, dtype and device). */
+  /**
+   * Buffers to write the gradients into instead of new tensors (exact shape, dtype and device; dg
+   * and dbeta float32). They stay the caller's: disposing the gradients leaves them alone.
+   */
   out?: DeltaBackwardBuffers;
 }
 
-/** What the forward functions return; `using` disposes the tensors and the saved states. */
-export interface DeltaRuleResult extends Disposable {
-  /** `[B, T, H, V]`, dtype of q. With `cuSeqlens`, rows past the last sequence are unspecified. */
-  output: Tensor;
-  /** `[N, H, K, V]` float32 when `outputFinalState` was set, else undefined. */
-  finalState?: Tensor;
-  /** With `saveForBackward`, where the backend stores them (CUDA, K = V = 128, 16-bit inputs). */
-  saved?: DeltaSavedStates;
+/** Options of a forward result's own {@link DeltaRuleResult.backward}. */
+export interface DeltaRuleResultBackwardOptions {
+  /** Gradient of the final state, `[N, H, K, V]` float32 (default zero). */
+  dFinalState?: Tensor;
+  /** Buffers for the gradients, as in {@link DeltaRuleBackwardOptions.out}. */
+  out?: DeltaBackwardBuffers;
 }
 
-/** What the backward functions return; `using` disposes every tensor. */
+/** What the backward functions return; `using` disposes every tensor the library allocated. */
 export interface DeltaRuleGradients extends Disposable {
-  /** `[B, T, HK, K]`, dtype of q (summed over each group of value heads). */
+  /** `[B, T, HK, K]` (bshd) or `[B, HK, T, K]` (bhsd), dtype of q (summed over each group of value heads). */
   dq: Tensor;
-  /** `[B, T, HK, K]`, dtype of q. */
+  /** Shaped like q, dtype of q. */
   dk: Tensor;
-  /** `[B, T, H, V]`, dtype of q. */
+  /** Shaped like v, dtype of q. */
   dv: Tensor;
-  /** `[B, T, H]`, dtype of beta. */
+  /** Shaped like beta, float32. */
   dbeta: Tensor;
-  /** `[B, T, H]`, dtype of g; gated rule only. */
+  /** Shaped like g, float32; gated rule only. */
   dg?: Tensor;
   /** `[N, H, K, V]` float32, when `initialState` was given. */
   dInitialState?: Tensor;
 }
 
+/**
+ * What the forward functions return; `using` disposes the tensors the library allocated and the
+ * saved states.
+ */
+export interface DeltaRuleResult extends Disposable {
+  /** Shaped like v, dtype of q. With `cuSeqlens`, rows past the last sequence are unspecified. */
+  output: Tensor;
+  /** `[N, H, K, V]` float32 when `outputFinalState` was set, else undefined. */
+  finalState?: Tensor;
+  /** With `saveForBackward`: the handle for the backward (see {@link DeltaSavedStates}). */
+  saved?: DeltaSavedStates;
+  /**
+   * Gradients of this forward from the output's gradient (shaped like `output`, dtype of q), with
+   * the forward's inputs and options and its saved states: autograd's `backward`. The result refers
+   * to the inputs (it does not copy them): one disposed since the forward is refused, naming it.
+   */
+  backward(dOutput: Tensor, options?: DeltaRuleResultBackwardOptions): DeltaRuleGradients;
+}
+
 type Kind = { gated: boolean; recurrent: boolean };
 
-// The options each function takes; the tensors and chunk size are checked where they are used.
+// The options each function takes; the tensors, chunk size and layout are checked where they are used.
 const COMMON: OptionSpec = {
+  layout: "any",
   scale: "any",
   initialState: "any",
   cuSeqlens: "any",
@@ -115,6 +158,7 @@ const COMMON: OptionSpec = {
 };
 const FORWARD: OptionSpec = { ...COMMON, outputFinalState: "boolean", saveForBackward: "boolean" };
 const BACKWARD: OptionSpec = { ...COMMON, dFinalState: "any", saved: "any" };
+const RESULT_BACKWARD: OptionSpec = { dFinalState: "any", out: "object" };
 
 function settings(
   op: string,
@@ -123,6 +167,7 @@ function settings(
   spec: OptionSpec,
 ): DeltaSettings & { outputFinalState: boolean } {
   const o = checkOptions<ChunkDeltaRuleOptions>(op, options, spec);
+  const layout = linearLayout(op, o.layout);
   if (kind.recurrent && "saveForBackward" in o && o.saveForBackward !== undefined) {
     throw invalidArgument(op, "saveForBackward: the recurrent form saves nothing; use the chunk* function");
   }
@@ -130,62 +175,76 @@ function settings(
     throw invalidArgument(op, "chunkSize: the recurrent form has no chunks; use the chunk* function");
   }
   return {
-    layout: "bthd",
+    layout,
     gated: kind.gated,
     recurrent: kind.recurrent,
-    scale: o.scale,
+    scale: o.scale ?? undefined,
     chunkSize: o.chunkSize ?? 64,
     l2norm: o.useQkL2norm ?? false,
     initialState: o.initialState ?? undefined,
     cuSeqlens: o.cuSeqlens ?? undefined,
-    outputFinalState: (o as DeltaRuleOptions).outputFinalState ?? false,
+    outputFinalState: o.outputFinalState ?? false,
   };
 }
 
-function forward(
-  op: string,
-  kind: Kind,
-  inputs: { q: Tensor; k: Tensor; v: Tensor; g?: Tensor; beta: Tensor },
-  options: unknown,
-): DeltaRuleResult {
+function gradients(r: BackwardOutputs, out: unknown): DeltaRuleGradients {
+  return disposable(r, callerBuffers(out));
+}
+
+function forward(op: string, kind: Kind, inputs: DeltaInputs, options: unknown): DeltaRuleResult {
   const s = settings(op, kind, options, FORWARD);
-  const out = (options as DeltaRuleOptions | undefined)?.out;
-  const save = (options as ChunkDeltaRuleOptions | undefined)?.saveForBackward ?? false;
+  const o = options as ChunkDeltaRuleOptions;
   const r = deltaForward(
     op,
     inputs,
     s,
-    { finalState: s.outputFinalState, saved: save },
-    out,
+    { finalState: s.outputFinalState, saved: o.saveForBackward ?? false },
+    o.out,
   );
-  return {
-    output: r.output,
-    finalState: r.finalState,
-    saved: r.saved,
-    [Symbol.dispose]() {
-      r.output.dispose();
-      r.finalState?.dispose();
+  // The backward reruns with these: the caller's tensors (referenced) and a copy of host offsets.
+  const held = { ...inputs };
+  const heldSettings = { ...s, cuSeqlens: keepOffsets(s.cuSeqlens) };
+  let disposed = false;
+  const result = disposable(
+    { output: r.output, finalState: r.finalState },
+    callerBuffers(o.out),
+    () => {
+      disposed = true;
       r.saved?.dispose();
     },
-  };
+  );
+  return Object.assign(result, {
+    saved: r.saved,
+    backward(dOutput: Tensor, options?: DeltaRuleResultBackwardOptions): DeltaRuleGradients {
+      const bop = `${op}.backward`;
+      const b = checkOptions<DeltaRuleResultBackwardOptions>(bop, options, RESULT_BACKWARD);
+      if (disposed) throw invalidArgument(bop, "the result was disposed (and the states it saved with it)");
+      expectInputsLive(bop, { ...held, initialState: s.initialState, cuSeqlens: s.cuSeqlens });
+      const grads = deltaBackward(bop, held, heldSettings, dOutput, {
+        dFinalState: b.dFinalState ?? undefined,
+        out: b.out,
+        saved: r.saved,
+      });
+      return gradients(grads, b.out);
+    },
+  });
 }
 
 function backward(
   op: string,
   kind: Kind,
-  inputs: { q: Tensor; k: Tensor; v: Tensor; g?: Tensor; beta: Tensor },
   dOutput: Tensor,
+  inputs: DeltaInputs,
   options: unknown,
 ): DeltaRuleGradients {
   const s = settings(op, kind, options, BACKWARD);
-  const o = (options ?? {}) as DeltaRuleBackwardOptions;
-  const r: BackwardOutputs = deltaBackward(op, inputs, s, dOutput, o.dFinalState, true, o.out, o.saved);
-  return {
-    ...r,
-    [Symbol.dispose]() {
-      for (const t of [r.dq, r.dk, r.dv, r.dbeta, r.dg, r.dInitialState]) t?.dispose();
-    },
-  };
+  const o = options as DeltaRuleBackwardOptions;
+  const r = deltaBackward(op, inputs, s, dOutput, {
+    dFinalState: o.dFinalState ?? undefined,
+    out: o.out,
+    saved: o.saved ?? undefined,
+  });
+  return gradients(r, o.out);
 }
 
 const DELTA: Kind = { gated: false, recurrent: false };
@@ -204,8 +263,10 @@ const GATED_RECURRENT: Kind = { gated: true, recurrent: true };
  * using k = Tensor.randn([1, 100, 2, 64]);
  * using v = Tensor.randn([1, 100, 2, 64]);
  * using beta = Tensor.rand([1, 100, 2]);
- * using r = chunkDeltaRule(q, k, v, beta, { useQkL2norm: true, outputFinalState: true });
+ * using r = chunkDeltaRule(q, k, v, beta, { layout: "bshd", useQkL2norm: true, outputFinalState: true });
  * console.log(r.output.shape, r.finalState?.shape); // [1, 100, 2, 64] [1, 2, 64, 64]
+ * using dO = Tensor.randn([1, 100, 2, 64]);
+ * using grads = r.backward(dO); // the forward's inputs and options
  * ```
  */
 export function chunkDeltaRule(
@@ -213,7 +274,7 @@ export function chunkDeltaRule(
   k: Tensor,
   v: Tensor,
   beta: Tensor,
-  options: ChunkDeltaRuleOptions = {},
+  options: ChunkDeltaRuleOptions,
 ): DeltaRuleResult {
   return forward("chunkDeltaRule", DELTA, { q, k, v, beta }, options);
 }
@@ -224,11 +285,12 @@ export function chunkDeltaRule(
  * @example
  * ```ts
  * import { recurrentDeltaRule, Tensor } from "@attnkit/attnkit";
- * using q = Tensor.randn([2, 16, 4, 32]);
- * using k = Tensor.randn([2, 16, 4, 32]);
- * using v = Tensor.randn([2, 16, 4, 32]);
- * using beta = Tensor.rand([2, 16, 4]);
- * using r = recurrentDeltaRule(q, k, v, beta, { useQkL2norm: true });
+ * using q = Tensor.randn([2, 4, 16, 32]); // "bhsd": [batch, heads, seq, dim]
+ * using k = Tensor.randn([2, 4, 16, 32]);
+ * using v = Tensor.randn([2, 4, 16, 32]);
+ * using beta = Tensor.rand([2, 4, 16]);
+ * using r = recurrentDeltaRule(q, k, v, beta, { layout: "bhsd", useQkL2norm: true });
+ * console.log(r.output.shape); // [2, 4, 16, 32]
  * ```
  */
 export function recurrentDeltaRule(
@@ -236,7 +298,7 @@ export function recurrentDeltaRule(
   k: Tensor,
   v: Tensor,
   beta: Tensor,
-  options: DeltaRuleOptions = {},
+  options: DeltaRuleOptions,
 ): DeltaRuleResult {
   return forward("recurrentDeltaRule", DELTA_RECURRENT, { q, k, v, beta }, options);
 }
@@ -252,7 +314,10 @@ export function recurrentDeltaRule(
  * using v = Tensor.randn([1, 128, 4, 64], { dtype: "bfloat16" });
  * using g = Tensor.rand([1, 128, 4], { low: -0.5, high: 0 });
  * using beta = Tensor.rand([1, 128, 4]);
- * using r = chunkGatedDeltaRule(q, k, v, g, beta, { useQkL2norm: true });
+ * using r = chunkGatedDeltaRule(q, k, v, g, beta, { layout: "bshd", useQkL2norm: true });
+ * using dO = Tensor.randn([1, 128, 4, 64], { dtype: "bfloat16" });
+ * using grads = r.backward(dO);
+ * console.log(grads.dg?.dtype); // "float32"
  * ```
  */
 export function chunkGatedDeltaRule(
@@ -261,7 +326,7 @@ export function chunkGatedDeltaRule(
   v: Tensor,
   g: Tensor,
   beta: Tensor,
-  options: ChunkDeltaRuleOptions = {},
+  options: ChunkDeltaRuleOptions,
 ): DeltaRuleResult {
   return forward("chunkGatedDeltaRule", GATED, { q, k, v, g, beta }, options);
 }
@@ -277,7 +342,11 @@ export function chunkGatedDeltaRule(
  * using v = Tensor.randn([1, 8, 2, 16]);
  * using g = Tensor.rand([1, 8, 2], { low: -0.5, high: 0 });
  * using beta = Tensor.rand([1, 8, 2]);
- * using r = recurrentGatedDeltaRule(q, k, v, g, beta, { useQkL2norm: true, outputFinalState: true });
+ * using r = recurrentGatedDeltaRule(q, k, v, g, beta, {
+ *   layout: "bshd",
+ *   useQkL2norm: true,
+ *   outputFinalState: true,
+ * });
  * ```
  */
 export function recurrentGatedDeltaRule(
@@ -286,14 +355,15 @@ export function recurrentGatedDeltaRule(
   v: Tensor,
   g: Tensor,
   beta: Tensor,
-  options: DeltaRuleOptions = {},
+  options: DeltaRuleOptions,
 ): DeltaRuleResult {
   return forward("recurrentGatedDeltaRule", GATED_RECURRENT, { q, k, v, g, beta }, options);
 }
 
 /**
- * Gradients of {@link chunkDeltaRule} (same inputs and options) from `dOutput` and an optional
- * `dFinalState`. With `cuSeqlens`, the gradients of tokens past the last sequence are zero.
+ * Gradients of {@link chunkDeltaRule} from `dOutput` (first, shaped like the output) and an optional
+ * `dFinalState`, with the forward's inputs and options. With `cuSeqlens`, the gradients of tokens
+ * past the last sequence are zero.
  *
  * @example
  * ```ts
@@ -303,23 +373,23 @@ export function recurrentGatedDeltaRule(
  * using v = Tensor.randn([1, 40, 2, 32]);
  * using beta = Tensor.rand([1, 40, 2]);
  * using dO = Tensor.randn([1, 40, 2, 32]);
- * using grads = chunkDeltaRuleBackward(q, k, v, beta, dO, { useQkL2norm: true });
- * console.log(grads.dq.shape, grads.dbeta.shape);
+ * using grads = chunkDeltaRuleBackward(dO, q, k, v, beta, { layout: "bshd", useQkL2norm: true });
+ * console.log(grads.dq.shape, grads.dbeta.shape); // [1, 40, 2, 32] [1, 40, 2]
  * ```
  */
 export function chunkDeltaRuleBackward(
+  dOutput: Tensor,
   q: Tensor,
   k: Tensor,
   v: Tensor,
   beta: Tensor,
-  dOutput: Tensor,
-  options: DeltaRuleBackwardOptions = {},
+  options: DeltaRuleBackwardOptions,
 ): DeltaRuleGradients {
-  return backward("chunkDeltaRuleBackward", DELTA, { q, k, v, beta }, dOutput, options);
+  return backward("chunkDeltaRuleBackward", DELTA, dOutput, { q, k, v, beta }, options);
 }
 
 /**
- * Gradients of {@link recurrentDeltaRule}.
+ * Gradients of {@link recurrentDeltaRule}, output gradient first.
  *
  * @example
  * ```ts
@@ -329,22 +399,22 @@ export function chunkDeltaRuleBackward(
  * using v = Tensor.randn([1, 10, 1, 16]);
  * using beta = Tensor.rand([1, 10, 1]);
  * using dO = Tensor.randn([1, 10, 1, 16]);
- * using grads = recurrentDeltaRuleBackward(q, k, v, beta, dO, { useQkL2norm: true });
+ * using grads = recurrentDeltaRuleBackward(dO, q, k, v, beta, { layout: "bshd", useQkL2norm: true });
  * ```
  */
 export function recurrentDeltaRuleBackward(
+  dOutput: Tensor,
   q: Tensor,
   k: Tensor,
   v: Tensor,
   beta: Tensor,
-  dOutput: Tensor,
-  options: Omit<DeltaRuleBackwardOptions, "chunkSize"> = {},
+  options: Omit<DeltaRuleBackwardOptions, "chunkSize">,
 ): DeltaRuleGradients {
-  return backward("recurrentDeltaRuleBackward", DELTA_RECURRENT, { q, k, v, beta }, dOutput, options);
+  return backward("recurrentDeltaRuleBackward", DELTA_RECURRENT, dOutput, { q, k, v, beta }, options);
 }
 
 /**
- * Gradients of {@link chunkGatedDeltaRule}, including `dg`.
+ * Gradients of {@link chunkGatedDeltaRule}, output gradient first, including `dg` (float32).
  *
  * @example
  * ```ts
@@ -355,45 +425,45 @@ export function recurrentDeltaRuleBackward(
  * using g = Tensor.rand([1, 40, 2], { low: -0.5, high: 0 });
  * using beta = Tensor.rand([1, 40, 2]);
  * using dO = Tensor.randn([1, 40, 2, 32]);
- * using grads = chunkGatedDeltaRuleBackward(q, k, v, g, beta, dO, { useQkL2norm: true });
+ * using grads = chunkGatedDeltaRuleBackward(dO, q, k, v, g, beta, { layout: "bshd", useQkL2norm: true });
  * console.log(grads.dg?.shape); // [1, 40, 2]
  * ```
  */
 export function chunkGatedDeltaRuleBackward(
+  dOutput: Tensor,
   q: Tensor,
   k: Tensor,
   v: Tensor,
   g: Tensor,
   beta: Tensor,
-  dOutput: Tensor,
-  options: DeltaRuleBackwardOptions = {},
+  options: DeltaRuleBackwardOptions,
 ): DeltaRuleGradients {
-  return backward("chunkGatedDeltaRuleBackward", GATED, { q, k, v, g, beta }, dOutput, options);
+  return backward("chunkGatedDeltaRuleBackward", GATED, dOutput, { q, k, v, g, beta }, options);
 }
 
 /**
- * Gradients of {@link recurrentGatedDeltaRule}, including `dg`.
+ * Gradients of {@link recurrentGatedDeltaRule}, output gradient first, including `dg` (float32).
  *
  * @example
  * ```ts
  * import { recurrentGatedDeltaRuleBackward, Tensor } from "@attnkit/attnkit";
- * using q = Tensor.randn([1, 10, 1, 16]);
- * using k = Tensor.randn([1, 10, 1, 16]);
- * using v = Tensor.randn([1, 10, 1, 16]);
- * using g = Tensor.rand([1, 10, 1], { low: -0.5, high: 0 });
- * using beta = Tensor.rand([1, 10, 1]);
- * using dO = Tensor.randn([1, 10, 1, 16]);
- * using grads = recurrentGatedDeltaRuleBackward(q, k, v, g, beta, dO, { useQkL2norm: true });
+ * using q = Tensor.randn([1, 1, 10, 16]); // "bhsd"
+ * using k = Tensor.randn([1, 1, 10, 16]);
+ * using v = Tensor.randn([1, 1, 10, 16]);
+ * using g = Tensor.rand([1, 1, 10], { low: -0.5, high: 0 });
+ * using beta = Tensor.rand([1, 1, 10]);
+ * using dO = Tensor.randn([1, 1, 10, 16]);
+ * using grads = recurrentGatedDeltaRuleBackward(dO, q, k, v, g, beta, { layout: "bhsd", useQkL2norm: true });
  * ```
  */
 export function recurrentGatedDeltaRuleBackward(
+  dOutput: Tensor,
   q: Tensor,
   k: Tensor,
   v: Tensor,
   g: Tensor,
   beta: Tensor,
-  dOutput: Tensor,
-  options: Omit<DeltaRuleBackwardOptions, "chunkSize"> = {},
+  options: Omit<DeltaRuleBackwardOptions, "chunkSize">,
 ): DeltaRuleGradients {
-  return backward("recurrentGatedDeltaRuleBackward", GATED_RECURRENT, { q, k, v, g, beta }, dOutput, options);
+  return backward("recurrentGatedDeltaRuleBackward", GATED_RECURRENT, dOutput, { q, k, v, g, beta }, options);
 }

@@ -1,12 +1,10 @@
 /**
- * DeltaNet op classes (the ungated delta rule), named as seed 000 names them (TileOPs' DeltaNet*),
- * with camelCase options. Head-major (BHSD) tensors: q, k `[B, HK, S, K]`, v `[B, H, S, V]`,
- * beta `[B, H, S]`; they are read in place through strided views, never copied through the host.
- * Construct once, call many times: each call is checked on its own, so shapes and dtype may change
- * between calls. The seed's `kernel_map` and `tune` have no counterpart here.
- *
- * Where the seed and issue 3 differ, the issue wins: the output reads the state with
- * `scale` (default `K ** -0.5`), also in decode.
+ * DeltaNet op classes (the ungated delta rule), TileOPs' DeltaNet* with camelCase options and an
+ * explicit layout: `"bhsd"` (q, k `[B, HK, S, K]`, v `[B, H, S, V]`, beta `[B, H, S]`, TileOPs' order)
+ * or `"bshd"` (q, k `[B, S, HK, K]`, v `[B, S, H, V]`, beta `[B, S, H]`). Tensors are read in place
+ * through strided views, never copied through the host. Construct once, call many times: each call
+ * is checked on its own, so shapes and dtype may change between calls. The output reads the state
+ * with `scale` (default `K ** -0.5`), also in decode.
  *
  * @module
  */
@@ -24,18 +22,25 @@ import {
   COMBINED_OP_OPTIONS,
   DECODE_OP_OPTIONS,
   type DecodeOpOptions,
+  type DeltaCombinedOpOptions,
   type DeltaOpOptions,
-  disposable,
+  forwardOpResult,
   initialStateOf,
+  type OpResultBackwardOptions,
+  opSettings,
   type ResolvedOptions,
   resolveOptions,
   SavedInputs,
 } from "./op_support.ts";
+import { callerBuffers, disposable } from "./results.ts";
 import type { Tensor } from "../tensor.ts";
 
-/** What {@link DeltaNetFwdOp} returns (the seed's `(o, S, Aw, Au)`); `using` disposes all four. */
+/**
+ * What {@link DeltaNetFwdOp} returns (TileOPs' `(o, S, Aw, Au)`) and its own backward; `using`
+ * disposes the four tensors (except buffers the caller passed in `out`).
+ */
 export interface DeltaNetFwdResult extends Disposable {
-  /** o `[B, H, S, V]`, dtype of q. */
+  /** o, shaped like v (in the op's layout), dtype of q. */
   output: Tensor;
   /** S: the state before each chunk and the final state, `[B, H, NC + 1, K, V]` float32. */
   chunkStates: Tensor;
@@ -43,17 +48,25 @@ export interface DeltaNetFwdResult extends Disposable {
   aw: Tensor;
   /** Au: chunk-local WY factor of the values, `[B, H, S, chunkSize]` float32 (u = Au v per chunk). */
   au: Tensor;
+  /**
+   * Gradients of this forward from the output's gradient, with its inputs (referenced, not copied:
+   * keep them until this runs) and options.
+   */
+  backward(dOutput: Tensor, options?: OpResultBackwardOptions): DeltaNetGradients;
 }
 
-/** Gradients of the DeltaNet ops (the seed's `(dq, dk, dv, dbeta)`); `using` disposes them. */
+/**
+ * Gradients of the DeltaNet ops (TileOPs' `(dq, dk, dv, dbeta)`), in the op's layout; `using`
+ * disposes those the library allocated.
+ */
 export interface DeltaNetGradients extends Disposable {
-  /** `[B, HK, S, K]`, dtype of q. */
+  /** Shaped like q, dtype of q. */
   dq: Tensor;
-  /** `[B, HK, S, K]`, dtype of q. */
+  /** Shaped like k, dtype of q. */
   dk: Tensor;
-  /** `[B, H, S, V]`, dtype of q. */
+  /** Shaped like v, dtype of q. */
   dv: Tensor;
-  /** `[B, H, S]`, dtype of beta. */
+  /** Shaped like beta, float32. */
   dbeta: Tensor;
 }
 
@@ -65,83 +78,76 @@ export interface DecodeResult {
   newState: Tensor;
 }
 
-function settings(o: ResolvedOptions, gated: boolean) {
-  return {
-    layout: "bhtd" as const,
-    gated,
-    scale: o.scale,
-    chunkSize: o.chunkSize ?? 64,
-    recurrent: false,
-    l2norm: o.l2norm,
-  };
-}
-
-function gradients(r: BackwardOutputs): DeltaNetGradients {
+function gradients(r: BackwardOutputs, out: unknown): DeltaNetGradients {
   r.dInitialState?.dispose();
-  return disposable({ dq: r.dq, dk: r.dk, dv: r.dv, dbeta: r.dbeta });
+  return disposable({ dq: r.dq, dk: r.dk, dv: r.dv, dbeta: r.dbeta }, callerBuffers(out));
 }
 
 /**
- * DeltaNet forward: returns the output, the chunk states and the WY factors (seed: `(o, S, Aw, Au)`).
+ * DeltaNet forward: returns the output, the chunk states and the WY factors (TileOPs' `(o, S, Aw,
+ * Au)`), from a zero state.
  *
  * @example
  * ```ts
  * import { DeltaNetFwdOp, Tensor } from "@attnkit/attnkit";
- * const op = new DeltaNetFwdOp({ chunkSize: 64, useQkL2norm: true });
+ * const op = new DeltaNetFwdOp({ layout: "bhsd", chunkSize: 64, useQkL2norm: true });
  * using q = Tensor.randn([1, 2, 100, 32]);
  * using k = Tensor.randn([1, 2, 100, 32]);
  * using v = Tensor.randn([1, 2, 100, 32]);
  * using beta = Tensor.rand([1, 2, 100]);
  * using r = op.forward(q, k, v, beta);
  * console.log(r.chunkStates.shape); // [1, 2, 3, 32, 32]
+ * using dO = Tensor.randn([1, 2, 100, 32]);
+ * using grads = r.backward(dO);
  * ```
  */
 export class DeltaNetFwdOp {
   readonly #options: ResolvedOptions;
 
   /** Builds the op; shapes and dtype come with each call. */
-  constructor(options: DeltaOpOptions = {}) {
-    this.#options = resolveOptions("DeltaNetFwdOp", options, 64, CHUNKED_OP_OPTIONS);
+  constructor(options: DeltaOpOptions) {
+    this.#options = resolveOptions("DeltaNetFwdOp", options, 64, CHUNKED_OP_OPTIONS, "required");
   }
 
-  /** Runs the forward on BHSD tensors (into `out`'s buffers where given). */
+  /** Runs the forward (into `out`'s buffers where given; they stay the caller's). */
   forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, out?: DeltaForwardBuffers): DeltaNetFwdResult {
-    const r = deltaForward("DeltaNetFwdOp", { q, k, v, beta }, settings(this.#options, false), {
-      chunkStates: true,
-      factors: true,
-    }, out);
-    return disposable({ output: r.output, chunkStates: r.chunkStates!, aw: r.aw!, au: r.au! });
+    const op = "DeltaNetFwdOp";
+    const inputs = { q, k, v, beta };
+    const s = opSettings(this.#options, false);
+    const r = deltaForward(op, inputs, s, { chunkStates: true, factors: true }, out);
+    return forwardOpResult(op, inputs, s, r, out, gradients);
   }
 }
 
 /**
- * DeltaNet backward: gradients of q, k, v and beta from the output's gradient. `S` (the chunk
+ * DeltaNet backward: gradients of q, k, v and beta from the output's gradient (first). `S` (the chunk
  * states of {@link DeltaNetFwdOp}) supplies the state the forward started from (its first entry);
- * without it the start state is zero. The seed's Aw, Au, w and u are not needed: the backward
+ * without it the start state is zero. TileOPs' Aw, Au, w and u are not needed: the backward
  * recomputes what it needs from the inputs, which costs less than reading them.
  *
  * @example
  * ```ts
  * import { DeltaNetBwdOp, DeltaNetFwdOp, Tensor } from "@attnkit/attnkit";
+ * const options = { layout: "bhsd", useQkL2norm: true } as const;
  * using q = Tensor.randn([1, 2, 50, 16]);
  * using k = Tensor.randn([1, 2, 50, 16]);
  * using v = Tensor.randn([1, 2, 50, 16]);
  * using beta = Tensor.rand([1, 2, 50]);
- * using fwd = new DeltaNetFwdOp({ useQkL2norm: true }).forward(q, k, v, beta);
+ * using fwd = new DeltaNetFwdOp(options).forward(q, k, v, beta);
  * using dO = Tensor.randn([1, 2, 50, 16]);
- * using grads = new DeltaNetBwdOp({ useQkL2norm: true }).forward(dO, q, k, v, beta, fwd.chunkStates);
+ * using grads = new DeltaNetBwdOp(options).backward(dO, q, k, v, beta, fwd.chunkStates);
  * ```
  */
 export class DeltaNetBwdOp {
   readonly #options: ResolvedOptions;
 
   /** Builds the op; shapes and dtype come with each call. */
-  constructor(options: DeltaOpOptions = {}) {
-    this.#options = resolveOptions("DeltaNetBwdOp", options, 64, CHUNKED_OP_OPTIONS);
+  constructor(options: DeltaOpOptions) {
+    this.#options = resolveOptions("DeltaNetBwdOp", options, 64, CHUNKED_OP_OPTIONS, "required");
   }
 
-  /** Runs the backward on BHSD tensors (into `out`'s buffers where given). */
-  forward(
+  /** Runs the backward (into `out`'s buffers where given; they stay the caller's). */
+  backward(
     dO: Tensor,
     q: Tensor,
     k: Tensor,
@@ -151,12 +157,13 @@ export class DeltaNetBwdOp {
     out?: DeltaBackwardBuffers,
   ): DeltaNetGradients {
     const op = "DeltaNetBwdOp";
-    const s = settings(this.#options, false);
+    const s = opSettings(this.#options, false);
     const inputs = { q, k, v, beta };
-    if (S === undefined) return gradients(deltaBackward(op, inputs, s, dO, undefined, false, out));
+    if (S === undefined || S === null) return gradients(deltaBackward(op, inputs, s, dO, { out }), out);
     const sizes = checkDeltaCall(op, inputs, s);
     using h0 = initialStateOf(op, S, q, sizes, s.chunkSize);
-    return gradients(deltaBackward(op, inputs, { ...s, initialState: h0 }, dO, undefined, false, out));
+    const extras = { out, wantDInitialState: false, unchecked: new Set(["initialState"] as const) };
+    return gradients(deltaBackward(op, inputs, { ...s, initialState: h0 }, dO, extras), out);
   }
 }
 
@@ -168,7 +175,7 @@ export class DeltaNetBwdOp {
  * @example
  * ```ts
  * import { DeltaNetOp, Tensor } from "@attnkit/attnkit";
- * using op = new DeltaNetOp({ useQkL2norm: true });
+ * using op = new DeltaNetOp({ layout: "bhsd", useQkL2norm: true });
  * using q = Tensor.randn([2, 2, 64, 32]);
  * using k = Tensor.randn([2, 2, 64, 32]);
  * using v = Tensor.randn([2, 2, 64, 32]);
@@ -183,31 +190,34 @@ export class DeltaNetOp implements Disposable {
   readonly #saved = new SavedInputs();
 
   /** Builds the op; shapes and dtype come with each call. */
-  constructor(options: DeltaOpOptions = {}) {
-    this.#options = resolveOptions("DeltaNetOp", options, 64, COMBINED_OP_OPTIONS);
+  constructor(options: DeltaCombinedOpOptions) {
+    this.#options = resolveOptions("DeltaNetOp", options, 64, COMBINED_OP_OPTIONS, "required");
   }
 
-  /** Runs the forward on BHSD tensors and keeps the inputs for {@link DeltaNetOp.backward}. */
+  /** Runs the forward and keeps the inputs for {@link DeltaNetOp.backward}. */
   forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, out?: { output?: Tensor }): Tensor {
-    const r = deltaForward("DeltaNetOp", { q, k, v, beta }, settings(this.#options, false), {
-      saved: this.#options.saveStates,
+    const r = deltaForward("DeltaNetOp", { q, k, v, beta }, opSettings(this.#options, false), {
+      saved: this.#options.saveForBackward,
     }, out);
     try {
       this.#saved.save({ q, k, v, beta }, r.saved);
     } catch (e) {
-      r.output.dispose();
+      if (r.output !== out?.output) r.output.dispose();
       throw e;
     }
     return r.output;
   }
 
-  /** Gradients of the last forward's inputs (into `out`'s buffers where given); releases them. */
+  /**
+   * Gradients of the last forward's inputs (into `out`'s buffers where given; they stay the
+   * caller's); releases the kept inputs.
+   */
   backward(dO: Tensor, out?: DeltaBackwardBuffers): DeltaNetGradients {
     const op = "DeltaNetOp";
     const inputs = this.#saved.get(op);
     try {
-      const s = settings(this.#options, false);
-      return gradients(deltaBackward(op, inputs, s, dO, undefined, false, out, this.#saved.states));
+      const s = opSettings(this.#options, false);
+      return gradients(deltaBackward(op, inputs, s, dO, { out, saved: this.#saved.states }), out);
     } finally {
       this.#saved.dispose();
     }
@@ -232,7 +242,8 @@ export class DeltaNetOp implements Disposable {
 /**
  * DeltaNet decode: one token per sequence, `S' = S`, `u = beta (v - S'^T k)`, `S_new = S' + k u^T`,
  * `o = scale S_new^T q`. q, k `[B, HK, K]`, v `[B, H, V]`, beta `[B, H]`, state `[B, H, K, V]`
- * (float32 or the dtype of q). float32 inputs are computed in full float32 (no TF32).
+ * (float32 or the dtype of q): no sequence dimension, so no layout. float32 inputs are computed in
+ * full float32 (no TF32).
  *
  * @example
  * ```ts
@@ -254,7 +265,7 @@ export class DeltaNetDecodeFwdOp {
 
   /** Builds the op; shapes and dtype come with each call. */
   constructor(options: DecodeOpOptions = {}) {
-    this.#options = resolveOptions("DeltaNetDecodeFwdOp", options, undefined, DECODE_OP_OPTIONS);
+    this.#options = resolveOptions("DeltaNetDecodeFwdOp", options, undefined, DECODE_OP_OPTIONS, "none");
     this.#inPlace = options.inPlace ?? false;
   }
 

@@ -1,18 +1,19 @@
 /**
- * Gated DeltaNet op classes, named as seed 000 names them (TileOPs' GatedDeltaNet*), with camelCase
- * options. Per token: `S <- exp(g) S`, then the delta update and `o = scale S^T q` (scale defaults
- * to `K ** -0.5`). BHSD/BHTD ops take q, k `[B, HK, T, K]`, v `[B, H, T, V]`, g and beta
- * `[B, H, T]`; BTHD ops take q, k `[B, T, HK, K]`, v `[B, T, H, V]`, g and beta `[B, T, H]`. Both
- * are read in place through strided views (g and beta are cast and permuted to float32 on the
- * device). Construct once, call many times: each call is checked on its own, so shapes and dtype
- * may change between calls. The seed's `kernel_map` and `tune` have no counterpart here, and the
- * BTHD forward serves every shape and dtype the other ops serve (the seed's restriction to its
- * Hopper pipeline does not apply).
+ * Gated DeltaNet op classes, TileOPs' GatedDeltaNet* with camelCase options. Per token:
+ * `S <- exp(g) S`, then the delta update and `o = scale S^T q` (scale defaults to `K ** -0.5`).
+ * Layouts: `"bhsd"` (q, k `[B, HK, T, K]`, v `[B, H, T, V]`, g and beta `[B, H, T]`) or `"bshd"`
+ * (q, k `[B, T, HK, K]`, v `[B, T, H, V]`, g and beta `[B, T, H]`). The classes whose name states a
+ * layout (`...BTHD...` reads `"bshd"`, `...BHTD...` reads `"bhsd"`) take it from the name; the
+ * others require `layout`. Tensors are read in place through strided views (g and beta are cast and
+ * permuted to float32 on the device). Construct once, call many times: each call is checked on its
+ * own, so shapes and dtype may change between calls. The BTHD forward serves every shape and dtype
+ * the other ops serve.
  *
  * @module
  */
-import { checkArgument, checkOptions, numberIn } from "../args.ts";
+import { checkArgument, numberIn } from "../args.ts";
 import {
+  type BackwardOutputs,
   checkChunkSize,
   checkDeltaCall,
   deltaBackward,
@@ -20,26 +21,35 @@ import {
   deltaDecode,
   deltaForward,
   type DeltaForwardBuffers,
-  type Layout,
+  type DeltaInputs,
 } from "./delta_native.ts";
 import type { DecodeResult } from "./deltanet.ts";
+import type { LinearLayout } from "./layouts.ts";
 import {
   CHUNKED_OP_OPTIONS,
   COMBINED_OP_OPTIONS,
   DECODE_OP_OPTIONS,
   type DecodeOpOptions,
+  type DeltaCombinedOpOptions,
   type DeltaOpOptions,
-  disposable,
+  forwardOpResult,
   initialStateOf,
+  type NamedLayoutOpOptions,
+  type OpResultBackwardOptions,
+  opSettings,
   type ResolvedOptions,
   resolveOptions,
   SavedInputs,
 } from "./op_support.ts";
+import { callerBuffers, disposable } from "./results.ts";
 import type { Tensor } from "../tensor.ts";
 
-/** What the Gated DeltaNet forward ops return (the seed's `(o, S, Aw, Au)`); `using` disposes all. */
+/**
+ * What the Gated DeltaNet forward ops return (TileOPs' `(o, S, Aw, Au)`) and its own backward;
+ * `using` disposes the four tensors (except buffers the caller passed in `out`).
+ */
 export interface GatedDeltaNetFwdResult extends Disposable {
-  /** o, in the layout of the inputs, dtype of q. */
+  /** o, shaped like v (in the layout of the inputs), dtype of q. */
   output: Tensor;
   /** S: the state before each chunk and the final state, `[B, H, NC + 1, K, V]` float32. */
   chunkStates: Tensor;
@@ -47,53 +57,65 @@ export interface GatedDeltaNetFwdResult extends Disposable {
   aw: Tensor;
   /** Au = Tm diag(beta) per chunk, `[B, H, T, chunkSize]` float32 (u = Au v). */
   au: Tensor;
+  /**
+   * Gradients of this forward from the output's gradient, with its inputs (referenced, not copied:
+   * keep them until this runs) and options.
+   */
+  backward(dOutput: Tensor, options?: OpResultBackwardOptions): GatedDeltaNetGradients;
 }
 
-/** What the prefill ops return; `using` disposes both. */
+/** What the prefill ops return; `using` disposes both (except buffers the caller passed in `out`). */
 export interface GatedDeltaNetPrefillResult extends Disposable {
-  /** o, in the layout of the inputs, dtype of q. */
+  /** o, shaped like v (in the layout of the inputs), dtype of q. */
   output: Tensor;
   /** `[B, H, K, V]` float32. */
   finalState: Tensor;
 }
 
-/** Gradients of the Gated DeltaNet ops (the seed's `(dq, dk, dv, dg, dbeta)`); `using` disposes them. */
+/**
+ * Gradients of the Gated DeltaNet ops (TileOPs' `(dq, dk, dv, dg, dbeta)`), in the op's layout;
+ * `using` disposes those the library allocated.
+ */
 export interface GatedDeltaNetGradients extends Disposable {
-  /** `[B, HK, T, K]`, dtype of q. */
+  /** Shaped like q, dtype of q. */
   dq: Tensor;
-  /** `[B, HK, T, K]`, dtype of q. */
+  /** Shaped like k, dtype of q. */
   dk: Tensor;
-  /** `[B, H, T, V]`, dtype of q. */
+  /** Shaped like v, dtype of q. */
   dv: Tensor;
-  /** `[B, H, T]`, dtype of g. */
+  /** Shaped like g, float32. */
   dg: Tensor;
-  /** `[B, H, T]`, dtype of beta. */
+  /** Shaped like beta, float32. */
   dbeta: Tensor;
 }
 
 /** Options of the prefill ops: `chunkSize` undefined or null picks one per call. */
-export interface PrefillOpOptions extends Omit<DeltaOpOptions, "chunkSize"> {
+export interface PrefillOpOptions extends Omit<NamedLayoutOpOptions, "chunkSize"> {
   /** 32, 64 or 128; default: 128 when batch * heads <= 8 and T >= 128, else 64. */
   chunkSize?: number | null;
 }
 
-function settings(o: ResolvedOptions, layout: Layout, chunkSize = o.chunkSize ?? 64) {
-  return { layout, gated: true, scale: o.scale, chunkSize, recurrent: false, l2norm: o.l2norm };
+type GatedInputs = Required<Pick<DeltaInputs, "g">> & DeltaInputs;
+
+function gatedGradients(r: BackwardOutputs, out: unknown): GatedDeltaNetGradients {
+  r.dInitialState?.dispose();
+  return disposable({ dq: r.dq, dk: r.dk, dv: r.dv, dg: r.dg!, dbeta: r.dbeta }, callerBuffers(out));
 }
 
 function forwardWithFactors(
   op: string,
   o: ResolvedOptions,
-  layout: Layout,
-  inputs: { q: Tensor; k: Tensor; v: Tensor; g: Tensor; beta: Tensor },
+  inputs: GatedInputs,
   out: DeltaForwardBuffers | undefined,
 ): GatedDeltaNetFwdResult {
-  const r = deltaForward(op, inputs, settings(o, layout), { chunkStates: true, factors: true }, out);
-  return disposable({ output: r.output, chunkStates: r.chunkStates!, aw: r.aw!, au: r.au! });
+  const s = opSettings(o, true);
+  const r = deltaForward(op, inputs, s, { chunkStates: true, factors: true }, out);
+  return forwardOpResult(op, inputs, s, r, out, gatedGradients);
 }
 
 /**
- * Gated DeltaNet forward over token-major (BTHD) inputs; returns o, S, Aw and Au.
+ * Gated DeltaNet forward over `"bshd"` (BTHD, token-major) inputs, from a zero state; returns o, S,
+ * Aw and Au.
  *
  * @example
  * ```ts
@@ -110,12 +132,12 @@ function forwardWithFactors(
 export class GatedDeltaNetBTHDFwdOp {
   readonly #options: ResolvedOptions;
 
-  /** Builds the op; shapes and dtype come with each call. */
-  constructor(options: DeltaOpOptions = {}) {
-    this.#options = resolveOptions("GatedDeltaNetBTHDFwdOp", options, 64, CHUNKED_OP_OPTIONS);
+  /** Builds the op (`layout`, when given, must be `"bshd"`); shapes and dtype come with each call. */
+  constructor(options: NamedLayoutOpOptions = {}) {
+    this.#options = resolveOptions("GatedDeltaNetBTHDFwdOp", options, 64, CHUNKED_OP_OPTIONS, "bshd");
   }
 
-  /** Runs the forward on BTHD tensors (into `out`'s buffers where given). */
+  /** Runs the forward on bshd tensors (into `out`'s buffers where given; they stay the caller's). */
   forward(
     q: Tensor,
     k: Tensor,
@@ -124,13 +146,13 @@ export class GatedDeltaNetBTHDFwdOp {
     beta: Tensor,
     out?: DeltaForwardBuffers,
   ): GatedDeltaNetFwdResult {
-    return forwardWithFactors("GatedDeltaNetBTHDFwdOp", this.#options, "bthd", { q, k, v, g, beta }, out);
+    return forwardWithFactors("GatedDeltaNetBTHDFwdOp", this.#options, { q, k, v, g, beta }, out);
   }
 }
 
 /**
- * Gated DeltaNet forward over head-major (BHTD) inputs; returns o, S, Aw and Au.
- * {@link GatedDeltaNetBwdOp} takes the S this returns.
+ * Gated DeltaNet forward over `"bhsd"` (BHTD, head-major) inputs, from a zero state; returns o, S,
+ * Aw and Au. {@link GatedDeltaNetBwdOp} takes the S this returns.
  *
  * @example
  * ```ts
@@ -142,17 +164,19 @@ export class GatedDeltaNetBTHDFwdOp {
  * using g = Tensor.rand([1, 2, 80], { low: -0.3, high: 0 });
  * using beta = Tensor.rand([1, 2, 80]);
  * using r = op.forward(q, k, v, g, beta);
+ * using dO = Tensor.randn([1, 2, 80, 32]);
+ * using grads = r.backward(dO);
  * ```
  */
 export class GatedDeltaNetBHTDFwdOp {
   readonly #options: ResolvedOptions;
 
-  /** Builds the op; shapes and dtype come with each call. */
-  constructor(options: DeltaOpOptions = {}) {
-    this.#options = resolveOptions("GatedDeltaNetBHTDFwdOp", options, 64, CHUNKED_OP_OPTIONS);
+  /** Builds the op (`layout`, when given, must be `"bhsd"`); shapes and dtype come with each call. */
+  constructor(options: NamedLayoutOpOptions = {}) {
+    this.#options = resolveOptions("GatedDeltaNetBHTDFwdOp", options, 64, CHUNKED_OP_OPTIONS, "bhsd");
   }
 
-  /** Runs the forward on BHTD tensors (into `out`'s buffers where given). */
+  /** Runs the forward on bhsd tensors (into `out`'s buffers where given; they stay the caller's). */
   forward(
     q: Tensor,
     k: Tensor,
@@ -161,11 +185,11 @@ export class GatedDeltaNetBHTDFwdOp {
     beta: Tensor,
     out?: DeltaForwardBuffers,
   ): GatedDeltaNetFwdResult {
-    return forwardWithFactors("GatedDeltaNetBHTDFwdOp", this.#options, "bhtd", { q, k, v, g, beta }, out);
+    return forwardWithFactors("GatedDeltaNetBHTDFwdOp", this.#options, { q, k, v, g, beta }, out);
   }
 }
 
-/** The prefill ops' chunk size for a call (seed 000's serving default when none was given). */
+/** The prefill ops' chunk size for a call (the serving default when none was given). */
 export function prefillChunkSize(
   chosen: number | undefined,
   batch: number,
@@ -186,26 +210,25 @@ export function prefillChunkSize(
 function prefill(
   op: string,
   o: ResolvedOptions,
-  layout: Layout,
-  inputs: { q: Tensor; k: Tensor; v: Tensor; g: Tensor; beta: Tensor },
+  inputs: GatedInputs,
   initialState: Tensor | undefined,
-  out: DeltaForwardBuffers | undefined,
+  out: { output?: Tensor; finalState?: Tensor } | undefined,
 ): GatedDeltaNetPrefillResult {
-  const probe = checkDeltaCall(op, inputs, { ...settings(o, layout, 64), initialState });
+  const probe = checkDeltaCall(op, inputs, { ...opSettings(o, true, 64), initialState });
   const chunkSize = prefillChunkSize(o.chunkSize, probe.B, probe.H, probe.T);
-  const s = { ...settings(o, layout, chunkSize), initialState };
-  const r = deltaForward(op, inputs, s, { finalState: true }, out);
-  return disposable({ output: r.output, finalState: r.finalState! });
+  const s = { ...opSettings(o, true, chunkSize), initialState };
+  // Inference: the call is not remembered for a backward's checks.
+  const r = deltaForward(op, inputs, s, { finalState: true, remember: false }, out);
+  return disposable({ output: r.output, finalState: r.finalState! }, callerBuffers(out));
 }
 
-function prefillOptions(op: string, options: PrefillOpOptions): ResolvedOptions {
-  const o = checkOptions<PrefillOpOptions>(op, options, CHUNKED_OP_OPTIONS);
-  return resolveOptions(op, { ...o, chunkSize: o.chunkSize ?? undefined }, undefined, CHUNKED_OP_OPTIONS);
+function prefillOptions(op: string, options: PrefillOpOptions, layout: LinearLayout): ResolvedOptions {
+  return resolveOptions(op, options, undefined, CHUNKED_OP_OPTIONS, layout);
 }
 
 /**
- * Gated DeltaNet inference prefill over token-major (BTHD) inputs: `(q, k, v, g, beta) -> (o,
- * finalState)`, from a zero state or `initialState` (`[B, H, K, V]` float32). Without a chunk size
+ * Gated DeltaNet inference prefill over `"bshd"` (BTHD, token-major) inputs: `(q, k, v, g, beta) ->
+ * (o, finalState)`, from a zero state or `initialState` (`[B, H, K, V]` float32). Without a chunk size
  * it picks 128 when batch * heads <= 8 and T >= 128, else 64.
  *
  * @example
@@ -224,12 +247,12 @@ function prefillOptions(op: string, options: PrefillOpOptions): ResolvedOptions 
 export class GatedDeltaNetPrefillBTHDFwdOp {
   readonly #options: ResolvedOptions;
 
-  /** Builds the op; shapes and dtype come with each call. */
+  /** Builds the op (`layout`, when given, must be `"bshd"`); shapes and dtype come with each call. */
   constructor(options: PrefillOpOptions = {}) {
-    this.#options = prefillOptions("GatedDeltaNetPrefillBTHDFwdOp", options);
+    this.#options = prefillOptions("GatedDeltaNetPrefillBTHDFwdOp", options, "bshd");
   }
 
-  /** Runs the prefill on BTHD tensors, from `initialState` (`[B, H, K, V]` float32) or zeros. */
+  /** Runs the prefill on bshd tensors, from `initialState` (`[B, H, K, V]` float32) or zeros. */
   forward(
     q: Tensor,
     k: Tensor,
@@ -239,13 +262,12 @@ export class GatedDeltaNetPrefillBTHDFwdOp {
     initialState?: Tensor,
     out?: { output?: Tensor; finalState?: Tensor },
   ): GatedDeltaNetPrefillResult {
-    const inputs = { q, k, v, g, beta };
-    return prefill("GatedDeltaNetPrefillBTHDFwdOp", this.#options, "bthd", inputs, initialState, out);
+    return prefill("GatedDeltaNetPrefillBTHDFwdOp", this.#options, { q, k, v, g, beta }, initialState, out);
   }
 }
 
 /**
- * Gated DeltaNet inference prefill over head-major (BHTD) inputs; the same arithmetic as
+ * Gated DeltaNet inference prefill over `"bhsd"` (BHTD, head-major) inputs; the same arithmetic as
  * {@link GatedDeltaNetPrefillBTHDFwdOp}.
  *
  * @example
@@ -263,12 +285,12 @@ export class GatedDeltaNetPrefillBTHDFwdOp {
 export class GatedDeltaNetPrefillBHTDFwdOp {
   readonly #options: ResolvedOptions;
 
-  /** Builds the op; shapes and dtype come with each call. */
+  /** Builds the op (`layout`, when given, must be `"bhsd"`); shapes and dtype come with each call. */
   constructor(options: PrefillOpOptions = {}) {
-    this.#options = prefillOptions("GatedDeltaNetPrefillBHTDFwdOp", options);
+    this.#options = prefillOptions("GatedDeltaNetPrefillBHTDFwdOp", options, "bhsd");
   }
 
-  /** Runs the prefill on BHTD tensors, from `initialState` (`[B, H, K, V]` float32) or zeros. */
+  /** Runs the prefill on bhsd tensors, from `initialState` (`[B, H, K, V]` float32) or zeros. */
   forward(
     q: Tensor,
     k: Tensor,
@@ -278,19 +300,13 @@ export class GatedDeltaNetPrefillBHTDFwdOp {
     initialState?: Tensor,
     out?: { output?: Tensor; finalState?: Tensor },
   ): GatedDeltaNetPrefillResult {
-    const inputs = { q, k, v, g, beta };
-    return prefill("GatedDeltaNetPrefillBHTDFwdOp", this.#options, "bhtd", inputs, initialState, out);
+    return prefill("GatedDeltaNetPrefillBHTDFwdOp", this.#options, { q, k, v, g, beta }, initialState, out);
   }
 }
 
-function gatedGradients(r: ReturnType<typeof deltaBackward>): GatedDeltaNetGradients {
-  r.dInitialState?.dispose();
-  return disposable({ dq: r.dq, dk: r.dk, dv: r.dv, dg: r.dg!, dbeta: r.dbeta });
-}
-
 /**
- * Gated DeltaNet backward over BHTD tensors: gradients of q, k, v, g and beta. `S` (the chunk states
- * of {@link GatedDeltaNetBHTDFwdOp}) supplies the state the forward started from (its first entry);
+ * Gated DeltaNet backward: gradients of q, k, v, g and beta from the output's gradient (first). `S`
+ * (the chunk states of a forward op) supplies the state the forward started from (its first entry);
  * without it the start state is zero. The rest is recomputed from the inputs.
  *
  * @example
@@ -303,19 +319,20 @@ function gatedGradients(r: ReturnType<typeof deltaBackward>): GatedDeltaNetGradi
  * using beta = Tensor.rand([1, 2, 50]);
  * using fwd = new GatedDeltaNetBHTDFwdOp({ useQkL2norm: true }).forward(q, k, v, g, beta);
  * using dO = Tensor.randn([1, 2, 50, 16]);
- * using grads = new GatedDeltaNetBwdOp({ useQkL2norm: true }).forward(dO, q, k, v, g, beta, fwd.chunkStates);
+ * const op = new GatedDeltaNetBwdOp({ layout: "bhsd", useQkL2norm: true });
+ * using grads = op.backward(dO, q, k, v, g, beta, fwd.chunkStates);
  * ```
  */
 export class GatedDeltaNetBwdOp {
   readonly #options: ResolvedOptions;
 
   /** Builds the op; shapes and dtype come with each call. */
-  constructor(options: DeltaOpOptions = {}) {
-    this.#options = resolveOptions("GatedDeltaNetBwdOp", options, 64, CHUNKED_OP_OPTIONS);
+  constructor(options: DeltaOpOptions) {
+    this.#options = resolveOptions("GatedDeltaNetBwdOp", options, 64, CHUNKED_OP_OPTIONS, "required");
   }
 
-  /** Runs the backward on BHTD tensors. */
-  forward(
+  /** Runs the backward (into `out`'s buffers where given; they stay the caller's). */
+  backward(
     dO: Tensor,
     q: Tensor,
     k: Tensor,
@@ -326,24 +343,25 @@ export class GatedDeltaNetBwdOp {
     out?: DeltaBackwardBuffers,
   ): GatedDeltaNetGradients {
     const op = "GatedDeltaNetBwdOp";
-    const s = settings(this.#options, "bhtd");
+    const s = opSettings(this.#options, true);
     const inputs = { q, k, v, g, beta };
-    if (S === undefined) return gatedGradients(deltaBackward(op, inputs, s, dO, undefined, false, out));
+    if (S === undefined || S === null) return gatedGradients(deltaBackward(op, inputs, s, dO, { out }), out);
     const sizes = checkDeltaCall(op, inputs, s);
     using h0 = initialStateOf(op, S, q, sizes, s.chunkSize);
-    return gatedGradients(deltaBackward(op, inputs, { ...s, initialState: h0 }, dO, undefined, false, out));
+    const extras = { out, wantDInitialState: false, unchecked: new Set(["initialState"] as const) };
+    return gatedGradients(deltaBackward(op, inputs, { ...s, initialState: h0 }, dO, extras), out);
   }
 }
 
 /**
- * Gated DeltaNet forward and backward in one op over BHSD tensors: `forward` returns the output and
- * keeps (its own handles on) the inputs; `backward` returns the inputs' gradients and releases them,
- * as does `dispose()`.
+ * Gated DeltaNet forward and backward in one op: `forward` returns the output and keeps (its own
+ * handles on) the inputs; `backward` returns the inputs' gradients and releases them, as does
+ * `dispose()`.
  *
  * @example
  * ```ts
  * import { GatedDeltaNetOp, Tensor } from "@attnkit/attnkit";
- * using op = new GatedDeltaNetOp({ chunkSize: 64, useQkL2norm: true });
+ * using op = new GatedDeltaNetOp({ layout: "bhsd", chunkSize: 64, useQkL2norm: true });
  * using q = Tensor.randn([1, 2, 64, 32]);
  * using k = Tensor.randn([1, 2, 64, 32]);
  * using v = Tensor.randn([1, 2, 64, 32]);
@@ -359,41 +377,34 @@ export class GatedDeltaNetOp implements Disposable {
   readonly #saved = new SavedInputs();
 
   /** Builds the op; shapes and dtype come with each call. */
-  constructor(options: DeltaOpOptions = {}) {
-    this.#options = resolveOptions("GatedDeltaNetOp", options, 64, COMBINED_OP_OPTIONS);
+  constructor(options: DeltaCombinedOpOptions) {
+    this.#options = resolveOptions("GatedDeltaNetOp", options, 64, COMBINED_OP_OPTIONS, "required");
   }
 
   /** Runs the forward and keeps the inputs for {@link GatedDeltaNetOp.backward}. */
   forward(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, out?: { output?: Tensor }): Tensor {
-    const r = deltaForward("GatedDeltaNetOp", { q, k, v, g, beta }, settings(this.#options, "bhtd"), {
-      saved: this.#options.saveStates,
+    const r = deltaForward("GatedDeltaNetOp", { q, k, v, g, beta }, opSettings(this.#options, true), {
+      saved: this.#options.saveForBackward,
     }, out);
     try {
       this.#saved.save({ q, k, v, g, beta }, r.saved);
     } catch (e) {
-      r.output.dispose();
+      if (r.output !== out?.output) r.output.dispose();
       throw e;
     }
     return r.output;
   }
 
-  /** Gradients of the last forward's inputs (into `out`'s buffers where given); releases them. */
+  /**
+   * Gradients of the last forward's inputs (into `out`'s buffers where given; they stay the
+   * caller's); releases the kept inputs.
+   */
   backward(dO: Tensor, out?: DeltaBackwardBuffers): GatedDeltaNetGradients {
     const op = "GatedDeltaNetOp";
     const inputs = this.#saved.get(op);
     try {
-      return gatedGradients(
-        deltaBackward(
-          op,
-          inputs,
-          settings(this.#options, "bhtd"),
-          dO,
-          undefined,
-          false,
-          out,
-          this.#saved.states,
-        ),
-      );
+      const s = opSettings(this.#options, true);
+      return gatedGradients(deltaBackward(op, inputs, s, dO, { out, saved: this.#saved.states }), out);
     } finally {
       this.#saved.dispose();
     }
@@ -418,8 +429,8 @@ export class GatedDeltaNetOp implements Disposable {
 /**
  * Gated DeltaNet decode: one token per sequence, `S' = exp(g) S`, `u = beta (v - S'^T k)`,
  * `S_new = S' + k u^T`, `o = scale S_new^T q`. q, k `[B, HK, K]`, v `[B, H, V]`, g and beta
- * `[B, H]`, state `[B, H, K, V]` (float32 or the dtype of q). float32 inputs are computed in full
- * float32 (no TF32).
+ * `[B, H]`, state `[B, H, K, V]` (float32 or the dtype of q): no sequence dimension, so no layout.
+ * float32 inputs are computed in full float32 (no TF32).
  *
  * @example
  * ```ts
@@ -440,7 +451,7 @@ export class GatedDeltaNetDecodeFwdOp {
 
   /** Builds the op; shapes and dtype come with each call. */
   constructor(options: DecodeOpOptions = {}) {
-    this.#options = resolveOptions("GatedDeltaNetDecodeFwdOp", options, undefined, DECODE_OP_OPTIONS);
+    this.#options = resolveOptions("GatedDeltaNetDecodeFwdOp", options, undefined, DECODE_OP_OPTIONS, "none");
     this.#inPlace = options.inPlace ?? false;
   }
 

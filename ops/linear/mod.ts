@@ -1,10 +1,11 @@
 /**
  * Linear attention: DeltaNet and Gated DeltaNet.
  *
- * Functions in FLA's token-major layout (`chunkDeltaRule`, `recurrentDeltaRule`,
- * `chunkGatedDeltaRule`, `recurrentGatedDeltaRule` and their `...Backward` gradients), and the op
- * classes of TileOPs (`DeltaNetOp`, `GatedDeltaNetOp`, the forward, prefill, decode and backward
- * ops) over head-major or token-major tensors.
+ * Functions in flash-linear-attention's style (`chunkDeltaRule`, `recurrentDeltaRule`,
+ * `chunkGatedDeltaRule`, `recurrentGatedDeltaRule` and their `...Backward` gradients, output
+ * gradient first), and the op classes of TileOPs (`DeltaNetOp`, `GatedDeltaNetOp`, the forward,
+ * prefill, decode and backward ops). Every call names its `layout`: `"bshd"` (`[batch, seq, heads,
+ * dim]`) or `"bhsd"` (`[batch, heads, seq, dim]`). A forward result runs its own backward.
  *
  * @example
  * ```ts
@@ -14,7 +15,9 @@
  * using v = Tensor.randn([1, 64, 2, 32]);
  * using g = Tensor.rand([1, 64, 2], { low: -0.5, high: 0 });
  * using beta = Tensor.rand([1, 64, 2]);
- * using r = chunkGatedDeltaRule(q, k, v, g, beta, { useQkL2norm: true, outputFinalState: true });
+ * using r = chunkGatedDeltaRule(q, k, v, g, beta, { layout: "bshd", useQkL2norm: true, outputFinalState: true });
+ * using dO = Tensor.randn([1, 64, 2, 32]);
+ * using grads = r.backward(dO);
  * ```
  *
  * @module
@@ -29,6 +32,7 @@ export {
   type DeltaRuleGradients,
   type DeltaRuleOptions,
   type DeltaRuleResult,
+  type DeltaRuleResultBackwardOptions,
   recurrentDeltaRule,
   recurrentDeltaRuleBackward,
   recurrentGatedDeltaRule,
@@ -57,6 +61,14 @@ export {
   prefillChunkSize,
   type PrefillOpOptions,
 } from "./gated_deltanet.ts";
-export type { DecodeOpOptions, DeltaOpOptions } from "./op_support.ts";
+export type {
+  DecodeOpOptions,
+  DeltaCombinedOpOptions,
+  DeltaOpOptions,
+  NamedLayoutOpOptions,
+  OpResultBackwardOptions,
+} from "./op_support.ts";
 export type { DeltaBackwardBuffers, DeltaForwardBuffers } from "./delta_native.ts";
-export { DeltaSavedStates } from "./saved.ts";
+export type { DeltaCallOptions } from "./consistency.ts";
+export { type LinearLayout } from "./layouts.ts";
+export { type DeltaSavedCall, DeltaSavedStates } from "./saved.ts";

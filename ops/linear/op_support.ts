@@ -1,6 +1,7 @@
 /**
- * What the DeltaNet and Gated DeltaNet op classes share: their constructor options, the inputs a
- * combined op keeps for its backward, and reading the initial state out of chunk states.
+ * What the DeltaNet and Gated DeltaNet op classes share: their constructor options (with the layout
+ * each one requires), the inputs a combined op keeps for its backward, and reading the initial state
+ * out of chunk states.
  *
  * @module
  */
@@ -9,26 +10,53 @@ import { native, unwrap } from "../../ffi/library.ts";
 import { checkOptions, type OptionSpec } from "../args.ts";
 import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
 import { Tensor } from "../tensor.ts";
-import { checkChunkSize, type DeltaInputs } from "./delta_native.ts";
+import {
+  type BackwardOutputs,
+  checkChunkSize,
+  deltaBackward,
+  type DeltaBackwardBuffers,
+  type DeltaInputs,
+  type DeltaSettings,
+  type ForwardOutputs,
+} from "./delta_native.ts";
+import { type LinearLayout, linearLayout, namedLayout } from "./layouts.ts";
+import { callerBuffers, disposable, expectInputsLive } from "./results.ts";
 import type { DeltaSavedStates } from "./saved.ts";
 
 /** Constructor options of the chunked op classes. */
 export interface DeltaOpOptions {
+  /**
+   * Required: `"bshd"` (q `[B, T, HK, K]`, g and beta `[B, T, H]`) or `"bhsd"` (q `[B, HK, T, K]`, g
+   * and beta `[B, H, T]`); outputs and gradients come back in the same layout. The classes whose
+   * name states a layout (`...BTHD...` = `"bshd"`, `...BHTD...` = `"bhsd"`) take it from the name.
+   */
+  layout: LinearLayout;
   /** Tokens per chunk: 32, 64 (default) or 128. */
   chunkSize?: number;
   /** Query scale (default `K ** -0.5`). */
   scale?: number;
   /** L2-normalise q and k inside the kernel (default false). */
   useQkL2norm?: boolean;
-  /**
-   * `DeltaNetOp` and `GatedDeltaNetOp`: keep the per-chunk states from the forward for the backward
-   * where the backend stores them (default true; see {@link DeltaSavedStates}): a faster backward for
-   * `H * chunks * (K V + 64 V + 64 * 64 + 64 K)` more elements held between the two calls.
-   */
-  saveStates?: boolean;
 }
 
-/** Constructor options of the decode op classes. */
+/** Constructor options of the combined (forward and backward) op classes. */
+export interface DeltaCombinedOpOptions extends DeltaOpOptions {
+  /**
+   * Keep the per-chunk states from the forward for the backward where the backend stores them
+   * (default true here, since these ops always expect their backward; see {@link DeltaSavedStates}):
+   * a faster backward for `H * chunks * (K V + 64 V + 64 * 64 + 64 K)` more elements held between
+   * the two calls.
+   */
+  saveForBackward?: boolean;
+}
+
+/** Constructor options of the op classes whose name states the layout (`layout` optional there). */
+export type NamedLayoutOpOptions = Omit<DeltaOpOptions, "layout"> & {
+  /** The layout the name states (`...BTHD...`: `"bshd"`, `...BHTD...`: `"bhsd"`); may be left out. */
+  layout?: LinearLayout;
+};
+
+/** Constructor options of the decode op classes (one token per sequence: no layout). */
 export interface DecodeOpOptions {
   /** Query scale (default `K ** -0.5`). */
   scale?: number;
@@ -40,6 +68,8 @@ export interface DecodeOpOptions {
 
 /** Checked op options. */
 export interface ResolvedOptions {
+  /** The layout of the tensors (unused by decode). */
+  layout: LinearLayout;
   /** The chunk size, or undefined where the op picks it per call. */
   chunkSize: number | undefined;
   /** The scale, or undefined for `K ** -0.5`. */
@@ -47,15 +77,26 @@ export interface ResolvedOptions {
   /** In-kernel L2 norm of q and k. */
   l2norm: boolean;
   /** Keep the forward's per-chunk states for the backward (the combined ops). */
-  saveStates: boolean;
+  saveForBackward: boolean;
 }
 
 /** The constructor options of the chunked forward or backward op classes. */
-export const CHUNKED_OP_OPTIONS: OptionSpec = { chunkSize: "any", scale: "any", useQkL2norm: "any" };
+export const CHUNKED_OP_OPTIONS: OptionSpec = {
+  layout: "any",
+  chunkSize: "any",
+  scale: "any",
+  useQkL2norm: "any",
+};
 /** The constructor options of the combined (forward and backward) op classes. */
-export const COMBINED_OP_OPTIONS: OptionSpec = { ...CHUNKED_OP_OPTIONS, saveStates: "any" };
+export const COMBINED_OP_OPTIONS: OptionSpec = { ...CHUNKED_OP_OPTIONS, saveForBackward: "any" };
 /** The constructor options of the decode op classes. */
 export const DECODE_OP_OPTIONS: OptionSpec = { scale: "any", useQkL2norm: "any", inPlace: "any" };
+
+/**
+ * How an op class takes its layout: `"required"` (most), the layout its name states (optional,
+ * checked), or `"none"` (decode: `[B, H, D]` per step has no sequence dimension).
+ */
+export type LayoutRule = "required" | LinearLayout | "none";
 
 /**
  * Checks constructor options against the op's keys (`spec`) and their values; `chunkSize` undefined
@@ -66,8 +107,21 @@ export function resolveOptions(
   options: unknown,
   defaultChunk: number | undefined,
   spec: OptionSpec,
+  layoutRule: LayoutRule,
 ): ResolvedOptions {
-  const o = checkOptions<DeltaOpOptions>(op, options, spec);
+  if (layoutRule === "none" && typeof options === "object" && options !== null && "layout" in options) {
+    throw invalidArgument(
+      op,
+      "layout: decode tensors ([B, H, D], one token per sequence) have no sequence dimension, so no layout; " +
+        "leave it out",
+    );
+  }
+  const o = checkOptions<DeltaCombinedOpOptions>(op, options, spec);
+  const layout = layoutRule === "required"
+    ? linearLayout(op, o.layout)
+    : layoutRule === "none"
+    ? "bshd"
+    : namedLayout(op, o.layout, layoutRule);
   const chunk = o.chunkSize ?? defaultChunk;
   if (chunk !== undefined) checkChunkSize(op, chunk);
   if (o.scale !== undefined && (typeof o.scale !== "number" || !Number.isFinite(o.scale))) {
@@ -76,18 +130,19 @@ export function resolveOptions(
   if (o.useQkL2norm !== undefined && typeof o.useQkL2norm !== "boolean") {
     throw invalidArgument(op, `useQkL2norm: expected a boolean, got ${typeof o.useQkL2norm}`);
   }
-  if (o.saveStates !== undefined && typeof o.saveStates !== "boolean") {
-    throw invalidArgument(op, `saveStates: expected a boolean, got ${typeof o.saveStates}`);
+  if (o.saveForBackward !== undefined && typeof o.saveForBackward !== "boolean") {
+    throw invalidArgument(op, `saveForBackward: expected a boolean, got ${typeof o.saveForBackward}`);
   }
   const inPlace = (o as DecodeOpOptions).inPlace;
   if (inPlace !== undefined && typeof inPlace !== "boolean") {
     throw invalidArgument(op, `inPlace: expected a boolean, got ${typeof inPlace}`);
   }
   return {
+    layout,
     chunkSize: chunk,
     scale: o.scale,
     l2norm: o.useQkL2norm ?? false,
-    saveStates: o.saveStates ?? true,
+    saveForBackward: o.saveForBackward ?? true,
   };
 }
 
@@ -183,12 +238,43 @@ export function initialStateOf(
   return h0;
 }
 
-/** Adds `Symbol.dispose` (disposing every tensor field) to a result object. */
-export function disposable<T extends Record<string, Tensor | undefined>>(fields: T): T & Disposable {
-  return {
-    ...fields,
-    [Symbol.dispose]() {
-      for (const t of Object.values(fields)) t?.dispose();
+/** The settings of an op-class call. */
+export function opSettings(o: ResolvedOptions, gated: boolean, chunkSize = o.chunkSize ?? 64): DeltaSettings {
+  return { layout: o.layout, gated, scale: o.scale, chunkSize, recurrent: false, l2norm: o.l2norm };
+}
+
+/** Options of a forward op result's own `backward`. */
+export interface OpResultBackwardOptions {
+  /** Buffers for the gradients (exact shape, dtype and device; dg and dbeta float32), left the caller's. */
+  out?: DeltaBackwardBuffers;
+}
+
+/**
+ * A forward op's result (output, chunk states, WY factors) with its own `backward`: the gradients of
+ * that forward from the output's gradient, with its inputs (referenced, not copied) and options.
+ */
+export function forwardOpResult<G>(
+  op: string,
+  inputs: DeltaInputs,
+  s: DeltaSettings,
+  r: ForwardOutputs,
+  out: unknown,
+  gradients: (b: BackwardOutputs, out: unknown) => G,
+): {
+  output: Tensor;
+  chunkStates: Tensor;
+  aw: Tensor;
+  au: Tensor;
+  backward(dOutput: Tensor, options?: OpResultBackwardOptions): G;
+} & Disposable {
+  const held = { ...inputs };
+  const fields = { output: r.output, chunkStates: r.chunkStates!, aw: r.aw!, au: r.au! };
+  return Object.assign(disposable(fields, callerBuffers(out)), {
+    backward(dOutput: Tensor, options?: OpResultBackwardOptions): G {
+      const bop = `${op}.backward`;
+      const o = checkOptions<OpResultBackwardOptions>(bop, options, { out: "object" });
+      expectInputsLive(bop, held);
+      return gradients(deltaBackward(bop, held, s, dOutput, { out: o.out }), o.out);
     },
-  };
+  });
 }

@@ -3,19 +3,36 @@
  * the chunk-local `v - w S` and the WY factors `A` and `w` (16-bit, in the library's own layout),
  * which the backward would otherwise recompute (a sequential pass and most of its chunk-local
  * preparation). It costs `H * chunks * (K V + 64 V + 64 * 64 + 64 K)` elements of the input dtype (at
- * K = V = 128 one and a half times q, k and v together).
+ * K = V = 128 one and a half times q, k and v together). The handle also records the forward's
+ * sizes and options, so a backward given it refuses options that contradict them.
  *
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
 import type { Tensor } from "../tensor.ts";
+import { contradiction, type DeltaCallOptions } from "./consistency.ts";
+
+/** The forward a {@link DeltaSavedStates} handle was made by: its sizes, dtype, device and options. */
+export interface DeltaSavedCall {
+  /** `"B=.. T=.. H=.. HK=.. K=.. V=.. N=.."`, the sizes of the call. */
+  sizes: string;
+  /** The dtype of q. */
+  dtype: string;
+  /** The device of q. */
+  device: string;
+  /** Gated delta rule (else the delta rule). */
+  gated: boolean;
+  /** The options a backward must share with it. */
+  options: DeltaCallOptions;
+}
 
 /**
- * Handle on the per-chunk states a forward stored for its backward (`saveForBackward: true`). Pass it
- * to the backward of the same call (same inputs and options), then dispose it; `using` does both ends.
- * Only the CUDA forward on Hopper at K = V = 128 or 256 with bfloat16/float16 inputs stores them;
- * elsewhere the forward returns no handle and the backward recomputes everything, as it does without
- * one.
+ * Handle on what a forward stored for its backward (`saveForBackward: true`). Pass it to the backward
+ * of the same call (same inputs and options), then dispose it; `using` does both ends, and the
+ * forward's own `backward` uses it by itself. Only the CUDA forward on Hopper at K = V = 128 or 256
+ * with bfloat16/float16 inputs stores states (`stored`); elsewhere the handle holds none and the
+ * backward recomputes them, as it does without a handle. Either way the handle carries the forward's
+ * options, and a backward whose options contradict them is refused.
  *
  * @example
  * ```ts
@@ -25,47 +42,76 @@ import type { Tensor } from "../tensor.ts";
  * using v = Tensor.randn([1, 64, 1, 16]);
  * using g = Tensor.full([1, 64, 1], -0.1);
  * using beta = Tensor.rand([1, 64, 1]);
- * using r = chunkGatedDeltaRule(q, k, v, g, beta, { useQkL2norm: true, saveForBackward: true });
+ * const options = { layout: "bshd", useQkL2norm: true } as const;
+ * using r = chunkGatedDeltaRule(q, k, v, g, beta, { ...options, saveForBackward: true });
  * using dO = Tensor.randn([1, 64, 1, 16]);
- * using grads = chunkGatedDeltaRuleBackward(q, k, v, g, beta, dO, { useQkL2norm: true, saved: r.saved });
- * console.log(r.saved === undefined); // true on the CPU backend
+ * using grads = chunkGatedDeltaRuleBackward(dO, q, k, v, g, beta, { ...options, saved: r.saved });
+ * console.log(r.saved?.stored); // false on the CPU backend
  * ```
  */
 export class DeltaSavedStates implements Disposable {
-  readonly #buffer: Tensor;
-  readonly #call: string;
+  readonly #buffer: Tensor | undefined;
+  readonly #call: DeltaSavedCall;
+  #disposed = false;
 
-  /** Wraps a buffer the forward filled; `call` names the sizes and options it was filled for. */
-  constructor(buffer: Tensor, call: string) {
+  /** Wraps what the forward described by `call` filled (`buffer`; undefined when it stored nothing). */
+  constructor(buffer: Tensor | undefined, call: DeltaSavedCall) {
     this.#buffer = buffer;
-    this.#call = call;
+    this.#call = { ...call, options: { ...call.options } };
   }
 
   /** True once disposed. */
   get disposed(): boolean {
-    return this.#buffer.disposed;
+    return this.#disposed;
   }
 
-  /** Bytes of device memory held. */
+  /** True when the forward stored states (the backward then skips recomputing them). */
+  get stored(): boolean {
+    return this.#buffer !== undefined;
+  }
+
+  /** Bytes of device memory held (0 when nothing was stored). */
   get nbytes(): number {
-    return this.#buffer.nbytes;
+    return this.#buffer?.nbytes ?? 0;
+  }
+
+  /** The forward this handle was made by. */
+  get call(): DeltaSavedCall {
+    return { ...this.#call, options: { ...this.#call.options } };
   }
 
   /**
-   * The buffer, for the backward of `call` (the same description the forward gave); throws an
-   * `AttnkitError` naming `saved` when it is disposed or from another call.
+   * The stored buffer (undefined when none) for the backward of `call`; throws an `AttnkitError`
+   * when the handle is disposed, from another problem, or from a forward whose options the
+   * backward's contradict (naming the option).
    */
-  bufferFor(op: string, call: string): Tensor {
-    if (this.disposed) throw invalidArgument(op, "saved: the saved states were disposed");
-    if (call !== this.#call) {
-      throw invalidArgument(op, `saved: from a forward of ${this.#call}, but this backward is ${call}`);
+  bufferFor(op: string, call: DeltaSavedCall): Tensor | undefined {
+    if (this.#disposed) throw invalidArgument(op, "saved: the saved states were disposed");
+    const made = this.#call;
+    if (made.gated !== call.gated) {
+      const rule = (gated: boolean) => (gated ? "the gated delta rule" : "the delta rule");
+      throw invalidArgument(
+        op,
+        `saved: from a forward of ${rule(made.gated)}, but this backward is of ${rule(call.gated)}`,
+      );
+    }
+    // Options first: another layout also reads other sizes, and the option is the cause to name.
+    const message = contradiction(made.options, call.options, "the forward that made `saved`");
+    if (message !== undefined) throw invalidArgument(op, message);
+    const problem = (c: DeltaSavedCall) => `${c.sizes}, ${c.dtype} on ${c.device}`;
+    if (problem(made) !== problem(call)) {
+      throw invalidArgument(
+        op,
+        `saved: from a forward of ${problem(made)}, but this backward is ${problem(call)}`,
+      );
     }
     return this.#buffer;
   }
 
-  /** Frees the device memory. */
+  /** Frees the device memory (safe to call twice). */
   dispose(): void {
-    this.#buffer.dispose();
+    this.#disposed = true;
+    this.#buffer?.dispose();
   }
 
   /** Same as {@link DeltaSavedStates.dispose}. */

@@ -2,6 +2,8 @@
 // inputs, and mutations that make a call invalid (each one certainly invalid). A case knows which it is,
 // so the runner can tell an accepted invalid call from a refused valid one.
 import * as ak from "../../mod.ts";
+import { tensorMath } from "./tensor_math_cases.ts";
+import { referenceAndCli } from "./reference_cli_cases.ts";
 
 /** A deterministic generator (xorshift64*), so a failing case replays from its seed. */
 export class Rng {
@@ -371,36 +373,50 @@ interface LinearInputs {
   T: number;
   H: number;
   D: number;
+  layout: ak.LinearLayout;
+  /** The shape of q, k, v and the output in the layout. */
+  rows: number[];
 }
 
-function linearInputs(rng: Rng, scope: Scope): LinearInputs {
+function linearInputs(
+  rng: Rng,
+  scope: Scope,
+  layout = rng.pick<ak.LinearLayout>(["bshd", "bhsd"]),
+): LinearInputs {
   const B = rng.int(1, 2), T = rng.pick([1, 2, 7, 31, 33, 64, 65]), H = rng.int(1, 3);
   const D = rng.pick(scope.device === "cpu" ? [8, 16, 32] : [16, 64, 128]);
   const dtype = rng.pick<ak.DType>(["float32", "bfloat16", "float16"]);
+  const rows = layout === "bshd" ? [B, T, H, D] : [B, H, T, D];
+  const gates = rows.slice(0, 3);
   // |k| near 1 keeps the recurrence stable (each step scales the state by I - beta k k^T), so valid
   // calls have finite outputs with and without the in-kernel L2 norm.
   const unit = (seed: number) =>
-    scope.keep(ak.Tensor.randn([B, T, H, D], { dtype, device: scope.device, seed, std: D ** -0.5 }));
+    scope.keep(ak.Tensor.randn(rows, { dtype, device: scope.device, seed, std: D ** -0.5 }));
   return {
     q: unit(1),
     k: unit(2),
-    v: scope.randn([B, T, H, D], dtype, 3),
-    g: scope.rand([B, T, H], 4, -0.2, 0),
-    beta: scope.rand([B, T, H], 5),
+    v: scope.randn(rows, dtype, 3),
+    g: scope.rand(gates, 4, -0.2, 0),
+    beta: scope.rand(gates, 5),
     B,
     T,
     H,
     D,
+    layout,
+    rows,
   };
 }
 
 const LINEAR_KINDS = { useQkL2norm: "boolean", scale: "number", outputFinalState: "boolean" } as const;
+// Layouts that are certainly wrong (the other valid layout may fit the same shapes).
+const BAD_LAYOUTS: unknown[] = [undefined, "thd", "BSHD", "bthd", "head_first", 1, true];
 
 const linearFunctions: Gen = (rng, scope, bad) => {
   const x = linearInputs(rng, scope);
   const gated = rng.chance(0.5);
   const chunked = rng.chance(0.6);
   const options: Record<string, unknown> = {
+    layout: x.layout,
     useQkL2norm: rng.chance(0.5),
     outputFinalState: rng.chance(0.5),
   };
@@ -411,15 +427,26 @@ const linearFunctions: Gen = (rng, scope, bad) => {
     gated ? fn(q, x.k, x.v, x.g, beta, o) : fn(q, x.k, x.v, beta, o);
   const dispose = (r: unknown) => (r as Disposable)[Symbol.dispose]();
   if (!bad) {
+    const dO = scope.randn(x.rows, x.q.dtype, 9);
+    if (rng.chance(0.2)) {
+      // The forward's result runs its own backward.
+      return valid(`${name} + result.backward`, () => {
+        const r = call(x.q, x.beta, { ...options, saveForBackward: chunked ? rng.chance(0.5) : undefined });
+        try {
+          dispose((r as ak.DeltaRuleResult).backward(dO));
+        } finally {
+          dispose(r);
+        }
+      });
+    }
     if (rng.chance(0.3)) {
       const back = `${name}Backward`;
       const bfn = (ak as unknown as Record<string, (...a: unknown[]) => unknown>)[back];
-      const dO = scope.randn([x.B, x.T, x.H, x.D], x.q.dtype, 9);
       const o = { ...options };
       delete o.outputFinalState;
       return valid(
         back,
-        () => dispose(gated ? bfn(x.q, x.k, x.v, x.g, x.beta, dO, o) : bfn(x.q, x.k, x.v, x.beta, dO, o)),
+        () => dispose(gated ? bfn(dO, x.q, x.k, x.v, x.g, x.beta, o) : bfn(dO, x.q, x.k, x.v, x.beta, o)),
       );
     }
     return valid(name, () => {
@@ -429,7 +456,7 @@ const linearFunctions: Gen = (rng, scope, bad) => {
       return out;
     });
   }
-  switch (rng.int(0, 3)) {
+  switch (rng.int(0, 4)) {
     case 0:
       return invalid(`${name}(bad q)`, () => dispose(call(badTensor(rng, scope, x.q), x.beta, options)));
     case 1:
@@ -443,6 +470,13 @@ const linearFunctions: Gen = (rng, scope, bad) => {
         `${name}(bad options)`,
         () => dispose(call(x.q, x.beta, badOptions(rng, options, LINEAR_KINDS))),
       );
+    case 3: {
+      const layout = rng.pick(BAD_LAYOUTS);
+      return invalid(
+        `${name}(layout ${String(layout)})`,
+        () => dispose(call(x.q, x.beta, { ...options, layout })),
+      );
+    }
     default:
       // the gated argument list on the ungated function, or one argument short on the gated one
       return invalid(
@@ -472,38 +506,57 @@ const linearOps: Gen = (rng, scope, bad) => {
         scope.keep(r.newState);
       });
     }
-    const o = { chunkSize: rng.pick([32, 64]), useQkL2norm: rng.chance(0.5) };
+    const o = { layout: x.layout, chunkSize: rng.pick([32, 64]), useQkL2norm: rng.chance(0.5) };
+    const dO = scope.randn(x.rows, x.q.dtype, 9);
     if (gated) {
-      const op = new ak.GatedDeltaNetOp(o);
-      return valid("GatedDeltaNetOp", () => {
-        scope.keep(op.forward(x.q, x.k, x.v, x.g, x.beta));
-        const dO = scope.randn([x.B, x.T, x.H, x.D], x.q.dtype, 9);
-        const grads = op.backward(dO);
-        grads[Symbol.dispose]();
-        op[Symbol.dispose]();
-      });
+      if (rng.chance(0.5)) {
+        const op = new ak.GatedDeltaNetOp(o);
+        return valid("GatedDeltaNetOp", () => {
+          scope.keep(op.forward(x.q, x.k, x.v, x.g, x.beta));
+          const grads = op.backward(dO);
+          grads[Symbol.dispose]();
+          op[Symbol.dispose]();
+        });
+      }
+      const bwd = new ak.GatedDeltaNetBwdOp(o);
+      return valid(
+        "GatedDeltaNetBwdOp",
+        () => bwd.backward(dO, x.q, x.k, x.v, x.g, x.beta)[Symbol.dispose](),
+      );
     }
     const op = new ak.DeltaNetFwdOp(o);
-    return valid("DeltaNetFwdOp", () => {
+    return valid("DeltaNetFwdOp + result.backward", () => {
       const r = op.forward(x.q, x.k, x.v, x.beta);
       const out = scope.keep(r.output.clone());
+      r.backward(dO)[Symbol.dispose]();
       r[Symbol.dispose]();
       return out;
     });
   }
-  switch (rng.int(0, 2)) {
+  switch (rng.int(0, 3)) {
     case 0:
       return invalid(
         "op constructor(bad options)",
         () =>
           new ak.GatedDeltaNetBTHDFwdOp(
-            badOptions(rng, {}, { useQkL2norm: "boolean", scale: "number" }) as ak.DeltaOpOptions,
+            badOptions(rng, {}, { useQkL2norm: "boolean", scale: "number" }) as ak.NamedLayoutOpOptions,
           ),
       );
     case 1:
       return invalid(
-        "DecodeFwdOp(saveStates)",
-        () => new ak.DeltaNetDecodeFwdOp({ saveStates: true } as unknown as ak.DecodeOpOptions),
+        "DecodeFwdOp(layout or saveStates)",
+        () =>
+          new ak.DeltaNetDecodeFwdOp(
+            rng.pick<unknown>([{ saveStates: true }, { layout: x.layout }]) as ak.DecodeOpOptions,
+          ),
+      );
+    case 2:
+      return invalid(
+        "op constructor(bad layout)",
+        () =>
+          rng.chance(0.5)
+            ? new ak.GatedDeltaNetOp({ layout: rng.pick(BAD_LAYOUTS) } as ak.DeltaCombinedOpOptions)
+            : new ak.DeltaNetBwdOp({ useQkL2norm: true, layout: rng.pick(BAD_LAYOUTS) } as ak.DeltaOpOptions),
       );
     default: {
       const op = new ak.GatedDeltaNetBTHDFwdOp({});
@@ -517,62 +570,102 @@ const linearOps: Gen = (rng, scope, bad) => {
 
 // ---- softmax attention ----
 
-const ATTENTION_KINDS = { isCausal: "boolean", returnLse: "boolean", smScale: "number" } as const;
+const ATTENTION_KINDS = { isCausal: "boolean", returnLse: "boolean", scale: "number" } as const;
+
+// A forward result's output, copied so that the result (and what it holds) is released at once.
+function attentionOutput(scope: Scope, result: ak.AttentionResult): ak.Tensor {
+  try {
+    return scope.keep(result.output.clone());
+  } finally {
+    result[Symbol.dispose]();
+  }
+}
 
 const attentionFunctions: Gen = (rng, scope, bad) => {
   const B = rng.int(1, 2), Sq = rng.pick([1, 5, 17, 64]), Skv = rng.pick([Sq, 1, 33]);
   const Hkv = rng.int(1, 2), Hq = Hkv * rng.int(1, 3), D = rng.pick([8, 64, 128]);
   const dtype = rng.pick<ak.DType>(["bfloat16", "float16"]);
-  const q = scope.randn([B, Sq, Hq, D], dtype, 1);
-  const k = scope.randn([B, Skv, Hkv, D], dtype, 2);
-  const v = scope.randn([B, Skv, Hkv, D], dtype, 3);
-  const options: Record<string, unknown> = { isCausal: rng.chance(0.5) };
+  const layout = rng.pick(["bshd", "bhsd"] as const);
+  const shape = (S: number, H: number) => layout === "bshd" ? [B, S, H, D] : [B, H, S, D];
+  const q = scope.randn(shape(Sq, Hq), dtype, 1);
+  const k = scope.randn(shape(Skv, Hkv), dtype, 2);
+  const v = scope.randn(shape(Skv, Hkv), dtype, 3);
+  const options: Omit<ak.AttentionOptions, "out" | "returnLse"> = { layout, isCausal: rng.chance(0.5) };
   if (rng.chance(0.3)) options.windowSizeLeft = rng.int(0, 8);
   if (rng.chance(0.2)) options.softcap = 20;
   // Causal with more queries than keys leaves rows with no key: output 0, still finite.
   if (!bad) {
-    if (rng.chance(0.3)) {
-      return valid("attentionBackward", () => {
-        const y = ak.attention(q, k, v, { ...options, returnLse: true });
-        const dO = scope.randn([B, Sq, Hq, D], dtype, 4);
-        try {
-          ak.attentionBackward(q, k, v, y.output, dO, y.lse, options)[Symbol.dispose]();
-        } finally {
-          y[Symbol.dispose]();
-        }
-      });
+    const dO = () => scope.randn(shape(Sq, Hq), dtype, 4);
+    switch (rng.int(0, 3)) {
+      case 0:
+        return valid("attentionBackward", () => {
+          using y = ak.attention(q, k, v, { ...options, returnLse: true });
+          using g = ak.attentionBackward(dO(), q, k, v, y.output, y.lse, options);
+          return scope.keep(g.dq.clone());
+        });
+      case 1:
+        return valid("attention(...).backward", () => {
+          using y = ak.attention(q, k, v, options);
+          using g = y.backward(dO(), { deterministic: rng.chance(0.5) });
+          return scope.keep(g.dk.clone());
+        });
+      default:
+        return valid("attention", () => attentionOutput(scope, ak.attention(q, k, v, options)));
     }
-    return valid("attention", () => scope.keep(ak.attention(q, k, v, options)));
   }
-  switch (rng.int(0, 3)) {
+  switch (rng.int(0, 5)) {
     case 0:
       // q's batch and head dim must match k's (its length and heads may differ)
       return invalid(
         "attention(bad q)",
-        () => scope.keep(ak.attention(badTensor(rng, scope, q, true, [0, 3]) as ak.Tensor, k, v, options)),
+        () =>
+          attentionOutput(
+            scope,
+            ak.attention(badTensor(rng, scope, q, true, [0, 3]) as ak.Tensor, k, v, options),
+          ),
       );
     case 1:
       return invalid(
         "attention(bad v)",
-        () => scope.keep(ak.attention(q, k, badTensor(rng, scope, v) as ak.Tensor, options)),
+        () => attentionOutput(scope, ak.attention(q, k, badTensor(rng, scope, v) as ak.Tensor, options)),
       );
     case 2:
       return invalid(
         "attention(bad options)",
         () =>
-          scope.keep(
-            ak.attention(
-              q,
-              k,
-              v,
-              badOptions(rng, options, ATTENTION_KINDS) as ak.AttentionOptions,
-            ) as ak.Tensor,
+          attentionOutput(
+            scope,
+            ak.attention(q, k, v, badOptions(rng, { ...options }, ATTENTION_KINDS) as ak.AttentionOptions),
           ),
       );
+    case 3:
+      return invalid(
+        "attention(no layout, or a wrong one)",
+        () =>
+          attentionOutput(
+            scope,
+            ak.attention(q, k, v, { ...options, layout: rng.pick([undefined, "thd", "bthd", 4]) as "bshd" }),
+          ),
+      );
+    case 4: {
+      // the backward with one of the forward's options changed
+      const changed = rng.pick<Partial<ak.AttentionBackwardOptions>>([
+        { isCausal: !options.isCausal },
+        { softcap: (options.softcap ?? 0) + 1 },
+        { scale: 0.5 },
+        { windowSizeLeft: (options.windowSizeLeft ?? -1) + 2 },
+      ]);
+      return invalid("attentionBackward(options not the forward's)", () => {
+        using y = ak.attention(q, k, v, { ...options, returnLse: true });
+        ak.attentionBackward(y.output, q, k, v, y.output, y.lse, { ...options, ...changed })
+          [Symbol.dispose]();
+      });
+    }
     default:
       return invalid(
         "attention(bad window)",
-        () => scope.keep(ak.attention(q, k, v, { windowSizeLeft: rng.pick([-2, 1.5, NaN]) })),
+        () =>
+          attentionOutput(scope, ak.attention(q, k, v, { layout, windowSizeLeft: rng.pick([-2, 1.5, NaN]) })),
       );
   }
 };
@@ -583,15 +676,17 @@ const attentionOps: Gen = (rng, scope, bad) => {
     headsKv = rng.int(1, 2),
     heads = headsKv * rng.int(1, 2);
   const dim = rng.pick([32, 64]);
-  const sizes = { batch, heads, headsKv, seqLen, dim };
-  const q = scope.randn([batch, seqLen, heads, dim], "bfloat16", 1);
-  const kv = scope.randn([batch, seqLen, headsKv, dim], "bfloat16", 2);
+  const layout = rng.pick(["bshd", "bhsd"] as const);
+  const sizes = { layout, batch, heads, headsKv, seqLen, dim };
+  const shape = (H: number) => layout === "bshd" ? [batch, seqLen, H, dim] : [batch, H, seqLen, dim];
+  const q = scope.randn(shape(heads), "bfloat16", 1);
+  const kv = scope.randn(shape(headsKv), "bfloat16", 2);
   if (!bad) {
     if (rng.chance(0.5)) {
-      const op = new ak.GroupedQueryAttentionFwdOp(sizes);
-      return valid("GroupedQueryAttentionFwdOp", () => op.forward(q, kv, kv)[Symbol.dispose]());
+      const op = new ak.GroupedQueryAttentionFwdOp({ ...sizes, isCausal: rng.chance(0.5) });
+      return valid("GroupedQueryAttentionFwdOp", () => attentionOutput(scope, op.forward(q, kv, kv)));
     }
-    const op = new ak.GroupedQueryAttentionDenseFwdOp({ windowSizeLeft: rng.int(-1, 4) });
+    const op = new ak.GroupedQueryAttentionDenseFwdOp({ layout, windowSizeLeft: rng.int(-1, 4) });
     return valid("GroupedQueryAttentionDenseFwdOp", () => scope.keep(op.forward(q, kv, kv)));
   }
   switch (rng.int(0, 2)) {
@@ -600,13 +695,21 @@ const attentionOps: Gen = (rng, scope, bad) => {
         "GroupedQueryAttentionFwdOp(bad sizes)",
         () =>
           new ak.GroupedQueryAttentionFwdOp(
-            rng.pick<unknown>([{ ...sizes, heads: 3, headsKv: 2 }, { ...sizes, dim: 12 }, {
-              ...sizes,
-              batch: 0,
-            }, {
-              ...sizes,
-              causal: true,
-            }, null]) as ak.GroupedQueryAttentionFwdOptions,
+            rng.pick<unknown>([
+              { ...sizes, heads: 3, headsKv: 2 },
+              { ...sizes, dim: 12 },
+              {
+                ...sizes,
+                batch: 0,
+              },
+              {
+                ...sizes,
+                causal: true,
+              },
+              { ...sizes, layout: undefined },
+              { ...sizes, smScale: 0.1 },
+              null,
+            ]) as ak.GroupedQueryAttentionFwdOptions,
           ),
       );
     case 1:
@@ -614,14 +717,14 @@ const attentionOps: Gen = (rng, scope, bad) => {
         "MultiHeadAttentionFwdOp(headsKv)",
         () =>
           new ak.MultiHeadAttentionFwdOp(
-            { batch, heads, seqLen, dim, headsKv } as ak.MultiHeadAttentionFwdOptions,
+            { layout, batch, heads, seqLen, dim, headsKv } as ak.MultiHeadAttentionFwdOptions,
           ),
       );
     default: {
       const op = new ak.GroupedQueryAttentionFwdOp(sizes);
       return invalid(
         "GroupedQueryAttentionFwdOp.forward(bad k)",
-        () => op.forward(q, badTensor(rng, scope, kv) as ak.Tensor, kv)[Symbol.dispose](),
+        () => attentionOutput(scope, op.forward(q, badTensor(rng, scope, kv) as ak.Tensor, kv)),
       );
     }
   }
@@ -683,36 +786,77 @@ const attentionPacked: Gen = (rng, scope, bad) => {
   const q = scope.randn([Tq, Hq, D], "bfloat16", 1);
   const kv = scope.randn([Tkv, Hkv, D], "bfloat16", 2);
   const cuQ = offsets(rng, n, Tq), cuKv = offsets(rng, n, Tkv);
-  const options = { cuSeqlensQ: cuQ, cuSeqlensKv: cuKv, isCausal: rng.chance(0.5) };
-  if (!bad) {
-    if (rng.chance(0.5)) {
-      const op = new ak.GroupedQueryAttentionPrefillVarlenFwdOp({
-        batch: n,
-        heads: Hq,
-        headsKv: Hkv,
-        dim: D,
-        maxSeqlenQ: Tq,
-        maxSeqlenKv: Tkv,
-        validateInputs: true,
-      });
-      return valid("GroupedQueryAttentionPrefillVarlenFwdOp", () => {
-        const a = scope.keep(ak.Tensor.from(Int32Array.from(cuQ), { device: scope.device }));
-        const b = scope.keep(ak.Tensor.from(Int32Array.from(cuKv), { device: scope.device }));
-        return scope.keep(op.forward(q, kv, kv, a, b));
-      });
+  // offsets in any accepted form: host numbers, Int32Array, BigInt64Array, int32 or int64 tensors
+  const form = (cu: number[]): ak.CuSeqlens => {
+    switch (rng.int(0, 4)) {
+      case 0:
+        return cu;
+      case 1:
+        return Int32Array.from(cu);
+      case 2:
+        return BigInt64Array.from(cu, BigInt);
+      case 3:
+        return scope.keep(ak.Tensor.from(Int32Array.from(cu), { device: scope.device }));
+      default:
+        return scope.keep(ak.Tensor.from(BigInt64Array.from(cu, BigInt), { device: scope.device }));
     }
-    return valid("attention (packed)", () => scope.keep(ak.attention(q, kv, kv, options)));
+  };
+  const options: Omit<ak.AttentionOptions, "out" | "returnLse"> = {
+    layout: "thd",
+    cuSeqlensQ: form(cuQ),
+    cuSeqlensK: form(cuKv),
+    isCausal: rng.chance(0.5),
+  };
+  if (!bad) {
+    switch (rng.int(0, 2)) {
+      case 0: {
+        const op = new ak.GroupedQueryAttentionPrefillVarlenFwdOp({
+          layout: "thd",
+          batch: n,
+          heads: Hq,
+          headsKv: Hkv,
+          dim: D,
+          maxSeqlenQ: Tq,
+          maxSeqlenK: Tkv,
+          validateInputs: true,
+        });
+        return valid(
+          "GroupedQueryAttentionPrefillVarlenFwdOp",
+          () => scope.keep(op.forward(q, kv, kv, options.cuSeqlensQ!, options.cuSeqlensK!)),
+        );
+      }
+      case 1:
+        return valid("attention (packed) + backward", () => {
+          using y = ak.attention(q, kv, kv, options);
+          using g = y.backward(y.output);
+          return scope.keep(g.dq.clone());
+        });
+      default:
+        return valid("attention (packed)", () => attentionOutput(scope, ak.attention(q, kv, kv, options)));
+    }
   }
   const badCu = rng.pick(BAD_OFFSETS(Tq, n));
-  return rng.chance(0.5)
-    ? invalid(
-      "attention (bad cuSeqlensQ)",
-      () => scope.keep(ak.attention(q, kv, kv, { ...options, cuSeqlensQ: badCu as number[] })),
-    )
-    : invalid(
-      "attention (one cuSeqlens only)",
-      () => scope.keep(ak.attention(q, kv, kv, { cuSeqlensQ: cuQ })),
-    );
+  switch (rng.int(0, 2)) {
+    case 0:
+      return invalid(
+        "attention (bad cuSeqlensQ)",
+        () => attentionOutput(scope, ak.attention(q, kv, kv, { ...options, cuSeqlensQ: badCu as number[] })),
+      );
+    case 1:
+      return invalid(
+        "attention (one cuSeqlens only)",
+        () => attentionOutput(scope, ak.attention(q, kv, kv, { layout: "thd", cuSeqlensQ: cuQ })),
+      );
+    default:
+      return invalid(
+        "attention (offsets with a dense layout)",
+        () =>
+          attentionOutput(
+            scope,
+            ak.attention(q, kv, kv, { ...options, layout: rng.pick(["bshd", "bhsd"] as const) }),
+          ),
+      );
+  }
 };
 
 const emptyShapes: Gen = (rng, scope, bad) => {
@@ -721,69 +865,93 @@ const emptyShapes: Gen = (rng, scope, bad) => {
     const [B, Sq, Skv] = rng.pick([[0, 4, 4], [1, 0, 4], [2, 4, 0], [1, 0, 0]]);
     const q = scope.randn([B, Sq, 2, 64], "float16", 1);
     const kv = scope.randn([B, Skv, 2, 64], "float16", 2);
-    const layout = rng.pick<ak.AttentionLayout>(["bshd", "bhsd"]);
+    const layout = rng.pick(["bshd", "bhsd"] as const);
     const [qq, kk] = layout === "bhsd"
       ? [scope.keep(q.permute([0, 2, 1, 3])), scope.keep(kv.permute([0, 2, 1, 3]))]
       : [q, kv];
     return valid(`attention + backward, empty (B ${B}, Sq ${Sq}, Skv ${Skv}, ${layout})`, () => {
-      const y = ak.attention(qq, kk, kk, { returnLse: true, layout });
-      try {
-        ak.attentionBackward(qq, kk, kk, y.output, y.output, y.lse, { layout })[Symbol.dispose]();
-        return scope.keep(y.output.clone());
-      } finally {
-        y[Symbol.dispose]();
-      }
+      using y = ak.attention(qq, kk, kk, { returnLse: true, layout });
+      ak.attentionBackward(y.output, qq, kk, kk, y.output, y.lse, { layout })[Symbol.dispose]();
+      y.backward(y.output)[Symbol.dispose]();
+      return scope.keep(y.output.clone());
     });
   }
   const [B, T] = rng.pick([[0, 5], [1, 0], [2, 0]]);
   const x = (seed: number) => scope.randn([B, T, 2, 16], "float32", seed);
   const q = x(1), beta = scope.rand([B, T, 2], 2), g = scope.rand([B, T, 2], 3, -0.1, 0);
   return valid(`chunkGatedDeltaRule + backward, empty (B ${B}, T ${T})`, () => {
-    const r = ak.chunkGatedDeltaRule(q, q, q, g, beta, { outputFinalState: true });
-    ak.chunkGatedDeltaRuleBackward(q, q, q, g, beta, r.output)[Symbol.dispose]();
+    const r = ak.chunkGatedDeltaRule(q, q, q, g, beta, { layout: "bshd", outputFinalState: true });
+    ak.chunkGatedDeltaRuleBackward(r.output, q, q, q, g, beta, { layout: "bshd" })[Symbol.dispose]();
+    r.backward(r.output)[Symbol.dispose]();
     r[Symbol.dispose]();
   });
 };
 
 const linearPacked: Gen = (rng, scope, bad) => {
   const n = rng.int(1, 3), T = rng.int(1, 70), H = rng.int(1, 2), D = rng.pick([16, 32]);
+  const layout = rng.pick<ak.LinearLayout>(["bshd", "bhsd"]);
+  const rows = layout === "bshd" ? [1, T, H, D] : [1, H, T, D];
   const unit = (seed: number) =>
-    scope.keep(ak.Tensor.randn([1, T, H, D], { device: scope.device, seed, std: D ** -0.5 }));
+    scope.keep(ak.Tensor.randn(rows, { device: scope.device, seed, std: D ** -0.5 }));
   const q = unit(1), k = unit(2), v = unit(3);
-  const g = scope.rand([1, T, H], 4, -0.2, 0), beta = scope.rand([1, T, H], 5);
-  const cu = scope.keep(ak.Tensor.from(Int32Array.from(offsets(rng, n, T)), { device: scope.device }));
+  const g = scope.rand(rows.slice(0, 3), 4, -0.2, 0), beta = scope.rand(rows.slice(0, 3), 5);
+  const starts = offsets(rng, n, T);
+  // Offsets as host numbers (number[], Int32Array, BigInt64Array) or a device tensor.
+  const cu: ak.CuSeqlens = rng.pick<() => ak.CuSeqlens>([
+    () => starts,
+    () => Int32Array.from(starts),
+    () => BigInt64Array.from(starts, BigInt),
+    () => scope.keep(ak.Tensor.from(Int32Array.from(starts), { device: scope.device })),
+  ])();
   const initialState = scope.randn([n, H, D, D], "float32", 6);
   if (!bad) {
-    return valid("chunkGatedDeltaRule (packed, initial state)", () => {
+    return valid(`chunkGatedDeltaRule (packed ${cu.constructor.name}, ${layout}, initial state)`, () => {
       const r = ak.chunkGatedDeltaRule(q, k, v, g, beta, {
+        layout,
         cuSeqlens: cu,
         initialState,
         outputFinalState: true,
       });
-      const grads = ak.chunkGatedDeltaRuleBackward(q, k, v, g, beta, r.output, {
+      const grads = ak.chunkGatedDeltaRuleBackward(r.output, q, k, v, g, beta, {
+        layout,
         cuSeqlens: cu,
         initialState,
       });
       grads[Symbol.dispose]();
+      r.backward(r.output)[Symbol.dispose]();
       const out = scope.keep(r.output.clone());
       r[Symbol.dispose]();
       return out;
     });
   }
-  switch (rng.int(0, 2)) {
+  switch (rng.int(0, 3)) {
     case 0: {
       // (all-zero offsets would be valid here: empty sequences)
       const badCu = rng.pick([[1, T], [0, T + 1], [0, T + 3, 1, T], [0, -1, T]]);
       return invalid(`chunkGatedDeltaRule (bad cuSeqlens ${JSON.stringify(badCu)} of T ${T})`, () => {
         const t = scope.keep(ak.Tensor.from(Int32Array.from(badCu), { device: scope.device }));
-        ak.chunkGatedDeltaRule(q, k, v, g, beta, { cuSeqlens: t })[Symbol.dispose]();
+        ak.chunkGatedDeltaRule(q, k, v, g, beta, { layout, cuSeqlens: rng.chance(0.5) ? t : badCu })
+          [Symbol.dispose]();
       });
     }
     case 1:
       return invalid(
+        "chunkGatedDeltaRule (bad host cuSeqlens)",
+        () =>
+          ak.chunkGatedDeltaRule(q, k, v, g, beta, {
+            layout,
+            // (all-zero offsets are valid here: empty sequences)
+            cuSeqlens: rng.pick(
+              BAD_OFFSETS(T, n).filter((o) => !(Array.isArray(o) && o.every((x) => x === 0))),
+            ) as number[],
+          })[Symbol.dispose](),
+      );
+    case 2:
+      return invalid(
         "chunkGatedDeltaRule (bad initial state)",
         () =>
           ak.chunkGatedDeltaRule(q, k, v, g, beta, {
+            layout,
             cuSeqlens: cu,
             initialState: badTensor(rng, scope, initialState, true, undefined, true) as ak.Tensor,
           })[Symbol.dispose](),
@@ -792,7 +960,7 @@ const linearPacked: Gen = (rng, scope, bad) => {
       return invalid(
         "chunkGatedDeltaRuleBackward (bad dO)",
         () =>
-          ak.chunkGatedDeltaRuleBackward(q, k, v, g, beta, badTensor(rng, scope, q) as ak.Tensor)
+          ak.chunkGatedDeltaRuleBackward(badTensor(rng, scope, q) as ak.Tensor, q, k, v, g, beta, { layout })
             [Symbol.dispose](),
       );
   }
@@ -806,20 +974,19 @@ const moreOps: Gen = (rng, scope, bad) => {
   if (!bad) {
     switch (which) {
       case 0: {
-        const fwd = new ak.MultiHeadAttentionFwdOp({ batch, heads, seqLen, dim });
-        const bwd = new ak.MultiHeadAttentionBwdOp({ batch, heads, seqLen, dim });
+        const options = { layout: "bshd", batch, heads, seqLen, dim, isCausal: rng.chance(0.5) } as const;
+        const fwd = new ak.MultiHeadAttentionFwdOp(options);
+        const bwd = new ak.MultiHeadAttentionBwdOp(options);
         return valid("MultiHeadAttention Fwd + Bwd ops", () => {
-          const y = fwd.forward(q, q, q);
-          try {
-            bwd.forward(q, q, q, y.output, y.output, y.lse)[Symbol.dispose]();
-          } finally {
-            y[Symbol.dispose]();
-          }
+          using y = fwd.forward(q, q, q);
+          bwd.backward(y.output, q, q, q, y.output, y.lse)[Symbol.dispose]();
         });
       }
       case 1: {
         const op = new ak.GroupedQueryAttentionSlidingWindowFwdOp({
           ...sizes,
+          layout: "bshd",
+          isCausal: rng.chance(0.5),
           windowSizeLeft: rng.int(0, 8),
         });
         return valid("GroupedQueryAttentionSlidingWindowFwdOp", () => scope.keep(op.forward(q, q, q)));
@@ -847,7 +1014,10 @@ const moreOps: Gen = (rng, scope, bad) => {
     case 0:
       return invalid(
         "MultiHeadAttentionBwdOp(bad)",
-        () => new ak.MultiHeadAttentionBwdOp({ batch, heads, seqLen, dim, deterministic: "yes" } as never),
+        () =>
+          new ak.MultiHeadAttentionBwdOp(
+            { layout: "bshd", batch, heads, seqLen, dim, deterministic: "yes" } as never,
+          ),
       );
     case 1:
       return invalid(
@@ -855,6 +1025,7 @@ const moreOps: Gen = (rng, scope, bad) => {
         () =>
           new ak.GroupedQueryAttentionSlidingWindowFwdOp({
             ...sizes,
+            layout: rng.pick(["bshd", undefined] as const)!,
             windowSizeLeft: rng.pick([-2, 0.5, "8"]) as number,
           }),
       );
@@ -935,4 +1106,6 @@ export const GENERATORS: readonly [string, Gen, number][] = [
   ["linear packed", linearPacked, 2],
   ["more ops", moreOps, 2],
   ["settings and devices", settingsAndDevices, 1],
+  ["tensor math", tensorMath, 3],
+  ["reference and cli", referenceAndCli, 1],
 ];
