@@ -4,6 +4,14 @@
  * Tensors live on the CPU or a CUDA GPU; every op runs on both (the CPU backend is a portable
  * reference, the CUDA backend the fast path), so results can be checked anywhere.
  *
+ * A script needs `--allow-ffi` (to call the native library), `--allow-read` (to find it and read
+ * tensor files) and `--allow-env` (to find the per-user cache through `HOME` / `XDG_CACHE_HOME`, and
+ * to honour `ATTNKIT_LIB`).
+ * The native library is built once: `deno task build` in a checkout, or, for attnkit used as a
+ * dependency, `deno run --allow-read --allow-write --allow-run --allow-env path/to/attnkit/build.ts
+ * --cache` (into the per-user cache; works offline). A missing or mismatched library raises an
+ * `AttnkitError` that names the command to run.
+ *
  * @example
  * ```ts
  * import { defaultDevice, Tensor } from "@attnkit/attnkit";
@@ -39,7 +47,17 @@ export {
   Tensor,
   type TensorOptions,
 } from "./ops/tensor.ts";
-export { type MemoryStats, memoryStats, trimMemoryPool } from "./ops/memory.ts";
+export { type IndexSpec } from "./ops/tensor_math/indexing.ts";
+export { type Dims, type ReduceOptions } from "./ops/tensor_math/reduce.ts";
+export { where } from "./ops/tensor_math/elementwise.ts";
+export {
+  type DebugOptions,
+  debugSettings,
+  type MemoryStats,
+  memoryStats,
+  setDebug,
+  trimMemoryPool,
+} from "./ops/memory.ts";
 export { DeviceEvent, timeIt, type TimeOptions, type Timing } from "./ops/timing.ts";
 export {
   assertClose,
@@ -66,6 +84,8 @@ export {
   type TuningTable,
   withTuning,
 } from "./ops/kernels.ts";
+export { type Layout, LAYOUTS } from "./ops/layout.ts";
+export type { CuSeqlens } from "./ops/seqlens.ts";
 export * from "./ops/io/mod.ts";
 export * from "./ops/linear/mod.ts";
 export * from "./ops/attention/mod.ts";
