@@ -142,19 +142,20 @@ async function runShard(
     shard.file,
     ...(shard.filter ? ["--filter", shard.filter] : []),
   ];
-  const out = await new Deno.Command("compute-sanitizer", {
-    args,
-    stdout: "piped",
-    stderr: "piped",
+  // The log goes to a file, not a pipe: a shard killed at its time limit may leave its test process
+  // behind holding a pipe open, and the summary must not wait for it. `timeout -k` kills the tool.
+  const file = await Deno.makeTempFile({ prefix: "ak-sanitize-", suffix: ".log" });
+  const limit = timeoutSeconds > 0 ? ["timeout", "-k", "5", String(Math.ceil(timeoutSeconds))] : [];
+  const command = [...limit, "compute-sanitizer", ...args].map((a) => `'${a.replaceAll("'", "'\\''")}'`).join(
+    " ",
+  );
+  await new Deno.Command("sh", {
+    args: ["-c", `exec ${command} > '${file}' 2>&1 < /dev/null`],
     env: { NO_COLOR: "1" }, // plain summary lines
-    // A shard past its time is killed; its log then has no test summary and the shard is listed.
-    signal: timeoutSeconds > 0 ? AbortSignal.timeout(timeoutSeconds * 1000) : undefined,
   }).output();
-  const log = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
-  if (logs) {
-    const file = `${logs}/${tool}_${name.replace(/[^\w.-]+/g, "_")}.log`;
-    await Deno.writeTextFile(file, log);
-  }
+  const log = await Deno.readTextFile(file);
+  await Deno.remove(file);
+  if (logs) await Deno.writeTextFile(`${logs}/${tool}_${name.replace(/[^\w.-]+/g, "_")}.log`, log);
   return { ...summarise(log), name };
 }
 

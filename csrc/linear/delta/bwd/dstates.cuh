@@ -174,7 +174,6 @@ namespace ak::linear::cuda {
 template <class T, int D, int VS>
 void BwdDStates<T, D, VS>::launch(const Args& a, cudaStream_t s) {
   const bwd::Problem& p = a.p;
-  if (p.NCt == 0) return;
   constexpr size_t smem = bwd::dstates_smem<D, VS>();
   auto kernel = bwd::dstates8_detail::fast_dstates8<T, D, VS>;
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
