@@ -540,8 +540,8 @@ export class Tensor {
   }
 
   /**
-   * The `ak_tensor` descriptor to pass to a C entry; throws for a disposed tensor. For op
-   * implementations.
+   * The tensor's descriptor (pointer, dtype, shape, strides, device) as the C ABI takes it; throws for a
+   * disposed tensor. For op implementations.
    */
   descriptor(op = "Tensor.descriptor"): Uint8Array<ArrayBuffer> {
     const storage = this.#live(op);

@@ -25,8 +25,7 @@ export interface GroupedQueryAttentionDenseFwdOptions extends MaskOptions, Score
   /** Layout of q, k, v and the output: `"bshd"` or `"bhsd"` (required). */
   layout: Extract<Layout, "bshd" | "bhsd">;
   /**
-   * Output dtype: for float16 / bfloat16 inputs it must equal theirs (the default). (FP8 inputs, which
-   * choose it, come in a later issue.)
+   * Output dtype: for float16 / bfloat16 inputs it must equal theirs (the default).
    */
   dtype?: DType;
 }
