@@ -48,3 +48,26 @@ export function requireLayout<L extends Layout>(op: string, value: unknown, acce
 export function layoutRank(layout: Layout): number {
   return layout === "thd" ? 3 : 4;
 }
+
+let swapWarned = false;
+
+/** Lets the next suspicious call warn again (for tests). */
+export function resetLayoutWarning(): void {
+  swapWarned = false;
+}
+
+/**
+ * Warns once per process, as flash-linear-attention does, that the sizes a call reads (`sizes`, e.g.
+ * "q has 8 tokens and 64 heads") suggest tensors of the other dense layout, which would run and return
+ * garbage. Never refuses: short sequences with many heads are valid. The caller decides when sizes look
+ * swapped.
+ */
+export function warnLayoutLooksSwapped(op: string, layout: "bshd" | "bhsd", sizes: string): void {
+  if (swapWarned) return;
+  swapWarned = true;
+  const other = layout === "bshd" ? "bhsd" : "bshd";
+  console.warn(
+    `attnkit: ${op}: ${sizes} as layout "${layout}" ${LAYOUTS[layout]} reads them; if they are ` +
+      `${LAYOUTS[other]}, pass layout: "${other}" (this warning is shown once)`,
+  );
+}

@@ -22,7 +22,7 @@ import {
   type Tensor,
   Tensor as T,
 } from "../mod.ts";
-import { resetLayoutWarning } from "../ops/attention/sources.ts";
+import { resetLayoutWarning } from "../ops/layout.ts";
 import { deviceTest, expectNoLeak } from "./helpers.ts";
 
 function refuses(fn: () => unknown, pattern: RegExp): void {

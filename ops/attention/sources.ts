@@ -9,7 +9,7 @@
 import { AttnkitError, invalidArgument } from "../../ffi/errors.ts";
 import { expectDType, expectSameDevice, expectSameDType, expectShape, expectTensor } from "../checks.ts";
 import type { DType } from "../dtype.ts";
-import { type Layout, LAYOUTS } from "../layout.ts";
+import { type Layout, LAYOUTS, warnLayoutLooksSwapped } from "../layout.ts";
 import { Tensor } from "../tensor.ts";
 
 /** The layouts of dense (not packed) q, k, v. */
@@ -106,25 +106,14 @@ function inLayout<T>(layout: Layout, check: () => T): T {
   }
 }
 
-let warned = false;
-
-/** Lets the next suspicious call warn again (for tests). */
-export function resetLayoutWarning(): void {
-  warned = false;
-}
-
-// Warns once per process (as flash-linear-attention does) when both q and k hold fewer positions than
-// heads as the layout reads them: the usual sign of tensors of the other layout, which would run and
-// return garbage. Never refuses: a short context with many heads is valid.
+// Both q and k holding fewer positions than heads is the usual sign of the other layout.
 function warnIfLayoutLooksSwapped(op: string, layout: DenseLayout, sizes: Record<string, number>): void {
   const { Sq, Hq, Skv, Hkv } = sizes;
-  if (warned || Skv < 1 || Sq >= Hq || Skv >= Hkv) return;
-  warned = true;
-  const other = layout === "bshd" ? "bhsd" : "bshd";
-  console.warn(
-    `attnkit: ${op}: q has ${Sq} positions and ${Hq} heads, k ${Skv} positions and ${Hkv} heads as ` +
-      `layout "${layout}" ${LAYOUTS[layout]} reads them; if they are ${LAYOUTS[other]}, pass layout: ` +
-      `"${other}" (this warning is shown once)`,
+  if (Skv < 1 || Sq >= Hq || Skv >= Hkv) return;
+  warnLayoutLooksSwapped(
+    op,
+    layout,
+    `q has ${Sq} positions and ${Hq} heads, k ${Skv} positions and ${Hkv} heads`,
   );
 }
 

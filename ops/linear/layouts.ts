@@ -6,7 +6,7 @@
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
-import { type Layout, LAYOUTS, requireLayout } from "../layout.ts";
+import { type Layout, LAYOUTS, requireLayout, warnLayoutLooksSwapped } from "../layout.ts";
 
 /**
  * The layouts the delta-rule functions and op classes take: `"bshd"` or `"bhsd"`.
@@ -49,19 +49,8 @@ export function sequencePattern(layout: LinearLayout, heads: string, dim?: strin
   return dim === undefined ? dims : [...dims, dim];
 }
 
-let warned = false;
-
-/**
- * Warns once per process, as flash-linear-attention does, when q has fewer tokens than heads in the
- * layout given: the usual sign of tensors of the other layout. Never refuses (short sequences with
- * many heads are valid).
- */
+/** Warns once (see warnLayoutLooksSwapped) when q has fewer tokens than heads in the layout given. */
 export function warnIfLayoutLooksSwapped(op: string, layout: LinearLayout, T: number, heads: number): void {
-  if (warned || T <= 0 || T >= heads) return;
-  warned = true;
-  const other = layout === "bshd" ? "bhsd" : "bshd";
-  console.warn(
-    `attnkit: ${op}: q has ${T} tokens and ${heads} heads as layout "${layout}" ${LAYOUTS[layout]} reads ` +
-      `it; if q is ${LAYOUTS[other]}, pass layout: "${other}" (this warning is shown once)`,
-  );
+  if (T <= 0 || T >= heads) return;
+  warnLayoutLooksSwapped(op, layout, `q has ${T} tokens and ${heads} heads`);
 }
