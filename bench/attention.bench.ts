@@ -8,6 +8,7 @@
  *
  * @module
  */
+import { attentionForwardFlops } from "../cli/flops.ts";
 import {
   attention,
   attentionBackward,
@@ -53,7 +54,7 @@ const CPU_SHAPES: Shape[] = [
 const shapeName = (s: Shape) => `B${s.B}_S${s.S}_H${s.H}_KV${s.HKV}_D${s.D}${s.causal ? "_causal" : ""}`;
 
 function forwardFlops(s: Shape): number {
-  return 4 * s.B * s.H * s.S * s.S * s.D * (s.causal ? 0.5 : 1);
+  return attentionForwardFlops(s.B, s.H, s.S, s.S, s.D, s.causal);
 }
 
 interface Buffers {

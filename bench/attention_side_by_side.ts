@@ -18,6 +18,7 @@
  *
  * @module
  */
+import { attentionForwardFlops, modeFactor } from "../cli/flops.ts";
 import { parseArgs } from "node:util";
 import {
   attention,
@@ -73,7 +74,6 @@ interface SdpaTimings {
 }
 
 const MODES = ["fwd", "bwd", "fwdbwd"] as const;
-const FLOP_FACTOR = { fwd: 1, bwd: 2.5, fwdbwd: 3.5 } as const;
 
 async function runPython(python: string, dir: string, only: string | undefined): Promise<void> {
   const args = ["bench/sdpa_attention.py", "--out", dir];
@@ -138,7 +138,7 @@ if (import.meta.main) {
     const opts = { layout: "bshd", isCausal: s.causal } as const;
     // The inference forward (output only, no LSE), as SDPA's forward is timed.
     const inference = new GroupedQueryAttentionDenseFwdOp(opts);
-    const fwdFlops = 4 * s.batch * s.heads * s.seq * s.seq * s.dim / (s.causal ? 2 : 1);
+    const fwdFlops = attentionForwardFlops(s.batch, s.heads, s.seq, s.seq, s.dim, s.causal);
 
     // Forward: time, then compare with each backend's output.
     using output = Tensor.empty(t.q.shape, { dtype: "bfloat16", device }).fill(NaN);
@@ -189,7 +189,7 @@ if (import.meta.main) {
     }
 
     for (const mode of MODES) {
-      const flops = fwdFlops * FLOP_FACTOR[mode];
+      const flops = fwdFlops * modeFactor("attention", mode);
       for (const [backend, b] of Object.entries(s.backends)) {
         const refMs = b[`${mode}_ms`] ?? null;
         const ms = ours[mode];

@@ -6,14 +6,13 @@
  * for the device, so times are wall times per call. After the run a table gives TFLOP/s (GFLOP/s
  * below 1 TFLOP/s) and GB/s for decode.
  *
- * FLOPs counted (matrix products of the chunked algorithm, chunk C = 64, per token and value head,
- * with K, V the head dims): K K^T 2CK, the triangular solve C^2/3, w = Aw K 2CK, u = Au V 2CV,
- * v_new = u - w S 2KV, o = q S + (Q K^T) v_new 2KV + 2CK + 2CV, state update 2KV; in all
- * 6KV + 2C(3K + 2V) + C^2/3 per token. Forward + backward counts 3x the forward. Decode counts the
+ * FLOPs counted as everywhere in attnkit (cli/flops.ts): the chunked forward's matrix products, chunk
+ * C = 64, B T H (6 K V + 6 C K + 4 C V). Forward + backward counts 3x the forward. Decode counts the
  * state's bytes (read + written).
  *
  * @module
  */
+import { linearForwardFlops } from "../cli/flops.ts";
 import {
   chunkDeltaRule,
   chunkDeltaRuleBackward,
@@ -54,9 +53,8 @@ const FLA_SHAPES: Shape[] = [
 const shapeName = (s: Shape) => `B${s.B}_T${s.T}_H${s.H}_D${s.D}`;
 
 /** Forward FLOPs of the chunked algorithm (see the module doc). */
-function forwardFlops(s: Shape, C = 64): number {
-  const { D } = s;
-  return s.B * s.T * s.H * (6 * D * D + 2 * C * (3 * D + 2 * D) + (C * C) / 3);
+function forwardFlops(s: Shape): number {
+  return linearForwardFlops(s.B, s.T, s.H, s.D, s.D);
 }
 
 // Standard normals on the host (Box-Muller), for gates shaped like FLA's.

@@ -29,6 +29,7 @@
  *
  * @module
  */
+import { linearForwardFlops } from "../cli/flops.ts";
 import { parseArgs } from "node:util";
 import {
   chunkDeltaRule,
@@ -117,18 +118,6 @@ const FLA_NAME = {
   decode: "fla.fused_recurrent_gated_delta_rule",
 };
 const OUR_NAME = { gdn: "chunkGatedDeltaRule", delta: "chunkDeltaRule", decode: "GatedDeltaNetDecodeFwdOp" };
-
-/** FLOPs of the chunked forward (see the module doc). */
-export function chunkedForwardFlops(
-  B: number,
-  T: number,
-  H: number,
-  K: number,
-  V: number,
-  C = CHUNK,
-): number {
-  return B * T * H * (6 * K * V + 6 * C * K + 4 * C * V);
-}
 
 interface Diff {
   maxRel: number;
@@ -258,7 +247,7 @@ if (import.meta.main) {
     using file = await loadSafetensors(`${values.dir}/${shape}.safetensors`, { device });
     const t = file.tensors;
     const [B, T, H, D] = t.q.shape;
-    const flops = chunkedForwardFlops(B, T, H, D, D);
+    const flops = linearForwardFlops(B, T, H, D, D, CHUNK);
     for (const op of ["gdn", "delta"] as const) {
       if (!ops.has(op)) continue;
       const gated = op === "gdn";
