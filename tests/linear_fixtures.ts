@@ -1,6 +1,7 @@
 // Shared by the linear_*.test.ts files: random delta-rule problems on a device with their exact
 // values on the host, the float64 oracle's answers, NaN-poisoned result buffers and the tolerance
 // rule per dtype.
+import { DELTA_RULE_TOLERANCE, type DeltaRuleTolerance } from "../reference/tolerance.ts";
 import { assertClose, type Device, type DType, Tensor } from "../mod.ts";
 import {
   type DeltaReferenceGradients,
@@ -11,25 +12,9 @@ import {
 } from "../reference/delta_rule.ts";
 import { poison } from "./helpers.ts";
 
-/**
- * Tolerances, relative RMS error against the float64 oracle fed the same (rounded) inputs.
- * float16 / bfloat16: FLA's rule (outputs and states 0.005, dq/dk/dv 0.008, dbeta/dg/dState 0.02).
- * float32: far tighter, 100x below those: the state and every sum are fp32 or wider.
- */
-export const TOLERANCE: Record<"float32" | "float16" | "bfloat16", {
-  output: number;
-  state: number;
-  dqkv: number;
-  dsmall: number;
-}> = {
-  bfloat16: { output: 0.005, state: 0.005, dqkv: 0.008, dsmall: 0.02 },
-  float16: { output: 0.005, state: 0.005, dqkv: 0.008, dsmall: 0.02 },
-  float32: { output: 5e-5, state: 5e-5, dqkv: 8e-5, dsmall: 2e-4 },
-};
-
-/** The tolerances of a q/k/v dtype. */
-export function tol(dtype: DType): { output: number; state: number; dqkv: number; dsmall: number } {
-  return TOLERANCE[dtype as "float32"];
+/** The tolerances of a q/k/v dtype: the shipped rule (reference/tolerance.ts, FLA's for 16-bit inputs). */
+export function tol(dtype: DType): DeltaRuleTolerance {
+  return DELTA_RULE_TOLERANCE[dtype as "float32"];
 }
 
 /** What a random problem looks like. */
