@@ -23,6 +23,14 @@ Deno.test("sanitize: a log's error count, kernels and test summary are read", ()
   assert.equal(crashed.summarised, false);
 });
 
+Deno.test("sanitize: a folder gives its tests (the variants test per stage, no deliberate fault)", async () => {
+  const shards = await shardsOf("tests");
+  assert.ok(!shards.some((s) => s.file.endsWith("device_fault.test.ts")));
+  const variants = shards.filter((s) => s.file.endsWith("variants.test.ts"));
+  assert.ok(variants.length > 5 && variants.every((s) => s.filter !== undefined));
+  assert.ok(variants.some((s) => s.filter === "attention.bwd"));
+});
+
 Deno.test("sanitize: shards are the test files of a folder and file#filter entries", async () => {
   const shards = await shardsOf("tests/fault,tests/variants.test.ts#linear.bwd");
   assert.deepEqual(shards.at(-1), { file: "tests/variants.test.ts", filter: "linear.bwd" });

@@ -13,6 +13,8 @@
  * @module
  */
 import { parseArgs } from "node:util";
+import { expandRows } from "../build/registry.ts";
+import { REGISTRIES } from "../build/registries.ts";
 
 /** One tool's outcome over all its shards. */
 export interface SanitizerRun {
@@ -84,7 +86,28 @@ function functionName(frame: string): string {
   return name;
 }
 
-/** The shards of a `--tests` list: files, folders (their `*.test.ts`), `file#filter`. */
+// Test files a folder expands without: a deliberate device fault (the sanitizer would report it), and
+// files whose GPU work is run elsewhere or which do none (builds, child-process drivers, the fuzz).
+const NOT_SANITIZED = new Set([
+  "device_fault.test.ts",
+  "build.test.ts",
+  "fuzz.test.ts",
+  "leaks.test.ts",
+  "cli.test.ts",
+  "chart.test.ts",
+  "sanitize.test.ts",
+]);
+
+/** The kernel stages of the registries: the variants test runs as one shard per stage. */
+function variantStages(): string[] {
+  return [...new Set(expandRows(REGISTRIES).map((r) => r.stage))];
+}
+
+/**
+ * The shards of a `--tests` list: files, `file#filter` entries, and folders. A folder gives its
+ * `*.test.ts` files but those in NOT_SANITIZED, and its variants test as one shard per kernel stage
+ * (that test is most of the GPU work).
+ */
 export async function shardsOf(list: string): Promise<{ file: string; filter?: string }[]> {
   const shards: { file: string; filter?: string }[] = [];
   for (const entry of list.split(",").map((s) => s.trim()).filter(Boolean)) {
@@ -93,9 +116,14 @@ export async function shardsOf(list: string): Promise<{ file: string; filter?: s
     if (info.isDirectory) {
       const names: string[] = [];
       for await (const e of Deno.readDir(path)) {
-        if (e.isFile && e.name.endsWith(".test.ts")) names.push(e.name);
+        if (e.isFile && e.name.endsWith(".test.ts") && !NOT_SANITIZED.has(e.name)) names.push(e.name);
       }
-      for (const n of names.sort()) shards.push({ file: `${path.replace(/\/$/, "")}/${n}` });
+      for (const n of names.sort()) {
+        const file = `${path.replace(/\/$/, "")}/${n}`;
+        if (n === "variants.test.ts") {
+          shards.push(...variantStages().map((stage) => ({ file, filter: stage })));
+        } else shards.push({ file });
+      }
     } else {
       shards.push({ file: path, filter });
     }
