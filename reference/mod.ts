@@ -49,6 +49,24 @@ export {
   L2NORM_EPS,
 } from "./delta_rule.ts";
 export {
+  FEATURE_MAP_EPS,
+  FEATURE_MAPS,
+  type FeatureMap,
+  featureMapLinearAttentionReference,
+  featureMapLinearAttentionReferenceBackward,
+  type FeatureMapReferenceGradients,
+  type FeatureMapReferenceInputs,
+} from "./feature_map.ts";
+export {
+  gatedLinearReference,
+  gatedLinearReferenceBackward,
+  type GatedLinearReferenceGradients,
+  type GatedLinearReferenceInputs,
+  type GatedLinearReferenceOutputs,
+  NORMALIZE_EPS,
+  retentionLogDecay,
+} from "./linear_attention.ts";
+export {
   ATTENTION_TOLERANCE,
   attentionBound,
   type AttentionTolerance,
