@@ -13,22 +13,7 @@ import {
   retentionLogDecay,
 } from "../reference/linear_attention.ts";
 import { withSeed } from "./helpers.ts";
-
-// A small seeded generator for host-only inputs (mulberry32).
-function generator(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-function filled(n: number, rand: () => number, low: number, high: number): Float64Array {
-  return Float64Array.from({ length: n }, () => low + (high - low) * rand());
-}
+import { expectFiniteDifferences, expectNear, filled, generator } from "./oracle_checks.ts";
 
 interface Shape {
   B: number;
@@ -94,42 +79,13 @@ function checkAgainstFiniteDifferences(c: Shape, gates: Gates, seed: number): vo
   if (gates.g) fields.push(["g", "dg"]);
   if (gates.gGamma) fields.push(["gGamma", "dgGamma"]);
   for (const [input, grad] of fields) {
-    const values = x[input] as Float64Array;
-    const analytic = grads[grad];
-    let worst = 0, scale = 0;
-    for (let i = 0; i < values.length; i++) {
-      const saved = values[i];
-      values[i] = saved + eps;
-      const up = loss(x, dO, dHT);
-      values[i] = saved - eps;
-      const down = loss(x, dO, dHT);
-      values[i] = saved;
-      const numeric = (up - down) / (2 * eps);
-      worst = Math.max(worst, Math.abs(numeric - analytic[i]));
-      scale = Math.max(scale, Math.abs(numeric));
-    }
-    assert.ok(scale > 0, `${grad}: the loss does not depend on ${input} (test is vacuous)`);
-    assert.ok(
-      worst <= 1e-7 * Math.max(1, scale),
-      `${grad}: hand-derived gradient differs from finite differences by ${worst} (largest |grad| ${scale})`,
-    );
+    expectFiniteDifferences(x[input] as Float64Array, grads[grad]!, () => loss(x, dO, dHT), {
+      eps,
+      tol: 1e-7,
+      what: grad,
+      input,
+    });
   }
-}
-
-function assertClose(
-  actual: ArrayLike<number>,
-  expected: ArrayLike<number>,
-  what: string,
-  tol = 1e-12,
-): void {
-  assert.equal(actual.length, expected.length, `${what}: length`);
-  let worst = 0, size = 0;
-  for (let i = 0; i < actual.length; i++) {
-    assert.ok(Number.isFinite(actual[i]), `${what}[${i}] is ${actual[i]}`);
-    worst = Math.max(worst, Math.abs(actual[i] - expected[i]));
-    size = Math.max(size, Math.abs(expected[i]));
-  }
-  assert.ok(worst <= tol * Math.max(1, size), `${what}: differs by ${worst} (largest |value| ${size})`);
 }
 
 // The parallel form, written here independently of the oracle's recurrence: with G_t the running sum of
@@ -214,7 +170,7 @@ Deno.test("gla oracle: the recurrence equals the parallel form (GLA, simple GLA,
       if (x.gk) { for (let i = 0; i < x.gk.length; i += 5) (x.gk as Float64Array)[i] = -20; }
       if (x.g) { for (let i = 0; i < x.g.length; i += 4) (x.g as Float64Array)[i] = -20; }
       const r = gatedLinearReference(x);
-      assertClose(r.output, parallelForm(x), `output (${JSON.stringify(gates)})`, 1e-11);
+      expectNear(r.output, parallelForm(x), `output (${JSON.stringify(gates)})`, 1e-11);
       const grads = gatedLinearReferenceBackward(x, filled(r.output.length, rand, -1, 1), r.finalState);
       for (const [name, a] of Object.entries(grads)) {
         assert.ok(a.every(Number.isFinite), `${name}: not finite under a gate spike of -20`);
@@ -253,20 +209,20 @@ Deno.test("gla oracle: one call equals two chained through the state (forward an
     });
     const first = slice(0, cut, x.initialState), firstOut = gatedLinearReference(first);
     const second = slice(cut, T, firstOut.finalState), secondOut = gatedLinearReference(second);
-    assertClose(secondOut.finalState, whole.finalState, "final state");
-    assertClose(firstOut.output, part(whole.output, H * V, 0, cut), "output of the first part");
-    assertClose(secondOut.output, part(whole.output, H * V, cut, T), "output of the second part");
+    expectNear(secondOut.finalState, whole.finalState, "final state");
+    expectNear(firstOut.output, part(whole.output, H * V, 0, cut), "output of the first part");
+    expectNear(secondOut.output, part(whole.output, H * V, cut, T), "output of the second part");
     // Backward: the second call's dInitialState is the first call's dFinalState.
     const dO = filled(whole.output.length, rand, -1, 1), dHT = filled(whole.finalState.length, rand, -1, 1);
     const all = gatedLinearReferenceBackward(x, dO, dHT);
     const g2 = gatedLinearReferenceBackward(second, part(dO, H * V, cut, T), dHT);
     const g1 = gatedLinearReferenceBackward(first, part(dO, H * V, 0, cut), g2.dInitialState);
-    assertClose(g1.dInitialState, all.dInitialState, "dInitialState");
-    assertClose(g1.dq, part(all.dq, HK * K, 0, cut), "dq of the first part");
-    assertClose(g2.dk, part(all.dk, HK * K, cut, T), "dk of the second part");
-    assertClose(g1.dgk, part(all.dgk, H * K, 0, cut), "dgk of the first part");
-    assertClose(g2.dv, part(all.dv, H * V, cut, T), "dv of the second part");
-    assertClose(g1.dgGamma.map((d, h) => d + g2.dgGamma[h]), all.dgGamma, "dgGamma");
+    expectNear(g1.dInitialState, all.dInitialState, "dInitialState");
+    expectNear(g1.dq, part(all.dq, HK * K, 0, cut), "dq of the first part");
+    expectNear(g2.dk, part(all.dk, HK * K, cut, T), "dk of the second part");
+    expectNear(g1.dgk, part(all.dgk, H * K, 0, cut), "dgk of the first part");
+    expectNear(g2.dv, part(all.dv, H * V, cut, T), "dv of the second part");
+    expectNear(g1.dgGamma.map((d, h) => d + g2.dgGamma[h]), all.dgGamma, "dgGamma");
   });
 });
 
@@ -296,17 +252,17 @@ Deno.test("gla oracle: packed sequences equal separate calls; an empty sequence 
         initialState: x.initialState.slice(n * KV, (n + 1) * KV),
       };
       const r = gatedLinearReference(one);
-      assertClose(r.output, tokens(packed.output, H * V), `output of sequence ${n}`, 0);
-      assertClose(
+      expectNear(r.output, tokens(packed.output, H * V), `output of sequence ${n}`, 0);
+      expectNear(
         r.finalState,
         packed.finalState.slice(n * KV, (n + 1) * KV),
         `final state of sequence ${n}`,
         0,
       );
       const g = gatedLinearReferenceBackward(one, tokens(dO, H * V), dHT.slice(n * KV, (n + 1) * KV));
-      assertClose(g.dq, tokens(grads.dq, HK * K), `dq of sequence ${n}`, 0);
-      assertClose(g.dgk, tokens(grads.dgk, H * K), `dgk of sequence ${n}`, 0);
-      assertClose(
+      expectNear(g.dq, tokens(grads.dq, HK * K), `dq of sequence ${n}`, 0);
+      expectNear(g.dgk, tokens(grads.dgk, H * K), `dgk of sequence ${n}`, 0);
+      expectNear(
         g.dInitialState,
         grads.dInitialState.slice(n * KV, (n + 1) * KV),
         `dh0 of sequence ${n}`,
@@ -329,21 +285,21 @@ Deno.test("gla oracle: GLA with g = 0 is linear attention; GLA with a broadcast 
     const x = inputs({ B, T, H, HK: H, K, V }, {}, rand);
     const plain = gatedLinearReference(x);
     const zeroGate = gatedLinearReference({ ...x, gk: new Float64Array(B * T * H * K) });
-    assertClose(zeroGate.output, plain.output, "GLA g = 0 vs linear attention", 0);
-    assertClose(zeroGate.finalState, plain.finalState, "GLA g = 0 final state", 0);
+    expectNear(zeroGate.output, plain.output, "GLA g = 0 vs linear attention", 0);
+    expectNear(zeroGate.finalState, plain.finalState, "GLA g = 0 final state", 0);
     // Plain linear attention by hand: o_t = scale q_t^T (S0 + sum_{s<=t} k_s v_s^T).
-    assertClose(plain.output, parallelForm(x), "linear attention vs the parallel form", 1e-12);
+    expectNear(plain.output, parallelForm(x), "linear attention vs the parallel form", 1e-12);
 
     // Simple GLA (scalar g per token) against GLA with g repeated over the K channels.
     const g = filled(B * T * H, rand, -1, 0);
     const gk = Float64Array.from({ length: B * T * H * K }, (_, i) => g[Math.floor(i / K)]);
     const simple = gatedLinearReference({ ...x, g }), gla = gatedLinearReference({ ...x, gk });
-    assertClose(simple.output, gla.output, "simple GLA vs GLA with a broadcast gate");
-    assertClose(simple.finalState, gla.finalState, "simple GLA vs GLA final state");
+    expectNear(simple.output, gla.output, "simple GLA vs GLA with a broadcast gate");
+    expectNear(simple.finalState, gla.finalState, "simple GLA vs GLA final state");
     const dO = filled(plain.output.length, rand, -1, 1);
     const dS = gatedLinearReferenceBackward({ ...x, g }, dO),
       dG = gatedLinearReferenceBackward({ ...x, gk }, dO);
-    assertClose(
+    expectNear(
       dS.dg,
       Float64Array.from({ length: B * T * H }, (_, j) => {
         let sum = 0;
@@ -359,8 +315,8 @@ Deno.test("gla oracle: GLA with g = 0 is linear attention; GLA with a broadcast 
     const perToken = Float64Array.from({ length: B * T * H }, (_, j) => Math.log(1 - 2 ** (-5 - (j % H))));
     const retention = gatedLinearReference({ ...x, gGamma: gamma });
     const asSimple = gatedLinearReference({ ...x, g: perToken });
-    assertClose(retention.output, asSimple.output, "retention vs simple GLA");
-    assertClose(retention.finalState, asSimple.finalState, "retention vs simple GLA final state");
+    expectNear(retention.output, asSimple.output, "retention vs simple GLA");
+    expectNear(retention.finalState, asSimple.finalState, "retention vs simple GLA final state");
     const dR = gatedLinearReferenceBackward({ ...x, gGamma: gamma }, dO);
     const dA = gatedLinearReferenceBackward({ ...x, g: perToken }, dO);
     for (let h = 0; h < H; h++) {
@@ -370,7 +326,7 @@ Deno.test("gla oracle: GLA with g = 0 is linear attention; GLA with a broadcast 
     }
     // The scale defaults to K^-0.5.
     const unscaled = gatedLinearReference({ ...x, scale: undefined });
-    assertClose(unscaled.output, plain.output.map((o) => o / 0.8 * K ** -0.5), "scale default");
+    expectNear(unscaled.output, plain.output.map((o) => o / 0.8 * K ** -0.5), "scale default");
   });
 });
 
@@ -392,13 +348,13 @@ Deno.test("gla oracle: normalize divides by scale q . (running key sum) + 1e-10"
   const r = gatedLinearReference(x);
   // t = 0: S = S0 + k0 v0 = [5, 5]; u = 0.5 (5 + 10) = 7.5; z = 0.5 (1 + 2) = 1.5.
   // t = 1: S = [5 - 4, 5 - 1] = [1, 4]; u = 0.5 (3 + 4) = 3.5; keys [3, 1.5]; z = 0.5 (9 + 1.5) = 5.25.
-  assertClose(
+  expectNear(
     r.output,
     [7.5 / (1.5 + NORMALIZE_EPS), 3.5 / (5.25 + NORMALIZE_EPS)],
     "normalised output",
     1e-15,
   );
-  assertClose(r.finalState, [1, 4], "final state (normalize leaves the state alone)", 1e-15);
+  expectNear(r.finalState, [1, 4], "final state (normalize leaves the state alone)", 1e-15);
 });
 
 Deno.test("gla oracle: T = 1 by hand and T = 0 passes the state through", () => {
@@ -420,11 +376,11 @@ Deno.test("gla oracle: T = 1 by hand and T = 0 passes the state through", () => 
   };
   const S = [0, 1].map((i) => Math.exp(gk[i]) * S0[i] + k[i] * v[0]);
   const r = gatedLinearReference(x);
-  assertClose(r.finalState, S, "final state", 1e-15);
-  assertClose(r.output, [scale * (q[0] * S[0] + q[1] * S[1])], "output", 1e-15);
+  expectNear(r.finalState, S, "final state", 1e-15);
+  expectNear(r.output, [scale * (q[0] * S[0] + q[1] * S[1])], "output", 1e-15);
   const grads = gatedLinearReferenceBackward(x, [1], [0, 0]);
   // do/dgk_i = scale q_i a_i S0_i.
-  assertClose(grads.dgk, [0, 1].map((i) => scale * q[i] * Math.exp(gk[i]) * S0[i]), "dgk", 1e-15);
+  expectNear(grads.dgk, [0, 1].map((i) => scale * q[i] * Math.exp(gk[i]) * S0[i]), "dgk", 1e-15);
 
   const empty: GatedLinearReferenceInputs = {
     B: 2,
@@ -452,12 +408,12 @@ Deno.test("gla oracle: checkpoints are the states before every chunk and after t
   const r = gatedLinearReference({ ...x, checkpointEvery: 2 });
   const KV = 4;
   assert.equal(r.checkpoints!.length, 4 * KV);
-  assertClose(r.checkpoints!.slice(0, KV), x.initialState, "checkpoint 0", 0);
+  expectNear(r.checkpoints!.slice(0, KV), x.initialState, "checkpoint 0", 0);
   for (const [slot, tokens] of [[1, 2], [2, 4]]) {
     const upTo = gatedLinearReference({ ...x, T: tokens });
-    assertClose(r.checkpoints!.slice(slot * KV, (slot + 1) * KV), upTo.finalState, `checkpoint ${slot}`, 0);
+    expectNear(r.checkpoints!.slice(slot * KV, (slot + 1) * KV), upTo.finalState, `checkpoint ${slot}`, 0);
   }
-  assertClose(r.checkpoints!.slice(3 * KV), r.finalState, "last checkpoint", 0);
+  expectNear(r.checkpoints!.slice(3 * KV), r.finalState, "last checkpoint", 0);
 });
 
 Deno.test("gla oracle: bad inputs are refused with an AttnkitError naming the field", () => {

@@ -8,22 +8,7 @@ import {
   deltaRuleReferenceBackward,
 } from "../reference/delta_rule.ts";
 import { withSeed } from "./helpers.ts";
-
-// A small seeded generator for host-only inputs (mulberry32).
-function generator(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-function filled(n: number, rand: () => number, low: number, high: number): Float64Array {
-  return Float64Array.from({ length: n }, () => low + (high - low) * rand());
-}
+import { expectFiniteDifferences, filled, generator } from "./oracle_checks.ts";
 
 interface Tiny {
   B: number;
@@ -87,25 +72,12 @@ function checkAgainstFiniteDifferences(c: Tiny, seed: number): void {
   ];
   if (c.gated) fields.push(["g", "dg"]);
   for (const [input, grad] of fields) {
-    const values = x[input] as Float64Array;
-    const analytic = grads[grad];
-    let worst = 0, scale = 0;
-    for (let i = 0; i < values.length; i++) {
-      const saved = values[i];
-      values[i] = saved + eps;
-      const up = loss(x, dO, dHT);
-      values[i] = saved - eps;
-      const down = loss(x, dO, dHT);
-      values[i] = saved;
-      const numeric = (up - down) / (2 * eps);
-      worst = Math.max(worst, Math.abs(numeric - analytic[i]));
-      scale = Math.max(scale, Math.abs(numeric));
-    }
-    assert.ok(scale > 0, `${grad}: the loss does not depend on ${input} (test is vacuous)`);
-    assert.ok(
-      worst <= 1e-7 * Math.max(1, scale),
-      `${grad}: hand-derived gradient differs from finite differences by ${worst} (largest |grad| ${scale})`,
-    );
+    expectFiniteDifferences(x[input] as Float64Array, grads[grad]!, () => loss(x, dO, dHT), {
+      eps,
+      tol: 1e-7,
+      what: grad,
+      input,
+    });
   }
 }
 
