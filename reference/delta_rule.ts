@@ -14,39 +14,17 @@
  *
  * @module
  */
-import { invalidArgument } from "../ffi/errors.ts";
-import { checkFields, checkNumbers, count, expectLength, FINITE, NUMBERS, OFFSETS } from "./checks.ts";
+import { checkFields, checkNumbers, count, expectLength, NUMBERS } from "./checks.ts";
+import { checkProblem, type LinearReferenceProblem, PROBLEM_FIELDS, sequences } from "./sequences.ts";
 
 /** The inputs of one oracle run (float64 or float32 host arrays holding the exact input values). */
-export interface DeltaReferenceInputs {
-  /** Batch (1 with cuSeqlens). */
-  B: number;
-  /** Tokens per batch row. */
-  T: number;
-  /** Value heads. */
-  H: number;
-  /** Query/key heads (divides H). */
-  HK: number;
-  /** Key head dimension. */
-  K: number;
-  /** Value head dimension. */
-  V: number;
-  /** `[B, T, HK, K]`. */
-  q: ArrayLike<number>;
-  /** `[B, T, HK, K]`. */
-  k: ArrayLike<number>;
-  /** `[B, T, H, V]`. */
-  v: ArrayLike<number>;
+export interface DeltaReferenceInputs extends LinearReferenceProblem {
   /** `[B, T, H]` natural-log decays; absent for the ungated rule. */
   g?: ArrayLike<number>;
   /** `[B, T, H]`. */
   beta: ArrayLike<number>;
   /** Query scale. */
   scale: number;
-  /** `[N, H, K, V]`; zeros when absent. */
-  initialState?: ArrayLike<number>;
-  /** Packed sequence offsets `[N + 1]` (B must be 1). */
-  cuSeqlens?: readonly number[];
   /** L2-normalise q and k. */
   l2norm?: boolean;
   /**
@@ -100,20 +78,9 @@ export interface DeltaReferenceGradients {
 export const L2NORM_EPS = 1e-6;
 
 const INPUTS = {
-  B: count(0),
-  T: count(0),
-  H: count(1),
-  HK: count(1),
-  K: count(1),
-  V: count(1),
-  q: NUMBERS,
-  k: NUMBERS,
-  v: NUMBERS,
+  ...PROBLEM_FIELDS,
   g: NUMBERS,
   beta: NUMBERS,
-  scale: FINITE,
-  initialState: NUMBERS,
-  cuSeqlens: OFFSETS,
   l2norm: "boolean",
   roundState: "function",
   checkpointEvery: count(1),
@@ -124,38 +91,11 @@ const REQUIRED = ["B", "T", "H", "HK", "K", "V", "q", "k", "v", "beta", "scale"]
 // Refuses inputs whose fields are missing, mistyped or inconsistent; returns the sequence count.
 function checkInputs(op: string, x: DeltaReferenceInputs): number {
   checkFields(op, "x", x, INPUTS, REQUIRED);
-  const { B, T, H, HK, K, V } = x;
-  if (H % HK !== 0) throw invalidArgument(op, `x.HK: ${HK} does not divide the ${H} value heads`);
-  let N = B;
-  if (x.cuSeqlens) {
-    const cu = x.cuSeqlens;
-    if (B !== 1) throw invalidArgument(op, `x.B: packed sequences (cuSeqlens) take B = 1, got ${B}`);
-    if (cu[cu.length - 1] > T) {
-      throw invalidArgument(op, `x.cuSeqlens: ends at ${cu[cu.length - 1]}, past T = ${T}`);
-    }
-    N = cu.length - 1;
-  }
-  expectLength(op, "x.q", x.q, B * T * HK * K, `[${B}, ${T}, ${HK}, ${K}]`);
-  expectLength(op, "x.k", x.k, B * T * HK * K, `[${B}, ${T}, ${HK}, ${K}]`);
-  expectLength(op, "x.v", x.v, B * T * H * V, `[${B}, ${T}, ${H}, ${V}]`);
+  const N = checkProblem(op, x);
+  const { B, T, H } = x;
   expectLength(op, "x.beta", x.beta, B * T * H, `[${B}, ${T}, ${H}]`);
   if (x.g) expectLength(op, "x.g", x.g, B * T * H, `[${B}, ${T}, ${H}]`);
-  if (x.initialState) {
-    expectLength(op, "x.initialState", x.initialState, N * H * K * V, `[${N}, ${H}, ${K}, ${V}]`);
-  }
   return N;
-}
-
-interface Sequence {
-  row: number;
-  begin: number;
-  end: number;
-}
-
-function sequences(x: DeltaReferenceInputs): Sequence[] {
-  if (!x.cuSeqlens) return Array.from({ length: x.B }, (_, b) => ({ row: b, begin: 0, end: x.T }));
-  const cu = x.cuSeqlens;
-  return Array.from({ length: cu.length - 1 }, (_, n) => ({ row: 0, begin: cu[n], end: cu[n + 1] }));
 }
 
 // q or k row (t, hk) of row b, normalised when asked; returns the vector and its norm.

@@ -16,28 +16,11 @@
  * @module
  */
 import { invalidArgument } from "../ffi/errors.ts";
-import { checkFields, checkNumbers, count, expectLength, FINITE, NUMBERS, OFFSETS } from "./checks.ts";
+import { checkFields, checkNumbers, count, expectLength, NUMBERS } from "./checks.ts";
+import { checkProblem, type LinearReferenceProblem, PROBLEM_FIELDS, sequences } from "./sequences.ts";
 
 /** The inputs of one oracle run (float64 or float32 host arrays holding the exact input values). */
-export interface GatedLinearReferenceInputs {
-  /** Batch (1 with cuSeqlens). */
-  B: number;
-  /** Tokens per batch row. */
-  T: number;
-  /** Value heads. */
-  H: number;
-  /** Query/key heads (divides H); each serves H / HK value heads. */
-  HK: number;
-  /** Key head dimension. */
-  K: number;
-  /** Value head dimension. */
-  V: number;
-  /** `[B, T, HK, K]`. */
-  q: ArrayLike<number>;
-  /** `[B, T, HK, K]`. */
-  k: ArrayLike<number>;
-  /** `[B, T, H, V]`. */
-  v: ArrayLike<number>;
+export interface GatedLinearReferenceInputs extends LinearReferenceProblem {
   /** `[B, T, H, K]` natural-log decay per key channel (GLA's gate). */
   gk?: ArrayLike<number>;
   /** `[B, T, H]` natural-log decay per token (simple GLA's gate). */
@@ -46,10 +29,6 @@ export interface GatedLinearReferenceInputs {
   gGamma?: ArrayLike<number>;
   /** Query scale; `K ** -0.5` when absent. */
   scale?: number;
-  /** `[N, H, K, V]`; zeros when absent. */
-  initialState?: ArrayLike<number>;
-  /** Packed sequence offsets `[N + 1]` (B must be 1). */
-  cuSeqlens?: readonly number[];
   /** Divide each output by `scale q_t . (sum of the sequence's keys up to t) + 1e-10`. */
   normalize?: boolean;
   /** Also return the state before every `checkpointEvery`-th token of each sequence. */
@@ -119,21 +98,10 @@ export function retentionLogDecay(H: number): Float64Array {
 }
 
 const INPUTS = {
-  B: count(0),
-  T: count(0),
-  H: count(1),
-  HK: count(1),
-  K: count(1),
-  V: count(1),
-  q: NUMBERS,
-  k: NUMBERS,
-  v: NUMBERS,
+  ...PROBLEM_FIELDS,
   gk: NUMBERS,
   g: NUMBERS,
   gGamma: NUMBERS,
-  scale: FINITE,
-  initialState: NUMBERS,
-  cuSeqlens: OFFSETS,
   normalize: "boolean",
   checkpointEvery: count(1),
 } as const;
@@ -142,39 +110,12 @@ const REQUIRED = ["B", "T", "H", "HK", "K", "V", "q", "k", "v"];
 // Refuses inputs whose fields are missing, mistyped or inconsistent; returns the sequence count.
 function checkInputs(op: string, x: GatedLinearReferenceInputs): number {
   checkFields(op, "x", x, INPUTS, REQUIRED);
-  const { B, T, H, HK, K, V } = x;
-  if (H % HK !== 0) throw invalidArgument(op, `x.HK: ${HK} does not divide the ${H} value heads`);
-  let N = B;
-  if (x.cuSeqlens) {
-    const cu = x.cuSeqlens;
-    if (B !== 1) throw invalidArgument(op, `x.B: packed sequences (cuSeqlens) take B = 1, got ${B}`);
-    if (cu[cu.length - 1] > T) {
-      throw invalidArgument(op, `x.cuSeqlens: ends at ${cu[cu.length - 1]}, past T = ${T}`);
-    }
-    N = cu.length - 1;
-  }
-  expectLength(op, "x.q", x.q, B * T * HK * K, `[${B}, ${T}, ${HK}, ${K}]`);
-  expectLength(op, "x.k", x.k, B * T * HK * K, `[${B}, ${T}, ${HK}, ${K}]`);
-  expectLength(op, "x.v", x.v, B * T * H * V, `[${B}, ${T}, ${H}, ${V}]`);
+  const N = checkProblem(op, x);
+  const { B, T, H, K } = x;
   if (x.gk) expectLength(op, "x.gk", x.gk, B * T * H * K, `[${B}, ${T}, ${H}, ${K}]`);
   if (x.g) expectLength(op, "x.g", x.g, B * T * H, `[${B}, ${T}, ${H}]`);
   if (x.gGamma) expectLength(op, "x.gGamma", x.gGamma, H, `[${H}]`);
-  if (x.initialState) {
-    expectLength(op, "x.initialState", x.initialState, N * H * K * V, `[${N}, ${H}, ${K}, ${V}]`);
-  }
   return N;
-}
-
-interface Sequence {
-  row: number;
-  begin: number;
-  end: number;
-}
-
-function sequences(x: GatedLinearReferenceInputs): Sequence[] {
-  if (!x.cuSeqlens) return Array.from({ length: x.B }, (_, b) => ({ row: b, begin: 0, end: x.T }));
-  const cu = x.cuSeqlens;
-  return Array.from({ length: cu.length - 1 }, (_, n) => ({ row: 0, begin: cu[n], end: cu[n + 1] }));
 }
 
 function scaleOf(x: GatedLinearReferenceInputs): number {

@@ -66,6 +66,7 @@ export {
   NORMALIZE_EPS,
   retentionLogDecay,
 } from "./linear_attention.ts";
+export type { LinearReferenceProblem } from "./sequences.ts";
 export {
   ATTENTION_TOLERANCE,
   attentionBound,
