@@ -61,7 +61,8 @@ export function readBuildRecord(library: string): BuildRecord | undefined {
 /**
  * Why the library at `library` is older than the sources in `sourceRoot`, or undefined when it was
  * built from exactly those sources (or when that cannot be told: no record, no sources there, no
- * permission to read them). The message names the command that rebuilds it.
+ * permission to read them). The message names the command that rebuilds it. `record`: the library's
+ * build record when the caller has read it already.
  *
  * @example
  * ```ts
@@ -69,8 +70,12 @@ export function readBuildRecord(library: string): BuildRecord | undefined {
  * console.log(staleLibraryReason("/nonexistent/libattnkit.so", ".", "deno task build")); // undefined
  * ```
  */
-export function staleLibraryReason(library: string, sourceRoot: string, rebuild: string): string | undefined {
-  const record = readBuildRecord(library);
+export function staleLibraryReason(
+  library: string,
+  sourceRoot: string,
+  rebuild: string,
+  record: BuildRecord | undefined = readBuildRecord(library),
+): string | undefined {
   if (!record) return undefined;
   let present: string;
   try {

@@ -278,6 +278,7 @@ function warnIfStale(path: string, origin: Origin): void {
     path,
     root,
     origin === "checkout" ? `cd ${root} && deno task build` : cacheBuildCommand(),
+    record,
   );
   if (reason) {
     warned = true;
