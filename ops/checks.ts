@@ -91,3 +91,19 @@ export function expectShape(
   });
   return sizes;
 }
+
+/**
+ * Refuses a result's backward when a tensor of its forward was disposed since: results refer to the
+ * forward's inputs (and outputs), they do not copy them. Names the tensor.
+ */
+export function expectForwardTensorsLive(op: string, tensors: Record<string, unknown>): void {
+  for (const [name, t] of Object.entries(tensors)) {
+    if (t instanceof Tensor && t.disposed) {
+      throw invalidArgument(
+        op,
+        `${name}: disposed after the forward; backward() reads the forward's tensors (the result does not ` +
+          "copy them), so keep them until it has run",
+      );
+    }
+  }
+}

@@ -403,7 +403,7 @@ deviceTest(
       q.dispose();
       refuses(
         () => r.backward(dO),
-        /^attention\(\.\.\.\)\.backward: q: the forward's q was disposed; backward\(\) reads the forward's tensors/,
+        /^attention\(\.\.\.\)\.backward: q: disposed after the forward; backward\(\) reads the forward's tensors/,
       );
       r[Symbol.dispose]();
       r[Symbol.dispose](); // twice is harmless

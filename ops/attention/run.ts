@@ -9,7 +9,13 @@ import { checkOptions } from "../args.ts";
 import { invalidArgument } from "../../ffi/errors.ts";
 import { native, unwrap } from "../../ffi/library.ts";
 import { AttentionFlags } from "../../ffi/symbols_attention.ts";
-import { expectSameDevice, expectSameDType, expectShape, expectTensor } from "../checks.ts";
+import {
+  expectForwardTensorsLive,
+  expectSameDevice,
+  expectSameDType,
+  expectShape,
+  expectTensor,
+} from "../checks.ts";
 import type { Tensor } from "../tensor.ts";
 import { expectSameForward, type ForwardRecord, recordForward } from "./forward_record.ts";
 import type { ResolvedMask, ResolvedScore } from "./options.ts";
@@ -276,7 +282,15 @@ export function forwardResult(call: ForwardCall, exposeLse: boolean, backwardOp:
         throw invalidArgument(op, "the forward's result was disposed; call backward() before disposing it");
       }
       const o = checkOptions<ResultBackwardOptions>(op, options, { deterministic: "boolean", out: "object" });
-      expectAlive(op, saved.query, saved.kv, output.tensor, lse!.tensor);
+      expectForwardTensorsLive(op, {
+        q: saved.query.q,
+        k: saved.kv.k,
+        v: saved.kv.v,
+        output: output.tensor,
+        lse: lse!.tensor,
+        cuSeqlensQ: saved.query.kind === "packed" ? saved.query.cuSeqlens : undefined,
+        cuSeqlensK: saved.kv.kind === "packed" ? saved.kv.cuSeqlens : undefined,
+      });
       return runBackward({
         op,
         ...saved,
@@ -294,22 +308,6 @@ export function forwardResult(call: ForwardCall, exposeLse: boolean, backwardOp:
       for (const k of keep) k[Symbol.dispose]();
     },
   };
-}
-
-// A result's backward reads the forward's tensors again: each must still be alive.
-function expectAlive(op: string, query: QuerySource, kv: KvSource, output: Tensor, lse: Tensor): void {
-  const tensors: [string, Tensor][] = [["q", query.q], ["k", kv.k], ["v", kv.v]];
-  tensors.push(["output", output], ["lse", lse]);
-  if (query.kind === "packed") tensors.push(["cuSeqlensQ", query.cuSeqlens]);
-  if (kv.kind === "packed") tensors.push(["cuSeqlensK", kv.cuSeqlens]);
-  for (const [name, t] of tensors) {
-    if (t.disposed) {
-      throw invalidArgument(
-        op,
-        `${name}: the forward's ${name} was disposed; backward() reads the forward's tensors, so keep them alive until it has run`,
-      );
-    }
-  }
 }
 
 /** Runs the backward and returns dq, dk, dv, refusing options that contradict the forward's. */

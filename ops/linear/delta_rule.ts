@@ -40,7 +40,8 @@ import {
   type DeltaSettings,
 } from "./delta_native.ts";
 import { type LinearLayout, linearLayout } from "./layouts.ts";
-import { callerBuffers, disposable, expectInputsLive, keepOffsets } from "./results.ts";
+import { expectForwardTensorsLive } from "../checks.ts";
+import { callerBuffers, disposable, keepOffsets } from "./results.ts";
 import type { DeltaSavedStates } from "./saved.ts";
 
 /** Options of {@link recurrentDeltaRule} and {@link recurrentGatedDeltaRule}. */
@@ -219,7 +220,7 @@ function forward(op: string, kind: Kind, inputs: DeltaInputs, options: unknown):
       const bop = `${op}.backward`;
       const b = checkOptions<DeltaRuleResultBackwardOptions>(bop, options, RESULT_BACKWARD);
       if (disposed) throw invalidArgument(bop, "the result was disposed (and the states it saved with it)");
-      expectInputsLive(bop, { ...held, initialState: s.initialState, cuSeqlens: s.cuSeqlens });
+      expectForwardTensorsLive(bop, { ...held, initialState: s.initialState, cuSeqlens: s.cuSeqlens });
       const grads = deltaBackward(bop, held, heldSettings, dOutput, {
         dFinalState: b.dFinalState ?? undefined,
         out: b.out,

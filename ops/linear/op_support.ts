@@ -8,7 +8,13 @@
 import { invalidArgument } from "../../ffi/errors.ts";
 import { native, unwrap } from "../../ffi/library.ts";
 import { checkOptions, type OptionSpec } from "../args.ts";
-import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
+import {
+  expectDType,
+  expectForwardTensorsLive,
+  expectSameDevice,
+  expectShape,
+  expectTensor,
+} from "../checks.ts";
 import { Tensor } from "../tensor.ts";
 import {
   type BackwardOutputs,
@@ -20,7 +26,7 @@ import {
   type ForwardOutputs,
 } from "./delta_native.ts";
 import { type LinearLayout, linearLayout, namedLayout } from "./layouts.ts";
-import { callerBuffers, disposable, expectInputsLive } from "./results.ts";
+import { callerBuffers, disposable } from "./results.ts";
 import type { DeltaSavedStates } from "./saved.ts";
 
 /** Constructor options of the chunked op classes. */
@@ -273,7 +279,7 @@ export function forwardOpResult<G>(
     backward(dOutput: Tensor, options?: OpResultBackwardOptions): G {
       const bop = `${op}.backward`;
       const o = checkOptions<OpResultBackwardOptions>(bop, options, { out: "object" });
-      expectInputsLive(bop, held);
+      expectForwardTensorsLive(bop, held);
       return gradients(deltaBackward(bop, held, s, dOutput, { out: o.out }), o.out);
     },
   });

@@ -1,11 +1,9 @@
 /**
  * What the delta-rule results share: disposal that frees only what the library allocated (a buffer
- * the caller passed in `out` stays the caller's), and the checks a result's own `backward` runs on
- * the forward's inputs, which it refers to and does not copy.
+ * the caller passed in `out` stays the caller's), and a copy of host offsets for their backward.
  *
  * @module
  */
-import { invalidArgument } from "../../ffi/errors.ts";
 import { Tensor } from "../tensor.ts";
 
 /** The tensors of an `out` object (the caller's buffers). */
@@ -32,22 +30,6 @@ export function disposable<T extends object>(
       also?.();
     },
   };
-}
-
-/**
- * Refuses a result's backward when an input of its forward was disposed since (the result holds
- * references to the inputs, not copies), naming the input.
- */
-export function expectInputsLive(op: string, inputs: Record<string, unknown>): void {
-  for (const [name, t] of Object.entries(inputs)) {
-    if (t instanceof Tensor && t.disposed) {
-      throw invalidArgument(
-        op,
-        `${name}: disposed after the forward; the result refers to the forward's inputs (it does not copy ` +
-          "them), so keep them until its backward has run",
-      );
-    }
-  }
 }
 
 /** A copy of host offsets (a later change to the caller's array must not reach the backward). */
