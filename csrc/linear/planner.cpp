@@ -344,11 +344,12 @@ FwdChoice plan_fwd(const FwdShape& s, const registry::Caps& caps, const tuning::
     if (loads == "tma" && s.varlen) {
       refuse("delta_rule_fwd", "linear.fwd.loads=tma", "packed sequences load with cp.async");
     }
-    c.tma_loads = !s.varlen && loads != "cp.async";
+    // A call without tokens has nothing to load, and a tensor map cannot have an extent of 0.
+    c.tma_loads = !s.varlen && s.chunks64 > 0 && loads != "cp.async";
   } else if (loads != "auto") {
     refuse("delta_rule_fwd", "linear.fwd.loads=" + loads, "only the split state kernel has a choice of loads");
   }
-  c.save = s.save && variant != "mma" && (s.K == 128 || s.K == 256);
+  c.save = s.save && s.chunks64 > 0 && variant != "mma" && (s.K == 128 || s.K == 256);
   c.plan.rows.push_back(c.prep_row);
   if (c.segments > 1) c.plan.rows.push_back(c.pass1_row);
   c.plan.rows.push_back(c.state_row);

@@ -387,8 +387,9 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
   const int n0 = wc * (D / WC);   // columns of 64 x D products
   const int j0 = wc * (kC / WC);  // columns of 64 x 64 products
 
-  // Persistent blocks: item = chunk * H + head. Workspace rows past a chunk's length are zero-filled,
-  // not read: the forward's saved v_new leaves them unwritten, and 0 * NaN would reach the gradients.
+  // Persistent blocks: item = chunk * H + head. Workspace rows past a chunk's length (v_new, dv_new, A)
+  // are zero-filled, not read: the forward's saved parts leave them unwritten, and 0 * NaN would reach
+  // the gradients.
   const int items = p.NCt * p.H;
   auto issue_first = [&](int item) {
     const int g = item / p.H, h = item - g * p.H;
@@ -426,7 +427,7 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
   auto issue_a = [&](int item) {
     const int g = item / p.H, h = item - g * p.H;
     const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
-    tile_load<T>(As, LC, w.A + row * kC, kC, kC, kC, kC, tid, kThreads);
+    tile_load<T>(As, LC, w.A + row * kC, kC, kC, p.map.chunk_of(g).z, kC, tid, kThreads);
   };
   int item = blockIdx.x;
   if (item < items) {

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads, 1) grads256_v(Problem p, FastWork<T>
   tile_load<T>(dUs, LD, w.dU + row * D, D, kC, len, D, tid, kThreads);
   tile_load<T>(buf(2), LD, static_cast<const T*>(p.v.p) + p.v.offset(ci.x, ci.y, h), p.v.st, kC, len, D, tid,
                kThreads);
-  tile_load<T>(As, LC, w.A + row * kC, kC, kC, kC, kC, tid, kThreads);
+  tile_load<T>(As, LC, w.A + row * kC, kC, kC, len, kC, tid, kThreads);
   cp_async_commit();
   tile_load<T>(buf(0), LD, w.Hs + state, D, kC, kC, D, tid, kThreads);
   tile_load<T>(buf(1), LD, w.dHs + state, D, kC, kC, D, tid, kThreads);
@@ -161,9 +161,9 @@ __global__ void __launch_bounds__(kThreads, 1) grads256_k(Problem p, FastWork<T>
 
   tile_load<T>(Qs, LD, static_cast<const T*>(p.q.p) + p.q.offset(ci.x, ci.y, hk), p.q.st, kC, len, D, tid, kThreads);
   tile_load<T>(Ks, LD, static_cast<const T*>(p.k.p) + p.k.offset(ci.x, ci.y, hk), p.k.st, kC, len, D, tid, kThreads);
-  tile_load<T>(dWs, LD, w.dW + row * D, D, kC, kC, D, tid, kThreads);
-  tile_load<T>(As, LC, w.A + row * kC, kC, kC, kC, kC, tid, kThreads);
-  tile_load<T>(T1, LC, w.P + row * kC, kC, kC, kC, kC, tid, kThreads);
+  tile_load<T>(dWs, LD, w.dW + row * D, D, kC, len, D, tid, kThreads);
+  tile_load<T>(As, LC, w.A + row * kC, kC, kC, len, kC, tid, kThreads);
+  tile_load<T>(T1, LC, w.P + row * kC, kC, kC, len, kC, tid, kThreads);
   cp_async_commit();
   if (tid < kC) {
     gc[tid] = w.gc[row + tid];
