@@ -124,6 +124,99 @@ export const linearSymbols = {
     ],
     result: "i32",
   },
+  // ak_status ak_gla_fwd(
+  //   const ak_tensor* q,             [B, T, HK, K] float16 | bfloat16 | float32, last dim contiguous
+  //   const ak_tensor* k,             [B, T, HK, K] dtype of q
+  //   const ak_tensor* v,             [B, T, H, V]  dtype of q
+  //   const ak_tensor* gk,            [B, T, H, K] float32, or NULL
+  //   const ak_tensor* g,             [B, T, H] float32, or NULL
+  //   const ak_tensor* g_gamma,       [H] float32, or NULL
+  //   const ak_tensor* initial_state, [N, H, K, V] float32, or NULL
+  //   const ak_tensor* cu_seqlens,    [N + 1] int32, or NULL
+  //   double scale, int32_t flags,    flags: AK_GLA_RECURRENT
+  //   const ak_tensor* output,        [B, T, H, V] dtype of q
+  //   const ak_tensor* final_state,   [N, H, K, V] float32, or NULL
+  //   const ak_tensor* chunk_states)  [B, NT + 1, H, K, V] float32, or NULL (fixed length only)
+  ak_gla_fwd: {
+    parameters: [
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "f64",
+      "i32",
+      "buffer",
+      "buffer",
+      "buffer",
+    ],
+    result: "i32",
+  },
+  // ak_status ak_gla_bwd(
+  //   q, k, v, gk, g, g_gamma, initial_state, cu_seqlens as in ak_gla_fwd,
+  //   const ak_tensor* chunk_states,  the forward's [B, NT + 1, H, K, V] float32, or NULL (recompute)
+  //   const ak_tensor* d_output,      [B, T, H, V] dtype of q
+  //   const ak_tensor* d_final_state, [N, H, K, V] float32, or NULL
+  //   double scale, int32_t flags,
+  //   const ak_tensor* dq,            [B, T, HK, K] dtype of q
+  //   const ak_tensor* dk,            [B, T, HK, K] dtype of q
+  //   const ak_tensor* dv,            [B, T, H, V]  dtype of q
+  //   const ak_tensor* dgk,           [B, T, H, K] float32; required with gk, else NULL
+  //   const ak_tensor* dg,            [B, T, H] float32; required with g or g_gamma, else NULL
+  //   const ak_tensor* d_initial_state) [N, H, K, V] float32, or NULL
+  ak_gla_bwd: {
+    parameters: [
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "f64",
+      "i32",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+    ],
+    result: "i32",
+  },
+  // ak_status ak_gla_decode(
+  //   const ak_tensor* q,         [B, HK, K] float16 | bfloat16 | float32
+  //   const ak_tensor* k,         [B, HK, K] dtype of q
+  //   const ak_tensor* v,         [B, H, V]  dtype of q
+  //   const ak_tensor* gk,        [B, H, K] float32, or NULL
+  //   const ak_tensor* g,         [B, H] float32, or NULL
+  //   const ak_tensor* g_gamma,   [H] float32, or NULL
+  //   const ak_tensor* state,     [B, H, K, V] float32
+  //   double scale,
+  //   const ak_tensor* output,    [B, H, V] dtype of q
+  //   const ak_tensor* new_state) [B, H, K, V] float32; may be state itself (in place)
+  ak_gla_decode: {
+    parameters: [
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "f64",
+      "buffer",
+      "buffer",
+    ],
+    result: "i32",
+  },
 } as const satisfies Deno.ForeignLibraryInterface;
 
 /** Flags of the delta-rule entries (`AK_DELTA_*` in attnkit_linear.h). */
@@ -134,4 +227,10 @@ export const DeltaFlags = {
   QK_L2NORM: 2,
   /** Token-by-token algorithm instead of the chunked one. */
   RECURRENT: 4,
+} as const;
+
+/** Flags of the gated linear family's entries (`AK_GLA_*` in attnkit_linear.h). */
+export const GlaFlags = {
+  /** Token-by-token algorithm instead of the chunked one. */
+  RECURRENT: 1,
 } as const;

@@ -68,7 +68,15 @@ export interface Plan {
 }
 
 /** The ops a plan can be asked for. */
-export type PlanOp = "linear.fwd" | "linear.bwd" | "linear.decode" | "attention.fwd" | "attention.bwd";
+export type PlanOp =
+  | "linear.fwd"
+  | "linear.bwd"
+  | "linear.decode"
+  | "linear.gla.fwd"
+  | "linear.gla.bwd"
+  | "linear.gla.decode"
+  | "attention.fwd"
+  | "attention.bwd";
 
 /** GPUs a plan can be asked for by name, without the GPU. */
 export type GpuName = "h200" | "h100" | "a100" | "l40s";
@@ -116,6 +124,8 @@ export interface PlanQuery {
   l2norm?: boolean;
   /** 16-byte aligned rows (default true). */
   aligned?: boolean;
+  /** Gated linear family: a decay per key channel (GLA; default true), else per token or none. */
+  channel?: boolean;
   /** Attention: query and key lengths (default skv = sq). */
   sq?: number;
   /** Attention: key length. */
@@ -154,6 +164,7 @@ const QUERY_KEYS: Record<string, string> = {
   saved: "saved",
   l2norm: "l2norm",
   aligned: "aligned",
+  channel: "channel",
   sq: "sq",
   skv: "skv",
   hq: "hq",

@@ -33,6 +33,7 @@ import {
   tol,
 } from "./linear_fixtures.ts";
 import { deltaRuleReference } from "../reference/delta_rule.ts";
+import { glaExercise } from "./gla_variants.ts";
 
 const DEVICE = "cuda";
 const RUNNABLE = new Set(HAS_CUDA ? kernels(DEVICE).filter((k) => k.runnable).map((k) => k.name) : []);
@@ -288,6 +289,7 @@ function exercise(row: KernelRow, seed: number): void | Promise<void> {
       return attentionBackward(row, seed);
     default:
       if (row.stage.startsWith("linear.bwd.")) return linearBackward(row, seed);
+      if (row.stage.startsWith("linear.gla.")) return glaExercise(row, seed);
       throw new Error(`no exercise for stage ${row.stage}`);
   }
 }

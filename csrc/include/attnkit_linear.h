@@ -1,5 +1,6 @@
 /*
- * attnkit: linear-attention entries (DeltaNet, Gated DeltaNet). Included by attnkit.h.
+ * attnkit: linear-attention entries (DeltaNet, Gated DeltaNet; GLA, simple GLA, retention, linear
+ * attention). Included by attnkit.h.
  *
  * Per value head the state S has shape [K, V] (fp32). For each token t:
  *   gated:  S <- exp(g_t) S                        (g is a natural-log decay)
@@ -105,6 +106,72 @@ AK_API ak_status ak_delta_rule_bwd(const ak_tensor* q, const ak_tensor* k, const
 AK_API ak_status ak_delta_rule_decode(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* g,
                                       const ak_tensor* beta, const ak_tensor* state, double scale, int32_t flags,
                                       const ak_tensor* output, const ak_tensor* new_state);
+
+/*
+ * The gated linear family (GLA, simple GLA, retention, linear attention). Per value head, with the
+ * natural-log decays gk (per key channel), g (per token) and g_gamma (per head), each absent = 0:
+ *   S <- diag(exp(gk_t + g_t + g_gamma)) S + k_t v_t^T
+ *   o_t = S^T (scale q_t)
+ * Tensors and grouping as above (q, k [B, T, HK, K]; v and every gate with H heads).
+ */
+#define AK_GLA_RECURRENT 1 /* token-by-token algorithm instead of the chunked one */
+
+/*
+ * Forward.
+ *   q, k          [B, T, HK, K]  float16 | bfloat16 | float32
+ *   v             [B, T, H, V]   dtype of q
+ *   gk            [B, T, H, K]   float32, or NULL
+ *   g             [B, T, H]      float32, or NULL
+ *   g_gamma       [H]            float32, or NULL
+ *   initial_state [N, H, K, V]   float32, or NULL for zeros
+ *   cu_seqlens    [N + 1]        int32, or NULL
+ * Outputs (written, never read):
+ *   output        [B, T, H, V]   dtype of q; rows past cu_seqlens[N] are left untouched
+ *   final_state   [N, H, K, V]   float32, or NULL
+ *   chunk_states  [B, NT + 1, H, K, V] float32, or NULL (fixed length only): NT = ceil(T / 64); entry c
+ *                 is the state before chunk c of 64 tokens, entry NT the final state
+ */
+AK_API ak_status ak_gla_fwd(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* gk,
+                            const ak_tensor* g, const ak_tensor* g_gamma, const ak_tensor* initial_state,
+                            const ak_tensor* cu_seqlens, double scale, int32_t flags, const ak_tensor* output,
+                            const ak_tensor* final_state, const ak_tensor* chunk_states);
+
+/*
+ * Backward: gradients of the forward above with respect to every input.
+ *   chunk_states  NULL, or what the forward with the same inputs wrote there (read instead of
+ *                 recomputing the states)
+ *   d_output      [B, T, H, V]   dtype of q
+ *   d_final_state [N, H, K, V]   float32, or NULL (zero)
+ * Outputs:
+ *   dq, dk        [B, T, HK, K]  dtype of q (summed over each group of value heads)
+ *   dv            [B, T, H, V]   dtype of q
+ *   dgk           [B, T, H, K]   float32; required with gk, else NULL
+ *   dg            [B, T, H]      float32; required with g or g_gamma, else NULL: the gradient of the
+ *                 token's scalar decay (g_gamma's gradient is its sum over tokens and sequences)
+ *   d_initial_state [N, H, K, V] float32, or NULL
+ */
+AK_API ak_status ak_gla_bwd(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* gk,
+                            const ak_tensor* g, const ak_tensor* g_gamma, const ak_tensor* initial_state,
+                            const ak_tensor* cu_seqlens, const ak_tensor* chunk_states, const ak_tensor* d_output,
+                            const ak_tensor* d_final_state, double scale, int32_t flags, const ak_tensor* dq,
+                            const ak_tensor* dk, const ak_tensor* dv, const ak_tensor* dgk, const ak_tensor* dg,
+                            const ak_tensor* d_initial_state);
+
+/*
+ * Decode: one token per sequence.
+ *   q, k      [B, HK, K]  float16 | bfloat16 | float32
+ *   v         [B, H, V]   dtype of q
+ *   gk        [B, H, K]   float32, or NULL
+ *   g         [B, H]      float32, or NULL
+ *   g_gamma   [H]         float32, or NULL
+ *   state     [B, H, K, V] float32 (read)
+ *   output    [B, H, V]   dtype of q
+ *   new_state [B, H, K, V] float32; may be the same memory as state (in-place update)
+ * fp32 inputs are computed in full fp32 (no TF32).
+ */
+AK_API ak_status ak_gla_decode(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* gk,
+                               const ak_tensor* g, const ak_tensor* g_gamma, const ak_tensor* state, double scale,
+                               const ak_tensor* output, const ak_tensor* new_state);
 
 #ifdef __cplusplus
 }

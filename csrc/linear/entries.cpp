@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/common.h"
+#include "linear/checks.h"
 #include "linear/planner.h"
 #include "linear/problem.h"
 #include "linear/saved_layout.h"
@@ -19,51 +20,8 @@ using namespace ak::linear;
 namespace {
 
 constexpr int32_t kKnownFlags = AK_DELTA_GATED | AK_DELTA_QK_L2NORM | AK_DELTA_RECURRENT;
-constexpr int64_t kMaxHeadDim = 256;
 
 std::string str(const char* s) { return std::string(s); }
-
-// The last dimension must be contiguous; every stride non-negative (views read in place).
-void check_row_layout(const ak_tensor& t, const char* name) {
-  for (int i = 0; i < t.rank; ++i) {
-    require(t.strides[i] >= 0, str(name) + ": strides must be non-negative, got " + std::to_string(t.strides[i]) +
-                                   " in dimension " + std::to_string(i));
-  }
-  if (t.rank > 0 && t.shape[t.rank - 1] > 1) {
-    require(t.strides[t.rank - 1] == 1, str(name) + ": the last dimension must be contiguous (stride 1), got stride " +
-                                            std::to_string(t.strides[t.rank - 1]));
-  }
-}
-
-// A tensor read or written row by row: well formed, of the expected rank and shape, last dim contiguous,
-// on the reference device.
-const ak_tensor& check_rows(const ak_tensor* t, const char* name, const std::vector<int64_t>& shape,
-                            const ak_tensor& ref, const char* ref_name) {
-  const ak_tensor& r = check_tensor(t, name);
-  check_shape(r, name, shape);
-  check_row_layout(r, name);
-  check_same_device(r, name, ref, ref_name);
-  return r;
-}
-
-// The same for a tensor of q's dtype.
-const ak_tensor& check_rows_like_q(const ak_tensor* t, const char* name, const std::vector<int64_t>& shape,
-                                   const ak_tensor& q) {
-  const ak_tensor& r = check_rows(t, name, shape, q, "q");
-  check_same_dtype(r, name, q, "q");
-  return r;
-}
-
-// A state-like tensor: contiguous, fp32, exact shape, on the reference device.
-const ak_tensor& check_state(const ak_tensor* t, const char* name, std::initializer_list<int64_t> shape,
-                             const ak_tensor& ref, const char* ref_name) {
-  const ak_tensor& r = check_tensor(t, name);
-  check_dtype(r, name, {AK_FLOAT32});
-  check_shape(r, name, shape);
-  require(is_contiguous(r), str(name) + ": expected a contiguous tensor");
-  check_same_device(r, name, ref, ref_name);
-  return r;
-}
 
 void check_flags(int32_t flags) {
   require((flags & ~kKnownFlags) == 0,
@@ -71,91 +29,18 @@ void check_flags(int32_t flags) {
               " (expected a combination of AK_DELTA_GATED = 1, AK_DELTA_QK_L2NORM = 2, AK_DELTA_RECURRENT = 4)");
 }
 
-void check_scale(double scale) {
-  require(std::isfinite(scale), "scale: expected a finite number, got " + std::to_string(scale));
-}
-
 void check_chunk_size(int32_t chunk_size) {
   require(chunk_size == 32 || chunk_size == 64 || chunk_size == 128,
           "chunk_size: expected 32, 64 or 128, got " + std::to_string(chunk_size));
 }
 
-void check_head_dims(int64_t K, int64_t V, const char* q_name, const char* v_name) {
-  require(K >= 1 && K <= kMaxHeadDim,
-          str(q_name) + ": head dimension K must be in 1.." + std::to_string(kMaxHeadDim) + ", got " + std::to_string(K));
-  require(V >= 1 && V <= kMaxHeadDim,
-          str(v_name) + ": head dimension V must be in 1.." + std::to_string(kMaxHeadDim) + ", got " + std::to_string(V));
-}
-
-void check_heads(int64_t HK, int64_t H, const char* qk_name, const char* v_name) {
-  require(HK >= 1, str(qk_name) + ": expected at least one head, got " + std::to_string(HK));
-  require(H >= 1, str(v_name) + ": expected at least one head, got " + std::to_string(H));
-  require(H % HK == 0, str(v_name) + ": its " + std::to_string(H) + " value heads must be a multiple of the " +
-                           std::to_string(HK) + " query/key heads of " + qk_name);
-}
-
-// Reads cu_seqlens to the host and checks it: int32 [N + 1], N >= 1, starting at 0, nondecreasing,
-// ending at or before T.
-std::vector<int64_t> read_cu_seqlens(const ak_tensor& cu, int64_t T) {
-  const int64_t count = cu.shape[0];
-  std::vector<int32_t> host(static_cast<size_t>(count));
-  const int64_t bytes = count * static_cast<int64_t>(sizeof(int32_t));
-  if (cu.device_type == AK_CPU) {
-    std::memcpy(host.data(), cu.data, static_cast<size_t>(bytes));
-  } else {
-    AK_CUDA_CALL(ak::cuda::copy_to_host(cu, host.data(), bytes));
-  }
-  require(host[0] == 0, "cu_seqlens: must start at 0, got " + std::to_string(host[0]));
-  std::vector<int64_t> starts(host.begin(), host.end());
-  for (int64_t i = 1; i < count; ++i) {
-    require(starts[i] >= starts[i - 1], "cu_seqlens: must be nondecreasing, but entry " + std::to_string(i) + " (" +
-                                            std::to_string(starts[i]) + ") is below entry " + std::to_string(i - 1) +
-                                            " (" + std::to_string(starts[i - 1]) + ")");
-  }
-  require(starts[count - 1] <= T, "cu_seqlens: the last offset " + std::to_string(starts[count - 1]) +
-                                      " exceeds the " + std::to_string(T) + " tokens of q");
-  return starts;
-}
-
-// q, k, v, g and beta of a call, each [B, T, ...] (tokens) or [B, ...] (one decode step): q and k
-// [.., HK, K], v [.., H, V], g (with AK_DELTA_GATED) and beta [.., H] in float32. Fills p's extents,
-// dtype and device (T = 1 for a decode step); returns q.
+// q, k, v (checks.h check_qkv), g and beta of a call: g (with AK_DELTA_GATED) and beta [.., H] in
+// float32. Fills p's extents, dtype and device (T = 1 for a decode step); returns q.
 const ak_tensor& check_inputs(DeltaProblem& p, bool tokens, const ak_tensor* q_, const ak_tensor* k_,
                               const ak_tensor* v_, const ak_tensor* g_, const ak_tensor* beta_) {
-  const int rank = tokens ? 4 : 3;
   const std::string lead = tokens ? "B, T, " : "B, ";
-  auto expected_rank = [&](const char* name, const char* tail, const ak_tensor& t) {
-    require(t.rank == rank, str(name) + ": expected rank " + std::to_string(rank) + " [" + lead + tail +
-                                "], got shape " + shape_string(t));
-  };
-  const ak_tensor& q = check_tensor(q_, "q");
-  check_dtype(q, "q", {AK_FLOAT16, AK_BFLOAT16, AK_FLOAT32});
-  expected_rank("q", "HK, K", q);
-  check_row_layout(q, "q");
-  p.B = q.shape[0];
-  p.T = tokens ? q.shape[1] : 1;
-  p.HK = q.shape[rank - 2];
-  p.K = q.shape[rank - 1];
-  p.dtype = q.dtype;
-  p.device_type = q.device_type;
-  p.device_index = q.device_index;
-  auto dims = [&](std::initializer_list<int64_t> tail) {
-    std::vector<int64_t> d{p.B};
-    if (tokens) d.push_back(p.T);
-    d.insert(d.end(), tail);
-    return d;
-  };
-
-  const ak_tensor& k = check_rows(k_, "k", dims({p.HK, p.K}), q, "q");
-  check_same_dtype(k, "k", q, "q");
-  const ak_tensor& v = check_tensor(v_, "v");
-  expected_rank("v", "H, V", v);
-  check_rows(v_, "v", dims({-1, -1}), q, "q");
-  check_same_dtype(v, "v", q, "q");
-  p.H = v.shape[rank - 2];
-  p.V = v.shape[rank - 1];
-  check_heads(p.HK, p.H, "q", "v");
-  check_head_dims(p.K, p.V, "q", "v");
+  const ak_tensor& q = check_qkv(p, tokens, q_, k_, v_);
+  auto dims = [&](std::initializer_list<int64_t> tail) { return token_dims(p, tokens, tail); };
 
   if (p.gated) {
     require(g_ != nullptr, "g: expected a tensor [" + lead + "H] because flags include AK_DELTA_GATED");
@@ -183,22 +68,7 @@ DeltaProblem parse_problem(const ak_tensor* q_, const ak_tensor* k_, const ak_te
 
   const ak_tensor& q = check_inputs(p, true, q_, k_, v_, g_, beta_);
 
-  if (cu_seqlens_) {
-    const ak_tensor& cu = check_tensor(cu_seqlens_, "cu_seqlens");
-    check_dtype(cu, "cu_seqlens", {AK_INT32});
-    require(cu.rank == 1, "cu_seqlens: expected rank 1 [N + 1], got shape " + shape_string(cu));
-    require(cu.shape[0] >= 2, "cu_seqlens: expected at least 2 offsets ([N + 1] for N >= 1 sequences), got " +
-                                  std::to_string(cu.shape[0]));
-    require(is_contiguous(cu), "cu_seqlens: expected a contiguous tensor");
-    check_same_device(cu, "cu_seqlens", q, "q");
-    require(p.B == 1, "q: packed input (cu_seqlens given) needs batch size 1, got " + std::to_string(p.B));
-    p.varlen = true;
-    p.cu_seqlens = cu_seqlens_;
-    p.seq_start = read_cu_seqlens(cu, p.T);
-    p.N = cu.shape[0] - 1;
-  } else {
-    p.N = p.B;
-  }
+  parse_sequences(p, cu_seqlens_, q);
   if (initial_state_) check_state(initial_state_, "initial_state", {p.N, p.H, p.K, p.V}, q, "q");
   return p;
 }
@@ -361,12 +231,7 @@ AK_API ak_status ak_delta_rule_decode(const ak_tensor* q, const ak_tensor* k, co
     check_shape(ns, "new_state", {p.B, p.H, p.K, p.V});
     require(is_contiguous(ns), "new_state: expected a contiguous tensor");
     check_same_device(ns, "new_state", qt, "q");
-    // In place (the same memory) or apart; a partial overlap would read half-written states.
-    const int64_t bytes = numel(st) * static_cast<int64_t>(dtype_size(st.dtype));
-    const char* s0 = static_cast<const char*>(st.data);
-    const char* n0 = static_cast<const char*>(ns.data);
-    require(bytes == 0 || s0 == n0 || n0 + bytes <= s0 || s0 + bytes <= n0,
-            "new_state: must be the same memory as state (in place) or not overlap it");
+    check_in_place_or_apart(st, ns);
     a = DeltaDecode{a.p, q, k, v, g, beta, state, output, new_state};
     if (p.B == 0) return;
     if (p.device_type == AK_CPU) {

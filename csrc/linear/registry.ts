@@ -16,10 +16,44 @@ import type { KernelFamily } from "../../build/registry.ts";
 const HALF = ["bfloat16", "float16"] as const;
 const ALL = ["float32", "bfloat16", "float16"] as const;
 
+// The gated linear family's chunked stages: [stage, launcher name, header, head dims, doc].
+const GLA_STAGES: [string, string, string, number[], string][] = [
+  [
+    "linear.gla.fwd",
+    "Fwd",
+    "linear/gla/cuda/fwd.cuh",
+    [64, 128, 256],
+    "A block per sequence, value head and V tile of 64 walks the chunks with the state in registers: " +
+    "causal scores with the decay, the output (inter + intra chunk) and the state update on mma.sync.",
+  ],
+  [
+    "linear.gla.states",
+    "States",
+    "linear/gla/cuda/fwd.cuh",
+    [64, 128],
+    "The forward's state pass alone, storing the state before every chunk (the backward's recompute).",
+  ],
+  [
+    "linear.gla.dstates",
+    "DStates",
+    "linear/gla/cuda/bwd.cuh",
+    [64, 128],
+    "The backward's reverse state pass: dS <- diag(exp(gL)) dS + (scale Q exp(gc))^T dO per chunk.",
+  ],
+  [
+    "linear.gla.grads",
+    "Grads",
+    "linear/gla/cuda/bwd.cuh",
+    [64, 128],
+    "A block per chunk and value head: dq, dk, dv and the decay's gradient from the chunk's state " +
+    "and state gradient (V in tiles of 64).",
+  ],
+];
+
 /** The linear family's table. */
 export const linearRegistry: KernelFamily = {
   family: "linear",
-  params: ["linear/delta/fwd/params.h", "linear/delta/bwd/fast.cuh"],
+  params: ["linear/delta/fwd/params.h", "linear/delta/bwd/fast.cuh", "linear/gla/cuda/params.h"],
   kernels: [
     // ---- forward, chunked (the fast path) ----
     {
@@ -178,6 +212,34 @@ export const linearRegistry: KernelFamily = {
       instances: [{ dtypes: ALL, d: [0] }],
       doc: "The backward in fp32 SIMT stages over padded chunks, any head dim up to 256 and chunk " +
         "size 32, 64 or 128.",
+    },
+    // ---- the gated linear family (GLA, simple GLA, retention, linear attention) ----
+    // Variants are decay policies: "channel" (a decay per key channel, GLA) and "scalar" (one per
+    // token and head, or none); d is K padded to 64, 128 or 256.
+    ...GLA_STAGES.flatMap(([stage, name, header, d, doc]) =>
+      (["channel", "scalar"] as const).map((variant) => ({
+        stage,
+        variant,
+        launcher: `ak::linear::cuda::Gla${name}${variant === "channel" ? "Channel" : "Scalar"}`,
+        args: stage === "linear.gla.dstates" || stage === "linear.gla.grads"
+          ? "gla::BwdParams<T>"
+          : "gla::FwdParams<T>",
+        header,
+        arch: "sm80" as const,
+        instances: [{ dtypes: HALF, d }],
+        doc,
+        constraints: "its shared memory fits the GPU",
+      }))
+    ),
+    {
+      stage: "linear.gla.decode",
+      variant: "simt",
+      launcher: "ak::linear::cuda::GlaDecode",
+      args: "gla::DecodeParams<T>",
+      header: "linear/gla/cuda/decode.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: ALL, d: [0] }],
+      doc: "One decode step, a block per sequence and value head streaming its fp32 state once.",
     },
   ],
 };

@@ -31,8 +31,10 @@ export const CHUNK_SIZES: readonly number[] = [32, 64, 128];
 /** Largest head dimension K or V. */
 export const MAX_HEAD_DIM = 256;
 
-const QKV_DTYPES: readonly DType[] = ["float16", "bfloat16", "float32"];
-const GATE_DTYPES: readonly DType[] = ["float16", "bfloat16", "float32", "float64"];
+/** The dtypes q, k and v may have. */
+export const QKV_DTYPES: readonly DType[] = ["float16", "bfloat16", "float32"];
+/** The dtypes a gate may have (cast to float32 on the device). */
+export const GATE_DTYPES: readonly DType[] = ["float16", "bfloat16", "float32", "float64"];
 
 /** The tensors of one delta-rule call. */
 export interface DeltaInputs {
@@ -137,7 +139,8 @@ export interface BackwardOutputs {
 
 // ---- checks ----
 
-function checkScale(op: string, scale: number | undefined, K: number): number {
+/** The query scale of a call: `scale`, checked, or `K ** -0.5`. */
+export function checkScale(op: string, scale: number | undefined, K: number): number {
   if (scale === undefined) return K ** -0.5;
   if (typeof scale !== "number" || !Number.isFinite(scale)) {
     throw invalidArgument(op, `scale: expected a finite number, got ${String(scale)}`);
@@ -153,7 +156,8 @@ export function checkChunkSize(op: string, chunkSize: unknown): number {
   return chunkSize;
 }
 
-function checkHeadDims(op: string, K: number, V: number): void {
+/** Checks that K and V are in 1..MAX_HEAD_DIM. */
+export function checkHeadDims(op: string, K: number, V: number): void {
   if (K < 1 || K > MAX_HEAD_DIM) {
     throw invalidArgument(op, `q: head dimension K must be in 1..${MAX_HEAD_DIM}, got ${K}`);
   }
@@ -162,7 +166,8 @@ function checkHeadDims(op: string, K: number, V: number): void {
   }
 }
 
-function checkHeads(op: string, HK: number, H: number): void {
+/** Checks that the HK query/key heads divide the H value heads. */
+export function checkHeads(op: string, HK: number, H: number): void {
   if (HK < 1 || H < 1 || H % HK !== 0) {
     throw invalidArgument(
       op,
@@ -172,7 +177,7 @@ function checkHeads(op: string, HK: number, H: number): void {
 }
 
 /** `expectShape`, with the layout named when the shape does not fit it. */
-function expectInLayout(
+export function expectInLayout(
   op: string,
   name: string,
   t: Tensor,
@@ -190,7 +195,7 @@ function expectInLayout(
 }
 
 /** The number of packed sequences `cuSeqlens` describes (its values are checked where it is read). */
-function packedSequences(op: string, cu: unknown, q: Tensor): number {
+export function packedSequences(op: string, cu: unknown, q: Tensor): number {
   let count: number;
   let shape: string;
   if (cu instanceof Tensor) {
@@ -299,7 +304,7 @@ const BACKWARD_BUFFERS: OptionSpec = {
 const DECODE_BUFFERS: OptionSpec = { output: "any", newState: "any" };
 
 /** Checks a caller-provided result buffer: a live tensor of exactly this shape, dtype and device. */
-function provided(
+export function provided(
   op: string,
   name: string,
   t: Tensor | undefined,
@@ -322,7 +327,7 @@ function provided(
 // ---- layouts ----
 
 /** The `[B, T, heads, D]` view the C ABI reads, of a bshd or bhsd tensor (read in place). */
-function tokenMajor(t: Tensor, layout: LinearLayout): Uint8Array<ArrayBuffer> {
+export function tokenMajor(t: Tensor, layout: LinearLayout): Uint8Array<ArrayBuffer> {
   if (layout === "bshd") return t.descriptor();
   const [B, heads, T, D] = t.shape;
   return t.viewDescriptor([B, T, heads, D], [heads * T * D, D, T * D, 1]);
@@ -332,7 +337,7 @@ function tokenMajor(t: Tensor, layout: LinearLayout): Uint8Array<ArrayBuffer> {
  * The tensor for a `[B, T, heads, D]` result in the layout (the caller's buffer, else a new one), and
  * the view the C side writes.
  */
-function rowsResult(
+export function rowsResult(
   op: string,
   scope: TensorScope,
   layout: LinearLayout,
@@ -350,7 +355,7 @@ function rowsResult(
 }
 
 /** A float32 state-like result: the caller's buffer, else a new tensor. */
-function f32Result(
+export function f32Result(
   op: string,
   scope: TensorScope,
   shape: number[],
@@ -363,7 +368,7 @@ function f32Result(
 }
 
 /** g or beta as the contiguous float32 `[B, T, H]` the C side reads (a cast/permute when needed). */
-function scalarsF32(
+export function scalarsF32(
   op: string,
   scope: TensorScope,
   t: Tensor,
@@ -384,7 +389,7 @@ function scalarsF32(
  * would lose their precision, so they keep it whatever the gate's dtype. The C side writes rows of
  * `[B, T, H]`; for bhsd it writes a scratch buffer that `finish` transposes into the result.
  */
-function scalarsGrad(
+export function scalarsGrad(
   op: string,
   scope: TensorScope,
   layout: LinearLayout,

@@ -72,3 +72,48 @@ export type { DeltaBackwardBuffers, DeltaForwardBuffers } from "./delta_native.t
 export type { DeltaCallOptions } from "./consistency.ts";
 export { type LinearLayout } from "./layouts.ts";
 export { type DeltaSavedCall, DeltaSavedStates } from "./saved.ts";
+export { chunkGla, chunkGlaBackward, recurrentGla, recurrentGlaBackward } from "./gla.ts";
+export {
+  chunkRetention,
+  chunkRetentionBackward,
+  chunkSimpleGla,
+  chunkSimpleGlaBackward,
+  type SimpleGlaBackwardOptions,
+  type SimpleGlaOptions,
+} from "./simple_gla.ts";
+export {
+  chunkLinearAttn,
+  chunkLinearAttnBackward,
+  type LinearAttnBackwardOptions,
+  type LinearAttnOptions,
+} from "./linear_attn.ts";
+export type {
+  GlaBackwardOptions,
+  GlaGradients,
+  GlaOptions,
+  GlaResult,
+  GlaResultBackwardOptions,
+} from "./gla_functional.ts";
+export type { GlaBackwardBuffers, GlaForwardBuffers } from "./gla_native.ts";
+export {
+  GLABwdOp,
+  GLADecodeFwdOp,
+  type GlaDecodeOpOptions,
+  GLAFwdOp,
+  type GLAFwdResult,
+  type GlaOpGradients,
+  type GlaOpOptions,
+  type GlaOpResultBackwardOptions,
+} from "./gla_op_classes.ts";
+export {
+  type FeatureMapBackwardOptions,
+  type FeatureMapGradientBuffers,
+  type FeatureMapGradients,
+  featureMapLinearAttention,
+  featureMapLinearAttentionBackward,
+  featureMapLinearAttentionSupported,
+  type FeatureMapOptions,
+  type FeatureMapResult,
+  type FeatureMapResultBackwardOptions,
+} from "./feature_map.ts";
+export { FEATURE_MAP_KINDS, type FeatureMapKind } from "./feature_map_features.ts";

@@ -4,6 +4,8 @@
 import * as ak from "../../mod.ts";
 import { tensorMath } from "./tensor_math_cases.ts";
 import { referenceAndCli } from "./reference_cli_cases.ts";
+import { featureMap } from "./feature_map.ts";
+import { glaCases } from "./gla.ts";
 
 /** A deterministic generator (xorshift64*), so a failing case replays from its seed. */
 export class Rng {
@@ -1108,4 +1110,6 @@ export const GENERATORS: readonly [string, Gen, number][] = [
   ["settings and devices", settingsAndDevices, 1],
   ["tensor math", tensorMath, 3],
   ["reference and cli", referenceAndCli, 1],
+  ["feature map", featureMap, 2],
+  ["gated linear", glaCases, 2],
 ];

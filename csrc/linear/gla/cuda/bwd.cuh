@@ -1,0 +1,317 @@
+// The chunked backward of the gated linear family, three kernels after the forward's state pass
+// (fwd.cuh with states_only, or the states the forward saved):
+//   dstates  a block per (sequence, value head, V tile) walks the chunks backwards with dS (the
+//            gradient of the state after the chunk) in registers: dS <- diag(exp(gL)) dS + Qg^T dO,
+//            storing each chunk's dS and finally d_initial_state;
+//   grads    a block per (chunk, value head): with S (before) and dS (after) of its chunk,
+//            dq = scale exp(gc) (dO S^T) + intra,  dk = exp(gL - gc) (V dS^T) + intra,
+//            dv = P^T dO + Kd dS,  dP = dO V^T, and dG = q dq - k dk, the gradient of the decay
+//            cumulated over the sequence (per key channel, or summed over it for a scalar decay);
+//   dgates   dgk_t (or dg_t) = sum over u >= t of dG_u in the sequence, plus sum_v S_T dS_T.
+// The intra terms: dq_i += scale sum_{j<=i} dP_ij k_j exp(gc_i - gc_j), dk_j += scale sum_{i>=j}
+// dP_ij q_i exp(gc_i - gc_j): on tensor cores for a scalar decay, pair by pair in fp32 per channel.
+#pragma once
+
+#include "linear/gla/cuda/fwd.cuh"
+
+namespace ak::linear::cuda::gla {
+
+// ---- dstates ----
+
+template <class T, int KD, bool kChannel>
+__global__ void __launch_bounds__(kThreads, 1) gla_dstates_kernel(const BwdParams<T> p) {
+  using Lay = FwdLayout<KD>;
+  using ST = StateTiles<KD>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Qs = reinterpret_cast<T*>(smem + Lay::kQ);
+  T* Os = reinterpret_cast<T*>(smem + Lay::kV);
+  float* gc = reinterpret_cast<float*>(smem + Lay::kGc);
+  float* gs = reinterpret_cast<float*>(smem + Lay::kGs);
+  const int tiles = (p.V + kVTile - 1) / kVTile;
+  const int n = blockIdx.x / tiles, v0 = (blockIdx.x - n * tiles) * kVTile, h = blockIdx.y, hk = h / p.group;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  int row, begin, end, first;
+  p.map.sequence(n, row, begin, end, first);
+  const int chunks = (end - begin + kChunk - 1) / kChunk;
+  const int64_t KV = static_cast<int64_t>(p.K) * p.V;
+  const int sr0 = ST::row0(warp), sc0 = ST::col0(warp);
+  float S[ST::MT][ST::NT][4];
+  zero_acc(S);
+  if (p.d_final_state) {
+    const float* src = p.d_final_state + (static_cast<int64_t>(n) * p.H + h) * KV;
+    for_acc_pairs(S, sr0, sc0, lane, [&](int r, int c, float* v) {
+      v[0] = r < p.K && v0 + c < p.V ? src[static_cast<int64_t>(r) * p.V + v0 + c] : 0.f;
+      v[1] = r < p.K && v0 + c + 1 < p.V ? src[static_cast<int64_t>(r) * p.V + v0 + c + 1] : 0.f;
+    });
+  }
+  auto store = [&](float* dst) {
+    for_acc_pairs(S, sr0, sc0, lane, [&](int r, int c, float* v) {
+      if (r < p.K && v0 + c < p.V) dst[static_cast<int64_t>(r) * p.V + v0 + c] = v[0];
+      if (r < p.K && v0 + c + 1 < p.V) dst[static_cast<int64_t>(r) * p.V + v0 + c + 1] = v[1];
+    });
+  };
+  for (int c = chunks - 1; c >= 0; --c) {
+    const int t0 = begin + c * kChunk, len = min(kChunk, end - t0);
+    store(p.dstates.at(first, n, c, h));
+    load_rows<T, KD>(Qs, p.q, row, t0, len, hk, p.K, tid);
+    load_vtile<T>(Os, p.dout, row, t0, len, h, v0, p.V, tid);
+    if constexpr (kChannel) load_gk<KD>(gc, p.d, row, t0, len, h, p.K, tid);
+    cp_async_commit();
+    cp_async_wait<0>();
+    gate_cumsum<KD, kChannel>(gc, gs, p.d, row, t0, len, h, tid);
+    for (int e = tid; e < kChunk * (KD / 2); e += kThreads) {
+      const int r = e / (KD / 2), cc = (e - r * (KD / 2)) * 2;
+      uint32_t* qp = reinterpret_cast<uint32_t*>(Qs + r * pitch16(KD) + cc);
+      const float2 qq = unpack2<T>(*qp);
+      *qp = pack2<T>(p.scale * qq.x * __expf(gc_at<KD, kChannel>(gc, r, cc)),
+                     p.scale * qq.y * __expf(gc_at<KD, kChannel>(gc, r, cc + 1)));
+    }
+    __syncthreads();
+    for_acc_pairs(S, sr0, sc0, lane, [&](int r, int, float* v) {
+      const float a = __expf(gc_at<KD, kChannel>(gc, kChunk - 1, r));
+      v[0] *= a;
+      v[1] *= a;
+    });
+    warp_mma<T, ST::MT, ST::NT, true, true>(S, Qs, pitch16(KD), sr0, Os, pitch16(kVTile), sc0, kChunk, lane);
+    __syncthreads();
+  }
+  if (p.d_initial_state) store(p.d_initial_state + (static_cast<int64_t>(n) * p.H + h) * KV);
+}
+
+// ---- grads ----
+
+template <class T, int KD, bool kChannel>
+__global__ void __launch_bounds__(kThreads, 1) gla_grads_kernel(const BwdParams<T> p) {
+  using Lay = GradLayout<KD>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Qs = reinterpret_cast<T*>(smem + Lay::kQ);
+  T* Ks = reinterpret_cast<T*>(smem + Lay::kK);
+  T* Kd = reinterpret_cast<T*>(smem + Lay::kKd);
+  T* Ps = reinterpret_cast<T*>(smem + Lay::kP);
+  T* Vs = reinterpret_cast<T*>(smem + Lay::kV);
+  T* Os = reinterpret_cast<T*>(smem + Lay::kO);
+  T* Ss = reinterpret_cast<T*>(smem + Lay::kS);
+  T* Ds = reinterpret_cast<T*>(smem + Lay::kD);
+  float* dPs = reinterpret_cast<float*>(smem + Lay::kDP);
+  float* gc = reinterpret_cast<float*>(smem + Lay::kGc);
+  float* gs = reinterpret_cast<float*>(smem + Lay::kGs);
+  float* rowsum = reinterpret_cast<float*>(smem + Lay::kRow);
+
+  const int gidx = blockIdx.x, h = blockIdx.y, hk = h / p.group;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int4 ci = p.map.chunk_of(gidx);
+  const int row = ci.x, t0 = ci.y, len = ci.z, n = ci.w;
+  int srow, sbegin, send, first;
+  p.map.sequence(n, srow, sbegin, send, first);
+  const int c = (t0 - sbegin) / kChunk;
+  const int64_t KV = static_cast<int64_t>(p.K) * p.V;
+  const float* S_c = p.states.at(first, n, c, h);
+  const float* dS_c = p.dstates.at(first, n, c, h);
+
+  load_rows<T, KD>(Qs, p.q, row, t0, len, hk, p.K, tid);
+  load_rows<T, KD>(Ks, p.k, row, t0, len, hk, p.K, tid);
+  if constexpr (kChannel) load_gk<KD>(gc, p.d, row, t0, len, h, p.K, tid);
+  cp_async_commit();
+  cp_async_wait<0>();
+  gate_cumsum<KD, kChannel>(gc, gs, p.d, row, t0, len, h, tid);
+  intra_scores<T, KD, kChannel>(Ps, Qs, Ks, gc, Ss, p.scale, tid);  // Ss, Ds: the scores' scratch
+  for (int e = tid; e < kChunk * (KD / 2); e += kThreads) {
+    const int r = e / (KD / 2), cc = (e - r * (KD / 2)) * 2;
+    const float2 kk = unpack2<T>(*reinterpret_cast<const uint32_t*>(Ks + r * pitch16(KD) + cc));
+    *reinterpret_cast<uint32_t*>(Kd + r * pitch16(KD) + cc) =
+        pack2<T>(kk.x * __expf(gc_at<KD, kChannel>(gc, kChunk - 1, cc) - gc_at<KD, kChannel>(gc, r, cc)),
+                 kk.y * __expf(gc_at<KD, kChannel>(gc, kChunk - 1, cc + 1) - gc_at<KD, kChannel>(gc, r, cc + 1)));
+  }
+  __syncthreads();
+
+  // Warp tiles: 64 x KD products rows 16 (w % 4), columns (w / 4) KD / 2; 64 x 64 ones columns 32 (w / 4).
+  const int m0 = 16 * (warp & 3), nk0 = (warp >> 2) * (KD / 2), n64 = 32 * (warp >> 2);
+  float aq[1][KD / 16][4], ak[1][KD / 16][4], dp[1][4][4];
+  zero_acc(aq);
+  zero_acc(ak);
+  zero_acc(dp);
+  for (int v0 = 0; v0 < p.V; v0 += kVTile) {
+    load_vtile<T>(Vs, p.v, row, t0, len, h, v0, p.V, tid);
+    load_vtile<T>(Os, p.dout, row, t0, len, h, v0, p.V, tid);
+    cp_async_commit();
+    for (int e = tid; e < KD * (kVTile / 2); e += kThreads) {
+      const int r = e / (kVTile / 2), cc = (e - r * (kVTile / 2)) * 2;
+      float s0 = 0.f, s1 = 0.f, d0 = 0.f, d1 = 0.f;
+      if (r < p.K && v0 + cc < p.V) {
+        const int64_t off = static_cast<int64_t>(r) * p.V + v0 + cc;
+        s0 = S_c[off], s1 = S_c[off + 1], d0 = dS_c[off], d1 = dS_c[off + 1];
+      }
+      *reinterpret_cast<uint32_t*>(Ss + r * pitch16(kVTile) + cc) = pack2<T>(s0, s1);
+      *reinterpret_cast<uint32_t*>(Ds + r * pitch16(kVTile) + cc) = pack2<T>(d0, d1);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    warp_mma<T, 1, KD / 16, false, false>(aq, Os, pitch16(kVTile), m0, Ss, pitch16(kVTile), nk0, kVTile, lane);
+    warp_mma<T, 1, KD / 16, false, false>(ak, Vs, pitch16(kVTile), m0, Ds, pitch16(kVTile), nk0, kVTile, lane);
+    warp_mma<T, 1, 4, false, false>(dp, Os, pitch16(kVTile), m0, Vs, pitch16(kVTile), n64, kVTile, lane);
+    {  // dv = P^T dO + Kd dS
+      float dv[1][4][4];
+      zero_acc(dv);
+      warp_mma<T, 1, 4, true, true>(dv, Ps, pitch16(64), m0, Os, pitch16(kVTile), n64, kChunk, lane);
+      warp_mma<T, 1, 4, false, true>(dv, Kd, pitch16(KD), m0, Ds, pitch16(kVTile), n64, KD, lane);
+      for_acc_pairs(dv, m0, n64, lane, [&](int r, int cc, float* x) {
+        if (r < len && v0 + cc < p.V) {
+          *reinterpret_cast<uint32_t*>(p.dv.row(row, t0 + r, h) + v0 + cc) = pack2<T>(x[0], x[1]);
+        }
+      });
+    }
+    __syncthreads();
+  }
+  // State parts: dq = scale exp(gc) (dO S^T), dk = exp(gL - gc) (V dS^T).
+  for_acc_pairs(aq, m0, nk0, lane, [&](int r, int cc, float* x) {
+    x[0] *= p.scale * __expf(gc_at<KD, kChannel>(gc, r, cc));
+    x[1] *= p.scale * __expf(gc_at<KD, kChannel>(gc, r, cc + 1));
+  });
+  for_acc_pairs(ak, m0, nk0, lane, [&](int r, int cc, float* x) {
+    x[0] *= __expf(gc_at<KD, kChannel>(gc, kChunk - 1, cc) - gc_at<KD, kChannel>(gc, r, cc));
+    x[1] *= __expf(gc_at<KD, kChannel>(gc, kChunk - 1, cc + 1) - gc_at<KD, kChannel>(gc, r, cc + 1));
+  });
+  // dP, causal, to shared memory (fp32).
+  for_acc_pairs(dp, m0, n64, lane, [&](int r, int cc, float* x) {
+    dPs[r * 65 + cc] = cc <= r ? x[0] : 0.f;
+    dPs[r * 65 + cc + 1] = cc + 1 <= r ? x[1] : 0.f;
+  });
+  __syncthreads();
+  float* DQ = reinterpret_cast<float*>(smem + Lay::kDQ);
+  float* DK = reinterpret_cast<float*>(smem + Lay::kDK);
+  if constexpr (!kChannel) {
+    // dPd = scale dP exp(gc_i - gc_j) -> Ps (16-bit); dq += dPd K, dk += dPd^T Q.
+    for (int e = tid; e < kChunk * kChunk; e += kThreads) {
+      const int r = e >> 6, cc = e & 63;
+      Ps[r * pitch16(64) + cc] = from_float<T>(cc <= r ? p.scale * dPs[r * 65 + cc] * __expf(gc[r] - gc[cc]) : 0.f);
+    }
+    __syncthreads();
+    warp_mma<T, 1, KD / 16, false, true>(aq, Ps, pitch16(64), m0, Ks, pitch16(KD), nk0, kChunk, lane);
+    warp_mma<T, 1, KD / 16, true, true>(ak, Ps, pitch16(64), m0, Qs, pitch16(KD), nk0, kChunk, lane);
+  } else {
+    // Pair by pair: thread (row i or j, channel pair) sums over the chunk.
+    for (int e = tid; e < kChunk * (KD / 2); e += kThreads) {
+      const int r = e / (KD / 2), cc = (e - r * (KD / 2)) * 2;
+      const float gr0 = gc[r * pitch_gc(KD) + cc], gr1 = gc[r * pitch_gc(KD) + cc + 1];
+      float q0 = 0.f, q1 = 0.f, k0 = 0.f, k1 = 0.f;
+      for (int j = 0; j <= r; ++j) {  // dq_r += dP_rj k_j exp(gc_r - gc_j)
+        const float w = dPs[r * 65 + j];
+        const float2 kk = unpack2<T>(*reinterpret_cast<const uint32_t*>(Ks + j * pitch16(KD) + cc));
+        q0 += w * kk.x * __expf(gr0 - gc[j * pitch_gc(KD) + cc]);
+        q1 += w * kk.y * __expf(gr1 - gc[j * pitch_gc(KD) + cc + 1]);
+      }
+      for (int i = r; i < kChunk; ++i) {  // dk_r += dP_ir q_i exp(gc_i - gc_r)
+        const float w = dPs[i * 65 + r];
+        const float2 qq = unpack2<T>(*reinterpret_cast<const uint32_t*>(Qs + i * pitch16(KD) + cc));
+        k0 += w * qq.x * __expf(gc[i * pitch_gc(KD) + cc] - gr0);
+        k1 += w * qq.y * __expf(gc[i * pitch_gc(KD) + cc + 1] - gr1);
+      }
+      DQ[r * (KD + 4) + cc] = p.scale * q0;
+      DQ[r * (KD + 4) + cc + 1] = p.scale * q1;
+      DK[r * (KD + 4) + cc] = p.scale * k0;
+      DK[r * (KD + 4) + cc + 1] = p.scale * k1;
+    }
+    __syncthreads();
+    for_acc_pairs(aq, m0, nk0, lane, [&](int r, int cc, float* x) {
+      x[0] += DQ[r * (KD + 4) + cc];
+      x[1] += DQ[r * (KD + 4) + cc + 1];
+    });
+    for_acc_pairs(ak, m0, nk0, lane, [&](int r, int cc, float* x) {
+      x[0] += DK[r * (KD + 4) + cc];
+      x[1] += DK[r * (KD + 4) + cc + 1];
+    });
+  }
+  // Outputs: dq, dk (directly, or accumulated over the group), dG = q dq - k dk.
+  if (tid < kChunk) rowsum[tid] = 0.f;
+  __syncthreads();
+  auto out = [&](float(&acc)[1][KD / 16][4], Rows<T> dst, float* ws) {
+    for_acc_pairs(acc, m0, nk0, lane, [&](int r, int cc, float* x) {
+      if (r >= len || cc >= p.K) return;
+      if (ws) {
+        float* w = ws + ((static_cast<int64_t>(row) * p.map.T + t0 + r) * (p.H / p.group) + hk) * p.K + cc;
+        atomicAdd(w, x[0]);
+        atomicAdd(w + 1, x[1]);
+      } else {
+        *reinterpret_cast<uint32_t*>(dst.row(row, t0 + r, hk) + cc) = pack2<T>(x[0], x[1]);
+      }
+    });
+  };
+  out(aq, p.dq, p.ws_dq);
+  out(ak, p.dk, p.ws_dk);
+  // dG: q and k are 16-bit in shared memory, dq and dk fp32 in registers (same tiles).
+  for_acc_pairs(aq, m0, nk0, lane, [&](int r, int cc, float* x) {
+    const float2 qq = unpack2<T>(*reinterpret_cast<const uint32_t*>(Qs + r * pitch16(KD) + cc));
+    x[0] *= qq.x;
+    x[1] *= qq.y;
+  });
+  for_acc_pairs(ak, m0, nk0, lane, [&](int r, int cc, float* x) {
+    const float2 kk = unpack2<T>(*reinterpret_cast<const uint32_t*>(Ks + r * pitch16(KD) + cc));
+    x[0] *= kk.x;
+    x[1] *= kk.y;
+  });
+#pragma unroll
+  for (int nt = 0; nt < KD / 16; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) aq[0][nt][e] -= ak[0][nt][e];
+  }
+  if (p.dG.p == nullptr) return;  // no decay: nothing to differentiate
+  if constexpr (kChannel) {
+    for_acc_pairs(aq, m0, nk0, lane, [&](int r, int cc, float* x) {
+      if (r >= len || cc >= p.K) return;
+      float* g = p.dG.row(row, t0 + r, h) + cc;
+      g[0] = x[0];
+      g[1] = x[1];
+    });
+  } else {
+    for_acc_pairs(aq, m0, nk0, lane, [&](int r, int cc, float* x) {
+      if (r < len && cc < p.K) atomicAdd(&rowsum[r], x[0] + x[1]);
+    });
+    __syncthreads();
+    if (tid < len) *p.dG.row(row, t0 + tid, h) = rowsum[tid];
+  }
+}
+
+template <class T, int KD, bool kChannel>
+void launch_dstates_kd(const BwdParams<T>& bp, cudaStream_t stream) {
+  if (bp.N == 0 || bp.H == 0) return;
+  const int tiles = (bp.V + kVTile - 1) / kVTile;
+  constexpr int kSmem = FwdLayout<KD>::kBytes;
+  auto kernel = gla_dstates_kernel<T, KD, kChannel>;
+  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  kernel<<<dim3(static_cast<unsigned>(bp.N * tiles), static_cast<unsigned>(bp.H)), kThreads, kSmem, stream>>>(bp);
+  ak::cuda::check_launch("gla_dstates_kernel");
+}
+
+template <class T, int KD, bool kChannel>
+void launch_grads_kd(const BwdParams<T>& bp, cudaStream_t stream) {
+  if (bp.chunks == 0 || bp.H == 0) return;
+  constexpr int kSmem = GradLayout<KD>::kBytes;
+  auto kernel = gla_grads_kernel<T, KD, kChannel>;
+  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  kernel<<<dim3(static_cast<unsigned>(bp.chunks), static_cast<unsigned>(bp.H)), kThreads, kSmem, stream>>>(bp);
+  ak::cuda::check_launch("gla_grads_kernel");
+}
+
+}  // namespace ak::linear::cuda::gla
+
+namespace ak::linear::cuda {
+
+template <class T, int D, int Tile>
+void GlaDStatesChannel<T, D, Tile>::launch(const Args& a, cudaStream_t stream) {
+  gla::launch_dstates_kd<T, D, true>(a, stream);
+}
+template <class T, int D, int Tile>
+void GlaDStatesScalar<T, D, Tile>::launch(const Args& a, cudaStream_t stream) {
+  gla::launch_dstates_kd<T, D, false>(a, stream);
+}
+template <class T, int D, int Tile>
+void GlaGradsChannel<T, D, Tile>::launch(const Args& a, cudaStream_t stream) {
+  gla::launch_grads_kd<T, D, true>(a, stream);
+}
+template <class T, int D, int Tile>
+void GlaGradsScalar<T, D, Tile>::launch(const Args& a, cudaStream_t stream) {
+  gla::launch_grads_kd<T, D, false>(a, stream);
+}
+
+}  // namespace ak::linear::cuda
+

@@ -1,0 +1,84 @@
+// The small kernels around the gated linear family's chunked backward: the decay's gradient as a
+// reverse cumsum over each sequence (per chunk: column sums, then each chunk adds the later chunks'
+// sums and the final state's term sum_v S_T dS_T), the fp32 sums of grouped heads' dq and dk
+// converted into the outputs, and zero gradients for the tokens past the last packed sequence.
+#pragma once
+
+#include "arch/sm80.cuh"
+#include "linear/gla/cuda/params.h"
+
+namespace ak::linear::cuda::gla {
+
+using namespace ::ak::arch;
+
+// ---- dgates: reverse cumsum of dG over each sequence, plus the final state's term ----
+
+// Per chunk and head: column sums of dG (W = K channels, or 1).
+__global__ void gla_chunk_sums_kernel(Rows<float> dG, ChunkMap map, float* sums, int H, int W) {
+  const int gidx = blockIdx.x, h = blockIdx.y;
+  const int4 ci = map.chunk_of(gidx);
+  for (int c = threadIdx.x; c < W; c += blockDim.x) {
+    float s = 0.f;
+    for (int r = 0; r < ci.z; ++r) s += dG.row(ci.x, ci.y + r, h)[c];
+    sums[(static_cast<int64_t>(gidx) * H + h) * W + c] = s;
+  }
+}
+
+// Per chunk and head: dG_t <- sum_{u >= t} dG_u (this chunk) + later chunks' sums + final term, where
+// the final term is sum_v S_T dS_T per channel (summed over channels for W = 1).
+__global__ void gla_dgates_kernel(Rows<float> dG, ChunkMap map, const float* sums, StateSlots states,
+                                  const float* d_final_state, int H, int W, int K, int V) {
+  const int gidx = blockIdx.x, h = blockIdx.y;
+  const int4 ci = map.chunk_of(gidx);
+  int row, begin, end, first;
+  map.sequence(ci.w, row, begin, end, first);
+  const int chunks = (end - begin + kChunk - 1) / kChunk;
+  const int c = (ci.y - begin) / kChunk;
+  for (int col = threadIdx.x; col < W; col += blockDim.x) {
+    float acc = 0.f;
+    for (int later = first + c + 1; later < first + chunks; ++later) acc += sums[(static_cast<int64_t>(later) * H + h) * W + col];
+    if (d_final_state) {
+      const float* S = states.at(first, ci.w, chunks, h);
+      const float* dS = d_final_state + (static_cast<int64_t>(ci.w) * H + h) * K * V;
+      const int k0 = W == 1 ? 0 : col, k1 = W == 1 ? K : col + 1;
+      for (int kk = k0; kk < k1; ++kk) {
+        for (int v = 0; v < V; ++v) acc += S[static_cast<int64_t>(kk) * V + v] * dS[static_cast<int64_t>(kk) * V + v];
+      }
+    }
+    for (int r = ci.z - 1; r >= 0; --r) {
+      float* g = dG.row(ci.x, ci.y + r, h) + col;
+      acc += *g;
+      *g = acc;
+    }
+  }
+}
+
+// Zeroes rows [t_begin, T) of batch row 0 of a token-major view (W elements per head): gradients of
+// the tokens past the last packed sequence.
+template <class T>
+__global__ void gla_zero_rows_kernel(Rows<T> x, int t_begin, int T_, int heads, int W) {
+  const int64_t total = static_cast<int64_t>(T_ - t_begin) * heads * W;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = e / (static_cast<int64_t>(heads) * W), rem = e - t * heads * W;
+    const int hh = static_cast<int>(rem / W), c = static_cast<int>(rem - static_cast<int64_t>(hh) * W);
+    x.row(0, t_begin + t, hh)[c] = from_float<T>(0.f);
+  }
+}
+
+// dq / dk of grouped heads: the fp32 sums [B, T, HK, K] converted into the strided output.
+template <class T>
+__global__ void gla_convert_rows_kernel(const float* src, Rows<T> dst, int B, int T_, int heads, int W) {
+  const int64_t total = static_cast<int64_t>(B) * T_ * heads * W;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int c = static_cast<int>(e % W);
+    const int64_t r = e / W;
+    const int hh = static_cast<int>(r % heads);
+    const int64_t bt = r / heads;
+    const int t = static_cast<int>(bt % T_), b = static_cast<int>(bt / T_);
+    dst.row(b, t, hh)[c] = from_float<T>(src[e]);
+  }
+}
+
+}  // namespace ak::linear::cuda::gla

@@ -1,0 +1,287 @@
+// The gated linear family's CUDA backend: executes the planner's choice (gla/planner.h): the chunked
+// kernels through the registry's launch table, or the general path (host_mirror.h).
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "core/plan.h"
+#include "cuda/backend.h"
+#include "cuda/registry_launch.h"
+#include "cuda/runtime.cuh"
+#include "linear/gla/problem.h"
+#include "linear/gla/cuda/dgates.cuh"
+#include "linear/gla/cuda/params.h"
+#include "linear/gla/cuda/host_mirror.h"
+#include "linear/gla/planner.h"
+
+namespace ak::linear::cuda {
+
+namespace {
+
+using namespace gla;
+
+template <class T>
+Rows<const T> rows_in(const ak_tensor* t) {
+  if (t == nullptr) return {};
+  return {static_cast<const T*>(t->data), t->strides[0], t->strides[1], t->strides[2]};
+}
+template <class T>
+Rows<T> rows_out(const ak_tensor* t) {
+  if (t == nullptr) return {};
+  return {static_cast<T*>(t->data), t->strides[0], t->strides[1], t->strides[2]};
+}
+
+Decays decays_of(const ak_tensor* gk, const ak_tensor* g, const ak_tensor* gamma) {
+  Decays d;
+  d.gk = rows_in<float>(gk);
+  if (g) d.g = {static_cast<const float*>(g->data), g->strides[0], g->strides[1], g->strides[2]};
+  d.gamma = gamma ? static_cast<const float*>(gamma->data) : nullptr;
+  return d;
+}
+
+float* f32(const ak_tensor* t) { return t ? static_cast<float*>(t->data) : nullptr; }
+
+// Rows of 16-byte pieces: the base 16-byte aligned, every step of the token-major view too.
+bool aligned_rows(const ak_tensor* t) {
+  if (t == nullptr) return true;
+  const int64_t per16 = 16 / static_cast<int64_t>(dtype_size(t->dtype));
+  if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
+  for (int i = 0; i + 1 < t->rank; ++i) {
+    if (t->shape[i] > 1 && t->strides[i] % per16 != 0) return false;
+  }
+  return true;
+}
+
+// The planner's view of a call: dtype, sizes, decay policy, alignment of its token-major views.
+gla_planning::GlaShape shape_of(const DeltaProblem& p, const GlaGates& gates, std::initializer_list<const ak_tensor*> rows,
+                                const ak_tensor* gk) {
+  gla_planning::GlaShape s;
+  s.dtype = p.dtype;
+  s.K = p.K;
+  s.V = p.V;
+  s.channel = gates.gk;
+  s.recurrent = p.recurrent;
+  for (const ak_tensor* t : rows) s.aligned = s.aligned && aligned_rows(t);
+  s.aligned = s.aligned && aligned_rows(gk);
+  s.huge = p.T > INT32_MAX / 2 || p.N > INT32_MAX / 2;
+  return s;
+}
+
+// Device tables of a packed call's sequences and chunks (chunk_map.cuh); nothing without cu_seqlens.
+struct MapTables {
+  ChunkMap map;
+  int chunks = 0;  // of the whole call
+  std::unique_ptr<ak::cuda::Scratch> scratch;
+  MapTables(const DeltaProblem& p, cudaStream_t stream) {
+    map.T = static_cast<int>(p.T);
+    map.C = kChunk;
+    map.NC = static_cast<int>((p.T + kChunk - 1) / kChunk);
+    if (!p.varlen) {
+      chunks = static_cast<int>(p.N) * map.NC;
+      return;
+    }
+    for (int64_t n = 0; n < p.N; ++n) chunks += static_cast<int>((p.end(n) - p.begin(n) + kChunk - 1) / kChunk);
+    const int N = static_cast<int>(p.N);
+    scratch = std::make_unique<ak::cuda::Scratch>(p.device_index, (static_cast<size_t>(N) + chunks + 1) * sizeof(int4));
+    int4* tables = scratch->as<int4>();
+    map.seq = tables;
+    map.chunk = tables + N;
+    launch_chunk_tables(static_cast<const int32_t*>(p.cu_seqlens->data), N, kChunk, tables, tables + N, stream);
+  }
+};
+
+template <class T>
+void chunked_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaStream_t stream) {
+  const DeltaProblem& p = a.p;
+  MapTables tables(p, stream);
+  FwdParams<T> fp;
+  fp.q = rows_in<T>(a.q);
+  fp.k = rows_in<T>(a.k);
+  fp.v = rows_in<T>(a.v);
+  fp.o = rows_out<T>(a.output);
+  fp.d = decays_of(a.gk, a.g, a.g_gamma);
+  fp.map = tables.map;
+  fp.initial_state = f32(a.initial_state);
+  fp.final_state = f32(a.final_state);
+  fp.states = {f32(a.chunk_states), static_cast<int>(p.H), static_cast<int>(p.K), static_cast<int>(p.V)};
+  fp.N = static_cast<int>(p.N);
+  fp.H = static_cast<int>(p.H);
+  fp.group = static_cast<int>(p.group());
+  fp.K = static_cast<int>(p.K);
+  fp.V = static_cast<int>(p.V);
+  fp.scale = static_cast<float>(p.scale);
+  ak::cuda::launch_row<T>(plan.fwd_row, "linear.gla.fwd", fp, stream);
+}
+
+template <class T>
+void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStream_t stream) {
+  const DeltaProblem& p = a.p;
+  MapTables tables(p, stream);
+  const int N = static_cast<int>(p.N), H = static_cast<int>(p.H), K = static_cast<int>(p.K);
+  const int V = static_cast<int>(p.V), HK = static_cast<int>(p.HK), group = static_cast<int>(p.group());
+  const int chunks = tables.chunks;
+  const bool channel = a.gates.gk;
+  const int W = channel ? K : 1;
+  const size_t slots = (static_cast<size_t>(chunks) + N) * H * K * V;
+  const size_t ws = group > 1 ? static_cast<size_t>(p.B) * p.T * HK * K : 0;
+  const bool recompute = a.chunk_states == nullptr;
+  ak::cuda::Scratch scratch(p.device_index,
+                            ((recompute ? slots : 0) + slots + 2 * ws + static_cast<size_t>(chunks) * H * W + 64) *
+                                sizeof(float));
+  float* s = scratch.as<float>();
+  float* states = recompute ? s : f32(a.chunk_states);
+  float* dstates = s + (recompute ? slots : 0);
+  float* ws_dq = group > 1 ? dstates + slots : nullptr;
+  float* ws_dk = group > 1 ? ws_dq + ws : nullptr;
+  float* sums = dstates + slots + 2 * ws;
+
+  const Decays d = decays_of(a.gk, a.g, a.g_gamma);
+  if (recompute) {
+    FwdParams<T> fp;
+    fp.q = rows_in<T>(a.q);
+    fp.k = rows_in<T>(a.k);
+    fp.v = rows_in<T>(a.v);
+    fp.d = d;
+    fp.map = tables.map;
+    fp.initial_state = f32(a.initial_state);
+    fp.states = {states, H, K, V};
+    fp.N = N, fp.H = H, fp.group = group, fp.K = K, fp.V = V;
+    fp.scale = static_cast<float>(p.scale);
+    ak::cuda::launch_row<T>(plan.states_row, "linear.gla.states", fp, stream);
+  }
+  BwdParams<T> bp;
+  bp.q = rows_in<T>(a.q);
+  bp.k = rows_in<T>(a.k);
+  bp.v = rows_in<T>(a.v);
+  bp.dout = rows_in<T>(a.d_output);
+  bp.dq = rows_out<T>(a.dq);
+  bp.dk = rows_out<T>(a.dk);
+  bp.dv = rows_out<T>(a.dv);
+  bp.ws_dq = ws_dq;
+  bp.ws_dk = ws_dk;
+  bp.d = d;
+  bp.map = tables.map;
+  bp.states = {states, H, K, V};
+  bp.dstates = {dstates, H, K, V};
+  bp.d_final_state = f32(a.d_final_state);
+  bp.d_initial_state = f32(a.d_initial_state);
+  const ak_tensor* dG = channel ? a.dgk : (a.g || a.g_gamma) ? a.dg : nullptr;
+  if (dG) bp.dG = {f32(dG), dG->strides[0], dG->strides[1], dG->strides[2]};
+  bp.chunk_sums = sums;
+  bp.N = N, bp.H = H, bp.group = group, bp.K = K, bp.V = V, bp.chunks = chunks;
+  bp.scale = static_cast<float>(p.scale);
+  if (group > 1) AK_CUDA_CHECK(cudaMemsetAsync(ws_dq, 0, 2 * ws * sizeof(float), stream));
+  ak::cuda::launch_row<T>(plan.dstates_row, "linear.gla.dstates", bp, stream);
+  ak::cuda::launch_row<T>(plan.grads_row, "linear.gla.grads", bp, stream);
+  if (group > 1 && ws > 0) {
+    const unsigned blocks = static_cast<unsigned>(std::min<size_t>((ws + 255) / 256, 65535));
+    const int B = static_cast<int>(p.B), T_ = static_cast<int>(p.T);
+    gla_convert_rows_kernel<T><<<blocks, 256, 0, stream>>>(ws_dq, bp.dq, B, T_, HK, K);
+    gla_convert_rows_kernel<T><<<blocks, 256, 0, stream>>>(ws_dk, bp.dk, B, T_, HK, K);
+    ak::cuda::check_launch("gla_convert_rows_kernel");
+  }
+  if (dG && chunks > 0) {
+    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(H));
+    gla_chunk_sums_kernel<<<grid, 128, 0, stream>>>(bp.dG, tables.map, sums, H, W);
+    gla_dgates_kernel<<<grid, 128, 0, stream>>>(bp.dG, tables.map, sums, bp.states, bp.d_final_state, H, W, K, V);
+    ak::cuda::check_launch("gla_dgates_kernel");
+  }
+  // Tokens past the last packed sequence get zero gradients.
+  const int tail = p.varlen ? static_cast<int>(p.seq_start[N]) : static_cast<int>(p.T);
+  if (tail < p.T) {
+    const int T_ = static_cast<int>(p.T);
+    gla_zero_rows_kernel<T><<<64, 256, 0, stream>>>(bp.dq, tail, T_, HK, K);
+    gla_zero_rows_kernel<T><<<64, 256, 0, stream>>>(bp.dk, tail, T_, HK, K);
+    gla_zero_rows_kernel<T><<<64, 256, 0, stream>>>(bp.dv, tail, T_, H, V);
+    if (dG) gla_zero_rows_kernel<float><<<64, 256, 0, stream>>>(bp.dG, tail, T_, H, W);
+    ak::cuda::check_launch("gla_zero_rows_kernel");
+  }
+}
+
+// The general path: the CPU backend on host copies (inputs read, outputs copied in and back).
+void general_fwd(const GlaFwd& a) {
+  HostMirror m;
+  GlaFwd h = a;
+  h.p.device_type = AK_CPU;
+  h.q = m.add(a.q, false), h.k = m.add(a.k, false), h.v = m.add(a.v, false);
+  h.gk = m.add(a.gk, false), h.g = m.add(a.g, false), h.g_gamma = m.add(a.g_gamma, false);
+  h.initial_state = m.add(a.initial_state, false);
+  h.output = m.add(a.output, true), h.final_state = m.add(a.final_state, true);
+  h.chunk_states = m.add(a.chunk_states, true);
+  h.p.cu_seqlens = m.add(a.p.cu_seqlens, false);
+  ak::linear::cpu::gla_fwd(h);
+  m.write_back();
+}
+
+void general_bwd(const GlaBwd& a) {
+  HostMirror m;
+  GlaBwd h = a;
+  h.p.device_type = AK_CPU;
+  h.q = m.add(a.q, false), h.k = m.add(a.k, false), h.v = m.add(a.v, false);
+  h.gk = m.add(a.gk, false), h.g = m.add(a.g, false), h.g_gamma = m.add(a.g_gamma, false);
+  h.initial_state = m.add(a.initial_state, false);
+  h.chunk_states = m.add(a.chunk_states, false);
+  h.d_output = m.add(a.d_output, false), h.d_final_state = m.add(a.d_final_state, false);
+  h.dq = m.add(a.dq, true), h.dk = m.add(a.dk, true), h.dv = m.add(a.dv, true);
+  h.dgk = m.add(a.dgk, true), h.dg = m.add(a.dg, true);
+  h.d_initial_state = m.add(a.d_initial_state, true);
+  h.p.cu_seqlens = m.add(a.p.cu_seqlens, false);
+  ak::linear::cpu::gla_bwd(h);
+  m.write_back();
+}
+
+}  // namespace
+
+void gla_fwd(const GlaFwd& a) {
+  const DeltaProblem& p = a.p;
+  ak::cuda::DeviceGuard guard(p.device_index);
+  cudaStream_t stream = ak::cuda::stream(p.device_index);
+  const gla_planning::GlaChoice plan =
+      gla_planning::plan_gla_fwd(shape_of(p, a.gates, {a.q, a.k, a.v, a.output}, a.gk), ak::cuda::caps(p.device_index));
+  plan::set_last(plan.plan);
+  if (!plan.chunked) return general_fwd(a);
+  if (p.dtype == AK_BFLOAT16) return chunked_fwd<__nv_bfloat16>(a, plan, stream);
+  return chunked_fwd<__half>(a, plan, stream);
+}
+
+void gla_bwd(const GlaBwd& a) {
+  const DeltaProblem& p = a.p;
+  ak::cuda::DeviceGuard guard(p.device_index);
+  cudaStream_t stream = ak::cuda::stream(p.device_index);
+  const gla_planning::GlaChoice plan = gla_planning::plan_gla_bwd(
+      shape_of(p, a.gates, {a.q, a.k, a.v, a.d_output, a.dq, a.dk, a.dv}, a.gk), ak::cuda::caps(p.device_index));
+  plan::set_last(plan.plan);
+  if (!plan.chunked) return general_bwd(a);
+  if (p.dtype == AK_BFLOAT16) return chunked_bwd<__nv_bfloat16>(a, plan, stream);
+  return chunked_bwd<__half>(a, plan, stream);
+}
+
+void gla_decode(const GlaDecode& a) {
+  const DeltaProblem& p = a.p;
+  ak::cuda::DeviceGuard guard(p.device_index);
+  cudaStream_t stream = ak::cuda::stream(p.device_index);
+  int row = -1;
+  plan::set_last(gla_planning::plan_gla_decode(p.dtype, ak::cuda::caps(p.device_index), row));
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    DecodeParams<T> d;
+    d.q = static_cast<const T*>(a.q->data), d.qb = a.q->strides[0], d.qh = a.q->strides[1];
+    d.k = static_cast<const T*>(a.k->data), d.kb = a.k->strides[0], d.kh = a.k->strides[1];
+    d.v = static_cast<const T*>(a.v->data), d.vb = a.v->strides[0], d.vh = a.v->strides[1];
+    if (a.gk) d.gk = f32(a.gk), d.gkb = a.gk->strides[0], d.gkh = a.gk->strides[1];
+    if (a.g) d.g = f32(a.g), d.gb = a.g->strides[0], d.gh = a.g->strides[1];
+    d.gamma = f32(a.g_gamma);
+    d.state = f32(a.state);
+    d.new_state = f32(a.new_state);
+    d.o = static_cast<T*>(a.output->data), d.ob = a.output->strides[0], d.oh = a.output->strides[1];
+    d.B = static_cast<int>(p.B), d.H = static_cast<int>(p.H), d.group = static_cast<int>(p.group());
+    d.K = static_cast<int>(p.K), d.V = static_cast<int>(p.V);
+    d.scale = static_cast<float>(p.scale);
+    ak::cuda::launch_row<T>(row, "linear.gla.decode", d, stream);
+  };
+  if (p.dtype == AK_BFLOAT16) return run(__nv_bfloat16{});
+  if (p.dtype == AK_FLOAT16) return run(__half{});
+  run(0.f);
+}
+
+}  // namespace ak::linear::cuda

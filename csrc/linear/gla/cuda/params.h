@@ -1,0 +1,82 @@
+// What the gated linear family's CUDA kernels read: token-major views, the decays of a call and where
+// the per-chunk states go. Shared by the forward, the backward and their host dispatch.
+#pragma once
+
+#include <cstdint>
+
+#include "linear/common/chunk_map.cuh"
+#include "linear/common/views.cuh"
+#include "linear/gla/layouts.h"
+
+namespace ak::linear::cuda::gla {
+
+using namespace ::ak::linear::gla_layout;
+
+// The decays of a call, natural log, each absent = 0: per key channel, per token, per head.
+struct Decays {
+  Rows<const float> gk;  // [B, T, H, K]; p == nullptr when absent
+  Scalars g;             // [B, T, H]
+  const float* gamma = nullptr;  // [H]
+};
+
+// Per-chunk states [(chunks + N), H, K, V] fp32: sequence n's chunk c is entry first_chunk(n) + n + c
+// (one more entry per sequence than it has chunks: the state after its last chunk). Without
+// cu_seqlens this is the forward's chunk_states layout [B, NT + 1, H, K, V].
+struct StateSlots {
+  float* p = nullptr;
+  int H = 0, K = 0, V = 0;
+  __device__ __forceinline__ float* at(int first_chunk, int n, int c, int h) const {
+    return p + ((static_cast<int64_t>(first_chunk) + n + c) * H + h) * static_cast<int64_t>(K) * V;
+  }
+};
+
+template <class T>
+struct FwdParams {
+  Rows<const T> q, k, v;
+  Rows<T> o;                  // null with states_only
+  Decays d;
+  ChunkMap map;
+  const float* initial_state = nullptr;  // [N, H, K, V]
+  float* final_state = nullptr;          // [N, H, K, V]
+  StateSlots states;                     // p == nullptr: not stored
+  int N = 0, H = 0, group = 1, K = 0, V = 0;
+  float scale = 1.f;
+};
+
+template <class T>
+struct BwdParams {
+  Rows<const T> q, k, v, dout;
+  Rows<T> dq, dk, dv;                 // group == 1: written directly
+  float *ws_dq = nullptr, *ws_dk = nullptr;  // group > 1: fp32 [B, T, HK, K] contiguous, accumulated
+  Decays d;
+  ChunkMap map;
+  StateSlots states;   // S before each chunk (and after the last)
+  StateSlots dstates;  // dS after each chunk (slot c = after chunk c)
+  const float* d_final_state = nullptr;  // [N, H, K, V]
+  float* d_initial_state = nullptr;      // [N, H, K, V]
+  Rows<float> dG;      // [B, T, H, K] (channel) or [B, T, H] as sb/st/sh with K = 1 (scalar)
+  float* chunk_sums = nullptr;  // [chunks, H, W] column sums of dG per chunk
+  int N = 0, H = 0, group = 1, K = 0, V = 0, chunks = 0;
+  float scale = 1.f;
+};
+
+
+// One decode step (decode.cuh): [B, heads, D] views with a contiguous last dimension.
+template <class T>
+struct DecodeParams {
+  const T *q = nullptr, *k = nullptr, *v = nullptr;
+  int64_t qb = 0, qh = 0, kb = 0, kh = 0, vb = 0, vh = 0;  // strides of [B, heads, D] (last dim contiguous)
+  const float* gk = nullptr;
+  int64_t gkb = 0, gkh = 0;
+  const float* g = nullptr;
+  int64_t gb = 0, gh = 0;
+  const float* gamma = nullptr;
+  const float* state = nullptr;
+  float* new_state = nullptr;
+  T* o = nullptr;
+  int64_t ob = 0, oh = 0;
+  int B = 0, H = 0, group = 1, K = 0, V = 0;
+  float scale = 1.f;
+};
+
+}  // namespace ak::linear::cuda::gla

@@ -1,0 +1,188 @@
+// The per-chunk stages of the gated linear family on CUDA, shared by its forward and backward: chunk
+// tile loads, the decay cumsum (per key channel or per token) and the causal intra-chunk scores
+//   P_ij = scale sum_c q_ic k_jc exp(gc_ic - gc_jc)   (j <= i)
+// with gc the decay cumulated within the chunk. A per-channel decay cannot be split into a row and a
+// column factor without overflow (a gate of -20 over a few tokens leaves fp32's range), so the scores
+// are formed per 16 x 16 block: off the diagonal with the cumulated decay taken relative to the first
+// row of the block row (both factors then have exponents <= 0) on tensor cores, on the diagonal
+// pair by pair in fp32. A scalar decay factors exactly: P = (Q K^T) * exp(gc_i - gc_j).
+#pragma once
+
+#include "linear/common/warp_tiles.cuh"
+#include "linear/gla/cuda/params.h"
+
+namespace ak::linear::cuda::gla {
+
+// Loads rows [0, 64) x [0, KD) of a token-major view (batch row b, tokens t0.., head) into a shared tile:
+// rows >= len and columns >= width are zero-filled. width % 8 == 0; all threads take part.
+template <class T, int KD>
+__device__ __forceinline__ void load_rows(T* s, const Rows<const T>& src, int b, int t0, int len, int head,
+                                          int width, int tid) {
+  constexpr int kPer = KD / 8;  // 16-byte pieces per row
+  for (int e = tid; e < kChunk * kPer; e += kThreads) {
+    const int r = e / kPer, c = (e - r * kPer) * 8;
+    T* dst = s + r * pitch16(KD) + c;
+    if (r < len && c < width) {
+      cp_async16(dst, src.row(b, t0 + r, head) + c);
+    } else {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// The same for a V tile: columns [v0, v0 + kVTile) of the view, zero past width.
+template <class T>
+__device__ __forceinline__ void load_vtile(T* s, const Rows<const T>& src, int b, int t0, int len, int head, int v0,
+                                           int width, int tid) {
+  constexpr int kPer = kVTile / 8;
+  for (int e = tid; e < kChunk * kPer; e += kThreads) {
+    const int r = e / kPer, c = (e - r * kPer) * 8;
+    T* dst = s + r * pitch16(kVTile) + c;
+    if (r < len && v0 + c < width) {
+      cp_async16(dst, src.row(b, t0 + r, head) + v0 + c);
+    } else {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// Stage 1: the cumulated log decay of a chunk. kChannel: gc [64][pitch_gc(KD)] per key channel (gk's
+// rows loaded raw into gc first by load_gk); else gc [64] per token. Rows past len add nothing, so
+// gc's last row is the decay of the whole chunk. Ends with a barrier.
+template <int KD>
+__device__ __forceinline__ void load_gk(float* gc, const Decays& d, int b, int t0, int len, int h, int K, int tid) {
+  constexpr int kPer = KD / 4;
+  for (int e = tid; e < kChunk * kPer; e += kThreads) {
+    const int r = e / kPer, c = (e - r * kPer) * 4;
+    float* dst = gc + r * pitch_gc(KD) + c;
+    if (r < len && c < K) {
+      cp_async16(dst, d.gk.row(b, t0 + r, h) + c);
+    } else {
+      *reinterpret_cast<float4*>(dst) = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+}
+
+template <int KD, bool kChannel>
+__device__ __forceinline__ void gate_cumsum(float* gc, float* gs, const Decays& d, int b, int t0, int len, int h,
+                                            int tid) {
+  // gs[t]: the per-token part (g + gamma), 0 past len. Read after the caller's cp.async wait.
+  if (tid < kChunk) {
+    const float gamma = d.gamma ? d.gamma[h] : 0.f;
+    gs[tid] = tid < len ? d.g.at(b, t0 + tid, h) + gamma : 0.f;
+  }
+  __syncthreads();
+  if constexpr (kChannel) {
+    if (tid < KD) {
+      float acc = 0.f;
+#pragma unroll 8
+      for (int t = 0; t < kChunk; ++t) {
+        acc += gc[t * pitch_gc(KD) + tid] + gs[t];
+        gc[t * pitch_gc(KD) + tid] = acc;
+      }
+    }
+  } else {
+    if (tid < 32) {
+      const float lo = warp_inclusive_scan(gs[tid], tid);
+      const float hi = warp_inclusive_scan(gs[tid + 32], tid) + __shfl_sync(0xffffffffu, lo, 31);
+      gc[tid] = lo;
+      gc[tid + 32] = hi;
+    }
+  }
+  __syncthreads();
+}
+
+// The cumulated decay of row t, channel c (a scalar decay ignores c).
+template <int KD, bool kChannel>
+__device__ __forceinline__ float gc_at(const float* gc, int t, int c) {
+  if constexpr (kChannel) {
+    return gc[t * pitch_gc(KD) + c];
+  } else {
+    return gc[t];
+  }
+}
+
+// Stage 2: P (64 x 64, 16-bit, row pitch pitch16(64)) = the causal scores, zero above the diagonal.
+// Q, K: raw tiles [64][pitch16(KD)]. X: a scratch tile [64][pitch16(KD)] (per-channel decay only).
+// Ends with a barrier.
+template <class T, int KD, bool kChannel>
+__device__ __forceinline__ void intra_scores(T* P, const T* Q, const T* K, const float* gc, T* X, float scale,
+                                             int tid) {
+  const int warp = tid >> 5, lane = tid & 31;
+  const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+  if constexpr (!kChannel) {
+    float acc[1][4][4];
+    zero_acc(acc);
+    warp_mma<T, 1, 4, false, false>(acc, Q, pitch16(KD), m0, K, pitch16(KD), n0, KD, lane);
+    for_acc_pairs(acc, m0, n0, lane, [&](int r, int c, float* v) {
+      const float a = c <= r ? scale * __expf(gc[r] - gc[c]) * v[0] : 0.f;
+      const float b2 = c + 1 <= r ? scale * __expf(gc[r] - gc[c + 1]) * v[1] : 0.f;
+      *reinterpret_cast<uint32_t*>(P + r * pitch16(64) + c) = pack2<T>(a, b2);
+    });
+    __syncthreads();
+  } else {
+    // Diagonal blocks, pair by pair: 4 blocks x 136 pairs (i >= j).
+    for (int e = tid; e < 4 * 136; e += kThreads) {
+      const int blk = e / 136, idx = e - blk * 136;
+      int i = static_cast<int>((sqrtf(8.f * idx + 1.f) - 1.f) * 0.5f);
+      if ((i + 1) * (i + 2) / 2 <= idx) ++i;
+      if (i * (i + 1) / 2 > idx) --i;
+      const int j = idx - i * (i + 1) / 2;
+      const int ri = 16 * blk + i, rj = 16 * blk + j;
+      const T* qi = Q + ri * pitch16(KD);
+      const T* kj = K + rj * pitch16(KD);
+      const float* gi = gc + ri * pitch_gc(KD);
+      const float* gj = gc + rj * pitch_gc(KD);
+      float s = 0.f;
+#pragma unroll 4
+      for (int c = 0; c < KD; c += 2) {
+        const float2 a = unpack2<T>(*reinterpret_cast<const uint32_t*>(qi + c));
+        const float2 bb = unpack2<T>(*reinterpret_cast<const uint32_t*>(kj + c));
+        s += a.x * bb.x * __expf(gi[c] - gj[c]) + a.y * bb.y * __expf(gi[c + 1] - gj[c + 1]);
+      }
+      P[ri * pitch16(64) + rj] = from_float<T>(scale * s);
+      if (i != j) P[rj * pitch16(64) + ri] = from_float<T>(0.f);
+    }
+    // Blocks above the diagonal blocks' rows: zero (blocks (I, J), J > I, other than diagonal pairs).
+    for (int e = tid; e < 64 * 64; e += kThreads) {
+      const int r = e >> 6, c = e & 63;
+      if ((c >> 4) > (r >> 4)) P[r * pitch16(64) + c] = from_float<T>(0.f);
+    }
+    // Off-diagonal block rows I = 1..3: X rows [0, 16 I) = k_j exp(gc_r - gc_j), X rows [48, 64) =
+    // q_i exp(gc_i - gc_r) for the 16 rows of block row I, r = 16 I.
+    for (int I = 1; I < 4; ++I) {
+      const int r = 16 * I;
+      const float* gr = gc + r * pitch_gc(KD);
+      for (int e = tid; e < (r + 16) * (KD / 2); e += kThreads) {
+        const int row = e / (KD / 2), c = (e - row * (KD / 2)) * 2;
+        if (row < r) {
+          const float2 kk = unpack2<T>(*reinterpret_cast<const uint32_t*>(K + row * pitch16(KD) + c));
+          const float* gj = gc + row * pitch_gc(KD);
+          *reinterpret_cast<uint32_t*>(X + row * pitch16(KD) + c) =
+              pack2<T>(kk.x * __expf(gr[c] - gj[c]), kk.y * __expf(gr[c + 1] - gj[c + 1]));
+        } else {
+          const int qi = row;  // rows r .. r + 15 of the chunk, stored at X rows 48 + (qi - r)
+          const float2 qq = unpack2<T>(*reinterpret_cast<const uint32_t*>(Q + qi * pitch16(KD) + c));
+          const float* gi = gc + qi * pitch_gc(KD);
+          *reinterpret_cast<uint32_t*>(X + (48 + qi - r) * pitch16(KD) + c) =
+              pack2<T>(qq.x * __expf(gi[c] - gr[c]), qq.y * __expf(gi[c + 1] - gr[c + 1]));
+        }
+      }
+      __syncthreads();
+      // I tiles of 16 x 16 (J = 0 .. I - 1), one warp each.
+      if (warp < I) {
+        const int J = warp;
+        float acc[1][2][4];
+        zero_acc(acc);
+        warp_mma<T, 1, 2, false, false>(acc, X, pitch16(KD), 48, X, pitch16(KD), 16 * J, KD, lane);
+        for_acc_pairs(acc, 0, 0, lane, [&](int rr, int cc, float* v) {
+          *reinterpret_cast<uint32_t*>(P + (r + rr) * pitch16(64) + 16 * J + cc) =
+              pack2<T>(scale * v[0], scale * v[1]);
+        });
+      }
+      __syncthreads();
+    }
+  }
+}
+
+}  // namespace ak::linear::cuda::gla

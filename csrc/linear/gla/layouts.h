@@ -1,0 +1,55 @@
+// Shared-memory layouts of the gated linear family's chunked kernels: plain constants, so the planner
+// (host code, also in the CPU build) can tell whether a kernel fits a GPU.
+#pragma once
+
+namespace ak::linear::gla_layout {
+
+constexpr int kChunk = 64;   // tokens per chunk
+constexpr int kVTile = 64;   // value columns per block of the state passes
+constexpr int kThreads = 256;
+
+// Row pitch (elements) of a 16-bit shared tile of width w: w + 8 (see warp_tiles.cuh).
+constexpr int pitch16(int w) { return w + 8; }
+// Row pitch (floats) of the gate cumsum: 16-byte rows that start 4 banks apart.
+constexpr int pitch_gc(int kd) { return kd + 4; }
+
+// The forward and the state passes (fwd.cuh, bwd.cuh's dstates). KD: K padded to 64, 128 or 256.
+template <int KD>
+struct FwdLayout {
+  static constexpr int kQ = 0;                                   // q, then scale q exp(gc)
+  static constexpr int kK = kQ + kChunk * pitch16(KD) * 2;       // k, then k exp(gL - gc)
+  static constexpr int kV = kK + kChunk * pitch16(KD) * 2;       // V tile (dO tile in dstates)
+  static constexpr int kP = kV + kChunk * pitch16(kVTile) * 2;   // scores
+  static constexpr int kS = kP + kChunk * pitch16(64) * 2;       // S (16-bit copy) KD x 64
+  static constexpr int kX = kS + KD * pitch16(kVTile) * 2;       // scratch tile of the scores
+  static constexpr int kGc = kX + kChunk * pitch16(KD) * 2;      // gc [64][pitch_gc]
+  static constexpr int kGs = kGc + kChunk * pitch_gc(KD) * 4;    // per-token decay [64]
+  static constexpr int kBytes = kGs + kChunk * 4;
+};
+
+// The backward's grads kernel (bwd.cuh): what lives through the whole block first, then the V-tile
+// operands, whose space the intra dq and dk (fp32) take once the V tiles are done.
+template <int KD>
+struct GradLayout {
+  static constexpr int kTile = kChunk * pitch16(KD) * 2;
+  static constexpr int kQ = 0;
+  static constexpr int kK = kQ + kTile;
+  static constexpr int kKd = kK + kTile;
+  static constexpr int kP = kKd + kTile;                        // P, then the decayed dP (16-bit)
+  static constexpr int kDP = kP + kChunk * pitch16(64) * 2;     // dP fp32 [64][65]
+  static constexpr int kGc = kDP + kChunk * 65 * 4;
+  static constexpr int kGs = kGc + kChunk * pitch_gc(KD) * 4;
+  static constexpr int kRow = kGs + kChunk * 4;                  // per-row sums [64]
+  static constexpr int kV = kRow + kChunk * 4;                   // V tile
+  static constexpr int kO = kV + kChunk * pitch16(kVTile) * 2;  // dO tile
+  static constexpr int kS = kO + kChunk * pitch16(kVTile) * 2;  // S tile (16-bit), KD x 64
+  static constexpr int kD = kS + KD * pitch16(kVTile) * 2;      // dS tile
+  static constexpr int kTail = kD + KD * pitch16(kVTile) * 2;
+  static constexpr int kDQ = kV;
+  static constexpr int kDK = kDQ + kChunk * (KD + 4) * 4;
+  static constexpr int kEnd = kDK + kChunk * (KD + 4) * 4;
+  static constexpr int kBytes = kTail > kEnd ? kTail : kEnd;
+  static_assert(kChunk * pitch16(KD) * 2 <= 2 * KD * pitch16(kVTile) * 2, "scores scratch fits S, dS");
+};
+
+}  // namespace ak::linear::gla_layout

@@ -1,0 +1,113 @@
+#include "linear/gla/planner.h"
+
+#include "core/common.h"
+#include "linear/gla/layouts.h"
+
+namespace ak::linear::gla_planning {
+
+namespace {
+
+using namespace gla_layout;
+
+int padded(int64_t K) { return K <= 64 ? 64 : K <= 128 ? 128 : 256; }
+
+int64_t fwd_smem(int kd) {
+  return kd == 64 ? FwdLayout<64>::kBytes : kd == 128 ? FwdLayout<128>::kBytes : FwdLayout<256>::kBytes;
+}
+int64_t grads_smem(int kd) { return kd == 64 ? GradLayout<64>::kBytes : GradLayout<128>::kBytes; }
+
+// The row of a stage for this call, when built for the GPU and its shared memory fits; else -1.
+int row_of(const registry::Caps& caps, const char* stage, const GlaShape& s, int kd, int64_t smem) {
+  const int row = registry::find(stage, s.channel ? "channel" : "scalar", s.dtype, kd, 0);
+  if (row < 0 || !caps.can_run(row) || smem > caps.smem_block) return -1;
+  return row;
+}
+
+// Why the chunked kernels cannot serve the call ("" when they can).
+std::string refusal(const GlaShape& s) {
+  if (s.recurrent) return "the token-by-token algorithm was asked for";
+  if (s.dtype == AK_FLOAT32) return "float32 inputs (the chunked kernels take 16-bit operands)";
+  if (s.K % 8 != 0 || s.V % 8 != 0) return "head dims that are not a multiple of 8";
+  if (!s.aligned) return "rows that are not 16-byte aligned";
+  if (s.huge) return "more than 2^30 tokens or sequences";
+  return "";
+}
+
+GlaChoice start(const char* op, const GlaShape& s) {
+  GlaChoice c;
+  c.plan.op = op;
+  c.plan.detail("decay", s.channel ? "channel" : "scalar");
+  c.kd = padded(s.K);
+  return c;
+}
+
+void general(GlaChoice& c, const std::string& why) {
+  c.chunked = false;
+  c.plan.path = "general";
+  c.plan.rows.clear();
+  c.plan.detail("why", why);
+}
+
+}  // namespace
+
+GlaChoice plan_gla_fwd(const GlaShape& s, const registry::Caps& caps) {
+  GlaChoice c = start("linear.gla.fwd", s);
+  const std::string why = refusal(s);
+  if (!why.empty()) return general(c, why), c;
+  c.fwd_row = row_of(caps, "linear.gla.fwd", s, c.kd, fwd_smem(c.kd));
+  if (c.fwd_row < 0) return general(c, "its kernel is not built for this GPU or does not fit its shared memory"), c;
+  c.chunked = true;
+  c.plan.path = "chunked";
+  c.plan.rows.push_back(c.fwd_row);
+  return c;
+}
+
+GlaChoice plan_gla_bwd(const GlaShape& s, const registry::Caps& caps) {
+  GlaChoice c = start("linear.gla.bwd", s);
+  std::string why = refusal(s);
+  if (why.empty() && s.K > 128) why = "K > 128 (the backward's chunk kernel holds K <= 128 in shared memory)";
+  if (!why.empty()) return general(c, why), c;
+  c.states_row = row_of(caps, "linear.gla.states", s, c.kd, fwd_smem(c.kd));
+  c.dstates_row = row_of(caps, "linear.gla.dstates", s, c.kd, fwd_smem(c.kd));
+  c.grads_row = row_of(caps, "linear.gla.grads", s, c.kd, grads_smem(c.kd));
+  if (c.states_row < 0 || c.dstates_row < 0 || c.grads_row < 0) {
+    return general(c, "its kernels are not built for this GPU or do not fit its shared memory"), c;
+  }
+  c.chunked = true;
+  c.plan.path = "chunked";
+  c.plan.rows = {c.states_row, c.dstates_row, c.grads_row};
+  return c;
+}
+
+plan::Plan plan_gla_decode(int32_t dtype, const registry::Caps& caps, int& row) {
+  plan::Plan p;
+  p.op = "linear.gla.decode";
+  p.path = "simt";
+  row = registry::find("linear.gla.decode", "simt", dtype, 0, 0);
+  if (row >= 0 && !caps.can_run(row)) row = -1;
+  require(row >= 0, "gla_decode: the decode kernel is not built for this GPU");
+  p.rows.push_back(row);
+  return p;
+}
+
+std::string plan_gla_query(const std::string& op, plan::Query& q) {
+  require(op == "linear.gla.fwd" || op == "linear.gla.bwd" || op == "linear.gla.decode",
+          "query: op must be linear.gla.fwd, linear.gla.bwd or linear.gla.decode, got '" + op + "'");
+  const registry::Caps caps = plan::caps_of(q);
+  GlaShape s;
+  s.dtype = q.dtype("dtype");
+  if (op == "linear.gla.decode") {
+    q.finish();
+    int row = -1;
+    return plan_gla_decode(s.dtype, caps, row).json();
+  }
+  s.K = q.integer("k", 128);
+  s.V = q.integer("v", s.K);
+  s.channel = q.flag("channel", true);
+  s.recurrent = q.flag("recurrent", false);
+  s.aligned = q.flag("aligned", true);
+  q.finish();
+  return (op == "linear.gla.fwd" ? plan_gla_fwd(s, caps) : plan_gla_bwd(s, caps)).plan.json();
+}
+
+}  // namespace ak::linear::gla_planning

@@ -1,0 +1,39 @@
+// The planner of the gated linear family: for a call's shape, dtype and GPU, whether the chunked
+// kernels serve it and which registry rows run (decay policy "channel" or "scalar", K padded to 64,
+// 128 or 256), or why the general path runs instead. Pure host code, tested anywhere through ak_plan
+// (ops linear.gla.fwd, linear.gla.bwd, linear.gla.decode).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/plan.h"
+#include "core/registry.h"
+
+namespace ak::linear::gla_planning {
+
+struct GlaShape {
+  int32_t dtype = 0;
+  int64_t K = 0, V = 0;
+  bool channel = false;    // a decay per key channel (gk)
+  bool recurrent = false;  // the token-by-token algorithm was asked for
+  bool aligned = true;     // every token-major view: 16-byte aligned rows
+  bool huge = false;       // more than 2^30 tokens or sequences
+};
+
+struct GlaChoice {
+  plan::Plan plan;
+  bool chunked = false;
+  int kd = 0;  // K padded
+  int fwd_row = -1;                                  // forward
+  int states_row = -1, dstates_row = -1, grads_row = -1;  // backward
+};
+
+GlaChoice plan_gla_fwd(const GlaShape& s, const registry::Caps& caps);
+GlaChoice plan_gla_bwd(const GlaShape& s, const registry::Caps& caps);
+plan::Plan plan_gla_decode(int32_t dtype, const registry::Caps& caps, int& row);
+
+// ak_plan for linear.gla.fwd, linear.gla.bwd and linear.gla.decode.
+std::string plan_gla_query(const std::string& op, plan::Query& q);
+
+}  // namespace ak::linear::gla_planning

@@ -1,0 +1,212 @@
+/**
+ * Linear attention, flash-linear-attention's `chunk_linear_attn` with an explicit layout: per value
+ * head `S <- S + k_t v_t^T`, `o_t = S^T (scale q_t)` (no decay), and with `normalize` each output
+ * divided by `z_t + 1e-10`, `z_t = scale q_t . (k_1 + ... + k_t)` summed over the tokens of the
+ * token's own sequence (the initial state carries no key sum).
+ *
+ * The normaliser is computed outside the kernel, as FLA does, but in float32 on the device: `z` is
+ * linear attention itself with values of ones (`V = 1`), which also keeps packed sequences apart.
+ * Its backward is derived by hand: with `n = z + eps`, `o' = o / n`,
+ * `do = dO' / n` and `dz = -sum_V(dO' * o') / n`; dq and dk add the gradients of both products.
+ *
+ * @module
+ */
+import { invalidArgument } from "../../ffi/errors.ts";
+import { checkOptions } from "../args.ts";
+import { expectSameDevice, expectSameDType, expectTensor } from "../checks.ts";
+import { Tensor } from "../tensor.ts";
+import {
+  BACKWARD_OPTIONS,
+  FORWARD_OPTIONS,
+  type GlaBackwardOptions,
+  type GlaEngine,
+  type GlaGradients,
+  type GlaOptions,
+  type GlaResult,
+  KERNEL,
+  parseOptions,
+  runBackward,
+  runForward,
+} from "./gla_functional.ts";
+import {
+  checkGlaCall,
+  glaBackward,
+  type GlaBackwardExtras,
+  type GlaBackwardOutputs,
+  glaForward,
+  type GlaForwardOutputs,
+  type GlaForwardWants,
+  type GlaInputs,
+  type GlaSettings,
+} from "./gla_native.ts";
+import { expectInLayout, provided } from "./delta_native.ts";
+import { sequencePattern } from "./layouts.ts";
+import { TensorScope } from "./scope.ts";
+
+/** Options of {@link chunkLinearAttn}. */
+export interface LinearAttnOptions extends GlaOptions {
+  /** Divide each output by `scale q_t . sum_{s <= t} k_s + 1e-10` (default false). */
+  normalize?: boolean;
+}
+
+/** Options of {@link chunkLinearAttnBackward}. */
+export interface LinearAttnBackwardOptions extends GlaBackwardOptions {
+  /** The forward's `normalize`. */
+  normalize?: boolean;
+}
+
+const NORMALIZE = { normalize: "boolean" } as const;
+/** Added to the normaliser (FLA's epsilon). */
+const NORMALIZE_EPS = 1e-10;
+const GRADIENT_BUFFERS = { dq: "any", dk: "any", dv: "any", dInitialState: "any" } as const;
+
+/** `z + eps` as float32 in the layout's `[.., H, 1]` shape: linear attention of q, k over ones. */
+function normaliser(op: string, scope: TensorScope, inputs: GlaInputs, s: GlaSettings): Tensor {
+  const { q, k, v } = inputs;
+  const f32 = (t: Tensor) => t.dtype === "float32" ? t : scope.temp(t.cast("float32"));
+  const onesShape = [...v.shape.slice(0, 3), 1];
+  const ones = scope.temp(Tensor.ones(onesShape, { dtype: "float32", device: v.device }));
+  const plain = { layout: s.layout, scale: s.scale, recurrent: s.recurrent, cuSeqlens: s.cuSeqlens };
+  const z = scope.temp(glaForward(op, { q: f32(q), k: f32(k), v: ones }, plain).output);
+  return scope.temp(z.add(NORMALIZE_EPS));
+}
+
+/** A float32 view of the tensor: itself, or a cast owned by the scope. */
+function f32(scope: TensorScope, t: Tensor): Tensor {
+  return t.dtype === "float32" ? t : scope.temp(t.cast("float32"));
+}
+
+/** Writes `value` (float32) as the result: into the caller's buffer, else a new tensor of `dtype`. */
+function emit(scope: TensorScope, value: Tensor, dtype: Tensor["dtype"], given: Tensor | undefined): Tensor {
+  if (given) return given.copyFrom(value);
+  return scope.result(value.dtype === dtype ? scope.keep(value) : value.cast(dtype));
+}
+
+/** Linear attention with the normaliser: the kernel's output divided by `z + eps`. */
+const NORMALIZED: GlaEngine = {
+  forward(op, inputs, s, wants: GlaForwardWants, out): GlaForwardOutputs {
+    const { B, T, H, V } = checkGlaCall(op, inputs, s);
+    const q = inputs.q;
+    const shape = s.layout === "bshd" ? [B, T, H, V] : [B, H, T, V];
+    const given = provided(op, "output", out?.output, shape, q.dtype, q.device);
+    using scope = new TensorScope();
+    const raw = glaForward(op, inputs, s, wants, { finalState: out?.finalState });
+    scope.temp(raw.output);
+    if (raw.finalState && raw.finalState !== out?.finalState) scope.result(raw.finalState);
+    const n = normaliser(op, scope, inputs, s);
+    const normalized = scope.temp(f32(scope, raw.output).div(n));
+    const output = emit(scope, normalized, q.dtype, given);
+    scope.release();
+    return { output, finalState: raw.finalState };
+  },
+  backward(op, inputs, s, dOutput, extras: GlaBackwardExtras): GlaBackwardOutputs {
+    const { B, T, H, HK, K, V } = checkGlaCall(op, inputs, s);
+    const q = inputs.q;
+    const dOut = expectTensor(op, "dOutput", dOutput);
+    expectSameDType(op, "dOutput", dOut, q, "q");
+    expectSameDevice(op, "dOutput", dOut, q, "q");
+    expectInLayout(op, "dOutput", dOut, s.layout, sequencePattern(s.layout, "H", "V"), { B, T, H, V });
+    const out = checkOptions<Record<keyof typeof GRADIENT_BUFFERS, Tensor | undefined>>(
+      op,
+      extras.out ?? undefined,
+      GRADIENT_BUFFERS,
+      "out",
+    );
+    const qkShape = s.layout === "bshd" ? [B, T, HK, K] : [B, HK, T, K];
+    const givenDq = provided(op, "dq", out.dq, qkShape, q.dtype, q.device);
+    const givenDk = provided(op, "dk", out.dk, qkShape, q.dtype, q.device);
+    using scope = new TensorScope();
+    // Recompute the unnormalised output and the normaliser (both cheap next to the backward).
+    const raw = scope.temp(glaForward(op, inputs, s, {}).output);
+    const n = normaliser(op, scope, inputs, s);
+    const dO = f32(scope, dOut);
+    const normalized = scope.temp(f32(scope, raw).div(n));
+    const dRaw32 = scope.temp(dO.div(n));
+    const dRaw = dRaw32.dtype === q.dtype ? dRaw32 : scope.temp(dRaw32.cast(q.dtype));
+    const dotted = scope.temp(scope.temp(dO.mul(normalized)).sum(-1, { keepDim: true }));
+    const dz = scope.temp(scope.temp(dotted.div(n)).neg());
+    const main = glaBackward(op, inputs, s, dRaw, {
+      ...extras,
+      out: { dv: out.dv, dInitialState: out.dInitialState },
+    });
+    scope.temp(main.dq), scope.temp(main.dk);
+    if (main.dv !== out.dv) scope.result(main.dv);
+    if (main.dInitialState && main.dInitialState !== out.dInitialState) scope.result(main.dInitialState);
+    const ones = scope.temp(Tensor.ones(dz.shape, { dtype: "float32", device: q.device }));
+    const plain = { layout: s.layout, scale: s.scale, recurrent: s.recurrent, cuSeqlens: s.cuSeqlens };
+    const z = glaBackward(op, { q: f32(scope, q), k: f32(scope, inputs.k), v: ones }, plain, dz);
+    for (const t of [z.dq, z.dk, z.dv]) scope.temp(t);
+    const dq = emit(scope, scope.temp(f32(scope, main.dq).add(z.dq)), q.dtype, givenDq);
+    const dk = emit(scope, scope.temp(f32(scope, main.dk).add(z.dk)), q.dtype, givenDk);
+    scope.release();
+    return { dq, dk, dv: main.dv, dInitialState: main.dInitialState };
+  },
+};
+
+function engineOf(op: string, normalize: unknown): GlaEngine {
+  if (normalize !== undefined && typeof normalize !== "boolean") {
+    throw invalidArgument(op, `normalize: expected a boolean, got ${typeof normalize}`);
+  }
+  return normalize ? NORMALIZED : KERNEL;
+}
+
+/**
+ * Linear attention, chunked, with the optional normaliser of FLA's `normalize`.
+ *
+ * @example
+ * ```ts
+ * import { chunkLinearAttn, Tensor } from "@attnkit/attnkit";
+ * using q = Tensor.rand([1, 100, 2, 32]); // positive features keep the normaliser away from 0
+ * using k = Tensor.rand([1, 100, 2, 32]);
+ * using v = Tensor.randn([1, 100, 2, 32]);
+ * using r = chunkLinearAttn(q, k, v, { layout: "bshd", normalize: true, outputFinalState: true });
+ * using dO = Tensor.randn([1, 100, 2, 32]);
+ * using grads = r.backward(dO);
+ * console.log(grads.dq.shape); // [1, 100, 2, 32]
+ * ```
+ */
+export function chunkLinearAttn(q: Tensor, k: Tensor, v: Tensor, options: LinearAttnOptions): GlaResult {
+  const op = "chunkLinearAttn";
+  const { o, s } = parseOptions<LinearAttnOptions>(op, options, { ...FORWARD_OPTIONS, ...NORMALIZE }, false);
+  return runForward({
+    op,
+    inputs: { q, k, v },
+    s,
+    outputFinalState: o.outputFinalState ?? false,
+    out: o.out,
+    engine: engineOf(op, o.normalize),
+    callerTensors: { q, k, v },
+  });
+}
+
+/**
+ * Gradients of {@link chunkLinearAttn} from `dOutput` (first) and an optional `dFinalState`, with
+ * the forward's inputs and options (`normalize` included).
+ *
+ * @example
+ * ```ts
+ * import { chunkLinearAttnBackward, Tensor } from "@attnkit/attnkit";
+ * using q = Tensor.rand([1, 40, 2, 16]);
+ * using k = Tensor.rand([1, 40, 2, 16]);
+ * using v = Tensor.randn([1, 40, 2, 16]);
+ * using dO = Tensor.randn([1, 40, 2, 16]);
+ * using grads = chunkLinearAttnBackward(dO, q, k, v, { layout: "bshd", normalize: true });
+ * console.log(grads.dk.shape); // [1, 40, 2, 16]
+ * ```
+ */
+export function chunkLinearAttnBackward(
+  dOutput: Tensor,
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  options: LinearAttnBackwardOptions,
+): GlaGradients {
+  const op = "chunkLinearAttnBackward";
+  const { o, s } = parseOptions<LinearAttnBackwardOptions>(
+    op,
+    options,
+    { ...BACKWARD_OPTIONS, ...NORMALIZE },
+    false,
+  );
+  return runBackward(op, { q, k, v }, s, dOutput, o, engineOf(op, o.normalize));
+}

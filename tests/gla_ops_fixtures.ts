@@ -1,0 +1,301 @@
+// Shared by the gla_ops*.test.ts files: random problems of the gated linear family (GLA, simple GLA,
+// retention, linear attention) on a device with their exact values on the host, the float64
+// oracle's answers, NaN-poisoned result buffers, and runners for every public function.
+//
+// Tolerance rule (relative RMS against float64 fed the same rounded inputs, reference/tolerance.ts):
+// float32 outputs and states 5e-5, gradients 8e-5 (gate gradients 2e-4); float16/bfloat16 0.005,
+// 0.008 and 0.02, relative to the RMS of the expected values (the output's scale).
+import { DELTA_RULE_TOLERANCE, type DeltaRuleTolerance } from "../reference/tolerance.ts";
+import {
+  gatedLinearReference,
+  gatedLinearReferenceBackward,
+  type GatedLinearReferenceGradients,
+  type GatedLinearReferenceInputs,
+  type GatedLinearReferenceOutputs,
+  retentionLogDecay,
+} from "../reference/linear_attention.ts";
+import {
+  chunkGla,
+  chunkGlaBackward,
+  chunkLinearAttn,
+  chunkLinearAttnBackward,
+  chunkRetention,
+  chunkRetentionBackward,
+  chunkSimpleGla,
+  chunkSimpleGlaBackward,
+  type Device,
+  type DType,
+  type GlaGradients,
+  type GlaResult,
+  recurrentGla,
+  recurrentGlaBackward,
+  Tensor,
+} from "../mod.ts";
+import { generator } from "./oracle_checks.ts";
+import { host, poisoned } from "./linear_fixtures.ts";
+
+export { expectAgree, expectClose, expectSame, host, leadingRows, pathTolerance } from "./linear_fixtures.ts";
+
+/** The tolerances of a q/k/v dtype. */
+export function tol(dtype: DType): DeltaRuleTolerance {
+  return DELTA_RULE_TOLERANCE[dtype as "float32"];
+}
+
+/** The public functions under test. */
+export type Fn = "chunkGla" | "recurrentGla" | "chunkSimpleGla" | "chunkRetention" | "chunkLinearAttn";
+
+/** What a random problem looks like. */
+export interface GlaSpec {
+  /** Which function. */
+  fn: Fn;
+  /** Batch (1 with cuSeqlens). */
+  B: number;
+  /** Tokens. */
+  T: number;
+  /** Value heads. */
+  H: number;
+  /** Query/key heads (default H). */
+  HK?: number;
+  /** Key head dimension. */
+  K: number;
+  /** Value head dimension. */
+  V: number;
+  /** Dtype of q, k, v. */
+  dtype: DType;
+  /** Simple GLA: a decay per token (default true for chunkSimpleGla). */
+  g?: boolean;
+  /** Simple GLA: a decay per head. */
+  gGamma?: boolean;
+  /** Linear attention's normaliser. */
+  normalize?: boolean;
+  /** Packed offsets. */
+  cuSeqlens?: number[];
+  /** Start from a random state (default true). */
+  initialState?: boolean;
+  /** Gates uniform in [gateLow, 0] (default -0.25). */
+  gateLow?: number;
+  /** Also a decay of -20 at about one token in 16 (per head, per channel for GLA). */
+  spikes?: boolean;
+  /** Dtype of the gates (default float32). */
+  gateDtype?: DType;
+  /** Query scale (default the op's K^-0.5). */
+  scale?: number;
+}
+
+/** A random problem on a device, its host copy and the oracle's answers. */
+export class GlaCase implements Disposable {
+  readonly spec: GlaSpec;
+  readonly device: Device;
+  readonly HK: number;
+  readonly N: number;
+  readonly q: Tensor;
+  readonly k: Tensor;
+  readonly v: Tensor;
+  readonly gk?: Tensor;
+  readonly g?: Tensor;
+  readonly gGamma?: Tensor;
+  readonly initialState?: Tensor;
+  readonly cuSeqlens?: Tensor;
+  readonly hostInputs: GatedLinearReferenceInputs;
+  #owned: Tensor[] = [];
+  #reference: GatedLinearReferenceOutputs | undefined;
+
+  constructor(device: Device, spec: GlaSpec, seed: number) {
+    this.spec = spec;
+    this.device = device;
+    const { B, T, H, K, V, dtype, fn } = spec;
+    const HK = (this.HK = spec.HK ?? H);
+    this.N = spec.cuSeqlens ? spec.cuSeqlens.length - 1 : B;
+    const own = <X extends Tensor>(t: X) => (this.#owned.push(t), t);
+    const rand = generator(seed ^ 0x5bd1e995);
+    const gate = (n: number, shape: number[]) => {
+      const low = spec.gateLow ?? -0.25;
+      const a = Float32Array.from({ length: n }, () => low * rand());
+      if (spec.spikes) { for (let i = 0; i < n; i++) if (rand() < 1 / 16) a[i] = -20; }
+      return own(Tensor.from(a, { shape, device }).cast(spec.gateDtype ?? "float32"));
+    };
+    try {
+      // Positive q and k for the normaliser (its denominator stays away from 0, as with feature maps).
+      const positive = spec.normalize === true;
+      this.q = own(
+        positive
+          ? Tensor.rand([B, T, HK, K], { dtype, device, seed, low: 0.1, high: 1 })
+          : Tensor.randn([B, T, HK, K], { dtype, device, seed }),
+      );
+      this.k = own(
+        positive
+          ? Tensor.rand([B, T, HK, K], { dtype, device, seed: seed + 1, low: 0.1, high: 1 })
+          : Tensor.randn([B, T, HK, K], { dtype, device, seed: seed + 1, std: K ** -0.5 }),
+      );
+      this.v = own(Tensor.randn([B, T, H, V], { dtype, device, seed: seed + 2 }));
+      if (fn === "chunkGla" || fn === "recurrentGla") this.gk = gate(B * T * H * K, [B, T, H, K]);
+      if (fn === "chunkSimpleGla" && spec.g !== false) this.g = gate(B * T * H, [B, T, H]);
+      if (fn === "chunkSimpleGla" && spec.gGamma) {
+        const a = Float32Array.from({ length: H }, () => -0.02 - 0.3 * rand());
+        this.gGamma = own(Tensor.from(a, { device }));
+      }
+      this.initialState = spec.initialState === false
+        ? undefined
+        : own(Tensor.randn([this.N, H, K, V], { device, seed: seed + 5, std: 0.5 }));
+      this.cuSeqlens = spec.cuSeqlens
+        ? own(Tensor.from(Int32Array.from(spec.cuSeqlens), { device }))
+        : undefined;
+    } catch (e) {
+      this.dispose();
+      throw e;
+    }
+    this.hostInputs = {
+      B,
+      T,
+      H,
+      HK,
+      K,
+      V,
+      q: host(this.q),
+      k: host(this.k),
+      v: host(this.v),
+      gk: this.gk ? host(this.gk) : undefined,
+      g: this.g ? host(this.g) : undefined,
+      gGamma: fn === "chunkRetention"
+        ? Float64Array.from(retentionLogDecay(H), Math.fround)
+        : this.gGamma
+        ? host(this.gGamma)
+        : undefined,
+      scale: spec.scale ?? K ** -0.5,
+      normalize: spec.normalize ?? false,
+      initialState: this.initialState ? host(this.initialState) : undefined,
+      cuSeqlens: spec.cuSeqlens,
+    };
+  }
+
+  /** The oracle's forward (computed once). */
+  reference(): GatedLinearReferenceOutputs {
+    this.#reference ??= gatedLinearReference(this.hostInputs);
+    return this.#reference;
+  }
+
+  /** The oracle's gradients. */
+  referenceBackward(dOutput: Tensor, dFinalState?: Tensor): GatedLinearReferenceGradients {
+    return gatedLinearReferenceBackward(
+      this.hostInputs,
+      host(dOutput),
+      dFinalState ? host(dFinalState) : undefined,
+    );
+  }
+
+  /** The options of the call (bshd) besides buffers. */
+  options(): { layout: "bshd"; [key: string]: unknown } {
+    const o: { layout: "bshd"; [key: string]: unknown } = {
+      layout: "bshd",
+      initialState: this.initialState,
+      cuSeqlens: this.cuSeqlens,
+      scale: this.spec.scale,
+    };
+    if (this.spec.fn === "chunkSimpleGla") Object.assign(o, { g: this.g, gGamma: this.gGamma });
+    if (this.spec.normalize !== undefined) o.normalize = this.spec.normalize;
+    return o;
+  }
+
+  /** Runs the forward of the case's function into NaN-poisoned buffers (final state asked). */
+  forward(extra: Record<string, unknown> = {}): GlaResult {
+    const { B, T, H, K, V, dtype } = this.spec;
+    const out = {
+      output: this.own(poisoned([B, T, H, V], dtype, this.device)),
+      finalState: this.own(poisoned([this.N, H, K, V], "float32", this.device)),
+    };
+    const o = { ...this.options(), outputFinalState: true, out, ...extra };
+    return callForward(this.spec.fn, this.q, this.k, this.v, this.gk, o);
+  }
+
+  /** Runs the case's backward function into NaN-poisoned buffers. */
+  backward(dOutput: Tensor, dFinalState?: Tensor): GlaGradients {
+    const { B, T, H, K, V, dtype } = this.spec;
+    const HK = this.HK;
+    const out: Record<string, Tensor> = {
+      dq: this.own(poisoned([B, T, HK, K], dtype, this.device)),
+      dk: this.own(poisoned([B, T, HK, K], dtype, this.device)),
+      dv: this.own(poisoned([B, T, H, V], dtype, this.device)),
+    };
+    if (this.gk) out.dgk = this.own(poisoned([B, T, H, K], "float32", this.device));
+    if (this.g) out.dg = this.own(poisoned([B, T, H], "float32", this.device));
+    if (this.gGamma) out.dgGamma = this.own(poisoned([H], "float32", this.device));
+    if (this.initialState) out.dInitialState = this.own(poisoned([this.N, H, K, V], "float32", this.device));
+    const o = { ...this.options(), dFinalState, out };
+    return callBackward(this.spec.fn, dOutput, this.q, this.k, this.v, this.gk, o);
+  }
+
+  /** A random output gradient (dtype of q) and final-state gradient, owned by the case. */
+  cotangents(seed: number): { dOutput: Tensor; dFinalState: Tensor } {
+    const { B, T, H, K, V, dtype } = this.spec;
+    return {
+      dOutput: this.own(Tensor.randn([B, T, H, V], { dtype, device: this.device, seed: seed + 10 })),
+      dFinalState: this.own(Tensor.randn([this.N, H, K, V], { device: this.device, seed: seed + 11 })),
+    };
+  }
+
+  /** Tracks another tensor for disposal with the case. */
+  own<X extends Tensor>(t: X): X {
+    this.#owned.push(t);
+    return t;
+  }
+
+  /** Disposes every tensor the case made. */
+  dispose(): void {
+    for (const t of this.#owned) t.dispose();
+    this.#owned = [];
+  }
+
+  /** Same as `dispose()`. */
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
+
+/** Calls a function's forward (gk is used by the GLA functions only). */
+export function callForward(
+  fn: Fn,
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  gk: Tensor | undefined,
+  // deno-lint-ignore no-explicit-any
+  o: any,
+): GlaResult {
+  switch (fn) {
+    case "chunkGla":
+      return chunkGla(q, k, v, gk!, o);
+    case "recurrentGla":
+      return recurrentGla(q, k, v, gk!, o);
+    case "chunkSimpleGla":
+      return chunkSimpleGla(q, k, v, o);
+    case "chunkRetention":
+      return chunkRetention(q, k, v, o);
+    case "chunkLinearAttn":
+      return chunkLinearAttn(q, k, v, o);
+  }
+}
+
+/** Calls a function's backward function. */
+export function callBackward(
+  fn: Fn,
+  dO: Tensor,
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  gk: Tensor | undefined,
+  // deno-lint-ignore no-explicit-any
+  o: any,
+): GlaGradients {
+  switch (fn) {
+    case "chunkGla":
+      return chunkGlaBackward(dO, q, k, v, gk!, o);
+    case "recurrentGla":
+      return recurrentGlaBackward(dO, q, k, v, gk!, o);
+    case "chunkSimpleGla":
+      return chunkSimpleGlaBackward(dO, q, k, v, o);
+    case "chunkRetention":
+      return chunkRetentionBackward(dO, q, k, v, o);
+    case "chunkLinearAttn":
+      return chunkLinearAttnBackward(dO, q, k, v, o);
+  }
+}

@@ -1,0 +1,48 @@
+// The gated linear family's planner, asked for named GPUs without one (explain): which calls the
+// chunked kernels serve, with which registry rows, and why the others take the general path.
+import assert from "node:assert/strict";
+import { explain } from "../mod.ts";
+
+const names = (p: ReturnType<typeof explain>) => p.kernels.map((k) => k.name);
+
+Deno.test("gla planner: 16-bit calls with head dims a multiple of 8 run the chunked kernels, K padded", () => {
+  const fwd = explain({ op: "linear.gla.fwd", gpu: "h200", dtype: "bfloat16", k: 128 });
+  assert.equal(fwd.path, "chunked");
+  assert.deepEqual(names(fwd), ["linear.gla.fwd.channel<bfloat16, D128>"]);
+  assert.equal(fwd.details.decay, "channel");
+  const padded = explain({
+    op: "linear.gla.fwd",
+    gpu: "h200",
+    dtype: "float16",
+    k: 40,
+    v: 24,
+    channel: false,
+  });
+  assert.deepEqual(names(padded), ["linear.gla.fwd.scalar<float16, D64>"]);
+  const bwd = explain({ op: "linear.gla.bwd", gpu: "h100", k: 64 });
+  assert.deepEqual(names(bwd), [
+    "linear.gla.states.channel<bfloat16, D64>",
+    "linear.gla.dstates.channel<bfloat16, D64>",
+    "linear.gla.grads.channel<bfloat16, D64>",
+  ]);
+  const decode = explain({ op: "linear.gla.decode", gpu: "h200", dtype: "float32" });
+  assert.deepEqual(names(decode), ["linear.gla.decode.simt<float32>"]);
+});
+
+Deno.test("gla planner: the general path, with the reason, for what the chunked kernels cannot take", () => {
+  const cases: [Parameters<typeof explain>[0], RegExp][] = [
+    [{ op: "linear.gla.fwd", gpu: "h200", dtype: "float32" }, /float32/],
+    [{ op: "linear.gla.fwd", gpu: "h200", k: 36 }, /multiple of 8/],
+    [{ op: "linear.gla.fwd", gpu: "h200", aligned: false }, /aligned/],
+    [{ op: "linear.gla.fwd", gpu: "h200", recurrent: true }, /token-by-token/],
+    [{ op: "linear.gla.bwd", gpu: "h200", k: 256 }, /K > 128/],
+    // K = 256: 218 KiB of shared memory, more than an A100 block may take.
+    [{ op: "linear.gla.fwd", gpu: "a100", k: 256 }, /shared memory/],
+  ];
+  for (const [query, why] of cases) {
+    const plan = explain(query);
+    assert.equal(plan.path, "general", JSON.stringify(query));
+    assert.deepEqual(plan.kernels, [], JSON.stringify(query));
+    assert.match(String(plan.details.why), why, JSON.stringify(query));
+  }
+});
