@@ -7,7 +7,9 @@
 //
 // Tolerance rule (relative RMS, see tests/gla_ops_fixtures.ts): float32 5e-5 (outputs, states),
 // 8e-5 (dq, dk, dv), 2e-4 (gate gradients, dInitialState); float16/bfloat16 0.005, 0.008, 0.02,
-// relative to the RMS of the expected values.
+// relative to the RMS of the expected values; the decays' gradients (dgk, dg) 0.05 in 16 bits (a
+// reverse cumsum of q dq - k dk, terms that partly cancel). dgGamma in 16 bits, a sum over tokens of
+// per-token gradients that largely cancel: |error| <= 0.02 * sum over tokens of |dg_t| (per head).
 import assert from "node:assert/strict";
 import type { Device, DType } from "../mod.ts";
 import { deviceTest, withSeed } from "./helpers.ts";
@@ -37,12 +39,26 @@ function checkCase(device: Device, spec: GlaSpec, seed: number): void {
   expectClose(grads.dq, g.dq, t.dqkv, `dq (${what})`);
   expectClose(grads.dk, g.dk, t.dqkv, `dk (${what})`);
   expectClose(grads.dv, g.dv, t.dqkv, `dv (${what})`);
-  if (c.gk) expectClose(grads.dgk!, g.dgk, t.dsmall, `dgk (${what})`);
+  if (c.gk) expectClose(grads.dgk!, g.dgk, t.dgate, `dgk (${what})`);
   else assert.equal(grads.dgk, undefined);
-  if (c.g) expectClose(grads.dg!, g.dg, t.dsmall, `dg (${what})`);
+  if (c.g) expectClose(grads.dg!, g.dg, t.dgate, `dg (${what})`);
   else assert.equal(grads.dg, undefined);
-  if (c.gGamma) expectClose(grads.dgGamma!, g.dgGamma, t.dsmall, `dgGamma (${what})`);
-  else assert.equal(grads.dgGamma, undefined);
+  if (!c.gGamma) {
+    assert.equal(grads.dgGamma, undefined);
+  } else if (spec.dtype === "float32") {
+    expectClose(grads.dgGamma!, g.dgGamma, t.dgate, `dgGamma (${what})`);
+  } else {
+    // A sum over every token of gradients that largely cancel: bounded by the scale of its terms.
+    const scale = c.dgGammaScale(dOutput, dFinalState);
+    const ours = host(grads.dgGamma!);
+    for (let h = 0; h < spec.H; h++) {
+      const err = Math.abs(ours[h] - g.dgGamma[h]);
+      assert.ok(
+        err <= t.dsmall * scale[h],
+        `dgGamma[${h}] ${ours[h]} vs ${g.dgGamma[h]} (bound ${t.dsmall * scale[h]}; ${what})`,
+      );
+    }
+  }
   if (c.initialState) expectClose(grads.dInitialState!, g.dInitialState, t.dsmall, `dInitialState (${what})`);
   using own = r.backward(dOutput, { dFinalState });
   expectClose(own.dq, g.dq, t.dqkv, `result.backward dq (${what})`);

@@ -36,9 +36,19 @@ import { host, poisoned } from "./linear_fixtures.ts";
 
 export { expectAgree, expectClose, expectSame, host, leadingRows, pathTolerance } from "./linear_fixtures.ts";
 
+/** The tolerances of the gated linear family: the delta rule's, and one for the decays' gradients. */
+export interface GlaTolerance extends DeltaRuleTolerance {
+  /**
+   * dgk, dg (relative RMS): a reverse cumsum over the sequence of q dq - k dk, terms that partly
+   * cancel, so 16-bit operands leave it about twice dq's error.
+   */
+  dgate: number;
+}
+
 /** The tolerances of a q/k/v dtype. */
-export function tol(dtype: DType): DeltaRuleTolerance {
-  return DELTA_RULE_TOLERANCE[dtype as "float32"];
+export function tol(dtype: DType): GlaTolerance {
+  const t = DELTA_RULE_TOLERANCE[dtype as "float32"];
+  return { ...t, dgate: dtype === "float32" ? t.dsmall : 0.05 };
 }
 
 /** The public functions under test. */
@@ -112,7 +122,8 @@ export class GlaCase implements Disposable {
       const low = spec.gateLow ?? -0.25;
       const a = Float32Array.from({ length: n }, () => low * rand());
       if (spec.spikes) { for (let i = 0; i < n; i++) if (rand() < 1 / 16) a[i] = -20; }
-      return own(Tensor.from(a, { shape, device }).cast(spec.gateDtype ?? "float32"));
+      using raw = Tensor.from(a, { shape, device });
+      return own(raw.cast(spec.gateDtype ?? "float32"));
     };
     try {
       // Positive q and k for the normaliser (its denominator stays away from 0, as with feature maps).
@@ -172,6 +183,23 @@ export class GlaCase implements Disposable {
   reference(): GatedLinearReferenceOutputs {
     this.#reference ??= gatedLinearReference(this.hostInputs);
     return this.#reference;
+  }
+
+  /**
+   * Per head, the sum over tokens of |dg_t| (the per-token decay gradients dgGamma adds up), from the
+   * oracle with g = 0 when the case has none: the scale of dgGamma's rounding error in 16 bits.
+   */
+  dgGammaScale(dOutput: Tensor, dFinalState?: Tensor): Float64Array {
+    const { B, T, H } = this.spec;
+    const x = { ...this.hostInputs, g: this.hostInputs.g ?? new Float64Array(B * T * H) };
+    const { dg } = gatedLinearReferenceBackward(
+      x,
+      host(dOutput),
+      dFinalState ? host(dFinalState) : undefined,
+    );
+    const scale = new Float64Array(H);
+    for (let i = 0; i < dg.length; i++) scale[i % H] += Math.abs(dg[i]);
+    return scale;
   }
 
   /** The oracle's gradients. */

@@ -48,8 +48,8 @@ export function glaExercise(row: KernelRow, seed: number): void {
   expectClose(grads.dq, g.dq, t.dqkv, `dq ${rowName(row)}`);
   expectClose(grads.dk, g.dk, t.dqkv, `dk ${rowName(row)}`);
   expectClose(grads.dv, g.dv, t.dqkv, `dv ${rowName(row)}`);
-  if (grads.dgk) expectClose(grads.dgk, g.dgk, t.dsmall, `dgk ${rowName(row)}`);
-  if (grads.dg) expectClose(grads.dg, g.dg, t.dsmall, `dg ${rowName(row)}`);
+  if (grads.dgk) expectClose(grads.dgk, g.dgk, t.dgate, `dgk ${rowName(row)}`);
+  if (grads.dg) expectClose(grads.dg, g.dg, t.dgate, `dg ${rowName(row)}`);
   expectClose(grads.dInitialState!, g.dInitialState, t.dsmall, `dInitialState ${rowName(row)}`);
 }
 

@@ -14,7 +14,9 @@ constexpr int pitch16(int w) { return w + 8; }
 constexpr int pitch_gc(int kd) { return kd + 4; }
 
 // The forward and the state passes (fwd.cuh, bwd.cuh's dstates). KD: K padded to 64, 128 or 256.
-template <int KD>
+// Only a decay per key channel needs the scores' scratch tile and a cumsum per channel; the smaller
+// scalar layout lets two blocks share a multiprocessor.
+template <int KD, bool kChannel>
 struct FwdLayout {
   static constexpr int kQ = 0;                                   // q, then scale q exp(gc)
   static constexpr int kK = kQ + kChunk * pitch16(KD) * 2;       // k, then k exp(gL - gc)
@@ -22,9 +24,11 @@ struct FwdLayout {
   static constexpr int kP = kV + kChunk * pitch16(kVTile) * 2;   // scores
   static constexpr int kS = kP + kChunk * pitch16(64) * 2;       // S (16-bit copy) KD x 64
   static constexpr int kX = kS + KD * pitch16(kVTile) * 2;       // scratch tile of the scores
-  static constexpr int kGc = kX + kChunk * pitch16(KD) * 2;      // gc [64][pitch_gc]
-  static constexpr int kGs = kGc + kChunk * pitch_gc(KD) * 4;    // per-token decay [64]
+  static constexpr int kGc = kX + (kChannel ? kChunk * pitch16(KD) * 2 : 0);  // gc [64][pitch_gc] or [64]
+  static constexpr int kGs = kGc + (kChannel ? kChunk * pitch_gc(KD) * 4 : kChunk * 4);  // per-token decay
   static constexpr int kBytes = kGs + kChunk * 4;
+  // Blocks a multiprocessor runs at once (the kernels' launch bounds).
+  static constexpr int kMinBlocks = kChannel || KD == 256 ? 1 : 2;
 };
 
 // The backward's grads kernel (bwd.cuh): what lives through the whole block first, then the V-tile

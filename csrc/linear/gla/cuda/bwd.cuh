@@ -19,8 +19,8 @@ namespace ak::linear::cuda::gla {
 // ---- dstates ----
 
 template <class T, int KD, bool kChannel>
-__global__ void __launch_bounds__(kThreads, 1) gla_dstates_kernel(const BwdParams<T> p) {
-  using Lay = FwdLayout<KD>;
+__global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks)) gla_dstates_kernel(const BwdParams<T> p) {
+  using Lay = FwdLayout<KD, kChannel>;
   using ST = StateTiles<KD>;
   extern __shared__ __align__(128) unsigned char smem[];
   T* Qs = reinterpret_cast<T*>(smem + Lay::kQ);
@@ -275,7 +275,7 @@ template <class T, int KD, bool kChannel>
 void launch_dstates_kd(const BwdParams<T>& bp, cudaStream_t stream) {
   if (bp.N == 0 || bp.H == 0) return;
   const int tiles = (bp.V + kVTile - 1) / kVTile;
-  constexpr int kSmem = FwdLayout<KD>::kBytes;
+  constexpr int kSmem = FwdLayout<KD, kChannel>::kBytes;
   auto kernel = gla_dstates_kernel<T, KD, kChannel>;
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   kernel<<<dim3(static_cast<unsigned>(bp.N * tiles), static_cast<unsigned>(bp.H)), kThreads, kSmem, stream>>>(bp);

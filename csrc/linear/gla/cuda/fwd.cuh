@@ -26,8 +26,8 @@ struct StateTiles {
 };
 
 template <class T, int KD, bool kChannel, bool kStatesOnly>
-__global__ void __launch_bounds__(kThreads, 1) gla_fwd_kernel(const FwdParams<T> p) {
-  using Lay = FwdLayout<KD>;
+__global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks)) gla_fwd_kernel(const FwdParams<T> p) {
+  using Lay = FwdLayout<KD, kChannel>;
   using ST = StateTiles<KD>;
   extern __shared__ __align__(128) unsigned char smem[];
   T* Qs = reinterpret_cast<T*>(smem + Lay::kQ);
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 1) gla_fwd_kernel(const FwdParams<T>
 template <class T, int KD, bool kChannel, bool kStatesOnly>
 void launch_fwd_kd(const FwdParams<T>& fp, cudaStream_t stream) {
   if (fp.N == 0 || fp.H == 0) return;
-  constexpr int kSmem = FwdLayout<KD>::kBytes;
+  constexpr int kSmem = FwdLayout<KD, kChannel>::kBytes;
   auto kernel = gla_fwd_kernel<T, KD, kChannel, kStatesOnly>;
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid(static_cast<unsigned>(fp.N * ((fp.V + kVTile - 1) / kVTile)), static_cast<unsigned>(fp.H));
