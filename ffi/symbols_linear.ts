@@ -217,6 +217,28 @@ export const linearSymbols = {
     ],
     result: "i32",
   },
+  // Feature-map linear attention's element-wise stages (attnkit_linear.h, AK_FMAP_*):
+  // ak_status ak_fmap_features(const ak_tensor* dst, const ak_tensor* x, const ak_tensor* cos /* or NULL */,
+  //                            const ak_tensor* sin /* or NULL */, int32_t phi, int32_t factor, int32_t token_dim)
+  ak_fmap_features: {
+    parameters: ["buffer", "buffer", "buffer", "buffer", "i32", "i32", "i32"],
+    result: "i32",
+  },
+  // ak_status ak_fmap_feature_grad(const ak_tensor* dx, const ak_tensor* x, const ak_tensor* d_features,
+  //                                const ak_tensor* cos, const ak_tensor* sin, int32_t phi, int32_t factor,
+  //                                int32_t token_dim)
+  ak_fmap_feature_grad: {
+    parameters: ["buffer", "buffer", "buffer", "buffer", "buffer", "i32", "i32", "i32"],
+    result: "i32",
+  },
+  // ak_status ak_fmap_values(const ak_tensor* dst, const ak_tensor* v)
+  ak_fmap_values: { parameters: ["buffer", "buffer"], result: "i32" },
+  // ak_status ak_fmap_normalise(const ak_tensor* dst, const ak_tensor* num, double eps, int32_t factor,
+  //                             int32_t token_dim)
+  ak_fmap_normalise: { parameters: ["buffer", "buffer", "f64", "i32", "i32"], result: "i32" },
+  // ak_status ak_fmap_normalise_grad(const ak_tensor* dst, const ak_tensor* d_output, const ak_tensor* num,
+  //                                  double eps, int32_t factor, int32_t token_dim)
+  ak_fmap_normalise_grad: { parameters: ["buffer", "buffer", "buffer", "f64", "i32", "i32"], result: "i32" },
 } as const satisfies Deno.ForeignLibraryInterface;
 
 /** Flags of the delta-rule entries (`AK_DELTA_*` in attnkit_linear.h). */

@@ -286,28 +286,31 @@ deviceTest(
 );
 
 deviceTest(
-  "feature map: a long float16 causal sequence stays finite and accurate",
+  "feature map: a long float16 sequence stays finite and accurate, causal and bidirectional",
   (device) =>
     expectNoLeak(device, () =>
       withSeed((seed) => {
-        // Summed over 600 tokens, the scores (~ K e^2) would exceed float16's range; the path keeps averages.
-        const spec: Spec = {
-          B: 1,
-          T: 600,
-          H: 1,
-          K: 32,
-          V: 8,
-          dtype: "float16",
-          layout: "bshd",
-          phi: "elu+1",
-          isCausal: true,
-        };
-        using p = new Problem(device, spec, seed);
-        using r = featureMapLinearAttention(p.q, p.k, p.v, p.options());
-        assertClose(r.output, featureMapLinearAttentionReference(p.x), {
-          relRms: TOL.float16.output,
-          name: "output",
-        });
+        // Summed over 600 tokens, the scores (~ K e^2) would exceed float16's range; the paths keep
+        // averages (the bidirectional one reads the whole sequence's state at every token).
+        for (const isCausal of [true, false]) {
+          const spec: Spec = {
+            B: 1,
+            T: 600,
+            H: 1,
+            K: 32,
+            V: 8,
+            dtype: "float16",
+            layout: "bshd",
+            phi: "elu+1",
+            isCausal,
+          };
+          using p = new Problem(device, spec, seed);
+          using r = featureMapLinearAttention(p.q, p.k, p.v, p.options());
+          assertClose(r.output, featureMapLinearAttentionReference(p.x), {
+            relRms: TOL.float16.output,
+            name: `output (isCausal ${isCausal})`,
+          });
+        }
       })),
 );
 

@@ -9,7 +9,7 @@
 // 8e-5 (dq, dk, dv), 2e-4 (gate gradients, dInitialState); float16/bfloat16 0.005, 0.008, 0.02,
 // relative to the RMS of the expected values; the decays' gradients (dgk, dg) 0.05 in 16 bits (a
 // reverse cumsum of q dq - k dk, terms that partly cancel). dgGamma in 16 bits, a sum over tokens of
-// per-token gradients that largely cancel: |error| <= 0.02 * sum over tokens of |dg_t| (per head).
+// per-token gradients that largely cancel: |error| <= 0.05 * sum over tokens of |dg_t| (per head).
 import assert from "node:assert/strict";
 import type { Device, DType } from "../mod.ts";
 import { deviceTest, withSeed } from "./helpers.ts";
@@ -54,8 +54,8 @@ function checkCase(device: Device, spec: GlaSpec, seed: number): void {
     for (let h = 0; h < spec.H; h++) {
       const err = Math.abs(ours[h] - g.dgGamma[h]);
       assert.ok(
-        err <= t.dsmall * scale[h],
-        `dgGamma[${h}] ${ours[h]} vs ${g.dgGamma[h]} (bound ${t.dsmall * scale[h]}; ${what})`,
+        err <= t.dgate * scale[h],
+        `dgGamma[${h}] ${ours[h]} vs ${g.dgGamma[h]} (bound ${t.dgate * scale[h]}; ${what})`,
       );
     }
   }

@@ -173,6 +173,37 @@ AK_API ak_status ak_gla_decode(const ak_tensor* q, const ak_tensor* k, const ak_
                                const ak_tensor* g, const ak_tensor* g_gamma, const ak_tensor* state, double scale,
                                const ak_tensor* output, const ak_tensor* new_state);
 
+/*
+ * Feature-map linear attention: the element-wise stages around the gated-linear kernel (one pass
+ * each, float32 math per element). Every 4-D tensor is a strided view [d0, d1, d2, cols] whose
+ * first three dims are a row's (batch, token, head) in either order; token_dim (1 or 2) says which
+ * holds the token. cos, sin: [T] float32 contiguous, both or NULL. Float tensors of any float dtype
+ * unless stated. The factor of token t is 1, 1 / (t + 1) or 1 / T (AK_FMAP_FACTOR_*).
+ */
+enum { AK_FMAP_IDENTITY = 0, AK_FMAP_ELU1 = 1, AK_FMAP_RELU = 2 };
+enum { AK_FMAP_FACTOR_NONE = 0, AK_FMAP_FACTOR_CAUSAL = 1, AK_FMAP_FACTOR_MEAN = 2 };
+
+/* dst [.., K'] = phi(x) * factor, or with weights [phi(x) f cos_t, phi(x) f sin_t] (K' = 2K); x [.., K]. */
+AK_API ak_status ak_fmap_features(const ak_tensor* dst, const ak_tensor* x, const ak_tensor* cos,
+                                  const ak_tensor* sin, int32_t phi, int32_t factor, int32_t token_dim);
+/* dx [.., K] = phi'(x) * factor * (d_features, or d_features[:K] cos_t + d_features[K:] sin_t). */
+AK_API ak_status ak_fmap_feature_grad(const ak_tensor* dx, const ak_tensor* x, const ak_tensor* d_features,
+                                      const ak_tensor* cos, const ak_tensor* sin, int32_t phi, int32_t factor,
+                                      int32_t token_dim);
+/* dst [.., W] = [v | 1 | 0 ...] with v [.., w], w + 1 <= W. */
+AK_API ak_status ak_fmap_values(const ak_tensor* dst, const ak_tensor* v);
+/* dst [.., w] = num[.., :w] / (num[.., w] + eps * factor): num is the kernel's output over [v | 1 ..]. */
+AK_API ak_status ak_fmap_normalise(const ak_tensor* dst, const ak_tensor* num, double eps, int32_t factor,
+                                   int32_t token_dim);
+/*
+ * The kernel's output gradient for dst = normalise(num): with D = num[w] + eps * factor and
+ * o = num[:w] / D, dst [.., W] (W >= w + 2) = [r | hi | lo | 0 ...] where r = dO / D rounded to dst's
+ * dtype, dD = -(r . o), hi = dD rounded and lo = dD - hi rounded (the normaliser's share crosses in
+ * two columns so the kernel's float32 sums cancel what they should). d_output [.., w].
+ */
+AK_API ak_status ak_fmap_normalise_grad(const ak_tensor* dst, const ak_tensor* d_output, const ak_tensor* num,
+                                        double eps, int32_t factor, int32_t token_dim);
+
 #ifdef __cplusplus
 }
 #endif

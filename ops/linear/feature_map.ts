@@ -28,14 +28,7 @@ import {
 import type { DType } from "../dtype.ts";
 import { Tensor } from "../tensor.ts";
 import { FEATURE_MAP_KINDS, type FeatureMapKind, Temporaries } from "./feature_map_features.ts";
-import {
-  bidirectionalGradients,
-  bidirectionalOutput,
-  causalGradients,
-  causalOutput,
-  type FeatureMapCall,
-  inLayout,
-} from "./feature_map_paths.ts";
+import { type FeatureMapCall, writeGradients, writeOutput } from "./feature_map_paths.ts";
 import { type LinearLayout, linearLayout, sequencePattern, warnIfLayoutLooksSwapped } from "./layouts.ts";
 import { callerBuffers, disposable } from "./results.ts";
 
@@ -245,9 +238,9 @@ function buffers(
   return Object.entries(like).map(([n, t]) => buffer(op, out, n, t, dtype));
 }
 
-/** `t` in `dtype`: written into `into` when given, else a new tensor. */
-function deliver(t: Tensor, dtype: DType, into: Tensor | undefined): Tensor {
-  return into ? into.copyFrom(t) : t.cast(dtype);
+/** The caller's buffer, else a new tensor shaped like `like` in `dtype`. */
+function target(into: Tensor | undefined, like: Tensor, dtype: DType): Tensor {
+  return into ?? Tensor.empty(like.shape, { dtype, device: like.device });
 }
 
 /** The output (in the dtype of q), or an empty one for an empty call. */
@@ -255,14 +248,17 @@ function outputOf(op: string, c: CheckedCall, out: unknown): FeatureMapResultFie
   const dtype = c.q.dtype;
   const [into] = buffers(op, out, { output: c.v }, dtype);
   const caller = callerBuffers(out);
-  if (c.q.numel === 0 || c.v.numel === 0) {
-    return { output: into ?? Tensor.empty(c.v.shape, { dtype, device: c.v.device }), caller };
+  const output = target(into, c.v, dtype);
+  try {
+    if (c.q.numel > 0 && c.v.numel > 0) {
+      using scope = new Temporaries();
+      writeOutput(scope, c, output, op);
+    }
+  } catch (e) {
+    if (!into) output.dispose();
+    throw e;
   }
-  using scope = new Temporaries();
-  const o = c.isCausal
-    ? causalOutput(scope, c, op)
-    : inLayout(scope, bidirectionalOutput(scope, c, op), c.layout);
-  return { output: deliver(o, dtype, into), caller };
+  return { output, caller };
 }
 
 interface FeatureMapResultFields {
@@ -281,26 +277,29 @@ function gradientsOf(op: string, c: CheckedCall, dO: unknown, out: unknown): Fea
     );
   }
   const dtype = c.q.dtype;
-  const into = buffers(op, out, { dq: c.q, dk: c.k, dv: c.v }, dtype);
+  const [dq, dk, dv] = buffers(op, out, { dq: c.q, dk: c.k, dv: c.v }, dtype);
   const caller = callerBuffers(out);
   const made: Tensor[] = [];
-  const finish = (ts: Tensor[]) => {
-    try {
-      ts.forEach((t, i) => made.push(deliver(t, dtype, into[i])));
-    } catch (e) {
-      for (const t of made) if (!caller.has(t)) t.dispose();
-      throw e;
-    }
-    return disposable({ dq: made[0], dk: made[1], dv: made[2] }, caller);
+  const fresh = (given: Tensor | undefined, like: Tensor) => {
+    if (given) return given;
+    const t = target(undefined, like, dtype);
+    made.push(t);
+    return t;
   };
-  if (c.q.numel === 0 || c.v.numel === 0) {
-    using zeros = new Temporaries();
-    return finish([c.q, c.k, c.v].map((t) => zeros.temp(Tensor.zeros(t.shape, { dtype, device: t.device }))));
+  try {
+    const into = { dq: fresh(dq, c.q), dk: fresh(dk, c.k), dv: fresh(dv, c.v) };
+    if (c.q.numel === 0 || c.v.numel === 0) {
+      // No output depends on anything: every gradient is zero.
+      for (const t of [into.dq, into.dk, into.dv]) t.fill(0);
+    } else {
+      using scope = new Temporaries();
+      writeGradients(scope, c, g, into, op);
+    }
+    return disposable(into, caller);
+  } catch (e) {
+    for (const t of made) t.dispose();
+    throw e;
   }
-  using scope = new Temporaries();
-  const r = c.isCausal ? causalGradients(scope, c, g, op) : bidirectionalGradients(scope, c, g, op);
-  const back = (t: Tensor) => (c.isCausal ? t : inLayout(scope, t, c.layout));
-  return finish([r.dq, r.dk, r.dv].map(back));
 }
 
 /**

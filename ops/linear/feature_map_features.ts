@@ -1,15 +1,14 @@
 /**
- * The feature side of feature-map linear attention: phi applied element by element, the cosformer
- * re-weighting folded into the feature dim (`[phi(x) cos, phi(x) sin]`, so a plain dot product of
- * two such rows is `(P_i . R_j) w_ij`), an optional factor per token, and the way back from a
- * feature gradient to the input's gradient. Everything is computed in float32 with tensor math on
- * the input's device.
+ * The feature side of feature-map linear attention and the element-wise stages around the kernel,
+ * each one pass of a native entry (float32 math per element, any float dtype in and out): phi
+ * applied with the cosformer re-weighting folded into the feature dim (`[phi(x) cos, phi(x) sin]`,
+ * so a plain dot product of two such rows is `(P_i . R_j) w_ij`) and a factor per token, the value
+ * rows with their ones column, the normaliser's division, and the way back of each.
  *
  * @module
  */
 import { native, unwrap } from "../../ffi/library.ts";
 import type { DType } from "../dtype.ts";
-import { where } from "../tensor_math/elementwise.ts";
 import { Tensor } from "../tensor.ts";
 
 /**
@@ -37,8 +36,7 @@ export const FEATURE_MAP_KINDS: readonly FeatureMapKind[] = ["elu+1", "relu", "i
 
 /**
  * What one call makes and drops again: tensors and disposable results (of the kernels it calls),
- * disposed together when the call ends, whether it succeeded or threw. Results handed to the caller
- * are fresh copies made before that.
+ * disposed together when the call ends, whether it succeeded or threw.
  */
 export class Temporaries implements Disposable {
   #made: Disposable[] = [];
@@ -56,96 +54,157 @@ export class Temporaries implements Disposable {
   }
 }
 
-/**
- * The cosformer weights and the per-token factor, float32, shaped to broadcast against a
- * `[B, T, H, K]` or `[B, H, T, K]` tensor (`[1, T, 1, 1]` or `[1, 1, T, 1]`).
- */
-export interface TokenWeights {
+/** The phi codes of the native stages (`AK_FMAP_*`); softmax_free maps like the identity. */
+const PHI_CODES: Record<FeatureMapKind, number> = { identity: 0, softmax_free: 0, "elu+1": 1, relu: 2 };
+
+/** The factor of token t's query row (`AK_FMAP_FACTOR_*`): 1, 1 / (t + 1), or 1 / T. */
+export const TokenFactor = { NONE: 0, CAUSAL: 1, MEAN: 2 } as const;
+
+/** How a call's rows are laid out and weighted. */
+export interface RowSettings {
+  /** The dim of the 4-D tensors that holds the token: 1 (`"bshd"`) or 2 (`"bhsd"`). */
+  tokenDim: 1 | 2;
+  /** cosformer's cosine weights, `[T]` float32 contiguous (given with `sin`). */
   cos?: Tensor;
+  /** cosformer's sine weights, `[T]` float32 contiguous (given with `cos`). */
   sin?: Tensor;
-  /** Multiplies the feature row of token t (before the cosformer weights). */
-  factor?: Tensor;
 }
 
-/** phi(x) in float32 (x is float32). */
-function applyPhi(scope: Temporaries, x: Tensor, phi: FeatureMapKind): Tensor {
-  switch (phi) {
-    case "elu+1": {
-      // exp may overflow where x is large, but where() takes x + 1 there.
-      const positive = scope.temp(x.gt(0));
-      const e = scope.temp(x.exp()), shifted = scope.temp(x.add(1));
-      return scope.temp(where(positive, shifted, e));
-    }
-    case "relu":
-      return scope.temp(x.maximum(0));
-    default:
-      return x;
-  }
+/** A column range `[a, b)` of a 4-D tensor. */
+export type ColumnRange = [number, number];
+
+/** Columns `[a, b)` of the 4-D tensor `t` as a descriptor of its memory (no copy); all of it by default. */
+export function columnView(t: Tensor, op: string, range?: ColumnRange): Uint8Array<ArrayBuffer> {
+  if (!range || (range[0] === 0 && range[1] === t.shape[3])) return t.descriptor(op);
+  const [a, b] = range;
+  return t.viewDescriptor([...t.shape.slice(0, 3), b - a], t.strides, op, a * t.strides[3]);
 }
 
-/** `dF * phi'(x)` in float32: elu+1 -> 1 or exp(x), relu -> 1 or 0 (at x > 0 or not), identity -> 1. */
-function throughPhi(scope: Temporaries, x: Tensor, dF: Tensor, phi: FeatureMapKind): Tensor {
-  switch (phi) {
-    case "elu+1": {
-      const positive = scope.temp(x.gt(0));
-      const slope = scope.temp(where(positive, 1, scope.temp(x.exp())));
-      return scope.temp(dF.mul(slope));
-    }
-    case "relu":
-      return scope.temp(where(scope.temp(x.gt(0)), dF, 0));
-    default:
-      return dF;
-  }
+/** Copies `src` (columns `from`) into `dst` (columns `to`, as wide), casting. */
+export function copyColumns(dst: Tensor, to: ColumnRange, src: Tensor, from: ColumnRange, op: string): void {
+  unwrap(native().ak_copy(columnView(dst, op, to), columnView(src, op, from)), op);
 }
 
-/** Copies `src` (`[..., n]`) into columns `[at, at + n)` of `dst` (`[..., m]`, contiguous), casting. */
-export function writeColumns(dst: Tensor, src: Tensor, at: number, op: string): void {
-  unwrap(native().ak_copy(dst.viewDescriptor(src.shape, dst.strides, op, at), src.descriptor(op)), op);
-}
+const weightView = (t: Tensor | undefined, op: string) => (t ? t.descriptor(op) : null);
 
 /**
- * The features of x (`[..., K]`, any float dtype) in `dtype`: `phi(x) * factor`, and with cosformer
- * weights `[phi(x) * factor * cos, phi(x) * factor * sin]` (`[..., 2K]`). Owned by `scope` as a temp.
+ * The features of x (`[.., K]`, any float dtype) in `dtype`: `phi(x) * factor`, and with cosformer
+ * weights `[phi(x) f cos, phi(x) f sin]` (`[.., 2K]`). Owned by `scope`.
  */
 export function features(
   scope: Temporaries,
   x: Tensor,
   phi: FeatureMapKind,
-  w: TokenWeights,
+  factor: number,
+  rows: RowSettings,
   dtype: DType,
   op: string,
 ): Tensor {
-  const x32 = x.dtype === "float32" ? x : scope.temp(x.cast("float32"));
-  let f = applyPhi(scope, x32, phi);
-  if (w.factor) f = scope.temp(f.mul(w.factor));
-  if (!w.cos || !w.sin) return f.dtype === dtype ? f : scope.temp(f.cast(dtype));
-  const K = x.shape[x.ndim - 1];
-  const out = scope.temp(Tensor.empty([...x.shape.slice(0, -1), 2 * K], { dtype, device: x.device }));
-  writeColumns(out, scope.temp(f.mul(w.cos)), 0, op);
-  writeColumns(out, scope.temp(f.mul(w.sin)), K, op);
+  const K = x.shape[3];
+  const width = rows.cos ? 2 * K : K;
+  const out = scope.temp(Tensor.empty([...x.shape.slice(0, 3), width], { dtype, device: x.device }));
+  unwrap(
+    native().ak_fmap_features(
+      out.descriptor(op),
+      x.descriptor(op),
+      weightView(rows.cos, op),
+      weightView(rows.sin, op),
+      PHI_CODES[phi],
+      factor,
+      rows.tokenDim,
+    ),
+    op,
+  );
+  return out;
+}
+
+/** Writes the gradient of x into `dx` from the gradient of its features (any float dtype), reversing {@link features}. */
+export function featureGradient(
+  dx: Tensor,
+  x: Tensor,
+  dFeatures: Tensor,
+  phi: FeatureMapKind,
+  factor: number,
+  rows: RowSettings,
+  op: string,
+): void {
+  unwrap(
+    native().ak_fmap_feature_grad(
+      dx.descriptor(op),
+      x.descriptor(op),
+      dFeatures.descriptor(op),
+      weightView(rows.cos, op),
+      weightView(rows.sin, op),
+      PHI_CODES[phi],
+      factor,
+      rows.tokenDim,
+    ),
+    op,
+  );
+}
+
+/** Columns `range` of v as the kernel reads them, `[v | 1 | 0 ...]` (`width` columns) in `dtype`. */
+export function valuesWithOnes(
+  scope: Temporaries,
+  v: Tensor,
+  range: ColumnRange,
+  width: number,
+  dtype: DType,
+  op: string,
+): Tensor {
+  const out = scope.temp(Tensor.empty([...v.shape.slice(0, 3), width], { dtype, device: v.device }));
+  unwrap(native().ak_fmap_values(out.descriptor(op), columnView(v, op, range)), op);
   return out;
 }
 
 /**
- * The gradient of x (float32, a temp of `scope`) from the gradient of its features (`[..., K']`,
- * any float dtype), reversing {@link features}.
+ * Writes `num[.., :w] / (num[.., w] + eps * factor)` into columns `range` of `dst` (w columns):
+ * `num` is the kernel's output over `[v | 1 ..]`.
  */
-export function featureGradient(
+export function normalise(
+  dst: Tensor,
+  range: ColumnRange,
+  num: Tensor,
+  eps: number,
+  factor: number,
+  rows: RowSettings,
+  op: string,
+): void {
+  unwrap(
+    native().ak_fmap_normalise(columnView(dst, op, range), num.descriptor(op), eps, factor, rows.tokenDim),
+    op,
+  );
+}
+
+/**
+ * The kernel's output gradient for columns `range` of the normalised output (the reverse of
+ * {@link normalise}): `[dO / D rounded, dD high, dD low, 0 ...]`, `width` columns in `dtype`.
+ */
+export function normaliseGradient(
   scope: Temporaries,
-  x: Tensor,
-  dFeatures: Tensor,
-  phi: FeatureMapKind,
-  w: TokenWeights,
+  dOutput: Tensor,
+  range: ColumnRange,
+  num: Tensor,
+  width: number,
+  eps: number,
+  factor: number,
+  rows: RowSettings,
+  dtype: DType,
+  op: string,
 ): Tensor {
-  const K = x.shape[x.ndim - 1];
-  const d32 = dFeatures.dtype === "float32" ? dFeatures : scope.temp(dFeatures.cast("float32"));
-  let dF = d32;
-  if (w.cos && w.sin) {
-    const c = scope.temp(scope.temp(d32.slice(-1, 0, K)).mul(w.cos));
-    const s = scope.temp(scope.temp(d32.slice(-1, K)).mul(w.sin));
-    dF = scope.temp(c.add(s));
-  }
-  if (w.factor) dF = scope.temp(dF.mul(w.factor));
-  const x32 = x.dtype === "float32" ? x : scope.temp(x.cast("float32"));
-  return throughPhi(scope, x32, dF, phi);
+  const out = scope.temp(
+    Tensor.empty([...dOutput.shape.slice(0, 3), width], { dtype, device: dOutput.device }),
+  );
+  unwrap(
+    native().ak_fmap_normalise_grad(
+      out.descriptor(op),
+      columnView(dOutput, op, range),
+      num.descriptor(op),
+      eps,
+      factor,
+      rows.tokenDim,
+    ),
+    op,
+  );
+  return out;
 }

@@ -50,9 +50,16 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
       if (r < p.K && v0 + c + 1 < p.V) dst[static_cast<int64_t>(r) * p.V + v0 + c + 1] = v[1];
     });
   };
+  auto store16 = [&](T* dst) {  // V % 8 == 0: a pair is in or out as a whole
+    for_acc_pairs(S, sr0, sc0, lane, [&](int r, int c, float* v) {
+      if (r < p.K && v0 + c < p.V) {
+        *reinterpret_cast<uint32_t*>(dst + static_cast<int64_t>(r) * p.V + v0 + c) = pack2<T>(v[0], v[1]);
+      }
+    });
+  };
   for (int c = chunks - 1; c >= 0; --c) {
     const int t0 = begin + c * kChunk, len = min(kChunk, end - t0);
-    store(p.dstates.at(first, n, c, h));
+    store16(p.dstates.at(first, n, c, h));
     load_rows<T, KD>(Qs, p.q, row, t0, len, hk, p.K, tid);
     load_vtile<T>(Os, p.dout, row, t0, len, h, v0, p.V, tid);
     if constexpr (kChannel) load_gk<KD>(gc, p.d, row, t0, len, h, p.K, tid);
@@ -105,8 +112,8 @@ __global__ void __launch_bounds__(kThreads, 1) gla_grads_kernel(const BwdParams<
   p.map.sequence(n, srow, sbegin, send, first);
   const int c = (t0 - sbegin) / kChunk;
   const int64_t KV = static_cast<int64_t>(p.K) * p.V;
-  const float* S_c = p.states.at(first, n, c, h);
-  const float* dS_c = p.dstates.at(first, n, c, h);
+  const T* S_c = p.states.at(first, n, c, h);
+  const T* dS_c = p.dstates.at(first, n, c, h);
 
   load_rows<T, KD>(Qs, p.q, row, t0, len, hk, p.K, tid);
   load_rows<T, KD>(Ks, p.k, row, t0, len, hk, p.K, tid);
@@ -134,16 +141,21 @@ __global__ void __launch_bounds__(kThreads, 1) gla_grads_kernel(const BwdParams<
     load_vtile<T>(Vs, p.v, row, t0, len, h, v0, p.V, tid);
     load_vtile<T>(Os, p.dout, row, t0, len, h, v0, p.V, tid);
     cp_async_commit();
-    for (int e = tid; e < KD * (kVTile / 2); e += kThreads) {
-      const int r = e / (kVTile / 2), cc = (e - r * (kVTile / 2)) * 2;
-      float s0 = 0.f, s1 = 0.f, d0 = 0.f, d1 = 0.f;
+    // S and dS tiles (rows K, columns v0 .. v0 + 63 of [K][V] 16-bit slots); zero past K and V.
+    for (int e = tid; e < KD * (kVTile / 8); e += kThreads) {
+      const int r = e / (kVTile / 8), cc = (e - r * (kVTile / 8)) * 8;
+      T* s_dst = Ss + r * pitch16(kVTile) + cc;
+      T* d_dst = Ds + r * pitch16(kVTile) + cc;
       if (r < p.K && v0 + cc < p.V) {
         const int64_t off = static_cast<int64_t>(r) * p.V + v0 + cc;
-        s0 = S_c[off], s1 = S_c[off + 1], d0 = dS_c[off], d1 = dS_c[off + 1];
+        cp_async16(s_dst, S_c + off);
+        cp_async16(d_dst, dS_c + off);
+      } else {
+        *reinterpret_cast<uint4*>(s_dst) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(d_dst) = make_uint4(0, 0, 0, 0);
       }
-      *reinterpret_cast<uint32_t*>(Ss + r * pitch16(kVTile) + cc) = pack2<T>(s0, s1);
-      *reinterpret_cast<uint32_t*>(Ds + r * pitch16(kVTile) + cc) = pack2<T>(d0, d1);
     }
+    cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
     warp_mma<T, 1, KD / 16, false, false>(aq, Os, pitch16(kVTile), m0, Ss, pitch16(kVTile), nk0, kVTile, lane);

@@ -26,7 +26,7 @@ __global__ void gla_chunk_sums_kernel(Rows<float> dG, ChunkMap map, float* sums,
 
 // Per chunk and head: dG_t <- sum_{u >= t} dG_u (this chunk) + later chunks' sums + final term, where
 // the final term is sum_v S_T dS_T per channel (summed over channels for W = 1).
-__global__ void gla_dgates_kernel(Rows<float> dG, ChunkMap map, const float* sums, StateSlots states,
+__global__ void gla_dgates_kernel(Rows<float> dG, ChunkMap map, const float* sums, FinalStates final_states,
                                   const float* d_final_state, int H, int W, int K, int V) {
   const int gidx = blockIdx.x, h = blockIdx.y;
   const int4 ci = map.chunk_of(gidx);
@@ -38,7 +38,7 @@ __global__ void gla_dgates_kernel(Rows<float> dG, ChunkMap map, const float* sum
     float acc = 0.f;
     for (int later = first + c + 1; later < first + chunks; ++later) acc += sums[(static_cast<int64_t>(later) * H + h) * W + col];
     if (d_final_state) {
-      const float* S = states.at(first, ci.w, chunks, h);
+      const float* S = final_states.at(ci.w, h, K, V);
       const float* dS = d_final_state + (static_cast<int64_t>(ci.w) * H + h) * K * V;
       const int k0 = W == 1 ? 0 : col, k1 = W == 1 ? K : col + 1;
       for (int kk = k0; kk < k1; ++kk) {
@@ -78,6 +78,19 @@ __global__ void gla_convert_rows_kernel(const float* src, Rows<T> dst, int B, in
     const int64_t bt = r / heads;
     const int t = static_cast<int>(bt % T_), b = static_cast<int>(bt / T_);
     dst.row(b, t, hh)[c] = from_float<T>(src[e]);
+  }
+}
+
+}  // namespace ak::linear::cuda::gla
+
+namespace ak::linear::cuda::gla {
+
+// The forward's fp32 chunk states cast to the backward's 16-bit slots (the same layout).
+template <class T>
+__global__ void gla_cast_states_kernel(const float* src, T* dst, int64_t count) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < count;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[e] = from_float<T>(src[e]);
   }
 }
 

@@ -123,19 +123,24 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   const bool channel = a.gates.gk;
   const int W = channel ? K : 1;
   const size_t slots = (static_cast<size_t>(chunks) + N) * H * K * V;
+  const size_t finals = static_cast<size_t>(N) * H * K * V;
   const size_t ws = group > 1 ? static_cast<size_t>(p.B) * p.T * HK * K : 0;
   const bool recompute = a.chunk_states == nullptr;
-  ak::cuda::Scratch scratch(p.device_index,
-                            ((recompute ? slots : 0) + slots + 2 * ws + static_cast<size_t>(chunks) * H * W + 64) *
-                                sizeof(float));
-  float* s = scratch.as<float>();
-  float* states = recompute ? s : f32(a.chunk_states);
-  float* dstates = s + (recompute ? slots : 0);
-  float* ws_dq = group > 1 ? dstates + slots : nullptr;
+  // fp32: the final states (recomputed), grouped heads' dq and dk sums, per-chunk sums of the decays'
+  // gradient; 16-bit: the states before and the state gradients after every chunk.
+  const size_t f32_count = (recompute ? finals : 0) + 2 * ws + static_cast<size_t>(chunks) * H * W + 64;
+  const size_t f32_bytes = (f32_count * sizeof(float) + 255) / 256 * 256;
+  ak::cuda::Scratch scratch(p.device_index, f32_bytes + 2 * slots * sizeof(T) + 256);
+  float* f = scratch.as<float>();
+  float* finals_buf = recompute ? f : nullptr;
+  float* ws_dq = group > 1 ? f + (recompute ? finals : 0) : nullptr;
   float* ws_dk = group > 1 ? ws_dq + ws : nullptr;
-  float* sums = dstates + slots + 2 * ws;
+  float* sums = f + (recompute ? finals : 0) + 2 * ws;
+  T* states = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(f) + f32_bytes);
+  T* dstates = states + slots;
 
   const Decays d = decays_of(a.gk, a.g, a.g_gamma);
+  FinalStates final_states;
   if (recompute) {
     FwdParams<T> fp;
     fp.q = rows_in<T>(a.q);
@@ -144,10 +149,19 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
     fp.d = d;
     fp.map = tables.map;
     fp.initial_state = f32(a.initial_state);
-    fp.states = {states, H, K, V};
+    fp.final_state = finals_buf;
+    fp.states16 = {states, H, K, V};
     fp.N = N, fp.H = H, fp.group = group, fp.K = K, fp.V = V;
     fp.scale = static_cast<float>(p.scale);
     ak::cuda::launch_row<T>(plan.states_row, "linear.gla.states", fp, stream);
+    final_states = {finals_buf, static_cast<int64_t>(H) * K * V};
+  } else {
+    // The forward's chunk states (fixed length: [B, NT + 1, H, K, V]) as the 16-bit slots.
+    const unsigned blocks = static_cast<unsigned>(std::min<size_t>((slots + 255) / 256, 65535));
+    gla_cast_states_kernel<T><<<blocks, 256, 0, stream>>>(f32(a.chunk_states), states, static_cast<int64_t>(slots));
+    ak::cuda::check_launch("gla_cast_states_kernel");
+    const int64_t NT = (p.T + kChunk - 1) / kChunk;
+    final_states = {f32(a.chunk_states) + NT * H * K * V, (NT + 1) * H * K * V};
   }
   BwdParams<T> bp;
   bp.q = rows_in<T>(a.q);
@@ -163,6 +177,7 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   bp.map = tables.map;
   bp.states = {states, H, K, V};
   bp.dstates = {dstates, H, K, V};
+  bp.final_states = final_states;
   bp.d_final_state = f32(a.d_final_state);
   bp.d_initial_state = f32(a.d_initial_state);
   const ak_tensor* dG = channel ? a.dgk : (a.g || a.g_gamma) ? a.dg : nullptr;
@@ -183,7 +198,7 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   if (dG && chunks > 0) {
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(H));
     gla_chunk_sums_kernel<<<grid, 128, 0, stream>>>(bp.dG, tables.map, sums, H, W);
-    gla_dgates_kernel<<<grid, 128, 0, stream>>>(bp.dG, tables.map, sums, bp.states, bp.d_final_state, H, W, K, V);
+    gla_dgates_kernel<<<grid, 128, 0, stream>>>(bp.dG, tables.map, sums, final_states, bp.d_final_state, H, W, K, V);
     ak::cuda::check_launch("gla_dgates_kernel");
   }
   // Tokens past the last packed sequence get zero gradients.

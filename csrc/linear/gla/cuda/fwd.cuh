@@ -65,6 +65,13 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
       if (r < p.K && v0 + c + 1 < p.V) dst[static_cast<int64_t>(r) * p.V + v0 + c + 1] = v[1];
     });
   };
+  auto store_state16 = [&](T* dst) {  // V % 8 == 0: a pair is in or out as a whole
+    for_acc_pairs(S, sr0, sc0, lane, [&](int r, int c, float* v) {
+      if (r < p.K && v0 + c < p.V) {
+        *reinterpret_cast<uint32_t*>(dst + static_cast<int64_t>(r) * p.V + v0 + c) = pack2<T>(v[0], v[1]);
+      }
+    });
+  };
   auto copy_state_to_smem = [&]() {
     for_acc_pairs(S, sr0, sc0, lane, [&](int r, int c, float* v) {
       *reinterpret_cast<uint32_t*>(Ss + r * pitch16(kVTile) + c) = pack2<T>(v[0], v[1]);
@@ -75,6 +82,7 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
   for (int c = 0; c < chunks; ++c) {
     const int t0 = begin + c * kChunk, len = min(kChunk, end - t0);
     if (p.states.p) store_state(p.states.at(first, n, c, h));
+    if (p.states16.p) store_state16(p.states16.at(first, n, c, h));
     load_rows<T, KD>(Ks, p.k, row, t0, len, hk, p.K, tid);
     load_vtile<T>(Vs, p.v, row, t0, len, h, v0, p.V, tid);
     if constexpr (!kStatesOnly) load_rows<T, KD>(Qs, p.q, row, t0, len, hk, p.K, tid);

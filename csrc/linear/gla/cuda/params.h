@@ -19,14 +19,27 @@ struct Decays {
   const float* gamma = nullptr;  // [H]
 };
 
-// Per-chunk states [(chunks + N), H, K, V] fp32: sequence n's chunk c is entry first_chunk(n) + n + c
-// (one more entry per sequence than it has chunks: the state after its last chunk). Without
-// cu_seqlens this is the forward's chunk_states layout [B, NT + 1, H, K, V].
-struct StateSlots {
-  float* p = nullptr;
+// Per-chunk states [(chunks + N), H, K, V] (fp32, or the inputs' 16-bit type for the backward's own
+// slots): sequence n's chunk c is entry first_chunk(n) + n + c (one more entry per sequence than it has
+// chunks: the state after its last chunk). Without cu_seqlens this is the forward's chunk_states
+// layout [B, NT + 1, H, K, V].
+template <class E>
+struct Slots {
+  E* p = nullptr;
   int H = 0, K = 0, V = 0;
-  __device__ __forceinline__ float* at(int first_chunk, int n, int c, int h) const {
+  __device__ __forceinline__ E* at(int first_chunk, int n, int c, int h) const {
     return p + ((static_cast<int64_t>(first_chunk) + n + c) * H + h) * static_cast<int64_t>(K) * V;
+  }
+};
+using StateSlots = Slots<float>;
+
+// The final states [N, H, K, V] fp32 inside a larger buffer: sequence n, head h at
+// p + n * n_stride + h * K * V.
+struct FinalStates {
+  const float* p = nullptr;
+  int64_t n_stride = 0;
+  __device__ __forceinline__ const float* at(int n, int h, int K, int V) const {
+    return p + n * n_stride + static_cast<int64_t>(h) * K * V;
   }
 };
 
@@ -38,7 +51,8 @@ struct FwdParams {
   ChunkMap map;
   const float* initial_state = nullptr;  // [N, H, K, V]
   float* final_state = nullptr;          // [N, H, K, V]
-  StateSlots states;                     // p == nullptr: not stored
+  StateSlots states;                     // fp32 chunk_states; p == nullptr: not stored
+  Slots<T> states16;                     // the backward's 16-bit slots; p == nullptr: not stored
   int N = 0, H = 0, group = 1, K = 0, V = 0;
   float scale = 1.f;
 };
@@ -50,8 +64,9 @@ struct BwdParams {
   float *ws_dq = nullptr, *ws_dk = nullptr;  // group > 1: fp32 [B, T, HK, K] contiguous, accumulated
   Decays d;
   ChunkMap map;
-  StateSlots states;   // S before each chunk (and after the last)
-  StateSlots dstates;  // dS after each chunk (slot c = after chunk c)
+  Slots<T> states;     // S before each chunk (16-bit, the operand type of the products)
+  Slots<T> dstates;    // dS after each chunk (slot c = after chunk c), 16-bit
+  FinalStates final_states;  // S after each sequence, fp32 (the decays' gradient term)
   const float* d_final_state = nullptr;  // [N, H, K, V]
   float* d_initial_state = nullptr;      // [N, H, K, V]
   Rows<float> dG;      // [B, T, H, K] (channel) or [B, T, H] as sb/st/sh with K = 1 (scalar)
