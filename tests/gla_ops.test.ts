@@ -7,9 +7,9 @@
 //
 // Tolerance rule (relative RMS, see tests/gla_ops_fixtures.ts): float32 5e-5 (outputs, states),
 // 8e-5 (dq, dk, dv), 2e-4 (gate gradients, dInitialState); float16/bfloat16 0.005, 0.008, 0.02,
-// relative to the RMS of the expected values; the decays' gradients (dgk, dg) 0.05 in 16 bits (a
-// reverse cumsum of q dq - k dk, terms that partly cancel). dgGamma in 16 bits, a sum over tokens of
-// per-token gradients that largely cancel: |error| <= 0.05 * sum over tokens of |dg_t| (per head).
+// relative to the RMS of the expected values; the decays' gradients (dgk, dg) 0.08 in 16 bits (a
+// reverse cumsum of q dq - k dk, terms that largely cancel). dgGamma in 16 bits, a sum over tokens of
+// per-token gradients that largely cancel: |error| <= 0.08 * sum over tokens of |dg_t| (per head).
 import assert from "node:assert/strict";
 import type { Device, DType } from "../mod.ts";
 import { deviceTest, withSeed } from "./helpers.ts";

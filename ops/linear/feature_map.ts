@@ -7,8 +7,10 @@
  *   s_ij = (P_i . R_j) w_ij,   o_i = sum_j s_ij v_j / (sum_j s_ij + eps)
  *
  * There is no query scale. `"softmax_free"` is the identity map without the normaliser
- * (`o_i = sum_j s_ij v_j`). The causal form runs on the gated-linear chunk kernel without decay, the
- * bidirectional one as two batched matrix products per head; both are O(T) in memory.
+ * (`o_i = sum_j s_ij v_j`). Both forms run on the gated-linear chunk kernel without decay (the
+ * bidirectional one as two calls: the whole sequence's state, then every query read against it),
+ * with one-pass native stages for the features, the normaliser and their gradients; both are O(T)
+ * in memory.
  *
  * q, k `[B, T, H, K]` and v `[B, T, H, V]` (`"bshd"`) or `[B, H, T, *]` (`"bhsd"`) share one dtype
  * (float16, bfloat16 or float32) and device; the output is shaped like v in that dtype; cosWeight

@@ -201,18 +201,18 @@ __global__ void __launch_bounds__(kThreads, 1) gla_grads_kernel(const BwdParams<
     warp_mma<T, 1, KD / 16, false, true>(aq, Ps, pitch16(64), m0, Ks, pitch16(KD), nk0, kChunk, lane);
     warp_mma<T, 1, KD / 16, true, true>(ak, Ps, pitch16(64), m0, Qs, pitch16(KD), nk0, kChunk, lane);
   } else {
-    // Pair by pair: thread (row i or j, channel pair) sums over the chunk.
+    // Diagonal 16 x 16 blocks pair by pair: thread (row, channel pair) sums over its block.
     for (int e = tid; e < kChunk * (KD / 2); e += kThreads) {
-      const int r = e / (KD / 2), cc = (e - r * (KD / 2)) * 2;
+      const int r = e / (KD / 2), cc = (e - r * (KD / 2)) * 2, b0 = r & ~15;
       const float gr0 = gc[r * pitch_gc(KD) + cc], gr1 = gc[r * pitch_gc(KD) + cc + 1];
       float q0 = 0.f, q1 = 0.f, k0 = 0.f, k1 = 0.f;
-      for (int j = 0; j <= r; ++j) {  // dq_r += dP_rj k_j exp(gc_r - gc_j)
+      for (int j = b0; j <= r; ++j) {  // dq_r += dP_rj k_j exp(gc_r - gc_j)
         const float w = dPs[r * 65 + j];
         const float2 kk = unpack2<T>(*reinterpret_cast<const uint32_t*>(Ks + j * pitch16(KD) + cc));
         q0 += w * kk.x * __expf(gr0 - gc[j * pitch_gc(KD) + cc]);
         q1 += w * kk.y * __expf(gr1 - gc[j * pitch_gc(KD) + cc + 1]);
       }
-      for (int i = r; i < kChunk; ++i) {  // dk_r += dP_ir q_i exp(gc_i - gc_r)
+      for (int i = r; i < b0 + 16; ++i) {  // dk_r += dP_ir q_i exp(gc_i - gc_r)
         const float w = dPs[i * 65 + r];
         const float2 qq = unpack2<T>(*reinterpret_cast<const uint32_t*>(Qs + i * pitch16(KD) + cc));
         k0 += w * qq.x * __expf(gc[i * pitch_gc(KD) + cc] - gr0);
@@ -222,6 +222,56 @@ __global__ void __launch_bounds__(kThreads, 1) gla_grads_kernel(const BwdParams<
       DQ[r * (KD + 4) + cc + 1] = p.scale * q1;
       DK[r * (KD + 4) + cc] = p.scale * k0;
       DK[r * (KD + 4) + cc + 1] = p.scale * k1;
+    }
+    // Off the diagonal on tensor cores, the decay taken relative to a block boundary r0 so that both
+    // factors have exponents <= 0: X holds the decayed k (dq) or q (dk) rows, A the dP block (16-bit).
+    T* X = Kd;  // dead after the V tiles
+    T* A = Ps;  // 16 x 64 (pitch 72)
+    const bool mma_warp = warp < KD / 16;
+    const int c0 = 16 * warp;
+    for (int step = 0; step < 6; ++step) {
+      const bool for_dq = step < 3;
+      const int I = step + 1;              // dq: block row I, r0 = 16 I, keys j < r0
+      const int J = step - 3;              // dk: block column J, r0 = 16 (J + 1), queries i >= r0
+      const int r0 = for_dq ? 16 * I : 16 * (J + 1);
+      const int rows = for_dq ? r0 : kChunk - r0;  // X rows, the product's inner dimension
+      const float* g0 = gc + r0 * pitch_gc(KD);
+      __syncthreads();  // the previous step's X, A (and the diagonal pass) are done with
+      for (int e = tid; e < rows * (KD / 2); e += kThreads) {
+        const int x = e / (KD / 2), cc = (e - x * (KD / 2)) * 2;
+        const int t = for_dq ? x : r0 + x;
+        const T* src = (for_dq ? Ks : Qs) + t * pitch16(KD) + cc;
+        const float2 v = unpack2<T>(*reinterpret_cast<const uint32_t*>(src));
+        const float* gt = gc + t * pitch_gc(KD);
+        const float e0 = for_dq ? g0[cc] - gt[cc] : gt[cc] - g0[cc];
+        const float e1 = for_dq ? g0[cc + 1] - gt[cc + 1] : gt[cc + 1] - g0[cc + 1];
+        *reinterpret_cast<uint32_t*>(X + x * pitch16(KD) + cc) = pack2<T>(v.x * __expf(e0), v.y * __expf(e1));
+      }
+      for (int e = tid; e < 16 * rows; e += kThreads) {
+        const int a = e / rows, x = e - a * rows;
+        // dq: A[a][x] = dP[r0 + a][x];  dk: A[a][x] = dP[r0 + x][16 J + a]
+        const float w = for_dq ? dPs[(r0 + a) * 65 + x] : dPs[(r0 + x) * 65 + 16 * J + a];
+        A[a * pitch16(64) + x] = from_float<T>(w);
+      }
+      __syncthreads();
+      if (mma_warp) {
+        float acc[1][2][4];
+        zero_acc(acc);
+        warp_mma<T, 1, 2, false, true>(acc, A, pitch16(64), 0, X, pitch16(KD), c0, rows, lane);
+        for_acc_pairs(acc, 0, c0, lane, [&](int a, int cc, float* v) {
+          if (for_dq) {
+            const int i = r0 + a;
+            const float* gi = gc + i * pitch_gc(KD);
+            DQ[i * (KD + 4) + cc] += p.scale * v[0] * __expf(gi[cc] - g0[cc]);
+            DQ[i * (KD + 4) + cc + 1] += p.scale * v[1] * __expf(gi[cc + 1] - g0[cc + 1]);
+          } else {
+            const int jj = 16 * J + a;
+            const float* gj = gc + jj * pitch_gc(KD);
+            DK[jj * (KD + 4) + cc] += p.scale * v[0] * __expf(g0[cc] - gj[cc]);
+            DK[jj * (KD + 4) + cc + 1] += p.scale * v[1] * __expf(g0[cc + 1] - gj[cc + 1]);
+          }
+        });
+      }
     }
     __syncthreads();
     for_acc_pairs(aq, m0, nk0, lane, [&](int r, int cc, float* x) {
