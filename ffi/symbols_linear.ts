@@ -239,6 +239,127 @@ export const linearSymbols = {
   // ak_status ak_fmap_normalise_grad(const ak_tensor* dst, const ak_tensor* d_output, const ak_tensor* num,
   //                                  double eps, int32_t factor, int32_t token_dim)
   ak_fmap_normalise_grad: { parameters: ["buffer", "buffer", "buffer", "f64", "i32", "i32"], result: "i32" },
+  // Causal depthwise convolution (attnkit_linear.h, AK_CONV_*):
+  // ak_status ak_causal_conv1d_fwd(const ak_tensor* x,             [B, T, C] float16 | bfloat16 | float32
+  //                                const ak_tensor* weight,        [C, W] float32 or x's dtype, contiguous
+  //                                const ak_tensor* initial_state, [N, W - 1, C] x's dtype, or NULL
+  //                                const ak_tensor* cu_seqlens,    [N + 1] int32, or NULL
+  //                                int32_t activation,             AK_CONV_NONE | AK_CONV_SILU
+  //                                const ak_tensor* output,        [B, T, C] x's dtype
+  //                                const ak_tensor* final_state)   [N, W - 1, C] x's dtype, or NULL
+  ak_causal_conv1d_fwd: {
+    parameters: ["buffer", "buffer", "buffer", "buffer", "i32", "buffer", "buffer"],
+    result: "i32",
+  },
+  // ak_status ak_causal_conv1d_bwd(const ak_tensor* x, const ak_tensor* weight,
+  //                                const ak_tensor* initial_state,   or NULL
+  //                                const ak_tensor* cu_seqlens,      or NULL
+  //                                const ak_tensor* d_output,        [B, T, C] x's dtype
+  //                                const ak_tensor* d_final_state,   [N, W - 1, C] x's dtype, or NULL
+  //                                int32_t activation,
+  //                                const ak_tensor* dx,              [B, T, C] x's dtype, or NULL
+  //                                const ak_tensor* dweight,         [C, W] float32 or weight's dtype, or NULL
+  //                                const ak_tensor* d_initial_state) [N, W - 1, C] x's dtype, or NULL
+  ak_causal_conv1d_bwd: {
+    parameters: [
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "i32",
+      "buffer",
+      "buffer",
+      "buffer",
+    ],
+    result: "i32",
+  },
+  // Gate transforms (attnkit_linear.h, AK_GATE_*):
+  // ak_status ak_gate_transform_fwd(
+  //   const ak_tensor* raw,      [..., H] or [..., H, D] float16 | bfloat16 | float32 | float64, any strides
+  //   const ak_tensor* a_log,    [H] float32 contiguous
+  //   const ak_tensor* dt_bias,  [H] (per head) or [H, D] (per channel) float32 contiguous
+  //   int32_t kind,              AK_GATE_SOFTPLUS = 0 | AK_GATE_BOUNDED = 1
+  //   double lower_bound,        in [-3e38, 0] (bounded); 0 (softplus)
+  //   int32_t flags,             AK_GATE_FASTMATH = 1
+  //   const ak_tensor* gate)     shape of raw, float32, any non-overlapping strides
+  ak_gate_transform_fwd: {
+    parameters: ["buffer", "buffer", "buffer", "i32", "f64", "i32", "buffer"],
+    result: "i32",
+  },
+  // ak_status ak_gate_transform_bwd(
+  //   const ak_tensor* raw, const ak_tensor* a_log, const ak_tensor* dt_bias,   as in the forward
+  //   const ak_tensor* d_gate,     shape of raw, float32, any strides
+  //   int32_t kind, double lower_bound, int32_t flags,
+  //   const ak_tensor* d_raw,      shape and dtype of raw, any non-overlapping strides
+  //   const ak_tensor* d_a_log,    [H] float32 contiguous
+  //   const ak_tensor* d_dt_bias)  shape of dt_bias, float32 contiguous
+  ak_gate_transform_bwd: {
+    parameters: ["buffer", "buffer", "buffer", "buffer", "i32", "f64", "i32", "buffer", "buffer", "buffer"],
+    result: "i32",
+  },
+  // KDA (attnkit_linear.h, AK_KDA_*):
+  // ak_status ak_kda_fwd(
+  //   const ak_tensor* q,             [B, T, HK, K] float16 | bfloat16 | float32, last dim contiguous
+  //   const ak_tensor* k,             [B, T, HK, K] dtype of q
+  //   const ak_tensor* v,             [B, T, H, V]  dtype of q
+  //   const ak_tensor* gate,          [B, T, H, K] float32 (natural-log decays per key channel)
+  //   const ak_tensor* beta,          [B, T, H] float32
+  //   const ak_tensor* initial_state, [N, H, K, V] float32 contiguous, or NULL
+  //   const ak_tensor* cu_seqlens,    [N + 1] int32, or NULL
+  //   double scale, int32_t flags,    AK_KDA_RECURRENT = 1 | AK_KDA_FASTMATH = 2
+  //   const ak_tensor* output,        [B, T, H, V] dtype of q
+  //   const ak_tensor* final_state)   [N, H, K, V] float32, or NULL
+  ak_kda_fwd: {
+    parameters: [
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "f64",
+      "i32",
+      "buffer",
+      "buffer",
+    ],
+    result: "i32",
+  },
+  // ak_status ak_kda_bwd(
+  //   q, k, v, gate, beta, initial_state, cu_seqlens as in ak_kda_fwd,
+  //   const ak_tensor* d_output,      [B, T, H, V] dtype of q
+  //   const ak_tensor* d_final_state, [N, H, K, V] float32, or NULL
+  //   double scale, int32_t flags,
+  //   const ak_tensor* dq,            [B, T, HK, K] dtype of q
+  //   const ak_tensor* dk,            [B, T, HK, K] dtype of q
+  //   const ak_tensor* dv,            [B, T, H, V]  dtype of q
+  //   const ak_tensor* dgate,         [B, T, H, K] float32
+  //   const ak_tensor* dbeta,         [B, T, H] float32
+  //   const ak_tensor* d_initial_state) [N, H, K, V] float32, or NULL
+  ak_kda_bwd: {
+    parameters: [
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "f64",
+      "i32",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+    ],
+    result: "i32",
+  },
 } as const satisfies Deno.ForeignLibraryInterface;
 
 /** Flags of the delta-rule entries (`AK_DELTA_*` in attnkit_linear.h). */
@@ -255,4 +376,12 @@ export const DeltaFlags = {
 export const GlaFlags = {
   /** Token-by-token algorithm instead of the chunked one. */
   RECURRENT: 1,
+} as const;
+
+/** Flags of the KDA entries (`AK_KDA_*` in attnkit_linear.h). */
+export const KdaFlags = {
+  /** Token-by-token algorithm instead of the chunked one. */
+  RECURRENT: 1,
+  /** Approximate exponentials allowed (no effect on the exact CPU backend and CUDA general path). */
+  FASTMATH: 2,
 } as const;

@@ -41,6 +41,14 @@ export {
   samePrecision,
 } from "./attention.ts";
 export {
+  causalConv1dReference,
+  type CausalConv1dReferenceActivation,
+  causalConv1dReferenceBackward,
+  type CausalConv1dReferenceGradients,
+  type CausalConv1dReferenceInputs,
+  type CausalConv1dReferenceOutputs,
+} from "./causal_conv1d.ts";
+export {
   type DeltaReferenceGradients,
   type DeltaReferenceInputs,
   type DeltaReferenceOutputs,
@@ -58,6 +66,13 @@ export {
   type FeatureMapReferenceInputs,
 } from "./feature_map.ts";
 export {
+  gateTransformReference,
+  gateTransformReferenceBackward,
+  type GateTransformReferenceGradients,
+  type GateTransformReferenceInputs,
+  type GateTransformReferenceKind,
+} from "./gate_transform.ts";
+export {
   gatedLinearReference,
   gatedLinearReferenceBackward,
   type GatedLinearReferenceGradients,
@@ -74,3 +89,10 @@ export {
   DELTA_RULE_TOLERANCE,
   type DeltaRuleTolerance,
 } from "./tolerance.ts";
+export {
+  kdaReference,
+  kdaReferenceBackward,
+  type KdaReferenceGradients,
+  type KdaReferenceInputs,
+  type KdaReferenceOutputs,
+} from "./kda.ts";

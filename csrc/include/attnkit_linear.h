@@ -204,6 +204,111 @@ AK_API ak_status ak_fmap_normalise(const ak_tensor* dst, const ak_tensor* num, d
 AK_API ak_status ak_fmap_normalise_grad(const ak_tensor* dst, const ak_tensor* d_output, const ak_tensor* num,
                                         double eps, int32_t factor, int32_t token_dim);
 
+/*
+ * Causal depthwise convolution (the short convolution before linear attention). x [B, T, C] with
+ * contiguous channels (any batch and token strides), weight [C, W] contiguous, 1 <= W <= 8. With
+ * e the inputs of a sequence extended on the left by its history (e[m] = history[m] for m < W - 1,
+ * e[W - 1 + p] = x[p]), token p of the sequence and channel c:
+ *   z[p, c] = sum_{i < W} weight[c, i] * e[p + i, c]   (weight[c, W - 1] meets the current token)
+ *   output  = z, or silu(z) with AK_CONV_SILU (recomputed by the backward)
+ * Sequences: the B batch rows, or with cu_seqlens (int32 [N + 1], from 0, nondecreasing, ending at
+ * or before T; B = 1) the packed sequences of row 0, repeated offsets being empty ones. Histories
+ * [N, W - 1, C] contiguous, oldest first, dtype of x: initial_state (NULL: zeros) and final_state,
+ * each sequence's last W - 1 inputs (the initial history filling in before a short sequence).
+ * x, output, dx, d_output: float16 | bfloat16 | float32 (one dtype); weight float32 or x's dtype.
+ * Sums in float32; each result is rounded once. Rows past cu_seqlens[N]: the output leaves them
+ * untouched, dx gets zeros. dweight (float32 or weight's dtype) is a fixed-order reduction: the
+ * same bits on every run.
+ */
+enum { AK_CONV_NONE = 0, AK_CONV_SILU = 1 };
+
+/* Writes output [B, T, C] and, when not NULL, final_state [N, W - 1, C]. */
+AK_API ak_status ak_causal_conv1d_fwd(const ak_tensor* x, const ak_tensor* weight, const ak_tensor* initial_state,
+                                      const ak_tensor* cu_seqlens, int32_t activation, const ak_tensor* output,
+                                      const ak_tensor* final_state);
+/*
+ * Gradients of sum(d_output * output) + sum(d_final_state * final_state): dx [B, T, C], dweight
+ * [C, W], d_initial_state [N, W - 1, C] (each NULL to skip; d_initial_state is defined whether or
+ * not initial_state was given). d_final_state: NULL for zero.
+ */
+AK_API ak_status ak_causal_conv1d_bwd(const ak_tensor* x, const ak_tensor* weight, const ak_tensor* initial_state,
+                                      const ak_tensor* cu_seqlens, const ak_tensor* d_output,
+                                      const ak_tensor* d_final_state, int32_t activation, const ak_tensor* dx,
+                                      const ak_tensor* dweight, const ak_tensor* d_initial_state);
+
+/*
+ * KDA (Kimi delta attention): the gated delta rule with a natural-log decay per key channel. Per value
+ * head, for each token t (states [K, V] as above):
+ *   S <- diag(exp(gate_t)) S;  u_t = beta_t (v_t - S^T k_t);  S <- S + k_t u_t^T;  o_t = S^T (scale q_t)
+ * gate holds per-token values (not cumulated). The documented range is finite and <= 0; the CPU
+ * backend and the CUDA general path compute the exact recurrence for any value (a positive gate grows
+ * the state, a huge one overflows it); a kernel with a narrower range refuses calls outside it.
+ */
+#define AK_KDA_RECURRENT 1 /* token-by-token algorithm instead of the chunked one */
+#define AK_KDA_FASTMATH 2  /* approximate exponentials allowed (no effect on the exact paths) */
+
+/*
+ * Forward.
+ *   q, k          [B, T, HK, K]  float16 | bfloat16 | float32
+ *   v             [B, T, H, V]   dtype of q
+ *   gate          [B, T, H, K]   float32
+ *   beta          [B, T, H]      float32
+ *   initial_state [N, H, K, V]   float32, or NULL for zeros
+ *   cu_seqlens    [N + 1]        int32, or NULL
+ * Outputs (written, never read):
+ *   output        [B, T, H, V]   dtype of q; rows past cu_seqlens[N] are left untouched
+ *   final_state   [N, H, K, V]   float32, or NULL
+ */
+AK_API ak_status ak_kda_fwd(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* gate,
+                            const ak_tensor* beta, const ak_tensor* initial_state, const ak_tensor* cu_seqlens,
+                            double scale, int32_t flags, const ak_tensor* output, const ak_tensor* final_state);
+
+/*
+ * Backward: gradients of the forward above with respect to every input.
+ *   d_output      [B, T, H, V]   dtype of q
+ *   d_final_state [N, H, K, V]   float32, or NULL (zero)
+ * Outputs (rows past cu_seqlens[N] are zero):
+ *   dq, dk        [B, T, HK, K]  dtype of q (summed over each group of value heads)
+ *   dv            [B, T, H, V]   dtype of q
+ *   dgate         [B, T, H, K]   float32
+ *   dbeta         [B, T, H]      float32
+ *   d_initial_state [N, H, K, V] float32, or NULL
+ */
+AK_API ak_status ak_kda_bwd(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* gate,
+                            const ak_tensor* beta, const ak_tensor* initial_state, const ak_tensor* cu_seqlens,
+                            const ak_tensor* d_output, const ak_tensor* d_final_state, double scale, int32_t flags,
+                            const ak_tensor* dq, const ak_tensor* dk, const ak_tensor* dv, const ak_tensor* dgate,
+                            const ak_tensor* dbeta, const ak_tensor* d_initial_state);
+
+/*
+ * Gate transforms: raw gate projections to float32 natural-log decays, element by element in float32.
+ * With x = raw + dt_bias and a = exp(a_log) of the element's head:
+ *   AK_GATE_SOFTPLUS  gate = -a * softplus(x)              (range (-inf, 0]; lower_bound must be 0)
+ *   AK_GATE_BOUNDED   gate = lower_bound * sigmoid(a * x)   (range [lower_bound, 0]; lower_bound in [-3e38, 0])
+ *   raw      [..., H] (per head) or [..., H, D] (per channel), float16 | bfloat16 | float32 | float64,
+ *            any strides
+ *   a_log    [H] float32 contiguous
+ *   dt_bias  [H] (per head) or [H, D] (per channel) float32 contiguous: its rank selects the form
+ *   flags    AK_GATE_FASTMATH: the CUDA kernels may use the hardware's approximate exp, log and division
+ *            (errors of a few 1e-6 times a, or |lower_bound|); the CPU always computes the accurate forms
+ */
+enum { AK_GATE_SOFTPLUS = 0, AK_GATE_BOUNDED = 1 };
+#define AK_GATE_FASTMATH 1
+
+/* Writes gate (shape of raw, float32, any strides that do not overlap). */
+AK_API ak_status ak_gate_transform_fwd(const ak_tensor* raw, const ak_tensor* a_log, const ak_tensor* dt_bias,
+                                       int32_t kind, double lower_bound, int32_t flags, const ak_tensor* gate);
+/*
+ * Gradients of sum(d_gate * gate): d_raw (shape and dtype of raw, any strides that do not overlap),
+ * d_a_log [H] and d_dt_bias (shape of dt_bias), float32 contiguous. d_gate: shape of raw, float32, any
+ * strides. d_a_log and d_dt_bias are float32 sums over the rows in an order fixed by the shape
+ * (per-block partials, then the partials in block order, no atomics): the same bits on every run of
+ * one backend. Without rows they are zeros.
+ */
+AK_API ak_status ak_gate_transform_bwd(const ak_tensor* raw, const ak_tensor* a_log, const ak_tensor* dt_bias,
+                                       const ak_tensor* d_gate, int32_t kind, double lower_bound, int32_t flags,
+                                       const ak_tensor* d_raw, const ak_tensor* d_a_log, const ak_tensor* d_dt_bias);
+
 #ifdef __cplusplus
 }
 #endif

@@ -117,3 +117,43 @@ export {
   type FeatureMapResultBackwardOptions,
 } from "./feature_map.ts";
 export { FEATURE_MAP_KINDS, type FeatureMapKind } from "./feature_map_features.ts";
+export {
+  causalConv1d,
+  type CausalConv1dActivation,
+  causalConv1dBackward,
+  type CausalConv1dBackwardOptions,
+  type CausalConv1dGradientBuffers,
+  type CausalConv1dGradients,
+  type CausalConv1dOptions,
+  type CausalConv1dResult,
+  type CausalConv1dResultBackwardOptions,
+} from "./causal_conv1d.ts";
+export {
+  BOUND_GATE_LOWER_BOUND,
+  boundGate,
+  boundGateBackward,
+  type BoundGateBackwardOptions,
+  type BoundGateOptions,
+  GATE_TRANSFORM_KINDS,
+  gateTransform,
+  gateTransformBackward,
+  type GateTransformBackwardOptions,
+  type GateTransformGradientBuffers,
+  type GateTransformGradients,
+  type GateTransformKind,
+  type GateTransformOptions,
+  type GateTransformResult,
+  type GateTransformResultBackwardOptions,
+} from "./gate_transform.ts";
+export {
+  chunkKda,
+  chunkKdaBackward,
+  type KdaBackwardOptions,
+  type KdaGradients,
+  type KdaOptions,
+  type KdaResult,
+  type KdaResultBackwardOptions,
+  recurrentKda,
+  recurrentKdaBackward,
+} from "./kda.ts";
+export type { KdaBackwardBuffers, KdaForwardBuffers, KdaStateLayout } from "./kda_native.ts";

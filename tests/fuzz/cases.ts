@@ -6,6 +6,9 @@ import { tensorMath } from "./tensor_math_cases.ts";
 import { referenceAndCli } from "./reference_cli_cases.ts";
 import { featureMap } from "./feature_map.ts";
 import { glaCases } from "./gla.ts";
+import { gateTransformCases } from "./gate_transform.ts";
+import { kdaCases } from "./kda.ts";
+import { causalConv1dCases } from "./causal_conv1d.ts";
 
 /** A deterministic generator (xorshift64*), so a failing case replays from its seed. */
 export class Rng {
@@ -1112,4 +1115,7 @@ export const GENERATORS: readonly [string, Gen, number][] = [
   ["reference and cli", referenceAndCli, 1],
   ["feature map", featureMap, 2],
   ["gated linear", glaCases, 2],
+  ["gate transform", gateTransformCases, 1],
+  ["kda", kdaCases, 2],
+  ["causal conv1d", causalConv1dCases, 2],
 ];
