@@ -1,6 +1,6 @@
 /**
  * A tour of attnkit in one screen: the device, one tensor moved through every dtype, Gated DeltaNet (its
- * forward, and the gate gradient of the backward its result runs) and causal softmax attention checked
+ * forward, and the gate gradient of the backward its result runs), GLA and causal softmax attention checked
  * against float64 references written here in a few lines, and (on a GPU) device copy bandwidth and the
  * two ops' speed at benchmark shapes. Run it with `deno task demo`.
  *
@@ -9,6 +9,7 @@
 import {
   attention,
   chunkGatedDeltaRule,
+  chunkGla,
   compare,
   cudaAvailable,
   defaultDevice,
@@ -19,6 +20,7 @@ import {
   Tensor,
   timeIt,
 } from "./mod.ts";
+import { gatedLinearReference } from "./reference/mod.ts";
 
 /** The device-to-device copy ceiling measured on an H200 (bytes read + written). */
 const COPY_CEILING_GBS = 4252;
@@ -138,6 +140,33 @@ const f64 = (t: Tensor) => t.cast("float64").toArray() as Float64Array;
     `  its backward: dg (${grads.dg!.dtype}) along a random direction ${analytic.toPrecision(6)}, ` +
       `float64 central difference ${numeric.toPrecision(6)} ` +
       `(relative error ${Math.abs(analytic / numeric - 1).toExponential(2)})`,
+  );
+}
+
+// ---- GLA (a decay per key channel) against the shipped float64 oracle ----
+{
+  const [B, T, H, D] = [1, 200, 2, 64];
+  using q = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device, seed: 21 });
+  using k = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device, seed: 22, std: 1 / 8 });
+  using v = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device, seed: 23 });
+  using gk = Tensor.rand([B, T, H, D], { low: -0.2, high: 0, device, seed: 24 }); // log decays
+  using r = chunkGla(q, k, v, gk, { layout: "bshd" });
+  const expected = gatedLinearReference({
+    B,
+    T,
+    H,
+    HK: H,
+    K: D,
+    V: D,
+    q: f64(q),
+    k: f64(k),
+    v: f64(v),
+    gk: f64(gk),
+  }).output;
+  const c = compare(r.output, expected);
+  console.log(
+    `GLA, bf16 [1, 200, 2, 64] on ${device} vs the float64 oracle (attnkit/reference): ` +
+      `relative RMS error ${c.relRms.toExponential(2)}, NaNs ${c.nanCount}`,
   );
 }
 

@@ -1,0 +1,195 @@
+/**
+ * Benchmark of KDA's training path on the GPU: `gateTransform` / `boundGate` and `causalConv1d`
+ * (forward and backward) against the copy ceiling of their bytes, and `chunkKda` against FLA's
+ * `chunk_kda` times on this H200 recorded in ANCHORS.md (B4_T2048_H16_D128: 0.614 ms forward, 2.620 ms
+ * forward + backward). bf16 inputs, fp32 gates; CUDA events, median of 20 calls after 3 warm-up calls,
+ * the L2 flushed before each. Writes `<results>/<date>_kda.{json,md}` with records `{op, shape, dtype,
+ * mode, ms, ref, ref_ms, speedup, tflops, gbps, path}`.
+ *
+ * Bytes counted once each: gateTransform forward reads raw (2 B) and writes the fp32 gate (4 B) per
+ * element; its backward reads dGate (4 B) and raw (2 B) and writes draw (2 B). causalConv1d forward reads
+ * x and writes y (2 B each); its backward reads dy and x and writes dx (2 B each).
+ *
+ * @example
+ * ```sh
+ * deno run -A bench/kda_side_by_side.ts --results $OUT
+ * ```
+ *
+ * @module
+ */
+import { parseArgs } from "node:util";
+import {
+  boundGate,
+  causalConv1d,
+  chunkKda,
+  cudaAvailable,
+  deviceInfo,
+  lastPlan,
+  Tensor,
+  timeIt,
+} from "../mod.ts";
+
+/** One result row. */
+export interface KdaRecord {
+  op: string;
+  shape: string;
+  dtype: string;
+  mode: "fwd" | "fwdbwd" | "bwd";
+  ms: number | null;
+  ref: string;
+  ref_ms: number | null;
+  speedup: number | null;
+  tflops: number | null;
+  gbps: number | null;
+  path: string;
+  note?: string;
+}
+
+const COPY_CEILING_GBS = 4252;
+const { values: args } = parseArgs({
+  options: {
+    results: { type: "string", default: "bench/results" },
+    ops: { type: "string", default: "gate,conv,kda" },
+    iterations: { type: "string", default: "20" },
+  },
+});
+const OPS = new Set(args.ops!.split(","));
+const ITER = Number(args.iterations);
+if (!cudaAvailable()) throw new Error("kda_side_by_side: needs a CUDA device");
+const gpu = deviceInfo("cuda").name;
+const records: KdaRecord[] = [];
+using flush = Tensor.empty([64 * 1024 * 1024], { dtype: "float32", device: "cuda" });
+
+function time(fn: () => void): number {
+  return timeIt(fn, { device: "cuda", warmup: 3, iterations: ITER, before: () => flush.fill(0) }).medianMs;
+}
+
+function save(): void {
+  const date = new Date().toISOString().slice(0, 10);
+  Deno.mkdirSync(args.results!, { recursive: true });
+  Deno.writeTextFileSync(`${args.results}/${date}_kda.json`, JSON.stringify({ gpu, records }, null, 1));
+  const lines = [
+    `# KDA's training path, ${date}, ${gpu}`,
+    "",
+    "| op | shape | mode | path | ms | ref | ref ms | speedup | TFLOP/s | GB/s |",
+    "| --- | --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: |",
+    ...records.map((r) =>
+      `| ${r.op} | ${r.shape} | ${r.mode} | ${r.path} | ${r.ms?.toFixed(3) ?? r.note ?? "-"} | ${r.ref} | ${
+        r.ref_ms?.toFixed(3) ?? "-"
+      } | ${r.speedup?.toFixed(2) ?? "-"} | ${r.tflops?.toFixed(1) ?? "-"} | ${r.gbps?.toFixed(0) ?? "-"} |`
+    ),
+  ];
+  Deno.writeTextFileSync(`${args.results}/${date}_kda.md`, lines.join("\n") + "\n");
+}
+
+function push(rec: KdaRecord): void {
+  records.push(rec);
+  console.log(JSON.stringify(rec));
+  save();
+}
+
+function measure(
+  base: Omit<KdaRecord, "ms" | "speedup" | "tflops" | "gbps" | "path">,
+  fn: () => void,
+  bytes: number,
+  flops = 0,
+): void {
+  const rec: KdaRecord = { ...base, ms: null, speedup: null, tflops: null, gbps: null, path: "?" };
+  try {
+    fn();
+    rec.path = lastPlan()?.path ?? "-";
+    if (rec.path === "general") {
+      rec.note = "the general path (the CPU backend on host copies): not timed";
+      return push(rec);
+    }
+    rec.ms = time(fn);
+    if (bytes > 0) rec.gbps = bytes / (rec.ms * 1e-3) / 1e9;
+    if (flops > 0) rec.tflops = flops / (rec.ms * 1e-3) / 1e12;
+    if (rec.ref_ms !== null) rec.speedup = rec.ref_ms / rec.ms;
+    else if (rec.gbps !== null) rec.speedup = rec.gbps / COPY_CEILING_GBS;
+  } catch (e) {
+    rec.note = `error: ${(e as Error).message.slice(0, 160)}`;
+  }
+  push(rec);
+}
+
+const [B, T, H, D] = [4, 2048, 16, 128];
+const shape = `B${B}_T${T}_H${H}_D${D}`;
+const n = B * T * H * D;
+
+if (OPS.has("gate")) {
+  using raw = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device: "cuda", seed: 1 });
+  using aLog = Tensor.zeros([H], { device: "cuda" });
+  using dtBias = Tensor.zeros([H, D], { device: "cuda" });
+  using dGate = Tensor.randn([B, T, H, D], { device: "cuda", seed: 2 });
+  const ref = "copy ceiling (speedup = fraction of 4252 GB/s)";
+  measure({ op: "boundGate", shape, dtype: "bfloat16", mode: "fwd", ref, ref_ms: null }, () => {
+    using _ = boundGate(raw, aLog, dtBias);
+  }, n * 6);
+  using r = boundGate(raw, aLog, dtBias);
+  measure({ op: "boundGate", shape, dtype: "bfloat16", mode: "bwd", ref, ref_ms: null }, () => {
+    using _ = r.backward(dGate);
+  }, n * 8);
+}
+
+if (OPS.has("conv")) {
+  const C = H * D;
+  using x = Tensor.randn([B, T, C], { dtype: "bfloat16", device: "cuda", seed: 3 });
+  using w = Tensor.randn([C, 4], { device: "cuda", seed: 4, std: 0.5 });
+  using dy = Tensor.randn([B, T, C], { dtype: "bfloat16", device: "cuda", seed: 5 });
+  const ref = "copy ceiling (speedup = fraction of 4252 GB/s)";
+  const cs = `B${B}_T${T}_C${C}_W4`;
+  measure({ op: "causalConv1d(silu)", shape: cs, dtype: "bfloat16", mode: "fwd", ref, ref_ms: null }, () => {
+    using _ = causalConv1d(x, w, { activation: "silu" });
+  }, B * T * C * 4);
+  using r = causalConv1d(x, w, { activation: "silu" });
+  measure({ op: "causalConv1d(silu)", shape: cs, dtype: "bfloat16", mode: "bwd", ref, ref_ms: null }, () => {
+    using _ = r.backward(dy);
+  }, B * T * C * 6);
+}
+
+if (OPS.has("kda")) {
+  using q = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device: "cuda", seed: 6 });
+  using k = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device: "cuda", seed: 7, std: D ** -0.5 });
+  using v = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device: "cuda", seed: 8 });
+  using raw = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device: "cuda", seed: 9 });
+  using aLog = Tensor.zeros([H], { device: "cuda" });
+  using dtBias = Tensor.zeros([H, D], { device: "cuda" });
+  using gate = boundGate(raw, aLog, dtBias);
+  using beta = Tensor.rand([B, T, H], { device: "cuda", seed: 10 });
+  using dO = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device: "cuda", seed: 11 });
+  // The delta rule's count with a per-channel decay: B T H (6 K V + 6 C K + 4 C V), C = 64.
+  const flops = B * T * H * (6 * D * D + 6 * 64 * D + 4 * 64 * D);
+  const opts = { layout: "bshd" as const };
+  measure(
+    {
+      op: "chunkKda",
+      shape,
+      dtype: "bfloat16",
+      mode: "fwd",
+      ref: "fla.chunk_kda (ANCHORS.md)",
+      ref_ms: 0.614,
+    },
+    () => {
+      using _ = chunkKda(q, k, v, gate.gate, beta, opts);
+    },
+    0,
+    flops,
+  );
+  measure(
+    {
+      op: "chunkKda",
+      shape,
+      dtype: "bfloat16",
+      mode: "fwdbwd",
+      ref: "fla.chunk_kda (ANCHORS.md)",
+      ref_ms: 2.62,
+    },
+    () => {
+      using r = chunkKda(q, k, v, gate.gate, beta, opts);
+      using _ = r.backward(dO);
+    },
+    0,
+    3 * flops,
+  );
+}
