@@ -14,8 +14,16 @@
  *
  * @module
  */
-import { checkFields, checkNumbers, count, expectLength, NUMBERS } from "./checks.ts";
-import { checkProblem, type LinearReferenceProblem, PROBLEM_FIELDS, sequences } from "./sequences.ts";
+import { checkFields, count, expectLength, NUMBERS } from "./checks.ts";
+import {
+  checkOutputGradients,
+  checkProblem,
+  type LinearReferenceProblem,
+  PROBLEM_FIELDS,
+  sequences,
+  stateAt,
+  StateCheckpoints,
+} from "./sequences.ts";
 
 /** The inputs of one oracle run (float64 or float32 host arrays holding the exact input values). */
 export interface DeltaReferenceInputs extends LinearReferenceProblem {
@@ -158,19 +166,15 @@ export function deltaRuleReference(x: DeltaReferenceInputs): DeltaReferenceOutpu
   const output = new Float64Array(B * T * H * V);
   const residual = new Float64Array(B * T * H * V);
   const finalState = new Float64Array(N * H * KV);
-  const every = x.checkpointEvery;
-  const perSeq = every ? Math.max(...seqs.map((s) => Math.ceil((s.end - s.begin) / every))) + 1 : 0;
-  const checkpoints = every ? new Float64Array(N * H * perSeq * KV).fill(NaN) : undefined;
+  const checkpoints = new StateCheckpoints(x.checkpointEvery, seqs, H, KV);
   const round = x.roundState;
   for (let n = 0; n < N; n++) {
     const { row, begin, end } = seqs[n];
     for (let h = 0; h < H; h++) {
       const hk = Math.floor(h / G);
-      const S = new Float64Array(KV);
-      if (x.initialState) { for (let e = 0; e < KV; e++) S[e] = x.initialState[(n * H + h) * KV + e]; }
-      const keep = (slot: number) => checkpoints?.set(S, ((n * H + h) * perSeq + slot) * KV);
+      const S = stateAt(x.initialState, n * H + h, KV);
       for (let t = begin; t < end; t++) {
-        if (every && (t - begin) % every === 0) keep((t - begin) / every);
+        checkpoints.before(n, h, t - begin, S);
         const q = qkRow(x, x.q, row, t, hk).vec, k = qkRow(x, x.k, row, t, hk).vec;
         const a = x.g ? Math.exp(scalar(x.g, x, row, t, h)) : 1;
         const beta = scalar(x.beta, x, row, t, h);
@@ -191,12 +195,12 @@ export function deltaRuleReference(x: DeltaReferenceInputs): DeltaReferenceOutpu
           output[vBase + c] = x.scale * o;
         }
       }
-      if (every) keep(Math.ceil((end - begin) / every));
+      checkpoints.after(n, h, end - begin, S);
       finalState.set(S, (n * H + h) * KV);
       x.onProgress?.(n * H + h + 1, N * H);
     }
   }
-  return { output, finalState, residual, checkpoints };
+  return { output, finalState, residual, checkpoints: checkpoints.states };
 }
 
 /**
@@ -221,19 +225,7 @@ export function deltaRuleReferenceBackward(
 ): DeltaReferenceGradients {
   const op = "deltaRuleReferenceBackward";
   const sequenceCount = checkInputs(op, x);
-  const rows = x.B * x.T * x.H * x.V;
-  expectLength(
-    op,
-    "dOutput",
-    checkNumbers(op, "dOutput", dOutput),
-    rows,
-    `[${x.B}, ${x.T}, ${x.H}, ${x.V}], like v`,
-  );
-  if (dFinalState !== undefined && dFinalState !== null) {
-    const states = sequenceCount * x.H * x.K * x.V;
-    const what = `[${sequenceCount}, ${x.H}, ${x.K}, ${x.V}]`;
-    expectLength(op, "dFinalState", checkNumbers(op, "dFinalState", dFinalState), states, what);
-  }
+  checkOutputGradients(op, x, sequenceCount, dOutput, dFinalState, ", like v");
   const { B, T, H, HK, K, V } = x;
   const seqs = sequences(x);
   const N = seqs.length, G = H / HK, KV = K * V;
@@ -260,8 +252,7 @@ export function deltaRuleReferenceBackward(
       const hk = Math.floor(h / G);
       // Forward, keeping the state before each token and the residual r = v - S'^T k.
       const prev: Float64Array[] = [], rs: Float64Array[] = [], us: Float64Array[] = [];
-      const S = new Float64Array(KV);
-      if (x.initialState) { for (let e = 0; e < KV; e++) S[e] = x.initialState[(n * H + h) * KV + e]; }
+      const S = stateAt(x.initialState, n * H + h, KV);
       for (let i = 0; i < len; i++) {
         const t = begin + i, k = ks[hk][i];
         prev.push(S.slice());
@@ -280,8 +271,7 @@ export function deltaRuleReferenceBackward(
         rs.push(r), us.push(u);
       }
       // Reverse.
-      const dS = new Float64Array(KV);
-      if (dFinalState) { for (let e = 0; e < KV; e++) dS[e] = dFinalState[(n * H + h) * KV + e]; }
+      const dS = stateAt(dFinalState, n * H + h, KV);
       for (let i = len - 1; i >= 0; i--) {
         const t = begin + i, q = qs[hk][i], k = ks[hk][i], Sp = prev[i], r = rs[i], u = us[i];
         const a = x.g ? Math.exp(scalar(x.g, x, row, t, h)) : 1;

@@ -14,8 +14,17 @@
  *
  * @module
  */
-import { checkFields, checkNumbers, count, expectLength, NUMBERS } from "./checks.ts";
-import { checkProblem, type LinearReferenceProblem, PROBLEM_FIELDS, sequences } from "./sequences.ts";
+import { checkFields, count, expectLength, NUMBERS } from "./checks.ts";
+import {
+  checkOutputGradients,
+  checkProblem,
+  type LinearReferenceProblem,
+  PROBLEM_FIELDS,
+  rowAt,
+  sequences,
+  stateAt,
+  StateCheckpoints,
+} from "./sequences.ts";
 
 /** The inputs of one KDA oracle run (host arrays holding the exact input values). */
 export interface KdaReferenceInputs extends LinearReferenceProblem {
@@ -78,8 +87,7 @@ function rowOf(
   heads: number,
   D: number,
 ) {
-  const base = ((b * x.T + t) * heads + head) * D;
-  return Float64Array.from({ length: D }, (_, i) => a[base + i]);
+  return rowAt(a, ((b * x.T + t) * heads + head) * D, D);
 }
 
 // The decay factors exp(gate) of token t, value head h.
@@ -130,18 +138,14 @@ export function kdaReference(x: KdaReferenceInputs): KdaReferenceOutputs {
   const N = seqs.length, G = H / HK, KV = K * V;
   const output = new Float64Array(B * T * H * V);
   const finalState = new Float64Array(N * H * KV);
-  const every = x.checkpointEvery;
-  const perSeq = every ? Math.max(...seqs.map((s) => Math.ceil((s.end - s.begin) / every))) + 1 : 0;
-  const checkpoints = every ? new Float64Array(N * H * perSeq * KV).fill(NaN) : undefined;
+  const checkpoints = new StateCheckpoints(x.checkpointEvery, seqs, H, KV);
   for (let n = 0; n < N; n++) {
     const { row, begin, end } = seqs[n];
     for (let h = 0; h < H; h++) {
       const hk = Math.floor(h / G);
-      const S = new Float64Array(KV);
-      if (x.initialState) { for (let e = 0; e < KV; e++) S[e] = x.initialState[(n * H + h) * KV + e]; }
-      const keep = (slot: number) => checkpoints?.set(S, ((n * H + h) * perSeq + slot) * KV);
+      const S = stateAt(x.initialState, n * H + h, KV);
       for (let t = begin; t < end; t++) {
-        if (every && (t - begin) % every === 0) keep((t - begin) / every);
+        checkpoints.before(n, h, t - begin, S);
         const q = rowOf(x.q, x, row, t, hk, HK, K), k = rowOf(x.k, x, row, t, hk, HK, K);
         const v = rowOf(x.v, x, row, t, h, H, V);
         step(S, decays(x, row, t, h), k, v, x.beta[(row * T + t) * H + h], K, V);
@@ -152,11 +156,11 @@ export function kdaReference(x: KdaReferenceInputs): KdaReferenceOutputs {
           output[vBase + c] = x.scale * o;
         }
       }
-      if (every) keep(Math.ceil((end - begin) / every));
+      checkpoints.after(n, h, end - begin, S);
       finalState.set(S, (n * H + h) * KV);
     }
   }
-  return { output, finalState, checkpoints };
+  return { output, finalState, checkpoints: checkpoints.states };
 }
 
 /**
@@ -182,24 +186,8 @@ export function kdaReferenceBackward(
 ): KdaReferenceGradients {
   const op = "kdaReferenceBackward";
   const sequenceCount = checkInputs(op, x);
+  checkOutputGradients(op, x, sequenceCount, dOutput, dFinalState);
   const { B, T, H, HK, K, V } = x;
-  expectLength(
-    op,
-    "dOutput",
-    checkNumbers(op, "dOutput", dOutput),
-    B * T * H * V,
-    `[${B}, ${T}, ${H}, ${V}]`,
-  );
-  if (dFinalState !== undefined && dFinalState !== null) {
-    const what = `[${sequenceCount}, ${H}, ${K}, ${V}]`;
-    expectLength(
-      op,
-      "dFinalState",
-      checkNumbers(op, "dFinalState", dFinalState),
-      sequenceCount * H * K * V,
-      what,
-    );
-  }
   const seqs = sequences(x);
   const N = seqs.length, G = H / HK, KV = K * V;
   const dq = new Float64Array(B * T * HK * K), dk = new Float64Array(B * T * HK * K);
@@ -211,8 +199,7 @@ export function kdaReferenceBackward(
       const hk = Math.floor(h / G);
       // Forward, keeping per token the state before it, r and u.
       const before: Float64Array[] = [], rs: Float64Array[] = [], us: Float64Array[] = [];
-      const S = new Float64Array(KV);
-      if (x.initialState) { for (let e = 0; e < KV; e++) S[e] = x.initialState[(n * H + h) * KV + e]; }
+      const S = stateAt(x.initialState, n * H + h, KV);
       for (let t = begin; t < end; t++) {
         before.push(S.slice());
         const k = rowOf(x.k, x, row, t, hk, HK, K), v = rowOf(x.v, x, row, t, h, H, V);
@@ -220,8 +207,7 @@ export function kdaReferenceBackward(
         rs.push(r), us.push(u);
       }
       // Reverse; S holds the state after the token being undone.
-      const dS = new Float64Array(KV);
-      if (dFinalState) { for (let e = 0; e < KV; e++) dS[e] = dFinalState[(n * H + h) * KV + e]; }
+      const dS = stateAt(dFinalState, n * H + h, KV);
       for (let t = end - 1; t >= begin; t--) {
         const i = t - begin, Sp = before[i], r = rs[i], u = us[i];
         const q = rowOf(x.q, x, row, t, hk, HK, K), k = rowOf(x.k, x, row, t, hk, HK, K);

@@ -16,8 +16,17 @@
  * @module
  */
 import { invalidArgument } from "../ffi/errors.ts";
-import { checkFields, checkNumbers, count, expectLength, NUMBERS } from "./checks.ts";
-import { checkProblem, type LinearReferenceProblem, PROBLEM_FIELDS, sequences } from "./sequences.ts";
+import { checkFields, count, expectLength, NUMBERS } from "./checks.ts";
+import {
+  checkOutputGradients,
+  checkProblem,
+  type LinearReferenceProblem,
+  PROBLEM_FIELDS,
+  rowAt as row,
+  sequences,
+  stateAt,
+  StateCheckpoints,
+} from "./sequences.ts";
 
 /** The inputs of one oracle run (float64 or float32 host arrays holding the exact input values). */
 export interface GatedLinearReferenceInputs extends LinearReferenceProblem {
@@ -122,12 +131,6 @@ function scaleOf(x: GatedLinearReferenceInputs): number {
   return x.scale ?? x.K ** -0.5;
 }
 
-function row(src: ArrayLike<number>, base: number, n: number): Float64Array {
-  const out = new Float64Array(n);
-  for (let i = 0; i < n; i++) out[i] = src[base + i];
-  return out;
-}
-
 // The decay factors exp(gk + g + gGamma) of token t (batch row b) and value head h, per key channel.
 function decay(x: GatedLinearReferenceInputs, b: number, t: number, h: number): Float64Array {
   const { T, H, K } = x;
@@ -136,11 +139,6 @@ function decay(x: GatedLinearReferenceInputs, b: number, t: number, h: number): 
   const base = ((b * T + t) * H + h) * K;
   for (let i = 0; i < K; i++) a[i] = Math.exp(common + (x.gk ? x.gk[base + i] : 0));
   return a;
-}
-
-function initialStateOf(x: GatedLinearReferenceInputs, n: number, h: number): Float64Array {
-  const KV = x.K * x.V;
-  return x.initialState ? row(x.initialState, (n * x.H + h) * KV, KV) : new Float64Array(KV);
 }
 
 /**
@@ -164,18 +162,15 @@ export function gatedLinearReference(x: GatedLinearReferenceInputs): GatedLinear
   const N = seqs.length, G = H / HK, KV = K * V, scale = scaleOf(x);
   const output = new Float64Array(B * T * H * V);
   const finalState = new Float64Array(N * H * KV);
-  const every = x.checkpointEvery;
-  const perSeq = every ? Math.max(...seqs.map((s) => Math.ceil((s.end - s.begin) / every))) + 1 : 0;
-  const checkpoints = every ? new Float64Array(N * H * perSeq * KV).fill(NaN) : undefined;
+  const checkpoints = new StateCheckpoints(x.checkpointEvery, seqs, H, KV);
   for (let n = 0; n < N; n++) {
     const { row: b, begin, end } = seqs[n];
     for (let h = 0; h < H; h++) {
       const hk = Math.floor(h / G);
-      const S = initialStateOf(x, n, h);
+      const S = stateAt(x.initialState, n * H + h, KV);
       const keySum = new Float64Array(K);
-      const keep = (slot: number) => checkpoints?.set(S, ((n * H + h) * perSeq + slot) * KV);
       for (let t = begin; t < end; t++) {
-        if (every && (t - begin) % every === 0) keep((t - begin) / every);
+        checkpoints.before(n, h, t - begin, S);
         const qkBase = ((b * T + t) * HK + hk) * K, vBase = ((b * T + t) * H + h) * V;
         const a = decay(x, b, t, h);
         for (let i = 0; i < K; i++) {
@@ -194,11 +189,11 @@ export function gatedLinearReference(x: GatedLinearReferenceInputs): GatedLinear
           output[vBase + c] = scale * o / divisor;
         }
       }
-      if (every) keep(Math.ceil((end - begin) / every));
+      checkpoints.after(n, h, end - begin, S);
       finalState.set(S, (n * H + h) * KV);
     }
   }
-  return { output, finalState, checkpoints };
+  return { output, finalState, checkpoints: checkpoints.states };
 }
 
 /**
@@ -223,24 +218,8 @@ export function gatedLinearReferenceBackward(
 ): GatedLinearReferenceGradients {
   const op = "gatedLinearReferenceBackward";
   const sequenceCount = checkInputs(op, x);
+  checkOutputGradients(op, x, sequenceCount, dOutput, dFinalState);
   const { B, T, H, HK, K, V } = x;
-  expectLength(
-    op,
-    "dOutput",
-    checkNumbers(op, "dOutput", dOutput),
-    B * T * H * V,
-    `[${B}, ${T}, ${H}, ${V}]`,
-  );
-  if (dFinalState !== undefined && dFinalState !== null) {
-    const what = `[${sequenceCount}, ${H}, ${K}, ${V}]`;
-    expectLength(
-      op,
-      "dFinalState",
-      checkNumbers(op, "dFinalState", dFinalState),
-      sequenceCount * H * K * V,
-      what,
-    );
-  }
   const seqs = sequences(x);
   const N = seqs.length, G = H / HK, KV = K * V, scale = scaleOf(x);
   const dq = new Float64Array(B * T * HK * K), dk = new Float64Array(B * T * HK * K);
@@ -256,7 +235,7 @@ export function gatedLinearReferenceBackward(
       // Forward, keeping the state before each token, the decays, and the normaliser's pieces.
       const prev: Float64Array[] = [], decays: Float64Array[] = [];
       const keySums: Float64Array[] = [], divisors: number[] = [];
-      const S = initialStateOf(x, n, h);
+      const S = stateAt(x.initialState, n * H + h, KV);
       const keySum = new Float64Array(K);
       for (let j = 0; j < len; j++) {
         const t = begin + j;
@@ -271,7 +250,7 @@ export function gatedLinearReferenceBackward(
         keySums.push(keySum.slice()), divisors.push(x.normalize ? scale * z + NORMALIZE_EPS : 1);
       }
       // Reverse.
-      const dS = dFinalState ? row(dFinalState, (n * H + h) * KV, KV) : new Float64Array(KV);
+      const dS = stateAt(dFinalState, n * H + h, KV);
       const dKeySum = new Float64Array(K); // gradient of the running key sum, summed over later tokens
       for (let j = len - 1; j >= 0; j--) {
         const t = begin + j;

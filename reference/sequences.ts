@@ -6,7 +6,7 @@
  * @module
  */
 import { invalidArgument } from "../ffi/errors.ts";
-import { count, expectLength, FINITE, NUMBERS, OFFSETS } from "./checks.ts";
+import { checkNumbers, count, expectLength, FINITE, NUMBERS, OFFSETS } from "./checks.ts";
 
 /** The fields every linear-attention oracle takes (host arrays holding the exact input values). */
 export interface LinearReferenceProblem {
@@ -87,4 +87,86 @@ export function sequences(x: LinearReferenceProblem): Sequence[] {
   if (!x.cuSeqlens) return Array.from({ length: x.B }, (_, b) => ({ row: b, begin: 0, end: x.T }));
   const cu = x.cuSeqlens;
   return Array.from({ length: cu.length - 1 }, (_, n) => ({ row: 0, begin: cu[n], end: cu[n + 1] }));
+}
+
+/** `n` elements of `src` from `base`, as a new float64 array. */
+export function rowAt(src: ArrayLike<number>, base: number, n: number): Float64Array {
+  const out = new Float64Array(n);
+  for (let i = 0; i < n; i++) out[i] = src[base + i];
+  return out;
+}
+
+/** The `[K, V]` state `index` (sequence n, head h: n * H + h) of `states` `[N, H, K, V]`; zeros when absent. */
+export function stateAt(states: ArrayLike<number> | undefined, index: number, KV: number): Float64Array {
+  return states ? rowAt(states, index * KV, KV) : new Float64Array(KV);
+}
+
+/**
+ * Refuses a backward's output gradients whose lengths disagree with the problem: dOutput `[B, T, H, V]`
+ * (`note` follows its shape in the message) and dFinalState `[N, H, K, V]` when given.
+ */
+export function checkOutputGradients(
+  op: string,
+  x: LinearReferenceProblem,
+  sequenceCount: number,
+  dOutput: ArrayLike<number>,
+  dFinalState: ArrayLike<number> | undefined | null,
+  note = "",
+): void {
+  const { B, T, H, K, V } = x;
+  expectLength(
+    op,
+    "dOutput",
+    checkNumbers(op, "dOutput", dOutput),
+    B * T * H * V,
+    `[${B}, ${T}, ${H}, ${V}]${note}`,
+  );
+  if (dFinalState !== undefined && dFinalState !== null) {
+    const what = `[${sequenceCount}, ${H}, ${K}, ${V}]`;
+    expectLength(
+      op,
+      "dFinalState",
+      checkNumbers(op, "dFinalState", dFinalState),
+      sequenceCount * H * K * V,
+      what,
+    );
+  }
+}
+
+/**
+ * The states a forward oracle keeps when asked (`every` tokens, or none): `[N, H, C, K, V]`, the state
+ * before tokens 0, every, 2 every, ... of each sequence and the one after its last token; unused slots NaN.
+ */
+export class StateCheckpoints {
+  /** The kept states, or undefined when none were asked for. */
+  readonly states: Float64Array | undefined;
+  readonly #every: number | undefined;
+  readonly #perSeq: number;
+  readonly #H: number;
+  readonly #KV: number;
+
+  /** Room for the checkpoints of `seqs` with H heads of KV state elements each. */
+  constructor(every: number | undefined, seqs: Sequence[], H: number, KV: number) {
+    this.#every = every;
+    this.#perSeq = every ? Math.max(...seqs.map((s) => Math.ceil((s.end - s.begin) / every))) + 1 : 0;
+    this.#H = H;
+    this.#KV = KV;
+    this.states = every ? new Float64Array(seqs.length * H * this.#perSeq * KV).fill(NaN) : undefined;
+  }
+
+  /** Keeps S as the state before token i of sequence n, head h, when i is a checkpoint. */
+  before(n: number, h: number, i: number, S: Float64Array): void {
+    const every = this.#every;
+    if (every && i % every === 0) this.#keep(n, h, i / every, S);
+  }
+
+  /** Keeps S as the state after the last of the sequence's len tokens. */
+  after(n: number, h: number, len: number, S: Float64Array): void {
+    const every = this.#every;
+    if (every) this.#keep(n, h, Math.ceil(len / every), S);
+  }
+
+  #keep(n: number, h: number, slot: number, S: Float64Array): void {
+    this.states?.set(S, ((n * this.#H + h) * this.#perSeq + slot) * this.#KV);
+  }
 }

@@ -283,98 +283,94 @@ Deno.test("gate oracle: the hand-derived backward matches finite differences", (
 
 // ---- the ops against the oracle ----
 
-deviceTest(
+// A test on each device with fresh seeds that leaves no tensor alive.
+function leakFreeTest(name: string, body: (device: Device, seed: number) => void): void {
+  deviceTest(name, (device) => expectNoLeak(device, () => withSeed((seed) => body(device, seed))));
+}
+
+// Every kind, raw dtype and fastmath setting.
+function forEachSetting(
+  body: (s: { kind: GateTransformKind; dtype: RawDType; fastmath: boolean }) => void,
+): void {
+  for (const kind of KINDS) {
+    for (const dtype of RAW_DTYPES) for (const fastmath of [true, false]) body({ kind, dtype, fastmath });
+  }
+}
+
+leakFreeTest(
   "gateTransform: both kinds, per head and per channel, every raw dtype, vs the oracle",
-  (device) =>
-    expectNoLeak(device, () =>
-      withSeed((seed) => {
-        for (const kind of KINDS) {
-          for (const dtype of RAW_DTYPES) {
-            for (const fastmath of [true, false]) {
-              const s = { kind, dtype, fastmath, lowerBound: kind === "bounded" ? -3.5 : undefined };
-              checkAgainstOracle(device, { ...s, lead: [2, 37], H: 5 }, seed);
-              checkAgainstOracle(device, { ...s, lead: [3, 9], H: 3, D: 20 }, seed + 1);
-            }
-          }
-        }
-      })),
+  (device, seed) => {
+    forEachSetting(({ kind, dtype, fastmath }) => {
+      const s = { kind, dtype, fastmath, lowerBound: kind === "bounded" ? -3.5 : undefined };
+      checkAgainstOracle(device, { ...s, lead: [2, 37], H: 5 }, seed);
+      checkAgainstOracle(device, { ...s, lead: [3, 9], H: 3, D: 20 }, seed + 1);
+    });
+  },
 );
 
-deviceTest(
+leakFreeTest(
   "gateTransform: spikes of |raw| up to 1e30 (softplus's overflow guard), every dtype",
-  (device) =>
-    expectNoLeak(device, () =>
-      withSeed((seed) => {
-        for (const kind of KINDS) {
-          for (const dtype of RAW_DTYPES) {
-            for (const fastmath of [true, false]) {
-              const s = { kind, dtype, fastmath, spikes: true };
-              checkAgainstOracle(device, { ...s, lead: [1, 61], H: 4 }, seed);
-              checkAgainstOracle(device, { ...s, lead: [2, 7], H: 2, D: 33 }, seed + 1);
-            }
-          }
-        }
-      })),
+  (device, seed) => {
+    forEachSetting(({ kind, dtype, fastmath }) => {
+      const s = { kind, dtype, fastmath, spikes: true };
+      checkAgainstOracle(device, { ...s, lead: [1, 61], H: 4 }, seed);
+      checkAgainstOracle(device, { ...s, lead: [2, 7], H: 2, D: 33 }, seed + 1);
+    });
+  },
 );
 
-deviceTest(
+leakFreeTest(
   "gateTransform: edge shapes (rank 1, one row, one channel, rank 5, odd sizes, lower bound 0)",
-  (device) =>
-    expectNoLeak(device, () =>
-      withSeed((seed) => {
-        const s = { dtype: "float32" as RawDType, fastmath: false };
-        for (const kind of KINDS) {
-          const b = kind === "bounded" ? { lowerBound: -5 } : {};
-          checkAgainstOracle(device, { ...s, ...b, kind, lead: [], H: 7 }, seed);
-          checkAgainstOracle(device, { ...s, ...b, kind, lead: [1, 1], H: 1 }, seed);
-          checkAgainstOracle(device, { ...s, ...b, kind, lead: [1], H: 1, D: 1 }, seed);
-          checkAgainstOracle(device, { ...s, ...b, kind, lead: [2, 3, 1, 5], H: 3, D: 5 }, seed);
-          checkAgainstOracle(device, { ...s, ...b, kind, lead: [1, 13], H: 2, D: 257 }, seed);
-        }
-        checkAgainstOracle(device, { ...s, kind: "bounded", lowerBound: 0, lead: [3, 4], H: 2 }, seed);
-      })),
+  (device, seed) => {
+    const s = { dtype: "float32" as RawDType, fastmath: false };
+    for (const kind of KINDS) {
+      const b = kind === "bounded" ? { lowerBound: -5 } : {};
+      checkAgainstOracle(device, { ...s, ...b, kind, lead: [], H: 7 }, seed);
+      checkAgainstOracle(device, { ...s, ...b, kind, lead: [1, 1], H: 1 }, seed);
+      checkAgainstOracle(device, { ...s, ...b, kind, lead: [1], H: 1, D: 1 }, seed);
+      checkAgainstOracle(device, { ...s, ...b, kind, lead: [2, 3, 1, 5], H: 3, D: 5 }, seed);
+      checkAgainstOracle(device, { ...s, ...b, kind, lead: [1, 13], H: 2, D: 257 }, seed);
+    }
+    checkAgainstOracle(device, { ...s, kind: "bounded", lowerBound: 0, lead: [3, 4], H: 2 }, seed);
+  },
 );
 
-deviceTest(
+leakFreeTest(
   "gateTransform: many rows (several chunks of the sums), per head and per channel",
-  (device) =>
-    expectNoLeak(device, () =>
-      withSeed((seed) => {
-        for (const kind of KINDS) {
-          const s = { kind, dtype: "bfloat16" as RawDType, fastmath: true };
-          checkAgainstOracle(device, { ...s, lead: [3, 1111], H: 3 }, seed);
-          checkAgainstOracle(device, { ...s, lead: [2, 700], H: 2, D: 6 }, seed);
-        }
-      })),
+  (device, seed) => {
+    for (const kind of KINDS) {
+      const s = { kind, dtype: "bfloat16" as RawDType, fastmath: true };
+      checkAgainstOracle(device, { ...s, lead: [3, 1111], H: 3 }, seed);
+      checkAgainstOracle(device, { ...s, lead: [2, 700], H: 2, D: 6 }, seed);
+    }
+  },
 );
 
-deviceTest(
+leakFreeTest(
   "boundGate: the bounded transform with lower bound -5, forward and backward",
-  (device) =>
-    expectNoLeak(device, () =>
-      withSeed((seed) => {
-        const s: Spec = {
-          kind: "bounded",
-          lowerBound: -5,
-          dtype: "bfloat16",
-          fastmath: true,
-          lead: [2, 19],
-          H: 3,
-          D: 16,
-        };
-        using p = new Problem(device, s, seed);
-        using a = boundGate(p.raw, p.aLog, p.dtBias);
-        using b = gateTransform(p.raw, p.aLog, p.dtBias, {
-          kind: "bounded",
-          lowerBound: BOUND_GATE_LOWER_BOUND,
-        });
-        assert.deepEqual(bits(a.gate), bits(b.gate));
-        using ga = boundGateBackward(p.dGate, p.raw, p.aLog, p.dtBias);
-        using gb = b.backward(p.dGate);
-        for (const name of ["draw", "daLog", "ddtBias"] as const) {
-          assert.deepEqual(bits(ga[name]), bits(gb[name]), `boundGateBackward's ${name}`);
-        }
-      })),
+  (device, seed) => {
+    const s: Spec = {
+      kind: "bounded",
+      lowerBound: -5,
+      dtype: "bfloat16",
+      fastmath: true,
+      lead: [2, 19],
+      H: 3,
+      D: 16,
+    };
+    using p = new Problem(device, s, seed);
+    using a = boundGate(p.raw, p.aLog, p.dtBias);
+    using b = gateTransform(p.raw, p.aLog, p.dtBias, {
+      kind: "bounded",
+      lowerBound: BOUND_GATE_LOWER_BOUND,
+    });
+    assert.deepEqual(bits(a.gate), bits(b.gate));
+    using ga = boundGateBackward(p.dGate, p.raw, p.aLog, p.dtBias);
+    using gb = b.backward(p.dGate);
+    for (const name of ["draw", "daLog", "ddtBias"] as const) {
+      assert.deepEqual(bits(ga[name]), bits(gb[name]), `boundGateBackward's ${name}`);
+    }
+  },
 );
 
 deviceTest("gateTransform: infinite raw gives the limits, not NaN", (device) => {
@@ -400,24 +396,22 @@ deviceTest("gateTransform: infinite raw gives the limits, not NaN", (device) => 
 
 // ---- determinism ----
 
-deviceTest(
+leakFreeTest(
   "gateTransform backward: the same bits on every run (fixed-order sums)",
-  (device) =>
-    expectNoLeak(device, () =>
-      withSeed((seed) => {
-        for (const kind of KINDS) {
-          for (const D of [undefined, 40]) {
-            const s: Spec = { kind, dtype: "bfloat16", fastmath: true, lead: [4, 1500], H: 6, D };
-            using p = new Problem(device, s, seed);
-            const run = () => {
-              using g = gateTransformBackward(p.dGate, p.raw, p.aLog, p.dtBias, p.options());
-              return { draw: bits(g.draw), daLog: bits(g.daLog), ddtBias: bits(g.ddtBias) };
-            };
-            const first = run();
-            for (let i = 0; i < 3; i++) assert.deepEqual(run(), first, `${kind}, D ${D}: run ${i + 2}`);
-          }
-        }
-      })),
+  (device, seed) => {
+    for (const kind of KINDS) {
+      for (const D of [undefined, 40]) {
+        const s: Spec = { kind, dtype: "bfloat16", fastmath: true, lead: [4, 1500], H: 6, D };
+        using p = new Problem(device, s, seed);
+        const run = () => {
+          using g = gateTransformBackward(p.dGate, p.raw, p.aLog, p.dtBias, p.options());
+          return { draw: bits(g.draw), daLog: bits(g.daLog), ddtBias: bits(g.ddtBias) };
+        };
+        const first = run();
+        for (let i = 0; i < 3; i++) assert.deepEqual(run(), first, `${kind}, D ${D}: run ${i + 2}`);
+      }
+    }
+  },
 );
 
 Deno.test("gateTransform on the CPU: fastmath changes nothing (the CPU always computes the accurate forms)", () => {
@@ -472,67 +466,65 @@ deviceTest(
 
 // ---- the native entry on strided views ----
 
-deviceTest(
+leakFreeTest(
   "ak_gate_transform: strided raw, gate and gradients (a head-major view read in place)",
-  (device) =>
-    expectNoLeak(device, () =>
-      withSeed((seed) => {
-        // raw's memory is [B, H, T] while the call reads [B, T, H]; the gate and draw are written
-        // through the same permuted strides.
-        const [B, T, H] = [2, 11, 3];
-        using p = new Problem(device, {
-          kind: "softplus",
-          dtype: "float16",
-          fastmath: false,
-          lead: [B, T],
-          H,
-        }, seed);
-        using headMajor = p.raw.permute([0, 2, 1]);
-        using dGateHeadMajor = p.dGate.permute([0, 2, 1]);
-        using gate = poison(Tensor.empty([B, H, T], { device }));
-        using draw = poison(Tensor.empty([B, H, T], { dtype: "float16", device }));
-        using daLog = poison(Tensor.empty([H], { device }));
-        using ddtBias = poison(Tensor.empty([H], { device }));
-        const view = (t: Tensor) => t.viewDescriptor([B, T, H], [H * T, 1, T]);
-        const op = "strided test";
-        unwrap(
-          native().ak_gate_transform_fwd(
-            view(headMajor),
-            p.aLog.descriptor(),
-            p.dtBias.descriptor(),
-            0,
-            0,
-            0,
-            view(gate),
-          ),
-          op,
-        );
-        unwrap(
-          native().ak_gate_transform_bwd(
-            view(headMajor),
-            p.aLog.descriptor(),
-            p.dtBias.descriptor(),
-            view(dGateHeadMajor),
-            0,
-            0,
-            0,
-            view(draw),
-            daLog.descriptor(),
-            ddtBias.descriptor(),
-          ),
-          op,
-        );
-        using contiguous = gateTransform(p.raw, p.aLog, p.dtBias, { kind: "softplus", fastmath: false });
-        using grads = contiguous.backward(p.dGate);
-        using gateBack = gate.permute([0, 2, 1]);
-        using drawBack = draw.permute([0, 2, 1]);
-        assert.deepEqual(bits(gateBack), bits(contiguous.gate), "gate through strides");
-        assert.deepEqual(bits(drawBack), bits(grads.draw), "draw through strides");
-        const near = (a: Tensor, b: Tensor, what: string) =>
-          expectWithin(host(a), host(b), (i) => 1e-5 * (1 + Math.abs(host(b)[i])), what);
-        near(daLog, grads.daLog, "daLog through strides");
-        near(ddtBias, grads.ddtBias, "ddtBias through strides");
-      })),
+  (device, seed) => {
+    // raw's memory is [B, H, T] while the call reads [B, T, H]; the gate and draw are written
+    // through the same permuted strides.
+    const [B, T, H] = [2, 11, 3];
+    using p = new Problem(device, {
+      kind: "softplus",
+      dtype: "float16",
+      fastmath: false,
+      lead: [B, T],
+      H,
+    }, seed);
+    using headMajor = p.raw.permute([0, 2, 1]);
+    using dGateHeadMajor = p.dGate.permute([0, 2, 1]);
+    using gate = poison(Tensor.empty([B, H, T], { device }));
+    using draw = poison(Tensor.empty([B, H, T], { dtype: "float16", device }));
+    using daLog = poison(Tensor.empty([H], { device }));
+    using ddtBias = poison(Tensor.empty([H], { device }));
+    const view = (t: Tensor) => t.viewDescriptor([B, T, H], [H * T, 1, T]);
+    const op = "strided test";
+    unwrap(
+      native().ak_gate_transform_fwd(
+        view(headMajor),
+        p.aLog.descriptor(),
+        p.dtBias.descriptor(),
+        0,
+        0,
+        0,
+        view(gate),
+      ),
+      op,
+    );
+    unwrap(
+      native().ak_gate_transform_bwd(
+        view(headMajor),
+        p.aLog.descriptor(),
+        p.dtBias.descriptor(),
+        view(dGateHeadMajor),
+        0,
+        0,
+        0,
+        view(draw),
+        daLog.descriptor(),
+        ddtBias.descriptor(),
+      ),
+      op,
+    );
+    using contiguous = gateTransform(p.raw, p.aLog, p.dtBias, { kind: "softplus", fastmath: false });
+    using grads = contiguous.backward(p.dGate);
+    using gateBack = gate.permute([0, 2, 1]);
+    using drawBack = draw.permute([0, 2, 1]);
+    assert.deepEqual(bits(gateBack), bits(contiguous.gate), "gate through strides");
+    assert.deepEqual(bits(drawBack), bits(grads.draw), "draw through strides");
+    const near = (a: Tensor, b: Tensor, what: string) =>
+      expectWithin(host(a), host(b), (i) => 1e-5 * (1 + Math.abs(host(b)[i])), what);
+    near(daLog, grads.daLog, "daLog through strides");
+    near(ddtBias, grads.ddtBias, "ddtBias through strides");
+  },
 );
 
 // ---- refusals ----

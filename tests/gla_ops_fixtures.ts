@@ -32,7 +32,7 @@ import {
   Tensor,
 } from "../mod.ts";
 import { generator } from "./oracle_checks.ts";
-import { host, poisoned } from "./linear_fixtures.ts";
+import { host, LinearCase, type LinearCaseSpec, poisoned } from "./linear_case.ts";
 
 export { expectAgree, expectClose, expectSame, host, leadingRows, pathTolerance } from "./linear_fixtures.ts";
 
@@ -56,33 +56,15 @@ export function tol(dtype: DType): GlaTolerance {
 export type Fn = "chunkGla" | "recurrentGla" | "chunkSimpleGla" | "chunkRetention" | "chunkLinearAttn";
 
 /** What a random problem looks like. */
-export interface GlaSpec {
+export interface GlaSpec extends LinearCaseSpec {
   /** Which function. */
   fn: Fn;
-  /** Batch (1 with cuSeqlens). */
-  B: number;
-  /** Tokens. */
-  T: number;
-  /** Value heads. */
-  H: number;
-  /** Query/key heads (default H). */
-  HK?: number;
-  /** Key head dimension. */
-  K: number;
-  /** Value head dimension. */
-  V: number;
-  /** Dtype of q, k, v. */
-  dtype: DType;
   /** Simple GLA: a decay per token (default true for chunkSimpleGla). */
   g?: boolean;
   /** Simple GLA: a decay per head. */
   gGamma?: boolean;
   /** Linear attention's normaliser. */
   normalize?: boolean;
-  /** Packed offsets. */
-  cuSeqlens?: number[];
-  /** Start from a random state (default true). */
-  initialState?: boolean;
   /** Gates uniform in [gateLow, 0] (default -0.25). */
   gateLow?: number;
   /** Also a decay of -20 at about one token in 16 (per head, per channel for GLA). */
@@ -94,11 +76,7 @@ export interface GlaSpec {
 }
 
 /** A random problem on a device, its host copy and the oracle's answers. */
-export class GlaCase implements Disposable {
-  readonly spec: GlaSpec;
-  readonly device: Device;
-  readonly HK: number;
-  readonly N: number;
+export class GlaCase extends LinearCase<GlaSpec> {
   readonly q: Tensor;
   readonly k: Tensor;
   readonly v: Tensor;
@@ -108,64 +86,50 @@ export class GlaCase implements Disposable {
   readonly initialState?: Tensor;
   readonly cuSeqlens?: Tensor;
   readonly hostInputs: GatedLinearReferenceInputs;
-  #owned: Tensor[] = [];
   #reference: GatedLinearReferenceOutputs | undefined;
 
   constructor(device: Device, spec: GlaSpec, seed: number) {
-    this.spec = spec;
-    this.device = device;
+    super(device, spec);
     const { B, T, H, K, V, dtype, fn } = spec;
-    const HK = (this.HK = spec.HK ?? H);
-    this.N = spec.cuSeqlens ? spec.cuSeqlens.length - 1 : B;
-    const own = <X extends Tensor>(t: X) => (this.#owned.push(t), t);
+    const HK = this.HK;
     const rand = generator(seed ^ 0x5bd1e995);
-    const gate = (n: number, shape: number[]) => {
-      const low = spec.gateLow ?? -0.25;
-      const a = Float32Array.from({ length: n }, () => low * rand());
-      if (spec.spikes) { for (let i = 0; i < n; i++) if (rand() < 1 / 16) a[i] = -20; }
-      using raw = Tensor.from(a, { shape, device });
-      return own(raw.cast(spec.gateDtype ?? "float32"));
-    };
+    const gate = (shape: number[]) =>
+      this.randomGate(
+        rand,
+        shape,
+        spec.gateLow ?? -0.25,
+        spec.spikes ? -20 : undefined,
+        spec.gateDtype ?? "float32",
+      );
     try {
       // Positive q and k for the normaliser (its denominator stays away from 0, as with feature maps).
       const positive = spec.normalize === true;
-      this.q = own(
+      this.q = this.own(
         positive
           ? Tensor.rand([B, T, HK, K], { dtype, device, seed, low: 0.1, high: 1 })
           : Tensor.randn([B, T, HK, K], { dtype, device, seed }),
       );
-      this.k = own(
+      this.k = this.own(
         positive
           ? Tensor.rand([B, T, HK, K], { dtype, device, seed: seed + 1, low: 0.1, high: 1 })
           : Tensor.randn([B, T, HK, K], { dtype, device, seed: seed + 1, std: K ** -0.5 }),
       );
-      this.v = own(Tensor.randn([B, T, H, V], { dtype, device, seed: seed + 2 }));
-      if (fn === "chunkGla" || fn === "recurrentGla") this.gk = gate(B * T * H * K, [B, T, H, K]);
-      if (fn === "chunkSimpleGla" && spec.g !== false) this.g = gate(B * T * H, [B, T, H]);
+      this.v = this.own(Tensor.randn([B, T, H, V], { dtype, device, seed: seed + 2 }));
+      if (fn === "chunkGla" || fn === "recurrentGla") this.gk = gate([B, T, H, K]);
+      if (fn === "chunkSimpleGla" && spec.g !== false) this.g = gate([B, T, H]);
       if (fn === "chunkSimpleGla" && spec.gGamma) {
         const a = Float32Array.from({ length: H }, () => -0.02 - 0.3 * rand());
-        this.gGamma = own(Tensor.from(a, { device }));
+        this.gGamma = this.own(Tensor.from(a, { device }));
       }
-      this.initialState = spec.initialState === false
-        ? undefined
-        : own(Tensor.randn([this.N, H, K, V], { device, seed: seed + 5, std: 0.5 }));
-      this.cuSeqlens = spec.cuSeqlens
-        ? own(Tensor.from(Int32Array.from(spec.cuSeqlens), { device }))
-        : undefined;
+      const tensors = this.stateAndOffsets(seed);
+      this.initialState = tensors.initialState;
+      this.cuSeqlens = tensors.cuSeqlens;
     } catch (e) {
       this.dispose();
       throw e;
     }
     this.hostInputs = {
-      B,
-      T,
-      H,
-      HK,
-      K,
-      V,
-      q: host(this.q),
-      k: host(this.k),
-      v: host(this.v),
+      ...this.hostProblem(this.q, this.k, this.v),
       gk: this.gk ? host(this.gk) : undefined,
       g: this.g ? host(this.g) : undefined,
       gGamma: fn === "chunkRetention"
@@ -251,32 +215,6 @@ export class GlaCase implements Disposable {
     if (this.initialState) out.dInitialState = this.own(poisoned([this.N, H, K, V], "float32", this.device));
     const o = { ...this.options(), dFinalState, out };
     return callBackward(this.spec.fn, dOutput, this.q, this.k, this.v, this.gk, o);
-  }
-
-  /** A random output gradient (dtype of q) and final-state gradient, owned by the case. */
-  cotangents(seed: number): { dOutput: Tensor; dFinalState: Tensor } {
-    const { B, T, H, K, V, dtype } = this.spec;
-    return {
-      dOutput: this.own(Tensor.randn([B, T, H, V], { dtype, device: this.device, seed: seed + 10 })),
-      dFinalState: this.own(Tensor.randn([this.N, H, K, V], { device: this.device, seed: seed + 11 })),
-    };
-  }
-
-  /** Tracks another tensor for disposal with the case. */
-  own<X extends Tensor>(t: X): X {
-    this.#owned.push(t);
-    return t;
-  }
-
-  /** Disposes every tensor the case made. */
-  dispose(): void {
-    for (const t of this.#owned) t.dispose();
-    this.#owned = [];
-  }
-
-  /** Same as `dispose()`. */
-  [Symbol.dispose](): void {
-    this.dispose();
   }
 }
 

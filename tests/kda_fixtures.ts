@@ -26,7 +26,7 @@ import {
   Tensor,
 } from "../mod.ts";
 import { generator } from "./oracle_checks.ts";
-import { host, poisoned } from "./linear_fixtures.ts";
+import { host, LinearCase, type LinearCaseSpec, poisoned } from "./linear_case.ts";
 
 export { expectAgree, expectClose, expectSame, host, leadingRows, pathTolerance } from "./linear_fixtures.ts";
 
@@ -46,27 +46,9 @@ export function tol(dtype: DType): KdaTolerance {
 export type KdaFn = "chunkKda" | "recurrentKda";
 
 /** What a random problem looks like. */
-export interface KdaSpec {
+export interface KdaSpec extends LinearCaseSpec {
   /** Which function. */
   fn: KdaFn;
-  /** Batch (1 with cuSeqlens). */
-  B: number;
-  /** Tokens. */
-  T: number;
-  /** Value heads. */
-  H: number;
-  /** Query/key heads (default H). */
-  HK?: number;
-  /** Key head dimension. */
-  K: number;
-  /** Value head dimension. */
-  V: number;
-  /** Dtype of q, k, v. */
-  dtype: DType;
-  /** Packed offsets. */
-  cuSeqlens?: number[];
-  /** Start from a random state (default true). */
-  initialState?: boolean;
   /** Gates uniform in [gateLow, 0] (default -0.5). */
   gateLow?: number;
   /** Also this gate value at about one element in 16 (e.g. -20). */
@@ -91,11 +73,7 @@ export function swapLast(a: ArrayLike<number>, N: number, H: number, A: number, 
 }
 
 /** A random problem on a device, its host copy and the oracle's answers. */
-export class KdaCase implements Disposable {
-  readonly spec: KdaSpec;
-  readonly device: Device;
-  readonly HK: number;
-  readonly N: number;
+export class KdaCase extends LinearCase<KdaSpec> {
   readonly q: Tensor;
   readonly k: Tensor;
   readonly v: Tensor;
@@ -105,51 +83,30 @@ export class KdaCase implements Disposable {
   readonly initialState?: Tensor;
   readonly cuSeqlens?: Tensor;
   readonly hostInputs: KdaReferenceInputs;
-  #owned: Tensor[] = [];
   #reference: KdaReferenceOutputs | undefined;
 
   constructor(device: Device, spec: KdaSpec, seed: number) {
-    this.spec = spec;
-    this.device = device;
+    super(device, spec);
     const { B, T, H, K, V, dtype } = spec;
-    const HK = (this.HK = spec.HK ?? H);
-    this.N = spec.cuSeqlens ? spec.cuSeqlens.length - 1 : B;
+    const HK = this.HK;
     const rand = generator(seed ^ 0x2545f491);
-    const own = <X extends Tensor>(t: X) => (this.#owned.push(t), t);
     try {
-      this.q = own(Tensor.randn([B, T, HK, K], { dtype, device, seed }));
-      this.k = own(Tensor.randn([B, T, HK, K], { dtype, device, seed: seed + 1, std: K ** -0.5 }));
-      this.v = own(Tensor.randn([B, T, H, V], { dtype, device, seed: seed + 2 }));
-      const low = spec.gateLow ?? -0.5;
-      const gates = Float32Array.from({ length: B * T * H * K }, () => low * rand());
-      if (spec.spike !== undefined) {
-        for (let i = 0; i < gates.length; i++) if (rand() < 1 / 16) gates[i] = spec.spike;
-      }
-      using g32 = Tensor.from(gates, { shape: [B, T, H, K], device });
-      this.gate = own(g32.cast(spec.gateDtype ?? "float32"));
+      this.q = this.own(Tensor.randn([B, T, HK, K], { dtype, device, seed }));
+      this.k = this.own(Tensor.randn([B, T, HK, K], { dtype, device, seed: seed + 1, std: K ** -0.5 }));
+      this.v = this.own(Tensor.randn([B, T, H, V], { dtype, device, seed: seed + 2 }));
+      const gateDtype = spec.gateDtype ?? "float32";
+      this.gate = this.randomGate(rand, [B, T, H, K], spec.gateLow ?? -0.5, spec.spike, gateDtype);
       using b32 = Tensor.rand([B, T, H], { device, seed: seed + 3 });
-      this.beta = own(b32.cast(spec.gateDtype ?? "float32"));
-      const stateShape = spec.stateLayout === "vk" ? [this.N, H, V, K] : [this.N, H, K, V];
-      this.initialState = spec.initialState === false
-        ? undefined
-        : own(Tensor.randn(stateShape, { device, seed: seed + 5, std: 0.5 }));
-      this.cuSeqlens = spec.cuSeqlens
-        ? own(Tensor.from(Int32Array.from(spec.cuSeqlens), { device }))
-        : undefined;
+      this.beta = this.own(b32.cast(gateDtype));
+      const tensors = this.stateAndOffsets(seed);
+      this.initialState = tensors.initialState;
+      this.cuSeqlens = tensors.cuSeqlens;
     } catch (e) {
       this.dispose();
       throw e;
     }
     this.hostInputs = {
-      B,
-      T,
-      H,
-      HK,
-      K,
-      V,
-      q: host(this.q),
-      k: host(this.k),
-      v: host(this.v),
+      ...this.hostProblem(this.q, this.k, this.v),
       gate: host(this.gate),
       beta: host(this.beta),
       scale: spec.scale ?? K ** -0.5,
@@ -171,7 +128,7 @@ export class KdaCase implements Disposable {
   }
 
   /** The state shape in the spec's layout. */
-  stateShape(): number[] {
+  override stateShape(): number[] {
     const { H, K, V } = this.spec;
     return this.spec.stateLayout === "vk" ? [this.N, H, V, K] : [this.N, H, K, V];
   }
@@ -229,31 +186,5 @@ export class KdaCase implements Disposable {
     const o = { ...this.options(), dFinalState, out };
     const f = this.spec.fn === "chunkKda" ? chunkKdaBackward : recurrentKdaBackward;
     return f(dOutput, this.q, this.k, this.v, this.gate, this.beta, o);
-  }
-
-  /** A random output gradient (dtype of q) and final-state gradient (state layout), owned by the case. */
-  cotangents(seed: number): { dOutput: Tensor; dFinalState: Tensor } {
-    const { B, T, H, V, dtype } = this.spec;
-    return {
-      dOutput: this.own(Tensor.randn([B, T, H, V], { dtype, device: this.device, seed: seed + 10 })),
-      dFinalState: this.own(Tensor.randn(this.stateShape(), { device: this.device, seed: seed + 11 })),
-    };
-  }
-
-  /** Tracks another tensor for disposal with the case. */
-  own<X extends Tensor>(t: X): X {
-    this.#owned.push(t);
-    return t;
-  }
-
-  /** Disposes every tensor the case made. */
-  dispose(): void {
-    for (const t of this.#owned) t.dispose();
-    this.#owned = [];
-  }
-
-  /** Same as `dispose()`. */
-  [Symbol.dispose](): void {
-    this.dispose();
   }
 }

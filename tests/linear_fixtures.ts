@@ -10,7 +10,9 @@ import {
   deltaRuleReference,
   deltaRuleReferenceBackward,
 } from "../reference/delta_rule.ts";
-import { poison } from "./helpers.ts";
+import { host, LinearCase, type LinearCaseSpec, poisoned } from "./linear_case.ts";
+
+export { host, poisoned };
 
 /** The tolerances of a q/k/v dtype: the shipped rule (reference/tolerance.ts, FLA's for 16-bit inputs). */
 export function tol(dtype: DType): DeltaRuleTolerance {
@@ -18,29 +20,11 @@ export function tol(dtype: DType): DeltaRuleTolerance {
 }
 
 /** What a random problem looks like. */
-export interface CaseSpec {
-  /** Batch (1 with cuSeqlens). */
-  B: number;
-  /** Tokens. */
-  T: number;
-  /** Value heads. */
-  H: number;
-  /** Query/key heads (default H). */
-  HK?: number;
-  /** Key head dimension. */
-  K: number;
-  /** Value head dimension. */
-  V: number;
-  /** Dtype of q, k, v. */
-  dtype: DType;
+export interface CaseSpec extends LinearCaseSpec {
   /** Gated delta rule. */
   gated: boolean;
   /** In-kernel L2 norm; without it keys are drawn with norm about 1 (std K^-0.5), a stable recurrence. */
   l2norm?: boolean;
-  /** Packed offsets. */
-  cuSeqlens?: number[];
-  /** Start from a random state (default true). */
-  initialState?: boolean;
   /** Dtype of g and beta (default float32). */
   gateDtype?: DType;
   /** g is uniform in [gateLow, 0] (default -0.25). */
@@ -55,16 +39,6 @@ export interface CaseSpec {
   betaHigh?: number;
 }
 
-/** Reads a tensor's values exactly (float16/bfloat16 widen exactly) as float64. */
-export function host(t: Tensor): Float64Array {
-  return Float64Array.from(t.toArray() as Float32Array);
-}
-
-/** A fresh NaN-filled tensor: an element the kernel does not write fails the comparison. */
-export function poisoned(shape: readonly number[], dtype: DType, device: Device): Tensor {
-  return poison(Tensor.empty(shape, { dtype, device }));
-}
-
 /** The exact input values on the host, as the oracle takes them. */
 export type HostInputs = DeltaReferenceInputs & {
   q: Float64Array;
@@ -76,11 +50,7 @@ export type HostInputs = DeltaReferenceInputs & {
 };
 
 /** A random problem on a device, its host copy and the oracle's answers. */
-export class DeltaCase implements Disposable {
-  readonly spec: CaseSpec;
-  readonly device: Device;
-  readonly HK: number;
-  readonly N: number;
+export class DeltaCase extends LinearCase<CaseSpec> {
   readonly scale: number;
   readonly q: Tensor;
   readonly k: Tensor;
@@ -90,25 +60,21 @@ export class DeltaCase implements Disposable {
   readonly initialState: Tensor | undefined;
   readonly cuSeqlens: Tensor | undefined;
   readonly hostInputs: HostInputs;
-  #owned: Tensor[] = [];
   #reference: DeltaReferenceOutputs | undefined;
 
   constructor(device: Device, spec: CaseSpec, seed: number) {
-    this.spec = spec;
-    this.device = device;
+    super(device, spec);
     const { B, T, H, K, V, dtype } = spec;
-    const HK = (this.HK = spec.HK ?? H);
-    this.N = spec.cuSeqlens ? spec.cuSeqlens.length - 1 : B;
+    const HK = this.HK;
     this.scale = spec.scale ?? K ** -0.5;
     const gateDtype = spec.gateDtype ?? "float32";
     const keyStd = spec.keyStd ?? (spec.l2norm ? 1 : K ** -0.5);
-    const own = (t: Tensor) => (this.#owned.push(t), t);
     try {
-      this.q = own(Tensor.randn([B, T, HK, K], { dtype, device, seed, offset: 0 }));
-      this.k = own(Tensor.randn([B, T, HK, K], { dtype, device, seed: seed + 1, std: keyStd }));
-      this.v = own(Tensor.randn([B, T, H, V], { dtype, device, seed: seed + 2 }));
+      this.q = this.own(Tensor.randn([B, T, HK, K], { dtype, device, seed, offset: 0 }));
+      this.k = this.own(Tensor.randn([B, T, HK, K], { dtype, device, seed: seed + 1, std: keyStd }));
+      this.v = this.own(Tensor.randn([B, T, H, V], { dtype, device, seed: seed + 2 }));
       this.g = spec.gated
-        ? own(
+        ? this.own(
           Tensor.rand([B, T, H], {
             dtype: gateDtype,
             device,
@@ -118,7 +84,7 @@ export class DeltaCase implements Disposable {
           }),
         )
         : undefined;
-      this.beta = own(
+      this.beta = this.own(
         Tensor.rand([B, T, H], {
           dtype: gateDtype,
           device,
@@ -127,26 +93,15 @@ export class DeltaCase implements Disposable {
           high: spec.betaHigh ?? 1,
         }),
       );
-      this.initialState = spec.initialState === false
-        ? undefined
-        : own(Tensor.randn([this.N, H, K, V], { device, seed: seed + 5, std: 0.5 }));
-      this.cuSeqlens = spec.cuSeqlens
-        ? own(Tensor.from(Int32Array.from(spec.cuSeqlens), { device }))
-        : undefined;
+      const tensors = this.stateAndOffsets(seed);
+      this.initialState = tensors.initialState;
+      this.cuSeqlens = tensors.cuSeqlens;
     } catch (e) {
       this.dispose();
       throw e;
     }
     this.hostInputs = {
-      B,
-      T,
-      H,
-      HK,
-      K,
-      V,
-      q: host(this.q),
-      k: host(this.k),
-      v: host(this.v),
+      ...this.hostProblem(this.q, this.k, this.v),
       g: this.g ? host(this.g) : undefined,
       beta: host(this.beta),
       scale: this.scale,
@@ -191,10 +146,8 @@ export class DeltaCase implements Disposable {
   /** NaN-poisoned forward result buffers. */
   forwardBuffers(): { output: Tensor; finalState: Tensor } {
     const { B, T, H, K, V, dtype } = this.spec;
-    const output = poisoned([B, T, H, V], dtype, this.device);
-    this.#owned.push(output);
-    const finalState = poisoned([this.N, H, K, V], "float32", this.device);
-    this.#owned.push(finalState);
+    const output = this.own(poisoned([B, T, H, V], dtype, this.device));
+    const finalState = this.own(poisoned([this.N, H, K, V], "float32", this.device));
     return { output, finalState };
   }
 
@@ -208,44 +161,16 @@ export class DeltaCase implements Disposable {
     dInitialState?: Tensor;
   } {
     const { B, T, H, K, V, dtype } = this.spec;
-    const keep = (t: Tensor) => (this.#owned.push(t), t);
     return {
-      dq: keep(poisoned([B, T, this.HK, K], dtype, this.device)),
-      dk: keep(poisoned([B, T, this.HK, K], dtype, this.device)),
-      dv: keep(poisoned([B, T, H, V], dtype, this.device)),
-      dbeta: keep(poisoned([B, T, H], "float32", this.device)),
-      dg: this.g ? keep(poisoned([B, T, H], "float32", this.device)) : undefined,
+      dq: this.own(poisoned([B, T, this.HK, K], dtype, this.device)),
+      dk: this.own(poisoned([B, T, this.HK, K], dtype, this.device)),
+      dv: this.own(poisoned([B, T, H, V], dtype, this.device)),
+      dbeta: this.own(poisoned([B, T, H], "float32", this.device)),
+      dg: this.g ? this.own(poisoned([B, T, H], "float32", this.device)) : undefined,
       dInitialState: this.initialState
-        ? keep(poisoned([this.N, H, K, V], "float32", this.device))
+        ? this.own(poisoned([this.N, H, K, V], "float32", this.device))
         : undefined,
     };
-  }
-
-  /** A random output gradient (dtype of q) and final-state gradient, owned by the case. */
-  cotangents(seed: number): { dOutput: Tensor; dFinalState: Tensor } {
-    const { B, T, H, K, V, dtype } = this.spec;
-    const dOutput = Tensor.randn([B, T, H, V], { dtype, device: this.device, seed: seed + 10 });
-    this.#owned.push(dOutput);
-    const dFinalState = Tensor.randn([this.N, H, K, V], { device: this.device, seed: seed + 11 });
-    this.#owned.push(dFinalState);
-    return { dOutput, dFinalState };
-  }
-
-  /** Tracks another tensor for disposal with the case. */
-  own<T extends Tensor>(t: T): T {
-    this.#owned.push(t);
-    return t;
-  }
-
-  /** Disposes every tensor the case made. */
-  dispose(): void {
-    for (const t of this.#owned) t.dispose();
-    this.#owned = [];
-  }
-
-  /** Same as `dispose()`. */
-  [Symbol.dispose](): void {
-    this.dispose();
   }
 }
 

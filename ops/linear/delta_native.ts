@@ -218,6 +218,45 @@ export function packedSequences(op: string, cu: unknown, q: Tensor): number {
   return count - 1;
 }
 
+/** The sequence count of a call: B, or the packed sequences of `cuSeqlens` (which take batch size 1). */
+export function sequenceCount(op: string, cuSeqlens: unknown, B: number, q: Tensor): number {
+  if (cuSeqlens === undefined) return B;
+  const N = packedSequences(op, cuSeqlens, q);
+  if (B !== 1) throw invalidArgument(op, `q: packed input (cuSeqlens given) needs batch size 1, got ${B}`);
+  return N;
+}
+
+/** Checks a float32 state argument (initialState, dFinalState): on q's device, of this shape. */
+export function checkStateArg(
+  op: string,
+  name: string,
+  t: unknown,
+  q: Tensor,
+  shape: readonly number[],
+): Tensor {
+  const x = expectTensor(op, name, t);
+  expectDType(op, name, x, ["float32"]);
+  expectSameDevice(op, name, x, q, "q");
+  expectShape(op, name, x, shape);
+  return x;
+}
+
+/** Checks a backward's dOutput: q's dtype and device, the output's shape in the layout. */
+export function checkDOutput(
+  op: string,
+  dOutput: unknown,
+  q: Tensor,
+  layout: LinearLayout,
+  sizes: DeltaSizes,
+): Tensor {
+  const { B, T, H, V } = sizes;
+  const dO = expectTensor(op, "dOutput", dOutput);
+  expectSameDType(op, "dOutput", dO, q, "q");
+  expectSameDevice(op, "dOutput", dO, q, "q");
+  expectInLayout(op, "dOutput", dO, layout, sequencePattern(layout, "H", "V"), { B, T, H, V });
+  return dO;
+}
+
 /** Checks the tensors and settings of a forward or backward call; returns the sizes. */
 export function checkDeltaCall(op: string, inputs: DeltaInputs, s: DeltaSettings): DeltaSizes {
   const q = expectTensor(op, "q", inputs.q);
@@ -249,17 +288,8 @@ export function checkDeltaCall(op: string, inputs: DeltaInputs, s: DeltaSettings
   checkHeadDims(op, K, V);
   if (!s.recurrent) checkChunkSize(op, s.chunkSize);
   checkScale(op, s.scale, K);
-  let N = B;
-  if (s.cuSeqlens !== undefined) {
-    N = packedSequences(op, s.cuSeqlens, q);
-    if (B !== 1) throw invalidArgument(op, `q: packed input (cuSeqlens given) needs batch size 1, got ${B}`);
-  }
-  if (s.initialState !== undefined) {
-    const h0 = expectTensor(op, "initialState", s.initialState);
-    expectDType(op, "initialState", h0, ["float32"]);
-    expectSameDevice(op, "initialState", h0, q, "q");
-    expectShape(op, "initialState", h0, [N, H, K, V]);
-  }
+  const N = sequenceCount(op, s.cuSeqlens, B, q);
+  if (s.initialState !== undefined) checkStateArg(op, "initialState", s.initialState, q, [N, H, K, V]);
   warnIfLayoutLooksSwapped(op, L, T, HK);
   return { B, T, H, HK, K, V, N };
 }
@@ -429,14 +459,39 @@ function flagsOf(s: { gated: boolean; l2norm: boolean; recurrent?: boolean }): n
     (s.recurrent ? DeltaFlags.RECURRENT : 0);
 }
 
+/** The int32 offsets the C side reads (a converted copy owned by the scope when needed), or null. */
+export function seqlensView(
+  op: string,
+  scope: TensorScope,
+  cuSeqlens: CuSeqlens | undefined,
+  device: string,
+): Uint8Array<ArrayBuffer> | null {
+  if (cuSeqlens === undefined) return null;
+  const cu = int32Seqlens(op, "cuSeqlens", cuSeqlens, device);
+  if (cu.owned) scope.temp(cu.tensor);
+  return cu.tensor.descriptor();
+}
+
+/** The dq, dk and dv results of a backward (q's dtype, in the layout) and the views the C side writes. */
+export function qkvGradResults(
+  op: string,
+  scope: TensorScope,
+  layout: LinearLayout,
+  sizes: DeltaSizes,
+  q: Tensor,
+  out: { dq?: Tensor; dk?: Tensor; dv?: Tensor },
+) {
+  const { B, T, H, HK, K, V } = sizes;
+  return {
+    dq: rowsResult(op, scope, layout, { B, T, heads: HK, D: K }, q.dtype, q.device, "dq", out.dq),
+    dk: rowsResult(op, scope, layout, { B, T, heads: HK, D: K }, q.dtype, q.device, "dk", out.dk),
+    dv: rowsResult(op, scope, layout, { B, T, heads: H, D: V }, q.dtype, q.device, "dv", out.dv),
+  };
+}
+
 // The descriptors of the inputs shared by the forward and the backward.
 function prepareInputs(op: string, scope: TensorScope, inputs: DeltaInputs, s: DeltaSettings) {
-  let cuSeqlens: Uint8Array<ArrayBuffer> | null = null;
-  if (s.cuSeqlens !== undefined) {
-    const cu = int32Seqlens(op, "cuSeqlens", s.cuSeqlens, inputs.q.device);
-    if (cu.owned) scope.temp(cu.tensor);
-    cuSeqlens = cu.tensor.descriptor();
-  }
+  const cuSeqlens = seqlensView(op, scope, s.cuSeqlens, inputs.q.device);
   return {
     q: tokenMajor(inputs.q, s.layout),
     k: tokenMajor(inputs.k, s.layout),
@@ -577,17 +632,11 @@ export function deltaBackward(
   const { dFinalState, wantDInitialState = true, saved } = extras;
   const out = checkOptions<DeltaBackwardBuffers>(op, extras.out ?? undefined, BACKWARD_BUFFERS, "out");
   const sizes = checkDeltaCall(op, inputs, s);
-  const { B, T, H, HK, K, V, N } = sizes;
+  const { H, K, V, N } = sizes;
   const q = inputs.q;
-  const dO = expectTensor(op, "dOutput", dOutput);
-  expectSameDType(op, "dOutput", dO, q, "q");
-  expectSameDevice(op, "dOutput", dO, q, "q");
-  expectInLayout(op, "dOutput", dO, s.layout, sequencePattern(s.layout, "H", "V"), { B, T, H, V });
+  const dO = checkDOutput(op, dOutput, q, s.layout, sizes);
   if (dFinalState !== undefined && dFinalState !== null) {
-    const dh = expectTensor(op, "dFinalState", dFinalState);
-    expectDType(op, "dFinalState", dh, ["float32"]);
-    expectSameDevice(op, "dFinalState", dh, q, "q");
-    expectShape(op, "dFinalState", dh, [N, H, K, V]);
+    checkStateArg(op, "dFinalState", dFinalState, q, [N, H, K, V]);
   }
   if (saved !== undefined && saved !== null && !(saved instanceof DeltaSavedStates)) {
     throw invalidArgument(op, "saved: expected the saved states a forward returned");
@@ -597,9 +646,7 @@ export function deltaBackward(
   const device = q.device;
   using scope = new TensorScope();
   const x = prepareInputs(op, scope, inputs, s);
-  const dq = rowsResult(op, scope, s.layout, { B, T, heads: HK, D: K }, q.dtype, device, "dq", out.dq);
-  const dk = rowsResult(op, scope, s.layout, { B, T, heads: HK, D: K }, q.dtype, device, "dk", out.dk);
-  const dv = rowsResult(op, scope, s.layout, { B, T, heads: H, D: V }, q.dtype, device, "dv", out.dv);
+  const { dq, dk, dv } = qkvGradResults(op, scope, s.layout, sizes, q, out);
   const dbeta = scalarsGrad(op, scope, s.layout, sizes, inputs.beta, "dbeta", out.dbeta);
   const dg = s.gated ? scalarsGrad(op, scope, s.layout, sizes, inputs.g!, "dg", out.dg) : undefined;
   const dInitialState = s.initialState && wantDInitialState

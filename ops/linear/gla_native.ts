@@ -11,22 +11,26 @@ import { invalidArgument } from "../../ffi/errors.ts";
 import { native, unwrap } from "../../ffi/library.ts";
 import { GlaFlags } from "../../ffi/symbols_linear.ts";
 import { expectDType, expectSameDevice, expectSameDType, expectShape, expectTensor } from "../checks.ts";
-import { type CuSeqlens, int32Seqlens } from "../seqlens.ts";
+import type { CuSeqlens } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
 import {
+  checkDOutput,
   checkHeadDims,
   checkHeads,
   checkScale,
+  checkStateArg,
   type DeltaSizes,
   expectInLayout,
   f32Result,
   GATE_DTYPES,
-  packedSequences,
   provided,
   QKV_DTYPES,
+  qkvGradResults,
   rowsResult,
   scalarsF32,
   scalarsGrad,
+  seqlensView,
+  sequenceCount,
   tokenMajor,
 } from "./delta_native.ts";
 import { type LinearLayout, sequencePattern, warnIfLayoutLooksSwapped } from "./layouts.ts";
@@ -148,17 +152,8 @@ export function checkGlaCall(op: string, inputs: GlaInputs, s: GlaSettings): Del
   checkHeads(op, HK, H);
   checkHeadDims(op, K, V);
   checkScale(op, s.scale, K);
-  let N = B;
-  if (s.cuSeqlens !== undefined) {
-    N = packedSequences(op, s.cuSeqlens, q);
-    if (B !== 1) throw invalidArgument(op, `q: packed input (cuSeqlens given) needs batch size 1, got ${B}`);
-  }
-  if (s.initialState !== undefined) {
-    const h0 = expectTensor(op, "initialState", s.initialState);
-    expectDType(op, "initialState", h0, ["float32"]);
-    expectSameDevice(op, "initialState", h0, q, "q");
-    expectShape(op, "initialState", h0, [N, H, K, V]);
-  }
+  const N = sequenceCount(op, s.cuSeqlens, B, q);
+  if (s.initialState !== undefined) checkStateArg(op, "initialState", s.initialState, q, [N, H, K, V]);
   warnIfLayoutLooksSwapped(op, L, T, HK);
   return { B, T, H, HK, K, V, N };
 }
@@ -182,12 +177,7 @@ function asF32(scope: TensorScope, t: Tensor): Tensor {
 
 // The descriptors of the inputs shared by the forward and the backward.
 function prepareInputs(op: string, scope: TensorScope, inputs: GlaInputs, s: GlaSettings) {
-  let cuSeqlens: Uint8Array<ArrayBuffer> | null = null;
-  if (s.cuSeqlens !== undefined) {
-    const cu = int32Seqlens(op, "cuSeqlens", s.cuSeqlens, inputs.q.device);
-    if (cu.owned) scope.temp(cu.tensor);
-    cuSeqlens = cu.tensor.descriptor();
-  }
+  const cuSeqlens = seqlensView(op, scope, s.cuSeqlens, inputs.q.device);
   const gGamma = inputs.gGamma !== undefined ? asF32(scope, inputs.gGamma) : undefined;
   return {
     q: tokenMajor(inputs.q, s.layout),
@@ -301,17 +291,11 @@ export function glaBackward(
   const { dFinalState, wantDInitialState = true, wantDgGamma = true } = extras;
   const out = checkOptions<GlaBackwardBuffers>(op, extras.out ?? undefined, BACKWARD_BUFFERS, "out");
   const sizes = checkGlaCall(op, inputs, s);
-  const { B, T, H, HK, K, V, N } = sizes;
+  const { B, T, H, K, V, N } = sizes;
   const q = inputs.q;
-  const dO = expectTensor(op, "dOutput", dOutput);
-  expectSameDType(op, "dOutput", dO, q, "q");
-  expectSameDevice(op, "dOutput", dO, q, "q");
-  expectInLayout(op, "dOutput", dO, s.layout, sequencePattern(s.layout, "H", "V"), { B, T, H, V });
+  const dO = checkDOutput(op, dOutput, q, s.layout, sizes);
   if (dFinalState !== undefined && dFinalState !== null) {
-    const dh = expectTensor(op, "dFinalState", dFinalState);
-    expectDType(op, "dFinalState", dh, ["float32"]);
-    expectSameDevice(op, "dFinalState", dh, q, "q");
-    expectShape(op, "dFinalState", dh, [N, H, K, V]);
+    checkStateArg(op, "dFinalState", dFinalState, q, [N, H, K, V]);
   }
   const chunkStates = extras.chunkStates !== undefined
     ? checkChunkStates(op, "chunkStates", extras.chunkStates, q, sizes)
@@ -322,9 +306,7 @@ export function glaBackward(
   const device = q.device;
   using scope = new TensorScope();
   const x = prepareInputs(op, scope, inputs, s);
-  const dq = rowsResult(op, scope, s.layout, { B, T, heads: HK, D: K }, q.dtype, device, "dq", out.dq);
-  const dk = rowsResult(op, scope, s.layout, { B, T, heads: HK, D: K }, q.dtype, device, "dk", out.dk);
-  const dv = rowsResult(op, scope, s.layout, { B, T, heads: H, D: V }, q.dtype, device, "dv", out.dv);
+  const { dq, dk, dv } = qkvGradResults(op, scope, s.layout, sizes, q, out);
   const dgk = inputs.gk !== undefined
     ? rowsResult(op, scope, s.layout, { B, T, heads: H, D: K }, "float32", device, "dgk", out.dgk)
     : undefined;

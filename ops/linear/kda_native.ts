@@ -11,10 +11,11 @@ import { native, unwrap } from "../../ffi/library.ts";
 import { KdaFlags } from "../../ffi/symbols_linear.ts";
 import { checkOptions, type OptionSpec } from "../args.ts";
 import { expectDType, expectSameDevice, expectSameDType, expectShape, expectTensor } from "../checks.ts";
-import { type CuSeqlens, int32Seqlens } from "../seqlens.ts";
+import type { CuSeqlens } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
 import type { DeltaCallOptions } from "./consistency.ts";
 import {
+  checkDOutput,
   checkHeadDims,
   checkHeads,
   checkScale,
@@ -22,11 +23,13 @@ import {
   expectInLayout,
   f32Result,
   GATE_DTYPES,
-  packedSequences,
   QKV_DTYPES,
+  qkvGradResults,
   rowsResult,
   scalarsF32,
   scalarsGrad,
+  seqlensView,
+  sequenceCount,
   tokenMajor,
 } from "./delta_native.ts";
 import { type LinearLayout, sequencePattern, warnIfLayoutLooksSwapped } from "./layouts.ts";
@@ -170,11 +173,7 @@ export function checkKdaCall(op: string, inputs: KdaInputs, s: KdaSettings): Del
   checkHeads(op, HK, H);
   checkHeadDims(op, K, V);
   checkScale(op, s.scale, K);
-  let N = B;
-  if (s.cuSeqlens !== undefined) {
-    N = packedSequences(op, s.cuSeqlens, q);
-    if (B !== 1) throw invalidArgument(op, `q: packed input (cuSeqlens given) needs batch size 1, got ${B}`);
-  }
+  const N = sequenceCount(op, s.cuSeqlens, B, q);
   const all = { B, T, H, HK, K, V, N };
   if (s.initialState !== undefined) checkStateTensor(op, "initialState", s.initialState, q, all, s);
   warnIfLayoutLooksSwapped(op, L, T, HK);
@@ -235,12 +234,7 @@ function stateOut(
 
 // The descriptors of the inputs shared by the forward and the backward.
 function prepareInputs(op: string, scope: TensorScope, inputs: KdaInputs, s: KdaSettings, sizes: DeltaSizes) {
-  let cuSeqlens: Uint8Array<ArrayBuffer> | null = null;
-  if (s.cuSeqlens !== undefined) {
-    const cu = int32Seqlens(op, "cuSeqlens", s.cuSeqlens, inputs.q.device);
-    if (cu.owned) scope.temp(cu.tensor);
-    cuSeqlens = cu.tensor.descriptor();
-  }
+  const cuSeqlens = seqlensView(op, scope, s.cuSeqlens, inputs.q.device);
   const gate = inputs.gate.dtype === "float32" ? inputs.gate : scope.temp(inputs.gate.cast("float32"));
   return {
     q: tokenMajor(inputs.q, s.layout),
@@ -312,20 +306,15 @@ export function kdaBackward(
 ): KdaBackwardOutputs {
   const out = checkOptions<KdaBackwardBuffers>(op, extras.out ?? undefined, BACKWARD_BUFFERS, "out");
   const sizes = checkKdaCall(op, inputs, s);
-  const { B, T, H, HK, K, V } = sizes;
+  const { B, T, H, K } = sizes;
   const q = inputs.q;
-  const dO = expectTensor(op, "dOutput", dOutput);
-  expectSameDType(op, "dOutput", dO, q, "q");
-  expectSameDevice(op, "dOutput", dO, q, "q");
-  expectInLayout(op, "dOutput", dO, s.layout, sequencePattern(s.layout, "H", "V"), { B, T, H, V });
+  const dO = checkDOutput(op, dOutput, q, s.layout, sizes);
   const dFinalState = extras.dFinalState ?? undefined;
   if (dFinalState !== undefined) checkStateTensor(op, "dFinalState", dFinalState, q, sizes, s);
   const device = q.device;
   using scope = new TensorScope();
   const x = prepareInputs(op, scope, inputs, s, sizes);
-  const dq = rowsResult(op, scope, s.layout, { B, T, heads: HK, D: K }, q.dtype, device, "dq", out.dq);
-  const dk = rowsResult(op, scope, s.layout, { B, T, heads: HK, D: K }, q.dtype, device, "dk", out.dk);
-  const dv = rowsResult(op, scope, s.layout, { B, T, heads: H, D: V }, q.dtype, device, "dv", out.dv);
+  const { dq, dk, dv } = qkvGradResults(op, scope, s.layout, sizes, q, out);
   const dgate = rowsResult(
     op,
     scope,

@@ -4,15 +4,9 @@
 // float32 or 16-bit weights), and mutations that make a call certainly invalid.
 import * as ak from "../../mod.ts";
 import type { Case, Rng, Scope } from "./cases.ts";
+import { caseMakers, dispose } from "./family.ts";
 
-function valid(name: string, run: () => unknown): Case {
-  return { name: `causal conv1d: ${name}`, expect: "ok", finite: true, run };
-}
-function invalid(name: string, run: () => unknown): Case {
-  return { name: `causal conv1d: ${name}`, expect: "error", finite: false, run };
-}
-
-const dispose = (r: unknown) => (r as Disposable)[Symbol.dispose]();
+const { valid, invalid } = caseMakers("causal conv1d");
 
 /** Random offsets over T tokens: some sequences empty, the last offset at T or below it. */
 function offsets(rng: Rng, T: number): number[] {

@@ -4,15 +4,9 @@
 // and mutations that make a call certainly invalid.
 import * as ak from "../../mod.ts";
 import type { Case, Rng, Scope } from "./cases.ts";
+import { caseMakers, dispose } from "./family.ts";
 
-function valid(name: string, run: () => unknown, finite = true): Case {
-  return { name: `gate transform: ${name}`, expect: "ok", finite, run };
-}
-function invalid(name: string, run: () => unknown): Case {
-  return { name: `gate transform: ${name}`, expect: "error", finite: false, run };
-}
-
-const dispose = (r: unknown) => (r as Disposable)[Symbol.dispose]();
+const { valid, invalid } = caseMakers("gate transform");
 
 /** The gate-transform generator (registered in cases.ts). */
 export function gateTransformCases(rng: Rng, scope: Scope, bad: boolean): Case {

@@ -4,39 +4,12 @@
 // certainly invalid (bad tensors, wrong gate shapes, unknown or mistyped options, bad layouts).
 import * as ak from "../../mod.ts";
 import type { Case, Rng, Scope } from "./cases.ts";
+import { badTensor, caseMakers, dispose } from "./family.ts";
 
-function valid(name: string, run: () => unknown, finite = true): Case {
-  return { name: `gla: ${name}`, expect: "ok", finite, run };
-}
-function invalid(name: string, run: () => unknown): Case {
-  return { name: `gla: ${name}`, expect: "error", finite: false, run };
-}
+const { valid, invalid } = caseMakers("gla");
 
 type AnyFn = (...args: unknown[]) => unknown;
 const fnOf = (name: string) => (ak as unknown as Record<string, AnyFn>)[name];
-const dispose = (r: unknown) => (r as Disposable)[Symbol.dispose]();
-
-// A tensor that no argument of this shape accepts: not a tensor, disposed, another rank or one size off.
-// `dim` is the one whose size is put off by one (a size another argument fixes).
-function badTensor(rng: Rng, scope: Scope, like: ak.Tensor, dim = like.ndim - 1): unknown {
-  switch (rng.int(0, 3)) {
-    case 0:
-      return rng.pick([null, 1, "q", {}, new Float32Array(4)]);
-    case 1: {
-      const t = ak.Tensor.randn([...like.shape], { device: scope.device });
-      t.dispose();
-      return t;
-    }
-    case 2:
-      return scope.randn([...like.shape, 2], "float32", 2);
-    default: {
-      const shape = [...like.shape];
-      shape[dim] += 1;
-      return scope.randn(shape, "float32", 3);
-    }
-  }
-}
-
 function inputs(rng: Rng, scope: Scope, positive: boolean) {
   const layout = rng.pick(["bshd", "bhsd"] as const);
   const B = rng.int(1, 2), T = rng.int(1, 80), HK = rng.int(1, 3), H = HK * rng.int(1, 2);
@@ -120,14 +93,17 @@ export function glaFunctions(rng: Rng, scope: Scope, bad: boolean): Case {
   }
   switch (rng.int(0, 4)) {
     case 0:
-      return invalid(`${name}(bad q)`, () => dispose(call(badTensor(rng, scope, x.q), options)));
+      return invalid(`${name}(bad q)`, () => dispose(call(badTensor(rng, scope, x.q, "q"), options)));
     case 1:
       if (gated) {
-        return invalid(`${name}(bad gk)`, () => dispose(call(x.q, options, badTensor(rng, scope, x.gk))));
+        return invalid(
+          `${name}(bad gk)`,
+          () => dispose(call(x.q, options, badTensor(rng, scope, x.gk, "q"))),
+        );
       }
       return invalid(
         `${name}(bad v)`,
-        () => dispose(fnOf(name)(x.q, x.k, badTensor(rng, scope, x.v, 0), options)),
+        () => dispose(fnOf(name)(x.q, x.k, badTensor(rng, scope, x.v, "q", 0), options)),
       );
     case 2:
       return invalid(
@@ -198,12 +174,12 @@ export function glaOps(rng: Rng, scope: Scope, bad: boolean): Case {
     case 1:
       return invalid(
         "GLAFwdOp(bad g)",
-        () => dispose(new ak.GLAFwdOp().forward(q, k, v, badTensor(rng, scope, g) as ak.Tensor)),
+        () => dispose(new ak.GLAFwdOp().forward(q, k, v, badTensor(rng, scope, g, "q") as ak.Tensor)),
       );
     default:
       return invalid(
         "GLABwdOp(bad h)",
-        () => dispose(new ak.GLABwdOp().backward(dO, q, k, v, g, badTensor(rng, scope, v) as ak.Tensor)),
+        () => dispose(new ak.GLABwdOp().backward(dO, q, k, v, g, badTensor(rng, scope, v, "q") as ak.Tensor)),
       );
   }
 }

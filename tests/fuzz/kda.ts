@@ -5,35 +5,9 @@
 // the other layout, unknown or mistyped options, bad layouts).
 import * as ak from "../../mod.ts";
 import type { Case, Rng, Scope } from "./cases.ts";
+import { badTensor, caseMakers, dispose } from "./family.ts";
 
-function valid(name: string, run: () => unknown, finite = true): Case {
-  return { name: `kda: ${name}`, expect: "ok", finite, run };
-}
-function invalid(name: string, run: () => unknown): Case {
-  return { name: `kda: ${name}`, expect: "error", finite: false, run };
-}
-
-const dispose = (r: unknown) => (r as Disposable)[Symbol.dispose]();
-
-// A tensor no argument of this shape accepts: not a tensor, disposed, another rank or one size off in `dim`.
-function badTensor(rng: Rng, scope: Scope, like: ak.Tensor, dim = like.ndim - 1): unknown {
-  switch (rng.int(0, 3)) {
-    case 0:
-      return rng.pick([null, 1, "gate", {}, new Float32Array(4)]);
-    case 1: {
-      const t = ak.Tensor.randn([...like.shape], { device: scope.device });
-      t.dispose();
-      return t;
-    }
-    case 2:
-      return scope.randn([...like.shape, 2], "float32", 2);
-    default: {
-      const shape = [...like.shape];
-      shape[dim] += 1;
-      return scope.randn(shape, "float32", 3);
-    }
-  }
-}
+const { valid, invalid } = caseMakers("kda");
 
 function inputs(rng: Rng, scope: Scope) {
   const layout = rng.pick(["bshd", "bhsd"] as const);
@@ -111,11 +85,14 @@ export function kdaCases(rng: Rng, scope: Scope, bad: boolean): Case {
   }
   switch (rng.int(0, 5)) {
     case 0:
-      return invalid(`${name}(bad gate)`, () => dispose(call(options, badTensor(rng, scope, x.gate))));
+      return invalid(
+        `${name}(bad gate)`,
+        () => dispose(call(options, badTensor(rng, scope, x.gate, "gate"))),
+      );
     case 1:
       return invalid(
         `${name}(bad beta)`,
-        () => dispose(call(options, x.gate, badTensor(rng, scope, x.beta))),
+        () => dispose(call(options, x.gate, badTensor(rng, scope, x.beta, "gate"))),
       );
     case 2:
       return invalid(

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "linear/cpu/grouped_backward.h"
 #include "linear/cpu/recurrent_step.h"
 #include "linear/cpu/rows.h"
 #include "linear/problem.h"
@@ -15,68 +16,39 @@
 namespace ak::linear::cpu {
 namespace {
 
-void zero_rows(const ak_tensor* t, int64_t row, int64_t t_begin, int64_t t_end, int64_t heads, int64_t D) {
-  if (!t) return;
-  std::vector<float> zeros(D, 0.0f);
-  for (int64_t tt = t_begin; tt < t_end; ++tt) {
-    for (int64_t h = 0; h < heads; ++h) store_row(*t, row_offset(*t, row, tt, h), D, zeros.data());
-  }
-}
+// What one (sequence, q/k head) keeps beyond QKRows when the keys and queries are L2-normalised in
+// the kernel: the raw rows and norms for the norm's reverse mode (q and k hold the normalised rows).
+struct NormedQKRows : QKRows {
+  std::vector<float> q_raw, k_raw;
+  std::vector<double> q_norm, k_norm;
+  NormedQKRows(int64_t len_, int64_t K_) : QKRows(len_, K_) {}
 
-void zero_scalars(const ak_tensor* t, int64_t row, int64_t t_begin, int64_t t_end, int64_t heads) {
-  if (!t) return;
-  for (int64_t tt = t_begin; tt < t_end; ++tt) {
-    for (int64_t h = 0; h < heads; ++h) set_scalar(*t, row_offset(*t, row, tt, h), 0.0f);
+  void load(const DeltaBwd& a, int64_t row, int64_t begin, int64_t hk) {
+    QKRows::load(a, row, begin, hk);
+    if (!a.p.l2norm) return;
+    q_raw = q;
+    k_raw = k;
+    q_norm.resize(len);
+    k_norm.resize(len);
+    for (int64_t i = 0; i < len; ++i) {
+      q_norm[i] = l2_normalize(q.data() + i * K, K);
+      k_norm[i] = l2_normalize(k.data() + i * K, K);
+    }
   }
-}
 
-// What one (sequence, q/k head) keeps: its normalised q and k rows (with the raw rows and norms for
-// the L2 norm's reverse mode) and the gradients summed over its value heads.
-struct QKRows {
-  int64_t len, K;
-  std::vector<float> q, k, q_raw, k_raw;
-  std::vector<double> q_norm, k_norm, dq, dk;
-  QKRows(int64_t len_, int64_t K_)
-      : len(len_), K(K_), q(len_ * K_), k(len_ * K_), q_raw(), k_raw(), q_norm(), k_norm(), dq(len_ * K_, 0.0),
-        dk(len_ * K_, 0.0) {}
+  void store(const DeltaBwd& a, int64_t row, int64_t begin, int64_t hk) {
+    if (a.p.l2norm) {
+      for (int64_t i = 0; i < len; ++i) {
+        l2_normalize_backward(q_raw.data() + i * K, q_norm[i], K, dq.data() + i * K);
+        l2_normalize_backward(k_raw.data() + i * K, k_norm[i], K, dk.data() + i * K);
+      }
+    }
+    QKRows::store(a, row, begin, hk);
+  }
 };
 
-void load_qk(const DeltaBwd& a, int64_t row, int64_t begin, int64_t hk, QKRows& rows) {
-  const DeltaProblem& p = a.p;
-  for (int64_t i = 0; i < rows.len; ++i) {
-    load_row(*a.q, row_offset(*a.q, row, begin + i, hk), p.K, rows.q.data() + i * p.K);
-    load_row(*a.k, row_offset(*a.k, row, begin + i, hk), p.K, rows.k.data() + i * p.K);
-  }
-  if (!p.l2norm) return;
-  rows.q_raw = rows.q;
-  rows.k_raw = rows.k;
-  rows.q_norm.resize(rows.len);
-  rows.k_norm.resize(rows.len);
-  for (int64_t i = 0; i < rows.len; ++i) {
-    rows.q_norm[i] = l2_normalize(rows.q.data() + i * p.K, p.K);
-    rows.k_norm[i] = l2_normalize(rows.k.data() + i * p.K, p.K);
-  }
-}
-
-void store_qk_grads(const DeltaBwd& a, int64_t row, int64_t begin, int64_t hk, QKRows& rows) {
-  const DeltaProblem& p = a.p;
-  std::vector<float> out(p.K);
-  for (int64_t i = 0; i < rows.len; ++i) {
-    double* dq = rows.dq.data() + i * p.K;
-    double* dk = rows.dk.data() + i * p.K;
-    if (p.l2norm) {
-      l2_normalize_backward(rows.q_raw.data() + i * p.K, rows.q_norm[i], p.K, dq);
-      l2_normalize_backward(rows.k_raw.data() + i * p.K, rows.k_norm[i], p.K, dk);
-    }
-    for (int64_t c = 0; c < p.K; ++c) out[c] = static_cast<float>(dq[c]);
-    store_row(*a.dq, row_offset(*a.dq, row, begin + i, hk), p.K, out.data());
-    for (int64_t c = 0; c < p.K; ++c) out[c] = static_cast<float>(dk[c]);
-    store_row(*a.dk, row_offset(*a.dk, row, begin + i, hk), p.K, out.data());
-  }
-}
-
 // Reverse mode of one value head h of sequence n; adds its q/k gradients to `rows`.
-void value_head_backward(const DeltaBwd& a, int64_t n, int64_t h, QKRows& rows) {
+void value_head_backward(const DeltaBwd& a, int64_t n, int64_t h, NormedQKRows& rows) {
   const DeltaProblem& p = a.p;
   const int64_t K = p.K, V = p.V, KV = K * V;
   const int64_t row = p.row(n), begin = p.begin(n), len = rows.len;
@@ -107,10 +79,7 @@ void value_head_backward(const DeltaBwd& a, int64_t n, int64_t h, QKRows& rows) 
 
   // Reverse: dS starts from d_final_state.
   std::vector<double> dS(KV, 0.0);
-  if (a.d_final_state) {
-    const float* src = static_cast<const float*>(a.d_final_state->data) + (n * p.H + h) * KV;
-    for (int64_t e = 0; e < KV; ++e) dS[e] = src[e];
-  }
+  if (a.d_final_state) widen(static_cast<const float*>(a.d_final_state->data) + (n * p.H + h) * KV, KV, dS.data());
   std::vector<float> states(C * KV), r(C * V), u(C * V), d_out(V), dv(V);
   for (int64_t c = NC - 1; c >= 0; --c) {
     const int64_t t0 = c * C, L = std::min(C, len - t0);
@@ -134,34 +103,18 @@ void value_head_backward(const DeltaBwd& a, int64_t n, int64_t h, QKRows& rows) 
       if (a.dg) set_scalar(*a.dg, row_offset(*a.dg, row, token, h), static_cast<float>(dg));
     }
   }
-  if (a.d_initial_state) {
-    float* dst = static_cast<float*>(a.d_initial_state->data) + (n * p.H + h) * KV;
-    for (int64_t e = 0; e < KV; ++e) dst[e] = static_cast<float>(dS[e]);
-  }
+  if (a.d_initial_state) narrow(dS.data(), KV, static_cast<float*>(a.d_initial_state->data) + (n * p.H + h) * KV);
 }
 
 }  // namespace
 
 void delta_bwd(const DeltaBwd& a) {
   const DeltaProblem& p = a.p;
-  // Packed input: tokens past the last sequence influence nothing, so their gradients are zero.
-  if (p.varlen) {
-    const int64_t tail = p.seq_start[p.N];
-    zero_rows(a.dq, 0, tail, p.T, p.HK, p.K);
-    zero_rows(a.dk, 0, tail, p.T, p.HK, p.K);
-    zero_rows(a.dv, 0, tail, p.T, p.H, p.V);
-    zero_scalars(a.dbeta, 0, tail, p.T, p.H);
-    zero_scalars(a.dg, 0, tail, p.T, p.H);
-  }
-  const int64_t G = p.group();
-  parallel_for(p.N * p.HK, [&](int64_t unit) {
-    const int64_t n = unit / p.HK, hk = unit % p.HK;
-    const int64_t row = p.row(n), begin = p.begin(n);
-    QKRows rows(p.end(n) - begin, p.K);
-    load_qk(a, row, begin, hk, rows);
-    for (int64_t j = 0; j < G; ++j) value_head_backward(a, n, hk * G + j, rows);
-    store_qk_grads(a, row, begin, hk, rows);
-  });
+  const int64_t tail = zero_packed_tail(a);
+  zero_scalars(a.dbeta, tail, p.T, p.H);
+  zero_scalars(a.dg, tail, p.T, p.H);
+  grouped_backward<NormedQKRows>(
+      a, [&](int64_t n, int64_t h, NormedQKRows& rows) { value_head_backward(a, n, h, rows); });
 }
 
 }  // namespace ak::linear::cpu

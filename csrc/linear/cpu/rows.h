@@ -70,6 +70,14 @@ inline void set_scalar(const ak_tensor& t, int64_t offset, float value) {
   static_cast<float*>(t.data)[offset] = value;
 }
 
+// A [K, V] fp32 state read into (or written from) a double one.
+inline void widen(const float* src, int64_t n, double* dst) {
+  for (int64_t e = 0; e < n; ++e) dst[e] = src[e];
+}
+inline void narrow(const double* src, int64_t n, float* dst) {
+  for (int64_t e = 0; e < n; ++e) dst[e] = static_cast<float>(src[e]);
+}
+
 // The epsilon inside the square root of the in-kernel L2 norm, x / sqrt(sum(x^2) + eps), as FLA uses.
 constexpr double kL2NormEps = 1e-6;
 

@@ -51,12 +51,4 @@ inline void exp_in_place(double* x, int64_t K) {
   for (int64_t i = 0; i < K; ++i) x[i] = std::exp(x[i]);
 }
 
-// A [K, V] fp32 state read into (or written from) a double one.
-inline void widen(const float* src, int64_t n, double* dst) {
-  for (int64_t e = 0; e < n; ++e) dst[e] = src[e];
-}
-inline void narrow(const double* src, int64_t n, float* dst) {
-  for (int64_t e = 0; e < n; ++e) dst[e] = static_cast<float>(src[e]);
-}
-
 }  // namespace ak::linear::cpu

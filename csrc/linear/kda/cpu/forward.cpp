@@ -12,7 +12,7 @@ void forward_head(const KdaFwd& a, int64_t n, int64_t h) {
   const int64_t K = p.K, V = p.V, KV = K * V, hk = h / p.group();
   const int64_t row = p.row(n);
   std::vector<double> S(KV, 0.0), decay(K), r(V), u(V);
-  if (a.initial_state) kda_widen(static_cast<const float*>(a.initial_state->data) + (n * p.H + h) * KV, KV, S.data());
+  if (a.initial_state) widen(static_cast<const float*>(a.initial_state->data) + (n * p.H + h) * KV, KV, S.data());
   std::vector<float> q(K), k(K), v(V), o(V);
   for (int64_t t = p.begin(n); t < p.end(n); ++t) {
     load_row(*a.q, row_offset(*a.q, row, t, hk), K, q.data());
@@ -24,7 +24,7 @@ void forward_head(const KdaFwd& a, int64_t n, int64_t h) {
     kda_output(S.data(), q.data(), p.scale, K, V, o.data());
     store_row(*a.output, row_offset(*a.output, row, t, h), V, o.data());
   }
-  if (a.final_state) kda_narrow(S.data(), KV, static_cast<float*>(a.final_state->data) + (n * p.H + h) * KV);
+  if (a.final_state) narrow(S.data(), KV, static_cast<float*>(a.final_state->data) + (n * p.H + h) * KV);
 }
 
 }  // namespace

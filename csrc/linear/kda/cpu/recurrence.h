@@ -45,12 +45,4 @@ inline void kda_output(const double* S, const float* q, double scale, int64_t K,
   }
 }
 
-// A [K, V] fp32 state read into (or written from) a double one.
-inline void kda_widen(const float* src, int64_t n, double* dst) {
-  for (int64_t e = 0; e < n; ++e) dst[e] = src[e];
-}
-inline void kda_narrow(const double* src, int64_t n, float* dst) {
-  for (int64_t e = 0; e < n; ++e) dst[e] = static_cast<float>(src[e]);
-}
-
 }  // namespace ak::linear::cpu
