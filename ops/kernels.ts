@@ -75,6 +75,8 @@ export type PlanOp =
   | "linear.gla.fwd"
   | "linear.gla.bwd"
   | "linear.gla.decode"
+  | "linear.kda.fwd"
+  | "linear.kda.bwd"
   | "attention.fwd"
   | "attention.bwd";
 
@@ -126,6 +128,8 @@ export interface PlanQuery {
   aligned?: boolean;
   /** Gated linear family: a decay per key channel (GLA; default true), else per token or none. */
   channel?: boolean;
+  /** KDA: the fast-math variant asked for. */
+  fastmath?: boolean;
   /** Attention: query and key lengths (default skv = sq). */
   sq?: number;
   /** Attention: key length. */
@@ -165,6 +169,7 @@ const QUERY_KEYS: Record<string, string> = {
   l2norm: "l2norm",
   aligned: "aligned",
   channel: "channel",
+  fastmath: "fastmath",
   sq: "sq",
   skv: "skv",
   hq: "hq",

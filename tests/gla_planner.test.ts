@@ -1,4 +1,4 @@
-// The gated linear family's planner, asked for named GPUs without one (explain): which calls the
+// The gated linear family's and KDA's planners, asked for named GPUs without one (explain): which calls the
 // chunked kernels serve, with which registry rows, and why the others take the general path.
 import assert from "node:assert/strict";
 import { explain } from "../mod.ts";
@@ -44,5 +44,15 @@ Deno.test("gla planner: the general path, with the reason, for what the chunked 
     assert.equal(plan.path, "general", JSON.stringify(query));
     assert.deepEqual(plan.kernels, [], JSON.stringify(query));
     assert.match(String(plan.details.why), why, JSON.stringify(query));
+  }
+});
+
+Deno.test("kda planner: every call takes the exact general path for now, and says why", () => {
+  for (const op of ["linear.kda.fwd", "linear.kda.bwd"] as const) {
+    const plan = explain({ op, gpu: "h200", recurrent: true, fastmath: true });
+    assert.equal(plan.path, "general", op);
+    assert.deepEqual(plan.kernels, [], op);
+    assert.match(String(plan.details.why), /not written yet/, op);
+    assert.equal(plan.details.algorithm, "recurrent", op);
   }
 });

@@ -4,28 +4,14 @@
 #include "cuda/backend.h"
 #include "cuda/runtime.cuh"
 #include "linear/gla/cuda/host_mirror.h"
+#include "linear/kda/planner.h"
 #include "linear/kda/problem.h"
 
 namespace ak::linear::cuda {
 
-namespace {
-
-void record_general(const char* op, const DeltaProblem& p, bool fastmath) {
-  plan::Plan plan;
-  plan.op = op;
-  plan.path = "general";
-  plan.detail("decay", "channel");
-  plan.detail("algorithm", p.recurrent ? "recurrent" : "chunked");
-  plan.detail("fastmath", fastmath ? "requested (no effect on the general path)" : "off");
-  plan.detail("why", "the chunked KDA kernels are not written yet");
-  plan::set_last(plan);
-}
-
-}  // namespace
-
 void kda_fwd(const KdaFwd& a) {
   ak::cuda::DeviceGuard guard(a.p.device_index);
-  record_general("linear.kda.fwd", a.p, a.fastmath);
+  plan::set_last(kda_planning::plan_kda("linear.kda.fwd", a.p.recurrent, a.fastmath));
   HostMirror m;
   KdaFwd h = a;
   h.p.device_type = AK_CPU;
@@ -40,7 +26,7 @@ void kda_fwd(const KdaFwd& a) {
 
 void kda_bwd(const KdaBwd& a) {
   ak::cuda::DeviceGuard guard(a.p.device_index);
-  record_general("linear.kda.bwd", a.p, a.fastmath);
+  plan::set_last(kda_planning::plan_kda("linear.kda.bwd", a.p.recurrent, a.fastmath));
   HostMirror m;
   KdaBwd h = a;
   h.p.device_type = AK_CPU;
