@@ -31,24 +31,12 @@ import {
   GLADecodeFwdOp,
   lastPlan,
   Tensor,
-  timeIt,
 } from "../mod.ts";
+import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
 
 /** One result row. */
-export interface GlaRecord {
-  op: string;
-  shape: string;
-  dtype: string;
+export interface GlaRecord extends BenchRecord {
   mode: "fwd" | "fwdbwd" | "decode";
-  ms: number | null;
-  ref: string;
-  ref_ms: number | null;
-  speedup: number | null;
-  tflops: number | null;
-  gbps: number | null;
-  /** The planner's path of the forward (chunked / general). */
-  path: string;
-  note?: string;
 }
 
 const SHAPES: [number, number, number, number][] = [
@@ -93,30 +81,10 @@ const ITER = Number(args.iterations);
 if (!cudaAvailable()) throw new Error("gla_side_by_side: needs a CUDA device");
 const gpu = deviceInfo("cuda").name;
 const records: GlaRecord[] = [];
-using flush = Tensor.empty([64 * 1024 * 1024], { dtype: "float32", device: "cuda" });
-const clearL2 = () => flush.fill(0);
-
-function save(): void {
-  const date = new Date().toISOString().slice(0, 10);
-  Deno.mkdirSync(args.results!, { recursive: true });
-  Deno.writeTextFileSync(`${args.results}/${date}_gla.json`, JSON.stringify({ gpu, records }, null, 1));
-  const lines = [
-    `# Gated linear family and feature-map linear attention, ${date}, ${gpu}`,
-    "",
-    "| op | shape | mode | path | ms | ref | ref ms | speedup | TFLOP/s | GB/s |",
-    "| --- | --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: |",
-    ...records.map((r) =>
-      `| ${r.op} | ${r.shape} | ${r.mode} | ${r.path} | ${r.ms?.toFixed(3) ?? r.note ?? "-"} | ${r.ref} | ${
-        r.ref_ms?.toFixed(3) ?? "-"
-      } | ${r.speedup?.toFixed(2) ?? "-"} | ${r.tflops?.toFixed(1) ?? "-"} | ${r.gbps?.toFixed(0) ?? "-"} |`
-    ),
-  ];
-  Deno.writeTextFileSync(`${args.results}/${date}_gla.md`, lines.join("\n") + "\n");
-}
-
-function time(fn: () => void): number {
-  return timeIt(fn, { device: "cuda", warmup: 3, iterations: ITER, before: clearL2 }).medianMs;
-}
+using timer = new FlushedTimer(ITER);
+const save = () =>
+  saveRecords(args.results!, "gla", "Gated linear family and feature-map linear attention", gpu, records);
+const time = (fn: () => void) => timer.time(fn);
 
 function gate(shape: number[], clamp: boolean): Tensor {
   using x = Tensor.randn(shape, { dtype: "float32", device: "cuda" });

@@ -18,31 +18,12 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import {
-  boundGate,
-  causalConv1d,
-  chunkKda,
-  cudaAvailable,
-  deviceInfo,
-  lastPlan,
-  Tensor,
-  timeIt,
-} from "../mod.ts";
+import { boundGate, causalConv1d, chunkKda, cudaAvailable, deviceInfo, lastPlan, Tensor } from "../mod.ts";
+import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
 
 /** One result row. */
-export interface KdaRecord {
-  op: string;
-  shape: string;
-  dtype: string;
+export interface KdaRecord extends BenchRecord {
   mode: "fwd" | "fwdbwd" | "bwd";
-  ms: number | null;
-  ref: string;
-  ref_ms: number | null;
-  speedup: number | null;
-  tflops: number | null;
-  gbps: number | null;
-  path: string;
-  note?: string;
 }
 
 const COPY_CEILING_GBS = 4252;
@@ -58,29 +39,9 @@ const ITER = Number(args.iterations);
 if (!cudaAvailable()) throw new Error("kda_side_by_side: needs a CUDA device");
 const gpu = deviceInfo("cuda").name;
 const records: KdaRecord[] = [];
-using flush = Tensor.empty([64 * 1024 * 1024], { dtype: "float32", device: "cuda" });
-
-function time(fn: () => void): number {
-  return timeIt(fn, { device: "cuda", warmup: 3, iterations: ITER, before: () => flush.fill(0) }).medianMs;
-}
-
-function save(): void {
-  const date = new Date().toISOString().slice(0, 10);
-  Deno.mkdirSync(args.results!, { recursive: true });
-  Deno.writeTextFileSync(`${args.results}/${date}_kda.json`, JSON.stringify({ gpu, records }, null, 1));
-  const lines = [
-    `# KDA's training path, ${date}, ${gpu}`,
-    "",
-    "| op | shape | mode | path | ms | ref | ref ms | speedup | TFLOP/s | GB/s |",
-    "| --- | --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: |",
-    ...records.map((r) =>
-      `| ${r.op} | ${r.shape} | ${r.mode} | ${r.path} | ${r.ms?.toFixed(3) ?? r.note ?? "-"} | ${r.ref} | ${
-        r.ref_ms?.toFixed(3) ?? "-"
-      } | ${r.speedup?.toFixed(2) ?? "-"} | ${r.tflops?.toFixed(1) ?? "-"} | ${r.gbps?.toFixed(0) ?? "-"} |`
-    ),
-  ];
-  Deno.writeTextFileSync(`${args.results}/${date}_kda.md`, lines.join("\n") + "\n");
-}
+using timer = new FlushedTimer(ITER);
+const save = () => saveRecords(args.results!, "kda", "KDA's training path", gpu, records);
+const time = (fn: () => void) => timer.time(fn);
 
 function push(rec: KdaRecord): void {
   records.push(rec);

@@ -397,6 +397,36 @@ export function f32Result(
     scope.result(Tensor.empty(shape, { dtype: "float32", device }));
 }
 
+/**
+ * The forward's output rows (the layout of q, dtype of q) and, when asked for or given, its float32
+ * final state `[N, H, K, V]`: the caller's buffers, else new tensors owned by the scope's results.
+ */
+export function forwardResults(
+  op: string,
+  scope: TensorScope,
+  layout: LinearLayout,
+  sizes: { B: number; T: number; H: number; K: number; V: number; N: number },
+  q: Tensor,
+  wantFinalState: boolean | undefined,
+  out: { output?: Tensor; finalState?: Tensor },
+): { output: { tensor: Tensor; view: Uint8Array<ArrayBuffer> }; finalState: Tensor | undefined } {
+  const { B, T, H, K, V, N } = sizes;
+  const output = rowsResult(
+    op,
+    scope,
+    layout,
+    { B, T, heads: H, D: V },
+    q.dtype,
+    q.device,
+    "output",
+    out.output,
+  );
+  const finalState = wantFinalState || out.finalState
+    ? f32Result(op, scope, [N, H, K, V], q.device, "finalState", out.finalState)
+    : undefined;
+  return { output, finalState };
+}
+
 /** g or beta as the contiguous float32 `[B, T, H]` the C side reads (a cast/permute when needed). */
 export function scalarsF32(
   op: string,
@@ -520,26 +550,14 @@ export function deltaForward(
 ): ForwardOutputs {
   out = checkOptions<DeltaForwardBuffers>(op, out ?? undefined, FORWARD_BUFFERS, "out");
   const sizes = checkDeltaCall(op, inputs, s);
-  const { B, T, H, K, V, N } = sizes;
+  const { B, T, H, K, V } = sizes;
   if ((wants.chunkStates || wants.factors) && (s.recurrent || s.cuSeqlens !== undefined)) {
     throw invalidArgument(op, "chunk states and WY factors exist only for the chunked, fixed-length forward");
   }
   const device = inputs.q.device;
   using scope = new TensorScope();
   const x = prepareInputs(op, scope, inputs, s);
-  const output = rowsResult(
-    op,
-    scope,
-    s.layout,
-    { B, T, heads: H, D: V },
-    inputs.q.dtype,
-    device,
-    "output",
-    out.output,
-  );
-  const finalState = wants.finalState || out.finalState
-    ? f32Result(op, scope, [N, H, K, V], device, "finalState", out.finalState)
-    : undefined;
+  const { output, finalState } = forwardResults(op, scope, s.layout, sizes, inputs.q, wants.finalState, out);
   const NC = Math.ceil(T / s.chunkSize);
   const chunkStates = wants.chunkStates
     ? f32Result(op, scope, [B, H, NC + 1, K, V], device, "chunkStates", out.chunkStates)

@@ -22,6 +22,7 @@ import {
   type DeltaSizes,
   expectInLayout,
   f32Result,
+  forwardResults,
   GATE_DTYPES,
   provided,
   QKV_DTYPES,
@@ -216,26 +217,14 @@ export function glaForward(
 ): GlaForwardOutputs {
   out = checkOptions<GlaForwardBuffers>(op, out ?? undefined, FORWARD_BUFFERS, "out");
   const sizes = checkGlaCall(op, inputs, s);
-  const { B, T, H, K, V, N } = sizes;
+  const { B, T, H, K, V } = sizes;
   if (wants.chunkStates && s.cuSeqlens !== undefined) {
     throw invalidArgument(op, "chunk states exist only for fixed-length input (no cuSeqlens)");
   }
   const device = inputs.q.device;
   using scope = new TensorScope();
   const x = prepareInputs(op, scope, inputs, s);
-  const output = rowsResult(
-    op,
-    scope,
-    s.layout,
-    { B, T, heads: H, D: V },
-    inputs.q.dtype,
-    device,
-    "output",
-    out.output,
-  );
-  const finalState = wants.finalState || out.finalState
-    ? f32Result(op, scope, [N, H, K, V], device, "finalState", out.finalState)
-    : undefined;
+  const { output, finalState } = forwardResults(op, scope, s.layout, sizes, inputs.q, wants.finalState, out);
   const NT = Math.ceil(T / GLA_CHUNK);
   const chunkStates = wants.chunkStates
     ? f32Result(op, scope, [B, NT + 1, H, K, V], device, "chunkStates", out.chunkStates)

@@ -1,0 +1,85 @@
+/**
+ * What the side-by-side benchmarks of the newer families share: the result row, its JSON and markdown
+ * files in a results folder, and a timer that flushes the L2 before each call (as triton's `do_bench`
+ * does).
+ *
+ * @example
+ * ```ts
+ * import { type BenchRecord, saveRecords } from "./records.ts";
+ * const rows: BenchRecord[] = [];
+ * saveRecords(Deno.makeTempDirSync(), "demo", "A title", "a GPU", rows);
+ * ```
+ *
+ * @module
+ */
+import { Tensor, timeIt } from "../mod.ts";
+
+/** One result row, as recorded in the JSON. */
+export interface BenchRecord {
+  /** attnkit's function or op, as exported. */
+  op: string;
+  shape: string;
+  dtype: string;
+  mode: string;
+  /** attnkit's median ms (null when not timed; `note` says why). */
+  ms: number | null;
+  /** The reference, e.g. `fla.chunk_gla (ANCHORS.md)`. */
+  ref: string;
+  ref_ms: number | null;
+  speedup: number | null;
+  tflops: number | null;
+  gbps: number | null;
+  /** The planner's path. */
+  path: string;
+  note?: string;
+}
+
+/** Writes `<dir>/<date>_<stem>.json` and `.md` (a table of every row) for the rows so far. */
+export function saveRecords(
+  dir: string,
+  stem: string,
+  title: string,
+  gpu: string,
+  records: BenchRecord[],
+): void {
+  const date = new Date().toISOString().slice(0, 10);
+  Deno.mkdirSync(dir, { recursive: true });
+  Deno.writeTextFileSync(`${dir}/${date}_${stem}.json`, JSON.stringify({ gpu, records }, null, 1));
+  const cell = (x: number | null, digits: number) => x?.toFixed(digits) ?? "-";
+  const lines = [
+    `# ${title}, ${date}, ${gpu}`,
+    "",
+    "| op | shape | mode | path | ms | ref | ref ms | speedup | TFLOP/s | GB/s |",
+    "| --- | --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: |",
+    ...records.map((r) =>
+      `| ${r.op} | ${r.shape} | ${r.mode} | ${r.path} | ${r.ms?.toFixed(3) ?? r.note ?? "-"} | ${r.ref} | ` +
+      `${cell(r.ref_ms, 3)} | ${cell(r.speedup, 2)} | ${cell(r.tflops, 1)} | ${cell(r.gbps, 0)} |`
+    ),
+  ];
+  Deno.writeTextFileSync(`${dir}/${date}_${stem}.md`, lines.join("\n") + "\n");
+}
+
+/**
+ * A CUDA timer: median ms of `iterations` calls after 3 warm-up calls, a 256 MiB buffer cleared before
+ * each so the L2 holds none of the inputs. Dispose it to free the buffer.
+ */
+export class FlushedTimer implements Disposable {
+  readonly #flush = Tensor.empty([64 * 1024 * 1024], { dtype: "float32", device: "cuda" });
+
+  constructor(readonly iterations: number) {}
+
+  /** The median milliseconds of `fn`. */
+  time(fn: () => void): number {
+    return timeIt(fn, {
+      device: "cuda",
+      warmup: 3,
+      iterations: this.iterations,
+      before: () => this.#flush.fill(0),
+    })
+      .medianMs;
+  }
+
+  [Symbol.dispose](): void {
+    this.#flush.dispose();
+  }
+}
