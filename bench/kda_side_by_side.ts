@@ -4,7 +4,9 @@
  * `chunk_kda` times on this H200 recorded in ANCHORS.md (B4_T2048_H16_D128: 0.614 ms forward, 2.620 ms
  * forward + backward). bf16 inputs, fp32 gates; CUDA events, median of 20 calls after 3 warm-up calls,
  * the L2 flushed before each. Writes `<results>/<date>_kda.{json,md}` with records `{op, shape, dtype,
- * mode, ms, ref, ref_ms, speedup, tflops, gbps, path}`.
+ * mode, ms, ref, ref_ms, speedup, tflops, gbps, path}`. With `--fla <json>` (written by bench/fla_kda_aux.py on
+ * the same machine) the references are FLA's live times on the same inputs: `fused_kda_gate`,
+ * `causal_conv1d` and, when timed, `chunk_kda`.
  *
  * Bytes counted once each: gateTransform forward reads raw (2 B) and writes the fp32 gate (4 B) per
  * element; its backward reads dGate (4 B) and raw (2 B) and writes draw (2 B). causalConv1d forward reads
@@ -32,9 +34,16 @@ const { values: args } = parseArgs({
     results: { type: "string", default: "bench/results" },
     ops: { type: "string", default: "gate,conv,kda" },
     iterations: { type: "string", default: "20" },
+    fla: { type: "string" },
   },
 });
 const OPS = new Set(args.ops!.split(","));
+// FLA's times on the same inputs (bench/fla_kda_aux.py), when that run is available.
+const fla: Record<string, number> = args.fla ? JSON.parse(Deno.readTextFileSync(args.fla)) : {};
+const CEILING_REF = "copy ceiling (speedup = fraction of 4252 GB/s)";
+function refOf(key: string, name: string): { ref: string; ref_ms: number | null } {
+  return fla[key] !== undefined ? { ref: name, ref_ms: fla[key] } : { ref: CEILING_REF, ref_ms: null };
+}
 const ITER = Number(args.iterations);
 if (!cudaAvailable()) throw new Error("kda_side_by_side: needs a CUDA device");
 const gpu = deviceInfo("cuda").name;
@@ -68,6 +77,9 @@ function measure(
     if (flops > 0) rec.tflops = flops / (rec.ms * 1e-3) / 1e12;
     if (rec.ref_ms !== null) rec.speedup = rec.ref_ms / rec.ms;
     else if (rec.gbps !== null) rec.speedup = rec.gbps / COPY_CEILING_GBS;
+    if (rec.gbps !== null) {
+      rec.note = `${(100 * rec.gbps / COPY_CEILING_GBS).toFixed(0)}% of the copy ceiling`;
+    }
   } catch (e) {
     rec.note = `error: ${(e as Error).message.slice(0, 160)}`;
   }
@@ -83,12 +95,12 @@ if (OPS.has("gate")) {
   using aLog = Tensor.zeros([H], { device: "cuda" });
   using dtBias = Tensor.zeros([H, D], { device: "cuda" });
   using dGate = Tensor.randn([B, T, H, D], { device: "cuda", seed: 2 });
-  const ref = "copy ceiling (speedup = fraction of 4252 GB/s)";
-  measure({ op: "boundGate", shape, dtype: "bfloat16", mode: "fwd", ref, ref_ms: null }, () => {
+  const gateRef = "fla.ops.kda.gate.fused_kda_gate";
+  measure({ op: "boundGate", shape, dtype: "bfloat16", mode: "fwd", ...refOf("gate_fwd", gateRef) }, () => {
     using _ = boundGate(raw, aLog, dtBias);
   }, n * 6);
   using r = boundGate(raw, aLog, dtBias);
-  measure({ op: "boundGate", shape, dtype: "bfloat16", mode: "bwd", ref, ref_ms: null }, () => {
+  measure({ op: "boundGate", shape, dtype: "bfloat16", mode: "bwd", ...refOf("gate_bwd", gateRef) }, () => {
     using _ = r.backward(dGate);
   }, n * 8);
 }
@@ -98,13 +110,25 @@ if (OPS.has("conv")) {
   using x = Tensor.randn([B, T, C], { dtype: "bfloat16", device: "cuda", seed: 3 });
   using w = Tensor.randn([C, 4], { device: "cuda", seed: 4, std: 0.5 });
   using dy = Tensor.randn([B, T, C], { dtype: "bfloat16", device: "cuda", seed: 5 });
-  const ref = "copy ceiling (speedup = fraction of 4252 GB/s)";
+  const convRef = "fla.modules.conv.causal_conv1d";
   const cs = `B${B}_T${T}_C${C}_W4`;
-  measure({ op: "causalConv1d(silu)", shape: cs, dtype: "bfloat16", mode: "fwd", ref, ref_ms: null }, () => {
+  measure({
+    op: "causalConv1d(silu)",
+    shape: cs,
+    dtype: "bfloat16",
+    mode: "fwd",
+    ...refOf("conv_fwd", convRef),
+  }, () => {
     using _ = causalConv1d(x, w, { activation: "silu" });
   }, B * T * C * 4);
   using r = causalConv1d(x, w, { activation: "silu" });
-  measure({ op: "causalConv1d(silu)", shape: cs, dtype: "bfloat16", mode: "bwd", ref, ref_ms: null }, () => {
+  measure({
+    op: "causalConv1d(silu)",
+    shape: cs,
+    dtype: "bfloat16",
+    mode: "bwd",
+    ...refOf("conv_bwd", convRef),
+  }, () => {
     using _ = r.backward(dy);
   }, B * T * C * 6);
 }
@@ -129,7 +153,7 @@ if (OPS.has("kda")) {
       dtype: "bfloat16",
       mode: "fwd",
       ref: "fla.chunk_kda (ANCHORS.md)",
-      ref_ms: 0.614,
+      ref_ms: fla.kda_fwd ?? 0.614,
     },
     () => {
       using _ = chunkKda(q, k, v, gate.gate, beta, opts);
@@ -144,7 +168,7 @@ if (OPS.has("kda")) {
       dtype: "bfloat16",
       mode: "fwdbwd",
       ref: "fla.chunk_kda (ANCHORS.md)",
-      ref_ms: 2.62,
+      ref_ms: fla.kda_fwdbwd ?? 2.62,
     },
     () => {
       using r = chunkKda(q, k, v, gate.gate, beta, opts);
