@@ -20,7 +20,16 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import { boundGate, causalConv1d, chunkKda, cudaAvailable, deviceInfo, lastPlan, Tensor } from "../mod.ts";
+import {
+  boundGate,
+  causalConv1d,
+  chunkKda,
+  cudaAvailable,
+  deviceInfo,
+  explain,
+  lastPlan,
+  Tensor,
+} from "../mod.ts";
 import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
 
 /** One result row. */
@@ -161,20 +170,36 @@ if (OPS.has("kda")) {
     0,
     flops,
   );
-  measure(
-    {
+  // A backward on the general path (the CPU on host copies) is recorded, not run: minutes at this size.
+  if (explain({ op: "linear.kda.bwd", device: "cuda" }).path === "general") {
+    push({
       op: "chunkKda",
       shape,
       dtype: "bfloat16",
       mode: "fwdbwd",
-      ref: "fla.chunk_kda (ANCHORS.md)",
+      ms: null,
+      ref: "fla.chunk_kda",
       ref_ms: fla.kda_fwdbwd ?? 2.62,
-    },
-    () => {
-      using r = chunkKda(q, k, v, gate.gate, beta, opts);
-      using _ = r.backward(dO);
-    },
-    0,
-    3 * flops,
-  );
+      speedup: null,
+      tflops: null,
+      gbps: null,
+      path: "general",
+      note: "the backward takes the general path (the CPU backend on host copies): not timed",
+    });
+  } else {measure(
+      {
+        op: "chunkKda",
+        shape,
+        dtype: "bfloat16",
+        mode: "fwdbwd",
+        ref: "fla.chunk_kda (ANCHORS.md)",
+        ref_ms: fla.kda_fwdbwd ?? 2.62,
+      },
+      () => {
+        using r = chunkKda(q, k, v, gate.gate, beta, opts);
+        using _ = r.backward(dO);
+      },
+      0,
+      3 * flops,
+    );}
 }

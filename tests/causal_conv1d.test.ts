@@ -262,6 +262,41 @@ deviceTest("causalConv1d: 16-bit inputs with float32 or 16-bit weights", (device
   }));
 
 deviceTest(
+  "causalConv1d: channels a multiple of 8 (the tiled kernels on CUDA): runs crossing sequences, many blocks",
+  (device) =>
+    withSeed((seed) => {
+      let n = 0;
+      for (const W of [1, 2, 3, 4, 5]) {
+        for (const dtype of ["float32", "bfloat16"] as const) {
+          const silu = (W + n) % 2 === 0;
+          // 300 rows: three block rows of 128; 264 channels: a second, partial block of channel groups.
+          checkCase(
+            device,
+            { B: 2, T: 150, C: 264, W, dtype, weightDType: "float32", silu, h0: W % 2 === 1 },
+            seed + n++,
+          );
+          checkCase(
+            device,
+            {
+              B: 1,
+              T: 300,
+              C: 16,
+              W,
+              dtype,
+              weightDType: dtype,
+              silu: !silu,
+              h0: W % 2 === 0,
+              // one token, empty, sequences across 16-row runs and block rows, 40 rows of capacity
+              cuSeqlens: [0, 1, 1, 19, 150, 151, 260],
+            },
+            seed + n++,
+          );
+        }
+      }
+    }),
+);
+
+deviceTest(
   "causalConv1d: T = 1, C = 1 and a long row (many parts in the weight gradient)",
   (device) =>
     withSeed((seed) => {

@@ -151,37 +151,42 @@ function expectWithin(
 /** The bounds of a call: fastmath matters on CUDA only (the CPU always computes the accurate forms). */
 const tolOf = (s: Spec, device: Device) => (device === "cuda" && s.fastmath ? FAST : ACCURATE);
 
-/** Runs the forward and both backwards into poisoned buffers and checks them against the oracle. */
-function checkAgainstOracle(device: Device, s: Spec, seed: number): void {
-  using p = new Problem(device, s, seed);
-  const what = `${s.kind}${s.kind === "bounded" ? ` ${p.x.lowerBound}` : ""}, ${
+/** What a problem's spec says, for messages. */
+function describe(p: Problem, layout = ""): string {
+  const s = p.s;
+  return `${s.kind}${s.kind === "bounded" ? ` ${p.x.lowerBound}` : ""}, ${
     s.D === undefined ? "per head" : "per channel"
-  }, raw [${p.shape.join(", ")}] ${s.dtype}, fastmath ${s.fastmath}${s.spikes ? ", spikes" : ""}`;
+  }, raw [${p.shape.join(", ")}] ${s.dtype}${layout}, fastmath ${s.fastmath}${s.spikes ? ", spikes" : ""}`;
+}
+
+/** A call's outputs read back in raw's logical (row-major) order. */
+interface Outputs {
+  gate: ArrayLike<number>;
+  draw: ArrayLike<number>;
+  daLog: ArrayLike<number>;
+  ddtBias: ArrayLike<number>;
+}
+
+/** Checks a call's outputs against the oracle, with the bounds of the file's tolerance rule. */
+function expectOracle(p: Problem, device: Device, out: Outputs, what: string): void {
+  const s = p.s;
   const tol = tolOf(s, device);
   const C = s.H * (s.D ?? 1);
   const bounded = s.kind === "bounded", L = Math.abs(p.x.lowerBound ?? 0);
-
-  using gate = poison(Tensor.empty(p.shape, { dtype: "float32", device }));
-  using r = gateTransform(p.raw, p.aLog, p.dtBias, { ...p.options(), out: { gate } });
-  assert.equal(r.gate, gate, `${what}: the gate is the caller's buffer`);
   const gateScale = (i: number) => (bounded ? L : p.amplitude(i % C));
   const expected = gateTransformReference(p.x);
   expectWithin(
-    host(gate),
+    out.gate,
     expected,
     (i) => tol.rtol * Math.abs(expected[i]) + tol.atol * gateScale(i),
     `${what}: gate`,
   );
 
   const want = gateTransformReferenceBackward(p.x, p.dg);
-  using draw = poison(Tensor.empty(p.shape, { dtype: s.dtype, device }));
-  using daLog = poison(Tensor.empty([s.H], { dtype: "float32", device }));
-  using ddtBias = poison(Tensor.empty(p.dtBias.shape, { dtype: "float32", device }));
-  gateTransformBackward(p.dGate, p.raw, p.aLog, p.dtBias, { ...p.options(), out: { draw, daLog, ddtBias } });
   const round = ROUNDING[s.dtype];
   const dxScale = (i: number) => Math.abs(p.dg[i]) * p.amplitude(i % C) * (bounded ? L : 1);
   expectWithin(
-    host(draw),
+    out.draw,
     want.draw,
     (i) => (tol.rtol + round.rel) * Math.abs(want.draw[i]) + tol.atol * dxScale(i) + round.abs,
     `${what}: draw`,
@@ -196,17 +201,36 @@ function checkAgainstOracle(device: Device, s: Spec, seed: number): void {
   }
   const summation = (n: number) => (n + 300) * 2 ** -24;
   expectWithin(
-    host(ddtBias),
+    out.ddtBias,
     want.ddtBias,
     (c) => (tol.rtol + summation(p.x.rows)) * want.ddtBiasMagnitude[c] + tol.atol * dtScale[c],
     `${what}: ddtBias`,
   );
   expectWithin(
-    host(daLog),
+    out.daLog,
     want.daLog,
     (h) => (tol.rtol + summation(p.x.rows * D)) * want.daLogMagnitude[h] + tol.atol * aScale[h],
     `${what}: daLog`,
   );
+}
+
+/** Runs the forward and both backwards into poisoned buffers and checks them against the oracle. */
+function checkAgainstOracle(device: Device, s: Spec, seed: number): void {
+  using p = new Problem(device, s, seed);
+  const what = describe(p);
+  using gate = poison(Tensor.empty(p.shape, { dtype: "float32", device }));
+  using r = gateTransform(p.raw, p.aLog, p.dtBias, { ...p.options(), out: { gate } });
+  assert.equal(r.gate, gate, `${what}: the gate is the caller's buffer`);
+  using draw = poison(Tensor.empty(p.shape, { dtype: s.dtype, device }));
+  using daLog = poison(Tensor.empty([s.H], { dtype: "float32", device }));
+  using ddtBias = poison(Tensor.empty(p.dtBias.shape, { dtype: "float32", device }));
+  gateTransformBackward(p.dGate, p.raw, p.aLog, p.dtBias, { ...p.options(), out: { draw, daLog, ddtBias } });
+  expectOracle(p, device, {
+    gate: host(gate),
+    draw: host(draw),
+    daLog: host(daLog),
+    ddtBias: host(ddtBias),
+  }, what);
 
   // The result's own backward gives the same bits.
   using own = r.backward(p.dGate);
@@ -346,6 +370,46 @@ leakFreeTest(
   },
 );
 
+// The vector path (channels a multiple of 8, contiguous, aligned): 264 channels (a partial tile of
+// 8-channel groups), groups within a head (D = 88) and across heads (D = 12), per head with H = 16,
+// and per head with H = 6 beside it (the generic path), each over 300+ rows (several chunks).
+leakFreeTest(
+  "gateTransform: the vector layout (channels a multiple of 8), per head and per channel, vs the oracle",
+  (device, seed) => {
+    for (const kind of KINDS) {
+      for (const dtype of ["float32", "bfloat16", "float16"] as RawDType[]) {
+        for (const fastmath of [true, false]) {
+          const s = { kind, dtype, fastmath, lowerBound: kind === "bounded" ? -4 : undefined };
+          checkAgainstOracle(device, { ...s, lead: [3, 101], H: 3, D: 88 }, seed);
+          checkAgainstOracle(device, { ...s, lead: [1, 313], H: 2, D: 12 }, seed + 1);
+          checkAgainstOracle(device, { ...s, lead: [2, 150], H: 16 }, seed + 2);
+          checkAgainstOracle(device, { ...s, lead: [2, 151], H: 6 }, seed + 3);
+        }
+      }
+    }
+  },
+);
+
+// Enough rows (8.6M elements) that each thread of the vector path takes several batches of rows (5
+// rows a thread: two forward batches, three backward ones, the last of each partial), the last chunk
+// partial. On CUDA only: the CPU backend has no such batches, and the oracle takes seconds here.
+leakFreeTest(
+  "gateTransform: a large vector-path problem (several row batches per thread), vs the oracle",
+  (device, seed) => {
+    if (device === "cpu") return;
+    const s: Spec = {
+      kind: "bounded",
+      lowerBound: -5,
+      dtype: "bfloat16",
+      fastmath: true,
+      lead: [3, 1401],
+      H: 16,
+      D: 128,
+    };
+    checkAgainstOracle(device, s, seed);
+  },
+);
+
 leakFreeTest(
   "boundGate: the bounded transform with lower bound -5, forward and backward",
   (device, seed) => {
@@ -399,16 +463,19 @@ deviceTest("gateTransform: infinite raw gives the limits, not NaN", (device) => 
 leakFreeTest(
   "gateTransform backward: the same bits on every run (fixed-order sums)",
   (device, seed) => {
+    // H 6 per head: the generic path; the others the vector path (H 16 per head; D 40: groups of 8
+    // channels within a head; D 12: groups across heads).
+    const shapes = [{ H: 6 }, { H: 16 }, { H: 6, D: 40 }, { H: 6, D: 12 }];
     for (const kind of KINDS) {
-      for (const D of [undefined, 40]) {
-        const s: Spec = { kind, dtype: "bfloat16", fastmath: true, lead: [4, 1500], H: 6, D };
+      for (const { H, D } of shapes) {
+        const s: Spec = { kind, dtype: "bfloat16", fastmath: true, lead: [4, 1500], H, D };
         using p = new Problem(device, s, seed);
         const run = () => {
           using g = gateTransformBackward(p.dGate, p.raw, p.aLog, p.dtBias, p.options());
           return { draw: bits(g.draw), daLog: bits(g.daLog), ddtBias: bits(g.ddtBias) };
         };
         const first = run();
-        for (let i = 0; i < 3; i++) assert.deepEqual(run(), first, `${kind}, D ${D}: run ${i + 2}`);
+        for (let i = 0; i < 3; i++) assert.deepEqual(run(), first, `${kind}, H ${H}, D ${D}: run ${i + 2}`);
       }
     }
   },
@@ -524,6 +591,136 @@ leakFreeTest(
       expectWithin(host(a), host(b), (i) => 1e-5 * (1 + Math.abs(host(b)[i])), what);
     near(daLog, grads.daLog, "daLog through strides");
     near(ddtBias, grads.ddtBias, "ddtBias through strides");
+  },
+);
+
+/** A layout of raw's logical shape in a buffer of `size` elements: element offsets by strides. */
+interface Layout {
+  name: string;
+  size: number;
+  offset: number;
+  strides: number[];
+}
+
+/**
+ * Layouts of [B, T, H] or [B, T, H, D] (C = H D channels a multiple of 8): padded rows (the vector
+ * path: one row stride, 16-byte aligned); and three the vector path must leave to the generic one: a
+ * gap between the B slices (rows that merge into no single stride), a base one element past 16-byte
+ * alignment, and head-major memory (channels not contiguous).
+ */
+function layoutsOf(B: number, T: number, H: number, D: number | undefined): Layout[] {
+  const C = H * (D ?? 1);
+  const channel = D === undefined ? [1] : [D, 1];
+  const headMajor = D === undefined ? [H * T, 1, T] : [H * T * D, D, T * D, 1];
+  return [
+    { name: "padded rows", size: B * T * (C + 8), offset: 0, strides: [T * (C + 8), C + 8, ...channel] },
+    {
+      name: "a gap between batches",
+      size: B * (T + 1) * C,
+      offset: 0,
+      strides: [(T + 1) * C, C, ...channel],
+    },
+    { name: "a misaligned base", size: B * T * C + 1, offset: 1, strides: [T * C, C, ...channel] },
+    { name: "head-major", size: B * T * C, offset: 0, strides: headMajor },
+  ];
+}
+
+/** The buffer offset of each logical element (row-major over shape). */
+function offsetsOf(shape: number[], l: Layout): Int32Array {
+  const n = product(shape);
+  const at = new Int32Array(n);
+  for (let i = 0; i < n; i++) {
+    let rest = i, o = l.offset;
+    for (let d = shape.length - 1; d >= 0; d--) {
+      o += (rest % shape[d]) * l.strides[d];
+      rest = Math.floor(rest / shape[d]);
+    }
+    at[i] = o;
+  }
+  return at;
+}
+
+leakFreeTest(
+  "ak_gate_transform: the vector path's layout test (padded rows; gaps, misalignment, head-major go generic)",
+  (device, seed) => {
+    const [B, T] = [2, 37];
+    const op = "layout test";
+    for (const dtype of ["float32", "bfloat16", "float16"] as RawDType[]) {
+      for (const [H, D] of [[3, 8], [16, undefined]] as const) {
+        const s: Spec = {
+          kind: D === undefined ? "softplus" : "bounded",
+          lowerBound: D === undefined ? undefined : -5,
+          dtype,
+          fastmath: false,
+          lead: [B, T],
+          H,
+          D,
+        };
+        using p = new Problem(device, s, seed);
+        for (const l of layoutsOf(B, T, H, D)) {
+          const at = offsetsOf(p.shape, l);
+          const spread = (values: ArrayLike<number>, dt: RawDType) => {
+            const m = new Float64Array(l.size);
+            at.forEach((o, i) => (m[o] = values[i]));
+            return Tensor.from(m, { dtype: dt, device });
+          };
+          using raw = spread(host(p.raw), dtype);
+          using dGate = spread(p.dg, "float32");
+          using gate = poison(Tensor.empty([l.size], { device }));
+          using draw = poison(Tensor.empty([l.size], { dtype, device }));
+          using daLog = poison(Tensor.empty([H], { device }));
+          using ddtBias = poison(Tensor.empty(p.dtBias.shape, { device }));
+          const view = (t: Tensor) => t.viewDescriptor(p.shape, l.strides, op, l.offset);
+          const kind = s.kind === "bounded" ? 1 : 0, lower = p.x.lowerBound ?? 0;
+          unwrap(
+            native().ak_gate_transform_fwd(
+              view(raw),
+              p.aLog.descriptor(),
+              p.dtBias.descriptor(),
+              kind,
+              lower,
+              0,
+              view(gate),
+            ),
+            op,
+          );
+          unwrap(
+            native().ak_gate_transform_bwd(
+              view(raw),
+              p.aLog.descriptor(),
+              p.dtBias.descriptor(),
+              view(dGate),
+              kind,
+              lower,
+              0,
+              view(draw),
+              daLog.descriptor(),
+              ddtBias.descriptor(),
+            ),
+            op,
+          );
+          const what = describe(p, ` (${l.name})`);
+          const gateAll = host(gate), drawAll = host(draw);
+          const pick = (all: Float64Array) => Float64Array.from(at, (o) => all[o]);
+          expectOracle(p, device, {
+            gate: pick(gateAll),
+            draw: pick(drawAll),
+            daLog: host(daLog),
+            ddtBias: host(ddtBias),
+          }, what);
+          // Nothing written outside the view.
+          const inView = new Uint8Array(l.size);
+          at.forEach((o) => (inView[o] = 1));
+          for (let o = 0; o < l.size; o++) {
+            if (inView[o]) continue;
+            assert.ok(
+              Number.isNaN(gateAll[o]) && Number.isNaN(drawAll[o]),
+              `${what}: element ${o} outside the view`,
+            );
+          }
+        }
+      }
+    }
   },
 );
 

@@ -47,12 +47,36 @@ Deno.test("gla planner: the general path, with the reason, for what the chunked 
   }
 });
 
-Deno.test("kda planner: every call takes the exact general path for now, and says why", () => {
-  for (const op of ["linear.kda.fwd", "linear.kda.bwd"] as const) {
-    const plan = explain({ op, gpu: "h200", recurrent: true, fastmath: true });
-    assert.equal(plan.path, "general", op);
-    assert.deepEqual(plan.kernels, [], op);
-    assert.match(String(plan.details.why), /not written yet/, op);
-    assert.equal(plan.details.algorithm, "recurrent", op);
+Deno.test("kda planner: 16-bit forwards with K <= 128 run the chunked kernel, K padded", () => {
+  const fwd = explain({ op: "linear.kda.fwd", gpu: "h200", dtype: "bfloat16", k: 128 });
+  assert.equal(fwd.path, "chunked");
+  assert.deepEqual(names(fwd), [
+    "linear.kda.prep.channel<bfloat16, D128>",
+    "linear.kda.fwd.channel<bfloat16, D128>",
+  ]);
+  assert.equal(fwd.details.decay, "channel");
+  const padded = explain({ op: "linear.kda.fwd", gpu: "h100", dtype: "float16", k: 40, v: 24 });
+  assert.deepEqual(names(padded), [
+    "linear.kda.prep.channel<float16, D64>",
+    "linear.kda.fwd.channel<float16, D64>",
+  ]);
+});
+
+Deno.test("kda planner: the general path, with the reason, for the rest and for every backward", () => {
+  const cases: [Parameters<typeof explain>[0], RegExp][] = [
+    [{ op: "linear.kda.fwd", gpu: "h200", dtype: "float32" }, /float32/],
+    [{ op: "linear.kda.fwd", gpu: "h200", k: 256 }, /K above 128/],
+    [{ op: "linear.kda.fwd", gpu: "h200", k: 36 }, /multiple of 8/],
+    [{ op: "linear.kda.fwd", gpu: "h200", aligned: false }, /aligned/],
+    [{ op: "linear.kda.fwd", gpu: "h200", recurrent: true, fastmath: true }, /token-by-token/],
+    [{ op: "linear.kda.bwd", gpu: "h200" }, /not written yet/],
+  ];
+  for (const [query, why] of cases) {
+    const plan = explain(query);
+    assert.equal(plan.path, "general", JSON.stringify(query));
+    assert.deepEqual(plan.kernels, [], JSON.stringify(query));
+    assert.match(String(plan.details.why), why, JSON.stringify(query));
   }
+  const recurrent = explain({ op: "linear.kda.fwd", gpu: "h200", recurrent: true });
+  assert.equal(recurrent.details.algorithm, "recurrent");
 });

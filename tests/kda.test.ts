@@ -16,6 +16,7 @@ import {
   chunkKdaBackward,
   type Device,
   type DType,
+  explain,
   lastPlan,
   recurrentKda,
   Tensor,
@@ -58,7 +59,18 @@ function checkCase(device: Device, spec: KdaSpec, seed: number): void {
     expectClose(r.output, ref.output, t.output, `output (${what})`);
   }
   expectClose(host(r.finalState!), c.fromKv(ref.finalState), t.state, `final state (${what})`);
-  if (device === "cuda") assert.equal(lastPlan()?.path, "general", "the general path ran (its plan says so)");
+  if (device === "cuda") {
+    // The path the planner promises for this call ran (chunked for 16-bit, K <= 128, dims of 8).
+    const promised = explain({
+      op: "linear.kda.fwd",
+      device: "cuda",
+      dtype: spec.dtype as "float32" | "float16" | "bfloat16",
+      k: spec.K,
+      v: spec.V,
+      recurrent: spec.fn === "recurrentKda",
+    });
+    assert.equal(lastPlan()?.path, promised.path, `the planned path ran (${what})`);
+  }
 
   const { dOutput, dFinalState } = c.cotangents(seed);
   const g = c.referenceBackward(dOutput, dFinalState);
@@ -167,6 +179,41 @@ deviceTest("kda: gate spikes near -5 and -20, and gates near the documented boun
   ];
   for (const spec of specs) await withSeed((seed) => checkCase(device, spec, seed));
 });
+
+deviceTest(
+  "kda: the chunked kernel's shapes (16-bit, K 64 and 128, V tiles, packed, GQA, spikes)",
+  async (device) => {
+    const specs: KdaSpec[] = [
+      // Packed: a 1-token and an empty sequence, chunk tails, 10 rows of capacity past the last offset.
+      {
+        fn: "chunkKda",
+        B: 1,
+        T: 200,
+        H: 2,
+        K: 128,
+        V: 128,
+        dtype: "bfloat16",
+        gateLow: -5,
+        spike: -20,
+        cuSeqlens: [0, 1, 1, 64, 130, 190],
+      },
+      // Grouped heads 1 -> 4, V = 72 (a partial second tile), a state in the seed's [V, K] layout.
+      { fn: "chunkKda", B: 2, T: 130, H: 4, HK: 1, K: 64, V: 72, dtype: "float16", stateLayout: "vk" },
+      {
+        fn: "chunkKda",
+        B: 1,
+        T: 64,
+        H: 1,
+        K: 128,
+        V: 64,
+        dtype: "bfloat16",
+        gateLow: -5.9,
+        initialState: false,
+      },
+    ];
+    for (const spec of specs) await withSeed((seed) => checkCase(device, spec, seed));
+  },
+);
 
 deviceTest('kda: stateLayout "vk" matches the oracle and equals "kv" transposed', async (device) => {
   await withSeed((seed) => {

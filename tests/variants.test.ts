@@ -34,6 +34,7 @@ import {
 } from "./linear_fixtures.ts";
 import { deltaRuleReference } from "../reference/delta_rule.ts";
 import { glaExercise } from "./gla_variants.ts";
+import { kdaExercise } from "./kda_variants.ts";
 
 const DEVICE = "cuda";
 const RUNNABLE = new Set(HAS_CUDA ? kernels(DEVICE).filter((k) => k.runnable).map((k) => k.name) : []);
@@ -290,6 +291,7 @@ function exercise(row: KernelRow, seed: number): void | Promise<void> {
     default:
       if (row.stage.startsWith("linear.bwd.")) return linearBackward(row, seed);
       if (row.stage.startsWith("linear.gla.")) return glaExercise(row, seed);
+      if (row.stage.startsWith("linear.kda.")) return kdaExercise(row, seed);
       throw new Error(`no exercise for stage ${row.stage}`);
   }
 }

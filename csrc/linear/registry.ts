@@ -53,7 +53,12 @@ const GLA_STAGES: [string, string, string, number[], string][] = [
 /** The linear family's table. */
 export const linearRegistry: KernelFamily = {
   family: "linear",
-  params: ["linear/delta/fwd/params.h", "linear/delta/bwd/fast.cuh", "linear/gla/cuda/params.h"],
+  params: [
+    "linear/delta/fwd/params.h",
+    "linear/delta/bwd/fast.cuh",
+    "linear/gla/cuda/params.h",
+    "linear/kda/cuda/params.h",
+  ],
   kernels: [
     // ---- forward, chunked (the fast path) ----
     {
@@ -231,6 +236,32 @@ export const linearRegistry: KernelFamily = {
         constraints: "its shared memory fits the GPU",
       }))
     ),
+    // ---- KDA (the delta rule with a decay per key channel): prep, then the state pass ----
+    {
+      stage: "linear.kda.prep",
+      variant: "channel",
+      launcher: "ak::linear::cuda::KdaPrepChannel",
+      args: "kda::FwdParams<T>",
+      header: "linear/kda/cuda/prep.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [64, 128] }],
+      doc: "A block per chunk and value head: the decayed k k scores and their fp32 triangular solve, " +
+        "the WY factors w and u, the decayed q and k and the causal q k scores, for the state pass.",
+      constraints: "its shared memory fits the GPU",
+    },
+    {
+      stage: "linear.kda.fwd",
+      variant: "channel",
+      launcher: "ak::linear::cuda::KdaFwdChannel",
+      args: "kda::FwdParams<T>",
+      header: "linear/kda/cuda/fwd.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [64, 128] }],
+      doc: "A block per sequence, value head and V tile of 64 walks the chunks with the state in " +
+        "registers and the next chunk's operands in flight: the corrected values, the output and the " +
+        "state update on mma.sync.",
+      constraints: "its shared memory fits the GPU",
+    },
     {
       stage: "linear.gla.decode",
       variant: "simt",

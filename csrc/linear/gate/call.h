@@ -112,6 +112,66 @@ inline Tiling tiling_of(const Shape& s) {
   return t;
 }
 
+// ---- the vector path (gate/cuda_vec.cuh) ----
+
+// Channels per thread in the vector path: one 16-byte load of a 16-bit row, two of a float32 one.
+constexpr int kVec = 8;
+// Groups of kVec channels across a block (a warp spans a row segment of up to 256 channels).
+constexpr int kVecMaxTileGroups = 32;
+// The vector path aims at this many blocks (chunks x channel tiles) so every SM holds several.
+constexpr int64_t kVecTargetBlocks = 1024;
+
+// The vector path's split: `tile_groups` groups of kVec channels (a power of 2 up to 32) by
+// `rows_per_chunk` rows, `row_lanes` = 256 / tile_groups threads down the rows. A function of the
+// shape alone (never of the device), like Tiling, so the backward's sums keep their order.
+struct VecTiling {
+  int tile_groups = 1;
+  int row_lanes = kThreads;
+  int64_t groups = 0;  // channels / kVec
+  int64_t rows_per_chunk = 1;
+  int64_t chunks = 0;
+  int64_t channel_tiles = 0;
+};
+
+inline VecTiling vec_tiling_of(const Shape& s) {
+  VecTiling t;
+  t.groups = s.channels / kVec;
+  while (t.tile_groups < kVecMaxTileGroups && t.tile_groups < t.groups) t.tile_groups *= 2;
+  t.row_lanes = kThreads / t.tile_groups;
+  t.channel_tiles = (t.groups + t.tile_groups - 1) / t.tile_groups;
+  if (s.rows == 0 || t.groups == 0) return t;
+  // Enough chunks for kVecTargetBlocks blocks, at least one row per thread (so never more chunks
+  // than that, which also bounds the partials to about kVecTargetBlocks x 256 channels).
+  const int64_t want_chunks = std::max<int64_t>(1, (kVecTargetBlocks + t.channel_tiles - 1) / t.channel_tiles);
+  const int64_t span = t.row_lanes * want_chunks;  // rows at one row per thread
+  const int64_t lane_rows = std::max<int64_t>(1, (s.rows + span - 1) / span);
+  t.rows_per_chunk = lane_rows * t.row_lanes;
+  t.chunks = (s.rows + t.rows_per_chunk - 1) / t.rows_per_chunk;
+  return t;
+}
+
+// Whether the row tensors suit the vector path: a row's channels contiguous (channel c at offset c),
+// the rows one merged dim (row r at r x stride), the channels a multiple of kVec, and every base
+// pointer and row stride a multiple of 16 bytes. `bytes` are the tensors' element sizes.
+template <int N>
+bool vector_layout(const Shape& s, const math::Walk<N>& w, const Channels (&ch)[N], const void* const (&base)[N],
+                   const int64_t (&bytes)[N]) {
+  if (s.channels == 0 || s.channels % kVec != 0 || w.rank > 1) return false;
+  for (int k = 0; k < N; ++k) {
+    if (s.columns > 1 && ch[k].d != 1) return false;
+    if (s.heads > 1 && ch[k].h != s.columns) return false;
+    const int64_t row = w.rank == 1 ? w.strides[k][0] : 0;
+    if (reinterpret_cast<uintptr_t>(base[k]) % 16 != 0 || (row * bytes[k]) % 16 != 0) return false;
+  }
+  return true;
+}
+
+// A row tensor's row stride (elements) in a walk of rank 0 or 1.
+template <int N>
+int64_t row_stride(const math::Walk<N>& w, int k) {
+  return w.rank == 1 ? w.strides[k][0] : 0;
+}
+
 // Calls fn.template operator()<T>() with raw's storage type.
 template <class F>
 void with_raw_type(int32_t dtype, F&& fn) {

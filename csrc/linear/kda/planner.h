@@ -1,15 +1,35 @@
-// KDA's planner: which path a call takes on a CUDA device and why. Pure host code, so `explain` answers
-// for linear.kda.fwd and linear.kda.bwd on any machine. For now every call takes the general path (the
-// exact CPU recurrence on host copies): the chunked KDA kernels are not written yet.
+// KDA's planner: for a call's shape, dtype and GPU, whether the chunked forward serves it (registry
+// rows linear.kda.prep then linear.kda.fwd, K padded to 64 or 128) or why the general path (the exact CPU recurrence on host
+// copies) runs instead. The backward takes the general path. Pure host code, so `explain` answers for
+// linear.kda.fwd and linear.kda.bwd on any machine.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "core/plan.h"
+#include "core/registry.h"
 
 namespace ak::linear::kda_planning {
 
-plan::Plan plan_kda(const std::string& op, bool recurrent, bool fastmath);
+struct KdaShape {
+  int32_t dtype = 0;
+  int64_t K = 0, V = 0;
+  bool recurrent = false;  // the token-by-token algorithm was asked for
+  bool fastmath = false;
+  bool aligned = true;     // every token-major view: 16-byte aligned rows
+  bool huge = false;       // more than 2^30 tokens or sequences
+};
+
+struct KdaChoice {
+  plan::Plan plan;
+  bool chunked = false;
+  int kd = 0;       // K padded
+  int prep_row = -1, fwd_row = -1;
+};
+
+KdaChoice plan_kda_fwd(const KdaShape& s, const registry::Caps& caps);
+plan::Plan plan_kda_bwd(const KdaShape& s);
 
 // ak_plan for linear.kda.fwd and linear.kda.bwd.
 std::string plan_kda_query(const std::string& op, plan::Query& q);

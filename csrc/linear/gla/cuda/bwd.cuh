@@ -37,29 +37,11 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
   const int sr0 = ST::row0(warp), sc0 = ST::col0(warp);
   float S[ST::MT][ST::NT][4];
   zero_acc(S);
-  if (p.d_final_state) {
-    const float* src = p.d_final_state + (static_cast<int64_t>(n) * p.H + h) * KV;
-    for_acc_pairs(S, sr0, sc0, lane, [&](int r, int c, float* v) {
-      v[0] = r < p.K && v0 + c < p.V ? src[static_cast<int64_t>(r) * p.V + v0 + c] : 0.f;
-      v[1] = r < p.K && v0 + c + 1 < p.V ? src[static_cast<int64_t>(r) * p.V + v0 + c + 1] : 0.f;
-    });
-  }
-  auto store = [&](float* dst) {
-    for_acc_pairs(S, sr0, sc0, lane, [&](int r, int c, float* v) {
-      if (r < p.K && v0 + c < p.V) dst[static_cast<int64_t>(r) * p.V + v0 + c] = v[0];
-      if (r < p.K && v0 + c + 1 < p.V) dst[static_cast<int64_t>(r) * p.V + v0 + c + 1] = v[1];
-    });
-  };
-  auto store16 = [&](T* dst) {  // V % 8 == 0: a pair is in or out as a whole
-    for_acc_pairs(S, sr0, sc0, lane, [&](int r, int c, float* v) {
-      if (r < p.K && v0 + c < p.V) {
-        *reinterpret_cast<uint32_t*>(dst + static_cast<int64_t>(r) * p.V + v0 + c) = pack2<T>(v[0], v[1]);
-      }
-    });
-  };
+  const StateTile<KD> st{S, sr0, sc0, lane, p.K, p.V, v0};
+  if (p.d_final_state) st.load(p.d_final_state + (static_cast<int64_t>(n) * p.H + h) * KV);
   for (int c = chunks - 1; c >= 0; --c) {
     const int t0 = begin + c * kChunk, len = min(kChunk, end - t0);
-    store16(p.dstates.at(first, n, c, h));
+    st.store16(p.dstates.at(first, n, c, h));
     load_rows<T, KD>(Qs, p.q, row, t0, len, hk, p.K, tid);
     load_vtile<T>(Os, p.dout, row, t0, len, h, v0, p.V, tid);
     if constexpr (kChannel) load_gk<KD>(gc, p.d, row, t0, len, h, p.K, tid);
@@ -82,7 +64,7 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
     warp_mma<T, ST::MT, ST::NT, true, true>(S, Qs, pitch16(KD), sr0, Os, pitch16(kVTile), sc0, kChunk, lane);
     __syncthreads();
   }
-  if (p.d_initial_state) store(p.d_initial_state + (static_cast<int64_t>(n) * p.H + h) * KV);
+  if (p.d_initial_state) st.store(p.d_initial_state + (static_cast<int64_t>(n) * p.H + h) * KV);
 }
 
 // ---- grads ----

@@ -12,6 +12,7 @@
 #include "linear/gla/cuda/dgates.cuh"
 #include "linear/gla/cuda/params.h"
 #include "linear/gla/cuda/host_mirror.h"
+#include "linear/gla/cuda/host_views.h"
 #include "linear/gla/planner.h"
 
 namespace ak::linear::cuda {
@@ -20,36 +21,12 @@ namespace {
 
 using namespace gla;
 
-template <class T>
-Rows<const T> rows_in(const ak_tensor* t) {
-  if (t == nullptr) return {};
-  return {static_cast<const T*>(t->data), t->strides[0], t->strides[1], t->strides[2]};
-}
-template <class T>
-Rows<T> rows_out(const ak_tensor* t) {
-  if (t == nullptr) return {};
-  return {static_cast<T*>(t->data), t->strides[0], t->strides[1], t->strides[2]};
-}
-
 Decays decays_of(const ak_tensor* gk, const ak_tensor* g, const ak_tensor* gamma) {
   Decays d;
   d.gk = rows_in<float>(gk);
   if (g) d.g = {static_cast<const float*>(g->data), g->strides[0], g->strides[1], g->strides[2]};
   d.gamma = gamma ? static_cast<const float*>(gamma->data) : nullptr;
   return d;
-}
-
-float* f32(const ak_tensor* t) { return t ? static_cast<float*>(t->data) : nullptr; }
-
-// Rows of 16-byte pieces: the base 16-byte aligned, every step of the token-major view too.
-bool aligned_rows(const ak_tensor* t) {
-  if (t == nullptr) return true;
-  const int64_t per16 = 16 / static_cast<int64_t>(dtype_size(t->dtype));
-  if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
-  for (int i = 0; i + 1 < t->rank; ++i) {
-    if (t->shape[i] > 1 && t->strides[i] % per16 != 0) return false;
-  }
-  return true;
 }
 
 // The planner's view of a call: dtype, sizes, decay policy, alignment of its token-major views.
@@ -67,49 +44,13 @@ gla_planning::GlaShape shape_of(const DeltaProblem& p, const GlaGates& gates, st
   return s;
 }
 
-// Device tables of a packed call's sequences and chunks (chunk_map.cuh); nothing without cu_seqlens.
-struct MapTables {
-  ChunkMap map;
-  int chunks = 0;  // of the whole call
-  std::unique_ptr<ak::cuda::Scratch> scratch;
-  MapTables(const DeltaProblem& p, cudaStream_t stream) {
-    map.T = static_cast<int>(p.T);
-    map.C = kChunk;
-    map.NC = static_cast<int>((p.T + kChunk - 1) / kChunk);
-    if (!p.varlen) {
-      chunks = static_cast<int>(p.N) * map.NC;
-      return;
-    }
-    for (int64_t n = 0; n < p.N; ++n) chunks += static_cast<int>((p.end(n) - p.begin(n) + kChunk - 1) / kChunk);
-    const int N = static_cast<int>(p.N);
-    scratch = std::make_unique<ak::cuda::Scratch>(p.device_index, (static_cast<size_t>(N) + chunks + 1) * sizeof(int4));
-    int4* tables = scratch->as<int4>();
-    map.seq = tables;
-    map.chunk = tables + N;
-    launch_chunk_tables(static_cast<const int32_t*>(p.cu_seqlens->data), N, kChunk, tables, tables + N, stream);
-  }
-};
-
 template <class T>
 void chunked_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaStream_t stream) {
   const DeltaProblem& p = a.p;
   MapTables tables(p, stream);
-  FwdParams<T> fp;
-  fp.q = rows_in<T>(a.q);
-  fp.k = rows_in<T>(a.k);
-  fp.v = rows_in<T>(a.v);
-  fp.o = rows_out<T>(a.output);
+  FwdParams<T> fp = forward_params<T>(p, tables, a.q, a.k, a.v, a.output, a.initial_state, a.final_state);
   fp.d = decays_of(a.gk, a.g, a.g_gamma);
-  fp.map = tables.map;
-  fp.initial_state = f32(a.initial_state);
-  fp.final_state = f32(a.final_state);
   fp.states = {f32(a.chunk_states), static_cast<int>(p.H), static_cast<int>(p.K), static_cast<int>(p.V)};
-  fp.N = static_cast<int>(p.N);
-  fp.H = static_cast<int>(p.H);
-  fp.group = static_cast<int>(p.group());
-  fp.K = static_cast<int>(p.K);
-  fp.V = static_cast<int>(p.V);
-  fp.scale = static_cast<float>(p.scale);
   ak::cuda::launch_row<T>(plan.fwd_row, "linear.gla.fwd", fp, stream);
 }
 

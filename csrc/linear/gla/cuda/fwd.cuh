@@ -15,16 +15,6 @@
 
 namespace ak::linear::cuda::gla {
 
-// The warp tiling of S (KD x 64): KD >= 128: warp w owns rows [w KD/8, (w+1) KD/8), all 64 columns;
-// KD = 64: rows 16 (w % 4), columns 32 (w / 4).
-template <int KD>
-struct StateTiles {
-  static constexpr int MT = KD >= 128 ? KD / 128 : 1;
-  static constexpr int NT = KD >= 128 ? 8 : 4;
-  __device__ static int row0(int warp) { return KD >= 128 ? warp * (KD / 8) : 16 * (warp & 3); }
-  __device__ static int col0(int warp) { return KD >= 128 ? 0 : 32 * (warp >> 2); }
-};
-
 template <class T, int KD, bool kChannel, bool kStatesOnly>
 __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks)) gla_fwd_kernel(const FwdParams<T> p) {
   using Lay = FwdLayout<KD, kChannel>;
@@ -52,37 +42,14 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
   // S in registers; (r, c) valid when r < K and v0 + c < V.
   float S[ST::MT][ST::NT][4];
   zero_acc(S);
-  if (p.initial_state) {
-    const float* src = p.initial_state + (static_cast<int64_t>(n) * p.H + h) * KV;
-    for_acc_pairs(S, sr0, sc0, lane, [&](int r, int c, float* v) {
-      v[0] = r < p.K && v0 + c < p.V ? src[static_cast<int64_t>(r) * p.V + v0 + c] : 0.f;
-      v[1] = r < p.K && v0 + c + 1 < p.V ? src[static_cast<int64_t>(r) * p.V + v0 + c + 1] : 0.f;
-    });
-  }
-  auto store_state = [&](float* dst) {
-    for_acc_pairs(S, sr0, sc0, lane, [&](int r, int c, float* v) {
-      if (r < p.K && v0 + c < p.V) dst[static_cast<int64_t>(r) * p.V + v0 + c] = v[0];
-      if (r < p.K && v0 + c + 1 < p.V) dst[static_cast<int64_t>(r) * p.V + v0 + c + 1] = v[1];
-    });
-  };
-  auto store_state16 = [&](T* dst) {  // V % 8 == 0: a pair is in or out as a whole
-    for_acc_pairs(S, sr0, sc0, lane, [&](int r, int c, float* v) {
-      if (r < p.K && v0 + c < p.V) {
-        *reinterpret_cast<uint32_t*>(dst + static_cast<int64_t>(r) * p.V + v0 + c) = pack2<T>(v[0], v[1]);
-      }
-    });
-  };
-  auto copy_state_to_smem = [&]() {
-    for_acc_pairs(S, sr0, sc0, lane, [&](int r, int c, float* v) {
-      *reinterpret_cast<uint32_t*>(Ss + r * pitch16(kVTile) + c) = pack2<T>(v[0], v[1]);
-    });
-  };
-  if constexpr (!kStatesOnly) copy_state_to_smem();
+  const StateTile<KD> st{S, sr0, sc0, lane, p.K, p.V, v0};
+  if (p.initial_state) st.load(p.initial_state + (static_cast<int64_t>(n) * p.H + h) * KV);
+  if constexpr (!kStatesOnly) st.to_smem(Ss);
 
   for (int c = 0; c < chunks; ++c) {
     const int t0 = begin + c * kChunk, len = min(kChunk, end - t0);
-    if (p.states.p) store_state(p.states.at(first, n, c, h));
-    if (p.states16.p) store_state16(p.states16.at(first, n, c, h));
+    if (p.states.p) st.store(p.states.at(first, n, c, h));
+    if (p.states16.p) st.store16(p.states16.at(first, n, c, h));
     load_rows<T, KD>(Ks, p.k, row, t0, len, hk, p.K, tid);
     load_vtile<T>(Vs, p.v, row, t0, len, h, v0, p.V, tid);
     if constexpr (!kStatesOnly) load_rows<T, KD>(Qs, p.q, row, t0, len, hk, p.K, tid);
@@ -130,10 +97,10 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
     });
     warp_mma<T, ST::MT, ST::NT, true, true>(S, Ks, pitch16(KD), sr0, Vs, pitch16(kVTile), sc0, kChunk, lane);
     __syncthreads();  // every warp is done with Ss, Qs, Ks, Vs, gc
-    if constexpr (!kStatesOnly) copy_state_to_smem();
+    if constexpr (!kStatesOnly) st.to_smem(Ss);
   }
-  if (p.states.p) store_state(p.states.at(first, n, chunks, h));
-  if (p.final_state) store_state(p.final_state + (static_cast<int64_t>(n) * p.H + h) * KV);
+  if (p.states.p) st.store(p.states.at(first, n, chunks, h));
+  if (p.final_state) st.store(p.final_state + (static_cast<int64_t>(n) * p.H + h) * KV);
 }
 
 template <class T, int KD, bool kChannel, bool kStatesOnly>

@@ -13,6 +13,54 @@
 
 namespace ak::linear::cuda::gla {
 
+// The warp tiling of a state tile (KD x 64 of S or dS, fp32 in registers): KD >= 128: warp w owns
+// rows [w KD/8, (w+1) KD/8), all 64 columns; KD = 64: rows 16 (w % 4), columns 32 (w / 4).
+template <int KD>
+struct StateTiles {
+  static constexpr int MT = KD >= 128 ? KD / 128 : 1;
+  static constexpr int NT = KD >= 128 ? 8 : 4;
+  __device__ static int row0(int warp) { return KD >= 128 ? warp * (KD / 8) : 16 * (warp & 3); }
+  __device__ static int col0(int warp) { return KD >= 128 ? 0 : 32 * (warp >> 2); }
+};
+
+// A warp's part of the state tile of columns [v0, v0 + 64) from / to a row-major [K, V] fp32 matrix
+// (entries past K or V read as zero, are not written); store16 writes the 16-bit copy (V % 8 == 0,
+// so a pair is in or out as a whole).
+template <int KD>
+struct StateTile {
+  using ST = StateTiles<KD>;
+  float (&S)[ST::MT][ST::NT][4];
+  int r0, c0, lane, K, V, v0;
+
+  __device__ void load(const float* src) const {
+    for_acc_pairs(S, r0, c0, lane, [&](int r, int c, float* v) {
+      v[0] = r < K && v0 + c < V ? src[static_cast<int64_t>(r) * V + v0 + c] : 0.f;
+      v[1] = r < K && v0 + c + 1 < V ? src[static_cast<int64_t>(r) * V + v0 + c + 1] : 0.f;
+    });
+  }
+  __device__ void store(float* dst) const {
+    for_acc_pairs(S, r0, c0, lane, [&](int r, int c, float* v) {
+      if (r < K && v0 + c < V) dst[static_cast<int64_t>(r) * V + v0 + c] = v[0];
+      if (r < K && v0 + c + 1 < V) dst[static_cast<int64_t>(r) * V + v0 + c + 1] = v[1];
+    });
+  }
+  template <class T>
+  __device__ void store16(T* dst) const {
+    for_acc_pairs(S, r0, c0, lane, [&](int r, int c, float* v) {
+      if (r < K && v0 + c < V) {
+        *reinterpret_cast<uint32_t*>(dst + static_cast<int64_t>(r) * V + v0 + c) = pack2<T>(v[0], v[1]);
+      }
+    });
+  }
+  // The 16-bit copy in shared memory (row pitch pitch16(kVTile)), the operand of the products.
+  template <class T>
+  __device__ void to_smem(T* Ss) const {
+    for_acc_pairs(S, r0, c0, lane, [&](int r, int c, float* v) {
+      *reinterpret_cast<uint32_t*>(Ss + r * pitch16(kVTile) + c) = pack2<T>(v[0], v[1]);
+    });
+  }
+};
+
 // Loads rows [0, 64) x [0, KD) of a token-major view (batch row b, tokens t0.., head) into a shared tile:
 // rows >= len and columns >= width are zero-filled. width % 8 == 0; all threads take part.
 template <class T, int KD>
@@ -102,11 +150,30 @@ __device__ __forceinline__ float gc_at(const float* gc, int t, int c) {
   }
 }
 
-// Stage 2: P (64 x 64, 16-bit, row pitch pitch16(64)) = the causal scores, zero above the diagonal.
-// Q, K: raw tiles [64][pitch16(KD)]. X: a scratch tile [64][pitch16(KD)] (per-channel decay only).
-// Ends with a barrier.
-template <class T, int KD, bool kChannel>
-__device__ __forceinline__ void intra_scores(T* P, const T* Q, const T* K, const float* gc, T* X, float scale,
+// Stores one or two adjacent score entries as PT (the operand type T, or fp32).
+template <class T, class PT>
+__device__ __forceinline__ void store_score2(PT* dst, float a, float b) {
+  if constexpr (sizeof(PT) == 4) {
+    dst[0] = a;
+    dst[1] = b;
+  } else {
+    *reinterpret_cast<uint32_t*>(dst) = pack2<T>(a, b);
+  }
+}
+template <class T, class PT>
+__device__ __forceinline__ void store_score(PT* dst, float a) {
+  if constexpr (sizeof(PT) == 4) {
+    *dst = a;
+  } else {
+    *dst = from_float<T>(a);
+  }
+}
+
+// Stage 2: P (64 x 64 of PT, 16-bit by default, row pitch kPLd) = the causal scores, zero above the
+// diagonal. Q, K: raw tiles [64][pitch16(KD)]. X: a scratch tile [64][pitch16(KD)] (per-channel decay
+// only). Ends with a barrier.
+template <class T, int KD, bool kChannel, class PT = T, int kPLd = pitch16(64)>
+__device__ __forceinline__ void intra_scores(PT* P, const T* Q, const T* K, const float* gc, T* X, float scale,
                                              int tid) {
   const int warp = tid >> 5, lane = tid & 31;
   const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
@@ -117,7 +184,7 @@ __device__ __forceinline__ void intra_scores(T* P, const T* Q, const T* K, const
     for_acc_pairs(acc, m0, n0, lane, [&](int r, int c, float* v) {
       const float a = c <= r ? scale * __expf(gc[r] - gc[c]) * v[0] : 0.f;
       const float b2 = c + 1 <= r ? scale * __expf(gc[r] - gc[c + 1]) * v[1] : 0.f;
-      *reinterpret_cast<uint32_t*>(P + r * pitch16(64) + c) = pack2<T>(a, b2);
+      store_score2<T>(P + r * kPLd + c, a, b2);
     });
     __syncthreads();
   } else {
@@ -140,13 +207,13 @@ __device__ __forceinline__ void intra_scores(T* P, const T* Q, const T* K, const
         const float2 bb = unpack2<T>(*reinterpret_cast<const uint32_t*>(kj + c));
         s += a.x * bb.x * __expf(gi[c] - gj[c]) + a.y * bb.y * __expf(gi[c + 1] - gj[c + 1]);
       }
-      P[ri * pitch16(64) + rj] = from_float<T>(scale * s);
-      if (i != j) P[rj * pitch16(64) + ri] = from_float<T>(0.f);
+      store_score<T>(P + ri * kPLd + rj, scale * s);
+      if (i != j) store_score<T>(P + rj * kPLd + ri, 0.f);
     }
     // Blocks above the diagonal blocks' rows: zero (blocks (I, J), J > I, other than diagonal pairs).
     for (int e = tid; e < 64 * 64; e += kThreads) {
       const int r = e >> 6, c = e & 63;
-      if ((c >> 4) > (r >> 4)) P[r * pitch16(64) + c] = from_float<T>(0.f);
+      if ((c >> 4) > (r >> 4)) store_score<T>(P + r * kPLd + c, 0.f);
     }
     // Off-diagonal block rows I = 1..3: X rows [0, 16 I) = k_j exp(gc_r - gc_j), X rows [48, 64) =
     // q_i exp(gc_i - gc_r) for the 16 rows of block row I, r = 16 I.
@@ -176,8 +243,7 @@ __device__ __forceinline__ void intra_scores(T* P, const T* Q, const T* K, const
         zero_acc(acc);
         warp_mma<T, 1, 2, false, false>(acc, X, pitch16(KD), 48, X, pitch16(KD), 16 * J, KD, lane);
         for_acc_pairs(acc, 0, 0, lane, [&](int rr, int cc, float* v) {
-          *reinterpret_cast<uint32_t*>(P + (r + rr) * pitch16(64) + 16 * J + cc) =
-              pack2<T>(scale * v[0], scale * v[1]);
+          store_score2<T>(P + (r + rr) * kPLd + 16 * J + cc, scale * v[0], scale * v[1]);
         });
       }
       __syncthreads();

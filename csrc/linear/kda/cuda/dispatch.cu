@@ -1,17 +1,72 @@
-// KDA's CUDA backend, for now the general path only: the CPU backend (the exact recurrence with double
-// states) on host copies of the tensors, the outputs copied back. Exact and slow; the plan says so.
+// KDA's CUDA backend: executes the planner's choice (kda/planner.h): the chunked forward through the
+// registry's launch table, or the general path, the CPU backend (the exact recurrence with double
+// states) on host copies of the tensors, the outputs copied back.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
 #include "core/plan.h"
 #include "cuda/backend.h"
+#include "cuda/registry_launch.h"
 #include "cuda/runtime.cuh"
 #include "linear/gla/cuda/host_mirror.h"
+#include "linear/gla/cuda/host_views.h"
+#include "linear/kda/cuda/params.h"
+#include "linear/kda/layouts.h"
 #include "linear/kda/planner.h"
 #include "linear/kda/problem.h"
 
 namespace ak::linear::cuda {
 
-void kda_fwd(const KdaFwd& a) {
-  ak::cuda::DeviceGuard guard(a.p.device_index);
-  plan::set_last(kda_planning::plan_kda("linear.kda.fwd", a.p.recurrent, a.fastmath));
+namespace {
+
+kda_planning::KdaShape shape_of(const DeltaProblem& p, bool fastmath,
+                                std::initializer_list<const ak_tensor*> rows) {
+  kda_planning::KdaShape s;
+  s.dtype = p.dtype;
+  s.K = p.K;
+  s.V = p.V;
+  s.recurrent = p.recurrent;
+  s.fastmath = fastmath;
+  for (const ak_tensor* t : rows) s.aligned = s.aligned && gla::aligned_rows(t);
+  s.huge = p.T > INT32_MAX / 2 || p.N > INT32_MAX / 2;
+  return s;
+}
+
+template <class T>
+void chunked_fwd(const KdaFwd& a, const kda_planning::KdaChoice& plan, cudaStream_t stream) {
+  const DeltaProblem& p = a.p;
+  gla::MapTables tables(p, stream);
+  kda::FwdParams<T> kp;
+  kp.f = gla::forward_params<T>(p, tables, a.q, a.k, a.v, a.output, a.initial_state, a.final_state);
+  const gla::FwdParams<T>& fp = kp.f;
+  kp.f.d.gk = gla::rows_in<float>(a.gate);
+  kp.beta = {static_cast<const float*>(a.beta->data), a.beta->strides[0], a.beta->strides[1], a.beta->strides[2]};
+  kp.chunks = tables.chunks;
+  // The per-chunk operands the prep kernel hands to the state pass (kda/cuda/params.h).
+  kda::ChunkOperands<T>& ops = kp.ops;
+  ops.H = fp.H;
+  ops.KD = plan.kd;
+  ops.Vp = (fp.V + kda_layout::kVTile - 1) / kda_layout::kVTile * kda_layout::kVTile;
+  const size_t slots = static_cast<size_t>(kp.chunks) * fp.H;
+  const size_t rows_k = static_cast<size_t>(kda_layout::kChunk) * ops.KD;
+  const size_t per_slot = 3 * rows_k + static_cast<size_t>(kda_layout::kChunk) * ops.Vp +
+                          static_cast<size_t>(kda_layout::kChunk) * kda_layout::kChunk;
+  const size_t el_bytes = (slots * ops.KD * sizeof(float) + 255) / 256 * 256;
+  ak::cuda::Scratch scratch(p.device_index, el_bytes + std::max<size_t>(1, slots * per_slot) * sizeof(T));
+  ops.el = scratch.as<float>();
+  T* base = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(ops.el) + el_bytes);
+  ops.w = base;
+  ops.kd = ops.w + slots * rows_k;
+  ops.qd = ops.kd + slots * rows_k;
+  ops.p = ops.qd + slots * rows_k;
+  ops.u = ops.p + slots * kda_layout::kChunk * kda_layout::kChunk;
+  ak::cuda::launch_row<T>(plan.prep_row, "linear.kda.prep", kp, stream);
+  ak::cuda::launch_row<T>(plan.fwd_row, "linear.kda.fwd", kp, stream);
+}
+
+void general_fwd(const KdaFwd& a) {
   HostMirror m;
   KdaFwd h = a;
   h.p.device_type = AK_CPU;
@@ -24,9 +79,26 @@ void kda_fwd(const KdaFwd& a) {
   m.write_back();
 }
 
+}  // namespace
+
+void kda_fwd(const KdaFwd& a) {
+  const DeltaProblem& p = a.p;
+  ak::cuda::DeviceGuard guard(p.device_index);
+  cudaStream_t stream = ak::cuda::stream(p.device_index);
+  const kda_planning::KdaChoice plan = kda_planning::plan_kda_fwd(
+      shape_of(p, a.fastmath, {a.q, a.k, a.v, a.output, a.gate}), ak::cuda::caps(p.device_index));
+  plan::set_last(plan.plan);
+  if (!plan.chunked) return general_fwd(a);
+  if (p.dtype == AK_BFLOAT16) return chunked_fwd<__nv_bfloat16>(a, plan, stream);
+  return chunked_fwd<__half>(a, plan, stream);
+}
+
 void kda_bwd(const KdaBwd& a) {
   ak::cuda::DeviceGuard guard(a.p.device_index);
-  plan::set_last(kda_planning::plan_kda("linear.kda.bwd", a.p.recurrent, a.fastmath));
+  kda_planning::KdaShape s;
+  s.recurrent = a.p.recurrent;
+  s.fastmath = a.fastmath;
+  plan::set_last(kda_planning::plan_kda_bwd(s));
   HostMirror m;
   KdaBwd h = a;
   h.p.device_type = AK_CPU;
