@@ -81,7 +81,7 @@ bool tiled_layout(const Problem& p, int64_t rows) {
 }
 
 dim3 tiled_grid(int64_t C, int64_t rows) {
-  return dim3(static_cast<unsigned>((C / 8 + tiled::kGroups - 1) / tiled::kGroups),
+  return dim3(static_cast<unsigned>((C / tiled::kVec + tiled::kGroups - 1) / tiled::kGroups),
               static_cast<unsigned>((rows + tiled::kBlockRows - 1) / tiled::kBlockRows));
 }
 

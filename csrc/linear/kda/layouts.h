@@ -17,23 +17,22 @@ using gla_layout::pitch_gc;
 
 constexpr int kLd = 68;  // row pitch (floats) of the fp32 64 x 64 tile the triangular solve works on
 
-// The prep kernel: a block per (chunk, value head).
+// The prep kernel: a block per (chunk, value head). Regions reused once their first tenant is done:
+// the scores' tile takes A once the scores are stored; the solve's fp32 tile takes the V tiles. At
+// K <= 128 it fits two blocks per multiprocessor.
 template <int KD>
 struct PrepLayout {
   static constexpr int kTile = kChunk * pitch16(KD) * 2;
-  static constexpr int kVT = kChunk * pitch16(kVTile) * 2;
   static constexpr int kQ = 0;            // q, then scale q exp(gc)
   static constexpr int kK = kQ + kTile;   // k, then k exp(gL - gc)
   static constexpr int kX = kK + kTile;   // the scores' scratch, then beta k exp(gc)
-  static constexpr int kW = kX + kTile;   // A X, staged for its store
-  static constexpr int kV = kW + kTile;   // a V tile times beta, then A times it
-  static constexpr int kP = kV + kVT;     // the causal q k scores with the decay
-  static constexpr int kA = kP + kVT;     // A = (I + L)^-1, 16-bit
-  static constexpr int kLA = kA + kVT;    // L, then A (fp32)
+  static constexpr int kP = kX + kTile;   // the causal q k scores, then A (16-bit)
+  static constexpr int kLA = kP + kChunk * pitch16(64) * 2;  // L, then A (fp32), then a V tile
   static constexpr int kGc = kLA + kChunk * kLd * 4;
   static constexpr int kGs = kGc + kChunk * pitch_gc(KD) * 4;
   static constexpr int kBeta = kGs + kChunk * 4;
   static constexpr int kBytes = kBeta + kChunk * 4;
+  static constexpr int kMinBlocks = 2;
 };
 
 // The state pass: a block per (sequence, value head, V tile); its chunk operands double-buffered.

@@ -1,7 +1,7 @@
 // KDA's chunked forward, part 1 of 2: everything within a chunk that does not need the state, for
 // all chunks at once (a block per chunk and value head). With gc the decay cumulated per key channel,
 // gL its last row and beta per token:
-//   L  = tril(diag(beta) Akk, -1),  Akk_ij = sum_c k_ic k_jc exp(gc_ic - gc_jc)   (intra_scores, fp32)
+//   L  = tril(diag(beta) Akk, -1),  Akk_ij = sum_c k_ic k_jc exp(gc_ic - gc_jc)   (pair_scores, fp32)
 //   A  = (I + L)^-1                                                               (fp32 solve)
 //   w  = A diag(beta) K exp(gc),  u = A diag(beta) V                              (the WY factors)
 //   kd = K exp(gL - gc),  qd = scale Q exp(gc),  el = exp(gL),  p = the causal scale q k scores
@@ -14,6 +14,7 @@
 #include "linear/common/solve.cuh"
 #include "linear/gla/cuda/stages.cuh"
 #include "linear/kda/cuda/params.h"
+#include "linear/kda/cuda/scores.cuh"
 #include "linear/kda/layouts.h"
 
 namespace ak::linear::cuda::kda {
@@ -31,7 +32,7 @@ __device__ __forceinline__ void store_tile(T* g, int64_t ld, const T* s, int tid
 }
 
 template <class T, int KD>
-__global__ void __launch_bounds__(kThreads, 1) kda_prep_kernel(const FwdParams<T> kp) {
+__global__ void __launch_bounds__(kThreads, (PrepLayout<KD>::kMinBlocks)) kda_prep_kernel(const FwdParams<T> kp) {
   using Lay = PrepLayout<KD>;
   const gla::FwdParams<T>& p = kp.f;
   const ChunkOperands<T>& ops = kp.ops;
@@ -39,11 +40,10 @@ __global__ void __launch_bounds__(kThreads, 1) kda_prep_kernel(const FwdParams<T
   T* Qs = reinterpret_cast<T*>(smem + Lay::kQ);
   T* Ks = reinterpret_cast<T*>(smem + Lay::kK);
   T* Xs = reinterpret_cast<T*>(smem + Lay::kX);
-  T* Ws = reinterpret_cast<T*>(smem + Lay::kW);
-  T* Vs = reinterpret_cast<T*>(smem + Lay::kV);
   T* Ps = reinterpret_cast<T*>(smem + Lay::kP);
-  T* As = reinterpret_cast<T*>(smem + Lay::kA);
+  T* As = Ps;  // once the scores are stored
   float* LA = reinterpret_cast<float*>(smem + Lay::kLA);
+  T* Vs = reinterpret_cast<T*>(smem + Lay::kLA);  // once A is in As
   float* gc = reinterpret_cast<float*>(smem + Lay::kGc);
   float* gs = reinterpret_cast<float*>(smem + Lay::kGs);
   float* bs = reinterpret_cast<float*>(smem + Lay::kBeta);
@@ -63,8 +63,8 @@ __global__ void __launch_bounds__(kThreads, 1) kda_prep_kernel(const FwdParams<T
   cp_async_wait<0>();
   gla::gate_cumsum<KD, true>(gc, gs, p.d, row, t0, len, h, tid);  // barrier inside
 
-  gla::intra_scores<T, KD, true, float, kLd>(LA, Ks, Ks, gc, Xs, 1.f, tid);  // Akk, barrier inside
-  gla::intra_scores<T, KD, true>(Ps, Qs, Ks, gc, Xs, p.scale, tid);          // p, barrier inside
+  pair_scores<T, KD, kLd>(LA, Ps, Qs, Ks, gc, Xs, p.scale, tid);  // Akk and P, barrier inside
+  store_tile<T, 64>(ops.p + slot * Operands<KD>::kScores, kChunk, Ps, tid);
   for (int e = tid; e < kChunk * kChunk; e += kThreads) {
     const int i = e >> 6, j = e & 63;
     if (j < i) LA[i * kLd + j] *= bs[i];
@@ -93,22 +93,20 @@ __global__ void __launch_bounds__(kThreads, 1) kda_prep_kernel(const FwdParams<T
   }
   if (tid < KD) ops.el[slot * KD + tid] = __expf(gc[(kChunk - 1) * pitch_gc(KD) + tid]);
   __syncthreads();
+  store_tile<T, KD>(ops.kd + slot * Operands<KD>::kRowsK, KD, Ks, tid);
+  store_tile<T, KD>(ops.qd + slot * Operands<KD>::kRowsK, KD, Qs, tid);
 
-  {  // w = A X: warp w owns rows 16 (w % 4), columns KD / 2 (w / 4)
+  {  // w = A X: warp w owns rows 16 (w % 4), columns KD / 2 (w / 4); stored from the registers
     constexpr int NT = KD / 16;
     const int n0 = (KD / 2) * (warp >> 2);
     float acc[1][NT][4];
     zero_acc(acc);
     warp_mma<T, 1, NT, false, true>(acc, As, pitch16(64), m0, Xs, pitch16(KD), n0, kChunk, lane);
+    T* w = ops.w + slot * Operands<KD>::kRowsK;
     for_acc_pairs(acc, m0, n0, lane, [&](int r, int cc, float* v) {
-      *reinterpret_cast<uint32_t*>(Ws + r * pitch16(KD) + cc) = pack2<T>(v[0], v[1]);
+      *reinterpret_cast<uint32_t*>(w + r * KD + cc) = pack2<T>(v[0], v[1]);
     });
   }
-  __syncthreads();
-  store_tile<T, KD>(ops.w + slot * Operands<KD>::kRowsK, KD, Ws, tid);
-  store_tile<T, KD>(ops.kd + slot * Operands<KD>::kRowsK, KD, Ks, tid);
-  store_tile<T, KD>(ops.qd + slot * Operands<KD>::kRowsK, KD, Qs, tid);
-  store_tile<T, 64>(ops.p + slot * Operands<KD>::kScores, kChunk, Ps, tid);
 
   // u = A diag(beta) V, a V tile of 64 columns at a time (columns past V are zero).
   T* u = ops.u + slot * (int64_t{kChunk} * ops.Vp);
