@@ -5,7 +5,8 @@ bf16 inputs, fp32 gates):
   - fla.ops.kda.gate.fused_kda_gate with lower_bound -5 (attnkit's boundGate): forward, and the backward
     alone (autograd of a fp32 output gradient);
   - fla.modules.conv.causal_conv1d, W = 4, silu (attnkit's causalConv1d): forward, and the backward alone;
-  - optionally fla.ops.kda.chunk_kda forward and forward + backward (--kda).
+  - optionally fla.ops.kda.chunk_kda forward and forward + backward (--kda), and its forward alone at
+    other shapes (--kda-shapes B1_T8192_H96,B2_T16384_H16; --skip-aux times only those).
 Medians of triton.testing.do_bench after one untimed call (FLA's autotuning). Writes a JSON object
 {name: ms} to --out. FLA's source must be importable (PYTHONPATH holding its fla/ folder).
 
@@ -30,10 +31,29 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--kda", action="store_true")
+    ap.add_argument("--kda-shapes", default="", help="B1_T8192_H96,...: chunk_kda forward alone at these (D 128)")
+    ap.add_argument("--skip-aux", action="store_true", help="time chunk_kda only")
     args = ap.parse_args()
     B, T, H, D = 4, 2048, 16, 128
     dev = "cuda"
     res = {}
+
+    from fla.ops.kda import chunk_kda
+
+    for name in filter(None, args.kda_shapes.split(",")):
+        b, t, h = (int(x[1:]) for x in name.split("_"))
+        q = torch.randn(b, t, h, D, device=dev, dtype=torch.bfloat16)
+        k = F.normalize(torch.randn(b, t, h, D, device=dev), dim=-1).to(torch.bfloat16)
+        v = torch.randn(b, t, h, D, device=dev, dtype=torch.bfloat16)
+        g = F.logsigmoid(torch.randn(b, t, h, D, device=dev)).clamp(min=-5)
+        beta = torch.rand(b, t, h, device=dev).sigmoid()
+        res[f"kda_fwd_{name}_D{D}"] = bench(lambda: chunk_kda(q, k, v, g, beta))
+        del q, k, v, g, beta
+    if args.skip_aux:
+        with open(args.out, "w") as f:
+            json.dump(res, f)
+        print(json.dumps(res))
+        return
 
     from fla.ops.kda.gate import fused_kda_gate
 
@@ -59,8 +79,6 @@ def main():
     res["conv_bwd"] = bench(lambda: torch.autograd.grad(y, x_g, dy, retain_graph=True))
 
     if args.kda:
-        from fla.ops.kda import chunk_kda
-
         q = torch.randn(B, T, H, D, device=dev, dtype=torch.bfloat16)
         k = F.normalize(torch.randn(B, T, H, D, device=dev, dtype=torch.float32), dim=-1).to(torch.bfloat16)
         v = torch.randn(B, T, H, D, device=dev, dtype=torch.bfloat16)

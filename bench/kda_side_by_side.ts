@@ -142,7 +142,14 @@ if (OPS.has("conv")) {
   }, B * T * C * 6);
 }
 
-if (OPS.has("kda")) {
+// FLA's chunk_kda on this H200: ANCHORS.md at B4_T2048_H16_D128, else the live run (--fla) when it timed
+// the shape (keys kda_fwd / kda_fwdbwd, or kda_fwd_<shape>).
+function kdaShape(B: number, T: number, H: number, D: number): void {
+  const shape = `B${B}_T${T}_H${H}_D${D}`;
+  const anchor = shape === "B4_T2048_H16_D128";
+  const refFwd = fla[`kda_fwd_${shape}`] ?? (anchor ? fla.kda_fwd ?? 0.614 : null);
+  const refBwd = fla[`kda_fwdbwd_${shape}`] ?? (anchor ? fla.kda_fwdbwd ?? 2.62 : null);
+  const ref = refFwd === null ? "fla.chunk_kda (not timed at this shape)" : "fla.chunk_kda";
   using q = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device: "cuda", seed: 6 });
   using k = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device: "cuda", seed: 7, std: D ** -0.5 });
   using v = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device: "cuda", seed: 8 });
@@ -161,8 +168,8 @@ if (OPS.has("kda")) {
       shape,
       dtype: "bfloat16",
       mode: "fwd",
-      ref: "fla.chunk_kda (ANCHORS.md)",
-      ref_ms: fla.kda_fwd ?? 0.614,
+      ref,
+      ref_ms: refFwd,
     },
     () => {
       using _ = chunkKda(q, k, v, gate.gate, beta, opts);
@@ -178,8 +185,8 @@ if (OPS.has("kda")) {
       dtype: "bfloat16",
       mode: "fwdbwd",
       ms: null,
-      ref: "fla.chunk_kda",
-      ref_ms: fla.kda_fwdbwd ?? 2.62,
+      ref,
+      ref_ms: refBwd,
       speedup: null,
       tflops: null,
       gbps: null,
@@ -202,4 +209,8 @@ if (OPS.has("kda")) {
       0,
       3 * flops,
     );}
+}
+
+if (OPS.has("kda")) {
+  for (const [b, t, h] of [[4, 2048, 16], [1, 8192, 96], [2, 16384, 16]]) kdaShape(b, t, h, 128);
 }

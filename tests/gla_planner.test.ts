@@ -8,7 +8,10 @@ const names = (p: ReturnType<typeof explain>) => p.kernels.map((k) => k.name);
 Deno.test("gla planner: 16-bit calls with head dims a multiple of 8 run the chunked kernels, K padded", () => {
   const fwd = explain({ op: "linear.gla.fwd", gpu: "h200", dtype: "bfloat16", k: 128 });
   assert.equal(fwd.path, "chunked");
-  assert.deepEqual(names(fwd), ["linear.gla.fwd.channel<bfloat16, D128>"]);
+  assert.deepEqual(names(fwd), [
+    "linear.gla.prep.channel<bfloat16, D128>",
+    "linear.gla.pass.plain<bfloat16, D128>",
+  ]);
   assert.equal(fwd.details.decay, "channel");
   const padded = explain({
     op: "linear.gla.fwd",
@@ -18,7 +21,10 @@ Deno.test("gla planner: 16-bit calls with head dims a multiple of 8 run the chun
     v: 24,
     channel: false,
   });
-  assert.deepEqual(names(padded), ["linear.gla.fwd.scalar<float16, D64>"]);
+  assert.deepEqual(names(padded), [
+    "linear.gla.prep.scalar<float16, D64>",
+    "linear.gla.pass.plain<float16, D64>",
+  ]);
   const bwd = explain({ op: "linear.gla.bwd", gpu: "h100", k: 64 });
   assert.deepEqual(names(bwd), [
     "linear.gla.states.channel<bfloat16, D64>",
@@ -36,7 +42,7 @@ Deno.test("gla planner: the general path, with the reason, for what the chunked 
     [{ op: "linear.gla.fwd", gpu: "h200", aligned: false }, /aligned/],
     [{ op: "linear.gla.fwd", gpu: "h200", recurrent: true }, /token-by-token/],
     [{ op: "linear.gla.bwd", gpu: "h200", k: 256 }, /K > 128/],
-    // K = 256: 218 KiB of shared memory, more than an A100 block may take.
+    // K = 256: the prep kernel's 174 KiB of shared memory is more than an A100 block may take.
     [{ op: "linear.gla.fwd", gpu: "a100", k: 256 }, /shared memory/],
   ];
   for (const [query, why] of cases) {

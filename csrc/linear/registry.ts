@@ -19,19 +19,20 @@ const ALL = ["float32", "bfloat16", "float16"] as const;
 // The gated linear family's chunked stages: [stage, launcher name, header, head dims, doc].
 const GLA_STAGES: [string, string, string, number[], string][] = [
   [
-    "linear.gla.fwd",
-    "Fwd",
-    "linear/gla/cuda/fwd.cuh",
+    "linear.gla.prep",
+    "Prep",
+    "linear/gla/cuda/prep.cuh",
     [64, 128, 256],
-    "A block per sequence, value head and V tile of 64 walks the chunks with the state in registers: " +
-    "causal scores with the decay, the output (inter + intra chunk) and the state update on mma.sync.",
+    "A block per chunk and value head: the causal scores with the decay, the decayed q and k and " +
+    "exp(gL), for the state pass (the split forward).",
   ],
   [
     "linear.gla.states",
     "States",
     "linear/gla/cuda/fwd.cuh",
     [64, 128],
-    "The forward's state pass alone, storing the state before every chunk (the backward's recompute).",
+    "The backward's recompute of the states: a block per sequence, value head and V tile of 64 walks " +
+    "the chunks with the state in registers, storing the state before every chunk.",
   ],
   [
     "linear.gla.dstates",
@@ -228,6 +229,8 @@ export const linearRegistry: KernelFamily = {
         launcher: `ak::linear::cuda::Gla${name}${variant === "channel" ? "Channel" : "Scalar"}`,
         args: stage === "linear.gla.dstates" || stage === "linear.gla.grads"
           ? "gla::BwdParams<T>"
+          : stage === "linear.gla.prep"
+          ? "gla::SplitParams<T>"
           : "gla::FwdParams<T>",
         header,
         arch: "sm80" as const,
@@ -236,6 +239,19 @@ export const linearRegistry: KernelFamily = {
         constraints: "its shared memory fits the GPU",
       }))
     ),
+    {
+      stage: "linear.gla.pass",
+      variant: "plain",
+      launcher: "ak::linear::cuda::GlaPass",
+      args: "gla::SplitParams<T>",
+      header: "linear/gla/cuda/pass.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [64, 128, 256] }],
+      doc: "A block per sequence, value head and V tile of 64 walks the chunks with the state in " +
+        "registers and the next chunk's operands in flight: the output and the state update on mma.sync " +
+        "(the split forward's second kernel; KDA's linear.kda.fwd is the same pass with the delta rule).",
+      constraints: "its shared memory fits the GPU",
+    },
     // ---- KDA (the delta rule with a decay per key channel): prep, then the state pass ----
     {
       stage: "linear.kda.prep",

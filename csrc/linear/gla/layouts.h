@@ -2,6 +2,8 @@
 // (host code, also in the CPU build) can tell whether a kernel fits a GPU.
 #pragma once
 
+#include <cstdint>
+
 namespace ak::linear::gla_layout {
 
 constexpr int kChunk = 64;   // tokens per chunk
@@ -13,22 +15,60 @@ constexpr int pitch16(int w) { return w + 8; }
 // Row pitch (floats) of the gate cumsum: 16-byte rows that start 4 banks apart.
 constexpr int pitch_gc(int kd) { return kd + 4; }
 
-// The forward and the state passes (fwd.cuh, bwd.cuh's dstates). KD: K padded to 64, 128 or 256.
-// Only a decay per key channel needs the scores' scratch tile and a cumsum per channel; the smaller
-// scalar layout lets two blocks share a multiprocessor.
+// The backward's state passes (fwd.cuh's recompute of the states, bwd.cuh's dstates): KD: K padded to
+// 64 or 128.
 template <int KD, bool kChannel>
 struct FwdLayout {
-  static constexpr int kQ = 0;                                   // q, then scale q exp(gc)
-  static constexpr int kK = kQ + kChunk * pitch16(KD) * 2;       // k, then k exp(gL - gc)
+  static constexpr int kQ = 0;                                   // q (dstates)
+  static constexpr int kK = kQ + kChunk * pitch16(KD) * 2;       // k, then k exp(gL - gc) (states)
   static constexpr int kV = kK + kChunk * pitch16(KD) * 2;       // V tile (dO tile in dstates)
-  static constexpr int kP = kV + kChunk * pitch16(kVTile) * 2;   // scores
-  static constexpr int kS = kP + kChunk * pitch16(64) * 2;       // S (16-bit copy) KD x 64
-  static constexpr int kX = kS + KD * pitch16(kVTile) * 2;       // scratch tile of the scores
-  static constexpr int kGc = kX + (kChannel ? kChunk * pitch16(KD) * 2 : 0);  // gc [64][pitch_gc] or [64]
+  static constexpr int kGc = kV + kChunk * pitch16(kVTile) * 2;  // gc [64][pitch_gc] or [64]
   static constexpr int kGs = kGc + (kChannel ? kChunk * pitch_gc(KD) * 4 : kChunk * 4);  // per-token decay
   static constexpr int kBytes = kGs + kChunk * 4;
   // Blocks a multiprocessor runs at once (the kernels' launch bounds).
-  static constexpr int kMinBlocks = kChannel || KD == 256 ? 1 : 2;
+  static constexpr int kMinBlocks = 2;
+};
+
+// The split forward: the prep kernel (prep.cuh), a block per (chunk, value head), computes what needs
+// no state (the decayed q and k, the scores, exp(gL)) for all chunks at once; the state pass
+// (pass.cuh), a block per (sequence, value head, V tile), walks the chunks with the next chunk's
+// operands in flight.
+template <int KD, bool kChannel>
+struct PrepLayout {
+  static constexpr int kTile = kChunk * pitch16(KD) * 2;
+  static constexpr int kQ = 0;                                 // q, then scale q exp(gc)
+  static constexpr int kK = kQ + kTile;                        // k, then k exp(gL - gc)
+  static constexpr int kX = kK + kTile;                        // the scores' scratch (per channel)
+  static constexpr int kP = kX + (kChannel ? kTile : 0);       // scores
+  static constexpr int kGc = kP + kChunk * pitch16(64) * 2;
+  static constexpr int kGs = kGc + (kChannel ? kChunk * pitch_gc(KD) * 4 : kChunk * 4);
+  static constexpr int kBytes = kGs + kChunk * 4;
+  static constexpr int kMinBlocks = KD == 256 ? 1 : 2;
+};
+
+// kDelta: the delta rule's pass (KDA), whose values are corrected first: Vn = u - w S.
+template <int KD, bool kDelta>
+struct PassLayout {
+  static constexpr int kTile = kChunk * pitch16(KD) * 2;
+  static constexpr int kVT = kChunk * pitch16(kVTile) * 2;
+  static constexpr int kW = 0;                                 // w (delta only)
+  static constexpr int kKd = kW + (kDelta ? kTile : 0);        // k exp(gL - gc)
+  static constexpr int kQd = kKd + kTile;                      // scale q exp(gc)
+  static constexpr int kU = kQd + kTile;                       // the V tile (delta: u's)
+  static constexpr int kP = kU + kVT;                          // the causal scores
+  static constexpr int kEl = kP + kVT;                         // exp(gL) per key channel, fp32
+  static constexpr int kStage = kEl + KD * 4;
+  static constexpr int kS = 2 * kStage;                        // S (16-bit copy) KD x 64
+  static constexpr int kVn = kS + KD * pitch16(kVTile) * 2;    // u - w S (delta only)
+  static constexpr int kBytes = kVn + (kDelta ? kVT : 0);
+};
+
+// Elements of each per-chunk operand the prep kernels hand to the state pass, per (chunk, value head);
+// KDA's u takes 64 Vp (V padded to the 64-column tile).
+template <int KD>
+struct Operands {
+  static constexpr int64_t kRowsK = int64_t{kChunk} * KD;  // w, k exp(gL - gc), scale q exp(gc)
+  static constexpr int64_t kScores = int64_t{kChunk} * kChunk;
 };
 
 // The backward's grads kernel (bwd.cuh): what lives through the whole block first, then the V-tile

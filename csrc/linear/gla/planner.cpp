@@ -11,13 +11,24 @@ using namespace gla_layout;
 
 int padded(int64_t K) { return K <= 64 ? 64 : K <= 128 ? 128 : 256; }
 
+// The backward's state passes (K <= 128).
 template <bool kChannel>
-int64_t fwd_smem_of(int kd) {
-  return kd == 64 ? FwdLayout<64, kChannel>::kBytes
-         : kd == 128 ? FwdLayout<128, kChannel>::kBytes
-                     : FwdLayout<256, kChannel>::kBytes;
+int64_t states_smem_of(int kd) {
+  return kd == 64 ? FwdLayout<64, kChannel>::kBytes : FwdLayout<128, kChannel>::kBytes;
 }
-int64_t fwd_smem(int kd, bool channel) { return channel ? fwd_smem_of<true>(kd) : fwd_smem_of<false>(kd); }
+int64_t states_smem(int kd, bool channel) { return channel ? states_smem_of<true>(kd) : states_smem_of<false>(kd); }
+template <bool kChannel>
+int64_t prep_smem_of(int kd) {
+  return kd == 64 ? PrepLayout<64, kChannel>::kBytes
+         : kd == 128 ? PrepLayout<128, kChannel>::kBytes
+                     : PrepLayout<256, kChannel>::kBytes;
+}
+int64_t prep_smem(int kd, bool channel) { return channel ? prep_smem_of<true>(kd) : prep_smem_of<false>(kd); }
+int64_t pass_smem(int kd) {
+  return kd == 64 ? PassLayout<64, false>::kBytes
+         : kd == 128 ? PassLayout<128, false>::kBytes
+                     : PassLayout<256, false>::kBytes;
+}
 int64_t grads_smem(int kd) { return kd == 64 ? GradLayout<64>::kBytes : GradLayout<128>::kBytes; }
 
 // The row of a stage for this call, when built for the GPU and its shared memory fits; else -1.
@@ -58,11 +69,15 @@ GlaChoice plan_gla_fwd(const GlaShape& s, const registry::Caps& caps) {
   GlaChoice c = start("linear.gla.fwd", s);
   const std::string why = refusal(s);
   if (!why.empty()) return general(c, why), c;
-  c.fwd_row = row_of(caps, "linear.gla.fwd", s, c.kd, fwd_smem(c.kd, s.channel));
-  if (c.fwd_row < 0) return general(c, "its kernel is not built for this GPU or does not fit its shared memory"), c;
+  c.prep_row = row_of(caps, "linear.gla.prep", s, c.kd, prep_smem(c.kd, s.channel));
+  const int pass = registry::find("linear.gla.pass", "plain", s.dtype, c.kd, 0);
+  c.pass_row = pass >= 0 && caps.can_run(pass) && pass_smem(c.kd) <= caps.smem_block ? pass : -1;
+  if (c.prep_row < 0 || c.pass_row < 0) {
+    return general(c, "its kernels are not built for this GPU or do not fit its shared memory"), c;
+  }
   c.chunked = true;
   c.plan.path = "chunked";
-  c.plan.rows.push_back(c.fwd_row);
+  c.plan.rows = {c.prep_row, c.pass_row};
   return c;
 }
 
@@ -71,8 +86,8 @@ GlaChoice plan_gla_bwd(const GlaShape& s, const registry::Caps& caps) {
   std::string why = refusal(s);
   if (why.empty() && s.K > 128) why = "K > 128 (the backward's chunk kernel holds K <= 128 in shared memory)";
   if (!why.empty()) return general(c, why), c;
-  c.states_row = row_of(caps, "linear.gla.states", s, c.kd, fwd_smem(c.kd, s.channel));
-  c.dstates_row = row_of(caps, "linear.gla.dstates", s, c.kd, fwd_smem(c.kd, s.channel));
+  c.states_row = row_of(caps, "linear.gla.states", s, c.kd, states_smem(c.kd, s.channel));
+  c.dstates_row = row_of(caps, "linear.gla.dstates", s, c.kd, states_smem(c.kd, s.channel));
   c.grads_row = row_of(caps, "linear.gla.grads", s, c.kd, grads_smem(c.kd));
   if (c.states_row < 0 || c.dstates_row < 0 || c.grads_row < 0) {
     return general(c, "its kernels are not built for this GPU or do not fit its shared memory"), c;

@@ -25,7 +25,7 @@ struct GlaChoice {
   plan::Plan plan;
   bool chunked = false;
   int kd = 0;  // K padded
-  int fwd_row = -1;                                  // forward
+  int prep_row = -1, pass_row = -1;                  // forward (split: prep, then the state pass)
   int states_row = -1, dstates_row = -1, grads_row = -1;  // backward
 };
 

@@ -1,9 +1,7 @@
-// Shared-memory layouts of KDA's chunked forward (kda/cuda/prep.cuh, kda/cuda/fwd.cuh) and the sizes
-// of the per-chunk operands the first kernel hands to the second: plain constants, so the planner
+// Shared-memory layout of KDA's prep kernel (kda/cuda/prep.cuh) and the sizes of the per-chunk operands
+// it hands to the state pass: plain constants, so the planner
 // (host code, also in the CPU build) can tell whether they fit a GPU. KD: K padded to 64 or 128.
 #pragma once
-
-#include <cstdint>
 
 #include "linear/gla/layouts.h"
 
@@ -35,29 +33,9 @@ struct PrepLayout {
   static constexpr int kMinBlocks = 2;
 };
 
-// The state pass: a block per (sequence, value head, V tile); its chunk operands double-buffered.
-template <int KD>
-struct StateLayout {
-  static constexpr int kTile = kChunk * pitch16(KD) * 2;
-  static constexpr int kVT = kChunk * pitch16(kVTile) * 2;
-  static constexpr int kW = 0;             // w = A diag(beta) K exp(gc)
-  static constexpr int kKd = kW + kTile;   // k exp(gL - gc)
-  static constexpr int kQd = kKd + kTile;  // scale q exp(gc)
-  static constexpr int kU = kQd + kTile;   // u = A diag(beta) V, the block's V tile
-  static constexpr int kP = kU + kVT;      // the causal scores
-  static constexpr int kEl = kP + kVT;     // exp(gL) per key channel, fp32
-  static constexpr int kStage = kEl + KD * 4;
-  static constexpr int kS = 2 * kStage;    // S (16-bit copy) KD x 64
-  static constexpr int kVn = kS + KD * pitch16(kVTile) * 2;  // u - w S
-  static constexpr int kBytes = kVn + kVT;
-};
+// The state pass is the family's (gla_layout::PassLayout<KD, true>).
+using gla_layout::PassLayout;
 
-// Elements of each per-chunk operand in the global scratch, per (chunk, value head); u takes 64 Vp
-// (V padded to the 64-column tile).
-template <int KD>
-struct Operands {
-  static constexpr int64_t kRowsK = int64_t{kChunk} * KD;  // w, k exp(gL - gc), scale q exp(gc)
-  static constexpr int64_t kScores = int64_t{kChunk} * kChunk;
-};
+using gla_layout::Operands;
 
 }  // namespace ak::linear::kda_layout

@@ -43,7 +43,7 @@ KdaChoice plan_kda_fwd(const KdaShape& s, const registry::Caps& caps) {
   c.kd = s.K <= 64 ? 64 : 128;
   const bool narrow = c.kd == 64;
   const int64_t prep_smem = narrow ? PrepLayout<64>::kBytes : PrepLayout<128>::kBytes;
-  const int64_t state_smem = narrow ? StateLayout<64>::kBytes : StateLayout<128>::kBytes;
+  const int64_t state_smem = narrow ? PassLayout<64, true>::kBytes : PassLayout<128, true>::kBytes;
   const int prep = registry::find("linear.kda.prep", "channel", s.dtype, c.kd, 0);
   const int fwd = registry::find("linear.kda.fwd", "channel", s.dtype, c.kd, 0);
   if (prep < 0 || fwd < 0 || !caps.can_run(prep) || !caps.can_run(fwd) || prep_smem > caps.smem_block ||

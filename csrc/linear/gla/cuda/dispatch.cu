@@ -44,14 +44,30 @@ gla_planning::GlaShape shape_of(const DeltaProblem& p, const GlaGates& gates, st
   return s;
 }
 
+// The split forward: the prep kernel's per-chunk operands (params.h, ChunkOperands), then the pass.
 template <class T>
 void chunked_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaStream_t stream) {
   const DeltaProblem& p = a.p;
   MapTables tables(p, stream);
-  FwdParams<T> fp = forward_params<T>(p, tables, a.q, a.k, a.v, a.output, a.initial_state, a.final_state);
-  fp.d = decays_of(a.gk, a.g, a.g_gamma);
-  fp.states = {f32(a.chunk_states), static_cast<int>(p.H), static_cast<int>(p.K), static_cast<int>(p.V)};
-  ak::cuda::launch_row<T>(plan.fwd_row, "linear.gla.fwd", fp, stream);
+  SplitParams<T> sp;
+  sp.f = forward_params<T>(p, tables, a.q, a.k, a.v, a.output, a.initial_state, a.final_state);
+  sp.f.d = decays_of(a.gk, a.g, a.g_gamma);
+  sp.f.states = {f32(a.chunk_states), static_cast<int>(p.H), static_cast<int>(p.K), static_cast<int>(p.V)};
+  sp.chunks = tables.chunks;
+  ChunkOperands<T>& ops = sp.ops;
+  ops.H = sp.f.H;
+  ops.KD = plan.kd;
+  const size_t slots = static_cast<size_t>(sp.chunks) * ops.H;
+  const size_t rows_k = static_cast<size_t>(kChunk) * ops.KD;
+  const size_t el_bytes = (slots * ops.KD * sizeof(float) + 255) / 256 * 256;
+  const size_t per_slot = 2 * rows_k + static_cast<size_t>(kChunk) * kChunk;
+  ak::cuda::Scratch scratch(p.device_index, el_bytes + std::max<size_t>(1, slots * per_slot) * sizeof(T));
+  ops.el = scratch.as<float>();
+  ops.kd = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(ops.el) + el_bytes);
+  ops.qd = ops.kd + slots * rows_k;
+  ops.p = ops.qd + slots * rows_k;
+  ak::cuda::launch_row<T>(plan.prep_row, "linear.gla.prep", sp, stream);
+  ak::cuda::launch_row<T>(plan.pass_row, "linear.gla.pass", sp, stream);
 }
 
 template <class T>

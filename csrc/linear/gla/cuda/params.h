@@ -57,6 +57,26 @@ struct FwdParams {
   float scale = 1.f;
 };
 
+// What the prep kernels hand to the state pass, per (chunk, value head) slot g * H + h, 16-bit unless
+// said: kd = K exp(gL - gc), qd = scale Q exp(gc) (each [64][KD]), the causal scores p ([64][64]),
+// el = exp(gL) (fp32 [KD]), and for the delta rule (KDA) w = A diag(beta) K exp(gc) ([64][KD]) and
+// u = A diag(beta) V ([64][Vp]). KD: K padded; Vp: V padded to the 64-column tile.
+template <class T>
+struct ChunkOperands {
+  T *w = nullptr, *kd = nullptr, *qd = nullptr, *u = nullptr, *p = nullptr;
+  float* el = nullptr;
+  int H = 0, KD = 0, Vp = 0;
+  __host__ __device__ int64_t slot(int g, int h) const { return static_cast<int64_t>(g) * H + h; }
+};
+
+// The split forward's arguments (prep.cuh, pass.cuh).
+template <class T>
+struct SplitParams {
+  FwdParams<T> f;
+  ChunkOperands<T> ops;
+  int chunks = 0;  // of the whole call (the prep kernel's grid)
+};
+
 template <class T>
 struct BwdParams {
   Rows<const T> q, k, v, dout;

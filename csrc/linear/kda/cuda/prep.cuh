@@ -12,7 +12,7 @@
 #include "cuda/runtime.cuh"
 #include "generated/linear_launchers.h"
 #include "linear/common/solve.cuh"
-#include "linear/gla/cuda/stages.cuh"
+#include "linear/gla/cuda/prep.cuh"
 #include "linear/kda/cuda/params.h"
 #include "linear/kda/cuda/scores.cuh"
 #include "linear/kda/layouts.h"
@@ -21,15 +21,7 @@ namespace ak::linear::cuda::kda {
 
 using namespace ::ak::linear::kda_layout;
 
-// Copies a shared 16-bit tile [64][pitch16(W)] to a contiguous global one [64][ld] (16-byte pieces).
-template <class T, int W>
-__device__ __forceinline__ void store_tile(T* g, int64_t ld, const T* s, int tid) {
-  constexpr int kPer = W / 8;
-  for (int e = tid; e < kChunk * kPer; e += kThreads) {
-    const int r = e / kPer, c = (e - r * kPer) * 8;
-    *reinterpret_cast<uint4*>(g + r * ld + c) = *reinterpret_cast<const uint4*>(s + r * pitch16(W) + c);
-  }
-}
+using gla::store_tile;
 
 template <class T, int KD>
 __global__ void __launch_bounds__(kThreads, (PrepLayout<KD>::kMinBlocks)) kda_prep_kernel(const FwdParams<T> kp) {
@@ -72,7 +64,8 @@ __global__ void __launch_bounds__(kThreads, (PrepLayout<KD>::kMinBlocks)) kda_pr
   __syncthreads();
   invert_unit_lower64<kLd, kThreads>(LA, tid);  // barrier inside
 
-  // A as a 16-bit operand (zero above the diagonal); X = diag(beta) K exp(gc); K -> kd; Q -> qd; el.
+  // A as a 16-bit operand (zero above the diagonal) and X = diag(beta) K exp(gc); then K -> kd, Q -> qd
+  // and el (decay_rows).
   for (int e = tid; e < kChunk * kChunk / 2; e += kThreads) {
     const int i = e >> 5, j = (e & 31) * 2;
     const float a0 = j <= i ? LA[i * kLd + j] : 0.f, a1 = j + 1 <= i ? LA[i * kLd + j + 1] : 0.f;
@@ -81,18 +74,12 @@ __global__ void __launch_bounds__(kThreads, (PrepLayout<KD>::kMinBlocks)) kda_pr
   for (int e = tid; e < kChunk * (KD / 2); e += kThreads) {
     const int r = e / (KD / 2), cc = (e - r * (KD / 2)) * 2;
     const float* gr = gc + r * pitch_gc(KD) + cc;
-    const float* gl = gc + (kChunk - 1) * pitch_gc(KD) + cc;
-    uint32_t* kptr = reinterpret_cast<uint32_t*>(Ks + r * pitch16(KD) + cc);
-    const float2 kk = unpack2<T>(*kptr);
-    const float e0 = __expf(gr[0]), e1 = __expf(gr[1]);
-    *reinterpret_cast<uint32_t*>(Xs + r * pitch16(KD) + cc) = pack2<T>(bs[r] * kk.x * e0, bs[r] * kk.y * e1);
-    *kptr = pack2<T>(kk.x * __expf(gl[0] - gr[0]), kk.y * __expf(gl[1] - gr[1]));
-    uint32_t* qptr = reinterpret_cast<uint32_t*>(Qs + r * pitch16(KD) + cc);
-    const float2 qq = unpack2<T>(*qptr);
-    *qptr = pack2<T>(p.scale * qq.x * e0, p.scale * qq.y * e1);
+    const float2 kk = unpack2<T>(*reinterpret_cast<const uint32_t*>(Ks + r * pitch16(KD) + cc));
+    *reinterpret_cast<uint32_t*>(Xs + r * pitch16(KD) + cc) =
+        pack2<T>(bs[r] * kk.x * __expf(gr[0]), bs[r] * kk.y * __expf(gr[1]));
   }
-  if (tid < KD) ops.el[slot * KD + tid] = __expf(gc[(kChunk - 1) * pitch_gc(KD) + tid]);
   __syncthreads();
+  gla::decay_rows<T, KD, true>(Qs, Ks, gc, p.scale, ops.el + slot * KD, tid);  // barrier inside
   store_tile<T, KD>(ops.kd + slot * Operands<KD>::kRowsK, KD, Ks, tid);
   store_tile<T, KD>(ops.qd + slot * Operands<KD>::kRowsK, KD, Qs, tid);
 
