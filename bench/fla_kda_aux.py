@@ -49,6 +49,8 @@ def main():
         beta = torch.rand(b, t, h, device=dev).sigmoid()
         res[f"kda_fwd_{name}_D{D}"] = bench(lambda: chunk_kda(q, k, v, g, beta))
         del q, k, v, g, beta
+        with open(args.out, "w") as f:  # each shape's time kept even if a later one runs out of time
+            json.dump(res, f)
     if args.skip_aux:
         with open(args.out, "w") as f:
             json.dump(res, f)

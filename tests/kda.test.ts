@@ -250,8 +250,12 @@ deviceTest('kda: chunked equals recurrent; "bhsd" equals "bshd"', async (device)
       using a = chunkKda(c.q, c.k, c.v, c.gate, c.beta, o);
       using b = recurrentKda(c.q, c.k, c.v, c.gate, c.beta, o);
       const tolerance = pathTolerance(dtype);
-      expectAgree(b.output, host(a.output), tolerance, "recurrent output");
-      expectAgree(b.finalState!, host(a.finalState!), tolerance, "recurrent final state");
+      // A 16-bit chunked forward on CUDA is the kernel, whose products round their operands to the
+      // inputs' type: the two forwards agree within the oracle's tolerance, which each is held to.
+      const t = tol(dtype);
+      const forward = dtype === "float32" ? { output: tolerance, state: tolerance } : t;
+      expectAgree(b.output, host(a.output), forward.output, "recurrent output");
+      expectAgree(b.finalState!, host(a.finalState!), forward.state, "recurrent final state");
       using dO = Tensor.randn(a.output.shape, { dtype, device, seed: seed + 30 });
       using ga = a.backward(dO);
       using gb = b.backward(dO);
