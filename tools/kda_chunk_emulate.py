@@ -7,6 +7,9 @@ WY factors, the triangular solve and both causal score matrices. Checks:
   - backward: the gradient of every input (q, k, v, gate, beta, initial state) along a random direction
     against a central finite difference of the plain recurrence's loss <dO, O> + <dS_T, S_T>.
 Prints the relative errors for a few shapes (tails, several chunks, decays down to -5 with spikes).
+Then, with every operand the kernels hold in 16 bits rounded to bf16 where they round it (the prep's
+stored operands, Vn, dVn, the 16-bit states, A, dw and X in the backward's products, the outputs),
+the relative RMS error of each result against the float64 run: what the kernels' tests should see.
 
     python3 tools/kda_chunk_emulate.py [seed]
 """
@@ -15,6 +18,17 @@ import sys
 import numpy as np
 
 rng = np.random.default_rng(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+
+
+def bf16(x):
+    """x rounded to bfloat16 (round to nearest even), as float64."""
+    x = np.asarray(x, dtype=np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+R = lambda x: x  # the rounding of the kernels' 16-bit operands (bf16 in the second half of the run)
 
 
 def recurrence(q, k, v, g, beta, s0, scale):
@@ -41,8 +55,8 @@ def chunk_operands(q, k, v, g, beta, scale):
     A = np.linalg.inv(np.eye(n) + beta[:, None] * akk)
     X = beta[:, None] * k * np.exp(gc)
     vb = beta[:, None] * v
-    return dict(gc=gc, E=E, akk=akk, p=p, A=A, X=X, vb=vb, w=A @ X, u=A @ vb,
-                qd=scale * q * np.exp(gc), kd=k * np.exp(gc[-1] - gc), el=np.exp(gc[-1]))
+    return dict(gc=gc, E=E, akk=akk, p=R(p), A=A, X=X, vb=vb, w=R(R(A) @ R(X)), u=R(R(A) @ R(vb)),
+                qd=R(scale * q * np.exp(gc)), kd=R(k * np.exp(gc[-1] - gc)), el=np.exp(gc[-1]))
 
 
 def chunked_forward(q, k, v, g, beta, s0, scale, C):
@@ -53,9 +67,9 @@ def chunked_forward(q, k, v, g, beta, s0, scale, C):
     for t0 in range(0, T, C):
         sl = slice(t0, min(T, t0 + C))
         op = chunk_operands(q[sl], k[sl], v[sl], g[sl], beta[sl], scale)
-        vn = op["u"] - op["w"] @ S
-        o[sl] = op["qd"] @ S + op["p"] @ vn
-        saved.append((sl, op, S.copy(), vn))
+        vn = R(op["u"] - op["w"] @ R(S))
+        o[sl] = R(op["qd"] @ R(S) + op["p"] @ vn)
+        saved.append((sl, op, R(S), vn))
         S = op["el"][:, None] * S + op["kd"].T @ vn
     return o, S, saved
 
@@ -69,17 +83,18 @@ def chunked_backward(q, k, v, g, beta, s0, scale, C, dO, dST):
         do = dO[sl]
         n = do.shape[0]
         # The reverse state pass (per V tile on the GPU).
-        dvn = op["p"].T @ do + op["kd"] @ dS
+        dvn = R(op["p"].T @ do + op["kd"] @ R(dS))
+        dS16 = R(dS)
         dqd = do @ S.T
         dP = (do @ vn.T) * np.tril(np.ones((n, n)))
-        dkd = vn @ dS.T
-        d_el = (S * dS).sum(1)
-        dw = -dvn @ S.T
+        dkd = vn @ dS16.T
+        d_el = (S * dS16).sum(1)
+        dw = R(-dvn @ S.T)
         dS_prev = op["qd"].T @ do + op["el"][:, None] * dS - op["w"].T @ dvn
         # Per chunk: through the WY factors and the solve.
         A = op["A"]
-        dA = dvn @ op["vb"].T + dw @ op["X"].T
-        dvb = A.T @ dvn
+        dA = dvn @ op["vb"].T + dw @ R(op["X"]).T
+        dvb = R(A).T @ dvn
         dX = A.T @ dw
         dL = -(A.T @ dA @ A.T) * np.tril(np.ones((n, n)), -1)
         qc, kc, bc, gc, E = q[sl], k[sl], beta[sl], op["gc"], op["E"]
@@ -139,8 +154,35 @@ def check(T, K, V, C, low, spike):
     print("  ".join(out))
 
 
+def rounding(T, K, V, low, spike):
+    """Relative RMS errors of the bf16-operand run against the float64 one (inputs in bf16 for both)."""
+    global R
+    q = bf16(rng.standard_normal((T, K)))
+    k = bf16(rng.standard_normal((T, K)) / np.sqrt(K))
+    v = bf16(rng.standard_normal((T, V)))
+    g = rng.uniform(low, 0, (T, K))
+    g[rng.random((T, K)) < 1 / 16] = spike
+    beta = rng.random(T)
+    s0 = rng.standard_normal((K, V)) * 0.5
+    dO, dST = bf16(rng.standard_normal((T, V))), rng.standard_normal((K, V))
+    scale = K ** -0.5
+    runs = []
+    for rounding_fn in (lambda x: x, bf16):
+        R = rounding_fn
+        o, s, _ = chunked_forward(q, k, v, g, beta, s0, scale, 64)
+        grads = chunked_backward(q, k, v, g, beta, s0, scale, 64, dO, dST)
+        runs.append(dict(o=R(o), S=s, **{"d" + name: R(x) if name in "qkv" else x for name, x in grads.items()}))
+    R = lambda x: x
+    rms = lambda a, b: np.sqrt(((a - b) ** 2).mean() / max((b ** 2).mean(), 1e-300))
+    print(f"bf16 operands, T={T} K={K} V={V} gates [{low}, 0] spikes {spike}: " +
+          "  ".join(f"{name} {rms(runs[1][name], runs[0][name]):.1e}" for name in runs[0]))
+
+
 if __name__ == "__main__":
     check(T=40, K=8, V=4, C=16, low=-0.5, spike=-0.5)
     check(T=37, K=6, V=5, C=16, low=-5.0, spike=-20.0)
     check(T=70, K=16, V=8, C=64, low=-1.0, spike=-5.0)
     check(T=1, K=4, V=3, C=16, low=-0.5, spike=-0.5)
+    rounding(T=150, K=64, V=72, low=-5.0, spike=-20.0)
+    rounding(T=77, K=16, V=8, low=-0.5, spike=-0.5)
+    rounding(T=200, K=128, V=128, low=-5.0, spike=-20.0)
