@@ -6,7 +6,7 @@ bf16 inputs, fp32 gates):
     alone (autograd of a fp32 output gradient);
   - fla.modules.conv.causal_conv1d, W = 4, silu (attnkit's causalConv1d): forward, and the backward alone;
   - optionally fla.ops.kda.chunk_kda forward and forward + backward (--kda), and its forward alone at
-    other shapes (--kda-shapes B1_T8192_H96,B2_T16384_H16; --skip-aux times only those).
+    other shapes (--kda-shapes B1_T8192_H96,B2_T16384_H16); --skip-aux leaves out the gate and conv timings.
 Medians of triton.testing.do_bench after one untimed call (FLA's autotuning). Writes a JSON object
 {name: ms} to --out. FLA's source must be importable (PYTHONPATH holding its fla/ folder).
 
@@ -27,36 +27,24 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=5, rep=50, return_mode="median")
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--kda", action="store_true")
-    ap.add_argument("--kda-shapes", default="", help="B1_T8192_H96,...: chunk_kda forward alone at these (D 128)")
-    ap.add_argument("--skip-aux", action="store_true", help="time chunk_kda only")
-    args = ap.parse_args()
-    B, T, H, D = 4, 2048, 16, 128
-    dev = "cuda"
-    res = {}
+def kda_inputs(b, t, h, d, dev):
+    """FLA's benchmark inputs for chunk_kda: bf16 q, v, L2-normalised k, gates logsigmoid(randn) clamped
+    at -5 and beta sigmoid(rand), both fp32."""
+    q = torch.randn(b, t, h, d, device=dev, dtype=torch.bfloat16)
+    k = F.normalize(torch.randn(b, t, h, d, device=dev, dtype=torch.float32), dim=-1).to(torch.bfloat16)
+    v = torch.randn(b, t, h, d, device=dev, dtype=torch.bfloat16)
+    g = F.logsigmoid(torch.randn(b, t, h, d, device=dev, dtype=torch.float32)).clamp(min=-5)
+    beta = torch.rand(b, t, h, device=dev, dtype=torch.float32).sigmoid()
+    return q, k, v, g, beta
 
-    from fla.ops.kda import chunk_kda
 
-    for name in filter(None, args.kda_shapes.split(",")):
-        b, t, h = (int(x[1:]) for x in name.split("_"))
-        q = torch.randn(b, t, h, D, device=dev, dtype=torch.bfloat16)
-        k = F.normalize(torch.randn(b, t, h, D, device=dev), dim=-1).to(torch.bfloat16)
-        v = torch.randn(b, t, h, D, device=dev, dtype=torch.bfloat16)
-        g = F.logsigmoid(torch.randn(b, t, h, D, device=dev)).clamp(min=-5)
-        beta = torch.rand(b, t, h, device=dev).sigmoid()
-        res[f"kda_fwd_{name}_D{D}"] = bench(lambda: chunk_kda(q, k, v, g, beta))
-        del q, k, v, g, beta
-        with open(args.out, "w") as f:  # each shape's time kept even if a later one runs out of time
-            json.dump(res, f)
-    if args.skip_aux:
-        with open(args.out, "w") as f:
-            json.dump(res, f)
-        print(json.dumps(res))
-        return
+def save(res, path):
+    with open(path, "w") as f:
+        json.dump(res, f)
 
+
+def aux_ops(res, B, T, H, D, dev):
+    """fused_kda_gate (lower bound -5) and causal_conv1d (W 4, silu): forward, and the backward alone."""
     from fla.ops.kda.gate import fused_kda_gate
 
     raw = torch.randn(B, T, H, D, device=dev, dtype=torch.bfloat16)
@@ -80,12 +68,30 @@ def main():
     dy = torch.randn_like(y)
     res["conv_bwd"] = bench(lambda: torch.autograd.grad(y, x_g, dy, retain_graph=True))
 
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--kda", action="store_true")
+    ap.add_argument("--kda-shapes", default="", help="B1_T8192_H96,...: chunk_kda forward alone at these (D 128)")
+    ap.add_argument("--skip-aux", action="store_true", help="leave out the gate and conv timings")
+    args = ap.parse_args()
+    B, T, H, D = 4, 2048, 16, 128
+    dev = "cuda"
+    res = {}
+
+    from fla.ops.kda import chunk_kda
+
+    for name in filter(None, args.kda_shapes.split(",")):
+        b, t, h = (int(x[1:]) for x in name.split("_"))
+        q, k, v, g, beta = kda_inputs(b, t, h, D, dev)
+        res[f"kda_fwd_{name}_D{D}"] = bench(lambda: chunk_kda(q, k, v, g, beta))
+        del q, k, v, g, beta
+        save(res, args.out)  # each shape's time kept even if a later one runs out of time
+    if not args.skip_aux:
+        aux_ops(res, B, T, H, D, dev)
     if args.kda:
-        q = torch.randn(B, T, H, D, device=dev, dtype=torch.bfloat16)
-        k = F.normalize(torch.randn(B, T, H, D, device=dev, dtype=torch.float32), dim=-1).to(torch.bfloat16)
-        v = torch.randn(B, T, H, D, device=dev, dtype=torch.bfloat16)
-        g = F.logsigmoid(torch.randn(B, T, H, D, device=dev, dtype=torch.float32)).clamp(min=-5)
-        beta = torch.rand(B, T, H, device=dev, dtype=torch.float32).sigmoid()
+        q, k, v, g, beta = kda_inputs(B, T, H, D, dev)
         res["kda_fwd"] = bench(lambda: chunk_kda(q, k, v, g, beta))
         qs, ks, vs, gs = (t.clone().requires_grad_(True) for t in (q, k, v, g))
         do = torch.randn_like(v)
@@ -96,8 +102,7 @@ def main():
 
         res["kda_fwdbwd"] = bench(fwdbwd)
 
-    with open(args.out, "w") as f:
-        json.dump(res, f)
+    save(res, args.out)
     print(json.dumps(res))
 
 

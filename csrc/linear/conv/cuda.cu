@@ -121,7 +121,7 @@ void forward(const ForwardArgs& a) {
 
 void backward(BackwardArgs a) {
   DeviceGuard guard(a.p.device);
-  if (a.rows > 0 && tiled_layout(a.p, a.rows) && tiled_tokens(a.d_output) && tiled_tokens(a.dx.f.given() ? a.dx : Tokens{}) &&
+  if (a.rows > 0 && tiled_layout(a.p, a.rows) && tiled_tokens(a.d_output) && tiled_tokens(a.dx) &&
       tiled_floats(a.d_final)) {
     // dx and the weight's partials per block row in one pass; the history's gradient as below.
     const dim3 grid = tiled_grid(a.p.C, a.rows);

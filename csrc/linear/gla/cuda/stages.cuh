@@ -150,6 +150,18 @@ __device__ __forceinline__ float gc_at(const float* gc, int t, int c) {
   }
 }
 
+// The pairs of the four diagonal 16 x 16 blocks of a chunk's causal scores, lower triangles with their
+// diagonals (4 x 136): pair e is rows ri >= rj of block e / 136.
+constexpr int kDiagonalPairs = 4 * 136;
+__device__ __forceinline__ void diagonal_pair(int e, int& ri, int& rj) {
+  const int blk = e / 136, idx = e - blk * 136;
+  int i = static_cast<int>((sqrtf(8.f * idx + 1.f) - 1.f) * 0.5f);
+  if ((i + 1) * (i + 2) / 2 <= idx) ++i;
+  if (i * (i + 1) / 2 > idx) --i;
+  ri = 16 * blk + i;
+  rj = 16 * blk + idx - i * (i + 1) / 2;
+}
+
 // Stores one or two adjacent score entries as PT (the operand type T, or fp32).
 template <class T, class PT>
 __device__ __forceinline__ void store_score2(PT* dst, float a, float b) {
@@ -188,14 +200,10 @@ __device__ __forceinline__ void intra_scores(PT* P, const T* Q, const T* K, cons
     });
     __syncthreads();
   } else {
-    // Diagonal blocks, pair by pair: 4 blocks x 136 pairs (i >= j).
-    for (int e = tid; e < 4 * 136; e += kThreads) {
-      const int blk = e / 136, idx = e - blk * 136;
-      int i = static_cast<int>((sqrtf(8.f * idx + 1.f) - 1.f) * 0.5f);
-      if ((i + 1) * (i + 2) / 2 <= idx) ++i;
-      if (i * (i + 1) / 2 > idx) --i;
-      const int j = idx - i * (i + 1) / 2;
-      const int ri = 16 * blk + i, rj = 16 * blk + j;
+    // Diagonal blocks, pair by pair.
+    for (int e = tid; e < kDiagonalPairs; e += kThreads) {
+      int ri, rj;
+      diagonal_pair(e, ri, rj);
       const T* qi = Q + ri * pitch16(KD);
       const T* kj = K + rj * pitch16(KD);
       const float* gi = gc + ri * pitch_gc(KD);
@@ -208,7 +216,7 @@ __device__ __forceinline__ void intra_scores(PT* P, const T* Q, const T* K, cons
         s += a.x * bb.x * __expf(gi[c] - gj[c]) + a.y * bb.y * __expf(gi[c + 1] - gj[c + 1]);
       }
       store_score<T>(P + ri * kPLd + rj, scale * s);
-      if (i != j) store_score<T>(P + rj * kPLd + ri, 0.f);
+      if (ri != rj) store_score<T>(P + rj * kPLd + ri, 0.f);
     }
     // Blocks above the diagonal blocks' rows: zero (blocks (I, J), J > I, other than diagonal pairs).
     for (int e = tid; e < 64 * 64; e += kThreads) {

@@ -66,15 +66,22 @@ void chunked_fwd(const KdaFwd& a, const kda_planning::KdaChoice& plan, cudaStrea
   ak::cuda::launch_row<T>(plan.fwd_row, "linear.kda.fwd", kp, stream);
 }
 
-void general_fwd(const KdaFwd& a) {
-  HostMirror m;
-  KdaFwd h = a;
+// The general path: the CPU backend on host copies. mirror_inputs moves a call to the CPU with host
+// copies of the inputs both directions read; each direction adds its own outputs.
+template <class Call>
+void mirror_inputs(HostMirror& m, Call& h, const Call& a) {
   h.p.device_type = AK_CPU;
   h.q = m.add(a.q, false), h.k = m.add(a.k, false), h.v = m.add(a.v, false);
   h.gate = m.add(a.gate, false), h.beta = m.add(a.beta, false);
   h.initial_state = m.add(a.initial_state, false);
-  h.output = m.add(a.output, true), h.final_state = m.add(a.final_state, true);
   h.p.cu_seqlens = m.add(a.p.cu_seqlens, false);
+}
+
+void general_fwd(const KdaFwd& a) {
+  HostMirror m;
+  KdaFwd h = a;
+  mirror_inputs(m, h, a);
+  h.output = m.add(a.output, true), h.final_state = m.add(a.final_state, true);
   ak::linear::cpu::kda_fwd(h);
   m.write_back();
 }
@@ -101,15 +108,11 @@ void kda_bwd(const KdaBwd& a) {
   plan::set_last(kda_planning::plan_kda_bwd(s));
   HostMirror m;
   KdaBwd h = a;
-  h.p.device_type = AK_CPU;
-  h.q = m.add(a.q, false), h.k = m.add(a.k, false), h.v = m.add(a.v, false);
-  h.gate = m.add(a.gate, false), h.beta = m.add(a.beta, false);
-  h.initial_state = m.add(a.initial_state, false);
+  mirror_inputs(m, h, a);
   h.d_output = m.add(a.d_output, false), h.d_final_state = m.add(a.d_final_state, false);
   h.dq = m.add(a.dq, true), h.dk = m.add(a.dk, true), h.dv = m.add(a.dv, true);
   h.dgate = m.add(a.dgate, true), h.dbeta = m.add(a.dbeta, true);
   h.d_initial_state = m.add(a.d_initial_state, true);
-  h.p.cu_seqlens = m.add(a.p.cu_seqlens, false);
   ak::linear::cpu::kda_bwd(h);
   m.write_back();
 }

@@ -22,14 +22,10 @@ template <class T, int KD, int kLd>
 __device__ __forceinline__ void pair_scores(float* LA, T* P, const T* Q, const T* K, const float* gc, T* X,
                                             float scale, int tid) {
   const int warp = tid >> 5, lane = tid & 31;
-  // Diagonal blocks, pair by pair: 4 blocks x 136 pairs (i >= j).
-  for (int e = tid; e < 4 * 136; e += kThreads) {
-    const int blk = e / 136, idx = e - blk * 136;
-    int i = static_cast<int>((sqrtf(8.f * idx + 1.f) - 1.f) * 0.5f);
-    if ((i + 1) * (i + 2) / 2 <= idx) ++i;
-    if (i * (i + 1) / 2 > idx) --i;
-    const int j = idx - i * (i + 1) / 2;
-    const int ri = 16 * blk + i, rj = 16 * blk + j;
+  // Diagonal blocks, pair by pair.
+  for (int e = tid; e < gla::kDiagonalPairs; e += kThreads) {
+    int ri, rj;
+    gla::diagonal_pair(e, ri, rj);
     const T* qi = Q + ri * pitch16(KD);
     const T* ki = K + ri * pitch16(KD);
     const T* kj = K + rj * pitch16(KD);
@@ -48,7 +44,7 @@ __device__ __forceinline__ void pair_scores(float* LA, T* P, const T* Q, const T
       sk = fmaf(b.x, e0, fmaf(b.y, e1, sk));
     }
     P[ri * pitch16(64) + rj] = from_float<T>(scale * sq);
-    if (i != j) {
+    if (ri != rj) {
       P[rj * pitch16(64) + ri] = from_float<T>(0.f);
       LA[ri * kLd + rj] = sk;
     }
