@@ -279,6 +279,31 @@ export const linearRegistry: KernelFamily = {
       constraints: "its shared memory fits the GPU",
     },
     {
+      stage: "linear.kda.dstates",
+      variant: "channel",
+      launcher: "ak::linear::cuda::KdaDStatesChannel",
+      args: "kda::BwdParams<T>",
+      header: "linear/kda/cuda/dstates.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [64, 128] }],
+      doc:
+        "The backward's reverse state pass: a block per sequence, value head and V tile walks the chunks " +
+        "from the last with dS in registers, storing dS and the corrected values' gradient per chunk.",
+      constraints: "its shared memory fits the GPU",
+    },
+    {
+      stage: "linear.kda.grads",
+      variant: "channel",
+      launcher: "ak::linear::cuda::KdaGradsChannel",
+      args: "kda::BwdParams<T>",
+      header: "linear/kda/cuda/grads.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [64, 128] }],
+      doc: "A block per chunk and value head: every gradient of the chunk through the WY factors, the " +
+        "triangular solve and both score matrices (V in tiles of 64, the rest in fp32).",
+      constraints: "its shared memory fits the GPU",
+    },
+    {
       stage: "linear.gla.decode",
       variant: "simt",
       launcher: "ak::linear::cuda::GlaDecode",

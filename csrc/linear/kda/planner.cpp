@@ -59,12 +59,26 @@ KdaChoice plan_kda_fwd(const KdaShape& s, const registry::Caps& caps) {
   return c;
 }
 
-plan::Plan plan_kda_bwd(const KdaShape& s) {
-  plan::Plan p;
-  p.op = "linear.kda.bwd";
-  describe(p, s);
-  general(p, "the chunked KDA backward is not written yet");
-  return p;
+KdaChoice plan_kda_bwd(const KdaShape& s, const registry::Caps& caps) {
+  KdaChoice c = plan_kda_fwd(s, caps);  // the recompute: the forward's rows
+  c.plan.op = "linear.kda.bwd";
+  if (!c.chunked) return c;
+  const bool narrow = c.kd == 64;
+  const int64_t dstates_smem = narrow ? DStatesLayout<64>::kBytes : DStatesLayout<128>::kBytes;
+  const int64_t grads_smem = narrow ? GradsLayout<64>::kBytes : GradsLayout<128>::kBytes;
+  const int dstates = registry::find("linear.kda.dstates", "channel", s.dtype, c.kd, 0);
+  const int grads = registry::find("linear.kda.grads", "channel", s.dtype, c.kd, 0);
+  if (dstates < 0 || grads < 0 || !caps.can_run(dstates) || !caps.can_run(grads) ||
+      dstates_smem > caps.smem_block || grads_smem > caps.smem_block) {
+    c.chunked = false;
+    general(c.plan, "its kernels are not built for this GPU or do not fit its shared memory");
+    return c;
+  }
+  c.dstates_row = dstates;
+  c.grads_row = grads;
+  c.plan.rows.push_back(dstates);
+  c.plan.rows.push_back(grads);
+  return c;
 }
 
 std::string plan_kda_query(const std::string& op, plan::Query& q) {
@@ -79,7 +93,7 @@ std::string plan_kda_query(const std::string& op, plan::Query& q) {
   s.fastmath = q.flag("fastmath", false);
   s.aligned = q.flag("aligned", true);
   q.finish();
-  return op == "linear.kda.fwd" ? plan_kda_fwd(s, caps).plan.json() : plan_kda_bwd(s).json();
+  return (op == "linear.kda.fwd" ? plan_kda_fwd(s, caps) : plan_kda_bwd(s, caps)).plan.json();
 }
 
 }  // namespace ak::linear::kda_planning

@@ -1,6 +1,7 @@
 // KDA's planner: for a call's shape, dtype and GPU, whether the chunked forward serves it (registry
-// rows linear.kda.prep then linear.kda.fwd, K padded to 64 or 128) or why the general path (the exact CPU recurrence on host
-// copies) runs instead. The backward takes the general path. Pure host code, so `explain` answers for
+// rows linear.kda.prep then linear.kda.fwd, K padded to 64 or 128; the backward those again, then
+// linear.kda.dstates and linear.kda.grads) or why the general path (the exact CPU recurrence on host
+// copies) runs instead. Pure host code, so `explain` answers for
 // linear.kda.fwd and linear.kda.bwd on any machine.
 #pragma once
 
@@ -26,10 +27,11 @@ struct KdaChoice {
   bool chunked = false;
   int kd = 0;       // K padded
   int prep_row = -1, fwd_row = -1;
+  int dstates_row = -1, grads_row = -1;  // the backward (after prep and fwd again, the recompute)
 };
 
 KdaChoice plan_kda_fwd(const KdaShape& s, const registry::Caps& caps);
-plan::Plan plan_kda_bwd(const KdaShape& s);
+KdaChoice plan_kda_bwd(const KdaShape& s, const registry::Caps& caps);
 
 // ak_plan for linear.kda.fwd and linear.kda.bwd.
 std::string plan_kda_query(const std::string& op, plan::Query& q);

@@ -65,6 +65,9 @@ template <class T>
 struct ChunkOperands {
   T *w = nullptr, *kd = nullptr, *qd = nullptr, *u = nullptr, *p = nullptr;
   float* el = nullptr;
+  // KDA's backward: A (fp32 [64][64]), and the pass's Vn and the reverse pass's dVn ([64][Vp] each).
+  float* a32 = nullptr;
+  T *vn = nullptr, *dvn = nullptr;
   int H = 0, KD = 0, Vp = 0;
   __host__ __device__ int64_t slot(int g, int h) const { return static_cast<int64_t>(g) * H + h; }
 };

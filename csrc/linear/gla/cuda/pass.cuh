@@ -104,13 +104,16 @@ __device__ __forceinline__ void state_pass(const FwdParams<T>& p, const ChunkOpe
         v[1] = uu.y;
       });
       warp_mma<T, 1, 4, false, true, true>(acc, Ws, pitch16(KD), m0, Ss, pitch16(kVTile), n0, KD, lane);
+      T* vn_out = ops.vn ? ops.vn + ops.slot(first + c, h) * (int64_t{kChunk} * ops.Vp) + v0 : nullptr;
       for_acc_pairs(acc, m0, n0, lane, [&](int r, int cc, float* v) {
-        *reinterpret_cast<uint32_t*>(Vc + r * pitch16(kVTile) + cc) = pack2<T>(v[0], v[1]);
+        const uint32_t packed = pack2<T>(v[0], v[1]);
+        *reinterpret_cast<uint32_t*>(Vc + r * pitch16(kVTile) + cc) = packed;
+        if (vn_out) *reinterpret_cast<uint32_t*>(vn_out + static_cast<int64_t>(r) * ops.Vp + cc) = packed;
       });
       __syncthreads();
       Vn = Vc;
     }
-    {  // O = qd S + p Vn
+    if (p.o.p) {  // O = qd S + p Vn (skipped by the backward's recompute)
       float acc[1][4][4];
       zero_acc(acc);
       warp_mma<T, 1, 4, false, true>(acc, Qd, pitch16(KD), m0, Ss, pitch16(kVTile), n0, KD, lane);

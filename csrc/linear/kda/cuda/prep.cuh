@@ -63,6 +63,13 @@ __global__ void __launch_bounds__(kThreads, (PrepLayout<KD>::kMinBlocks)) kda_pr
   }
   __syncthreads();
   invert_unit_lower64<kLd, kThreads>(LA, tid);  // barrier inside
+  if (ops.a32) {  // the backward's copy of A (zero above the diagonal)
+    float* a = ops.a32 + slot * Operands<KD>::kScores;
+    for (int e = tid; e < kChunk * kChunk; e += kThreads) {
+      const int i = e >> 6, j = e & 63;
+      a[e] = j <= i ? LA[i * kLd + j] : 0.f;
+    }
+  }
 
   // A as a 16-bit operand (zero above the diagonal) and X = diag(beta) K exp(gc); then K -> kd, Q -> qd
   // and el (decay_rows).

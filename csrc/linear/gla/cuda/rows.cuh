@@ -1,0 +1,38 @@
+// Row kernels of the linear backwards' dispatch: zeroing the gradient rows of tokens past the last packed
+// sequence, and converting grouped heads' fp32 sums into the strided 16-bit output.
+#pragma once
+
+#include "arch/sm80.cuh"
+#include "linear/common/views.cuh"
+
+namespace ak::linear::cuda::gla {
+
+// Zeroes rows [t_begin, T) of batch row 0 of a token-major view (W elements per head): gradients of
+// the tokens past the last packed sequence.
+template <class T>
+__global__ void gla_zero_rows_kernel(Rows<T> x, int t_begin, int T_, int heads, int W) {
+  const int64_t total = static_cast<int64_t>(T_ - t_begin) * heads * W;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = e / (static_cast<int64_t>(heads) * W), rem = e - t * heads * W;
+    const int hh = static_cast<int>(rem / W), c = static_cast<int>(rem - static_cast<int64_t>(hh) * W);
+    x.row(0, t_begin + t, hh)[c] = from_float<T>(0.f);
+  }
+}
+
+// dq / dk of grouped heads: the fp32 sums [B, T, HK, K] converted into the strided output.
+template <class T>
+__global__ void gla_convert_rows_kernel(const float* src, Rows<T> dst, int B, int T_, int heads, int W) {
+  const int64_t total = static_cast<int64_t>(B) * T_ * heads * W;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int c = static_cast<int>(e % W);
+    const int64_t r = e / W;
+    const int hh = static_cast<int>(r % heads);
+    const int64_t bt = r / heads;
+    const int t = static_cast<int>(bt % T_), b = static_cast<int>(bt / T_);
+    dst.row(b, t, hh)[c] = from_float<T>(src[e]);
+  }
+}
+
+}  // namespace ak::linear::cuda::gla
