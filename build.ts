@@ -70,6 +70,8 @@ export interface BuildOptions {
   quiet?: boolean;
   /** Pass `-Xptxas -v` to nvcc and print its register and spill report. */
   ptxasVerbose?: boolean;
+  /** Compile the CUDA code with `-lineinfo` (source lines for ncu and compute-sanitizer). */
+  lineinfo?: boolean;
   /** Compile only the units whose path contains one of these strings, and do not link. */
   only?: string[];
   /** The folder holding `csrc/` (default: this module's own folder, or the fetched sources of a remote one). */
@@ -382,6 +384,7 @@ function nvccFlags(t: Toolchain, arch: string[], options: BuildOptions, includes
   const plain = arch.filter((a) => !a.endsWith("a")).map((a) => Number(a.slice(3))).sort((a, b) => a - b);
   if (plain.length > 0) flags.push(`-gencode=arch=compute_${plain[0]},code=compute_${plain[0]}`);
   if (options.ptxasVerbose) flags.push("-Xptxas=-v");
+  if (options.lineinfo) flags.push("-lineinfo");
   return flags;
 }
 

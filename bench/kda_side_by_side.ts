@@ -199,8 +199,8 @@ function kdaShape(B: number, T: number, H: number, D: number): void {
         shape,
         dtype: "bfloat16",
         mode: "fwdbwd",
-        ref: "fla.chunk_kda (ANCHORS.md)",
-        ref_ms: fla.kda_fwdbwd ?? 2.62,
+        ref: refBwd === null ? "fla.chunk_kda (not timed at this shape)" : "fla.chunk_kda (ANCHORS.md)",
+        ref_ms: refBwd,
       },
       () => {
         using r = chunkKda(q, k, v, gate.gate, beta, opts);

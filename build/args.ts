@@ -28,6 +28,7 @@ nvcc is on PATH and a GPU driver is present (or when asked); otherwise the CPU b
                      (for a copy used as a dependency whose folder is read-only)
   --only PATH_PART   compile only the units whose path contains PATH_PART, without linking (repeatable)
   --ptxas-verbose    print each CUDA kernel's registers and spills
+  --lineinfo         keep source lines in the CUDA code (for ncu's source view and the sanitizers)
   --quiet            print only when something is rebuilt
   --help             print this text`;
 
@@ -62,6 +63,7 @@ export interface ParsedBuildArgs {
     outDir?: string;
     quiet: boolean;
     ptxasVerbose: boolean;
+    lineinfo: boolean;
     only?: string[];
   };
 }
@@ -144,6 +146,7 @@ export function parseBuildArgs(args: string[]): ParsedBuildArgs {
         cache: { type: "boolean", default: false },
         quiet: { type: "boolean", default: false },
         "ptxas-verbose": { type: "boolean", default: false },
+        lineinfo: { type: "boolean", default: false },
         only: { type: "string", multiple: true },
         help: { type: "boolean", default: false },
       },
@@ -175,6 +178,7 @@ export function parseBuildArgs(args: string[]): ParsedBuildArgs {
       outDir: values.out,
       quiet: values.quiet,
       ptxasVerbose: values["ptxas-verbose"],
+      lineinfo: values.lineinfo,
       only: values.only,
     },
   };

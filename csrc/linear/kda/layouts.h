@@ -74,6 +74,8 @@ struct GradsLayout {
   static constexpr int kDP = kA + kChunk * kLd * 4;             // dP fp32 [64][65]
   static constexpr int kDL = kDP + kChunk * 65 * 4;             // dA, then dL, fp32 [64][65]
   static constexpr int kR = kDL + kChunk * 65 * 4;
+  // Once dL is formed, [kA, kR) holds 16-bit dP and dL and the cross-block operands of the score terms.
+  static_assert(2 * kChunk * pitch16(64) * 2 + 5 * 16 * pitch16(KD) * 2 <= kR - kA, "score operands fit");
   // Region R, first use: the V-tile operands.
   static constexpr int kS = kR;                                 // S tile KD x 64
   static constexpr int kDS = kS + KD * pitch16(kVTile) * 2;     // dS tile

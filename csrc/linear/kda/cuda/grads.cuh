@@ -149,8 +149,16 @@ __global__ void __launch_bounds__(kThreads, 1) kda_grads_kernel(const BwdParams<
           *reinterpret_cast<uint32_t*>(bp.dv.row(row, t0 + r, h) + v0 + cc) = pack2<T>(bs[r] * x[0], bs[r] * x[1]);
         }
       });
-      atomicAdd(dbs + m0 + (lane >> 2), part[0]);
-      atomicAdd(dbs + m0 + 8 + (lane >> 2), part[1]);
+      // The quad's four lanes share the rows: one atomic per row and quad.
+#pragma unroll
+      for (int x = 1; x <= 2; x <<= 1) {
+        part[0] += __shfl_xor_sync(0xffffffffu, part[0], x);
+        part[1] += __shfl_xor_sync(0xffffffffu, part[1], x);
+      }
+      if ((lane & 3) == 0) {
+        atomicAdd(dbs + m0 + (lane >> 2), part[0]);
+        atomicAdd(dbs + m0 + 8 + (lane >> 2), part[1]);
+      }
     }
     if (tid < KD) {  // del += rowsum(S dS) over this tile
       float s = 0.f;
@@ -252,43 +260,146 @@ __global__ void __launch_bounds__(kThreads, 1) kda_grads_kernel(const BwdParams<
   }
   __syncthreads();
 
-  // ---- per (row, channel pair): the score matrices' terms, then every elementwise term ----
-  for (int e = tid; e < kChunk * (KD / 2); e += kThreads) {
-    const int r = e / (KD / 2), cc = (e - r * (KD / 2)) * 2;
-    const float gr0 = gc[r * pitch_gc(KD) + cc], gr1 = gc[r * pitch_gc(KD) + cc + 1];
-    float dq0 = 0.f, dq1 = 0.f, rr0 = 0.f, rr1 = 0.f;  // P's dq, and r = dL k exp(..) (row side)
-    for (int j = 0; j <= r; ++j) {
-      const float2 kk = unpack2<T>(*reinterpret_cast<const uint32_t*>(Ks + j * pitch16(KD) + cc));
-      const float e0 = __expf(gr0 - gc[j * pitch_gc(KD) + cc]) * kk.x;
-      const float e1 = __expf(gr1 - gc[j * pitch_gc(KD) + cc + 1]) * kk.y;
-      const float wp = dP[r * 65 + j], wl = j < r ? dL[r * 65 + j] : 0.f;
-      dq0 += wp * e0, dq1 += wp * e1;
-      rr0 += wl * e0, rr1 += wl * e1;
+  // ---- the score matrices' terms ----
+  // Per (row, channel pair), in place: Dqd becomes dq, DX becomes U = exp(gc) dX + r, Dkd becomes the
+  // terms that enter dk and dg with opposite signs (kd's, P's column side, Akk's column side); the
+  // pairs inside the diagonal 16 x 16 blocks are added here, element by element.
+  constexpr int kPairsPerRow = KD / 2;
+  constexpr int pg = pitch_gc(KD);
+  {
+    const int cc = (tid % kPairsPerRow) * 2;  // a thread's channel pair is the same on every row
+    const float gl0 = gc[(kChunk - 1) * pg + cc], gl1 = gc[(kChunk - 1) * pg + cc + 1];
+    float dgl0 = 0.f, dgl1 = 0.f;
+    for (int e = tid; e < kChunk * kPairsPerRow; e += kThreads) {
+      const int r = e / kPairsPerRow, b0 = r & ~15;
+      const float gr0 = gc[r * pg + cc], gr1 = gc[r * pg + cc + 1];
+      float dq0 = 0.f, dq1 = 0.f, rr0 = 0.f, rr1 = 0.f;  // P's dq, and r = dL k exp(..) (row side)
+      for (int j = b0; j <= r; ++j) {
+        const float2 kk = unpack2<T>(*reinterpret_cast<const uint32_t*>(Ks + j * pitch16(KD) + cc));
+        const float e0 = __expf(gr0 - gc[j * pg + cc]) * kk.x, e1 = __expf(gr1 - gc[j * pg + cc + 1]) * kk.y;
+        const float wp = dP[r * 65 + j], wl = j < r ? dL[r * 65 + j] : 0.f;
+        dq0 += wp * e0, dq1 += wp * e1;
+        rr0 += wl * e0, rr1 += wl * e1;
+      }
+      float dkp0 = 0.f, dkp1 = 0.f, dkc0 = 0.f, dkc1 = 0.f;  // P's dk, Akk's dk (column side)
+      for (int i = r; i < b0 + 16; ++i) {
+        const float2 qq = unpack2<T>(*reinterpret_cast<const uint32_t*>(Qs + i * pitch16(KD) + cc));
+        const float2 kk = unpack2<T>(*reinterpret_cast<const uint32_t*>(Ks + i * pitch16(KD) + cc));
+        const float x0 = __expf(gc[i * pg + cc] - gr0), x1 = __expf(gc[i * pg + cc + 1] - gr1);
+        const float wp = dP[i * 65 + r], wl = i > r ? bs[i] * dL[i * 65 + r] : 0.f;
+        dkp0 += wp * qq.x * x0, dkp1 += wp * qq.y * x1;
+        dkc0 += wl * kk.x * x0, dkc1 += wl * kk.y * x1;
+      }
+      const float2 kk = unpack2<T>(*reinterpret_cast<const uint32_t*>(Ks + r * pitch16(KD) + cc));
+      const float eg0 = __expf(gr0), eg1 = __expf(gr1), ed0 = __expf(gl0 - gr0), ed1 = __expf(gl1 - gr1);
+      float* q_ = Dqd + r * kF + cc;
+      float* u_ = DX + r * kF + cc;
+      float* m_ = Dkd + r * kF + cc;
+      const float kd0 = ed0 * m_[0], kd1 = ed1 * m_[1];
+      q_[0] = scale * (eg0 * q_[0] + dq0), q_[1] = scale * (eg1 * q_[1] + dq1);
+      u_[0] = eg0 * u_[0] + rr0, u_[1] = eg1 * u_[1] + rr1;
+      m_[0] = kd0 + scale * dkp0 + dkc0, m_[1] = kd1 + scale * dkp1 + dkc1;
+      dgl0 += kk.x * kd0, dgl1 += kk.y * kd1;  // dkd kd: the state's k exp(gL - gc) term of gL's gradient
     }
-    float dkp0 = 0.f, dkp1 = 0.f, dkc0 = 0.f, dkc1 = 0.f;  // P's dk, Akk's dk (column side)
-    for (int i = r; i < kChunk; ++i) {
-      const float2 qq = unpack2<T>(*reinterpret_cast<const uint32_t*>(Qs + i * pitch16(KD) + cc));
-      const float2 kk = unpack2<T>(*reinterpret_cast<const uint32_t*>(Ks + i * pitch16(KD) + cc));
-      const float x0 = __expf(gc[i * pitch_gc(KD) + cc] - gr0), x1 = __expf(gc[i * pitch_gc(KD) + cc + 1] - gr1);
-      const float wp = dP[i * 65 + r], wl = i > r ? bs[i] * dL[i * 65 + r] : 0.f;
-      dkp0 += wp * qq.x * x0, dkp1 += wp * qq.y * x1;
-      dkc0 += wl * kk.x * x0, dkc1 += wl * kk.y * x1;
+    atomicAdd(dgl + cc, dgl0);
+    atomicAdd(dgl + cc + 1, dgl1);
+  }
+  // dP and dL to 16 bits in the space of A (no longer read), for the tensor cores.
+  T* dP16 = reinterpret_cast<T*>(smem + Lay::kA);
+  T* dL16 = dP16 + kChunk * pitch16(64);
+  {
+    constexpr int kEach = kChunk * kChunk / 2 / kThreads;
+    uint32_t p16[kEach], l16[kEach];
+#pragma unroll
+    for (int m = 0; m < kEach; ++m) {
+      const int e = tid + m * kThreads, i = e >> 5, j = (e & 31) * 2;
+      p16[m] = pack2<T>(dP[i * 65 + j], dP[i * 65 + j + 1]);
+      l16[m] = pack2<T>(dL[i * 65 + j], dL[i * 65 + j + 1]);
     }
-    dq0 *= scale, dq1 *= scale, dkp0 *= scale, dkp1 *= scale;
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < kEach; ++m) {
+      const int e = tid + m * kThreads, i = e >> 5, j = (e & 31) * 2;
+      *reinterpret_cast<uint32_t*>(dP16 + i * pitch16(64) + j) = p16[m];
+      *reinterpret_cast<uint32_t*>(dL16 + i * pitch16(64) + j) = l16[m];
+    }
+  }
+  // The pairs across blocks on the tensor cores, a row block I at a time. With gn = gc on the row
+  // before block I, exp(gc_i - gc_j) = exp(gc_i - gn) exp(gn - gc_j) for i in I and j before it,
+  // both factors at most 1: KB = k exp(gn - gc) over the earlier rows, QA = q exp(gc - gn) and
+  // KA = beta k exp(gc - gn) over block I.
+  T* KB = dL16 + kChunk * pitch16(64);
+  T* QA = KB + 3 * 16 * pitch16(KD);
+  T* KA = QA + 16 * pitch16(KD);
+  constexpr int kSlab = KD / 4, kNT = kSlab / 8;  // a warp's columns
+  const int slab = kSlab * (warp & 3), half = warp >> 2;
+  for (int I = 1; I < kChunk / 16; ++I) {
+    const int r0 = 16 * I;
+    const float* gn = gc + (r0 - 1) * pg;
+    __syncthreads();  // the previous block's operands are read (the first time: dP16, dL16 written)
+    for (int e = tid; e < (r0 + 16) * kPairsPerRow; e += kThreads) {
+      const int r = e / kPairsPerRow, cc = (e - r * kPairsPerRow) * 2;
+      const float g0 = gc[r * pg + cc], g1 = gc[r * pg + cc + 1];
+      const float2 kk = unpack2<T>(*reinterpret_cast<const uint32_t*>(Ks + r * pitch16(KD) + cc));
+      if (r < r0) {
+        *reinterpret_cast<uint32_t*>(KB + r * pitch16(KD) + cc) =
+            pack2<T>(kk.x * __expf(gn[cc] - g0), kk.y * __expf(gn[cc + 1] - g1));
+      } else {
+        const float2 qq = unpack2<T>(*reinterpret_cast<const uint32_t*>(Qs + r * pitch16(KD) + cc));
+        const float a0 = __expf(g0 - gn[cc]), a1 = __expf(g1 - gn[cc + 1]), b = bs[r];
+        *reinterpret_cast<uint32_t*>(QA + (r - r0) * pitch16(KD) + cc) = pack2<T>(qq.x * a0, qq.y * a1);
+        *reinterpret_cast<uint32_t*>(KA + (r - r0) * pitch16(KD) + cc) = pack2<T>(b * kk.x * a0, b * kk.y * a1);
+      }
+    }
+    __syncthreads();
+    {  // row side, block I's rows against every earlier row: dq (half 0) and r (half 1)
+      float acc[1][kNT][4];
+      zero_acc(acc);
+      warp_mma<T, 1, kNT, false, true>(acc, half ? dL16 : dP16, pitch16(64), r0, KB, pitch16(KD), slab, r0, lane);
+      float* dst = half ? DX : Dqd;
+      const float mul = half ? 1.f : scale;
+      for_acc_pairs(acc, r0, slab, lane, [&](int r, int c, float* x) {
+        dst[r * kF + c] += mul * __expf(gc[r * pg + c] - gn[c]) * x[0];
+        dst[r * kF + c + 1] += mul * __expf(gc[r * pg + c + 1] - gn[c + 1]) * x[1];
+      });
+    }
+    for (int J = half; J < I; J += 2) {  // column side, block J's columns against block I's rows
+      float ap[1][kNT][4], ac[1][kNT][4];
+      zero_acc(ap);
+      zero_acc(ac);
+      warp_mma<T, 1, kNT, true, true>(ap, dP16 + r0 * pitch16(64), pitch16(64), 16 * J, QA, pitch16(KD), slab, 16,
+                                      lane);
+      warp_mma<T, 1, kNT, true, true>(ac, dL16 + r0 * pitch16(64), pitch16(64), 16 * J, KA, pitch16(KD), slab, 16,
+                                      lane);
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) ap[0][nt][x] = scale * ap[0][nt][x] + ac[0][nt][x];
+      }
+      for_acc_pairs(ap, 16 * J, slab, lane, [&](int r, int c, float* x) {
+        Dkd[r * kF + c] += __expf(gn[c] - gc[r * pg + c]) * x[0];
+        Dkd[r * kF + c + 1] += __expf(gn[c + 1] - gc[r * pg + c + 1]) * x[1];
+      });
+    }
+  }
+  __syncthreads();
+
+  // ---- per (row, channel pair): dq, dk, dgc (in Dqd's place) and dbeta's k U term ----
+  for (int e = tid; e < kChunk * kPairsPerRow; e += kThreads) {
+    const int r = e / kPairsPerRow, cc = (e - r * kPairsPerRow) * 2;
     const float2 qq = unpack2<T>(*reinterpret_cast<const uint32_t*>(Qs + r * pitch16(KD) + cc));
     const float2 kk = unpack2<T>(*reinterpret_cast<const uint32_t*>(Ks + r * pitch16(KD) + cc));
-    const float gl0 = gc[(kChunk - 1) * pitch_gc(KD) + cc], gl1 = gc[(kChunk - 1) * pitch_gc(KD) + cc + 1];
-    const float eg0 = __expf(gr0), eg1 = __expf(gr1), ed0 = __expf(gl0 - gr0), ed1 = __expf(gl1 - gr1);
     const float b = bs[r];
-    const float q0 = scale * eg0 * Dqd[r * kF + cc] + dq0, q1 = scale * eg1 * Dqd[r * kF + cc + 1] + dq1;
-    const float kx0 = b * eg0 * DX[r * kF + cc], kx1 = b * eg1 * DX[r * kF + cc + 1];
-    const float kd0 = ed0 * Dkd[r * kF + cc], kd1 = ed1 * Dkd[r * kF + cc + 1];
-    const float k0 = kx0 + kd0 + dkp0 + b * rr0 + dkc0, k1 = kx1 + kd1 + dkp1 + b * rr1 + dkc1;
-    const float g0 = qq.x * q0 + kk.x * (kx0 - kd0 - dkp0 + b * rr0 - dkc0);
-    const float g1 = qq.y * q1 + kk.y * (kx1 - kd1 - dkp1 + b * rr1 - dkc1);
-    atomicAdd(dbs + r, kk.x * (eg0 * DX[r * kF + cc] + rr0) + kk.y * (eg1 * DX[r * kF + cc + 1] + rr1));
-    atomicAdd(dgl + cc, kk.x * kd0);  // dkd kd: the state's k exp(gL - gc) term of gL's gradient
-    atomicAdd(dgl + cc + 1, kk.y * kd1);
+    float* q_ = Dqd + r * kF + cc;
+    const float q0 = q_[0], q1 = q_[1];
+    const float u0 = DX[r * kF + cc], u1 = DX[r * kF + cc + 1];
+    const float n0 = Dkd[r * kF + cc], n1 = Dkd[r * kF + cc + 1];
+    const float k0 = b * u0 + n0, k1 = b * u1 + n1;
+    // A warp's 32 items share the row: one atomic per warp.
+    float part = kk.x * u0 + kk.y * u1;
+#pragma unroll
+    for (int x = 16; x >= 1; x >>= 1) part += __shfl_xor_sync(0xffffffffu, part, x);
+    if (lane == 0) atomicAdd(dbs + r, part);
     if (r < len && cc < p.K) {
       if (p.group == 1) {
         *reinterpret_cast<uint32_t*>(bp.dq.row(row, t0 + r, hk) + cc) = pack2<T>(q0, q1);
@@ -302,8 +413,8 @@ __global__ void __launch_bounds__(kThreads, 1) kda_grads_kernel(const BwdParams<
         atomicAdd(bp.ws_dk + at + 1, k1);
       }
     }
-    Dqd[r * kF + cc] = g0;  // dgc, in place (this thread's item only)
-    Dqd[r * kF + cc + 1] = g1;
+    q_[0] = qq.x * q0 + kk.x * (b * u0 - n0);  // dgc, in place (this thread's item only)
+    q_[1] = qq.y * q1 + kk.y * (b * u1 - n1);
   }
   __syncthreads();
 
