@@ -70,9 +70,10 @@ struct GradsLayout {
   static constexpr int kDBeta = kBeta + kChunk * 4;
   static constexpr int kDel = kDBeta + kChunk * 4;              // sum_v S dS per key channel
   static constexpr int kDgl = kDel + KD * 4;                    // the gradient of gL per key channel
-  static constexpr int kA = kDgl + KD * 4;                      // A fp32 [64][kLd]
-  static constexpr int kDP = kA + kChunk * kLd * 4;             // dP fp32 [64][65]
-  static constexpr int kDL = kDP + kChunk * 65 * 4;             // dA, then dL, fp32 [64][65]
+  static constexpr int kA = kDgl + KD * 4;                      // A fp32 [64][kLd], then its 16-bit halves
+  static constexpr int kHalves = 2 * kChunk * pitch16(64) * 2;  // a 64 x 64 tile as hi + lo
+  static constexpr int kDP = kA + (kHalves > kChunk * kLd * 4 ? kHalves : kChunk * kLd * 4);  // dP fp32 [64][65]
+  static constexpr int kDL = kDP + kChunk * 65 * 4;             // dL fp32 [64][65]
   static constexpr int kR = kDL + kChunk * 65 * 4;
   // Once dL is formed, [kA, kR) holds 16-bit dP and dL and the cross-block operands of the score terms.
   static_assert(2 * kChunk * pitch16(64) * 2 + 5 * 16 * pitch16(KD) * 2 <= kR - kA, "score operands fit");
@@ -83,14 +84,15 @@ struct GradsLayout {
   static constexpr int kVn = kO + kVT;
   static constexpr int kDVn = kVn + kVT;
   static constexpr int kVb = kDVn + kVT;                        // beta V
-  static constexpr int kA16 = kVb + kVT;                        // A, 16-bit
-  static constexpr int kTilesEnd = kA16 + kVT;
+  static constexpr int kTilesEnd = kVb + kVT;
   // Region R, second use.
   static constexpr int kDqd = kR;
   static constexpr int kDkd = kDqd + kChunk * kF * 4;
   static constexpr int kDX = kDkd + kChunk * kF * 4;            // first dw (16-bit) and X (16-bit)
   static constexpr int kX16 = kDX + kTile;
-  static constexpr int kArraysEnd = kDX + kChunk * kF * 4;
+  static constexpr int kSplit = kX16;                           // then dA's and T1's halves
+  static constexpr int kArraysEnd =
+      kDX + kChunk * kF * 4 > kSplit + kHalves ? kDX + kChunk * kF * 4 : kSplit + kHalves;
   static_assert(2 * kTile <= kChunk * kF * 4, "dw and X fit dX's space");
   static constexpr int kBytes = kTilesEnd > kArraysEnd ? kTilesEnd : kArraysEnd;
 };

@@ -46,6 +46,15 @@ __device__ __forceinline__ void load_operand_tile(T* dst, const T* src, int Vp, 
   }
 }
 
+// (x, y) as two 16-bit pairs hi + lo at hi[off], lo[off]: about twice the significant bits of one.
+template <class T>
+__device__ __forceinline__ void split2(float x, float y, T* hi, T* lo, int off) {
+  const uint32_t h = pack2<T>(x, y);
+  const float2 hf = unpack2<T>(h);
+  *reinterpret_cast<uint32_t*>(hi + off) = h;
+  *reinterpret_cast<uint32_t*>(lo + off) = pack2<T>(x - hf.x, y - hf.y);
+}
+
 template <class T, int KD>
 __global__ void __launch_bounds__(kThreads, 1) kda_grads_kernel(const BwdParams<T> bp) {
   using Lay = GradsLayout<KD>;
@@ -71,7 +80,10 @@ __global__ void __launch_bounds__(kThreads, 1) kda_grads_kernel(const BwdParams<
   T* Vns = reinterpret_cast<T*>(smem + Lay::kVn);
   T* DVn = reinterpret_cast<T*>(smem + Lay::kDVn);
   T* Vs = reinterpret_cast<T*>(smem + Lay::kVb);
-  T* A16 = reinterpret_cast<T*>(smem + Lay::kA16);
+  T* Ahi = reinterpret_cast<T*>(smem + Lay::kA);  // A's 16-bit halves (A = Ahi + Alo) in place of A
+  T* Alo = Ahi + kChunk * pitch16(64);
+  T* Hhi = reinterpret_cast<T*>(smem + Lay::kSplit);  // dA's, then T1's halves
+  T* Hlo = Hhi + kChunk * pitch16(64);
   float* Dqd = reinterpret_cast<float*>(smem + Lay::kDqd);
   float* Dkd = reinterpret_cast<float*>(smem + Lay::kDkd);
   float* DX = reinterpret_cast<float*>(smem + Lay::kDX);
@@ -105,9 +117,20 @@ __global__ void __launch_bounds__(kThreads, 1) kda_grads_kernel(const BwdParams<
   if (tid < KD) del[tid] = 0.f, dgl[tid] = 0.f;
   cp_async_wait<0>();
   gla::gate_cumsum<KD, true>(gc, gs, p.d, row, t0, len, h, tid);  // barrier inside
-  for (int e = tid; e < kChunk * kChunk / 2; e += kThreads) {
-    const int i = e >> 5, j = (e & 31) * 2;
-    *reinterpret_cast<uint32_t*>(A16 + i * pitch16(64) + j) = pack2<T>(A[i * kLd + j], A[i * kLd + j + 1]);
+  {  // A to its halves, through registers: the halves overwrite the fp32 rows
+    constexpr int kEach = kChunk * kChunk / 2 / kThreads;
+    float2 a[kEach];
+#pragma unroll
+    for (int m = 0; m < kEach; ++m) {
+      const int e = tid + m * kThreads, i = e >> 5, j = (e & 31) * 2;
+      a[m] = *reinterpret_cast<const float2*>(A + i * kLd + j);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < kEach; ++m) {
+      const int e = tid + m * kThreads, i = e >> 5, j = (e & 31) * 2;
+      split2<T>(a[m].x, a[m].y, Ahi, Alo, i * pitch16(64) + j);
+    }
   }
 
   // ---- over the V tiles ----
@@ -120,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1) kda_grads_kernel(const BwdParams<
   const T* S_c = bp.states.at(first, n, c, h);
   const T* dS_c = bp.dstates.at(first, n, c, h);
   for (int v0 = 0; v0 < ops.Vp; v0 += kVTile) {
-    __syncthreads();  // the previous tile's operands (and A16's writers) are done
+    __syncthreads();  // the previous tile's operands (and A's halves) are done
     load_state_tile<T, KD>(Ss, S_c, p.K, p.V, v0, tid);
     load_state_tile<T, KD>(DSs, dS_c, p.K, p.V, v0, tid);
     load_operand_tile<T>(Vns, ops.vn + slot * (int64_t{kChunk} * ops.Vp), ops.Vp, v0, tid);
@@ -138,7 +161,8 @@ __global__ void __launch_bounds__(kThreads, 1) kda_grads_kernel(const BwdParams<
     {  // A^T dVn: dv = beta (A^T dVn), dbeta += rowsum(V A^T dVn)
       float t[1][4][4];
       zero_acc(t);
-      warp_mma<T, 1, 4, true, true>(t, A16, pitch16(64), m0, DVn, pitch16(kVTile), n64, kChunk, lane);
+      warp_mma<T, 1, 4, true, true>(t, Ahi, pitch16(64), m0, DVn, pitch16(kVTile), n64, kChunk, lane);
+      warp_mma<T, 1, 4, true, true>(t, Alo, pitch16(64), m0, DVn, pitch16(kVTile), n64, kChunk, lane);
       float part[2] = {0.f, 0.f};  // the two rows a lane's pairs touch
       for_acc_pairs(t, m0, n64, lane, [&](int r, int cc, float* x) {
         const float2 vv = unpack2<T>(*reinterpret_cast<const uint32_t*>(Vs + r * pitch16(kVTile) + cc));
@@ -196,68 +220,57 @@ __global__ void __launch_bounds__(kThreads, 1) kda_grads_kernel(const BwdParams<
         pack2<T>(bs[r] * kk.x * __expf(gr[0]), bs[r] * kk.y * __expf(gr[1]));
   }
   __syncthreads();
-  // dA = (dVn V^T) diag(beta) + dw X^T.
+  // dA = (dVn V^T) diag(beta) + dw X^T, to its halves once every warp has read X.
   {
     float dw_x[1][4][4];
     zero_acc(dw_x);
     warp_mma<T, 1, 4, false, false>(dw_x, DW16, pitch16(KD), m0, X16, pitch16(KD), n64, KD, lane);
+    __syncthreads();
     for_acc_pairs(da, m0, n64, lane, [&](int r, int cc, float* x) {
-      dL[r * 65 + cc] = x[0] * bs[cc];
-      dL[r * 65 + cc + 1] = x[1] * bs[cc + 1];
+      x[0] *= bs[cc];
+      x[1] *= bs[cc + 1];
     });
-    for_acc_pairs(dw_x, m0, n64, lane, [&](int r, int cc, float* x) {
-      dL[r * 65 + cc] += x[0];
-      dL[r * 65 + cc + 1] += x[1];
-    });
-  }
-  // dX = A^T dw, in fp32 from the 16-bit dw: a thread's items in registers until every thread has read dw.
-  constexpr int kItems = kChunk * KD / kThreads;
-  float dx[kItems];
 #pragma unroll
-  for (int m = 0; m < kItems; ++m) {
-    const int e = tid + m * kThreads, i = e / KD, cc = e - i * KD;
-    float s = 0.f;
-    for (int j = i; j < kChunk; ++j) s += A[j * kLd + i] * to_float(DW16[j * pitch16(KD) + cc]);
-    dx[m] = s;
-  }
-  __syncthreads();
+    for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
-  for (int m = 0; m < kItems; ++m) {
-    const int e = tid + m * kThreads, i = e / KD, cc = e - i * KD;
-    DX[i * kF + cc] = dx[m];
-  }
-  // dL = -A^T dA A^T, strictly lower: T1 = dA A^T, then -A^T T1.
-  constexpr int kPairs = kChunk * kChunk / kThreads;
-  float t1[kPairs];
-#pragma unroll
-  for (int m = 0; m < kPairs; ++m) {
-    const int e = tid + m * kThreads, i = e >> 6, j = e & 63;
-    float s = 0.f;
-    for (int k = 0; k <= j; ++k) s += dL[i * 65 + k] * A[j * kLd + k];  // A_jk = 0 for k > j
-    t1[m] = s;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int m = 0; m < kPairs; ++m) {
-    const int e = tid + m * kThreads;
-    dL[(e >> 6) * 65 + (e & 63)] = t1[m];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int m = 0; m < kPairs; ++m) {
-    const int e = tid + m * kThreads, i = e >> 6, j = e & 63;
-    float s = 0.f;
-    if (j < i) {
-      for (int k = i; k < kChunk; ++k) s += A[k * kLd + i] * dL[k * 65 + j];  // A_ki = 0 for k < i
+      for (int x = 0; x < 4; ++x) da[0][nt][x] += dw_x[0][nt][x];
     }
-    t1[m] = -s;
+    for_acc_pairs(da, m0, n64, lane,
+                  [&](int r, int cc, float* x) { split2<T>(x[0], x[1], Hhi, Hlo, r * pitch16(64) + cc); });
   }
-  __syncthreads();
-#pragma unroll
-  for (int m = 0; m < kPairs; ++m) {
-    const int e = tid + m * kThreads;
-    dL[(e >> 6) * 65 + (e & 63)] = t1[m];
+  // dX = A^T dw (held until dL is formed: dX's rows take dw's and the halves' space).
+  float dx[1][NTK][4];
+  zero_acc(dx);
+  warp_mma<T, 1, NTK, true, true>(dx, Ahi, pitch16(64), m0, DW16, pitch16(KD), nk0, kChunk, lane);
+  warp_mma<T, 1, NTK, true, true>(dx, Alo, pitch16(64), m0, DW16, pitch16(KD), nk0, kChunk, lane);
+  __syncthreads();  // dA's halves are written
+  // dL = -A^T dA A^T, strictly lower: T1 = dA A^T, then -A^T T1; each product from the halves, the lo lo
+  // term dropped.
+  {
+    float t1[1][4][4];
+    zero_acc(t1);
+    warp_mma<T, 1, 4, false, false>(t1, Hhi, pitch16(64), m0, Ahi, pitch16(64), n64, kChunk, lane);
+    warp_mma<T, 1, 4, false, false>(t1, Hhi, pitch16(64), m0, Alo, pitch16(64), n64, kChunk, lane);
+    warp_mma<T, 1, 4, false, false>(t1, Hlo, pitch16(64), m0, Ahi, pitch16(64), n64, kChunk, lane);
+    __syncthreads();
+    for_acc_pairs(t1, m0, n64, lane,
+                  [&](int r, int cc, float* x) { split2<T>(x[0], x[1], Hhi, Hlo, r * pitch16(64) + cc); });
+    __syncthreads();
+    float l[1][4][4];
+    zero_acc(l);
+    warp_mma<T, 1, 4, true, true>(l, Ahi, pitch16(64), m0, Hhi, pitch16(64), n64, kChunk, lane);
+    warp_mma<T, 1, 4, true, true>(l, Ahi, pitch16(64), m0, Hlo, pitch16(64), n64, kChunk, lane);
+    warp_mma<T, 1, 4, true, true>(l, Alo, pitch16(64), m0, Hhi, pitch16(64), n64, kChunk, lane);
+    for_acc_pairs(l, m0, n64, lane, [&](int r, int cc, float* x) {
+      dL[r * 65 + cc] = cc < r ? -x[0] : 0.f;
+      dL[r * 65 + cc + 1] = cc + 1 < r ? -x[1] : 0.f;
+    });
   }
+  __syncthreads();  // the halves are read
+  for_acc_pairs(dx, m0, nk0, lane, [&](int r, int cc, float* x) {
+    DX[r * kF + cc] = x[0];
+    DX[r * kF + cc + 1] = x[1];
+  });
   __syncthreads();
 
   // ---- the score matrices' terms ----
