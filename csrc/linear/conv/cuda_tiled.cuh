@@ -29,6 +29,7 @@ constexpr int kGroups = 64;  // channel groups per block: two warps across a row
 constexpr int kRuns = 4;     // token runs per block
 constexpr int kRun = 16;     // token rows per run
 constexpr int kBatch = 8;    // forward rows fetched together
+constexpr int kBwdBatch = 4; // backward tokens (x and dy rows) fetched together
 constexpr int kBlockRows = kRuns * kRun;
 constexpr int kBlockThreads = kGroups * kRuns;
 constexpr int kMaxTiledWidth = 4;
@@ -98,6 +99,28 @@ __device__ __forceinline__ void input_vec(const Problem& p, const Sequence& s, i
   }
 }
 
+// The activation and its derivative with the hardware exponential and reciprocal for 16-bit tensors:
+// their few-ulp float32 error is far below the 16-bit rounding of what they feed. float32 tensors keep
+// conv.h's forms.
+template <int DT>
+__device__ __forceinline__ float activate_fast(int activation, float z) {
+  if constexpr (DT == AK_FLOAT32) {
+    return activate(activation, z);
+  } else {
+    return activation == AK_CONV_SILU ? z * __frcp_rn(1.f + __expf(-z)) : z;
+  }
+}
+template <int DT>
+__device__ __forceinline__ float through_activation_fast(int activation, float z, float dy) {
+  if constexpr (DT == AK_FLOAT32) {
+    return through_activation(activation, z, dy);
+  } else {
+    if (activation != AK_CONV_SILU) return dy;
+    const float s = __frcp_rn(1.f + __expf(-z));
+    return dy * s * (1.f + z * (1.f - s));
+  }
+}
+
 template <int W>
 __device__ __forceinline__ void load_weights(const Problem& p, int64_t c, float (&w)[W][kVec]) {
 #pragma unroll
@@ -113,6 +136,36 @@ __device__ __forceinline__ bool place(int64_t C, int64_t& c, int64_t& r0) {
   c = (static_cast<int64_t>(blockIdx.x) * kGroups + g) * kVec;
   r0 = static_cast<int64_t>(blockIdx.y) * kBlockRows + run * kRun;
   return c < C;
+}
+
+// A run wholly inside one sequence (the common case): its kRun rows fetched at once, the loop unrolled,
+// no per-row bookkeeping. e holds the W - 1 inputs before the run.
+template <int DT, int W, bool Silu>
+__device__ __forceinline__ void forward_run(const ForwardArgs& a, const Sequence& s, int64_t c, const float (&w)[W][kVec],
+                                            float (&e)[W][kVec]) {
+  const Problem& p = a.p;
+  const int64_t x0 = p.x.at(s.batch, s.begin + s.pos, c), y0 = a.output.at(s.batch, s.begin + s.pos, c);
+  Raw<DT> raw[kRun];
+#pragma unroll
+  for (int k = 0; k < kRun; ++k) raw[k] = fetch<DT>(p.x.f.data, x0 + k * p.x.token_stride);
+#pragma unroll
+  for (int k = 0; k < kRun; ++k) {
+    unpack<DT>(raw[k], e[W - 1]);
+    float y[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      float z = 0.f;
+#pragma unroll
+      for (int i = 0; i < W; ++i) z += w[i][j] * e[i][j];
+      y[j] = Silu ? activate_fast<DT>(AK_CONV_SILU, z) : z;
+    }
+    store_vec<DT>(a.output.f.data, y0 + k * a.output.token_stride, y);
+#pragma unroll
+    for (int i = 0; i + 1 < W; ++i) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) e[i][j] = e[i + 1][j];
+    }
+  }
 }
 
 template <int DT, int W>
@@ -131,6 +184,14 @@ __global__ void __launch_bounds__(kBlockThreads, 2) forward_kernel(const Forward
     for (int i = 0; i < W - 1; ++i) input_vec<DT>(p, s, s.pos - (W - 1) + i, c, e[i]);
   };
   refill();
+  if (r1 - r0 == kRun && s.pos + kRun <= s.length) {
+    if (p.activation == AK_CONV_SILU) {
+      forward_run<DT, W, true>(a, s, c, w, e);
+    } else {
+      forward_run<DT, W, false>(a, s, c, w, e);
+    }
+    return;
+  }
   // Where the next row to fetch sits: (batch row, token) of flat row r, walked without divisions.
   const bool packed = p.seqs.offsets != nullptr;
   int64_t fb = packed ? 0 : r0 / p.seqs.T, ft = packed ? r0 : r0 % p.seqs.T;
@@ -158,7 +219,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2) forward_kernel(const Forward
         float z = 0.f;
 #pragma unroll
         for (int i = 0; i < W; ++i) z += w[i][j] * e[i][j];
-        y[j] = activate(p.activation, z);
+        y[j] = activate_fast<DT>(p.activation, z);
       }
       store_vec<DT>(a.output.f.data, a.output.at(s.batch, s.begin + s.pos, c), y);
 #pragma unroll
@@ -171,6 +232,83 @@ __global__ void __launch_bounds__(kBlockThreads, 2) forward_kernel(const Forward
   }
 }
 
+// A run wholly inside one sequence with the W - 1 tokens after it (the common case): the backward's walk
+// with every bound known at compile time; x and dy of kBwdBatch tokens fetched together.
+template <int DT, int W, bool Silu>
+__device__ __forceinline__ void backward_run(const BackwardArgs& a, const Sequence& s, int64_t c, const float (&w)[W][kVec],
+                                             float (&dw)[W][kVec]) {
+  const Problem& p = a.p;
+  constexpr int kSteps = kRun + W - 1;  // tokens t walked; dx of t - (W - 1) completes at t
+  float e[W][kVec], gz[W][kVec];
+#pragma unroll
+  for (int i = 0; i < W; ++i) {
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) gz[i][k] = 0.f;
+  }
+#pragma unroll
+  for (int i = 0; i < W - 1; ++i) input_vec<DT>(p, s, s.pos - (W - 1) + i, c, e[i + 1]);
+  const int64_t x0 = p.x.at(s.batch, s.begin + s.pos, c), y0 = a.d_output.at(s.batch, s.begin + s.pos, c);
+  const int64_t d0 = a.dx.at(s.batch, s.begin + s.pos, c);
+  const bool has_dx = a.dx.f.given();
+#pragma unroll
+  for (int tb = 0; tb < kSteps; tb += kBwdBatch) {
+    Raw<DT> rx[kBwdBatch], rdy[kBwdBatch];
+#pragma unroll
+    for (int k = 0; k < kBwdBatch; ++k) {
+      if (tb + k < kSteps) {
+        rx[k] = fetch<DT>(p.x.f.data, x0 + (tb + k) * p.x.token_stride);
+        rdy[k] = fetch<DT>(a.d_output.f.data, y0 + (tb + k) * a.d_output.token_stride);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kBwdBatch; ++k) {
+      const int t = tb + k;
+      if (t < kSteps) {
+#pragma unroll
+        for (int i = 0; i + 1 < W; ++i) {
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) {
+            e[i][j] = e[i + 1][j];
+            gz[i][j] = gz[i + 1][j];
+          }
+        }
+        unpack<DT>(rx[k], e[W - 1]);
+        float dy[kVec];
+        unpack<DT>(rdy[k], dy);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          if constexpr (Silu) {
+            float z = 0.f;
+#pragma unroll
+            for (int i = 0; i < W; ++i) z += w[i][j] * e[i][j];
+            gz[W - 1][j] = through_activation_fast<DT>(AK_CONV_SILU, z, dy[j]);
+          } else {
+            gz[W - 1][j] = dy[j];
+          }
+        }
+        if (t < kRun) {
+#pragma unroll
+          for (int i = 0; i < W; ++i) {
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) dw[i][j] += gz[W - 1][j] * e[i][j];
+          }
+        }
+        if (t >= W - 1 && has_dx) {
+          float d[kVec];
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) {
+            float acc = 0.f;
+#pragma unroll
+            for (int i = W - 1; i >= 0; --i) acc += w[i][j] * gz[W - 1 - i][j];
+            d[j] = acc;
+          }
+          store_vec<DT>(a.dx.f.data, d0 + (t - (W - 1)) * a.dx.token_stride, d);
+        }
+      }
+    }
+  }
+}
+
 template <int DT, int W>
 __global__ void __launch_bounds__(kBlockThreads, 2) backward_kernel(const BackwardArgs a) {
   __shared__ float sums[kRuns][W][kGroups * kVec];
@@ -179,13 +317,21 @@ __global__ void __launch_bounds__(kBlockThreads, 2) backward_kernel(const Backwa
   const bool live = place(p.C, c, r0);
   const int g = threadIdx.x % kGroups, run = threadIdx.x / kGroups;
   float dw[W][kVec] = {};
-  const int64_t r1 = min(r0 + kRun, a.rows);
+  int64_t r1 = min(r0 + kRun, a.rows);
   if (live && r0 < r1) {
     float w[W][kVec];
     load_weights<W>(p, c, w);
+    Sequence s;
+    if (r1 - r0 == kRun && p.seqs.find(r0, s) && s.pos + kRun + (W - 1) <= s.length) {
+      if (p.activation == AK_CONV_SILU) {
+        backward_run<DT, W, true>(a, s, c, w, dw);
+      } else {
+        backward_run<DT, W, false>(a, s, c, w, dw);
+      }
+      r1 = r0;  // done: skip the general walk
+    }
     float e[W][kVec];   // inputs at positions t - (W - 1) .. t
     float gz[W][kVec];  // gz[t - (W - 1)] .. gz[t]; gz[W - 1] is the newest
-    Sequence s;
     int64_t r = r0;
     while (r < r1) {
       if (!p.seqs.find(r, s)) {  // past the last offset (one batch row): nothing depends on these rows
@@ -204,8 +350,22 @@ __global__ void __launch_bounds__(kBlockThreads, 2) backward_kernel(const Backwa
       }
 #pragma unroll
       for (int i = 0; i < W - 1; ++i) input_vec<DT>(p, s, p0 - (W - 1) + i, c, e[i + 1]);
-      // t runs ahead of the token whose dx completes (t - (W - 1)) by W - 1 positions.
-      for (int64_t t = p0; t < p1 + (W - 1); ++t) {
+      // t runs ahead of the token whose dx completes (t - (W - 1)) by W - 1 positions; x and dy of
+      // kBatch tokens are fetched together before they are used.
+      const int64_t t_stop = p1 + (W - 1), t_load = min(t_stop, s.length);
+      for (int64_t tb = p0; tb < t_stop; tb += kBwdBatch) {
+        Raw<DT> rx[kBwdBatch], rdy[kBwdBatch];
+#pragma unroll
+        for (int k = 0; k < kBwdBatch; ++k) {
+          if (tb + k < t_load) {
+            rx[k] = fetch<DT>(p.x.f.data, p.x.at(s.batch, s.begin + tb + k, c));
+            rdy[k] = fetch<DT>(a.d_output.f.data, a.d_output.at(s.batch, s.begin + tb + k, c));
+          }
+        }
+#pragma unroll
+        for (int kb = 0; kb < kBwdBatch; ++kb) {
+        const int64_t t = tb + kb;
+        if (t >= t_stop) break;
 #pragma unroll
         for (int i = 0; i + 1 < W; ++i) {
 #pragma unroll
@@ -215,9 +375,9 @@ __global__ void __launch_bounds__(kBlockThreads, 2) backward_kernel(const Backwa
           }
         }
         if (t < s.length) {
-          input_vec<DT>(p, s, t, c, e[W - 1]);
+          unpack<DT>(rx[kb], e[W - 1]);
           float dy[kVec];
-          load_vec<DT>(a.d_output.f.data, a.d_output.at(s.batch, s.begin + t, c), dy);
+          unpack<DT>(rdy[kb], dy);
 #pragma unroll
           for (int k = 0; k < kVec; ++k) {
             if (p.activation == AK_CONV_NONE) {
@@ -226,7 +386,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2) backward_kernel(const Backwa
               float z = 0.f;
 #pragma unroll
               for (int i = 0; i < W; ++i) z += w[i][k] * e[i][k];
-              gz[W - 1][k] = through_activation(p.activation, z, dy[k]);
+              gz[W - 1][k] = through_activation_fast<DT>(p.activation, z, dy[k]);
             }
           }
           if (t < p1) {  // t is one of this run's rows: its weight terms are this thread's
@@ -258,6 +418,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2) backward_kernel(const Backwa
             for (int k = 0; k < kVec; ++k) d[k] += f[k];
           }
           store_vec<DT>(a.dx.f.data, a.dx.at(s.batch, s.begin + q, c), d);
+        }
         }
       }
       r += p1 - p0;
