@@ -275,6 +275,35 @@ export const linearSymbols = {
     ],
     result: "i32",
   },
+  // The paged decode step (attnkit_linear.h, AK_DECODE_*):
+  // ak_status ak_paged_decode(
+  //   const ak_tensor* packed_qkv,        [B, 2 HK K + H V] float16 | bfloat16 | float32
+  //   const ak_tensor* raw_gate,          [1, B, H] or [1, B, H, K] (AK_DECODE_PER_CHANNEL)
+  //   const ak_tensor* raw_beta,          [1, B, H]
+  //   const ak_tensor* a_log,             [H] float32
+  //   const ak_tensor* dt_bias,           [H] or [H, K] float32
+  //   const ak_tensor* state_cache,       [num_slots, H, V, K] float32 | bfloat16, updated in place
+  //   const ak_tensor* state_indices,     [B] int32
+  //   const ak_tensor* has_initial_state, [B] bool, or NULL
+  //   double scale, double lower_bound, int32_t flags,
+  //   const ak_tensor* output)            [1, B, H, V] dtype of packed_qkv
+  ak_paged_decode: {
+    parameters: [
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "f64",
+      "f64",
+      "i32",
+      "buffer",
+    ],
+    result: "i32",
+  },
   // Gate transforms (attnkit_linear.h, AK_GATE_*):
   // ak_status ak_gate_transform_fwd(
   //   const ak_tensor* raw,      [..., H] or [..., H, D] float16 | bfloat16 | float32 | float64, any strides

@@ -281,6 +281,33 @@ AK_API ak_status ak_kda_bwd(const ak_tensor* q, const ak_tensor* k, const ak_ten
                             const ak_tensor* dbeta, const ak_tensor* d_initial_state);
 
 /*
+ * One decode step on a paged state pool, its preprocessing fused (recurrentGdnDecode and
+ * recurrentKdaDecode). Per sequence b with slot = state_indices[b] > 0, per value head h (q/k head
+ * h / (H / HK)): q and k L2-normalised (x / sqrt(sum x^2 + 1e-6)), beta = sigmoid(raw_beta), the gate
+ * g = -exp(a_log) softplus(raw_gate + dt_bias) (AK_DECODE_BOUNDED: lower_bound sigmoid(exp(a_log)
+ * (raw_gate + dt_bias))), and with the slot's state S [V, K] (zero when has_initial_state[b] is false):
+ *   S <- S diag(exp(g));  u = beta (v - S k);  S <- S + u k^T;  o = scale S q
+ * A sequence whose index is <= 0 gets a zero output and leaves the pool untouched. Positive indices
+ * must be unique and below num_slots (the CPU refuses one past the pool; the device trusts them).
+ *   packed_qkv        [B, 2 HK K + H V] float16 | bfloat16 | float32, rows [Q of HK heads | K | V of H heads]
+ *   raw_gate          [1, B, H] (one gate per head) or, with AK_DECODE_PER_CHANNEL, [1, B, H, K];
+ *                     float16 | bfloat16 | float32
+ *   raw_beta          [1, B, H] float16 | bfloat16 | float32
+ *   a_log             [H] float32;  dt_bias [H] or, per channel, [H, K] float32
+ *   state_cache       [num_slots, H, V, K] float32 | bfloat16, every slot dense (slots may be apart);
+ *                     read and written in place (the arithmetic is float32 or wider)
+ *   state_indices     [B] int32 contiguous;  has_initial_state [B] bool contiguous, or NULL (all resume)
+ *   scale             finite;  lower_bound finite, <= 0 (used by AK_DECODE_BOUNDED)
+ *   output            [1, B, H, V] dtype of packed_qkv (written)
+ */
+#define AK_DECODE_PER_CHANNEL 1 /* a gate per key channel (KDA); else one per head (GDN) */
+#define AK_DECODE_BOUNDED 2     /* the bounded gate transform (per channel only); else softplus */
+AK_API ak_status ak_paged_decode(const ak_tensor* packed_qkv, const ak_tensor* raw_gate, const ak_tensor* raw_beta,
+                                 const ak_tensor* a_log, const ak_tensor* dt_bias, const ak_tensor* state_cache,
+                                 const ak_tensor* state_indices, const ak_tensor* has_initial_state, double scale,
+                                 double lower_bound, int32_t flags, const ak_tensor* output);
+
+/*
  * Gate transforms: raw gate projections to float32 natural-log decays, element by element in float32.
  * With x = raw + dt_bias and a = exp(a_log) of the element's head:
  *   AK_GATE_SOFTPLUS  gate = -a * softplus(x)              (range (-inf, 0]; lower_bound must be 0)

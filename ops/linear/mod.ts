@@ -146,6 +146,12 @@ export {
   type GateTransformResultBackwardOptions,
 } from "./gate_transform.ts";
 export {
+  type GdnDecodeOptions,
+  type KdaDecodeOptions,
+  recurrentGdnDecode,
+  recurrentKdaDecode,
+} from "./paged_decode.ts";
+export {
   chunkKda,
   chunkKdaBackward,
   type KdaBackwardOptions,

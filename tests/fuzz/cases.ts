@@ -9,6 +9,7 @@ import { glaCases } from "./gla.ts";
 import { gateTransformCases } from "./gate_transform.ts";
 import { kdaCases } from "./kda.ts";
 import { causalConv1dCases } from "./causal_conv1d.ts";
+import { pagedDecodeCases } from "./paged_decode.ts";
 
 /** A deterministic generator (xorshift64*), so a failing case replays from its seed. */
 export class Rng {
@@ -1118,4 +1119,5 @@ export const GENERATORS: readonly [string, Gen, number][] = [
   ["gate transform", gateTransformCases, 1],
   ["kda", kdaCases, 2],
   ["causal conv1d", causalConv1dCases, 2],
+  ["paged decode", pagedDecodeCases, 2],
 ];
