@@ -146,6 +146,12 @@ export {
   type GateTransformResultBackwardOptions,
 } from "./gate_transform.ts";
 export {
+  activeTokenMask,
+  type MaskedGradients,
+  maskInactiveTokenGradients,
+  maskInactiveTokens,
+} from "./token_mask.ts";
+export {
   type GdnDecodeOptions,
   type KdaDecodeOptions,
   recurrentGdnDecode,

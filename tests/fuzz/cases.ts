@@ -10,6 +10,7 @@ import { gateTransformCases } from "./gate_transform.ts";
 import { kdaCases } from "./kda.ts";
 import { causalConv1dCases } from "./causal_conv1d.ts";
 import { pagedDecodeCases } from "./paged_decode.ts";
+import { tokenMaskCases } from "./token_mask.ts";
 
 /** A deterministic generator (xorshift64*), so a failing case replays from its seed. */
 export class Rng {
@@ -1120,4 +1121,5 @@ export const GENERATORS: readonly [string, Gen, number][] = [
   ["kda", kdaCases, 2],
   ["causal conv1d", causalConv1dCases, 2],
   ["paged decode", pagedDecodeCases, 2],
+  ["token mask", tokenMaskCases, 1],
 ];
