@@ -304,6 +304,20 @@ export const linearSymbols = {
     ],
     result: "i32",
   },
+  // The causal convolution over a paged history pool (attnkit_linear.h):
+  // ak_status ak_paged_conv1d(
+  //   const ak_tensor* x,                 [B, T, C] or [B, C] float16 | bfloat16 | float32
+  //   const ak_tensor* weight,            [C, W] float32 or x's dtype
+  //   const ak_tensor* state_cache,       [num_slots, W - 1, C] x's dtype, updated in place
+  //   const ak_tensor* state_indices,     [N] int32, or NULL ([B, C] only)
+  //   const ak_tensor* has_initial_state, [N] bool, or NULL
+  //   const ak_tensor* cu_seqlens,        [N + 1] int32, or NULL
+  //   int32_t activation,                 AK_CONV_NONE = 0 | AK_CONV_SILU = 1
+  //   const ak_tensor* output)            x's shape and dtype
+  ak_paged_conv1d: {
+    parameters: ["buffer", "buffer", "buffer", "buffer", "buffer", "buffer", "i32", "buffer"],
+    result: "i32",
+  },
   // Gate transforms (attnkit_linear.h, AK_GATE_*):
   // ak_status ak_gate_transform_fwd(
   //   const ak_tensor* raw,      [..., H] or [..., H, D] float16 | bfloat16 | float32 | float64, any strides

@@ -8,8 +8,9 @@
 // Tolerance rule, per element: |actual - oracle| <= rtol |oracle| + atol s, s the largest |oracle| of the
 // row (or slot row). rtol, atol 2^-16 for float32 results (the steps' products over K in float32 at the
 // worst, plus the norm's rounding); a 16-bit output adds half its ulp relative (2^-8 bfloat16, 2^-11
-// float16). A bfloat16 pool is rounded in the oracle too after every step (the op stores it so); its
-// elements may then differ by one ulp where float32's order of operations tips a rounding.
+// float16) and, for float16, half its subnormal step (2^-25) absolute. A bfloat16 pool is rounded in the
+// oracle too after every step (the op stores it so); its elements may then differ by one ulp where
+// float32's order of operations tips a rounding.
 import assert from "node:assert/strict";
 import {
   AttnkitError,
@@ -127,6 +128,7 @@ function expectRowsClose(
   ref: ArrayLike<number>,
   n: number,
   rel: number,
+  abs = 0,
 ) {
   const atol = 2 ** -16;
   for (let start = 0; start < ref.length; start += n) {
@@ -141,7 +143,7 @@ function expectRowsClose(
       }
       const err = Math.abs(actual[i] - ref[i]);
       assert.ok(
-        err <= (2 ** -16 + rel) * Math.abs(ref[i]) + atol * scale + 1e-30,
+        err <= (2 ** -16 + rel) * Math.abs(ref[i]) + atol * scale + abs,
         `${what}[${i}]: got ${actual[i]}, expected ${ref[i]} (error ${err}, row scale ${scale})`,
       );
     }
@@ -222,7 +224,14 @@ function runCase(device: Device, s: Spec, seed: number): void {
       t === 0 ? fresh : new Uint8Array(B),
       scale,
     );
-    expectRowsClose(`step ${t} output`, host(o), want, V, HALF_ULP[s.dtype]);
+    expectRowsClose(
+      `step ${t} output`,
+      host(o),
+      want,
+      V,
+      HALF_ULP[s.dtype],
+      s.dtype === "float16" ? 2 ** -25 : 0,
+    );
     // The pool stores its dtype: the oracle's state is rounded the same way before the next step.
     if (s.poolDtype === "bfloat16") { for (let i = 0; i < ref.length; i++) ref[i] = roundBf16(ref[i]); }
   }

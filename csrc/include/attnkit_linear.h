@@ -308,6 +308,27 @@ AK_API ak_status ak_paged_decode(const ak_tensor* packed_qkv, const ak_tensor* r
                                  double lower_bound, int32_t flags, const ak_tensor* output);
 
 /*
+ * The causal depthwise convolution over a paged history pool, inference only (pagedCausalConv1d,
+ * causalConv1dDecode). Per sequence n with slot s = state_indices[n] (or n without them): its window is
+ * the slot's history (zeros when has_initial_state[n] is false) followed by its tokens; output row t is
+ * act(sum_i weight[c, i] e[t + i]) as ak_causal_conv1d_fwd computes it, and the window's last W - 1 rows
+ * become the slot's history (an empty sequence keeps it, or clears it when fresh). A sequence whose
+ * explicit index is <= 0 gets zero rows and leaves the pool untouched.
+ *   x                 [B, T, C] (rows of each batch row or, with cu_seqlens, B = 1 and packed sequences)
+ *                     or [B, C] (one token per sequence); float16 | bfloat16 | float32, channels contiguous
+ *   weight            [C, W] contiguous, W >= 2, float32 or x's dtype
+ *   state_cache       [num_slots, W - 1, C] x's dtype, every slot dense (slots may be apart), in place
+ *   state_indices     [N] int32 contiguous; required with [B, T, C]; NULL for [B, C]: sequence n uses slot n
+ *   has_initial_state [N] bool contiguous, or NULL (every live slot resumes)
+ *   cu_seqlens        [N + 1] int32, or NULL (N = B)
+ *   activation        AK_CONV_NONE | AK_CONV_SILU
+ *   output            x's shape and dtype (rows past cu_seqlens[N] untouched)
+ */
+AK_API ak_status ak_paged_conv1d(const ak_tensor* x, const ak_tensor* weight, const ak_tensor* state_cache,
+                                 const ak_tensor* state_indices, const ak_tensor* has_initial_state,
+                                 const ak_tensor* cu_seqlens, int32_t activation, const ak_tensor* output);
+
+/*
  * Gate transforms: raw gate projections to float32 natural-log decays, element by element in float32.
  * With x = raw + dt_bias and a = exp(a_log) of the element's head:
  *   AK_GATE_SOFTPLUS  gate = -a * softplus(x)              (range (-inf, 0]; lower_bound must be 0)

@@ -146,6 +146,12 @@ export {
   type GateTransformResultBackwardOptions,
 } from "./gate_transform.ts";
 export {
+  causalConv1dDecode,
+  type CausalConv1dDecodeOptions,
+  pagedCausalConv1d,
+  type PagedCausalConv1dOptions,
+} from "./paged_conv.ts";
+export {
   activeTokenMask,
   type MaskedGradients,
   maskInactiveTokenGradients,

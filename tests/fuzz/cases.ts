@@ -9,6 +9,7 @@ import { glaCases } from "./gla.ts";
 import { gateTransformCases } from "./gate_transform.ts";
 import { kdaCases } from "./kda.ts";
 import { causalConv1dCases } from "./causal_conv1d.ts";
+import { pagedConvCases } from "./paged_conv.ts";
 import { pagedDecodeCases } from "./paged_decode.ts";
 import { tokenMaskCases } from "./token_mask.ts";
 
@@ -1122,4 +1123,5 @@ export const GENERATORS: readonly [string, Gen, number][] = [
   ["causal conv1d", causalConv1dCases, 2],
   ["paged decode", pagedDecodeCases, 2],
   ["token mask", tokenMaskCases, 1],
+  ["paged conv1d", pagedConvCases, 1],
 ];

@@ -9,6 +9,7 @@
 #include "linear/checks.h"
 #include "linear/decode/cpu.h"
 #include "linear/decode/problem.h"
+#include "linear/decode/slots.h"
 #if AK_WITH_CUDA
 #include "linear/decode/cuda.h"
 #endif
@@ -99,11 +100,7 @@ AK_API ak_status ak_paged_decode(const ak_tensor* packed_qkv, const ak_tensor* r
                                 has_initial_state, scale, lower_bound, flags, output);
     if (d.B == 0) return;
     if (packed_qkv->device_type == AK_CPU) {
-      const int32_t* idx = static_cast<const int32_t*>(state_indices->data);
-      for (int64_t b = 0; b < d.B; ++b) {
-        require(idx[b] < d.slots, "state_indices: entry " + std::to_string(b) + " is " + std::to_string(idx[b]) +
-                                      ", past the " + std::to_string(d.slots) + " slots of state_cache");
-      }
+      require_slots_in_pool(state_indices, d.B, d.slots);
       ak::linear::cpu::paged_decode(d);
     } else {
       AK_CUDA_CALL(ak::linear::cuda::paged_decode(d));
