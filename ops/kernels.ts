@@ -77,6 +77,7 @@ export type PlanOp =
   | "linear.gla.decode"
   | "linear.kda.fwd"
   | "linear.kda.bwd"
+  | "linear.paged_decode"
   | "attention.fwd"
   | "attention.bwd";
 

@@ -35,6 +35,7 @@ import {
 import { deltaRuleReference } from "../reference/delta_rule.ts";
 import { glaExercise } from "./gla_variants.ts";
 import { kdaExercise } from "./kda_variants.ts";
+import { pagedDecodeExercise } from "./paged_decode_variants.ts";
 
 const DEVICE = "cuda";
 const RUNNABLE = new Set(HAS_CUDA ? kernels(DEVICE).filter((k) => k.runnable).map((k) => k.name) : []);
@@ -288,6 +289,8 @@ function exercise(row: KernelRow, seed: number): void | Promise<void> {
       return attentionForward(row, seed);
     case "attention.bwd":
       return attentionBackward(row, seed);
+    case "linear.paged_decode":
+      return pagedDecodeExercise(row, seed);
     default:
       if (row.stage.startsWith("linear.bwd.")) return linearBackward(row, seed);
       if (row.stage.startsWith("linear.gla.")) return glaExercise(row, seed);

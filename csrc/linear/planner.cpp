@@ -1,5 +1,6 @@
 #include "linear/planner.h"
 
+#include "linear/decode/planner.h"
 #include "linear/gla/planner.h"
 #include "linear/kda/planner.h"
 
@@ -433,6 +434,7 @@ DecodeChoice plan_decode(int32_t dtype, const registry::Caps& caps) {
 std::string plan_query(const std::string& op, plan::Query& q) {
   if (op.rfind("linear.gla.", 0) == 0) return gla_planning::plan_gla_query(op, q);
   if (op.rfind("linear.kda.", 0) == 0) return kda_planning::plan_kda_query(op, q);
+  if (op == "linear.paged_decode") return paged_planning::plan_paged_decode_query(op, q);
   require(op == "linear.fwd" || op == "linear.bwd" || op == "linear.decode",
           "query: op must be linear.fwd, linear.bwd or linear.decode, got '" + op + "'");
   const registry::Caps caps = plan::caps_of(q);

@@ -59,6 +59,7 @@ export const linearRegistry: KernelFamily = {
     "linear/delta/bwd/fast.cuh",
     "linear/gla/cuda/params.h",
     "linear/kda/cuda/params.h",
+    "linear/decode/params.h",
   ],
   kernels: [
     // ---- forward, chunked (the fast path) ----
@@ -302,6 +303,18 @@ export const linearRegistry: KernelFamily = {
       doc: "A block per chunk and value head: every gradient of the chunk through the WY factors, the " +
         "triangular solve and both score matrices (V in tiles of 64, the rest in fp32).",
       constraints: "its shared memory fits the GPU",
+    },
+    {
+      stage: "linear.paged_decode",
+      variant: "fused",
+      launcher: "ak::linear::cuda::PagedDecodeFused",
+      args: "paged::DecodeParams<T>",
+      header: "linear/decode/fused.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: ALL, d: [0] }],
+      doc: "One paged decode step with its preprocessing: a block per sequence, value head and 16 state " +
+        "rows; a lane per K / 32 key channels, both dot products of a row as warp sums.",
+      constraints: "K in {32, 64, 128, 256}; the pool's rows 16-byte aligned",
     },
     {
       stage: "linear.gla.decode",
