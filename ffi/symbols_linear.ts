@@ -318,6 +318,14 @@ export const linearSymbols = {
     parameters: ["buffer", "buffer", "buffer", "buffer", "buffer", "buffer", "i32", "buffer"],
     result: "i32",
   },
+  // States between a pool and per-sequence tensors (attnkit_linear.h, AK_POOL_*):
+  // ak_status ak_state_pool_copy(
+  //   const ak_tensor* state_cache,       [num_slots, ...] float32 | bfloat16
+  //   const ak_tensor* state_indices,     [N] int32
+  //   const ak_tensor* has_initial_state, [N] bool, or NULL
+  //   const ak_tensor* states,            [N, ...] float32 contiguous
+  //   int32_t direction)                  AK_POOL_GATHER = 0 | AK_POOL_SCATTER = 1
+  ak_state_pool_copy: { parameters: ["buffer", "buffer", "buffer", "buffer", "i32"], result: "i32" },
   // Gate transforms (attnkit_linear.h, AK_GATE_*):
   // ak_status ak_gate_transform_fwd(
   //   const ak_tensor* raw,      [..., H] or [..., H, D] float16 | bfloat16 | float32 | float64, any strides

@@ -329,6 +329,20 @@ AK_API ak_status ak_paged_conv1d(const ak_tensor* x, const ak_tensor* weight, co
                                  const ak_tensor* cu_seqlens, int32_t activation, const ak_tensor* output);
 
 /*
+ * States between a pool and per-sequence tensors (the paged chunked prefill's gather and scatter):
+ *   state_cache       [num_slots, ...] float32 | bfloat16, every slot dense (slots may be apart)
+ *   state_indices     [N] int32 contiguous: sequence n's slot; <= 0 is padding
+ *   has_initial_state [N] bool contiguous, or NULL (every live slot resumes); read by the gather only
+ *   states            [N, ...] float32 contiguous
+ * AK_POOL_GATHER writes states[n] = state_cache[state_indices[n]] for live, resumed sequences and zero for
+ * the others; AK_POOL_SCATTER writes state_cache[state_indices[n]] = states[n] (rounded to the pool's
+ * dtype) for live sequences only. An index at or past num_slots is refused before anything is written.
+ */
+enum { AK_POOL_GATHER = 0, AK_POOL_SCATTER = 1 };
+AK_API ak_status ak_state_pool_copy(const ak_tensor* state_cache, const ak_tensor* state_indices,
+                                    const ak_tensor* has_initial_state, const ak_tensor* states, int32_t direction);
+
+/*
  * Gate transforms: raw gate projections to float32 natural-log decays, element by element in float32.
  * With x = raw + dt_bias and a = exp(a_log) of the element's head:
  *   AK_GATE_SOFTPLUS  gate = -a * softplus(x)              (range (-inf, 0]; lower_bound must be 0)

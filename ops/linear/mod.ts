@@ -146,6 +146,12 @@ export {
   type GateTransformResultBackwardOptions,
 } from "./gate_transform.ts";
 export {
+  pagedChunkGdn,
+  type PagedChunkGdnOptions,
+  pagedChunkKda,
+  type PagedChunkOptions,
+} from "./paged_chunk.ts";
+export {
   causalConv1dDecode,
   type CausalConv1dDecodeOptions,
   pagedCausalConv1d,

@@ -9,6 +9,7 @@ import { glaCases } from "./gla.ts";
 import { gateTransformCases } from "./gate_transform.ts";
 import { kdaCases } from "./kda.ts";
 import { causalConv1dCases } from "./causal_conv1d.ts";
+import { pagedChunkCases } from "./paged_chunk.ts";
 import { pagedConvCases } from "./paged_conv.ts";
 import { pagedDecodeCases } from "./paged_decode.ts";
 import { tokenMaskCases } from "./token_mask.ts";
@@ -1124,4 +1125,5 @@ export const GENERATORS: readonly [string, Gen, number][] = [
   ["paged decode", pagedDecodeCases, 2],
   ["token mask", tokenMaskCases, 1],
   ["paged conv1d", pagedConvCases, 1],
+  ["paged chunk", pagedChunkCases, 1],
 ];

@@ -1,0 +1,251 @@
+/**
+ * Chunked prefill on a paged state pool (inference only): {@link pagedChunkKda} and
+ * {@link pagedChunkGdn} read each sequence's state from `stateCache [numSlots, H, V, K]` (float32 or
+ * bfloat16), run the chunked forward over its tokens and write the state after the last token back in
+ * place, so a decode step ({@link recurrentKdaDecode}, {@link recurrentGdnDecode}) can continue from the
+ * same slot. `stateIndices[n]` names sequence n's slot (<= 0: padding, zero output rows, no slot
+ * touched); `hasInitialState[n] = false` starts from zero without reading the slot.
+ *
+ * The steps are the training ops between a gather and a scatter of the selected slots; the indices are
+ * read back to the host to zero the padding sequences' rows.
+ *
+ * @module
+ */
+import { native, unwrap } from "../../ffi/library.ts";
+import { invalidArgument } from "../../ffi/errors.ts";
+import { checkOptions, type OptionSpec } from "../args.ts";
+import { expectDType, expectSameDevice, expectShape, expectTensor, optionalTensor } from "../checks.ts";
+import type { CuSeqlens } from "../seqlens.ts";
+import { Tensor } from "../tensor.ts";
+import { where } from "../tensor_math/elementwise.ts";
+import { chunkGatedDeltaRule } from "./delta_rule.ts";
+import { chunkKda } from "./kda.ts";
+
+/** Options of {@link pagedChunkKda} and {@link pagedChunkGdn}. */
+export interface PagedChunkOptions {
+  /** Packed sequences in a batch of one: `[N + 1]` offsets (the last may stay below T). */
+  cuSeqlens?: CuSeqlens;
+  /** `[N]` bool: false starts that sequence from a zero state. Default: every live slot resumes. */
+  hasInitialState?: Tensor;
+  /** The query scale (default `1 / sqrt(K)`). */
+  scale?: number;
+}
+
+/** Options of {@link pagedChunkGdn}: also the in-kernel q/k L2 norm. */
+export interface PagedChunkGdnOptions extends PagedChunkOptions {
+  /** L2-normalise q and k in the kernel (default false). */
+  useQkL2norm?: boolean;
+}
+
+const POOL_GATHER = 0;
+const POOL_SCATTER = 1;
+const SCALE = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? undefined : "a finite number");
+const SPEC: OptionSpec = { cuSeqlens: "any", hasInitialState: "any", scale: SCALE };
+const GDN_SPEC: OptionSpec = { ...SPEC, useQkL2norm: "boolean" };
+
+interface Pool {
+  cache: Tensor;
+  indices: Tensor;
+  hasInitialState?: Tensor;
+  N: number;
+  H: number;
+  V: number;
+  K: number;
+}
+
+function checkPool(
+  op: string,
+  q: Tensor,
+  v: Tensor,
+  stateCache: unknown,
+  stateIndices: unknown,
+  o: PagedChunkOptions,
+) {
+  const cache = expectTensor(op, "stateCache", stateCache);
+  expectDType(op, "stateCache", cache, ["float32", "bfloat16"]);
+  expectSameDevice(op, "stateCache", cache, q, "q");
+  if (v.ndim !== 4) throw invalidArgument(op, `v: expected [B, T, H, V], got [${v.shape.join(", ")}]`);
+  expectShape(op, "stateCache", cache, [null, v.shape[2], v.shape[3], q.shape[3]]);
+  const indices = expectTensor(op, "stateIndices", stateIndices);
+  expectDType(op, "stateIndices", indices, ["int32"]);
+  expectSameDevice(op, "stateIndices", indices, q, "q");
+  if (indices.ndim !== 1) {
+    throw invalidArgument(
+      op,
+      `stateIndices: expected [N] (one slot per sequence), got [${indices.shape.join(", ")}]`,
+    );
+  }
+  const hasInitialState = optionalTensor(op, "options.hasInitialState", o.hasInitialState);
+  if (hasInitialState) {
+    expectDType(op, "options.hasInitialState", hasInitialState, ["bool"]);
+    expectSameDevice(op, "options.hasInitialState", hasInitialState, q, "q");
+    expectShape(op, "options.hasInitialState", hasInitialState, [indices.shape[0]]);
+  }
+  return {
+    cache,
+    indices,
+    hasInitialState,
+    N: indices.shape[0],
+    H: v.shape[2],
+    V: v.shape[3],
+    K: q.shape[3],
+  } satisfies Pool;
+}
+
+function poolCopy(op: string, p: Pool, states: Tensor, direction: number): void {
+  unwrap(
+    native().ak_state_pool_copy(
+      p.cache.descriptor(op),
+      p.indices.descriptor(op),
+      direction === POOL_GATHER ? p.hasInitialState?.descriptor(op) ?? null : null,
+      states.descriptor(op),
+      direction,
+    ),
+    op,
+  );
+}
+
+/** The output with the rows of padding sequences (index <= 0) set to zero; `output` is consumed. */
+function zeroPadding(output: Tensor, p: Pool, cuSeqlens: CuSeqlens | undefined): Tensor {
+  const slots = p.indices.toArray() as Int32Array;
+  if (slots.every((s) => s > 0)) return output;
+  const [B, T] = output.shape;
+  const keep = new Uint8Array(B * T).fill(1);
+  // The offsets were checked by the chunked op; here they are only read.
+  const host = cuSeqlens === undefined ? undefined : Array.from(
+    (cuSeqlens instanceof Tensor ? cuSeqlens.toArray() : cuSeqlens) as ArrayLike<number | bigint>,
+    Number,
+  );
+  slots.forEach((s, n) => {
+    if (s > 0) return;
+    if (host) keep.fill(0, host[n], host[n + 1]);
+    else keep.fill(0, n * T, (n + 1) * T);
+  });
+  using mask = Tensor.from(keep, { shape: [B, T, 1, 1], dtype: "bool", device: output.device });
+  try {
+    return where(mask, output, 0);
+  } finally {
+    output.dispose();
+  }
+}
+
+/**
+ * KDA's chunked forward over a paged state pool, advancing each sequence's slot in place (inference
+ * only). Inputs as {@link chunkKda} takes them in `"bshd"`: q, k `[B, T, HK, K]`, v `[B, T, H, V]`, gate
+ * `[B, T, H, K]` (per-token natural-log decays, float32), beta `[B, T, H]` (float32).
+ *
+ * @param stateCache `[numSlots, H, V, K]` float32 | bfloat16, advanced in place.
+ * @param stateIndices `[N]` int32: sequence n's slot (N = B, or the packed sequences); <= 0 is padding.
+ * @returns The output `[B, T, H, V]` in q's dtype (rows past the last packed offset unspecified).
+ *
+ * @example
+ * ```ts
+ * import { pagedChunkKda, Tensor } from "@attnkit/attnkit";
+ * using q = Tensor.randn([2, 40, 2, 16]);
+ * using k = Tensor.randn([2, 40, 2, 16], { std: 0.25 });
+ * using v = Tensor.randn([2, 40, 2, 16]);
+ * using gate = Tensor.rand([2, 40, 2, 16], { low: -0.5, high: 0 });
+ * using beta = Tensor.rand([2, 40, 2]);
+ * using pool = Tensor.zeros([4, 2, 16, 16]);
+ * using slots = Tensor.from([2, 3], { dtype: "int32" });
+ * using o = pagedChunkKda(q, k, v, gate, beta, pool, slots);
+ * console.log(o.shape); // [2, 40, 2, 16]
+ * ```
+ */
+export function pagedChunkKda(
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  gate: Tensor,
+  beta: Tensor,
+  stateCache: Tensor,
+  stateIndices: Tensor,
+  options: PagedChunkOptions = {},
+): Tensor {
+  const op = "pagedChunkKda";
+  const o = checkOptions<PagedChunkOptions>(op, options, SPEC);
+  const qt = expectTensor(op, "q", q), vt = expectTensor(op, "v", v);
+  if (qt.ndim !== 4) throw invalidArgument(op, `q: expected [B, T, HK, K], got [${qt.shape.join(", ")}]`);
+  const p = checkPool(op, qt, vt, stateCache, stateIndices, o);
+  using states = Tensor.empty([p.N, p.H, p.V, p.K], { dtype: "float32", device: qt.device });
+  poolCopy(op, p, states, POOL_GATHER);
+  const output = Tensor.empty([qt.shape[0], qt.shape[1], p.H, p.V], { dtype: qt.dtype, device: qt.device });
+  try {
+    using r = chunkKda(qt, k, vt, gate, beta, {
+      layout: "bshd",
+      initialState: states,
+      stateLayout: "vk",
+      outputFinalState: true,
+      ...(o.cuSeqlens !== undefined ? { cuSeqlens: o.cuSeqlens } : {}),
+      ...(o.scale !== undefined ? { scale: o.scale } : {}),
+      out: { output },
+    });
+    poolCopy(op, p, r.finalState!, POOL_SCATTER);
+  } catch (e) {
+    output.dispose();
+    throw e;
+  }
+  return zeroPadding(output, p, o.cuSeqlens);
+}
+
+/**
+ * Gated DeltaNet's chunked forward over a paged state pool `[numSlots, H, V, K]`, advancing each
+ * sequence's slot in place (inference only). Inputs as {@link chunkGatedDeltaRule} takes them in
+ * `"bshd"`: q, k `[B, T, HK, K]`, v `[B, T, H, V]`, g `[B, T, H]` and beta `[B, T, H]` (float32).
+ *
+ * @param stateCache `[numSlots, H, V, K]` float32 | bfloat16, advanced in place.
+ * @param stateIndices `[N]` int32: sequence n's slot (N = B, or the packed sequences); <= 0 is padding.
+ * @returns The output `[B, T, H, V]` in q's dtype (rows past the last packed offset unspecified).
+ *
+ * @example
+ * ```ts
+ * import { pagedChunkGdn, Tensor } from "@attnkit/attnkit";
+ * using q = Tensor.randn([1, 30, 2, 16]);
+ * using k = Tensor.randn([1, 30, 2, 16]);
+ * using v = Tensor.randn([1, 30, 2, 16]);
+ * using g = Tensor.rand([1, 30, 2], { low: -0.5, high: 0 });
+ * using beta = Tensor.rand([1, 30, 2]);
+ * using pool = Tensor.zeros([4, 2, 16, 16]);
+ * using slots = Tensor.from([1, 0], { dtype: "int32" }); // the second sequence is padding
+ * using o = pagedChunkGdn(q, k, v, g, beta, pool, slots, { cuSeqlens: [0, 20, 30], useQkL2norm: true });
+ * console.log(o.shape); // [1, 30, 2, 16]
+ * ```
+ */
+export function pagedChunkGdn(
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  g: Tensor,
+  beta: Tensor,
+  stateCache: Tensor,
+  stateIndices: Tensor,
+  options: PagedChunkGdnOptions = {},
+): Tensor {
+  const op = "pagedChunkGdn";
+  const o = checkOptions<PagedChunkGdnOptions>(op, options, GDN_SPEC);
+  const qt = expectTensor(op, "q", q), vt = expectTensor(op, "v", v);
+  if (qt.ndim !== 4) throw invalidArgument(op, `q: expected [B, T, HK, K], got [${qt.shape.join(", ")}]`);
+  const p = checkPool(op, qt, vt, stateCache, stateIndices, o);
+  using states = Tensor.empty([p.N, p.H, p.V, p.K], { dtype: "float32", device: qt.device });
+  poolCopy(op, p, states, POOL_GATHER);
+  // The delta rule keeps states as [N, H, K, V]: the pool's rows transposed both ways.
+  using initial = states.transpose(2, 3);
+  const output = Tensor.empty([qt.shape[0], qt.shape[1], p.H, p.V], { dtype: qt.dtype, device: qt.device });
+  try {
+    using r = chunkGatedDeltaRule(qt, k, vt, g, beta, {
+      layout: "bshd",
+      initialState: initial,
+      outputFinalState: true,
+      useQkL2norm: o.useQkL2norm ?? false,
+      ...(o.cuSeqlens !== undefined ? { cuSeqlens: o.cuSeqlens } : {}),
+      ...(o.scale !== undefined ? { scale: o.scale } : {}),
+      out: { output },
+    });
+    using final = r.finalState!.transpose(2, 3);
+    poolCopy(op, p, final, POOL_SCATTER);
+  } catch (e) {
+    output.dispose();
+    throw e;
+  }
+  return zeroPadding(output, p, o.cuSeqlens);
+}

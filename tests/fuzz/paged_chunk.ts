@@ -1,0 +1,61 @@
+// The fuzz catalog's generator for the chunked prefill on a paged state pool: valid calls of
+// pagedChunkKda and pagedChunkGdn (dense or packed, padding indices, fresh slots, float32 or bfloat16
+// pools), and mutations that make a call certainly invalid.
+import * as ak from "../../mod.ts";
+import type { Case, Rng, Scope } from "./cases.ts";
+import { caseMakers } from "./family.ts";
+
+const { valid, invalid } = caseMakers("paged chunk");
+
+/** The paged chunk generator (registered in cases.ts). */
+export function pagedChunkCases(rng: Rng, scope: Scope, bad: boolean): Case {
+  const kda = rng.chance(0.5);
+  const dtype = rng.pick<ak.DType>(["float32", "bfloat16"]);
+  const H = rng.pick([1, 2]), K = rng.pick([8, 16]), V = rng.pick([8, 16]);
+  const packed = rng.chance(0.4);
+  const lengths = Array.from({ length: rng.int(1, 3) }, () => rng.pick([0, 1, 5, 17]));
+  const N = lengths.length, B = packed ? 1 : N;
+  const T = packed ? lengths.reduce((a, b) => a + b, 0) : rng.pick([1, 5, 17]);
+  const cu = [0];
+  for (const l of lengths) cu.push(cu[cu.length - 1] + l);
+  const q = scope.randn([B, T, H, K], dtype, rng.int(0, 999));
+  const k = scope.keep(
+    ak.Tensor.randn([B, T, H, K], { dtype, device: scope.device, seed: rng.int(0, 999), std: 0.25 }),
+  );
+  const v = scope.randn([B, T, H, V], dtype, rng.int(0, 999));
+  const gate = scope.rand(kda ? [B, T, H, K] : [B, T, H], rng.int(0, 999), -0.5, 0);
+  const beta = scope.rand([B, T, H], rng.int(0, 999));
+  const pool = scope.randn([N + 2, H, V, K], rng.pick(["float32", "bfloat16"] as const), rng.int(0, 999));
+  const int32 = (x: number[]) => scope.keep(ak.Tensor.from(x, { dtype: "int32", device: scope.device }));
+  const idx = int32(Array.from({ length: N }, (_, n) => (rng.chance(0.2) ? -rng.int(0, 1) : n + 1)));
+  const options: ak.PagedChunkOptions = packed ? { cuSeqlens: cu } : {};
+  if (rng.chance(0.4)) {
+    options.hasInitialState = scope.keep(
+      ak.Tensor.from(Array.from({ length: N }, () => (rng.chance(0.5) ? 1 : 0)), {
+        dtype: "bool",
+        device: scope.device,
+      }),
+    );
+  }
+  const run = (o: unknown, pl: unknown = pool, s: unknown = idx) =>
+    kda
+      ? ak.pagedChunkKda(q, k, v, gate, beta, pl as ak.Tensor, s as ak.Tensor, o as ak.PagedChunkOptions)
+      : ak.pagedChunkGdn(q, k, v, gate, beta, pl as ak.Tensor, s as ak.Tensor, o as ak.PagedChunkGdnOptions);
+  if (!bad) return valid(kda ? "kda" : "gdn", () => scope.keep(run(options)));
+  switch (rng.int(0, 3)) {
+    case 0:
+      return invalid(
+        "unknown option",
+        () => run({ ...options, [rng.pick(["state_indices", "outputFinalState", "impl"])]: 1 }),
+      );
+    case 1:
+      return invalid(
+        "a pool of another shape",
+        () => run(options, scope.randn([N + 2, H, V + 1, K], "float32", 1)),
+      );
+    case 2:
+      return invalid("indices of another dtype", () => run(options, pool, scope.randn([N], "float32", 2)));
+    default:
+      return invalid("an index past the pool", () => run(options, pool, int32(Array(N).fill(N + 2))));
+  }
+}
