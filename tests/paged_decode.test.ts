@@ -13,7 +13,6 @@
 // float32's order of operations tips a rounding.
 import assert from "node:assert/strict";
 import {
-  AttnkitError,
   chunkKda,
   type Device,
   type DType,
@@ -22,8 +21,9 @@ import {
   recurrentKdaDecode,
   Tensor,
 } from "../mod.ts";
-import { deviceTest, expectNoLeak, poison, withSeed } from "./helpers.ts";
-import { generator } from "./oracle_checks.ts";
+import { deviceTest, expectNoLeak, poison, refuses, withSeed } from "./helpers.ts";
+import { roundBf16 } from "../reference/mod.ts";
+import { generator, normals } from "./oracle_checks.ts";
 
 interface Spec {
   B: number;
@@ -48,14 +48,6 @@ interface Step {
 }
 
 const HALF_ULP: Record<string, number> = { float32: 0, bfloat16: 2 ** -8, float16: 2 ** -11 };
-
-/** x rounded to bfloat16 (to nearest, ties to even), as a 16-bit pool stores it. */
-function roundBf16(x: number): number {
-  if (!Number.isFinite(x)) return x;
-  const f = new Float32Array([x]), u = new Uint32Array(f.buffer);
-  u[0] = ((u[0] + 0x7fff + ((u[0] >>> 16) & 1)) >>> 16) << 16;
-  return f[0];
-}
 
 const softplus = (x: number) => (x > 20 ? x : Math.log1p(Math.exp(x)));
 const sigmoid = (x: number) => 1 / (1 + Math.exp(-x));
@@ -163,15 +155,6 @@ function randomIndices(s: Spec, rnd: () => number): { indices: Int32Array; fresh
     fresh[b] = !pad && rnd() < 0.3 ? 1 : 0;
   }
   return { indices, fresh };
-}
-
-/** n values from N(0, std) (Box-Muller on the seeded generator). */
-function normals(rnd: () => number, n: number, std = 1): Float32Array {
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) {
-    out[i] = std * Math.sqrt(-2 * Math.log(1 - rnd())) * Math.cos(2 * Math.PI * rnd());
-  }
-  return out;
 }
 
 function runCase(device: Device, s: Spec, seed: number): void {
@@ -395,8 +378,6 @@ deviceTest(
       using dtBias = Tensor.zeros([H, K], { device });
       using pool = Tensor.zeros([3, H, V, K], { device });
       using idx = Tensor.from([1, 2], { dtype: "int32", device });
-      const refuses = (fn: () => unknown, pattern: RegExp) =>
-        assert.throws(fn, (e: unknown) => e instanceof AttnkitError && pattern.test((e as Error).message));
       using floatIdx = Tensor.from([1, 2], { device });
       refuses(
         () => recurrentKdaDecode(qkv, rawGate, rawBeta, aLog, dtBias, pool, floatIdx),
