@@ -11,7 +11,6 @@
 // (2^-9 relative at most), float16 5e-4 (2^-12). The final history copies inputs: exact.
 import assert from "node:assert/strict";
 import {
-  AttnkitError,
   causalConv1d,
   causalConv1dBackward,
   type CausalConv1dOptions,
@@ -25,7 +24,7 @@ import {
   causalConv1dReferenceBackward,
   type CausalConv1dReferenceInputs,
 } from "../reference/causal_conv1d.ts";
-import { deviceTest, expectNoLeak, withSeed } from "./helpers.ts";
+import { deviceTest, expectNoLeak, refuses, withSeed } from "./helpers.ts";
 import { expectFiniteDifferences, filled, generator } from "./oracle_checks.ts";
 
 type FloatDType = "float32" | "bfloat16" | "float16";
@@ -360,14 +359,6 @@ deviceTest("causalConv1d: empty calls", (device) =>
   }));
 
 // ---- refusals ----
-
-function refuses(fn: () => unknown, pattern: RegExp): void {
-  assert.throws(fn, (e: unknown) => {
-    assert.ok(e instanceof AttnkitError, `threw ${e} instead of an AttnkitError`);
-    assert.match(e.message, pattern);
-    return true;
-  });
-}
 
 deviceTest("causalConv1d: bad input is refused, naming the argument", (device) => {
   using x = Tensor.randn([1, 6, 4], { device, seed: 1 });

@@ -1,5 +1,6 @@
-// Shared by the test files: which devices to run on, fresh seeds, poisoning, memory checks.
-import { cudaAvailable, type Device, memoryStats, type Tensor } from "../mod.ts";
+// Shared by the test files: which devices to run on, fresh seeds, poisoning, memory checks, refusals.
+import assert from "node:assert/strict";
+import { AttnkitError, cudaAvailable, type Device, memoryStats, type Tensor } from "../mod.ts";
 
 /** True when a CUDA device is present: CUDA variants of the tests run, else they are reported as ignored. */
 export const HAS_CUDA: boolean = cudaAvailable();
@@ -57,4 +58,13 @@ export async function expectNoLeak(device: Device, fn: () => void | Promise<void
   await fn();
   const after = memoryStats(device).bytesInUse;
   if (after !== before) throw new Error(`memory leak on ${device}: ${after - before} bytes still in use`);
+}
+
+/** Asserts that fn throws an AttnkitError whose message matches pattern (the argument it names). */
+export function refuses(fn: () => unknown, pattern: RegExp): void {
+  assert.throws(fn, (e: unknown) => {
+    assert.ok(e instanceof AttnkitError, `threw ${e} instead of an AttnkitError`);
+    assert.match(e.message, pattern);
+    return true;
+  });
 }

@@ -1,5 +1,5 @@
 // Helpers of the tests that check the float64 oracles on their own (host arrays, no device): a seeded
-// generator, filled arrays, a gradient against central finite differences, and a close-to comparison.
+// generator, filled and normal arrays, a gradient against central finite differences, and a close-to comparison.
 import assert from "node:assert/strict";
 
 /** A small seeded generator of uniform [0, 1) numbers (mulberry32). */
@@ -17,6 +17,14 @@ export function generator(seed: number): () => number {
 /** `n` numbers uniform in [low, high). */
 export function filled(n: number, rand: () => number, low: number, high: number): Float64Array {
   return Float64Array.from({ length: n }, () => low + (high - low) * rand());
+}
+
+/** `n` numbers from N(0, std^2) (Box-Muller on the seeded generator), as float32. */
+export function normals(rnd: () => number, n: number, std = 1): Float32Array {
+  return Float32Array.from(
+    { length: n },
+    () => std * Math.sqrt(-2 * Math.log(1 - rnd())) * Math.cos(2 * Math.PI * rnd()),
+  );
 }
 
 /**

@@ -8,31 +8,10 @@
 // match the direct call bit for bit; a bfloat16 pool holds the final state rounded to bfloat16 (compared
 // with the direct call's state rounded the same way, bit for bit).
 import assert from "node:assert/strict";
-import {
-  AttnkitError,
-  chunkGatedDeltaRule,
-  chunkKda,
-  type Device,
-  pagedChunkGdn,
-  pagedChunkKda,
-  Tensor,
-} from "../mod.ts";
-import { deviceTest, expectNoLeak, withSeed } from "./helpers.ts";
-import { generator } from "./oracle_checks.ts";
-
-function normals(rnd: () => number, n: number, std = 1): Float32Array {
-  return Float32Array.from(
-    { length: n },
-    () => std * Math.sqrt(-2 * Math.log(1 - rnd())) * Math.cos(2 * Math.PI * rnd()),
-  );
-}
-
-function roundBf16(x: number): number {
-  if (!Number.isFinite(x)) return x;
-  const f = new Float32Array([x]), u = new Uint32Array(f.buffer);
-  u[0] = ((u[0] + 0x7fff + ((u[0] >>> 16) & 1)) >>> 16) << 16;
-  return f[0];
-}
+import { chunkGatedDeltaRule, chunkKda, type Device, pagedChunkGdn, pagedChunkKda, Tensor } from "../mod.ts";
+import { deviceTest, expectNoLeak, refuses, withSeed } from "./helpers.ts";
+import { roundBf16 } from "../reference/mod.ts";
+import { generator, normals } from "./oracle_checks.ts";
 
 function sameBits(what: string, got: ArrayLike<number>, want: ArrayLike<number>) {
   assert.equal(got.length, want.length, `${what}: length`);
@@ -186,8 +165,6 @@ deviceTest(
       using idx = Tensor.from([1, 2], { dtype: "int32", device });
       using floatIdx = Tensor.from([1, 2], { device });
       using past = Tensor.from([1, 3], { dtype: "int32", device });
-      const refuses = (fn: () => unknown, pattern: RegExp) =>
-        assert.throws(fn, (e: unknown) => e instanceof AttnkitError && pattern.test((e as Error).message));
       refuses(() => pagedChunkKda(q, q, v, gate, beta, wrongPool, idx), /stateCache: expected shape/);
       refuses(() => pagedChunkKda(q, q, v, gate, beta, pool, floatIdx), /stateIndices: expected dtype int32/);
       refuses(() => pagedChunkKda(q, q, v, gate, beta, pool, past), /past the 3 slots/);

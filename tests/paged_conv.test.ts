@@ -10,7 +10,6 @@
 // plus one ulp of a 16-bit output (2^-7 bfloat16, 2^-10 float16, relative) where the roundings may part.
 import assert from "node:assert/strict";
 import {
-  AttnkitError,
   causalConv1d,
   causalConv1dDecode,
   type Device,
@@ -18,17 +17,10 @@ import {
   pagedCausalConv1d,
   Tensor,
 } from "../mod.ts";
-import { deviceTest, expectNoLeak, poison, withSeed } from "./helpers.ts";
-import { generator } from "./oracle_checks.ts";
+import { deviceTest, expectNoLeak, poison, refuses, withSeed } from "./helpers.ts";
+import { generator, normals } from "./oracle_checks.ts";
 
 const ULP: Record<string, number> = { float32: 0, bfloat16: 2 ** -7, float16: 2 ** -10 };
-
-function normals(rnd: () => number, n: number): Float32Array {
-  return Float32Array.from(
-    { length: n },
-    () => Math.sqrt(-2 * Math.log(1 - rnd())) * Math.cos(2 * Math.PI * rnd()),
-  );
-}
 
 function expectClose(what: string, got: ArrayLike<number>, want: ArrayLike<number>, dtype: DType) {
   assert.equal(got.length, want.length, `${what}: length`);
@@ -235,8 +227,6 @@ deviceTest(
       using bfPool = Tensor.zeros([3, 3, 8], { dtype: "bfloat16", device });
       using idx = Tensor.from([1, 2], { dtype: "int32", device });
       using idx1 = Tensor.from([1], { dtype: "int32", device });
-      const refuses = (fn: () => unknown, pattern: RegExp) =>
-        assert.throws(fn, (e: unknown) => e instanceof AttnkitError && pattern.test((e as Error).message));
       refuses(() => pagedCausalConv1d(x2, weight, pool, idx), /x: expected \[B, T, C\]/);
       refuses(() => causalConv1dDecode(x, weight, pool), /x: expected \[N, C\]/);
       refuses(() => pagedCausalConv1d(x, narrow, pool, idx1), /weight: expected \[C, W\] with W >= 2/);

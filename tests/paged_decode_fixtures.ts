@@ -3,7 +3,8 @@
 import assert from "node:assert/strict";
 import { type Device, type DType, lastPlan, recurrentGdnDecode, recurrentKdaDecode, Tensor } from "../mod.ts";
 import { poison } from "./helpers.ts";
-import { generator } from "./oracle_checks.ts";
+import { roundBf16 } from "../reference/mod.ts";
+import { generator, normals } from "./oracle_checks.ts";
 
 export interface Spec {
   B: number;
@@ -28,14 +29,6 @@ interface Step {
 }
 
 const HALF_ULP: Record<string, number> = { float32: 0, bfloat16: 2 ** -8, float16: 2 ** -11 };
-
-/** x rounded to bfloat16 (to nearest, ties to even), as a 16-bit pool stores it. */
-export function roundBf16(x: number): number {
-  if (!Number.isFinite(x)) return x;
-  const f = new Float32Array([x]), u = new Uint32Array(f.buffer);
-  u[0] = ((u[0] + 0x7fff + ((u[0] >>> 16) & 1)) >>> 16) << 16;
-  return f[0];
-}
 
 const softplus = (x: number) => (x > 20 ? x : Math.log1p(Math.exp(x)));
 const sigmoid = (x: number) => 1 / (1 + Math.exp(-x));
@@ -143,15 +136,6 @@ export function randomIndices(s: Spec, rnd: () => number): { indices: Int32Array
     fresh[b] = !pad && rnd() < 0.3 ? 1 : 0;
   }
   return { indices, fresh };
-}
-
-/** n values from N(0, std) (Box-Muller on the seeded generator). */
-export function normals(rnd: () => number, n: number, std = 1): Float32Array {
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) {
-    out[i] = std * Math.sqrt(-2 * Math.log(1 - rnd())) * Math.cos(2 * Math.PI * rnd());
-  }
-  return out;
 }
 
 export function runCase(device: Device, s: Spec, seed: number): void {

@@ -116,7 +116,8 @@ export interface CausalConv1dResult extends Disposable {
 /** The widest kernel served. */
 const MAX_WIDTH = 8;
 const X_DTYPES: readonly DType[] = ["float16", "bfloat16", "float32"];
-const ACTIVATIONS: readonly CausalConv1dActivation[] = ["silu", "swish"];
+/** The activation names the convolutions take (internal: the paged forms share them). */
+export const ACTIVATIONS: readonly CausalConv1dActivation[] = ["silu", "swish"];
 const FORWARD_OPTIONS: OptionSpec = {
   activation: ACTIVATIONS,
   cuSeqlens: "any",

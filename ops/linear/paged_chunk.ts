@@ -14,12 +14,14 @@
 import { native, unwrap } from "../../ffi/library.ts";
 import { invalidArgument } from "../../ffi/errors.ts";
 import { checkOptions, type OptionSpec } from "../args.ts";
-import { expectDType, expectSameDevice, expectShape, expectTensor, optionalTensor } from "../checks.ts";
+import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
 import type { CuSeqlens } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
 import { where } from "../tensor_math/elementwise.ts";
+import { checkScale } from "./delta_native.ts";
 import { chunkGatedDeltaRule } from "./delta_rule.ts";
 import { chunkKda } from "./kda.ts";
+import { optionalPerSequence, perSequence } from "./pool_args.ts";
 
 /** Options of {@link pagedChunkKda} and {@link pagedChunkGdn}. */
 export interface PagedChunkOptions {
@@ -39,8 +41,7 @@ export interface PagedChunkGdnOptions extends PagedChunkOptions {
 
 const POOL_GATHER = 0;
 const POOL_SCATTER = 1;
-const SCALE = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? undefined : "a finite number");
-const SPEC: OptionSpec = { cuSeqlens: "any", hasInitialState: "any", scale: SCALE };
+const SPEC: OptionSpec = { cuSeqlens: "any", hasInitialState: "any", scale: "any" };
 const GDN_SPEC: OptionSpec = { ...SPEC, useQkL2norm: "boolean" };
 
 interface Pool {
@@ -66,21 +67,18 @@ function checkPool(
   expectSameDevice(op, "stateCache", cache, q, "q");
   if (v.ndim !== 4) throw invalidArgument(op, `v: expected [B, T, H, V], got [${v.shape.join(", ")}]`);
   expectShape(op, "stateCache", cache, [null, v.shape[2], v.shape[3], q.shape[3]]);
-  const indices = expectTensor(op, "stateIndices", stateIndices);
-  expectDType(op, "stateIndices", indices, ["int32"]);
-  expectSameDevice(op, "stateIndices", indices, q, "q");
-  if (indices.ndim !== 1) {
-    throw invalidArgument(
-      op,
-      `stateIndices: expected [N] (one slot per sequence), got [${indices.shape.join(", ")}]`,
-    );
-  }
-  const hasInitialState = optionalTensor(op, "options.hasInitialState", o.hasInitialState);
-  if (hasInitialState) {
-    expectDType(op, "options.hasInitialState", hasInitialState, ["bool"]);
-    expectSameDevice(op, "options.hasInitialState", hasInitialState, q, "q");
-    expectShape(op, "options.hasInitialState", hasInitialState, [indices.shape[0]]);
-  }
+  const indices = perSequence(op, "stateIndices", stateIndices, "int32", q, "q");
+  const hasInitialState = optionalPerSequence(
+    op,
+    "options.hasInitialState",
+    o.hasInitialState,
+    "bool",
+    q,
+    "q",
+    {
+      N: indices.shape[0],
+    },
+  );
   return {
     cache,
     indices,
@@ -177,7 +175,7 @@ export function pagedChunkKda(
       stateLayout: "vk",
       outputFinalState: true,
       ...(o.cuSeqlens !== undefined ? { cuSeqlens: o.cuSeqlens } : {}),
-      ...(o.scale !== undefined ? { scale: o.scale } : {}),
+      scale: checkScale(op, o.scale ?? undefined, p.K),
       out: { output },
     });
     poolCopy(op, p, r.finalState!, POOL_SCATTER);
@@ -238,7 +236,7 @@ export function pagedChunkGdn(
       outputFinalState: true,
       useQkL2norm: o.useQkL2norm ?? false,
       ...(o.cuSeqlens !== undefined ? { cuSeqlens: o.cuSeqlens } : {}),
-      ...(o.scale !== undefined ? { scale: o.scale } : {}),
+      scale: checkScale(op, o.scale ?? undefined, p.K),
       out: { output },
     });
     using final = r.finalState!.transpose(2, 3);

@@ -18,7 +18,8 @@ import { expectDType, expectSameDevice, expectShape, expectTensor, optionalTenso
 import type { DType } from "../dtype.ts";
 import { type CuSeqlens, int32Seqlens } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
-import type { CausalConv1dActivation } from "./causal_conv1d.ts";
+import { ACTIVATIONS, type CausalConv1dActivation } from "./causal_conv1d.ts";
+import { perSequence } from "./pool_args.ts";
 
 /** Options of {@link causalConv1dDecode}. */
 export interface CausalConv1dDecodeOptions {
@@ -39,7 +40,6 @@ export interface PagedCausalConv1dOptions extends Omit<CausalConv1dDecodeOptions
 }
 
 const FLOATS: readonly DType[] = ["float16", "bfloat16", "float32"];
-const ACTIVATIONS: readonly CausalConv1dActivation[] = ["silu", "swish"];
 const DECODE_SPEC: OptionSpec = {
   activation: ACTIVATIONS,
   stateIndices: "any",
@@ -82,19 +82,8 @@ function run(op: string, c: ConvCall): Tensor {
   expectDType(op, "stateCache", state, [x.dtype]);
   expectSameDevice(op, "stateCache", state, x, "x");
   expectShape(op, "stateCache", state, [null, sizes.W - 1, "C"], sizes);
-  const per = (name: string, t: Tensor | undefined, dtype: DType) => {
-    if (!t) return;
-    expectDType(op, name, t, [dtype]);
-    expectSameDevice(op, name, t, x, "x");
-    if (t.ndim !== 1) {
-      throw invalidArgument(
-        op,
-        `${name}: expected [N] (one entry per sequence), got [${t.shape.join(", ")}]`,
-      );
-    }
-  };
-  per("stateIndices", c.indices, "int32");
-  per("options.hasInitialState", c.hasInitialState, "bool");
+  if (c.indices) perSequence(op, "stateIndices", c.indices, "int32", x, "x");
+  if (c.hasInitialState) perSequence(op, "options.hasInitialState", c.hasInitialState, "bool", x, "x");
   if (c.out) {
     expectDType(op, "options.out", c.out, [x.dtype]);
     expectSameDevice(op, "options.out", c.out, x, "x");

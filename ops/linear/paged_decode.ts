@@ -22,6 +22,8 @@ import { checkOptions, describeValue, type OptionSpec } from "../args.ts";
 import { expectDType, expectSameDevice, expectShape, expectTensor, optionalTensor } from "../checks.ts";
 import type { DType } from "../dtype.ts";
 import { Tensor } from "../tensor.ts";
+import { checkScale } from "./delta_native.ts";
+import { optionalPerSequence, perSequence } from "./pool_args.ts";
 
 /** Options of {@link recurrentGdnDecode}. */
 export interface GdnDecodeOptions {
@@ -47,10 +49,9 @@ export interface KdaDecodeOptions extends GdnDecodeOptions {
 const FLOATS: readonly DType[] = ["float16", "bfloat16", "float32"];
 const PER_CHANNEL = 1;
 const BOUNDED = 2;
-const SCALE = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? undefined : "a finite number");
 const LOWER_BOUND = (v: unknown) =>
   typeof v === "number" && Number.isFinite(v) && v <= 0 ? undefined : "a finite number <= 0";
-const GDN_SPEC: OptionSpec = { hasInitialState: "any", scale: SCALE, out: "any" };
+const GDN_SPEC: OptionSpec = { hasInitialState: "any", scale: "any", out: "any" };
 const KDA_SPEC: OptionSpec = { ...GDN_SPEC, gateTransform: "any", lowerBound: LOWER_BOUND };
 
 /** The checked tensors of a call and the sizes read off them. */
@@ -100,13 +101,26 @@ function checkCall(
   const rawBeta = tensor("rawBeta", [1, "B", "H"], FLOATS);
   const aLog = tensor("aLog", ["H"], ["float32"]);
   const dtBias = tensor("dtBias", perChannel ? ["H", "K"] : ["H"], ["float32"]);
-  const stateIndices = tensor("stateIndices", ["B"], ["int32"]);
-  const flagsTensor = optionalTensor(op, "options.hasInitialState", hasInitialState);
-  if (flagsTensor) {
-    expectDType(op, "options.hasInitialState", flagsTensor, ["bool"]);
-    expectSameDevice(op, "options.hasInitialState", flagsTensor, qkv, "packedQkv");
-    expectShape(op, "options.hasInitialState", flagsTensor, ["B"], sizes);
-  }
+  const stateIndices = perSequence(
+    op,
+    "stateIndices",
+    args.stateIndices,
+    "int32",
+    qkv,
+    "packedQkv",
+    sizes,
+    "B",
+  );
+  const flagsTensor = optionalPerSequence(
+    op,
+    "options.hasInitialState",
+    hasInitialState,
+    "bool",
+    qkv,
+    "packedQkv",
+    sizes,
+    "B",
+  );
   return {
     packedQkv: qkv,
     rawGate,
@@ -145,7 +159,7 @@ function run(
         c.stateCache.descriptor(op),
         c.stateIndices.descriptor(op),
         c.hasInitialState?.descriptor(op) ?? null,
-        o.scale ?? 1 / Math.sqrt(K),
+        checkScale(op, o.scale ?? undefined, K),
         settings.lowerBound,
         settings.flags,
         output.descriptor(op),

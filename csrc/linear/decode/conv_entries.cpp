@@ -17,19 +17,6 @@
 using namespace ak;
 using namespace ak::linear;
 
-namespace {
-
-// A per-sequence int32 or bool vector: [N], contiguous, on x's device.
-void check_per_sequence(const ak_tensor* t, const char* name, int32_t dtype, int64_t N, const ak_tensor& x) {
-  const ak_tensor& r = check_tensor(t, name);
-  check_dtype(r, name, {dtype});
-  check_shape(r, name, {N});
-  require(is_contiguous(r), std::string(name) + ": expected a contiguous tensor");
-  check_same_device(r, name, x, "x");
-}
-
-}  // namespace
-
 extern "C" {
 
 AK_API ak_status ak_paged_conv1d(const ak_tensor* x_, const ak_tensor* weight, const ak_tensor* state_cache,
@@ -77,13 +64,13 @@ AK_API ak_status ak_paged_conv1d(const ak_tensor* x_, const ak_tensor* weight, c
       d.offsets = offsets.data();
     }
     if (state_indices) {
-      check_per_sequence(state_indices, "state_indices", AK_INT32, d.N, x);
+      check_per_sequence(state_indices, "state_indices", AK_INT32, d.N, x, "x");
     } else {
       require(x.rank == 2, "state_indices: required for the multi-token form (one slot per sequence)");
       require(d.N <= d.slots, "state_cache: " + std::to_string(d.N) + " sequences without state_indices need as " +
                                   "many slots, the pool has " + std::to_string(d.slots));
     }
-    if (has_initial_state) check_per_sequence(has_initial_state, "has_initial_state", AK_BOOL, d.N, x);
+    if (has_initial_state) check_per_sequence(has_initial_state, "has_initial_state", AK_BOOL, d.N, x, "x");
     const ak_tensor& out = check_tensor(output, "output");
     check_same_dtype(out, "output", x, "x");
     require(out.rank == x.rank && std::equal(out.shape, out.shape + out.rank, x.shape),

@@ -69,18 +69,8 @@ PagedDecode parse(const ak_tensor* qkv_, const ak_tensor* raw_gate, const ak_ten
   check_dtype(check_rows(raw_beta, "raw_beta", {1, d.B, d.H}, qkv, "packed_qkv"), "raw_beta",
               {AK_FLOAT16, AK_BFLOAT16, AK_FLOAT32});
   check_dtype(check_rows(a_log, "a_log", {d.H}, qkv, "packed_qkv"), "a_log", {AK_FLOAT32});
-  const ak_tensor& idx = check_tensor(indices, "state_indices");
-  check_dtype(idx, "state_indices", {AK_INT32});
-  check_shape(idx, "state_indices", {d.B});
-  require(is_contiguous(idx), "state_indices: expected a contiguous tensor");
-  check_same_device(idx, "state_indices", qkv, "packed_qkv");
-  if (has_initial) {
-    const ak_tensor& hi = check_tensor(has_initial, "has_initial_state");
-    check_dtype(hi, "has_initial_state", {AK_BOOL});
-    check_shape(hi, "has_initial_state", {d.B});
-    require(is_contiguous(hi), "has_initial_state: expected a contiguous tensor");
-    check_same_device(hi, "has_initial_state", qkv, "packed_qkv");
-  }
+  check_per_sequence(indices, "state_indices", AK_INT32, d.B, qkv, "packed_qkv");
+  if (has_initial) check_per_sequence(has_initial, "has_initial_state", AK_BOOL, d.B, qkv, "packed_qkv");
   check_rows_like_q(output, "output", {1, d.B, d.H, d.V}, qkv);
   d.qkv = qkv_, d.raw_gate = raw_gate, d.raw_beta = raw_beta, d.a_log = a_log, d.dt_bias = dt_bias;
   d.state = state_, d.indices = indices, d.has_initial = has_initial, d.output = output;

@@ -82,18 +82,8 @@ AK_API ak_status ak_state_pool_copy(const ak_tensor* pool_, const ak_tensor* ind
       slot_size *= pool.shape[d];
     }
     const int64_t N = states.shape[0];
-    const ak_tensor& idx = check_tensor(indices_, "state_indices");
-    check_dtype(idx, "state_indices", {AK_INT32});
-    check_shape(idx, "state_indices", {N});
-    require(is_contiguous(idx), "state_indices: expected a contiguous tensor");
-    check_same_device(idx, "state_indices", pool, "state_cache");
-    if (has_initial) {
-      const ak_tensor& hi = check_tensor(has_initial, "has_initial_state");
-      check_dtype(hi, "has_initial_state", {AK_BOOL});
-      check_shape(hi, "has_initial_state", {N});
-      require(is_contiguous(hi), "has_initial_state: expected a contiguous tensor");
-      check_same_device(hi, "has_initial_state", pool, "state_cache");
-    }
+    const ak_tensor& idx = check_per_sequence(indices_, "state_indices", AK_INT32, N, pool, "state_cache");
+    if (has_initial) check_per_sequence(has_initial, "has_initial_state", AK_BOOL, N, pool, "state_cache");
     const std::vector<int32_t> slots = to_host<int32_t>(idx, N);
     require_slots_in_pool(slots.data(), N, pool.shape[0]);
     const std::vector<uint8_t> resume = has_initial ? to_host<uint8_t>(*has_initial, N) : std::vector<uint8_t>(N, 1);
