@@ -3,8 +3,10 @@
  * slots, a batch of 256 sequences, H = 32, K = V = 128, fp32 states, bf16 projections, against the copy
  * ceiling of the state bytes (each selected slot read and written once: 2 x 256 x 32 x 128 x 128 x 4 B =
  * 1.07 GB) and, with `--fla <json>` (bench/fla_decode.py on the same machine), FLA's fused recurrent
- * kernels with their in-kernel gate, sigmoid and norm. CUDA events, median of 20 calls after 3 warm-up
- * calls, the L2 flushed before each. Writes `<results>/<date>_paged_decode.{json,md}`.
+ * kernels with their in-kernel gate, sigmoid and norm. Each op twice: as called by default (the indices
+ * read back and checked on the host, which waits for the stream) and with `checkIndices: false` (no host
+ * read, the steady state of a serving loop). CUDA events, median of 20 calls after 3 warm-up calls, the
+ * L2 flushed before each. Writes `<results>/<date>_paged_decode.{json,md}`.
  *
  * @example
  * ```sh
@@ -49,7 +51,13 @@ using pool = Tensor.randn([slots, H, V, K], { device, seed: 3, std: 0.1 });
 using indices = Tensor.from(Array.from({ length: B }, (_, b) => b + 1), { dtype: "int32", device });
 using out = Tensor.empty([1, B, H, V], { dtype: "bfloat16", device });
 
-function measure(op: string, ref: string, refMs: number | undefined, fn: () => void): void {
+function measure(
+  op: string,
+  ref: string,
+  refMs: number | undefined,
+  fn: () => void,
+  variant = "",
+): void {
   fn();
   const path = lastPlan()?.path ?? "?";
   const ms = timer.time(fn);
@@ -66,7 +74,7 @@ function measure(op: string, ref: string, refMs: number | undefined, fn: () => v
     tflops: null,
     gbps,
     path,
-    note: `${(100 * gbps / COPY_CEILING_GBS).toFixed(0)}% of the copy ceiling`,
+    note: `${variant}${(100 * gbps / COPY_CEILING_GBS).toFixed(0)}% of the copy ceiling`,
   };
   records.push(rec);
   console.log(JSON.stringify(rec));
@@ -82,6 +90,16 @@ function measure(op: string, ref: string, refMs: number | undefined, fn: () => v
     () => {
       recurrentKdaDecode(qkv, rawGate, rawBeta, aLog, dtBias, pool, indices, { out });
     },
+    "indices checked on the host; ",
+  );
+  measure(
+    "recurrentKdaDecode",
+    "fla fused_recurrent_kda_fwd (in-kernel gate, sigmoid, norm)",
+    fla.kda_decode,
+    () => {
+      recurrentKdaDecode(qkv, rawGate, rawBeta, aLog, dtBias, pool, indices, { out, checkIndices: false });
+    },
+    "checkIndices false; ",
   );
 }
 {
@@ -94,6 +112,16 @@ function measure(op: string, ref: string, refMs: number | undefined, fn: () => v
     () => {
       recurrentGdnDecode(qkv, rawGate, rawBeta, aLog, dtBias, pool, indices, { out });
     },
+    "indices checked on the host; ",
+  );
+  measure(
+    "recurrentGdnDecode",
+    "fla fused_recurrent_gated_delta_rule (+ gather / scatter)",
+    fla.gdn_decode,
+    () => {
+      recurrentGdnDecode(qkv, rawGate, rawBeta, aLog, dtBias, pool, indices, { out, checkIndices: false });
+    },
+    "checkIndices false; ",
   );
 }
 saveRecords(args.results!, "paged_decode", "Serving decode on a paged state pool", gpu, records);

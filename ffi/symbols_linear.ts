@@ -323,9 +323,15 @@ export const linearSymbols = {
   //   const ak_tensor* state_cache,       [num_slots, ...] float32 | bfloat16
   //   const ak_tensor* state_indices,     [N] int32
   //   const ak_tensor* has_initial_state, [N] bool, or NULL
-  //   const ak_tensor* states,            [N, ...] float32 contiguous
-  //   int32_t direction)                  AK_POOL_GATHER = 0 | AK_POOL_SCATTER = 1
+  //   const ak_tensor* states,            [N, ...] float32 contiguous, or with its last two dims swapped
+  //   int32_t mode)                       AK_POOL_GATHER = 0 | AK_POOL_SCATTER = 1, | AK_POOL_TRUSTED_INDICES = 2
   ak_state_pool_copy: { parameters: ["buffer", "buffer", "buffer", "buffer", "i32"], result: "i32" },
+  // Zeroes the output rows of padding sequences (attnkit_linear.h):
+  // ak_status ak_zero_padding_rows(
+  //   const ak_tensor* output,        [B, T, ...] contiguous, any dtype, in place
+  //   const ak_tensor* state_indices, [N] int32: <= 0 marks padding
+  //   const ak_tensor* cu_seqlens)    [N + 1] int32 | int64 (B = 1), or NULL (N = B)
+  ak_zero_padding_rows: { parameters: ["buffer", "buffer", "buffer"], result: "i32" },
   // Gate transforms (attnkit_linear.h, AK_GATE_*):
   // ak_status ak_gate_transform_fwd(
   //   const ak_tensor* raw,      [..., H] or [..., H, D] float16 | bfloat16 | float32 | float64, any strides

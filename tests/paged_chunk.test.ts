@@ -2,7 +2,8 @@
 // wraps (chunkKda, chunkGatedDeltaRule, each held to a float64 oracle in its own tests) run on the same
 // tokens with each slot's state as the initial state: dense and packed batches (an empty sequence),
 // padding indices (0 and negative: zero rows, slot untouched), fresh slots holding NaN, unselected slots
-// untouched, float32 and bfloat16 pools.
+// untouched, float32 and bfloat16 pools, slots small and large (partial and whole tiles of the CUDA pool
+// copies); indices past the pool or naming a slot twice refused with the pool untouched.
 //
 // Tolerance rule: the paged op runs the same kernels on the same inputs, so outputs and float32 slots
 // match the direct call bit for bit; a bfloat16 pool holds the final state rounded to bfloat16 (compared
@@ -37,9 +38,9 @@ function runCase(
   packed: boolean,
   poolDtype: "float32" | "bfloat16",
   seed: number,
+  [H, K, V]: readonly number[] = [2, 16, 24],
 ) {
   const rnd = generator(seed);
-  const [H, K, V] = [2, 16, 24];
   const lengths = packed ? [20, 0, 37, 9] : [30, 30, 30];
   const N = lengths.length, B = packed ? 1 : N, T = packed ? 70 : 30;
   const cu = [0];
@@ -148,6 +149,7 @@ deviceTest(
               runCase(device, kda, packed, poolDtype, seed + i++);
             }
           }
+          runCase(device, kda, true, "float32", seed + i++, [2, 64, 64]);
         }
       })),
 );
@@ -165,9 +167,26 @@ deviceTest(
       using idx = Tensor.from([1, 2], { dtype: "int32", device });
       using floatIdx = Tensor.from([1, 2], { device });
       using past = Tensor.from([1, 3], { dtype: "int32", device });
+      using far = Tensor.from([2147483647, 1], { dtype: "int32", device });
+      using twice = Tensor.from([2, 2], { dtype: "int32", device });
       refuses(() => pagedChunkKda(q, q, v, gate, beta, wrongPool, idx), /stateCache: expected shape/);
       refuses(() => pagedChunkKda(q, q, v, gate, beta, pool, floatIdx), /stateIndices: expected dtype int32/);
-      refuses(() => pagedChunkKda(q, q, v, gate, beta, pool, past), /past the 3 slots/);
+      pool.fill(0.5);
+      for (const run of [pagedChunkKda, pagedChunkGdn]) {
+        const gates = run === pagedChunkKda ? gate : beta;
+        refuses(() => run(q, q, v, gates, beta, pool, past), /state_indices: entry 1 is 3, past the 3 slots/);
+        refuses(() => run(q, q, v, gates, beta, pool, far), /state_indices: entry 0 is 2147483647, past/);
+        refuses(() => run(q, q, v, gates, beta, pool, twice), /state_indices: .*slot 2/);
+      }
+      assert.ok((pool.toArray() as Float32Array).every((x) => x === 0.5), "the pool after refused calls");
+      // Padding may repeat: two sequences at index 0 are zero rows and touch no slot.
+      using padding = Tensor.from([0, 0], { dtype: "int32", device });
+      using o = pagedChunkGdn(q, q, v, beta, beta, pool, padding);
+      assert.ok((o.toArray() as Float32Array).every((x) => x === 0), "padding rows");
+      assert.ok(
+        (pool.toArray() as Float32Array).every((x) => x === 0.5),
+        "the pool after a padding-only call",
+      );
       refuses(
         () => pagedChunkKda(q, q, v, gate, beta, pool, idx, { outputFinalState: true } as never),
         /outputFinalState/,
@@ -176,5 +195,22 @@ deviceTest(
         () => pagedChunkGdn(q, q, v, beta, beta, pool, idx, { useQkL2norm: 1 } as never),
         /useQkL2norm/,
       );
+      refuses(
+        () => pagedChunkGdn(q, q, v, beta, beta, pool, idx, { checkIndices: "no" } as never),
+        /checkIndices/,
+      );
+      // checkIndices: false reads nothing back on CUDA: the index past the pool is skipped there (its rows
+      // are computed from a zero state, its slot is nowhere), the live slot advances; the CPU still refuses.
+      using pastOnly = Tensor.from([3, 1], { dtype: "int32", device });
+      const unchecked = () => pagedChunkGdn(q, q, v, beta, beta, pool, pastOnly, { checkIndices: false });
+      if (device === "cpu") {
+        refuses(unchecked, /past the 3 slots/);
+      } else {
+        unchecked().dispose();
+        const after = pool.toArray() as Float32Array, slot = 2 * 16 * 16;
+        assert.ok(after.subarray(0, slot).every((x) => x === 0.5), "slot 0 untouched");
+        assert.ok(after.subarray(2 * slot).every((x) => x === 0.5), "slot 2 untouched");
+        assert.ok(after.subarray(slot, 2 * slot).some((x) => x !== 0.5), "slot 1 advanced");
+      }
     }),
 );

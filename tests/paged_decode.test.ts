@@ -12,7 +12,15 @@
 // oracle too after every step (the op stores it so); its elements may then differ by one ulp where
 // float32's order of operations tips a rounding.
 import assert from "node:assert/strict";
-import { chunkKda, explain, gateTransform, recurrentGdnDecode, recurrentKdaDecode, Tensor } from "../mod.ts";
+import {
+  chunkKda,
+  explain,
+  gateTransform,
+  recurrentGdnDecode,
+  recurrentKdaDecode,
+  Tensor,
+  withTuning,
+} from "../mod.ts";
 import { deviceTest, expectNoLeak, refuses, withSeed } from "./helpers.ts";
 import { generator, normals } from "./oracle_checks.ts";
 import { expectRowsClose, normalize, runCase, type Spec } from "./paged_decode_fixtures.ts";
@@ -234,22 +242,99 @@ deviceTest(
         () => recurrentKdaDecode(qkv, rawGate, rawBeta, aLog, dtBias, f16Pool, idx),
         /stateCache: expected dtype/,
       );
-      if (device === "cpu") {
-        using past = Tensor.from([1, 3], { dtype: "int32", device });
-        refuses(
-          () => recurrentKdaDecode(qkv, rawGate, rawBeta, aLog, dtBias, pool, past),
-          /past the 3 slots/,
-        );
-      }
+      using past = Tensor.from([1, 3], { dtype: "int32", device });
+      using twice = Tensor.from([2, 2], { dtype: "int32", device });
+      refuses(() => recurrentKdaDecode(qkv, rawGate, rawBeta, aLog, dtBias, pool, past), /past the 3 slots/);
+      refuses(
+        () => recurrentKdaDecode(qkv, rawGate, rawBeta, aLog, dtBias, pool, twice),
+        /entries 0 and 1 both name slot 2/,
+      );
     }),
 );
 
-Deno.test("paged decode planner: the fused kernel for K of 32, 64, 128 or 256, else the general path and why", () => {
-  const fused = explain({ op: "linear.paged_decode", gpu: "h200", dtype: "bfloat16", k: 128 });
-  assert.equal(fused.path, "fused");
-  assert.deepEqual(fused.kernels.map((k) => k.name), ["linear.paged_decode.fused<bfloat16>"]);
+deviceTest(
+  "paged decode at a fused kernel's K refuses indices past the pool or repeated before writing anything",
+  (device) =>
+    expectNoLeak(device, () => {
+      const [B, H, K, V] = [3, 2, 32, 16];
+      using qkv = Tensor.randn([B, H * (2 * K + V)], { dtype: "bfloat16", device });
+      using rawGate = Tensor.randn([1, B, H], { device });
+      using rawBeta = Tensor.randn([1, B, H], { device });
+      using aLog = Tensor.zeros([H], { device });
+      using dtBias = Tensor.zeros([H], { device });
+      using pool = Tensor.randn([4, H, V, K], { device, seed: 7 });
+      const before = pool.toArray();
+      for (
+        const [bad, why] of [[[1, 4, 2], /entry 1 is 4, past the 4 slots/], [
+          [3, 0, 3],
+          /entries 0 and 2/,
+        ]] as const
+      ) {
+        using idx = Tensor.from(bad, { dtype: "int32", device });
+        refuses(() => recurrentGdnDecode(qkv, rawGate, rawBeta, aLog, dtBias, pool, idx), why);
+      }
+      assert.deepEqual(pool.toArray(), before, "a refused call leaves the pool as it was");
+      // Padding entries may repeat: 0 and negative indices touch nothing.
+      using padding = Tensor.from([0, -1, 0], { dtype: "int32", device });
+      using out = recurrentGdnDecode(qkv, rawGate, rawBeta, aLog, dtBias, pool, padding);
+      assert.ok(
+        Array.from(out.toArray() as ArrayLike<number>).every((x) => x === 0),
+        "padding rows are zero",
+      );
+      assert.deepEqual(pool.toArray(), before, "padding leaves the pool as it was");
+      // checkIndices: false skips the host read on CUDA: an index past the pool touches nothing there.
+      using past = Tensor.from([0, 4, 0], { dtype: "int32", device });
+      const unchecked = () =>
+        recurrentGdnDecode(qkv, rawGate, rawBeta, aLog, dtBias, pool, past, { checkIndices: false });
+      if (device === "cpu") {
+        refuses(unchecked, /past the 4 slots/);
+      } else {
+        using skipped = unchecked();
+        assert.ok(
+          Array.from(skipped.toArray() as ArrayLike<number>).every((x) => x === 0),
+          "skipped rows are zero",
+        );
+        assert.deepEqual(pool.toArray(), before, "an index past the pool touches nothing");
+      }
+      refuses(
+        () =>
+          recurrentGdnDecode(
+            qkv,
+            rawGate,
+            rawBeta,
+            aLog,
+            dtBias,
+            pool,
+            padding,
+            { checkIndices: 1 } as never,
+          ),
+        /checkIndices/,
+      );
+    }),
+);
+
+Deno.test("paged decode planner: a fused kernel for K of 32, 64, 128 or 256, else the general path and why", () => {
+  const hopper = explain({ op: "linear.paged_decode", gpu: "h200", dtype: "bfloat16", k: 128 });
+  assert.equal(hopper.path, "bulk");
+  assert.deepEqual(hopper.kernels.map((k) => k.name), ["linear.paged_decode.bulk<bfloat16>"]);
   const wide = explain({ op: "linear.paged_decode", gpu: "h100", dtype: "float32", k: 256, channel: false });
-  assert.deepEqual(wide.kernels.map((k) => k.name), ["linear.paged_decode.fused<float32>"]);
+  assert.deepEqual(wide.kernels.map((k) => k.name), ["linear.paged_decode.bulk<float32>"]);
+  const ampere = explain({ op: "linear.paged_decode", gpu: "a100", dtype: "float16", k: 64 });
+  assert.equal(ampere.path, "fused");
+  assert.deepEqual(ampere.kernels.map((k) => k.name), ["linear.paged_decode.fused<float16>"]);
+  const pinned = withTuning(
+    { "linear.paged_decode": "fused" },
+    () => explain({ op: "linear.paged_decode", gpu: "h200", dtype: "bfloat16", k: 128 }),
+  );
+  assert.equal(pinned.path, "fused");
+  refuses(
+    () =>
+      withTuning(
+        { "linear.paged_decode": "bulk" },
+        () => explain({ op: "linear.paged_decode", gpu: "a100", dtype: "bfloat16", k: 128 }),
+      ),
+    /linear\.paged_decode=bulk cannot serve this call/,
+  );
   const odd = explain({ op: "linear.paged_decode", gpu: "h200", k: 96 });
   assert.equal(odd.path, "general");
   assert.match(String(odd.details.why), /K is not 32, 64, 128 or 256/);

@@ -180,7 +180,11 @@ export function runCase(device: Device, s: Spec, seed: number): void {
     assert.equal(o, out, "the output is options.out itself");
     if (device === "cuda") {
       const fused = [32, 64, 128, 256].includes(K);
-      assert.equal(lastPlan()?.path, fused ? "fused" : "general", `the planned path at K=${K}`);
+      const path = lastPlan()?.path ?? "";
+      assert.ok(
+        fused ? ["bulk", "fused"].includes(path) : path === "general",
+        `the planned path at K=${K}: ${path}`,
+      );
     }
     const want = referenceStep(
       s,
@@ -200,8 +204,14 @@ export function runCase(device: Device, s: Spec, seed: number): void {
       HALF_ULP[s.dtype],
       s.dtype === "float16" ? 2 ** -25 : 0,
     );
-    // The pool stores its dtype: the oracle's state is rounded the same way before the next step.
-    if (s.poolDtype === "bfloat16") { for (let i = 0; i < ref.length; i++) ref[i] = roundBf16(ref[i]); }
+    // The pool stores its dtype: the oracle's state is rounded the same way. A rounding may go the other
+    // way after float32's different order (one ulp), so the next step starts from the device's own
+    // state: a flipped rounding would otherwise show in the next outputs at 16-bit size.
+    if (s.poolDtype === "bfloat16") {
+      for (let i = 0; i < ref.length; i++) ref[i] = roundBf16(ref[i]);
+      expectRowsClose(`step ${t} pool`, host(pool), ref, K, 2 * HALF_ULP.bfloat16);
+      ref.set(host(pool));
+    }
   }
   // A 16-bit pool: a rounding may go the other way after float32's different order (one ulp).
   expectRowsClose("pool", host(pool), ref, K, 2 * HALF_ULP[s.poolDtype]);

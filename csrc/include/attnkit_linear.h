@@ -288,7 +288,10 @@ AK_API ak_status ak_kda_bwd(const ak_tensor* q, const ak_tensor* k, const ak_ten
  * (raw_gate + dt_bias))), and with the slot's state S [V, K] (zero when has_initial_state[b] is false):
  *   S <- S diag(exp(g));  u = beta (v - S k);  S <- S + u k^T;  o = scale S q
  * A sequence whose index is <= 0 gets a zero output and leaves the pool untouched. Positive indices
- * must be unique and below num_slots (the CPU refuses one past the pool; the device trusts them).
+ * must be unique and below num_slots: the call reads them to the host and refuses a bad one before
+ * writing anything (on a CUDA device that read synchronises the stream). With AK_DECODE_TRUSTED_INDICES
+ * a CUDA call skips that read: an index past the pool is skipped on the device (zero output, nothing
+ * touched) and a live slot named twice ends unspecified.
  *   packed_qkv        [B, 2 HK K + H V] float16 | bfloat16 | float32, rows [Q of HK heads | K | V of H heads]
  *   raw_gate          [1, B, H] (one gate per head) or, with AK_DECODE_PER_CHANNEL, [1, B, H, K];
  *                     float16 | bfloat16 | float32
@@ -302,6 +305,7 @@ AK_API ak_status ak_kda_bwd(const ak_tensor* q, const ak_tensor* k, const ak_ten
  */
 #define AK_DECODE_PER_CHANNEL 1 /* a gate per key channel (KDA); else one per head (GDN) */
 #define AK_DECODE_BOUNDED 2     /* the bounded gate transform (per channel only); else softplus */
+#define AK_DECODE_TRUSTED_INDICES 4 /* CUDA: no host read of state_indices (see above) */
 AK_API ak_status ak_paged_decode(const ak_tensor* packed_qkv, const ak_tensor* raw_gate, const ak_tensor* raw_beta,
                                  const ak_tensor* a_log, const ak_tensor* dt_bias, const ak_tensor* state_cache,
                                  const ak_tensor* state_indices, const ak_tensor* has_initial_state, double scale,
@@ -330,17 +334,36 @@ AK_API ak_status ak_paged_conv1d(const ak_tensor* x, const ak_tensor* weight, co
 
 /*
  * States between a pool and per-sequence tensors (the paged chunked prefill's gather and scatter):
- *   state_cache       [num_slots, ...] float32 | bfloat16, every slot dense (slots may be apart)
+ *   state_cache       [num_slots, ...] float32 | bfloat16, every slot dense, slots apart (stride >= a slot)
  *   state_indices     [N] int32 contiguous: sequence n's slot; <= 0 is padding
  *   has_initial_state [N] bool contiguous, or NULL (every live slot resumes); read by the gather only
- *   states            [N, ...] float32 contiguous
+ *   states            [N, ...] float32: contiguous, or (rank >= 3) the view of a contiguous [N, ..., C, R]
+ *                     with its last two dims swapped to the pool's [.., R, C] (strides [.., 1, R]), e.g.
+ *                     the delta rule's [N, H, K, V] states against a [num_slots, H, V, K] pool
  * AK_POOL_GATHER writes states[n] = state_cache[state_indices[n]] for live, resumed sequences and zero for
- * the others; AK_POOL_SCATTER writes state_cache[state_indices[n]] = states[n] (rounded to the pool's
- * dtype) for live sequences only. An index at or past num_slots is refused before anything is written.
+ * the others; AK_POOL_SCATTER writes state_cache[state_indices[n]] = states[n] (rounded to nearest even for
+ * bfloat16) for live sequences only. An index at or past num_slots, or a live slot named by two entries, is
+ * refused before anything is written; on CUDA that check reads the [N] indices back to the host (one
+ * synchronous copy), then one kernel moves every sequence. mode is AK_POOL_GATHER or AK_POOL_SCATTER,
+ * optionally | AK_POOL_TRUSTED_INDICES: a CUDA call then reads nothing back (an index past the pool is
+ * skipped on the device, a live slot named twice ends unspecified); the CPU always checks.
  */
-enum { AK_POOL_GATHER = 0, AK_POOL_SCATTER = 1 };
+enum { AK_POOL_GATHER = 0, AK_POOL_SCATTER = 1, AK_POOL_TRUSTED_INDICES = 2 };
 AK_API ak_status ak_state_pool_copy(const ak_tensor* state_cache, const ak_tensor* state_indices,
-                                    const ak_tensor* has_initial_state, const ak_tensor* states, int32_t direction);
+                                    const ak_tensor* has_initial_state, const ak_tensor* states, int32_t mode);
+
+/*
+ * Zeroes the output rows of padding sequences (state_indices[n] <= 0), e.g. after a paged chunked prefill.
+ * Everything is read on the output's device, nothing on the host:
+ *   output         [B, T, ...] contiguous, any dtype, written in place (all bits zero)
+ *   state_indices  [N] int32 contiguous
+ *   cu_seqlens     [N + 1] int32 | int64 contiguous (B = 1): sequence n owns rows [cu_seqlens[n],
+ *                  cu_seqlens[n + 1]) of T, each offset clamped to [0, T] (not checked: bad offsets zero
+ *                  fewer rows, never memory outside output); or NULL: N = B, sequence n owns batch row n
+ * Rows of live sequences, and rows past cu_seqlens[N], are left as they are (never read).
+ */
+AK_API ak_status ak_zero_padding_rows(const ak_tensor* output, const ak_tensor* state_indices,
+                                      const ak_tensor* cu_seqlens);
 
 /*
  * Gate transforms: raw gate projections to float32 natural-log decays, element by element in float32.

@@ -312,8 +312,21 @@ export const linearRegistry: KernelFamily = {
       header: "linear/decode/fused.cuh",
       arch: "sm80",
       instances: [{ dtypes: ALL, d: [0] }],
-      doc: "One paged decode step with its preprocessing: a block per sequence, value head and 16 state " +
-        "rows; a lane per K / 32 key channels, both dot products of a row as warp sums.",
+      doc: "One paged decode step with its preprocessing: a block per sequence, value head and 128 / " +
+        "(K / 32) state rows loaded straight into registers; a lane per K / 32 key channels, both dot " +
+        "products of a row as warp sums.",
+      constraints: "K in {32, 64, 128, 256}; the pool's rows 16-byte aligned",
+    },
+    {
+      stage: "linear.paged_decode",
+      variant: "bulk",
+      launcher: "ak::linear::cuda::PagedDecodeBulk",
+      args: "paged::DecodeParams<T>",
+      header: "linear/decode/bulk.cuh",
+      arch: "sm90a",
+      instances: [{ dtypes: ALL, d: [0] }],
+      doc: "The same step with a two-warp block per 4096-value state tile, brought into shared memory " +
+        "by one bulk copy issued before the preprocessing (more bytes in flight per register).",
       constraints: "K in {32, 64, 128, 256}; the pool's rows 16-byte aligned",
     },
     {

@@ -6,8 +6,9 @@
  * same slot. `stateIndices[n]` names sequence n's slot (<= 0: padding, zero output rows, no slot
  * touched); `hasInitialState[n] = false` starts from zero without reading the slot.
  *
- * The steps are the training ops between a gather and a scatter of the selected slots; the indices are
- * read back to the host to zero the padding sequences' rows.
+ * The steps are the training ops between a gather and a scatter of the selected slots (one launch each on
+ * CUDA, after one read-back of the `[N]` indices that refuses an index past the pool or a slot named
+ * twice), then a kernel that zeroes the padding sequences' rows where they live.
  *
  * @module
  */
@@ -15,9 +16,8 @@ import { native, unwrap } from "../../ffi/library.ts";
 import { invalidArgument } from "../../ffi/errors.ts";
 import { checkOptions, type OptionSpec } from "../args.ts";
 import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
-import type { CuSeqlens } from "../seqlens.ts";
+import { type CuSeqlens, int32Seqlens } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
-import { where } from "../tensor_math/elementwise.ts";
 import { checkScale } from "./delta_native.ts";
 import { chunkGatedDeltaRule } from "./delta_rule.ts";
 import { chunkKda } from "./kda.ts";
@@ -31,6 +31,13 @@ export interface PagedChunkOptions {
   hasInitialState?: Tensor;
   /** The query scale (default `1 / sqrt(K)`). */
   scale?: number;
+  /**
+   * true (default): `stateIndices` are read to the host once and an index past the pool or a live slot
+   * named twice is refused before anything is written; on a CUDA device that read waits for the stream.
+   * false: no read (indices known good): an index past the pool is skipped on the device and a live slot
+   * named twice ends unspecified. The CPU always checks.
+   */
+  checkIndices?: boolean;
 }
 
 /** Options of {@link pagedChunkGdn}: also the in-kernel q/k L2 norm. */
@@ -41,13 +48,16 @@ export interface PagedChunkGdnOptions extends PagedChunkOptions {
 
 const POOL_GATHER = 0;
 const POOL_SCATTER = 1;
-const SPEC: OptionSpec = { cuSeqlens: "any", hasInitialState: "any", scale: "any" };
+const POOL_TRUSTED_INDICES = 2;
+const SPEC: OptionSpec = { cuSeqlens: "any", hasInitialState: "any", scale: "any", checkIndices: "boolean" };
 const GDN_SPEC: OptionSpec = { ...SPEC, useQkL2norm: "boolean" };
 
 interface Pool {
   cache: Tensor;
   indices: Tensor;
   hasInitialState?: Tensor;
+  /** Whether the gather reads the indices back and checks them (options.checkIndices). */
+  checkIndices: boolean;
   N: number;
   H: number;
   V: number;
@@ -83,6 +93,7 @@ function checkPool(
     cache,
     indices,
     hasInitialState,
+    checkIndices: o.checkIndices !== false,
     N: indices.shape[0],
     H: v.shape[2],
     V: v.shape[3],
@@ -90,41 +101,40 @@ function checkPool(
   } satisfies Pool;
 }
 
-function poolCopy(op: string, p: Pool, states: Tensor, direction: number): void {
+/**
+ * Moves states between the pool and `states`: `[N, H, V, K]` as the pool holds them, or with `kv` the delta
+ * rule's `[N, H, K, V]`, passed as its transposed view so the copy itself transposes.
+ */
+function poolCopy(op: string, p: Pool, states: Tensor, direction: number, kv = false): void {
+  const { N, H, V, K } = p;
   unwrap(
     native().ak_state_pool_copy(
       p.cache.descriptor(op),
       p.indices.descriptor(op),
       direction === POOL_GATHER ? p.hasInitialState?.descriptor(op) ?? null : null,
-      states.descriptor(op),
-      direction,
+      kv ? states.viewDescriptor([N, H, V, K], [H * K * V, K * V, 1, V], op) : states.descriptor(op),
+      // The gather checks the indices (unless told not to); the scatter of the same call needs no second look.
+      direction | (direction === POOL_SCATTER || !p.checkIndices ? POOL_TRUSTED_INDICES : 0),
     ),
     op,
   );
 }
 
-/** The output with the rows of padding sequences (index <= 0) set to zero; `output` is consumed. */
-function zeroPadding(output: Tensor, p: Pool, cuSeqlens: CuSeqlens | undefined): Tensor {
-  const slots = p.indices.toArray() as Int32Array;
-  if (slots.every((s) => s > 0)) return output;
-  const [B, T] = output.shape;
-  const keep = new Uint8Array(B * T).fill(1);
-  // The offsets were checked by the chunked op; here they are only read.
-  const host = cuSeqlens === undefined ? undefined : Array.from(
-    (cuSeqlens instanceof Tensor ? cuSeqlens.toArray() : cuSeqlens) as ArrayLike<number | bigint>,
-    Number,
+/** Zeroes the output rows of padding sequences (index <= 0) on the output's device, in place. */
+function zeroPadding(op: string, output: Tensor, p: Pool, cuSeqlens: CuSeqlens | undefined): void {
+  // The chunked op has checked the offsets: a tensor goes as it is, host numbers are uploaded.
+  using uploaded = cuSeqlens === undefined || cuSeqlens instanceof Tensor
+    ? undefined
+    : int32Seqlens(op, "cuSeqlens", cuSeqlens, output.device);
+  const offsets = cuSeqlens instanceof Tensor ? cuSeqlens : uploaded?.tensor;
+  unwrap(
+    native().ak_zero_padding_rows(
+      output.descriptor(op),
+      p.indices.descriptor(op),
+      offsets?.descriptor(op) ?? null,
+    ),
+    op,
   );
-  slots.forEach((s, n) => {
-    if (s > 0) return;
-    if (host) keep.fill(0, host[n], host[n + 1]);
-    else keep.fill(0, n * T, (n + 1) * T);
-  });
-  using mask = Tensor.from(keep, { shape: [B, T, 1, 1], dtype: "bool", device: output.device });
-  try {
-    return where(mask, output, 0);
-  } finally {
-    output.dispose();
-  }
 }
 
 /**
@@ -179,11 +189,12 @@ export function pagedChunkKda(
       out: { output },
     });
     poolCopy(op, p, r.finalState!, POOL_SCATTER);
+    zeroPadding(op, output, p, o.cuSeqlens);
   } catch (e) {
     output.dispose();
     throw e;
   }
-  return zeroPadding(output, p, o.cuSeqlens);
+  return output;
 }
 
 /**
@@ -224,10 +235,9 @@ export function pagedChunkGdn(
   const qt = expectTensor(op, "q", q), vt = expectTensor(op, "v", v);
   if (qt.ndim !== 4) throw invalidArgument(op, `q: expected [B, T, HK, K], got [${qt.shape.join(", ")}]`);
   const p = checkPool(op, qt, vt, stateCache, stateIndices, o);
-  using states = Tensor.empty([p.N, p.H, p.V, p.K], { dtype: "float32", device: qt.device });
-  poolCopy(op, p, states, POOL_GATHER);
-  // The delta rule keeps states as [N, H, K, V]: the pool's rows transposed both ways.
-  using initial = states.transpose(2, 3);
+  // The delta rule keeps states as [N, H, K, V]: the pool copies transpose on the way in and out.
+  using initial = Tensor.empty([p.N, p.H, p.K, p.V], { dtype: "float32", device: qt.device });
+  poolCopy(op, p, initial, POOL_GATHER, true);
   const output = Tensor.empty([qt.shape[0], qt.shape[1], p.H, p.V], { dtype: qt.dtype, device: qt.device });
   try {
     using r = chunkGatedDeltaRule(qt, k, vt, g, beta, {
@@ -239,11 +249,11 @@ export function pagedChunkGdn(
       scale: checkScale(op, o.scale ?? undefined, p.K),
       out: { output },
     });
-    using final = r.finalState!.transpose(2, 3);
-    poolCopy(op, p, final, POOL_SCATTER);
+    poolCopy(op, p, r.finalState!, POOL_SCATTER, true);
+    zeroPadding(op, output, p, o.cuSeqlens);
   } catch (e) {
     output.dispose();
     throw e;
   }
-  return zeroPadding(output, p, o.cuSeqlens);
+  return output;
 }

@@ -36,6 +36,14 @@ export interface GdnDecodeOptions {
    * It must not alias an input.
    */
   out?: Tensor;
+  /**
+   * true (default): `stateIndices` are read to the host and an index past the pool or a live slot named
+   * twice is refused before anything is written; on a CUDA device that read waits for the stream. false:
+   * no read (for a hot decode loop whose indices are known good): an index past the pool is skipped on
+   * the device (zero output, the pool untouched) and a live slot named twice ends unspecified. The CPU
+   * always checks.
+   */
+  checkIndices?: boolean;
 }
 
 /** Options of {@link recurrentKdaDecode}. */
@@ -49,9 +57,10 @@ export interface KdaDecodeOptions extends GdnDecodeOptions {
 const FLOATS: readonly DType[] = ["float16", "bfloat16", "float32"];
 const PER_CHANNEL = 1;
 const BOUNDED = 2;
+const TRUSTED_INDICES = 4;
 const LOWER_BOUND = (v: unknown) =>
   typeof v === "number" && Number.isFinite(v) && v <= 0 ? undefined : "a finite number <= 0";
-const GDN_SPEC: OptionSpec = { hasInitialState: "any", scale: "any", out: "any" };
+const GDN_SPEC: OptionSpec = { hasInitialState: "any", scale: "any", out: "any", checkIndices: "boolean" };
 const KDA_SPEC: OptionSpec = { ...GDN_SPEC, gateTransform: "any", lowerBound: LOWER_BOUND };
 
 /** The checked tensors of a call and the sizes read off them. */
@@ -161,7 +170,7 @@ function run(
         c.hasInitialState?.descriptor(op) ?? null,
         checkScale(op, o.scale ?? undefined, K),
         settings.lowerBound,
-        settings.flags,
+        settings.flags | (o.checkIndices === false ? TRUSTED_INDICES : 0),
         output.descriptor(op),
       ),
       op,

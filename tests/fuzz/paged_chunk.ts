@@ -1,6 +1,7 @@
 // The fuzz catalog's generator for the chunked prefill on a paged state pool: valid calls of
-// pagedChunkKda and pagedChunkGdn (dense or packed, padding indices, fresh slots, float32 or bfloat16
-// pools), and mutations that make a call certainly invalid.
+// pagedChunkKda and pagedChunkGdn (dense or packed, padding indices, repeated or not, fresh slots, float32
+// or bfloat16 pools), and mutations that make a call certainly invalid (an index past the pool, a live
+// slot named twice among them).
 import * as ak from "../../mod.ts";
 import type { Case, Rng, Scope } from "./cases.ts";
 import { caseMakers } from "./family.ts";
@@ -42,7 +43,7 @@ export function pagedChunkCases(rng: Rng, scope: Scope, bad: boolean): Case {
       ? ak.pagedChunkKda(q, k, v, gate, beta, pl as ak.Tensor, s as ak.Tensor, o as ak.PagedChunkOptions)
       : ak.pagedChunkGdn(q, k, v, gate, beta, pl as ak.Tensor, s as ak.Tensor, o as ak.PagedChunkGdnOptions);
   if (!bad) return valid(kda ? "kda" : "gdn", () => scope.keep(run(options)));
-  switch (rng.int(0, 3)) {
+  switch (rng.int(0, 4)) {
     case 0:
       return invalid(
         "unknown option",
@@ -55,7 +56,19 @@ export function pagedChunkCases(rng: Rng, scope: Scope, bad: boolean): Case {
       );
     case 2:
       return invalid("indices of another dtype", () => run(options, pool, scope.randn([N], "float32", 2)));
-    default:
-      return invalid("an index past the pool", () => run(options, pool, int32(Array(N).fill(N + 2))));
+    case 3: {
+      // One entry at or far past the pool's N + 2 slots, the others valid.
+      const past = Array.from({ length: N }, (_, n) => n + 1);
+      past[rng.int(0, N - 1)] = rng.pick([N + 2, N + 3, 2 ** 31 - 1]);
+      return invalid("an index past the pool", () => run(options, pool, int32(past)));
+    }
+    default: {
+      // Two sequences naming one live slot (a lone sequence: one past the pool instead).
+      if (N === 1) return invalid("an index past the pool", () => run(options, pool, int32([N + 2])));
+      const twice = Array.from({ length: N }, (_, n) => n + 1);
+      const a = rng.int(0, N - 1), b = (a + rng.int(1, N - 1)) % N;
+      twice[b] = twice[a];
+      return invalid("a live slot named twice", () => run(options, pool, int32(twice)));
+    }
   }
 }

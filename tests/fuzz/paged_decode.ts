@@ -1,6 +1,7 @@
 // The fuzz catalog's generator for the paged decode steps (recurrentGdnDecode, recurrentKdaDecode):
 // valid steps on small pools (grouped heads, padding indices, fresh slots, float32 or bfloat16 pools,
-// both KDA gate transforms, an output buffer or not), and mutations that make a call certainly invalid.
+// both KDA gate transforms, an output buffer or not, indices checked or not), and mutations that make a
+// call certainly invalid (an index past the pool or a live slot named twice among them, with the check on).
 import * as ak from "../../mod.ts";
 import type { Case, Rng, Scope } from "./cases.ts";
 import { caseMakers } from "./family.ts";
@@ -30,6 +31,7 @@ export function pagedDecodeCases(rng: Rng, scope: Scope, bad: boolean): Case {
   const options: ak.KdaDecodeOptions = {};
   if (rng.chance(0.5)) options.hasInitialState = fresh;
   if (rng.chance(0.3)) options.scale = rng.pick([0.1, 1, 2]);
+  if (rng.chance(0.3)) options.checkIndices = rng.chance(0.5);
   if (kda && rng.chance(0.4)) options.gateTransform = "softplus";
   else if (kda && rng.chance(0.5)) options.lowerBound = rng.pick([-1, -5, 0]);
   const step = (o: unknown, x: unknown = qkv, s: unknown = idx) =>
@@ -65,7 +67,23 @@ export function pagedDecodeCases(rng: Rng, scope: Scope, bad: boolean): Case {
     }
     return valid("step", () => scope.keep(step(options)));
   }
-  switch (rng.int(0, 6)) {
+  const int32 = (xs: number[]) => scope.keep(ak.Tensor.from(xs, { dtype: "int32", device: scope.device }));
+  const checked = { ...options, checkIndices: true };
+  switch (rng.int(0, 9)) {
+    case 7: {
+      // One entry at or far past the pool, the others valid (a batch of none: a bad option instead).
+      if (B === 0) return invalid("bad checkIndices", () => step({ ...options, checkIndices: 1 }));
+      const past = Array.from({ length: B }, (_, b) => b + 1);
+      past[rng.int(0, B - 1)] = rng.pick([slots, slots + 1, 2 ** 31 - 1]);
+      return invalid("an index past the pool", () => step(checked, qkv, int32(past)));
+    }
+    case 8: {
+      // Two sequences naming one live slot.
+      if (B < 2) return invalid("bad checkIndices", () => step({ ...options, checkIndices: "yes" }));
+      const twice = Array.from({ length: B }, (_, b) => b + 1);
+      twice[B - 1] = twice[0];
+      return invalid("a live slot named twice", () => step(checked, qkv, int32(twice)));
+    }
     case 0:
       return invalid(
         "unknown option",

@@ -1,8 +1,10 @@
-// The paged decode step on a CUDA device: the fused kernel (decode/fused.cuh) when the planner says it
-// serves the call, else the general path, the CPU backend on host copies of the tensors (the pool
+// The paged decode step on a CUDA device: a fused kernel (decode/bulk.cuh on sm_90a, decode/fused.cuh
+// elsewhere) when the planner says one serves the call, else the general path, the CPU backend on host copies of the tensors (the pool
 // included) with the outputs and the pool copied back.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <vector>
 
 #include "core/plan.h"
 #include "cuda/backend.h"
@@ -41,6 +43,7 @@ void fused(const PagedDecode& d, int row) {
   p.beta_b = d.raw_beta->strides[1], p.beta_h = d.raw_beta->strides[2];
   p.a_log = static_cast<const float*>(d.a_log->data), p.dt_bias = static_cast<const float*>(d.dt_bias->data);
   p.state = d.state->data, p.state_bf16 = d.state->dtype == AK_BFLOAT16, p.slot_stride = d.state->strides[0];
+  p.slots = d.slots;
   p.indices = static_cast<const int32_t*>(d.indices->data);
   p.has_initial = d.has_initial ? static_cast<const uint8_t*>(d.has_initial->data) : nullptr;
   p.out = static_cast<T*>(d.output->data), p.out_b = d.output->strides[1], p.out_h = d.output->strides[2];
@@ -61,9 +64,16 @@ void paged_decode(const PagedDecode& d) {
   s.per_channel = d.per_channel;
   const size_t elem = d.state->dtype == AK_BFLOAT16 ? 2 : 4;
   s.aligned = reinterpret_cast<uintptr_t>(d.state->data) % 16 == 0 && (d.state->strides[0] * elem) % 16 == 0;
-  const paged_planning::PagedDecodeChoice c = plan_paged_decode(s, ak::cuda::caps(d.qkv->device_index));
+  const paged_planning::PagedDecodeChoice c = plan_paged_decode(s, ak::cuda::caps(d.qkv->device_index), tuning::current());
   plan::set_last(c.plan);
   if (!c.fused) return general(d);
+  // Bad indices are refused before anything is written: one small read-back of [B] int32 (it
+  // synchronises the stream), unless the caller vouches for them.
+  if (!d.trusted_indices) {
+    std::vector<int32_t> slots(static_cast<size_t>(d.B));
+    ak::cuda::copy_to_host(*d.indices, slots.data(), d.B * static_cast<int64_t>(sizeof(int32_t)));
+    require_slots_in_pool(slots.data(), d.B, d.slots);
+  }
   if (d.qkv->dtype == AK_BFLOAT16) return fused<__nv_bfloat16>(d, c.row);
   if (d.qkv->dtype == AK_FLOAT16) return fused<__half>(d, c.row);
   fused<float>(d, c.row);

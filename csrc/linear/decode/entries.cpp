@@ -19,17 +19,19 @@ using namespace ak::linear;
 
 namespace {
 
-constexpr int32_t kKnownFlags = AK_DECODE_PER_CHANNEL | AK_DECODE_BOUNDED;
+constexpr int32_t kKnownFlags = AK_DECODE_PER_CHANNEL | AK_DECODE_BOUNDED | AK_DECODE_TRUSTED_INDICES;
 
 PagedDecode parse(const ak_tensor* qkv_, const ak_tensor* raw_gate, const ak_tensor* raw_beta, const ak_tensor* a_log,
                   const ak_tensor* dt_bias, const ak_tensor* state_, const ak_tensor* indices,
                   const ak_tensor* has_initial, double scale, double lower_bound, int32_t flags,
                   const ak_tensor* output) {
   require((flags & ~kKnownFlags) == 0, "flags: unknown bits in " + std::to_string(flags) +
-                                           " (expected AK_DECODE_PER_CHANNEL = 1, AK_DECODE_BOUNDED = 2)");
+                                           " (expected AK_DECODE_PER_CHANNEL = 1, AK_DECODE_BOUNDED = 2, " +
+                                           "AK_DECODE_TRUSTED_INDICES = 4)");
   PagedDecode d;
   d.per_channel = (flags & AK_DECODE_PER_CHANNEL) != 0;
   d.bounded = (flags & AK_DECODE_BOUNDED) != 0;
+  d.trusted_indices = (flags & AK_DECODE_TRUSTED_INDICES) != 0;
   require(d.per_channel || !d.bounded, "flags: the bounded gate transform needs a gate per key channel");
   check_scale(scale);
   require(std::isfinite(lower_bound) && lower_bound <= 0,

@@ -22,6 +22,7 @@ struct DecodeParams {
   void* state = nullptr;
   bool state_bf16 = false;
   int64_t slot_stride = 0;      // elements between slots; each slot [H, V, K] dense
+  int64_t slots = 0;            // the pool's slot count
   const int32_t* indices = nullptr;
   const uint8_t* has_initial = nullptr;  // or null
   T* out = nullptr;

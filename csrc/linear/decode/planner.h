@@ -1,5 +1,6 @@
-// The paged decode step's planner: for a call's shape, dtype and GPU, whether the fused kernel serves it
-// (registry row linear.paged_decode) or why the general path (the CPU backend on host copies) runs.
+// The paged decode step's planner: for a call's shape, dtype and GPU, which fused kernel serves it
+// (registry rows linear.paged_decode.bulk and .fused) or why the general path (the CPU backend on host
+// copies) runs.
 // Pure host code, so `explain` answers for linear.paged_decode on any machine.
 #pragma once
 
@@ -8,6 +9,7 @@
 
 #include "core/plan.h"
 #include "core/registry.h"
+#include "core/tuning.h"
 
 namespace ak::linear::paged_planning {
 
@@ -24,7 +26,7 @@ struct PagedDecodeChoice {
   int row = -1;
 };
 
-PagedDecodeChoice plan_paged_decode(const PagedDecodeShape& s, const registry::Caps& caps);
+PagedDecodeChoice plan_paged_decode(const PagedDecodeShape& s, const registry::Caps& caps, const tuning::Table& t);
 
 // ak_plan for linear.paged_decode.
 std::string plan_paged_decode_query(const std::string& op, plan::Query& q);

@@ -1,18 +1,23 @@
 // Moving recurrent states between a pool [num_slots, ...] and per-sequence states [N, ...] (the paged
-// chunked prefill runs the training ops between a gather and a scatter): one strided copy or fill per
-// sequence with the device's own copy and fill, which convert the pool's dtype. The indices are read to
-// the host first.
+// chunked prefill runs the training ops between a gather and a scatter). The CPU backend copies or fills
+// one sequence at a time with its strided copy and fill, which convert the pool's dtype; on CUDA one
+// launch moves every sequence (decode/pool_cuda.cu). The indices are checked on the host first, so an
+// index past the pool or a live slot named twice is refused before anything is written: on CUDA that
+// costs one read-back of the [N] indices (there is no device-side error report to defer it to).
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/common.h"
 #include "cpu/backend.h"
 #include "linear/checks.h"
+#include "linear/decode/pool_problem.h"
 #include "linear/decode/slots.h"
 #if AK_WITH_CUDA
 #include "cuda/backend.h"
+#include "linear/decode/pool_cuda.h"
 #endif
 
 using namespace ak;
@@ -29,6 +34,16 @@ ak_tensor row_view(const ak_tensor& t, int64_t i) {
   return v;
 }
 
+// The view of a contiguous tensor with its last two dims swapped (the delta rule's [.., K, V] states
+// read as the pool's [.., V, K]).
+bool swapped_contiguous(const ak_tensor& t) {
+  if (t.rank < 3) return false;
+  ak_tensor s = t;
+  std::swap(s.shape[t.rank - 1], s.shape[t.rank - 2]);
+  std::swap(s.strides[t.rank - 1], s.strides[t.rank - 2]);
+  return is_contiguous(s);
+}
+
 template <class T>
 std::vector<T> to_host(const ak_tensor& t, int64_t n) {
   std::vector<T> h(static_cast<size_t>(n));
@@ -41,19 +56,59 @@ std::vector<T> to_host(const ak_tensor& t, int64_t n) {
   return h;
 }
 
-void copy(const ak_tensor& dst, const ak_tensor& src) {
-  if (dst.device_type == AK_CPU) {
-    ak::cpu::copy_strided(dst, src);
-  } else {
-    AK_CUDA_CALL(ak::cuda::copy_strided(dst, src));
+PoolCopy parse(const ak_tensor* pool_, const ak_tensor* indices, const ak_tensor* has_initial,
+               const ak_tensor* states_, int32_t mode) {
+  require((mode & ~(1 | AK_POOL_TRUSTED_INDICES)) == 0,
+          "mode: expected AK_POOL_GATHER = 0 or AK_POOL_SCATTER = 1, optionally | " +
+              std::string("AK_POOL_TRUSTED_INDICES = 2, got ") + std::to_string(mode));
+  PoolCopy p;
+  p.gather = (mode & 1) == AK_POOL_GATHER;
+  const ak_tensor& pool = check_tensor(pool_, "state_cache");
+  check_dtype(pool, "state_cache", {AK_FLOAT32, AK_BFLOAT16});
+  const ak_tensor& states = check_tensor(states_, "states");
+  check_dtype(states, "states", {AK_FLOAT32});
+  check_same_device(states, "states", pool, "state_cache");
+  require(pool.rank >= 2 && states.rank == pool.rank &&
+              std::equal(pool.shape + 1, pool.shape + pool.rank, states.shape + 1),
+          "states: expected [N, " + shape_string(pool).substr(1) + " without the slot count, got " +
+              shape_string(states));
+  p.swapped = !is_contiguous(states) && swapped_contiguous(states);
+  require(is_contiguous(states) || p.swapped,
+          "states: expected a contiguous tensor, or the view of one with its last two dims swapped");
+  p.slot_size = 1;
+  for (int d = pool.rank - 1; d >= 1; --d) {
+    require(pool.strides[d] == p.slot_size, "state_cache: expected every slot dense (slots may be apart)");
+    p.slot_size *= pool.shape[d];
   }
+  require(pool.strides[0] >= p.slot_size, "state_cache: expected slots apart, got a slot stride of " +
+                                              std::to_string(pool.strides[0]) + " below the slot's " +
+                                              std::to_string(p.slot_size) + " elements");
+  p.N = states.shape[0], p.slots = pool.shape[0];
+  p.R = pool.rank >= 3 ? pool.shape[pool.rank - 2] : 1, p.C = pool.shape[pool.rank - 1];
+  p.outer = p.R * p.C == 0 ? 0 : p.slot_size / (p.R * p.C);
+  p.pool = &pool, p.states = &states;
+  p.indices = &check_per_sequence(indices, "state_indices", AK_INT32, p.N, pool, "state_cache");
+  if (has_initial) {
+    p.has_initial = &check_per_sequence(has_initial, "has_initial_state", AK_BOOL, p.N, pool, "state_cache");
+  }
+  return p;
 }
 
-void zero(const ak_tensor& dst) {
-  if (dst.device_type == AK_CPU) {
-    ak::cpu::fill(dst, 0.0);
-  } else {
-    AK_CUDA_CALL(ak::cuda::fill(dst, 0.0));
+void cpu_pool_copy(const PoolCopy& p, const int32_t* slots) {
+  const std::vector<uint8_t> resume =
+      p.has_initial ? to_host<uint8_t>(*p.has_initial, p.N) : std::vector<uint8_t>(p.N, 1);
+  for (int64_t n = 0; n < p.N; ++n) {
+    const bool live = slots[n] > 0;
+    const ak_tensor state = row_view(*p.states, n);
+    if (p.gather) {
+      if (live && resume[n]) {
+        ak::cpu::copy_strided(state, row_view(*p.pool, slots[n]));
+      } else {
+        ak::cpu::fill(state, 0.0);  // a swapped row is still one dense run
+      }
+    } else if (live) {
+      ak::cpu::copy_strided(row_view(*p.pool, slots[n]), state);
+    }
   }
 }
 
@@ -61,45 +116,19 @@ void zero(const ak_tensor& dst) {
 
 extern "C" {
 
-AK_API ak_status ak_state_pool_copy(const ak_tensor* pool_, const ak_tensor* indices_, const ak_tensor* has_initial,
-                                    const ak_tensor* states_, int32_t direction) {
+AK_API ak_status ak_state_pool_copy(const ak_tensor* pool, const ak_tensor* indices, const ak_tensor* has_initial,
+                                    const ak_tensor* states, int32_t mode) {
   AK_ENTRY("ak_state_pool_copy", {
-    require(direction == AK_POOL_GATHER || direction == AK_POOL_SCATTER,
-            "direction: expected AK_POOL_GATHER = 0 or AK_POOL_SCATTER = 1, got " + std::to_string(direction));
-    const ak_tensor& pool = check_tensor(pool_, "state_cache");
-    check_dtype(pool, "state_cache", {AK_FLOAT32, AK_BFLOAT16});
-    check_device(pool, "state_cache");
-    const ak_tensor& states = check_contiguous(states_, "states");
-    check_dtype(states, "states", {AK_FLOAT32});
-    check_same_device(states, "states", pool, "state_cache");
-    require(pool.rank >= 2 && states.rank == pool.rank &&
-                std::equal(pool.shape + 1, pool.shape + pool.rank, states.shape + 1),
-            "states: expected [N, " + shape_string(pool).substr(1) + " without the slot count, got " +
-                shape_string(states));
-    int64_t slot_size = 1;
-    for (int d = pool.rank - 1; d >= 1; --d) {
-      require(pool.strides[d] == slot_size, "state_cache: expected every slot dense (slots may be apart)");
-      slot_size *= pool.shape[d];
+    const PoolCopy p = parse(pool, indices, has_initial, states, mode);
+    if (p.N == 0) return;
+    const bool cpu = p.pool->device_type == AK_CPU;
+    // A CUDA call with trusted indices reads nothing back (its kernels skip an index past the pool).
+    if (cpu || (mode & AK_POOL_TRUSTED_INDICES) == 0) {
+      const std::vector<int32_t> slots = to_host<int32_t>(*p.indices, p.N);
+      require_slots_in_pool(slots.data(), p.N, p.slots);
+      if (cpu) return cpu_pool_copy(p, slots.data());
     }
-    const int64_t N = states.shape[0];
-    const ak_tensor& idx = check_per_sequence(indices_, "state_indices", AK_INT32, N, pool, "state_cache");
-    if (has_initial) check_per_sequence(has_initial, "has_initial_state", AK_BOOL, N, pool, "state_cache");
-    const std::vector<int32_t> slots = to_host<int32_t>(idx, N);
-    require_slots_in_pool(slots.data(), N, pool.shape[0]);
-    const std::vector<uint8_t> resume = has_initial ? to_host<uint8_t>(*has_initial, N) : std::vector<uint8_t>(N, 1);
-    for (int64_t n = 0; n < N; ++n) {
-      const bool live = slots[n] > 0;
-      const ak_tensor state = row_view(states, n);
-      if (direction == AK_POOL_GATHER) {
-        if (live && resume[n]) {
-          copy(state, row_view(pool, slots[n]));
-        } else {
-          zero(state);
-        }
-      } else if (live) {
-        copy(row_view(pool, slots[n]), state);
-      }
-    }
+    AK_CUDA_CALL(ak::linear::cuda::pool_copy(p));
   });
 }
 

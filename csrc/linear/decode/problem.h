@@ -16,6 +16,7 @@ struct PagedDecode {
   int64_t slots = 0;  // rows of the pool
   bool per_channel = false;  // a gate per key channel (KDA); else one per head (GDN)
   bool bounded = false;      // lower_bound * sigmoid(a x); else -a softplus(x)
+  bool trusted_indices = false;  // CUDA: no host read of the indices (the kernels skip one past the pool)
   double scale = 0, lower_bound = 0;
   const ak_tensor* qkv = nullptr;          // [B, HK K + HK K + H V]
   const ak_tensor* raw_gate = nullptr;     // [1, B, H] or [1, B, H, K]

@@ -1,11 +1,14 @@
 // The pool operations' per-sequence arguments: their checks (state_indices int32 [N], has_initial_state
 // bool [N]), and the slot indices as the host sees them (the CPU backend's tensors, the general path's
-// host copies, or indices read back): an index at or past the pool's rows is refused before anything is
-// written.
+// host copies, or indices read back): an index at or past the pool's rows, or a live slot named twice, is
+// refused before anything is written.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/common.h"
 #include "linear/checks.h"
@@ -23,10 +26,20 @@ inline const ak_tensor& check_per_sequence(const ak_tensor* t, const char* name,
   return r;
 }
 
+// Every index below the slot count, and no live slot (index > 0) named twice: two sequences would
+// advance one state.
 inline void require_slots_in_pool(const int32_t* idx, int64_t n, int64_t slots) {
+  std::vector<std::pair<int32_t, int64_t>> live;  // (slot, entry), sorted to find repeats
   for (int64_t i = 0; i < n; ++i) {
     require(idx[i] < slots, "state_indices: entry " + std::to_string(i) + " is " + std::to_string(idx[i]) +
                                 ", past the " + std::to_string(slots) + " slots of state_cache");
+    if (idx[i] > 0) live.emplace_back(idx[i], i);
+  }
+  std::sort(live.begin(), live.end());
+  for (size_t j = 1; j < live.size(); ++j) {
+    require(live[j].first != live[j - 1].first,
+            "state_indices: entries " + std::to_string(live[j - 1].second) + " and " + std::to_string(live[j].second) +
+                " both name slot " + std::to_string(live[j].first) + " (each live slot at most once)");
   }
 }
 
