@@ -43,6 +43,7 @@ import { type LinearLayout, linearLayout } from "./layouts.ts";
 import { expectForwardTensorsLive } from "../checks.ts";
 import { callerBuffers, disposable, keepOffsets } from "./results.ts";
 import type { DeltaSavedStates } from "./saved.ts";
+import { recurrentOnPool, type RecurrentPoolOptions, splitPoolOptions } from "./pool_run.ts";
 
 /** Options of {@link recurrentDeltaRule} and {@link recurrentGatedDeltaRule}. */
 export interface DeltaRuleOptions {
@@ -356,9 +357,23 @@ export function recurrentGatedDeltaRule(
   v: Tensor,
   g: Tensor,
   beta: Tensor,
-  options: DeltaRuleOptions,
+  options: DeltaRuleOptions & RecurrentPoolOptions,
 ): DeltaRuleResult {
-  return forward("recurrentGatedDeltaRule", GATED_RECURRENT, { q, k, v, g, beta }, options);
+  const op = "recurrentGatedDeltaRule";
+  const { pool, rest } = splitPoolOptions(op, options);
+  if (pool) {
+    // The delta rule keeps states as [N, H, K, V]: the pool copies transpose on the way in and out.
+    return recurrentOnPool(
+      op,
+      q,
+      v,
+      rest,
+      pool,
+      true,
+      (o) => forward(op, GATED_RECURRENT, { q, k, v, g, beta }, o),
+    );
+  }
+  return forward(op, GATED_RECURRENT, { q, k, v, g, beta }, rest);
 }
 
 /**

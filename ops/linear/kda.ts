@@ -39,6 +39,7 @@ import {
 } from "./kda_native.ts";
 import { type LinearLayout, linearLayout } from "./layouts.ts";
 import { callerBuffers, disposable, keepOffsets } from "./results.ts";
+import { recurrentOnPool, type RecurrentPoolOptions, splitPoolOptions } from "./pool_run.ts";
 
 /** Options of {@link chunkKda} and {@link recurrentKda}. */
 export interface KdaOptions {
@@ -257,9 +258,14 @@ export function recurrentKda(
   v: Tensor,
   gate: Tensor,
   beta: Tensor,
-  options: KdaOptions,
+  options: KdaOptions & RecurrentPoolOptions,
 ): KdaResult {
-  return forward("recurrentKda", true, { q, k, v, gate, beta }, options);
+  const op = "recurrentKda";
+  const { pool, rest } = splitPoolOptions(op, options);
+  if (pool) {
+    return recurrentOnPool(op, q, v, rest, pool, false, (o) => forward(op, true, { q, k, v, gate, beta }, o));
+  }
+  return forward(op, true, { q, k, v, gate, beta }, rest);
 }
 
 /**

@@ -151,6 +151,7 @@ export {
   pagedChunkKda,
   type PagedChunkOptions,
 } from "./paged_chunk.ts";
+export { type PooledResult, type PoolOptions, type RecurrentPoolOptions } from "./pool_run.ts";
 export {
   causalConv1dDecode,
   type CausalConv1dDecodeOptions,

@@ -12,32 +12,22 @@
  *
  * @module
  */
-import { native, unwrap } from "../../ffi/library.ts";
 import { invalidArgument } from "../../ffi/errors.ts";
 import { checkOptions, type OptionSpec } from "../args.ts";
-import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
-import { type CuSeqlens, int32Seqlens } from "../seqlens.ts";
-import { Tensor } from "../tensor.ts";
+import { expectTensor } from "../checks.ts";
+import type { CuSeqlens } from "../seqlens.ts";
+import type { Tensor } from "../tensor.ts";
 import { checkScale } from "./delta_native.ts";
 import { chunkGatedDeltaRule } from "./delta_rule.ts";
 import { chunkKda } from "./kda.ts";
-import { optionalPerSequence, perSequence } from "./pool_args.ts";
+import { checkPool, type PoolOptions, runOnPool } from "./pool_run.ts";
 
 /** Options of {@link pagedChunkKda} and {@link pagedChunkGdn}. */
-export interface PagedChunkOptions {
+export interface PagedChunkOptions extends PoolOptions {
   /** Packed sequences in a batch of one: `[N + 1]` offsets (the last may stay below T). */
   cuSeqlens?: CuSeqlens;
-  /** `[N]` bool: false starts that sequence from a zero state. Default: every live slot resumes. */
-  hasInitialState?: Tensor;
   /** The query scale (default `1 / sqrt(K)`). */
   scale?: number;
-  /**
-   * true (default): `stateIndices` are read to the host once and an index past the pool or a live slot
-   * named twice is refused before anything is written; on a CUDA device that read waits for the stream.
-   * false: no read (indices known good): an index past the pool is skipped on the device and a live slot
-   * named twice ends unspecified. The CPU always checks.
-   */
-  checkIndices?: boolean;
 }
 
 /** Options of {@link pagedChunkGdn}: also the in-kernel q/k L2 norm. */
@@ -46,96 +36,8 @@ export interface PagedChunkGdnOptions extends PagedChunkOptions {
   useQkL2norm?: boolean;
 }
 
-const POOL_GATHER = 0;
-const POOL_SCATTER = 1;
-const POOL_TRUSTED_INDICES = 2;
 const SPEC: OptionSpec = { cuSeqlens: "any", hasInitialState: "any", scale: "any", checkIndices: "boolean" };
 const GDN_SPEC: OptionSpec = { ...SPEC, useQkL2norm: "boolean" };
-
-interface Pool {
-  cache: Tensor;
-  indices: Tensor;
-  hasInitialState?: Tensor;
-  /** Whether the gather reads the indices back and checks them (options.checkIndices). */
-  checkIndices: boolean;
-  N: number;
-  H: number;
-  V: number;
-  K: number;
-}
-
-function checkPool(
-  op: string,
-  q: Tensor,
-  v: Tensor,
-  stateCache: unknown,
-  stateIndices: unknown,
-  o: PagedChunkOptions,
-) {
-  const cache = expectTensor(op, "stateCache", stateCache);
-  expectDType(op, "stateCache", cache, ["float32", "bfloat16"]);
-  expectSameDevice(op, "stateCache", cache, q, "q");
-  if (v.ndim !== 4) throw invalidArgument(op, `v: expected [B, T, H, V], got [${v.shape.join(", ")}]`);
-  expectShape(op, "stateCache", cache, [null, v.shape[2], v.shape[3], q.shape[3]]);
-  const indices = perSequence(op, "stateIndices", stateIndices, "int32", q, "q");
-  const hasInitialState = optionalPerSequence(
-    op,
-    "options.hasInitialState",
-    o.hasInitialState,
-    "bool",
-    q,
-    "q",
-    {
-      N: indices.shape[0],
-    },
-  );
-  return {
-    cache,
-    indices,
-    hasInitialState,
-    checkIndices: o.checkIndices !== false,
-    N: indices.shape[0],
-    H: v.shape[2],
-    V: v.shape[3],
-    K: q.shape[3],
-  } satisfies Pool;
-}
-
-/**
- * Moves states between the pool and `states`: `[N, H, V, K]` as the pool holds them, or with `kv` the delta
- * rule's `[N, H, K, V]`, passed as its transposed view so the copy itself transposes.
- */
-function poolCopy(op: string, p: Pool, states: Tensor, direction: number, kv = false): void {
-  const { N, H, V, K } = p;
-  unwrap(
-    native().ak_state_pool_copy(
-      p.cache.descriptor(op),
-      p.indices.descriptor(op),
-      direction === POOL_GATHER ? p.hasInitialState?.descriptor(op) ?? null : null,
-      kv ? states.viewDescriptor([N, H, V, K], [H * K * V, K * V, 1, V], op) : states.descriptor(op),
-      // The gather checks the indices (unless told not to); the scatter of the same call needs no second look.
-      direction | (direction === POOL_SCATTER || !p.checkIndices ? POOL_TRUSTED_INDICES : 0),
-    ),
-    op,
-  );
-}
-
-/** Zeroes the output rows of padding sequences (index <= 0) on the output's device, in place. */
-function zeroPadding(op: string, output: Tensor, p: Pool, cuSeqlens: CuSeqlens | undefined): void {
-  // The chunked op has checked the offsets: a tensor goes as it is, host numbers are uploaded.
-  using uploaded = cuSeqlens === undefined || cuSeqlens instanceof Tensor
-    ? undefined
-    : int32Seqlens(op, "cuSeqlens", cuSeqlens, output.device);
-  const offsets = cuSeqlens instanceof Tensor ? cuSeqlens : uploaded?.tensor;
-  unwrap(
-    native().ak_zero_padding_rows(
-      output.descriptor(op),
-      p.indices.descriptor(op),
-      offsets?.descriptor(op) ?? null,
-    ),
-    op,
-  );
-}
 
 /**
  * KDA's chunked forward over a paged state pool, advancing each sequence's slot in place (inference
@@ -175,26 +77,16 @@ export function pagedChunkKda(
   const qt = expectTensor(op, "q", q), vt = expectTensor(op, "v", v);
   if (qt.ndim !== 4) throw invalidArgument(op, `q: expected [B, T, HK, K], got [${qt.shape.join(", ")}]`);
   const p = checkPool(op, qt, vt, stateCache, stateIndices, o);
-  using states = Tensor.empty([p.N, p.H, p.V, p.K], { dtype: "float32", device: qt.device });
-  poolCopy(op, p, states, POOL_GATHER);
-  const output = Tensor.empty([qt.shape[0], qt.shape[1], p.H, p.V], { dtype: qt.dtype, device: qt.device });
-  try {
-    using r = chunkKda(qt, k, vt, gate, beta, {
+  return runOnPool(op, qt, p, o.cuSeqlens, false, (initial, output) =>
+    chunkKda(qt, k, vt, gate, beta, {
       layout: "bshd",
-      initialState: states,
+      initialState: initial,
       stateLayout: "vk",
       outputFinalState: true,
       ...(o.cuSeqlens !== undefined ? { cuSeqlens: o.cuSeqlens } : {}),
       scale: checkScale(op, o.scale ?? undefined, p.K),
       out: { output },
-    });
-    poolCopy(op, p, r.finalState!, POOL_SCATTER);
-    zeroPadding(op, output, p, o.cuSeqlens);
-  } catch (e) {
-    output.dispose();
-    throw e;
-  }
-  return output;
+    }));
 }
 
 /**
@@ -236,24 +128,21 @@ export function pagedChunkGdn(
   if (qt.ndim !== 4) throw invalidArgument(op, `q: expected [B, T, HK, K], got [${qt.shape.join(", ")}]`);
   const p = checkPool(op, qt, vt, stateCache, stateIndices, o);
   // The delta rule keeps states as [N, H, K, V]: the pool copies transpose on the way in and out.
-  using initial = Tensor.empty([p.N, p.H, p.K, p.V], { dtype: "float32", device: qt.device });
-  poolCopy(op, p, initial, POOL_GATHER, true);
-  const output = Tensor.empty([qt.shape[0], qt.shape[1], p.H, p.V], { dtype: qt.dtype, device: qt.device });
-  try {
-    using r = chunkGatedDeltaRule(qt, k, vt, g, beta, {
-      layout: "bshd",
-      initialState: initial,
-      outputFinalState: true,
-      useQkL2norm: o.useQkL2norm ?? false,
-      ...(o.cuSeqlens !== undefined ? { cuSeqlens: o.cuSeqlens } : {}),
-      scale: checkScale(op, o.scale ?? undefined, p.K),
-      out: { output },
-    });
-    poolCopy(op, p, r.finalState!, POOL_SCATTER, true);
-    zeroPadding(op, output, p, o.cuSeqlens);
-  } catch (e) {
-    output.dispose();
-    throw e;
-  }
-  return output;
+  return runOnPool(
+    op,
+    qt,
+    p,
+    o.cuSeqlens,
+    true,
+    (initial, output) =>
+      chunkGatedDeltaRule(qt, k, vt, g, beta, {
+        layout: "bshd",
+        initialState: initial,
+        outputFinalState: true,
+        useQkL2norm: o.useQkL2norm ?? false,
+        ...(o.cuSeqlens !== undefined ? { cuSeqlens: o.cuSeqlens } : {}),
+        scale: checkScale(op, o.scale ?? undefined, p.K),
+        out: { output },
+      }),
+  );
 }

@@ -1,7 +1,7 @@
-// The fuzz catalog's generator for the chunked prefill on a paged state pool: valid calls of
-// pagedChunkKda and pagedChunkGdn (dense or packed, padding indices, repeated or not, fresh slots, float32
-// or bfloat16 pools), and mutations that make a call certainly invalid (an index past the pool, a live
-// slot named twice among them).
+// The fuzz catalog's generator for the forwards on a paged state pool: valid calls of pagedChunkKda and
+// pagedChunkGdn, and of recurrentKda and recurrentGatedDeltaRule with stateIndices (dense or packed, padding
+// indices, repeated or not, fresh slots, float32 or bfloat16 pools, indices checked or not), and mutations
+// that make a call certainly invalid (an index past the pool, a live slot named twice among them).
 import * as ak from "../../mod.ts";
 import type { Case, Rng, Scope } from "./cases.ts";
 import { caseMakers } from "./family.ts";
@@ -38,11 +38,24 @@ export function pagedChunkCases(rng: Rng, scope: Scope, bad: boolean): Case {
       }),
     );
   }
-  const run = (o: unknown, pl: unknown = pool, s: unknown = idx) =>
-    kda
+  if (rng.chance(0.3)) options.checkIndices = rng.chance(0.5);
+  // The recurrent forms with stateIndices take the same pool through their initialState.
+  const recurrent = rng.chance(0.3);
+  const run = (o: unknown, pl: unknown = pool, s: unknown = idx): ak.Tensor => {
+    if (recurrent) {
+      const pooled = { layout: "bshd", initialState: pl, stateIndices: s, ...(o as object) } as never;
+      return (kda
+        ? ak.recurrentKda(q, k, v, gate, beta, pooled)
+        : ak.recurrentGatedDeltaRule(q, k, v, gate, beta, pooled)).output;
+    }
+    return kda
       ? ak.pagedChunkKda(q, k, v, gate, beta, pl as ak.Tensor, s as ak.Tensor, o as ak.PagedChunkOptions)
       : ak.pagedChunkGdn(q, k, v, gate, beta, pl as ak.Tensor, s as ak.Tensor, o as ak.PagedChunkGdnOptions);
-  if (!bad) return valid(kda ? "kda" : "gdn", () => scope.keep(run(options)));
+  };
+  // The index mutations keep the check on (unchecked, CUDA skips an index past the pool by design).
+  const checked = { ...options, checkIndices: true };
+  const name = `${recurrent ? "recurrent " : ""}${kda ? "kda" : "gdn"}`;
+  if (!bad) return valid(name, () => scope.keep(run(options)));
   switch (rng.int(0, 4)) {
     case 0:
       return invalid(
@@ -60,15 +73,15 @@ export function pagedChunkCases(rng: Rng, scope: Scope, bad: boolean): Case {
       // One entry at or far past the pool's N + 2 slots, the others valid.
       const past = Array.from({ length: N }, (_, n) => n + 1);
       past[rng.int(0, N - 1)] = rng.pick([N + 2, N + 3, 2 ** 31 - 1]);
-      return invalid("an index past the pool", () => run(options, pool, int32(past)));
+      return invalid("an index past the pool", () => run(checked, pool, int32(past)));
     }
     default: {
       // Two sequences naming one live slot (a lone sequence: one past the pool instead).
-      if (N === 1) return invalid("an index past the pool", () => run(options, pool, int32([N + 2])));
+      if (N === 1) return invalid("an index past the pool", () => run(checked, pool, int32([N + 2])));
       const twice = Array.from({ length: N }, (_, n) => n + 1);
       const a = rng.int(0, N - 1), b = (a + rng.int(1, N - 1)) % N;
       twice[b] = twice[a];
-      return invalid("a live slot named twice", () => run(options, pool, int32(twice)));
+      return invalid("a live slot named twice", () => run(checked, pool, int32(twice)));
     }
   }
 }
