@@ -16,6 +16,7 @@ import {
   chunkKda,
   explain,
   gateTransform,
+  lastPlan,
   recurrentGdnDecode,
   recurrentKdaDecode,
   Tensor,
@@ -310,6 +311,43 @@ deviceTest(
           ),
         /checkIndices/,
       );
+    }),
+);
+
+deviceTest(
+  "paged decode impl: fused only where a fused kernel serves the call, reference on the exact path",
+  (device) =>
+    expectNoLeak(device, () => {
+      const step = (K: number, impl?: "fused" | "reference") => {
+        const [B, H, V] = [2, 2, 8];
+        using qkv = Tensor.randn([B, H * (2 * K + V)], { device, seed: 1 });
+        using rawGate = Tensor.randn([1, B, H], { device, seed: 2 });
+        using rawBeta = Tensor.randn([1, B, H], { device, seed: 3 });
+        using aLog = Tensor.zeros([H], { device });
+        using dtBias = Tensor.zeros([H], { device });
+        using pool = Tensor.randn([3, H, V, K], { device, seed: 4, std: 0.1 });
+        using idx = Tensor.from([2, 1], { dtype: "int32", device });
+        using out = recurrentGdnDecode(qkv, rawGate, rawBeta, aLog, dtBias, pool, idx, impl ? { impl } : {});
+        return {
+          out: Float64Array.from(out.toArray() as Float32Array),
+          pool: pool.toArray() as Float32Array,
+        };
+      };
+      refuses(() => step(32, "fast" as never), /impl: expected "fused" or "reference"/);
+      const reference = step(32, "reference");
+      if (device === "cpu") {
+        refuses(() => step(32, "fused"), /impl 'fused': the CPU has no fused kernel/);
+        assert.deepEqual(step(32), reference, "on the CPU the default is the reference");
+        return;
+      }
+      assert.equal(lastPlan()?.path, "general");
+      const fused = step(32, "fused");
+      assert.ok(["bulk", "fused"].includes(lastPlan()?.path ?? ""), `fused path: ${lastPlan()?.path}`);
+      // The fused kernels add in float32, the reference in float64: agreement to float32 rounding.
+      fused.out.forEach((x, i) =>
+        assert.ok(Math.abs(x - reference.out[i]) <= 1e-5 * (1 + Math.abs(x)), `out ${i}`)
+      );
+      refuses(() => step(24, "fused"), /impl 'fused': no fused kernel serves this call: K is not 32/);
     }),
 );
 

@@ -306,6 +306,8 @@ AK_API ak_status ak_kda_bwd(const ak_tensor* q, const ak_tensor* k, const ak_ten
 #define AK_DECODE_PER_CHANNEL 1 /* a gate per key channel (KDA); else one per head (GDN) */
 #define AK_DECODE_BOUNDED 2     /* the bounded gate transform (per channel only); else softplus */
 #define AK_DECODE_TRUSTED_INDICES 4 /* CUDA: no host read of state_indices (see above) */
+#define AK_DECODE_IMPL_FUSED 8      /* a fused kernel must serve the call, else AK_ERR_UNSUPPORTED naming why */
+#define AK_DECODE_IMPL_REFERENCE 16 /* the exact general path (the CPU backend; on CUDA on host copies) */
 AK_API ak_status ak_paged_decode(const ak_tensor* packed_qkv, const ak_tensor* raw_gate, const ak_tensor* raw_beta,
                                  const ak_tensor* a_log, const ak_tensor* dt_bias, const ak_tensor* state_cache,
                                  const ak_tensor* state_indices, const ak_tensor* has_initial_state, double scale,

@@ -44,6 +44,12 @@ export interface GdnDecodeOptions {
    * always checks.
    */
   checkIndices?: boolean;
+  /**
+   * `"fused"`: a fused kernel must serve the call, else an AttnkitError naming why (K outside 32, 64, 128,
+   * 256, unaligned rows, the CPU). `"reference"`: the exact general path (the CPU backend; for CUDA tensors
+   * on host copies, slow). Default: the planner picks (`explain({ op: "linear.paged_decode" })`).
+   */
+  impl?: "fused" | "reference";
 }
 
 /** Options of {@link recurrentKdaDecode}. */
@@ -58,9 +64,18 @@ const FLOATS: readonly DType[] = ["float16", "bfloat16", "float32"];
 const PER_CHANNEL = 1;
 const BOUNDED = 2;
 const TRUSTED_INDICES = 4;
+const IMPL_FLAGS: Record<string, number> = { fused: 8, reference: 16 };
+const IMPL = (v: unknown) =>
+  typeof v === "string" && Object.hasOwn(IMPL_FLAGS, v) ? undefined : '"fused" or "reference"';
 const LOWER_BOUND = (v: unknown) =>
   typeof v === "number" && Number.isFinite(v) && v <= 0 ? undefined : "a finite number <= 0";
-const GDN_SPEC: OptionSpec = { hasInitialState: "any", scale: "any", out: "any", checkIndices: "boolean" };
+const GDN_SPEC: OptionSpec = {
+  hasInitialState: "any",
+  scale: "any",
+  out: "any",
+  checkIndices: "boolean",
+  impl: IMPL,
+};
 const KDA_SPEC: OptionSpec = { ...GDN_SPEC, gateTransform: "any", lowerBound: LOWER_BOUND };
 
 /** The checked tensors of a call and the sizes read off them. */
@@ -170,7 +185,7 @@ function run(
         c.hasInitialState?.descriptor(op) ?? null,
         checkScale(op, o.scale ?? undefined, K),
         settings.lowerBound,
-        settings.flags | (o.checkIndices === false ? TRUSTED_INDICES : 0),
+        settings.flags | (o.checkIndices === false ? TRUSTED_INDICES : 0) | (o.impl ? IMPL_FLAGS[o.impl] : 0),
         output.descriptor(op),
       ),
       op,

@@ -32,6 +32,7 @@ export function pagedDecodeCases(rng: Rng, scope: Scope, bad: boolean): Case {
   if (rng.chance(0.5)) options.hasInitialState = fresh;
   if (rng.chance(0.3)) options.scale = rng.pick([0.1, 1, 2]);
   if (rng.chance(0.3)) options.checkIndices = rng.chance(0.5);
+  if (rng.chance(0.2)) options.impl = "reference";
   if (kda && rng.chance(0.4)) options.gateTransform = "softplus";
   else if (kda && rng.chance(0.5)) options.lowerBound = rng.pick([-1, -5, 0]);
   const step = (o: unknown, x: unknown = qkv, s: unknown = idx) =>
@@ -69,7 +70,10 @@ export function pagedDecodeCases(rng: Rng, scope: Scope, bad: boolean): Case {
   }
   const int32 = (xs: number[]) => scope.keep(ak.Tensor.from(xs, { dtype: "int32", device: scope.device }));
   const checked = { ...options, checkIndices: true };
-  switch (rng.int(0, 9)) {
+  switch (rng.int(0, 10)) {
+    case 9:
+      // No fused kernel serves K of 4, 8 or 16 (nor the CPU): impl "fused" must say so, not fall back.
+      return invalid("impl fused where no fused kernel serves", () => step({ ...options, impl: "fused" }));
     case 7: {
       // One entry at or far past the pool, the others valid (a batch of none: a bad option instead).
       if (B === 0) return invalid("bad checkIndices", () => step({ ...options, checkIndices: 1 }));

@@ -21,6 +21,7 @@ namespace ak::linear::cuda {
 
 namespace {
 
+// The exact path: the CPU backend on host copies of every tensor (the pool included), copied back.
 void general(const PagedDecode& d) {
   HostMirror m;
   PagedDecode h = d;
@@ -64,8 +65,19 @@ void paged_decode(const PagedDecode& d) {
   s.per_channel = d.per_channel;
   const size_t elem = d.state->dtype == AK_BFLOAT16 ? 2 : 4;
   s.aligned = reinterpret_cast<uintptr_t>(d.state->data) % 16 == 0 && (d.state->strides[0] * elem) % 16 == 0;
-  const paged_planning::PagedDecodeChoice c = plan_paged_decode(s, ak::cuda::caps(d.qkv->device_index), tuning::current());
+  paged_planning::PagedDecodeChoice c =
+      plan_paged_decode(s, ak::cuda::caps(d.qkv->device_index), tuning::current());
+  if (d.impl == DecodeImpl::reference) {
+    c.fused = false, c.plan.path = "general", c.plan.rows.clear();
+    c.plan.detail("why", "impl 'reference'");
+  }
+  if (d.impl == DecodeImpl::fused && !c.fused) {
+    std::string why = "no fused kernel is built";
+    for (const auto& [key, value] : c.plan.details) why = key == "why" ? value : why;
+    fail(AK_ERR_UNSUPPORTED, "impl 'fused': no fused kernel serves this call: " + why);
+  }
   plan::set_last(c.plan);
+  if (d.B == 0) return;
   if (!c.fused) return general(d);
   // Bad indices are refused before anything is written: one small read-back of [B] int32 (it
   // synchronises the stream), unless the caller vouches for them.

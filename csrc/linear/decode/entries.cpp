@@ -19,7 +19,8 @@ using namespace ak::linear;
 
 namespace {
 
-constexpr int32_t kKnownFlags = AK_DECODE_PER_CHANNEL | AK_DECODE_BOUNDED | AK_DECODE_TRUSTED_INDICES;
+constexpr int32_t kKnownFlags = AK_DECODE_PER_CHANNEL | AK_DECODE_BOUNDED | AK_DECODE_TRUSTED_INDICES |
+                                 AK_DECODE_IMPL_FUSED | AK_DECODE_IMPL_REFERENCE;
 
 PagedDecode parse(const ak_tensor* qkv_, const ak_tensor* raw_gate, const ak_tensor* raw_beta, const ak_tensor* a_log,
                   const ak_tensor* dt_bias, const ak_tensor* state_, const ak_tensor* indices,
@@ -27,11 +28,16 @@ PagedDecode parse(const ak_tensor* qkv_, const ak_tensor* raw_gate, const ak_ten
                   const ak_tensor* output) {
   require((flags & ~kKnownFlags) == 0, "flags: unknown bits in " + std::to_string(flags) +
                                            " (expected AK_DECODE_PER_CHANNEL = 1, AK_DECODE_BOUNDED = 2, " +
-                                           "AK_DECODE_TRUSTED_INDICES = 4)");
+                                           "AK_DECODE_TRUSTED_INDICES = 4, AK_DECODE_IMPL_FUSED = 8, " +
+                                           "AK_DECODE_IMPL_REFERENCE = 16)");
+  require((flags & AK_DECODE_IMPL_FUSED) == 0 || (flags & AK_DECODE_IMPL_REFERENCE) == 0,
+          "flags: AK_DECODE_IMPL_FUSED and AK_DECODE_IMPL_REFERENCE together");
   PagedDecode d;
   d.per_channel = (flags & AK_DECODE_PER_CHANNEL) != 0;
   d.bounded = (flags & AK_DECODE_BOUNDED) != 0;
   d.trusted_indices = (flags & AK_DECODE_TRUSTED_INDICES) != 0;
+  d.impl = (flags & AK_DECODE_IMPL_FUSED) ? DecodeImpl::fused : (flags & AK_DECODE_IMPL_REFERENCE) ? DecodeImpl::reference
+                                                                                                     : DecodeImpl::any;
   require(d.per_channel || !d.bounded, "flags: the bounded gate transform needs a gate per key channel");
   check_scale(scale);
   require(std::isfinite(lower_bound) && lower_bound <= 0,
@@ -90,8 +96,11 @@ AK_API ak_status ak_paged_decode(const ak_tensor* packed_qkv, const ak_tensor* r
   AK_ENTRY("ak_paged_decode", {
     const PagedDecode d = parse(packed_qkv, raw_gate, raw_beta, a_log, dt_bias, state_cache, state_indices,
                                 has_initial_state, scale, lower_bound, flags, output);
-    if (d.B == 0) return;
     if (packed_qkv->device_type == AK_CPU) {
+      if (d.impl == DecodeImpl::fused) {
+        fail(AK_ERR_UNSUPPORTED, "impl 'fused': the CPU has no fused kernel (its backend is the reference)");
+      }
+      if (d.B == 0) return;
       require_slots_in_pool(state_indices, d.B, d.slots);
       ak::linear::cpu::paged_decode(d);
     } else {

@@ -8,6 +8,10 @@
 
 namespace ak::linear {
 
+// Which implementation a call asks for: whatever the planner picks, a fused kernel only, or the exact
+// general path.
+enum class DecodeImpl { any, fused, reference };
+
 struct PagedDecode {
   int64_t B = 0;      // sequences (one token each)
   int64_t H = 0;      // value heads
@@ -17,6 +21,7 @@ struct PagedDecode {
   bool per_channel = false;  // a gate per key channel (KDA); else one per head (GDN)
   bool bounded = false;      // lower_bound * sigmoid(a x); else -a softplus(x)
   bool trusted_indices = false;  // CUDA: no host read of the indices (the kernels skip one past the pool)
+  DecodeImpl impl = DecodeImpl::any;
   double scale = 0, lower_bound = 0;
   const ak_tensor* qkv = nullptr;          // [B, HK K + HK K + H V]
   const ak_tensor* raw_gate = nullptr;     // [1, B, H] or [1, B, H, K]
