@@ -1,6 +1,6 @@
 // The causal convolution over a paged history pool (pagedCausalConv1d, causalConv1dDecode) against the
 // training op causalConv1d on the same tokens (itself held to a float64 oracle in causal_conv1d.test.ts):
-// dense and packed batches (empty sequences, spare rows past the last offset), widths 2 to 4, three
+// dense and packed batches (empty sequences, spare rows past the last offset), widths 2 to 8, three
 // dtypes with float32 or 16-bit weights, SiLU or none, fresh slots holding NaN, padding indices (0 and
 // negative) whose slots stay untouched, and a decode stepped T times. The output is poisoned with NaN
 // first, so an unwritten row fails.
@@ -167,6 +167,17 @@ const SPECS: Spec[] = [
     spare: 0,
     silu: false,
   },
+  // The wider windows the CUDA kernel unrolls (5 to 8), sequences shorter and longer than the history.
+  ...[5, 6, 7, 8].map((W): Spec => ({
+    dtype: W % 2 ? "float32" : "bfloat16",
+    weightDtype: "float32",
+    W,
+    C: 8 * (W - 4),
+    lengths: [3, W + 2, 0],
+    packed: W % 2 === 0,
+    spare: W % 2 === 0 ? 1 : 0,
+    silu: W % 2 === 1,
+  })),
 ];
 
 deviceTest(
@@ -241,9 +252,9 @@ deviceTest(
         () => pagedCausalConv1d(x, weight, pool, idx1, { initialState: pool } as never),
         /initialState/,
       );
-      if (device === "cpu") {
-        using past = Tensor.from([3], { dtype: "int32", device });
-        refuses(() => pagedCausalConv1d(x, weight, pool, past), /past the 3 slots/);
-      }
+      using past = Tensor.from([3], { dtype: "int32", device });
+      refuses(() => pagedCausalConv1d(x, weight, pool, past), /past the 3 slots/);
+      using twice = Tensor.from([2, 2], { dtype: "int32", device });
+      refuses(() => causalConv1dDecode(x2, weight, pool, { stateIndices: twice }), /both name slot 2/);
     }),
 );

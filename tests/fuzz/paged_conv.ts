@@ -1,6 +1,7 @@
 // The fuzz catalog's generator for the causal convolution over a paged history pool: valid prefill
 // (dense or packed, empty sequences, spare rows) and decode steps (with or without indices, padding,
-// fresh slots), and mutations that make a call certainly invalid.
+// fresh slots), and mutations that make a call certainly invalid (among them an index past the pool and a
+// live slot named twice).
 import * as ak from "../../mod.ts";
 import type { Case, Rng, Scope } from "./cases.ts";
 import { caseMakers } from "./family.ts";
@@ -10,7 +11,7 @@ const { valid, invalid } = caseMakers("paged conv1d");
 /** The paged conv1d generator (registered in cases.ts). */
 export function pagedConvCases(rng: Rng, scope: Scope, bad: boolean): Case {
   const dtype = rng.pick<ak.DType>(["float32", "bfloat16", "float16"]);
-  const C = rng.pick([1, 3, 8]), W = rng.pick([2, 3, 4]);
+  const C = rng.pick([1, 3, 8]), W = rng.pick([2, 3, 4, 8]);
   const N = rng.int(1, 3), slots = N + rng.int(1, 2);
   const weight = scope.randn([C, W], rng.chance(0.5) ? "float32" : dtype, rng.int(0, 999));
   const pool = scope.randn([slots, W - 1, C], dtype, rng.int(0, 999));
@@ -49,7 +50,19 @@ export function pagedConvCases(rng: Rng, scope: Scope, bad: boolean): Case {
       return packed ? scope.keep(y.slice(1, 0, cu[N])) : y;
     });
   }
-  switch (rng.int(0, 4)) {
+  switch (rng.int(0, 6)) {
+    case 5:
+      // One entry past the pool, the others valid.
+      return invalid(
+        "an index past the pool",
+        () => run(options, x, int32([slots, ...Array(N - 1).fill(0)])),
+      );
+    case 6:
+      // Two sequences naming one live slot (a lone sequence: one past the pool instead).
+      return invalid(
+        N === 1 ? "an index past the pool" : "a live slot named twice",
+        () => run(options, x, int32(N === 1 ? [slots + 1] : [1, ...Array(N - 1).fill(1)])),
+      );
     case 0:
       return invalid(
         "unknown option",

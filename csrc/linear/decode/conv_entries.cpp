@@ -1,6 +1,7 @@
 // The C entry of the causal convolution over a paged history pool (pagedCausalConv1d for many tokens,
 // causalConv1dDecode for one per sequence): every argument checked (the messages name it), then
-// dispatched by device. Index values are the caller's to keep unique; the CPU refuses one past the pool.
+// dispatched by device. An index past the pool or a live slot named twice is refused before anything is
+// written (slots.h), on either device.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -78,7 +79,7 @@ AK_API ak_status ak_paged_conv1d(const ak_tensor* x_, const ak_tensor* weight, c
     check_row_layout(out, "output");
     check_same_device(out, "output", x, "x");
     d.x = x_, d.weight = weight, d.state = state_cache, d.indices = state_indices;
-    d.has_initial = has_initial_state, d.output = output;
+    d.has_initial = has_initial_state, d.output = output, d.cu_seqlens = cu_seqlens;
     if (d.N == 0 || d.C == 0) return;
     if (x.device_type == AK_CPU) {
       require_slots_in_pool(state_indices, d.N, d.slots);
