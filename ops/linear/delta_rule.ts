@@ -349,6 +349,12 @@ export function chunkGatedDeltaRule(
  *   useQkL2norm: true,
  *   outputFinalState: true,
  * });
+ * // On a state pool [numSlots, H, V, K]: the sequence's slot 3 is its initial state and receives its
+ * // final state in place (inference only).
+ * using pool = Tensor.zeros([4, 2, 16, 16]);
+ * using slots = Tensor.from([3], { dtype: "int32" });
+ * using p = recurrentGatedDeltaRule(q, k, v, g, beta, { layout: "bshd", initialState: pool, stateIndices: slots });
+ * console.log(p.output.shape); // [1, 8, 2, 16]
  * ```
  */
 export function recurrentGatedDeltaRule(
