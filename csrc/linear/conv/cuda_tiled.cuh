@@ -138,6 +138,27 @@ __device__ __forceinline__ bool place(int64_t C, int64_t& c, int64_t& r0) {
   return c < C;
 }
 
+// One token through the window, its input already in e[W - 1]: y = act(sum_i w[i] e[i]) stored at `at`
+// of the output, then the window moves on by one.
+template <int DT, int W>
+__device__ __forceinline__ void emit_token(const ForwardArgs& a, int64_t at, int activation,
+                                           const float (&w)[W][kVec], float (&e)[W][kVec]) {
+  float y[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    float z = 0.f;
+#pragma unroll
+    for (int i = 0; i < W; ++i) z += w[i][j] * e[i][j];
+    y[j] = activate_fast<DT>(activation, z);
+  }
+  store_vec<DT>(a.output.f.data, at, y);
+#pragma unroll
+  for (int i = 0; i + 1 < W; ++i) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) e[i][j] = e[i + 1][j];
+  }
+}
+
 // A run wholly inside one sequence (the common case): its kRun rows fetched at once, the loop unrolled,
 // no per-row bookkeeping. e holds the W - 1 inputs before the run.
 template <int DT, int W, bool Silu>
@@ -151,20 +172,7 @@ __device__ __forceinline__ void forward_run(const ForwardArgs& a, const Sequence
 #pragma unroll
   for (int k = 0; k < kRun; ++k) {
     unpack<DT>(raw[k], e[W - 1]);
-    float y[kVec];
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      float z = 0.f;
-#pragma unroll
-      for (int i = 0; i < W; ++i) z += w[i][j] * e[i][j];
-      y[j] = Silu ? activate_fast<DT>(AK_CONV_SILU, z) : z;
-    }
-    store_vec<DT>(a.output.f.data, y0 + k * a.output.token_stride, y);
-#pragma unroll
-    for (int i = 0; i + 1 < W; ++i) {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) e[i][j] = e[i + 1][j];
-    }
+    emit_token<DT, W>(a, y0 + k * a.output.token_stride, Silu ? AK_CONV_SILU : AK_CONV_NONE, w, e);
   }
 }
 
@@ -213,20 +221,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2) forward_kernel(const Forward
         refill();
       }
       unpack<DT>(raw[k], e[W - 1]);
-      float y[kVec];
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        float z = 0.f;
-#pragma unroll
-        for (int i = 0; i < W; ++i) z += w[i][j] * e[i][j];
-        y[j] = activate_fast<DT>(p.activation, z);
-      }
-      store_vec<DT>(a.output.f.data, a.output.at(s.batch, s.begin + s.pos, c), y);
-#pragma unroll
-      for (int i = 0; i + 1 < W; ++i) {
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) e[i][j] = e[i + 1][j];
-      }
+      emit_token<DT, W>(a, a.output.at(s.batch, s.begin + s.pos, c), p.activation, w, e);
       ++s.pos;
     }
   }

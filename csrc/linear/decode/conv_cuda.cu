@@ -8,11 +8,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <string>
-#include <vector>
 
 #include "arch/sm80.cuh"
-#include "cuda/backend.h"
 #include "cuda/runtime.cuh"
 #include "linear/decode/conv_cpu.h"
 #include "linear/decode/conv_cuda.h"
@@ -138,11 +135,7 @@ void general(const PagedConv& d) {
 void paged_conv(const PagedConv& d) {
   ak::cuda::DeviceGuard guard(d.x->device_index);
   if (d.W > kMaxFusedWidth) return general(d);
-  if (d.indices) {  // refused before anything is written: one small read-back of [N] int32
-    std::vector<int32_t> slots(static_cast<size_t>(d.N));
-    ak::cuda::copy_to_host(*d.indices, slots.data(), d.N * static_cast<int64_t>(sizeof(int32_t)));
-    require_slots_in_pool(slots.data(), d.N, d.slots);
-  }
+  require_slots_in_pool(d.indices, d.N, d.slots);  // before anything is written (a small read-back)
   fused(d);
 }
 

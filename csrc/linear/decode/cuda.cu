@@ -4,7 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <vector>
+#include <string>
 
 #include "core/plan.h"
 #include "cuda/backend.h"
@@ -81,11 +81,7 @@ void paged_decode(const PagedDecode& d) {
   if (!c.fused) return general(d);
   // Bad indices are refused before anything is written: one small read-back of [B] int32 (it
   // synchronises the stream), unless the caller vouches for them.
-  if (!d.trusted_indices) {
-    std::vector<int32_t> slots(static_cast<size_t>(d.B));
-    ak::cuda::copy_to_host(*d.indices, slots.data(), d.B * static_cast<int64_t>(sizeof(int32_t)));
-    require_slots_in_pool(slots.data(), d.B, d.slots);
-  }
+  if (!d.trusted_indices) require_slots_in_pool(d.indices, d.B, d.slots);
   if (d.qkv->dtype == AK_BFLOAT16) return fused<__nv_bfloat16>(d, c.row);
   if (d.qkv->dtype == AK_FLOAT16) return fused<__half>(d, c.row);
   fused<float>(d, c.row);

@@ -5,10 +5,8 @@
 // index past the pool or a live slot named twice is refused before anything is written: on CUDA that
 // costs one read-back of the [N] indices (there is no device-side error report to defer it to).
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "core/common.h"
 #include "cpu/backend.h"
@@ -16,7 +14,6 @@
 #include "linear/decode/pool_problem.h"
 #include "linear/decode/slots.h"
 #if AK_WITH_CUDA
-#include "cuda/backend.h"
 #include "linear/decode/pool_cuda.h"
 #endif
 
@@ -42,18 +39,6 @@ bool swapped_contiguous(const ak_tensor& t) {
   std::swap(s.shape[t.rank - 1], s.shape[t.rank - 2]);
   std::swap(s.strides[t.rank - 1], s.strides[t.rank - 2]);
   return is_contiguous(s);
-}
-
-template <class T>
-std::vector<T> to_host(const ak_tensor& t, int64_t n) {
-  std::vector<T> h(static_cast<size_t>(n));
-  if (n == 0) return h;
-  if (t.device_type == AK_CPU) {
-    std::memcpy(h.data(), t.data, static_cast<size_t>(n) * sizeof(T));
-  } else {
-    AK_CUDA_CALL(ak::cuda::copy_to_host(t, h.data(), n * static_cast<int64_t>(sizeof(T))));
-  }
-  return h;
 }
 
 PoolCopy parse(const ak_tensor* pool_, const ak_tensor* indices, const ak_tensor* has_initial,
@@ -94,14 +79,14 @@ PoolCopy parse(const ak_tensor* pool_, const ak_tensor* indices, const ak_tensor
   return p;
 }
 
-void cpu_pool_copy(const PoolCopy& p, const int32_t* slots) {
-  const std::vector<uint8_t> resume =
-      p.has_initial ? to_host<uint8_t>(*p.has_initial, p.N) : std::vector<uint8_t>(p.N, 1);
+void cpu_pool_copy(const PoolCopy& p) {
+  const int32_t* slots = static_cast<const int32_t*>(p.indices->data);
+  const uint8_t* resume = p.has_initial ? static_cast<const uint8_t*>(p.has_initial->data) : nullptr;
   for (int64_t n = 0; n < p.N; ++n) {
     const bool live = slots[n] > 0;
     const ak_tensor state = row_view(*p.states, n);
     if (p.gather) {
-      if (live && resume[n]) {
+      if (live && (resume == nullptr || resume[n] != 0)) {
         ak::cpu::copy_strided(state, row_view(*p.pool, slots[n]));
       } else {
         ak::cpu::fill(state, 0.0);  // a swapped row is still one dense run
@@ -123,11 +108,8 @@ AK_API ak_status ak_state_pool_copy(const ak_tensor* pool, const ak_tensor* indi
     if (p.N == 0) return;
     const bool cpu = p.pool->device_type == AK_CPU;
     // A CUDA call with trusted indices reads nothing back (its kernels skip an index past the pool).
-    if (cpu || (mode & AK_POOL_TRUSTED_INDICES) == 0) {
-      const std::vector<int32_t> slots = to_host<int32_t>(*p.indices, p.N);
-      require_slots_in_pool(slots.data(), p.N, p.slots);
-      if (cpu) return cpu_pool_copy(p, slots.data());
-    }
+    if (cpu || (mode & AK_POOL_TRUSTED_INDICES) == 0) require_slots_in_pool(p.indices, p.N, p.slots);
+    if (cpu) return cpu_pool_copy(p);
     AK_CUDA_CALL(ak::linear::cuda::pool_copy(p));
   });
 }

@@ -12,6 +12,9 @@
 
 #include "core/common.h"
 #include "linear/checks.h"
+#if AK_WITH_CUDA
+#include "cuda/backend.h"
+#endif
 
 namespace ak::linear {
 
@@ -43,9 +46,16 @@ inline void require_slots_in_pool(const int32_t* idx, int64_t n, int64_t slots) 
   }
 }
 
-// The same for a host-resident int32 tensor (nothing to check without one).
+// The same for an int32 tensor wherever it lives (nothing to check without one): read in place on the
+// host, read back from a device (one small copy, which waits for the device's stream).
 inline void require_slots_in_pool(const ak_tensor* indices, int64_t n, int64_t slots) {
-  if (indices) require_slots_in_pool(static_cast<const int32_t*>(indices->data), n, slots);
+  if (indices == nullptr || n == 0) return;
+  if (indices->device_type == AK_CPU) {
+    return require_slots_in_pool(static_cast<const int32_t*>(indices->data), n, slots);
+  }
+  std::vector<int32_t> host(static_cast<size_t>(n));
+  AK_CUDA_CALL(ak::cuda::copy_to_host(*indices, host.data(), n * static_cast<int64_t>(sizeof(int32_t))));
+  require_slots_in_pool(host.data(), n, slots);
 }
 
 }  // namespace ak::linear
