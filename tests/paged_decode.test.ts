@@ -333,7 +333,10 @@ deviceTest(
           pool: pool.toArray() as Float32Array,
         };
       };
-      refuses(() => step(32, "fast" as never), /impl: expected "fused" or "reference"/);
+      refuses(
+        () => step(32, "fast" as never),
+        /options\.impl: expected one of "fused", "reference", got "fast"/,
+      );
       const reference = step(32, "reference");
       if (device === "cpu") {
         refuses(() => step(32, "fused"), /impl 'fused': the CPU has no fused kernel/);

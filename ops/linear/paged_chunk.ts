@@ -6,7 +6,7 @@
  * same slot. `stateIndices[n]` names sequence n's slot (<= 0: padding, zero output rows, no slot
  * touched); `hasInitialState[n] = false` starts from zero without reading the slot.
  *
- * The steps are the training ops between a gather and a scatter of the selected slots (one launch each on
+ * The steps (pool_run.ts) are the training ops between a gather and a scatter of the selected slots (one launch each on
  * CUDA, after one read-back of the `[N]` indices that refuses an index past the pool or a slot named
  * twice), then a kernel that zeroes the padding sequences' rows where they live.
  *

@@ -18,7 +18,7 @@
  */
 import { native, unwrap } from "../../ffi/library.ts";
 import { invalidArgument } from "../../ffi/errors.ts";
-import { checkOptions, describeValue, type OptionSpec } from "../args.ts";
+import { checkOptions, type OptionSpec } from "../args.ts";
 import { expectDType, expectSameDevice, expectShape, expectTensor, optionalTensor } from "../checks.ts";
 import type { DType } from "../dtype.ts";
 import { Tensor } from "../tensor.ts";
@@ -64,9 +64,7 @@ const FLOATS: readonly DType[] = ["float16", "bfloat16", "float32"];
 const PER_CHANNEL = 1;
 const BOUNDED = 2;
 const TRUSTED_INDICES = 4;
-const IMPL_FLAGS: Record<string, number> = { fused: 8, reference: 16 };
-const IMPL = (v: unknown) =>
-  typeof v === "string" && Object.hasOwn(IMPL_FLAGS, v) ? undefined : '"fused" or "reference"';
+const IMPL_FLAGS = { fused: 8, reference: 16 } as const;
 const LOWER_BOUND = (v: unknown) =>
   typeof v === "number" && Number.isFinite(v) && v <= 0 ? undefined : "a finite number <= 0";
 const GDN_SPEC: OptionSpec = {
@@ -74,9 +72,9 @@ const GDN_SPEC: OptionSpec = {
   scale: "any",
   out: "any",
   checkIndices: "boolean",
-  impl: IMPL,
+  impl: Object.keys(IMPL_FLAGS),
 };
-const KDA_SPEC: OptionSpec = { ...GDN_SPEC, gateTransform: "any", lowerBound: LOWER_BOUND };
+const KDA_SPEC: OptionSpec = { ...GDN_SPEC, gateTransform: ["bounded", "softplus"], lowerBound: LOWER_BOUND };
 
 /** The checked tensors of a call and the sizes read off them. */
 interface DecodeCall {
@@ -289,12 +287,6 @@ export function recurrentKdaDecode(
   const op = "recurrentKdaDecode";
   const o = checkOptions<KdaDecodeOptions>(op, options, KDA_SPEC);
   const kind = o.gateTransform ?? "bounded";
-  if (kind !== "bounded" && kind !== "softplus") {
-    throw invalidArgument(
-      op,
-      `options.gateTransform: expected "bounded" or "softplus", got ${describeValue(kind)}`,
-    );
-  }
   if (kind === "softplus" && o.lowerBound !== undefined && o.lowerBound !== null) {
     throw invalidArgument(
       op,

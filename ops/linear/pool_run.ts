@@ -9,6 +9,7 @@
  */
 import { native, unwrap } from "../../ffi/library.ts";
 import { invalidArgument } from "../../ffi/errors.ts";
+import { checkArgument } from "../args.ts";
 import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
 import { type CuSeqlens, int32Seqlens } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
@@ -188,9 +189,7 @@ export function splitPoolOptions<O extends object>(
     if (stray) throw invalidArgument(op, `${stray}: only with stateIndices (a state pool)`);
     return { rest: rest as O };
   }
-  if (o.checkIndices !== undefined && typeof o.checkIndices !== "boolean") {
-    throw invalidArgument(op, `checkIndices: expected a boolean, got ${typeof o.checkIndices}`);
-  }
+  if (o.checkIndices !== undefined) checkArgument(op, "options.checkIndices", o.checkIndices, "boolean");
   return { pool: o, rest: rest as O };
 }
 
