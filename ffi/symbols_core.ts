@@ -1,4 +1,4 @@
-/** Runtime symbols of the C ABI: library, devices, memory, copies, random numbers, events. */
+/** Runtime symbols of the C ABI: library, devices, memory, copies, random numbers, events, graphs. */
 export const coreSymbols = {
   // const char* ak_last_error(void)
   ak_last_error: { parameters: [], result: "pointer" },
@@ -38,4 +38,18 @@ export const coreSymbols = {
   ak_event_elapsed_ms: { parameters: ["pointer", "pointer", "buffer"], result: "i32" },
   // ak_status ak_event_destroy(void* event)
   ak_event_destroy: { parameters: ["pointer"], result: "i32" },
+  // ak_status ak_graph_begin(int32_t device_index)
+  ak_graph_begin: { parameters: ["i32"], result: "i32" },
+  // ak_status ak_graph_end(int32_t device_index, void** out_graph)
+  ak_graph_end: { parameters: ["i32", "buffer"], result: "i32" },
+  // ak_status ak_graph_abort(int32_t device_index)
+  ak_graph_abort: { parameters: ["i32"], result: "i32" },
+  // ak_status ak_graph_launch(void* graph)
+  ak_graph_launch: { parameters: ["pointer"], result: "i32" },
+  // ak_status ak_graph_synchronize(void* graph)
+  ak_graph_synchronize: { parameters: ["pointer"], result: "i32" },
+  // ak_status ak_graph_node_count(void* graph, int64_t* out_count)
+  ak_graph_node_count: { parameters: ["pointer", "buffer"], result: "i32" },
+  // ak_status ak_graph_destroy(void* graph)
+  ak_graph_destroy: { parameters: ["pointer"], result: "i32" },
 } as const satisfies Deno.ForeignLibraryInterface;

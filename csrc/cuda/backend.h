@@ -2,6 +2,7 @@
 // without CUDA headers. Implemented in csrc/cuda/*.cu; only linked when AK_WITH_CUDA is 1.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/registry.h"
@@ -31,6 +32,39 @@ void* event_create(int device);
 void event_record(void* event);
 double event_elapsed_ms(void* start, void* end);
 void event_destroy(void* event);
+
+// ---- graph capture (graph.cu) ----
+struct DeviceCheck;
+// Starts capturing attnkit's work on `device`'s stream; one capture per device at a time.
+void graph_begin(int device);
+// Ends the capture and instantiates it: an opaque graph for graph_launch / graph_destroy.
+void* graph_end(int device);
+// Ends a capture that failed part-way and discards it (nothing when not capturing).
+void graph_abort(int device);
+// Replays a graph on its device's stream (asynchronous); first reports an earlier replay's failed check.
+void graph_launch(void* graph);
+// Waits for the device's stream and raises the first failed check of the replays since the last report.
+void graph_synchronize(void* graph);
+int64_t graph_nodes(void* graph);
+void graph_destroy(void* graph);
+bool capturing(int device);
+// Fails (AK_ERR_UNSUPPORTED) when `device` is capturing: `what` waits for it or moves data to or from
+// the host, which a graph cannot hold.
+void refuse_while_capturing(int device, const char* what);
+// While `device` captures: the check record of the graph, with `label` registered as the call that
+// reports into it (its index in *label_id when asked for); nullptr otherwise.
+DeviceCheck* capture_check(int device, const char* label, int32_t* label_id);
+// While `device` captures, the check a pool call makes on the device in place of reading its arguments
+// back: state_indices [n] each below `slots` with no live slot twice and, given cu_seqlens, offsets from 0,
+// nondecreasing, the last at most T; failures go to the graph's record, which is returned for the call's
+// kernels (they write nothing once a check has failed). `trusted` launches no check, only returns the
+// record. nullptr outside a capture: the caller then checks on the host.
+DeviceCheck* capture_pool_check(int device, const ak_tensor* indices, int64_t n, int64_t slots,
+                                const ak_tensor* cu_seqlens, int64_t T, const char* label, bool trusted);
+// While `device` captures: a block of the capture's memory (see graph.cu); nullptr otherwise.
+void* capture_alloc(int device, size_t bytes);
+// Frees a block of a capture's memory, returning false when ptr is none.
+bool release_graph_memory(int device, void* ptr);
 
 // What the planners know about device `device`: its limits, and which registry rows were built for it.
 const registry::Caps& caps(int device);

@@ -118,10 +118,11 @@ DeviceGuard::~DeviceGuard() {
 
 Scratch::Scratch(int device, size_t bytes) : device_(device) {
   if (bytes == 0) return;
-  AK_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream(device)));
+  ptr_ = capture_alloc(device, bytes);  // a graph's scratch must outlive the capture
+  if (ptr_ == nullptr) AK_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream(device)));
 }
 Scratch::~Scratch() {
-  if (ptr_ != nullptr) cudaFreeAsync(ptr_, stream(device_));
+  if (ptr_ != nullptr && !release_graph_memory(device_, ptr_)) cudaFreeAsync(ptr_, stream(device_));
 }
 
 int device_count() {
@@ -161,13 +162,14 @@ void device_info(int device, ak_device_props* out) {
 
 void synchronize(int device) {
   DeviceGuard guard(device);
+  refuse_while_capturing(device, "synchronize");
   AK_CUDA_CHECK(cudaStreamSynchronize(stream(device)));
 }
 
 void* alloc(int device, int64_t bytes) {
   DeviceGuard guard(device);
-  void* p = nullptr;
-  AK_CUDA_CHECK(cudaMallocAsync(&p, static_cast<size_t>(bytes), stream(device)));
+  void* p = capture_alloc(device, static_cast<size_t>(bytes));  // a graph's tensors outlive the capture
+  if (p == nullptr) AK_CUDA_CHECK(cudaMallocAsync(&p, static_cast<size_t>(bytes), stream(device)));
   state(device).memory.on_alloc(p, bytes);
   return p;
 }
@@ -175,6 +177,7 @@ void* alloc(int device, int64_t bytes) {
 void free(int device, void* ptr) {
   DeviceGuard guard(device);
   require(state(device).memory.on_free(ptr), "ptr: not a live CUDA allocation of attnkit (freed twice?)");
+  if (release_graph_memory(device, ptr)) return;
   AK_CUDA_CHECK(cudaFreeAsync(ptr, stream(device)));
 }
 
@@ -193,6 +196,7 @@ void memory_stats(int device, ak_memory_stats_t* out) {
 
 void trim_pool(int device) {
   DeviceGuard guard(device);
+  refuse_while_capturing(device, "trimMemoryPool");
   AK_CUDA_CHECK(cudaStreamSynchronize(stream(device)));
   cudaMemPool_t pool;
   AK_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
@@ -203,6 +207,8 @@ void copy_across(const ak_tensor& dst, const ak_tensor& src) {
   const size_t bytes = static_cast<size_t>(numel(src)) * dtype_size(src.dtype);
   if (dst.device_type == AK_CUDA && src.device_type == AK_CUDA) {
     DeviceGuard guard(dst.device_index);
+    refuse_while_capturing(src.device_index, "a copy between devices");
+    refuse_while_capturing(dst.device_index, "a copy between devices");
     // Order after pending work on both streams, copy, then wait: the caller gets a finished copy.
     AK_CUDA_CHECK(cudaStreamSynchronize(stream(src.device_index)));
     AK_CUDA_CHECK(cudaMemcpyPeerAsync(dst.data, dst.device_index, src.data, src.device_index, bytes,
@@ -212,6 +218,7 @@ void copy_across(const ak_tensor& dst, const ak_tensor& src) {
   }
   const int device = dst.device_type == AK_CUDA ? dst.device_index : src.device_index;
   DeviceGuard guard(device);
+  refuse_while_capturing(device, dst.device_type == AK_CUDA ? "a copy from the host" : "a copy to the host");
   const cudaMemcpyKind kind = dst.device_type == AK_CUDA ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
   AK_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, bytes, kind, stream(device)));
   // The CPU side is attnkit host memory that may be freed or read right after: finish the copy.
@@ -220,6 +227,7 @@ void copy_across(const ak_tensor& dst, const ak_tensor& src) {
 
 void copy_to_host(const ak_tensor& src, void* host, int64_t bytes) {
   DeviceGuard guard(src.device_index);
+  refuse_while_capturing(src.device_index, "reading device memory back to the host");
   AK_CUDA_CHECK(cudaMemcpyAsync(host, src.data, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
                                 stream(src.device_index)));
   AK_CUDA_CHECK(cudaStreamSynchronize(stream(src.device_index)));
@@ -227,6 +235,7 @@ void copy_to_host(const ak_tensor& src, void* host, int64_t bytes) {
 
 void copy_from_host(const ak_tensor& dst, const void* host, int64_t bytes) {
   DeviceGuard guard(dst.device_index);
+  refuse_while_capturing(dst.device_index, "a copy from the host");
   // From pageable memory the call returns once the buffer has been staged, so the caller may reuse it.
   AK_CUDA_CHECK(cudaMemcpyAsync(dst.data, host, static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
                                 stream(dst.device_index)));
@@ -253,6 +262,7 @@ double event_elapsed_ms(void* start, void* end) {
   Event* a = static_cast<Event*>(start);
   Event* b = static_cast<Event*>(end);
   DeviceGuard guard(b->device);
+  refuse_while_capturing(b->device, "reading an event's time");
   AK_CUDA_CHECK(cudaEventSynchronize(b->event));
   float ms = 0;
   AK_CUDA_CHECK(cudaEventElapsedTime(&ms, a->event, b->event));

@@ -144,6 +144,28 @@ AK_API ak_status ak_event_elapsed_ms(void* start, void* end, double* out_ms);
 AK_API ak_status ak_event_destroy(void* event);
 
 /*
+ * ---- graphs ----
+ * ak_graph_begin starts capturing the work attnkit sends to a CUDA device (its one stream) into a graph;
+ * ak_graph_end instantiates it, ak_graph_launch replays it (asynchronously, on the same stream). While
+ * capturing, nothing may wait for the device or move data between host and device: such a call fails
+ * with AK_ERR_UNSUPPORTED naming what it tried (the capture is then to be aborted with ak_graph_abort).
+ * Tensors allocated while capturing are real memory that keeps its address for every replay (a graph's
+ * outputs); the graph holds its memory until ak_graph_destroy and the last of those tensors is freed.
+ * Pool calls check state_indices (and offsets) on the device instead of reading them back: the first
+ * failure of a replay is kept in the graph, its later checked kernels write nothing, and
+ * ak_graph_synchronize (or the next ak_graph_launch) fails with the message an eager call would give.
+ */
+AK_API ak_status ak_graph_begin(int32_t device_index);
+AK_API ak_status ak_graph_end(int32_t device_index, void** out_graph);
+/* Ends a capture that failed part-way and discards it; nothing when the device is not capturing. */
+AK_API ak_status ak_graph_abort(int32_t device_index);
+AK_API ak_status ak_graph_launch(void* graph);
+/* Waits for the device's stream; fails with the first device-side check that failed since the last report. */
+AK_API ak_status ak_graph_synchronize(void* graph);
+AK_API ak_status ak_graph_node_count(void* graph, int64_t* out_count);
+AK_API ak_status ak_graph_destroy(void* graph);
+
+/*
  * The kernel layer. Every run-time choice of the library is one entry of the tuning table; its
  * keys and allowed values: ak_tune_describe. The environment variable ATTNKIT_TUNE sets the table
  * at first use ("key=value,key=value"); ak_tune_set replaces it ("" resets every key to auto). An

@@ -13,6 +13,7 @@ import { pagedChunkCases } from "./paged_chunk.ts";
 import { pagedConvCases } from "./paged_conv.ts";
 import { pagedDecodeCases } from "./paged_decode.ts";
 import { tokenMaskCases } from "./token_mask.ts";
+import { graphCases } from "./graph.ts";
 
 /** A deterministic generator (xorshift64*), so a failing case replays from its seed. */
 export class Rng {
@@ -1126,4 +1127,5 @@ export const GENERATORS: readonly [string, Gen, number][] = [
   ["token mask", tokenMaskCases, 1],
   ["paged conv1d", pagedConvCases, 1],
   ["paged chunk", pagedChunkCases, 1],
+  ["graph", graphCases, 1],
 ];

@@ -73,6 +73,7 @@ __global__ void __launch_bounds__(kTileThreads) paged_decode_tile_kernel(const D
   extern __shared__ __align__(128) unsigned char tile[];
   __shared__ __align__(8) uint64_t bar;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (ak::cuda::check_failed(p.check)) return;
   const TileAt at = tile_at(blockIdx.x, tiles_per_head, p.H, TR);
   const int rows = min(TR, p.V - at.v0);
   const int slot = p.indices[at.b];

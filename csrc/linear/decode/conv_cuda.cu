@@ -36,12 +36,13 @@ struct ConvParams {
   const int32_t* indices = nullptr;             // or null: sequence n uses slot n
   const uint8_t* has_initial = nullptr;         // or null: every live slot resumes
   bool silu = false;
+  const ak::cuda::DeviceCheck* check = nullptr;  // in a graph: write nothing once a check has failed
 };
 
 template <class T, class WT, int W>
 __global__ void __launch_bounds__(kThreads) paged_conv_kernel(const ConvParams p) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (c >= p.C) return;
+  if (c >= p.C || ak::cuda::check_failed(p.check)) return;
   const T* x = static_cast<const T*>(p.x);
   T* out = static_cast<T*>(p.out);
   T* state = static_cast<T*>(p.state);
@@ -100,7 +101,7 @@ void launch_weights(const PagedConv& d, const ConvParams& p, cudaStream_t stream
   launch_typed<T, T>(p, d.W, stream);
 }
 
-void fused(const PagedConv& d) {
+void fused(const PagedConv& d, const ak::cuda::DeviceCheck* check) {
   const ak_tensor& x = *d.x;
   const ak_tensor& out = *d.output;
   ConvParams p;
@@ -113,6 +114,7 @@ void fused(const PagedConv& d) {
   p.indices = d.indices ? static_cast<const int32_t*>(d.indices->data) : nullptr;
   p.has_initial = d.has_initial ? static_cast<const uint8_t*>(d.has_initial->data) : nullptr;
   p.silu = d.activation == AK_CONV_SILU;
+  p.check = check;
   const cudaStream_t s = ak::cuda::stream(x.device_index);
   if (x.dtype == AK_BFLOAT16) return launch_weights<__nv_bfloat16>(d, p, s);
   if (x.dtype == AK_FLOAT16) return launch_weights<__half>(d, p, s);
@@ -135,8 +137,10 @@ void general(const PagedConv& d) {
 void paged_conv(const PagedConv& d) {
   ak::cuda::DeviceGuard guard(d.x->device_index);
   if (d.W > kMaxFusedWidth) return general(d);
-  require_slots_in_pool(d.indices, d.N, d.slots);  // before anything is written (a small read-back)
-  fused(d);
+  // Refused before anything is written (a small read-back); checked on the device in a capture, the
+  // offsets too (the entry did not read them back).
+  fused(d, require_slots_on_device(d.x->device_index, d.indices, d.N, d.slots, false, "ak_paged_conv1d",
+                                   d.cu_seqlens, d.T));
 }
 
 }  // namespace ak::linear::cuda

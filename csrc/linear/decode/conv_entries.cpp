@@ -18,6 +18,20 @@
 using namespace ak;
 using namespace ak::linear;
 
+namespace {
+
+// Inside a graph capture nothing can be read back: a CUDA call's offsets are checked on the device.
+bool checked_on_device(const ak_tensor& x) {
+#if AK_WITH_CUDA
+  return x.device_type == AK_CUDA && ak::cuda::capturing(x.device_index);
+#else
+  (void)x;
+  return false;
+#endif
+}
+
+}  // namespace
+
 extern "C" {
 
 AK_API ak_status ak_paged_conv1d(const ak_tensor* x_, const ak_tensor* weight, const ak_tensor* state_cache,
@@ -60,9 +74,11 @@ AK_API ak_status ak_paged_conv1d(const ak_tensor* x_, const ak_tensor* weight, c
               "cu_seqlens: expected [N + 1] with N >= 1 sequences, got shape " + shape_string(cu));
       require(is_contiguous(cu), "cu_seqlens: expected a contiguous tensor");
       check_same_device(cu, "cu_seqlens", x, "x");
-      for (int64_t o : read_cu_seqlens(cu, d.T)) offsets.push_back(static_cast<int32_t>(o));
-      d.N = static_cast<int64_t>(offsets.size()) - 1;
-      d.offsets = offsets.data();
+      d.N = cu.shape[0] - 1;
+      if (!checked_on_device(x)) {
+        for (int64_t o : read_cu_seqlens(cu, d.T)) offsets.push_back(static_cast<int32_t>(o));
+        d.offsets = offsets.data();
+      }
     }
     if (state_indices) {
       check_per_sequence(state_indices, "state_indices", AK_INT32, d.N, x, "x");

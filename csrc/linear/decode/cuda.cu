@@ -35,8 +35,9 @@ void general(const PagedDecode& d) {
 }
 
 template <class T>
-void fused(const PagedDecode& d, int row) {
+void fused(const PagedDecode& d, int row, const ak::cuda::DeviceCheck* check) {
   paged::DecodeParams<T> p;
+  p.check = check;
   p.qkv = static_cast<const T*>(d.qkv->data), p.qkv_row = d.qkv->strides[0];
   p.raw_gate = d.raw_gate->data, p.gate_dtype = d.raw_gate->dtype;
   p.gate_b = d.raw_gate->strides[1], p.gate_h = d.raw_gate->strides[2];
@@ -80,11 +81,12 @@ void paged_decode(const PagedDecode& d) {
   if (d.B == 0) return;
   if (!c.fused) return general(d);
   // Bad indices are refused before anything is written: one small read-back of [B] int32 (it
-  // synchronises the stream), unless the caller vouches for them.
-  if (!d.trusted_indices) require_slots_in_pool(d.indices, d.B, d.slots);
-  if (d.qkv->dtype == AK_BFLOAT16) return fused<__nv_bfloat16>(d, c.row);
-  if (d.qkv->dtype == AK_FLOAT16) return fused<__half>(d, c.row);
-  fused<float>(d, c.row);
+  // synchronises the stream) unless the caller vouches for them; checked on the device in a capture.
+  const ak::cuda::DeviceCheck* check =
+      require_slots_on_device(d.qkv->device_index, d.indices, d.B, d.slots, d.trusted_indices, "ak_paged_decode");
+  if (d.qkv->dtype == AK_BFLOAT16) return fused<__nv_bfloat16>(d, c.row, check);
+  if (d.qkv->dtype == AK_FLOAT16) return fused<__half>(d, c.row, check);
+  fused<float>(d, c.row, check);
 }
 
 }  // namespace ak::linear::cuda

@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodePara
   const int b = blockIdx.z, h = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int v0 = blockIdx.x * fused_rows_per_block<KPL>() + warp * R;
-  if (v0 >= p.V) return;
+  if (v0 >= p.V || ak::cuda::check_failed(p.check)) return;
   const int slot = p.indices[b];
   T* out = p.out + b * p.out_b + h * p.out_h;
   if (slot <= 0 || slot >= p.slots) {  // padding (an index past the pool was refused before the launch)

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "cuda/device_check.h"
+
 namespace ak::linear::cuda::paged {
 
 template <class T>
@@ -30,6 +32,7 @@ struct DecodeParams {
   int B = 0, H = 0, HK = 0, K = 0, V = 0;
   bool per_channel = false, bounded = false;
   float scale = 0.f, lower_bound = 0.f;
+  const ak::cuda::DeviceCheck* check = nullptr;  // in a graph: write nothing once a check has failed
 };
 
 }  // namespace ak::linear::cuda::paged

@@ -48,6 +48,7 @@ PoolCopy parse(const ak_tensor* pool_, const ak_tensor* indices, const ak_tensor
               std::string("AK_POOL_TRUSTED_INDICES = 2, got ") + std::to_string(mode));
   PoolCopy p;
   p.gather = (mode & 1) == AK_POOL_GATHER;
+  p.trusted = (mode & AK_POOL_TRUSTED_INDICES) != 0;
   const ak_tensor& pool = check_tensor(pool_, "state_cache");
   check_dtype(pool, "state_cache", {AK_FLOAT32, AK_BFLOAT16});
   const ak_tensor& states = check_tensor(states_, "states");
@@ -106,10 +107,10 @@ AK_API ak_status ak_state_pool_copy(const ak_tensor* pool, const ak_tensor* indi
   AK_ENTRY("ak_state_pool_copy", {
     const PoolCopy p = parse(pool, indices, has_initial, states, mode);
     if (p.N == 0) return;
-    const bool cpu = p.pool->device_type == AK_CPU;
-    // A CUDA call with trusted indices reads nothing back (its kernels skip an index past the pool).
-    if (cpu || (mode & AK_POOL_TRUSTED_INDICES) == 0) require_slots_in_pool(p.indices, p.N, p.slots);
-    if (cpu) return cpu_pool_copy(p);
+    if (p.pool->device_type == AK_CPU) {
+      require_slots_in_pool(p.indices, p.N, p.slots);
+      return cpu_pool_copy(p);
+    }
     AK_CUDA_CALL(ak::linear::cuda::pool_copy(p));
   });
 }

@@ -19,6 +19,7 @@
 #include "arch/sm80.cuh"
 #include "cuda/runtime.cuh"
 #include "linear/decode/pool_cuda.h"
+#include "linear/decode/slots.h"
 
 namespace ak::linear::cuda {
 namespace {
@@ -39,6 +40,7 @@ struct CopyArgs {
   const uint8_t* has_initial;  // or null
   float* states;
   int64_t N, slots, slot_size, outer, R, C;
+  const ak::cuda::DeviceCheck* check;  // in a graph: write nothing once a check has failed
 };
 
 // Sequence n's slot when it takes part (live, inside the pool and, for a gather, resumed); else -1.
@@ -75,6 +77,7 @@ __global__ void __launch_bounds__(kThreads) dense_kernel(const CopyArgs a) {
   constexpr int U = kUnroll<S, V>;
   constexpr int64_t kTile = static_cast<int64_t>(kThreads) * U * V;
   const int64_t tiles = (a.slot_size + kTile - 1) / kTile;
+  if (ak::cuda::check_failed(a.check)) return;
   for (int64_t n = blockIdx.y; n < a.N; n += gridDim.y) {
     const int64_t slot = slot_of(a, n, kGather);
     if (!kGather && slot < 0) continue;
@@ -127,6 +130,7 @@ __global__ void __launch_bounds__(kThreads) swapped_kernel(const CopyArgs a) {
   const uint32_t per_plane = static_cast<uint32_t>((R + kTileR - 1) / kTileR) * tc;
   const uint32_t tiles = static_cast<uint32_t>(a.outer) * per_plane;
   const int tx = threadIdx.x, ty = threadIdx.y;
+  if (ak::cuda::check_failed(a.check)) return;
   for (int64_t n = blockIdx.y; n < a.N; n += gridDim.y) {
     const int64_t slot = slot_of(a, n, kGather);
     if (!kGather && slot < 0) continue;  // the whole block: slot depends on n only
@@ -260,6 +264,8 @@ void pool_copy(const PoolCopy& p) {
   a.has_initial = p.gather && p.has_initial ? static_cast<const uint8_t*>(p.has_initial->data) : nullptr;
   a.states = static_cast<float*>(p.states->data);
   a.N = p.N, a.slots = p.slots, a.slot_size = p.slot_size, a.outer = p.outer, a.R = p.R, a.C = p.C;
+  // Refused before anything is written (a small read-back) unless trusted; checked on the device in a capture.
+  a.check = require_slots_on_device(device, p.indices, p.N, p.slots, p.trusted, "ak_state_pool_copy");
   const bool bf16 = p.pool->dtype == AK_BFLOAT16;
   const int64_t access = bf16 ? 8 : 16;  // 4 pool elements
   const bool vector = p.slot_size % 4 == 0 && aligned(a.pool, access) &&

@@ -20,6 +20,7 @@ struct PoolCopy {
   const ak_tensor* indices = nullptr;      // [N] int32
   const ak_tensor* has_initial = nullptr;  // [N] bool, or null (every live slot resumes); gather only
   const ak_tensor* states = nullptr;       // [N, ...] fp32, dense (contiguous or swapped)
+  bool trusted = false;                    // CUDA: no host read of the indices (AK_POOL_TRUSTED_INDICES)
 };
 
 struct PaddingRows {

@@ -14,6 +14,7 @@
 #include "linear/checks.h"
 #if AK_WITH_CUDA
 #include "cuda/backend.h"
+#include "cuda/device_check.h"
 #endif
 
 namespace ak::linear {
@@ -57,5 +58,18 @@ inline void require_slots_in_pool(const ak_tensor* indices, int64_t n, int64_t s
   AK_CUDA_CALL(ak::cuda::copy_to_host(*indices, host.data(), n * static_cast<int64_t>(sizeof(int32_t))));
   require_slots_in_pool(host.data(), n, slots);
 }
+
+#if AK_WITH_CUDA
+// The same rule for a CUDA call: eagerly, read back and refused before anything is written (unless the
+// caller vouches for the indices); inside a graph capture, where nothing can be read back, checked on the
+// device (with the offsets when given), returning the graph's check record for the call's kernels.
+inline ak::cuda::DeviceCheck* require_slots_on_device(int device, const ak_tensor* indices, int64_t n, int64_t slots,
+                                                      bool trusted, const char* label,
+                                                      const ak_tensor* cu_seqlens = nullptr, int64_t T = 0) {
+  ak::cuda::DeviceCheck* c = ak::cuda::capture_pool_check(device, indices, n, slots, cu_seqlens, T, label, trusted);
+  if (c == nullptr && !trusted) require_slots_in_pool(indices, n, slots);
+  return c;
+}
+#endif
 
 }  // namespace ak::linear
