@@ -258,3 +258,31 @@ deviceTest(
       refuses(() => causalConv1dDecode(x2, weight, pool, { stateIndices: twice }), /both name slot 2/);
     }),
 );
+
+deviceTest(
+  "paged causal conv1d with checkIndices false: the CPU still refuses, CUDA skips an index past the pool",
+  (device) =>
+    expectNoLeak(device, () => {
+      using x2 = Tensor.randn([2, 8], { device });
+      using weight = Tensor.randn([8, 4], { device });
+      using pool = Tensor.full([3, 3, 8], NaN, { device });
+      using past = Tensor.from([3, 1], { dtype: "int32", device });
+      using fresh = Tensor.from([0, 0], { dtype: "bool", device });
+      const call = () =>
+        causalConv1dDecode(x2, weight, pool, {
+          stateIndices: past,
+          hasInitialState: fresh,
+          checkIndices: false,
+        });
+      refuses(() => causalConv1dDecode(x2, weight, pool, { stateIndices: past }), /past the 3 slots/);
+      using x3 = x2.reshape([2, 1, 8]);
+      refuses(() => pagedCausalConv1d(x3, weight, pool, past, { checkIndices: 0 as never }), /checkIndices/);
+      if (device === "cpu") return refuses(call, /past the 3 slots/);
+      using y = call();
+      const out = y.toArray() as Float32Array, slots = pool.toArray() as Float32Array;
+      for (let c = 0; c < 8; c++) assert.equal(out[c], 0, `the skipped sequence's output, channel ${c}`);
+      for (let i = 0; i < 24; i++) assert.ok(Number.isNaN(slots[i]), `slot 0 touched at ${i}`);
+      for (let i = 24; i < 48; i++) assert.ok(Number.isFinite(slots[i]), `slot 1 not written at ${i - 24}`);
+      for (let i = 48; i < 72; i++) assert.ok(Number.isNaN(slots[i]), `slot 2 touched at ${i - 48}`);
+    }),
+);

@@ -57,8 +57,8 @@ DeviceCheck* capture_check(int device, const char* label, int32_t* label_id);
 // While `device` captures, the check a pool call makes on the device in place of reading its arguments
 // back: state_indices [n] each below `slots` with no live slot twice and, given cu_seqlens, offsets from 0,
 // nondecreasing, the last at most T; failures go to the graph's record, which is returned for the call's
-// kernels (they write nothing once a check has failed). `trusted` launches no check, only returns the
-// record. nullptr outside a capture: the caller then checks on the host.
+// kernels (they write nothing once a check has failed). `trusted` leaves the indices unchecked (the
+// offsets are still checked). nullptr outside a capture: the caller then checks on the host.
 DeviceCheck* capture_pool_check(int device, const ak_tensor* indices, int64_t n, int64_t slots,
                                 const ak_tensor* cu_seqlens, int64_t T, const char* label, bool trusted);
 // While `device` captures: a block of the capture's memory (see graph.cu); nullptr otherwise.

@@ -56,10 +56,12 @@ __global__ void __launch_bounds__(kCheckThreads)
 
 DeviceCheck* capture_pool_check(int device, const ak_tensor* indices, int64_t n, int64_t slots,
                                 const ak_tensor* cu_seqlens, int64_t T, const char* label, bool trusted) {
+  // Trusted indices go unchecked; offsets never do (a kernel would index rows with them).
+  const bool checks = !trusted || cu_seqlens != nullptr;
   int32_t label_id = 0;
-  DeviceCheck* c = capture_check(device, label, trusted ? nullptr : &label_id);
-  if (c == nullptr || trusted) return c;
-  const int32_t* idx = indices != nullptr ? static_cast<const int32_t*>(indices->data) : nullptr;
+  DeviceCheck* c = capture_check(device, label, checks ? &label_id : nullptr);
+  if (c == nullptr || !checks) return c;
+  const int32_t* idx = indices != nullptr && !trusted ? static_cast<const int32_t*>(indices->data) : nullptr;
   const int64_t checked = idx != nullptr ? n : 0;
   const int32_t* offsets = cu_seqlens != nullptr ? static_cast<const int32_t*>(cu_seqlens->data) : nullptr;
   const int64_t count = offsets != nullptr ? cu_seqlens->shape[0] : 0;

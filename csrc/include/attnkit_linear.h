@@ -327,12 +327,16 @@ AK_API ak_status ak_paged_decode(const ak_tensor* packed_qkv, const ak_tensor* r
  *   state_indices     [N] int32 contiguous; required with [B, T, C]; NULL for [B, C]: sequence n uses slot n
  *   has_initial_state [N] bool contiguous, or NULL (every live slot resumes)
  *   cu_seqlens        [N + 1] int32, or NULL (N = B)
- *   activation        AK_CONV_NONE | AK_CONV_SILU
+ *   flags             AK_CONV_NONE | AK_CONV_SILU, optionally | AK_CONV_TRUSTED_INDICES: a CUDA call then
+ *                     reads no index back (an index past the pool is skipped on the device, a live slot
+ *                     named twice ends unspecified); without it the indices are read back and a bad one
+ *                     is refused before anything is written (inside a graph capture: checked on the device)
  *   output            x's shape and dtype (rows past cu_seqlens[N] untouched)
  */
+#define AK_CONV_TRUSTED_INDICES 4
 AK_API ak_status ak_paged_conv1d(const ak_tensor* x, const ak_tensor* weight, const ak_tensor* state_cache,
                                  const ak_tensor* state_indices, const ak_tensor* has_initial_state,
-                                 const ak_tensor* cu_seqlens, int32_t activation, const ak_tensor* output);
+                                 const ak_tensor* cu_seqlens, int32_t flags, const ak_tensor* output);
 
 /*
  * States between a pool and per-sequence tensors (the paged chunked prefill's gather and scatter):

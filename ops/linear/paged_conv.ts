@@ -31,6 +31,14 @@ export interface CausalConv1dDecodeOptions {
   hasInitialState?: Tensor;
   /** The output buffer, x's shape and dtype on its device: written and returned as is. */
   out?: Tensor;
+  /**
+   * true (default): the indices are read to the host and an index past the pool or a live slot named
+   * twice is refused before anything is written (on a CUDA device that read waits for the stream; inside
+   * `captureGraph` the check runs on the device instead). false: no read, for a hot decode loop whose
+   * indices are known good: an index past the pool is skipped on the device, a live slot named twice ends
+   * unspecified. The CPU always checks.
+   */
+  checkIndices?: boolean;
 }
 
 /** Options of {@link pagedCausalConv1d}. */
@@ -45,13 +53,17 @@ const DECODE_SPEC: OptionSpec = {
   stateIndices: "any",
   hasInitialState: "any",
   out: "any",
+  checkIndices: "boolean",
 };
 const PAGED_SPEC: OptionSpec = {
   activation: ACTIVATIONS,
   cuSeqlens: "any",
   hasInitialState: "any",
   out: "any",
+  checkIndices: "boolean",
 };
+const SILU = 1;
+const TRUSTED_INDICES = 4;
 
 interface ConvCall {
   x: Tensor;
@@ -62,6 +74,7 @@ interface ConvCall {
   cuSeqlens?: CuSeqlens;
   activation?: CausalConv1dActivation;
   out?: Tensor;
+  checkIndices?: boolean;
 }
 
 function run(op: string, c: ConvCall): Tensor {
@@ -102,7 +115,7 @@ function run(op: string, c: ConvCall): Tensor {
         c.indices?.descriptor(op) ?? null,
         c.hasInitialState?.descriptor(op) ?? null,
         offsets?.tensor.descriptor(op) ?? null,
-        c.activation ? 1 : 0,
+        (c.activation ? SILU : 0) | (c.checkIndices === false ? TRUSTED_INDICES : 0),
         output.descriptor(op),
       ),
       op,
@@ -162,6 +175,7 @@ export function pagedCausalConv1d(
     cuSeqlens: o.cuSeqlens ?? undefined,
     activation: o.activation ?? undefined,
     out: optionalTensor(op, "options.out", o.out),
+    checkIndices: o.checkIndices ?? undefined,
   });
 }
 
@@ -204,5 +218,6 @@ export function causalConv1dDecode(
     hasInitialState: optionalTensor(op, "options.hasInitialState", o.hasInitialState),
     activation: o.activation ?? undefined,
     out: optionalTensor(op, "options.out", o.out),
+    checkIndices: o.checkIndices ?? undefined,
   });
 }

@@ -38,7 +38,8 @@ export interface GdnDecodeOptions {
   out?: Tensor;
   /**
    * true (default): `stateIndices` are read to the host and an index past the pool or a live slot named
-   * twice is refused before anything is written; on a CUDA device that read waits for the stream. false:
+   * twice is refused before anything is written; on a CUDA device that read waits for the stream (inside
+   * `captureGraph` the check runs on the device instead and `synchronize()` reports it). false:
    * no read (for a hot decode loop whose indices are known good): an index past the pool is skipped on
    * the device (zero output, the pool untouched) and a live slot named twice ends unspecified. The CPU
    * always checks.

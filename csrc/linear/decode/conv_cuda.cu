@@ -139,8 +139,8 @@ void paged_conv(const PagedConv& d) {
   if (d.W > kMaxFusedWidth) return general(d);
   // Refused before anything is written (a small read-back); checked on the device in a capture, the
   // offsets too (the entry did not read them back).
-  fused(d, require_slots_on_device(d.x->device_index, d.indices, d.N, d.slots, false, "ak_paged_conv1d",
-                                   d.cu_seqlens, d.T));
+  fused(d, require_slots_on_device(d.x->device_index, d.indices, d.N, d.slots, d.trusted_indices,
+                                   "ak_paged_conv1d", d.cu_seqlens, d.T));
 }
 
 }  // namespace ak::linear::cuda

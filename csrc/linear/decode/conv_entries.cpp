@@ -36,7 +36,7 @@ extern "C" {
 
 AK_API ak_status ak_paged_conv1d(const ak_tensor* x_, const ak_tensor* weight, const ak_tensor* state_cache,
                                  const ak_tensor* state_indices, const ak_tensor* has_initial_state,
-                                 const ak_tensor* cu_seqlens, int32_t activation, const ak_tensor* output) {
+                                 const ak_tensor* cu_seqlens, int32_t flags, const ak_tensor* output) {
   AK_ENTRY("ak_paged_conv1d", {
     PagedConv d;
     const ak_tensor& x = check_tensor(x_, "x");
@@ -46,9 +46,11 @@ AK_API ak_status ak_paged_conv1d(const ak_tensor* x_, const ak_tensor* weight, c
     check_row_layout(x, "x");
     check_device(x, "x");
     d.B = x.shape[0], d.T = x.rank == 3 ? x.shape[1] : 1, d.C = x.shape[x.rank - 1];
-    require(activation == AK_CONV_NONE || activation == AK_CONV_SILU,
-            "activation: expected AK_CONV_NONE = 0 or AK_CONV_SILU = 1, got " + std::to_string(activation));
-    d.activation = activation;
+    require((flags & ~(AK_CONV_SILU | AK_CONV_TRUSTED_INDICES)) == 0,
+            "flags: expected AK_CONV_NONE = 0 or AK_CONV_SILU = 1, optionally | AK_CONV_TRUSTED_INDICES = 4, got " +
+                std::to_string(flags));
+    d.activation = flags & AK_CONV_SILU;
+    d.trusted_indices = (flags & AK_CONV_TRUSTED_INDICES) != 0;
     const ak_tensor& w = check_contiguous(weight, "weight");
     check_dtype(w, "weight", {AK_FLOAT32, x.dtype});
     require(w.rank == 2 && w.shape[0] == d.C && w.shape[1] >= 2,
