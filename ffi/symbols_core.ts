@@ -28,6 +28,8 @@ export const coreSymbols = {
   ak_copy_from_host: { parameters: ["buffer", "buffer", "i64"], result: "i32" },
   // ak_status ak_fill(const ak_tensor* dst, double value)
   ak_fill: { parameters: ["buffer", "f64"], result: "i32" },
+  // ak_status ak_arange(const ak_tensor* dst, double start, double step)
+  ak_arange: { parameters: ["buffer", "f64", "f64"], result: "i32" },
   // ak_status ak_random(const ak_tensor* dst, uint64_t seed, uint64_t offset, int32_t kind, double a, double b)
   ak_random: { parameters: ["buffer", "u64", "u64", "i32", "f64", "f64"], result: "i32" },
   // ak_status ak_event_create(int32_t device_index, void** out_event)

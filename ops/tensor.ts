@@ -434,14 +434,22 @@ export class Tensor {
         `[start, end) with step ${step} holds ${n} values, more than ${MAX_HOST_ELEMENTS}`,
       );
     }
+    const integral = Number.isInteger(start) && Number.isInteger(step);
+    const dtype = options.dtype ?? (integral ? "int64" : "float32");
+    if (dtype !== "bool" && (isFloating(dtype) || integral)) {
+      // Formed where it lives: no host copy to a device (so it can be captured in a graph).
+      const t = Tensor.empty([n], { dtype, device: options.device });
+      try {
+        unwrap(native().ak_arange(t.descriptor(op), start, step), op);
+      } catch (e) {
+        t.dispose();
+        throw e;
+      }
+      return t;
+    }
     const values = new Float64Array(n);
     for (let i = 0; i < n; i++) values[i] = start + i * step;
-    const integral = Number.isInteger(start) && Number.isInteger(step);
-    return Tensor.from(values, {
-      dtype: options.dtype ?? (integral ? "int64" : "float32"),
-      device: options.device,
-      shape: [n],
-    });
+    return Tensor.from(values, { dtype, device: options.device, shape: [n] });
   }
 
   /**

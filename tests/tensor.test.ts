@@ -663,3 +663,23 @@ deviceTest("toString, item, values and clone", (device) => {
   assert.equal(e.numel, 0);
   assert.equal(e.toArray().length, 0);
 });
+
+deviceTest("Tensor.arange forms the same values on every device and dtype as the host rule", (device) => {
+  const cases: [number, number, number, DType][] = [
+    [0, 17, 1, "int32"],
+    [-5, 40, 3, "int64"],
+    [0.5, 7, 0.25, "float32"],
+    [3, -2, -0.5, "float64"],
+    [0, 300, 1, "bfloat16"],
+    [1, 2100, 7, "float16"],
+    [0, 5, 1, "bool"],
+    [0, 0, 1, "float32"],
+  ];
+  for (const [start, end, step, dtype] of cases) {
+    using t = Tensor.arange(start, end, step, { dtype, device });
+    const n = Math.max(0, Math.ceil((end - start) / step));
+    using host = Tensor.from(Float64Array.from({ length: n }, (_, i) => start + i * step), { dtype });
+    assert.deepEqual(t.shape, [n]);
+    assert.deepEqual(t.toArray(), host.toArray(), `${dtype} ${start}..${end} by ${step}`);
+  }
+});

@@ -1,4 +1,5 @@
 // The runtime's C entries: library info, devices, memory, copies, fills, random numbers, events.
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -180,6 +181,19 @@ AK_API ak_status ak_fill(const ak_tensor* dst_p, double value) {
       cpu::fill(dst, value);
     } else {
       AK_CUDA_CALL(cuda::fill(dst, value));
+    }
+  });
+}
+
+AK_API ak_status ak_arange(const ak_tensor* dst_p, double start, double step) {
+  AK_ENTRY("ak_arange", {
+    const ak_tensor& dst = check_contiguous(dst_p, "dst");
+    require(dst.dtype != AK_BOOL, "dst: a sequence needs a numeric dtype, got bool");
+    require(std::isfinite(start) && std::isfinite(step), "start, step: expected finite numbers");
+    if (dst.device_type == AK_CPU) {
+      cpu::arange(dst, start, step);
+    } else {
+      AK_CUDA_CALL(cuda::arange(dst, start, step));
     }
   });
 }

@@ -16,5 +16,7 @@ void memory_stats(ak_memory_stats_t* out);
 void copy_strided(const ak_tensor& dst, const ak_tensor& src);
 void fill(const ak_tensor& dst, double value);
 void random(const ak_tensor& dst, uint64_t seed, uint64_t offset, int kind, double a, double b);
+// dst[i] = start + i step, computed in double and rounded once to dst's dtype.
+void arange(const ak_tensor& dst, double start, double step);
 
 }  // namespace ak::cpu

@@ -177,4 +177,13 @@ void random(const ak_tensor& dst, uint64_t seed, uint64_t offset, int kind, doub
   });
 }
 
+void arange(const ak_tensor& dst, double start, double step) {
+  const int64_t n = numel(dst);
+  with_dtype(dst.dtype, [&](auto tag) {
+    using D = decltype(tag);
+    auto* d = static_cast<typename D::T*>(dst.data);
+    for (int64_t i = 0; i < n; ++i) d[i] = D::store(start + static_cast<double>(i) * step);
+  });
+}
+
 }  // namespace ak::cpu

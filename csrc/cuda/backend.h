@@ -27,6 +27,8 @@ void copy_to_host(const ak_tensor& src, void* host, int64_t bytes);
 void copy_from_host(const ak_tensor& dst, const void* host, int64_t bytes);
 void fill(const ak_tensor& dst, double value);
 void random(const ak_tensor& dst, uint64_t seed, uint64_t offset, int kind, double a, double b);
+// dst[i] = start + i step, computed in double and rounded once to dst's dtype (formed on the device).
+void arange(const ak_tensor& dst, double start, double step);
 
 void* event_create(int device);
 void event_record(void* event);

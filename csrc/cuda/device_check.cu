@@ -17,6 +17,10 @@ __device__ void report(DeviceCheck* c, int32_t label, int32_t code, int64_t entr
   c->label = label, c->entry = entry, c->value = value, c->limit = limit, c->other = other;
   __threadfence();
   atomicExch(&c->code, code);
+  DeviceCheck* h = c->mirror;
+  h->label = label, h->entry = entry, h->value = value, h->limit = limit, h->other = other;
+  __threadfence_system();
+  *reinterpret_cast<volatile int32_t*>(&h->code) = code;
 }
 
 __global__ void __launch_bounds__(kCheckThreads)

@@ -1,8 +1,8 @@
 // The record a captured call reports a bad argument into. Inside a graph capture nothing can be read
 // back to the host, so the pool ops check their indices and offsets on the device instead: the first
-// failure of a replay is written here, the graph copies the record to pinned host memory at its end,
-// and replay() / synchronize() turn it into the error an eager call would have raised. Once a check has
-// failed, every checked kernel of the graph returns without writing (check_failed below).
+// failure of a replay is written here and to its mirror in mapped host memory (no copy on the success
+// path), and replay() / synchronize() turn it into the error an eager call would have raised. Once a check
+// has failed, every checked kernel of the graph returns without writing (check_failed below).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,7 @@ struct DeviceCheck {
   int32_t code;   // a CheckCode; 0 while every check passed
   int32_t label;  // which captured call failed (an index into the graph's labels)
   int64_t entry, value, limit, other;
+  DeviceCheck* mirror;  // the host's copy (mapped pinned memory); a reset leaves this field alone
 };
 
 enum CheckCode : int32_t {

@@ -454,6 +454,34 @@ void fill(const ak_tensor& dst, double value) {
   }
 }
 
+template <class D>
+__global__ void arange_kernel(D* __restrict__ dst, int64_t n, double start, double step) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    dst[i] = Elem<D>::from_double(start + static_cast<double>(i) * step);
+  }
+}
+
+void arange(const ak_tensor& dst, double start, double step) {
+  const int64_t n = numel(dst);
+  if (n == 0) return;
+  DeviceGuard guard(dst.device_index);
+  const int threads = 256;
+  const unsigned grid = grid_for(dst.device_index, n, threads);
+  cudaStream_t s = stream(dst.device_index);
+  void* d = dst.data;
+  switch (dst.dtype) {
+    case AK_FLOAT32: arange_kernel<<<grid, threads, 0, s>>>(static_cast<float*>(d), n, start, step); break;
+    case AK_FLOAT64: arange_kernel<<<grid, threads, 0, s>>>(static_cast<double*>(d), n, start, step); break;
+    case AK_FLOAT16: arange_kernel<<<grid, threads, 0, s>>>(static_cast<__half*>(d), n, start, step); break;
+    case AK_BFLOAT16: arange_kernel<<<grid, threads, 0, s>>>(static_cast<__nv_bfloat16*>(d), n, start, step); break;
+    case AK_INT32: arange_kernel<<<grid, threads, 0, s>>>(static_cast<int32_t*>(d), n, start, step); break;
+    case AK_INT64: arange_kernel<<<grid, threads, 0, s>>>(static_cast<int64_t*>(d), n, start, step); break;
+    default: fail(AK_ERR_INVALID_ARGUMENT, "dst: a sequence needs a numeric dtype, got " + std::string(dtype_name(dst.dtype)));
+  }
+  check_launch("arange_kernel");
+}
+
 void random(const ak_tensor& dst, uint64_t seed, uint64_t offset, int kind, double a, double b) {
   const int64_t n = numel(dst);
   if (n == 0) return;

@@ -5,8 +5,10 @@
 // (cudaMalloc, legal while capturing) rather than stream-ordered. A block the capture frees is reused by
 // its later allocations (one stream: a replay keeps the capture's order); every block stays with the
 // graph until the graph is destroyed and no tensor made during the capture still points into it.
+#include <cstddef>
 #include <map>
 #include <memory>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -29,11 +31,14 @@ struct GraphMemory {
   }
 };
 
+// The part of a check record a reset clears (its mirror pointer stays).
+constexpr size_t kCheckFields = offsetof(DeviceCheck, mirror);
+
 struct Capture {
   bool active = false;
   std::shared_ptr<GraphMemory> memory;
-  DeviceCheck* check = nullptr;   // device memory, zeroed before the capture
-  DeviceCheck* report = nullptr;  // pinned host memory, written at the end of every replay
+  DeviceCheck* check = nullptr;   // device memory
+  DeviceCheck* report = nullptr;  // its mirror: mapped pinned host memory, written by a failing check
   std::vector<std::string> labels;
 };
 
@@ -178,15 +183,22 @@ void graph_begin(int device) {
   }
   DeviceCheck* record = nullptr;
   DeviceCheck* report = nullptr;
+  DeviceCheck initial{};
   cudaError_t err = cudaMalloc(&record, sizeof(DeviceCheck));
-  if (err == cudaSuccess) err = cudaHostAlloc(&report, sizeof(DeviceCheck), cudaHostAllocDefault);
-  if (err == cudaSuccess) err = cudaMemsetAsync(record, 0, sizeof(DeviceCheck), stream(device));
+  if (err == cudaSuccess) err = cudaHostAlloc(&report, sizeof(DeviceCheck), cudaHostAllocMapped);
+  if (err == cudaSuccess) {
+    *report = DeviceCheck{};
+    err = cudaHostGetDevicePointer(reinterpret_cast<void**>(&initial.mirror), report, 0);
+  }
+  // From pageable memory the call returns once `initial` (on this stack frame) has been staged.
+  if (err == cudaSuccess) {
+    err = cudaMemcpyAsync(record, &initial, sizeof(DeviceCheck), cudaMemcpyHostToDevice, stream(device));
+  }
   if (err == cudaSuccess) err = cudaStreamBeginCapture(stream(device), cudaStreamCaptureModeRelaxed);
   if (err != cudaSuccess) {
     free_records(record, report);
     check(err, "beginning a graph capture");
   }
-  *report = DeviceCheck{};
   std::lock_guard<std::mutex> lock(graph_mutex);
   Capture& c = capture_of(device);
   c.active = true;
@@ -197,17 +209,8 @@ void graph_begin(int device) {
 void* graph_end(int device) {
   DeviceGuard guard(device);
   require(capturing(device), "device: cuda:" + std::to_string(device) + " is not capturing a graph");
-  // The last node: the check record to the host, where replay() reads it without waiting.
-  Capture c0;
-  {
-    std::lock_guard<std::mutex> lock(graph_mutex);
-    Capture& c = capture_of(device);
-    c0.check = c.check, c0.report = c.report;
-  }
-  cudaError_t err = cudaMemcpyAsync(c0.report, c0.check, sizeof(DeviceCheck), cudaMemcpyDeviceToHost, stream(device));
   cudaGraph_t graph = nullptr;
-  const cudaError_t end = cudaStreamEndCapture(stream(device), &graph);
-  if (err == cudaSuccess) err = end;
+  cudaError_t err = cudaStreamEndCapture(stream(device), &graph);
   Capture c = finish(device);
   cudaGraphExec_t exec = nullptr;
   if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
@@ -239,8 +242,8 @@ void graph_synchronize(void* handle) {
   AK_CUDA_CHECK(cudaStreamSynchronize(stream(g->device)));
   const DeviceCheck found = *g->report;
   if (found.code == kCheckPassed) return;
-  *g->report = DeviceCheck{};
-  AK_CUDA_CHECK(cudaMemsetAsync(g->check, 0, sizeof(DeviceCheck), stream(g->device)));
+  std::memset(g->report, 0, kCheckFields);
+  AK_CUDA_CHECK(cudaMemsetAsync(g->check, 0, kCheckFields, stream(g->device)));
   AK_CUDA_CHECK(cudaStreamSynchronize(stream(g->device)));
   fail(AK_ERR_INVALID_ARGUMENT, describe(found, g->labels));
 }

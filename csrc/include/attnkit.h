@@ -128,6 +128,8 @@ AK_API ak_status ak_copy_to_host(const ak_tensor* src, void* host_dst, int64_t b
 AK_API ak_status ak_copy_from_host(const ak_tensor* dst, const void* host_src, int64_t bytes);
 /* Fills every element with value (converted to the dtype as ak_copy would). */
 AK_API ak_status ak_fill(const ak_tensor* dst, double value);
+/* dst (contiguous, numeric) [i] = start + i step, computed in double and rounded once to its dtype. */
+AK_API ak_status ak_arange(const ak_tensor* dst, double start, double step);
 
 /* Counter-based random numbers: element i (in row-major order) of dst draws from counter
  * (offset + i) under key seed, Philox-4x32-10, so CPU and CUDA give the same values.

@@ -46,7 +46,10 @@ export function graphCases(rng: Rng, scope: Scope, bad: boolean): Case {
     }
     const x = scope.randn([rng.int(1, 64)], "float32", rng.int(0, 99));
     return valid("captured elementwise work", () => {
-      using graph = ak.captureGraph(() => x.mul(2).add(1));
+      using graph = ak.captureGraph(() => {
+        using twice = x.mul(2);
+        return twice.add(1);
+      });
       graph.replay();
       graph.synchronize();
       return scope.keep(graph.result);
