@@ -6,7 +6,8 @@
 // output buffer is poisoned with NaN first.
 //
 // Tolerance rule, per element: |actual - oracle| <= rtol |oracle| + atol s, s the largest |oracle| of the
-// row (or slot row). rtol, atol 2^-16 for float32 results (the steps' products over K in float32 at the
+// row (or slot row) or, for outputs, the largest size of the terms the step's sums add (a dot product
+// that cancels is exact only relative to its terms). rtol, atol 2^-16 for float32 results (the steps' products over K in float32 at the
 // worst, plus the norm's rounding); a 16-bit output adds half its ulp relative (2^-8 bfloat16, 2^-11
 // float16) and, for float16, half its subnormal step (2^-25) absolute. A bfloat16 pool is rounded in the
 // oracle too after every step (the op stores it so); its elements may then differ by one ulp where

@@ -73,12 +73,13 @@ __global__ void __launch_bounds__(kTileThreads) paged_decode_tile_kernel(const D
   extern __shared__ __align__(128) unsigned char tile[];
   __shared__ __align__(8) uint64_t bar;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (ak::cuda::check_failed(p.check)) return;
+  const bool stop = ak::cuda::check_failed(p.check);  // tested before the first write: its load overlaps
   const TileAt at = tile_at(blockIdx.x, tiles_per_head, p.H, TR);
   const int rows = min(TR, p.V - at.v0);
   const int slot = p.indices[at.b];
   T* out = p.out + at.b * p.out_b + at.h * p.out_h;
   if (slot <= 0 || slot >= p.slots) {  // padding (an index past the pool was refused or is skipped)
+    if (stop) return;
     for (int r = threadIdx.x; r < rows; r += kTileThreads) out[at.v0 + r] = from_float<T>(0.f);
     return;
   }
@@ -97,7 +98,8 @@ __global__ void __launch_bounds__(kTileThreads) paged_decode_tile_kernel(const D
   LaneInputs<KPL> in;
   prepare<T, KPL>(p, at.b, at.h, lane, in);
   const T* vrow = p.qkv + at.b * p.qkv_row + 2 * p.HK * p.K + at.h * p.V + at.v0;
-  if (resume) mbar_wait(bar_addr, 0);
+  if (resume) mbar_wait(bar_addr, 0);  // the copy lands before the block may leave
+  if (stop) return;
   advance_tile_rows<T, KPL, WR>(p, in, tile, warp * WR, rows, resume, vrow, tile_from, out, at.v0, lane);
 }
 

@@ -42,7 +42,8 @@ struct ConvParams {
 template <class T, class WT, int W>
 __global__ void __launch_bounds__(kThreads) paged_conv_kernel(const ConvParams p) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (c >= p.C || ak::cuda::check_failed(p.check)) return;
+  if (c >= p.C) return;
+  const bool stop = ak::cuda::check_failed(p.check);  // tested before the first write: its load overlaps
   const T* x = static_cast<const T*>(p.x);
   T* out = static_cast<T*>(p.out);
   T* state = static_cast<T*>(p.state);
@@ -54,6 +55,7 @@ __global__ void __launch_bounds__(kThreads) paged_conv_kernel(const ConvParams p
     const int64_t t0 = p.offsets ? p.offsets[n] : 0, len = p.offsets ? p.offsets[n + 1] - t0 : p.T;
     const int64_t slot = p.indices ? p.indices[n] : n;
     const bool live = p.indices == nullptr || (slot > 0 && slot < p.slots);
+    if (stop) return;
     if (!live) {  // padding (an index past the pool was refused before the launch): zero rows
       for (int64_t t = 0; t < len; ++t) out[b * p.o_b + (t0 + t) * p.o_t + c] = from_float<T>(0.f);
       continue;
