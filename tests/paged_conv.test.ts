@@ -286,3 +286,45 @@ deviceTest(
       for (let i = 48; i < 72; i++) assert.ok(Number.isNaN(slots[i]), `slot 2 touched at ${i - 48}`);
     }),
 );
+
+deviceTest(
+  "paged causal conv1d impl: 'reference' agrees with the default, 'fused' refuses where no kernel serves",
+  (device) =>
+    expectNoLeak(device, () =>
+      withSeed((seed) => {
+        for (const W of [4, 9]) {
+          const [N, C] = [3, 40];
+          using x = Tensor.randn([N, C], { dtype: "bfloat16", device, seed });
+          using weight = Tensor.randn([C, W], { device, seed: seed + 1 });
+          using idx = Tensor.from([2, 0, 1], { dtype: "int32", device });
+          using start = Tensor.randn([4, W - 1, C], { dtype: "bfloat16", device, seed: seed + 2 });
+          using poolA = start.clone();
+          using poolB = start.clone();
+          using a = causalConv1dDecode(x, weight, poolA, { stateIndices: idx, activation: "silu" });
+          using b = causalConv1dDecode(x, weight, poolB, {
+            stateIndices: idx,
+            activation: "silu",
+            impl: "reference",
+          });
+          // float32 sums (fused) against float64 ones (reference), each rounded to bfloat16 once.
+          expectClose(
+            `W ${W}: outputs`,
+            a.toArray() as Float32Array,
+            b.toArray() as Float32Array,
+            "bfloat16",
+          );
+          assert.deepEqual(poolA.toArray(), poolB.toArray(), `W ${W}: histories`);
+          const fused = () => causalConv1dDecode(x, weight, poolA, { stateIndices: idx, impl: "fused" });
+          if (device === "cpu") refuses(fused, /impl 'fused': the CPU has no fused kernel/);
+          else if (W > 8) refuses(fused, /impl 'fused': the fused kernel serves W up to 8, got W = 9/);
+          else fused().dispose();
+        }
+        using x1 = Tensor.zeros([1, 4], { device });
+        using w1 = Tensor.zeros([4, 3], { device });
+        using pool1 = Tensor.zeros([1, 2, 4], { device });
+        refuses(
+          () => causalConv1dDecode(x1, w1, pool1, { impl: "fast" as "fused" }),
+          /impl: expected one of "fused", "reference"/,
+        );
+      })),
+);

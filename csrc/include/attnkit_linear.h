@@ -330,10 +330,15 @@ AK_API ak_status ak_paged_decode(const ak_tensor* packed_qkv, const ak_tensor* r
  *   flags             AK_CONV_NONE | AK_CONV_SILU, optionally | AK_CONV_TRUSTED_INDICES: a CUDA call then
  *                     reads no index back (an index past the pool is skipped on the device, a live slot
  *                     named twice ends unspecified); without it the indices are read back and a bad one
- *                     is refused before anything is written (inside a graph capture: checked on the device)
+ *                     is refused before anything is written (inside a graph capture: checked on the device);
+ *                     and at most one of AK_CONV_IMPL_FUSED (the fused kernel must serve the call: CUDA and
+ *                     W <= 8, else AK_ERR_UNSUPPORTED naming why) and AK_CONV_IMPL_REFERENCE (the exact
+ *                     general path: the CPU backend, on host copies for CUDA tensors)
  *   output            x's shape and dtype (rows past cu_seqlens[N] untouched)
  */
 #define AK_CONV_TRUSTED_INDICES 4
+#define AK_CONV_IMPL_FUSED 8
+#define AK_CONV_IMPL_REFERENCE 16
 AK_API ak_status ak_paged_conv1d(const ak_tensor* x, const ak_tensor* weight, const ak_tensor* state_cache,
                                  const ak_tensor* state_indices, const ak_tensor* has_initial_state,
                                  const ak_tensor* cu_seqlens, int32_t flags, const ak_tensor* output);

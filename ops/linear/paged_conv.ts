@@ -39,6 +39,12 @@ export interface CausalConv1dDecodeOptions {
    * unspecified. The CPU always checks.
    */
   checkIndices?: boolean;
+  /**
+   * `"fused"`: the fused CUDA kernel must serve the call, else an AttnkitError naming why (the CPU, W above
+   * 8). `"reference"`: the exact general path (the CPU backend; for CUDA tensors on host copies, slow).
+   * Default: the fused kernel where it serves, else the general path.
+   */
+  impl?: "fused" | "reference";
 }
 
 /** Options of {@link pagedCausalConv1d}. */
@@ -54,6 +60,7 @@ const DECODE_SPEC: OptionSpec = {
   hasInitialState: "any",
   out: "any",
   checkIndices: "boolean",
+  impl: ["fused", "reference"],
 };
 const PAGED_SPEC: OptionSpec = {
   activation: ACTIVATIONS,
@@ -61,9 +68,11 @@ const PAGED_SPEC: OptionSpec = {
   hasInitialState: "any",
   out: "any",
   checkIndices: "boolean",
+  impl: ["fused", "reference"],
 };
 const SILU = 1;
 const TRUSTED_INDICES = 4;
+const IMPL_FLAGS = { fused: 8, reference: 16 } as const;
 
 interface ConvCall {
   x: Tensor;
@@ -75,6 +84,7 @@ interface ConvCall {
   activation?: CausalConv1dActivation;
   out?: Tensor;
   checkIndices?: boolean;
+  impl?: "fused" | "reference";
 }
 
 function run(op: string, c: ConvCall): Tensor {
@@ -115,7 +125,8 @@ function run(op: string, c: ConvCall): Tensor {
         c.indices?.descriptor(op) ?? null,
         c.hasInitialState?.descriptor(op) ?? null,
         offsets?.tensor.descriptor(op) ?? null,
-        (c.activation ? SILU : 0) | (c.checkIndices === false ? TRUSTED_INDICES : 0),
+        (c.activation ? SILU : 0) | (c.checkIndices === false ? TRUSTED_INDICES : 0) |
+          (c.impl ? IMPL_FLAGS[c.impl] : 0),
         output.descriptor(op),
       ),
       op,
@@ -176,6 +187,7 @@ export function pagedCausalConv1d(
     activation: o.activation ?? undefined,
     out: optionalTensor(op, "options.out", o.out),
     checkIndices: o.checkIndices ?? undefined,
+    impl: o.impl ?? undefined,
   });
 }
 
@@ -219,5 +231,6 @@ export function causalConv1dDecode(
     activation: o.activation ?? undefined,
     out: optionalTensor(op, "options.out", o.out),
     checkIndices: o.checkIndices ?? undefined,
+    impl: o.impl ?? undefined,
   });
 }

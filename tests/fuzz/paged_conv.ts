@@ -18,6 +18,12 @@ export function pagedConvCases(rng: Rng, scope: Scope, bad: boolean): Case {
   const int32 = (v: number[]) => scope.keep(ak.Tensor.from(v, { dtype: "int32", device: scope.device }));
   const indices = int32(Array.from({ length: N }, (_, n) => (rng.chance(0.2) ? -rng.int(0, 1) : n + 1)));
   const options: ak.PagedCausalConv1dOptions = { activation: rng.pick([undefined, "silu"] as const) };
+  // The fused kernel is CUDA only: impl "fused" stays off the CPU and off the invalid cases, which the
+  // refusal of the impl itself would otherwise answer first.
+  if (rng.chance(0.3)) {
+    options.impl = scope.device === "cpu" || bad ? "reference" : rng.pick(["fused", "reference"]);
+  }
+  if (rng.chance(0.2) && !bad) options.checkIndices = false;
   if (rng.chance(0.4)) {
     options.hasInitialState = scope.keep(
       ak.Tensor.from(Array.from({ length: N }, () => (rng.chance(0.5) ? 1 : 0)), {

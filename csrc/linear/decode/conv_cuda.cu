@@ -22,7 +22,6 @@ namespace {
 using namespace ::ak::arch;
 
 constexpr int kThreads = 128;
-constexpr int64_t kMaxFusedWidth = 8;
 
 struct ConvParams {
   const void* x = nullptr;
@@ -138,7 +137,7 @@ void general(const PagedConv& d) {
 
 void paged_conv(const PagedConv& d) {
   ak::cuda::DeviceGuard guard(d.x->device_index);
-  if (d.W > kMaxFusedWidth) return general(d);
+  if (d.W > kMaxFusedConvWidth || d.reference) return general(d);
   // Refused before anything is written (a small read-back); checked on the device in a capture, the
   // offsets too (the entry did not read them back).
   fused(d, require_slots_on_device(d.x->device_index, d.indices, d.N, d.slots, d.trusted_indices,

@@ -46,11 +46,16 @@ AK_API ak_status ak_paged_conv1d(const ak_tensor* x_, const ak_tensor* weight, c
     check_row_layout(x, "x");
     check_device(x, "x");
     d.B = x.shape[0], d.T = x.rank == 3 ? x.shape[1] : 1, d.C = x.shape[x.rank - 1];
-    require((flags & ~(AK_CONV_SILU | AK_CONV_TRUSTED_INDICES)) == 0,
-            "flags: expected AK_CONV_NONE = 0 or AK_CONV_SILU = 1, optionally | AK_CONV_TRUSTED_INDICES = 4, got " +
-                std::to_string(flags));
+    constexpr int32_t known = AK_CONV_SILU | AK_CONV_TRUSTED_INDICES | AK_CONV_IMPL_FUSED | AK_CONV_IMPL_REFERENCE;
+    require((flags & ~known) == 0, "flags: expected AK_CONV_NONE = 0 or AK_CONV_SILU = 1, optionally | " +
+                                       std::string("AK_CONV_TRUSTED_INDICES = 4, AK_CONV_IMPL_FUSED = 8 or ") +
+                                       "AK_CONV_IMPL_REFERENCE = 16, got " + std::to_string(flags));
+    require((flags & AK_CONV_IMPL_FUSED) == 0 || (flags & AK_CONV_IMPL_REFERENCE) == 0,
+            "flags: AK_CONV_IMPL_FUSED and AK_CONV_IMPL_REFERENCE together");
     d.activation = flags & AK_CONV_SILU;
     d.trusted_indices = (flags & AK_CONV_TRUSTED_INDICES) != 0;
+    d.reference = (flags & AK_CONV_IMPL_REFERENCE) != 0;
+    const bool fused_only = (flags & AK_CONV_IMPL_FUSED) != 0;
     const ak_tensor& w = check_contiguous(weight, "weight");
     check_dtype(w, "weight", {AK_FLOAT32, x.dtype});
     require(w.rank == 2 && w.shape[0] == d.C && w.shape[1] >= 2,
@@ -98,6 +103,15 @@ AK_API ak_status ak_paged_conv1d(const ak_tensor* x_, const ak_tensor* weight, c
     check_same_device(out, "output", x, "x");
     d.x = x_, d.weight = weight, d.state = state_cache, d.indices = state_indices;
     d.has_initial = has_initial_state, d.output = output, d.cu_seqlens = cu_seqlens;
+    if (fused_only) {
+      if (x.device_type == AK_CPU) {
+        fail(AK_ERR_UNSUPPORTED, "impl 'fused': the CPU has no fused kernel (its backend is the reference)");
+      }
+      if (d.W > kMaxFusedConvWidth) {
+        fail(AK_ERR_UNSUPPORTED, "impl 'fused': the fused kernel serves W up to " +
+                                     std::to_string(kMaxFusedConvWidth) + ", got W = " + std::to_string(d.W));
+      }
+    }
     if (d.N == 0 || d.C == 0) return;
     if (x.device_type == AK_CPU) {
       require_slots_in_pool(state_indices, d.N, d.slots);
