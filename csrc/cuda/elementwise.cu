@@ -462,41 +462,39 @@ __global__ void arange_kernel(D* __restrict__ dst, int64_t n, double start, doub
   }
 }
 
-void arange(const ak_tensor& dst, double start, double step) {
+// One grid-stride launch over dst's elements on its device's stream: launch(n, grid, threads, stream).
+template <class F>
+void over_elements(const ak_tensor& dst, F&& launch) {
   const int64_t n = numel(dst);
   if (n == 0) return;
   DeviceGuard guard(dst.device_index);
   const int threads = 256;
-  const unsigned grid = grid_for(dst.device_index, n, threads);
-  cudaStream_t s = stream(dst.device_index);
-  void* d = dst.data;
-  switch (dst.dtype) {
-    case AK_FLOAT32: arange_kernel<<<grid, threads, 0, s>>>(static_cast<float*>(d), n, start, step); break;
-    case AK_FLOAT64: arange_kernel<<<grid, threads, 0, s>>>(static_cast<double*>(d), n, start, step); break;
-    case AK_FLOAT16: arange_kernel<<<grid, threads, 0, s>>>(static_cast<__half*>(d), n, start, step); break;
-    case AK_BFLOAT16: arange_kernel<<<grid, threads, 0, s>>>(static_cast<__nv_bfloat16*>(d), n, start, step); break;
-    case AK_INT32: arange_kernel<<<grid, threads, 0, s>>>(static_cast<int32_t*>(d), n, start, step); break;
-    case AK_INT64: arange_kernel<<<grid, threads, 0, s>>>(static_cast<int64_t*>(d), n, start, step); break;
-    default: fail(AK_ERR_INVALID_ARGUMENT, "dst: a sequence needs a numeric dtype, got " + std::string(dtype_name(dst.dtype)));
-  }
-  check_launch("arange_kernel");
+  launch(n, grid_for(dst.device_index, n, threads), threads, stream(dst.device_index));
+}
+
+void arange(const ak_tensor& dst, double start, double step) {
+  require(dst.dtype != AK_BOOL, "dst: a sequence needs a numeric dtype, got bool");
+  over_elements(dst, [&](int64_t n, unsigned grid, int threads, cudaStream_t s) {
+    with_type(dst.dtype, [&](auto tag) {
+      using D = decltype(tag);
+      arange_kernel<<<grid, threads, 0, s>>>(static_cast<D*>(dst.data), n, start, step);
+    });
+    check_launch("arange_kernel");
+  });
 }
 
 void random(const ak_tensor& dst, uint64_t seed, uint64_t offset, int kind, double a, double b) {
-  const int64_t n = numel(dst);
-  if (n == 0) return;
-  DeviceGuard guard(dst.device_index);
-  const int threads = 256;
-  const unsigned grid = grid_for(dst.device_index, n, threads);
-  cudaStream_t s = stream(dst.device_index);
-  switch (dst.dtype) {
-    case AK_FLOAT32: random_kernel<<<grid, threads, 0, s>>>(static_cast<float*>(dst.data), n, seed, offset, kind, a, b); break;
-    case AK_FLOAT64: random_kernel<<<grid, threads, 0, s>>>(static_cast<double*>(dst.data), n, seed, offset, kind, a, b); break;
-    case AK_FLOAT16: random_kernel<<<grid, threads, 0, s>>>(static_cast<__half*>(dst.data), n, seed, offset, kind, a, b); break;
-    case AK_BFLOAT16: random_kernel<<<grid, threads, 0, s>>>(static_cast<__nv_bfloat16*>(dst.data), n, seed, offset, kind, a, b); break;
-    default: fail(AK_ERR_INVALID_ARGUMENT, "dst: random numbers need a floating dtype");
-  }
-  check_launch("random_kernel");
+  require(is_float_dtype(dst.dtype), "dst: random numbers need a floating dtype");
+  over_elements(dst, [&](int64_t n, unsigned grid, int threads, cudaStream_t s) {
+    with_type(dst.dtype, [&](auto tag) {
+      using D = decltype(tag);
+      if constexpr (std::is_same_v<D, float> || std::is_same_v<D, double> || std::is_same_v<D, __half> ||
+                    std::is_same_v<D, __nv_bfloat16>) {
+        random_kernel<<<grid, threads, 0, s>>>(static_cast<D*>(dst.data), n, seed, offset, kind, a, b);
+      }
+    });
+    check_launch("random_kernel");
+  });
 }
 
 }  // namespace ak::cuda
