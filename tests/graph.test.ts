@@ -12,6 +12,7 @@ import {
   causalConv1dDecode,
   cudaAvailable,
   pagedCausalConv1d,
+  pagedChunkGdn,
   recurrentGdnDecode,
   Tensor,
 } from "../mod.ts";
@@ -204,6 +205,66 @@ Deno.test({
         } finally {
           graph.result.dispose();
         }
+      })
+    ),
+});
+
+Deno.test({
+  name:
+    "captureGraph: a dense paged prefill replays bit for bit; a packed one is refused naming cuSeqlens [cuda]",
+  ...cuda,
+  fn: () =>
+    withSeed((seed) =>
+      expectNoLeak(dev, () => {
+        // T = 100: one full chunk and a partial one; K = V = 128 takes the tensor-core path.
+        const [B, T, H, K, slots] = [2, 100, 2, 128, 5];
+        using q = Tensor.randn([B, T, H, K], { dtype: "bfloat16", device: dev, seed });
+        using k = Tensor.randn([B, T, H, K], { dtype: "bfloat16", device: dev, seed: seed + 1 });
+        using v = Tensor.randn([B, T, H, K], { dtype: "bfloat16", device: dev, seed: seed + 2 });
+        using g = Tensor.rand([B, T, H], { device: dev, seed: seed + 3, low: -0.3, high: 0 });
+        using beta = Tensor.rand([B, T, H], { device: dev, seed: seed + 4 });
+        using idx = Tensor.zeros([B], { dtype: "int32", device: dev });
+        using fresh = Tensor.zeros([B], { dtype: "bool", device: dev });
+        using poolG = Tensor.full([slots, H, K, K], NaN, { device: dev });
+        using poolE = Tensor.full([slots, H, K, K], NaN, { device: dev });
+        const call = (pool: Tensor) =>
+          pagedChunkGdn(q, k, v, g, beta, pool, idx, { hasInitialState: fresh, useQkL2norm: true });
+        setInt32(idx, [1, 3]);
+        call(poolE).dispose(); // loads the kernels; poolE is reset below
+        poolE.fill(NaN);
+        using graph = captureGraph(() => call(poolG));
+        try {
+          const rounds: [number[], boolean[]][] = [[[1, 3], [false, false]], [[3, 2], [true, false]], [
+            [0, 1],
+            [
+              true,
+              true,
+            ],
+          ]];
+          for (const [r, [slotsOf, resume]] of rounds.entries()) {
+            setInt32(idx, slotsOf);
+            setBool(fresh, resume);
+            for (const [i, t] of [q, k, v].entries()) refill(t, seed + 10 * r + i);
+            using yE = call(poolE);
+            graph.replay();
+            graph.synchronize();
+            sameBits(graph.result, yE, `round ${r}: output`);
+            sameBits(poolG, poolE, `round ${r}: state pool`);
+          }
+        } finally {
+          graph.result.dispose();
+        }
+        // Packed sequences: the chunked op plans from host offsets, which a capture cannot read.
+        using cu = Tensor.from([0, 60, 100], { dtype: "int32", device: dev });
+        using q1 = q.slice(0, 0, 1), k1 = k.slice(0, 0, 1), v1 = v.slice(0, 0, 1);
+        using g1 = g.slice(0, 0, 1), beta1 = beta.slice(0, 0, 1);
+        refuses(
+          () => captureGraph(() => pagedChunkGdn(q1, k1, v1, g1, beta1, poolG, idx, { cuSeqlens: cu })),
+          /cu_seqlens: this op plans its work from the offsets on the host/,
+        );
+        // The device works as before.
+        using after = pagedChunkGdn(q1, k1, v1, g1, beta1, poolE, idx, { cuSeqlens: cu });
+        assert.deepEqual(after.shape, [1, T, H, K]);
       })
     ),
 });

@@ -78,6 +78,12 @@ std::vector<int64_t> read_cu_seqlens(const ak_tensor& cu, int64_t T) {
   if (cu.device_type == AK_CPU) {
     std::memcpy(host.data(), cu.data, static_cast<size_t>(bytes));
   } else {
+#if AK_WITH_CUDA
+    if (ak::cuda::capturing(cu.device_index)) {
+      fail(AK_ERR_UNSUPPORTED, "cu_seqlens: this op plans its work from the offsets on the host, so a packed call "
+                               "cannot be captured in a graph yet (a dense [B, T] batch can)");
+    }
+#endif
     AK_CUDA_CALL(ak::cuda::copy_to_host(cu, host.data(), bytes));
   }
   require(host[0] == 0, "cu_seqlens: must start at 0, got " + std::to_string(host[0]));
