@@ -152,6 +152,7 @@ export {
   type PagedChunkOptions,
 } from "./paged_chunk.ts";
 export { type PooledResult, type PoolOptions, type RecurrentPoolOptions } from "./pool_run.ts";
+export { ReplayState, type ReplayStateShape } from "./replay_state.ts";
 export {
   causalConv1dDecode,
   type CausalConv1dDecodeOptions,

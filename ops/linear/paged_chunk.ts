@@ -21,6 +21,7 @@ import { checkScale } from "./delta_native.ts";
 import { chunkGatedDeltaRule } from "./delta_rule.ts";
 import { chunkKda } from "./kda.ts";
 import { checkPool, type PoolOptions, runOnPool } from "./pool_run.ts";
+import { checkReplay, type ReplayState, runWithReplay } from "./replay_state.ts";
 
 /** Options of {@link pagedChunkKda} and {@link pagedChunkGdn}. */
 export interface PagedChunkOptions extends PoolOptions {
@@ -28,6 +29,15 @@ export interface PagedChunkOptions extends PoolOptions {
   cuSeqlens?: CuSeqlens;
   /** The query scale (default `1 / sqrt(K)`). */
   scale?: number;
+  /**
+   * Zero-drift serving: the {@link ReplayState} of this pool. The pool then holds each slot's float32 state
+   * after its last complete 64-token chunk and the replay state the tokens since; each call replays a slot's
+   * cached tokens before its new ones, so prefill followed by one-token calls (decode) gives the bits the
+   * training op gives on the whole sequence (same kernels, a float32 pool). q, k, v must have the caches'
+   * dtype and the gate and beta float32. Eager only (the call plans from host copies of the indices, counts
+   * and offsets).
+   */
+  replayState?: ReplayState;
 }
 
 /** Options of {@link pagedChunkGdn}: also the in-kernel q/k L2 norm. */
@@ -36,7 +46,13 @@ export interface PagedChunkGdnOptions extends PagedChunkOptions {
   useQkL2norm?: boolean;
 }
 
-const SPEC: OptionSpec = { cuSeqlens: "any", hasInitialState: "any", scale: "any", checkIndices: "boolean" };
+const SPEC: OptionSpec = {
+  cuSeqlens: "any",
+  hasInitialState: "any",
+  scale: "any",
+  checkIndices: "boolean",
+  replayState: "any",
+};
 const GDN_SPEC: OptionSpec = { ...SPEC, useQkL2norm: "boolean" };
 
 /**
@@ -77,6 +93,34 @@ export function pagedChunkKda(
   const qt = expectTensor(op, "q", q), vt = expectTensor(op, "v", v);
   if (qt.ndim !== 4) throw invalidArgument(op, `q: expected [B, T, HK, K], got [${qt.shape.join(", ")}]`);
   const p = checkPool(op, qt, vt, stateCache, stateIndices, o);
+  const scale = checkScale(op, o.scale ?? undefined, p.K);
+  if (o.replayState !== undefined && o.replayState !== null) {
+    const x = {
+      q: qt,
+      k: expectTensor(op, "k", k),
+      v: vt,
+      gate: expectTensor(op, "gate", gate),
+      beta: expectTensor(op, "beta", beta),
+    };
+    const r = checkReplay(op, o.replayState, x, p, true);
+    return runWithReplay(
+      op,
+      x,
+      p,
+      o.cuSeqlens,
+      false,
+      r,
+      (t, initial, cu) =>
+        chunkKda(t.q, t.k, t.v, t.gate, t.beta, {
+          layout: "bshd",
+          initialState: initial,
+          stateLayout: "vk",
+          outputFinalState: true,
+          cuSeqlens: cu,
+          scale,
+        }),
+    );
+  }
   return runOnPool(op, qt, p, o.cuSeqlens, false, (initial, output) =>
     chunkKda(qt, k, vt, gate, beta, {
       layout: "bshd",
@@ -128,6 +172,34 @@ export function pagedChunkGdn(
   if (qt.ndim !== 4) throw invalidArgument(op, `q: expected [B, T, HK, K], got [${qt.shape.join(", ")}]`);
   const p = checkPool(op, qt, vt, stateCache, stateIndices, o);
   // The delta rule keeps states as [N, H, K, V]: the pool copies transpose on the way in and out.
+  if (o.replayState !== undefined && o.replayState !== null) {
+    const x = {
+      q: qt,
+      k: expectTensor(op, "k", k),
+      v: vt,
+      gate: expectTensor(op, "g", g),
+      beta: expectTensor(op, "beta", beta),
+    };
+    const r = checkReplay(op, o.replayState, x, p, false);
+    const scale = checkScale(op, o.scale ?? undefined, p.K);
+    return runWithReplay(
+      op,
+      x,
+      p,
+      o.cuSeqlens,
+      true,
+      r,
+      (t, initial, cu) =>
+        chunkGatedDeltaRule(t.q, t.k, t.v, t.gate, t.beta, {
+          layout: "bshd",
+          initialState: initial,
+          outputFinalState: true,
+          useQkL2norm: o.useQkL2norm ?? false,
+          cuSeqlens: cu,
+          scale,
+        }),
+    );
+  }
   return runOnPool(
     op,
     qt,

@@ -28,8 +28,9 @@ export interface PoolOptions {
   checkIndices?: boolean;
 }
 
-const POOL_GATHER = 0;
-const POOL_SCATTER = 1;
+/** ak_state_pool_copy's directions. */
+export const POOL_GATHER = 0;
+export const POOL_SCATTER = 1;
 const POOL_TRUSTED_INDICES = 2;
 
 /** A checked pool call. */
@@ -88,7 +89,7 @@ export function checkPool(
  * Moves states between the pool and `states`: `[N, H, V, K]` as the pool holds them, or with `kv` the delta
  * rule's `[N, H, K, V]`, passed as its transposed view so the copy itself transposes.
  */
-function poolCopy(op: string, p: Pool, states: Tensor, direction: number, kv = false): void {
+export function poolCopy(op: string, p: Pool, states: Tensor, direction: number, kv = false): void {
   const { N, H, V, K } = p;
   unwrap(
     native().ak_state_pool_copy(
@@ -104,7 +105,7 @@ function poolCopy(op: string, p: Pool, states: Tensor, direction: number, kv = f
 }
 
 /** Zeroes the output rows of padding sequences (index <= 0) on the output's device, in place. */
-function zeroPadding(op: string, output: Tensor, p: Pool, cuSeqlens: CuSeqlens | undefined): void {
+export function zeroPadding(op: string, output: Tensor, p: Pool, cuSeqlens: CuSeqlens | undefined): void {
   // The chunked op has checked the offsets: a tensor goes as it is, host numbers are uploaded.
   using uploaded = cuSeqlens === undefined || cuSeqlens instanceof Tensor
     ? undefined

@@ -1,7 +1,8 @@
 // The fuzz catalog's generator for the forwards on a paged state pool: valid calls of pagedChunkKda and
 // pagedChunkGdn, and of recurrentKda and recurrentGatedDeltaRule with stateIndices (dense or packed, padding
 // indices, repeated or not, fresh slots, float32 or bfloat16 pools, indices checked or not), and mutations
-// that make a call certainly invalid (an index past the pool, a live slot named twice among them).
+// that make a call certainly invalid (an index past the pool, a live slot named twice among them); the
+// chunked ones with a replay state at times.
 import * as ak from "../../mod.ts";
 import type { Case, Rng, Scope } from "./cases.ts";
 import { caseMakers } from "./family.ts";
@@ -41,6 +42,19 @@ export function pagedChunkCases(rng: Rng, scope: Scope, bad: boolean): Case {
   if (rng.chance(0.3)) options.checkIndices = rng.chance(0.5);
   // The recurrent forms with stateIndices take the same pool through their initialState.
   const recurrent = rng.chance(0.3);
+  const replay = (slots: number) => {
+    const r = ak.ReplayState.zeros(slots, {
+      heads: H,
+      keyDim: K,
+      valueDim: V,
+      gate: kda ? "channel" : "head",
+      dtype: dtype as "float32" | "bfloat16",
+      device: scope.device,
+    });
+    for (const t of [r.q, r.k, r.v, r.gate, r.beta, r.count]) scope.keep(t);
+    return r;
+  };
+  if (!recurrent && rng.chance(0.3)) options.replayState = replay(N + 2);
   const run = (o: unknown, pl: unknown = pool, s: unknown = idx): ak.Tensor => {
     if (recurrent) {
       const pooled = { layout: "bshd", initialState: pl, stateIndices: s, ...(o as object) } as never;
@@ -56,7 +70,11 @@ export function pagedChunkCases(rng: Rng, scope: Scope, bad: boolean): Case {
   const checked = { ...options, checkIndices: true };
   const name = `${recurrent ? "recurrent " : ""}${kda ? "kda" : "gdn"}`;
   if (!bad) return valid(name, () => scope.keep(run(options)));
-  switch (rng.int(0, 4)) {
+  switch (rng.int(0, 5)) {
+    case 5:
+      return recurrent
+        ? invalid("a replay state on a recurrent form", () => run({ ...options, replayState: replay(N + 2) }))
+        : invalid("a replay state of another pool", () => run({ ...options, replayState: replay(N + 3) }));
     case 0:
       return invalid(
         "unknown option",
