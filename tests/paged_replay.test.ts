@@ -270,3 +270,31 @@ deviceTest("a replay state is refused when it does not fit the call", (device) =
     refuses(() => ReplayState.zeros(0, { heads: 1, keyDim: 8, gate: "head" }), /numSlots/);
     refuses(() => ReplayState.zeros(2, { heads: 1, gate: "head" } as never), /shape.keyDim: required/);
   }));
+
+deviceTest(
+  "a replay-backed call refuses bad offsets and indices before anything is written",
+  (device) =>
+    expectNoLeak(device, () => {
+      using x = inputs(device, "gdn", 1, 10, [2, 2, 16], 2);
+      using start = Tensor.randn([3, 2, 16, 16], { device, seed: 3 });
+      using pool = start.clone();
+      using idx = Tensor.from([1, 2], { dtype: "int32", device });
+      using replay = ReplayState.zeros(3, { heads: 2, keyDim: 16, gate: "head", device });
+      const call = (cu: number[], s: Tensor = idx) => () =>
+        paged("gdn", x, pool, s, { cuSeqlens: cu, replayState: replay });
+      refuses(call([0, 6, 4]), /cuSeqlens: must be nondecreasing/);
+      refuses(call([0, 6, 11]), /the last offset 11 exceeds the 10 tokens/);
+      refuses(call([1, 6, 10]), /must start at 0/);
+      refuses(call([0, 10]), /expected 3 offsets/);
+      using past = Tensor.from([1, 3], { dtype: "int32", device });
+      refuses(call([0, 4, 10], past), /stateIndices: entry 1 is 3, past the 3 slots/);
+      using twice = Tensor.from([2, 2], { dtype: "int32", device });
+      refuses(call([0, 4, 10], twice), /entries 0 and 1 both name slot 2/);
+      sameBits(
+        pool.toArray() as Float32Array,
+        start.toArray() as Float32Array,
+        "the pool after the refusals",
+      );
+      assert.deepEqual(Array.from(replay.count.values("int32")), [0, 0, 0]);
+    }),
+);

@@ -202,6 +202,7 @@ function plan(op: string, x: ReplayInputs, p: Pool, cu: CuSeqlens | undefined, r
   const counts = r.count.values("int32");
   using offsets = cu === undefined ? undefined : int32Seqlens(op, "options.cuSeqlens", cu, x.q.device);
   const off = offsets ? seqlensOffsets(offsets) : undefined;
+  checkLayout(op, off, B, T, p.N);
   const seen = new Map<number, number>();
   const plan: ReplayPlan = {
     cuA: [0],
@@ -247,6 +248,33 @@ function plan(op: string, x: ReplayInputs, p: Pool, cu: CuSeqlens | undefined, r
     plan.cuA.push(plan.fromA.length), plan.cuB.push(plan.fromB.length);
   }
   return plan;
+}
+
+/** The sequences the plan walks: B rows of T tokens, or packed offsets [N + 1] (B = 1) in order within T. */
+function checkLayout(op: string, off: Int32Array | undefined, B: number, T: number, N: number): void {
+  if (off === undefined) {
+    if (N !== B) throw invalidArgument(op, `stateIndices: expected one entry per batch row (${B}), got ${N}`);
+    return;
+  }
+  if (B !== 1) throw invalidArgument(op, `q: packed input (cuSeqlens given) needs batch size 1, got ${B}`);
+  if (off.length !== N + 1) {
+    throw invalidArgument(
+      op,
+      `options.cuSeqlens: expected ${N + 1} offsets (one per stateIndices entry + 1)`,
+    );
+  }
+  if (off[0] !== 0) throw invalidArgument(op, `options.cuSeqlens: must start at 0, got ${off[0]}`);
+  for (let i = 1; i <= N; i++) {
+    if (off[i] < off[i - 1]) {
+      throw invalidArgument(
+        op,
+        `options.cuSeqlens: must be nondecreasing, but entry ${i} is below entry ${i - 1}`,
+      );
+    }
+  }
+  if (off[N] > T) {
+    throw invalidArgument(op, `options.cuSeqlens: the last offset ${off[N]} exceeds the ${T} tokens`);
+  }
 }
 
 /** Rows of `cached` (`[numSlots * 64, ...]`) and of `fresh` (`[B T, ...]`) in the order of `from`. */
