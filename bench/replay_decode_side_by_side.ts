@@ -1,0 +1,57 @@
+/**
+ * Benchmark of zero-drift decode: one-token `pagedChunkGdn` calls with a `ReplayState` (each call replays the
+ * slot's cached tokens of the unfinished chunk through the chunked op) against the same calls without it, and
+ * against `recurrentGdnDecode` (the fused step, which drifts from training numerics). B sequences, H heads,
+ * K = V, bf16 tokens, fp32 pool; the replay state is taken through a whole chunk (counts 0..63), so the
+ * median is over every suffix length. Writes `<results>/<date>_replay_decode.{json,md}`.
+ *
+ * @example
+ * ```sh
+ * deno run -A bench/replay_decode_side_by_side.ts --results $OUT
+ * ```
+ *
+ * @module
+ */
+import { parseArgs } from "node:util";
+import { cudaAvailable, deviceInfo, pagedChunkGdn, ReplayState, Tensor, timeIt } from "../mod.ts";
+import { type BenchRecord, saveRecords } from "./records.ts";
+
+const { values: args } = parseArgs({ options: { results: { type: "string", default: "bench/results" } } });
+if (!cudaAvailable()) throw new Error("replay_decode_side_by_side: needs a CUDA device");
+const gpu = deviceInfo("cuda").name;
+const [B, H, K, slots] = [64, 16, 128, 128];
+const shape = `B${B}_H${H}_K${K}_V${K}`;
+const device = "cuda";
+using q = Tensor.randn([B, 1, H, K], { dtype: "bfloat16", device, seed: 1 });
+using k = Tensor.randn([B, 1, H, K], { dtype: "bfloat16", device, seed: 2 });
+using v = Tensor.randn([B, 1, H, K], { dtype: "bfloat16", device, seed: 3 });
+using g = Tensor.rand([B, 1, H], { device, seed: 4, low: -0.3, high: 0 });
+using beta = Tensor.rand([B, 1, H], { device, seed: 5 });
+using pool = Tensor.zeros([slots, H, K, K], { device });
+using idx = Tensor.from(Array.from({ length: B }, (_, i) => i + 1), { dtype: "int32", device });
+using replay = ReplayState.zeros(slots, { heads: H, keyDim: K, gate: "head", device });
+
+const plain = timeIt(() => pagedChunkGdn(q, k, v, g, beta, pool, idx, { useQkL2norm: true }).dispose(), {
+  device,
+  iterations: 20,
+}).medianMs;
+const replayed = timeIt(
+  () => pagedChunkGdn(q, k, v, g, beta, pool, idx, { useQkL2norm: true, replayState: replay }).dispose(),
+  { device, warmup: 1, iterations: 63 },
+).medianMs;
+const records: BenchRecord[] = [{
+  op: "pagedChunkGdn (replayState, one token per row)",
+  shape,
+  dtype: "bfloat16",
+  mode: "decode",
+  ms: replayed,
+  ref: "pagedChunkGdn (one token per row, no replay state)",
+  ref_ms: plain,
+  speedup: plain / replayed,
+  tflops: null,
+  gbps: null,
+  path: "replay (two chunked runs, gathers)",
+  note: "median over a whole chunk of suffix lengths (0..63 cached tokens); CUDA events",
+}];
+console.log(JSON.stringify(records[0]));
+saveRecords(args.results!, "replay_decode", "Zero-drift decode with a replay state", gpu, records);
