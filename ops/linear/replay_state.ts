@@ -9,6 +9,7 @@
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
+import { native, unwrap } from "../../ffi/library.ts";
 import { checkArgument, checkOptions, numberIn, type OptionSpec } from "../args.ts";
 import { expectDType, expectSameDevice, expectShape } from "../checks.ts";
 import type { Device } from "../device.ts";
@@ -277,19 +278,71 @@ function checkLayout(op: string, off: Int32Array | undefined, B: number, T: numb
   }
 }
 
-/** Rows of `cached` (`[numSlots * 64, ...]`) and of `fresh` (`[B T, ...]`) in the order of `from`. */
-function gather(cached: Tensor, fresh: Tensor, from: Source[]): Tensor {
-  const dims = cached.shape.slice(1);
-  using c = cached.indexSelect(0, from.map(([isCached, row]) => (isCached ? row : 0)));
-  if (fresh.shape[0] === 0) return c.reshape([1, from.length, ...dims]);
-  using f = fresh.indexSelect(0, from.map(([isCached, row]) => (isCached ? 0 : row)));
-  using pick = Tensor.from(from.map(([isCached]) => (isCached ? 1 : 0)), {
-    dtype: "bool",
-    device: cached.device,
+/** int32 lists uploaded together (one host copy) and handed out as device tensors, in order. */
+function upload(device: string, lists: ArrayLike<number>[]): Tensor[] {
+  const total = lists.reduce((n, l) => n + l.length, 0);
+  const all = new Int32Array(total);
+  let at = 0;
+  for (const l of lists) all.set(l, at), at += l.length;
+  using joined = Tensor.from(all, { dtype: "int32", device });
+  at = 0;
+  return lists.map((l) => {
+    const part = joined.slice(0, at, at + l.length);
+    at += l.length;
+    return part;
   });
-  using mask = pick.reshape([from.length, ...dims.map(() => 1)]);
-  using rows = where(mask, c, f);
-  return rows.reshape([1, from.length, ...dims]);
+}
+
+/**
+ * Rows `index` (int32, on x's device, each known to be in range: the plan made them) of x along dim 0,
+ * without the host read-back that `indexSelect` makes of a tensor index to check its bounds.
+ */
+function selectRows(op: string, x: Tensor, index: Tensor): Tensor {
+  const out = Tensor.empty([index.shape[0], ...x.shape.slice(1)], { dtype: x.dtype, device: x.device });
+  try {
+    unwrap(native().ak_index_select(out.descriptor(op), x.descriptor(op), 0, index.descriptor(op)), op);
+  } catch (e) {
+    out.dispose();
+    throw e;
+  }
+  return out;
+}
+
+/** A bool mask `[n, 1, ...]` broadcasting over a tensor of `rank` dims. */
+function rowMask(picks: Tensor, rank: number): Tensor {
+  using b = picks.cast("bool");
+  return b.reshape([picks.shape[0], ...new Array(rank - 1).fill(1)]);
+}
+
+/** Rows of each `cached[i]` (`[numSlots * 64, ...]`) and `fresh[i]` (`[B T, ...]`) in the order of `from`. */
+function gather(op: string, cached: Tensor[], fresh: Tensor[], from: Source[]): Tensor[] {
+  const n = from.length;
+  const [cIdx, fIdx, picks] = upload(cached[0].device, [
+    from.map(([isCached, row]) => (isCached ? row : 0)),
+    from.map(([isCached, row]) => (isCached ? 0 : row)),
+    from.map(([isCached]) => (isCached ? 1 : 0)),
+  ]);
+  const out: Tensor[] = [];
+  try {
+    for (const [i, c] of cached.entries()) {
+      const dims = c.shape.slice(1);
+      using fromCache = selectRows(op, c, cIdx);
+      if (fresh[i].shape[0] === 0) {
+        out.push(fromCache.reshape([1, n, ...dims]));
+        continue;
+      }
+      using fromFresh = selectRows(op, fresh[i], fIdx);
+      using mask = rowMask(picks, c.ndim);
+      using rows = where(mask, fromCache, fromFresh);
+      out.push(rows.reshape([1, n, ...dims]));
+    }
+    return out;
+  } catch (e) {
+    for (const t of out) t.dispose();
+    throw e;
+  } finally {
+    for (const t of [cIdx, fIdx, picks]) t.dispose();
+  }
 }
 
 /**
@@ -314,7 +367,7 @@ export function runWithReplay(
   const freshRows = NAMES.map((n) => flat(x[n]));
   const run = (from: Source[], cuRun: number[], initial: Tensor) => {
     if (from.length === 0) return undefined;
-    const inputs = NAMES.map((_, i) => gather(cachedRows[i], freshRows[i], from));
+    const inputs = gather(op, cachedRows, freshRows, from);
     try {
       const [q, k, v, gate, beta] = inputs;
       return { result: forward({ q, k, v, gate, beta }, initial, cuRun), inputs };
@@ -327,11 +380,12 @@ export function runWithReplay(
   using initial = Tensor.empty(shape, { dtype: "float32", device: x.q.device });
   let a: ReturnType<typeof run>, b: ReturnType<typeof run>;
   try {
-    poolCopy(op, p, initial, POOL_GATHER, kv); // refuses bad indices before anything is written
+    // The plan checked the indices on the host already: the gather need not read them back again.
+    poolCopy(op, { ...p, checkIndices: false }, initial, POOL_GATHER, kv);
     a = run(pl.fromA, pl.cuA, initial);
     const boundary = a?.result.finalState ?? initial;
     b = run(pl.fromB, pl.cuB, boundary);
-    const output = assemble(x.q, [B, T, H, V], pl, a?.result.output, b?.result.output);
+    const output = assemble(op, x.q, [B, T, H, V], pl, a?.result.output, b?.result.output);
     try {
       poolCopy(op, p, boundary, POOL_SCATTER, kv);
       if (b !== undefined) keepSuffix(op, p, r, b.inputs, pl);
@@ -353,35 +407,46 @@ export function runWithReplay(
 }
 
 /** The call's output `[B, T, H, V]`: each token's row from run A or B, zero for padding and spare rows. */
-function assemble(q: Tensor, dims: number[], pl: ReplayPlan, outA?: Tensor, outB?: Tensor): Tensor {
+function assemble(
+  op: string,
+  q: Tensor,
+  dims: number[],
+  pl: ReplayPlan,
+  outA?: Tensor,
+  outB?: Tensor,
+): Tensor {
   const [B, T, H, V] = dims, rows = B * T;
-  const pickFrom = (o: Tensor | undefined, fromA: boolean) => {
-    if (o === undefined) return undefined;
-    using f = o.reshape([o.shape[1], H, V]);
-    return f.indexSelect(0, pl.out.map((s) => (s !== undefined && s[0] === fromA ? s[1] : 0)));
-  };
-  using zero = Tensor.zeros([rows, H, V], { dtype: q.dtype, device: q.device });
-  using a = pickFrom(outA, true);
-  using b = pickFrom(outB, false);
-  const mask = (fromA: boolean) => {
-    const picks = pl.out.map((s) => (s !== undefined && s[0] === fromA ? 1 : 0));
-    using m = Tensor.from(picks, { dtype: "bool", device: q.device });
-    return m.reshape([rows, 1, 1]);
-  };
-  using inA = mask(true);
-  using inB = mask(false);
-  using restB = b ? where(inB, b, zero) : zero.clone();
-  using all = a ? where(inA, a, restB) : restB.clone();
-  return all.reshape([B, T, H, V]);
+  const at = (fromA: boolean) => pl.out.map((s) => (s !== undefined && s[0] === fromA ? s[1] : 0));
+  const picked = (fromA: boolean) => pl.out.map((s) => (s !== undefined && s[0] === fromA ? 1 : 0));
+  const [atA, atB, inA, inB] = upload(q.device, [at(true), at(false), picked(true), picked(false)]);
+  try {
+    const pickFrom = (o: Tensor | undefined, positions: Tensor) => {
+      if (o === undefined) return undefined;
+      using f = o.reshape([o.shape[1], H, V]);
+      return selectRows(op, f, positions);
+    };
+    using zero = Tensor.zeros([rows, H, V], { dtype: q.dtype, device: q.device });
+    using a = pickFrom(outA, atA);
+    using b = pickFrom(outB, atB);
+    using maskA = rowMask(inA, 3);
+    using maskB = rowMask(inB, 3);
+    using restB = b ? where(maskB, b, zero) : zero.clone();
+    using all = a ? where(maskA, a, restB) : restB.clone();
+    return all.reshape([B, T, H, V]);
+  } finally {
+    for (const t of [atA, atB, inA, inB]) t.dispose();
+  }
 }
 
 /** Writes each live slot's unfinished chunk (run B's tokens) into the caches. */
 function keepSuffix(op: string, p: Pool, r: ReplayState, inputsB: Tensor[], pl: ReplayPlan): void {
+  const [keep] = upload(r.q.device, [pl.keep.map((at) => Math.max(at, 0))]);
+  using _keep = keep;
   for (const [i, name] of NAMES.entries()) {
     const cache = r[name];
     const src = inputsB[i];
     using rows = src.reshape(src.shape.slice(1));
-    using picked = rows.indexSelect(0, pl.keep.map((at) => Math.max(at, 0)));
+    using picked = selectRows(op, rows, keep);
     using states = picked.reshape([p.N, REPLAY_CHUNK, ...cache.shape.slice(2)]);
     using f32 = states.dtype === "float32" ? states.clone() : states.cast("float32");
     poolCopy(op, { ...p, cache, hasInitialState: undefined, checkIndices: false }, f32, POOL_SCATTER);
