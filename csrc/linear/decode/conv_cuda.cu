@@ -127,7 +127,8 @@ void general(const PagedConv& d) {
   PagedConv h = d;
   h.x = m.add(d.x, false), h.weight = m.add(d.weight, false);
   h.indices = m.add(d.indices, false), h.has_initial = m.add(d.has_initial, false);
-  h.state = m.add(d.state, true), h.output = m.add(d.output, true);
+  // Rows past the last packed offset stay as they are: only dense calls write every row.
+  h.state = m.add(d.state, true), h.output = m.add(d.output, true, d.cu_seqlens == nullptr);
   require_slots_in_pool(h.indices, d.N, d.slots);
   ak::linear::cpu::paged_conv(h);
   m.write_back();

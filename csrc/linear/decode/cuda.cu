@@ -28,7 +28,7 @@ void general(const PagedDecode& d) {
   h.qkv = m.add(d.qkv, false), h.raw_gate = m.add(d.raw_gate, false), h.raw_beta = m.add(d.raw_beta, false);
   h.a_log = m.add(d.a_log, false), h.dt_bias = m.add(d.dt_bias, false);
   h.indices = m.add(d.indices, false), h.has_initial = m.add(d.has_initial, false);
-  h.state = m.add(d.state, true), h.output = m.add(d.output, true);
+  h.state = m.add(d.state, true), h.output = m.add(d.output, true, true);  // padding rows too are written
   require_slots_in_pool(h.indices, d.B, d.slots);
   ak::linear::cpu::paged_decode(h);
   m.write_back();

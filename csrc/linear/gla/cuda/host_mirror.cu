@@ -18,7 +18,7 @@ int64_t span_bytes(const ak_tensor& t) {
 
 }  // namespace
 
-const ak_tensor* HostMirror::add(const ak_tensor* t, bool output) {
+const ak_tensor* HostMirror::add(const ak_tensor* t, bool output, bool whole) {
   if (t == nullptr) return nullptr;
   Entry& e = entries_.emplace_back();
   e.device = t;
@@ -26,7 +26,9 @@ const ak_tensor* HostMirror::add(const ak_tensor* t, bool output) {
   e.output = output;
   const int64_t bytes = span_bytes(*t);
   e.bytes.resize(static_cast<size_t>(bytes > 0 ? bytes : 1));
-  if (bytes > 0) ak::cuda::copy_to_host(*t, e.bytes.data(), bytes);
+  // A strided output keeps its gaps through the copy in: only a contiguous one may skip it.
+  const bool skip = output && whole && is_contiguous(*t);
+  if (bytes > 0 && !skip) ak::cuda::copy_to_host(*t, e.bytes.data(), bytes);
   e.host.data = e.bytes.data();
   e.host.device_type = AK_CPU;
   e.host.device_index = 0;

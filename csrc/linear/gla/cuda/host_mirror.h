@@ -15,7 +15,9 @@ class HostMirror {
  public:
   // A host copy of t (nullptr stays nullptr): its bytes are copied in (outputs too, so rows the CPU
   // backend leaves untouched keep their values), and copied back by write_back() when `output`.
-  const ak_tensor* add(const ak_tensor* t, bool output);
+  // `whole`: the CPU backend writes every element of this output, so a contiguous one is not copied in
+  // (its device bytes may be uninitialised; nothing reads them).
+  const ak_tensor* add(const ak_tensor* t, bool output, bool whole = false);
   void write_back();
 
  private:

@@ -158,7 +158,8 @@ void general_fwd(const KdaFwd& a) {
   HostMirror m;
   KdaFwd h = a;
   mirror_inputs(m, h, a);
-  h.output = m.add(a.output, true), h.final_state = m.add(a.final_state, true);
+  // Every output row is written unless packed sequences leave spare rows; every final state always.
+  h.output = m.add(a.output, true, !a.p.varlen), h.final_state = m.add(a.final_state, true, true);
   ak::linear::cpu::kda_fwd(h);
   m.write_back();
 }
