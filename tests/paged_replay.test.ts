@@ -99,6 +99,16 @@ function inputsOf(q: Tensor, k: Tensor, v: Tensor, gate: Tensor, beta: Tensor): 
   return { q, k, v, gate, beta, [Symbol.dispose]: () => [q, k, v, gate, beta].forEach((t) => t.dispose()) };
 }
 
+function replayFor(f: Family, slots: number, [H, HK, K]: number[], device: Device): ReplayState {
+  return ReplayState.zeros(slots, {
+    heads: H,
+    keyHeads: HK,
+    keyDim: K,
+    gate: f === "gdn" ? "head" : "channel",
+    device,
+  });
+}
+
 function paged(f: Family, x: Inputs, pool: Tensor, idx: Tensor, o: Record<string, unknown>): Tensor {
   return f === "gdn"
     ? pagedChunkGdn(x.q, x.k, x.v, x.gate, x.beta, pool, idx, { useQkL2norm: true, ...o })
@@ -149,13 +159,7 @@ for (const f of ["gdn", "kda"] as const) {
           using start = Tensor.randn([slots, H, K, K], { device, seed: seed + 9, std: 0.1 });
           using pool = start.clone();
           using initial = start.indexSelect(0, [3, 1]);
-          using replay = ReplayState.zeros(slots, {
-            heads: H,
-            keyHeads: HK,
-            keyDim: K,
-            gate: f === "gdn" ? "head" : "channel",
-            device,
-          });
+          using replay = replayFor(f, slots, [H, HK, K], device);
           using ref = training(f, x, initial);
           const want = ref.output.toArray() as Float32Array;
           const row = H * K;
@@ -218,13 +222,7 @@ for (const f of ["gdn", "kda"] as const) {
           using resume = Tensor.from([1, 1, 1, 0], { dtype: "bool", device });
           using start = Tensor.randn([slots, H, K, K], { device, seed: seed + 9, std: 0.1 });
           using pool = start.clone();
-          using replay = ReplayState.zeros(slots, {
-            heads: H,
-            keyHeads: HK,
-            keyDim: K,
-            gate: f === "gdn" ? "head" : "channel",
-            device,
-          });
+          using replay = replayFor(f, slots, [H, HK, K], device);
           using y = paged(f, x, pool, idx, { cuSeqlens: cu, hasInitialState: resume, replayState: replay });
           using initial = start.indexSelect(0, [2, 4, 0, 1]);
           const init = initial.toArray() as Float32Array, slot = H * K * K;

@@ -20,8 +20,8 @@ import type { Tensor } from "../tensor.ts";
 import { checkScale } from "./delta_native.ts";
 import { chunkGatedDeltaRule } from "./delta_rule.ts";
 import { chunkKda } from "./kda.ts";
-import { checkPool, type PoolOptions, runOnPool } from "./pool_run.ts";
-import { checkReplay, type ReplayState, runWithReplay } from "./replay_state.ts";
+import { checkPool, type Pool, type PoolOptions, runOnPool } from "./pool_run.ts";
+import { checkReplay, type ReplayForward, type ReplayState, runWithReplay } from "./replay_state.ts";
 
 /** Options of {@link pagedChunkKda} and {@link pagedChunkGdn}. */
 export interface PagedChunkOptions extends PoolOptions {
@@ -95,21 +95,12 @@ export function pagedChunkKda(
   const p = checkPool(op, qt, vt, stateCache, stateIndices, o);
   const scale = checkScale(op, o.scale ?? undefined, p.K);
   if (o.replayState !== undefined && o.replayState !== null) {
-    const x = {
-      q: qt,
-      k: expectTensor(op, "k", k),
-      v: vt,
-      gate: expectTensor(op, "gate", gate),
-      beta: expectTensor(op, "beta", beta),
-    };
-    const r = checkReplay(op, o.replayState, x, p, true);
-    return runWithReplay(
+    return replayed(
       op,
-      x,
+      [qt, k, vt, gate, beta, "gate"],
       p,
-      o.cuSeqlens,
+      o,
       false,
-      r,
       (t, initial, cu) =>
         chunkKda(t.q, t.k, t.v, t.gate, t.beta, {
           layout: "bshd",
@@ -173,22 +164,13 @@ export function pagedChunkGdn(
   const p = checkPool(op, qt, vt, stateCache, stateIndices, o);
   // The delta rule keeps states as [N, H, K, V]: the pool copies transpose on the way in and out.
   if (o.replayState !== undefined && o.replayState !== null) {
-    const x = {
-      q: qt,
-      k: expectTensor(op, "k", k),
-      v: vt,
-      gate: expectTensor(op, "g", g),
-      beta: expectTensor(op, "beta", beta),
-    };
-    const r = checkReplay(op, o.replayState, x, p, false);
     const scale = checkScale(op, o.scale ?? undefined, p.K);
-    return runWithReplay(
+    return replayed(
       op,
-      x,
+      [qt, k, vt, g, beta, "g"],
       p,
-      o.cuSeqlens,
+      o,
       true,
-      r,
       (t, initial, cu) =>
         chunkGatedDeltaRule(t.q, t.k, t.v, t.gate, t.beta, {
           layout: "bshd",
@@ -217,4 +199,27 @@ export function pagedChunkGdn(
         out: { output },
       }),
   );
+}
+
+/**
+ * A paged call with a replay state: the inputs checked against it, then the replayed runs (replay_state.ts).
+ * `kv`: the delta rule's `[N, H, K, V]` states (a per-head gate); else KDA's `[N, H, V, K]` (per channel).
+ */
+function replayed(
+  op: string,
+  [q, k, v, gate, beta, gateName]: [Tensor, unknown, Tensor, unknown, unknown, string],
+  p: Pool,
+  o: PagedChunkOptions,
+  kv: boolean,
+  forward: ReplayForward,
+): Tensor {
+  const x = {
+    q,
+    k: expectTensor(op, "k", k),
+    v,
+    gate: expectTensor(op, gateName, gate),
+    beta: expectTensor(op, "beta", beta),
+  };
+  const r = checkReplay(op, o.replayState, x, p, !kv);
+  return runWithReplay(op, x, p, o.cuSeqlens, kv, r, forward);
 }
