@@ -167,6 +167,19 @@ void check_same_device(const ak_tensor& t, const char* name, const ak_tensor& re
               " (same as " + ref_name + "), got " + device_string(t.device_type, t.device_index));
 }
 
+void check_device_args(int32_t device_type, int32_t device_index) {
+  require(device_type == AK_CPU || device_type == AK_CUDA,
+          "device_type: expected 0 (cpu) or 1 (cuda), got " + std::to_string(device_type));
+  if (device_type == AK_CPU) {
+    require(device_index == 0, "device_index: the CPU device has index 0, got " + std::to_string(device_index));
+    return;
+  }
+  ak_tensor probe{};
+  probe.device_type = device_type;
+  probe.device_index = device_index;
+  check_device(probe, "device");
+}
+
 void check_device(const ak_tensor& t, const char* name) {
   if (t.device_type == AK_CPU) return;
 #if AK_WITH_CUDA

@@ -85,6 +85,8 @@ inline std::vector<int64_t> shape_of(const ak_tensor& t) {
 
 // Devices: validates device_type/index of a tensor (for CUDA: the index exists and the build has CUDA).
 void check_device(const ak_tensor& t, const char* name);
+// The same for a device given by type and index, as the runtime's entries take it.
+void check_device_args(int32_t device_type, int32_t device_index);
 // Declares a family's backend functions (`decls`) in both backends' namespaces, cpu:: and cuda::: the
 // entries call one or the other by the tensors' device.
 #define AK_DECLARE_BACKENDS(decls) \

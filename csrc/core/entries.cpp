@@ -17,19 +17,6 @@ using namespace ak;
 
 namespace {
 
-void check_device_args(int32_t device_type, int32_t device_index) {
-  require(device_type == AK_CPU || device_type == AK_CUDA,
-          "device_type: expected 0 (cpu) or 1 (cuda), got " + std::to_string(device_type));
-  if (device_type == AK_CPU) {
-    require(device_index == 0, "device_index: the CPU device has index 0, got " + std::to_string(device_index));
-    return;
-  }
-  ak_tensor probe{};
-  probe.device_type = device_type;
-  probe.device_index = device_index;
-  check_device(probe, "device");
-}
-
 bool same_shape(const ak_tensor& a, const ak_tensor& b) {
   if (a.rank != b.rank) return false;
   for (int i = 0; i < a.rank; ++i) {

@@ -16,13 +16,6 @@ namespace {
 std::mutex handles_mutex;
 std::unordered_set<void*> live_graphs;
 
-void check_cuda_device(int32_t device_index) {
-  ak_tensor probe{};
-  probe.device_type = AK_CUDA;
-  probe.device_index = device_index;
-  check_device(probe, "device");
-}
-
 void require_live(void* graph) {
   std::lock_guard<std::mutex> lock(handles_mutex);
   require(graph != nullptr && live_graphs.count(graph) == 1,
@@ -35,7 +28,7 @@ extern "C" {
 
 AK_API ak_status ak_graph_begin(int32_t device_index) {
   AK_ENTRY("ak_graph_begin", {
-    check_cuda_device(device_index);
+    check_device_args(AK_CUDA, device_index);
     AK_CUDA_CALL(cuda::graph_begin(device_index));
   });
 }
@@ -44,7 +37,7 @@ AK_API ak_status ak_graph_end(int32_t device_index, void** out_graph) {
   AK_ENTRY("ak_graph_end", {
     require(out_graph != nullptr, "out_graph: expected a pointer");
     *out_graph = nullptr;
-    check_cuda_device(device_index);
+    check_device_args(AK_CUDA, device_index);
 #if AK_WITH_CUDA
     void* graph = cuda::graph_end(device_index);
     std::lock_guard<std::mutex> lock(handles_mutex);
@@ -58,7 +51,7 @@ AK_API ak_status ak_graph_end(int32_t device_index, void** out_graph) {
 
 AK_API ak_status ak_graph_abort(int32_t device_index) {
   AK_ENTRY("ak_graph_abort", {
-    check_cuda_device(device_index);
+    check_device_args(AK_CUDA, device_index);
     AK_CUDA_CALL(cuda::graph_abort(device_index));
   });
 }

@@ -69,8 +69,8 @@ DeviceCheck* capture_pool_check(int device, const ak_tensor* indices, int64_t n,
   const int64_t checked = idx != nullptr ? n : 0;
   const int32_t* offsets = cu_seqlens != nullptr ? static_cast<const int32_t*>(cu_seqlens->data) : nullptr;
   const int64_t count = offsets != nullptr ? cu_seqlens->shape[0] : 0;
-  const unsigned blocks = checked > 0 ? ceil_div(checked, kCheckThreads) : 1;
   if (checked == 0 && count == 0) return c;
+  const unsigned blocks = checked > 0 ? ceil_div(checked, kCheckThreads) : 1;
   pool_check_kernel<<<blocks, kCheckThreads, 0, stream(device)>>>(c, label_id, idx, checked, slots, offsets, count, T);
   check_launch("pool_check_kernel");
   return c;

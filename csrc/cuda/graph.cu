@@ -6,12 +6,13 @@
 // its later allocations (one stream: a replay keeps the capture's order); every block stays with the
 // graph until the graph is destroyed and no tensor made during the capture still points into it.
 #include <cstddef>
+#include <cstring>
 #include <map>
 #include <memory>
-#include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cuda/backend.h"
@@ -74,8 +75,8 @@ Capture finish(int device) {
   Capture done = std::move(c);
   c = Capture{};
   if (done.memory) {
-    std::unordered_map<void*, bool> idle;
-    for (auto& block : done.memory->idle) idle[block.second] = true;
+    std::unordered_set<void*> idle;
+    for (auto& block : done.memory->idle) idle.insert(block.second);
     for (auto& block : done.memory->sizes) {
       if (idle.count(block.first) == 0) held_blocks[block.first] = done.memory;
     }

@@ -71,6 +71,16 @@ void check_heads(int64_t HK, int64_t H, const char* qk_name, const char* v_name)
                            std::to_string(HK) + " query/key heads of " + qk_name);
 }
 
+void check_impl_flags(int32_t flags, int32_t fused_bit, int32_t reference_bit, const char* fused_name,
+                      const char* reference_name) {
+  require((flags & fused_bit) == 0 || (flags & reference_bit) == 0,
+          str("flags: ") + fused_name + " and " + reference_name + " together");
+}
+
+void refuse_fused_on_cpu() {
+  fail(AK_ERR_UNSUPPORTED, "impl 'fused': the CPU has no fused kernel (its backend is the reference)");
+}
+
 std::vector<int64_t> read_cu_seqlens(const ak_tensor& cu, int64_t T) {
   const int64_t count = cu.shape[0];
   std::vector<int32_t> host(static_cast<size_t>(count));

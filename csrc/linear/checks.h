@@ -30,6 +30,11 @@ const ak_tensor& check_state(const ak_tensor* t, const char* name, std::initiali
                              const ak_tensor& ref, const char* ref_name);
 
 void check_scale(double scale);
+// `impl` in a call's flags: at most one of its fused and reference bits (named as the header spells them).
+void check_impl_flags(int32_t flags, int32_t fused_bit, int32_t reference_bit, const char* fused_name,
+                      const char* reference_name);
+// impl 'fused' asked of the CPU, whose backend is the reference: refused.
+[[noreturn]] void refuse_fused_on_cpu();
 void check_head_dims(int64_t K, int64_t V, const char* q_name, const char* v_name);
 void check_heads(int64_t HK, int64_t H, const char* qk_name, const char* v_name);
 

@@ -15,6 +15,7 @@ import { expectDType, expectSameDevice, expectShape } from "../checks.ts";
 import type { Device } from "../device.ts";
 import { type CuSeqlens, int32Seqlens, seqlensOffsets } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
+import { produce } from "../tensor_math/common.ts";
 import { where } from "../tensor_math/elementwise.ts";
 import { type Pool, POOL_GATHER, POOL_SCATTER, poolCopy } from "./pool_run.ts";
 
@@ -298,14 +299,9 @@ function upload(device: string, lists: ArrayLike<number>[]): Tensor[] {
  * without the host read-back that `indexSelect` makes of a tensor index to check its bounds.
  */
 function selectRows(op: string, x: Tensor, index: Tensor): Tensor {
-  const out = Tensor.empty([index.shape[0], ...x.shape.slice(1)], { dtype: x.dtype, device: x.device });
-  try {
+  return produce([index.shape[0], ...x.shape.slice(1)], x.dtype, x.device, (out) => {
     unwrap(native().ak_index_select(out.descriptor(op), x.descriptor(op), 0, index.descriptor(op)), op);
-  } catch (e) {
-    out.dispose();
-    throw e;
-  }
-  return out;
+  });
 }
 
 /** A bool mask `[n, 1, ...]` broadcasting over a tensor of `rank` dims. */

@@ -50,8 +50,8 @@ AK_API ak_status ak_paged_conv1d(const ak_tensor* x_, const ak_tensor* weight, c
     require((flags & ~known) == 0, "flags: expected AK_CONV_NONE = 0 or AK_CONV_SILU = 1, optionally | " +
                                        std::string("AK_CONV_TRUSTED_INDICES = 4, AK_CONV_IMPL_FUSED = 8 or ") +
                                        "AK_CONV_IMPL_REFERENCE = 16, got " + std::to_string(flags));
-    require((flags & AK_CONV_IMPL_FUSED) == 0 || (flags & AK_CONV_IMPL_REFERENCE) == 0,
-            "flags: AK_CONV_IMPL_FUSED and AK_CONV_IMPL_REFERENCE together");
+    check_impl_flags(flags, AK_CONV_IMPL_FUSED, AK_CONV_IMPL_REFERENCE, "AK_CONV_IMPL_FUSED",
+                     "AK_CONV_IMPL_REFERENCE");
     d.activation = flags & AK_CONV_SILU;
     d.trusted_indices = (flags & AK_CONV_TRUSTED_INDICES) != 0;
     d.reference = (flags & AK_CONV_IMPL_REFERENCE) != 0;
@@ -104,9 +104,7 @@ AK_API ak_status ak_paged_conv1d(const ak_tensor* x_, const ak_tensor* weight, c
     d.x = x_, d.weight = weight, d.state = state_cache, d.indices = state_indices;
     d.has_initial = has_initial_state, d.output = output, d.cu_seqlens = cu_seqlens;
     if (fused_only) {
-      if (x.device_type == AK_CPU) {
-        fail(AK_ERR_UNSUPPORTED, "impl 'fused': the CPU has no fused kernel (its backend is the reference)");
-      }
+      if (x.device_type == AK_CPU) refuse_fused_on_cpu();
       if (d.W > kMaxFusedConvWidth) {
         fail(AK_ERR_UNSUPPORTED, "impl 'fused': the fused kernel serves W up to " +
                                      std::to_string(kMaxFusedConvWidth) + ", got W = " + std::to_string(d.W));

@@ -30,8 +30,8 @@ PagedDecode parse(const ak_tensor* qkv_, const ak_tensor* raw_gate, const ak_ten
                                            " (expected AK_DECODE_PER_CHANNEL = 1, AK_DECODE_BOUNDED = 2, " +
                                            "AK_DECODE_TRUSTED_INDICES = 4, AK_DECODE_IMPL_FUSED = 8, " +
                                            "AK_DECODE_IMPL_REFERENCE = 16)");
-  require((flags & AK_DECODE_IMPL_FUSED) == 0 || (flags & AK_DECODE_IMPL_REFERENCE) == 0,
-          "flags: AK_DECODE_IMPL_FUSED and AK_DECODE_IMPL_REFERENCE together");
+  check_impl_flags(flags, AK_DECODE_IMPL_FUSED, AK_DECODE_IMPL_REFERENCE, "AK_DECODE_IMPL_FUSED",
+                   "AK_DECODE_IMPL_REFERENCE");
   PagedDecode d;
   d.per_channel = (flags & AK_DECODE_PER_CHANNEL) != 0;
   d.bounded = (flags & AK_DECODE_BOUNDED) != 0;
@@ -97,9 +97,7 @@ AK_API ak_status ak_paged_decode(const ak_tensor* packed_qkv, const ak_tensor* r
     const PagedDecode d = parse(packed_qkv, raw_gate, raw_beta, a_log, dt_bias, state_cache, state_indices,
                                 has_initial_state, scale, lower_bound, flags, output);
     if (packed_qkv->device_type == AK_CPU) {
-      if (d.impl == DecodeImpl::fused) {
-        fail(AK_ERR_UNSUPPORTED, "impl 'fused': the CPU has no fused kernel (its backend is the reference)");
-      }
+      if (d.impl == DecodeImpl::fused) refuse_fused_on_cpu();
       if (d.B == 0) return;
       require_slots_in_pool(state_indices, d.B, d.slots);
       ak::linear::cpu::paged_decode(d);
