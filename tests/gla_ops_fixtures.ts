@@ -40,8 +40,10 @@ export { expectAgree, expectClose, expectSame, host, leadingRows, pathTolerance 
 export interface GlaTolerance extends DeltaRuleTolerance {
   /**
    * dgk, dg (relative RMS): a reverse cumsum over the sequence of q dq - k dk, terms that largely
-   * cancel, so the 16-bit operands of dq and dk leave it several times dq's error (worst seen on the
-   * H200: 0.053, gates uniform in [-6, 0] with spikes of -20).
+   * cancel, so the 16-bit operands of dq and dk leave it several times dq's error. On the H200, simple
+   * GLA in bf16 with gates uniform in [-6, 0] over 60 seeds: median 0.021, 90th percentile 0.034, worst
+   * 0.073 (K = 16), and one seed of the test at 0.084; gates in [-0.25, 0]: worst 0.014. The bound
+   * leaves room above the worst seen; a wrong gradient is off by order 1.
    */
   dgate: number;
 }
@@ -49,7 +51,7 @@ export interface GlaTolerance extends DeltaRuleTolerance {
 /** The tolerances of a q/k/v dtype. */
 export function tol(dtype: DType): GlaTolerance {
   const t = DELTA_RULE_TOLERANCE[dtype as "float32"];
-  return { ...t, dgate: dtype === "float32" ? t.dsmall : 0.08 };
+  return { ...t, dgate: dtype === "float32" ? t.dsmall : 0.12 };
 }
 
 /** The public functions under test. */

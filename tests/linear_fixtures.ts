@@ -196,10 +196,13 @@ export function leadingRows(a: ArrayLike<number>, tokens: number, rowSize: numbe
   return Float64Array.from({ length: tokens * rowSize }, (_, i) => a[i]);
 }
 
-/** A tensor's first `tokens` token rows of a batch-one `[1, T, heads, D]` tensor, as float64. */
+/**
+ * A tensor's first `tokens` token rows of a batch-one `[1, T, heads, D]` tensor, as float64. Only
+ * those rows are read: the rows past a packed call's last offset may never have been written.
+ */
 export function leadingRowsOf(t: Tensor, tokens: number): Float64Array {
-  const rowSize = t.numel / t.shape[1];
-  return leadingRows(host(t), tokens, rowSize);
+  using rows = t.slice(1, 0, tokens);
+  return Float64Array.from(host(rows));
 }
 
 /**

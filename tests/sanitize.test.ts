@@ -18,6 +18,11 @@ Deno.test("sanitize: a log's error count, kernels and test summary are read", ()
   assert.equal(s.failed, 1);
   assert.ok(s.summarised);
   assert.deepEqual(Object.keys(s.kernels), ["ak::fast_grads<bf16, (int)128>"]);
+  assert.equal(s.explained, 0);
+  // A report with a frame at an explained site counts as explained; others do not.
+  const explained = summarise(log, ["g.cuh:4"]);
+  assert.equal(explained.explained, 1);
+  assert.equal(summarise(log, ["g.cuh:5", "sm80.cuh:12"]).explained, 0);
   const crashed = summarise("Segmentation fault");
   assert.equal(crashed.errors, -1);
   assert.equal(crashed.summarised, false);

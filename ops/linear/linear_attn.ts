@@ -60,6 +60,36 @@ const NORMALIZE = { normalize: "boolean" } as const;
 const NORMALIZE_EPS = 1e-10;
 const GRADIENT_BUFFERS = { dq: "any", dk: "any", dv: "any", dInitialState: "any" } as const;
 
+/**
+ * The kernel's output buffer for a packed call: zeros, so that the rows past the last offset, which the
+ * kernel leaves as they are, hold zeros rather than memory nothing wrote (the elementwise steps below read
+ * every row). Undefined for a fixed-length call, which writes every row.
+ */
+function packedOutput(
+  scope: TensorScope,
+  s: GlaSettings,
+  like: Tensor,
+  dtype: Tensor["dtype"],
+): Tensor | undefined {
+  if (s.cuSeqlens === undefined) return undefined;
+  return scope.temp(Tensor.zeros(like.shape, { dtype, device: like.device }));
+}
+
+/** The unnormalised output (owned by the scope). */
+function rawOutput(
+  op: string,
+  scope: TensorScope,
+  inputs: GlaInputs,
+  s: GlaSettings,
+  wants: GlaForwardWants,
+  finalState?: Tensor,
+): { output: Tensor; finalState?: Tensor } {
+  const given = packedOutput(scope, s, inputs.v, inputs.q.dtype);
+  const raw = glaForward(op, inputs, s, wants, { finalState, output: given });
+  if (!given) scope.temp(raw.output);
+  return raw;
+}
+
 /** `z + eps` as float32 in the layout's `[.., H, 1]` shape: linear attention of q, k over ones. */
 function normaliser(op: string, scope: TensorScope, inputs: GlaInputs, s: GlaSettings): Tensor {
   const { q, k, v } = inputs;
@@ -67,7 +97,7 @@ function normaliser(op: string, scope: TensorScope, inputs: GlaInputs, s: GlaSet
   const onesShape = [...v.shape.slice(0, 3), 1];
   const ones = scope.temp(Tensor.ones(onesShape, { dtype: "float32", device: v.device }));
   const plain = { layout: s.layout, scale: s.scale, recurrent: s.recurrent, cuSeqlens: s.cuSeqlens };
-  const z = scope.temp(glaForward(op, { q: f32(q), k: f32(k), v: ones }, plain).output);
+  const z = rawOutput(op, scope, { q: f32(q), k: f32(k), v: ones }, plain, {}).output;
   return scope.temp(z.add(NORMALIZE_EPS));
 }
 
@@ -90,8 +120,7 @@ const NORMALIZED: GlaEngine = {
     const shape = s.layout === "bshd" ? [B, T, H, V] : [B, H, T, V];
     const given = provided(op, "output", out?.output, shape, q.dtype, q.device);
     using scope = new TensorScope();
-    const raw = glaForward(op, inputs, s, wants, { finalState: out?.finalState });
-    scope.temp(raw.output);
+    const raw = rawOutput(op, scope, inputs, s, wants, out?.finalState);
     if (raw.finalState && raw.finalState !== out?.finalState) scope.result(raw.finalState);
     const n = normaliser(op, scope, inputs, s);
     const normalized = scope.temp(f32(scope, raw.output).div(n));
@@ -117,7 +146,7 @@ const NORMALIZED: GlaEngine = {
     const givenDk = provided(op, "dk", out.dk, qkShape, q.dtype, q.device);
     using scope = new TensorScope();
     // Recompute the unnormalised output and the normaliser (both cheap next to the backward).
-    const raw = scope.temp(glaForward(op, inputs, s, {}).output);
+    const raw = rawOutput(op, scope, inputs, s, {}).output;
     const n = normaliser(op, scope, inputs, s);
     const dO = f32(scope, dOut);
     const normalized = scope.temp(f32(scope, raw).div(n));

@@ -14,7 +14,7 @@
 #include "linear/decode/conv_cpu.h"
 #include "linear/decode/conv_cuda.h"
 #include "linear/decode/slots.h"
-#include "linear/gla/cuda/host_mirror.h"
+#include "linear/common/host_mirror.h"
 
 namespace ak::linear::cuda {
 namespace {
@@ -125,10 +125,11 @@ void fused(const PagedConv& d, const ak::cuda::DeviceCheck* check) {
 void general(const PagedConv& d) {
   HostMirror m;
   PagedConv h = d;
-  h.x = m.add(d.x, false), h.weight = m.add(d.weight, false);
-  h.indices = m.add(d.indices, false), h.has_initial = m.add(d.has_initial, false);
+  h.x = m.input(d.x), h.weight = m.input(d.weight);
+  h.indices = m.input(d.indices), h.has_initial = m.input(d.has_initial);
   // Rows past the last packed offset stay as they are: only dense calls write every row.
-  h.state = m.add(d.state, true), h.output = m.add(d.output, true, d.cu_seqlens == nullptr);
+  const Written rows = d.offsets ? Written::along(1, d.offsets[0], d.offsets[d.N]) : Written::all();
+  h.state = m.in_out(d.state), h.output = m.output(d.output, rows);
   require_slots_in_pool(h.indices, d.N, d.slots);
   ak::linear::cpu::paged_conv(h);
   m.write_back();

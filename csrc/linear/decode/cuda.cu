@@ -15,7 +15,7 @@
 #include "linear/decode/params.h"
 #include "linear/decode/planner.h"
 #include "linear/decode/slots.h"
-#include "linear/gla/cuda/host_mirror.h"
+#include "linear/common/host_mirror.h"
 
 namespace ak::linear::cuda {
 
@@ -25,10 +25,10 @@ namespace {
 void general(const PagedDecode& d) {
   HostMirror m;
   PagedDecode h = d;
-  h.qkv = m.add(d.qkv, false), h.raw_gate = m.add(d.raw_gate, false), h.raw_beta = m.add(d.raw_beta, false);
-  h.a_log = m.add(d.a_log, false), h.dt_bias = m.add(d.dt_bias, false);
-  h.indices = m.add(d.indices, false), h.has_initial = m.add(d.has_initial, false);
-  h.state = m.add(d.state, true), h.output = m.add(d.output, true, true);  // padding rows too are written
+  h.qkv = m.input(d.qkv), h.raw_gate = m.input(d.raw_gate), h.raw_beta = m.input(d.raw_beta);
+  h.a_log = m.input(d.a_log), h.dt_bias = m.input(d.dt_bias);
+  h.indices = m.input(d.indices), h.has_initial = m.input(d.has_initial);
+  h.state = m.in_out(d.state), h.output = m.output(d.output);  // padding rows too are written
   require_slots_in_pool(h.indices, d.B, d.slots);
   ak::linear::cpu::paged_decode(h);
   m.write_back();

@@ -11,7 +11,7 @@
 #include "linear/gla/problem.h"
 #include "linear/gla/cuda/dgates.cuh"
 #include "linear/gla/cuda/params.h"
-#include "linear/gla/cuda/host_mirror.h"
+#include "linear/common/host_mirror.h"
 #include "linear/gla/cuda/host_views.h"
 #include "linear/gla/planner.h"
 
@@ -170,17 +170,19 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   }
 }
 
-// The general path: the CPU backend on host copies (inputs read, outputs copied in and back).
+// The general path: the CPU backend on host copies (inputs read, the written part of each output
+// copied back).
 void general_fwd(const GlaFwd& a) {
   HostMirror m;
   GlaFwd h = a;
   h.p.device_type = AK_CPU;
-  h.q = m.add(a.q, false), h.k = m.add(a.k, false), h.v = m.add(a.v, false);
-  h.gk = m.add(a.gk, false), h.g = m.add(a.g, false), h.g_gamma = m.add(a.g_gamma, false);
-  h.initial_state = m.add(a.initial_state, false);
-  h.output = m.add(a.output, true), h.final_state = m.add(a.final_state, true);
-  h.chunk_states = m.add(a.chunk_states, true);
-  h.p.cu_seqlens = m.add(a.p.cu_seqlens, false);
+  h.q = m.input(a.q), h.k = m.input(a.k), h.v = m.input(a.v);
+  h.gk = m.input(a.gk), h.g = m.input(a.g), h.g_gamma = m.input(a.g_gamma);
+  h.initial_state = m.input(a.initial_state);
+  // A packed call leaves the rows past its last offset as they are (and has no chunk_states).
+  h.output = m.output(a.output, token_rows(a.p.varlen, a.p.seq_start)), h.final_state = m.output(a.final_state);
+  h.chunk_states = m.output(a.chunk_states);
+  h.p.cu_seqlens = m.input(a.p.cu_seqlens);
   ak::linear::cpu::gla_fwd(h);
   m.write_back();
 }
@@ -189,15 +191,16 @@ void general_bwd(const GlaBwd& a) {
   HostMirror m;
   GlaBwd h = a;
   h.p.device_type = AK_CPU;
-  h.q = m.add(a.q, false), h.k = m.add(a.k, false), h.v = m.add(a.v, false);
-  h.gk = m.add(a.gk, false), h.g = m.add(a.g, false), h.g_gamma = m.add(a.g_gamma, false);
-  h.initial_state = m.add(a.initial_state, false);
-  h.chunk_states = m.add(a.chunk_states, false);
-  h.d_output = m.add(a.d_output, false), h.d_final_state = m.add(a.d_final_state, false);
-  h.dq = m.add(a.dq, true), h.dk = m.add(a.dk, true), h.dv = m.add(a.dv, true);
-  h.dgk = m.add(a.dgk, true), h.dg = m.add(a.dg, true);
-  h.d_initial_state = m.add(a.d_initial_state, true);
-  h.p.cu_seqlens = m.add(a.p.cu_seqlens, false);
+  h.q = m.input(a.q), h.k = m.input(a.k), h.v = m.input(a.v);
+  h.gk = m.input(a.gk), h.g = m.input(a.g), h.g_gamma = m.input(a.g_gamma);
+  h.initial_state = m.input(a.initial_state);
+  h.chunk_states = m.input(a.chunk_states);
+  h.d_output = m.input(a.d_output), h.d_final_state = m.input(a.d_final_state);
+  // Every gradient element is written (tokens past a packed call's last offset get zeros).
+  h.dq = m.output(a.dq), h.dk = m.output(a.dk), h.dv = m.output(a.dv);
+  h.dgk = m.output(a.dgk), h.dg = m.output(a.dg);
+  h.d_initial_state = m.output(a.d_initial_state);
+  h.p.cu_seqlens = m.input(a.p.cu_seqlens);
   ak::linear::cpu::gla_bwd(h);
   m.write_back();
 }

@@ -12,7 +12,7 @@
 #include "cuda/registry_launch.h"
 #include "cuda/runtime.cuh"
 #include "linear/gla/cuda/rows.cuh"
-#include "linear/gla/cuda/host_mirror.h"
+#include "linear/common/host_mirror.h"
 #include "linear/gla/cuda/host_views.h"
 #include "linear/kda/cuda/params.h"
 #include "linear/kda/layouts.h"
@@ -148,18 +148,19 @@ void chunked_bwd(const KdaBwd& a, const kda_planning::KdaChoice& plan, cudaStrea
 template <class Call>
 void mirror_inputs(HostMirror& m, Call& h, const Call& a) {
   h.p.device_type = AK_CPU;
-  h.q = m.add(a.q, false), h.k = m.add(a.k, false), h.v = m.add(a.v, false);
-  h.gate = m.add(a.gate, false), h.beta = m.add(a.beta, false);
-  h.initial_state = m.add(a.initial_state, false);
-  h.p.cu_seqlens = m.add(a.p.cu_seqlens, false);
+  h.q = m.input(a.q), h.k = m.input(a.k), h.v = m.input(a.v);
+  h.gate = m.input(a.gate), h.beta = m.input(a.beta);
+  h.initial_state = m.input(a.initial_state);
+  h.p.cu_seqlens = m.input(a.p.cu_seqlens);
 }
 
 void general_fwd(const KdaFwd& a) {
   HostMirror m;
   KdaFwd h = a;
   mirror_inputs(m, h, a);
-  // Every output row is written unless packed sequences leave spare rows; every final state always.
-  h.output = m.add(a.output, true, !a.p.varlen), h.final_state = m.add(a.final_state, true, true);
+  // A packed call leaves the rows past its last offset as they are.
+  h.output = m.output(a.output, token_rows(a.p.varlen, a.p.seq_start));
+  h.final_state = m.output(a.final_state);
   ak::linear::cpu::kda_fwd(h);
   m.write_back();
 }
@@ -184,10 +185,11 @@ void general_bwd(const KdaBwd& a) {
   HostMirror m;
   KdaBwd h = a;
   mirror_inputs(m, h, a);
-  h.d_output = m.add(a.d_output, false), h.d_final_state = m.add(a.d_final_state, false);
-  h.dq = m.add(a.dq, true), h.dk = m.add(a.dk, true), h.dv = m.add(a.dv, true);
-  h.dgate = m.add(a.dgate, true), h.dbeta = m.add(a.dbeta, true);
-  h.d_initial_state = m.add(a.d_initial_state, true);
+  h.d_output = m.input(a.d_output), h.d_final_state = m.input(a.d_final_state);
+  // Every gradient element is written (tokens past a packed call's last offset get zeros).
+  h.dq = m.output(a.dq), h.dk = m.output(a.dk), h.dv = m.output(a.dv);
+  h.dgate = m.output(a.dgate), h.dbeta = m.output(a.dbeta);
+  h.d_initial_state = m.output(a.d_initial_state);
   ak::linear::cpu::kda_bwd(h);
   m.write_back();
 }
