@@ -1,8 +1,8 @@
 // The compute-sanitizer driver's log reading and sharding (tools/sanitize.ts), on sample logs.
 import assert from "node:assert/strict";
-import { shardsOf, summarise } from "../tools/sanitize.ts";
+import { shardsOf, summarise, summariseFile } from "../tools/sanitize.ts";
 
-Deno.test("sanitize: a log's error count, kernels and test summary are read", () => {
+Deno.test("sanitize: a log's error count, kernels and test summary are read", async () => {
   const log = [
     "========= Invalid __global__ read of size 4 bytes",
     "=========     at ak::arch::cp_async16(void *, const void *)+0x1390 in sm80.cuh:123",
@@ -23,6 +23,13 @@ Deno.test("sanitize: a log's error count, kernels and test summary are read", ()
   const explained = summarise(log, ["g.cuh:4"]);
   assert.equal(explained.explained, 1);
   assert.equal(summarise(log, ["g.cuh:5", "sm80.cuh:12"]).explained, 0);
+  const path = Deno.makeTempFileSync({ suffix: ".log" });
+  try {
+    Deno.writeTextFileSync(path, log);
+    assert.deepEqual(await summariseFile(path, ["g.cuh:4"]), explained);
+  } finally {
+    Deno.removeSync(path);
+  }
   const crashed = summarise("Segmentation fault");
   assert.equal(crashed.errors, -1);
   assert.equal(crashed.summarised, false);

@@ -28,7 +28,7 @@ export const EXPLAINED: readonly { tool: string; sites: readonly string[]; why: 
     tool: "initcheck",
     // The delta-rule backward's tile loads of the states and v_new that the forward saved with
     // bulk-async (TMA) stores: initcheck does not record those stores as writes.
-    sites: ["grads.cuh:399", "grads.cuh:400", "grads256.cuh:56", "grads256.cuh:62", "grads256.cuh:98"],
+    sites: ["grads.cuh:400", "grads.cuh:401", "grads256.cuh:56", "grads256.cuh:62", "grads256.cuh:98"],
     why: "reads of memory written by TMA (bulk async) stores, which initcheck does not track",
   },
 ];
@@ -60,45 +60,74 @@ export interface ShardSummary {
   summarised: boolean;
 }
 
+/** A log's summary, built line by line (a shard's log can outgrow a string). */
+class LogReader {
+  #errors: number[] = [];
+  #kernels: Record<string, number> = {};
+  #known = 0;
+  #tests: RegExpMatchArray | null = null;
+  // Each report lists frames innermost first; its last device frame is the kernel.
+  #kernel: string | undefined;
+  #atKnownSite = false;
+
+  constructor(readonly explained: readonly string[]) {}
+
+  #commit(): void {
+    if (this.#kernel) this.#kernels[this.#kernel] = (this.#kernels[this.#kernel] ?? 0) + 1;
+    if (this.#kernel && this.#atKnownSite) this.#known++;
+    this.#kernel = undefined;
+    this.#atKnownSite = false;
+  }
+
+  line(line: string): void {
+    const summary = line.match(/(?:ERROR|RACECHECK) SUMMARY: (\d+) (?!errors were not printed)/);
+    if (summary) this.#errors.push(Number(summary[1]));
+    if (/^=+ (?:Invalid|Uninitialized|Error|Warning|Barrier|Race|Program hit)/.test(line)) this.#commit();
+    const frame = line.match(/(?:Device Frame:| at) (.+?)\+0x[0-9a-f]+(?: in (\S+))?/);
+    if (frame) {
+      this.#kernel = functionName(frame[1]);
+      if (frame[2] && this.explained.includes(frame[2])) this.#atKnownSite = true;
+    }
+    if (line.includes("Saved host backtrace")) this.#commit();
+    this.#tests = line.match(/^(?:ok|FAILED) \| (\d+) passed[^|]*\| (\d+) failed/) ?? this.#tests;
+  }
+
+  result(): ShardSummary {
+    this.#commit();
+    const tests = this.#tests;
+    return {
+      errors: this.#errors.length === 0 ? -1 : this.#errors.reduce((a, b) => a + b),
+      explained: this.#known,
+      kernels: this.#kernels,
+      passed: tests ? Number(tests[1]) : 0,
+      failed: tests ? Number(tests[2]) : 0,
+      summarised: tests !== null,
+    };
+  }
+}
+
 /**
  * Reads a compute-sanitizer log: its summary count, the kernels it names, how many reports are at a
  * site `explained` lists (`file:line`), the test summary.
  */
 export function summarise(log: string, explained: readonly string[] = []): ShardSummary {
-  const summary = log.match(/(?:ERROR|RACECHECK) SUMMARY: \d+ (?!errors were not printed)/g) ?? [];
-  const errors = summary.length === 0
-    ? -1
-    : summary.map((s) => Number(s.match(/(\d+)/)![1])).reduce((a, b) => a + b);
-  const kernels: Record<string, number> = {};
-  let known = 0;
-  // Each report lists frames innermost first; its last device frame is the kernel.
-  let kernel: string | undefined;
-  let atKnownSite = false;
-  const commit = () => {
-    if (kernel) kernels[kernel] = (kernels[kernel] ?? 0) + 1;
-    if (kernel && atKnownSite) known++;
-    kernel = undefined;
-    atKnownSite = false;
-  };
-  for (const line of log.split("\n")) {
-    if (/^=+ (?:Invalid|Uninitialized|Error|Warning|Barrier|Race|Program hit)/.test(line)) commit();
-    const frame = line.match(/(?:Device Frame:| at) (.+?)\+0x[0-9a-f]+(?: in (\S+))?/);
-    if (frame) {
-      kernel = functionName(frame[1]);
-      if (frame[2] && explained.includes(frame[2])) atKnownSite = true;
-    }
-    if (line.includes("Saved host backtrace")) commit();
+  const reader = new LogReader(explained);
+  for (const line of log.split("\n")) reader.line(line);
+  return reader.result();
+}
+
+/** summarise() of a log file, read as a stream of lines. */
+export async function summariseFile(path: string, explained: readonly string[] = []): Promise<ShardSummary> {
+  const reader = new LogReader(explained);
+  using file = await Deno.open(path);
+  let rest = "";
+  for await (const text of file.readable.pipeThrough(new TextDecoderStream())) {
+    const lines = (rest + text).split("\n");
+    rest = lines.pop() ?? "";
+    for (const line of lines) reader.line(line);
   }
-  commit();
-  const tests = log.match(/^(?:ok|FAILED) \| (\d+) passed[^|]*\| (\d+) failed/m);
-  return {
-    errors,
-    explained: known,
-    kernels,
-    passed: tests ? Number(tests[1]) : 0,
-    failed: tests ? Number(tests[2]) : 0,
-    summarised: tests !== null,
-  };
+  reader.line(rest);
+  return reader.result();
 }
 
 /** A frame's function without its parameter list or a leading `void`. */
@@ -213,11 +242,11 @@ async function runShard(
     args: ["-c", `exec ${command} > '${file}' 2>&1 < /dev/null`],
     env: { NO_COLOR: "1" }, // plain summary lines
   }).output();
-  const log = await Deno.readTextFile(file);
-  await Deno.remove(file);
-  if (logs) await Deno.writeTextFile(`${logs}/${tool}_${name.replace(/[^\w.-]+/g, "_")}.log`, log);
   const sites = EXPLAINED.filter((e) => e.tool === tool).flatMap((e) => e.sites);
-  return { ...summarise(log, sites), name };
+  const summary = await summariseFile(file, sites);
+  if (logs) await Deno.copyFile(file, `${logs}/${tool}_${name.replace(/[^\w.-]+/g, "_")}.log`);
+  await Deno.remove(file);
+  return { ...summary, name };
 }
 
 if (import.meta.main) {
