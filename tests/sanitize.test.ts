@@ -1,6 +1,8 @@
 // The compute-sanitizer driver's log reading and sharding (tools/sanitize.ts), on sample logs.
 import assert from "node:assert/strict";
 import { shardsOf, summarise, summariseFile } from "../tools/sanitize.ts";
+import { expandRows, rowName } from "../build/registry.ts";
+import { REGISTRIES } from "../build/registries.ts";
 
 Deno.test("sanitize: a log's error count, kernels and test summary are read", async () => {
   const log = [
@@ -35,12 +37,16 @@ Deno.test("sanitize: a log's error count, kernels and test summary are read", as
   assert.equal(crashed.summarised, false);
 });
 
-Deno.test("sanitize: a folder gives its tests (the variants test per stage, no deliberate fault)", async () => {
+Deno.test("sanitize: a folder gives its tests (the variants test per kernel row, no deliberate fault)", async () => {
   const shards = await shardsOf("tests");
   assert.ok(!shards.some((s) => s.file.endsWith("device_fault.test.ts")));
   const variants = shards.filter((s) => s.file.endsWith("variants.test.ts"));
-  assert.ok(variants.length > 5 && variants.every((s) => s.filter !== undefined));
-  assert.ok(variants.some((s) => s.filter === "attention.bwd"));
+  const rows = expandRows(REGISTRIES).map(rowName);
+  assert.equal(variants.length, rows.length);
+  // Each filter names exactly one row's test (`variant <row> [cuda]`), no other row's.
+  for (const [i, s] of variants.entries()) {
+    assert.deepEqual(rows.filter((r) => `variant ${r} [cuda]`.includes(s.filter!)), [rows[i]]);
+  }
 });
 
 Deno.test("sanitize: shards are the test files of a folder and file#filter entries", async () => {

@@ -15,7 +15,7 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import { expandRows } from "../build/registry.ts";
+import { expandRows, rowName } from "../build/registry.ts";
 import { REGISTRIES } from "../build/registries.ts";
 
 /**
@@ -158,14 +158,17 @@ const NOT_SANITIZED = new Set([
   "sanitize.test.ts",
 ]);
 
-/** The kernel stages of the registries: the variants test runs as one shard per stage. */
-function variantStages(): string[] {
-  return [...new Set(expandRows(REGISTRIES).map((r) => r.stage))];
+/**
+ * The variants test's filters, one per kernel row (its test names are `variant <row> [cuda]`): a row is
+ * a shard of its own, so that the slow ones under initcheck do not hold a whole stage back.
+ */
+function variantRows(): string[] {
+  return expandRows(REGISTRIES).map((r) => `variant ${rowName(r)} [cuda]`);
 }
 
 /**
  * The shards of a `--tests` list: files, `file#filter` entries, and folders. A folder gives its
- * `*.test.ts` files but those in NOT_SANITIZED, and its variants test as one shard per kernel stage
+ * `*.test.ts` files but those in NOT_SANITIZED, and its variants test as one shard per kernel row
  * (that test is most of the GPU work).
  */
 export async function shardsOf(list: string): Promise<{ file: string; filter?: string }[]> {
@@ -181,7 +184,7 @@ export async function shardsOf(list: string): Promise<{ file: string; filter?: s
       for (const n of names.sort()) {
         const file = `${path.replace(/\/$/, "")}/${n}`;
         if (n === "variants.test.ts") {
-          shards.push(...variantStages().map((stage) => ({ file, filter: stage })));
+          shards.push(...variantRows().map((filter) => ({ file, filter })));
         } else shards.push({ file });
       }
     } else {
