@@ -7,6 +7,8 @@
 import assert from "node:assert/strict";
 import { deviceTest, withSeed } from "./helpers.ts";
 import type { FuzzReport } from "./fuzz/run.ts";
+import * as ak from "../mod.ts";
+import { DRAWN_INDIRECTLY } from "./fuzz/cases.ts";
 
 const RUNNER = new URL("./fuzz/run.ts", import.meta.url).pathname;
 
@@ -59,4 +61,19 @@ deviceTest("fuzz: no crash, no stray exception, no accepted invalid call, no lea
     assert.equal(report.leakedBytes, 0, "device memory returns to its baseline");
     assert.equal(report.leakedHostBytes, 0, "host memory returns to its baseline");
   });
+});
+
+Deno.test("fuzz: the catalog draws every function and class the module exports", () => {
+  const folder = new URL("./fuzz/", import.meta.url);
+  let catalog = "";
+  for (const e of Deno.readDirSync(folder)) {
+    if (e.isFile && e.name.endsWith(".ts")) catalog += Deno.readTextFileSync(new URL(e.name, folder));
+  }
+  const exported = Object.entries(ak).filter(([, v]) => typeof v === "function").map(([name]) => name);
+  // Called as `ak.name`, or looked up by a quoted name (the families' tables of functions).
+  const drawn = (name: string) => new RegExp(`\\bak\\.${name}\\b|["'\`]${name}["'\`]`).test(catalog);
+  const missing = exported.filter((name) => !drawn(name) && !(name in DRAWN_INDIRECTLY));
+  assert.deepEqual(missing, [], "exports no fuzz generator calls (add a case, tests/fuzz/)");
+  const stale = Object.keys(DRAWN_INDIRECTLY).filter((name) => !exported.includes(name));
+  assert.deepEqual(stale, [], "DRAWN_INDIRECTLY names that are not exports");
 });

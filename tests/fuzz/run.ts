@@ -43,9 +43,11 @@ function finiteOutput(result: unknown): boolean {
   return true;
 }
 
-function classify(c: Case, run: () => unknown): { outcome: Outcome; message: string } {
+// A case may return a promise (the file functions): its settled value is the outcome.
+async function classify(c: Case, run: () => unknown): Promise<{ outcome: Outcome; message: string }> {
   try {
-    const result = run();
+    let result = run();
+    if (result instanceof Promise) result = await result;
     if (c.expect === "error") return { outcome: "accepted invalid", message: "returned without an error" };
     if (c.finite && !finiteOutput(result)) {
       return { outcome: "non-finite", message: "NaN or infinity in the output" };
@@ -61,7 +63,12 @@ function classify(c: Case, run: () => unknown): { outcome: Outcome; message: str
 }
 
 /** Runs the fuzz and returns its report; `progress` (a file) gets the index and name of each case first. */
-export function fuzz(device: ak.Device, seed: number, calls: number, progress?: Deno.FsFile): FuzzReport {
+export async function fuzz(
+  device: ak.Device,
+  seed: number,
+  calls: number,
+  progress?: Deno.FsFile,
+): Promise<FuzzReport> {
   const started = performance.now();
   const rng = new Rng(seed);
   const total = GENERATORS.reduce((a, g) => a + g[2], 0);
@@ -84,7 +91,7 @@ export function fuzz(device: ak.Device, seed: number, calls: number, progress?: 
     try {
       const c = gen(rng, scope, rng.chance(0.5));
       progress?.writeSync(encoder.encode(`${i} ${c.name}\n`));
-      const { outcome, message } = classify(c, () => c.run());
+      const { outcome, message } = await classify(c, () => c.run());
       counts[outcome]++;
       if (
         outcome !== "ok" && outcome !== "refused" && examples.filter((e) => e.outcome === outcome).length < 5
@@ -122,7 +129,7 @@ if (import.meta.main) {
   const progress = values.progress
     ? Deno.openSync(values.progress, { write: true, create: true, truncate: true })
     : undefined;
-  const report = fuzz(values.device as ak.Device, Number(values.seed), Number(values.calls), progress);
+  const report = await fuzz(values.device as ak.Device, Number(values.seed), Number(values.calls), progress);
   progress?.close();
   const text = JSON.stringify(report, null, 1);
   if (values.out) Deno.writeTextFileSync(values.out, text);
