@@ -47,6 +47,20 @@ export {
 } from "./mha.ts";
 export { GroupedQueryAttentionDenseFwdOp, type GroupedQueryAttentionDenseFwdOptions } from "./gqa_dense.ts";
 export {
+  type GroupedQueryAttentionDecodeOptions,
+  GroupedQueryAttentionDecodePagedWithKVCacheFwdOp,
+  type GroupedQueryAttentionDecodePagedWithKVCacheFwdOptions,
+  GroupedQueryAttentionDecodeWithKVCacheFwdOp,
+  type GroupedQueryAttentionDecodeWithKVCacheFwdOptions,
+  type MultiHeadAttentionDecodeOptions,
+  MultiHeadAttentionDecodePagedWithKVCacheFwdOp,
+  type MultiHeadAttentionDecodePagedWithKVCacheFwdOptions,
+  MultiHeadAttentionDecodeWithKVCacheFwdOp,
+  type MultiHeadAttentionDecodeWithKVCacheFwdOptions,
+  type PagedOptions,
+} from "./decode.ts";
+export type { CacheKind, DecodeSizes } from "./kv_cache.ts";
+export {
   GroupedQueryAttentionSlidingWindowFwdOp,
   type GroupedQueryAttentionSlidingWindowFwdOptions,
   GroupedQueryAttentionSlidingWindowVarlenFwdOp,

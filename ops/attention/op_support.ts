@@ -134,6 +134,8 @@ const SQUARE_KEYS = ["batch", "heads", "headsKv", "seqLen", "dim"];
 const PACKED_KEYS = ["batch", "heads", "headsKv", "dim"];
 const MASK_KEYS = ["isCausal", "windowSizeLeft", "windowSizeRight"];
 const SCORE_KEYS = ["scale", "softcap"];
+const DECODE_MHA_KEYS = ["batch", "heads", "seqlenQ", "seqlenKv", "dim", "isCausal"];
+const DECODE_GQA_KEYS = ["batch", "heads", "headsKv", "seqlenKv", "dim", "smScale", "softcap"];
 
 /** The option keys of each attention op class, by class name. */
 export const OP_OPTION_KEYS: Readonly<Record<string, OptionSpec>> = Object.fromEntries(
@@ -146,6 +148,10 @@ export const OP_OPTION_KEYS: Readonly<Record<string, OptionSpec>> = Object.fromE
     GroupedQueryAttentionDenseFwdOp: ["layout", ...MASK_KEYS, ...SCORE_KEYS, "dtype"],
     GroupedQueryAttentionSlidingWindowFwdOp: ["layout", ...SQUARE_KEYS, ...MASK_KEYS],
     GroupedQueryAttentionSlidingWindowVarlenFwdOp: ["layout", ...PACKED_KEYS, ...MASK_KEYS],
+    MultiHeadAttentionDecodeWithKVCacheFwdOp: DECODE_MHA_KEYS,
+    MultiHeadAttentionDecodePagedWithKVCacheFwdOp: [...DECODE_MHA_KEYS, "pageSize"],
+    GroupedQueryAttentionDecodeWithKVCacheFwdOp: DECODE_GQA_KEYS,
+    GroupedQueryAttentionDecodePagedWithKVCacheFwdOp: [...DECODE_GQA_KEYS, "pageSize"],
     GroupedQueryAttentionPrefillVarlenFwdOp: [
       "layout",
       ...PACKED_KEYS,

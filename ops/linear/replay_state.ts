@@ -9,13 +9,12 @@
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
-import { native, unwrap } from "../../ffi/library.ts";
 import { checkArgument, checkOptions, numberIn, type OptionSpec } from "../args.ts";
 import { expectDType, expectSameDevice, expectShape } from "../checks.ts";
 import type { Device } from "../device.ts";
 import { type CuSeqlens, int32Seqlens, seqlensOffsets } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
-import { produce } from "../tensor_math/common.ts";
+import { selectRows } from "../tensor_math/indexing.ts";
 import { where } from "../tensor_math/elementwise.ts";
 import { type Pool, POOL_GATHER, POOL_SCATTER, poolCopy } from "./pool_run.ts";
 
@@ -291,16 +290,6 @@ function upload(device: string, lists: ArrayLike<number>[]): Tensor[] {
     const part = joined.slice(0, at, at + l.length);
     at += l.length;
     return part;
-  });
-}
-
-/**
- * Rows `index` (int32, on x's device, each known to be in range: the plan made them) of x along dim 0,
- * without the host read-back that `indexSelect` makes of a tensor index to check its bounds.
- */
-function selectRows(op: string, x: Tensor, index: Tensor): Tensor {
-  return produce([index.shape[0], ...x.shape.slice(1)], x.dtype, x.device, (out) => {
-    unwrap(native().ak_index_select(out.descriptor(op), x.descriptor(op), 0, index.descriptor(op)), op);
   });
 }
 

@@ -185,6 +185,16 @@ export function indexSelect(x: Tensor, dim: number, indices: readonly number[] |
   });
 }
 
+/**
+ * Rows `index` of x along dim 0, for a caller that made the indices and knows each is in range: `index`
+ * is 1-D int32 on x's device, and unlike {@link indexSelect} it is not read back to check its bounds.
+ */
+export function selectRows(op: string, x: Tensor, index: Tensor): Tensor {
+  return produce([index.shape[0], ...x.shape.slice(1)], x.dtype, x.device, (out) => {
+    unwrap(native().ak_index_select(out.descriptor(op), x.descriptor(op), 0, index.descriptor(op)), op);
+  });
+}
+
 /** A copy of `x` broadcast to `shape`. */
 export function broadcastTo(x: Tensor, shape: readonly number[]): Tensor {
   const op = "Tensor.broadcastTo";

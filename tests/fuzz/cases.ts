@@ -15,6 +15,7 @@ import { pagedDecodeCases } from "./paged_decode.ts";
 import { tokenMaskCases } from "./token_mask.ts";
 import { graphCases } from "./graph.ts";
 import { fileCases, opClassCases, settingsCases } from "./remaining_api.ts";
+import { kvCacheCases } from "./kv_cache.ts";
 
 /** A deterministic generator (xorshift64*), so a failing case replays from its seed. */
 export class Rng {
@@ -1150,4 +1151,5 @@ export const GENERATORS: readonly [string, Gen, number][] = [
   ["settings", settingsCases, 1],
   ["files", fileCases, 1],
   ["op classes", opClassCases, 1],
+  ["kv-cache decode", kvCacheCases, 2],
 ];

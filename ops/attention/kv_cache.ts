@@ -1,0 +1,179 @@
+/**
+ * The keys and values a decode step reads from a KV cache: contiguous (`[B, Skv, Hkv, D]`, sequence b
+ * holding `realSeqlenKv[b]` valid rows) or paged (`[rows, Hkv, D]` in pages of `pageSize` rows, with a
+ * `blockTable` `[B, maxPages]` naming each sequence's pages in order). The checks of a call, and the
+ * general evaluation: each sequence's valid rows gathered into packed keys, then the packed forward
+ * (bottom-right causal alignment per sequence, GQA, softcap) over one query block per sequence.
+ *
+ * @module
+ */
+import { invalidArgument } from "../../ffi/errors.ts";
+import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
+import { LAYOUTS } from "../layout.ts";
+import { Tensor } from "../tensor.ts";
+import { selectRows } from "../tensor_math/indexing.ts";
+import type { ResolvedMask, ResolvedScore } from "./options.ts";
+import { runForward } from "./run.ts";
+
+/** Where a decode call's keys live. */
+export type CacheKind =
+  | { readonly kind: "contiguous"; readonly seqlenKv: number }
+  | { readonly kind: "paged"; readonly rows: number; readonly pageSize: number };
+
+/** Sizes fixed by a decode op's constructor. */
+export interface DecodeSizes {
+  /** Sequences. */
+  readonly batch: number;
+  /** Query heads. */
+  readonly heads: number;
+  /** Key/value heads. */
+  readonly headsKv: number;
+  /** Query tokens per sequence (1 for the GQA decode ops, whose q is `[B, H, D]`). */
+  readonly seqlenQ: number;
+  /** Head dimension. */
+  readonly dim: number;
+}
+
+/** One decode call, as an op hands it over. */
+export interface DecodeCall {
+  readonly op: string;
+  readonly sizes: DecodeSizes;
+  readonly cache: CacheKind;
+  /** `[B, Sq, H, D]`, or `[B, H, D]` when `rankThree` (one query token per sequence). */
+  readonly q: unknown;
+  readonly rankThree: boolean;
+  readonly k: unknown;
+  readonly v: unknown;
+  /** int32 `[B]` on q's device; undefined: every sequence holds the whole contiguous cache. */
+  readonly realSeqlenKv: unknown;
+  /** int32 `[B, maxPages]` on q's device (paged caches only). */
+  readonly blockTable?: unknown;
+  readonly mask: ResolvedMask;
+  readonly score: ResolvedScore;
+}
+
+/** Reads an int32 tensor argument of a given shape on q's device to the host. */
+function hostInt32(
+  op: string,
+  name: string,
+  value: unknown,
+  shape: readonly number[],
+  q: Tensor,
+): Int32Array {
+  const t = expectTensor(op, name, value);
+  expectDType(op, name, t, ["int32"]);
+  expectShape(op, name, t, shape);
+  expectSameDevice(op, name, t, q, "q");
+  return t.toArray() as Int32Array;
+}
+
+/** The cache rows each sequence reads, in order, and the packed key offsets. */
+function cacheRows(call: DecodeCall, q: Tensor): { rows: Int32Array; offsets: Int32Array } {
+  const { op, sizes, cache } = call;
+  const B = sizes.batch;
+  const capacity = cache.kind === "contiguous" ? cache.seqlenKv : undefined;
+  let table: Int32Array | undefined, maxPages = 0;
+  if (cache.kind === "paged") {
+    const t = expectTensor(op, "blockTable", call.blockTable);
+    if (t.ndim !== 2 || t.shape[0] !== B) {
+      throw invalidArgument(op, `blockTable: expected [batch = ${B}, maxPages], got [${t.shape.join(", ")}]`);
+    }
+    maxPages = t.shape[1];
+    table = hostInt32(op, "blockTable", t, [B, maxPages], q);
+  }
+  const lengths = call.realSeqlenKv === undefined
+    ? new Int32Array(B).fill(capacity ?? 0)
+    : hostInt32(op, "realSeqlenKv", call.realSeqlenKv, [B], q);
+  const limit = cache.kind === "contiguous" ? cache.seqlenKv : maxPages * cache.pageSize;
+  const offsets = new Int32Array(B + 1);
+  for (let b = 0; b < B; b++) {
+    const len = lengths[b];
+    if (!(len >= 0 && len <= limit)) {
+      const room = cache.kind === "contiguous"
+        ? `the cache's ${limit} rows`
+        : `${maxPages} pages of ${cache.pageSize} (blockTable's width)`;
+      throw invalidArgument(op, `realSeqlenKv: entry ${b} is ${len}, expected 0 to ${limit} (${room})`);
+    }
+    offsets[b + 1] = offsets[b] + len;
+  }
+  if (offsets[B] > 2 ** 31 - 1) throw invalidArgument(op, "realSeqlenKv: more than 2^31 - 1 keys in all");
+  const rows = new Int32Array(offsets[B]);
+  for (let b = 0; b < B; b++) {
+    const len = offsets[b + 1] - offsets[b];
+    if (cache.kind === "contiguous") {
+      for (let j = 0; j < len; j++) rows[offsets[b] + j] = b * cache.seqlenKv + j;
+      continue;
+    }
+    const pages = cache.rows / cache.pageSize;
+    for (let p = 0; p * cache.pageSize < len; p++) {
+      const page = table![b * maxPages + p];
+      if (!(page >= 0 && page < pages)) {
+        throw invalidArgument(
+          op,
+          `blockTable: entry [${b}, ${p}] is ${page}, expected a page in 0 .. ${pages - 1} (sequence ${b} ` +
+            `holds ${len} keys, so its first ${Math.ceil(len / cache.pageSize)} entries name pages)`,
+        );
+      }
+      const end = Math.min(cache.pageSize, len - p * cache.pageSize);
+      for (let j = 0; j < end; j++) rows[offsets[b] + p * cache.pageSize + j] = page * cache.pageSize + j;
+    }
+  }
+  return { rows, offsets };
+}
+
+/** Checks q, k, v against the op's sizes and returns q. */
+function checkTensors(call: DecodeCall): Tensor {
+  const { op, sizes, cache } = call;
+  const { batch, heads, headsKv, seqlenQ, dim } = sizes;
+  const kvShape = cache.kind === "contiguous"
+    ? [batch, cache.seqlenKv, headsKv, dim]
+    : [cache.rows, headsKv, dim];
+  const what = cache.kind === "contiguous" ? LAYOUTS.bshd : "[rows, heads, dim]: the physical cache";
+  try {
+    const q = expectTensor(op, "q", call.q);
+    expectShape(op, "q", q, call.rankThree ? [batch, heads, dim] : [batch, seqlenQ, heads, dim]);
+    expectDType(op, "q", q, ["float16", "bfloat16"]);
+    for (const name of ["k", "v"] as const) {
+      const t = expectTensor(op, name, call[name]);
+      expectShape(op, name, t, kvShape);
+      if (t.dtype !== q.dtype) {
+        throw invalidArgument(op, `${name}: expected ${q.dtype} like q, got ${t.dtype}`);
+      }
+      expectSameDevice(op, name, t, q, "q");
+    }
+    return q;
+  } catch (e) {
+    if (!(e instanceof Error) || !/expected shape/.test(e.message)) throw e;
+    throw invalidArgument(op, `${e.message.slice(op.length + 2)} (k and v read ${what})`);
+  }
+}
+
+/**
+ * Runs a decode call: the output shaped like q. Reads `realSeqlenKv` and `blockTable` to the host (so
+ * the call cannot be captured in a graph), checks every length and every page a sequence uses, gathers
+ * the keys and values of each sequence and runs the packed forward.
+ */
+export function runDecode(call: DecodeCall): Tensor {
+  const { op, sizes } = call;
+  const q = checkTensors(call);
+  const k = call.k as Tensor, v = call.v as Tensor;
+  const { rows, offsets } = cacheRows(call, q);
+  const { batch: B, heads: H, headsKv: Hkv, seqlenQ: Sq, dim: D } = sizes;
+  using index = Tensor.from(rows, { device: q.device });
+  const flat = (t: Tensor) =>
+    t.reshape([t.shape.length === 4 ? t.shape[0] * t.shape[1] : t.shape[0], Hkv, D]);
+  using kRows = flat(k), vRows = flat(v);
+  using kPacked = selectRows(op, kRows, index), vPacked = selectRows(op, vRows, index);
+  using qPacked = q.reshape([B * Sq, H, D]);
+  const qOffsets = Int32Array.from({ length: B + 1 }, (_, b) => b * Sq);
+  using cuQ = Tensor.from(qOffsets, { device: q.device });
+  using cuK = Tensor.from(offsets, { device: q.device });
+  using output = runForward({
+    op,
+    query: { kind: "packed", q: qPacked, cuSeqlens: cuQ, offsets: qOffsets },
+    kv: { kind: "packed", k: kPacked, v: vPacked, cuSeqlens: cuK, offsets },
+    mask: call.mask,
+    score: call.score,
+  }, false).output;
+  return output.reshape(call.rankThree ? [B, H, D] : [B, Sq, H, D]);
+}
