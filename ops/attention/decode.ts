@@ -126,6 +126,31 @@ function pagedCache(op: string, seqlenKv: number, pageSize: unknown): CacheKind 
   return Object.freeze({ kind: "paged", rows: seqlenKv, pageSize: size });
 }
 
+/** What an op holds: its sizes, cache, mask and score; `rankThree` for the GQA ops' `[B, H, D]` q. */
+interface Held {
+  sizes: DecodeSizes;
+  cache: CacheKind;
+  rankThree: boolean;
+  mask: ResolvedMask;
+  score: ResolvedScore;
+}
+
+/** One decode call of an op; a paged cache needs the lengths and the block table. */
+function decode(
+  op: string,
+  held: Held,
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  realSeqlenKv?: Tensor,
+  blockTable?: Tensor,
+) {
+  if (held.cache.kind === "paged" && realSeqlenKv === undefined) {
+    throw invalidArgument(op, "realSeqlenKv: required for a paged cache");
+  }
+  return runDecode({ op, ...held, q, k, v, realSeqlenKv, blockTable });
+}
+
 /**
  * MHA decode over a contiguous KV cache: q `[batch, seqlenQ, heads, dim]` against k and v
  * `[batch, seqlenKv, heads, dim]` (float16 or bfloat16), sequence b reading its first
@@ -165,18 +190,9 @@ export class MultiHeadAttentionDecodeWithKVCacheFwdOp {
 
   /** Runs the decode step; the returned output is the caller's to dispose. */
   forward(q: Tensor, k: Tensor, v: Tensor, realSeqlenKv?: Tensor): Tensor {
-    return runDecode({
-      op: "MultiHeadAttentionDecodeWithKVCacheFwdOp",
-      sizes: this.sizes,
-      cache: { kind: "contiguous", seqlenKv: this.seqlenKv },
-      q,
-      rankThree: false,
-      k,
-      v,
-      realSeqlenKv,
-      mask: this.mask,
-      score: this.#score,
-    });
+    const cache = { kind: "contiguous", seqlenKv: this.seqlenKv } as const;
+    const held = { sizes: this.sizes, cache, rankThree: false, mask: this.mask, score: this.#score };
+    return decode("MultiHeadAttentionDecodeWithKVCacheFwdOp", held, q, k, v, realSeqlenKv);
   }
 }
 
@@ -222,21 +238,14 @@ export class MultiHeadAttentionDecodePagedWithKVCacheFwdOp {
 
   /** Runs the decode step; the returned output is the caller's to dispose. */
   forward(q: Tensor, k: Tensor, v: Tensor, realSeqlenKv: Tensor, blockTable: Tensor): Tensor {
-    const op = "MultiHeadAttentionDecodePagedWithKVCacheFwdOp";
-    if (realSeqlenKv === undefined) throw invalidArgument(op, "realSeqlenKv: required for a paged cache");
-    return runDecode({
-      op,
+    const held = {
       sizes: this.sizes,
       cache: this.cache,
-      q,
       rankThree: false,
-      k,
-      v,
-      realSeqlenKv,
-      blockTable,
       mask: this.mask,
       score: this.#score,
-    });
+    };
+    return decode("MultiHeadAttentionDecodePagedWithKVCacheFwdOp", held, q, k, v, realSeqlenKv, blockTable);
   }
 }
 
@@ -277,18 +286,9 @@ export class GroupedQueryAttentionDecodeWithKVCacheFwdOp {
 
   /** Runs the decode step; the returned output is the caller's to dispose. */
   forward(q: Tensor, k: Tensor, v: Tensor, realSeqlenKv?: Tensor): Tensor {
-    return runDecode({
-      op: "GroupedQueryAttentionDecodeWithKVCacheFwdOp",
-      sizes: this.sizes,
-      cache: { kind: "contiguous", seqlenKv: this.seqlenKv },
-      q,
-      rankThree: true,
-      k,
-      v,
-      realSeqlenKv,
-      mask: this.#mask,
-      score: this.score,
-    });
+    const cache = { kind: "contiguous", seqlenKv: this.seqlenKv } as const;
+    const held = { sizes: this.sizes, cache, rankThree: true, mask: this.#mask, score: this.score };
+    return decode("GroupedQueryAttentionDecodeWithKVCacheFwdOp", held, q, k, v, realSeqlenKv);
   }
 }
 
@@ -333,20 +333,21 @@ export class GroupedQueryAttentionDecodePagedWithKVCacheFwdOp {
 
   /** Runs the decode step; the returned output is the caller's to dispose. */
   forward(q: Tensor, k: Tensor, v: Tensor, realSeqlenKv: Tensor, blockTable: Tensor): Tensor {
-    const op = "GroupedQueryAttentionDecodePagedWithKVCacheFwdOp";
-    if (realSeqlenKv === undefined) throw invalidArgument(op, "realSeqlenKv: required for a paged cache");
-    return runDecode({
-      op,
+    const held = {
       sizes: this.sizes,
       cache: this.cache,
-      q,
       rankThree: true,
+      mask: this.#mask,
+      score: this.score,
+    };
+    return decode(
+      "GroupedQueryAttentionDecodePagedWithKVCacheFwdOp",
+      held,
+      q,
       k,
       v,
       realSeqlenKv,
       blockTable,
-      mask: this.#mask,
-      score: this.score,
-    });
+    );
   }
 }
