@@ -6,7 +6,15 @@
 import { invalidArgument } from "../ffi/errors.ts";
 
 /** The element types a Tensor can hold. */
-export type DType = "float32" | "float64" | "float16" | "bfloat16" | "int32" | "int64" | "bool";
+export type DType =
+  | "float32"
+  | "float64"
+  | "float16"
+  | "bfloat16"
+  | "int32"
+  | "int64"
+  | "bool"
+  | "float8_e4m3";
 
 /** Every DType, in the order of their C codes. */
 export const DTYPES: readonly DType[] = [
@@ -17,6 +25,7 @@ export const DTYPES: readonly DType[] = [
   "int32",
   "int64",
   "bool",
+  "float8_e4m3",
 ];
 
 const codes: Record<DType, number> = {
@@ -27,6 +36,7 @@ const codes: Record<DType, number> = {
   int32: 4,
   int64: 5,
   bool: 6,
+  float8_e4m3: 7,
 };
 
 const sizes: Record<DType, number> = {
@@ -37,6 +47,7 @@ const sizes: Record<DType, number> = {
   int32: 4,
   int64: 8,
   bool: 1,
+  float8_e4m3: 1,
 };
 
 /** The C code of a dtype (`ak_dtype`). */
@@ -49,7 +60,11 @@ export function dtypeSize(dtype: DType): number {
   return sizes[parseDType(dtype, "dtypeSize")];
 }
 
-/** True for float16, bfloat16, float32 and float64. */
+/**
+ * True for float16, bfloat16, float32 and float64: the dtypes with arithmetic. float8_e4m3 (PyTorch's
+ * float8_e4m3fn: no infinities, largest finite 448) is a storage type: cast, copied, filled and drawn at
+ * random, and widened to float32 by `toArray()`.
+ */
 export function isFloating(dtype: DType): boolean {
   return dtype === "float32" || dtype === "float64" || dtype === "float16" || dtype === "bfloat16";
 }

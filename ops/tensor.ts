@@ -383,7 +383,7 @@ export class Tensor {
     op: string,
   ): Tensor {
     const dtype = parseDType(options.dtype ?? "float32", op);
-    if (!isFloating(dtype)) {
+    if (!isFloating(dtype) && dtype !== "float8_e4m3") {
       throw invalidArgument(op, `dtype: random numbers need a floating dtype, got ${dtype}`);
     }
     if (!Number.isFinite(a) || !Number.isFinite(b)) {
@@ -1402,7 +1402,7 @@ export class Tensor {
   toArray(): AnyArray {
     const op = "Tensor.toArray";
     this.#live(op);
-    if (this.dtype === "float16" || this.dtype === "bfloat16") {
+    if (this.dtype === "float16" || this.dtype === "bfloat16" || this.dtype === "float8_e4m3") {
       using wide = this.cast("float32");
       return wide.toArray();
     }

@@ -40,6 +40,7 @@ export {
   roundF16,
   samePrecision,
 } from "./attention.ts";
+export { roundE4m3 } from "./rounding.ts";
 export {
   causalConv1dReference,
   type CausalConv1dReferenceActivation,

@@ -42,6 +42,38 @@ export function roundToFormat(x: number, f: FloatFormat): number {
   return x < 0 ? -r : r === 0 ? 0 : r;
 }
 
+// The finite non-negative float8_e4m3 values, by code (0 .. 0x7e): subnormals man * 2^-9, then
+// (8 + man) * 2^(exp - 10). The code 0x7f is NaN.
+const E4M3_VALUES = Array.from({ length: 127 }, (_, code) => {
+  const exp = code >> 3, man = code & 7;
+  return exp === 0 ? man * 2 ** -9 : (8 + man) * 2 ** (exp - 10);
+});
+
+/**
+ * Rounds a double to float8_e4m3 (PyTorch's float8_e4m3fn: no infinities, largest finite 448) by
+ * searching the table of its values: the nearest one, a tie going to the even code. Past 448 the next
+ * candidate is 480 with the (odd) NaN code, so 464 rounds to 448 and anything above it, infinities
+ * included, to NaN.
+ *
+ * @example
+ * ```ts
+ * import { roundE4m3 } from "@attnkit/attnkit/reference";
+ * console.log(roundE4m3(0.3), roundE4m3(464), roundE4m3(465)); // 0.3125 448 NaN
+ * ```
+ */
+export function roundE4m3(x: number): number {
+  const a = Math.abs(x);
+  if (!(a < 480)) return NaN; // NaN, infinities, and what is nearer 480 than 448
+  let best = 0, bestCode = 0;
+  for (let code = 1; code <= 127; code++) {
+    const v = code === 127 ? 480 : E4M3_VALUES[code];
+    const d = Math.abs(a - v), bestD = Math.abs(a - best);
+    if (d < bestD || (d === bestD && code % 2 === 0 && bestCode % 2 === 1)) [best, bestCode] = [v, code];
+  }
+  if (bestCode === 127) return NaN;
+  return x < 0 || Object.is(x, -0) ? -best : best;
+}
+
 /** Rounds an integer (exactly, as a BigInt) to the format, to nearest with ties to even. */
 export function roundBigIntToFormat(v: bigint, f: FloatFormat): number {
   const negative = v < 0n;

@@ -18,6 +18,7 @@ import {
 } from "../mod.ts";
 import { deviceTest, expectNoLeak, HAS_CUDA, withSeed } from "./helpers.ts";
 import { uniformAt } from "../reference/philox.ts";
+import { roundE4m3 } from "../reference/mod.ts";
 import {
   BFLOAT16,
   edgeValues,
@@ -94,6 +95,7 @@ deviceTest("every dtype round-trips host -> device -> host exactly", (device) =>
     float64: Float64Array.from([0, -0, Math.PI, 5e-324, -Number.MAX_VALUE, NaN, Infinity, 1 / 3]),
     float16: Float64Array.from([0, -0, 1.5, -65504, 2 ** -24, 0.333251953125, NaN, Infinity]),
     bfloat16: Float64Array.from([0, -0, 1.5, -3.3895313892515355e38, 2 ** -133, 0.333984375, NaN, -Infinity]),
+    float8_e4m3: Float64Array.from([0, -0, 1.5, -448, 2 ** -9, 0.3125, NaN, 240]),
     int32: Float64Array.from([0, 1, -1, 2 ** 31 - 1, -(2 ** 31), 123456, -7, 42]),
     int64: BigInt64Array.from([
       0n,
@@ -280,6 +282,8 @@ deviceTest("fill rounds its value like a cast", (device) => {
         ? x
         : dtype in FORMATS
         ? roundToFormat(x, FORMATS[dtype as keyof typeof FORMATS])
+        : dtype === "float8_e4m3"
+        ? roundE4m3(x)
         : dtype === "int32"
         ? toInt32(x)
         : dtype === "int64"

@@ -39,6 +39,7 @@ size_t dtype_size(int32_t dtype) {
     case AK_INT32: return 4;
     case AK_INT64: return 8;
     case AK_BOOL: return 1;
+    case AK_FLOAT8_E4M3: return 1;
     default: return 0;
   }
 }
@@ -52,6 +53,7 @@ const char* dtype_name(int32_t dtype) {
     case AK_INT32: return "int32";
     case AK_INT64: return "int64";
     case AK_BOOL: return "bool";
+    case AK_FLOAT8_E4M3: return "float8_e4m3";
     default: return "unknown";
   }
 }

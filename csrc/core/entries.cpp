@@ -190,8 +190,8 @@ AK_API ak_status ak_random(const ak_tensor* dst_p, uint64_t seed, uint64_t offse
   AK_ENTRY("ak_random", {
     const ak_tensor& dst = check_contiguous(dst_p, "dst");
     require(kind == 0 || kind == 1, "kind: expected 0 (uniform) or 1 (normal), got " + std::to_string(kind));
-    require(is_float_dtype(dst.dtype), std::string("dst: random numbers need a floating dtype, got ") +
-                                           dtype_name(dst.dtype));
+    require(is_float_dtype(dst.dtype) || dst.dtype == AK_FLOAT8_E4M3,
+            std::string("dst: random numbers need a floating dtype, got ") + dtype_name(dst.dtype));
     if (dst.device_type == AK_CPU) {
       cpu::random(dst, seed, offset, kind, a, b);
     } else {

@@ -97,6 +97,45 @@ AK_HD float double_to_float_odd(double d) {
 }
 
 AK_HD uint16_t double_to_bf16(double d) { return float_to_bf16(double_to_float_odd(d)); }
+
+// ---- 8-bit float e4m3 (no infinities: 0x7f / 0xff are NaN; the largest finite value is 448) ----
+
+AK_HD float e4m3_to_float(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  const uint32_t exp = (b >> 3) & 0xfu, man = b & 7u;
+  if (exp == 0xfu && man == 7u) return bits_float(sign | 0x7fc00000u);
+  if (exp != 0) return bits_float(sign | ((exp + 120u) << 23) | (man << 20));
+  const float mag = static_cast<float>(man) * 0.001953125f;  // subnormal: man * 2^-9
+  return sign ? -mag : mag;
+}
+
+// The exact value rounded to nearest even. NaN, infinities and magnitudes of 480 and above give NaN, and
+// so does rounding up past 448 (as PyTorch's float8_e4m3fn conversion does: 464 is a tie and rounds to
+// 448, anything between it and 480 to the NaN code).
+AK_HD uint8_t double_to_e4m3(double d) {
+  if (d != d) return 0x7fu;
+  const uint8_t sign = (double_bits(d) >> 63) ? 0x80u : 0u;
+  const double a = fabs(d);
+  if (a >= 480.0) return sign | 0x7fu;
+  auto round_even = [](double x) {
+    double whole = floor(x);
+    const double frac = x - whole;
+    if (frac > 0.5 || (frac == 0.5 && fmod(whole, 2.0) != 0.0)) whole += 1.0;
+    return whole;
+  };
+  if (a < 0.015625) {  // below 2^-6: subnormal steps of 2^-9; 8 steps round up to the smallest normal, code 8
+    return sign | static_cast<uint8_t>(round_even(a * 512.0));
+  }
+  int e = 0;
+  frexp(a, &e);
+  int unbiased = e - 1;                                // a in [2^u, 2^(u+1))
+  double man = round_even(ldexp(a, 3 - unbiased));     // in [8, 16]
+  if (man == 16.0) {
+    man = 8.0;
+    unbiased += 1;
+  }
+  return sign | static_cast<uint8_t>(((unbiased + 7) << 3) | (static_cast<int>(man) - 8));
+}
 AK_HD uint16_t double_to_f16(double d) { return float_to_f16(double_to_float_odd(d)); }
 
 // int64 -> double rounded to odd (exact below 2^53): rounding that double once more to float, f16

@@ -47,6 +47,11 @@ struct I64 {
   static double load(T v) { return static_cast<double>(v); }
   static T store(double d) { return double_to_i64(d); }
 };
+struct F8 {
+  using T = uint8_t;
+  static double load(T v) { return e4m3_to_float(v); }
+  static T store(double d) { return double_to_e4m3(d); }
+};
 struct Bool {
   using T = uint8_t;
   static double load(T v) { return v ? 1.0 : 0.0; }
@@ -78,6 +83,7 @@ void with_dtype(int32_t dtype, F&& f) {
     case AK_INT32: f(I32{}); break;
     case AK_INT64: f(I64{}); break;
     case AK_BOOL: f(Bool{}); break;
+    case AK_FLOAT8_E4M3: f(F8{}); break;
     default: fail(AK_ERR_INVALID_ARGUMENT, "dtype: unknown code " + std::to_string(dtype));
   }
 }

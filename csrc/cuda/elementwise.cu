@@ -22,6 +22,9 @@ namespace {
 struct Bool8 {
   uint8_t v;
 };
+struct Float8 {  // e4m3 (numeric.h)
+  uint8_t v;
+};
 
 template <class T>
 struct Elem;
@@ -67,6 +70,14 @@ struct Elem<int64_t> {
   __device__ static double to_double(int64_t x) { return static_cast<double>(x); }
   __device__ static int64_t from_double(double d) { return double_to_i64(d); }
   static constexpr bool kSmallFloat = false;
+};
+template <>
+struct Elem<Float8> {
+  __device__ static float to_float(Float8 x) { return e4m3_to_float(x.v); }
+  __device__ static double to_double(Float8 x) { return to_float(x); }
+  __device__ static Float8 from_float(float f) { return Float8{double_to_e4m3(f)}; }
+  __device__ static Float8 from_double(double d) { return Float8{double_to_e4m3(d)}; }
+  static constexpr bool kSmallFloat = true;
 };
 template <>
 struct Elem<Bool8> {
@@ -317,6 +328,7 @@ void with_type(int32_t dtype, F&& f) {
     case AK_INT32: f(int32_t{}); break;
     case AK_INT64: f(int64_t{}); break;
     case AK_BOOL: f(Bool8{}); break;
+    case AK_FLOAT8_E4M3: f(Float8{}); break;
     default: fail(AK_ERR_INVALID_ARGUMENT, "dtype: unknown code " + std::to_string(dtype));
   }
 }
@@ -433,6 +445,7 @@ void fill(const ak_tensor& dst, double value) {
     case AK_BFLOAT16: { const uint16_t v = double_to_bf16(value); std::memcpy(one, &v, 2); break; }
     case AK_INT32: { const int32_t v = double_to_i32(value); std::memcpy(one, &v, 4); break; }
     case AK_INT64: { const int64_t v = double_to_i64(value); std::memcpy(one, &v, 8); break; }
+    case AK_FLOAT8_E4M3: one[0] = double_to_e4m3(value); break;
     default: one[0] = value != 0.0 ? 1 : 0; break;
   }
   uint4 pattern;
@@ -484,12 +497,12 @@ void arange(const ak_tensor& dst, double start, double step) {
 }
 
 void random(const ak_tensor& dst, uint64_t seed, uint64_t offset, int kind, double a, double b) {
-  require(is_float_dtype(dst.dtype), "dst: random numbers need a floating dtype");
+  require(is_float_dtype(dst.dtype) || dst.dtype == AK_FLOAT8_E4M3, "dst: random numbers need a floating dtype");
   over_elements(dst, [&](int64_t n, unsigned grid, int threads, cudaStream_t s) {
     with_type(dst.dtype, [&](auto tag) {
       using D = decltype(tag);
       if constexpr (std::is_same_v<D, float> || std::is_same_v<D, double> || std::is_same_v<D, __half> ||
-                    std::is_same_v<D, __nv_bfloat16>) {
+                    std::is_same_v<D, __nv_bfloat16> || std::is_same_v<D, Float8>) {
         random_kernel<<<grid, threads, 0, s>>>(static_cast<D*>(dst.data), n, seed, offset, kind, a, b);
       }
     });

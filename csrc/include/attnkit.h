@@ -42,7 +42,9 @@ typedef enum ak_dtype {
   AK_BFLOAT16 = 3,
   AK_INT32 = 4,
   AK_INT64 = 5,
-  AK_BOOL = 6 /* one byte, 0 or 1 */
+  AK_BOOL = 6, /* one byte, 0 or 1 */
+  AK_FLOAT8_E4M3 = 7 /* one byte: 4 exponent bits (bias 7), 3 mantissa bits, no infinities; 0x7f / 0xff are
+                        NaN, the largest finite value 448 (PyTorch's float8_e4m3fn) */
 } ak_dtype;
 
 typedef enum ak_device_type { AK_CPU = 0, AK_CUDA = 1 } ak_device_type;

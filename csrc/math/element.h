@@ -98,6 +98,8 @@ void with_storage(int32_t dtype, F&& f) {
     case AK_INT32: f(int32_t{}); break;
     case AK_INT64: f(int64_t{}); break;
     case AK_BOOL: f(uint8_t{}); break;
+    case AK_FLOAT8_E4M3:
+      fail(AK_ERR_UNSUPPORTED, "dtype: float8_e4m3 has no arithmetic here; cast it to a wider float first");
     default: fail(AK_ERR_INVALID_ARGUMENT, "dtype: unknown code " + std::to_string(dtype));
   }
 }

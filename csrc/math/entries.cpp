@@ -36,8 +36,17 @@ void check_result_dtype(const ak_tensor& dst, int32_t expected) {
                                      dtype_name(dst.dtype));
 }
 
+// float8_e4m3 is stored, cast and moved, never computed with (whatever the size, empty tensors too).
+void refuse_float8(const ak_tensor& t, const char* name) {
+  if (t.dtype == AK_FLOAT8_E4M3) {
+    fail(AK_ERR_UNSUPPORTED,
+         std::string(name) + ": dtype: float8_e4m3 has no arithmetic here; cast it to a wider float first");
+  }
+}
+
 // Which dtypes an element-wise op takes; the message names the op's family.
 void check_operand_dtype(int op, const ak_tensor& t, const char* name) {
+  refuse_float8(t, name);
   const bool float_only = (op >= AK_MAP_SQRT && op <= AK_MAP_TANH) || op == AK_MAP_DIV || op == AK_MAP_POW;
   const bool no_bool = op == AK_MAP_NEG || op == AK_MAP_ABS || op == AK_MAP_SQUARE || op == AK_MAP_ADD ||
                        op == AK_MAP_SUB || op == AK_MAP_MUL;
@@ -124,6 +133,7 @@ AK_API ak_status ak_reduce(const ak_tensor* dst_p, const ak_tensor* src_p, int32
     std::string expected = "[";
     for (int i = 0; i < kept; ++i) expected += (i ? ", " : "") + str(src.shape[i]);
     require(shape_ok, "dst: expected shape " + expected + "] (src's leading dimensions), got " + shape_string(dst));
+    refuse_float8(src, "src");
     require(op != AK_REDUCE_MEAN || is_float_dtype(src.dtype),
             std::string("src: a mean needs a floating dtype, got ") + dtype_name(src.dtype));
     const bool integer_sum = op == AK_REDUCE_SUM && !is_float_dtype(src.dtype);
@@ -148,6 +158,7 @@ AK_API ak_status ak_matmul(const ak_tensor* dst_p, const ak_tensor* a_p, const a
     check_same_dtype(a, "a", dst, "dst");
     check_same_dtype(b, "b", dst, "dst");
     require(dst.dtype != AK_BOOL, "dst: matrix products take no bool tensors");
+    refuse_float8(dst, "dst");
     const int r = dst.rank;
     require(a.rank == r && b.rank == r, "a, b: expected rank " + str(r) + " (dst's), got " + shape_string(a) +
                                             " and " + shape_string(b));

@@ -75,6 +75,7 @@ const DTYPE_DESCRS: Record<DType, string> = {
   int32: "<i4",
   int64: "<i8",
   bool: "|b1",
+  float8_e4m3: "float8_e4m3fn",
 };
 
 /**
@@ -241,6 +242,8 @@ function resolveDType(
   let bigEndian = false;
   if (descr === "bfloat16" || descr === "<bfloat16") {
     dtype = "bfloat16";
+  } else if (descr === "float8_e4m3fn" || descr === "<float8_e4m3fn") {
+    dtype = "float8_e4m3"; // ml_dtypes' name, as np.save writes it
   } else if (/^[<>|=]?V2$/.test(descr)) {
     if (override !== "bfloat16" && override !== "float16") {
       throw invalidArgument(
@@ -258,7 +261,7 @@ function resolveDType(
   if (dtype === undefined) {
     throw invalidArgument(
       op,
-      `descr: '${descr}' is not supported; expected one of <f8, <f4, <f2, bfloat16, <i4, <i8, |b1 ` +
+      `descr: '${descr}' is not supported; expected one of <f8, <f4, <f2, bfloat16, float8_e4m3fn, <i4, <i8, |b1 ` +
         `(cast the array in NumPy first)`,
     );
   }

@@ -70,6 +70,7 @@ const NAMES_TO_DTYPES: Record<string, DType> = {
   I32: "int32",
   I64: "int64",
   BOOL: "bool",
+  F8_E4M3: "float8_e4m3",
 };
 
 const DTYPES_TO_NAMES: Record<DType, string> = {
@@ -80,6 +81,7 @@ const DTYPES_TO_NAMES: Record<DType, string> = {
   int32: "I32",
   int64: "I64",
   bool: "BOOL",
+  float8_e4m3: "F8_E4M3",
 };
 
 interface Entry {

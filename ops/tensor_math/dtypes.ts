@@ -11,7 +11,9 @@
  */
 import type { DType } from "../dtype.ts";
 
+// float8_e4m3 is a float narrower than the 16-bit ones (each holds every e4m3 value exactly).
 const KIND: Record<DType, number> = {
+  float8_e4m3: 2,
   bool: 0,
   int32: 1,
   int64: 1,
@@ -22,6 +24,7 @@ const KIND: Record<DType, number> = {
 };
 
 const WIDTH: Record<DType, number> = {
+  float8_e4m3: 0,
   bool: 0,
   int32: 1,
   int64: 2,

@@ -14,7 +14,7 @@ import { pagedConvCases } from "./paged_conv.ts";
 import { pagedDecodeCases } from "./paged_decode.ts";
 import { tokenMaskCases } from "./token_mask.ts";
 import { graphCases } from "./graph.ts";
-import { fileCases, opClassCases, settingsCases } from "./remaining_api.ts";
+import { fileCases, float8Cases, opClassCases, settingsCases } from "./remaining_api.ts";
 import { kvCacheCases } from "./kv_cache.ts";
 
 /** A deterministic generator (xorshift64*), so a failing case replays from its seed. */
@@ -1152,4 +1152,5 @@ export const GENERATORS: readonly [string, Gen, number][] = [
   ["files", fileCases, 1],
   ["op classes", opClassCases, 1],
   ["kv-cache decode", kvCacheCases, 2],
+  ["float8", float8Cases, 1],
 ];

@@ -275,3 +275,34 @@ export function opClassCases(rng: Rng, scope: Scope, bad: boolean): Case {
     }
   }
 }
+
+const float8 = caseMakers("float8_e4m3");
+
+/** The float8_e4m3 storage dtype: made, cast and widened; arithmetic and bad casts refused. */
+export function float8Cases(rng: Rng, scope: Scope, bad: boolean): Case {
+  const { valid, invalid } = float8;
+  const shape = [rng.int(0, 3), rng.int(1, 5)];
+  const t = scope.keep(
+    ak.Tensor.randn(shape, { dtype: "float8_e4m3", device: scope.device, seed: rng.int(0, 99) }),
+  );
+  if (!bad) {
+    return rng.chance(0.5)
+      ? valid(
+        "randn -> cast",
+        () => scope.keep(t.cast(rng.pick<ak.DType>(["float32", "bfloat16", "float16"]))),
+      )
+      : valid("from -> fill -> widen", () => {
+        const f = scope.keep(ak.Tensor.from([0.3, -2, 448], { dtype: "float8_e4m3", device: scope.device }));
+        f.fill(rng.pick([0, 1.5, -0.25]));
+        return scope.keep(f.cast("float32"));
+      });
+  }
+  switch (rng.int(0, 2)) {
+    case 0:
+      return invalid("arithmetic", () => scope.keep(rng.chance(0.5) ? t.add(1) : t.mul(t)));
+    case 1:
+      return invalid("reduction", () => scope.keep(t.sum()));
+    default:
+      return invalid("bad dtype name", () => t.cast(rng.pick(["float8", "fp8", "float8_e5m2"]) as ak.DType));
+  }
+}
