@@ -47,6 +47,10 @@ export {
 } from "./mha.ts";
 export { GroupedQueryAttentionDenseFwdOp, type GroupedQueryAttentionDenseFwdOptions } from "./gqa_dense.ts";
 export {
+  GroupedQueryAttentionPrefillFwdOp,
+  type GroupedQueryAttentionPrefillFwdOptions,
+} from "./gqa_prefill.ts";
+export {
   type GroupedQueryAttentionDecodeOptions,
   GroupedQueryAttentionDecodePagedWithKVCacheFwdOp,
   type GroupedQueryAttentionDecodePagedWithKVCacheFwdOptions,

@@ -1,0 +1,79 @@
+// The fuzz catalog's generator for the canonical packed prefill: 16-bit and float8_e4m3 inputs with their
+// scales, uniform and ragged offsets; refused: lengths past the maxima, scales of the wrong shape or dtype,
+// mixed input dtypes, an output dtype that is not the inputs', bad options.
+import * as ak from "../../mod.ts";
+import type { Case, Rng, Scope } from "./cases.ts";
+import { caseMakers } from "./family.ts";
+
+const { valid, invalid } = caseMakers("canonical prefill");
+
+/** Valid prefill calls, and calls the op refuses. */
+export function prefillCases(rng: Rng, scope: Scope, bad: boolean): Case {
+  const B = rng.int(1, 3), Hkv = rng.int(1, 2), H = Hkv * rng.int(1, 2), D = rng.pick([16, 64]);
+  const input = rng.pick<ak.DType>(["float8_e4m3", "bfloat16", "float16"]);
+  const dtype = input === "float8_e4m3" ? rng.pick(["bfloat16", "float16"] as const) : input as "bfloat16";
+  const lengths = () => Array.from({ length: B }, () => rng.int(0, 12));
+  const [lq, lk] = [lengths(), lengths()];
+  const cu = (l: number[]) => l.reduce((a, x) => [...a, a[a.length - 1] + x], [0]);
+  const [cuQ, cuK] = [cu(lq), cu(lk)];
+  const q = scope.randn([cuQ[B], H, D], input, 1);
+  const k = scope.randn([cuK[B], Hkv, D], input, 2), v = scope.randn([cuK[B], Hkv, D], input, 3);
+  const scale = scope.rand([B, Hkv], 4, 0.5, 1.5);
+  const options = {
+    batch: B,
+    heads: H,
+    headsKv: Hkv,
+    dim: D,
+    maxSeqlenQ: Math.max(1, ...lq),
+    maxSeqlenKv: Math.max(1, ...lk),
+    dtype,
+    isCausal: rng.chance(0.5),
+    softcap: rng.pick([undefined, 5]),
+  };
+  const run = (o: Record<string, unknown>, args: { q?: unknown; s?: unknown; cuQ?: number[] } = {}) => {
+    const op = new ak.GroupedQueryAttentionPrefillFwdOp(o as never);
+    const s = ("s" in args ? args.s : scale) as ak.Tensor;
+    return scope.keep(
+      op.forward(("q" in args ? args.q : q) as ak.Tensor, k, v, args.cuQ ?? cuQ, cuK, s, scale, scale),
+    );
+  };
+  if (!bad) return valid(`${input} -> ${dtype}`, () => run(options));
+  switch (rng.int(0, 4)) {
+    case 0:
+      return invalid("length past maxSeqlenQ", () =>
+        run({ ...options, maxSeqlenQ: Math.max(1, ...lq) }, {
+          q: scope.randn([cuQ[B] + Math.max(1, ...lq) + 1, H, D], input, 5),
+          cuQ: [...cuQ.slice(0, B), cuQ[B] + Math.max(1, ...lq) + 1],
+        }));
+    case 1:
+      return invalid(
+        "bad scale",
+        () =>
+          run(options, {
+            s: rng.pick<unknown>([scope.rand([B, Hkv + 1], 6), scope.randn([B, Hkv], "bfloat16", 7), null]),
+          }),
+      );
+    case 2:
+      return invalid(
+        "mixed input dtypes",
+        () =>
+          run(options, { q: scope.randn([cuQ[B], H, D], input === "float16" ? "bfloat16" : "float16", 8) }),
+      );
+    case 3:
+      return input === "float8_e4m3"
+        ? invalid("output dtype", () => run({ ...options, dtype: "float32" }))
+        : invalid("output dtype", () =>
+          run({ ...options, dtype: input === "bfloat16" ? "float16" : "bfloat16" }));
+    default:
+      return invalid(
+        "bad options",
+        () =>
+          run({
+            ...options,
+            ...rng.pick<Record<string, unknown>>([{ backend: "fa3" }, { smScale: -1 }, { scale: 1 }, {
+              validateUniformCuSeqlens: 1,
+            }, { maxSeqlenKv: -1 }]),
+          }),
+      );
+  }
+}
