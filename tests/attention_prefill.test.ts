@@ -194,6 +194,9 @@ deviceTest(
       });
       using o = trusting.forward(q, kv, kv, [0, 4, 24], [0, 4, 24], s, s, s);
       assert.deepEqual(o.shape, [24, 4, 64]);
-      refuses(() => trusting.forward(q, kv, kv, [0, 30, 24], cu, s, s, s), /cu_seqlens_q: must be nondecreasing/);
+      refuses(
+        () => trusting.forward(q, kv, kv, [0, 30, 24], cu, s, s, s),
+        /cu_seqlens_q: must be nondecreasing/,
+      );
     }),
 );
