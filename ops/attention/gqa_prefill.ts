@@ -9,8 +9,7 @@ import { invalidArgument } from "../../ffi/errors.ts";
 import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
 import type { DType } from "../dtype.ts";
 import { type CuSeqlens, seqlensOffsets } from "../seqlens.ts";
-import { Tensor } from "../tensor.ts";
-import { selectRows } from "../tensor_math/indexing.ts";
+import type { Tensor } from "../tensor.ts";
 import {
   checkPackedSizes,
   expectBoolean,
@@ -28,6 +27,7 @@ import {
   resolveScore,
 } from "./options.ts";
 import { runForward } from "./run.ts";
+import { dequantizeRows, tokenSequences } from "./transforms.ts";
 
 const OP = "GroupedQueryAttentionPrefillFwdOp";
 
@@ -172,29 +172,10 @@ export class GroupedQueryAttentionPrefillFwdOp {
         score: this.score,
       }, false).output;
     if (!fp8) return call(q, k, v);
-    const qOffsets = seqlensOffsets(cu.q), kOffsets = seqlensOffsets(cu.k);
-    using qd = dequantize(q, qScale, qOffsets, this.dtype);
-    using kd = dequantize(k, kScale, kOffsets, this.dtype);
-    using vd = dequantize(v, vScale, kOffsets, this.dtype);
+    const qRows = tokenSequences(seqlensOffsets(cu.q)), kRows = tokenSequences(seqlensOffsets(cu.k));
+    using qd = dequantizeRows(OP, q, qScale, qRows, this.dtype);
+    using kd = dequantizeRows(OP, k, kScale, kRows, this.dtype);
+    using vd = dequantizeRows(OP, v, vScale, kRows, this.dtype);
     return call(qd, kd, vd);
   }
-}
-
-/**
- * x `[tokens, heads, dim]` (float8_e4m3) times the scale of its token's sequence and KV head (`scale`
- * `[batch, headsKv]`; the query heads of a group share their KV head's), as `dtype`: the product is
- * formed in float32 and rounded once to `dtype`.
- */
-function dequantize(x: Tensor, scale: Tensor, offsets: Int32Array, dtype: DType): Tensor {
-  const [tokens, heads, dim] = x.shape, headsKv = scale.shape[1], group = heads / headsKv;
-  const sequenceOf = new Int32Array(tokens);
-  for (let b = 0; b + 1 < offsets.length; b++) sequenceOf.fill(b, offsets[b], offsets[b + 1]);
-  using index = Tensor.from(sequenceOf, { device: x.device });
-  using perToken = selectRows(OP, scale, index); // [tokens, headsKv]
-  using factor = perToken.reshape([tokens, headsKv, 1, 1]);
-  using wide = x.cast("float32");
-  using grouped = wide.reshape([tokens, headsKv, group, dim]);
-  using scaled = grouped.mul(factor);
-  using flat = scaled.reshape([tokens, heads, dim]);
-  return flat.cast(dtype);
 }

@@ -46,6 +46,7 @@ export {
   type MultiHeadAttentionFwdOptions,
 } from "./mha.ts";
 export { GroupedQueryAttentionDenseFwdOp, type GroupedQueryAttentionDenseFwdOptions } from "./gqa_dense.ts";
+export type { RopeLayout } from "./transforms.ts";
 export {
   GroupedQueryAttentionPrefillFwdOp,
   type GroupedQueryAttentionPrefillFwdOptions,

@@ -145,7 +145,15 @@ export const OP_OPTION_KEYS: Readonly<Record<string, OptionSpec>> = Object.fromE
     // The MHA ops check their users' options without headsKv (mha.ts), then pass headsKv = heads.
     MultiHeadAttentionFwdOp: ["layout", ...SQUARE_KEYS, ...SCORE_KEYS, ...MASK_KEYS],
     MultiHeadAttentionBwdOp: ["layout", ...SQUARE_KEYS, ...SCORE_KEYS, ...MASK_KEYS, "deterministic"],
-    GroupedQueryAttentionDenseFwdOp: ["layout", ...MASK_KEYS, ...SCORE_KEYS, "dtype"],
+    GroupedQueryAttentionDenseFwdOp: [
+      "layout",
+      ...MASK_KEYS,
+      ...SCORE_KEYS,
+      "dtype",
+      "posEncodingMode",
+      "rotaryDim",
+      "ropeLayout",
+    ],
     GroupedQueryAttentionSlidingWindowFwdOp: ["layout", ...SQUARE_KEYS, ...MASK_KEYS],
     GroupedQueryAttentionSlidingWindowVarlenFwdOp: ["layout", ...PACKED_KEYS, ...MASK_KEYS],
     MultiHeadAttentionDecodeWithKVCacheFwdOp: DECODE_MHA_KEYS,

@@ -16,7 +16,7 @@ import { tokenMaskCases } from "./token_mask.ts";
 import { graphCases } from "./graph.ts";
 import { fileCases, float8Cases, opClassCases, settingsCases } from "./remaining_api.ts";
 import { kvCacheCases } from "./kv_cache.ts";
-import { prefillCases } from "./prefill.ts";
+import { denseTransformCases, prefillCases } from "./prefill.ts";
 
 /** A deterministic generator (xorshift64*), so a failing case replays from its seed. */
 export class Rng {
@@ -1155,4 +1155,5 @@ export const GENERATORS: readonly [string, Gen, number][] = [
   ["kv-cache decode", kvCacheCases, 2],
   ["float8", float8Cases, 1],
   ["canonical prefill", prefillCases, 1],
+  ["dense transforms", denseTransformCases, 1],
 ];

@@ -77,3 +77,82 @@ export function prefillCases(rng: Rng, scope: Scope, bad: boolean): Case {
       );
   }
 }
+
+const dense = caseMakers("dense transforms");
+
+/** The dense op's float8 inputs and fused RoPE: valid calls, and inconsistent inputs and options. */
+export function denseTransformCases(rng: Rng, scope: Scope, bad: boolean): Case {
+  const { valid, invalid } = dense;
+  const B = rng.int(1, 2), Hkv = rng.int(1, 2), H = Hkv * rng.int(1, 2), D = rng.pick([16, 64]);
+  const Skv = rng.int(1, 9), Sq = rng.int(1, Skv);
+  const fp8 = rng.chance(0.5), rope = rng.chance(0.5) || !fp8;
+  const dtype = rng.pick(["bfloat16", "float16"] as const), input: ak.DType = fp8 ? "float8_e4m3" : dtype;
+  const rotaryDim = rng.pick([undefined, 8]);
+  const half = (rotaryDim ?? D) / 2;
+  const q = scope.randn([B, Sq, H, D], input, 1);
+  const k = scope.randn([B, Skv, Hkv, D], input, 2), v = scope.randn([B, Skv, Hkv, D], input, 3);
+  const s = scope.rand([B, Hkv], 4, 0.5, 1.5);
+  const cos = scope.randn([Skv + rng.int(0, 2), half], dtype, 5),
+    sin = scope.randn(cos.shape as number[], dtype, 6);
+  const options = {
+    layout: "bshd" as const,
+    isCausal: rng.chance(0.5),
+    dtype,
+    ...(rope
+      ? {
+        posEncodingMode: "rope" as const,
+        rotaryDim,
+        ropeLayout: rng.pick(["neox", "interleaved"] as const),
+      }
+      : {}),
+  };
+  const run = (o: Record<string, unknown>, a: unknown[]) =>
+    scope.keep(
+      (new ak.GroupedQueryAttentionDenseFwdOp(o as never).forward as (...x: unknown[]) => ak.Tensor)(
+        q,
+        k,
+        v,
+        ...a,
+      ),
+    );
+  const args = [
+    fp8 ? s : undefined,
+    fp8 ? s : undefined,
+    fp8 ? s : undefined,
+    rope ? cos : undefined,
+    rope ? sin : undefined,
+  ];
+  if (!bad) return valid(`${fp8 ? "float8" : dtype}${rope ? " + RoPE" : ""}`, () => run(options, args));
+  switch (rng.int(0, 3)) {
+    case 0:
+      return invalid(
+        "a scale missing or extra",
+        () => run(options, [fp8 ? undefined : s, s, s, ...args.slice(3)]),
+      );
+    case 1:
+      return invalid(
+        "a table missing or extra",
+        () => run(options, [...args.slice(0, 3), rope ? undefined : cos, sin]),
+      );
+    case 2:
+      return invalid(
+        "short table",
+        () =>
+          run(options, [...args.slice(0, 3), scope.randn([Skv - 1 < 1 ? 0 : Skv - 1, half], dtype, 7), sin]),
+      );
+    default:
+      return invalid(
+        "bad RoPE options",
+        () =>
+          run({
+            ...options,
+            ...rng.pick<Record<string, unknown>>([
+              { posEncodingMode: "alibi" },
+              { posEncodingMode: "rope", rotaryDim: 3 },
+              { posEncodingMode: "none", rotaryDim: 8 },
+              { posEncodingMode: "rope", ropeLayout: "gptj" },
+            ]),
+          }, args),
+      );
+  }
+}
