@@ -24,14 +24,13 @@ interface DenseCase {
   rope?: { rotaryDim?: number; layout: "neox" | "interleaved" };
 }
 
-/** [B, S, H, D] values in the given layout's order, from bshd-ordered ones. */
-function toLayout(x: Float64Array, [B, S, H, D]: number[], layout: "bshd" | "bhsd"): Float64Array {
-  if (layout === "bshd") return x;
+/** `[B, H, S, D]`-ordered values in `[B, S, H, D]` order. */
+function bhsdToBshd(x: Float64Array, [B, S, H, D]: number[]): Float64Array {
   const y = new Float64Array(x.length);
   for (let b = 0; b < B; b++) {
     for (let s = 0; s < S; s++) {
       for (let h = 0; h < H; h++) {
-        for (let d = 0; d < D; d++) y[((b * H + h) * S + s) * D + d] = x[((b * S + s) * H + h) * D + d];
+        for (let d = 0; d < D; d++) y[((b * S + s) * H + h) * D + d] = x[((b * H + h) * S + s) * D + d];
       }
     }
   }
@@ -127,19 +126,8 @@ function checkDense(device: Device, c: DenseCase, seed: number): void {
   });
   const oracle = attentionReference(problem("exact"), FLOAT64).output;
   const reference = attentionReference(problem("rounded"), samePrecision(c.dtype)).output;
-  const got = toLayout(Float64Array.from(out.toArray() as Float32Array), [B, Sq, H, D], "bshd");
-  const gotBshd = c.layout === "bshd" ? got : (() => {
-    // out is bhsd: back to bshd for the comparison
-    const y = new Float64Array(got.length);
-    for (let b = 0; b < B; b++) {
-      for (let s = 0; s < Sq; s++) {
-        for (let h = 0; h < H; h++) {
-          for (let d = 0; d < D; d++) y[((b * Sq + s) * H + h) * D + d] = got[((b * H + h) * Sq + s) * D + d];
-        }
-      }
-    }
-    return y;
-  })();
+  const got = Float64Array.from(out.toArray() as Float32Array);
+  const gotBshd = c.layout === "bshd" ? got : bhsdToBshd(got, [B, Sq, H, D]);
   expectFlashRule(`output ${JSON.stringify(c)}`, gotBshd, oracle, reference, 2);
 }
 
