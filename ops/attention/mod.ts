@@ -52,6 +52,10 @@ export {
   type GroupedQueryAttentionPrefillFwdOptions,
 } from "./gqa_prefill.ts";
 export {
+  MultiHeadLatentAttentionDecodeWithKVCacheFwdOp,
+  type MultiHeadLatentAttentionDecodeWithKVCacheFwdOptions,
+} from "./mla.ts";
+export {
   type GroupedQueryAttentionDecodeOptions,
   GroupedQueryAttentionDecodePagedWithKVCacheFwdOp,
   type GroupedQueryAttentionDecodePagedWithKVCacheFwdOptions,

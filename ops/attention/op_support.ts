@@ -160,6 +160,7 @@ export const OP_OPTION_KEYS: Readonly<Record<string, OptionSpec>> = Object.fromE
     MultiHeadAttentionDecodePagedWithKVCacheFwdOp: [...DECODE_MHA_KEYS, "pageSize"],
     GroupedQueryAttentionDecodeWithKVCacheFwdOp: DECODE_GQA_KEYS,
     GroupedQueryAttentionDecodePagedWithKVCacheFwdOp: [...DECODE_GQA_KEYS, "pageSize"],
+    MultiHeadLatentAttentionDecodeWithKVCacheFwdOp: ["batch", "heads", "headsKv", "seqlenKv", "dim", "peDim"],
     GroupedQueryAttentionPrefillFwdOp: [
       ...PACKED_KEYS,
       "maxSeqlenQ",

@@ -15,7 +15,7 @@ import { pagedDecodeCases } from "./paged_decode.ts";
 import { tokenMaskCases } from "./token_mask.ts";
 import { graphCases } from "./graph.ts";
 import { fileCases, float8Cases, opClassCases, settingsCases } from "./remaining_api.ts";
-import { kvCacheCases } from "./kv_cache.ts";
+import { kvCacheCases, mlaCases } from "./kv_cache.ts";
 import { denseTransformCases, prefillCases } from "./prefill.ts";
 
 /** A deterministic generator (xorshift64*), so a failing case replays from its seed. */
@@ -1156,4 +1156,5 @@ export const GENERATORS: readonly [string, Gen, number][] = [
   ["float8", float8Cases, 1],
   ["canonical prefill", prefillCases, 1],
   ["dense transforms", denseTransformCases, 1],
+  ["MLA decode", mlaCases, 1],
 ];

@@ -119,3 +119,45 @@ export function kvCacheCases(rng: Rng, scope: Scope, bad: boolean): Case {
       );
   }
 }
+
+const mla = caseMakers("MLA decode");
+
+/** MLA decode on small latents: valid calls, and bad shapes, dtypes and sizes. */
+export function mlaCases(rng: Rng, scope: Scope, bad: boolean): Case {
+  const B = rng.int(1, 2), Hkv = rng.int(1, 2), H = Hkv * rng.int(1, 3), S = rng.int(1, 9);
+  const D = rng.pick([16, 32]), P = rng.pick([0, 8]), dtype = rng.pick<ak.DType>(["bfloat16", "float16"]);
+  const q = scope.randn([B, H, D], dtype, 1), qPe = scope.randn([B, H, P], dtype, 2);
+  const k = scope.randn([B, S, Hkv, D], dtype, 3), kPe = scope.randn([B, S, Hkv, P], dtype, 4);
+  const sizes = { batch: B, heads: H, headsKv: Hkv, seqlenKv: S, dim: D, peDim: P };
+  const run = (o: Record<string, unknown>, args: unknown[] = [q, qPe, k, kPe]) => {
+    const op = new ak.MultiHeadLatentAttentionDecodeWithKVCacheFwdOp(o as never);
+    return scope.keep((op.forward as (...a: unknown[]) => ak.Tensor).call(op, ...args));
+  };
+  if (!bad) return mla.valid(`${dtype} D${D}+${P}`, () => run(sizes));
+  switch (rng.int(0, 2)) {
+    case 0:
+      return mla.invalid("bad k", () => run(sizes, [q, qPe, badTensor(rng, scope, k, "k"), kPe]));
+    case 1:
+      return mla.invalid(
+        "mixed dtypes",
+        () =>
+          run(sizes, [
+            q,
+            qPe,
+            k,
+            scope.randn([B, S, Hkv, P], dtype === "float16" ? "bfloat16" : "float16", 5),
+          ]),
+      );
+    default:
+      return mla.invalid(
+        "bad sizes",
+        () =>
+          run({
+            ...sizes,
+            ...rng.pick<Record<string, unknown>>([{ dim: 0 }, { peDim: -1 }, { headsKv: H + 1 }, {
+              scale: 1,
+            }]),
+          }),
+      );
+  }
+}

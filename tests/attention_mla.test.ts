@@ -1,0 +1,131 @@
+// MLA decode (MultiHeadLatentAttentionDecodeWithKVCacheFwdOp) against a float64 oracle written here: per
+// query head, scores (q . k_j + qPe . kPe_j) / sqrt(dim + peDim) over its KV head's latents, softmax, the
+// weighted latents. Tolerance rule (FlashAttention's, tests/attention_cases.ts): the max abs error at most
+// twice that of the oracle rounded to the output dtype, plus 1e-5. DeepSeek-V3's dims (512 + 64, one
+// latent head) and small ones with several latent heads; refusals.
+import assert from "node:assert/strict";
+import { type Device, MultiHeadLatentAttentionDecodeWithKVCacheFwdOp, Tensor } from "../mod.ts";
+import { roundBf16, roundF16 } from "../reference/mod.ts";
+import { expectFlashRule } from "./attention_cases.ts";
+import { deviceTest, expectNoLeak, refuses, withSeed } from "./helpers.ts";
+
+interface MlaCase {
+  B: number;
+  H: number;
+  Hkv: number;
+  S: number;
+  D: number;
+  P: number;
+  dtype: "bfloat16" | "float16";
+}
+
+function oracle(
+  c: MlaCase,
+  q: Float32Array,
+  qPe: Float32Array,
+  k: Float32Array,
+  kPe: Float32Array,
+): Float64Array {
+  const { B, H, Hkv, S, D, P } = c;
+  const out = new Float64Array(B * H * D), G = H / Hkv, scale = (D + P) ** -0.5;
+  for (let b = 0; b < B; b++) {
+    for (let h = 0; h < H; h++) {
+      const r = Math.floor(h / G), scores = new Float64Array(S);
+      for (let j = 0; j < S; j++) {
+        let s = 0;
+        for (let d = 0; d < D; d++) s += q[(b * H + h) * D + d] * k[((b * S + j) * Hkv + r) * D + d];
+        for (let d = 0; d < P; d++) s += qPe[(b * H + h) * P + d] * kPe[((b * S + j) * Hkv + r) * P + d];
+        scores[j] = s * scale;
+      }
+      const max = Math.max(...scores);
+      const w = scores.map((s) => Math.exp(s - max)), total = w.reduce((a, x) => a + x, 0);
+      for (let j = 0; j < S; j++) {
+        for (let d = 0; d < D; d++) {
+          out[(b * H + h) * D + d] += (w[j] / total) * k[((b * S + j) * Hkv + r) * D + d];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+function checkMla(device: Device, c: MlaCase, seed: number): void {
+  const { B, H, Hkv, S, D, P, dtype } = c;
+  using q = Tensor.randn([B, H, D], { dtype, device, seed, std: 0.2 });
+  using qPe = Tensor.randn([B, H, P], { dtype, device, seed: seed + 1 });
+  using k = Tensor.randn([B, S, Hkv, D], { dtype, device, seed: seed + 2 });
+  using kPe = Tensor.randn([B, S, Hkv, P], { dtype, device, seed: seed + 3 });
+  const op = new MultiHeadLatentAttentionDecodeWithKVCacheFwdOp({
+    batch: B,
+    heads: H,
+    headsKv: Hkv,
+    seqlenKv: S,
+    dim: D,
+    peDim: P,
+  });
+  using out = op.forward(q, qPe, k, kPe);
+  assert.equal(out.dtype, dtype);
+  assert.deepEqual(out.shape, [B, H, D]);
+  const host = (t: Tensor) => t.toArray() as Float32Array;
+  const exact = oracle(c, host(q), host(qPe), host(k), host(kPe));
+  const round = dtype === "bfloat16" ? roundBf16 : roundF16;
+  expectFlashRule(`output ${JSON.stringify(c)}`, host(out), exact, exact.map(round), 2);
+}
+
+deviceTest(
+  "MLA decode matches the float64 oracle (DeepSeek-V3 dims and grouped latent heads)",
+  (device) =>
+    expectNoLeak(device, () =>
+      withSeed((seed) => {
+        const cases: MlaCase[] = [
+          { B: 2, H: 8, Hkv: 1, S: 37, D: 512, P: 64, dtype: "bfloat16" },
+          { B: 1, H: 6, Hkv: 3, S: 9, D: 64, P: 16, dtype: "float16" },
+          { B: 3, H: 2, Hkv: 2, S: 1, D: 32, P: 0, dtype: "bfloat16" },
+        ];
+        for (const [i, c] of cases.entries()) checkMla(device, c, seed + 10 * i);
+      })),
+);
+
+deviceTest(
+  "MLA decode refuses bad shapes, dtypes and sizes, naming them",
+  (device) =>
+    expectNoLeak(device, () => {
+      const op = new MultiHeadLatentAttentionDecodeWithKVCacheFwdOp({
+        batch: 1,
+        heads: 2,
+        headsKv: 1,
+        seqlenKv: 4,
+        dim: 32,
+        peDim: 8,
+      });
+      using q = Tensor.randn([1, 2, 32], { dtype: "bfloat16", device });
+      using qPe = Tensor.randn([1, 2, 8], { dtype: "bfloat16", device });
+      using k = Tensor.randn([1, 4, 1, 32], { dtype: "bfloat16", device });
+      using kPe = Tensor.randn([1, 4, 1, 8], { dtype: "bfloat16", device });
+      using kPe16 = Tensor.randn([1, 4, 1, 8], { dtype: "float16", device });
+      using q32 = Tensor.randn([1, 2, 32], { device });
+      refuses(() => op.forward(q, qPe, k, kPe16), /kPe: expected bfloat16 like q/);
+      refuses(() => op.forward(q32, qPe, k, kPe), /q: expected dtype float16 \| bfloat16/);
+      refuses(() => op.forward(q, kPe, k, kPe), /qPe: expected shape \[1, 2, 8\]/);
+      refuses(() => op.forward(q, qPe, qPe, kPe), /k: expected shape \[1, 4, 1, 32\]/);
+      refuses(
+        () =>
+          new MultiHeadLatentAttentionDecodeWithKVCacheFwdOp({
+            batch: 1,
+            heads: 3,
+            headsKv: 2,
+            seqlenKv: 4,
+            dim: 32,
+            peDim: 8,
+          }),
+        /heads: 3 query heads are not a multiple of headsKv/,
+      );
+      refuses(
+        () =>
+          new MultiHeadLatentAttentionDecodeWithKVCacheFwdOp(
+            { batch: 1, heads: 2, headsKv: 1, seqlenKv: 4, dim: 32, peDim: 8, scale: 1 } as never,
+          ),
+        /scale/,
+      );
+    }),
+);
