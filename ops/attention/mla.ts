@@ -91,12 +91,12 @@ export class MultiHeadLatentAttentionDecodeWithKVCacheFwdOp {
       using wide = t.cast("float32");
       return wide.reshape([B, Hkv, G, width]);
     };
-    const transposed = (t: Tensor, width: number) => {
+    const transposed = (t: Tensor) => {
       using wide = t.cast("float32");
       return wide.permute([0, 2, 3, 1]); // [B, Hkv, width, S]
     };
     using qg = grouped(q, D), qpg = grouped(qPe, P);
-    using kT = transposed(k, D), kpT = transposed(kPe, P);
+    using kT = transposed(k), kpT = transposed(kPe);
     using latent = qg.matmul(kT), rotary = qpg.matmul(kpT);
     using sum = latent.add(rotary);
     using scaled = sum.mul((D + P) ** -0.5);
