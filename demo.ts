@@ -38,8 +38,8 @@ if (cudaAvailable()) {
   console.log("device: CPU backend (no CUDA device found)");
 }
 
-// One float64 tensor, cast on the device to every dtype: floats round to nearest even, integers
-// truncate and saturate, bool is value != 0.
+// One float64 tensor, cast on the device to every dtype: floats round to nearest even (float8_e4m3 has
+// no infinities: past 448 it gives NaN), integers truncate and saturate, bool is value != 0.
 console.log(`\none tensor through every dtype, on ${device}:`);
 using source = Tensor.from([1 / 3, -2.5, 65519, 3e-6, 1e10], { dtype: "float64", device });
 const show = (v: number | bigint) => {
@@ -48,10 +48,11 @@ const show = (v: number | bigint) => {
   return Math.abs(rounded) < 1e-3 ? rounded.toExponential() : String(rounded);
 };
 const order = ["float64", ...DTYPES.filter((d) => d !== "float64")] as const;
+const width = Math.max(...order.map((d) => d.length));
 for (const dtype of order) {
   using t = source.cast(dtype);
   console.log(
-    `  ${dtype.padEnd(9)} [${Array.from(t.toArray() as ArrayLike<number | bigint>, show).join(", ")}]`,
+    `  ${dtype.padEnd(width)} [${Array.from(t.toArray() as ArrayLike<number | bigint>, show).join(", ")}]`,
   );
 }
 
