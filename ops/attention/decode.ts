@@ -93,17 +93,7 @@ function resolveMha(op: string, o: MultiHeadAttentionDecodeOptions): Resolved {
 function resolveGqa(op: string, o: GroupedQueryAttentionDecodeOptions): Resolved {
   o = expectOptions(op, o);
   const { heads, headsKv } = checkHeads(op, o.heads, o.headsKv);
-  const smScale = o.smScale;
-  if (
-    smScale !== undefined && smScale !== null &&
-    !(typeof smScale === "number" && Number.isFinite(smScale) && smScale > 0)
-  ) {
-    throw invalidArgument(
-      op,
-      `smScale: expected a finite number > 0 (or undefined for 1 / sqrt(dim)), got ${String(smScale)}`,
-    );
-  }
-  const score = resolveScore(op, { scale: smScale, softcap: o.softcap });
+  const score = resolveScore(op, { scale: o.smScale, softcap: o.softcap }, "smScale");
   return {
     sizes: Object.freeze({
       batch: expectSize(op, "batch", o.batch),

@@ -162,20 +162,30 @@ export class GroupedQueryAttentionDenseFwdOp {
     if (this.rope && (ropeCos === undefined || ropeSin === undefined)) {
       throw invalidArgument(op, 'ropeCos, ropeSin: both are required with posEncodingMode: "rope"');
     }
-    const plain = (qq: Tensor, kk: Tensor, vv: Tensor, layout = this.layout) =>
-      runForward({
-        op,
-        query: { kind: "dense", q: qq, layout },
-        kv: { kind: "dense", k: kk, v: vv, layout },
-        mask: this.mask,
-        score: this.score,
-        out,
-      }, false).output;
-    if (!fp8 && !this.rope) return plain(q, k, v);
+    if (!fp8 && !this.rope) return this.#run(op, q, k, v, this.layout, out);
     if (out?.lse !== undefined) {
       throw invalidArgument(op, "out.lse: not available with float8 inputs or RoPE");
     }
     return this.#transformed(op, q, k, v, scales as Tensor[], ropeCos, ropeSin, outDtype!, out, fp8);
+  }
+
+  // The forward of q, k, v in `layout`.
+  #run(
+    op: string,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    layout: Extract<Layout, "bshd" | "bhsd">,
+    out?: ForwardBuffers,
+  ): Tensor {
+    return runForward({
+      op,
+      query: { kind: "dense", q, layout },
+      kv: { kind: "dense", k, v, layout },
+      mask: this.mask,
+      score: this.score,
+      out,
+    }, false).output;
   }
 
   // Dequantises (float8) and rotates (RoPE) q and k (v only dequantised) in bshd, then runs the forward.
@@ -195,8 +205,12 @@ export class GroupedQueryAttentionDenseFwdOp {
       expectTensor(op, name, t);
       if (t.ndim !== 4) throw invalidArgument(op, `${name}: expected 4 dims (${this.layout}), got ${t.ndim}`);
     }
-    const bshd = (t: Tensor) => (this.layout === "bshd" ? t.clone() : t.permute([0, 2, 1, 3]));
-    using q4 = bshd(q), k4 = bshd(k), v4 = bshd(v);
+    // Only the tensors made here are disposed: in bshd the caller's own tensors go straight through.
+    const made: Tensor[] = [];
+    using _made = { [Symbol.dispose]: () => made.forEach((t) => t.dispose()) };
+    const own = (t: Tensor) => (made.push(t), t);
+    const bshd = (t: Tensor) => (this.layout === "bshd" ? t : own(t.permute([0, 2, 1, 3])));
+    const q4 = bshd(q), k4 = bshd(k), v4 = bshd(v);
     const [B, Sq, H, D] = q4.shape, [Bk, Skv, Hkv] = k4.shape;
     if (Bk !== B || v4.shape.some((n, i) => n !== k4.shape[i]) || k4.shape[3] !== D || H % Hkv !== 0) {
       throw invalidArgument(
@@ -214,13 +228,12 @@ export class GroupedQueryAttentionDenseFwdOp {
       expectSameDevice(op, name, scale, q, "q");
       using flat = t.reshape([B * S, heads, D]);
       using wide = dequantizeRows(op, flat, scale, batchRows(B, S), dtype);
-      return wide.reshape([B, S, heads, D]);
+      return own(wide.reshape([B, S, heads, D]));
     };
-    using qd = fp8 ? dequantized(q4, scales[0], "qScale", Sq, H) : q4.clone();
-    using kd = fp8 ? dequantized(k4, scales[1], "kScale", Skv, Hkv) : k4.clone();
-    using vd = fp8 ? dequantized(v4, scales[2], "vScale", Skv, Hkv) : v4.clone();
+    const qd = fp8 ? dequantized(q4, scales[0], "qScale", Sq, H) : q4;
+    const kd = fp8 ? dequantized(k4, scales[1], "kScale", Skv, Hkv) : k4;
+    const vd = fp8 ? dequantized(v4, scales[2], "vScale", Skv, Hkv) : v4;
     let qr = qd, kr = kd;
-    using _rotated = { [Symbol.dispose]: () => [qr, kr].forEach((t) => t !== qd && t !== kd && t.dispose()) };
     if (this.rope) {
       const rotary = this.rotaryDim ?? D;
       if (rotary > D) throw invalidArgument(op, `rotaryDim: ${rotary} is more than the head dim ${D}`);
@@ -241,26 +254,11 @@ export class GroupedQueryAttentionDenseFwdOp {
         }
         expectSameDevice(op, name, table, q, "q");
       }
-      qr = rotate(op, qd, ropeCos!, ropeSin!, Skv - Sq, rotary, this.ropeLayout);
-      kr = rotate(op, kd, ropeCos!, ropeSin!, 0, rotary, this.ropeLayout);
+      qr = own(rotate(op, qd, ropeCos!, ropeSin!, Skv - Sq, rotary, this.ropeLayout));
+      kr = own(rotate(op, kd, ropeCos!, ropeSin!, 0, rotary, this.ropeLayout));
     }
-    if (this.layout === "bshd") {
-      return runForward({
-        op,
-        query: { kind: "dense", q: qr, layout: "bshd" },
-        kv: { kind: "dense", k: kr, v: vd, layout: "bshd" },
-        mask: this.mask,
-        score: this.score,
-        out,
-      }, false).output;
-    }
-    using o = runForward({
-      op,
-      query: { kind: "dense", q: qr, layout: "bshd" },
-      kv: { kind: "dense", k: kr, v: vd, layout: "bshd" },
-      mask: this.mask,
-      score: this.score,
-    }, false).output;
+    if (this.layout === "bshd") return this.#run(op, qr, kr, vd, "bshd", out);
+    using o = this.#run(op, qr, kr, vd, "bshd");
     const result = o.permute([0, 2, 1, 3]);
     if (out?.output === undefined) return result;
     using _r = result;

@@ -108,17 +108,7 @@ export class GroupedQueryAttentionPrefillFwdOp {
       ...options,
       isCausal: expectBoolean(OP, "isCausal", options.isCausal, true),
     });
-    const smScale = options.smScale;
-    if (
-      smScale !== undefined && smScale !== null &&
-      !(typeof smScale === "number" && Number.isFinite(smScale) && smScale > 0)
-    ) {
-      throw invalidArgument(
-        OP,
-        `smScale: expected a finite number > 0 (or undefined for 1 / sqrt(dim)), got ${smScale}`,
-      );
-    }
-    this.score = resolveScore(OP, { scale: smScale, softcap: options.softcap });
+    this.score = resolveScore(OP, { scale: options.smScale, softcap: options.softcap }, "smScale");
     this.validateUniformCuSeqlens = expectBoolean(
       OP,
       "validateUniformCuSeqlens",

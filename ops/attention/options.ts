@@ -112,9 +112,10 @@ export function resolveMask(op: string, options: MaskOptions): ResolvedMask {
 }
 
 /**
- * Checks score options and applies defaults.
+ * Checks score options and applies defaults. `scaleName` is what the op calls its scale option (the seed's
+ * decode and prefill ops call it `smScale`).
  */
-export function resolveScore(op: string, options: ScoreOptions): ResolvedScore {
+export function resolveScore(op: string, options: ScoreOptions, scaleName = "scale"): ResolvedScore {
   const { scale, softcap } = options;
   if (
     scale !== undefined && scale !== null &&
@@ -122,7 +123,7 @@ export function resolveScore(op: string, options: ScoreOptions): ResolvedScore {
   ) {
     throw invalidArgument(
       op,
-      `scale: expected a finite number > 0 (or undefined for 1 / sqrt(D)), got ${String(scale)}`,
+      `${scaleName}: expected a finite number > 0 (or undefined for 1 / sqrt(D)), got ${String(scale)}`,
     );
   }
   if (

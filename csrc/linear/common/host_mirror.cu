@@ -24,19 +24,13 @@ ak_tensor narrowed(ak_tensor t, const Written& w) {
   return t;
 }
 
-bool empty(const ak_tensor& t) {
-  for (int i = 0; i < t.rank; ++i)
-    if (t.shape[i] == 0) return true;
-  return false;
-}
-
 // Copies the written part of an output's host buffer into the device view: a contiguous whole output
 // in one copy; anything else (a part, or a strided view whose gaps must keep their bytes) through a
 // device staging buffer of the same layout and a strided copy of just that part.
 void copy_part_back(const ak_tensor& device, const std::vector<unsigned char>& bytes, const Written& w) {
   const int64_t span = span_bytes(device);
   if (w.axis < 0 && is_contiguous(device)) return ak::cuda::copy_from_host(device, bytes.data(), span);
-  if (empty(narrowed(device, w))) return;
+  if (span_bytes(narrowed(device, w)) == 0) return;
   ak_tensor staged = device;
   staged.data = ak::cuda::alloc(device.device_index, span);
   try {
