@@ -71,7 +71,6 @@ function hostInt32(
 function cacheRows(call: DecodeCall, q: Tensor): { rows: Int32Array; offsets: Int32Array } {
   const { op, sizes, cache } = call;
   const B = sizes.batch;
-  const capacity = cache.kind === "contiguous" ? cache.seqlenKv : undefined;
   let table: Int32Array | undefined, maxPages = 0;
   if (cache.kind === "paged") {
     const t = expectTensor(op, "blockTable", call.blockTable);
@@ -81,10 +80,11 @@ function cacheRows(call: DecodeCall, q: Tensor): { rows: Int32Array; offsets: In
     maxPages = t.shape[1];
     table = hostInt32(op, "blockTable", t, [B, maxPages], q);
   }
-  const lengths = call.realSeqlenKv === undefined
-    ? new Int32Array(B).fill(capacity ?? 0)
-    : hostInt32(op, "realSeqlenKv", call.realSeqlenKv, [B], q);
   const limit = cache.kind === "contiguous" ? cache.seqlenKv : maxPages * cache.pageSize;
+  // Without lengths (contiguous caches only: the paged ops require them) every row is a key.
+  const lengths = call.realSeqlenKv === undefined
+    ? new Int32Array(B).fill(limit)
+    : hostInt32(op, "realSeqlenKv", call.realSeqlenKv, [B], q);
   const offsets = new Int32Array(B + 1);
   for (let b = 0; b < B; b++) {
     const len = lengths[b];
