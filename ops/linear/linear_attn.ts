@@ -7,7 +7,8 @@
  * The normaliser is computed outside the kernel, as FLA does, but in float32 on the device: `z` is
  * linear attention itself with values of ones (`V = 1`), which also keeps packed sequences apart.
  * Its backward is derived by hand: with `n = z + eps`, `o' = o / n`,
- * `do = dO' / n` and `dz = -sum_V(dO' * o') / n`; dq and dk add the gradients of both products.
+ * `do = dO' / n` and `dz = -sum_V(dO' * o') / n`; dq and dk add the gradients of both products,
+ * which run in float32 for 16-bit inputs (their sum is a difference of terms larger than itself).
  *
  * @module
  */
@@ -144,31 +145,39 @@ const NORMALIZED: GlaEngine = {
     const qkShape = s.layout === "bshd" ? [B, T, HK, K] : [B, HK, T, K];
     const givenDq = provided(op, "dq", out.dq, qkShape, q.dtype, q.device);
     const givenDk = provided(op, "dk", out.dk, qkShape, q.dtype, q.device);
+    const vShape = s.layout === "bshd" ? [B, T, H, V] : [B, H, T, V];
+    const givenDv = provided(op, "dv", out.dv, vShape, q.dtype, q.device);
     using scope = new TensorScope();
     // Recompute the unnormalised output and the normaliser (both cheap next to the backward).
-    const raw = rawOutput(op, scope, inputs, s, {}).output;
-    const n = normaliser(op, scope, inputs, s);
+    // dq and dk are differences of two products a few times their size, so everything here runs in
+    // float32 and the sum is rounded once: a 16-bit rounding of either product, or of the output the
+    // second one is weighted by, would be multiplied by that ratio.
+    const wide = { ...inputs, q: f32(scope, q), k: f32(scope, inputs.k), v: f32(scope, inputs.v) };
+    const raw = rawOutput(op, scope, wide, s, {}).output;
+    const n = normaliser(op, scope, wide, s);
     const dO = f32(scope, dOut);
-    const normalized = scope.temp(f32(scope, raw).div(n));
-    const dRaw32 = scope.temp(dO.div(n));
-    const dRaw = dRaw32.dtype === q.dtype ? dRaw32 : scope.temp(dRaw32.cast(q.dtype));
+    const normalized = scope.temp(raw.div(n));
+    const dRaw = scope.temp(dO.div(n));
     const dotted = scope.temp(scope.temp(dO.mul(normalized)).sum(-1, { keepDim: true }));
     const dz = scope.temp(scope.temp(dotted.div(n)).neg());
-    const main = glaBackward(op, inputs, s, dRaw, {
+    const narrow = q.dtype !== "float32";
+    const main = glaBackward(op, wide, s, dRaw, {
       ...extras,
-      out: { dv: out.dv, dInitialState: out.dInitialState },
+      out: { dv: narrow ? undefined : givenDv, dInitialState: out.dInitialState },
     });
     scope.temp(main.dq), scope.temp(main.dk);
-    if (main.dv !== out.dv) scope.result(main.dv);
+    let dv = main.dv;
+    if (narrow) dv = emit(scope, scope.temp(main.dv), q.dtype, givenDv);
+    else if (dv !== givenDv) scope.result(dv);
     if (main.dInitialState && main.dInitialState !== out.dInitialState) scope.result(main.dInitialState);
     const ones = scope.temp(Tensor.ones(dz.shape, { dtype: "float32", device: q.device }));
     const plain = { layout: s.layout, scale: s.scale, recurrent: s.recurrent, cuSeqlens: s.cuSeqlens };
-    const z = glaBackward(op, { q: f32(scope, q), k: f32(scope, inputs.k), v: ones }, plain, dz);
+    const z = glaBackward(op, { q: wide.q, k: wide.k, v: ones }, plain, dz);
     for (const t of [z.dq, z.dk, z.dv]) scope.temp(t);
     const dq = emit(scope, scope.temp(f32(scope, main.dq).add(z.dq)), q.dtype, givenDq);
     const dk = emit(scope, scope.temp(f32(scope, main.dk).add(z.dk)), q.dtype, givenDk);
     scope.release();
-    return { dq, dk, dv: main.dv, dInitialState: main.dInitialState };
+    return { dq, dk, dv, dInitialState: main.dInitialState };
   },
 };
 
