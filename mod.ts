@@ -90,3 +90,4 @@ export type { CuSeqlens } from "./ops/seqlens.ts";
 export * from "./ops/io/mod.ts";
 export * from "./ops/linear/mod.ts";
 export * from "./ops/attention/mod.ts";
+export * from "./ops/sparse/mod.ts";

@@ -10,6 +10,7 @@ import { coreSymbols } from "./symbols_core.ts";
 import { kernelSymbols } from "./symbols_kernels.ts";
 import { linearSymbols } from "./symbols_linear.ts";
 import { mathSymbols } from "./symbols_math.ts";
+import { sparseSymbols } from "./symbols_sparse.ts";
 
 /** Every symbol attnkit loads from its native library. */
 export const symbols = {
@@ -18,6 +19,7 @@ export const symbols = {
   ...linearSymbols,
   ...attentionSymbols,
   ...mathSymbols,
+  ...sparseSymbols,
 } as const satisfies Deno.ForeignLibraryInterface;
 
 /** The loaded library's symbol functions. */

@@ -199,5 +199,6 @@ AK_API ak_status ak_kernels(int32_t device_index, const char** out_json);
 #include "include/attnkit_linear.h"
 #include "include/attnkit_attention.h"
 #include "include/attnkit_math.h"
+#include "include/attnkit_sparse.h"
 
 #endif /* ATTNKIT_H */

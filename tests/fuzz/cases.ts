@@ -17,6 +17,7 @@ import { graphCases } from "./graph.ts";
 import { fileCases, float8Cases, opClassCases, settingsCases } from "./remaining_api.ts";
 import { kvCacheCases, mlaCases } from "./kv_cache.ts";
 import { denseTransformCases, prefillCases } from "./prefill.ts";
+import { dsaCases, indexerCases, nsaCases } from "./sparse.ts";
 
 /** A deterministic generator (xorshift64*), so a failing case replays from its seed. */
 export class Rng {
@@ -1120,6 +1121,7 @@ export const DRAWN_INDIRECTLY: Readonly<Record<string, string>> = {
   chunkLinearAttnBackward: "gated linear (gla.ts): `${name}Backward`",
   CapturedGraph: "what captureGraph returns (graph.ts)",
   ToleranceError: "what assertClose throws when values differ: a verdict, not a refused call",
+  OutputWithLse: "what NSACmpFwdVarlenOp.forward returns (sparse.ts)",
 };
 
 /** The generators and how often each is drawn. */
@@ -1157,4 +1159,7 @@ export const GENERATORS: readonly [string, Gen, number][] = [
   ["canonical prefill", prefillCases, 1],
   ["dense transforms", denseTransformCases, 1],
   ["MLA decode", mlaCases, 1],
+  ["NSA", nsaCases, 2],
+  ["DSA decode", dsaCases, 1],
+  ["lightning indexer", indexerCases, 1],
 ];

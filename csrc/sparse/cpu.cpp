@@ -1,0 +1,45 @@
+// The CPU backend of the sparse-attention ops: every item of rows.h, in double, spread over the threads.
+#include "core/common.h"
+#include "sparse/backend.h"
+#include "sparse/rows.h"
+
+namespace ak::sparse::cpu {
+
+namespace {
+
+int64_t slices(int64_t width) { return (width + kSlice - 1) / kSlice; }
+
+}  // namespace
+
+void nsa_compression(const NsaCompression& p) {
+  const int64_t S = slices(p.V);
+  parallel_for(p.seq.T * p.H, [&](int64_t th) {
+    for (int64_t s = 0; s < S; s++) nsa_compression_item<double>(p, th / p.H, th % p.H, s * kSlice);
+  });
+}
+
+void nsa_topk(const NsaTopk& p) {
+  parallel_for(p.seq.T * p.Hkv, [&](int64_t th) { nsa_topk_item<double>(p, th / p.Hkv, th % p.Hkv); });
+}
+
+void nsa_selection(const NsaSelection& p) {
+  const int64_t S = slices(p.V);
+  parallel_for(p.seq.T * p.H, [&](int64_t th) {
+    for (int64_t s = 0; s < S; s++) nsa_selection_item<double>(p, th / p.H, th % p.H, s * kSlice);
+  });
+}
+
+void dsa_decode(const DsaDecode& p) {
+  const int64_t S = slices(p.D);
+  parallel_for(p.B * p.Sq * p.H, [&](int64_t rh) {
+    for (int64_t s = 0; s < S; s++) dsa_decode_item<double>(p, rh / p.H, rh % p.H, s * kSlice);
+  });
+}
+
+void indexer(const Indexer& p) {
+  parallel_for(p.Sq, [&](int64_t i) {
+    for (int64_t j = 0; j < p.Sk; j++) indexer_item<double>(p, i, j);
+  });
+}
+
+}  // namespace ak::sparse::cpu

@@ -1,0 +1,92 @@
+// The sparse-attention calls as both backends see them, after the entries checked every argument:
+// plain pointers and sizes of contiguous tensors, passed by value to the CUDA kernels.
+#pragma once
+
+#include <cstdint>
+
+namespace ak::sparse {
+
+// The widest list of selected blocks a selection row keeps (NSA uses 16).
+constexpr int64_t kMaxSelectedBlocks = 128;
+
+// Packed sequences: token t of sequence n is t - offsets[n] into it; compressed rows of sequence n start at
+// chunk_offsets[n] (NSA).
+struct Packed {
+  const int32_t* offsets = nullptr;        // [N + 1]
+  const int32_t* chunk_offsets = nullptr;  // [N + 1], or null when the op has no compressed rows
+  int64_t N = 0;                           // sequences
+  int64_t T = 0;                           // tokens (offsets[N])
+};
+
+// NSA's compressed branch: each query attends the compressed rows whose blocks lie wholly in its past.
+struct NsaCompression {
+  Packed seq;
+  const void* q = nullptr;      // [T, H, K]
+  const void* k_cmp = nullptr;  // [C, Hkv, K]
+  const void* v_cmp = nullptr;  // [C, Hkv, V]
+  void* output = nullptr;       // [T, H, V], q's dtype
+  float* lse = nullptr;         // [T, H]
+  int32_t dtype = 0;            // of q, k_cmp, v_cmp and output
+  int64_t H = 0, Hkv = 0, K = 0, V = 0, C = 0;
+  int64_t block = 0, stride = 0;  // compressed row c covers tokens [c stride, c stride + block)
+  float scale = 0;
+};
+
+// NSA's block selection: the selected blocks of each (token, KV head) from the compressed scores.
+struct NsaTopk {
+  Packed seq;
+  const void* q = nullptr;      // [T, H, K]
+  const void* k_cmp = nullptr;  // [C, Hkv, K]
+  const float* lse = nullptr;   // [T, H]
+  int32_t* indices = nullptr;   // [T, Hkv, S]
+  int32_t dtype = 0;
+  int64_t H = 0, Hkv = 0, K = 0, C = 0, S = 0;
+  int64_t block = 0;
+  float scale = 0;
+};
+
+// NSA's selected branch: attention over the keys of the selected blocks.
+struct NsaSelection {
+  Packed seq;
+  const void* q = nullptr;           // [T, H, K]
+  const void* k = nullptr;           // [T, Hkv, K]
+  const void* v = nullptr;           // [T, Hkv, V]
+  const int32_t* indices = nullptr;  // [T, Hkv, S]
+  const int32_t* counts = nullptr;   // [T, Hkv], or null (every entry)
+  void* output = nullptr;            // [T, H, V]
+  float* lse = nullptr;              // [T, H], or null
+  int32_t dtype = 0;
+  int64_t H = 0, Hkv = 0, K = 0, V = 0, S = 0;
+  int64_t block = 0;
+  bool causal = true;
+  float scale = 0;
+};
+
+// DeepSeek sparse attention, decode: each query attends the cache rows its top-k list names.
+struct DsaDecode {
+  const void* q = nullptr;           // [B, Sq, H, D + tail]
+  const void* kv = nullptr;          // [B, Skv, Hkv, D + tail]; the value is the first D
+  const int32_t* indices = nullptr;  // [B, Sq, Hkv, topk]
+  void* output = nullptr;            // [B, Sq, H, D]
+  int32_t dtype = 0;
+  int64_t B = 0, Sq = 0, Skv = 0, H = 0, Hkv = 0, D = 0, tail = 0, topk = 0;
+  int64_t q_start = 0, stride_kv = 1;
+  bool causal = true;
+  float scale = 0;
+};
+
+// The lightning indexer: logits[i, j] = sum_h w[i, h] relu(scale_j q[i, h] . k[j]) over ks[i] <= j < ke[i].
+struct Indexer {
+  const void* q = nullptr;         // [Sq, H, D]
+  const void* k = nullptr;         // [Sk, D], q's dtype
+  const float* k_scale = nullptr;  // [Sk], or null (ones)
+  const float* weights = nullptr;  // [Sq, H]
+  const int32_t* ks = nullptr;     // [Sq]
+  const int32_t* ke = nullptr;     // [Sq]
+  float* logits = nullptr;         // [Sq, Sk]
+  int32_t dtype = 0;
+  int64_t Sq = 0, Sk = 0, H = 0, D = 0;
+  bool clean = true;  // outside [ks, ke): -inf, else 0
+};
+
+}  // namespace ak::sparse
