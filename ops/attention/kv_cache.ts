@@ -104,21 +104,51 @@ function cacheRows(call: DecodeCall, q: Tensor): { rows: Int32Array; offsets: In
       for (let j = 0; j < len; j++) rows[offsets[b] + j] = b * cache.seqlenKv + j;
       continue;
     }
-    const pages = cache.rows / cache.pageSize;
-    for (let p = 0; p * cache.pageSize < len; p++) {
-      const page = table![b * maxPages + p];
-      if (!(page >= 0 && page < pages)) {
-        throw invalidArgument(
-          op,
-          `blockTable: entry [${b}, ${p}] is ${page}, expected a page in 0 .. ${pages - 1} (sequence ${b} ` +
-            `holds ${len} keys, so its first ${Math.ceil(len / cache.pageSize)} entries name pages)`,
-        );
-      }
-      const end = Math.min(cache.pageSize, len - p * cache.pageSize);
-      for (let j = 0; j < end; j++) rows[offsets[b] + p * cache.pageSize + j] = page * cache.pageSize + j;
-    }
+    pagedRows(
+      op,
+      { table: table!, maxPages, pageSize: cache.pageSize, rows: cache.rows },
+      b,
+      len,
+      rows,
+      offsets[b],
+    );
   }
   return { rows, offsets };
+}
+
+/** A paged cache as the host sees it: the block table read back, and the cache's physical rows. */
+export interface PageTable {
+  readonly table: Int32Array;
+  readonly maxPages: number;
+  readonly pageSize: number;
+  readonly rows: number;
+}
+
+/**
+ * Writes the physical rows of sequence b's first `len` logical rows into `out` from `at`, checking every
+ * page it names (a page past the cache is refused, naming the block-table entry).
+ */
+export function pagedRows(
+  op: string,
+  t: PageTable,
+  b: number,
+  len: number,
+  out: Int32Array,
+  at: number,
+): void {
+  const pages = t.rows / t.pageSize;
+  for (let p = 0; p * t.pageSize < len; p++) {
+    const page = t.table[b * t.maxPages + p];
+    if (!(page >= 0 && page < pages)) {
+      throw invalidArgument(
+        op,
+        `blockTable: entry [${b}, ${p}] is ${page}, expected a page in 0 .. ${pages - 1} (sequence ${b} ` +
+          `holds ${len} keys, so its first ${Math.ceil(len / t.pageSize)} entries name pages)`,
+      );
+    }
+    const end = Math.min(t.pageSize, len - p * t.pageSize);
+    for (let j = 0; j < end; j++) out[at + p * t.pageSize + j] = page * t.pageSize + j;
+  }
 }
 
 /** Checks q, k, v against the op's sizes and returns q. */

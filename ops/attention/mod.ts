@@ -46,6 +46,10 @@ export {
   type MultiHeadAttentionFwdOptions,
 } from "./mha.ts";
 export { GroupedQueryAttentionDenseFwdOp, type GroupedQueryAttentionDenseFwdOptions } from "./gqa_dense.ts";
+export {
+  GroupedQueryAttentionPrefillPagedWithKVCacheFwdOp,
+  type GroupedQueryAttentionPrefillPagedWithKVCacheFwdOptions,
+} from "./gqa_prefill_paged.ts";
 export type { RopeLayout } from "./transforms.ts";
 export {
   GroupedQueryAttentionPrefillFwdOp,

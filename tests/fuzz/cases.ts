@@ -16,7 +16,7 @@ import { tokenMaskCases } from "./token_mask.ts";
 import { graphCases } from "./graph.ts";
 import { fileCases, float8Cases, opClassCases, settingsCases } from "./remaining_api.ts";
 import { kvCacheCases, mlaCases } from "./kv_cache.ts";
-import { denseTransformCases, prefillCases } from "./prefill.ts";
+import { denseTransformCases, pagedPrefillCases, prefillCases } from "./prefill.ts";
 import { dsaCases, indexerCases, nsaCases } from "./sparse.ts";
 
 /** A deterministic generator (xorshift64*), so a failing case replays from its seed. */
@@ -1159,6 +1159,7 @@ export const GENERATORS: readonly [string, Gen, number][] = [
   ["canonical prefill", prefillCases, 1],
   ["dense transforms", denseTransformCases, 1],
   ["MLA decode", mlaCases, 1],
+  ["paged prefill", pagedPrefillCases, 1],
   ["NSA", nsaCases, 2],
   ["DSA decode", dsaCases, 1],
   ["lightning indexer", indexerCases, 1],

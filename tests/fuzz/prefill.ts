@@ -3,7 +3,7 @@
 // mixed input dtypes, an output dtype that is not the inputs', bad options.
 import * as ak from "../../mod.ts";
 import type { Case, Rng, Scope } from "./cases.ts";
-import { caseMakers } from "./family.ts";
+import { badTensor, caseMakers } from "./family.ts";
 
 const { valid, invalid } = caseMakers("canonical prefill");
 
@@ -153,6 +153,101 @@ export function denseTransformCases(rng: Rng, scope: Scope, bad: boolean): Case 
               { posEncodingMode: "rope", ropeLayout: "gptj" },
             ]),
           }, args),
+      );
+  }
+}
+
+const paged = caseMakers("paged prefill");
+
+/** The paged prefill with append: valid chunks into shuffled pages; refused: bad tables, lengths, caches. */
+export function pagedPrefillCases(rng: Rng, scope: Scope, bad: boolean): Case {
+  const B = rng.int(1, 3), Hkv = rng.int(1, 2), H = Hkv * rng.int(1, 2), D = rng.pick([16, 32]);
+  const P = rng.pick([1, 4, 8]),
+    maxPages = rng.int(1, 4),
+    dtype = rng.pick<ak.DType>(["bfloat16", "float16"]);
+  const cacheDtype = rng.pick<ak.DType>([dtype, "float8_e4m3"]);
+  const cached = Array.from({ length: B }, () => rng.int(0, maxPages * P));
+  const chunk = cached.map((c) => rng.int(0, maxPages * P - c));
+  const cu = chunk.reduce((a, x) => [...a, a[a.length - 1] + x], [0]);
+  const q = scope.randn([cu[B], H, D], dtype, 1);
+  const kNew = scope.randn([cu[B], Hkv, D], dtype, 2), vNew = scope.randn([cu[B], Hkv, D], dtype, 3);
+  const pages = () => scope.keep(scope.randn([B * maxPages * P, Hkv, D], "float32", 4).cast(cacheDtype));
+  const kPages = pages(), vPages = pages();
+  const scale = scope.rand([B, Hkv], 5, 0.5, 2);
+  // Each request owns its own pages, in a rotated order.
+  const shift = rng.int(0, B * maxPages - 1);
+  const entries = Int32Array.from({ length: B * maxPages }, (_, i) => (i + shift) % (B * maxPages));
+  const table = (e: Int32Array) =>
+    scope.keep(ak.Tensor.from(e, { shape: [B, maxPages], device: scope.device }));
+  const lengths = (c: number[]) => scope.keep(ak.Tensor.from(Int32Array.from(c), { device: scope.device }));
+  const options = {
+    batch: B,
+    heads: H,
+    headsKv: Hkv,
+    maxPagesPerReq: maxPages,
+    pageSize: P,
+    dim: D,
+    cacheDtype,
+    isCausal: rng.chance(0.8),
+    fuseRope: rng.chance(0.5),
+  };
+  const run = (o: Record<string, unknown>, t = table(entries), c = lengths(cached), s: unknown = scale) => {
+    const op = new ak.GroupedQueryAttentionPrefillPagedWithKVCacheFwdOp(o as never);
+    return scope.keep(
+      op.forward(
+        q,
+        kNew,
+        vNew,
+        kPages,
+        vPages,
+        s as ak.Tensor,
+        s as ak.Tensor,
+        cu,
+        c,
+        t,
+        Math.max(0, ...chunk),
+      ),
+    );
+  };
+  if (!bad) return paged.valid(`${dtype} cache ${cacheDtype} page ${P}`, () => run(options));
+  switch (rng.int(0, 3)) {
+    case 0: {
+      const e = entries.slice();
+      e[0] = rng.pick([-1, B * maxPages, 1 << 30]);
+      // Entry [0, 0] is read whenever request 0 holds a key; else the lengths are past the table.
+      return cached[0] + chunk[0] > 0
+        ? paged.invalid("page out of range", () => run(options, table(e)))
+        : paged.invalid("lengths past the table", () =>
+          run(options, undefined, lengths(cached.map(() => maxPages * P + 1))));
+    }
+    case 1:
+      return paged.invalid(
+        "bad blockTable",
+        () => run(options, badTensor(rng, scope, table(entries), "blockTable") as ak.Tensor),
+      );
+    case 2:
+      return cacheDtype === "float8_e4m3"
+        ? paged.invalid("float8 cache without scales", () => run(options, undefined, undefined, null))
+        : paged.invalid(
+          "scale of the wrong shape",
+          () => run(options, undefined, undefined, scope.rand([B + 1, Hkv], 6)),
+        );
+    default:
+      return paged.invalid(
+        "bad options",
+        () =>
+          run({
+            ...options,
+            ...rng.pick<Record<string, unknown>>([
+              { rotaryDim: 3, fuseRope: true },
+              { ropeBase: 1e4, fuseRope: false },
+              {
+                cacheDtype: "float32",
+              },
+              { pageSize: 0 },
+              { ropeLayout: "gptj", fuseRope: true },
+            ]),
+          }),
       );
   }
 }
