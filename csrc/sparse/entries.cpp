@@ -132,7 +132,7 @@ AK_API ak_status ak_nsa_compression_fwd(const ak_tensor* q_, const ak_tensor* k_
     const ak_tensor& l = operand(lse, "lse", 2, {AK_FLOAT32}, &q, "q");
     expect_dims(l, "lse", {p.seq.T, p.H}, dims_text({{"T", p.seq.T}, {"H", p.H}}).c_str());
     p.q = q.data, p.k_cmp = k.data, p.v_cmp = v.data, p.output = o.data, p.lse = static_cast<float*>(l.data);
-    p.dtype = q.dtype, p.block = block_size, p.stride = stride, p.scale = static_cast<float>(scale);
+    p.dtype = q.dtype, p.block = block_size, p.stride = stride, p.scale = scale;
     if (p.seq.T == 0 || p.H == 0 || p.V == 0) return;
     if (on_cpu(q)) ak::sparse::cpu::nsa_compression(p);
     else AK_CUDA_CALL(ak::sparse::cuda::nsa_compression(p, q.device_index));
@@ -166,7 +166,7 @@ AK_API ak_status ak_nsa_topk(const ak_tensor* q_, const ak_tensor* k_cmp, const 
                 dims_text({{"T", p.seq.T}, {"Hkv", p.Hkv}, {"S", p.S}}).c_str());
     p.q = q.data, p.k_cmp = k.data, p.lse = static_cast<const float*>(l.data);
     p.indices = static_cast<int32_t*>(out.data);
-    p.dtype = q.dtype, p.block = block_size, p.scale = static_cast<float>(scale);
+    p.dtype = q.dtype, p.block = block_size, p.scale = scale;
     if (p.seq.T == 0 || p.Hkv == 0) return;
     if (on_cpu(q)) ak::sparse::cpu::nsa_topk(p);
     else AK_CUDA_CALL(ak::sparse::cuda::nsa_topk(p, q.device_index));
@@ -242,7 +242,7 @@ AK_API ak_status ak_nsa_selection_fwd(const ak_tensor* q_, const ak_tensor* k_, 
     p.indices = static_cast<const int32_t*>(bi.data);
     p.counts = bc ? static_cast<const int32_t*>(bc->data) : nullptr;
     p.dtype = q.dtype, p.block = block_size, p.causal = (flags & AK_SPARSE_CAUSAL) != 0;
-    p.scale = static_cast<float>(scale);
+    p.scale = scale;
     if (T == 0 || p.H == 0) return;
     if (on_cpu(q)) ak::sparse::cpu::nsa_selection(p);
     else AK_CUDA_CALL(ak::sparse::cuda::nsa_selection(p, q.device_index));
@@ -298,7 +298,7 @@ AK_API ak_status ak_dsa_decode(const ak_tensor* q_, const ak_tensor* kv_, const 
     }
     p.q = q.data, p.kv = kv.data, p.indices = static_cast<const int32_t*>(ix.data), p.output = o.data;
     p.dtype = q.dtype, p.q_start = q_start, p.stride_kv = stride_kv, p.causal = (flags & AK_SPARSE_CAUSAL) != 0;
-    p.scale = static_cast<float>(scale);
+    p.scale = scale;
     if (p.B * p.Sq * p.H == 0) return;
     if (on_cpu(q)) ak::sparse::cpu::dsa_decode(p);
     else AK_CUDA_CALL(ak::sparse::cuda::dsa_decode(p, q.device_index));

@@ -29,7 +29,7 @@ struct NsaCompression {
   int32_t dtype = 0;            // of q, k_cmp, v_cmp and output
   int64_t H = 0, Hkv = 0, K = 0, V = 0, C = 0;
   int64_t block = 0, stride = 0;  // compressed row c covers tokens [c stride, c stride + block)
-  float scale = 0;
+  double scale = 0;
 };
 
 // NSA's block selection: the selected blocks of each (token, KV head) from the compressed scores.
@@ -42,7 +42,7 @@ struct NsaTopk {
   int32_t dtype = 0;
   int64_t H = 0, Hkv = 0, K = 0, C = 0, S = 0;
   int64_t block = 0;
-  float scale = 0;
+  double scale = 0;
 };
 
 // NSA's selected branch: attention over the keys of the selected blocks.
@@ -59,7 +59,7 @@ struct NsaSelection {
   int64_t H = 0, Hkv = 0, K = 0, V = 0, S = 0;
   int64_t block = 0;
   bool causal = true;
-  float scale = 0;
+  double scale = 0;
 };
 
 // DeepSeek sparse attention, decode: each query attends the cache rows its top-k list names.
@@ -72,7 +72,7 @@ struct DsaDecode {
   int64_t B = 0, Sq = 0, Skv = 0, H = 0, Hkv = 0, D = 0, tail = 0, topk = 0;
   int64_t q_start = 0, stride_kv = 1;
   bool causal = true;
-  float scale = 0;
+  double scale = 0;
 };
 
 // The lightning indexer: logits[i, j] = sum_h w[i, h] relu(scale_j q[i, h] . k[j]) over ks[i] <= j < ke[i].

@@ -5,7 +5,8 @@
  *
  * @module
  */
-import { invalidArgument } from "../../ffi/errors.ts";
+import { AttnkitError, invalidArgument } from "../../ffi/errors.ts";
+import { unwrap } from "../../ffi/library.ts";
 import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
 import type { DType } from "../dtype.ts";
 import { type Int32Seqlens, int32Seqlens } from "../seqlens.ts";
@@ -160,5 +161,20 @@ export function scaleOption(op: string, name: string, value: unknown, fallback: 
 export function accumDtype(op: string, value: unknown): void {
   if (value !== undefined && value !== "float32") {
     throw invalidArgument(op, `accumDtype: every sparse op accumulates in "float32", got ${String(value)}`);
+  }
+}
+
+/**
+ * Checks a native entry's status; a message that names the entry's C parameters (`block_indices`) names the
+ * caller's arguments (`blockIndices`) instead, as `names` maps them.
+ */
+export function checked(op: string, names: Readonly<Record<string, string>>, status: number): void {
+  try {
+    unwrap(status, op);
+  } catch (e) {
+    if (!(e instanceof AttnkitError) || e.op !== op) throw e;
+    let text = e.message.slice(op.length + 2);
+    for (const [c, name] of Object.entries(names)) text = text.replace(new RegExp(`\\b${c}\\b`, "g"), name);
+    throw new AttnkitError(e.code, op, text);
   }
 }

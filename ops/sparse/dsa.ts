@@ -5,11 +5,11 @@
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
-import { native, unwrap } from "../../ffi/library.ts";
+import { native } from "../../ffi/library.ts";
 import { checkOptions } from "../args.ts";
 import type { Tensor } from "../tensor.ts";
 import { expectSize } from "../attention/options.ts";
-import { FirstDType, flag, input, resultBuffer, scaleOption, SPARSE_FLOATS } from "./common.ts";
+import { checked, FirstDType, flag, input, resultBuffer, scaleOption, SPARSE_FLOATS } from "./common.ts";
 
 const CAUSAL = 1, CHECK_INDICES = 2;
 
@@ -137,7 +137,9 @@ export class DeepSeekSparseAttentionDecodeWithKVCacheFwdOp {
     const result = resultBuffer(op, "out", out, shape, first.dtype, first.device);
     const output = result.tensor;
     try {
-      unwrap(
+      checked(
+        op,
+        { q_start: "qStartIndexS", stride_kv: "strideKv", output: "out" },
         native().ak_dsa_decode(
           first.descriptor(op),
           cache.descriptor(op),
@@ -148,7 +150,6 @@ export class DeepSeekSparseAttentionDecodeWithKVCacheFwdOp {
           (s.isCausal ? CAUSAL : 0) | (this.#check ? CHECK_INDICES : 0),
           output.descriptor(op),
         ),
-        op,
       );
     } catch (e) {
       if (result.owned) output.dispose();

@@ -5,10 +5,10 @@
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
-import { native, unwrap } from "../../ffi/library.ts";
+import { native } from "../../ffi/library.ts";
 import { checkOptions } from "../args.ts";
 import type { Tensor } from "../tensor.ts";
-import { FirstDType, flag, input, resultBuffer } from "./common.ts";
+import { checked, FirstDType, flag, input, resultBuffer } from "./common.ts";
 
 const CHECK_INDICES = 2, CLEAN_LOGITS = 4;
 
@@ -88,7 +88,16 @@ export class FP8LightningIndexerFwdOp {
     const result = resultBuffer(op, "out", out, [Sq, Sk], "float32", q.device);
     const logits = result.tensor;
     try {
-      unwrap(
+      checked(
+        op,
+        {
+          q: "indexQ",
+          k: "indexK",
+          k_scale: "indexKScale",
+          ks: "cuSeqlenKs",
+          ke: "cuSeqlenKe",
+          logits: "out",
+        },
         native().ak_lightning_indexer(
           q.descriptor(op),
           k.descriptor(op),
@@ -99,7 +108,6 @@ export class FP8LightningIndexerFwdOp {
           (this.#check ? CHECK_INDICES : 0) | (this.cleanLogits ? CLEAN_LOGITS : 0),
           logits.descriptor(op),
         ),
-        op,
       );
     } catch (e) {
       if (result.owned) logits.dispose();

@@ -9,12 +9,13 @@
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
-import { native, unwrap } from "../../ffi/library.ts";
+import { native } from "../../ffi/library.ts";
 import { checkOptions } from "../args.ts";
 import { Tensor } from "../tensor.ts";
 import { expectSize } from "../attention/options.ts";
 import {
   accumDtype,
+  checked,
   checkTokenIndices,
   FirstDType,
   flag,
@@ -186,7 +187,9 @@ export class NSACmpFwdVarlenOp {
     const owned = [o, l].filter((b) => b.owned).map((b) => b.tensor);
     const output = o.tensor, lse = l.tensor;
     try {
-      unwrap(
+      checked(
+        op,
+        { k_cmp: "kCmp", v_cmp: "vCmp", chunk_offsets: "chunkOffsets", output: "out.output", lse: "out.lse" },
         native().ak_nsa_compression_fwd(
           first.descriptor(op),
           kc.descriptor(op),
@@ -199,7 +202,6 @@ export class NSACmpFwdVarlenOp {
           output.descriptor(op),
           lse.descriptor(op),
         ),
-        op,
       );
     } catch (e) {
       for (const t of owned) t.dispose();
@@ -345,7 +347,9 @@ export class NSATopkVarlenOp {
     const shape = [s.cSeqLen, s.headsKv, s.selectedBlockNum];
     const result = resultBuffer(op, "out", out, shape, "int32", first.device);
     try {
-      unwrap(
+      checked(
+        op,
+        { k_cmp: "kCmp", chunk_offsets: "chunkOffsets", lse: "lseIn", block_indices: "out" },
         native().ak_nsa_topk(
           first.descriptor(op),
           kc.descriptor(op),
@@ -356,7 +360,6 @@ export class NSATopkVarlenOp {
           s.scale,
           result.tensor.descriptor(op),
         ),
-        op,
       );
     } catch (e) {
       if (result.owned) result.tensor.dispose();
@@ -519,7 +522,9 @@ export class NSAFwdVarlenOp {
       const result = resultBuffer(op, "out", out, [s.cSeqLen, s.heads, dimV], first.dtype, first.device);
       const output = result.tensor;
       try {
-        unwrap(
+        checked(
+          op,
+          { block_indices: "blockIndices", block_counts: "blockCounts", output: "out" },
           native().ak_nsa_selection_fwd(
             first.descriptor(op),
             kt.descriptor(op),
@@ -533,7 +538,6 @@ export class NSAFwdVarlenOp {
             output.descriptor(op),
             null,
           ),
-          op,
         );
       } catch (e) {
         if (result.owned) output.dispose();
