@@ -52,6 +52,14 @@ export const attentionSymbols = {
     ],
     result: "i32",
   },
+  // ak_status ak_attention_decode(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v,
+  //                               const ak_tensor* lengths, const ak_tensor* block_table /* or NULL */,
+  //                               int64_t page_size, double sm_scale, double softcap, int32_t flags,
+  //                               const ak_tensor* output)
+  ak_attention_decode: {
+    parameters: ["buffer", "buffer", "buffer", "buffer", "buffer", "i64", "f64", "f64", "i32", "buffer"],
+    result: "i32",
+  },
 } as const satisfies Deno.ForeignLibraryInterface;
 
 /** `flags` bits of the attention entries. */

@@ -18,6 +18,8 @@ import { expectFlashRule } from "./attention_cases.ts";
 import { deviceTest, expectNoLeak, refuses, withSeed } from "./helpers.ts";
 import { generator } from "./oracle_checks.ts";
 import assert from "node:assert/strict";
+import { Status } from "../ffi/errors.ts";
+import { native } from "../ffi/library.ts";
 
 interface DecodeCase {
   /** The GQA ops (q `[B, H, D]`, seqlenQ 1, smScale, softcap) or the MHA ones. */
@@ -198,6 +200,32 @@ const CASES: DecodeCase[] = [
     dtype: "bfloat16",
   },
   { gqa: true, heads: 1, headsKv: 1, dim: 64, seqlenQ: 1, lengths: [1, 0], pageSize: 8, dtype: "float16" },
+  // Long enough caches that the split-key kernel splits them (and combines the parts).
+  {
+    gqa: true,
+    heads: 8,
+    headsKv: 2,
+    dim: 128,
+    seqlenQ: 1,
+    lengths: [2000, 700, 0],
+    pageSize: 64,
+    softcap: 30,
+    dtype: "bfloat16",
+  },
+  {
+    gqa: false,
+    heads: 2,
+    headsKv: 2,
+    dim: 64,
+    seqlenQ: 3,
+    lengths: [1100, 513],
+    causal: true,
+    dtype: "float16",
+  },
+  { gqa: true, heads: 16, headsKv: 1, dim: 256, seqlenQ: 1, lengths: [600, 31], dtype: "bfloat16" },
+  // Calls the kernel does not serve (a head dim of 32; 32 query rows of D 256 per KV head): gather + forward.
+  { gqa: true, heads: 4, headsKv: 2, dim: 32, seqlenQ: 1, lengths: [20, 9], pageSize: 8, dtype: "bfloat16" },
+  { gqa: true, heads: 32, headsKv: 1, dim: 256, seqlenQ: 1, lengths: [300], dtype: "float16" },
 ];
 
 deviceTest(
@@ -314,4 +342,21 @@ deviceTest(
         /isCausal/,
       );
     }),
+);
+
+deviceTest(
+  "the split-key decode kernel serves head dims 64, 128, 256 and refuses the rest as unsupported",
+  (device) => {
+    const call = (D: number, H: number) => {
+      using q = Tensor.randn([1, 1, H, D], { dtype: "bfloat16", device, seed: 1 });
+      using kv = Tensor.randn([1, 40, 1, D], { dtype: "bfloat16", device, seed: 2 });
+      using lengths = Tensor.from([33], { dtype: "int32", device });
+      using out = Tensor.empty([1, 1, H, D], { dtype: "bfloat16", device });
+      const d = (t: Tensor) => t.descriptor();
+      return native().ak_attention_decode(d(q), d(kv), d(kv), d(lengths), null, 0n, D ** -0.5, 0, 0, d(out));
+    };
+    for (const D of [64, 128, 256]) assert.equal(call(D, 4), Status.OK, `D ${D}`);
+    for (const D of [32, 96]) assert.equal(call(D, 4), Status.UNSUPPORTED, `D ${D}`);
+    assert.equal(call(256, 32), Status.UNSUPPORTED, "32 rows of D 256");
+  },
 );

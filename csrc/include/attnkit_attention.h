@@ -49,6 +49,21 @@ AK_API ak_status ak_attention_bwd(const ak_tensor* q, const ak_tensor* k, const 
                                   double softcap, int32_t flags, int32_t window_left, int32_t window_right,
                                   const ak_tensor* dq, const ak_tensor* dk, const ak_tensor* dv);
 
+/*
+ * Decode over a KV cache, split over the keys: each sequence's Sq new queries against its lengths[b] keys.
+ *   q              [B, Sq, H, D] contiguous, float16 | bfloat16; D 64, 128 or 256 and (H / Hkv) Sq D <= 4096
+ *                  (else AK_ERR_UNSUPPORTED, naming why: such calls take the gather and the packed forward)
+ *   k, v           q's dtype: contiguous [B, Skv, Hkv, D] (block_table NULL), or paged [rows, Hkv, D] with
+ *                  block_table [B, max_pages] int32 naming each sequence's pages of page_size rows
+ *   lengths        [B] int32: keys per sequence, read on the device (clamped to the cache; a page outside
+ *                  the cache reads as zeros: callers check both first, on the host)
+ *   flags          AK_ATTN_CAUSAL: query i of a sequence with L keys sees keys j <= L - Sq + i
+ * Output: [B, Sq, H, D] in q's dtype (0 for a query that sees no key).
+ */
+AK_API ak_status ak_attention_decode(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v,
+                                     const ak_tensor* lengths, const ak_tensor* block_table, int64_t page_size,
+                                     double sm_scale, double softcap, int32_t flags, const ak_tensor* output);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,7 +7,9 @@
  *
  * @module
  */
-import { invalidArgument } from "../../ffi/errors.ts";
+import { invalidArgument, Status } from "../../ffi/errors.ts";
+import { native, unwrap } from "../../ffi/library.ts";
+import { AttentionFlags } from "../../ffi/symbols_attention.ts";
 import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
 import { LAYOUTS } from "../layout.ts";
 import { Tensor } from "../tensor.ts";
@@ -179,9 +181,55 @@ function checkTensors(call: DecodeCall): Tensor {
 }
 
 /**
+ * The split-key decode kernel's run of a checked call (keys read in place through the lengths and the
+ * block table), or undefined where it does not serve the call (its head dims, its rows per KV head, a
+ * window): the caller then takes the gather and the packed forward.
+ */
+function splitDecode(call: DecodeCall, q: Tensor, k: Tensor, v: Tensor): Tensor | undefined {
+  const { op, sizes, cache, mask, score } = call;
+  if (mask.windowLeft !== -1 || (mask.windowRight !== -1 && !mask.causal)) return undefined;
+  const { batch: B, heads: H, seqlenQ: Sq, dim: D } = sizes;
+  using qView = q.reshape([B, Sq, H, D]);
+  using fill = call.realSeqlenKv === undefined && cache.kind === "contiguous"
+    ? Tensor.full([B], cache.seqlenKv, { dtype: "int32", device: q.device })
+    : undefined;
+  const lengths = (fill ?? call.realSeqlenKv) as Tensor;
+  const output = Tensor.empty([B, Sq, H, D], { dtype: q.dtype, device: q.device });
+  const status = native().ak_attention_decode(
+    qView.descriptor(op),
+    k.descriptor(op),
+    v.descriptor(op),
+    lengths.descriptor(op),
+    cache.kind === "paged" ? (call.blockTable as Tensor).descriptor(op) : null,
+    BigInt(cache.kind === "paged" ? cache.pageSize : 0),
+    score.scale ?? D ** -0.5,
+    score.softcap,
+    mask.causal ? AttentionFlags.CAUSAL : 0,
+    output.descriptor(op),
+  );
+  if (status === Status.UNSUPPORTED) {
+    output.dispose();
+    return undefined;
+  }
+  try {
+    unwrap(status, op);
+  } catch (e) {
+    output.dispose();
+    throw e;
+  }
+  if (!call.rankThree) return output;
+  try {
+    return output.reshape([B, H, D]);
+  } finally {
+    output.dispose();
+  }
+}
+
+/**
  * Runs a decode call: the output shaped like q. Reads `realSeqlenKv` and `blockTable` to the host (so
- * the call cannot be captured in a graph), checks every length and every page a sequence uses, gathers
- * the keys and values of each sequence and runs the packed forward.
+ * the call cannot be captured in a graph) and checks every length and every page a sequence uses; then
+ * the split-key decode kernel reads the keys in place, or, for calls it does not serve, the keys and
+ * values of each sequence are gathered and the packed forward runs on them.
  */
 export function runDecode(call: DecodeCall): Tensor {
   const { op, sizes } = call;
@@ -189,6 +237,8 @@ export function runDecode(call: DecodeCall): Tensor {
   const k = call.k as Tensor, v = call.v as Tensor;
   const { rows, offsets } = cacheRows(call, q);
   const { batch: B, heads: H, headsKv: Hkv, seqlenQ: Sq, dim: D } = sizes;
+  const split = splitDecode(call, q, k, v);
+  if (split) return split;
   using index = Tensor.from(rows, { device: q.device });
   const flat = (t: Tensor) =>
     t.reshape([t.shape.length === 4 ? t.shape[0] * t.shape[1] : t.shape[0], Hkv, D]);

@@ -1,0 +1,42 @@
+// The decode blocks on the host: each block's phases run thread by thread, one phase after another (what
+// the kernel's barriers guarantee), then the combine of the splits.
+#include <vector>
+
+#include "attention/decode/backend.h"
+#include "attention/decode/block.h"
+#include "core/common.h"
+
+namespace ak::attention::decode::cpu {
+
+void run(const Problem& problem) {
+  Problem p = problem;
+  const int64_t R = p.rows(), blocks = p.splits * p.Hkv * p.B;
+  std::vector<float> workspace;
+  if (p.splits > 1) {
+    workspace.resize(static_cast<size_t>(p.splits * p.B * p.Hkv * R * (p.D + 1)));
+    p.partial = workspace.data();
+    p.partial_lse = p.partial + p.splits * p.B * p.Hkv * R * p.D;
+  }
+  parallel_for(blocks, [&](int64_t x) {
+    const int64_t split = x % p.splits, hk = (x / p.splits) % p.Hkv, b = x / (p.splits * p.Hkv);
+    std::vector<Words> memory(static_cast<size_t>(Shared::bytes(R, p.D) / 16 + 1));  // 16-byte aligned
+    const Shared sh = Shared::carve(reinterpret_cast<unsigned char*>(memory.data()), R, p.D);
+    std::vector<Acc> acc(kThreads);
+    const Block block(p, split, hk, b);
+    for (int t = 0; t < kThreads; t++) block.start(sh, t, acc[t]);
+    for (int64_t tile = block.begin; tile < block.end; tile += kTileKeys) {
+      for (int t = 0; t < kThreads; t++) block.load(sh, t, tile);
+      for (int t = 0; t < kThreads; t++) block.scores(sh, t, tile);
+      for (int t = 0; t < kThreads; t++) block.softmax(sh, t);
+      for (int t = 0; t < kThreads; t++) block.pv(sh, t, acc[t]);
+    }
+    for (int t = 0; t < kThreads; t++) block.finish(sh, t, acc[t], split);
+  });
+  if (p.splits == 1) return;
+  parallel_for(p.B * p.Hkv * R, [&](int64_t x) {
+    const int64_t r = x % R, hk = (x / R) % p.Hkv, b = x / (R * p.Hkv);
+    for (int64_t c = 0; c < p.D; c++) combine(p, b, hk, r, c);
+  });
+}
+
+}  // namespace ak::attention::decode::cpu
