@@ -233,6 +233,28 @@ deviceTest(
           },
           // Every sequence shorter than a block: nothing visible anywhere (output 0, lse 0).
           { lengths: [4, 7, 0], heads: 4, group: 4, dimK: 16, dimV: 16, bs: 8, dtype: "bfloat16", out: true },
+          // The tiled block's shapes (16-bit, K = V of 64 / 128): a whole group of 16 heads, and bc < bs.
+          {
+            lengths: [70, 0, 9, 130],
+            heads: 16,
+            group: 16,
+            dimK: 64,
+            dimV: 64,
+            bs: 16,
+            dtype: "bfloat16",
+            out: true,
+          },
+          {
+            lengths: [45, 77],
+            heads: 4,
+            group: 2,
+            dimK: 128,
+            dimV: 128,
+            bs: 8,
+            bc: 4,
+            dtype: "float16",
+            out: false,
+          },
           // No compressed rows at all (chunkNum 0).
           {
             lengths: [3, 6],
@@ -608,6 +630,34 @@ deviceTest(
             dtype: "bfloat16",
             lists: "topk",
             counts: undefined,
+          }, // The tiled block's shapes: 16 heads a group over K = V = 128, and 64 with random lists.
+          {
+            ...base,
+            lengths: [100, 3, 61],
+            heads: 16,
+            groups: 16,
+            dim: 128,
+            dimV: 128,
+            blockSize: 16,
+            selected: 4,
+            causal: true,
+            dtype: "bfloat16",
+            lists: "topk",
+            counts: "tensor",
+          },
+          {
+            ...base,
+            lengths: [57, 33],
+            heads: 6,
+            groups: 3,
+            dim: 64,
+            dimV: 64,
+            blockSize: 8,
+            selected: 5,
+            causal: false,
+            dtype: "bfloat16",
+            lists: "random",
+            counts: 3,
           },
         ];
         for (const [i, c] of cases.entries()) checkSelection(device, c, seed + 10 * i);

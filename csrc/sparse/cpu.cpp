@@ -1,7 +1,9 @@
-// The CPU backend of the sparse-attention ops: every item of rows.h, in double, spread over the threads.
+// The CPU backend of the sparse-attention ops: every item of rows.h, in double, spread over the threads; or,
+// for the calls the tiled attention block serves, its blocks phase by phase (as the CUDA kernels run them).
 #include "core/common.h"
 #include "sparse/backend.h"
 #include "sparse/rows.h"
+#include "sparse/tiled.h"
 
 namespace ak::sparse::cpu {
 
@@ -12,6 +14,13 @@ int64_t slices(int64_t width) { return (width + kSlice - 1) / kSlice; }
 }  // namespace
 
 void nsa_compression(const NsaCompression& p) {
+  if (p.tiled) {
+    parallel_for(p.seq.T * p.Hkv, [&](int64_t x) {
+      const CompressionSource source(p, x / p.Hkv, x % p.Hkv);
+      ak::attention::tiled::Block<CompressionSource>(source).run_on_host();
+    });
+    return;
+  }
   const int64_t S = slices(p.V);
   parallel_for(p.seq.T * p.H, [&](int64_t th) {
     for (int64_t s = 0; s < S; s++) nsa_compression_item<double>(p, th / p.H, th % p.H, s * kSlice);
@@ -23,6 +32,13 @@ void nsa_topk(const NsaTopk& p) {
 }
 
 void nsa_selection(const NsaSelection& p) {
+  if (p.tiled) {
+    parallel_for(p.seq.T * p.Hkv, [&](int64_t x) {
+      const SelectionSource source(p, x / p.Hkv, x % p.Hkv);
+      ak::attention::tiled::Block<SelectionSource>(source).run_on_host();
+    });
+    return;
+  }
   const int64_t S = slices(p.V);
   parallel_for(p.seq.T * p.H, [&](int64_t th) {
     for (int64_t s = 0; s < S; s++) nsa_selection_item<double>(p, th / p.H, th % p.H, s * kSlice);

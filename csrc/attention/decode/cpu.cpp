@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "attention/decode/backend.h"
-#include "attention/decode/block.h"
+#include "attention/decode/source.h"
 #include "core/common.h"
 
 namespace ak::attention::decode::cpu {
@@ -19,18 +19,8 @@ void run(const Problem& problem) {
   }
   parallel_for(blocks, [&](int64_t x) {
     const int64_t split = x % p.splits, hk = (x / p.splits) % p.Hkv, b = x / (p.splits * p.Hkv);
-    std::vector<Words> memory(static_cast<size_t>(Shared::bytes(R, p.D) / 16 + 1));  // 16-byte aligned
-    const Shared sh = Shared::carve(reinterpret_cast<unsigned char*>(memory.data()), R, p.D);
-    std::vector<Acc> acc(kThreads);
-    const Block block(p, split, hk, b);
-    for (int t = 0; t < kThreads; t++) block.start(sh, t, acc[t]);
-    for (int64_t tile = block.begin; tile < block.end; tile += kTileKeys) {
-      for (int t = 0; t < kThreads; t++) block.load(sh, t, tile);
-      for (int t = 0; t < kThreads; t++) block.scores(sh, t, tile);
-      for (int t = 0; t < kThreads; t++) block.softmax(sh, t);
-      for (int t = 0; t < kThreads; t++) block.pv(sh, t, acc[t]);
-    }
-    for (int t = 0; t < kThreads; t++) block.finish(sh, t, acc[t], split);
+    const DecodeSource source(p, split, hk, b);
+    tiled::Block<DecodeSource>(source).run_on_host();
   });
   if (p.splits == 1) return;
   parallel_for(p.B * p.Hkv * R, [&](int64_t x) {

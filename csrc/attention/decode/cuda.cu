@@ -1,7 +1,7 @@
 // The decode kernel: a block of 128 threads per (split, KV head, sequence) runs block.h's phases with a
 // barrier between each, then, when the keys were split, a second kernel combines the partial results.
 #include "attention/decode/backend.h"
-#include "attention/decode/block.h"
+#include "attention/decode/source.h"
 #include "cuda/runtime.cuh"
 
 namespace ak::attention::decode::cuda {
@@ -10,23 +10,8 @@ namespace {
 
 __global__ void __launch_bounds__(kThreads) decode_kernel(Problem p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const int t = static_cast<int>(threadIdx.x);
-  const Block block(p, blockIdx.x, blockIdx.y, blockIdx.z);
-  const Shared sh = Shared::carve(smem, p.rows(), p.D);
-  Acc acc;
-  block.start(sh, t, acc);
-  __syncthreads();
-  for (int64_t tile = block.begin; tile < block.end; tile += kTileKeys) {
-    block.load(sh, t, tile);
-    __syncthreads();
-    block.scores(sh, t, tile);
-    __syncthreads();
-    block.softmax(sh, t);
-    __syncthreads();
-    block.pv(sh, t, acc);
-    __syncthreads();
-  }
-  block.finish(sh, t, acc, blockIdx.x);
+  const DecodeSource source(p, blockIdx.x, blockIdx.y, blockIdx.z);
+  tiled::Block<DecodeSource>(source).run_on_device(smem);
 }
 
 // One block per (sequence, KV head, row), a thread per output column.
@@ -43,7 +28,7 @@ void run(const Problem& problem, int device) {
   const cudaStream_t stream = ak::cuda::stream(device);
   Problem p = problem;
   const int64_t R = p.rows();
-  const size_t smem = static_cast<size_t>(Shared::bytes(R, p.D));
+  const size_t smem = static_cast<size_t>(tiled::Shared::bytes(R, p.D));
   AK_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   const int64_t floats = p.splits > 1 ? p.splits * p.B * p.Hkv * R * (p.D + 1) : 0;

@@ -6,15 +6,14 @@
 
 #include <cstdint>
 
+#include "attention/tiled/block.h"
 #include "core/numeric.h"
 
 namespace ak::attention::decode {
 
-// Threads of a decode block, and keys a tile.
-constexpr int kThreads = 128;
-constexpr int kTileKeys = 32;
-// The most accumulators a thread keeps: R * D / (kThreads / 2) <= kMaxAcc, i.e. R * D <= 4096.
-constexpr int kMaxAcc = 32;
+using tiled::kMaxAcc;
+using tiled::kThreads;
+using tiled::kTileKeys;
 
 struct Problem {
   const void* q = nullptr;  // [B, Sq, H, D] contiguous
