@@ -79,7 +79,8 @@ export type PlanOp =
   | "linear.kda.bwd"
   | "linear.paged_decode"
   | "attention.fwd"
-  | "attention.bwd";
+  | "attention.bwd"
+  | "attention.decode";
 
 /** GPUs a plan can be asked for by name, without the GPU. */
 export type GpuName = "h200" | "h100" | "a100" | "l40s";

@@ -246,3 +246,22 @@ Deno.test("explain: bad queries are refused by name", () => {
   );
   refused(() => explain({ op: "linear.fwd", gpu: "h200", seqlens: [] }), "INVALID_ARGUMENT", /seqlens/);
 });
+
+Deno.test("explain: the split-key decode splits short batches of long caches, not large batches", () => {
+  const plan = (q: Omit<PlanQuery, "op" | "gpu">) => explain({ op: "attention.decode", gpu: "h200", ...q });
+  const one = plan({ b: 1, hq: 32, hkv: 8, d: 128, skv: 65536 });
+  assert.equal(one.path, "split");
+  assert.deepEqual(one.kernels.map((k) => k.name), ["attention.decode.split<bfloat16, D128>"]);
+  // 8 (sequence, KV head) blocks: 33 splits of 2016 keys make 264, two per multiprocessor.
+  assert.deepEqual(one.details, { splits: 33, chunk: 2016 });
+  assert.deepEqual(plan({ b: 64, hq: 32, hkv: 8, d: 128, skv: 4096 }).details, { splits: 1, chunk: 4096 });
+  // A range is at least 256 keys: a short cache is not split past that.
+  assert.equal(plan({ b: 1, hq: 8, hkv: 8, d: 64, skv: 600 }).details.splits, 2);
+  assert.equal(plan({ b: 0, hq: 8, hkv: 8, d: 64, skv: 600 }).path, "empty");
+  refused(
+    () => plan({ b: 1, hq: 4, hkv: 4, d: 96, skv: 64 }),
+    "UNSUPPORTED",
+    /no attention\.decode\.split kernel/,
+  );
+  refused(() => plan({ b: 1, hq: 32, hkv: 1, d: 256, skv: 64 }), "UNSUPPORTED", /32 query rows per KV head/);
+});

@@ -7,15 +7,17 @@ import assert from "node:assert/strict";
 import { expandRows, type KernelRow, rowName } from "../build/registry.ts";
 import { REGISTRIES } from "../build/registries.ts";
 import {
+  assertClose,
   chunkGatedDeltaRule,
   chunkGatedDeltaRuleBackward,
   type DType,
   GatedDeltaNetBTHDFwdOp,
   GatedDeltaNetDecodeFwdOp,
+  GroupedQueryAttentionDecodePagedWithKVCacheFwdOp,
   kernels,
   lastPlan,
   setTuning,
-  type Tensor,
+  Tensor,
   tuning,
   type TuningSpec,
   withTuning,
@@ -265,6 +267,38 @@ async function withTuningAsync(spec: TuningSpec, fn: () => Promise<void>, row: K
   }
 }
 
+// The split-key decode at the row's dtype and head dim, paged with a cache long enough to split, against the
+// same call on the CPU backend (which runs the kernel's phases and is held to the float64 oracle in
+// tests/attention_decode.test.ts).
+function attentionDecodeExercise(row: KernelRow, seed: number): void {
+  const dtype = row.dtype as "float16" | "bfloat16", D = row.d, H = 8, Hkv = 2, pageSize = 64, B = 3;
+  const lengths = [1500, 65, 0];
+  const pages = Math.ceil(1500 / pageSize) + 2, maxPages = pages;
+  const table = Int32Array.from({ length: B * maxPages }, (_, i) => (i * 7) % (B * maxPages));
+  const run = (device: "cuda" | "cpu") => {
+    const op = new GroupedQueryAttentionDecodePagedWithKVCacheFwdOp({
+      batch: B,
+      heads: H,
+      headsKv: Hkv,
+      seqlenKv: B * maxPages * pageSize,
+      dim: D,
+      pageSize,
+      softcap: 30,
+    });
+    using q = Tensor.randn([B, H, D], { dtype, device, seed });
+    using k = Tensor.randn([B * maxPages * pageSize, Hkv, D], { dtype, device, seed: seed + 1 });
+    using v = Tensor.randn([B * maxPages * pageSize, Hkv, D], { dtype, device, seed: seed + 2 });
+    using lens = Tensor.from(lengths, { dtype: "int32", device });
+    using blocks = Tensor.from(table, { shape: [B, maxPages], device });
+    using o = op.forward(q, k, v, lens, blocks);
+    return o.toArray() as Float32Array;
+  };
+  const got = run("cuda");
+  const ran = lastPlan()?.kernels.map((k) => k.name) ?? [];
+  assert.ok(ran.includes(rowName(row)), `${rowName(row)} did not run: ${JSON.stringify(lastPlan())}`);
+  assertClose(got, run("cpu"), { relRms: dtype === "bfloat16" ? 1e-2 : 2e-3, name: rowName(row) });
+}
+
 // ---- one test a row ----
 
 function exercise(row: KernelRow, seed: number): void | Promise<void> {
@@ -289,6 +323,8 @@ function exercise(row: KernelRow, seed: number): void | Promise<void> {
       return attentionForward(row, seed);
     case "attention.bwd":
       return attentionBackward(row, seed);
+    case "attention.decode":
+      return attentionDecodeExercise(row, seed);
     case "linear.paged_decode":
       return pagedDecodeExercise(row, seed);
     default:

@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <utility>
 
+#include "attention/decode/problem.h"
 #include "core/common.h"
 
 namespace ak::attention::planning {
@@ -112,9 +113,35 @@ BwdChoice plan_bwd(const BwdShape& s, const registry::Caps& caps, const tuning::
   return c;
 }
 
+DecodeChoice plan_decode(const DecodeShape& s, const registry::Caps& caps, const tuning::Table&) {
+  DecodeChoice c;
+  c.plan.op = "attention.decode";
+  if (s.sq == 0 || s.hq == 0 || s.n_seq == 0) {
+    c.plan.path = "empty";
+    return c;
+  }
+  std::string why;
+  const int row = usable_row("attention.decode", "split", s.dtype, s.d, caps, why);
+  if (row < 0) fail(AK_ERR_UNSUPPORTED, "attention_decode: " + why);
+  const int64_t rows = int64_t(s.hq / s.hkv) * s.sq;
+  if (rows * s.d > decode::kMaxAcc * decode::kThreads) {
+    fail(AK_ERR_UNSUPPORTED, "attention_decode: " + std::to_string(rows) + " query rows per KV head at head dim " +
+                                 std::to_string(s.d) + " (the split kernel takes rows * d <= 4096)");
+  }
+  decode::Problem p;
+  p.B = s.n_seq, p.Hkv = s.hkv, p.capacity = s.capacity;
+  decode::plan_splits(p, 2 * int64_t(caps.sms > 0 ? caps.sms : 132));
+  c.splits = p.splits, c.chunk = p.chunk;
+  c.plan.path = "split";
+  c.plan.rows.push_back(row);
+  c.plan.detail("splits", c.splits);
+  c.plan.detail("chunk", c.chunk);
+  return c;
+}
+
 std::string plan_query(const std::string& op, plan::Query& q) {
-  require(op == "attention.fwd" || op == "attention.bwd",
-          "query: op must be attention.fwd or attention.bwd, got '" + op + "'");
+  require(op == "attention.fwd" || op == "attention.bwd" || op == "attention.decode",
+          "query: op must be attention.fwd, attention.bwd or attention.decode, got '" + op + "'");
   const registry::Caps caps = plan::caps_of(q);
   const tuning::Table t = tuning::current();
   const int32_t dtype = q.dtype("dtype");
@@ -124,13 +151,19 @@ std::string plan_query(const std::string& op, plan::Query& q) {
   call.n_seq = static_cast<int>(q.integer("b", 1));
   call.hq = static_cast<int>(q.integer("hq", 8));
   call.hkv = static_cast<int>(q.integer("hkv", call.hq));
-  call.sq = static_cast<int>(q.integer("sq", 1024));
+  call.sq = static_cast<int>(q.integer("sq", op == "attention.decode" ? 1 : 1024));
   call.skv = static_cast<int>(q.integer("skv", call.sq));
   std::string out;
   if (op == "attention.fwd") {
     FwdShape s{call, q.integer("total_kv", int64_t(call.n_seq) * call.skv), q.flag("aligned", true)};
     q.finish();
     out = plan_fwd(s, caps, t).plan.json();
+  } else if (op == "attention.decode") {
+    DecodeShape s;
+    static_cast<CallShape&>(s) = call;
+    s.capacity = call.skv;
+    q.finish();
+    out = plan_decode(s, caps, t).plan.json();
   } else {
     BwdShape s{call, q.flag("deterministic", false), q.flag("tma_ok", true)};
     q.finish();

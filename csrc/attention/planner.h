@@ -46,7 +46,21 @@ struct BwdChoice {
 
 BwdChoice plan_bwd(const BwdShape& s, const registry::Caps& caps, const tuning::Table& t);
 
-// ak_plan for op attention.fwd / attention.bwd: the plan as JSON.
+struct DecodeShape : CallShape {
+  int64_t capacity = 0;  // keys a sequence may hold (the split is planned for it)
+};
+
+struct DecodeChoice {
+  plan::Plan plan;  // plan.rows: the split kernel (its combine runs when splits > 1)
+  int64_t splits = 1, chunk = 0;
+};
+
+// The split-key decode: its row at the call's dtype and head dim (AK_ERR_UNSUPPORTED naming why when there
+// is none, or when the query rows of a KV head do not fit its accumulators), and the split: enough blocks
+// for two per multiprocessor.
+DecodeChoice plan_decode(const DecodeShape& s, const registry::Caps& caps, const tuning::Table& t);
+
+// ak_plan for op attention.fwd / attention.bwd / attention.decode: the plan as JSON.
 std::string plan_query(const std::string& op, plan::Query& q);
 
 }  // namespace ak::attention::planning

@@ -18,7 +18,7 @@ const HALF = ["bfloat16", "float16"] as const;
 /** The attention family's table. */
 export const attentionRegistry: KernelFamily = {
   family: "attention",
-  params: ["attention/fwd/params.h", "attention/bwd/params.h"],
+  params: ["attention/fwd/params.h", "attention/bwd/params.h", "attention/decode/problem.h"],
   kernels: [
     {
       stage: "attention.fwd",
@@ -91,6 +91,20 @@ export const attentionRegistry: KernelFamily = {
       doc: "The wgmma backward with K and V in registers, products ordered across query tiles, a " +
         "four-stage ring and consumer 1 reducing both consumers' dQ.",
       constraints: "head dim = D; not deterministic; no zero (broadcast) strides",
+    },
+    {
+      stage: "attention.decode",
+      variant: "split",
+      launcher: "ak::attention::cuda::DecodeSplit",
+      args: "decode::Problem",
+      header: "attention/decode/launch.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [64, 128, 256] }],
+      doc:
+        "Decode over a KV cache read in place: a block of 128 threads per (key split, KV head, sequence) " +
+        "holds every query row of the KV head and walks its keys in tiles of 32 (attention/tiled/block.h); " +
+        "the splits' partial results are combined by their log-sum-exp.",
+      constraints: "(H / Hkv) Sq D <= 4096; q, k, v on 16 bytes",
     },
   ],
 };

@@ -31,6 +31,7 @@ struct Problem {
   int64_t splits = 1, chunk = 0;               // key ranges [s chunk, (s + 1) chunk)
   float scale = 0, softcap = 0;
   bool causal = false;
+  int32_t device = 0;                          // CUDA: where the workspace goes
   AK_HD int64_t rows() const { return (H / Hkv) * Sq; }
 };
 

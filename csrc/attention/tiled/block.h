@@ -83,14 +83,17 @@ struct Acc {
 //   q_at(r)                                        where query row r starts in q;
 //   write(r, c, o0, o1), stats(r, m, l)            the normalised output pair (c, c + 1) of row r, and the
 //                                                  row's max and sum of exponentials (l = 0: nothing seen).
-template <class Source>
+// kD > 0 fixes the head dim at compile time (the kernels' instances: loops unrolled, accumulators in
+// registers); 0 reads it from the Source (the host runs).
+template <class Source, int kD = 0>
 struct Block {
   const Source& src;
   AK_HD explicit Block(const Source& source) : src(source) {}
+  AK_HD int64_t dim() const { return kD > 0 ? kD : src.D; }
 
   // Before the first tile: q rows to shared memory, the statistics reset, the accumulators zeroed.
   AK_HD void start(const Shared& sh, int t, Acc& acc) const {
-    const int64_t R = src.R, D = src.D;
+    const int64_t R = src.R, D = dim();
     for (int64_t e = t; e < R * D; e += kThreads) sh.q[e] = element(src.q, src.dtype, src.q_at(e / D) + e % D);
     if (t < R) sh.m[t] = -INFINITY, sh.l[t] = 0.f;
     for (int j = 0; j < kMaxAcc; j++) acc.a[j] = 0.f;
@@ -98,7 +101,7 @@ struct Block {
 
   // Phase 1: the tile's K and V rows (zeros past the range and for slots without a row), 16 bytes a load.
   AK_HD void load(const Shared& sh, int t, int64_t tile) const {
-    const int64_t D = src.D, per_row = D / 8;
+    const int64_t D = dim(), per_row = D / 8;
     for (int64_t e = t; e < kTileKeys * per_row; e += kThreads) {
       const int64_t j = e / per_row, c = 8 * (e % per_row), slot = tile + j;
       const int64_t row = slot < src.end ? src.row(slot) : -1;
@@ -115,7 +118,7 @@ struct Block {
 
   // Phase 2: scores of key t % 32 against rows t / 32, + 4, ...; masked ones -inf.
   AK_HD void scores(const Shared& sh, int t, int64_t tile) const {
-    const int64_t D = src.D, j = t % kTileKeys, slot = tile + j;
+    const int64_t D = dim(), j = t % kTileKeys, slot = tile + j;
     const bool has_row = slot < src.end && src.row(slot) >= 0;
     for (int64_t r = t / kTileKeys; r < src.R; r += kThreads / kTileKeys) {
       float s = -INFINITY;
@@ -158,40 +161,49 @@ struct Block {
   }
 
   // Thread t's columns and rows: column pair t % (D / 2), rows t / (D / 2), + 256 / D, ...
-  AK_HD int64_t first_row(int t) const { return t / (src.D / 2); }
-  AK_HD int64_t row_step() const { return kThreads / (src.D / 2); }
+  AK_HD int64_t first_row(int t) const { return t / (dim() / 2); }
+  AK_HD int64_t row_step() const { return kThreads / (dim() / 2); }
 
-  // Phase 4: the accumulators rescaled, plus the tile's P V.
+  // Phase 4: the accumulators rescaled, plus the tile's P V. Slot n of the accumulators holds row
+  // first_row + n row_step (a fixed trip count, so the kernels keep them in registers).
   AK_HD void pv(const Shared& sh, int t, Acc& acc) const {
-    const int64_t D = src.D, c = 2 * (t % (D / 2));
-    int n = 0;
-    for (int64_t r = first_row(t); r < src.R; r += row_step(), n += 2) {
-      float a0 = acc.a[n] * sh.alpha[r], a1 = acc.a[n + 1] * sh.alpha[r];
+    const int64_t D = dim(), c = 2 * (t % (D / 2));
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+    for (int n = 0; n < kMaxAcc / 2; n++) {
+      const int64_t r = first_row(t) + n * row_step();
+      if (r >= src.R) break;
+      float a0 = acc.a[2 * n] * sh.alpha[r], a1 = acc.a[2 * n + 1] * sh.alpha[r];
       const float* prob = sh.s + r * (kTileKeys + 1);
       for (int j = 0; j < kTileKeys; j++) {
         float lo, hi;
         pair(*reinterpret_cast<const uint32_t*>(sh.v + j * D + c), src.dtype, lo, hi);
         a0 += prob[j] * lo, a1 += prob[j] * hi;
       }
-      acc.a[n] = a0, acc.a[n + 1] = a1;
+      acc.a[2 * n] = a0, acc.a[2 * n + 1] = a1;
     }
   }
 
   // After the last tile: the normalised outputs, and each row's statistics.
   AK_HD void finish(const Shared& sh, int t, const Acc& acc) const {
-    const int64_t c = 2 * (t % (src.D / 2));
-    int n = 0;
-    for (int64_t r = first_row(t); r < src.R; r += row_step(), n += 2) {
+    const int64_t c = 2 * (t % (dim() / 2));
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+    for (int n = 0; n < kMaxAcc / 2; n++) {
+      const int64_t r = first_row(t) + n * row_step();
+      if (r >= src.R) break;
       const float l = sh.l[r], inv = l > 0.f ? 1.f / l : 0.f;
-      src.write(r, c, acc.a[n] * inv, acc.a[n + 1] * inv);
+      src.write(r, c, acc.a[2 * n] * inv, acc.a[2 * n + 1] * inv);
     }
     if (t < src.R) src.stats(t, sh.m[t], sh.l[t]);
   }
 
   // The whole block on the host: each phase on every thread in turn (what the barriers order).
   void run_on_host() const {
-    std::vector<Words> memory(static_cast<size_t>(Shared::bytes(src.R, src.D) / 16 + 1));  // 16-byte aligned
-    const Shared sh = Shared::carve(reinterpret_cast<unsigned char*>(memory.data()), src.R, src.D);
+    std::vector<Words> memory(static_cast<size_t>(Shared::bytes(src.R, dim()) / 16 + 1));  // 16-byte aligned
+    const Shared sh = Shared::carve(reinterpret_cast<unsigned char*>(memory.data()), src.R, dim());
     std::vector<Acc> acc(kThreads);
     for (int t = 0; t < kThreads; t++) start(sh, t, acc[t]);
     for (int64_t tile = src.begin; tile < src.end; tile += kTileKeys) {
@@ -207,7 +219,7 @@ struct Block {
   // The whole block on the device: the same phases, a barrier between each.
   __device__ void run_on_device(unsigned char* smem) const {
     const int t = static_cast<int>(threadIdx.x);
-    const Shared sh = Shared::carve(smem, src.R, src.D);
+    const Shared sh = Shared::carve(smem, src.R, dim());
     Acc acc;
     start(sh, t, acc);
     __syncthreads();
