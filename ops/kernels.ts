@@ -80,7 +80,9 @@ export type PlanOp =
   | "linear.paged_decode"
   | "attention.fwd"
   | "attention.bwd"
-  | "attention.decode";
+  | "attention.decode"
+  | "sparse.nsa.compression"
+  | "sparse.nsa.selection";
 
 /** GPUs a plan can be asked for by name, without the GPU. */
 export type GpuName = "h200" | "h100" | "a100" | "l40s";

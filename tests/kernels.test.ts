@@ -265,3 +265,23 @@ Deno.test("explain: the split-key decode splits short batches of long caches, no
   );
   refused(() => plan({ b: 1, hq: 32, hkv: 1, d: 256, skv: 64 }), "UNSUPPORTED", /32 query rows per KV head/);
 });
+
+Deno.test("explain: NSA's branches take the tiled block where it serves, else the per-item kernels", () => {
+  const plan = (q: Omit<PlanQuery, "gpu">) => explain({ gpu: "h200", ...q });
+  const tiled = plan({ op: "sparse.nsa.selection", hq: 64, hkv: 4, d: 128 });
+  assert.deepEqual(tiled.kernels.map((k) => k.name), ["sparse.nsa.selection.tiled<bfloat16, D128>"]);
+  const item = plan({ op: "sparse.nsa.compression", hq: 64, hkv: 4, d: 128, v: 64 });
+  assert.equal(item.path, "item");
+  assert.equal(item.details.tiled_ruled_out, "it needs K = V");
+  assert.equal(plan({ op: "sparse.nsa.selection", hq: 64, hkv: 1, d: 128 }).path, "item");
+  assert.equal(plan({ op: "sparse.nsa.selection", dtype: "float32", d: 64 }).path, "item");
+  assert.equal(
+    withTuning({ "sparse.nsa.selection": "item" }, () => plan({ op: "sparse.nsa.selection" })).path,
+    "item",
+  );
+  refused(
+    () => withTuning({ "sparse.nsa.selection": "tiled" }, () => plan({ op: "sparse.nsa.selection", d: 96 })),
+    "UNSUPPORTED",
+    /tiled cannot serve this call: head dim 96/,
+  );
+});

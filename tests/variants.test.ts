@@ -16,6 +16,10 @@ import {
   GroupedQueryAttentionDecodePagedWithKVCacheFwdOp,
   kernels,
   lastPlan,
+  nsaChunkOffsets,
+  NSACmpFwdVarlenOp,
+  NSAFwdVarlenOp,
+  nsaTokenIndices,
   setTuning,
   Tensor,
   tuning,
@@ -299,6 +303,54 @@ function attentionDecodeExercise(row: KernelRow, seed: number): void {
   assertClose(got, run("cpu"), { relRms: dtype === "bfloat16" ? 1e-2 : 2e-3, name: rowName(row) });
 }
 
+// An NSA branch with the row's kernel pinned, against the same call on the CPU backend (held to the float64
+// oracle in tests/sparse_attention.test.ts): three packed sequences, 8 heads in groups of 4.
+function nsaExercise(row: KernelRow, seed: number): void {
+  const dtype = row.dtype as "float32" | "float16" | "bfloat16", D = row.d || 32, bs = 16, H = 8, G = 4;
+  const offsets = [0, 150, 151, 230];
+  const T = offsets[3];
+  const run = (device: "cuda" | "cpu") => {
+    using tokens = nsaTokenIndices(offsets, { device }), chunks = nsaChunkOffsets(offsets, bs, { device });
+    const C = (chunks.toArray() as Int32Array)[3];
+    using q = Tensor.randn([T, H, D], { dtype, device, seed });
+    using k = Tensor.randn([T, H / G, D], { dtype, device, seed: seed + 1 });
+    using v = Tensor.randn([T, H / G, D], { dtype, device, seed: seed + 2 });
+    using kCmp = Tensor.randn([C, H / G, D], { dtype, device, seed: seed + 3 });
+    using vCmp = Tensor.randn([C, H / G, D], { dtype, device, seed: seed + 4 });
+    const sizes = { seqNum: 3, cSeqLen: T, heads: H, group: G, chunkNum: C, bs };
+    if (row.stage === "sparse.nsa.compression") {
+      using r = new NSACmpFwdVarlenOp({ ...sizes, dimK: D, dimV: D }).forward(
+        q,
+        kCmp,
+        vCmp,
+        offsets,
+        chunks,
+        tokens,
+      );
+      return r.output.toArray() as Float32Array;
+    }
+    const list = Int32Array.from({ length: T * (H / G) * 3 }, (_, i) => [0, -1, 2, 5, 1, 3][i % 6]);
+    using blocks = Tensor.from(list, { shape: [T, H / G, 3], device });
+    const op = new NSAFwdVarlenOp({
+      batch: 3,
+      heads: H,
+      cSeqLen: T,
+      dim: D,
+      blockSize: bs,
+      groups: G,
+      selectedBlocks: 3,
+      checkIndices: false,
+    });
+    using o = op.forward(q, k, v, blocks, undefined, offsets, tokens);
+    return o.toArray() as Float32Array;
+  };
+  const got = withTuning({ [row.stage]: row.variant }, () => run("cuda"));
+  const ran = lastPlan()?.kernels.map((k) => k.name) ?? [];
+  assert.ok(ran.includes(rowName(row)), `${rowName(row)} did not run: ${JSON.stringify(lastPlan())}`);
+  const tol = dtype === "float32" ? 1e-5 : dtype === "bfloat16" ? 1e-2 : 2e-3;
+  assertClose(got, run("cpu"), { relRms: tol, name: rowName(row) });
+}
+
 // ---- one test a row ----
 
 function exercise(row: KernelRow, seed: number): void | Promise<void> {
@@ -325,6 +377,9 @@ function exercise(row: KernelRow, seed: number): void | Promise<void> {
       return attentionBackward(row, seed);
     case "attention.decode":
       return attentionDecodeExercise(row, seed);
+    case "sparse.nsa.compression":
+    case "sparse.nsa.selection":
+      return nsaExercise(row, seed);
     case "linear.paged_decode":
       return pagedDecodeExercise(row, seed);
     default:

@@ -1,10 +1,15 @@
-// The CUDA kernels of the sparse-attention ops: the tiled attention block per (token, KV head) for the NSA
-// branches it serves (16-bit, K = V of 64 / 128 / 256, G K <= 4096), else a thread per item of rows.h, in
-// float, which serves every shape the entries accept.
+// The CUDA backend of the sparse-attention ops. NSA's compressed and selected branches: the planner names
+// the registry row (the tiled block or the per-item kernels), the plan is recorded and the row launched.
+// The selection, DSA decode and the indexer: a thread per item of rows.h, in float.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/backend.h"
+#include "cuda/registry_launch.h"
 #include "cuda/runtime.cuh"
 #include "sparse/backend.h"
+#include "sparse/planner.h"
 #include "sparse/rows.h"
-#include "sparse/tiled.h"
 
 namespace ak::sparse::cuda {
 
@@ -12,34 +17,17 @@ namespace {
 
 constexpr int kThreads = 128;
 
-int64_t slices(int64_t width) { return (width + kSlice - 1) / kSlice; }
-
-// Runs body(i) for every item i < n, a thread each, on the device's stream.
 template <class Body>
 __global__ void each_item(int64_t n, Body body) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) body(i);
 }
 
-struct CompressionItem {
-  NsaCompression p;
-  int64_t S;
-  __device__ void operator()(int64_t i) const {
-    const int64_t th = i / S;
-    nsa_compression_item<float>(p, th / p.H, th % p.H, (i % S) * kSlice);
-  }
-};
+int64_t slices(int64_t width) { return (width + kSlice - 1) / kSlice; }
+
 struct TopkItem {
   NsaTopk p;
   __device__ void operator()(int64_t i) const { nsa_topk_item<float>(p, i / p.Hkv, i % p.Hkv); }
-};
-struct SelectionItem {
-  NsaSelection p;
-  int64_t S;
-  __device__ void operator()(int64_t i) const {
-    const int64_t th = i / S;
-    nsa_selection_item<float>(p, th / p.H, th % p.H, (i % S) * kSlice);
-  }
 };
 struct DecodeItem {
   DsaDecode p;
@@ -54,26 +42,6 @@ struct IndexerItem {
   __device__ void operator()(int64_t i) const { indexer_item<float>(p, i / p.Sk, i % p.Sk); }
 };
 
-// A tiled attention block per (token, KV head): Source from the problem and the block's indices.
-template <class Source, class Problem>
-__global__ void __launch_bounds__(ak::attention::tiled::kThreads) tiled_kernel(Problem p) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  const Source source(p, blockIdx.x, blockIdx.y);
-  ak::attention::tiled::Block<Source>(source).run_on_device(smem);
-}
-
-template <class Source, class Problem>
-void launch_tiled(int device, const Problem& p, const char* name) {
-  if (p.seq.T == 0) return;
-  ak::cuda::DeviceGuard guard(device);
-  namespace tiled = ak::attention::tiled;
-  const int smem = static_cast<int>(tiled::Shared::bytes(p.H / p.Hkv, p.K));
-  AK_CUDA_CHECK(cudaFuncSetAttribute(tiled_kernel<Source, Problem>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid(static_cast<unsigned>(p.seq.T), static_cast<unsigned>(p.Hkv));
-  tiled_kernel<Source, Problem><<<grid, tiled::kThreads, smem, ak::cuda::stream(device)>>>(p);
-  ak::cuda::check_launch(name);
-}
-
 template <class Body>
 void launch(int device, int64_t n, const Body& body, const char* name) {
   if (n == 0) return;
@@ -83,20 +51,36 @@ void launch(int device, int64_t n, const Body& body, const char* name) {
   ak::cuda::check_launch(name);
 }
 
+// Plans an NSA branch, records the plan and launches its row.
+template <class Problem>
+void run_planned(const char* stage, const Problem& p, const void* const* data, int device) {
+  ak::cuda::DeviceGuard guard(device);
+  planning::NsaShape shape;
+  shape.stage = stage, shape.dtype = p.dtype, shape.d = p.K, shape.dv = p.V, shape.hq = p.H, shape.hkv = p.Hkv;
+  for (int i = 0; i < 3; i++) shape.aligned = shape.aligned && reinterpret_cast<uintptr_t>(data[i]) % 16 == 0;
+  const plan::Plan plan = planning::plan_nsa(shape, ::ak::cuda::caps(device), tuning::current());
+  plan::set_last(plan);
+  const cudaStream_t stream = ak::cuda::stream(device);
+  const int row = plan.rows[0];
+  switch (p.dtype) {
+    case AK_BFLOAT16: return ::ak::cuda::launch_row<__nv_bfloat16>(row, stage, p, stream);
+    case AK_FLOAT16: return ::ak::cuda::launch_row<__half>(row, stage, p, stream);
+    default: return ::ak::cuda::launch_row<float>(row, stage, p, stream);
+  }
+}
+
 }  // namespace
 
 void nsa_compression(const NsaCompression& p, int device) {
-  if (p.tiled) return launch_tiled<CompressionSource>(device, p, "nsa_compression_tiled");
-  const int64_t S = slices(p.V);
-  launch(device, p.seq.T * p.H * S, CompressionItem{p, S}, "nsa_compression");
+  const void* data[3] = {p.q, p.k_cmp, p.v_cmp};
+  run_planned("sparse.nsa.compression", p, data, device);
 }
 
 void nsa_topk(const NsaTopk& p, int device) { launch(device, p.seq.T * p.Hkv, TopkItem{p}, "nsa_topk"); }
 
 void nsa_selection(const NsaSelection& p, int device) {
-  if (p.tiled) return launch_tiled<SelectionSource>(device, p, "nsa_selection_tiled");
-  const int64_t S = slices(p.V);
-  launch(device, p.seq.T * p.H * S, SelectionItem{p, S}, "nsa_selection");
+  const void* data[3] = {p.q, p.k, p.v};
+  run_planned("sparse.nsa.selection", p, data, device);
 }
 
 void dsa_decode(const DsaDecode& p, int device) {

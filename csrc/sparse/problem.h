@@ -30,7 +30,7 @@ struct NsaCompression {
   int64_t H = 0, Hkv = 0, K = 0, V = 0, C = 0;
   int64_t block = 0, stride = 0;  // compressed row c covers tokens [c stride, c stride + block)
   double scale = 0;
-  bool tiled = false;  // served by the tiled block (sparse/tiled.h), else item by item
+  bool tiled = false;  // CPU: the tiled block's phases (sparse/tiled.h), else item by item (CUDA: the planner)
 };
 
 // NSA's block selection: the selected blocks of each (token, KV head) from the compressed scores.
@@ -61,7 +61,7 @@ struct NsaSelection {
   int64_t block = 0;
   bool causal = true;
   double scale = 0;
-  bool tiled = false;  // served by the tiled block (sparse/tiled.h), else item by item
+  bool tiled = false;  // CPU: the tiled block's phases (sparse/tiled.h), else item by item (CUDA: the planner)
 };
 
 // DeepSeek sparse attention, decode: each query attends the cache rows its top-k list names.

@@ -1,0 +1,96 @@
+// The launchers of the sparse registry rows: NSA's compressed and selected branches on the tiled attention
+// block (a block per (token, KV head) at a compile-time head dim) and on the per-item kernels (a thread
+// per (token, head, 32 value columns)). The element type T of a row only names its instance: the kernels
+// read the dtype from the problem.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/runtime.cuh"
+#include "generated/sparse_launchers.h"
+#include "sparse/rows.h"
+#include "sparse/tiled.h"
+
+namespace ak::sparse::cuda {
+
+namespace kernels {
+
+template <class Source, int kD, class Problem>
+__global__ void __launch_bounds__(ak::attention::tiled::kThreads) tiled(Problem p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const Source source(p, blockIdx.x, blockIdx.y);
+  ak::attention::tiled::Block<Source, kD>(source).run_on_device(smem);
+}
+
+template <class Source, int kD, class Problem>
+void launch_tiled(const Problem& p, cudaStream_t stream, const char* name) {
+  if (p.seq.T == 0 || p.H == 0) return;
+  namespace tb = ak::attention::tiled;
+  const int smem = static_cast<int>(tb::Shared::bytes(p.H / p.Hkv, kD));
+  AK_CUDA_CHECK(cudaFuncSetAttribute(tiled<Source, kD, Problem>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid(static_cast<unsigned>(p.seq.T), static_cast<unsigned>(p.Hkv));
+  tiled<Source, kD, Problem><<<grid, tb::kThreads, smem, stream>>>(p);
+  ::ak::cuda::check_launch(name);
+}
+
+constexpr int kItemThreads = 128;
+
+// Runs body(i) for every item i < n, a thread each.
+template <class Body>
+__global__ void each_item(int64_t n, Body body) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) body(i);
+}
+
+template <class Body>
+void launch_items(int64_t n, const Body& body, cudaStream_t stream, const char* name) {
+  if (n == 0) return;
+  each_item<<<static_cast<unsigned>((n + kItemThreads - 1) / kItemThreads), kItemThreads, 0, stream>>>(n, body);
+  ::ak::cuda::check_launch(name);
+}
+
+inline int64_t slices(int64_t width) { return (width + kSlice - 1) / kSlice; }
+
+struct CompressionBody {
+  NsaCompression p;
+  int64_t S;
+  __device__ void operator()(int64_t i) const {
+    const int64_t th = i / S;
+    nsa_compression_item<float>(p, th / p.H, th % p.H, (i % S) * kSlice);
+  }
+};
+struct SelectionBody {
+  NsaSelection p;
+  int64_t S;
+  __device__ void operator()(int64_t i) const {
+    const int64_t th = i / S;
+    nsa_selection_item<float>(p, th / p.H, th % p.H, (i % S) * kSlice);
+  }
+};
+
+}  // namespace kernels
+
+template <class T, int D, int Tile>
+void CompressionTiled<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  kernels::launch_tiled<CompressionSource, D>(p, stream, "sparse.nsa.compression.tiled");
+}
+
+template <class T, int D, int Tile>
+void CompressionItem<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  const int64_t S = kernels::slices(p.V);
+  kernels::launch_items(p.seq.T * p.H * S, kernels::CompressionBody{p, S}, stream, "sparse.nsa.compression.item");
+}
+
+template <class T, int D, int Tile>
+void SelectionTiled<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  kernels::launch_tiled<SelectionSource, D>(p, stream, "sparse.nsa.selection.tiled");
+}
+
+template <class T, int D, int Tile>
+void SelectionItem<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  const int64_t S = kernels::slices(p.V);
+  kernels::launch_items(p.seq.T * p.H * S, kernels::SelectionBody{p, S}, stream, "sparse.nsa.selection.item");
+}
+
+}  // namespace ak::sparse::cuda

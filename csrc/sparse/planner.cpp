@@ -1,0 +1,60 @@
+#include "sparse/planner.h"
+
+#include "attention/tiled/block.h"
+#include "core/common.h"
+
+namespace ak::sparse::planning {
+
+std::string tiled_ruled_out(const NsaShape& s) {
+  if (s.dtype != AK_FLOAT16 && s.dtype != AK_BFLOAT16) return "it takes float16 and bfloat16";
+  if (s.d != s.dv) return "it needs K = V";
+  if (s.d != 64 && s.d != 128 && s.d != 256) return "head dim " + std::to_string(s.d) + " (it takes 64, 128, 256)";
+  const int64_t rows = s.hkv > 0 ? s.hq / s.hkv : 0;
+  if (!ak::attention::tiled::tiled_serves(s.dtype, s.d, rows)) {
+    return std::to_string(rows) + " query heads per KV head at head dim " + std::to_string(s.d) +
+           " (it takes group * D <= 4096)";
+  }
+  if (!s.aligned) return "q, k and v must start on 16 bytes";
+  return "";
+}
+
+plan::Plan plan_nsa(const NsaShape& s, const registry::Caps& caps, const tuning::Table& t) {
+  plan::Plan plan;
+  plan.op = s.stage;
+  const std::string& want = t.get(s.stage);
+  std::string why = tiled_ruled_out(s);
+  const std::string variant = want == "auto" ? (why.empty() ? "tiled" : "item") : want;
+  if (variant == "tiled" && !why.empty()) {
+    fail(AK_ERR_UNSUPPORTED, s.stage + ": tuning " + s.stage + "=tiled cannot serve this call: " + why);
+  }
+  const int row = registry::find(s.stage.c_str(), variant.c_str(), s.dtype, variant == "tiled" ? int(s.d) : 0, 0);
+  if (row < 0 || !caps.can_run(row)) {
+    fail(AK_ERR_UNSUPPORTED, s.stage + ": no " + variant + " kernel for " + dtype_name(s.dtype) + " on this GPU");
+  }
+  plan.path = variant;
+  plan.rows.push_back(row);
+  if (variant == "item" && want == "auto") plan.detail("tiled_ruled_out", why);
+  return plan;
+}
+
+std::string plan_query(const std::string& op, plan::Query& q) {
+  require(op == "sparse.nsa.compression" || op == "sparse.nsa.selection",
+          "query: op must be sparse.nsa.compression or sparse.nsa.selection, got '" + op + "'");
+  const registry::Caps caps = plan::caps_of(q);
+  NsaShape s;
+  s.stage = op;
+  s.dtype = q.dtype("dtype");
+  s.d = q.integer("d", 128);
+  s.dv = q.integer("v", s.d);
+  s.hq = q.integer("hq", 64);
+  s.hkv = q.integer("hkv", 4);
+  s.aligned = q.flag("aligned", true);
+  q.finish();
+  return plan_nsa(s, caps, tuning::current()).json();
+}
+
+namespace {
+const bool registered = plan::register_planner("sparse", plan_query);
+}  // namespace
+
+}  // namespace ak::sparse::planning
