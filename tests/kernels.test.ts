@@ -250,30 +250,50 @@ Deno.test("explain: bad queries are refused by name", () => {
 Deno.test("explain: the split-key decode splits short batches of long caches, not large batches", () => {
   const plan = (q: Omit<PlanQuery, "op" | "gpu">) => explain({ op: "attention.decode", gpu: "h200", ...q });
   const one = plan({ b: 1, hq: 32, hkv: 8, d: 128, skv: 65536 });
-  assert.equal(one.path, "split");
-  assert.deepEqual(one.kernels.map((k) => k.name), ["attention.decode.split<bfloat16, D128>"]);
+  // Four query rows per KV head: the CUDA-core block; 8 to 16: the tensor-core one.
+  assert.equal(one.path, "tiled");
+  assert.deepEqual(one.kernels.map((k) => k.name), ["attention.decode.tiled<bfloat16, D128>"]);
   // 8 (sequence, KV head) blocks: 33 splits of 2016 keys make 264, two per multiprocessor.
   assert.deepEqual(one.details, { splits: 33, chunk: 2016 });
   assert.deepEqual(plan({ b: 64, hq: 32, hkv: 8, d: 128, skv: 4096 }).details, { splits: 1, chunk: 4096 });
+  const mla = plan({ b: 4, hq: 16, hkv: 1, d: 256, skv: 8192 });
+  assert.deepEqual(mla.kernels.map((k) => k.name), ["attention.decode.mma<bfloat16, D256>"]);
+  assert.equal(
+    withTuning({ "attention.decode": "tiled" }, () => plan({ b: 4, hq: 16, hkv: 1, d: 128 })).path,
+    "tiled",
+  );
   // A range is at least 256 keys: a short cache is not split past that.
   assert.equal(plan({ b: 1, hq: 8, hkv: 8, d: 64, skv: 600 }).details.splits, 2);
   assert.equal(plan({ b: 0, hq: 8, hkv: 8, d: 64, skv: 600 }).path, "empty");
-  refused(
-    () => plan({ b: 1, hq: 4, hkv: 4, d: 96, skv: 64 }),
-    "UNSUPPORTED",
-    /no attention\.decode\.split kernel/,
-  );
+  refused(() => plan({ b: 1, hq: 4, hkv: 4, d: 96, skv: 64 }), "UNSUPPORTED", /head dim 96/);
   refused(() => plan({ b: 1, hq: 32, hkv: 1, d: 256, skv: 64 }), "UNSUPPORTED", /32 query rows per KV head/);
+  refused(
+    () => withTuning({ "attention.decode": "mma" }, () => plan({ b: 1, hq: 32, hkv: 1, d: 64, skv: 64 })),
+    "UNSUPPORTED",
+    /attention\.decode=mma cannot serve this call/,
+  );
 });
 
 Deno.test("explain: NSA's branches take the tiled block where it serves, else the per-item kernels", () => {
   const plan = (q: Omit<PlanQuery, "gpu">) => explain({ gpu: "h200", ...q });
-  const tiled = plan({ op: "sparse.nsa.selection", hq: 64, hkv: 4, d: 128 });
+  // NSA's groups of 16: the tensor-core block; groups of 4: the CUDA-core one.
+  const mma = plan({ op: "sparse.nsa.selection", hq: 64, hkv: 4, d: 128 });
+  assert.deepEqual(mma.kernels.map((k) => k.name), ["sparse.nsa.selection.mma<bfloat16, D128>"]);
+  const tiled = plan({ op: "sparse.nsa.selection", hq: 16, hkv: 4, d: 128 });
   assert.deepEqual(tiled.kernels.map((k) => k.name), ["sparse.nsa.selection.tiled<bfloat16, D128>"]);
   const item = plan({ op: "sparse.nsa.compression", hq: 64, hkv: 4, d: 128, v: 64 });
   assert.equal(item.path, "item");
   assert.equal(item.details.tiled_ruled_out, "it needs K = V");
   assert.equal(plan({ op: "sparse.nsa.selection", hq: 64, hkv: 1, d: 128 }).path, "item");
+  refused(
+    () =>
+      withTuning(
+        { "sparse.nsa.selection": "mma" },
+        () => plan({ op: "sparse.nsa.selection", hq: 32, hkv: 1, d: 64 }),
+      ),
+    "UNSUPPORTED",
+    /mma cannot serve this call: 32 query heads per KV head/,
+  );
   assert.equal(plan({ op: "sparse.nsa.selection", dtype: "float32", d: 64 }).path, "item");
   assert.equal(
     withTuning({ "sparse.nsa.selection": "item" }, () => plan({ op: "sparse.nsa.selection" })).path,

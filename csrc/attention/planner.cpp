@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "attention/decode/problem.h"
+#include "attention/tiled/mma_block.h"
 #include "core/common.h"
 
 namespace ak::attention::planning {
@@ -113,26 +114,41 @@ BwdChoice plan_bwd(const BwdShape& s, const registry::Caps& caps, const tuning::
   return c;
 }
 
-DecodeChoice plan_decode(const DecodeShape& s, const registry::Caps& caps, const tuning::Table&) {
+std::string decode_variant(int32_t dtype, int d, int64_t rows, std::string& why) {
+  if (tiled::mma_serves(dtype, d, rows) && rows >= 8) return "mma";
+  if (tiled::tiled_serves(dtype, d, rows)) return "tiled";
+  why = d != 64 && d != 128 && d != 256
+            ? "head dim " + std::to_string(d) + " (the decode blocks take 64, 128 and 256)"
+            : std::to_string(rows) + " query rows per KV head at head dim " + std::to_string(d) +
+                  " (the decode blocks take rows * d <= 4096)";
+  return "";
+}
+
+DecodeChoice plan_decode(const DecodeShape& s, const registry::Caps& caps, const tuning::Table& t) {
   DecodeChoice c;
   c.plan.op = "attention.decode";
   if (s.sq == 0 || s.hq == 0 || s.n_seq == 0) {
     c.plan.path = "empty";
     return c;
   }
-  std::string why;
-  const int row = usable_row("attention.decode", "split", s.dtype, s.d, caps, why);
-  if (row < 0) fail(AK_ERR_UNSUPPORTED, "attention_decode: " + why);
   const int64_t rows = int64_t(s.hq / s.hkv) * s.sq;
-  if (rows * s.d > decode::kMaxAcc * decode::kThreads) {
-    fail(AK_ERR_UNSUPPORTED, "attention_decode: " + std::to_string(rows) + " query rows per KV head at head dim " +
-                                 std::to_string(s.d) + " (the split kernel takes rows * d <= 4096)");
+  const std::string& want = t.get("attention.decode");
+  std::string why;
+  const std::string fallback = decode_variant(s.dtype, s.d, rows, why);
+  const std::string variant = want == "auto" ? fallback : want;
+  if (variant.empty()) fail(AK_ERR_UNSUPPORTED, "attention_decode: " + why);
+  const bool serves = variant == "mma" ? tiled::mma_serves(s.dtype, s.d, rows) : tiled::tiled_serves(s.dtype, s.d, rows);
+  if (!serves) {
+    refuse("attention_decode", "attention.decode", variant,
+           std::to_string(rows) + " query rows per KV head at head dim " + std::to_string(s.d));
   }
+  const int row = usable_row("attention.decode", variant.c_str(), s.dtype, s.d, caps, why);
+  if (row < 0) fail(AK_ERR_UNSUPPORTED, "attention_decode: " + why);
   decode::Problem p;
   p.B = s.n_seq, p.Hkv = s.hkv, p.capacity = s.capacity;
   decode::plan_splits(p, 2 * int64_t(caps.sms > 0 ? caps.sms : 132));
   c.splits = p.splits, c.chunk = p.chunk;
-  c.plan.path = "split";
+  c.plan.path = variant;
   c.plan.rows.push_back(row);
   c.plan.detail("splits", c.splits);
   c.plan.detail("chunk", c.chunk);

@@ -55,9 +55,13 @@ struct DecodeChoice {
   int64_t splits = 1, chunk = 0;
 };
 
-// The split-key decode: its row at the call's dtype and head dim (AK_ERR_UNSUPPORTED naming why when there
-// is none, or when the query rows of a KV head do not fit its accumulators), and the split: enough blocks
-// for two per multiprocessor.
+// The decode block for a call under "auto", the CPU's choice too: "mma" (tensor cores) for 8 to 16 query
+// rows per KV head, else "tiled" (CUDA cores) where it serves, else "" with `why` set.
+std::string decode_variant(int32_t dtype, int d, int64_t rows, std::string& why);
+
+// The split-key decode: the tuning's attention.decode (auto | tiled | mma; a forced variant that cannot
+// serve is AK_ERR_UNSUPPORTED naming why, and so is a call no variant serves), its row at the call's
+// dtype and head dim, and the split: enough blocks for two per multiprocessor.
 DecodeChoice plan_decode(const DecodeShape& s, const registry::Caps& caps, const tuning::Table& t);
 
 // ak_plan for op attention.fwd / attention.bwd / attention.decode: the plan as JSON.

@@ -94,17 +94,29 @@ export const attentionRegistry: KernelFamily = {
     },
     {
       stage: "attention.decode",
-      variant: "split",
-      launcher: "ak::attention::cuda::DecodeSplit",
+      variant: "tiled",
+      launcher: "ak::attention::cuda::DecodeTiled",
       args: "decode::Problem",
       header: "attention/decode/launch.cuh",
       arch: "sm80",
       instances: [{ dtypes: HALF, d: [64, 128, 256] }],
       doc:
         "Decode over a KV cache read in place: a block of 128 threads per (key split, KV head, sequence) " +
-        "holds every query row of the KV head and walks its keys in tiles of 32 (attention/tiled/block.h); " +
-        "the splits' partial results are combined by their log-sum-exp.",
+        "holds every query row of the KV head and walks its keys in tiles of 32 on CUDA cores " +
+        "(attention/tiled/block.h); the splits' partial results are combined by their log-sum-exp.",
       constraints: "(H / Hkv) Sq D <= 4096; q, k, v on 16 bytes",
+    },
+    {
+      stage: "attention.decode",
+      variant: "mma",
+      launcher: "ak::attention::cuda::DecodeMma",
+      args: "decode::Problem",
+      header: "attention/decode/launch.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [64, 128, 256] }],
+      doc: "The same decode with the query rows of a KV head as one m16 tile of mma.sync m16n8k16: scores " +
+        "and P V on tensor cores, 64 keys a tile (attention/tiled/mma_block.h).",
+      constraints: "(H / Hkv) Sq <= 16; q, k, v on 16 bytes",
     },
   ],
 };

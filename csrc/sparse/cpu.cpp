@@ -3,6 +3,7 @@
 #include "core/common.h"
 #include "sparse/backend.h"
 #include "sparse/rows.h"
+#include "attention/tiled/mma_block.h"
 #include "sparse/tiled.h"
 
 namespace ak::sparse::cpu {
@@ -17,7 +18,8 @@ void nsa_compression(const NsaCompression& p) {
   if (p.tiled) {
     parallel_for(p.seq.T * p.Hkv, [&](int64_t x) {
       const CompressionSource source(p, x / p.Hkv, x % p.Hkv);
-      ak::attention::tiled::Block<CompressionSource>(source).run_on_host();
+      if (p.mma) ak::attention::tiled::MmaBlock<CompressionSource>(source).run_on_host();
+      else ak::attention::tiled::Block<CompressionSource>(source).run_on_host();
     });
     return;
   }
@@ -35,7 +37,8 @@ void nsa_selection(const NsaSelection& p) {
   if (p.tiled) {
     parallel_for(p.seq.T * p.Hkv, [&](int64_t x) {
       const SelectionSource source(p, x / p.Hkv, x % p.Hkv);
-      ak::attention::tiled::Block<SelectionSource>(source).run_on_host();
+      if (p.mma) ak::attention::tiled::MmaBlock<SelectionSource>(source).run_on_host();
+      else ak::attention::tiled::Block<SelectionSource>(source).run_on_host();
     });
     return;
   }

@@ -99,13 +99,13 @@ void chunk_offsets(Packed& p, const ak_tensor* chunk_, const ak_tensor& ref, con
 
 bool on_cpu(const ak_tensor& t) { return t.device_type == AK_CPU; }
 
-// Whether the tiled attention block serves an NSA branch (the planner's rule, which the CPU follows too).
-bool tiled(const char* stage, int32_t dtype, int64_t H, int64_t Hkv, int64_t K, int64_t V,
-           std::initializer_list<const void*> data) {
+// The block an NSA branch runs on the CPU: the planner's rule under "auto".
+std::string variant(const char* stage, int32_t dtype, int64_t H, int64_t Hkv, int64_t K, int64_t V,
+                    std::initializer_list<const void*> data) {
   planning::NsaShape s;
   s.stage = stage, s.dtype = dtype, s.d = K, s.dv = V, s.hq = H, s.hkv = Hkv;
   for (const void* d : data) s.aligned = s.aligned && reinterpret_cast<uintptr_t>(d) % 16 == 0;
-  return planning::tiled_ruled_out(s).empty();
+  return planning::nsa_variant(s);
 }
 
 constexpr std::initializer_list<int32_t> kFloats = {AK_FLOAT16, AK_BFLOAT16, AK_FLOAT32};
@@ -143,7 +143,8 @@ AK_API ak_status ak_nsa_compression_fwd(const ak_tensor* q_, const ak_tensor* k_
     expect_dims(l, "lse", {p.seq.T, p.H}, dims_text({{"T", p.seq.T}, {"H", p.H}}).c_str());
     p.q = q.data, p.k_cmp = k.data, p.v_cmp = v.data, p.output = o.data, p.lse = static_cast<float*>(l.data);
     p.dtype = q.dtype, p.block = block_size, p.stride = stride, p.scale = scale;
-    p.tiled = tiled("sparse.nsa.compression", p.dtype, p.H, p.Hkv, p.K, p.V, {p.q, p.k_cmp, p.v_cmp});
+    const std::string block = variant("sparse.nsa.compression", p.dtype, p.H, p.Hkv, p.K, p.V, {p.q, p.k_cmp, p.v_cmp});
+    p.tiled = block != "item", p.mma = block == "mma";
     if (p.seq.T == 0 || p.H == 0 || p.V == 0) return;
     if (on_cpu(q)) ak::sparse::cpu::nsa_compression(p);
     else AK_CUDA_CALL(ak::sparse::cuda::nsa_compression(p, q.device_index));
@@ -253,7 +254,8 @@ AK_API ak_status ak_nsa_selection_fwd(const ak_tensor* q_, const ak_tensor* k_, 
     p.indices = static_cast<const int32_t*>(bi.data);
     p.counts = bc ? static_cast<const int32_t*>(bc->data) : nullptr;
     p.dtype = q.dtype, p.block = block_size, p.causal = (flags & AK_SPARSE_CAUSAL) != 0;
-    p.tiled = tiled("sparse.nsa.selection", p.dtype, p.H, p.Hkv, p.K, p.V, {p.q, p.k, p.v});
+    const std::string block = variant("sparse.nsa.selection", p.dtype, p.H, p.Hkv, p.K, p.V, {p.q, p.k, p.v});
+    p.tiled = block != "item", p.mma = block == "mma";
     p.scale = scale;
     if (T == 0 || p.H == 0) return;
     if (on_cpu(q)) ak::sparse::cpu::nsa_selection(p);

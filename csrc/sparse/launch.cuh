@@ -9,6 +9,7 @@
 
 #include "cuda/runtime.cuh"
 #include "generated/sparse_launchers.h"
+#include "attention/tiled/mma_block.h"
 #include "sparse/rows.h"
 #include "sparse/tiled.h"
 
@@ -16,21 +17,22 @@ namespace ak::sparse::cuda {
 
 namespace kernels {
 
-template <class Source, int kD, class Problem>
+template <template <class, int> class Block, class Source, int kD, class Problem>
 __global__ void __launch_bounds__(ak::attention::tiled::kThreads) tiled(Problem p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const Source source(p, blockIdx.x, blockIdx.y);
-  ak::attention::tiled::Block<Source, kD>(source).run_on_device(smem);
+  Block<Source, kD>(source).run_on_device(smem);
 }
 
-template <class Source, int kD, class Problem>
-void launch_tiled(const Problem& p, cudaStream_t stream, const char* name) {
+// A block per (token, KV head) of `Block` (CUDA-core or tensor-core), with `smem` bytes of shared memory.
+template <template <class, int> class Block, class Source, int kD, class Problem>
+void launch_tiled(const Problem& p, int smem, cudaStream_t stream, const char* name) {
   if (p.seq.T == 0 || p.H == 0) return;
   namespace tb = ak::attention::tiled;
-  const int smem = static_cast<int>(tb::Shared::bytes(p.H / p.Hkv, kD));
-  AK_CUDA_CHECK(cudaFuncSetAttribute(tiled<Source, kD, Problem>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  AK_CUDA_CHECK(
+      cudaFuncSetAttribute(tiled<Block, Source, kD, Problem>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>(p.seq.T), static_cast<unsigned>(p.Hkv));
-  tiled<Source, kD, Problem><<<grid, tb::kThreads, smem, stream>>>(p);
+  tiled<Block, Source, kD, Problem><<<grid, tb::kThreads, smem, stream>>>(p);
   ::ak::cuda::check_launch(name);
 }
 
@@ -71,9 +73,18 @@ struct SelectionBody {
 
 }  // namespace kernels
 
+namespace tb = ak::attention::tiled;
+
 template <class T, int D, int Tile>
 void CompressionTiled<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
-  kernels::launch_tiled<CompressionSource, D>(p, stream, "sparse.nsa.compression.tiled");
+  const int smem = static_cast<int>(tb::Shared::bytes(p.H / p.Hkv, D));
+  kernels::launch_tiled<tb::Block, CompressionSource, D>(p, smem, stream, "sparse.nsa.compression.tiled");
+}
+
+template <class T, int D, int Tile>
+void CompressionMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  const int smem = static_cast<int>(tb::MmaShared::bytes(D));
+  kernels::launch_tiled<tb::MmaBlock, CompressionSource, D>(p, smem, stream, "sparse.nsa.compression.mma");
 }
 
 template <class T, int D, int Tile>
@@ -84,7 +95,14 @@ void CompressionItem<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
 
 template <class T, int D, int Tile>
 void SelectionTiled<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
-  kernels::launch_tiled<SelectionSource, D>(p, stream, "sparse.nsa.selection.tiled");
+  const int smem = static_cast<int>(tb::Shared::bytes(p.H / p.Hkv, D));
+  kernels::launch_tiled<tb::Block, SelectionSource, D>(p, smem, stream, "sparse.nsa.selection.tiled");
+}
+
+template <class T, int D, int Tile>
+void SelectionMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  const int smem = static_cast<int>(tb::MmaShared::bytes(D));
+  kernels::launch_tiled<tb::MmaBlock, SelectionSource, D>(p, smem, stream, "sparse.nsa.selection.mma");
 }
 
 template <class T, int D, int Tile>

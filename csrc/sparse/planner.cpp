@@ -1,6 +1,7 @@
 #include "sparse/planner.h"
 
 #include "attention/tiled/block.h"
+#include "attention/tiled/mma_block.h"
 #include "core/common.h"
 
 namespace ak::sparse::planning {
@@ -18,16 +19,25 @@ std::string tiled_ruled_out(const NsaShape& s) {
   return "";
 }
 
+std::string nsa_variant(const NsaShape& s) {
+  if (!tiled_ruled_out(s).empty()) return "item";
+  const int64_t group = s.hq / s.hkv;
+  return ak::attention::tiled::mma_serves(s.dtype, s.d, group) && group >= 8 ? "mma" : "tiled";
+}
+
 plan::Plan plan_nsa(const NsaShape& s, const registry::Caps& caps, const tuning::Table& t) {
   plan::Plan plan;
   plan.op = s.stage;
   const std::string& want = t.get(s.stage);
   std::string why = tiled_ruled_out(s);
-  const std::string variant = want == "auto" ? (why.empty() ? "tiled" : "item") : want;
-  if (variant == "tiled" && !why.empty()) {
-    fail(AK_ERR_UNSUPPORTED, s.stage + ": tuning " + s.stage + "=tiled cannot serve this call: " + why);
+  const std::string variant = want == "auto" ? nsa_variant(s) : want;
+  if (variant != "item" && why.empty() && variant == "mma" && s.hq / s.hkv > 16) {
+    why = std::to_string(s.hq / s.hkv) + " query heads per KV head (the tensor-core block takes at most 16)";
   }
-  const int row = registry::find(s.stage.c_str(), variant.c_str(), s.dtype, variant == "tiled" ? int(s.d) : 0, 0);
+  if (variant != "item" && !why.empty()) {
+    fail(AK_ERR_UNSUPPORTED, s.stage + ": tuning " + s.stage + "=" + variant + " cannot serve this call: " + why);
+  }
+  const int row = registry::find(s.stage.c_str(), variant.c_str(), s.dtype, variant == "item" ? 0 : int(s.d), 0);
   if (row < 0 || !caps.can_run(row)) {
     fail(AK_ERR_UNSUPPORTED, s.stage + ": no " + variant + " kernel for " + dtype_name(s.dtype) + " on this GPU");
   }

@@ -1,5 +1,5 @@
 // The sparse planner: which kernel serves an NSA branch (the tiled attention block or the per-item
-// kernels), under the tuning table's sparse.nsa.<branch> = auto | tiled | item. Pure host code (the CPU
+// kernels), under the tuning table's sparse.nsa.<branch> = auto | mma | tiled | item. Pure host code (the CPU
 // build compiles it too, and the CPU backend follows the same rule), so its decisions are tested anywhere.
 #pragma once
 
@@ -19,10 +19,14 @@ struct NsaShape {
   bool aligned = true;  // q, k, v start on 16 bytes
 };
 
-// Why the tiled block cannot serve a call, "" when it can.
+// Why the tiled blocks cannot serve a call, "" when they can.
 std::string tiled_ruled_out(const NsaShape& s);
 
-// The plan: path "tiled" or "item", its row. A forced variant that cannot serve is AK_ERR_UNSUPPORTED.
+// The variant under "auto", the CPU's choice too: "mma" (tensor cores) for groups of 8 to 16 query heads,
+// else "tiled" (CUDA cores) where the tiled block serves, else "item".
+std::string nsa_variant(const NsaShape& s);
+
+// The plan: path "mma", "tiled" or "item", its row. A forced variant that cannot serve is AK_ERR_UNSUPPORTED.
 plan::Plan plan_nsa(const NsaShape& s, const registry::Caps& caps, const tuning::Table& t);
 
 // ak_plan for op sparse.nsa.compression / sparse.nsa.selection.

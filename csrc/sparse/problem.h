@@ -31,6 +31,7 @@ struct NsaCompression {
   int64_t block = 0, stride = 0;  // compressed row c covers tokens [c stride, c stride + block)
   double scale = 0;
   bool tiled = false;  // CPU: the tiled block's phases (sparse/tiled.h), else item by item (CUDA: the planner)
+  bool mma = false;    // CPU, with tiled: the tensor-core block's
 };
 
 // NSA's block selection: the selected blocks of each (token, KV head) from the compressed scores.
@@ -62,6 +63,7 @@ struct NsaSelection {
   bool causal = true;
   double scale = 0;
   bool tiled = false;  // CPU: the tiled block's phases (sparse/tiled.h), else item by item (CUDA: the planner)
+  bool mma = false;    // CPU, with tiled: the tensor-core block's
 };
 
 // DeepSeek sparse attention, decode: each query attends the cache rows its top-k list names.

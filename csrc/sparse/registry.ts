@@ -1,6 +1,7 @@
 /**
  * The kernel registry of sparse attention: NSA's compressed and selected branches, each on the tiled
- * attention block (16-bit, head dims 64 / 128 / 256) and on the per-item kernels (any shape). The planner
+ * attention block on CUDA cores or on tensor cores (16-bit, head dims 64 / 128 / 256) and on the per-item
+ * kernels (any shape). The planner
  * (planner.cpp) chooses between them; the selection, DSA and indexer kernels have one kernel each and are
  * not rows.
  *
@@ -30,6 +31,18 @@ function branch(stage: string, name: string, what: string): KernelSpec[] {
       doc: `NSA's ${what} on the tiled attention block: 128 threads per (token, KV head) hold the group's ` +
         "query rows and walk the token's key slots 32 at a time (attention/tiled/block.h, sparse/tiled.h).",
       constraints: "K = V = D; group * D <= 4096; q, k, v on 16 bytes",
+    },
+    {
+      stage: `sparse.nsa.${stage}`,
+      variant: "mma",
+      launcher: `ak::sparse::cuda::${name}Mma`,
+      args: `::ak::sparse::Nsa${name}`,
+      header: "sparse/launch.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [64, 128, 256] }],
+      doc: `NSA's ${what} on tensor cores: the group's query rows as one m16 tile of mma.sync m16n8k16, ` +
+        "64 key slots a tile (attention/tiled/mma_block.h, sparse/tiled.h).",
+      constraints: "K = V = D; group <= 16; q, k, v on 16 bytes",
     },
     {
       stage: `sparse.nsa.${stage}`,

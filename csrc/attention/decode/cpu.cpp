@@ -1,9 +1,11 @@
-// The decode blocks on the host: each block's phases run thread by thread, one phase after another (what
-// the kernel's barriers guarantee), then the combine of the splits.
+// The decode blocks on the host (the CUDA-core or the tensor-core block, as the planner's rule picks): each
+// block's phases run thread by thread, one phase after another (what the kernel's barriers guarantee), then
+// the combine of the splits.
 #include <vector>
 
 #include "attention/decode/backend.h"
 #include "attention/decode/source.h"
+#include "attention/tiled/mma_block.h"
 #include "core/common.h"
 
 namespace ak::attention::decode::cpu {
@@ -20,7 +22,8 @@ void run(const Problem& problem) {
   parallel_for(blocks, [&](int64_t x) {
     const int64_t split = x % p.splits, hk = (x / p.splits) % p.Hkv, b = x / (p.splits * p.Hkv);
     const DecodeSource source(p, split, hk, b);
-    tiled::Block<DecodeSource>(source).run_on_host();
+    if (p.mma) tiled::MmaBlock<DecodeSource>(source).run_on_host();
+    else tiled::Block<DecodeSource>(source).run_on_host();
   });
   if (p.splits == 1) return;
   parallel_for(p.B * p.Hkv * R, [&](int64_t x) {

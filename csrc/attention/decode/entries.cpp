@@ -6,10 +6,12 @@
 
 #include "attention/decode/backend.h"
 #include "attention/decode/problem.h"
+#include "attention/planner.h"
 #include "core/common.h"
 
 using namespace ak;
 using namespace ak::attention::decode;
+namespace planning = ak::attention::planning;
 
 namespace {
 
@@ -78,13 +80,10 @@ AK_API ak_status ak_attention_decode(const ak_tensor* q_, const ak_tensor* k_, c
             "output: expected the shape of q " + shape_string(q) + ", got " + shape_string(o));
     require(std::isfinite(sm_scale) && std::isfinite(softcap) && softcap >= 0,
             "sm_scale, softcap: expected finite numbers, softcap >= 0");
-    if (p.D != 64 && p.D != 128 && p.D != 256) {
-      fail(AK_ERR_UNSUPPORTED, "decode kernel: head dim " + str(p.D) + " (it serves 64, 128 and 256)");
-    }
-    if (p.rows() * p.D > kMaxAcc * kThreads) {
-      fail(AK_ERR_UNSUPPORTED, "decode kernel: " + str(p.rows()) + " query rows per KV head at D " + str(p.D) +
-                                   " (it serves (H / Hkv) Sq D <= " + str(kMaxAcc * kThreads) + ")");
-    }
+    std::string why;
+    const std::string variant = planning::decode_variant(q.dtype, static_cast<int>(p.D), p.rows(), why);
+    if (variant.empty()) fail(AK_ERR_UNSUPPORTED, "decode kernel: " + why);
+    p.mma = variant == "mma";
     for (const ak_tensor* t : {&q, &k, &v}) {
       if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) {
         fail(AK_ERR_UNSUPPORTED, "decode kernel: q, k and v must start on 16 bytes (it loads 16 bytes at a time)");

@@ -1,0 +1,329 @@
+// The tiled attention block on tensor cores: up to 16 query rows (one m16 tile) against the same Sources
+// as block.h, in tiles of 64 keys: load K and V (phase 1), scores Q K^T on mma.sync m16n8k16 (phase 2,
+// warp w: keys 16 w .. 16 w + 15), the online softmax's statistics with P rounded to the operands' 16 bits
+// (phase 3), P V on mma.sync into accumulator fragments (phase 4, warp w: head-dim columns
+// [w D / 4, (w + 1) D / 4)).
+//
+// As with block.h, the CUDA kernels run the phases with a barrier between each and the CPU backends run
+// them thread by thread; a warp's product is the one collective step: each lane builds its fragments from
+// shared memory (the PTX layout of m16n8k16), then the device runs mma.sync and the host the same product
+// over the 32 lanes' fragments (mma_host). So the CPU tests cover the fragment indexing and the softmax;
+// what they take on trust is the hardware's reading of that layout, which the existing mma kernels share.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "attention/tiled/block.h"
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "arch/sm80.cuh"
+#endif
+
+namespace ak::attention::tiled {
+
+constexpr int kMmaRows = 16;
+constexpr int kMmaKeys = 64;
+// Accumulators of a lane: D / 32 n8 tiles of 4 (D <= 256).
+constexpr int kMmaAcc = 32;
+
+AK_HD uint32_t pack16(uint16_t lo, uint16_t hi) { return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16); }
+
+// The A fragment of a 16 x 16 block of a row-major [16][stride] array at column k0.
+AK_HD void fragment_a(const uint16_t* a, int64_t stride, int64_t k0, int lane, uint32_t out[4]) {
+  const int g = lane >> 2, q = lane & 3;
+  const uint16_t* r0 = a + g * stride + k0 + 2 * q;
+  const uint16_t* r1 = r0 + 8 * stride;
+  out[0] = pack16(r0[0], r0[1]), out[1] = pack16(r1[0], r1[1]);
+  out[2] = pack16(r0[8], r0[9]), out[3] = pack16(r1[8], r1[9]);
+}
+
+// The B fragment (k x n = 16 x 8) when B[k][n] = rows[n0 + n][k0 + k] (K^T from K's rows).
+AK_HD void fragment_b_rows(const uint16_t* rows, int64_t stride, int64_t n0, int64_t k0, int lane, uint32_t out[2]) {
+  const int g = lane >> 2, q = lane & 3;
+  const uint16_t* r = rows + (n0 + g) * stride + k0 + 2 * q;
+  out[0] = pack16(r[0], r[1]), out[1] = pack16(r[8], r[9]);
+}
+
+// The B fragment when B[k][n] = m[k0 + k][n0 + n] (V itself).
+AK_HD void fragment_b_cols(const uint16_t* m, int64_t stride, int64_t k0, int64_t n0, int lane, uint32_t out[2]) {
+  const int g = lane >> 2, q = lane & 3;
+  const uint16_t* c = m + (k0 + 2 * q) * stride + n0 + g;
+  out[0] = pack16(c[0], c[stride]), out[1] = pack16(c[8 * stride], c[9 * stride]);
+}
+
+AK_HD float widen(uint16_t x, int32_t dtype) { return dtype == AK_BFLOAT16 ? bf16_to_float(x) : f16_to_float(x); }
+
+// d += a b over the 32 lanes' fragments, as mma.sync m16n8k16 defines them (float accumulation).
+inline void mma_host(int32_t dtype, const uint32_t (*a)[4], const uint32_t (*b)[2], float (*d)[4]) {
+  float A[16][16], B[16][8];
+  for (int lane = 0; lane < 32; lane++) {
+    const int g = lane >> 2, q = lane & 3;
+    const int rows[4] = {g, g + 8, g, g + 8}, cols[4] = {2 * q, 2 * q, 2 * q + 8, 2 * q + 8};
+    for (int r = 0; r < 4; r++) {
+      A[rows[r]][cols[r]] = widen(static_cast<uint16_t>(a[lane][r] & 0xffffu), dtype);
+      A[rows[r]][cols[r] + 1] = widen(static_cast<uint16_t>(a[lane][r] >> 16), dtype);
+    }
+    for (int r = 0; r < 2; r++) {
+      B[2 * q + 8 * r][g] = widen(static_cast<uint16_t>(b[lane][r] & 0xffffu), dtype);
+      B[2 * q + 8 * r + 1][g] = widen(static_cast<uint16_t>(b[lane][r] >> 16), dtype);
+    }
+  }
+  for (int lane = 0; lane < 32; lane++) {
+    const int g = lane >> 2, q = lane & 3;
+    for (int e = 0; e < 4; e++) {
+      const int row = g + 8 * (e >> 1), col = 2 * q + (e & 1);
+      float sum = 0.f;
+      for (int k = 0; k < 16; k++) sum += A[row][k] * B[k][col];
+      d[lane][e] += sum;
+    }
+  }
+}
+
+#ifdef __CUDACC__
+__device__ __forceinline__ void mma_device(int32_t dtype, const uint32_t a[4], const uint32_t b[2], float d[4]) {
+  if (dtype == AK_BFLOAT16) ak::arch::mma16816<__nv_bfloat16>(d, a, b);
+  else ak::arch::mma16816<__half>(d, a, b);
+}
+#endif
+
+struct MmaShared {
+  float* s;        // [16][kMmaKeys + 4] scores
+  float* m;        // [16]
+  float* l;        // [16]
+  float* alpha;    // [16]
+  uint16_t* q;     // [16][D + 8] (rows past R zero)
+  uint16_t* k;     // [kMmaKeys][D + 8]
+  uint16_t* v;     // [kMmaKeys][D + 8]
+  uint16_t* p;     // [16][kMmaKeys + 8] probabilities, rounded to 16 bits
+  AK_HD static int64_t bytes(int64_t D) {
+    return 4 * 16 * (kMmaKeys + 4) + 12 * 16 + 2 * 16 * (D + 8) + 4 * kMmaKeys * (D + 8) + 2 * 16 * (kMmaKeys + 8);
+  }
+  AK_HD static MmaShared carve(unsigned char* base, int64_t D) {
+    MmaShared sh;
+    sh.s = reinterpret_cast<float*>(base);
+    sh.m = sh.s + 16 * (kMmaKeys + 4);
+    sh.l = sh.m + 16;
+    sh.alpha = sh.l + 16;
+    sh.q = reinterpret_cast<uint16_t*>(sh.alpha + 16);
+    sh.k = sh.q + 16 * (D + 8);
+    sh.v = sh.k + kMmaKeys * (D + 8);
+    sh.p = sh.v + kMmaKeys * (D + 8);
+    return sh;
+  }
+};
+
+struct MmaAcc {
+  float c[kMmaAcc];
+};
+
+// Whether the tensor-core block serves a call: block.h's dtypes and head dims, at most 16 query rows.
+inline bool mma_serves(int32_t dtype, int64_t D, int64_t R) {
+  return (dtype == AK_FLOAT16 || dtype == AK_BFLOAT16) && (D == 64 || D == 128 || D == 256) && R >= 1 && R <= 16;
+}
+
+template <class Source, int kD = 0>
+struct MmaBlock {
+  const Source& src;
+  AK_HD explicit MmaBlock(const Source& source) : src(source) {}
+  AK_HD int64_t dim() const { return kD > 0 ? kD : src.D; }
+  AK_HD int64_t stride() const { return dim() + 8; }
+
+  // Before the first tile: q rows (zeros past R), statistics reset, accumulators zeroed.
+  AK_HD void start(const MmaShared& sh, int t, MmaAcc& acc) const {
+    const int64_t D = dim();
+    for (int64_t e = t; e < 16 * D; e += kThreads) {
+      const int64_t r = e / D, c = e % D;
+      sh.q[r * stride() + c] = r < src.R ? static_cast<const uint16_t*>(src.q)[src.q_at(r) + c] : uint16_t{0};
+    }
+    if (t < 16) sh.m[t] = -INFINITY, sh.l[t] = 0.f;
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+    for (int j = 0; j < kMmaAcc; j++) acc.c[j] = 0.f;
+  }
+
+  // Phase 1: the tile's K and V rows (zeros past the range and for slots without a row), 16 bytes a move.
+  AK_HD void load(const MmaShared& sh, int t, int64_t tile) const {
+    const int64_t D = dim(), per_row = D / 8;
+    for (int64_t e = t; e < kMmaKeys * per_row; e += kThreads) {
+      const int64_t j = e / per_row, c = 8 * (e % per_row), slot = tile + j;
+      const int64_t row = slot < src.end ? src.row(slot) : -1;
+      Words kw = {}, vw = {};
+      if (row >= 0) {
+        const int64_t at = (row * src.Hkv + src.hk) * D + c;
+        kw = words(src.k, at), vw = words(src.v, at);
+      }
+      *reinterpret_cast<Words*>(sh.k + j * stride() + c) = kw;
+      *reinterpret_cast<Words*>(sh.v + j * stride() + c) = vw;
+    }
+  }
+
+  // The scores of lane `lane` of warp w for its n8 tile nt once its fragment c holds them.
+  AK_HD void store_scores(const MmaShared& sh, int w, int nt, int lane, const float c[4], int64_t tile) const {
+    const int g = lane >> 2, q = lane & 3;
+    for (int e = 0; e < 4; e++) {
+      const int64_t row = g + 8 * (e >> 1), key = 16 * w + 8 * nt + 2 * q + (e & 1), slot = tile + key;
+      float s = -INFINITY;
+      if (row < src.R && slot < src.end && src.row(slot) >= 0 && src.visible(slot, row)) {
+        s = c[e] * src.scale;
+        if (src.softcap > 0.f) s = src.softcap * tanhf(s / src.softcap);
+      }
+      sh.s[row * (kMmaKeys + 4) + key] = s;
+    }
+  }
+
+  // Phase 3: per row (thread t < 16), the new max, P rounded to 16 bits, the rescale.
+  AK_HD void softmax(const MmaShared& sh, int t) const {
+    if (t >= 16) return;
+    float* s = sh.s + t * (kMmaKeys + 4);
+    uint16_t* p = sh.p + t * (kMmaKeys + 8);
+    float top = sh.m[t];
+    for (int j = 0; j < kMmaKeys; j++) top = s[j] > top ? s[j] : top;
+    if (top == -INFINITY) {
+      for (int j = 0; j < kMmaKeys; j++) p[j] = 0;
+      sh.alpha[t] = 1.f;
+      return;
+    }
+    const float alpha = sh.m[t] == -INFINITY ? 0.f : expf(sh.m[t] - top);
+    float sum = 0.f;
+    for (int j = 0; j < kMmaKeys; j++) {
+      const float e = s[j] == -INFINITY ? 0.f : expf(s[j] - top);
+      p[j] = src.dtype == AK_BFLOAT16 ? float_to_bf16(e) : float_to_f16(e);
+      sum += e;  // unrounded, as FlashAttention sums: the log-sum-exp stays exact to float
+    }
+    sh.alpha[t] = alpha;
+    sh.l[t] = sh.l[t] * alpha + sum;
+    sh.m[t] = top;
+  }
+
+  AK_HD int n_tiles() const { return static_cast<int>(dim() / 32); }  // n8 tiles of a warp's columns
+
+  // The rescale of a lane's accumulators by its rows' alpha (before a tile's P V).
+  AK_HD void rescale(const MmaShared& sh, int lane, MmaAcc& acc) const {
+    const int g = lane >> 2;
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+    for (int nt = 0; nt < kMmaAcc / 4; nt++) {
+      if (nt >= n_tiles()) break;
+      acc.c[4 * nt] *= sh.alpha[g], acc.c[4 * nt + 1] *= sh.alpha[g];
+      acc.c[4 * nt + 2] *= sh.alpha[g + 8], acc.c[4 * nt + 3] *= sh.alpha[g + 8];
+    }
+  }
+
+  // After the last tile: lane's outputs (rows g and g + 8 of its columns) and the rows' statistics.
+  AK_HD void finish(const MmaShared& sh, int t, const MmaAcc& acc) const {
+    const int w = t / 32, lane = t % 32, g = lane >> 2, q = lane & 3;
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+    for (int nt = 0; nt < kMmaAcc / 4; nt++) {
+      if (nt >= n_tiles()) break;
+      const int64_t col = w * (dim() / 4) + 8 * nt + 2 * q;
+      for (int half = 0; half < 2; half++) {
+        const int64_t row = g + 8 * half;
+        if (row >= src.R) continue;
+        const float l = sh.l[row], inv = l > 0.f ? 1.f / l : 0.f;
+        src.write(row, col, acc.c[4 * nt + 2 * half] * inv, acc.c[4 * nt + 2 * half + 1] * inv);
+      }
+    }
+    if (t < src.R) src.stats(t, sh.m[t], sh.l[t]);
+  }
+
+  // The whole block on the host: each phase on every thread (or every warp's lanes) in turn.
+  void run_on_host() const {
+    const int64_t D = dim();
+    std::vector<Words> memory(static_cast<size_t>(MmaShared::bytes(D) / 16 + 1));
+    const MmaShared sh = MmaShared::carve(reinterpret_cast<unsigned char*>(memory.data()), D);
+    std::vector<MmaAcc> acc(kThreads);
+    uint32_t a[32][4], b[32][2];
+    float c[32][4];
+    for (int t = 0; t < kThreads; t++) start(sh, t, acc[t]);
+    for (int64_t tile = src.begin; tile < src.end; tile += kMmaKeys) {
+      for (int t = 0; t < kThreads; t++) load(sh, t, tile);
+      for (int w = 0; w < 4; w++) {  // phase 2, warp by warp
+        for (int nt = 0; nt < 2; nt++) {
+          for (int lane = 0; lane < 32; lane++) c[lane][0] = c[lane][1] = c[lane][2] = c[lane][3] = 0.f;
+          for (int64_t k0 = 0; k0 < D; k0 += 16) {
+            for (int lane = 0; lane < 32; lane++) {
+              fragment_a(sh.q, stride(), k0, lane, a[lane]);
+              fragment_b_rows(sh.k, stride(), 16 * w + 8 * nt, k0, lane, b[lane]);
+            }
+            mma_host(src.dtype, a, b, c);
+          }
+          for (int lane = 0; lane < 32; lane++) store_scores(sh, w, nt, lane, c[lane], tile);
+        }
+      }
+      for (int t = 0; t < kThreads; t++) softmax(sh, t);
+      for (int w = 0; w < 4; w++) {  // phase 4, warp by warp
+        for (int lane = 0; lane < 32; lane++) rescale(sh, lane, acc[32 * w + lane]);
+        for (int nt = 0; nt < n_tiles(); nt++) {
+          for (int lane = 0; lane < 32; lane++) {
+            for (int e = 0; e < 4; e++) c[lane][e] = acc[32 * w + lane].c[4 * nt + e];
+          }
+          for (int64_t k0 = 0; k0 < kMmaKeys; k0 += 16) {
+            for (int lane = 0; lane < 32; lane++) {
+              fragment_a(sh.p, kMmaKeys + 8, k0, lane, a[lane]);
+              fragment_b_cols(sh.v, stride(), k0, w * (D / 4) + 8 * nt, lane, b[lane]);
+            }
+            mma_host(src.dtype, a, b, c);
+          }
+          for (int lane = 0; lane < 32; lane++) {
+            for (int e = 0; e < 4; e++) acc[32 * w + lane].c[4 * nt + e] = c[lane][e];
+          }
+        }
+      }
+    }
+    for (int t = 0; t < kThreads; t++) finish(sh, t, acc[t]);
+  }
+
+#ifdef __CUDACC__
+  // The whole block on the device: the same phases, a barrier between each.
+  __device__ void run_on_device(unsigned char* smem) const {
+    const int t = static_cast<int>(threadIdx.x), w = t / 32, lane = t % 32;
+    const int64_t D = dim();
+    const MmaShared sh = MmaShared::carve(smem, D);
+    MmaAcc acc;
+    start(sh, t, acc);
+    __syncthreads();
+    for (int64_t tile = src.begin; tile < src.end; tile += kMmaKeys) {
+      load(sh, t, tile);
+      __syncthreads();
+      uint32_t a[4], b[2];
+#pragma unroll
+      for (int nt = 0; nt < 2; nt++) {
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int64_t k0 = 0; k0 < D; k0 += 16) {
+          fragment_a(sh.q, stride(), k0, lane, a);
+          fragment_b_rows(sh.k, stride(), 16 * w + 8 * nt, k0, lane, b);
+          mma_device(src.dtype, a, b, c);
+        }
+        store_scores(sh, w, nt, lane, c, tile);
+      }
+      __syncthreads();
+      softmax(sh, t);
+      __syncthreads();
+      rescale(sh, lane, acc);
+#pragma unroll
+      for (int nt = 0; nt < kMmaAcc / 4; nt++) {
+        if (nt >= n_tiles()) break;
+#pragma unroll
+        for (int k0 = 0; k0 < kMmaKeys; k0 += 16) {
+          fragment_a(sh.p, kMmaKeys + 8, k0, lane, a);
+          fragment_b_cols(sh.v, stride(), k0, w * (D / 4) + 8 * nt, lane, b);
+          mma_device(src.dtype, a, b, acc.c + 4 * nt);
+        }
+      }
+      __syncthreads();
+    }
+    finish(sh, t, acc);
+  }
+#endif
+};
+
+}  // namespace ak::attention::tiled
