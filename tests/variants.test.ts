@@ -304,7 +304,7 @@ function attentionDecodeExercise(row: KernelRow, seed: number): void {
 }
 
 // An NSA branch with the row's kernel pinned, against the same call on the CPU backend (held to the float64
-// oracle in tests/sparse_attention.test.ts): three packed sequences, 8 heads in groups of 4.
+// oracle in tests/sparse_nsa.test.ts): three packed sequences, 8 heads in groups of 4.
 function nsaExercise(row: KernelRow, seed: number): void {
   const dtype = row.dtype as "float32" | "float16" | "bfloat16", D = row.d || 32, bs = 16, H = 8, G = 4;
   const offsets = [0, 150, 151, 230];
