@@ -80,6 +80,7 @@ AK_API ak_status ak_attention_decode(const ak_tensor* q_, const ak_tensor* k_, c
             "output: expected the shape of q " + shape_string(q) + ", got " + shape_string(o));
     require(std::isfinite(sm_scale) && std::isfinite(softcap) && softcap >= 0,
             "sm_scale, softcap: expected finite numbers, softcap >= 0");
+    if (p.B > 65535) fail(AK_ERR_UNSUPPORTED, "decode kernel: " + str(p.B) + " sequences (its grid takes 65535)");
     std::string why;
     const std::string variant = planning::decode_variant(q.dtype, static_cast<int>(p.D), p.rows(), why);
     if (variant.empty()) fail(AK_ERR_UNSUPPORTED, "decode kernel: " + why);
