@@ -8,12 +8,6 @@
 
 namespace ak::sparse::cpu {
 
-namespace {
-
-int64_t slices(int64_t width) { return (width + kSlice - 1) / kSlice; }
-
-}  // namespace
-
 void nsa_compression(const NsaCompression& p) {
   if (p.tiled) {
     parallel_for(p.seq.T * p.Hkv, [&](int64_t x) {
@@ -23,7 +17,7 @@ void nsa_compression(const NsaCompression& p) {
     });
     return;
   }
-  const int64_t S = slices(p.V);
+  const int64_t S = value_slices(p.V);
   parallel_for(p.seq.T * p.H, [&](int64_t th) {
     for (int64_t s = 0; s < S; s++) nsa_compression_item<double>(p, th / p.H, th % p.H, s * kSlice);
   });
@@ -42,14 +36,14 @@ void nsa_selection(const NsaSelection& p) {
     });
     return;
   }
-  const int64_t S = slices(p.V);
+  const int64_t S = value_slices(p.V);
   parallel_for(p.seq.T * p.H, [&](int64_t th) {
     for (int64_t s = 0; s < S; s++) nsa_selection_item<double>(p, th / p.H, th % p.H, s * kSlice);
   });
 }
 
 void dsa_decode(const DsaDecode& p) {
-  const int64_t S = slices(p.D);
+  const int64_t S = value_slices(p.D);
   parallel_for(p.B * p.Sq * p.H, [&](int64_t rh) {
     for (int64_t s = 0; s < S; s++) dsa_decode_item<double>(p, rh / p.H, rh % p.H, s * kSlice);
   });

@@ -8,22 +8,13 @@
 #include "cuda/registry_launch.h"
 #include "cuda/runtime.cuh"
 #include "sparse/backend.h"
+#include "sparse/launch.cuh"
 #include "sparse/planner.h"
 #include "sparse/rows.h"
 
 namespace ak::sparse::cuda {
 
 namespace {
-
-constexpr int kThreads = 128;
-
-template <class Body>
-__global__ void each_item(int64_t n, Body body) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) body(i);
-}
-
-int64_t slices(int64_t width) { return (width + kSlice - 1) / kSlice; }
 
 struct TopkItem {
   NsaTopk p;
@@ -42,13 +33,11 @@ struct IndexerItem {
   __device__ void operator()(int64_t i) const { indexer_item<float>(p, i / p.Sk, i % p.Sk); }
 };
 
+// The per-item kernel of rows.h (launch.cuh) for `body` over n items, on the device's stream.
 template <class Body>
 void launch(int device, int64_t n, const Body& body, const char* name) {
-  if (n == 0) return;
   ak::cuda::DeviceGuard guard(device);
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  each_item<<<static_cast<unsigned>(blocks), kThreads, 0, ak::cuda::stream(device)>>>(n, body);
-  ak::cuda::check_launch(name);
+  kernels::launch_items(n, body, ak::cuda::stream(device), name);
 }
 
 // Plans an NSA branch, records the plan and launches its row.
@@ -84,7 +73,7 @@ void nsa_selection(const NsaSelection& p, int device) {
 }
 
 void dsa_decode(const DsaDecode& p, int device) {
-  const int64_t S = slices(p.D);
+  const int64_t S = value_slices(p.D);
   launch(device, p.B * p.Sq * p.H * S, DecodeItem{p, S}, "dsa_decode");
 }
 

@@ -52,8 +52,6 @@ void launch_items(int64_t n, const Body& body, cudaStream_t stream, const char* 
   ::ak::cuda::check_launch(name);
 }
 
-inline int64_t slices(int64_t width) { return (width + kSlice - 1) / kSlice; }
-
 struct CompressionBody {
   NsaCompression p;
   int64_t S;
@@ -89,7 +87,7 @@ void CompressionMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
 
 template <class T, int D, int Tile>
 void CompressionItem<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
-  const int64_t S = kernels::slices(p.V);
+  const int64_t S = value_slices(p.V);
   kernels::launch_items(p.seq.T * p.H * S, kernels::CompressionBody{p, S}, stream, "sparse.nsa.compression.item");
 }
 
@@ -107,7 +105,7 @@ void SelectionMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
 
 template <class T, int D, int Tile>
 void SelectionItem<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
-  const int64_t S = kernels::slices(p.V);
+  const int64_t S = value_slices(p.V);
   kernels::launch_items(p.seq.T * p.H * S, kernels::SelectionBody{p, S}, stream, "sparse.nsa.selection.item");
 }
 

@@ -18,6 +18,9 @@ namespace ak::sparse {
 
 constexpr int64_t kSlice = 32;
 
+// Slices of kSlice value columns in a row of `width`.
+AK_HD int64_t value_slices(int64_t width) { return (width + kSlice - 1) / kSlice; }
+
 AK_HD float exp_of(float x) { return expf(x); }
 AK_HD double exp_of(double x) { return exp(x); }
 AK_HD float log_of(float x) { return logf(x); }
