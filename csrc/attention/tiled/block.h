@@ -74,6 +74,17 @@ struct Acc {
   float a[kMaxAcc];
 };
 
+// The eight K and V elements at columns [c, c + 8) of key slot `slot` (zeros past the block's slots and for
+// a slot without a row): what both blocks' load phases move into shared memory.
+template <class Source>
+AK_HD void slot_words(const Source& src, int64_t slot, int64_t c, int64_t D, Words& kw, Words& vw) {
+  kw = Words{}, vw = Words{};
+  const int64_t row = slot < src.end ? src.row(slot) : -1;
+  if (row < 0) return;
+  const int64_t at = (row * src.Hkv + src.hk) * D + c;
+  kw = words(src.k, at), vw = words(src.v, at);
+}
+
 // One block's attention of R query rows over a list of key slots, the phases generic in where the keys come
 // from: a Source (attention/decode/source.h, sparse/tiled.h) says, all on the device,
 //   q, k, v, dtype, D, Hkv, hk, R, scale, softcap   the operands (k, v as [rows, Hkv, D]) and the KV head;
@@ -103,13 +114,9 @@ struct Block {
   AK_HD void load(const Shared& sh, int t, int64_t tile) const {
     const int64_t D = dim(), per_row = D / 8;
     for (int64_t e = t; e < kTileKeys * per_row; e += kThreads) {
-      const int64_t j = e / per_row, c = 8 * (e % per_row), slot = tile + j;
-      const int64_t row = slot < src.end ? src.row(slot) : -1;
-      Words kw = {}, vw = {};
-      if (row >= 0) {
-        const int64_t at = (row * src.Hkv + src.hk) * D + c;
-        kw = words(src.k, at), vw = words(src.v, at);
-      }
+      const int64_t j = e / per_row, c = 8 * (e % per_row);
+      Words kw, vw;
+      slot_words(src, tile + j, c, D, kw, vw);
       uint32_t* k = reinterpret_cast<uint32_t*>(sh.k + j * (D + 2) + c);  // 4-byte aligned only (the pad)
       for (int w = 0; w < 4; w++) k[w] = kw.w[w];
       *reinterpret_cast<Words*>(sh.v + j * D + c) = vw;

@@ -151,13 +151,9 @@ struct MmaBlock {
   AK_HD void load(const MmaShared& sh, int t, int64_t tile) const {
     const int64_t D = dim(), per_row = D / 8;
     for (int64_t e = t; e < kMmaKeys * per_row; e += kThreads) {
-      const int64_t j = e / per_row, c = 8 * (e % per_row), slot = tile + j;
-      const int64_t row = slot < src.end ? src.row(slot) : -1;
-      Words kw = {}, vw = {};
-      if (row >= 0) {
-        const int64_t at = (row * src.Hkv + src.hk) * D + c;
-        kw = words(src.k, at), vw = words(src.v, at);
-      }
+      const int64_t j = e / per_row, c = 8 * (e % per_row);
+      Words kw, vw;
+      slot_words(src, tile + j, c, D, kw, vw);
       *reinterpret_cast<Words*>(sh.k + j * stride() + c) = kw;
       *reinterpret_cast<Words*>(sh.v + j * stride() + c) = vw;
     }
