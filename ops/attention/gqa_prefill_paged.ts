@@ -8,13 +8,14 @@
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
+import { contiguousStrides } from "../../ffi/descriptor.ts";
 import { native, unwrap } from "../../ffi/library.ts";
 import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
 import type { DType } from "../dtype.ts";
 import { int32Seqlens } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
 import { selectRows } from "../tensor_math/indexing.ts";
-import { pagedRows, type PageTable } from "./kv_cache.ts";
+import { hostInt32, pagedRows, type PageTable } from "./kv_cache.ts";
 import { checkHeads, DTypePin, expectBoolean, expectOptions } from "./op_support.ts";
 import { expectSize, type ResolvedMask, type ResolvedScore, resolveScore } from "./options.ts";
 import { runForward } from "./run.ts";
@@ -286,16 +287,9 @@ export class GroupedQueryAttentionPrefillPagedWithKVCacheFwdOp {
     if (qOffsets[0] !== 0 || qOffsets[B] !== q.shape[0]) {
       throw invalidArgument(OP, `cuSeqlensQ: expected offsets from 0 to the ${q.shape[0]} rows of q`);
     }
-    const host = (name: string, value: unknown, shape: number[]) => {
-      const t = expectTensor(OP, name, value);
-      expectDType(OP, name, t, ["int32"]);
-      expectShape(OP, name, t, shape);
-      expectSameDevice(OP, name, t, q, "q");
-      return t.toArray() as Int32Array;
-    };
-    const cached = host("cacheSeqlens", cacheSeqlens, [B]);
+    const cached = hostInt32(OP, "cacheSeqlens", cacheSeqlens, [B], q);
     const table: PageTable = {
-      table: host("blockTable", blockTable, [B, maxPagesPerReq]),
+      table: hostInt32(OP, "blockTable", blockTable, [B, maxPagesPerReq], q),
       maxPages: maxPagesPerReq,
       pageSize,
       rows: cacheRows,
@@ -411,7 +405,7 @@ function ropeTables(first: number, len: number, rotaryDim: number, base: number,
 
 /** Copies `src` (contiguous, `shape`) into `dst`'s memory from element `offset` on. */
 function copyRows(dst: Tensor, offset: number, src: Tensor, shape: number[]): void {
-  const strides = shape.map((_, i) => shape.slice(i + 1).reduce((a, x) => a * x, 1));
+  const strides = contiguousStrides(shape);
   unwrap(
     native().ak_copy(dst.viewDescriptor(shape, strides, OP, offset), src.viewDescriptor(shape, strides, OP)),
     OP,

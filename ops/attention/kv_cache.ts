@@ -55,7 +55,7 @@ export interface DecodeCall {
 }
 
 /** Reads an int32 tensor argument of a given shape on q's device to the host. */
-function hostInt32(
+export function hostInt32(
   op: string,
   name: string,
   value: unknown,
