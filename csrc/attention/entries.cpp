@@ -32,43 +32,6 @@ void check_strides(const ak_tensor& t, const char* name) {
   }
 }
 
-// cu_seqlens: int32 [N + 1] on q's device, copied to the host and checked value by value.
-std::vector<int64_t> read_cu_seqlens(const ak_tensor* p, const char* name, const ak_tensor& q, int64_t tokens,
-                                     const char* token_source) {
-  const ak_tensor& t = check_tensor(p, name);
-  check_dtype(t, name, {AK_INT32});
-  require(t.rank == 1, std::string(name) + ": expected shape [N + 1] (rank 1), got " + shape_string(t));
-  require(t.shape[0] >= 1, std::string(name) + ": expected at least one entry (N + 1 with N >= 0), got none");
-  require(t.strides[0] == 1 || t.shape[0] == 1, std::string(name) + ": expected a contiguous tensor");
-  check_same_device(t, name, q, "q");
-  const int64_t n = t.shape[0];
-  std::vector<int32_t> host(static_cast<size_t>(n));
-  if (t.device_type == AK_CPU) {
-    const int32_t* src = static_cast<const int32_t*>(t.data);
-    for (int64_t i = 0; i < n; ++i) host[i] = src[i];
-  } else {
-#if AK_WITH_CUDA
-    ak::cuda::copy_to_host(t, host.data(), n * static_cast<int64_t>(sizeof(int32_t)));
-#else
-    fail_no_cuda();
-#endif
-  }
-  require(host[0] == 0, std::string(name) + ": must start at 0, got " + str(host[0]));
-  std::vector<int64_t> out(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    out[i] = host[i];
-    if (i > 0) {
-      require(out[i] >= out[i - 1], std::string(name) + ": must be nondecreasing, but entry " + str(i) + " (" +
-                                        str(out[i]) + ") is below entry " + str(i - 1) + " (" + str(out[i - 1]) +
-                                        ")");
-    }
-  }
-  require(out[n - 1] == tokens, std::string(name) + ": the last entry (" + str(out[n - 1]) +
-                                    ") must equal the number of packed tokens in " + token_source + " (" +
-                                    str(tokens) + ")");
-  return out;
-}
-
 int64_t longest(const std::vector<int64_t>& starts) {
   int64_t m = 0;
   for (size_t i = 1; i < starts.size(); ++i) m = std::max(m, starts[i] - starts[i - 1]);
@@ -145,8 +108,8 @@ AttnProblem make_problem(const ak_tensor* q_p, const ak_tensor* k_p, const ak_te
   p.window_right = p.causal ? 0 : window_right;  // causal clamps any right window to 0 (see the top)
 
   if (p.varlen) {
-    p.q_start = read_cu_seqlens(cu_q_p, "cu_seqlens_q", q, q.shape[0], "q");
-    p.kv_start = read_cu_seqlens(cu_kv_p, "cu_seqlens_kv", q, k.shape[0], "k");
+    p.q_start = read_offsets(cu_q_p, "cu_seqlens_q", q, q.shape[0], "q");
+    p.kv_start = read_offsets(cu_kv_p, "cu_seqlens_kv", q, k.shape[0], "k");
     require(p.q_start.size() == p.kv_start.size(),
             "cu_seqlens_kv: expected " + str(static_cast<int64_t>(p.q_start.size())) +
                 " entries (same as cu_seqlens_q), got " + str(static_cast<int64_t>(p.kv_start.size())));

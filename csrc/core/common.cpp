@@ -6,6 +6,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #if AK_WITH_CUDA
 #include "cuda/backend.h"
@@ -234,6 +235,43 @@ void parallel_for(int64_t n, const std::function<void(int64_t)>& body) {
   worker();
   for (auto& th : pool) th.join();
   if (error) std::rethrow_exception(error);
+}
+
+// Packed offsets: int32 [N + 1] on q's device, copied to the host and checked value by value.
+std::vector<int64_t> read_offsets(const ak_tensor* p, const char* name, const ak_tensor& q, int64_t tokens,
+                                  const char* token_source) {
+  const ak_tensor& t = check_tensor(p, name);
+  check_dtype(t, name, {AK_INT32});
+  require(t.rank == 1, std::string(name) + ": expected shape [N + 1] (rank 1), got " + shape_string(t));
+  require(t.shape[0] >= 1, std::string(name) + ": expected at least one entry (N + 1 with N >= 0), got none");
+  require(t.strides[0] == 1 || t.shape[0] == 1, std::string(name) + ": expected a contiguous tensor");
+  check_same_device(t, name, q, "q");
+  const int64_t n = t.shape[0];
+  std::vector<int32_t> host(static_cast<size_t>(n));
+  if (t.device_type == AK_CPU) {
+    const int32_t* src = static_cast<const int32_t*>(t.data);
+    for (int64_t i = 0; i < n; ++i) host[i] = src[i];
+  } else {
+#if AK_WITH_CUDA
+    ak::cuda::copy_to_host(t, host.data(), n * static_cast<int64_t>(sizeof(int32_t)));
+#else
+    fail_no_cuda();
+#endif
+  }
+  require(host[0] == 0, std::string(name) + ": must start at 0, got " + std::to_string(host[0]));
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = host[i];
+    if (i > 0) {
+      require(out[i] >= out[i - 1], std::string(name) + ": must be nondecreasing, but entry " + std::to_string(i) + " (" +
+                                        std::to_string(out[i]) + ") is below entry " + std::to_string(i - 1) + " (" + std::to_string(out[i - 1]) +
+                                        ")");
+    }
+  }
+  require(out[n - 1] == tokens, std::string(name) + ": the last entry (" + std::to_string(out[n - 1]) +
+                                    ") must equal the number of packed tokens in " + token_source + " (" +
+                                    std::to_string(tokens) + ")");
+  return out;
 }
 
 }  // namespace ak

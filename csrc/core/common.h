@@ -85,6 +85,10 @@ inline std::vector<int64_t> shape_of(const ak_tensor& t) {
 
 // Devices: validates device_type/index of a tensor (for CUDA: the index exists and the build has CUDA).
 void check_device(const ak_tensor& t, const char* name);
+// Offsets of packed sequences (`name`: int32 [N + 1] on q's device), read to the host and checked: 0 first,
+// nondecreasing, the last equal to `tokens`, the packed tokens of `token_source`.
+std::vector<int64_t> read_offsets(const ak_tensor* p, const char* name, const ak_tensor& q, int64_t tokens,
+                                  const char* token_source);
 // The same for a device given by type and index, as the runtime's entries take it.
 void check_device_args(int32_t device_type, int32_t device_index);
 // Declares a family's backend functions (`decls`) in both backends' namespaces, cpu:: and cuda::: the

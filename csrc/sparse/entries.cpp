@@ -60,16 +60,13 @@ std::vector<int32_t> host_ints(const ak_tensor& t, const char* name) {
 }
 
 // Offsets of N packed sequences over T tokens, read back and checked; the device copy goes to the kernels.
-Packed packed(const ak_tensor* offsets_, const ak_tensor& ref, int64_t T, std::vector<int32_t>& host) {
+Packed packed(const ak_tensor* offsets_, const ak_tensor& ref, int64_t T, std::vector<int64_t>& host) {
   const ak_tensor& o = operand(offsets_, "offsets", 1, {AK_INT32}, &ref, "q");
   require(o.shape[0] >= 2, "offsets: expected [N + 1] with N >= 1 sequences, got " + shape_string(o));
-  host = host_ints(o, "offsets");
-  require(host[0] == 0, "offsets: must start at 0, got " + str(host[0]));
-  for (size_t n = 1; n < host.size(); n++) {
-    require(host[n] >= host[n - 1], "offsets: must be nondecreasing, but entry " + str(n) + " (" + str(host[n]) +
-                                        ") is below entry " + str(n - 1) + " (" + str(host[n - 1]) + ")");
-  }
-  require(host.back() == T, "offsets: the last offset must be the " + str(T) + " tokens of q, got " + str(host.back()));
+#if AK_WITH_CUDA
+  if (o.device_type != AK_CPU) ak::cuda::refuse_while_capturing(o.device_index, "offsets");
+#endif
+  host = read_offsets(offsets_, "offsets", ref, T, "q");
   Packed p;
   p.offsets = static_cast<const int32_t*>(o.data);
   p.N = o.shape[0] - 1, p.T = T;
@@ -77,7 +74,7 @@ Packed packed(const ak_tensor* offsets_, const ak_tensor& ref, int64_t T, std::v
 }
 
 // Compressed-row offsets: 0 first, nondecreasing, within the C rows, and room for what the last token sees.
-void chunk_offsets(Packed& p, const ak_tensor* chunk_, const ak_tensor& ref, const std::vector<int32_t>& offsets,
+void chunk_offsets(Packed& p, const ak_tensor* chunk_, const ak_tensor& ref, const std::vector<int64_t>& offsets,
                    int64_t C, int64_t block, int64_t stride) {
   const ak_tensor& c = operand(chunk_, "chunk_offsets", 1, {AK_INT32}, &ref, "q");
   require(c.shape[0] == p.N + 1, "chunk_offsets: expected [N + 1=" + str(p.N + 1) + "] like offsets, got " +
@@ -133,7 +130,7 @@ AK_API ak_status ak_nsa_compression_fwd(const ak_tensor* q_, const ak_tensor* k_
     require(stride >= 1 && stride <= block_size,
             "stride: expected 1 <= stride <= block_size=" + str(block_size) + ", got " + str(stride));
     require(std::isfinite(scale), "scale: expected a finite number");
-    std::vector<int32_t> host;
+    std::vector<int64_t> host;
     p.seq = packed(offsets, q, q.shape[0], host);
     chunk_offsets(p.seq, chunk_offsets_, q, host, p.C, block_size, stride);
     const ak_tensor& o = operand(output, "output", 3, kFloats, &q, "q");
@@ -165,7 +162,7 @@ AK_API ak_status ak_nsa_topk(const ak_tensor* q_, const ak_tensor* k_cmp, const 
     expect_dims(k, "k_cmp", {p.C, p.Hkv, p.K}, ("[C, Hkv, K=" + str(p.K) + "]").c_str());
     require(block_size >= 1, "block_size: expected >= 1, got " + str(block_size));
     require(std::isfinite(scale), "scale: expected a finite number");
-    std::vector<int32_t> host;
+    std::vector<int64_t> host;
     p.seq = packed(offsets, q, q.shape[0], host);
     chunk_offsets(p.seq, chunk_offsets_, q, host, p.C, block_size, block_size);
     const ak_tensor& l = operand(lse, "lse", 2, {AK_FLOAT32}, &q, "q");
@@ -205,7 +202,7 @@ AK_API ak_status ak_nsa_selection_fwd(const ak_tensor* q_, const ak_tensor* k_, 
     expect_dims(v, "v", {T, p.Hkv, p.V}, dims_text({{"T", T}, {"Hkv", p.Hkv}, {"V", p.V}}).c_str());
     require(block_size >= 1, "block_size: expected >= 1, got " + str(block_size));
     require(std::isfinite(scale), "scale: expected a finite number");
-    std::vector<int32_t> host;
+    std::vector<int64_t> host;
     p.seq = packed(offsets, q, T, host);
     const ak_tensor& bi = operand(block_indices, "block_indices", 3, {AK_INT32}, &q, "q");
     p.S = bi.shape[2];
