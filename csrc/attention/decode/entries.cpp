@@ -95,9 +95,12 @@ AK_API ak_status ak_attention_decode(const ak_tensor* q_, const ak_tensor* k_, c
     p.dtype = q.dtype, p.scale = static_cast<float>(sm_scale), p.softcap = static_cast<float>(softcap);
     p.causal = (flags & AK_ATTN_CAUSAL) != 0;
     if (p.B == 0 || p.Sq == 0 || p.H == 0) return;
-    plan_splits(p, kBlocksWanted);
-    if (q.device_type == AK_CPU) ak::attention::decode::cpu::run(p);
-    else AK_CUDA_CALL(ak::attention::decode::cuda::run(p, q.device_index));
+    if (q.device_type == AK_CPU) {
+      plan_splits(p, kBlocksWanted);  // CUDA: the planner splits for the device's multiprocessors
+      ak::attention::decode::cpu::run(p);
+    } else {
+      AK_CUDA_CALL(ak::attention::decode::cuda::run(p, q.device_index));
+    }
   });
 }
 
