@@ -1,6 +1,7 @@
 /**
  * Benchmark of decode over a KV cache (bf16, GQA 32 / 8 heads, D 128, one query token per sequence) at the
- * serving issue's shapes, contiguous and paged (pages of 64), against PyTorch SDPA on this H200 as ANCHORS.md
+ * serving issue's shapes, contiguous, paged (pages of 64) and paged with `checkIndices: false` (no read-back of
+ * the lengths and the block table), against PyTorch SDPA on this H200 as ANCHORS.md
  * records it (cuDNN, the faster backend there: 1 x 65536 keys 0.080 ms, 64 x 4096 0.255 ms, 256 x 2048
  * 0.492 ms). GB/s counts the K and V bytes read once; the copy ceiling is 4252 GB/s. Each row records the
  * planner's path (`lastPlan()`: the decode block, the split). Times: CUDA events, median of 20 calls after 3
@@ -20,6 +21,7 @@ import {
   GroupedQueryAttentionDecodePagedWithKVCacheFwdOp,
   GroupedQueryAttentionDecodeWithKVCacheFwdOp,
   lastPlan,
+  setTuning,
   Tensor,
 } from "../mod.ts";
 import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
@@ -28,8 +30,11 @@ const { values: args } = parseArgs({
   options: {
     results: { type: "string", default: "bench/results" },
     iterations: { type: "string", default: "20" },
+    /** A tuning table to pin kernels (e.g. `{"attention.decode":"mma"}`), recorded with each row. */
+    tuning: { type: "string" },
   },
 });
+if (args.tuning) setTuning(JSON.parse(args.tuning));
 if (!cudaAvailable()) throw new Error("decode_side_by_side: needs a CUDA device");
 const gpu = deviceInfo("cuda").name;
 const records: BenchRecord[] = [];
@@ -43,14 +48,16 @@ for (const [B, Skv] of [[1, 65536], [64, 4096], [256, 2048]]) {
   const bytes = 2 * B * Skv * Hkv * D * 2;
   using q = Tensor.randn([B, H, D], { dtype: "bfloat16", device, seed: 1 });
   using lengths = Tensor.full([B], Skv, { dtype: "int32", device });
-  for (const paged of [false, true]) {
+  for (const [paged, checkIndices] of [[false, true], [true, true], [true, false]]) {
     const rec: BenchRecord = {
       op: paged
         ? "GroupedQueryAttentionDecodePagedWithKVCacheFwdOp"
         : "GroupedQueryAttentionDecodeWithKVCacheFwdOp",
       shape: `${shape}_H${H}_KV${Hkv}_D${D}${paged ? `_page${PAGE}` : ""}`,
       dtype: "bfloat16",
-      mode: "decode",
+      mode: `decode${checkIndices ? "" : ", checkIndices false"}${
+        args.tuning ? `, tuning ${args.tuning}` : ""
+      }`,
       ms: null,
       ref: "torch SDPA, cuDNN (ANCHORS.md)",
       ref_ms: SDPA[shape] ?? null,
@@ -68,7 +75,14 @@ for (const [B, Skv] of [[1, 65536], [64, 4096], [256, 2048]]) {
         shape: [B, pages],
         device,
       });
-      const sizes = { batch: B, heads: H, headsKv: Hkv, seqlenKv: paged ? B * Skv : Skv, dim: D };
+      const sizes = {
+        batch: B,
+        heads: H,
+        headsKv: Hkv,
+        seqlenKv: paged ? B * Skv : Skv,
+        dim: D,
+        checkIndices,
+      };
       const run = paged
         ? (() => {
           const op = new GroupedQueryAttentionDecodePagedWithKVCacheFwdOp({ ...sizes, pageSize: PAGE });

@@ -12,6 +12,7 @@ import {
   MultiHeadAttentionDecodePagedWithKVCacheFwdOp,
   MultiHeadAttentionDecodeWithKVCacheFwdOp,
   Tensor,
+  withTuning,
 } from "../mod.ts";
 import { attentionReference, FLOAT64, samePrecision } from "../reference/mod.ts";
 import { expectFlashRule } from "./attention_cases.ts";
@@ -237,6 +238,28 @@ deviceTest(
       })),
 );
 
+// Each decode block pinned in turn, on the cases it serves (rows per KV head: tiled R D <= 4096, warp R <= 8,
+// mma R <= 16; head dims 64, 128, 256): the planner's rule runs only one of them per shape.
+deviceTest(
+  "each split-key decode block (tiled, warp, mma), pinned, matches the float64 oracle",
+  (device) =>
+    expectNoLeak(device, () =>
+      withSeed((seed) => {
+        const serves = {
+          tiled: (r: number, d: number) => r * d <= 4096,
+          warp: (r: number) => r <= 8,
+          mma: (r: number) => r <= 16,
+        };
+        for (const [block, ok] of Object.entries(serves)) {
+          for (const [i, c] of CASES.entries()) {
+            const rows = (c.heads / c.headsKv) * c.seqlenQ;
+            if (![64, 128, 256].includes(c.dim) || !ok(rows, c.dim)) continue;
+            withTuning({ "attention.decode": block }, () => checkDecode(device, c, seed + 10 * i));
+          }
+        }
+      })),
+);
+
 deviceTest(
   "paged decode equals contiguous decode on the same keys, bit for bit",
   (device) =>
@@ -359,4 +382,38 @@ deviceTest(
     for (const D of [32, 96]) assert.equal(call(D, 4), Status.UNSUPPORTED, `D ${D}`);
     assert.equal(call(256, 32), Status.UNSUPPORTED, "32 rows of D 256");
   },
+);
+
+deviceTest(
+  "kv-cache decode with checkIndices false stays on the device: lengths clamped, pages past the cache masked",
+  (device) =>
+    expectNoLeak(device, () => {
+      const sizes = { batch: 2, heads: 4, headsKv: 2, seqlenKv: 64, dim: 64, pageSize: 16 };
+      const checked = new GroupedQueryAttentionDecodePagedWithKVCacheFwdOp(sizes);
+      const trusting = new GroupedQueryAttentionDecodePagedWithKVCacheFwdOp({
+        ...sizes,
+        checkIndices: false,
+      });
+      using q = Tensor.randn([2, 4, 64], { dtype: "bfloat16", device, seed: 5 });
+      using k = Tensor.randn([64, 2, 64], { dtype: "bfloat16", device, seed: 6 });
+      using v = Tensor.randn([64, 2, 64], { dtype: "bfloat16", device, seed: 7 });
+      const int32 = (x: number[] | number[][]) => Tensor.from(x, { dtype: "int32", device });
+      using lengths = int32([20, 16]), table = int32([[1, 3], [0, -1]]);
+      // Valid indices: the same output, bit for bit.
+      using a = checked.forward(q, k, v, lengths, table), b = trusting.forward(q, k, v, lengths, table);
+      assert.deepEqual(b.toArray(), a.toArray());
+      // Page 4 is past the cache: its keys are masked, as if the sequence ended at 16.
+      using past = int32([[1, 4], [0, -1]]), sixteen = int32([16, 16]);
+      using masked = trusting.forward(q, k, v, lengths, past),
+        short = checked.forward(q, k, v, sixteen, table);
+      assert.deepEqual(masked.toArray(), short.toArray());
+      // A length past the table's 2 pages (32 keys) is read as 32; a negative one as 0 (zeros out).
+      using full = int32([[1, 3], [0, 2]]), long = int32([33, -5]), clamped = int32([32, 0]);
+      using over = trusting.forward(q, k, v, long, full), capped = checked.forward(q, k, v, clamped, full);
+      assert.deepEqual(over.toArray(), capped.toArray());
+      refuses(
+        () => new GroupedQueryAttentionDecodePagedWithKVCacheFwdOp({ ...sizes, checkIndices: "no" } as never),
+        /options\.checkIndices: expected a boolean/,
+      );
+    }),
 );

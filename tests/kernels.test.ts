@@ -250,9 +250,9 @@ Deno.test("explain: bad queries are refused by name", () => {
 Deno.test("explain: the split-key decode splits short batches of long caches, not large batches", () => {
   const plan = (q: Omit<PlanQuery, "op" | "gpu">) => explain({ op: "attention.decode", gpu: "h200", ...q });
   const one = plan({ b: 1, hq: 32, hkv: 8, d: 128, skv: 65536 });
-  // Four query rows per KV head: the CUDA-core block; 8 to 16: the tensor-core one.
-  assert.equal(one.path, "tiled");
-  assert.deepEqual(one.kernels.map((k) => k.name), ["attention.decode.tiled<bfloat16, D128>"]);
+  // Four query rows per KV head: the warp block; 8 to 16: the tensor-core one; more: the phased CUDA-core one.
+  assert.equal(one.path, "warp");
+  assert.deepEqual(one.kernels.map((k) => k.name), ["attention.decode.warp<bfloat16, D128>"]);
   // 8 (sequence, KV head) blocks: 33 splits of 2016 keys make 264, two per multiprocessor.
   assert.deepEqual(one.details, { splits: 33, chunk: 2016 });
   assert.deepEqual(plan({ b: 64, hq: 32, hkv: 8, d: 128, skv: 4096 }).details, { splits: 1, chunk: 4096 });
@@ -261,6 +261,12 @@ Deno.test("explain: the split-key decode splits short batches of long caches, no
   assert.equal(
     withTuning({ "attention.decode": "tiled" }, () => plan({ b: 4, hq: 16, hkv: 1, d: 128 })).path,
     "tiled",
+  );
+  assert.equal(plan({ b: 4, hq: 32, hkv: 1, d: 128, sq: 1 }).path, "tiled");
+  refused(
+    () => withTuning({ "attention.decode": "warp" }, () => plan({ b: 1, hq: 16, hkv: 1, d: 128, skv: 64 })),
+    "UNSUPPORTED",
+    /attention\.decode=warp cannot serve this call/,
   );
   // A range is at least 256 keys: a short cache is not split past that.
   assert.equal(plan({ b: 1, hq: 8, hkv: 8, d: 64, skv: 600 }).details.splits, 2);

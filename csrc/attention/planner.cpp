@@ -6,6 +6,7 @@
 
 #include "attention/decode/problem.h"
 #include "attention/tiled/mma_block.h"
+#include "attention/tiled/warp_block.h"
 #include "core/common.h"
 
 namespace ak::attention::planning {
@@ -115,13 +116,30 @@ BwdChoice plan_bwd(const BwdShape& s, const registry::Caps& caps, const tuning::
 }
 
 std::string decode_variant(int32_t dtype, int d, int64_t rows, std::string& why) {
-  if (tiled::mma_serves(dtype, d, rows) && rows >= 8) return "mma";
+  if (tiled::warp_serves(dtype, d, rows) && rows < 8) return "warp";
+  if (tiled::mma_serves(dtype, d, rows)) return "mma";
   if (tiled::tiled_serves(dtype, d, rows)) return "tiled";
   why = d != 64 && d != 128 && d != 256
             ? "head dim " + std::to_string(d) + " (the decode blocks take 64, 128 and 256)"
             : std::to_string(rows) + " query rows per KV head at head dim " + std::to_string(d) +
                   " (the decode blocks take rows * d <= 4096)";
   return "";
+}
+
+std::string pick_decode(int32_t dtype, int d, int64_t rows, const tuning::Table& t) {
+  const std::string& want = t.get("attention.decode");
+  std::string why;
+  const std::string fallback = decode_variant(dtype, d, rows, why);
+  const std::string variant = want == "auto" ? fallback : want;
+  if (variant.empty()) fail(AK_ERR_UNSUPPORTED, "attention_decode: " + why);
+  const bool serves = variant == "mma"    ? tiled::mma_serves(dtype, d, rows)
+                      : variant == "warp" ? tiled::warp_serves(dtype, d, rows)
+                                          : tiled::tiled_serves(dtype, d, rows);
+  if (!serves) {
+    refuse("attention_decode", "attention.decode", variant,
+           std::to_string(rows) + " query rows per KV head at head dim " + std::to_string(d));
+  }
+  return variant;
 }
 
 DecodeChoice plan_decode(const DecodeShape& s, const registry::Caps& caps, const tuning::Table& t) {
@@ -132,16 +150,8 @@ DecodeChoice plan_decode(const DecodeShape& s, const registry::Caps& caps, const
     return c;
   }
   const int64_t rows = int64_t(s.hq / s.hkv) * s.sq;
-  const std::string& want = t.get("attention.decode");
+  const std::string variant = pick_decode(s.dtype, s.d, rows, t);
   std::string why;
-  const std::string fallback = decode_variant(s.dtype, s.d, rows, why);
-  const std::string variant = want == "auto" ? fallback : want;
-  if (variant.empty()) fail(AK_ERR_UNSUPPORTED, "attention_decode: " + why);
-  const bool serves = variant == "mma" ? tiled::mma_serves(s.dtype, s.d, rows) : tiled::tiled_serves(s.dtype, s.d, rows);
-  if (!serves) {
-    refuse("attention_decode", "attention.decode", variant,
-           std::to_string(rows) + " query rows per KV head at head dim " + std::to_string(s.d));
-  }
   const int row = usable_row("attention.decode", variant.c_str(), s.dtype, s.d, caps, why);
   if (row < 0) fail(AK_ERR_UNSUPPORTED, "attention_decode: " + why);
   decode::Problem p;

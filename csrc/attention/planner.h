@@ -55,13 +55,17 @@ struct DecodeChoice {
   int64_t splits = 1, chunk = 0;
 };
 
-// The decode block for a call under "auto", the CPU's choice too: "mma" (tensor cores) for 8 to 16 query
-// rows per KV head, else "tiled" (CUDA cores) where it serves, else "" with `why` set.
+// The decode block for a call under "auto": "warp" (CUDA cores, a warp at a time) for fewer than 8 query
+// rows per KV head, "mma" (tensor cores) for 8 to 16, else "tiled" (CUDA cores in phases) where it serves,
+// else "" with `why` set.
 std::string decode_variant(int32_t dtype, int d, int64_t rows, std::string& why);
 
-// The split-key decode: the tuning's attention.decode (auto | tiled | mma; a forced variant that cannot
-// serve is AK_ERR_UNSUPPORTED naming why, and so is a call no variant serves), its row at the call's
-// dtype and head dim, and the split: enough blocks for two per multiprocessor.
+// The decode block under the tuning's attention.decode (auto | tiled | warp | mma), on either backend: a
+// forced variant that cannot serve is AK_ERR_UNSUPPORTED naming why, and so is a call no variant serves.
+std::string pick_decode(int32_t dtype, int d, int64_t rows, const tuning::Table& t);
+
+// The split-key decode: pick_decode's block, its row at the call's dtype and head dim, and the split:
+// enough blocks for two per multiprocessor.
 DecodeChoice plan_decode(const DecodeShape& s, const registry::Caps& caps, const tuning::Table& t);
 
 // ak_plan for op attention.fwd / attention.bwd / attention.decode: the plan as JSON.

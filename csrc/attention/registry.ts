@@ -108,6 +108,20 @@ export const attentionRegistry: KernelFamily = {
     },
     {
       stage: "attention.decode",
+      variant: "warp",
+      launcher: "ak::attention::cuda::DecodeWarp",
+      args: "decode::Problem",
+      header: "attention/decode/launch.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [64, 128, 256] }],
+      doc: "The same decode with each warp walking its own keys in registers: a lane owns 8 head-dim " +
+        "columns, D / 8 lanes read a key, each lane group reads 8 keys (4 at more than 2 rows) a step with every " +
+        "load issued first; the warps merge through shared memory at the end " +
+        "(attention/tiled/warp_block.h).",
+      constraints: "(H / Hkv) Sq <= 8; q, k, v on 16 bytes",
+    },
+    {
+      stage: "attention.decode",
       variant: "mma",
       launcher: "ak::attention::cuda::DecodeMma",
       args: "decode::Problem",

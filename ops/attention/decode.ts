@@ -27,6 +27,13 @@ export interface MultiHeadAttentionDecodeOptions {
   dim: number;
   /** Query i of a sequence with L keys sees keys `j <= L - seqlenQ + i` (default false: all L). */
   isCausal?: boolean;
+  /**
+   * Whether each call reads `realSeqlenKv` and `blockTable` back and checks every length and every page in
+   * use, refusing bad ones (default true). False keeps the call on the device, with no host round trip (so
+   * it can be captured in a CUDA graph): the kernel then reads a length outside 0 .. capacity as clamped
+   * to it and a page outside the cache as masked keys.
+   */
+  checkIndices?: boolean;
 }
 
 /** Sizes and score options of the GQA decode ops: q `[batch, heads, dim]`, `seqlenKv` rows of cache. */
@@ -45,6 +52,13 @@ export interface GroupedQueryAttentionDecodeOptions {
   smScale?: number;
   /** Cap c > 0 applied as `c * tanh(z / c)`; 0 or undefined for none. */
   softcap?: number;
+  /**
+   * Whether each call reads `realSeqlenKv` and `blockTable` back and checks every length and every page in
+   * use, refusing bad ones (default true). False keeps the call on the device, with no host round trip (so
+   * it can be captured in a CUDA graph): the kernel then reads a length outside 0 .. capacity as clamped
+   * to it and a page outside the cache as masked keys.
+   */
+  checkIndices?: boolean;
 }
 
 /** The page size of the paged decode ops. */
@@ -71,6 +85,14 @@ interface Resolved {
   seqlenKv: number;
   mask: ResolvedMask;
   score: ResolvedScore;
+  checkIndices: boolean;
+}
+
+function checkIndicesOption(op: string, value: unknown): boolean {
+  if (value !== undefined && typeof value !== "boolean") {
+    throw invalidArgument(op, `options.checkIndices: expected a boolean, got ${typeof value}`);
+  }
+  return value !== false;
 }
 
 function resolveMha(op: string, o: MultiHeadAttentionDecodeOptions): Resolved {
@@ -87,6 +109,7 @@ function resolveMha(op: string, o: MultiHeadAttentionDecodeOptions): Resolved {
     seqlenKv: expectSize(op, "seqlenKv", o.seqlenKv),
     mask: resolveMask(op, { isCausal: o.isCausal }),
     score: resolveScore(op, {}),
+    checkIndices: checkIndicesOption(op, o.checkIndices),
   };
 }
 
@@ -105,6 +128,7 @@ function resolveGqa(op: string, o: GroupedQueryAttentionDecodeOptions): Resolved
     seqlenKv: expectSize(op, "seqlenKv", o.seqlenKv),
     mask: resolveMask(op, {}),
     score,
+    checkIndices: checkIndicesOption(op, o.checkIndices),
   };
 }
 
@@ -123,6 +147,7 @@ interface Held {
   rankThree: boolean;
   mask: ResolvedMask;
   score: ResolvedScore;
+  checkIndices: boolean;
 }
 
 /** One decode call of an op; a paged cache needs the lengths and the block table. */
@@ -168,10 +193,12 @@ export class MultiHeadAttentionDecodeWithKVCacheFwdOp {
   /** The mask. */
   readonly mask: ResolvedMask;
   readonly #score: ResolvedScore;
+  readonly #checkIndices: boolean;
 
   /** Checks the sizes once. */
   constructor(options: MultiHeadAttentionDecodeWithKVCacheFwdOptions) {
     const r = resolveMha("MultiHeadAttentionDecodeWithKVCacheFwdOp", options);
+    this.#checkIndices = r.checkIndices;
     this.sizes = r.sizes;
     this.seqlenKv = r.seqlenKv;
     this.mask = r.mask;
@@ -181,7 +208,14 @@ export class MultiHeadAttentionDecodeWithKVCacheFwdOp {
   /** Runs the decode step; the returned output is the caller's to dispose. */
   forward(q: Tensor, k: Tensor, v: Tensor, realSeqlenKv?: Tensor): Tensor {
     const cache = { kind: "contiguous", seqlenKv: this.seqlenKv } as const;
-    const held = { sizes: this.sizes, cache, rankThree: false, mask: this.mask, score: this.#score };
+    const held = {
+      sizes: this.sizes,
+      cache,
+      rankThree: false,
+      mask: this.mask,
+      score: this.#score,
+      checkIndices: this.#checkIndices,
+    };
     return decode("MultiHeadAttentionDecodeWithKVCacheFwdOp", held, q, k, v, realSeqlenKv);
   }
 }
@@ -215,11 +249,13 @@ export class MultiHeadAttentionDecodePagedWithKVCacheFwdOp {
   /** The mask. */
   readonly mask: ResolvedMask;
   readonly #score: ResolvedScore;
+  readonly #checkIndices: boolean;
 
   /** Checks the sizes and the page size once. */
   constructor(options: MultiHeadAttentionDecodePagedWithKVCacheFwdOptions) {
     const op = "MultiHeadAttentionDecodePagedWithKVCacheFwdOp";
     const r = resolveMha(op, options);
+    this.#checkIndices = r.checkIndices;
     this.sizes = r.sizes;
     this.cache = pagedCache(op, r.seqlenKv, options.pageSize) as Extract<CacheKind, { kind: "paged" }>;
     this.mask = r.mask;
@@ -234,6 +270,7 @@ export class MultiHeadAttentionDecodePagedWithKVCacheFwdOp {
       rankThree: false,
       mask: this.mask,
       score: this.#score,
+      checkIndices: this.#checkIndices,
     };
     return decode("MultiHeadAttentionDecodePagedWithKVCacheFwdOp", held, q, k, v, realSeqlenKv, blockTable);
   }
@@ -264,10 +301,12 @@ export class GroupedQueryAttentionDecodeWithKVCacheFwdOp {
   /** Scale (undefined: 1 / sqrt(dim)) and softcap. */
   readonly score: ResolvedScore;
   readonly #mask: ResolvedMask;
+  readonly #checkIndices: boolean;
 
   /** Checks the sizes and score options once. */
   constructor(options: GroupedQueryAttentionDecodeWithKVCacheFwdOptions) {
     const r = resolveGqa("GroupedQueryAttentionDecodeWithKVCacheFwdOp", options);
+    this.#checkIndices = r.checkIndices;
     this.sizes = r.sizes;
     this.seqlenKv = r.seqlenKv;
     this.score = r.score;
@@ -277,7 +316,14 @@ export class GroupedQueryAttentionDecodeWithKVCacheFwdOp {
   /** Runs the decode step; the returned output is the caller's to dispose. */
   forward(q: Tensor, k: Tensor, v: Tensor, realSeqlenKv?: Tensor): Tensor {
     const cache = { kind: "contiguous", seqlenKv: this.seqlenKv } as const;
-    const held = { sizes: this.sizes, cache, rankThree: true, mask: this.#mask, score: this.score };
+    const held = {
+      sizes: this.sizes,
+      cache,
+      rankThree: true,
+      mask: this.#mask,
+      score: this.score,
+      checkIndices: this.#checkIndices,
+    };
     return decode("GroupedQueryAttentionDecodeWithKVCacheFwdOp", held, q, k, v, realSeqlenKv);
   }
 }
@@ -310,11 +356,13 @@ export class GroupedQueryAttentionDecodePagedWithKVCacheFwdOp {
   /** Scale (undefined: 1 / sqrt(dim)) and softcap. */
   readonly score: ResolvedScore;
   readonly #mask: ResolvedMask;
+  readonly #checkIndices: boolean;
 
   /** Checks the sizes, the page size and the score options once. */
   constructor(options: GroupedQueryAttentionDecodePagedWithKVCacheFwdOptions) {
     const op = "GroupedQueryAttentionDecodePagedWithKVCacheFwdOp";
     const r = resolveGqa(op, options);
+    this.#checkIndices = r.checkIndices;
     this.sizes = r.sizes;
     this.cache = pagedCache(op, r.seqlenKv, options.pageSize) as Extract<CacheKind, { kind: "paged" }>;
     this.score = r.score;
@@ -329,6 +377,7 @@ export class GroupedQueryAttentionDecodePagedWithKVCacheFwdOp {
       rankThree: true,
       mask: this.#mask,
       score: this.score,
+      checkIndices: this.#checkIndices,
     };
     return decode(
       "GroupedQueryAttentionDecodePagedWithKVCacheFwdOp",

@@ -52,6 +52,8 @@ export interface DecodeCall {
   readonly blockTable?: unknown;
   readonly mask: ResolvedMask;
   readonly score: ResolvedScore;
+  /** Whether the lengths and the pages in use are read back and checked (else the kernel clamps them). */
+  readonly checkIndices: boolean;
 }
 
 /** Reads an int32 tensor argument of a given shape on q's device to the host. */
@@ -69,20 +71,49 @@ export function hostInt32(
   return t.toArray() as Int32Array;
 }
 
-/** The cache rows each sequence reads, in order, and the packed key offsets. */
-function cacheRows(call: DecodeCall, q: Tensor): { rows: Int32Array; offsets: Int32Array } {
+/** Checks `realSeqlenKv` and `blockTable` as tensors (dtype, shape, device), without reading them back. */
+function checkIndexTensors(call: DecodeCall, q: Tensor): void {
   const { op, sizes, cache } = call;
-  const B = sizes.batch;
-  let table: Int32Array | undefined, maxPages = 0;
   if (cache.kind === "paged") {
     const t = expectTensor(op, "blockTable", call.blockTable);
-    if (t.ndim !== 2 || t.shape[0] !== B) {
-      throw invalidArgument(op, `blockTable: expected [batch = ${B}, maxPages], got [${t.shape.join(", ")}]`);
+    if (t.ndim !== 2 || t.shape[0] !== sizes.batch) {
+      throw invalidArgument(
+        op,
+        `blockTable: expected [batch = ${sizes.batch}, maxPages], got [${t.shape.join(", ")}]`,
+      );
     }
-    maxPages = t.shape[1];
-    table = hostInt32(op, "blockTable", t, [B, maxPages], q);
+    expectDType(op, "blockTable", t, ["int32"]);
+    expectSameDevice(op, "blockTable", t, q, "q");
   }
-  const limit = cache.kind === "contiguous" ? cache.seqlenKv : maxPages * cache.pageSize;
+  if (call.realSeqlenKv === undefined) return;
+  const t = expectTensor(op, "realSeqlenKv", call.realSeqlenKv);
+  expectDType(op, "realSeqlenKv", t, ["int32"]);
+  expectShape(op, "realSeqlenKv", t, [sizes.batch]);
+  expectSameDevice(op, "realSeqlenKv", t, q, "q");
+}
+
+/** A call's lengths (and block table) read back, every length and every page in use checked. */
+interface CheckedCache {
+  readonly lengths: Int32Array;
+  readonly offsets: Int32Array;
+  readonly table?: PageTable;
+}
+
+function checkCache(call: DecodeCall, q: Tensor): CheckedCache {
+  const { op, sizes, cache } = call;
+  const B = sizes.batch;
+  let table: PageTable | undefined;
+  if (cache.kind === "paged") {
+    const t = call.blockTable as Tensor;
+    const maxPages = t.shape[1];
+    table = {
+      table: hostInt32(op, "blockTable", t, [B, maxPages], q),
+      maxPages,
+      pageSize: cache.pageSize,
+      rows: cache.rows,
+    };
+  }
+  const limit = cache.kind === "contiguous" ? cache.seqlenKv : table!.maxPages * cache.pageSize;
   // Without lengths (contiguous caches only: the paged ops require them) every row is a key.
   const lengths = call.realSeqlenKv === undefined
     ? new Int32Array(B).fill(limit)
@@ -93,29 +124,29 @@ function cacheRows(call: DecodeCall, q: Tensor): { rows: Int32Array; offsets: In
     if (!(len >= 0 && len <= limit)) {
       const room = cache.kind === "contiguous"
         ? `the cache's ${limit} rows`
-        : `${maxPages} pages of ${cache.pageSize} (blockTable's width)`;
+        : `${table!.maxPages} pages of ${cache.pageSize} (blockTable's width)`;
       throw invalidArgument(op, `realSeqlenKv: entry ${b} is ${len}, expected 0 to ${limit} (${room})`);
     }
+    if (table) pagedRows(op, table, b, len);
     offsets[b + 1] = offsets[b] + len;
   }
   if (offsets[B] > 2 ** 31 - 1) throw invalidArgument(op, "realSeqlenKv: more than 2^31 - 1 keys in all");
-  const rows = new Int32Array(offsets[B]);
-  for (let b = 0; b < B; b++) {
-    const len = offsets[b + 1] - offsets[b];
-    if (cache.kind === "contiguous") {
-      for (let j = 0; j < len; j++) rows[offsets[b] + j] = b * cache.seqlenKv + j;
-      continue;
+  return { lengths, offsets, table };
+}
+
+/** The cache rows each sequence reads, in order (the gather's index). */
+function cacheRows(call: DecodeCall, c: CheckedCache): Int32Array {
+  const { op, cache } = call;
+  const rows = new Int32Array(c.offsets[c.offsets.length - 1]);
+  for (let b = 0; b + 1 < c.offsets.length; b++) {
+    const len = c.offsets[b + 1] - c.offsets[b];
+    if (c.table) {
+      pagedRows(op, c.table, b, len, rows, c.offsets[b]);
+    } else if (cache.kind === "contiguous") {
+      for (let j = 0; j < len; j++) rows[c.offsets[b] + j] = b * cache.seqlenKv + j;
     }
-    pagedRows(
-      op,
-      { table: table!, maxPages, pageSize: cache.pageSize, rows: cache.rows },
-      b,
-      len,
-      rows,
-      offsets[b],
-    );
   }
-  return { rows, offsets };
+  return rows;
 }
 
 /** A paged cache as the host sees it: the block table read back, and the cache's physical rows. */
@@ -127,16 +158,16 @@ export interface PageTable {
 }
 
 /**
- * Writes the physical rows of sequence b's first `len` logical rows into `out` from `at`, checking every
- * page it names (a page past the cache is refused, naming the block-table entry).
+ * Checks every page sequence b's first `len` logical rows name (a page past the cache is refused, naming
+ * the block-table entry) and, given `out`, writes their physical rows into it from `at`.
  */
 export function pagedRows(
   op: string,
   t: PageTable,
   b: number,
   len: number,
-  out: Int32Array,
-  at: number,
+  out?: Int32Array,
+  at = 0,
 ): void {
   const pages = t.rows / t.pageSize;
   for (let p = 0; p * t.pageSize < len; p++) {
@@ -148,6 +179,7 @@ export function pagedRows(
           `holds ${len} keys, so its first ${Math.ceil(len / t.pageSize)} entries name pages)`,
       );
     }
+    if (!out) continue;
     const end = Math.min(t.pageSize, len - p * t.pageSize);
     for (let j = 0; j < end; j++) out[at + p * t.pageSize + j] = page * t.pageSize + j;
   }
@@ -226,19 +258,23 @@ function splitDecode(call: DecodeCall, q: Tensor, k: Tensor, v: Tensor): Tensor 
 }
 
 /**
- * Runs a decode call: the output shaped like q. Reads `realSeqlenKv` and `blockTable` to the host (so
- * the call cannot be captured in a graph) and checks every length and every page a sequence uses; then
- * the split-key decode kernel reads the keys in place, or, for calls it does not serve, the keys and
- * values of each sequence are gathered and the packed forward runs on them.
+ * Runs a decode call: the output shaped like q. With `checkIndices`, reads `realSeqlenKv` and `blockTable`
+ * to the host (so the call cannot be captured in a graph) and checks every length and every page a
+ * sequence uses; then the split-key decode kernel reads the keys in place, or, for calls it does not
+ * serve, the keys and values of each sequence are gathered (the index always read back) and the packed
+ * forward runs on them.
  */
 export function runDecode(call: DecodeCall): Tensor {
   const { op, sizes } = call;
   const q = checkTensors(call);
   const k = call.k as Tensor, v = call.v as Tensor;
-  const { rows, offsets } = cacheRows(call, q);
-  const { batch: B, heads: H, headsKv: Hkv, seqlenQ: Sq, dim: D } = sizes;
+  checkIndexTensors(call, q);
+  const checked = call.checkIndices ? checkCache(call, q) : undefined;
   const split = splitDecode(call, q, k, v);
   if (split) return split;
+  const c = checked ?? checkCache(call, q);
+  const rows = cacheRows(call, c), offsets = c.offsets;
+  const { batch: B, heads: H, headsKv: Hkv, seqlenQ: Sq, dim: D } = sizes;
   using index = Tensor.from(rows, { device: q.device });
   const flat = (t: Tensor) =>
     t.reshape([t.shape.length === 4 ? t.shape[0] * t.shape[1] : t.shape[0], Hkv, D]);

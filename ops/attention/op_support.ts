@@ -134,8 +134,17 @@ const SQUARE_KEYS = ["batch", "heads", "headsKv", "seqLen", "dim"];
 const PACKED_KEYS = ["batch", "heads", "headsKv", "dim"];
 const MASK_KEYS = ["isCausal", "windowSizeLeft", "windowSizeRight"];
 const SCORE_KEYS = ["scale", "softcap"];
-const DECODE_MHA_KEYS = ["batch", "heads", "seqlenQ", "seqlenKv", "dim", "isCausal"];
-const DECODE_GQA_KEYS = ["batch", "heads", "headsKv", "seqlenKv", "dim", "smScale", "softcap"];
+const DECODE_MHA_KEYS = ["batch", "heads", "seqlenQ", "seqlenKv", "dim", "isCausal", "checkIndices"];
+const DECODE_GQA_KEYS = [
+  "batch",
+  "heads",
+  "headsKv",
+  "seqlenKv",
+  "dim",
+  "smScale",
+  "softcap",
+  "checkIndices",
+];
 
 /** The option keys of each attention op class, by class name. */
 export const OP_OPTION_KEYS: Readonly<Record<string, OptionSpec>> = Object.fromEntries(

@@ -84,7 +84,8 @@ AK_API ak_status ak_attention_decode(const ak_tensor* q_, const ak_tensor* k_, c
     std::string why;
     const std::string variant = planning::decode_variant(q.dtype, static_cast<int>(p.D), p.rows(), why);
     if (variant.empty()) fail(AK_ERR_UNSUPPORTED, "decode kernel: " + why);
-    p.mma = variant == "mma";
+    // The CPU runs the block the CUDA planner would (a tuning pin included), phase by phase.
+    if (q.device_type == AK_CPU) p.block = planning::pick_decode(q.dtype, static_cast<int>(p.D), p.rows(), tuning::current())[0];
     for (const ak_tensor* t : {&q, &k, &v}) {
       if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) {
         fail(AK_ERR_UNSUPPORTED, "decode kernel: q, k and v must start on 16 bytes (it loads 16 bytes at a time)");

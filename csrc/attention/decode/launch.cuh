@@ -1,13 +1,16 @@
-// The launchers of the split-key decode (registry rows attention.decode.tiled and .mma): the tiled block's
-// kernel, on CUDA cores or on tensor cores, at a fixed head dim, one block per (split, KV head, sequence),
-// then, when the keys were split, the combine.
+// The launchers of the split-key decode (registry rows attention.decode.tiled, .warp and .mma): a tiled
+// block's kernel (CUDA cores in phases, CUDA cores a warp at a time, or tensor cores) at a fixed head dim,
+// one block per (split, KV head, sequence), then, when the keys were split, the combine.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "attention/decode/source.h"
 #include "attention/tiled/mma_block.h"
+#include "attention/tiled/warp_block.h"
 #include "cuda/runtime.cuh"
 #include "generated/attention_launchers.h"
 
@@ -22,6 +25,13 @@ __global__ void __launch_bounds__(tiled::kThreads) split(decode::Problem p) {
   Block<decode::DecodeSource, kD>(source).run_on_device(smem);
 }
 
+template <int kD, int kR, int kDtype>
+__global__ void __launch_bounds__(tiled::kThreads) warp_split(decode::Problem p) {
+  extern __shared__ __align__(16) float warp_smem[];
+  const decode::DecodeSource source(p, blockIdx.x, blockIdx.y, blockIdx.z);
+  tiled::WarpBlock<decode::DecodeSource, kD, kR, kDtype>(source).run_on_device(warp_smem);
+}
+
 // One block per (sequence, KV head, row), a thread per output column. (A template, so that the units
 // instantiating the launchers for each dtype share one definition.)
 template <int kUnused = 0>
@@ -31,12 +41,12 @@ __global__ void combine(decode::Problem p) {
   for (int64_t c = threadIdx.x; c < p.D; c += blockDim.x) decode::combine(p, b, hk, r, c);
 }
 
-// The split kernel with block `Block` (its shared memory `smem` bytes), then the combine when split.
-template <template <class, int> class Block, int D>
-void run_split(const decode::Problem& problem, int smem, cudaStream_t stream, const char* name) {
+// The split kernel `kernel` (its shared memory `smem` bytes), then the combine when split.
+inline void run_split(const decode::Problem& problem, void (*kernel)(decode::Problem), int smem,
+                      cudaStream_t stream, const char* name) {
   decode::Problem p = problem;
-  const int64_t R = p.rows();
-  AK_CUDA_CHECK(cudaFuncSetAttribute(split<Block, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int64_t R = p.rows(), D = p.D;
+  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int64_t floats = p.splits > 1 ? p.splits * p.B * p.Hkv * R * (D + 1) : 1;
   ::ak::cuda::Scratch scratch(p.device, static_cast<size_t>(floats) * sizeof(float));
   if (p.splits > 1) {
@@ -44,25 +54,43 @@ void run_split(const decode::Problem& problem, int smem, cudaStream_t stream, co
     p.partial_lse = p.partial + p.splits * p.B * p.Hkv * R * D;
   }
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.Hkv), static_cast<unsigned>(p.B));
-  split<Block, D><<<grid, tiled::kThreads, smem, stream>>>(p);
+  kernel<<<grid, tiled::kThreads, smem, stream>>>(p);
   ::ak::cuda::check_launch(name);
   if (p.splits == 1) return;
   combine<0><<<static_cast<unsigned>(p.B * p.Hkv * R), 128, 0, stream>>>(p);
   ::ak::cuda::check_launch("attention.decode (combine)");
 }
 
+template <class T, int kD, int kR>
+void run_warp(const decode::Problem& p, cudaStream_t stream) {
+  constexpr int kDtype = std::is_same<T, __nv_bfloat16>::value ? AK_BFLOAT16 : AK_FLOAT16;
+  using Block = tiled::WarpBlock<decode::DecodeSource, kD, kR, kDtype>;
+  run_split(p, warp_split<kD, kR, kDtype>, static_cast<int>(Block::shared_bytes()), stream,
+            "attention.decode.warp");
+}
+
 }  // namespace decode_kernels
 
 template <class T, int D, int Tile>
 void DecodeTiled<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
-  decode_kernels::run_split<tiled::Block, D>(p, static_cast<int>(tiled::Shared::bytes(p.rows(), D)), stream,
-                                            "attention.decode.tiled");
+  decode_kernels::run_split(p, decode_kernels::split<tiled::Block, D>,
+                            static_cast<int>(tiled::Shared::bytes(p.rows(), D)), stream, "attention.decode.tiled");
 }
 
 template <class T, int D, int Tile>
 void DecodeMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
-  decode_kernels::run_split<tiled::MmaBlock, D>(p, static_cast<int>(tiled::MmaShared::bytes(D)), stream,
-                                               "attention.decode.mma");
+  decode_kernels::run_split(p, decode_kernels::split<tiled::MmaBlock, D>, static_cast<int>(tiled::MmaShared::bytes(D)),
+                            stream, "attention.decode.mma");
+}
+
+template <class T, int D, int Tile>
+void DecodeWarp<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  switch (tiled::warp_rows(p.rows())) {
+    case 1: return decode_kernels::run_warp<T, D, 1>(p, stream);
+    case 2: return decode_kernels::run_warp<T, D, 2>(p, stream);
+    case 4: return decode_kernels::run_warp<T, D, 4>(p, stream);
+    default: return decode_kernels::run_warp<T, D, 8>(p, stream);
+  }
 }
 
 }  // namespace ak::attention::cuda

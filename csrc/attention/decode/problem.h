@@ -32,7 +32,8 @@ struct Problem {
   float scale = 0, softcap = 0;
   bool causal = false;
   int32_t device = 0;                          // CUDA: where the workspace goes
-  bool mma = false;                            // CPU: the tensor-core block's phases (CUDA: the planner)
+  char block = 't';                            // CPU: the block whose phases run: 't'iled, 'w'arp, 'm'ma
+                                               // (CUDA: the planner's row)
   AK_HD int64_t rows() const { return (H / Hkv) * Sq; }
 };
 

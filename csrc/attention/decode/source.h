@@ -38,12 +38,21 @@ struct DecodeSource {
   // The cache row of key position `pos` (-1 for a page outside the cache).
   AK_HD int64_t row(int64_t pos) const {
     if (!p.table) return b * p.capacity + pos;
-    const int64_t page = p.table[b * p.max_pages + pos / p.page_size];
+    int64_t slot, within;
+    if (p.capacity <= INT32_MAX) {  // 32-bit division where it fits (a key's position is below capacity)
+      const int32_t at = static_cast<int32_t>(pos), size = static_cast<int32_t>(p.page_size);
+      slot = at / size, within = at - (at / size) * size;
+    } else {
+      slot = pos / p.page_size, within = pos % p.page_size;
+    }
+    const int64_t page = p.table[b * p.max_pages + slot];
     if (page < 0 || (page + 1) * p.page_size > p.cache_rows) return -1;
-    return page * p.page_size + pos % p.page_size;
+    return page * p.page_size + within;
   }
   // Causal: query token i of Sq sees the keys up to len - Sq + i.
   AK_HD bool visible(int64_t pos, int64_t r) const { return !p.causal || pos <= len - p.Sq + r / G(); }
+  // The last key position row r sees (visible() as a bound, for blocks that keep it per row).
+  AK_HD int64_t last_visible(int64_t r) const { return p.causal ? len - p.Sq + r / G() : INT64_MAX; }
   AK_HD int64_t q_at(int64_t r) const { return ((b * p.Sq + r / G()) * p.H + hk * G() + r % G()) * D; }
 
   AK_HD void write(int64_t r, int64_t c, float o0, float o1) const {
