@@ -1,5 +1,5 @@
 // The fuzz catalog's generator for decode over a KV cache: the four decode op classes on small random
-// caches (contiguous and paged, some sequences empty), and certainly invalid calls: block tables with a
+// caches (contiguous and paged, some sequences empty, indices checked or trusted), and certainly invalid calls: block tables with a
 // page past the cache, a negative page in use, a table too narrow for a length, lengths past the cache,
 // bad tensors and options.
 import * as ak from "../../mod.ts";
@@ -55,7 +55,13 @@ function decodeCall(rng: Rng, scope: Scope) {
 export function kvCacheCases(rng: Rng, scope: Scope, bad: boolean): Case {
   const c = decodeCall(rng, scope);
   const name = `${c.gqa ? "GQA" : "MHA"} ${c.paged ? "paged" : "contiguous"}`;
-  if (!bad) return valid(name, () => c.run(c.make()));
+  if (!bad) {
+    const checkIndices = rng.pick([undefined, true, false]);
+    return valid(
+      `${name}${checkIndices === false ? " unchecked" : ""}`,
+      () => c.run(c.make({ checkIndices })),
+    );
+  }
   switch (rng.int(0, 5)) {
     case 0: {
       // A page past the cache, or a negative one, where a sequence with keys reads.
@@ -111,6 +117,7 @@ export function kvCacheCases(rng: Rng, scope: Scope, bad: boolean): Case {
                 { seqlenKv: 0 },
                 { scale: 0.1 },
                 { causal: true },
+                { checkIndices: rng.pick<unknown>(["no", 1, null]) },
                 c.gqa ? { smScale: -1 } : { isCausal: 1 },
                 c.paged ? { pageSize: rng.pick([0, -1, 2.5]) } : { pageSize: 4 },
               ]),
