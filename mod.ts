@@ -85,6 +85,14 @@ export {
   type TuningTable,
   withTuning,
 } from "./ops/kernels.ts";
+export { type ChoiceSource, type KernelChoice, type KernelMap, lastChoice } from "./ops/tune/choice.ts";
+export {
+  clearTuneCache,
+  setTuneCachePath,
+  tuneCachePath,
+  type TuneCandidate,
+  type TuneRecord,
+} from "./ops/tune/cache.ts";
 export { type Layout, LAYOUTS } from "./ops/layout.ts";
 export type { CuSeqlens } from "./ops/seqlens.ts";
 export * from "./ops/io/mod.ts";

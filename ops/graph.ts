@@ -98,6 +98,13 @@ export class CapturedGraph<R = void> implements Disposable {
   }
 }
 
+let captureDepth = 0;
+
+/** Whether a {@link captureGraph} body is running (work that must not be captured checks it). */
+export function insideCapture(): boolean {
+  return captureDepth > 0;
+}
+
 /**
  * Captures the CUDA work of `body` (run once, now, without executing anything on the device) into a
  * graph that replays it with one launch, as a serving loop's decode step wants.
@@ -135,6 +142,7 @@ export function captureGraph<R>(body: () => R, options: CaptureGraphOptions = {}
   const lib = native();
   unwrap(lib.ak_graph_begin(id.index), "captureGraph");
   let result: R;
+  captureDepth++;
   try {
     result = body();
     if (result instanceof Promise) {
@@ -147,6 +155,8 @@ export function captureGraph<R>(body: () => R, options: CaptureGraphOptions = {}
   } catch (e) {
     lib.ak_graph_abort(id.index);
     throw e;
+  } finally {
+    captureDepth--;
   }
   const out = new BigUint64Array(1);
   unwrap(lib.ak_graph_end(id.index, new Uint8Array(out.buffer)), "captureGraph");

@@ -6,6 +6,7 @@
  */
 import type { Layout } from "../layout.ts";
 import type { Tensor } from "../tensor.ts";
+import { checkKernelMap, type KernelMap, withChoice } from "../tune/choice.ts";
 import {
   type MaskOptions,
   type ResolvedMask,
@@ -37,9 +38,38 @@ import {
  * (`isCausal` default false, windows default unlimited), `scale` (default `1 / sqrt(dim)`) and
  * `softcap`.
  */
-export interface GroupedQueryAttentionFwdOptions extends SquareSizes, ScoreOptions, MaskOptions {
+export interface GroupedQueryAttentionFwdOptions
+  extends SquareSizes, ScoreOptions, MaskOptions, KernelOptions {
   /** Layout of q, k, v and the output: `"bshd"` or `"bhsd"` (required). */
   layout: Extract<Layout, "bshd" | "bhsd">;
+}
+
+/** How an op class picks its kernels: the planner (default), a fixed map, or a tuning run per shape. */
+export interface KernelOptions {
+  /**
+   * On the first call of each shape class (dtype, sizes, layout, mask, score), time every kernel that can
+   * serve it against the planner's choice (outputs compared; one that disagrees is never chosen), keep the
+   * fastest in the on-disk tuning cache and use it from then on (default false). Never inside a graph
+   * capture.
+   */
+  tune?: boolean;
+  /**
+   * Tuning keys and values for this op's calls, over the table in force (e.g. `{ "attention.fwd":
+   * "general" }`; the forward takes `attention.fwd`, the backward `attention.bwd`). Wins over `tune`; a
+   * setting that cannot serve a call makes the call throw, naming why.
+   */
+  kernelMap?: KernelMap;
+}
+
+/** A square call's shape class for the tuning cache. */
+function shapeClass(
+  q: Tensor,
+  layout: string,
+  sizes: SquareSizes,
+  mask: ResolvedMask,
+  score: ResolvedScore,
+): string {
+  return JSON.stringify({ dtype: q.dtype, layout, ...sizes, mask, score });
 }
 
 /**
@@ -81,6 +111,8 @@ export class GroupedQueryAttentionFwdOp {
   readonly score: ResolvedScore;
   readonly #name: string;
   readonly #pin = new DTypePin();
+  readonly #tune: boolean;
+  readonly #kernelMap?: KernelMap;
 
   /** Checks the sizes and options once. */
   constructor(options: GroupedQueryAttentionFwdOptions) {
@@ -91,6 +123,8 @@ export class GroupedQueryAttentionFwdOp {
     this.layout = denseLayout(name, options.layout);
     this.mask = resolveMask(name, options);
     this.score = resolveScore(name, options);
+    this.#tune = expectBoolean(name, "tune", options.tune, false);
+    this.#kernelMap = checkKernelMap(name, options.kernelMap, ["attention.fwd"]);
   }
 
   /**
@@ -101,18 +135,32 @@ export class GroupedQueryAttentionFwdOp {
     const op = this.#name;
     expectSquareCall(op, this.sizes, this.layout, q, k, v);
     this.#pin.check(op, q);
-    return forwardResult(
-      {
-        op,
-        query: { kind: "dense", q, layout: this.layout },
-        kv: { kind: "dense", k, v, layout: this.layout },
-        mask: this.mask,
-        score: this.score,
-        out,
+    const call = (buffers?: ForwardBuffers) =>
+      forwardResult(
+        {
+          op,
+          query: { kind: "dense", q, layout: this.layout },
+          kv: { kind: "dense", k, v, layout: this.layout },
+          mask: this.mask,
+          score: this.score,
+          out: buffers,
+        },
+        true,
+        `${op}.forward(...).backward`,
+      );
+    return withChoice({
+      op,
+      device: q.device,
+      kernelMap: this.#kernelMap,
+      tune: this.#tune,
+      keys: ["attention.fwd"],
+      shapeClass: shapeClass(q, this.layout, this.sizes, this.mask, this.score),
+      relRms: q.dtype === "bfloat16" ? 1e-2 : 2e-3,
+      run: () => {
+        const r = call();
+        return { tensors: [r.output, r.lse], [Symbol.dispose]: () => r[Symbol.dispose]() };
       },
-      true,
-      `${op}.forward(...).backward`,
-    );
+    }, () => call(out));
   }
 }
 
@@ -149,6 +197,8 @@ export class GroupedQueryAttentionBwdOp {
   readonly deterministic: boolean;
   readonly #name: string;
   readonly #pin = new DTypePin();
+  readonly #tune: boolean;
+  readonly #kernelMap?: KernelMap;
 
   /** Checks the sizes and options once. */
   constructor(options: GroupedQueryAttentionBwdOptions) {
@@ -160,6 +210,8 @@ export class GroupedQueryAttentionBwdOp {
     this.mask = resolveMask(name, options);
     this.score = resolveScore(name, options);
     this.deterministic = expectBoolean(name, "deterministic", options.deterministic, false);
+    this.#tune = expectBoolean(name, "tune", options.tune, false);
+    this.#kernelMap = checkKernelMap(name, options.kernelMap, ["attention.bwd"]);
   }
 
   /**
@@ -178,17 +230,32 @@ export class GroupedQueryAttentionBwdOp {
     const op = this.#name;
     expectSquareCall(op, this.sizes, this.layout, q, k, v);
     this.#pin.check(op, q);
-    return runBackward({
+    const call = (buffers?: BackwardBuffers) =>
+      runBackward({
+        op,
+        query: { kind: "dense", q, layout: this.layout },
+        kv: { kind: "dense", k, v, layout: this.layout },
+        mask: this.mask,
+        score: this.score,
+        output: o,
+        dOutput: dO,
+        lse,
+        deterministic: this.deterministic,
+        out: buffers,
+      });
+    return withChoice({
       op,
-      query: { kind: "dense", q, layout: this.layout },
-      kv: { kind: "dense", k, v, layout: this.layout },
-      mask: this.mask,
-      score: this.score,
-      output: o,
-      dOutput: dO,
-      lse,
-      deterministic: this.deterministic,
-      out,
-    });
+      device: q.device,
+      kernelMap: this.#kernelMap,
+      tune: this.#tune,
+      keys: ["attention.bwd"],
+      shapeClass: shapeClass(q, this.layout, this.sizes, this.mask, this.score) +
+        ` deterministic ${this.deterministic}`,
+      relRms: q.dtype === "bfloat16" ? 1e-2 : 2e-3,
+      run: () => {
+        const g = call();
+        return { tensors: [g.dq, g.dk, g.dv], [Symbol.dispose]: () => g[Symbol.dispose]() };
+      },
+    }, () => call(out));
   }
 }

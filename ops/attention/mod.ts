@@ -38,6 +38,7 @@ export {
   type GroupedQueryAttentionBwdOptions,
   GroupedQueryAttentionFwdOp,
   type GroupedQueryAttentionFwdOptions,
+  type KernelOptions,
 } from "./gqa.ts";
 export {
   MultiHeadAttentionBwdOp,

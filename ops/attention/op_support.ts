@@ -134,6 +134,8 @@ const SQUARE_KEYS = ["batch", "heads", "headsKv", "seqLen", "dim"];
 const PACKED_KEYS = ["batch", "heads", "headsKv", "dim"];
 const MASK_KEYS = ["isCausal", "windowSizeLeft", "windowSizeRight"];
 const SCORE_KEYS = ["scale", "softcap"];
+const CHOICE_KEYS = ["tune", "kernelMap"];
+const SQUARE_FWD_KEYS = ["layout", ...SQUARE_KEYS, ...SCORE_KEYS, ...MASK_KEYS, ...CHOICE_KEYS];
 const DECODE_MHA_KEYS = ["batch", "heads", "seqlenQ", "seqlenKv", "dim", "isCausal", "checkIndices"];
 const DECODE_GQA_KEYS = [
   "batch",
@@ -149,11 +151,11 @@ const DECODE_GQA_KEYS = [
 /** The option keys of each attention op class, by class name. */
 export const OP_OPTION_KEYS: Readonly<Record<string, OptionSpec>> = Object.fromEntries(
   Object.entries({
-    GroupedQueryAttentionFwdOp: ["layout", ...SQUARE_KEYS, ...SCORE_KEYS, ...MASK_KEYS],
-    GroupedQueryAttentionBwdOp: ["layout", ...SQUARE_KEYS, ...SCORE_KEYS, ...MASK_KEYS, "deterministic"],
+    GroupedQueryAttentionFwdOp: SQUARE_FWD_KEYS,
+    GroupedQueryAttentionBwdOp: [...SQUARE_FWD_KEYS, "deterministic"],
     // The MHA ops check their users' options without headsKv (mha.ts), then pass headsKv = heads.
-    MultiHeadAttentionFwdOp: ["layout", ...SQUARE_KEYS, ...SCORE_KEYS, ...MASK_KEYS],
-    MultiHeadAttentionBwdOp: ["layout", ...SQUARE_KEYS, ...SCORE_KEYS, ...MASK_KEYS, "deterministic"],
+    MultiHeadAttentionFwdOp: SQUARE_FWD_KEYS,
+    MultiHeadAttentionBwdOp: [...SQUARE_FWD_KEYS, "deterministic"],
     GroupedQueryAttentionDenseFwdOp: [
       "layout",
       ...MASK_KEYS,

@@ -1058,9 +1058,23 @@ const moreOps: Gen = (rng, scope, bad) => {
 
 const settingsAndDevices: Gen = (rng, scope, bad) => {
   if (!bad) {
-    switch (rng.int(0, 4)) {
+    switch (rng.int(0, 6)) {
       case 0:
         return valid("parseDevice", () => ak.parseDevice(rng.pick(["cpu", scope.device])), false);
+      case 5:
+        return valid("lastChoice", () => ak.lastChoice(), false);
+      case 6:
+        return valid("tuneCachePath / clearTuneCache", () => {
+          const dir = Deno.makeTempDirSync(); // never the user's own cache
+          try {
+            ak.setTuneCachePath(`${dir}/tune.json`);
+            ak.clearTuneCache();
+            return ak.tuneCachePath();
+          } finally {
+            ak.setTuneCachePath(undefined);
+            Deno.removeSync(dir, { recursive: true });
+          }
+        }, false);
       case 1:
         return valid(
           "withTuning",
@@ -1075,7 +1089,31 @@ const settingsAndDevices: Gen = (rng, scope, bad) => {
         return valid("bf16BitsToNumber", () => ak.bf16BitsToNumber(rng.int(0, 65535)), false);
     }
   }
-  switch (rng.int(0, 3)) {
+  switch (rng.int(0, 5)) {
+    case 4:
+      return invalid(
+        "setTuneCachePath(bad)",
+        () => ak.setTuneCachePath(rng.pick<unknown>(["", 5, null, {}]) as string),
+      );
+    case 5:
+      return invalid(
+        "GroupedQueryAttentionFwdOp(bad tune / kernelMap)",
+        () =>
+          new ak.GroupedQueryAttentionFwdOp({
+            layout: "bshd",
+            batch: 1,
+            heads: 2,
+            seqLen: 8,
+            dim: 64,
+            ...rng.pick<Record<string, unknown>>([
+              { tune: "yes" },
+              { kernelMap: { "attention.bwd": "general" } },
+              { kernelMap: { "attention.fwd": "fast" } },
+              { kernelMap: "general" },
+              { kernelMap: { causal: true } },
+            ]),
+          } as never),
+      );
     case 0:
       return invalid(
         "parseDevice(bad)",

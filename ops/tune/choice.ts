@@ -1,0 +1,228 @@
+/**
+ * Per-call kernel choice for the op classes: a `kernelMap` override (tuning keys and values applied over
+ * the table in force for one call), and `tune: true`, which on the first call of a shape class times every
+ * candidate that can serve it against the planner's choice (outputs compared, a disagreeing candidate never
+ * chosen), keeps the winner in the on-disk cache (cache.ts) and uses it from then on.
+ *
+ * @module
+ */
+import { AttnkitError, invalidArgument } from "../../ffi/errors.ts";
+import { VERSION } from "../../ffi/version.ts";
+import { compare } from "../compare.ts";
+import { type Device, deviceInfo } from "../device.ts";
+import { insideCapture } from "../graph.ts";
+import { setTuning, tuning } from "../kernels.ts";
+import { Tensor } from "../tensor.ts";
+import { timeIt } from "../timing.ts";
+import { readTuneRecord, type TuneCandidate, type TuneRecord, writeTuneRecord } from "./cache.ts";
+
+/** Settings of tuning keys for one call: e.g. `{ "attention.fwd": "general" }`. */
+export type KernelMap = Readonly<Record<string, string | number>>;
+
+/** Where the kernels of an op's last call came from. */
+export type ChoiceSource = "planner" | "override" | "cache" | "tune";
+
+/** The kernel choice of the last op call that offers `tune` / `kernelMap`. */
+export interface KernelChoice {
+  /** The op class. */
+  readonly op: string;
+  /** The planner's own rules, a `kernelMap`, a cached tuning result or a tuning run of this call. */
+  readonly source: ChoiceSource;
+  /** The settings applied over the tuning table (empty: none). */
+  readonly spec: Readonly<Record<string, string>>;
+  /** The cache key (cache and tune). */
+  readonly key?: string;
+}
+
+let last: KernelChoice | undefined;
+
+/**
+ * Where the kernel choice of the last call of an op with `tune` / `kernelMap` options came from.
+ *
+ * @example
+ * ```ts
+ * import { GroupedQueryAttentionFwdOp, lastChoice, Tensor } from "@attnkit/attnkit";
+ * const op = new GroupedQueryAttentionFwdOp({
+ *   layout: "bshd", batch: 1, heads: 2, headsKv: 2, seqLen: 16, dim: 64,
+ *   kernelMap: { "attention.fwd": "general" },
+ * });
+ * using q = Tensor.randn([1, 16, 2, 64], { dtype: "bfloat16", seed: 1 });
+ * using r = op.forward(q, q, q);
+ * console.log(lastChoice()?.source); // "override"
+ * ```
+ */
+export function lastChoice(): KernelChoice | undefined {
+  return last;
+}
+
+/**
+ * Checks a `kernelMap` option: tuning keys among `prefixes` (e.g. `attention.fwd` takes
+ * `attention.fwd` and `attention.fwd.*`), each with one of its values.
+ */
+export function checkKernelMap(
+  op: string,
+  value: unknown,
+  prefixes: readonly string[],
+): KernelMap | undefined {
+  if (value === undefined) return undefined;
+  const where = "options.kernelMap";
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw invalidArgument(
+      op,
+      `${where}: expected an object of tuning keys and values, got ${JSON.stringify(value)}`,
+    );
+  }
+  const keys = tuning().keys.filter((k) => prefixes.some((p) => k.name === p || k.name.startsWith(`${p}.`)));
+  for (const [name, v] of Object.entries(value)) {
+    const key = keys.find((k) => k.name === name);
+    if (!key) {
+      throw invalidArgument(
+        op,
+        `${where}: unknown key ${name}; this op takes ${keys.map((k) => k.name).join(", ")}`,
+      );
+    }
+    if ((typeof v !== "string" && typeof v !== "number") || ![...key.values, "auto"].includes(String(v))) {
+      throw invalidArgument(
+        op,
+        `${where}.${name}: expected one of ${["auto", ...key.values].join(", ")}, got ${JSON.stringify(v)}`,
+      );
+    }
+  }
+  return Object.freeze({ ...value as Record<string, string | number> });
+}
+
+/** Runs `fn` with `spec` set over the tuning table in force, then puts the table back. */
+function withSettings<T>(spec: KernelMap, fn: () => T): T {
+  if (Object.keys(spec).length === 0) return fn();
+  const before = tuning().current;
+  setTuning({ ...before, ...spec });
+  try {
+    return fn();
+  } finally {
+    setTuning(before);
+  }
+}
+
+/** One call of an op, for the tuner: the outputs it compares, disposed with the result. */
+export type TuneRun = () => { readonly tensors: readonly Tensor[] } & Disposable;
+
+/** What an op hands over to choose its kernels for one call. */
+export interface ChoiceRequest {
+  /** The op class. */
+  readonly op: string;
+  /** Where the call runs. */
+  readonly device: Device;
+  /** The op's `kernelMap`, if any (wins over tuning). */
+  readonly kernelMap?: KernelMap;
+  /** Whether the op was built with `tune: true`. */
+  readonly tune: boolean;
+  /** The tuning keys the op's kernels depend on (their values are the candidates). */
+  readonly keys: readonly string[];
+  /** The call's shape class: every size and option the kernels' choice depends on. */
+  readonly shapeClass: string;
+  /** Agreement a candidate's outputs must reach with the planner's (relative RMS). */
+  readonly relRms: number;
+  /** One call, for timing and comparing (not the user's call: no `out` buffers). */
+  readonly run: TuneRun;
+}
+
+/** Runs `fn` (the user's call) under the kernels chosen for `request`, recording the choice. */
+export function withChoice<T>(request: ChoiceRequest, fn: () => T): T {
+  if (request.kernelMap) {
+    last = { op: request.op, source: "override", spec: stringSpec(request.kernelMap) };
+    return withSettings(request.kernelMap, fn);
+  }
+  if (!request.tune) {
+    last = { op: request.op, source: "planner", spec: {} };
+    return fn();
+  }
+  const key = cacheKey(request);
+  const cached = readTuneRecord(key);
+  if (cached) {
+    last = { op: request.op, source: "cache", spec: cached.spec, key };
+    return withSettings(cached.spec, fn);
+  }
+  if (insideCapture()) {
+    // Never tune inside a graph capture: the planner's choice, until an uncaptured call tunes.
+    last = { op: request.op, source: "planner", spec: {} };
+    return fn();
+  }
+  const record = measure(request);
+  writeTuneRecord(key, record);
+  last = { op: request.op, source: "tune", spec: record.spec, key };
+  return withSettings(record.spec, fn);
+}
+
+function stringSpec(spec: KernelMap): Record<string, string> {
+  return Object.fromEntries(Object.entries(spec).map(([k, v]) => [k, String(v)]));
+}
+
+/** The cache key: the GPU (name and compute capability) or the CPU, the version, the op and the shape class. */
+function cacheKey(r: ChoiceRequest): string {
+  let where = "cpu";
+  if (r.device.startsWith("cuda")) {
+    const info = deviceInfo(r.device);
+    where = `${info.name} sm${info.computeCapability.join("")}`;
+  }
+  return `${where} | ${VERSION} | ${r.op} | ${r.shapeClass}`;
+}
+
+/** Every combination of the keys' values (each key's values besides auto), the planner's choice first. */
+function candidates(keys: readonly string[]): Record<string, string>[] {
+  let out: Record<string, string>[] = [{}];
+  for (const key of tuning().keys.filter((k) => keys.includes(k.name))) {
+    const next: Record<string, string>[] = [];
+    for (const partial of out) for (const value of key.values) next.push({ ...partial, [key.name]: value });
+    out = next;
+  }
+  return [{}, ...out.filter((c) => Object.keys(c).length > 0)];
+}
+
+function measure(r: ChoiceRequest): TuneRecord {
+  const reference = (() => {
+    using result = r.run();
+    return result.tensors.map((t) => t.toArray() as Float32Array);
+  })();
+  const cuda = r.device.startsWith("cuda");
+  using flush = cuda ? Tensor.empty([16 * 1024 * 1024], { dtype: "float32", device: r.device }) : undefined;
+  const tried: TuneCandidate[] = [];
+  for (const spec of candidates(r.keys)) {
+    let disagreement: string | undefined;
+    try {
+      withSettings(spec, () => {
+        using result = r.run();
+        result.tensors.forEach((t, i) => {
+          const c = compare(t, reference[i]);
+          if (!(c.relRms <= r.relRms)) {
+            disagreement = `output ${i}: relative RMS ${c.relRms} against the planner's`;
+          }
+        });
+      });
+    } catch (e) {
+      if (!(e instanceof AttnkitError)) throw e;
+      tried.push({ spec, ms: null, note: e.message.slice(0, 200) });
+      continue;
+    }
+    if (disagreement) {
+      tried.push({ spec, ms: null, note: disagreement });
+      continue;
+    }
+    const timing = timeIt(() => withSettings(spec, () => r.run()[Symbol.dispose]()), {
+      device: r.device,
+      warmup: 2,
+      iterations: 10,
+      before: flush ? () => flush.fill(0) : undefined,
+    });
+    tried.push({ spec, ms: timing.medianMs });
+  }
+  const served = tried.filter((c) => c.ms !== null) as (TuneCandidate & { ms: number })[];
+  if (served.length === 0) {
+    throw new AttnkitError(
+      "UNSUPPORTED",
+      r.op,
+      `tune: no kernel serves this call (${tried[0]?.note ?? "?"})`,
+    );
+  }
+  const best = served.reduce((a, b) => (b.ms < a.ms ? b : a));
+  return { spec: best.spec, ms: best.ms, candidates: tried, at: new Date().toISOString() };
+}

@@ -1,0 +1,301 @@
+// Kernel choice per op: the tuning cache on disk (round trip, corrupt and foreign files, concurrent
+// writers, clearing), `kernelMap` overrides, and `tune: true` (a first call tunes, later calls read the
+// cache, a candidate whose output disagrees with the planner's is never chosen, tuned results equal
+// untuned ones within the tolerance).
+import {
+  AttnkitError,
+  clearTuneCache,
+  compare,
+  GroupedQueryAttentionBwdOp,
+  GroupedQueryAttentionFwdOp,
+  lastChoice,
+  MultiHeadAttentionFwdOp,
+  setTuneCachePath,
+  Tensor,
+  tuneCachePath,
+  tuning,
+} from "../mod.ts";
+import { readTuneRecord, type TuneRecord, writeTuneRecord } from "../ops/tune/cache.ts";
+import { withChoice } from "../ops/tune/choice.ts";
+import { VERSION } from "../ffi/version.ts";
+import { deviceTest, expectNoLeak, refuses } from "./helpers.ts";
+import assert from "node:assert/strict";
+
+/** Runs `fn` with the tuning cache in a fresh temporary folder, then puts the default path back. */
+function withTempCache<T>(fn: (path: string) => T): T {
+  const dir = Deno.makeTempDirSync({ prefix: "attnkit-tune-" });
+  const path = `${dir}/sub/tune.json`;
+  setTuneCachePath(path);
+  try {
+    return fn(path);
+  } finally {
+    setTuneCachePath(undefined);
+    Deno.removeSync(dir, { recursive: true });
+  }
+}
+
+/** As withTempCache, for asynchronous work. */
+async function withTempCacheAsync(fn: (path: string) => Promise<void>): Promise<void> {
+  const dir = Deno.makeTempDirSync({ prefix: "attnkit-tune-" });
+  const path = `${dir}/sub/tune.json`;
+  setTuneCachePath(path);
+  try {
+    await fn(path);
+  } finally {
+    setTuneCachePath(undefined);
+    Deno.removeSync(dir, { recursive: true });
+  }
+}
+
+/** Runs `fn` with console.warn captured; returns its result and the warnings. */
+function captureWarnings<T>(fn: () => T): { result: T; warnings: string[] } {
+  const warnings: string[] = [];
+  const original = console.warn;
+  console.warn = (...a: unknown[]) => warnings.push(a.join(" "));
+  try {
+    return { result: fn(), warnings };
+  } finally {
+    console.warn = original;
+  }
+}
+
+const RECORD: TuneRecord = {
+  spec: { "attention.fwd": "general" },
+  ms: 0.5,
+  candidates: [{ spec: {}, ms: 0.7 }, { spec: { "attention.fwd": "general" }, ms: 0.5 }, {
+    spec: { "attention.fwd": "wgmma" },
+    ms: null,
+    note: "refused",
+  }],
+  at: "2026-12-02T00:00:00.000Z",
+};
+
+Deno.test("tuning cache: a written record reads back after a reload, in a versioned JSON file", () => {
+  withTempCache((path) => {
+    assert.equal(tuneCachePath(), path);
+    assert.equal(readTuneRecord("k1"), undefined);
+    writeTuneRecord("k1", RECORD);
+    setTuneCachePath(path); // drops what this process read: the next read is from the file
+    assert.deepEqual(readTuneRecord("k1"), RECORD);
+    const file = JSON.parse(Deno.readTextFileSync(path));
+    assert.equal(file.format, "attnkit-tune");
+    assert.equal(file.version, VERSION);
+    clearTuneCache();
+    assert.throws(() => Deno.statSync(path), Deno.errors.NotFound);
+    assert.equal(readTuneRecord("k1"), undefined);
+  });
+  refuses(() => setTuneCachePath(""), /setTuneCachePath: path: expected a file path or undefined/);
+});
+
+Deno.test("tuning cache: a corrupt, foreign or malformed file is ignored with a warning, then replaced", () => {
+  for (
+    const text of [
+      "{ not json",
+      JSON.stringify({ format: "attnkit-tune", version: "0.0.1", entries: { k1: RECORD } }),
+      JSON.stringify({ format: "something-else", version: VERSION, entries: {} }),
+      JSON.stringify({
+        format: "attnkit-tune",
+        version: VERSION,
+        entries: { k1: { ...RECORD, ms: "fast" } },
+      }),
+    ]
+  ) {
+    withTempCache((path) => {
+      Deno.mkdirSync(path.slice(0, path.lastIndexOf("/")), { recursive: true });
+      Deno.writeTextFileSync(path, text);
+      setTuneCachePath(path);
+      const { result, warnings } = captureWarnings(() => readTuneRecord("k1"));
+      assert.equal(result, undefined, text);
+      // One warning per process at most: earlier cases may have used it up.
+      assert.ok(warnings.length <= 1);
+      writeTuneRecord("k2", RECORD);
+      setTuneCachePath(path);
+      assert.deepEqual(readTuneRecord("k2"), RECORD);
+    });
+  }
+});
+
+Deno.test("tuning cache: writers in parallel processes never leave a corrupt file", async () => {
+  await withTempCacheAsync(async (path) => {
+    const writer = `${path.slice(0, path.indexOf("/sub/"))}/writer.ts`;
+    Deno.writeTextFileSync(
+      writer,
+      `import { writeTuneRecord } from "${new URL("../ops/tune/cache.ts", import.meta.url).href}";
+import { setTuneCachePath } from "${new URL("../mod.ts", import.meta.url).href}";
+setTuneCachePath(${JSON.stringify(path)});
+const id = Deno.args[0];
+for (let i = 0; i < 20; i++) {
+  writeTuneRecord("w" + id + "-" + i, { spec: {}, ms: i, candidates: [], at: new Date().toISOString() });
+}
+`,
+    );
+    const children = Array.from({ length: 4 }, (_, i) =>
+      new Deno.Command(Deno.execPath(), {
+        args: ["run", "-A", "--quiet", writer, String(i)],
+        env: { NO_COLOR: "1" },
+        stdout: "piped",
+        stderr: "piped",
+      }).output());
+    for (const out of await Promise.all(children)) {
+      assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+    }
+    const file = JSON.parse(Deno.readTextFileSync(path));
+    assert.equal(file.version, VERSION);
+    const keys = Object.keys(file.entries);
+    assert.ok(keys.length >= 20, `${keys.length} entries`);
+    assert.ok(keys.every((k) => /^w[0-3]-\d+$/.test(k)));
+    assert.deepEqual([...Deno.readDirSync(path.slice(0, path.lastIndexOf("/")))].map((e) => e.name), [
+      "tune.json",
+    ]);
+  });
+});
+
+const SIZES = {
+  layout: "bshd",
+  batch: 1,
+  heads: 4,
+  headsKv: 2,
+  seqLen: 33,
+  dim: 64,
+  isCausal: true,
+} as const;
+
+deviceTest(
+  "kernelMap: an op's calls run under its settings, over the table in force, and are reported",
+  (device) =>
+    expectNoLeak(device, () => {
+      using q = Tensor.randn([1, 33, 4, 64], { dtype: "bfloat16", device, seed: 1 });
+      using kv = Tensor.randn([1, 33, 2, 64], { dtype: "bfloat16", device, seed: 2 });
+      const plain = new GroupedQueryAttentionFwdOp(SIZES);
+      const pinned = new GroupedQueryAttentionFwdOp({ ...SIZES, kernelMap: { "attention.fwd": "general" } });
+      using a = plain.forward(q, kv, kv);
+      assert.equal(lastChoice()?.source, "planner");
+      const before = tuning().current;
+      using b = pinned.forward(q, kv, kv);
+      assert.deepEqual(lastChoice(), {
+        op: "GroupedQueryAttentionFwdOp",
+        source: "override",
+        spec: { "attention.fwd": "general" },
+      });
+      assert.deepEqual(tuning().current, before); // the table in force is back
+      const close = (x: Tensor, y: Tensor) => {
+        const [p, r] = [x.toArray() as Float32Array, y.toArray() as Float32Array];
+        let num = 0, den = 0;
+        for (let i = 0; i < p.length; i++) num += (p[i] - r[i]) ** 2, den += r[i] ** 2;
+        assert.ok(Math.sqrt(num / den) < 1e-2);
+      };
+      close(b.output, a.output);
+    }),
+);
+
+Deno.test("kernelMap and tune: bad values are refused naming the option and what is allowed", () => {
+  refuses(
+    () => new GroupedQueryAttentionFwdOp({ ...SIZES, kernelMap: { "attention.bwd": "general" } } as never),
+    /options\.kernelMap: unknown key attention\.bwd; this op takes attention\.fwd/,
+  );
+  refuses(
+    () => new GroupedQueryAttentionBwdOp({ ...SIZES, kernelMap: { "attention.bwd": "fast" } } as never),
+    /options\.kernelMap\.attention\.bwd: expected one of auto, general, wgmma, wgmma_v2, got "fast"/,
+  );
+  refuses(
+    () => new GroupedQueryAttentionFwdOp({ ...SIZES, kernelMap: "general" } as never),
+    /options\.kernelMap: expected an object of tuning keys and values/,
+  );
+  refuses(() => new GroupedQueryAttentionFwdOp({ ...SIZES, tune: "yes" } as never), /tune/);
+  refuses(
+    () =>
+      new MultiHeadAttentionFwdOp(
+        { layout: "bshd", batch: 1, heads: 2, seqLen: 8, dim: 64, kernel_map: {} } as never,
+      ),
+    /kernel_map/,
+  );
+});
+
+deviceTest(
+  "tune: the first call of a shape tunes, later ones read the cache; results match the planner's",
+  (device) =>
+    withTempCache(() =>
+      expectNoLeak(device, () => {
+        using q = Tensor.randn([1, 33, 4, 64], { dtype: "float16", device, seed: 3 });
+        using kv = Tensor.randn([1, 33, 2, 64], { dtype: "float16", device, seed: 4 });
+        using dO = Tensor.randn([1, 33, 4, 64], { dtype: "float16", device, seed: 5 });
+        const tuned = new GroupedQueryAttentionFwdOp({ ...SIZES, tune: true });
+        using first = tuned.forward(q, kv, kv);
+        const choice = lastChoice()!;
+        assert.equal(choice.source, "tune");
+        const record = readTuneRecord(choice.key!)!;
+        // The planner's own choice and every attention.fwd variant were tried.
+        assert.deepEqual(
+          record.candidates.map((c) => c.spec["attention.fwd"] ?? "planner").sort(),
+          ["general", "planner", "wgmma", "wgmma_persistent"],
+        );
+        assert.ok(record.candidates.some((c) => c.ms === record.ms));
+        using second = tuned.forward(q, kv, kv);
+        assert.equal(lastChoice()?.source, "cache");
+        assert.deepEqual(second.output.toArray(), first.output.toArray());
+        using plain = new GroupedQueryAttentionFwdOp(SIZES).forward(q, kv, kv);
+        const [p, r] = [first.output.toArray() as Float32Array, plain.output.toArray() as Float32Array];
+        let num = 0, den = 0;
+        for (let i = 0; i < p.length; i++) num += (p[i] - r[i]) ** 2, den += r[i] ** 2;
+        assert.ok(Math.sqrt(num / den) <= 2e-3);
+        // The backward tunes its own key.
+        using grads = new GroupedQueryAttentionBwdOp({ ...SIZES, tune: true }).backward(
+          dO,
+          q,
+          kv,
+          kv,
+          first.output,
+          first.lse,
+        );
+        assert.equal(lastChoice()?.source, "tune");
+        assert.equal(grads.dq.shape.join(), "1,33,4,64");
+      })
+    ),
+);
+
+Deno.test("tune: a candidate whose output disagrees with the planner's is never chosen, however fast", () => {
+  withTempCache(() => {
+    using good = Tensor.from([1, 2, 3, 4]);
+    using bad = Tensor.from([1, 2, 3, 5]);
+    const slow = () => {
+      const until = performance.now() + 2;
+      while (performance.now() < until) { /* the correct kernels are slower */ }
+    };
+    const run = () => {
+      const variant = tuning().current["attention.fwd"];
+      if (variant !== "general") slow(); // "general" is the fastest candidate, and wrong
+      const t = (variant === "general" ? bad : good).clone();
+      return { tensors: [t], [Symbol.dispose]: () => t.dispose() };
+    };
+    const request = {
+      op: "Test",
+      device: "cpu" as const,
+      tune: true,
+      keys: ["attention.fwd"],
+      shapeClass: "wrong-candidate",
+      relRms: 1e-3,
+      run,
+    };
+    withChoice(request, () => 0);
+    const choice = lastChoice()!;
+    assert.equal(choice.source, "tune");
+    assert.notEqual(choice.spec["attention.fwd"], "general");
+    const record = readTuneRecord(choice.key!)!;
+    const general = record.candidates.find((c) => c.spec["attention.fwd"] === "general")!;
+    assert.equal(general.ms, null);
+    assert.match(general.note!, /relative RMS/);
+    // A run that throws something other than an AttnkitError is not swallowed.
+    assert.throws(
+      () =>
+        withChoice({
+          ...request,
+          shapeClass: "throws",
+          run: () => {
+            throw new TypeError("boom");
+          },
+        }, () => 0),
+      TypeError,
+    );
+    assert.ok(!(new TypeError("x") instanceof AttnkitError));
+  });
+});
