@@ -178,13 +178,7 @@ deviceTest(
         spec: { "attention.fwd": "general" },
       });
       assert.deepEqual(tuning().current, before); // the table in force is back
-      const close = (x: Tensor, y: Tensor) => {
-        const [p, r] = [x.toArray() as Float32Array, y.toArray() as Float32Array];
-        let num = 0, den = 0;
-        for (let i = 0; i < p.length; i++) num += (p[i] - r[i]) ** 2, den += r[i] ** 2;
-        assert.ok(Math.sqrt(num / den) < 1e-2);
-      };
-      close(b.output, a.output);
+      assert.ok(compare(b.output, a.output).relRms < 1e-2);
     }),
 );
 
@@ -234,10 +228,7 @@ deviceTest(
         assert.equal(lastChoice()?.source, "cache");
         assert.deepEqual(second.output.toArray(), first.output.toArray());
         using plain = new GroupedQueryAttentionFwdOp(SIZES).forward(q, kv, kv);
-        const [p, r] = [first.output.toArray() as Float32Array, plain.output.toArray() as Float32Array];
-        let num = 0, den = 0;
-        for (let i = 0; i < p.length; i++) num += (p[i] - r[i]) ** 2, den += r[i] ** 2;
-        assert.ok(Math.sqrt(num / den) <= 2e-3);
+        assert.ok(compare(first.output, plain.output).relRms <= 2e-3);
         // The backward tunes its own key.
         using grads = new GroupedQueryAttentionBwdOp({ ...SIZES, tune: true }).backward(
           dO,
