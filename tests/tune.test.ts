@@ -7,6 +7,7 @@ import {
   clearTuneCache,
   compare,
   GroupedQueryAttentionBwdOp,
+  GroupedQueryAttentionDecodePagedWithKVCacheFwdOp,
   GroupedQueryAttentionFwdOp,
   lastChoice,
   MultiHeadAttentionFwdOp,
@@ -290,3 +291,49 @@ Deno.test("tune: a candidate whose output disagrees with the planner's is never 
     assert.ok(!(new TypeError("x") instanceof AttnkitError));
   });
 });
+
+deviceTest(
+  "tune and kernelMap on a decode op: the split-key blocks are its candidates",
+  (device) =>
+    withTempCache(() =>
+      expectNoLeak(device, () => {
+        const sizes = { batch: 2, heads: 8, headsKv: 2, seqlenKv: 512, dim: 128, pageSize: 64 };
+        using q = Tensor.randn([2, 8, 128], { dtype: "bfloat16", device, seed: 6 });
+        using k = Tensor.randn([512, 2, 128], { dtype: "bfloat16", device, seed: 7 });
+        using v = Tensor.randn([512, 2, 128], { dtype: "bfloat16", device, seed: 8 });
+        using lengths = Tensor.from([300, 17], { dtype: "int32", device });
+        using table = Tensor.from([[7, 6, 5, 4, 3], [2, 1, 0, -1, -1]], { dtype: "int32", device });
+        using plain = new GroupedQueryAttentionDecodePagedWithKVCacheFwdOp(sizes).forward(
+          q,
+          k,
+          v,
+          lengths,
+          table,
+        );
+        const pinned = new GroupedQueryAttentionDecodePagedWithKVCacheFwdOp({
+          ...sizes,
+          kernelMap: { "attention.decode": "tiled" },
+        });
+        using a = pinned.forward(q, k, v, lengths, table);
+        assert.equal(lastChoice()?.source, "override");
+        assert.ok(compare(a, plain).relRms < 1e-2);
+        const tuned = new GroupedQueryAttentionDecodePagedWithKVCacheFwdOp({ ...sizes, tune: true });
+        using b = tuned.forward(q, k, v, lengths, table);
+        const choice = lastChoice()!;
+        assert.equal(choice.source, "tune");
+        assert.deepEqual(
+          readTuneRecord(choice.key!)!.candidates.map((c) => c.spec["attention.decode"] ?? "planner").sort(),
+          ["mma", "planner", "tiled", "warp"],
+        );
+        assert.ok(compare(b, plain).relRms < 1e-2);
+        refuses(
+          () =>
+            new GroupedQueryAttentionDecodePagedWithKVCacheFwdOp({
+              ...sizes,
+              kernelMap: { "attention.fwd": "general" },
+            } as never),
+          /options\.kernelMap: unknown key attention\.fwd; this op takes attention\.decode/,
+        );
+      })
+    ),
+);

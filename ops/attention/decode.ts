@@ -10,11 +10,24 @@
 import { invalidArgument } from "../../ffi/errors.ts";
 import type { Tensor } from "../tensor.ts";
 import { type CacheKind, type DecodeSizes, runDecode } from "./kv_cache.ts";
-import { checkDim, checkHeads, expectOptions } from "./op_support.ts";
+import { checkKernelMap, type KernelMap, withChoice } from "../tune/choice.ts";
+import type { KernelOptions } from "./gqa.ts";
+import { checkDim, checkHeads, expectBoolean, expectOptions } from "./op_support.ts";
 import { expectSize, type ResolvedMask, type ResolvedScore, resolveMask, resolveScore } from "./options.ts";
 
+/** How a decode op's calls run: index checks and kernel choice (every decode op takes these). */
+export interface DecodeCallOptions extends KernelOptions {
+  /**
+   * Whether each call reads `realSeqlenKv` and `blockTable` back and checks every length and every page in
+   * use, refusing bad ones (default true). False keeps the call on the device, with no host round trip (so
+   * it can be captured in a CUDA graph): the kernel then reads a length outside 0 .. capacity as clamped
+   * to it and a page outside the cache as masked keys.
+   */
+  checkIndices?: boolean;
+}
+
 /** Sizes of the MHA decode ops: q `[batch, seqlenQ, heads, dim]`, `seqlenKv` rows of cache. */
-export interface MultiHeadAttentionDecodeOptions {
+export interface MultiHeadAttentionDecodeOptions extends DecodeCallOptions {
   /** Sequences. */
   batch: number;
   /** Heads of q, k and v. */
@@ -27,17 +40,10 @@ export interface MultiHeadAttentionDecodeOptions {
   dim: number;
   /** Query i of a sequence with L keys sees keys `j <= L - seqlenQ + i` (default false: all L). */
   isCausal?: boolean;
-  /**
-   * Whether each call reads `realSeqlenKv` and `blockTable` back and checks every length and every page in
-   * use, refusing bad ones (default true). False keeps the call on the device, with no host round trip (so
-   * it can be captured in a CUDA graph): the kernel then reads a length outside 0 .. capacity as clamped
-   * to it and a page outside the cache as masked keys.
-   */
-  checkIndices?: boolean;
 }
 
 /** Sizes and score options of the GQA decode ops: q `[batch, heads, dim]`, `seqlenKv` rows of cache. */
-export interface GroupedQueryAttentionDecodeOptions {
+export interface GroupedQueryAttentionDecodeOptions extends DecodeCallOptions {
   /** Sequences. */
   batch: number;
   /** Query heads. */
@@ -52,13 +58,6 @@ export interface GroupedQueryAttentionDecodeOptions {
   smScale?: number;
   /** Cap c > 0 applied as `c * tanh(z / c)`; 0 or undefined for none. */
   softcap?: number;
-  /**
-   * Whether each call reads `realSeqlenKv` and `blockTable` back and checks every length and every page in
-   * use, refusing bad ones (default true). False keeps the call on the device, with no host round trip (so
-   * it can be captured in a CUDA graph): the kernel then reads a length outside 0 .. capacity as clamped
-   * to it and a page outside the cache as masked keys.
-   */
-  checkIndices?: boolean;
 }
 
 /** The page size of the paged decode ops. */
@@ -85,7 +84,22 @@ interface Resolved {
   seqlenKv: number;
   mask: ResolvedMask;
   score: ResolvedScore;
+  call: CallOptions;
+}
+
+/** How every call of a decode op runs: its index checks and its kernel choice. */
+interface CallOptions {
   checkIndices: boolean;
+  tune: boolean;
+  kernelMap?: KernelMap;
+}
+
+function callOptions(op: string, o: DecodeCallOptions): CallOptions {
+  return {
+    checkIndices: checkIndicesOption(op, o.checkIndices),
+    tune: expectBoolean(op, "tune", o.tune, false),
+    kernelMap: checkKernelMap(op, o.kernelMap, ["attention.decode"]),
+  };
 }
 
 function checkIndicesOption(op: string, value: unknown): boolean {
@@ -109,7 +123,7 @@ function resolveMha(op: string, o: MultiHeadAttentionDecodeOptions): Resolved {
     seqlenKv: expectSize(op, "seqlenKv", o.seqlenKv),
     mask: resolveMask(op, { isCausal: o.isCausal }),
     score: resolveScore(op, {}),
-    checkIndices: checkIndicesOption(op, o.checkIndices),
+    call: callOptions(op, o),
   };
 }
 
@@ -128,7 +142,7 @@ function resolveGqa(op: string, o: GroupedQueryAttentionDecodeOptions): Resolved
     seqlenKv: expectSize(op, "seqlenKv", o.seqlenKv),
     mask: resolveMask(op, {}),
     score,
-    checkIndices: checkIndicesOption(op, o.checkIndices),
+    call: callOptions(op, o),
   };
 }
 
@@ -148,6 +162,8 @@ interface Held {
   mask: ResolvedMask;
   score: ResolvedScore;
   checkIndices: boolean;
+  tune: boolean;
+  kernelMap?: KernelMap;
 }
 
 /** One decode call of an op; a paged cache needs the lengths and the block table. */
@@ -163,7 +179,21 @@ function decode(
   if (held.cache.kind === "paged" && realSeqlenKv === undefined) {
     throw invalidArgument(op, "realSeqlenKv: required for a paged cache");
   }
-  return runDecode({ op, ...held, q, k, v, realSeqlenKv, blockTable });
+  const run = () => runDecode({ op, ...held, q, k, v, realSeqlenKv, blockTable });
+  const { sizes, cache, mask, score } = held;
+  return withChoice({
+    op,
+    device: q?.device ?? "cpu", // a bad q is refused by the run itself
+    kernelMap: held.kernelMap,
+    tune: held.tune,
+    keys: ["attention.decode"],
+    shapeClass: JSON.stringify({ dtype: q?.dtype, ...sizes, cache, mask, score, checked: held.checkIndices }),
+    relRms: q?.dtype === "bfloat16" ? 1e-2 : 2e-3,
+    run: () => {
+      const o = run();
+      return { tensors: [o], [Symbol.dispose]: () => o.dispose() };
+    },
+  }, run);
 }
 
 /**
@@ -193,12 +223,12 @@ export class MultiHeadAttentionDecodeWithKVCacheFwdOp {
   /** The mask. */
   readonly mask: ResolvedMask;
   readonly #score: ResolvedScore;
-  readonly #checkIndices: boolean;
+  readonly #call: CallOptions;
 
   /** Checks the sizes once. */
   constructor(options: MultiHeadAttentionDecodeWithKVCacheFwdOptions) {
     const r = resolveMha("MultiHeadAttentionDecodeWithKVCacheFwdOp", options);
-    this.#checkIndices = r.checkIndices;
+    this.#call = r.call;
     this.sizes = r.sizes;
     this.seqlenKv = r.seqlenKv;
     this.mask = r.mask;
@@ -214,7 +244,7 @@ export class MultiHeadAttentionDecodeWithKVCacheFwdOp {
       rankThree: false,
       mask: this.mask,
       score: this.#score,
-      checkIndices: this.#checkIndices,
+      ...this.#call,
     };
     return decode("MultiHeadAttentionDecodeWithKVCacheFwdOp", held, q, k, v, realSeqlenKv);
   }
@@ -249,13 +279,13 @@ export class MultiHeadAttentionDecodePagedWithKVCacheFwdOp {
   /** The mask. */
   readonly mask: ResolvedMask;
   readonly #score: ResolvedScore;
-  readonly #checkIndices: boolean;
+  readonly #call: CallOptions;
 
   /** Checks the sizes and the page size once. */
   constructor(options: MultiHeadAttentionDecodePagedWithKVCacheFwdOptions) {
     const op = "MultiHeadAttentionDecodePagedWithKVCacheFwdOp";
     const r = resolveMha(op, options);
-    this.#checkIndices = r.checkIndices;
+    this.#call = r.call;
     this.sizes = r.sizes;
     this.cache = pagedCache(op, r.seqlenKv, options.pageSize) as Extract<CacheKind, { kind: "paged" }>;
     this.mask = r.mask;
@@ -270,7 +300,7 @@ export class MultiHeadAttentionDecodePagedWithKVCacheFwdOp {
       rankThree: false,
       mask: this.mask,
       score: this.#score,
-      checkIndices: this.#checkIndices,
+      ...this.#call,
     };
     return decode("MultiHeadAttentionDecodePagedWithKVCacheFwdOp", held, q, k, v, realSeqlenKv, blockTable);
   }
@@ -301,12 +331,12 @@ export class GroupedQueryAttentionDecodeWithKVCacheFwdOp {
   /** Scale (undefined: 1 / sqrt(dim)) and softcap. */
   readonly score: ResolvedScore;
   readonly #mask: ResolvedMask;
-  readonly #checkIndices: boolean;
+  readonly #call: CallOptions;
 
   /** Checks the sizes and score options once. */
   constructor(options: GroupedQueryAttentionDecodeWithKVCacheFwdOptions) {
     const r = resolveGqa("GroupedQueryAttentionDecodeWithKVCacheFwdOp", options);
-    this.#checkIndices = r.checkIndices;
+    this.#call = r.call;
     this.sizes = r.sizes;
     this.seqlenKv = r.seqlenKv;
     this.score = r.score;
@@ -322,7 +352,7 @@ export class GroupedQueryAttentionDecodeWithKVCacheFwdOp {
       rankThree: true,
       mask: this.#mask,
       score: this.score,
-      checkIndices: this.#checkIndices,
+      ...this.#call,
     };
     return decode("GroupedQueryAttentionDecodeWithKVCacheFwdOp", held, q, k, v, realSeqlenKv);
   }
@@ -356,13 +386,13 @@ export class GroupedQueryAttentionDecodePagedWithKVCacheFwdOp {
   /** Scale (undefined: 1 / sqrt(dim)) and softcap. */
   readonly score: ResolvedScore;
   readonly #mask: ResolvedMask;
-  readonly #checkIndices: boolean;
+  readonly #call: CallOptions;
 
   /** Checks the sizes, the page size and the score options once. */
   constructor(options: GroupedQueryAttentionDecodePagedWithKVCacheFwdOptions) {
     const op = "GroupedQueryAttentionDecodePagedWithKVCacheFwdOp";
     const r = resolveGqa(op, options);
-    this.#checkIndices = r.checkIndices;
+    this.#call = r.call;
     this.sizes = r.sizes;
     this.cache = pagedCache(op, r.seqlenKv, options.pageSize) as Extract<CacheKind, { kind: "paged" }>;
     this.score = r.score;
@@ -377,7 +407,7 @@ export class GroupedQueryAttentionDecodePagedWithKVCacheFwdOp {
       rankThree: true,
       mask: this.#mask,
       score: this.score,
-      checkIndices: this.#checkIndices,
+      ...this.#call,
     };
     return decode(
       "GroupedQueryAttentionDecodePagedWithKVCacheFwdOp",

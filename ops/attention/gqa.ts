@@ -55,8 +55,9 @@ export interface KernelOptions {
   tune?: boolean;
   /**
    * Tuning keys and values for this op's calls, over the table in force (e.g. `{ "attention.fwd":
-   * "general" }`; the forward takes `attention.fwd`, the backward `attention.bwd`). Wins over `tune`; a
-   * setting that cannot serve a call makes the call throw, naming why.
+   * "general" }`; each op takes its own stages' keys: the forwards `attention.fwd`, the backwards
+   * `attention.bwd`, the decode ops `attention.decode`). Wins over `tune`; a setting that cannot serve a
+   * call makes the call throw, naming why.
    */
   kernelMap?: KernelMap;
 }

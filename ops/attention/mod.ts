@@ -61,6 +61,7 @@ export {
   type MultiHeadLatentAttentionDecodeWithKVCacheFwdOptions,
 } from "./mla.ts";
 export {
+  type DecodeCallOptions,
   type GroupedQueryAttentionDecodeOptions,
   GroupedQueryAttentionDecodePagedWithKVCacheFwdOp,
   type GroupedQueryAttentionDecodePagedWithKVCacheFwdOptions,

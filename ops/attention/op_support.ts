@@ -136,7 +136,8 @@ const MASK_KEYS = ["isCausal", "windowSizeLeft", "windowSizeRight"];
 const SCORE_KEYS = ["scale", "softcap"];
 const CHOICE_KEYS = ["tune", "kernelMap"];
 const SQUARE_FWD_KEYS = ["layout", ...SQUARE_KEYS, ...SCORE_KEYS, ...MASK_KEYS, ...CHOICE_KEYS];
-const DECODE_MHA_KEYS = ["batch", "heads", "seqlenQ", "seqlenKv", "dim", "isCausal", "checkIndices"];
+const DECODE_CALL_KEYS = ["checkIndices", ...CHOICE_KEYS];
+const DECODE_MHA_KEYS = ["batch", "heads", "seqlenQ", "seqlenKv", "dim", "isCausal", ...DECODE_CALL_KEYS];
 const DECODE_GQA_KEYS = [
   "batch",
   "heads",
@@ -145,7 +146,7 @@ const DECODE_GQA_KEYS = [
   "dim",
   "smScale",
   "softcap",
-  "checkIndices",
+  ...DECODE_CALL_KEYS,
 ];
 
 /** The option keys of each attention op class, by class name. */

@@ -57,9 +57,10 @@ export function kvCacheCases(rng: Rng, scope: Scope, bad: boolean): Case {
   const name = `${c.gqa ? "GQA" : "MHA"} ${c.paged ? "paged" : "contiguous"}`;
   if (!bad) {
     const checkIndices = rng.pick([undefined, true, false]);
+    const kernelMap = rng.pick([undefined, { "attention.decode": rng.pick(["tiled", "warp", "mma"]) }]);
     return valid(
-      `${name}${checkIndices === false ? " unchecked" : ""}`,
-      () => c.run(c.make({ checkIndices })),
+      `${name}${checkIndices === false ? " unchecked" : ""}${kernelMap ? " pinned" : ""}`,
+      () => c.run(c.make({ checkIndices, kernelMap })),
     );
   }
   switch (rng.int(0, 5)) {
@@ -118,6 +119,12 @@ export function kvCacheCases(rng: Rng, scope: Scope, bad: boolean): Case {
                 { scale: 0.1 },
                 { causal: true },
                 { checkIndices: rng.pick<unknown>(["no", 1, null]) },
+                {
+                  kernelMap: rng.pick<unknown>([{ "attention.decode": "fast" }, {
+                    "attention.fwd": "general",
+                  }, 3]),
+                },
+                { tune: "yes" },
                 c.gqa ? { smScale: -1 } : { isCausal: 1 },
                 c.paged ? { pageSize: rng.pick([0, -1, 2.5]) } : { pageSize: 4 },
               ]),
