@@ -6,6 +6,8 @@
  *   dtype's tolerance (PASS / FAIL, exit status 1 on a failure), the time and the TFLOP/s;
  * - `attnkit bench <op> --shapes A,B --out DIR [--ref results.json]` times an op over shapes and
  *   writes JSON, markdown and an SVG chart;
+ * - `attnkit tune attention --shapes A,B [--backward]` tunes shapes into the tuning cache (every kernel
+ *   that can serve them, timed against the planner's choice) and prints the candidates and winners;
  * - `attnkit info` prints the devices, the native library and its kernels;
  * - `attnkit chart results.json -o chart.svg` draws recorded results.
  *
@@ -29,6 +31,7 @@ import { BENCH_USAGE, benchCommand } from "./cli/bench.ts";
 import { CHART_USAGE, chartCommand } from "./cli/chart_command.ts";
 import { CHECK_USAGE, checkCommand } from "./cli/check.ts";
 import { INFO_USAGE, infoCommand } from "./cli/info.ts";
+import { TUNE_USAGE, tuneCommand } from "./cli/tune.ts";
 import { CliError, OPS } from "./cli/shape.ts";
 
 export { type ChartOptions, renderChart } from "./cli/chart.ts";
@@ -39,6 +42,7 @@ const USAGE = `Usage: attnkit <command> [options]
 Commands:
   check <op>   run an op against the float64 oracle: errors vs tolerance, time, TFLOP/s
   bench <op>   time an op over shapes; write JSON, markdown and an SVG chart
+  tune <op>    tune shapes into the tuning cache (every kernel that serves them, timed)
   info         devices, the native library, kernels
   chart FILE   draw recorded results JSON as an SVG chart
 
@@ -48,6 +52,7 @@ Run "attnkit <command> --help" for a command's options.`;
 const COMMANDS: Record<string, { usage: string; run: (args: string[]) => number | Promise<number> }> = {
   check: { usage: CHECK_USAGE, run: checkCommand },
   bench: { usage: BENCH_USAGE, run: benchCommand },
+  tune: { usage: TUNE_USAGE, run: tuneCommand },
   info: { usage: INFO_USAGE, run: infoCommand },
   chart: { usage: CHART_USAGE, run: chartCommand },
 };

@@ -316,3 +316,40 @@ Deno.test("cli shapes: the names of the recorded results read back to themselves
   );
   assert.equal(shapeName(parseShape("B1_S8_SKV16_H2_D8", "attention"), "attention"), "B1_S8_SKV16_H2_D8");
 });
+
+deviceTest(
+  "cli tune attention: tunes into the given cache, then reads it back; --clear empties it",
+  async (device) => {
+    const dir = Deno.makeTempDirSync({ prefix: "attnkit-cli-tune-" });
+    try {
+      const cache = `${dir}/tune.json`;
+      const args = [
+        "tune",
+        "attention",
+        "--shapes",
+        "B1_S40_H4_KV2_D64_causal",
+        "--device",
+        device,
+        "--cache",
+        cache,
+      ];
+      const first = await attnkit(...args, "--backward");
+      assert.equal(first.code, 0, explain(first));
+      assert.match(first.stdout, /^B1_S40_H4_KV2_D64_causal forward: \S+ \(tuned\)$/m, explain(first));
+      assert.match(first.stdout, /^B1_S40_H4_KV2_D64_causal backward: \S+ \(tuned\)$/m, explain(first));
+      assert.match(first.stdout, /^ {2}planner +\d+\.\d+ ms$/m);
+      const entries = Object.keys(JSON.parse(Deno.readTextFileSync(cache)).entries);
+      assert.equal(entries.length, 2);
+      const again = await attnkit(...args);
+      assert.match(again.stdout, /forward: \S+ \(cached\)$/m, explain(again));
+      const cleared = await attnkit("tune", "attention", "--cache", cache, "--clear");
+      assert.equal(cleared.code, 0, explain(cleared));
+      assert.throws(() => Deno.statSync(cache), Deno.errors.NotFound);
+      const bad = await attnkit("tune", "gdn", "--shapes", "B1_T8_H2_D64");
+      assert.equal(bad.code, 2, explain(bad));
+      assert.match(bad.stderr, /tune: expected the op "attention"/);
+    } finally {
+      Deno.removeSync(dir, { recursive: true });
+    }
+  },
+);

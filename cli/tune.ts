@@ -1,0 +1,118 @@
+/**
+ * `attnkit tune`: pre-tunes attention shapes into the tuning cache (the op classes' `tune: true` on fresh
+ * random inputs), prints every candidate's time and the winner; `--clear` empties the cache first.
+ *
+ * @module
+ */
+import { parseArgs } from "node:util";
+import {
+  clearTuneCache,
+  type DType,
+  GroupedQueryAttentionBwdOp,
+  GroupedQueryAttentionFwdOp,
+  lastChoice,
+  setTuneCachePath,
+  Tensor,
+  tuneCachePath,
+} from "../mod.ts";
+import { readTuneRecord } from "../ops/tune/cache.ts";
+import { chooseDevice } from "./cases.ts";
+import { parseDtype, parseShape, type Shape, UsageError } from "./shape.ts";
+
+/** The usage of `attnkit tune`. */
+export const TUNE_USAGE = `Usage: attnkit tune attention --shapes A,B,... [options]
+
+Tunes each shape (every kernel that can serve it, timed against the planner's choice, outputs compared)
+and keeps the winners in the tuning cache, where op classes built with tune: true find them.
+
+Options:
+  --shapes LIST    attention shapes, e.g. B2_S3000_H24_KV8_D128_causal (comma-separated)
+  --dtype DTYPE    bf16 (default) or fp16
+  --device DEVICE  cpu, cuda, cuda:N (default: cuda when present)
+  --causal         causal mask for every shape (also a "_causal" shape suffix)
+  --backward       tune the backward too
+  --cache PATH     the cache file (default ${tuneCachePath()})
+  --clear          empty the cache first
+  -h, --help       this text
+
+Example:
+  attnkit tune attention --shapes B2_S3000_H24_KV8_D128_causal --backward`;
+
+function tuneShape(shape: Shape, dtype: DType, device: string, backward: boolean): void {
+  if (shape.seqKv !== shape.seq) {
+    throw new UsageError(`shape "${shape.name}": tune takes square shapes (no SKV)`);
+  }
+  const options = {
+    layout: "bshd" as const,
+    batch: shape.batch,
+    heads: shape.heads,
+    headsKv: shape.headsKv,
+    seqLen: shape.seq,
+    dim: shape.dim,
+    isCausal: shape.causal,
+    tune: true,
+  };
+  const qShape = [shape.batch, shape.seq, shape.heads, shape.dim];
+  const kvShape = [shape.batch, shape.seq, shape.headsKv, shape.dim];
+  using q = Tensor.randn(qShape, { dtype, device, seed: 1 });
+  using k = Tensor.randn(kvShape, { dtype, device, seed: 2 });
+  using v = Tensor.randn(kvShape, { dtype, device, seed: 3 });
+  using fwd = new GroupedQueryAttentionFwdOp(options).forward(q, k, v);
+  report(`${shape.name} forward`);
+  if (!backward) return;
+  using dO = Tensor.randn(qShape, { dtype, device, seed: 4 });
+  using _grads = new GroupedQueryAttentionBwdOp(options).backward(dO, q, k, v, fwd.output, fwd.lse);
+  report(`${shape.name} backward`);
+}
+
+function report(what: string): void {
+  const choice = lastChoice()!;
+  const record = choice.key ? readTuneRecord(choice.key) : undefined;
+  const name = (spec: Readonly<Record<string, string>>) => Object.values(spec).join(",") || "planner";
+  console.log(`${what}: ${name(choice.spec)} (${choice.source === "cache" ? "cached" : "tuned"})`);
+  for (const c of record?.candidates ?? []) {
+    const time = c.ms === null ? `- (${c.note ?? ""})` : `${c.ms.toFixed(4)} ms`;
+    console.log(`  ${name(c.spec).padEnd(20)} ${time}`);
+  }
+}
+
+/** Runs `attnkit tune`; returns the exit status. */
+export function tuneCommand(args: string[]): number {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: {
+      shapes: { type: "string" },
+      dtype: { type: "string", default: "bf16" },
+      device: { type: "string" },
+      causal: { type: "boolean", default: false },
+      backward: { type: "boolean", default: false },
+      cache: { type: "string" },
+      clear: { type: "boolean", default: false },
+      help: { type: "boolean", short: "h", default: false },
+    },
+  });
+  if (values.help) {
+    console.log(TUNE_USAGE);
+    return 0;
+  }
+  if (positionals.length !== 1 || positionals[0] !== "attention") {
+    throw new UsageError(`tune: expected the op "attention", got ${JSON.stringify(positionals.join(" "))}`);
+  }
+  const dtype = parseDtype(values.dtype!, "attention");
+  if (dtype === "float32") throw new UsageError("--dtype: attention takes bf16 or fp16");
+  if (values.cache !== undefined) setTuneCachePath(values.cache);
+  if (values.clear) clearTuneCache();
+  if (!values.shapes) {
+    if (values.clear) return 0;
+    throw new UsageError("--shapes: required (e.g. B2_S3000_H24_KV8_D128_causal)");
+  }
+  const device = chooseDevice(values.device);
+  const shapes = values.shapes.split(",").map((s) => {
+    const shape = parseShape(s.trim(), "attention");
+    return { ...shape, causal: shape.causal || values.causal! };
+  });
+  console.log(`tuning cache: ${tuneCachePath()}`);
+  for (const shape of shapes) tuneShape(shape, dtype, device, values.backward!);
+  return 0;
+}
