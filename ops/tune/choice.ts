@@ -178,6 +178,15 @@ function candidates(keys: readonly string[]): Record<string, string>[] {
   return [{}, ...out.filter((c) => Object.keys(c).length > 0)];
 }
 
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+}
+
+// Candidates are timed in rounds, each round running every candidate once, so that a transient load on
+// the machine spreads over all of them instead of biasing the ones timed while it lasted.
+const WARMUP_ROUNDS = 2, TIMED_ROUNDS = 10;
+
 function measure(r: ChoiceRequest): TuneRecord {
   const reference = (() => {
     using result = r.run();
@@ -185,7 +194,8 @@ function measure(r: ChoiceRequest): TuneRecord {
   })();
   const cuda = r.device.startsWith("cuda");
   using flush = cuda ? Tensor.empty([16 * 1024 * 1024], { dtype: "float32", device: r.device }) : undefined;
-  const tried: TuneCandidate[] = [];
+  const refused: TuneCandidate[] = [];
+  const serving: { spec: Record<string, string>; samples: number[] }[] = [];
   for (const spec of candidates(r.keys)) {
     let disagreement: string | undefined;
     try {
@@ -200,29 +210,33 @@ function measure(r: ChoiceRequest): TuneRecord {
       });
     } catch (e) {
       if (!(e instanceof AttnkitError)) throw e;
-      tried.push({ spec, ms: null, note: e.message.slice(0, 200) });
+      refused.push({ spec, ms: null, note: e.message.slice(0, 200) });
       continue;
     }
-    if (disagreement) {
-      tried.push({ spec, ms: null, note: disagreement });
-      continue;
-    }
-    const timing = timeIt(() => withSettings(spec, () => r.run()[Symbol.dispose]()), {
-      device: r.device,
-      warmup: 2,
-      iterations: 10,
-      before: flush ? () => flush.fill(0) : undefined,
-    });
-    tried.push({ spec, ms: timing.medianMs });
+    if (disagreement) refused.push({ spec, ms: null, note: disagreement });
+    else serving.push({ spec, samples: [] });
   }
-  const served = tried.filter((c) => c.ms !== null) as (TuneCandidate & { ms: number })[];
-  if (served.length === 0) {
+  if (serving.length === 0) {
     throw new AttnkitError(
       "UNSUPPORTED",
       r.op,
-      `tune: no kernel serves this call (${tried[0]?.note ?? "?"})`,
+      `tune: no kernel serves this call (${refused[0]?.note ?? "?"})`,
     );
   }
-  const best = served.reduce((a, b) => (b.ms < a.ms ? b : a));
-  return { spec: best.spec, ms: best.ms, candidates: tried, at: new Date().toISOString() };
+  const once = (spec: Record<string, string>) => withSettings(spec, () => r.run()[Symbol.dispose]());
+  for (let round = 0; round < WARMUP_ROUNDS; round++) for (const c of serving) once(c.spec);
+  for (let round = 0; round < TIMED_ROUNDS; round++) {
+    for (const c of serving) {
+      const t = timeIt(() => once(c.spec), {
+        device: r.device,
+        warmup: 0,
+        iterations: 1,
+        before: flush ? () => flush.fill(0) : undefined,
+      });
+      c.samples.push(t.medianMs);
+    }
+  }
+  const timed: TuneCandidate[] = serving.map((c) => ({ spec: c.spec, ms: median(c.samples) }));
+  const best = timed.reduce((a, b) => (b.ms! < a.ms! ? b : a));
+  return { spec: best.spec, ms: best.ms!, candidates: [...timed, ...refused], at: new Date().toISOString() };
 }
