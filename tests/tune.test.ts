@@ -6,6 +6,8 @@ import {
   AttnkitError,
   clearTuneCache,
   compare,
+  GatedDeltaNetBTHDFwdOp,
+  GatedDeltaNetBwdOp,
   GroupedQueryAttentionBwdOp,
   GroupedQueryAttentionDecodePagedWithKVCacheFwdOp,
   GroupedQueryAttentionFwdOp,
@@ -333,6 +335,44 @@ deviceTest(
               kernelMap: { "attention.fwd": "general" },
             } as never),
           /options\.kernelMap: unknown key attention\.fwd; this op takes attention\.decode/,
+        );
+      })
+    ),
+);
+
+deviceTest(
+  "tune and kernelMap on the delta-rule forward op classes; their backward classes take neither",
+  (device) =>
+    withTempCache(() =>
+      expectNoLeak(device, () => {
+        const [B, T, H, D] = [1, 100, 2, 64];
+        using q = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device, seed: 9 });
+        using k = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device, seed: 10 });
+        using v = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device, seed: 11 });
+        using g = Tensor.rand([B, T, H], { low: -0.3, high: 0, device, seed: 12 });
+        using beta = Tensor.rand([B, T, H], { device, seed: 13 });
+        using plain = new GatedDeltaNetBTHDFwdOp({ useQkL2norm: true }).forward(q, k, v, g, beta);
+        assert.equal(lastChoice()?.source, "planner");
+        using tuned = new GatedDeltaNetBTHDFwdOp({ useQkL2norm: true, tune: true }).forward(q, k, v, g, beta);
+        const choice = lastChoice()!;
+        assert.equal(choice.source, "tune");
+        const record = readTuneRecord(choice.key!)!;
+        assert.equal(record.candidates.length, 10); // the planner's, then 3 state kernels x 3 tiles
+        assert.ok(compare(tuned.output, plain.output).relRms < 8e-3);
+        const pinned = new GatedDeltaNetBTHDFwdOp({
+          useQkL2norm: true,
+          kernelMap: { "linear.fwd.path": "general" },
+        });
+        using general = pinned.forward(q, k, v, g, beta);
+        assert.equal(lastChoice()?.source, "override");
+        assert.ok(compare(general.output, plain.output).relRms < 8e-3);
+        refuses(
+          () => new GatedDeltaNetBTHDFwdOp({ kernelMap: { "linear.bwd.grads": "fused" } } as never),
+          /options\.kernelMap: unknown key linear\.bwd\.grads; this op takes linear\.fwd\./,
+        );
+        refuses(
+          () => new GatedDeltaNetBwdOp({ layout: "bshd", tune: true } as never),
+          /unknown option 'tune'/,
         );
       })
     ),

@@ -25,6 +25,7 @@ import {
 import { type LinearLayout, sequencePattern, warnIfLayoutLooksSwapped } from "./layouts.ts";
 import { type DeltaSavedCall, DeltaSavedStates } from "./saved.ts";
 import { TensorScope } from "./scope.ts";
+import { type KernelMap, withChoice } from "../tune/choice.ts";
 
 /** Chunk sizes the chunked algorithm accepts. */
 export const CHUNK_SIZES: readonly number[] = [32, 64, 128];
@@ -68,6 +69,16 @@ export interface DeltaSettings {
   initialState?: Tensor;
   /** `[N + 1]` offsets of packed sequences (batch 1): host numbers or an int32/int64 tensor. */
   cuSeqlens?: CuSeqlens;
+  /** The forward's kernel choice (op classes with `tune` / `kernelMap`); undefined: the planner's. */
+  choice?: ForwardChoice;
+}
+
+/** How a forward op class picks its kernels: `tune` and `kernelMap` as its options gave them. */
+export interface ForwardChoice {
+  /** Tune each shape class on its first call (ForwardKernelOptions.tune). */
+  tune: boolean;
+  /** `linear.fwd.*` settings for the op's forward calls (ForwardKernelOptions.kernelMap). */
+  kernelMap?: KernelMap;
 }
 
 /** The sizes of a call. */
@@ -120,6 +131,62 @@ export interface ForwardOutputs {
   /** When asked: the handle for the backward (holding the per-chunk states where stored). */
   saved?: DeltaSavedStates;
 }
+
+/** The forward under the op's kernel choice (tune / kernelMap): the tuner compares o and the final state. */
+function chosenForward(
+  op: string,
+  inputs: DeltaInputs,
+  s: DeltaSettings,
+  choice: ForwardChoice,
+  wants: ForwardWants,
+  out?: DeltaForwardBuffers,
+): ForwardOutputs {
+  const plain: DeltaSettings = { ...s, choice: undefined };
+  if (!choice.tune && !choice.kernelMap) {
+    return withChoice(PLANNER(op), () => deltaForward(op, inputs, plain, wants, out));
+  }
+  const sizes = checkDeltaCall(op, inputs, plain);
+  const { q } = inputs;
+  return withChoice({
+    op,
+    device: q.device,
+    kernelMap: choice.kernelMap,
+    tune: choice.tune,
+    keys: ["linear.fwd.state", "linear.fwd.state.tile"],
+    shapeClass: JSON.stringify({
+      dtype: q.dtype,
+      layout: s.layout,
+      ...sizes,
+      gated: s.gated,
+      chunk: s.chunkSize,
+      l2norm: s.l2norm,
+      recurrent: s.recurrent,
+      varlen: s.cuSeqlens !== undefined,
+      initial: s.initialState !== undefined,
+    }),
+    relRms: q.dtype === "float32" ? 1e-4 : 8e-3,
+    run: () => {
+      const r = deltaForward(op, inputs, plain, { finalState: true, remember: false });
+      return {
+        tensors: [r.output, r.finalState!],
+        [Symbol.dispose]: () => [r.output, r.finalState].forEach((t) => t?.dispose()),
+      };
+    },
+  }, () => deltaForward(op, inputs, plain, wants, out));
+}
+
+// The choice request of a call that neither tunes nor overrides (withChoice only records it).
+const PLANNER = (op: string) => ({
+  op,
+  device: "cpu" as const,
+  tune: false,
+  keys: [],
+  shapeClass: "",
+  relRms: 0,
+  run: () => {
+    throw new Error("unreachable: the planner's choice is never tuned");
+  },
+});
 
 /** What the backward returns. */
 export interface BackwardOutputs {
@@ -548,6 +615,7 @@ export function deltaForward(
   wants: ForwardWants = {},
   out?: DeltaForwardBuffers,
 ): ForwardOutputs {
+  if (s.choice) return chosenForward(op, inputs, s, s.choice, wants, out);
   out = checkOptions<DeltaForwardBuffers>(op, out ?? undefined, FORWARD_BUFFERS, "out");
   const sizes = checkDeltaCall(op, inputs, s);
   const { B, T, H, K, V } = sizes;

@@ -18,11 +18,13 @@ import {
   type DeltaForwardBuffers,
 } from "./delta_native.ts";
 import {
+  CHUNKED_FWD_OP_OPTIONS,
   CHUNKED_OP_OPTIONS,
   COMBINED_OP_OPTIONS,
   DECODE_OP_OPTIONS,
   type DecodeOpOptions,
   type DeltaCombinedOpOptions,
+  type DeltaFwdOpOptions,
   type DeltaOpOptions,
   forwardOpResult,
   initialStateOf,
@@ -105,8 +107,8 @@ export class DeltaNetFwdOp {
   readonly #options: ResolvedOptions;
 
   /** Builds the op; shapes and dtype come with each call. */
-  constructor(options: DeltaOpOptions) {
-    this.#options = resolveOptions("DeltaNetFwdOp", options, 64, CHUNKED_OP_OPTIONS, "required");
+  constructor(options: DeltaFwdOpOptions) {
+    this.#options = resolveOptions("DeltaNetFwdOp", options, 64, CHUNKED_FWD_OP_OPTIONS, "required");
   }
 
   /** Runs the forward (into `out`'s buffers where given; they stay the caller's). */

@@ -26,6 +26,7 @@ import {
 import type { DecodeResult } from "./deltanet.ts";
 import type { LinearLayout } from "./layouts.ts";
 import {
+  CHUNKED_FWD_OP_OPTIONS,
   CHUNKED_OP_OPTIONS,
   COMBINED_OP_OPTIONS,
   DECODE_OP_OPTIONS,
@@ -134,7 +135,7 @@ export class GatedDeltaNetBTHDFwdOp {
 
   /** Builds the op (`layout`, when given, must be `"bshd"`); shapes and dtype come with each call. */
   constructor(options: NamedLayoutOpOptions = {}) {
-    this.#options = resolveOptions("GatedDeltaNetBTHDFwdOp", options, 64, CHUNKED_OP_OPTIONS, "bshd");
+    this.#options = resolveOptions("GatedDeltaNetBTHDFwdOp", options, 64, CHUNKED_FWD_OP_OPTIONS, "bshd");
   }
 
   /** Runs the forward on bshd tensors (into `out`'s buffers where given; they stay the caller's). */
@@ -173,7 +174,7 @@ export class GatedDeltaNetBHTDFwdOp {
 
   /** Builds the op (`layout`, when given, must be `"bhsd"`); shapes and dtype come with each call. */
   constructor(options: NamedLayoutOpOptions = {}) {
-    this.#options = resolveOptions("GatedDeltaNetBHTDFwdOp", options, 64, CHUNKED_OP_OPTIONS, "bhsd");
+    this.#options = resolveOptions("GatedDeltaNetBHTDFwdOp", options, 64, CHUNKED_FWD_OP_OPTIONS, "bhsd");
   }
 
   /** Runs the forward on bhsd tensors (into `out`'s buffers where given; they stay the caller's). */
@@ -223,7 +224,7 @@ function prefill(
 }
 
 function prefillOptions(op: string, options: PrefillOpOptions, layout: LinearLayout): ResolvedOptions {
-  return resolveOptions(op, options, undefined, CHUNKED_OP_OPTIONS, layout);
+  return resolveOptions(op, options, undefined, CHUNKED_FWD_OP_OPTIONS, layout);
 }
 
 /**

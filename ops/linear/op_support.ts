@@ -16,6 +16,7 @@ import {
   expectTensor,
 } from "../checks.ts";
 import { Tensor } from "../tensor.ts";
+import { checkKernelMap, type KernelMap } from "../tune/choice.ts";
 import {
   type BackwardOutputs,
   checkChunkSize,
@@ -23,6 +24,7 @@ import {
   type DeltaBackwardBuffers,
   type DeltaInputs,
   type DeltaSettings,
+  type ForwardChoice,
   type ForwardOutputs,
 } from "./delta_native.ts";
 import { type LinearLayout, linearLayout, namedLayout } from "./layouts.ts";
@@ -45,8 +47,31 @@ export interface DeltaOpOptions {
   useQkL2norm?: boolean;
 }
 
+/**
+ * How a forward op class picks its kernels: the planner (default), a fixed map of `linear.fwd.*` tuning
+ * keys, or a tuning run per shape class.
+ */
+export interface ForwardKernelOptions {
+  /**
+   * On the first call of each shape class (dtype, layout, sizes, gating, chunk, norm), time the forward's
+   * state-pass kernels and tiles (`linear.fwd.state`, `linear.fwd.state.tile`) against the planner's choice
+   * (outputs compared; one that disagrees is never chosen), keep the fastest in the on-disk tuning cache and
+   * use it from then on (default false). Never inside a graph capture.
+   */
+  tune?: boolean;
+  /**
+   * `linear.fwd.*` tuning keys and values for this op's forward calls, over the table in force (e.g.
+   * `{ "linear.fwd.state": "mma" }`). Wins over `tune`; a setting that cannot serve a call makes the call
+   * throw, naming why.
+   */
+  kernelMap?: KernelMap;
+}
+
+/** Constructor options of the forward op classes that require a layout. */
+export type DeltaFwdOpOptions = DeltaOpOptions & ForwardKernelOptions;
+
 /** Constructor options of the combined (forward and backward) op classes. */
-export interface DeltaCombinedOpOptions extends DeltaOpOptions {
+export interface DeltaCombinedOpOptions extends DeltaOpOptions, ForwardKernelOptions {
   /**
    * Keep the per-chunk states from the forward for the backward where the backend stores them
    * (default true here, since these ops always expect their backward; see {@link DeltaSavedStates}):
@@ -57,7 +82,7 @@ export interface DeltaCombinedOpOptions extends DeltaOpOptions {
 }
 
 /** Constructor options of the op classes whose name states the layout (`layout` optional there). */
-export type NamedLayoutOpOptions = Omit<DeltaOpOptions, "layout"> & {
+export type NamedLayoutOpOptions = Omit<DeltaOpOptions, "layout"> & ForwardKernelOptions & {
   /** The layout the name states (`...BTHD...`: `"bshd"`, `...BHTD...`: `"bhsd"`); may be left out. */
   layout?: LinearLayout;
 };
@@ -84,6 +109,8 @@ export interface ResolvedOptions {
   l2norm: boolean;
   /** Keep the forward's per-chunk states for the backward (the combined ops). */
   saveForBackward: boolean;
+  /** The forward's kernel choice (the op classes that run a forward). */
+  choice?: ForwardChoice;
 }
 
 /** The constructor options of the chunked forward or backward op classes. */
@@ -93,8 +120,10 @@ export const CHUNKED_OP_OPTIONS: OptionSpec = {
   scale: "any",
   useQkL2norm: "any",
 };
+/** The constructor options of the chunked forward op classes (their kernel choice besides). */
+export const CHUNKED_FWD_OP_OPTIONS: OptionSpec = { ...CHUNKED_OP_OPTIONS, tune: "any", kernelMap: "any" };
 /** The constructor options of the combined (forward and backward) op classes. */
-export const COMBINED_OP_OPTIONS: OptionSpec = { ...CHUNKED_OP_OPTIONS, saveForBackward: "any" };
+export const COMBINED_OP_OPTIONS: OptionSpec = { ...CHUNKED_FWD_OP_OPTIONS, saveForBackward: "any" };
 /** The constructor options of the decode op classes. */
 export const DECODE_OP_OPTIONS: OptionSpec = { scale: "any", useQkL2norm: "any", inPlace: "any" };
 
@@ -149,7 +178,20 @@ export function resolveOptions(
     scale: o.scale,
     l2norm: o.useQkL2norm ?? false,
     saveForBackward: o.saveForBackward ?? true,
+    choice: "tune" in spec
+      ? {
+        tune: expectBooleanOption(op, "tune", o.tune),
+        kernelMap: checkKernelMap(op, o.kernelMap, ["linear.fwd"]),
+      }
+      : undefined,
   };
+}
+
+function expectBooleanOption(op: string, name: string, value: unknown): boolean {
+  if (value !== undefined && typeof value !== "boolean") {
+    throw invalidArgument(op, `${name}: expected a boolean, got ${typeof value}`);
+  }
+  return value === true;
 }
 
 /** A second handle on a tensor's memory, so it outlives the caller disposing their own handle. */
@@ -246,7 +288,15 @@ export function initialStateOf(
 
 /** The settings of an op-class call. */
 export function opSettings(o: ResolvedOptions, gated: boolean, chunkSize = o.chunkSize ?? 64): DeltaSettings {
-  return { layout: o.layout, gated, scale: o.scale, chunkSize, recurrent: false, l2norm: o.l2norm };
+  return {
+    layout: o.layout,
+    gated,
+    scale: o.scale,
+    chunkSize,
+    recurrent: false,
+    l2norm: o.l2norm,
+    choice: o.choice,
+  };
 }
 
 /** Options of a forward op result's own `backward`. */

@@ -538,7 +538,9 @@ const linearOps: Gen = (rng, scope, bad) => {
         () => bwd.backward(dO, x.q, x.k, x.v, x.g, x.beta)[Symbol.dispose](),
       );
     }
-    const op = new ak.DeltaNetFwdOp(o);
+    // The forward classes take a kernelMap of linear.fwd keys (never tune here: it writes the user's cache).
+    const kernelMap = rng.pick([undefined, { "linear.fwd.path": rng.pick(["fast", "general"]) }]);
+    const op = new ak.DeltaNetFwdOp({ ...o, kernelMap });
     return valid("DeltaNetFwdOp + result.backward", () => {
       const r = op.forward(x.q, x.k, x.v, x.beta);
       const out = scope.keep(r.output.clone());
@@ -553,7 +555,14 @@ const linearOps: Gen = (rng, scope, bad) => {
         "op constructor(bad options)",
         () =>
           new ak.GatedDeltaNetBTHDFwdOp(
-            badOptions(rng, {}, { useQkL2norm: "boolean", scale: "number" }) as ak.NamedLayoutOpOptions,
+            rng.chance(0.8)
+              ? badOptions(rng, {}, { useQkL2norm: "boolean", scale: "number" }) as ak.NamedLayoutOpOptions
+              : rng.pick<unknown>([
+                { tune: 1 },
+                { kernelMap: { "linear.fwd.path": "fastest" } },
+                { kernelMap: { "attention.fwd": "general" } },
+                { kernelMap: [] },
+              ]) as ak.NamedLayoutOpOptions,
           ),
       );
     case 1:
