@@ -8,6 +8,7 @@ import {
   compare,
   GatedDeltaNetBTHDFwdOp,
   GatedDeltaNetBwdOp,
+  GatedDeltaNetOp,
   GroupedQueryAttentionBwdOp,
   GroupedQueryAttentionDecodePagedWithKVCacheFwdOp,
   GroupedQueryAttentionFwdOp,
@@ -341,7 +342,7 @@ deviceTest(
 );
 
 deviceTest(
-  "tune and kernelMap on the delta-rule forward op classes; their backward classes take neither",
+  "tune and kernelMap on the delta-rule op classes: forward, backward and combined, each its own stages",
   (device) =>
     withTempCache(() =>
       expectNoLeak(device, () => {
@@ -370,10 +371,30 @@ deviceTest(
           () => new GatedDeltaNetBTHDFwdOp({ kernelMap: { "linear.bwd.grads": "fused" } } as never),
           /options\.kernelMap: unknown key linear\.bwd\.grads; this op takes linear\.fwd\./,
         );
+        // The backward classes tune their own stages; the combined ones take both stages' keys.
+        using dO = Tensor.randn([B, T, H, D], { dtype: "bfloat16", device, seed: 14 });
+        const bwd = new GatedDeltaNetBwdOp({ layout: "bshd", useQkL2norm: true, tune: true });
+        using grads = bwd.backward(dO, q, k, v, g, beta, plain.chunkStates);
+        const bwdChoice = lastChoice()!;
+        assert.equal(bwdChoice.source, "tune");
+        assert.equal(readTuneRecord(bwdChoice.key!)!.candidates.length, 19); // the planner's, then 2 x 3 x 3
+        using reference = plain.backward(dO);
+        assert.ok(compare(grads.dq, reference.dq).relRms < 3e-2);
         refuses(
-          () => new GatedDeltaNetBwdOp({ layout: "bshd", tune: true } as never),
-          /unknown option 'tune'/,
+          () => new GatedDeltaNetBwdOp({ layout: "bshd", kernelMap: { "linear.fwd.state": "mma" } } as never),
+          /options\.kernelMap: unknown key linear\.fwd\.state; this op takes linear\.bwd\./,
         );
+        using both = new GatedDeltaNetOp({
+          layout: "bshd",
+          useQkL2norm: true,
+          kernelMap: { "linear.fwd.path": "general", "linear.bwd.grads": "two_pass" },
+        });
+        using o = both.forward(q, k, v, g, beta);
+        assert.deepEqual(lastChoice()?.spec, { "linear.fwd.path": "general" });
+        using bothGrads = both.backward(dO);
+        assert.deepEqual(lastChoice()?.spec, { "linear.bwd.grads": "two_pass" });
+        assert.ok(compare(o, plain.output).relRms < 8e-3);
+        assert.ok(compare(bothGrads.dq, reference.dq).relRms < 3e-2);
       })
     ),
 );

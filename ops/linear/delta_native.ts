@@ -69,16 +69,22 @@ export interface DeltaSettings {
   initialState?: Tensor;
   /** `[N + 1]` offsets of packed sequences (batch 1): host numbers or an int32/int64 tensor. */
   cuSeqlens?: CuSeqlens;
-  /** The forward's kernel choice (op classes with `tune` / `kernelMap`); undefined: the planner's. */
-  choice?: ForwardChoice;
+  /** The kernel choice of an op class with `tune` / `kernelMap`; undefined: the planner's. */
+  choice?: DeltaKernelChoice;
 }
 
-/** How a forward op class picks its kernels: `tune` and `kernelMap` as its options gave them. */
-export interface ForwardChoice {
-  /** Tune each shape class on its first call (ForwardKernelOptions.tune). */
+/** How a delta-rule op class picks its kernels: `tune` and `kernelMap` as its options gave them. */
+export interface DeltaKernelChoice {
+  /** Tune each shape class on its first call (DeltaKernelOptions.tune). */
   tune: boolean;
-  /** `linear.fwd.*` settings for the op's forward calls (ForwardKernelOptions.kernelMap). */
+  /** Settings for the op's calls (DeltaKernelOptions.kernelMap): forward and backward keys. */
   kernelMap?: KernelMap;
+}
+
+/** The settings of `map` whose keys belong to a stage (`linear.fwd` or `linear.bwd`); undefined if none. */
+function stageMap(map: KernelMap | undefined, stage: string): KernelMap | undefined {
+  const picked = Object.entries(map ?? {}).filter(([k]) => k.startsWith(`${stage}.`));
+  return picked.length > 0 ? Object.fromEntries(picked) : undefined;
 }
 
 /** The sizes of a call. */
@@ -137,12 +143,13 @@ function chosenForward(
   op: string,
   inputs: DeltaInputs,
   s: DeltaSettings,
-  choice: ForwardChoice,
+  choice: DeltaKernelChoice,
   wants: ForwardWants,
   out?: DeltaForwardBuffers,
 ): ForwardOutputs {
   const plain: DeltaSettings = { ...s, choice: undefined };
-  if (!choice.tune && !choice.kernelMap) {
+  const kernelMap = stageMap(choice.kernelMap, "linear.fwd");
+  if (!choice.tune && !kernelMap) {
     return withChoice(PLANNER(op), () => deltaForward(op, inputs, plain, wants, out));
   }
   const sizes = checkDeltaCall(op, inputs, plain);
@@ -150,20 +157,10 @@ function chosenForward(
   return withChoice({
     op,
     device: q.device,
-    kernelMap: choice.kernelMap,
+    kernelMap,
     tune: choice.tune,
     keys: ["linear.fwd.state", "linear.fwd.state.tile"],
-    shapeClass: JSON.stringify({
-      dtype: q.dtype,
-      layout: s.layout,
-      ...sizes,
-      gated: s.gated,
-      chunk: s.chunkSize,
-      l2norm: s.l2norm,
-      recurrent: s.recurrent,
-      varlen: s.cuSeqlens !== undefined,
-      initial: s.initialState !== undefined,
-    }),
+    shapeClass: shapeClass(q, s, sizes, "fwd"),
     relRms: q.dtype === "float32" ? 1e-4 : 8e-3,
     run: () => {
       const r = deltaForward(op, inputs, plain, { finalState: true, remember: false });
@@ -173,6 +170,55 @@ function chosenForward(
       };
     },
   }, () => deltaForward(op, inputs, plain, wants, out));
+}
+
+/** A delta-rule call's shape class for the tuning cache. */
+function shapeClass(q: Tensor, s: DeltaSettings, sizes: DeltaSizes, pass: string): string {
+  return JSON.stringify({
+    pass,
+    dtype: q.dtype,
+    layout: s.layout,
+    ...sizes,
+    gated: s.gated,
+    chunk: s.chunkSize,
+    l2norm: s.l2norm,
+    recurrent: s.recurrent,
+    varlen: s.cuSeqlens !== undefined,
+    initial: s.initialState !== undefined,
+  });
+}
+
+/** The backward under the op's kernel choice: the tuner compares every gradient. */
+function chosenBackward(
+  op: string,
+  inputs: DeltaInputs,
+  s: DeltaSettings,
+  choice: DeltaKernelChoice,
+  dOutput: Tensor,
+  extras: BackwardExtras,
+): BackwardOutputs {
+  const plain: DeltaSettings = { ...s, choice: undefined };
+  const kernelMap = stageMap(choice.kernelMap, "linear.bwd");
+  const call = () => deltaBackward(op, inputs, plain, dOutput, extras);
+  if (!choice.tune && !kernelMap) return withChoice(PLANNER(op), call);
+  const sizes = checkDeltaCall(op, inputs, plain);
+  const { q } = inputs;
+  return withChoice({
+    op,
+    device: q.device,
+    kernelMap,
+    tune: choice.tune,
+    keys: ["linear.bwd.grads", "linear.bwd.states.tile", "linear.bwd.dstates.tile"],
+    shapeClass: shapeClass(q, s, sizes, "bwd"),
+    relRms: q.dtype === "float32" ? 1e-3 : 3e-2,
+    run: () => {
+      const r = deltaBackward(op, inputs, plain, dOutput, { ...extras, out: undefined });
+      const all = [r.dq, r.dk, r.dv, r.dbeta, r.dg, r.dInitialState].filter((t): t is Tensor =>
+        t !== undefined
+      );
+      return { tensors: all, [Symbol.dispose]: () => all.forEach((t) => t.dispose()) };
+    },
+  }, call);
 }
 
 // The choice request of a call that neither tunes nor overrides (withChoice only records it).
@@ -715,6 +761,7 @@ export function deltaBackward(
   dOutput: Tensor,
   extras: BackwardExtras = {},
 ): BackwardOutputs {
+  if (s.choice) return chosenBackward(op, inputs, s, s.choice, dOutput, extras);
   const { dFinalState, wantDInitialState = true, saved } = extras;
   const out = checkOptions<DeltaBackwardBuffers>(op, extras.out ?? undefined, BACKWARD_BUFFERS, "out");
   const sizes = checkDeltaCall(op, inputs, s);

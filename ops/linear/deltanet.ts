@@ -18,14 +18,13 @@ import {
   type DeltaForwardBuffers,
 } from "./delta_native.ts";
 import {
+  CHUNKED_BWD_OP_OPTIONS,
   CHUNKED_FWD_OP_OPTIONS,
-  CHUNKED_OP_OPTIONS,
   COMBINED_OP_OPTIONS,
   DECODE_OP_OPTIONS,
   type DecodeOpOptions,
   type DeltaCombinedOpOptions,
-  type DeltaFwdOpOptions,
-  type DeltaOpOptions,
+  type DeltaTunedOpOptions,
   forwardOpResult,
   initialStateOf,
   type OpResultBackwardOptions,
@@ -107,7 +106,7 @@ export class DeltaNetFwdOp {
   readonly #options: ResolvedOptions;
 
   /** Builds the op; shapes and dtype come with each call. */
-  constructor(options: DeltaFwdOpOptions) {
+  constructor(options: DeltaTunedOpOptions) {
     this.#options = resolveOptions("DeltaNetFwdOp", options, 64, CHUNKED_FWD_OP_OPTIONS, "required");
   }
 
@@ -144,8 +143,8 @@ export class DeltaNetBwdOp {
   readonly #options: ResolvedOptions;
 
   /** Builds the op; shapes and dtype come with each call. */
-  constructor(options: DeltaOpOptions) {
-    this.#options = resolveOptions("DeltaNetBwdOp", options, 64, CHUNKED_OP_OPTIONS, "required");
+  constructor(options: DeltaTunedOpOptions) {
+    this.#options = resolveOptions("DeltaNetBwdOp", options, 64, CHUNKED_BWD_OP_OPTIONS, "required");
   }
 
   /** Runs the backward (into `out`'s buffers where given; they stay the caller's). */

@@ -26,13 +26,13 @@ import {
 import type { DecodeResult } from "./deltanet.ts";
 import type { LinearLayout } from "./layouts.ts";
 import {
+  CHUNKED_BWD_OP_OPTIONS,
   CHUNKED_FWD_OP_OPTIONS,
-  CHUNKED_OP_OPTIONS,
   COMBINED_OP_OPTIONS,
   DECODE_OP_OPTIONS,
   type DecodeOpOptions,
   type DeltaCombinedOpOptions,
-  type DeltaOpOptions,
+  type DeltaTunedOpOptions,
   forwardOpResult,
   initialStateOf,
   type NamedLayoutOpOptions,
@@ -328,8 +328,8 @@ export class GatedDeltaNetBwdOp {
   readonly #options: ResolvedOptions;
 
   /** Builds the op; shapes and dtype come with each call. */
-  constructor(options: DeltaOpOptions) {
-    this.#options = resolveOptions("GatedDeltaNetBwdOp", options, 64, CHUNKED_OP_OPTIONS, "required");
+  constructor(options: DeltaTunedOpOptions) {
+    this.#options = resolveOptions("GatedDeltaNetBwdOp", options, 64, CHUNKED_BWD_OP_OPTIONS, "required");
   }
 
   /** Runs the backward (into `out`'s buffers where given; they stay the caller's). */

@@ -64,13 +64,13 @@ export {
 export type {
   DecodeOpOptions,
   DeltaCombinedOpOptions,
-  DeltaFwdOpOptions,
+  DeltaKernelOptions,
   DeltaOpOptions,
-  ForwardKernelOptions,
+  DeltaTunedOpOptions,
   NamedLayoutOpOptions,
   OpResultBackwardOptions,
 } from "./op_support.ts";
-export type { DeltaBackwardBuffers, DeltaForwardBuffers, ForwardChoice } from "./delta_native.ts";
+export type { DeltaBackwardBuffers, DeltaForwardBuffers, DeltaKernelChoice } from "./delta_native.ts";
 export type { DeltaCallOptions } from "./consistency.ts";
 export { type LinearLayout } from "./layouts.ts";
 export { type DeltaSavedCall, DeltaSavedStates } from "./saved.ts";

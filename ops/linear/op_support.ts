@@ -23,8 +23,8 @@ import {
   deltaBackward,
   type DeltaBackwardBuffers,
   type DeltaInputs,
+  type DeltaKernelChoice,
   type DeltaSettings,
-  type ForwardChoice,
   type ForwardOutputs,
 } from "./delta_native.ts";
 import { type LinearLayout, linearLayout, namedLayout } from "./layouts.ts";
@@ -48,30 +48,33 @@ export interface DeltaOpOptions {
 }
 
 /**
- * How a forward op class picks its kernels: the planner (default), a fixed map of `linear.fwd.*` tuning
- * keys, or a tuning run per shape class.
+ * How a delta-rule op class picks its kernels: the planner (default), a fixed map of tuning keys, or a
+ * tuning run per shape class.
  */
-export interface ForwardKernelOptions {
+export interface DeltaKernelOptions {
   /**
-   * On the first call of each shape class (dtype, layout, sizes, gating, chunk, norm), time the forward's
-   * state-pass kernels and tiles (`linear.fwd.state`, `linear.fwd.state.tile`) against the planner's choice
-   * (outputs compared; one that disagrees is never chosen), keep the fastest in the on-disk tuning cache and
-   * use it from then on (default false). Never inside a graph capture.
+   * On the first call of each shape class (dtype, layout, sizes, gating, chunk, norm), time the candidate
+   * kernels against the planner's choice (outputs compared; one that disagrees is never chosen), keep the
+   * fastest in the on-disk tuning cache and use it from then on (default false). The forward tunes its
+   * state pass and tile (`linear.fwd.state`, `linear.fwd.state.tile`), the backward its gradient kernels and
+   * tiles (`linear.bwd.grads`, `linear.bwd.states.tile`, `linear.bwd.dstates.tile`); a forward op's result
+   * tunes its own backward too. Never inside a graph capture.
    */
   tune?: boolean;
   /**
-   * `linear.fwd.*` tuning keys and values for this op's forward calls, over the table in force (e.g.
-   * `{ "linear.fwd.state": "mma" }`). Wins over `tune`; a setting that cannot serve a call makes the call
-   * throw, naming why.
+   * Tuning keys and values for this op's calls, over the table in force: `linear.fwd.*` for the forward
+   * classes, `linear.bwd.*` for the backward classes, both for the combined ones (e.g.
+   * `{ "linear.fwd.state": "mma", "linear.bwd.grads": "two_pass" }`). Wins over `tune`; a setting that
+   * cannot serve a call makes the call throw, naming why.
    */
   kernelMap?: KernelMap;
 }
 
-/** Constructor options of the forward op classes that require a layout. */
-export type DeltaFwdOpOptions = DeltaOpOptions & ForwardKernelOptions;
+/** Constructor options of the forward and backward op classes that require a layout. */
+export type DeltaTunedOpOptions = DeltaOpOptions & DeltaKernelOptions;
 
 /** Constructor options of the combined (forward and backward) op classes. */
-export interface DeltaCombinedOpOptions extends DeltaOpOptions, ForwardKernelOptions {
+export interface DeltaCombinedOpOptions extends DeltaOpOptions, DeltaKernelOptions {
   /**
    * Keep the per-chunk states from the forward for the backward where the backend stores them
    * (default true here, since these ops always expect their backward; see {@link DeltaSavedStates}):
@@ -82,7 +85,7 @@ export interface DeltaCombinedOpOptions extends DeltaOpOptions, ForwardKernelOpt
 }
 
 /** Constructor options of the op classes whose name states the layout (`layout` optional there). */
-export type NamedLayoutOpOptions = Omit<DeltaOpOptions, "layout"> & ForwardKernelOptions & {
+export type NamedLayoutOpOptions = Omit<DeltaOpOptions, "layout"> & DeltaKernelOptions & {
   /** The layout the name states (`...BTHD...`: `"bshd"`, `...BHTD...`: `"bhsd"`); may be left out. */
   layout?: LinearLayout;
 };
@@ -109,8 +112,8 @@ export interface ResolvedOptions {
   l2norm: boolean;
   /** Keep the forward's per-chunk states for the backward (the combined ops). */
   saveForBackward: boolean;
-  /** The forward's kernel choice (the op classes that run a forward). */
-  choice?: ForwardChoice;
+  /** The kernel choice of the op class's forward and backward calls. */
+  choice?: DeltaKernelChoice;
 }
 
 /** The constructor options of the chunked forward or backward op classes. */
@@ -122,8 +125,17 @@ export const CHUNKED_OP_OPTIONS: OptionSpec = {
 };
 /** The constructor options of the chunked forward op classes (their kernel choice besides). */
 export const CHUNKED_FWD_OP_OPTIONS: OptionSpec = { ...CHUNKED_OP_OPTIONS, tune: "any", kernelMap: "any" };
+/** The constructor options of the backward op classes. */
+export const CHUNKED_BWD_OP_OPTIONS: OptionSpec = { ...CHUNKED_FWD_OP_OPTIONS };
 /** The constructor options of the combined (forward and backward) op classes. */
 export const COMBINED_OP_OPTIONS: OptionSpec = { ...CHUNKED_FWD_OP_OPTIONS, saveForBackward: "any" };
+
+// The tuning-key prefixes each kind of op class takes in its kernelMap.
+const KERNEL_STAGES = new Map<OptionSpec, readonly string[]>([
+  [CHUNKED_FWD_OP_OPTIONS, ["linear.fwd"]],
+  [CHUNKED_BWD_OP_OPTIONS, ["linear.bwd"]],
+  [COMBINED_OP_OPTIONS, ["linear.fwd", "linear.bwd"]],
+]);
 /** The constructor options of the decode op classes. */
 export const DECODE_OP_OPTIONS: OptionSpec = { scale: "any", useQkL2norm: "any", inPlace: "any" };
 
@@ -178,10 +190,10 @@ export function resolveOptions(
     scale: o.scale,
     l2norm: o.useQkL2norm ?? false,
     saveForBackward: o.saveForBackward ?? true,
-    choice: "tune" in spec
+    choice: KERNEL_STAGES.has(spec)
       ? {
         tune: expectBooleanOption(op, "tune", o.tune),
-        kernelMap: checkKernelMap(op, o.kernelMap, ["linear.fwd"]),
+        kernelMap: checkKernelMap(op, o.kernelMap, KERNEL_STAGES.get(spec)!),
       }
       : undefined,
   };

@@ -532,7 +532,11 @@ const linearOps: Gen = (rng, scope, bad) => {
           op[Symbol.dispose]();
         });
       }
-      const bwd = new ak.GatedDeltaNetBwdOp(o);
+      const grads = rng.pick(["fused", "two_pass"]);
+      const bwd = new ak.GatedDeltaNetBwdOp({
+        ...o,
+        kernelMap: rng.pick([undefined, { "linear.bwd.grads": grads }]),
+      });
       return valid(
         "GatedDeltaNetBwdOp",
         () => bwd.backward(dO, x.q, x.k, x.v, x.g, x.beta)[Symbol.dispose](),
