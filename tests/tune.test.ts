@@ -14,6 +14,9 @@ import {
   GroupedQueryAttentionFwdOp,
   lastChoice,
   MultiHeadAttentionFwdOp,
+  NSACmpFwdVarlenOp,
+  NSAFwdVarlenOp,
+  nsaTokenIndices,
   setTuneCachePath,
   Tensor,
   tuneCachePath,
@@ -395,6 +398,61 @@ deviceTest(
         assert.deepEqual(lastChoice()?.spec, { "linear.bwd.grads": "two_pass" });
         assert.ok(compare(o, plain.output).relRms < 8e-3);
         assert.ok(compare(bothGrads.dq, reference.dq).relRms < 3e-2);
+      })
+    ),
+);
+
+deviceTest(
+  "tune and kernelMap on NSA's compressed and selected branches: item, tiled and mma blocks",
+  (device) =>
+    withTempCache(() =>
+      expectNoLeak(device, () => {
+        const T = 96, H = 16, D = 64, bs = 16;
+        using q = Tensor.randn([T, H, D], { dtype: "bfloat16", device, seed: 15 });
+        using kCmp = Tensor.randn([6, 1, D], { dtype: "bfloat16", device, seed: 16 });
+        using vCmp = Tensor.randn([6, 1, D], { dtype: "bfloat16", device, seed: 17 });
+        using tokens = nsaTokenIndices([0, T], { device });
+        const sizes = { seqNum: 1, cSeqLen: T, heads: H, dimK: D, dimV: D, chunkNum: 6, group: H, bs };
+        using plain = new NSACmpFwdVarlenOp(sizes).forward(q, kCmp, vCmp, [0, T], [0, 6], tokens);
+        using tuned = new NSACmpFwdVarlenOp({ ...sizes, tune: true }).forward(
+          q,
+          kCmp,
+          vCmp,
+          [0, T],
+          [0, 6],
+          tokens,
+        );
+        const choice = lastChoice()!;
+        assert.equal(choice.source, "tune");
+        assert.deepEqual(
+          readTuneRecord(choice.key!)!.candidates.map((c) => c.spec["sparse.nsa.compression"] ?? "planner")
+            .sort(),
+          ["item", "mma", "planner", "tiled"],
+        );
+        assert.ok(compare(tuned.output, plain.output).relRms < 1e-2);
+        using k = Tensor.randn([T, 1, D], { dtype: "bfloat16", device, seed: 18 });
+        using v = Tensor.randn([T, 1, D], { dtype: "bfloat16", device, seed: 19 });
+        const list = Int32Array.from({ length: T * 2 }, (_, i) => (i % 2 === 0 ? 0 : (i >> 5) || -1));
+        using blocks = Tensor.from(list, { shape: [T, 1, 2], device });
+        const selection = {
+          batch: 1,
+          heads: H,
+          cSeqLen: T,
+          dim: D,
+          blockSize: bs,
+          groups: H,
+          selectedBlocks: 2,
+        };
+        using a = new NSAFwdVarlenOp(selection).forward(q, k, v, blocks, undefined, [0, T], tokens);
+        using b = new NSAFwdVarlenOp({ ...selection, kernelMap: { "sparse.nsa.selection": "item" } })
+          .forward(q, k, v, blocks, undefined, [0, T], tokens);
+        assert.equal(lastChoice()?.source, "override");
+        assert.ok(compare(b, a).relRms < 1e-2);
+        refuses(
+          () =>
+            new NSAFwdVarlenOp({ ...selection, kernelMap: { "sparse.nsa.compression": "item" } } as never),
+          /options\.kernelMap: unknown key sparse\.nsa\.compression; this op takes sparse\.nsa\.selection/,
+        );
       })
     ),
 );

@@ -13,6 +13,8 @@ import { native } from "../../ffi/library.ts";
 import { checkOptions } from "../args.ts";
 import { Tensor } from "../tensor.ts";
 import { expectSize } from "../attention/options.ts";
+import type { KernelOptions } from "../attention/gqa.ts";
+import { checkKernelMap, type KernelMap, withChoice } from "../tune/choice.ts";
 import {
   accumDtype,
   checked,
@@ -38,7 +40,7 @@ function heads(op: string, heads: unknown, group: unknown, groupName: string): {
 }
 
 /** Options of {@link NSACmpFwdVarlenOp}. */
-export interface NSACmpFwdVarlenOptions {
+export interface NSACmpFwdVarlenOptions extends KernelOptions {
   /** Packed sequences (offsets have seqNum + 1 entries). */
   seqNum: number;
   /** Packed tokens T. */
@@ -78,6 +80,8 @@ const CMP_KEYS = {
   bs: "any",
   accumDtype: "any",
   checkIndices: "any",
+  tune: "any",
+  kernelMap: "any",
 } as const;
 
 /**
@@ -116,6 +120,8 @@ export class NSACmpFwdVarlenOp {
   }>;
   readonly #check: boolean;
   readonly #pin = new FirstDType();
+  readonly #tune: boolean;
+  readonly #kernelMap?: KernelMap;
 
   /** Checks the sizes once. */
   constructor(options: NSACmpFwdVarlenOptions) {
@@ -141,6 +147,8 @@ export class NSACmpFwdVarlenOp {
       scale: scaleOption(op, "scale", o.scale, dimK ** -0.5),
     });
     this.#check = flag(op, "checkIndices", o.checkIndices, true);
+    this.#tune = flag(op, "tune", o.tune, false);
+    this.#kernelMap = checkKernelMap(op, o.kernelMap, ["sparse.nsa.compression"]);
   }
 
   /** Runs the branch; the result (output and lse) is the caller's to dispose. */
@@ -169,45 +177,66 @@ export class NSACmpFwdVarlenOp {
       { output: "any", lse: "any" },
       "out",
     );
-    const o = resultBuffer(
-      op,
-      "out.output",
-      given.output,
-      [s.cSeqLen, s.heads, s.dimV],
-      first.dtype,
-      first.device,
-    );
-    let l;
-    try {
-      l = resultBuffer(op, "out.lse", given.lse, [s.cSeqLen, s.heads], "float32", first.device);
-    } catch (e) {
-      if (o.owned) o.tensor.dispose();
-      throw e;
-    }
-    const owned = [o, l].filter((b) => b.owned).map((b) => b.tensor);
-    const output = o.tensor, lse = l.tensor;
-    try {
-      checked(
+    const run = (buffers: { output?: Tensor; lse?: Tensor }) => {
+      const o = resultBuffer(
         op,
-        { k_cmp: "kCmp", v_cmp: "vCmp", chunk_offsets: "chunkOffsets", output: "out.output", lse: "out.lse" },
-        native().ak_nsa_compression_fwd(
-          first.descriptor(op),
-          kc.descriptor(op),
-          vc.descriptor(op),
-          off.tensor.descriptor(op),
-          chunks.tensor.descriptor(op),
-          BigInt(s.bs),
-          BigInt(s.bc),
-          s.scale,
-          output.descriptor(op),
-          lse.descriptor(op),
-        ),
+        "out.output",
+        buffers.output,
+        [s.cSeqLen, s.heads, s.dimV],
+        first.dtype,
+        first.device,
       );
-    } catch (e) {
-      for (const t of owned) t.dispose();
-      throw e;
-    }
-    return new OutputWithLse(output, lse, owned);
+      let l;
+      try {
+        l = resultBuffer(op, "out.lse", buffers.lse, [s.cSeqLen, s.heads], "float32", first.device);
+      } catch (e) {
+        if (o.owned) o.tensor.dispose();
+        throw e;
+      }
+      const owned = [o, l].filter((b) => b.owned).map((b) => b.tensor);
+      const output = o.tensor, lse = l.tensor;
+      try {
+        checked(
+          op,
+          {
+            k_cmp: "kCmp",
+            v_cmp: "vCmp",
+            chunk_offsets: "chunkOffsets",
+            output: "out.output",
+            lse: "out.lse",
+          },
+          native().ak_nsa_compression_fwd(
+            first.descriptor(op),
+            kc.descriptor(op),
+            vc.descriptor(op),
+            off.tensor.descriptor(op),
+            chunks.tensor.descriptor(op),
+            BigInt(s.bs),
+            BigInt(s.bc),
+            s.scale,
+            output.descriptor(op),
+            lse.descriptor(op),
+          ),
+        );
+      } catch (e) {
+        for (const t of owned) t.dispose();
+        throw e;
+      }
+      return new OutputWithLse(output, lse, owned);
+    };
+    return withChoice({
+      op: "NSACmpFwdVarlenOp",
+      device: first.device,
+      kernelMap: this.#kernelMap,
+      tune: this.#tune,
+      keys: ["sparse.nsa.compression"],
+      shapeClass: JSON.stringify({ dtype: first.dtype, ...s }),
+      relRms: first.dtype === "float32" ? 1e-4 : 1e-2,
+      run: () => {
+        const r = run({});
+        return { tensors: [r.output, r.lse], [Symbol.dispose]: () => r[Symbol.dispose]() };
+      },
+    }, () => run(given));
   }
 }
 
@@ -370,7 +399,7 @@ export class NSATopkVarlenOp {
 }
 
 /** Options of {@link NSAFwdVarlenOp}. */
-export interface NSAFwdVarlenOptions {
+export interface NSAFwdVarlenOptions extends KernelOptions {
   /** Packed sequences. */
   batch: number;
   /** Query heads. */
@@ -411,6 +440,8 @@ const SELECTION_KEYS = {
   selectedBlocks: "any",
   accumDtype: "any",
   checkIndices: "any",
+  tune: "any",
+  kernelMap: "any",
 } as const;
 
 /**
@@ -452,6 +483,8 @@ export class NSAFwdVarlenOp {
   }>;
   readonly #check: boolean;
   readonly #pin = new FirstDType();
+  readonly #tune: boolean;
+  readonly #kernelMap?: KernelMap;
 
   /** Checks the sizes once. */
   constructor(options: NSAFwdVarlenOptions) {
@@ -472,6 +505,8 @@ export class NSAFwdVarlenOp {
       scale: scaleOption(op, "scale", o.scale, dim ** -0.5),
     });
     this.#check = flag(op, "checkIndices", o.checkIndices, true);
+    this.#tune = flag(op, "tune", o.tune, false);
+    this.#kernelMap = checkKernelMap(op, o.kernelMap, ["sparse.nsa.selection"]);
   }
 
   /** Runs the branch; the returned output is the caller's to dispose. */
@@ -519,31 +554,46 @@ export class NSAFwdVarlenOp {
       using off = offsetsOn(op, "offsets", offsets, first.device, s.batch + 1);
       checkTokenIndices(op, tokenIndices, off, s.cSeqLen, this.#check);
       const dimV = vt.shape[2];
-      const result = resultBuffer(op, "out", out, [s.cSeqLen, s.heads, dimV], first.dtype, first.device);
-      const output = result.tensor;
-      try {
-        checked(
-          op,
-          { block_indices: "blockIndices", block_counts: "blockCounts", output: "out" },
-          native().ak_nsa_selection_fwd(
-            first.descriptor(op),
-            kt.descriptor(op),
-            vt.descriptor(op),
-            list.descriptor(op),
-            counts?.descriptor(op) ?? null,
-            off.tensor.descriptor(op),
-            BigInt(s.blockSize),
-            s.scale,
-            (s.isCausal ? CAUSAL : 0) | (this.#check ? CHECK_INDICES : 0),
-            output.descriptor(op),
-            null,
-          ),
-        );
-      } catch (e) {
-        if (result.owned) output.dispose();
-        throw e;
-      }
-      return output;
+      const run = (buffer?: Tensor) => {
+        const result = resultBuffer(op, "out", buffer, [s.cSeqLen, s.heads, dimV], first.dtype, first.device);
+        const output = result.tensor;
+        try {
+          checked(
+            op,
+            { block_indices: "blockIndices", block_counts: "blockCounts", output: "out" },
+            native().ak_nsa_selection_fwd(
+              first.descriptor(op),
+              kt.descriptor(op),
+              vt.descriptor(op),
+              list.descriptor(op),
+              counts?.descriptor(op) ?? null,
+              off.tensor.descriptor(op),
+              BigInt(s.blockSize),
+              s.scale,
+              (s.isCausal ? CAUSAL : 0) | (this.#check ? CHECK_INDICES : 0),
+              output.descriptor(op),
+              null,
+            ),
+          );
+        } catch (e) {
+          if (result.owned) output.dispose();
+          throw e;
+        }
+        return output;
+      };
+      return withChoice({
+        op: "NSAFwdVarlenOp",
+        device: first.device,
+        kernelMap: this.#kernelMap,
+        tune: this.#tune,
+        keys: ["sparse.nsa.selection"],
+        shapeClass: JSON.stringify({ dtype: first.dtype, ...s, dimV }),
+        relRms: first.dtype === "float32" ? 1e-4 : 1e-2,
+        run: () => {
+          const o = run();
+          return { tensors: [o], [Symbol.dispose]: () => o.dispose() };
+        },
+      }, () => run(out));
     } finally {
       if (ownCounts) counts?.dispose();
     }

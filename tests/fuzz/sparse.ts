@@ -92,7 +92,12 @@ export function nsaCases(rng: Rng, scope: Scope, bad: boolean): Case {
       case 0:
         return nsa.valid(
           `compressed ${dtype} bs${bs} G${G}`,
-          () => cmp({ bc: bc === bs ? rng.pick([undefined, bs]) : bc }),
+          // The per-item kernels serve every call, so pinning them is always valid.
+          () =>
+            cmp({
+              bc: bc === bs ? rng.pick([undefined, bs]) : bc,
+              kernelMap: rng.pick([undefined, { "sparse.nsa.compression": "item" }]),
+            }),
         );
       case 1:
         return bc === bs
@@ -159,11 +164,19 @@ export function nsaCases(rng: Rng, scope: Scope, bad: boolean): Case {
         "bad sizes",
         () =>
           cmp(
-            rng.pick<Record<string, unknown>>([{ group: H + 1 }, { bs: 0 }, { bc: 2 * bs }, {
-              accumDtype: "float16",
-            }, {
-              tune: true,
-            }, { scale: -1 }]),
+            rng.pick<Record<string, unknown>>([
+              { group: H + 1 },
+              { bs: 0 },
+              { bc: 2 * bs },
+              {
+                accumDtype: "float16",
+              },
+              {
+                tune: "yes",
+              },
+              { kernelMap: { "sparse.nsa.selection": "item" } },
+              { scale: -1 },
+            ]),
           ),
       );
   }
