@@ -4,6 +4,8 @@ export const kernelSymbols = {
   ak_tune_set: { parameters: ["buffer"], result: "i32" },
   // const char* ak_tune_describe(void)            JSON {"current", "keys"}
   ak_tune_describe: { parameters: [], result: "pointer" },
+  // ak_status ak_tune_current(const char** out)  "key=value,..." of the table in force
+  ak_tune_current: { parameters: ["buffer"], result: "i32" },
   // ak_status ak_plan(const char* query, const char** out_json)
   ak_plan: { parameters: ["buffer", "buffer"], result: "i32" },
   // const char* ak_last_plan(void)                JSON of this thread's last CUDA op, or ""

@@ -349,6 +349,29 @@ export function tuning(): TuningTable {
   return JSON.parse(readCString(native().ak_tune_describe())) as TuningTable;
 }
 
+/** The table in force as `setTuning` takes it ("key=value,..."): cheap, unlike {@link tuning}. */
+function currentSpec(op: string): string {
+  return outString((out) => native().ak_tune_current(out), op);
+}
+
+/**
+ * Runs `fn` (synchronous) with the table set to `spec` (computed from the table in force), then restores
+ * that table exactly. A bad spec is reported as `setTuning`'s would be.
+ */
+function withTable<T>(op: string, spec: (before: string) => TuningSpec, fn: () => T): T {
+  const before = currentSpec(op);
+  setTuning(spec(before));
+  try {
+    const result = fn();
+    if (result instanceof Promise) {
+      throw new AttnkitError("INVALID_ARGUMENT", op, "fn: expected a synchronous function");
+    }
+    return result;
+  } finally {
+    unwrap(native().ak_tune_set(encode(before)), op);
+  }
+}
+
 /**
  * Runs `fn` with the tuning table set to `spec`, then puts the previous table back (also when `fn`
  * throws). For synchronous work.
@@ -363,15 +386,21 @@ export function tuning(): TuningTable {
  * ```
  */
 export function withTuning<T>(spec: TuningSpec, fn: () => T): T {
-  const before = tuning().current;
-  setTuning(spec);
-  try {
-    const result = fn();
-    if (result instanceof Promise) {
-      throw new AttnkitError("INVALID_ARGUMENT", "withTuning", "fn: expected a synchronous function");
+  return withTable("withTuning", () => spec, fn);
+}
+
+/**
+ * As {@link withTuning}, with `spec`'s keys set over the table in force instead of replacing it (the
+ * op classes' `kernelMap` and tuning runs). Internal.
+ */
+export function withTuningOver<T>(spec: Readonly<Record<string, string | number>>, fn: () => T): T {
+  if (Object.keys(spec).length === 0) return fn();
+  return withTable("kernelMap", (before) => {
+    const table: Record<string, string | number> = {};
+    for (const item of before.split(",").filter(Boolean)) {
+      const eq = item.indexOf("=");
+      table[item.slice(0, eq)] = item.slice(eq + 1);
     }
-    return result;
-  } finally {
-    setTuning(before);
-  }
+    return { ...table, ...spec };
+  }, fn);
 }

@@ -1,4 +1,4 @@
-// The C entries of the kernel layer: the tuning table (ak_tune_set, ak_tune_describe), the planners
+// The C entries of the kernel layer: the tuning table (ak_tune_set, ak_tune_current, ak_tune_describe), the planners
 // (ak_plan, ak_last_plan) and the registry (ak_kernels).
 #include <string>
 
@@ -48,6 +48,13 @@ AK_API ak_status ak_tune_set(const char* spec) {
 }
 
 AK_API const char* ak_tune_describe(void) { return keep(tuning::describe_json()); }
+
+AK_API ak_status ak_tune_current(const char** out) {
+  AK_ENTRY("ak_tune_current", {
+    require(out != nullptr, "out: expected a pointer");
+    *out = keep(tuning::to_string(tuning::current()));
+  });
+}
 
 AK_API ak_status ak_plan(const char* query, const char** out_json) {
   AK_ENTRY("ak_plan", {

@@ -179,6 +179,9 @@ AK_API ak_status ak_graph_destroy(void* graph);
 AK_API ak_status ak_tune_set(const char* spec);
 /* JSON {"current": {key: value}, "keys": [{"name", "values", "doc"}]}; valid until this thread's next call. */
 AK_API const char* ak_tune_describe(void);
+/* The table in force as ak_tune_set takes it ("key=value,...", "" when all are auto); *out valid until this
+ * thread's next call. Cheap: what a caller saves before a temporary setting and restores after. */
+AK_API ak_status ak_tune_current(const char** out);
 /*
  * What the planners would run for a described call, without running it: query "op=<op>,key=value,..."
  * with op linear.fwd | linear.bwd | linear.decode | attention.fwd | attention.bwd, the GPU as

@@ -11,7 +11,7 @@ import { VERSION } from "../../ffi/version.ts";
 import { compare } from "../compare.ts";
 import { type Device, deviceInfo } from "../device.ts";
 import { insideCapture } from "../graph.ts";
-import { setTuning, tuning } from "../kernels.ts";
+import { tuning, withTuningOver } from "../kernels.ts";
 import { Tensor } from "../tensor.ts";
 import { timeIt } from "../timing.ts";
 import { readTuneRecord, type TuneCandidate, type TuneRecord, writeTuneRecord } from "./cache.ts";
@@ -91,18 +91,6 @@ export function checkKernelMap(
   return Object.freeze({ ...value as Record<string, string | number> });
 }
 
-/** Runs `fn` with `spec` set over the tuning table in force, then puts the table back. */
-function withSettings<T>(spec: KernelMap, fn: () => T): T {
-  if (Object.keys(spec).length === 0) return fn();
-  const before = tuning().current;
-  setTuning({ ...before, ...spec });
-  try {
-    return fn();
-  } finally {
-    setTuning(before);
-  }
-}
-
 /** One call of an op, for the tuner: the outputs it compares, disposed with the result. */
 export type TuneRun = () => { readonly tensors: readonly Tensor[] } & Disposable;
 
@@ -126,43 +114,48 @@ export interface ChoiceRequest {
   readonly run: TuneRun;
 }
 
+/** Runs `fn` (the user's call of `op`) on the planner's own choice, recording it. */
+export function withPlanner<T>(op: string, fn: () => T): T {
+  last = { op, source: "planner", spec: {} };
+  return fn();
+}
+
 /** Runs `fn` (the user's call) under the kernels chosen for `request`, recording the choice. */
 export function withChoice<T>(request: ChoiceRequest, fn: () => T): T {
   if (request.kernelMap) {
     last = { op: request.op, source: "override", spec: stringSpec(request.kernelMap) };
-    return withSettings(request.kernelMap, fn);
+    return withTuningOver(request.kernelMap, fn);
   }
-  if (!request.tune) {
-    last = { op: request.op, source: "planner", spec: {} };
-    return fn();
-  }
+  if (!request.tune) return withPlanner(request.op, fn);
   const key = cacheKey(request);
   const cached = readTuneRecord(key);
   if (cached) {
     last = { op: request.op, source: "cache", spec: cached.spec, key };
-    return withSettings(cached.spec, fn);
+    return withTuningOver(cached.spec, fn);
   }
-  if (insideCapture()) {
-    // Never tune inside a graph capture: the planner's choice, until an uncaptured call tunes.
-    last = { op: request.op, source: "planner", spec: {} };
-    return fn();
-  }
+  // Never tune inside a graph capture: the planner's choice, until an uncaptured call tunes.
+  if (insideCapture()) return withPlanner(request.op, fn);
   const record = measure(request);
   writeTuneRecord(key, record);
   last = { op: request.op, source: "tune", spec: record.spec, key };
-  return withSettings(record.spec, fn);
+  return withTuningOver(record.spec, fn);
 }
 
 function stringSpec(spec: KernelMap): Record<string, string> {
   return Object.fromEntries(Object.entries(spec).map(([k, v]) => [k, String(v)]));
 }
 
+// The device part of the cache keys (a device's name and compute capability never change in a process:
+// asked once, not on every tuned call).
+const devicePart = new Map<Device, string>([["cpu", "cpu"]]);
+
 /** The cache key: the GPU (name and compute capability) or the CPU, the version, the op and the shape class. */
 function cacheKey(r: ChoiceRequest): string {
-  let where = "cpu";
-  if (r.device.startsWith("cuda")) {
+  let where = devicePart.get(r.device);
+  if (where === undefined) {
     const info = deviceInfo(r.device);
     where = `${info.name} sm${info.computeCapability.join("")}`;
+    devicePart.set(r.device, where);
   }
   return `${where} | ${VERSION} | ${r.op} | ${r.shapeClass}`;
 }
@@ -199,7 +192,7 @@ function measure(r: ChoiceRequest): TuneRecord {
   for (const spec of candidates(r.keys)) {
     let disagreement: string | undefined;
     try {
-      withSettings(spec, () => {
+      withTuningOver(spec, () => {
         using result = r.run();
         result.tensors.forEach((t, i) => {
           const c = compare(t, reference[i]);
@@ -223,7 +216,7 @@ function measure(r: ChoiceRequest): TuneRecord {
       `tune: no kernel serves this call (${refused[0]?.note ?? "?"})`,
     );
   }
-  const once = (spec: Record<string, string>) => withSettings(spec, () => r.run()[Symbol.dispose]());
+  const once = (spec: Record<string, string>) => withTuningOver(spec, () => r.run()[Symbol.dispose]());
   for (let round = 0; round < WARMUP_ROUNDS; round++) for (const c of serving) once(c.spec);
   for (let round = 0; round < TIMED_ROUNDS; round++) {
     for (const c of serving) {
