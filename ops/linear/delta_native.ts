@@ -25,7 +25,7 @@ import {
 import { type LinearLayout, sequencePattern, warnIfLayoutLooksSwapped } from "./layouts.ts";
 import { type DeltaSavedCall, DeltaSavedStates } from "./saved.ts";
 import { TensorScope } from "./scope.ts";
-import { type KernelMap, withChoice } from "../tune/choice.ts";
+import { type KernelMap, withChoice, withPlanner } from "../tune/choice.ts";
 
 /** Chunk sizes the chunked algorithm accepts. */
 export const CHUNK_SIZES: readonly number[] = [32, 64, 128];
@@ -138,38 +138,57 @@ export interface ForwardOutputs {
   saved?: DeltaSavedStates;
 }
 
-/** The forward under the op's kernel choice (tune / kernelMap): the tuner compares o and the final state. */
-function chosenForward(
+/** What one pass (forward or backward) of the delta rule tunes, and how closely candidates must agree. */
+interface DeltaStage {
+  /** The tuning-key prefix of the pass (`kernelMap` keys outside it belong to the other pass). */
+  prefix: "linear.fwd" | "linear.bwd";
+  /** The keys whose values are the tuning candidates. */
+  keys: readonly string[];
+  /** Relative RMS agreement with the planner's outputs: 16-bit inputs, float32 inputs. */
+  relRms: readonly [number, number];
+}
+
+const FORWARD_STAGE: DeltaStage = {
+  prefix: "linear.fwd",
+  keys: ["linear.fwd.state", "linear.fwd.state.tile"],
+  relRms: [8e-3, 1e-4],
+};
+const BACKWARD_STAGE: DeltaStage = {
+  prefix: "linear.bwd",
+  keys: ["linear.bwd.grads", "linear.bwd.states.tile", "linear.bwd.dstates.tile"],
+  relRms: [3e-2, 1e-3],
+};
+
+/**
+ * A pass under the op's kernel choice (tune / kernelMap): `call` is the user's call, `outputs` one run
+ * whose tensors the tuner compares (both with the choice taken out of the settings).
+ */
+function underChoice<T>(
   op: string,
   inputs: DeltaInputs,
   s: DeltaSettings,
-  choice: DeltaKernelChoice,
-  wants: ForwardWants,
-  out?: DeltaForwardBuffers,
-): ForwardOutputs {
+  stage: DeltaStage,
+  outputs: (plain: DeltaSettings) => Tensor[],
+  call: (plain: DeltaSettings) => T,
+): T {
   const plain: DeltaSettings = { ...s, choice: undefined };
-  const kernelMap = stageMap(choice.kernelMap, "linear.fwd");
-  if (!choice.tune && !kernelMap) {
-    return withChoice(PLANNER(op), () => deltaForward(op, inputs, plain, wants, out));
-  }
-  const sizes = checkDeltaCall(op, inputs, plain);
+  const tune = s.choice?.tune ?? false;
+  const kernelMap = stageMap(s.choice?.kernelMap, stage.prefix);
+  if (!tune && !kernelMap) return withPlanner(op, () => call(plain));
   const { q } = inputs;
   return withChoice({
     op,
     device: q.device,
     kernelMap,
-    tune: choice.tune,
-    keys: ["linear.fwd.state", "linear.fwd.state.tile"],
-    shapeClass: shapeClass(q, s, sizes, "fwd"),
-    relRms: q.dtype === "float32" ? 1e-4 : 8e-3,
+    tune,
+    keys: stage.keys,
+    shapeClass: shapeClass(q, s, checkDeltaCall(op, inputs, plain), stage.prefix),
+    relRms: stage.relRms[q.dtype === "float32" ? 1 : 0],
     run: () => {
-      const r = deltaForward(op, inputs, plain, { finalState: true, remember: false });
-      return {
-        tensors: [r.output, r.finalState!],
-        [Symbol.dispose]: () => [r.output, r.finalState].forEach((t) => t?.dispose()),
-      };
+      const tensors = outputs(plain);
+      return { tensors, [Symbol.dispose]: () => tensors.forEach((t) => t.dispose()) };
     },
-  }, () => deltaForward(op, inputs, plain, wants, out));
+  }, () => call(plain));
 }
 
 /** A delta-rule call's shape class for the tuning cache. */
@@ -187,52 +206,6 @@ function shapeClass(q: Tensor, s: DeltaSettings, sizes: DeltaSizes, pass: string
     initial: s.initialState !== undefined,
   });
 }
-
-/** The backward under the op's kernel choice: the tuner compares every gradient. */
-function chosenBackward(
-  op: string,
-  inputs: DeltaInputs,
-  s: DeltaSettings,
-  choice: DeltaKernelChoice,
-  dOutput: Tensor,
-  extras: BackwardExtras,
-): BackwardOutputs {
-  const plain: DeltaSettings = { ...s, choice: undefined };
-  const kernelMap = stageMap(choice.kernelMap, "linear.bwd");
-  const call = () => deltaBackward(op, inputs, plain, dOutput, extras);
-  if (!choice.tune && !kernelMap) return withChoice(PLANNER(op), call);
-  const sizes = checkDeltaCall(op, inputs, plain);
-  const { q } = inputs;
-  return withChoice({
-    op,
-    device: q.device,
-    kernelMap,
-    tune: choice.tune,
-    keys: ["linear.bwd.grads", "linear.bwd.states.tile", "linear.bwd.dstates.tile"],
-    shapeClass: shapeClass(q, s, sizes, "bwd"),
-    relRms: q.dtype === "float32" ? 1e-3 : 3e-2,
-    run: () => {
-      const r = deltaBackward(op, inputs, plain, dOutput, { ...extras, out: undefined });
-      const all = [r.dq, r.dk, r.dv, r.dbeta, r.dg, r.dInitialState].filter((t): t is Tensor =>
-        t !== undefined
-      );
-      return { tensors: all, [Symbol.dispose]: () => all.forEach((t) => t.dispose()) };
-    },
-  }, call);
-}
-
-// The choice request of a call that neither tunes nor overrides (withChoice only records it).
-const PLANNER = (op: string) => ({
-  op,
-  device: "cpu" as const,
-  tune: false,
-  keys: [],
-  shapeClass: "",
-  relRms: 0,
-  run: () => {
-    throw new Error("unreachable: the planner's choice is never tuned");
-  },
-});
 
 /** What the backward returns. */
 export interface BackwardOutputs {
@@ -661,7 +634,12 @@ export function deltaForward(
   wants: ForwardWants = {},
   out?: DeltaForwardBuffers,
 ): ForwardOutputs {
-  if (s.choice) return chosenForward(op, inputs, s, s.choice, wants, out);
+  if (s.choice) {
+    return underChoice(op, inputs, s, FORWARD_STAGE, (plain) => {
+      const r = deltaForward(op, inputs, plain, { finalState: true, remember: false });
+      return [r.output, r.finalState!];
+    }, (plain) => deltaForward(op, inputs, plain, wants, out));
+  }
   out = checkOptions<DeltaForwardBuffers>(op, out ?? undefined, FORWARD_BUFFERS, "out");
   const sizes = checkDeltaCall(op, inputs, s);
   const { B, T, H, K, V } = sizes;
@@ -761,7 +739,12 @@ export function deltaBackward(
   dOutput: Tensor,
   extras: BackwardExtras = {},
 ): BackwardOutputs {
-  if (s.choice) return chosenBackward(op, inputs, s, s.choice, dOutput, extras);
+  if (s.choice) {
+    return underChoice(op, inputs, s, BACKWARD_STAGE, (plain) => {
+      const r = deltaBackward(op, inputs, plain, dOutput, { ...extras, out: undefined });
+      return [r.dq, r.dk, r.dv, r.dbeta, r.dg, r.dInitialState].filter((t): t is Tensor => t !== undefined);
+    }, (plain) => deltaBackward(op, inputs, plain, dOutput, extras));
+  }
   const { dFinalState, wantDInitialState = true, saved } = extras;
   const out = checkOptions<DeltaBackwardBuffers>(op, extras.out ?? undefined, BACKWARD_BUFFERS, "out");
   const sizes = checkDeltaCall(op, inputs, s);
