@@ -56,6 +56,21 @@ export interface DecodeCall {
   readonly checkIndices: boolean;
 }
 
+/** Checks an int32 tensor argument of a given shape on q's device. */
+function int32Argument(
+  op: string,
+  name: string,
+  value: unknown,
+  shape: readonly number[],
+  q: Tensor,
+): Tensor {
+  const t = expectTensor(op, name, value);
+  expectDType(op, name, t, ["int32"]);
+  expectShape(op, name, t, shape);
+  expectSameDevice(op, name, t, q, "q");
+  return t;
+}
+
 /** Reads an int32 tensor argument of a given shape on q's device to the host. */
 export function hostInt32(
   op: string,
@@ -64,16 +79,18 @@ export function hostInt32(
   shape: readonly number[],
   q: Tensor,
 ): Int32Array {
-  const t = expectTensor(op, name, value);
-  expectDType(op, name, t, ["int32"]);
-  expectShape(op, name, t, shape);
-  expectSameDevice(op, name, t, q, "q");
-  return t.toArray() as Int32Array;
+  return int32Argument(op, name, value, shape, q).toArray() as Int32Array;
 }
 
-/** Checks `realSeqlenKv` and `blockTable` as tensors (dtype, shape, device), without reading them back. */
-function checkIndexTensors(call: DecodeCall, q: Tensor): void {
+/** A call's `realSeqlenKv` (when given) and `blockTable` (paged caches), checked as tensors, not read. */
+interface IndexTensors {
+  readonly lengths?: Tensor;
+  readonly table?: Tensor;
+}
+
+function checkIndexTensors(call: DecodeCall, q: Tensor): IndexTensors {
   const { op, sizes, cache } = call;
+  let table: Tensor | undefined;
   if (cache.kind === "paged") {
     const t = expectTensor(op, "blockTable", call.blockTable);
     if (t.ndim !== 2 || t.shape[0] !== sizes.batch) {
@@ -82,42 +99,38 @@ function checkIndexTensors(call: DecodeCall, q: Tensor): void {
         `blockTable: expected [batch = ${sizes.batch}, maxPages], got [${t.shape.join(", ")}]`,
       );
     }
-    expectDType(op, "blockTable", t, ["int32"]);
-    expectSameDevice(op, "blockTable", t, q, "q");
+    table = int32Argument(op, "blockTable", t, t.shape, q);
   }
-  if (call.realSeqlenKv === undefined) return;
-  const t = expectTensor(op, "realSeqlenKv", call.realSeqlenKv);
-  expectDType(op, "realSeqlenKv", t, ["int32"]);
-  expectShape(op, "realSeqlenKv", t, [sizes.batch]);
-  expectSameDevice(op, "realSeqlenKv", t, q, "q");
+  const lengths = call.realSeqlenKv === undefined
+    ? undefined
+    : int32Argument(op, "realSeqlenKv", call.realSeqlenKv, [sizes.batch], q);
+  return { lengths, table };
 }
 
-/** A call's lengths (and block table) read back, every length and every page in use checked. */
+/** A call's packed key offsets and page table, read back, every length and every page in use checked. */
 interface CheckedCache {
-  readonly lengths: Int32Array;
   readonly offsets: Int32Array;
   readonly table?: PageTable;
 }
 
-function checkCache(call: DecodeCall, q: Tensor): CheckedCache {
+function checkCache(call: DecodeCall, given: IndexTensors): CheckedCache {
   const { op, sizes, cache } = call;
   const B = sizes.batch;
   let table: PageTable | undefined;
   if (cache.kind === "paged") {
-    const t = call.blockTable as Tensor;
-    const maxPages = t.shape[1];
+    const t = given.table!;
     table = {
-      table: hostInt32(op, "blockTable", t, [B, maxPages], q),
-      maxPages,
+      table: t.toArray() as Int32Array,
+      maxPages: t.shape[1],
       pageSize: cache.pageSize,
       rows: cache.rows,
     };
   }
   const limit = cache.kind === "contiguous" ? cache.seqlenKv : table!.maxPages * cache.pageSize;
   // Without lengths (contiguous caches only: the paged ops require them) every row is a key.
-  const lengths = call.realSeqlenKv === undefined
+  const lengths = given.lengths === undefined
     ? new Int32Array(B).fill(limit)
-    : hostInt32(op, "realSeqlenKv", call.realSeqlenKv, [B], q);
+    : given.lengths.toArray() as Int32Array;
   const offsets = new Int32Array(B + 1);
   for (let b = 0; b < B; b++) {
     const len = lengths[b];
@@ -131,7 +144,7 @@ function checkCache(call: DecodeCall, q: Tensor): CheckedCache {
     offsets[b + 1] = offsets[b] + len;
   }
   if (offsets[B] > 2 ** 31 - 1) throw invalidArgument(op, "realSeqlenKv: more than 2^31 - 1 keys in all");
-  return { lengths, offsets, table };
+  return { offsets, table };
 }
 
 /** The cache rows each sequence reads, in order (the gather's index). */
@@ -268,11 +281,11 @@ export function runDecode(call: DecodeCall): Tensor {
   const { op, sizes } = call;
   const q = checkTensors(call);
   const k = call.k as Tensor, v = call.v as Tensor;
-  checkIndexTensors(call, q);
-  const checked = call.checkIndices ? checkCache(call, q) : undefined;
+  const given = checkIndexTensors(call, q);
+  const checked = call.checkIndices ? checkCache(call, given) : undefined;
   const split = splitDecode(call, q, k, v);
   if (split) return split;
-  const c = checked ?? checkCache(call, q);
+  const c = checked ?? checkCache(call, given);
   const rows = cacheRows(call, c), offsets = c.offsets;
   const { batch: B, heads: H, headsKv: Hkv, seqlenQ: Sq, dim: D } = sizes;
   using index = Tensor.from(rows, { device: q.device });
