@@ -184,3 +184,15 @@ export function numberIn(
     return undefined;
   };
 }
+
+/**
+ * An optional boolean option or argument: `fallback` when undefined; anything else but a boolean (null
+ * included) is refused, naming it.
+ */
+export function booleanOption(op: string, name: string, value: unknown, fallback: boolean): boolean {
+  if (value === undefined) return fallback;
+  if (typeof value !== "boolean") {
+    throw invalidArgument(op, `${name}: expected a boolean, got ${typeof value}`);
+  }
+  return value;
+}

@@ -8,6 +8,7 @@
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
+import { booleanOption } from "../args.ts";
 import type { Tensor } from "../tensor.ts";
 import { type CacheKind, type DecodeSizes, runDecode } from "./kv_cache.ts";
 import { checkKernelMap, type KernelMap, withChoice } from "../tune/choice.ts";
@@ -96,17 +97,10 @@ interface CallOptions {
 
 function callOptions(op: string, o: DecodeCallOptions): CallOptions {
   return {
-    checkIndices: checkIndicesOption(op, o.checkIndices),
+    checkIndices: booleanOption(op, "options.checkIndices", o.checkIndices, true),
     tune: expectBoolean(op, "tune", o.tune, false),
     kernelMap: checkKernelMap(op, o.kernelMap, ["attention.decode"]),
   };
-}
-
-function checkIndicesOption(op: string, value: unknown): boolean {
-  if (value !== undefined && typeof value !== "boolean") {
-    throw invalidArgument(op, `options.checkIndices: expected a boolean, got ${typeof value}`);
-  }
-  return value !== false;
 }
 
 function resolveMha(op: string, o: MultiHeadAttentionDecodeOptions): Resolved {

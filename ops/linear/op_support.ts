@@ -7,7 +7,7 @@
  */
 import { invalidArgument } from "../../ffi/errors.ts";
 import { native, unwrap } from "../../ffi/library.ts";
-import { checkOptions, type OptionSpec } from "../args.ts";
+import { booleanOption, checkOptions, type OptionSpec } from "../args.ts";
 import {
   expectDType,
   expectForwardTensorsLive,
@@ -174,36 +174,22 @@ export function resolveOptions(
   if (o.scale !== undefined && (typeof o.scale !== "number" || !Number.isFinite(o.scale))) {
     throw invalidArgument(op, `scale: expected a finite number, got ${String(o.scale)}`);
   }
-  if (o.useQkL2norm !== undefined && typeof o.useQkL2norm !== "boolean") {
-    throw invalidArgument(op, `useQkL2norm: expected a boolean, got ${typeof o.useQkL2norm}`);
-  }
-  if (o.saveForBackward !== undefined && typeof o.saveForBackward !== "boolean") {
-    throw invalidArgument(op, `saveForBackward: expected a boolean, got ${typeof o.saveForBackward}`);
-  }
-  const inPlace = (o as DecodeOpOptions).inPlace;
-  if (inPlace !== undefined && typeof inPlace !== "boolean") {
-    throw invalidArgument(op, `inPlace: expected a boolean, got ${typeof inPlace}`);
-  }
+  const l2norm = booleanOption(op, "useQkL2norm", o.useQkL2norm, false);
+  const saveForBackward = booleanOption(op, "saveForBackward", o.saveForBackward, true);
+  booleanOption(op, "inPlace", (o as DecodeOpOptions).inPlace, false); // the decode ops read it themselves
   return {
     layout,
     chunkSize: chunk,
     scale: o.scale,
-    l2norm: o.useQkL2norm ?? false,
-    saveForBackward: o.saveForBackward ?? true,
+    l2norm,
+    saveForBackward,
     choice: KERNEL_STAGES.has(spec)
       ? {
-        tune: expectBooleanOption(op, "tune", o.tune),
+        tune: booleanOption(op, "tune", o.tune, false),
         kernelMap: checkKernelMap(op, o.kernelMap, KERNEL_STAGES.get(spec)!),
       }
       : undefined,
   };
-}
-
-function expectBooleanOption(op: string, name: string, value: unknown): boolean {
-  if (value !== undefined && typeof value !== "boolean") {
-    throw invalidArgument(op, `${name}: expected a boolean, got ${typeof value}`);
-  }
-  return value === true;
 }
 
 /** A second handle on a tensor's memory, so it outlives the caller disposing their own handle. */

@@ -139,15 +139,6 @@ export function checkTokenIndices(
   }
 }
 
-/** A boolean option with its default. */
-export function flag(op: string, name: string, value: unknown, fallback: boolean): boolean {
-  if (value === undefined) return fallback;
-  if (typeof value !== "boolean") {
-    throw invalidArgument(op, `${name}: expected a boolean, got ${typeof value}`);
-  }
-  return value;
-}
-
 /** An optional positive finite scale, else `fallback`. */
 export function scaleOption(op: string, name: string, value: unknown, fallback: number): number {
   if (value === undefined || value === null) return fallback;

@@ -6,10 +6,10 @@
  */
 import { invalidArgument } from "../../ffi/errors.ts";
 import { native } from "../../ffi/library.ts";
-import { checkOptions } from "../args.ts";
+import { booleanOption, checkOptions } from "../args.ts";
 import type { Tensor } from "../tensor.ts";
 import { expectSize } from "../attention/options.ts";
-import { checked, FirstDType, flag, input, resultBuffer, scaleOption, SPARSE_FLOATS } from "./common.ts";
+import { checked, FirstDType, input, resultBuffer, scaleOption, SPARSE_FLOATS } from "./common.ts";
 
 const CAUSAL = 1, CHECK_INDICES = 2;
 
@@ -112,9 +112,9 @@ export class DeepSeekSparseAttentionDecodeWithKVCacheFwdOp {
       headsKv,
       qStartIndexS: expectSize(op, "qStartIndexS", o.qStartIndexS, 0),
       smScale: scaleOption(op, "smScale", o.smScale, (dim + dimTail) ** -0.5),
-      isCausal: flag(op, "isCausal", o.isCausal, true),
+      isCausal: booleanOption(op, "isCausal", o.isCausal, true),
     });
-    this.#check = flag(op, "checkIndices", o.checkIndices, true);
+    this.#check = booleanOption(op, "checkIndices", o.checkIndices, true);
   }
 
   /** Runs the decode step; the returned output is the caller's to dispose. */

@@ -6,9 +6,9 @@
  */
 import { invalidArgument } from "../../ffi/errors.ts";
 import { native } from "../../ffi/library.ts";
-import { checkOptions } from "../args.ts";
+import { booleanOption, checkOptions } from "../args.ts";
 import type { Tensor } from "../tensor.ts";
-import { checked, FirstDType, flag, input, resultBuffer } from "./common.ts";
+import { checked, FirstDType, input, resultBuffer } from "./common.ts";
 
 const CHECK_INDICES = 2, CLEAN_LOGITS = 4;
 
@@ -58,8 +58,8 @@ export class FP8LightningIndexerFwdOp {
     if (o.config !== undefined && o.config !== null) {
       throw invalidArgument(op, "config: this build has no tunable indexer kernel; pass undefined or null");
     }
-    this.cleanLogits = flag(op, "cleanLogits", o.cleanLogits, true);
-    this.#check = flag(op, "checkIndices", o.checkIndices, true);
+    this.cleanLogits = booleanOption(op, "cleanLogits", o.cleanLogits, true);
+    this.#check = booleanOption(op, "checkIndices", o.checkIndices, true);
   }
 
   /** Scores every query against its key range; the returned logits are the caller's to dispose. */

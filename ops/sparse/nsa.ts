@@ -10,7 +10,7 @@
  */
 import { invalidArgument } from "../../ffi/errors.ts";
 import { native } from "../../ffi/library.ts";
-import { checkOptions } from "../args.ts";
+import { booleanOption, checkOptions } from "../args.ts";
 import { Tensor } from "../tensor.ts";
 import { expectSize } from "../attention/options.ts";
 import type { KernelOptions } from "../attention/gqa.ts";
@@ -20,7 +20,6 @@ import {
   checked,
   checkTokenIndices,
   FirstDType,
-  flag,
   input,
   offsetsOn,
   OutputWithLse,
@@ -146,8 +145,8 @@ export class NSACmpFwdVarlenOp {
       bc,
       scale: scaleOption(op, "scale", o.scale, dimK ** -0.5),
     });
-    this.#check = flag(op, "checkIndices", o.checkIndices, true);
-    this.#tune = flag(op, "tune", o.tune, false);
+    this.#check = booleanOption(op, "checkIndices", o.checkIndices, true);
+    this.#tune = booleanOption(op, "tune", o.tune, false);
     this.#kernelMap = checkKernelMap(op, o.kernelMap, ["sparse.nsa.compression"]);
   }
 
@@ -347,7 +346,7 @@ export class NSATopkVarlenOp {
       bs,
       scale: scaleOption(op, "scale", o.scale, dim ** -0.5),
     });
-    this.#check = flag(op, "checkIndices", o.checkIndices, true);
+    this.#check = booleanOption(op, "checkIndices", o.checkIndices, true);
   }
 
   /** Selects the blocks; the returned int32 tensor is the caller's to dispose. */
@@ -501,11 +500,11 @@ export class NSAFwdVarlenOp {
       dim,
       blockSize: expectSize(op, "blockSize", o.blockSize),
       selectedBlocks: expectSize(op, "selectedBlocks", o.selectedBlocks),
-      isCausal: flag(op, "isCausal", o.isCausal, true),
+      isCausal: booleanOption(op, "isCausal", o.isCausal, true),
       scale: scaleOption(op, "scale", o.scale, dim ** -0.5),
     });
-    this.#check = flag(op, "checkIndices", o.checkIndices, true);
-    this.#tune = flag(op, "tune", o.tune, false);
+    this.#check = booleanOption(op, "checkIndices", o.checkIndices, true);
+    this.#tune = booleanOption(op, "tune", o.tune, false);
     this.#kernelMap = checkKernelMap(op, o.kernelMap, ["sparse.nsa.selection"]);
   }
 
