@@ -3,7 +3,8 @@
  * default) and writes one summary row per tool: the errors the tool reports, the kernels it names and
  * the tests that ran. A tool over the whole suite is slow (initcheck tracks every byte), so the work is
  * split into shards, one `deno test` process per test file (or per `file#filter`), run `--parallel`
- * at a time. Build with `--lineinfo` first, so that reports name source lines (the explained sites
+ * at a time. Only the tests' `[cuda]` variants run unless `--cpu-tests` is given (the tool sees no
+ * host code). Build with `--lineinfo` first, so that reports name source lines (the explained sites
  * below are matched by line). On a GPU host:
  *
  * ```sh
@@ -213,6 +214,7 @@ async function runShard(
   shard: { file: string; filter?: string },
   logs: string | undefined,
   timeoutSeconds: number,
+  cpuTests: boolean,
 ): Promise<ShardSummary & { name: string }> {
   const name = shard.filter ? `${shard.file}#${shard.filter}` : shard.file;
   const args = [
@@ -243,7 +245,8 @@ async function runShard(
   );
   await new Deno.Command("sh", {
     args: ["-c", `exec ${command} > '${file}' 2>&1 < /dev/null`],
-    env: { NO_COLOR: "1" }, // plain summary lines
+    // Plain summary lines; the CPU backend's test variants only when asked (the tool sees no host code).
+    env: { NO_COLOR: "1", ...(cpuTests ? {} : { ATTNKIT_TEST_DEVICES: "cuda" }) },
   }).output();
   const sites = EXPLAINED.filter((e) => e.tool === tool).flatMap((e) => e.sites);
   const summary = await summariseFile(file, sites);
@@ -262,6 +265,7 @@ if (import.meta.main) {
       parallel: { type: "string", default: "4" },
       "shard-timeout": { type: "string", default: "0" },
       deadline: { type: "string", default: "0" },
+      "cpu-tests": { type: "boolean", default: false },
       out: { type: "string" },
       logs: { type: "string" },
     },
@@ -295,7 +299,7 @@ if (import.meta.main) {
       const limit = deadline === Infinity
         ? shardTimeout
         : Math.min(shardTimeout > 0 ? shardTimeout : left, left);
-      return runShard(tool, s, values.logs, limit);
+      return runShard(tool, s, values.logs, limit, values["cpu-tests"]!);
     })
   );
   const done = await pool(jobs, parallel);
