@@ -44,13 +44,21 @@ export class Rng {
   }
 }
 
-/** What a case expects: success (with finite float outputs when `finite`), or an AttnkitError. */
+/**
+ * What a case expects: success (with finite float outputs when `finite`), or an AttnkitError. A valid
+ * call that pins a kernel may also be refused with a message matching `refusal` (the pinned kernel
+ * cannot serve it, which the override's contract allows); any other refusal of it is a defect.
+ */
 export interface Case {
   name: string;
   expect: "ok" | "error";
   finite: boolean;
+  refusal?: RegExp;
   run(): unknown;
 }
+
+/** The refusal of a pinned kernel that cannot serve the call. */
+export const PIN_REFUSAL = /tuning \S+ cannot serve this call/;
 
 /** Tensors made for a case; disposed after it, whatever happened. */
 export class Scope {
@@ -144,8 +152,8 @@ function badOptions(
   return { ...valid, [key]: kinds[key] === "boolean" ? rng.pick(NOT_BOOLEANS) : rng.pick(NOT_NUMBERS) };
 }
 
-function valid(name: string, run: () => unknown, finite = true): Case {
-  return { name, expect: "ok", finite, run };
+function valid(name: string, run: () => unknown, finite = true, refusal?: RegExp): Case {
+  return { name, expect: "ok", finite, refusal, run };
 }
 function invalid(name: string, run: () => unknown): Case {
   return { name, expect: "error", finite: false, run };
@@ -533,25 +541,30 @@ const linearOps: Gen = (rng, scope, bad) => {
         });
       }
       const grads = rng.pick(["fused", "two_pass"]);
-      const bwd = new ak.GatedDeltaNetBwdOp({
-        ...o,
-        kernelMap: rng.pick([undefined, { "linear.bwd.grads": grads }]),
-      });
+      const kernelMap = rng.pick([undefined, { "linear.bwd.grads": grads }]);
+      const bwd = new ak.GatedDeltaNetBwdOp({ ...o, kernelMap });
       return valid(
         "GatedDeltaNetBwdOp",
         () => bwd.backward(dO, x.q, x.k, x.v, x.g, x.beta)[Symbol.dispose](),
+        true,
+        kernelMap && PIN_REFUSAL,
       );
     }
     // The forward classes take a kernelMap of linear.fwd keys (never tune here: it writes the user's cache).
     const kernelMap = rng.pick([undefined, { "linear.fwd.path": rng.pick(["fast", "general"]) }]);
     const op = new ak.DeltaNetFwdOp({ ...o, kernelMap });
-    return valid("DeltaNetFwdOp + result.backward", () => {
-      const r = op.forward(x.q, x.k, x.v, x.beta);
-      const out = scope.keep(r.output.clone());
-      r.backward(dO)[Symbol.dispose]();
-      r[Symbol.dispose]();
-      return out;
-    });
+    return valid(
+      "DeltaNetFwdOp + result.backward",
+      () => {
+        const r = op.forward(x.q, x.k, x.v, x.beta);
+        const out = scope.keep(r.output.clone());
+        r.backward(dO)[Symbol.dispose]();
+        r[Symbol.dispose]();
+        return out;
+      },
+      true,
+      kernelMap && PIN_REFUSAL,
+    );
   }
   switch (rng.int(0, 3)) {
     case 0:

@@ -5,11 +5,17 @@ import type { Case, Rng, Scope } from "./cases.ts";
 
 /** Constructors of valid and certainly invalid cases whose names start with `family: `. */
 export function caseMakers(family: string): {
-  valid: (name: string, run: () => unknown, finite?: boolean) => Case;
+  valid: (name: string, run: () => unknown, finite?: boolean, refusal?: RegExp) => Case;
   invalid: (name: string, run: () => unknown) => Case;
 } {
   return {
-    valid: (name, run, finite = true) => ({ name: `${family}: ${name}`, expect: "ok", finite, run }),
+    valid: (name, run, finite = true, refusal) => ({
+      name: `${family}: ${name}`,
+      expect: "ok",
+      finite,
+      refusal,
+      run,
+    }),
     invalid: (name, run) => ({ name: `${family}: ${name}`, expect: "error", finite: false, run }),
   };
 }

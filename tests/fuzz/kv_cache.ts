@@ -3,7 +3,7 @@
 // page past the cache, a negative page in use, a table too narrow for a length, lengths past the cache,
 // bad tensors and options.
 import * as ak from "../../mod.ts";
-import type { Case, Rng, Scope } from "./cases.ts";
+import { type Case, PIN_REFUSAL, type Rng, type Scope } from "./cases.ts";
 import { badTensor, caseMakers } from "./family.ts";
 
 const { valid, invalid } = caseMakers("kv-cache decode");
@@ -61,6 +61,8 @@ export function kvCacheCases(rng: Rng, scope: Scope, bad: boolean): Case {
     return valid(
       `${name}${checkIndices === false ? " unchecked" : ""}${kernelMap ? " pinned" : ""}`,
       () => c.run(c.make({ checkIndices, kernelMap })),
+      true,
+      kernelMap && PIN_REFUSAL,
     );
   }
   switch (rng.int(0, 5)) {

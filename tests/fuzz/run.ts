@@ -58,7 +58,9 @@ async function classify(c: Case, run: () => unknown): Promise<{ outcome: Outcome
     if (!(e instanceof ak.AttnkitError)) {
       return { outcome: "other throw", message: `${(e as Error)?.name}: ${message}` };
     }
-    return c.expect === "error" ? { outcome: "refused", message } : { outcome: "refused valid", message };
+    return c.expect === "error" || c.refusal?.test(message)
+      ? { outcome: "refused", message }
+      : { outcome: "refused valid", message };
   }
 }
 
