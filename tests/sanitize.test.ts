@@ -32,6 +32,12 @@ Deno.test("sanitize: a log's error count, kernels and test summary are read", as
   } finally {
     Deno.removeSync(path);
   }
+  // A process that never touched the GPU has nothing to report: 0 errors, not a missing summary.
+  const idle = summarise(
+    "ok | 4 passed | 0 failed (9ms)\n========= Error: Target application terminated before first instrumented API call",
+  );
+  assert.equal(idle.errors, 0);
+  assert.ok(idle.summarised);
   const crashed = summarise("Segmentation fault");
   assert.equal(crashed.errors, -1);
   assert.equal(crashed.summarised, false);
@@ -55,4 +61,21 @@ Deno.test("sanitize: shards are the test files of a folder and file#filter entri
   assert.ok(
     shards.slice(0, -1).every((s) => s.file.startsWith("tests/fault/") && s.file.endsWith(".test.ts")),
   );
+});
+
+Deno.test("sanitize: a racecheck report is explained only when every frame is at an explained site", () => {
+  const report = (read: string) =>
+    [
+      "========= Error: Race reported between Write access at ak::arch::bulk_load(unsigned int)+0x8b20 in sm90.cuh:156",
+      `=========     and Read access at void ak::bwd::probs_and_grads<__half>(int)+0x2300 in ${read} [384 hazards]`,
+      "=========     and Read access at void ak::bwd::probs_and_grads<__half>(int)+0x2310 in softmax_grad.cuh:74 [384 hazards]",
+      "ok | 1 passed | 0 failed (5s)",
+      "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)",
+    ].join("\n");
+  const sites = ["sm90.cuh:156", "softmax_grad.cuh:74"];
+  assert.equal(summarise(report("softmax_grad.cuh:74"), sites, true).explained, 1);
+  // One read elsewhere makes the pair unexplained under "all", not under "any".
+  assert.equal(summarise(report("softmax_grad.cuh:90"), sites, true).explained, 0);
+  assert.equal(summarise(report("softmax_grad.cuh:90"), sites, false).explained, 1);
+  assert.equal(summarise(report("softmax_grad.cuh:74"), sites, true).errors, 1);
 });
