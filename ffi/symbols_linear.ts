@@ -441,4 +441,8 @@ export const KdaFlags = {
   RECURRENT: 1,
   /** Approximate exponentials allowed (no effect on the exact CPU backend and CUDA general path). */
   FASTMATH: 2,
+  /** The chunked kernels must serve the call (else refused, naming why). */
+  IMPL_FUSED: 4,
+  /** The exact general path, whatever the planner would pick. */
+  IMPL_REFERENCE: 8,
 } as const;

@@ -351,6 +351,44 @@ deviceTest("kda: empty calls (T = 0, B = 0) pass states through", (device) => {
   assert.deepEqual(e.finalState!.shape, [0, 1, 8, 4]);
 });
 
+deviceTest(
+  'kda: impl "reference" runs the exact path, "fused" the kernels or an error naming why',
+  async (device) => {
+    await withSeed((seed) => {
+      const spec: KdaSpec = { fn: "chunkKda", B: 1, T: 70, H: 2, K: 64, V: 64, dtype: "bfloat16" };
+      using c = new KdaCase(device, spec, seed);
+      const t = tol("bfloat16");
+      const ref = c.reference();
+      using exact = c.forward({ impl: "reference" });
+      expectClose(exact.output, ref.output, t.output, "impl reference output");
+      if (device === "cuda") assert.equal(lastPlan()?.path, "general");
+      using dO = Tensor.randn(exact.output.shape, { dtype: "bfloat16", device, seed: seed + 40 });
+      const g = c.referenceBackward(dO);
+      using exactGrads = exact.backward(dO);
+      expectClose(exactGrads.dq, g.dq, t.dqkv, "impl reference dq (the result's backward keeps impl)");
+      if (device === "cuda") assert.equal(lastPlan()?.path, "general");
+      const refused = (f: () => unknown, pattern: RegExp) =>
+        assert.throws(f, (e) => e instanceof AttnkitError && pattern.test(e.message), String(pattern));
+      if (device === "cpu") {
+        // The CPU backend is the reference: nothing fused to run, whatever the sizes.
+        refused(() => c.forward({ impl: "fused" }), /impl 'fused': the CPU has no fused kernel/);
+        return;
+      }
+      using fused = c.forward({ impl: "fused" });
+      assert.equal(lastPlan()?.path, "chunked");
+      expectClose(fused.output, ref.output, t.output, "impl fused output");
+      using fusedGrads = fused.backward(dO);
+      assert.equal(lastPlan()?.path, "chunked");
+      expectClose(fusedGrads.dgate, g.dgate, t.dgate, "impl fused dgate");
+      // Calls the kernels cannot serve are refused with the planner's reason, never run elsewhere.
+      using f32 = new KdaCase(device, { ...spec, dtype: "float32" }, seed);
+      refused(() => f32.forward({ impl: "fused" }), /no fused kernel serves this call: float32 inputs/);
+      using rec = new KdaCase(device, { ...spec, fn: "recurrentKda" }, seed);
+      refused(() => rec.forward({ impl: "fused" }), /no fused kernel serves this call: the token-by-token/);
+    });
+  },
+);
+
 deviceTest("kda: bad calls are refused naming the argument", (device) => {
   using q = Tensor.randn([1, 6, 2, 8], { device });
   using v = Tensor.randn([1, 6, 2, 4], { device });
@@ -372,6 +410,7 @@ deviceTest("kda: bad calls are refused naming the argument", (device) => {
     /fastmath/,
   );
   refused(() => chunkKda(q, q, v, gate, beta, { layout: "bshd", chunkSize: 64 } as never), /chunkSize/);
+  refused(() => chunkKda(q, q, v, gate, beta, { layout: "bshd", impl: "fast" as "fused" }), /impl/);
   refused(() => chunkKda(q, q, v, gate, beta, {} as never), /layout/);
   refused(() => chunkKda(q, q, v, gate, beta, { layout: "bshd", cuSeqlens: [0, 7] }), /cu_?seqlens/i);
   // A backward with another state layout than its forward on the same inputs.

@@ -246,6 +246,8 @@ AK_API ak_status ak_causal_conv1d_bwd(const ak_tensor* x, const ak_tensor* weigh
  */
 #define AK_KDA_RECURRENT 1 /* token-by-token algorithm instead of the chunked one */
 #define AK_KDA_FASTMATH 2  /* approximate exponentials allowed (no effect on the exact paths) */
+#define AK_KDA_IMPL_FUSED 4     /* the chunked kernels must serve the call, else AK_ERR_UNSUPPORTED naming why */
+#define AK_KDA_IMPL_REFERENCE 8 /* the exact general path (float64 recurrence), whatever the planner would pick */
 
 /*
  * Forward.

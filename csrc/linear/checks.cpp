@@ -77,6 +77,12 @@ void check_impl_flags(int32_t flags, int32_t fused_bit, int32_t reference_bit, c
           str("flags: ") + fused_name + " and " + reference_name + " together");
 }
 
+Impl impl_from_flags(int32_t flags, int32_t fused_bit, int32_t reference_bit, const char* fused_name,
+                     const char* reference_name) {
+  check_impl_flags(flags, fused_bit, reference_bit, fused_name, reference_name);
+  return (flags & fused_bit) ? Impl::fused : (flags & reference_bit) ? Impl::reference : Impl::any;
+}
+
 void refuse_fused_on_cpu() {
   fail(AK_ERR_UNSUPPORTED, "impl 'fused': the CPU has no fused kernel (its backend is the reference)");
 }

@@ -31,6 +31,14 @@ const ak_tensor& check_state(const ak_tensor* t, const char* name, std::initiali
 
 void check_scale(double scale);
 // `impl` in a call's flags: at most one of its fused and reference bits (named as the header spells them).
+// Which implementation a call asks for: whatever the planner picks, a fused kernel only, or the exact
+// general path.
+enum class Impl { any, fused, reference };
+
+// The implementation the flags ask for (at most one of the two bits; both is refused).
+Impl impl_from_flags(int32_t flags, int32_t fused_bit, int32_t reference_bit, const char* fused_name,
+                     const char* reference_name);
+
 void check_impl_flags(int32_t flags, int32_t fused_bit, int32_t reference_bit, const char* fused_name,
                       const char* reference_name);
 // impl 'fused' asked of the CPU, whose backend is the reference: refused.

@@ -70,6 +70,14 @@ export interface KdaOptions {
    */
   fastmath?: boolean;
   /**
+   * Which implementation runs (attention-gym's `impl`): `"fused"` the chunked CUDA kernels, and a call
+   * they cannot serve (float32, K above 128, the token-by-token form, the CPU backend) is refused with
+   * the reason; `"reference"` the exact float64 recurrence (the CPU backend; on CUDA over host copies).
+   * Default: the planner picks, the kernels where they serve the call, else the reference. There is no
+   * silent fallback from an explicit choice.
+   */
+  impl?: "fused" | "reference";
+  /**
    * Buffers to write the results into instead of new tensors (exact shape, dtype and device);
    * `out.finalState` implies `outputFinalState`. They stay the caller's.
    */
@@ -128,6 +136,7 @@ const COMMON: OptionSpec = {
   cuSeqlens: "any",
   stateLayout: ["kv", "vk"],
   fastmath: "boolean",
+  impl: ["fused", "reference"],
   out: "object",
 };
 const FORWARD: OptionSpec = { ...COMMON, outputFinalState: "boolean" };
@@ -145,6 +154,7 @@ function settings(op: string, recurrent: boolean, o: Partial<KdaBackwardOptions 
     scale: o.scale ?? undefined,
     recurrent,
     fastmath: o.fastmath ?? false,
+    impl: o.impl ?? undefined,
     initialState: o.initialState ?? undefined,
     cuSeqlens: o.cuSeqlens ?? undefined,
   };

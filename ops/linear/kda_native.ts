@@ -73,6 +73,8 @@ export interface KdaSettings {
   recurrent: boolean;
   /** Approximate exponentials allowed. */
   fastmath: boolean;
+  /** `"fused"`: the chunked kernels or an error; `"reference"`: the exact general path; default either. */
+  impl?: "fused" | "reference";
   /** The initial state, in `stateLayout`, float32. */
   initialState?: Tensor;
   /** `[N + 1]` offsets of packed sequences (batch 1). */
@@ -245,7 +247,8 @@ function prepareInputs(op: string, scope: TensorScope, inputs: KdaInputs, s: Kda
     initialState: s.initialState !== undefined ? stateIn(op, scope, s.initialState, sizes, s) : null,
     cuSeqlens,
     scale: checkScale(op, s.scale, inputs.q.shape[3]), // K is the last dimension in both layouts
-    flags: (s.recurrent ? KdaFlags.RECURRENT : 0) | (s.fastmath ? KdaFlags.FASTMATH : 0),
+    flags: (s.recurrent ? KdaFlags.RECURRENT : 0) | (s.fastmath ? KdaFlags.FASTMATH : 0) |
+      (s.impl === "fused" ? KdaFlags.IMPL_FUSED : s.impl === "reference" ? KdaFlags.IMPL_REFERENCE : 0),
   };
 }
 

@@ -59,6 +59,8 @@ export interface Case {
 
 /** The refusal of a pinned kernel that cannot serve the call. */
 export const PIN_REFUSAL = /tuning \S+ cannot serve this call/;
+/** The refusal of `impl: "fused"` where no fused kernel serves the call (the CPU, or a shape it does not take). */
+export const IMPL_REFUSAL = /impl 'fused'/;
 
 /** Tensors made for a case; disposed after it, whatever happened. */
 export class Scope {

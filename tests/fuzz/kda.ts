@@ -4,7 +4,7 @@
 // mutations that make a call certainly invalid (bad tensors, wrong gate or beta shapes, states in
 // the other layout, unknown or mistyped options, bad layouts).
 import * as ak from "../../mod.ts";
-import type { Case, Rng, Scope } from "./cases.ts";
+import { type Case, IMPL_REFUSAL, type Rng, type Scope } from "./cases.ts";
 import { badTensor, caseMakers, dispose } from "./family.ts";
 
 const { valid, invalid } = caseMakers("kda");
@@ -45,6 +45,9 @@ export function kdaCases(rng: Rng, scope: Scope, bad: boolean): Case {
   if (rng.chance(0.5)) options.stateLayout = x.stateLayout;
   if (rng.chance(0.3)) options.scale = 0.5;
   if (rng.chance(0.2)) options.fastmath = rng.chance(0.5);
+  if (rng.chance(0.2)) options.impl = rng.pick(["fused", "reference"]);
+  // "fused" is refused, naming why, where the kernels cannot serve the call; anything else stays a defect.
+  const refusal = options.impl === "fused" ? IMPL_REFUSAL : undefined;
   let N = x.B;
   if (x.layout === "bshd" && x.B === 1 && rng.chance(0.4)) {
     const cut = rng.int(0, x.T), end = rng.int(cut, x.T); // the terminal offset may be below T
@@ -60,28 +63,43 @@ export function kdaCases(rng: Rng, scope: Scope, bad: boolean): Case {
     fn(x.q, x.k, x.v, gate as ak.Tensor, beta as ak.Tensor, o);
   if (!bad) {
     if (rng.chance(0.3)) {
-      return valid(`${name} + result.backward`, () => {
-        const r = call(options);
-        try {
-          dispose(r.backward(x.dO));
-        } finally {
-          dispose(r);
-        }
-      });
+      return valid(
+        `${name} + result.backward`,
+        () => {
+          const r = call(options);
+          try {
+            dispose(r.backward(x.dO));
+          } finally {
+            dispose(r);
+          }
+        },
+        true,
+        refusal,
+      );
     }
     if (rng.chance(0.3)) {
       const o = { ...options };
       delete o.outputFinalState;
-      // deno-lint-ignore no-explicit-any
-      return valid(`${name}Backward`, () => dispose(backFn(x.dO, x.q, x.k, x.v, x.gate, x.beta, o as any)));
+      return valid(
+        `${name}Backward`,
+        // deno-lint-ignore no-explicit-any
+        () => dispose(backFn(x.dO, x.q, x.k, x.v, x.gate, x.beta, o as any)),
+        true,
+        refusal,
+      );
     }
-    return valid(name, () => {
-      const r = call(options);
-      const out = scope.keep(r.output.clone());
-      dispose(r);
-      // Rows past the last packed sequence are unspecified: only fixed-length outputs are checked.
-      return options.cuSeqlens ? undefined : out;
-    });
+    return valid(
+      name,
+      () => {
+        const r = call(options);
+        const out = scope.keep(r.output.clone());
+        dispose(r);
+        // Rows past the last packed sequence are unspecified: only fixed-length outputs are checked.
+        return options.cuSeqlens ? undefined : out;
+      },
+      true,
+      refusal,
+    );
   }
   switch (rng.int(0, 5)) {
     case 0:

@@ -5,12 +5,11 @@
 #include <cstdint>
 
 #include "core/common.h"
+#include "linear/checks.h"
 
 namespace ak::linear {
 
-// Which implementation a call asks for: whatever the planner picks, a fused kernel only, or the exact
-// general path.
-enum class DecodeImpl { any, fused, reference };
+using DecodeImpl = Impl;
 
 struct PagedDecode {
   int64_t B = 0;      // sequences (one token each)

@@ -16,14 +16,15 @@ using namespace ak::linear;
 
 namespace {
 
-constexpr int32_t kKnownFlags = AK_KDA_RECURRENT | AK_KDA_FASTMATH;
+constexpr int32_t kKnownFlags = AK_KDA_RECURRENT | AK_KDA_FASTMATH | AK_KDA_IMPL_FUSED | AK_KDA_IMPL_REFERENCE;
 
 // Validates the inputs shared by the forward and the backward and describes the problem.
 DeltaProblem parse_problem(const ak_tensor* q_, const ak_tensor* k_, const ak_tensor* v_, const ak_tensor* gate,
                            const ak_tensor* beta, const ak_tensor* initial_state, const ak_tensor* cu_seqlens,
                            double scale, int32_t flags) {
-  require((flags & ~kKnownFlags) == 0, "flags: unknown bits in " + std::to_string(flags) +
-                                           " (expected AK_KDA_RECURRENT = 1, AK_KDA_FASTMATH = 2 or both)");
+  require((flags & ~kKnownFlags) == 0,
+          "flags: unknown bits in " + std::to_string(flags) +
+              " (expected AK_KDA_RECURRENT = 1, AK_KDA_FASTMATH = 2, AK_KDA_IMPL_FUSED = 4, AK_KDA_IMPL_REFERENCE = 8)");
   check_scale(scale);
   DeltaProblem p;
   p.recurrent = (flags & AK_KDA_RECURRENT) != 0;
@@ -36,6 +37,15 @@ DeltaProblem parse_problem(const ak_tensor* q_, const ak_tensor* k_, const ak_te
   parse_sequences(p, cu_seqlens, q);
   if (initial_state) check_state(initial_state, "initial_state", {p.N, p.H, p.K, p.V}, q, "q");
   return p;
+}
+
+// The implementation the flags ask for; the CPU backend is the reference, so "fused" is refused there
+// (before an empty call returns, so that the answer does not depend on the sizes).
+Impl parse_impl(const DeltaProblem& p, int32_t flags) {
+  const Impl impl =
+      impl_from_flags(flags, AK_KDA_IMPL_FUSED, AK_KDA_IMPL_REFERENCE, "AK_KDA_IMPL_FUSED", "AK_KDA_IMPL_REFERENCE");
+  if (impl == Impl::fused && p.device_type == AK_CPU) refuse_fused_on_cpu();
+  return impl;
 }
 
 // dst (a contiguous fp32 [N, H, K, V] state) = src, or zeros without src; on the call's device.
@@ -64,6 +74,7 @@ AK_API ak_status ak_kda_fwd(const ak_tensor* q, const ak_tensor* k, const ak_ten
     KdaFwd a;
     a.p = parse_problem(q, k, v, gate, beta, initial_state, cu_seqlens, scale, flags);
     a.fastmath = (flags & AK_KDA_FASTMATH) != 0;
+    a.impl = parse_impl(a.p, flags);
     const DeltaProblem& p = a.p;
     check_rows_like_q(output, "output", {p.B, p.T, p.H, p.V}, *q);
     if (final_state) check_state(final_state, "final_state", {p.N, p.H, p.K, p.V}, *q, "q");
@@ -91,6 +102,7 @@ AK_API ak_status ak_kda_bwd(const ak_tensor* q, const ak_tensor* k, const ak_ten
     KdaBwd a;
     a.p = parse_problem(q, k, v, gate, beta, initial_state, cu_seqlens, scale, flags);
     a.fastmath = (flags & AK_KDA_FASTMATH) != 0;
+    a.impl = parse_impl(a.p, flags);
     const DeltaProblem& p = a.p;
     const ak_tensor& qt = *q;
     check_rows_like_q(d_output, "d_output", {p.B, p.T, p.H, p.V}, qt);

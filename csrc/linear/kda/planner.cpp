@@ -15,7 +15,9 @@ void describe(plan::Plan& p, const KdaShape& s) {
   p.detail("fastmath", s.fastmath ? "requested (the kernels' exponentials are the same either way)" : "off");
 }
 
-void general(plan::Plan& p, const std::string& why) {
+// The general path for `why`, unless the call asked for the fused kernels only: then it is refused.
+void general(plan::Plan& p, const KdaShape& s, const std::string& why) {
+  if (s.impl == Impl::fused) fail(AK_ERR_UNSUPPORTED, "impl 'fused': no fused kernel serves this call: " + why);
   p.path = "general";
   p.rows.clear();
   p.detail("why", why);
@@ -38,8 +40,9 @@ KdaChoice plan_kda_fwd(const KdaShape& s, const registry::Caps& caps) {
   KdaChoice c;
   c.plan.op = "linear.kda.fwd";
   describe(c.plan, s);
+  if (s.impl == Impl::reference) return general(c.plan, s, "impl 'reference' was asked for"), c;
   const std::string why = refusal(s);
-  if (!why.empty()) return general(c.plan, why), c;
+  if (!why.empty()) return general(c.plan, s, why), c;
   c.kd = s.K <= 64 ? 64 : 128;
   const bool narrow = c.kd == 64;
   const int64_t prep_smem = narrow ? PrepLayout<64>::kBytes : PrepLayout<128>::kBytes;
@@ -48,7 +51,7 @@ KdaChoice plan_kda_fwd(const KdaShape& s, const registry::Caps& caps) {
   const int fwd = registry::find("linear.kda.fwd", "channel", s.dtype, c.kd, 0);
   if (prep < 0 || fwd < 0 || !caps.can_run(prep) || !caps.can_run(fwd) || prep_smem > caps.smem_block ||
       state_smem > caps.smem_block) {
-    return general(c.plan, "its kernels are not built for this GPU or do not fit its shared memory"), c;
+    return general(c.plan, s, "its kernels are not built for this GPU or do not fit its shared memory"), c;
   }
   c.prep_row = prep;
   c.fwd_row = fwd;
@@ -71,7 +74,7 @@ KdaChoice plan_kda_bwd(const KdaShape& s, const registry::Caps& caps) {
   if (dstates < 0 || grads < 0 || !caps.can_run(dstates) || !caps.can_run(grads) ||
       dstates_smem > caps.smem_block || grads_smem > caps.smem_block) {
     c.chunked = false;
-    general(c.plan, "its kernels are not built for this GPU or do not fit its shared memory");
+    general(c.plan, s, "its kernels are not built for this GPU or do not fit its shared memory");
     return c;
   }
   c.dstates_row = dstates;

@@ -10,6 +10,7 @@
 
 #include "core/plan.h"
 #include "core/registry.h"
+#include "linear/checks.h"
 
 namespace ak::linear::kda_planning {
 
@@ -18,6 +19,7 @@ struct KdaShape {
   int64_t K = 0, V = 0;
   bool recurrent = false;  // the token-by-token algorithm was asked for
   bool fastmath = false;
+  Impl impl = Impl::any;   // impl "fused": no general path; "reference": the general path
   bool aligned = true;     // every token-major view: 16-byte aligned rows
   bool huge = false;       // more than 2^30 tokens or sequences
 };

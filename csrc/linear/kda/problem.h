@@ -3,6 +3,7 @@
 // functions. Sizes, sequences and scale are the delta rule's DeltaProblem.
 #pragma once
 
+#include "linear/checks.h"
 #include "linear/problem.h"
 
 namespace ak::linear {
@@ -10,6 +11,7 @@ namespace ak::linear {
 struct KdaFwd {
   DeltaProblem p;
   bool fastmath = false;  // approximate exponentials allowed (no effect on the exact backends)
+  Impl impl = Impl::any;
   const ak_tensor *q = nullptr, *k = nullptr, *v = nullptr, *gate = nullptr, *beta = nullptr;
   const ak_tensor* initial_state = nullptr;
   const ak_tensor *output = nullptr, *final_state = nullptr;
@@ -18,6 +20,7 @@ struct KdaFwd {
 struct KdaBwd {
   DeltaProblem p;
   bool fastmath = false;
+  Impl impl = Impl::any;
   const ak_tensor *q = nullptr, *k = nullptr, *v = nullptr, *gate = nullptr, *beta = nullptr;
   const ak_tensor* initial_state = nullptr;
   const ak_tensor *d_output = nullptr, *d_final_state = nullptr;

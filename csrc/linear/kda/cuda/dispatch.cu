@@ -23,9 +23,10 @@ namespace ak::linear::cuda {
 
 namespace {
 
-kda_planning::KdaShape shape_of(const DeltaProblem& p, bool fastmath,
+kda_planning::KdaShape shape_of(const DeltaProblem& p, bool fastmath, Impl impl,
                                 std::initializer_list<const ak_tensor*> rows) {
   kda_planning::KdaShape s;
+  s.impl = impl;
   s.dtype = p.dtype;
   s.K = p.K;
   s.V = p.V;
@@ -172,7 +173,7 @@ void kda_fwd(const KdaFwd& a) {
   ak::cuda::DeviceGuard guard(p.device_index);
   cudaStream_t stream = ak::cuda::stream(p.device_index);
   const kda_planning::KdaChoice plan = kda_planning::plan_kda_fwd(
-      shape_of(p, a.fastmath, {a.q, a.k, a.v, a.output, a.gate}), ak::cuda::caps(p.device_index));
+      shape_of(p, a.fastmath, a.impl, {a.q, a.k, a.v, a.output, a.gate}), ak::cuda::caps(p.device_index));
   plan::set_last(plan.plan);
   if (!plan.chunked) return general_fwd(a);
   if (p.dtype == AK_BFLOAT16) return chunked_fwd<__nv_bfloat16>(a, plan, stream);
@@ -201,7 +202,7 @@ void kda_bwd(const KdaBwd& a) {
   ak::cuda::DeviceGuard guard(p.device_index);
   cudaStream_t stream = ak::cuda::stream(p.device_index);
   const kda_planning::KdaChoice plan = kda_planning::plan_kda_bwd(
-      shape_of(p, a.fastmath, {a.q, a.k, a.v, a.d_output, a.dq, a.dk, a.dv, a.gate, a.dgate}),
+      shape_of(p, a.fastmath, a.impl, {a.q, a.k, a.v, a.d_output, a.dq, a.dk, a.dv, a.gate, a.dgate}),
       ak::cuda::caps(p.device_index));
   plan::set_last(plan.plan);
   if (!plan.chunked) return general_bwd(a);
