@@ -318,8 +318,8 @@ function specText(spec: TuningSpec, op: string): string {
 }
 
 /**
- * Replaces the process's tuning table: every run-time choice (the kernel of a stage, its tile, a
- * path, segments, loads). Keys not named go back to `auto` (the planner's choice); an empty spec
+ * Replaces this thread's tuning table (each Worker has its own): every run-time choice (the kernel of
+ * a stage, its tile, a path, segments, loads). Keys not named go back to `auto` (the planner's choice); an empty spec
  * resets all. An unknown key or value throws an `AttnkitError` naming it; a setting that cannot
  * serve a later call makes that call throw (UNSUPPORTED) saying why. The environment variable
  * `ATTNKIT_TUNE` gives the table it starts with.

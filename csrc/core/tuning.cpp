@@ -74,10 +74,20 @@ std::string join(const std::vector<std::string>& items, const char* sep) {
   return out;
 }
 
+// ATTNKIT_TUNE, parsed once for the process: the table every thread starts from.
 std::mutex mutex;
-bool initialised = false;
-Table installed;
-std::string env_error;  // ATTNKIT_TUNE's parse error, until set() replaces the table
+bool env_read = false;
+Table env_table;
+std::string env_error;
+
+// Each thread's own table (a Deno Worker is a thread): one thread's setting, or an op's kernelMap in
+// force for its call, never reaches a call on another thread.
+struct ThreadTable {
+  bool initialised = false;
+  Table installed;
+  std::string error;  // ATTNKIT_TUNE's parse error, until set() replaces the table
+};
+thread_local ThreadTable mine;
 
 }  // namespace
 
@@ -136,28 +146,32 @@ Table parse(const std::string& spec, const char* source) {
 }
 
 Table current() {
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!initialised) {
-    initialised = true;
-    const char* env = std::getenv("ATTNKIT_TUNE");
-    if (env != nullptr) {
-      try {
-        installed = parse(env, "ATTNKIT_TUNE");
-      } catch (const Error& e) {
-        env_error = e.what();
+  if (!mine.initialised) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!env_read) {
+      env_read = true;
+      const char* env = std::getenv("ATTNKIT_TUNE");
+      if (env != nullptr) {
+        try {
+          env_table = parse(env, "ATTNKIT_TUNE");
+        } catch (const Error& e) {
+          env_error = e.what();
+        }
       }
     }
+    mine.initialised = true;
+    mine.installed = env_table;
+    mine.error = env_error;
   }
-  if (!env_error.empty()) fail(AK_ERR_INVALID_ARGUMENT, env_error);
-  return installed;
+  if (!mine.error.empty()) fail(AK_ERR_INVALID_ARGUMENT, mine.error);
+  return mine.installed;
 }
 
 void set(const std::string& spec) {
   Table t = parse(spec, "tuning");
-  std::lock_guard<std::mutex> lock(mutex);
-  initialised = true;
-  env_error.clear();
-  installed = std::move(t);
+  mine.initialised = true;
+  mine.error.clear();
+  mine.installed = std::move(t);
 }
 
 std::string to_string(const Table& t) {

@@ -7,8 +7,8 @@
 //   linear.fwd.segments = auto | off | 2 .. 16   (forward state pass split into segments)
 //   linear.fwd.loads = auto | tma | cp.async    (how the split state kernel loads fixed-length inputs)
 //   linear.bwd.l2norm = auto | prep | kernel     (who normalises q and k in the backward)
-// Set from the environment variable ATTNKIT_TUNE ("key=value,key=value", read once, at first use) or
-// from ak_tune_set; an unknown key or value is an error that names it. "auto" (or an absent key)
+// Each thread has its own table: it starts as the environment variable ATTNKIT_TUNE sets it
+// ("key=value,key=value", read once per process, at first use) and ak_tune_set replaces it; an unknown key or value is an error that names it. "auto" (or an absent key)
 // leaves the choice to the planner. A setting that cannot serve a call makes that call fail with
 // AK_ERR_UNSUPPORTED saying why; no setting leaves an output unwritten.
 #pragma once
@@ -39,10 +39,10 @@ struct Key {
 const std::vector<Key>& keys();
 // Parses "key=value,..." (empty: all auto); throws AK_ERR_INVALID_ARGUMENT naming a bad key or value.
 Table parse(const std::string& spec, const char* source);
-// The table in force: ATTNKIT_TUNE's at first use, then whatever set() installed. Throws when
-// ATTNKIT_TUNE is malformed and nothing has replaced it since.
+// The calling thread's table in force: ATTNKIT_TUNE's at first use, then whatever set() installed.
+// Throws when ATTNKIT_TUNE is malformed and nothing has replaced it since.
 Table current();
-// Replaces the table in force (an empty spec resets every key to auto).
+// Replaces the calling thread's table (an empty spec resets every key to auto).
 void set(const std::string& spec);
 // "key=value,..." of the keys set (empty when all are auto).
 std::string to_string(const Table& t);

@@ -171,8 +171,9 @@ AK_API ak_status ak_graph_destroy(void* graph);
 
 /*
  * The kernel layer. Every run-time choice of the library is one entry of the tuning table; its
- * keys and allowed values: ak_tune_describe. The environment variable ATTNKIT_TUNE sets the table
- * at first use ("key=value,key=value"); ak_tune_set replaces it ("" resets every key to auto). An
+ * keys and allowed values: ak_tune_describe. Each thread has its own table: the environment variable
+ * ATTNKIT_TUNE sets every thread's at first use ("key=value,key=value"); ak_tune_set replaces the
+ * calling thread's ("" resets every key to auto), never another thread's. An
  * unknown key or value is an error that names it; a setting that cannot serve a call makes the call
  * fail with AK_ERR_UNSUPPORTED.
  */

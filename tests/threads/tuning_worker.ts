@@ -1,0 +1,24 @@
+// A Worker for tests/threads.test.ts: reports the tuning table it starts with, sets its own, reports it
+// again, and runs one call with a kernel pinned through the op's kernelMap.
+import { GroupedQueryAttentionFwdOp, lastChoice, setTuning, Tensor, tuning } from "../../mod.ts";
+
+self.onmessage = () => {
+  const before = tuning().current;
+  setTuning({ "attention.fwd": "general" });
+  const after = tuning().current;
+  using q = Tensor.randn([1, 8, 2, 16], { dtype: "float16" });
+  const op = new GroupedQueryAttentionFwdOp({
+    layout: "bshd",
+    batch: 1,
+    heads: 2,
+    headsKv: 2,
+    seqLen: 8,
+    dim: 16,
+    kernelMap: { "attention.fwd": "wgmma" },
+  });
+  using _r = op.forward(q, q, q);
+  const pinned = lastChoice()?.spec;
+  const afterCall = tuning().current;
+  setTuning("");
+  self.postMessage({ before, after, pinned, afterCall });
+};
