@@ -2,7 +2,10 @@
 // again, and runs one call with a kernel pinned through the op's kernelMap.
 import { GroupedQueryAttentionFwdOp, lastChoice, setTuning, Tensor, tuning } from "../../mod.ts";
 
-self.onmessage = () => {
+// The worker's global scope (typed here: the checked files share the main thread's library types).
+const scope = self as unknown as { onmessage: (() => void) | null; postMessage(data: unknown): void };
+
+scope.onmessage = () => {
   const before = tuning().current;
   setTuning({ "attention.fwd": "general" });
   const after = tuning().current;
@@ -20,5 +23,5 @@ self.onmessage = () => {
   const pinned = lastChoice()?.spec;
   const afterCall = tuning().current;
   setTuning("");
-  self.postMessage({ before, after, pinned, afterCall });
+  scope.postMessage({ before, after, pinned, afterCall });
 };
