@@ -282,6 +282,26 @@ Deno.test("tune: a candidate whose output disagrees with the planner's is never 
     const general = record.candidates.find((c) => c.spec["attention.fwd"] === "general")!;
     assert.equal(general.ms, null);
     assert.match(general.note!, /relative RMS/);
+    // A NaN where the planner's output has a number disagrees, however close the other values are; an
+    // infinity both have agrees.
+    using nan = Tensor.from([1, 2, NaN, 4]);
+    using inf = Tensor.from([1, Infinity, 3, 4]);
+    const pick = (wrong: Tensor, right: Tensor, shapeClass: string) => {
+      const runOf = () => {
+        const variant = tuning().current["attention.fwd"];
+        if (variant !== "general") slow();
+        const t = (variant === "general" ? wrong : right).clone();
+        return { tensors: [t], [Symbol.dispose]: () => t.dispose() };
+      };
+      withChoice({ ...request, shapeClass, run: runOf }, () => 0);
+      return readTuneRecord(lastChoice()!.key!)!.candidates.find((c) =>
+        c.spec["attention.fwd"] === "general"
+      )!;
+    };
+    const withNan = pick(nan, good, "nan-candidate");
+    assert.equal(withNan.ms, null);
+    assert.match(withNan.note!, /non-finite/);
+    assert.notEqual(pick(inf, inf, "both-infinite").ms, null);
     // A run that throws something other than an AttnkitError is not swallowed.
     assert.throws(
       () =>

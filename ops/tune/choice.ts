@@ -14,6 +14,8 @@ import { insideCapture } from "../graph.ts";
 import { tuning, withTuningOver } from "../kernels.ts";
 import { Tensor } from "../tensor.ts";
 import { timeIt } from "../timing.ts";
+import { binary, unary } from "../tensor_math/elementwise.ts";
+import { reduce } from "../tensor_math/reduce.ts";
 import { readTuneRecord, type TuneCandidate, type TuneRecord, writeTuneRecord } from "./cache.ts";
 
 /** Settings of tuning keys for one call: e.g. `{ "attention.fwd": "general" }`. */
@@ -180,11 +182,46 @@ function median(xs: number[]): number {
 // the machine spreads over all of them instead of biasing the ones timed while it lasted.
 const WARMUP_ROUNDS = 2, TIMED_ROUNDS = 10;
 
+/**
+ * Why `actual` disagrees with `reference` beyond `relRms` (undefined when it agrees). The sums run where
+ * the tensors live (a large gradient is not copied to the host per candidate); only when they are not
+ * finite (a NaN or infinity on either side) does the host comparison decide, element by element, so
+ * that matching infinities agree and a NaN the reference does not have never does.
+ */
+function disagreementOf(actual: Tensor, reference: Tensor, relRms: number): string | undefined {
+  using a = actual.cast("float32");
+  using e = reference.cast("float32");
+  using diff = binary(a, e, "sub");
+  using diffSq = unary(diff, "square");
+  using refSq = unary(e, "square");
+  using diffSum = reduce(diffSq, "sum");
+  using refSum = reduce(refSq, "sum");
+  const num = (diffSum.toArray() as Float32Array)[0], den = (refSum.toArray() as Float32Array)[0];
+  if (Number.isFinite(num) && Number.isFinite(den)) {
+    const rel = den === 0 ? (num === 0 ? 0 : Infinity) : Math.sqrt(num / den);
+    return rel <= relRms ? undefined : `relative RMS ${rel} against the planner's`;
+  }
+  const c = compare(actual, reference);
+  if (c.nonFiniteMismatches > 0) {
+    return `${c.nonFiniteMismatches} non-finite values where the planner's differ`;
+  }
+  return c.relRms <= relRms ? undefined : `relative RMS ${c.relRms} against the planner's`;
+}
+
 function measure(r: ChoiceRequest): TuneRecord {
+  // The planner's outputs, kept where they were computed (copies: the call's own are disposed with it).
   const reference = (() => {
     using result = r.run();
-    return result.tensors.map((t) => t.toArray() as Float32Array);
+    return result.tensors.map((t) => t.clone());
   })();
+  try {
+    return measureAgainst(r, reference);
+  } finally {
+    for (const t of reference) t.dispose();
+  }
+}
+
+function measureAgainst(r: ChoiceRequest, reference: readonly Tensor[]): TuneRecord {
   const cuda = r.device.startsWith("cuda");
   using flush = cuda ? Tensor.empty([16 * 1024 * 1024], { dtype: "float32", device: r.device }) : undefined;
   const refused: TuneCandidate[] = [];
@@ -195,10 +232,8 @@ function measure(r: ChoiceRequest): TuneRecord {
       withTuningOver(spec, () => {
         using result = r.run();
         result.tensors.forEach((t, i) => {
-          const c = compare(t, reference[i]);
-          if (!(c.relRms <= r.relRms)) {
-            disagreement = `output ${i}: relative RMS ${c.relRms} against the planner's`;
-          }
+          const why = disagreement === undefined ? disagreementOf(t, reference[i], r.relRms) : undefined;
+          if (why !== undefined) disagreement = `output ${i}: ${why}`;
         });
       });
     } catch (e) {
