@@ -726,6 +726,60 @@ leakFreeTest(
 
 // ---- refusals ----
 
+deviceTest(
+  'gateTransform: impl "reference" gives the CPU backend\'s bits, "fused" the kernels or a refusal',
+  (device) =>
+    expectNoLeak(device, () =>
+      withSeed((seed) => {
+        const cases = [
+          { kind: "softplus" as const, lead: [3, 5], H: 4, D: 8 },
+          { kind: "bounded" as const, lowerBound: -5, lead: [7], H: 6, D: undefined },
+        ];
+        for (const c of cases) {
+          const shape = [...c.lead, c.H, ...(c.D ? [c.D] : [])];
+          using raw = Tensor.randn(shape, { dtype: "bfloat16", device, seed });
+          using aLog = Tensor.randn([c.H], { device, seed: seed + 1, std: 0.5 });
+          using dtBias = Tensor.randn(c.D ? [c.H, c.D] : [c.H], { device, seed: seed + 2 });
+          using dGate = Tensor.randn(shape, { device, seed: seed + 3 });
+          const options = { kind: c.kind, lowerBound: c.lowerBound };
+          // The CPU backend on copies of the same inputs.
+          using rawC = raw.to("cpu"),
+            aLogC = aLog.to("cpu"),
+            dtBiasC = dtBias.to("cpu"),
+            dGateC = dGate.to("cpu");
+          using cpu = gateTransform(rawC, aLogC, dtBiasC, options);
+          using cpuGrads = cpu.backward(dGateC);
+          using ref = gateTransform(raw, aLog, dtBias, { ...options, impl: "reference" });
+          assert.deepEqual(bits(ref.gate), bits(cpu.gate), `${c.kind}: reference gate`);
+          // The result's backward keeps the forward's impl, as the backward function takes it.
+          using refGrads = ref.backward(dGate);
+          using refGrads2 = gateTransformBackward(dGate, raw, aLog, dtBias, {
+            ...options,
+            impl: "reference",
+          });
+          for (const g of [refGrads, refGrads2]) {
+            assert.deepEqual(bits(g.daLog), bits(cpuGrads.daLog), `${c.kind}: reference daLog`);
+            assert.deepEqual(bits(g.ddtBias), bits(cpuGrads.ddtBias), `${c.kind}: reference ddtBias`);
+            assert.deepEqual(
+              Array.from(g.draw.toArray() as Float32Array),
+              Array.from(cpuGrads.draw.toArray() as Float32Array),
+              `${c.kind}: reference draw`,
+            );
+          }
+          if (device === "cpu") {
+            assert.throws(
+              () => gateTransform(raw, aLog, dtBias, { ...options, impl: "fused" }),
+              (e) => e instanceof AttnkitError && /impl 'fused': the CPU has no fused kernel/.test(e.message),
+            );
+            continue;
+          }
+          using plain = gateTransform(raw, aLog, dtBias, options);
+          using fused = gateTransform(raw, aLog, dtBias, { ...options, impl: "fused" });
+          assert.deepEqual(bits(fused.gate), bits(plain.gate), `${c.kind}: fused is the kernels' call`);
+        }
+      })),
+);
+
 deviceTest("gateTransform: bad calls are refused with the argument named", (device) => {
   using raw = Tensor.randn([2, 4, 3], { device });
   using aLog = Tensor.zeros([3], { device });
@@ -755,6 +809,7 @@ deviceTest("gateTransform: bad calls are refused with the argument named", (devi
   );
   refuse(() => call({ kind: "softplus", lower_bound: -5 }), /did you mean 'lowerBound'/);
   refuse(() => call({ kind: "softplus", fastmath: 1 }), /options\.fastmath: expected a boolean/);
+  refuse(() => call({ kind: "softplus", impl: "fast" }), /options\.impl/);
   refuse(() => call({ kind: "softplus" }, "raw"), /raw: expected a Tensor/);
   using ints = Tensor.zeros([2, 4, 3], { dtype: "int32", device });
   refuse(() => call({ kind: "softplus" }, ints), /raw: expected dtype/);

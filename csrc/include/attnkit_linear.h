@@ -388,10 +388,14 @@ AK_API ak_status ak_zero_padding_rows(const ak_tensor* output, const ak_tensor* 
  *   a_log    [H] float32 contiguous
  *   dt_bias  [H] (per head) or [H, D] (per channel) float32 contiguous: its rank selects the form
  *   flags    AK_GATE_FASTMATH: the CUDA kernels may use the hardware's approximate exp, log and division
- *            (errors of a few 1e-6 times a, or |lower_bound|); the CPU always computes the accurate forms
+ *            (errors of a few 1e-6 times a, or |lower_bound|); the CPU always computes the accurate forms;
+ *            at most one of AK_GATE_IMPL_FUSED (the CUDA kernels: refused on the CPU) and
+ *            AK_GATE_IMPL_REFERENCE (the CPU backend's accurate forms, on CUDA over host copies)
  */
 enum { AK_GATE_SOFTPLUS = 0, AK_GATE_BOUNDED = 1 };
 #define AK_GATE_FASTMATH 1
+#define AK_GATE_IMPL_FUSED 2
+#define AK_GATE_IMPL_REFERENCE 4
 
 /* Writes gate (shape of raw, float32, any strides that do not overlap). */
 AK_API ak_status ak_gate_transform_fwd(const ak_tensor* raw, const ak_tensor* a_log, const ak_tensor* dt_bias,

@@ -64,6 +64,12 @@ export interface BoundGateOptions {
    */
   fastmath?: boolean;
   /**
+   * Which implementation runs (attention-gym's `impl`): `"fused"` the CUDA kernels (refused on the CPU
+   * backend, which has none); `"reference"` the accurate forms of the CPU backend (on CUDA over host
+   * copies of the tensors, slow; `fastmath` then has no effect). Default: the device's own.
+   */
+  impl?: "fused" | "reference";
+  /**
    * A buffer to write the gate into instead of a new tensor (raw's shape, float32, same device). It
    * stays the caller's: disposing the result leaves it alone.
    */
@@ -135,12 +141,13 @@ export interface GateTransformResult extends Disposable {
 const FLOATS: readonly DType[] = ["float16", "bfloat16", "float32", "float64"];
 const KIND_CODES: Record<GateTransformKind, number> = { softplus: 0, bounded: 1 };
 const FASTMATH_FLAG = 1;
+const IMPL_FLAGS = { fused: 2, reference: 4 } as const;
 
 const LOWER_BOUND = (v: unknown) =>
   typeof v === "number" && Number.isFinite(v) && v <= 0 && v >= -3e38
     ? undefined
     : "a number in [-3e38, 0] (a float32 floor)";
-const BOUND_GATE_SPEC: OptionSpec = { fastmath: "boolean", out: "object" };
+const BOUND_GATE_SPEC: OptionSpec = { fastmath: "boolean", impl: ["fused", "reference"], out: "object" };
 const SPEC: OptionSpec = { kind: "any", lowerBound: LOWER_BOUND, ...BOUND_GATE_SPEC };
 const RESULT_BACKWARD: OptionSpec = { out: "object" };
 
@@ -153,6 +160,7 @@ interface Call {
   /** 0 for softplus. */
   lowerBound: number;
   fastmath: boolean;
+  impl?: "fused" | "reference";
   out?: unknown;
 }
 
@@ -185,7 +193,7 @@ function checkInputs(
   raw: unknown,
   aLog: unknown,
   dtBias: unknown,
-): Omit<Call, "kind" | "lowerBound" | "fastmath"> {
+): Omit<Call, "kind" | "lowerBound" | "fastmath" | "impl"> {
   const r = expectTensor(op, "raw", raw);
   expectDType(op, "raw", r, FLOATS);
   const a = expectTensor(op, "aLog", aLog);
@@ -224,6 +232,7 @@ function checkCall(op: string, raw: unknown, aLog: unknown, dtBias: unknown, opt
     kind,
     lowerBound,
     fastmath: o.fastmath ?? true,
+    impl: o.impl ?? undefined,
     out: o.out ?? undefined,
   };
 }
@@ -251,6 +260,7 @@ function checkBoundGateCall(
     kind: "bounded",
     lowerBound: BOUND_GATE_LOWER_BOUND,
     fastmath: o.fastmath ?? true,
+    impl: o.impl ?? undefined,
     out: o.out ?? undefined,
   };
 }
@@ -271,7 +281,7 @@ function buffer(op: string, out: unknown, name: string, like: Tensor, dtype: DTy
   return t;
 }
 
-const flags = (c: Call) => (c.fastmath ? FASTMATH_FLAG : 0);
+const flags = (c: Call) => (c.fastmath ? FASTMATH_FLAG : 0) | (c.impl ? IMPL_FLAGS[c.impl] : 0);
 
 function forward(op: string, c: Call): GateTransformResult {
   checkOptions(op, c.out, { gate: "any" }, "out");

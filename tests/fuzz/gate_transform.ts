@@ -3,7 +3,7 @@
 // channel, four raw dtypes, leading dims of rank 0 to 3 including empty ones, fastmath on and off),
 // and mutations that make a call certainly invalid.
 import * as ak from "../../mod.ts";
-import type { Case, Rng, Scope } from "./cases.ts";
+import { type Case, IMPL_REFUSAL, type Rng, type Scope } from "./cases.ts";
 import { caseMakers, dispose } from "./family.ts";
 
 const { valid, invalid } = caseMakers("gate transform");
@@ -25,6 +25,9 @@ export function gateTransformCases(rng: Rng, scope: Scope, bad: boolean): Case {
     ? { kind, lowerBound: rng.pick([-5, -1, -0.5, 0]) }
     : { kind };
   if (rng.chance(0.5)) options.fastmath = rng.chance(0.5);
+  if (rng.chance(0.2)) options.impl = rng.pick(["fused", "reference"] as const);
+  // "fused" is refused on the CPU (it has no kernels); anything else refused stays a defect.
+  const refusal = options.impl === "fused" ? IMPL_REFUSAL : undefined;
   const gateOf = (r: ak.GateTransformResult) => {
     const out = scope.keep(r.gate.clone());
     dispose(r);
@@ -33,18 +36,28 @@ export function gateTransformCases(rng: Rng, scope: Scope, bad: boolean): Case {
   if (!bad) {
     switch (rng.int(0, 4)) {
       case 0:
-        return valid("forward", () => gateOf(ak.gateTransform(raw, aLog, dtBias, options)));
+        return valid("forward", () => gateOf(ak.gateTransform(raw, aLog, dtBias, options)), true, refusal);
       case 1:
-        return valid("forward + result.backward", () => {
-          using r = ak.gateTransform(raw, aLog, dtBias, options);
-          using g = r.backward(dGate);
-          return scope.keep(g.daLog.clone());
-        });
+        return valid(
+          "forward + result.backward",
+          () => {
+            using r = ak.gateTransform(raw, aLog, dtBias, options);
+            using g = r.backward(dGate);
+            return scope.keep(g.daLog.clone());
+          },
+          true,
+          refusal,
+        );
       case 2:
-        return valid("backward", () => {
-          using g = ak.gateTransformBackward(dGate, raw, aLog, dtBias, options);
-          return scope.keep(g.ddtBias.clone());
-        });
+        return valid(
+          "backward",
+          () => {
+            using g = ak.gateTransformBackward(dGate, raw, aLog, dtBias, options);
+            return scope.keep(g.ddtBias.clone());
+          },
+          true,
+          refusal,
+        );
       case 3: {
         // boundGate takes per-channel gates only.
         const bias2 = scope.randn([H, D], "float32", 3);

@@ -5,7 +5,11 @@
 #include <string>
 
 #include "core/common.h"
+#include "linear/checks.h"
 #include "linear/gate/backend.h"
+#if AK_WITH_CUDA
+#include "linear/common/host_mirror.h"
+#endif
 
 using namespace ak;
 using namespace ak::linear::gate;
@@ -16,11 +20,14 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 constexpr int64_t kMaxChannels = (int64_t{1} << 31) - 1;
 
+constexpr int32_t kKnownFlags = AK_GATE_FASTMATH | AK_GATE_IMPL_FUSED | AK_GATE_IMPL_REFERENCE;
+
 Settings check_settings(int32_t kind, double lower_bound, int32_t flags) {
   require(kind == AK_GATE_SOFTPLUS || kind == AK_GATE_BOUNDED,
           "kind: expected 0 (AK_GATE_SOFTPLUS) or 1 (AK_GATE_BOUNDED), got " + str(kind));
-  require((flags & ~AK_GATE_FASTMATH) == 0,
-          "flags: unknown bits in " + str(flags) + " (expected 0 or AK_GATE_FASTMATH = 1)");
+  require((flags & ~kKnownFlags) == 0,
+          "flags: unknown bits in " + str(flags) +
+              " (expected AK_GATE_FASTMATH = 1, AK_GATE_IMPL_FUSED = 2, AK_GATE_IMPL_REFERENCE = 4)");
   Settings s;
   s.bounded = kind == AK_GATE_BOUNDED;
   s.fast = (flags & AK_GATE_FASTMATH) != 0;
@@ -103,6 +110,33 @@ Channels channels_of(const ak_tensor& t, bool per_channel) {
     AK_CUDA_CALL(cuda::call);      \
   }
 
+// The implementation the flags ask for: "fused" is refused on the CPU (its backend is the reference),
+// whatever the sizes; "reference" on CUDA runs the CPU backend on host copies.
+linear::Impl impl_of(int32_t flags, const ak_tensor& raw) {
+  const linear::Impl impl = linear::impl_from_flags(flags, AK_GATE_IMPL_FUSED, AK_GATE_IMPL_REFERENCE,
+                                                    "AK_GATE_IMPL_FUSED", "AK_GATE_IMPL_REFERENCE");
+  if (impl == linear::Impl::fused && raw.device_type == AK_CPU) linear::refuse_fused_on_cpu();
+  return impl;
+}
+
+// Runs `run` over the call's tensors: as given, or (the reference on a CUDA device) over host copies of
+// them, the outputs copied back after. `tensors` lists the inputs, then `outputs` of them are written.
+template <class F>
+void with_backend_tensors(linear::Impl impl, std::initializer_list<const ak_tensor*> inputs,
+                          std::initializer_list<const ak_tensor*> outputs, F&& run) {
+  std::vector<const ak_tensor*> all(inputs);
+  all.insert(all.end(), outputs.begin(), outputs.end());
+  if (impl != linear::Impl::reference || all.front()->device_type == AK_CPU) return run(all);
+#if AK_WITH_CUDA
+  linear::cuda::HostMirror m;
+  std::vector<const ak_tensor*> host;
+  for (const ak_tensor* t : inputs) host.push_back(m.input(t));
+  for (const ak_tensor* t : outputs) host.push_back(m.output(t));
+  run(host);
+  m.write_back();
+#endif
+}
+
 }  // namespace
 
 extern "C" {
@@ -113,22 +147,25 @@ AK_API ak_status ak_gate_transform_fwd(const ak_tensor* raw_p, const ak_tensor* 
     ForwardArgs a;
     a.settings = check_settings(kind, lower_bound, flags);
     a.shape = check_inputs(raw_p, a_log, dt_bias);
-    const ak_tensor& raw = *raw_p;
-    const ak_tensor& gate = like_raw(gate_p, "gate", raw, true);
-    check_dtype(gate, "gate", {AK_FLOAT32});
+    const linear::Impl impl = impl_of(flags, *raw_p);
+    const ak_tensor& gate_checked = like_raw(gate_p, "gate", *raw_p, true);
+    check_dtype(gate_checked, "gate", {AK_FLOAT32});
     if (a.shape.rows == 0 || a.shape.channels == 0) return;
-    const int lead = raw.rank - (a.shape.per_channel ? 2 : 1);
-    const ak_tensor* views[2] = {&raw, &gate};
-    a.rows = math::make_walk(views, lead);
-    a.raw_ch = channels_of(raw, a.shape.per_channel);
-    a.gate_ch = channels_of(gate, a.shape.per_channel);
-    a.raw = raw.data;
-    a.raw_dtype = raw.dtype;
-    a.gate = static_cast<float*>(gate.data);
-    a.a_log = static_cast<const float*>(a_log->data);
-    a.dt_bias = static_cast<const float*>(dt_bias->data);
-    a.device = raw.device_index;
-    AK_GATE_DISPATCH(raw, forward(a));
+    with_backend_tensors(impl, {raw_p, a_log, dt_bias}, {gate_p}, [&](const std::vector<const ak_tensor*>& t) {
+      const ak_tensor &raw = *t[0], &gate = *t[3];
+      const int lead = raw.rank - (a.shape.per_channel ? 2 : 1);
+      const ak_tensor* views[2] = {&raw, &gate};
+      a.rows = math::make_walk(views, lead);
+      a.raw_ch = channels_of(raw, a.shape.per_channel);
+      a.gate_ch = channels_of(gate, a.shape.per_channel);
+      a.raw = raw.data;
+      a.raw_dtype = raw.dtype;
+      a.gate = static_cast<float*>(gate.data);
+      a.a_log = static_cast<const float*>(t[1]->data);
+      a.dt_bias = static_cast<const float*>(t[2]->data);
+      a.device = raw.device_index;
+      AK_GATE_DISPATCH(raw, forward(a));
+    });
   });
 }
 
@@ -140,6 +177,7 @@ AK_API ak_status ak_gate_transform_bwd(const ak_tensor* raw_p, const ak_tensor* 
     BackwardArgs a;
     a.settings = check_settings(kind, lower_bound, flags);
     a.shape = check_inputs(raw_p, a_log, dt_bias);
+    const linear::Impl impl = impl_of(flags, *raw_p);
     const ak_tensor& raw = *raw_p;
     const ak_tensor& d_gate = like_raw(d_gate_p, "d_gate", raw, false);
     check_dtype(d_gate, "d_gate", {AK_FLOAT32});
@@ -154,22 +192,27 @@ AK_API ak_status ak_gate_transform_bwd(const ak_tensor* raw_p, const ak_tensor* 
     check_same_device(d_dt_bias, "d_dt_bias", raw, "raw");
     check_shape(d_dt_bias, "d_dt_bias", shape_of(*dt_bias));
     if (a.shape.heads == 0) return;
-    const int lead = raw.rank - (a.shape.per_channel ? 2 : 1);
-    const ak_tensor* views[3] = {&raw, &d_gate, &d_raw};
-    a.rows = math::make_walk(views, lead);
-    a.raw_ch = channels_of(raw, a.shape.per_channel);
-    a.dg_ch = channels_of(d_gate, a.shape.per_channel);
-    a.draw_ch = channels_of(d_raw, a.shape.per_channel);
-    a.raw = raw.data;
-    a.raw_dtype = raw.dtype;
-    a.d_gate = static_cast<const float*>(d_gate.data);
-    a.d_raw = d_raw.data;
-    a.a_log = static_cast<const float*>(a_log->data);
-    a.dt_bias = static_cast<const float*>(dt_bias->data);
-    a.d_a_log = static_cast<float*>(d_a_log.data);
-    a.d_dt_bias = static_cast<float*>(d_dt_bias.data);
-    a.device = raw.device_index;
-    AK_GATE_DISPATCH(raw, backward(a));
+    const std::initializer_list<const ak_tensor*> inputs = {raw_p, d_gate_p, a_log, dt_bias};
+    const std::initializer_list<const ak_tensor*> outputs = {d_raw_p, d_a_log_p, d_dt_bias_p};
+    with_backend_tensors(impl, inputs, outputs, [&](const std::vector<const ak_tensor*>& t) {
+      const ak_tensor &x = *t[0], &dg = *t[1], &dx = *t[4];
+      const int lead = x.rank - (a.shape.per_channel ? 2 : 1);
+      const ak_tensor* views[3] = {&x, &dg, &dx};
+      a.rows = math::make_walk(views, lead);
+      a.raw_ch = channels_of(x, a.shape.per_channel);
+      a.dg_ch = channels_of(dg, a.shape.per_channel);
+      a.draw_ch = channels_of(dx, a.shape.per_channel);
+      a.raw = x.data;
+      a.raw_dtype = x.dtype;
+      a.d_gate = static_cast<const float*>(dg.data);
+      a.d_raw = dx.data;
+      a.a_log = static_cast<const float*>(t[2]->data);
+      a.dt_bias = static_cast<const float*>(t[3]->data);
+      a.d_a_log = static_cast<float*>(t[5]->data);
+      a.d_dt_bias = static_cast<float*>(t[6]->data);
+      a.device = x.device_index;
+      AK_GATE_DISPATCH(x, backward(a));
+    });
   });
 }
 
