@@ -261,9 +261,12 @@ async function runShard(
     ...(tool === "racecheck" ? ["--racecheck-report", "analysis"] : []),
     "--target-processes",
     "all",
-    // initcheck: every report printed, so that each can be matched against the explained sites.
+    // initcheck: every report printed, so that each can be matched against the explained sites, with
+    // device frames only: the reader needs no host backtrace, and the delta-rule backward's shards print
+    // hundreds of thousands of (explained) reports, each with one to symbolise.
     "--print-limit",
     tool === "initcheck" ? "10000000" : "100",
+    ...(tool === "initcheck" ? ["--show-backtrace", "device"] : []),
     Deno.execPath(),
     "test",
     "--allow-ffi",
