@@ -1,7 +1,8 @@
 // attnkit from several threads (Deno Workers): each thread has its own tuning table, so a setting or an
-// op's kernelMap in one thread never changes the kernels another thread's calls get.
+// op's kernelMap in one thread never changes the kernels another thread's calls get; on CUDA each has
+// its own stream and graph capture, so a capture in one never takes in another's work.
 import assert from "node:assert/strict";
-import { setTuning, tuning } from "../mod.ts";
+import { cudaAvailable, setTuning, tuning } from "../mod.ts";
 
 interface Reply {
   before: Record<string, string>;
@@ -39,4 +40,30 @@ Deno.test("the tuning table is per thread: a Worker's settings never reach anoth
     worker.terminate();
     setTuning("");
   }
+});
+
+Deno.test({
+  name: "CUDA from two Workers at once, one capturing and replaying a graph: both get their own results",
+  ignore: !cudaAvailable(),
+  fn: async () => {
+    const url = new URL("./threads/cuda_worker.ts", import.meta.url);
+    const workers = [new Worker(url, { type: "module" }), new Worker(url, { type: "module" })];
+    try {
+      const replies = await Promise.all(
+        (["plain", "capture"] as const).map((mode, i) =>
+          new Promise<{ wrong?: number; error?: string }>((resolve, reject) => {
+            workers[i].onmessage = (e) => resolve(e.data);
+            workers[i].onerror = (e) => {
+              e.preventDefault();
+              reject(new Error(e.message));
+            };
+            workers[i].postMessage({ mode, rounds: 200 });
+          })
+        ),
+      );
+      assert.deepEqual(replies, [{ wrong: 0 }, { wrong: 0 }]);
+    } finally {
+      for (const w of workers) w.terminate();
+    }
+  },
 });

@@ -54,7 +54,9 @@ struct Graph {
 };
 
 std::mutex graph_mutex;
-Capture captures[kMaxDevices];
+// A capture belongs to the thread that began it (its stream is that thread's): other threads' calls on
+// the device are neither captured nor refused while it lasts.
+thread_local Capture captures[kMaxDevices];
 // Blocks a tensor made during a capture still holds, with the memory they keep alive.
 std::unordered_map<void*, std::shared_ptr<GraphMemory>> held_blocks;
 

@@ -1,4 +1,5 @@
-// CUDA runtime of attnkit: devices, one stream per device, the stream-ordered memory pool, events.
+// CUDA runtime of attnkit: devices, one stream per device and thread, the stream-ordered memory pool,
+// events.
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -14,7 +15,6 @@ constexpr int kMaxDevices = 64;
 
 struct DeviceState {
   std::once_flag once;
-  cudaStream_t stream = nullptr;
   cudaDeviceProp props{};
   MemoryTracker memory;
   cudaError_t init_error = cudaSuccess;
@@ -29,7 +29,6 @@ DeviceState& state(int device) {
     cudaGetDevice(&previous);
     s.init_error = cudaSetDevice(device);
     if (s.init_error == cudaSuccess) s.init_error = cudaGetDeviceProperties(&s.props, device);
-    if (s.init_error == cudaSuccess) s.init_error = cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking);
     if (s.init_error == cudaSuccess) {
       // Keep freed blocks in the pool: an op's outputs and intermediates then cost microseconds.
       cudaMemPool_t pool;
@@ -104,7 +103,24 @@ void check_usable() {
   if (!first_fault.empty()) fail(AK_ERR_CUDA, lost_context_message());
 }
 
-cudaStream_t stream(int device) { return state(device).stream; }
+// Each thread (a Deno Worker is one) orders its work on a stream of its own, so that one thread's
+// synchronisations and graph captures never take in another thread's kernels. Created at the thread's
+// first use of the device; kept for the process (a thread's exit does not destroy it).
+cudaStream_t stream(int device) {
+  state(device);
+  thread_local cudaStream_t streams[kMaxDevices] = {};
+  cudaStream_t& mine = streams[device];
+  if (mine == nullptr) {
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaError_t err = cudaSetDevice(device);
+    if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&mine, cudaStreamNonBlocking);
+    cudaSetDevice(previous);
+    if (err != cudaSuccess) mine = nullptr;
+    check(err, "creating the thread's stream");
+  }
+  return mine;
+}
 const cudaDeviceProp& props(int device) { return state(device).props; }
 
 DeviceGuard::DeviceGuard(int device) : device_(device) {
