@@ -1,13 +1,18 @@
 /**
- * `attnkit tune`: pre-tunes attention shapes into the tuning cache (the op classes' `tune: true` on fresh
- * random inputs), prints every candidate's time and the winner; `--clear` empties the cache first.
+ * `attnkit tune`: pre-tunes attention, Gated DeltaNet or DeltaNet shapes into the tuning cache (the op
+ * classes' `tune: true` on fresh random inputs), prints every candidate's time and the winner; `--clear`
+ * empties the cache first.
  *
  * @module
  */
 import { parseArgs } from "node:util";
 import {
   clearTuneCache,
+  DeltaNetBwdOp,
+  DeltaNetFwdOp,
   type DType,
+  GatedDeltaNetBTHDFwdOp,
+  GatedDeltaNetBwdOp,
   GroupedQueryAttentionBwdOp,
   GroupedQueryAttentionFwdOp,
   lastChoice,
@@ -17,17 +22,19 @@ import {
 } from "../mod.ts";
 import { readTuneRecord } from "../ops/tune/cache.ts";
 import { chooseDevice } from "./cases.ts";
-import { parseDtype, parseShape, type Shape, UsageError } from "./shape.ts";
+import { type OpName, parseDtype, parseShape, type Shape, UsageError } from "./shape.ts";
 
 /** The usage of `attnkit tune`. */
-export const TUNE_USAGE = `Usage: attnkit tune attention --shapes A,B,... [options]
+export const TUNE_USAGE = `Usage: attnkit tune <attention|gdn|deltanet> --shapes A,B,... [options]
 
 Tunes each shape (every kernel that can serve it, timed against the planner's choice, outputs compared)
-and keeps the winners in the tuning cache, where op classes built with tune: true find them.
+and keeps the winners in the tuning cache, where op classes built with tune: true find them (attention:
+GroupedQueryAttentionFwdOp / BwdOp; gdn: GatedDeltaNetBTHDFwdOp / GatedDeltaNetBwdOp with useQkL2norm;
+deltanet: DeltaNetFwdOp / DeltaNetBwdOp with useQkL2norm, all bshd).
 
 Options:
-  --shapes LIST    attention shapes, e.g. B2_S3000_H24_KV8_D128_causal (comma-separated)
-  --dtype DTYPE    bf16 (default) or fp16
+  --shapes LIST    e.g. B2_S3000_H24_KV8_D128_causal (attention), B3_T5000_H24_D128 (gdn, deltanet)
+  --dtype DTYPE    bf16 (default) or fp16; gdn and deltanet also fp32
   --device DEVICE  cpu, cuda, cuda:N (default: cuda when present)
   --causal         causal mask for every shape (also a "_causal" shape suffix)
   --backward       tune the backward too
@@ -35,10 +42,35 @@ Options:
   --clear          empty the cache first
   -h, --help       this text
 
-Example:
-  attnkit tune attention --shapes B2_S3000_H24_KV8_D128_causal --backward`;
+Examples:
+  attnkit tune attention --shapes B2_S3000_H24_KV8_D128_causal --backward
+  attnkit tune gdn --shapes B3_T5000_H24_D128 --backward`;
 
-function tuneShape(shape: Shape, dtype: DType, device: string, backward: boolean): void {
+function tuneLinear(op: "gdn" | "deltanet", shape: Shape, dtype: DType, device: string, backward: boolean) {
+  const { batch: B, seq: T, heads: H, headsQk: HK, dim: K, dimV: V } = shape;
+  using q = Tensor.randn([B, T, HK, K], { dtype, device, seed: 1 });
+  using k = Tensor.randn([B, T, HK, K], { dtype, device, seed: 2 });
+  using v = Tensor.randn([B, T, H, V], { dtype, device, seed: 3 });
+  using g = Tensor.rand([B, T, H], { low: -0.2, high: -0.01, device, seed: 4 });
+  using beta = Tensor.rand([B, T, H], { low: 0.05, high: 0.95, device, seed: 5 });
+  using dO = Tensor.randn([B, T, H, V], { dtype, device, seed: 6 });
+  const options = { layout: "bshd" as const, useQkL2norm: true, tune: true };
+  if (op === "gdn") {
+    using fwd = new GatedDeltaNetBTHDFwdOp(options).forward(q, k, v, g, beta);
+    report(`${shape.name} forward`);
+    if (!backward) return;
+    using _grads = new GatedDeltaNetBwdOp(options).backward(dO, q, k, v, g, beta, fwd.chunkStates);
+  } else {
+    using fwd = new DeltaNetFwdOp(options).forward(q, k, v, beta);
+    report(`${shape.name} forward`);
+    if (!backward) return;
+    using _grads = new DeltaNetBwdOp(options).backward(dO, q, k, v, beta, fwd.chunkStates);
+  }
+  report(`${shape.name} backward`);
+}
+
+function tuneShape(op: OpName, shape: Shape, dtype: DType, device: string, backward: boolean): void {
+  if (op !== "attention") return tuneLinear(op, shape, dtype, device, backward);
   if (shape.seqKv !== shape.seq) {
     throw new UsageError(`shape "${shape.name}": tune takes square shapes (no SKV)`);
   }
@@ -76,6 +108,8 @@ function report(what: string): void {
   }
 }
 
+const TUNED_OPS: readonly OpName[] = ["attention", "gdn", "deltanet"];
+
 /** Runs `attnkit tune`; returns the exit status. */
 export function tuneCommand(args: string[]): number {
   const { values, positionals } = parseArgs({
@@ -96,23 +130,28 @@ export function tuneCommand(args: string[]): number {
     console.log(TUNE_USAGE);
     return 0;
   }
-  if (positionals.length !== 1 || positionals[0] !== "attention") {
-    throw new UsageError(`tune: expected the op "attention", got ${JSON.stringify(positionals.join(" "))}`);
+  const op = positionals[0] as OpName;
+  if (positionals.length !== 1 || !TUNED_OPS.includes(op)) {
+    throw new UsageError(
+      `tune: expected the op "attention", "gdn" or "deltanet", got ${JSON.stringify(positionals.join(" "))}`,
+    );
   }
-  const dtype = parseDtype(values.dtype!, "attention");
-  if (dtype === "float32") throw new UsageError("--dtype: attention takes bf16 or fp16");
+  const dtype = parseDtype(values.dtype!, op);
   if (values.cache !== undefined) setTuneCachePath(values.cache);
   if (values.clear) clearTuneCache();
   if (!values.shapes) {
     if (values.clear) return 0;
-    throw new UsageError("--shapes: required (e.g. B2_S3000_H24_KV8_D128_causal)");
+    throw new UsageError("--shapes: required (e.g. B2_S3000_H24_KV8_D128_causal, B3_T5000_H24_D128)");
   }
   const device = chooseDevice(values.device);
   const shapes = values.shapes.split(",").map((s) => {
-    const shape = parseShape(s.trim(), "attention");
+    const shape = parseShape(s.trim(), op);
+    if (op !== "attention" && values.causal) {
+      throw new UsageError(`--causal: ${op} is causal by construction; drop the flag`);
+    }
     return { ...shape, causal: shape.causal || values.causal! };
   });
   console.log(`tuning cache: ${tuneCachePath()}`);
-  for (const shape of shapes) tuneShape(shape, dtype, device, values.backward!);
+  for (const shape of shapes) tuneShape(op, shape, dtype, device, values.backward!);
   return 0;
 }

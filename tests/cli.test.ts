@@ -345,9 +345,31 @@ deviceTest(
       const cleared = await attnkit("tune", "attention", "--cache", cache, "--clear");
       assert.equal(cleared.code, 0, explain(cleared));
       assert.throws(() => Deno.statSync(cache), Deno.errors.NotFound);
-      const bad = await attnkit("tune", "gdn", "--shapes", "B1_T8_H2_D64");
+      const bad = await attnkit("tune", "gla", "--shapes", "B1_T8_H2_D64");
       assert.equal(bad.code, 2, explain(bad));
-      assert.match(bad.stderr, /tune: expected the op "attention"/);
+      assert.match(bad.stderr, /tune: expected the op "attention", "gdn" or "deltanet"/);
+      // The delta-rule op classes, forward and backward, into the same cache.
+      const gdn = await attnkit(
+        "tune",
+        "gdn",
+        "--shapes",
+        "B1_T70_H2_D64",
+        "--device",
+        device,
+        "--cache",
+        cache,
+        "--backward",
+      );
+      assert.equal(gdn.code, 0, explain(gdn));
+      assert.match(gdn.stdout, /^B1_T70_H2_D64 forward: \S+ \(tuned\)$/m, explain(gdn));
+      assert.match(gdn.stdout, /^B1_T70_H2_D64 backward: \S+ \(tuned\)$/m, explain(gdn));
+      assert.equal(Object.keys(JSON.parse(Deno.readTextFileSync(cache)).entries).length, 2);
+      const causal = await attnkit("tune", "deltanet", "--shapes", "B1_T70_H2_D64_causal", "--cache", cache);
+      assert.equal(causal.code, 2, explain(causal));
+      assert.match(causal.stderr, /deltanet is causal by construction/);
+      const flag = await attnkit("tune", "gdn", "--shapes", "B1_T70_H2_D64", "--causal", "--cache", cache);
+      assert.equal(flag.code, 2, explain(flag));
+      assert.match(flag.stderr, /--causal: gdn is causal by construction/);
     } finally {
       Deno.removeSync(dir, { recursive: true });
     }
