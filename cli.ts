@@ -6,8 +6,9 @@
  *   dtype's tolerance (PASS / FAIL, exit status 1 on a failure), the time and the TFLOP/s;
  * - `attnkit bench <op> --shapes A,B --out DIR [--ref results.json]` times an op over shapes and
  *   writes JSON, markdown and an SVG chart;
- * - `attnkit tune <attention|gdn|deltanet> --shapes A,B [--backward]` tunes shapes into the tuning cache (every kernel
- *   that can serve them, timed against the planner's choice) and prints the candidates and winners;
+ * - `attnkit tune <attention|gdn|deltanet> --shapes A,B [--backward]` tunes shapes into the tuning
+ *   cache (every kernel that can serve them, timed against the planner's choice) and prints the
+ *   candidates and winners;
  * - `attnkit info` prints the devices, the native library and its kernels;
  * - `attnkit chart results.json -o chart.svg` draws recorded results.
  *
