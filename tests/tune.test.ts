@@ -251,6 +251,37 @@ deviceTest(
     ),
 );
 
+Deno.test("tune: a candidate far slower than the fastest stops being timed after three rounds", () => {
+  withTempCache(() => {
+    using x = Tensor.from([1, 2, 3, 4]);
+    const runs: Record<string, number> = {};
+    const run = () => {
+      const variant = tuning().current["attention.fwd"] ?? "planner";
+      runs[variant] = (runs[variant] ?? 0) + 1;
+      const until = performance.now() + (variant === "wgmma" ? 8 : 1);
+      while (performance.now() < until) { /* the slow candidate */ }
+      const t = x.clone();
+      return { tensors: [t], [Symbol.dispose]: () => t.dispose() };
+    };
+    withChoice({
+      op: "Test",
+      device: "cpu" as const,
+      tune: true,
+      keys: ["attention.fwd"],
+      shapeClass: "pruned",
+      relRms: 1e-3,
+      run,
+    }, () => 0);
+    const record = readTuneRecord(lastChoice()!.key!)!;
+    const slow = record.candidates.find((c) => c.spec["attention.fwd"] === "wgmma")!;
+    assert.match(slow.note!, /timed 3 rounds only/);
+    assert.notEqual(record.spec["attention.fwd"], "wgmma");
+    // One comparison run, two warm-up rounds, three timed: 6 runs, against 13 for the others.
+    assert.equal(runs.wgmma, 6);
+    assert.equal(runs.general, 13);
+  });
+});
+
 Deno.test("tune: a candidate whose output disagrees with the planner's is never chosen, however fast", () => {
   withTempCache(() => {
     using good = Tensor.from([1, 2, 3, 4]);

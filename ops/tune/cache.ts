@@ -16,7 +16,7 @@ export interface TuneCandidate {
   readonly spec: Readonly<Record<string, string>>;
   /** Its median milliseconds; null when it could not serve the call or disagreed with the planner's output. */
   readonly ms: number | null;
-  /** Why it has no time. */
+  /** Why it has no time, or why its time comes from fewer rounds (a candidate dropped early). */
   readonly note?: string;
 }
 
@@ -35,7 +35,9 @@ export interface TuneRecord {
 const FORMAT = "attnkit-tune";
 
 let chosenPath: string | undefined;
-let loaded: { path: string; entries: Map<string, TuneRecord> } | undefined;
+// `written`: the entries this process stored in the file at `path`, merged into every later write, so
+// that a write racing another process's can lose that process's newest entries, never this one's.
+let loaded: { path: string; entries: Map<string, TuneRecord>; written: Map<string, TuneRecord> } | undefined;
 let warned = false;
 
 function warnOnce(message: string): void {
@@ -145,7 +147,7 @@ function readEntries(path: string): Map<string, TuneRecord> {
 
 function entries(): Map<string, TuneRecord> {
   const path = tuneCachePath();
-  if (loaded?.path !== path) loaded = { path, entries: readEntries(path) };
+  if (loaded?.path !== path) loaded = { path, entries: readEntries(path), written: new Map() };
   return loaded.entries;
 }
 
@@ -156,13 +158,15 @@ export function readTuneRecord(key: string): TuneRecord | undefined {
 
 /**
  * Stores `record` under `key`: in memory, and in the file (re-read first, so entries other processes
- * wrote since are kept). A file that cannot be written costs a warning, never the call.
+ * wrote since are kept, with every entry this process wrote before). A file that cannot be written costs
+ * a warning, never the call.
  */
 export function writeTuneRecord(key: string, record: TuneRecord): void {
   entries().set(key, record);
+  loaded!.written.set(key, record);
   const path = tuneCachePath();
   const merged = readEntries(path);
-  merged.set(key, record);
+  for (const [k, v] of loaded!.written) merged.set(k, v);
   const slash = path.lastIndexOf("/");
   const tmp = `${path}.${Deno.pid}.${crypto.randomUUID()}.tmp`;
   try {
@@ -195,7 +199,7 @@ export function writeTuneRecord(key: string, record: TuneRecord): void {
  */
 export function clearTuneCache(): void {
   const path = tuneCachePath();
-  loaded = { path, entries: new Map() };
+  loaded = { path, entries: new Map(), written: new Map() };
   try {
     Deno.removeSync(path);
   } catch (e) {

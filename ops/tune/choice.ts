@@ -180,7 +180,9 @@ function median(xs: number[]): number {
 
 // Candidates are timed in rounds, each round running every candidate once, so that a transient load on
 // the machine spreads over all of them instead of biasing the ones timed while it lasted.
-const WARMUP_ROUNDS = 2, TIMED_ROUNDS = 10;
+// After PRUNE_AFTER timed rounds a candidate whose best sample is over PRUNE_FACTOR times the fastest
+// candidate's best stops being timed: it cannot win, and the slow ones make most of a tuning run.
+const WARMUP_ROUNDS = 2, TIMED_ROUNDS = 10, PRUNE_AFTER = 3, PRUNE_FACTOR = 1.5;
 
 /**
  * Why `actual` disagrees with `reference` beyond `relRms` (undefined when it agrees). The sums run where
@@ -253,8 +255,10 @@ function measureAgainst(r: ChoiceRequest, reference: readonly Tensor[]): TuneRec
   }
   const once = (spec: Record<string, string>) => withTuningOver(spec, () => r.run()[Symbol.dispose]());
   for (let round = 0; round < WARMUP_ROUNDS; round++) for (const c of serving) once(c.spec);
+  const dropped = new Set<(typeof serving)[number]>();
   for (let round = 0; round < TIMED_ROUNDS; round++) {
     for (const c of serving) {
+      if (dropped.has(c)) continue;
       const t = timeIt(() => once(c.spec), {
         device: r.device,
         warmup: 0,
@@ -263,8 +267,18 @@ function measureAgainst(r: ChoiceRequest, reference: readonly Tensor[]): TuneRec
       });
       c.samples.push(t.medianMs);
     }
+    if (round + 1 === PRUNE_AFTER) {
+      const fastest = Math.min(...serving.map((c) => Math.min(...c.samples)));
+      for (const c of serving) if (Math.min(...c.samples) > PRUNE_FACTOR * fastest) dropped.add(c);
+    }
   }
-  const timed: TuneCandidate[] = serving.map((c) => ({ spec: c.spec, ms: median(c.samples) }));
-  const best = timed.reduce((a, b) => (b.ms! < a.ms! ? b : a));
+  const timed: TuneCandidate[] = serving.map((c) => ({
+    spec: c.spec,
+    ms: median(c.samples),
+    ...(dropped.has(c)
+      ? { note: `timed ${PRUNE_AFTER} rounds only: over ${PRUNE_FACTOR}x the fastest` }
+      : {}),
+  }));
+  const best = timed.filter((c) => c.note === undefined).reduce((a, b) => (b.ms! < a.ms! ? b : a));
   return { spec: best.spec, ms: best.ms!, candidates: [...timed, ...refused], at: new Date().toISOString() };
 }
