@@ -18,6 +18,8 @@ export const coreSymbols = {
   ak_free: { parameters: ["i32", "i32", "pointer"], result: "i32" },
   // ak_status ak_memory_stats(int32_t device_type, int32_t device_index, ak_memory_stats_t* out)
   ak_memory_stats: { parameters: ["i32", "i32", "buffer"], result: "i32" },
+  // ak_status ak_thread_bytes_in_use(int32_t device_type, int32_t device_index, int64_t* out)
+  ak_thread_bytes_in_use: { parameters: ["i32", "i32", "buffer"], result: "i32" },
   // ak_status ak_trim_pool(int32_t device_index)
   ak_trim_pool: { parameters: ["i32"], result: "i32" },
   // ak_status ak_copy(const ak_tensor* dst, const ak_tensor* src)

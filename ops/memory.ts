@@ -23,6 +23,11 @@ export interface MemoryStats {
   poolReservedBytes: number;
   /** CUDA: bytes of the pool in use, including op intermediates in flight (0 on the CPU). */
   poolUsedBytes: number;
+  /**
+   * Of `bytesInUse`, what this thread allocated (each Worker is a thread): a leak check that runs beside
+   * other threads' work compares this one.
+   */
+  threadBytesInUse: number;
   /** Tensors made through attnkit on this device and neither disposed nor collected (views count too). */
   liveTensors: number;
   /** Bytes those tensors hold (memory that views share counted once). */
@@ -45,6 +50,8 @@ export function memoryStats(device: Device | string = "cpu"): MemoryStats {
   const id = parseDevice(device, "memoryStats");
   const out = new BigInt64Array(6);
   unwrap(native().ak_memory_stats(id.type, id.index, new Uint8Array(out.buffer)), "memoryStats");
+  const mine = new BigInt64Array(1);
+  unwrap(native().ak_thread_bytes_in_use(id.type, id.index, new Uint8Array(mine.buffer)), "memoryStats");
   return {
     bytesInUse: Number(out[0]),
     peakBytes: Number(out[1]),
@@ -52,6 +59,7 @@ export function memoryStats(device: Device | string = "cpu"): MemoryStats {
     totalAllocations: Number(out[3]),
     poolReservedBytes: Number(out[4]),
     poolUsedBytes: Number(out[5]),
+    threadBytesInUse: Number(mine[0]),
     liveTensors: ledger.get(id.name)?.tensors ?? 0,
     tensorBytes: ledger.get(id.name)?.bytes ?? 0,
   };

@@ -58,11 +58,14 @@ export function poison<T extends Tensor>(t: T): T {
   return t.fill(NaN);
 }
 
-/** Runs fn and checks that the device's bytes in use return to where they were. */
+/**
+ * Runs fn and checks that the bytes this thread holds on the device return to where they were (this
+ * thread's: test files run side by side in Workers under `deno test --parallel`).
+ */
 export async function expectNoLeak(device: Device, fn: () => void | Promise<void>): Promise<void> {
-  const before = memoryStats(device).bytesInUse;
+  const before = memoryStats(device).threadBytesInUse;
   await fn();
-  const after = memoryStats(device).bytesInUse;
+  const after = memoryStats(device).threadBytesInUse;
   if (after !== before) throw new Error(`memory leak on ${device}: ${after - before} bytes still in use`);
 }
 

@@ -78,7 +78,7 @@ Deno.test("memoryStats counts live tensors and their bytes, views once", () => {
   now = memoryStats("cpu");
   assert.equal(now.liveTensors, base.liveTensors, "back to the baseline after dispose");
   assert.equal(now.tensorBytes, base.tensorBytes);
-  assert.equal(now.bytesInUse, base.bytesInUse);
+  assert.equal(now.threadBytesInUse, base.threadBytesInUse);
 });
 
 Deno.test("setDebug checks its options and keeps what it is not given", () => {

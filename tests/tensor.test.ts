@@ -472,7 +472,7 @@ deviceTest(
 
 deviceTest("reshape views share memory and outlive their source", (device) =>
   expectNoLeak(device, () => {
-    const base = memoryStats(device).bytesInUse;
+    const base = memoryStats(device).threadBytesInUse;
     const a = Tensor.arange(12, undefined, 1, { dtype: "float32", device });
     const v = a.reshape([3, -1]);
     assert.deepEqual(v.shape, [3, 4]);
@@ -480,7 +480,7 @@ deviceTest("reshape views share memory and outlive their source", (device) =>
     assertExact(a.toArray(), new Array(12).fill(7), "writes through the view reach the source");
     a.dispose();
     assert.ok(a.disposed);
-    assert.equal(memoryStats(device).bytesInUse - base, 48, "the view keeps the memory alive");
+    assert.equal(memoryStats(device).threadBytesInUse - base, 48, "the view keeps the memory alive");
     assertExact(v.toArray(), new Array(12).fill(7), "the view still reads after the source is disposed");
     using w = v.reshape([2, 2, 3]);
     v.dispose();

@@ -2,7 +2,7 @@
 // op's kernelMap in one thread never changes the kernels another thread's calls get; on CUDA each has
 // its own stream and graph capture, so a capture in one never takes in another's work.
 import assert from "node:assert/strict";
-import { cudaAvailable, setTuning, tuning } from "../mod.ts";
+import { cudaAvailable, memoryStats, setTuning, tuning } from "../mod.ts";
 
 interface Reply {
   before: Record<string, string>;
@@ -66,4 +66,25 @@ Deno.test({
       for (const w of workers) w.terminate();
     }
   },
+});
+
+Deno.test("memoryStats: a Worker's tensors count in its thread's bytes, not in this thread's", async () => {
+  const before = memoryStats("cpu").threadBytesInUse;
+  const worker = new Worker(new URL("./threads/holding_worker.ts", import.meta.url), { type: "module" });
+  try {
+    const send = (message: "hold" | "release") =>
+      new Promise<number>((resolve, reject) => {
+        worker.onmessage = (e) => resolve(e.data as number);
+        worker.onerror = (e) => {
+          e.preventDefault();
+          reject(new Error(e.message));
+        };
+        worker.postMessage(message);
+      });
+    assert.equal(await send("hold"), 1 << 20, "the worker holds its 1 MiB");
+    assert.equal(memoryStats("cpu").threadBytesInUse, before, "which is not this thread's");
+    assert.equal(await send("release"), 0);
+  } finally {
+    worker.terminate();
+  }
 });

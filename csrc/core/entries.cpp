@@ -100,6 +100,18 @@ AK_API ak_status ak_memory_stats(int32_t device_type, int32_t device_index, ak_m
   });
 }
 
+AK_API ak_status ak_thread_bytes_in_use(int32_t device_type, int32_t device_index, int64_t* out) {
+  AK_ENTRY("ak_thread_bytes_in_use", {
+    require(out != nullptr, "out: expected a pointer");
+    check_device_args(device_type, device_index);
+    if (device_type == AK_CPU) {
+      *out = cpu::thread_bytes_in_use();
+    } else {
+      AK_CUDA_CALL(*out = cuda::thread_bytes_in_use(device_index));
+    }
+  });
+}
+
 AK_API ak_status ak_trim_pool(int32_t device_index) {
   AK_ENTRY("ak_trim_pool", {
     check_device_args(AK_CUDA, device_index);

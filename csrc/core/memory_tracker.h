@@ -1,9 +1,11 @@
 // Bytes in use per device, for ak_memory_stats: every allocation made through ak_alloc is recorded
-// here with its size, so tests can check that memory returns to its baseline.
+// here with its size and the thread that made it, so tests can check that memory returns to its
+// baseline, for the process or for one thread (tests running side by side in Workers).
 #pragma once
 
 #include <cstdint>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "include/attnkit.h"
@@ -14,7 +16,9 @@ class MemoryTracker {
  public:
   void on_alloc(void* ptr, int64_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
-    sizes_[ptr] = bytes;
+    const std::thread::id owner = std::this_thread::get_id();
+    sizes_[ptr] = {bytes, owner};
+    thread_in_use_[owner] += bytes;
     in_use_ += bytes;
     if (in_use_ > peak_) peak_ = in_use_;
     ++total_;
@@ -24,9 +28,17 @@ class MemoryTracker {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = sizes_.find(ptr);
     if (it == sizes_.end()) return false;
-    in_use_ -= it->second;
+    in_use_ -= it->second.bytes;
+    auto owner = thread_in_use_.find(it->second.owner);
+    if ((owner->second -= it->second.bytes) == 0) thread_in_use_.erase(owner);
     sizes_.erase(it);
     return true;
+  }
+  // Bytes the calling thread allocated that are still live (whoever frees them).
+  int64_t thread_in_use() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = thread_in_use_.find(std::this_thread::get_id());
+    return it == thread_in_use_.end() ? 0 : it->second;
   }
   void fill(ak_memory_stats_t* out) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -39,8 +51,13 @@ class MemoryTracker {
   }
 
  private:
+  struct Allocation {
+    int64_t bytes;
+    std::thread::id owner;
+  };
   std::mutex mutex_;
-  std::unordered_map<void*, int64_t> sizes_;
+  std::unordered_map<void*, Allocation> sizes_;
+  std::unordered_map<std::thread::id, int64_t> thread_in_use_;
   int64_t in_use_ = 0, peak_ = 0, total_ = 0;
 };
 

@@ -11,6 +11,7 @@ namespace ak::cpu {
 void* alloc(int64_t bytes);
 void free(void* ptr);
 void memory_stats(ak_memory_stats_t* out);
+int64_t thread_bytes_in_use();
 
 // Same shape; any strides and dtypes.
 void copy_strided(const ak_tensor& dst, const ak_tensor& src);

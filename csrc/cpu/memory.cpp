@@ -31,4 +31,6 @@ void free(void* ptr) {
 
 void memory_stats(ak_memory_stats_t* out) { tracker().fill(out); }
 
+int64_t thread_bytes_in_use() { return tracker().thread_in_use(); }
+
 }  // namespace ak::cpu

@@ -17,6 +17,7 @@ void synchronize(int device);
 void* alloc(int device, int64_t bytes);
 void free(int device, void* ptr);
 void memory_stats(int device, ak_memory_stats_t* out);
+int64_t thread_bytes_in_use(int device);
 void trim_pool(int device);
 
 // Same device, same shape; any strides and dtypes.

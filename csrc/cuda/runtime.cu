@@ -197,6 +197,8 @@ void free(int device, void* ptr) {
   AK_CUDA_CHECK(cudaFreeAsync(ptr, stream(device)));
 }
 
+int64_t thread_bytes_in_use(int device) { return state(device).memory.thread_in_use(); }
+
 void memory_stats(int device, ak_memory_stats_t* out) {
   DeviceGuard guard(device);
   DeviceState& s = state(device);

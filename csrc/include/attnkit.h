@@ -116,6 +116,8 @@ AK_API ak_status ak_alloc(int32_t device_type, int32_t device_index, int64_t byt
 /* Frees what ak_alloc returned (NULL is a no-op). Stream-ordered on CUDA. */
 AK_API ak_status ak_free(int32_t device_type, int32_t device_index, void* ptr);
 AK_API ak_status ak_memory_stats(int32_t device_type, int32_t device_index, ak_memory_stats_t* out);
+/* Of bytes_in_use, the bytes the calling thread allocated (through ak_alloc) that are still live. */
+AK_API ak_status ak_thread_bytes_in_use(int32_t device_type, int32_t device_index, int64_t* out);
 /* Returns the CUDA pool's cached, unused memory to the driver. */
 AK_API ak_status ak_trim_pool(int32_t device_index);
 
