@@ -83,6 +83,13 @@ Impl impl_from_flags(int32_t flags, int32_t fused_bit, int32_t reference_bit, co
   return (flags & fused_bit) ? Impl::fused : (flags & reference_bit) ? Impl::reference : Impl::any;
 }
 
+Impl impl_for_device(int32_t flags, int32_t fused_bit, int32_t reference_bit, const char* fused_name,
+                     const char* reference_name, int32_t device_type) {
+  const Impl impl = impl_from_flags(flags, fused_bit, reference_bit, fused_name, reference_name);
+  if (impl == Impl::fused && device_type == AK_CPU) refuse_fused_on_cpu();
+  return impl;
+}
+
 void refuse_fused_on_cpu() {
   fail(AK_ERR_UNSUPPORTED, "impl 'fused': the CPU has no fused kernel (its backend is the reference)");
 }

@@ -30,17 +30,20 @@ const ak_tensor& check_state(const ak_tensor* t, const char* name, std::initiali
                              const ak_tensor& ref, const char* ref_name);
 
 void check_scale(double scale);
-// `impl` in a call's flags: at most one of its fused and reference bits (named as the header spells them).
+
 // Which implementation a call asks for: whatever the planner picks, a fused kernel only, or the exact
 // general path.
 enum class Impl { any, fused, reference };
 
-// The implementation the flags ask for (at most one of the two bits; both is refused).
-Impl impl_from_flags(int32_t flags, int32_t fused_bit, int32_t reference_bit, const char* fused_name,
-                     const char* reference_name);
-
+// `impl` in a call's flags: at most one of its fused and reference bits (named as the header spells them).
 void check_impl_flags(int32_t flags, int32_t fused_bit, int32_t reference_bit, const char* fused_name,
                       const char* reference_name);
+// The implementation the flags ask for (both bits together are refused).
+Impl impl_from_flags(int32_t flags, int32_t fused_bit, int32_t reference_bit, const char* fused_name,
+                     const char* reference_name);
+// As impl_from_flags, for a call on `device_type`: "fused" is refused on the CPU, whatever the sizes.
+Impl impl_for_device(int32_t flags, int32_t fused_bit, int32_t reference_bit, const char* fused_name,
+                     const char* reference_name, int32_t device_type);
 // impl 'fused' asked of the CPU, whose backend is the reference: refused.
 [[noreturn]] void refuse_fused_on_cpu();
 void check_head_dims(int64_t K, int64_t V, const char* q_name, const char* v_name);

@@ -30,14 +30,12 @@ PagedDecode parse(const ak_tensor* qkv_, const ak_tensor* raw_gate, const ak_ten
                                            " (expected AK_DECODE_PER_CHANNEL = 1, AK_DECODE_BOUNDED = 2, " +
                                            "AK_DECODE_TRUSTED_INDICES = 4, AK_DECODE_IMPL_FUSED = 8, " +
                                            "AK_DECODE_IMPL_REFERENCE = 16)");
-  check_impl_flags(flags, AK_DECODE_IMPL_FUSED, AK_DECODE_IMPL_REFERENCE, "AK_DECODE_IMPL_FUSED",
-                   "AK_DECODE_IMPL_REFERENCE");
   PagedDecode d;
+  d.impl = impl_from_flags(flags, AK_DECODE_IMPL_FUSED, AK_DECODE_IMPL_REFERENCE, "AK_DECODE_IMPL_FUSED",
+                           "AK_DECODE_IMPL_REFERENCE");
   d.per_channel = (flags & AK_DECODE_PER_CHANNEL) != 0;
   d.bounded = (flags & AK_DECODE_BOUNDED) != 0;
   d.trusted_indices = (flags & AK_DECODE_TRUSTED_INDICES) != 0;
-  d.impl = (flags & AK_DECODE_IMPL_FUSED) ? DecodeImpl::fused : (flags & AK_DECODE_IMPL_REFERENCE) ? DecodeImpl::reference
-                                                                                                     : DecodeImpl::any;
   require(d.per_channel || !d.bounded, "flags: the bounded gate transform needs a gate per key channel");
   check_scale(scale);
   require(std::isfinite(lower_bound) && lower_bound <= 0,

@@ -110,13 +110,10 @@ Channels channels_of(const ak_tensor& t, bool per_channel) {
     AK_CUDA_CALL(cuda::call);      \
   }
 
-// The implementation the flags ask for: "fused" is refused on the CPU (its backend is the reference),
-// whatever the sizes; "reference" on CUDA runs the CPU backend on host copies.
+// The implementation the flags ask for; "reference" on CUDA runs the CPU backend on host copies.
 linear::Impl impl_of(int32_t flags, const ak_tensor& raw) {
-  const linear::Impl impl = linear::impl_from_flags(flags, AK_GATE_IMPL_FUSED, AK_GATE_IMPL_REFERENCE,
-                                                    "AK_GATE_IMPL_FUSED", "AK_GATE_IMPL_REFERENCE");
-  if (impl == linear::Impl::fused && raw.device_type == AK_CPU) linear::refuse_fused_on_cpu();
-  return impl;
+  return linear::impl_for_device(flags, AK_GATE_IMPL_FUSED, AK_GATE_IMPL_REFERENCE, "AK_GATE_IMPL_FUSED",
+                                 "AK_GATE_IMPL_REFERENCE", raw.device_type);
 }
 
 // Runs `run` over the call's tensors: as given, or (the reference on a CUDA device) over host copies of

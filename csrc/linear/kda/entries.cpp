@@ -39,13 +39,10 @@ DeltaProblem parse_problem(const ak_tensor* q_, const ak_tensor* k_, const ak_te
   return p;
 }
 
-// The implementation the flags ask for; the CPU backend is the reference, so "fused" is refused there
-// (before an empty call returns, so that the answer does not depend on the sizes).
+// The implementation the flags ask for, checked before an empty call returns.
 Impl parse_impl(const DeltaProblem& p, int32_t flags) {
-  const Impl impl =
-      impl_from_flags(flags, AK_KDA_IMPL_FUSED, AK_KDA_IMPL_REFERENCE, "AK_KDA_IMPL_FUSED", "AK_KDA_IMPL_REFERENCE");
-  if (impl == Impl::fused && p.device_type == AK_CPU) refuse_fused_on_cpu();
-  return impl;
+  return impl_for_device(flags, AK_KDA_IMPL_FUSED, AK_KDA_IMPL_REFERENCE, "AK_KDA_IMPL_FUSED",
+                         "AK_KDA_IMPL_REFERENCE", p.device_type);
 }
 
 // dst (a contiguous fp32 [N, H, K, V] state) = src, or zeros without src; on the call's device.
