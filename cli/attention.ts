@@ -71,22 +71,44 @@ function lseRow(actual: Float64Array, oracle: Float64Array): CheckRow {
   };
 }
 
-/** A random softmax-attention problem. */
-export function attentionCase(settings: CaseSettings, causal: boolean): OpCase {
+/** The random inputs of an attention problem (standard normal) and an output gradient. */
+export interface AttentionInputs extends Disposable {
+  q: Tensor;
+  k: Tensor;
+  v: Tensor;
+  dO: Tensor;
+  /** Everything made; disposing the inputs disposes these, last first (a caller may add its own). */
+  owned: Disposable[];
+}
+
+/** Random inputs of an attention problem, bshd. */
+export function attentionInputs(settings: CaseSettings): AttentionInputs {
   const { shape, dtype, device, seed } = settings;
   const B = shape.batch, S = shape.seq, SK = shape.seqKv, H = shape.heads, HKV = shape.headsKv, D = shape.dim;
   const owned: Disposable[] = [];
   const own = <T extends Disposable>(t: T) => (owned.push(t), t);
-  let q: Tensor, k: Tensor, v: Tensor, dO: Tensor;
   try {
-    q = own(Tensor.randn([B, S, H, D], { dtype, device, seed }));
-    k = own(Tensor.randn([B, SK, HKV, D], { dtype, device, seed: seed + 1 }));
-    v = own(Tensor.randn([B, SK, HKV, D], { dtype, device, seed: seed + 2 }));
-    dO = own(Tensor.randn([B, S, H, D], { dtype, device, seed: seed + 5 }));
+    return {
+      q: own(Tensor.randn([B, S, H, D], { dtype, device, seed })),
+      k: own(Tensor.randn([B, SK, HKV, D], { dtype, device, seed: seed + 1 })),
+      v: own(Tensor.randn([B, SK, HKV, D], { dtype, device, seed: seed + 2 })),
+      dO: own(Tensor.randn([B, S, H, D], { dtype, device, seed: seed + 5 })),
+      owned,
+      [Symbol.dispose]: () => [...owned].reverse().forEach((t) => t[Symbol.dispose]()),
+    };
   } catch (e) {
     for (const t of owned) t[Symbol.dispose]();
     throw e;
   }
+}
+
+/** A random softmax-attention problem. */
+export function attentionCase(settings: CaseSettings, causal: boolean): OpCase {
+  const { shape, dtype, device } = settings;
+  const B = shape.batch, S = shape.seq, SK = shape.seqKv, H = shape.heads, HKV = shape.headsKv, D = shape.dim;
+  const inputs = attentionInputs(settings);
+  const { q, k, v, dO, owned } = inputs;
+  const own = <T extends Disposable>(t: T) => (owned.push(t), t);
   const options = { layout: "bshd" as const, isCausal: causal };
   const same = samePrecision(dtype as "bfloat16");
 
@@ -186,8 +208,6 @@ export function attentionCase(settings: CaseSettings, causal: boolean): OpCase {
 
     flops: (mode: Mode) => attentionForwardFlops(B, H, S, SK, D, causal) * modeFactor("attention", mode),
 
-    [Symbol.dispose]() {
-      for (const t of owned.reverse()) t[Symbol.dispose]();
-    },
+    [Symbol.dispose]: inputs[Symbol.dispose],
   };
 }

@@ -33,25 +33,50 @@ export function linearOracleSeconds(shape: Shape, batches: number, backward: boo
   return work / ORACLE_FORWARD_RATE + (backward ? work / ORACLE_BACKWARD_RATE : 0);
 }
 
-/** A random DeltaNet or Gated DeltaNet problem. */
-export function linearCase(settings: CaseSettings, gated: boolean): OpCase {
+/** The random inputs of a linear problem (the module's distributions) and an output gradient. */
+export interface LinearInputs extends Disposable {
+  q: Tensor;
+  k: Tensor;
+  v: Tensor;
+  /** Gated DeltaNet only. */
+  g?: Tensor;
+  beta: Tensor;
+  dO: Tensor;
+  /** Every tensor made; disposing the inputs disposes these (a caller may add its own). */
+  owned: Tensor[];
+}
+
+/** Random inputs of a DeltaNet (`gated` false) or Gated DeltaNet problem, bshd. */
+export function linearInputs(settings: CaseSettings, gated: boolean): LinearInputs {
   const { shape, dtype, device, seed, l2norm } = settings;
   const B = shape.batch, T = shape.seq, H = shape.heads, HK = shape.headsQk, K = shape.dim, V = shape.dimV;
-  const scale = K ** -0.5;
   const owned: Tensor[] = [];
   const own = (t: Tensor) => (owned.push(t), t);
-  let q: Tensor, k: Tensor, v: Tensor, g: Tensor | undefined, beta: Tensor, dO: Tensor;
   try {
-    q = own(Tensor.randn([B, T, HK, K], { dtype, device, seed }));
-    k = own(Tensor.randn([B, T, HK, K], { dtype, device, seed: seed + 1, std: l2norm ? 1 : K ** -0.5 }));
-    v = own(Tensor.randn([B, T, H, V], { dtype, device, seed: seed + 2 }));
-    g = gated ? own(Tensor.rand([B, T, H], { device, seed: seed + 3, low: -0.25, high: 0 })) : undefined;
-    beta = own(Tensor.rand([B, T, H], { device, seed: seed + 4 }));
-    dO = own(Tensor.randn([B, T, H, V], { dtype, device, seed: seed + 5 }));
+    return {
+      q: own(Tensor.randn([B, T, HK, K], { dtype, device, seed })),
+      k: own(Tensor.randn([B, T, HK, K], { dtype, device, seed: seed + 1, std: l2norm ? 1 : K ** -0.5 })),
+      v: own(Tensor.randn([B, T, H, V], { dtype, device, seed: seed + 2 })),
+      g: gated ? own(Tensor.rand([B, T, H], { device, seed: seed + 3, low: -0.25, high: 0 })) : undefined,
+      beta: own(Tensor.rand([B, T, H], { device, seed: seed + 4 })),
+      dO: own(Tensor.randn([B, T, H, V], { dtype, device, seed: seed + 5 })),
+      owned,
+      [Symbol.dispose]: () => owned.forEach((t) => t.dispose()),
+    };
   } catch (e) {
     for (const t of owned) t.dispose();
     throw e;
   }
+}
+
+/** A random DeltaNet or Gated DeltaNet problem. */
+export function linearCase(settings: CaseSettings, gated: boolean): OpCase {
+  const { shape, dtype, device, l2norm } = settings;
+  const B = shape.batch, T = shape.seq, H = shape.heads, HK = shape.headsQk, K = shape.dim, V = shape.dimV;
+  const scale = K ** -0.5;
+  const inputs = linearInputs(settings, gated);
+  const { q, k, v, g, beta, dO, owned } = inputs;
+  const own = (t: Tensor) => (owned.push(t), t);
   const options = { layout: "bshd" as const, useQkL2norm: l2norm };
   const forward = (
     extra: { outputFinalState?: boolean; saveForBackward?: boolean; out?: { output: Tensor } },
@@ -135,8 +160,6 @@ export function linearCase(settings: CaseSettings, gated: boolean): OpCase {
 
     flops: (mode: Mode) => linearForwardFlops(B, T, H, K, V) * modeFactor("linear", mode),
 
-    [Symbol.dispose]() {
-      for (const t of owned) t.dispose();
-    },
+    [Symbol.dispose]: inputs[Symbol.dispose],
   };
 }

@@ -10,6 +10,7 @@ import {
   clearTuneCache,
   DeltaNetBwdOp,
   DeltaNetFwdOp,
+  type Device,
   type DType,
   GatedDeltaNetBTHDFwdOp,
   GatedDeltaNetBwdOp,
@@ -17,11 +18,12 @@ import {
   GroupedQueryAttentionFwdOp,
   lastChoice,
   setTuneCachePath,
-  Tensor,
   tuneCachePath,
 } from "../mod.ts";
 import { readTuneRecord } from "../ops/tune/cache.ts";
+import { attentionInputs } from "./attention.ts";
 import { chooseDevice } from "./cases.ts";
+import { linearInputs } from "./linear.ts";
 import { type OpName, parseDtype, parseShape, type Shape, UsageError } from "./shape.ts";
 
 /** The usage of `attnkit tune`. */
@@ -46,20 +48,16 @@ Examples:
   attnkit tune attention --shapes B2_S3000_H24_KV8_D128_causal --backward
   attnkit tune gdn --shapes B3_T5000_H24_D128 --backward`;
 
-function tuneLinear(op: "gdn" | "deltanet", shape: Shape, dtype: DType, device: string, backward: boolean) {
-  const { batch: B, seq: T, heads: H, headsQk: HK, dim: K, dimV: V } = shape;
-  using q = Tensor.randn([B, T, HK, K], { dtype, device, seed: 1 });
-  using k = Tensor.randn([B, T, HK, K], { dtype, device, seed: 2 });
-  using v = Tensor.randn([B, T, H, V], { dtype, device, seed: 3 });
-  using g = Tensor.rand([B, T, H], { low: -0.2, high: -0.01, device, seed: 4 });
-  using beta = Tensor.rand([B, T, H], { low: 0.05, high: 0.95, device, seed: 5 });
-  using dO = Tensor.randn([B, T, H, V], { dtype, device, seed: 6 });
+function tuneLinear(op: "gdn" | "deltanet", shape: Shape, dtype: DType, device: Device, backward: boolean) {
+  // The inputs `attnkit check` and `bench` use, with the in-kernel L2 norm the op classes are built with.
+  using x = linearInputs({ shape, dtype, device, seed: 1, l2norm: true }, op === "gdn");
+  const { q, k, v, g, beta, dO } = x;
   const options = { layout: "bshd" as const, useQkL2norm: true, tune: true };
   if (op === "gdn") {
-    using fwd = new GatedDeltaNetBTHDFwdOp(options).forward(q, k, v, g, beta);
+    using fwd = new GatedDeltaNetBTHDFwdOp(options).forward(q, k, v, g!, beta);
     report(`${shape.name} forward`);
     if (!backward) return;
-    using _grads = new GatedDeltaNetBwdOp(options).backward(dO, q, k, v, g, beta, fwd.chunkStates);
+    using _grads = new GatedDeltaNetBwdOp(options).backward(dO, q, k, v, g!, beta, fwd.chunkStates);
   } else {
     using fwd = new DeltaNetFwdOp(options).forward(q, k, v, beta);
     report(`${shape.name} forward`);
@@ -69,7 +67,7 @@ function tuneLinear(op: "gdn" | "deltanet", shape: Shape, dtype: DType, device: 
   report(`${shape.name} backward`);
 }
 
-function tuneShape(op: OpName, shape: Shape, dtype: DType, device: string, backward: boolean): void {
+function tuneShape(op: OpName, shape: Shape, dtype: DType, device: Device, backward: boolean): void {
   if (op !== "attention") return tuneLinear(op, shape, dtype, device, backward);
   if (shape.seqKv !== shape.seq) {
     throw new UsageError(`shape "${shape.name}": tune takes square shapes (no SKV)`);
@@ -84,15 +82,11 @@ function tuneShape(op: OpName, shape: Shape, dtype: DType, device: string, backw
     isCausal: shape.causal,
     tune: true,
   };
-  const qShape = [shape.batch, shape.seq, shape.heads, shape.dim];
-  const kvShape = [shape.batch, shape.seq, shape.headsKv, shape.dim];
-  using q = Tensor.randn(qShape, { dtype, device, seed: 1 });
-  using k = Tensor.randn(kvShape, { dtype, device, seed: 2 });
-  using v = Tensor.randn(kvShape, { dtype, device, seed: 3 });
+  using x = attentionInputs({ shape, dtype, device, seed: 1, l2norm: false });
+  const { q, k, v, dO } = x;
   using fwd = new GroupedQueryAttentionFwdOp(options).forward(q, k, v);
   report(`${shape.name} forward`);
   if (!backward) return;
-  using dO = Tensor.randn(qShape, { dtype, device, seed: 4 });
   using _grads = new GroupedQueryAttentionBwdOp(options).backward(dO, q, k, v, fwd.output, fwd.lse);
   report(`${shape.name} backward`);
 }
