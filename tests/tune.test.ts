@@ -28,30 +28,28 @@ import { VERSION } from "../ffi/version.ts";
 import { deviceTest, expectNoLeak, refuses } from "./helpers.ts";
 import assert from "node:assert/strict";
 
-/** Runs `fn` with the tuning cache in a fresh temporary folder, then puts the default path back. */
+/**
+ * Runs `fn` with the tuning cache in a fresh temporary folder, then puts the default path back (after
+ * the promise settles when `fn` returns one).
+ */
 function withTempCache<T>(fn: (path: string) => T): T {
   const dir = Deno.makeTempDirSync({ prefix: "attnkit-tune-" });
   const path = `${dir}/sub/tune.json`;
-  setTuneCachePath(path);
-  try {
-    return fn(path);
-  } finally {
+  const restore = () => {
     setTuneCachePath(undefined);
     Deno.removeSync(dir, { recursive: true });
-  }
-}
-
-/** As withTempCache, for asynchronous work. */
-async function withTempCacheAsync(fn: (path: string) => Promise<void>): Promise<void> {
-  const dir = Deno.makeTempDirSync({ prefix: "attnkit-tune-" });
-  const path = `${dir}/sub/tune.json`;
+  };
   setTuneCachePath(path);
+  let result: T;
   try {
-    await fn(path);
-  } finally {
-    setTuneCachePath(undefined);
-    Deno.removeSync(dir, { recursive: true });
+    result = fn(path);
+  } catch (e) {
+    restore();
+    throw e;
   }
+  if (result instanceof Promise) return result.finally(restore) as T;
+  restore();
+  return result;
 }
 
 /** Runs `fn` with console.warn captured; returns its result and the warnings. */
@@ -123,7 +121,7 @@ Deno.test("tuning cache: a corrupt, foreign or malformed file is ignored with a 
 });
 
 Deno.test("tuning cache: writers in parallel processes never leave a corrupt file", async () => {
-  await withTempCacheAsync(async (path) => {
+  await withTempCache(async (path) => {
     const writer = `${path.slice(0, path.indexOf("/sub/"))}/writer.ts`;
     Deno.writeTextFileSync(
       writer,
