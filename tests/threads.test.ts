@@ -11,14 +11,15 @@ interface Reply {
   afterCall: Record<string, string>;
 }
 
-function ask(worker: Worker): Promise<Reply> {
+/** Posts `message` to `worker` and resolves with its reply, or rejects with its uncaught error. */
+function ask<R>(worker: Worker, message: unknown): Promise<R> {
   return new Promise((resolve, reject) => {
-    worker.onmessage = (e) => resolve(e.data as Reply);
+    worker.onmessage = (e) => resolve(e.data as R);
     worker.onerror = (e) => {
       e.preventDefault();
       reject(new Error(e.message));
     };
-    worker.postMessage("go");
+    worker.postMessage(message);
   });
 }
 
@@ -27,7 +28,7 @@ Deno.test("the tuning table is per thread: a Worker's settings never reach anoth
   setTuning({ "linear.fwd.path": "general" });
   const worker = new Worker(new URL("./threads/tuning_worker.ts", import.meta.url), { type: "module" });
   try {
-    const reply = await ask(worker);
+    const reply = await ask<Reply>(worker, "go");
     // The worker starts from the process's starting table (ATTNKIT_TUNE), not from this thread's.
     assert.deepEqual(reply.before, initial);
     assert.deepEqual(reply.after, { "attention.fwd": "general" });
@@ -51,14 +52,7 @@ Deno.test({
     try {
       const replies = await Promise.all(
         (["plain", "capture"] as const).map((mode, i) =>
-          new Promise<{ wrong?: number; error?: string }>((resolve, reject) => {
-            workers[i].onmessage = (e) => resolve(e.data);
-            workers[i].onerror = (e) => {
-              e.preventDefault();
-              reject(new Error(e.message));
-            };
-            workers[i].postMessage({ mode, rounds: 200 });
-          })
+          ask<{ wrong?: number; error?: string }>(workers[i], { mode, rounds: 200 })
         ),
       );
       assert.deepEqual(replies, [{ wrong: 0 }, { wrong: 0 }]);
@@ -72,18 +66,9 @@ Deno.test("memoryStats: a Worker's tensors count in its thread's bytes, not in t
   const before = memoryStats("cpu").threadBytesInUse;
   const worker = new Worker(new URL("./threads/holding_worker.ts", import.meta.url), { type: "module" });
   try {
-    const send = (message: "hold" | "release") =>
-      new Promise<number>((resolve, reject) => {
-        worker.onmessage = (e) => resolve(e.data as number);
-        worker.onerror = (e) => {
-          e.preventDefault();
-          reject(new Error(e.message));
-        };
-        worker.postMessage(message);
-      });
-    assert.equal(await send("hold"), 1 << 20, "the worker holds its 1 MiB");
+    assert.equal(await ask<number>(worker, "hold"), 1 << 20, "the worker holds its 1 MiB");
     assert.equal(memoryStats("cpu").threadBytesInUse, before, "which is not this thread's");
-    assert.equal(await send("release"), 0);
+    assert.equal(await ask<number>(worker, "release"), 0);
   } finally {
     worker.terminate();
   }
