@@ -26,8 +26,14 @@ function inputs(
   phi: FeatureMap,
   rand: () => number,
 ): Inputs {
-  // The identity map keeps features positive so the normaliser stays away from 0.
+  // The identity map keeps features positive so the normaliser stays away from 0. ReLU features keep
+  // |x| >= 0.1: a feature near 0 is a near-zero normaliser whose curvature puts the central
+  // difference's own error (about (eps / x)^2 of the gradient) above the tolerance.
   const low = phi === "identity" ? 0.2 : -1;
+  const features = (n: number) =>
+    phi === "relu"
+      ? filled(n, rand, 0.1, 1).map((x) => (rand() < 0.5 ? -x : x))
+      : filled(n, rand, low, 1);
   return {
     B,
     T,
@@ -35,8 +41,8 @@ function inputs(
     K,
     V,
     phi,
-    q: filled(B * T * H * K, rand, low, 1),
-    k: filled(B * T * H * K, rand, low, 1),
+    q: features(B * T * H * K),
+    k: features(B * T * H * K),
     v: filled(B * T * H * V, rand, -1, 1),
   };
 }

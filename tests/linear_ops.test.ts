@@ -287,11 +287,11 @@ deviceTest(
         const op = new DeltaNetOp({ layout: "bhsd" });
         op.forward(x.q, x.k, x.v, x.beta).dispose();
         op.forward(x.q, x.k, x.v, x.beta).dispose(); // the second forward replaces the first's inputs
-        const before = memoryStats(device).liveAllocations;
+        const before = memoryStats(device).threadBytesInUse;
         op.dispose();
         op.dispose();
         assert.equal(
-          memoryStats(device).liveAllocations,
+          memoryStats(device).threadBytesInUse,
           before,
           "the kept inputs share the callers' memory",
         );

@@ -104,7 +104,7 @@ export function gateTransformCases(rng: Rng, scope: Scope, bad: boolean): Case {
         () =>
           call(raw, aLog, dtBias, {
             ...options,
-            ...rng.pick<object>([{ lower_bound: -5 }, { fast_math: true }, { impl: "fused" }, {
+            ...rng.pick<object>([{ lower_bound: -5 }, { fast_math: true }, { impl: "fast" }, {
               fastmath: 1,
             }]),
           }),
