@@ -19,6 +19,7 @@
  * @module
  */
 import { attentionForwardFlops, modeFactor } from "../cli/flops.ts";
+import { gitCommit } from "./records.ts";
 import { parseArgs } from "node:util";
 import {
   attention,
@@ -82,18 +83,6 @@ async function runPython(python: string, dir: string, only: string | undefined):
   if (!out.success) throw new Error(`${python} bench/sdpa_attention.py failed (exit ${out.code})`);
 }
 
-async function gitCommit(given: string | undefined): Promise<string> {
-  if (given) return given;
-  try {
-    const out = await new Deno.Command("git", { args: ["rev-parse", "--short", "HEAD"], stderr: "null" })
-      .output();
-    if (out.success) return new TextDecoder().decode(out.stdout).trim();
-  } catch {
-    // no git on this machine
-  }
-  return "unknown";
-}
-
 function fixed(x: number | null, digits = 3): string {
   return x === null ? "n/a" : x.toFixed(digits);
 }
@@ -122,7 +111,7 @@ if (import.meta.main) {
   if (!values["skip-python"]) await runPython(values.python!, values.dir!, values.only);
   const sdpa: SdpaTimings = JSON.parse(await Deno.readTextFile(`${values.dir}/sdpa_timings.json`));
   const gpu = device === "cuda" ? deviceInfo("cuda").name : "cpu";
-  const commit = await gitCommit(values.commit);
+  const commit = values.commit ?? gitCommit();
   const date = new Date().toISOString().slice(0, 10);
   // do_bench clears the L2 before every call; so do we (outside the timed region).
   using flush = Tensor.empty([device === "cuda" ? 64 << 20 : 1], { dtype: "float32", device });

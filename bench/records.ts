@@ -34,20 +34,46 @@ export interface BenchRecord {
   note?: string;
 }
 
-/** Writes `<dir>/<date>_<stem>.json` and `.md` (a table of every row) for the rows so far. */
+/**
+ * The checkout's short commit, or "unknown" where there is no git or no repository (a copied tree:
+ * pass the commit to `saveRecords` then).
+ */
+export function gitCommit(): string {
+  try {
+    const out = new Deno.Command("git", {
+      args: ["rev-parse", "--short", "HEAD"],
+      stdout: "piped",
+      stderr: "null",
+    })
+      .outputSync();
+    if (out.success) return new TextDecoder().decode(out.stdout).trim();
+  } catch {
+    // no git on this machine, or no permission to run it
+  }
+  return "unknown";
+}
+
+/**
+ * Writes `<dir>/<date>_<stem>.json` and `.md` (a table of every row) for the rows so far, with the date,
+ * the GPU and the commit measured.
+ */
 export function saveRecords(
   dir: string,
   stem: string,
   title: string,
   gpu: string,
   records: BenchRecord[],
+  commit: string = gitCommit(),
 ): void {
   const date = new Date().toISOString().slice(0, 10);
   Deno.mkdirSync(dir, { recursive: true });
-  Deno.writeTextFileSync(`${dir}/${date}_${stem}.json`, JSON.stringify({ gpu, records }, null, 1));
+  Deno.writeTextFileSync(
+    `${dir}/${date}_${stem}.json`,
+    JSON.stringify({ date, gpu, commit, records }, null, 1),
+  );
   const cell = (x: number | null, digits: number) => x?.toFixed(digits) ?? "-";
   const lines = [
-    `# ${title}, ${date}, ${gpu}`,
+    `# ${title}, ${date}, ${gpu}, commit ${commit}`,
     "",
     "| op | shape | mode | path | ms | ref | ref ms | speedup | TFLOP/s | GB/s |",
     "| --- | --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: |",
