@@ -31,9 +31,7 @@ function inputs(
   // difference's own error (about (eps / x)^2 of the gradient) above the tolerance.
   const low = phi === "identity" ? 0.2 : -1;
   const features = (n: number) =>
-    phi === "relu"
-      ? filled(n, rand, 0.1, 1).map((x) => (rand() < 0.5 ? -x : x))
-      : filled(n, rand, low, 1);
+    phi === "relu" ? filled(n, rand, 0.1, 1).map((x) => (rand() < 0.5 ? -x : x)) : filled(n, rand, low, 1);
   return {
     B,
     T,

@@ -1,17 +1,25 @@
 /**
- * Times one op on one shape under every value of the tuning keys given (their cross product), on the
- * GPU: what a kernel engineer runs before changing a planner's rule. Each setting's plan is printed
- * with its time; settings that cannot serve the call are reported and skipped. Outputs are compared
- * with the planner's own choice, so a setting that computes something else is flagged.
+ * Times one op at one or more shapes under every value of the tuning keys given (their cross product),
+ * on the GPU: what a kernel engineer runs before changing a planner's rule. Each setting's plan is
+ * printed with its time; settings that cannot serve the call are reported and skipped. Outputs are
+ * compared with the planner's own choice, so a setting that computes something else is flagged.
+ *
+ * `--record FILE` keeps the table (`tools/sweep_tables.ts`): recorded as
+ * `bench/results/<date>_<name>_sweep.json`, it is one of the measured tables the planner's untuned
+ * choices are held to (`tests/shipped_defaults.test.ts`). `--regenerate` re-measures the newest table of
+ * each op and keys in `--results` into new dated files: the re-tune of the shipped defaults, after a
+ * kernel change or on another GPU (a rule the new tables contradict then fails the test until refitted).
  *
  * Ops: gdn-fwd, gdn-fwdbwd (the forward saving its states), gdn-bwd-recompute, attn-fwd, attn-bwd.
  * Shapes: B<b>_T<t>_H<h>_D<d> (linear) or B<b>_S<s>_H<h>[_KV<hkv>]_D<d>[_causal] (attention); bf16.
  *
  * @example
  * ```sh
- * deno run -A tools/tune_sweep.ts --op gdn-fwd --shape B2_T16384_H16_D128 \
+ * deno run -A tools/tune_sweep.ts --op gdn-fwd --shapes B2_T16384_H16_D128 \
  *   --keys linear.fwd.state,linear.fwd.state.tile
- * deno run -A tools/tune_sweep.ts --op attn-bwd --shape B8_S2048_H16_D64_causal --keys attention.bwd
+ * deno run -A tools/tune_sweep.ts --op gdn-bwd-recompute --shapes B1_T4096_H16_D128,B3_T5000_H24_D128 \
+ *   --keys linear.bwd.states.tile,linear.bwd.dstates.tile --record bench/results/2026-12-03_gdn_bwd_tiles_sweep.json
+ * deno run -A tools/tune_sweep.ts --regenerate --results bench/results --commit abc1234
  * ```
  *
  * @module
@@ -23,6 +31,7 @@ import {
   chunkGatedDeltaRule,
   chunkGatedDeltaRuleBackward,
   compare,
+  deviceInfo,
   GroupedQueryAttentionDenseFwdOp,
   lastPlan,
   Tensor,
@@ -30,18 +39,19 @@ import {
   tuning,
   withTuning,
 } from "../mod.ts";
+import { gitCommit } from "../bench/records.ts";
+import {
+  newestTables,
+  parseShape,
+  readSweepTables,
+  SWEEP_OPS,
+  type SweepOp,
+  type SweepRow,
+  type SweepSetting,
+  type SweepTable,
+} from "./sweep_tables.ts";
 
 const device = "cuda";
-
-function parseShape(shape: string): Record<string, number | boolean> {
-  const out: Record<string, number | boolean> = {};
-  for (const part of shape.split("_")) {
-    if (part === "causal") out.causal = true;
-    const m = /^([A-Z]+)(\d+)$/.exec(part);
-    if (m) out[m[1].toLowerCase()] = Number(m[2]);
-  }
-  return out;
-}
 
 /** The op's call on fresh inputs, and its output (for the comparison). */
 function makeOp(op: string, s: Record<string, number | boolean>): { run: () => Tensor; dispose: () => void } {
@@ -109,37 +119,106 @@ function settings(keys: string[]): Record<string, string>[] {
   return out;
 }
 
-if (import.meta.main) {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: {
-      op: { type: "string", default: "gdn-fwd" },
-      shape: { type: "string", default: "B2_T16384_H16_D128" },
-      keys: { type: "string", default: "" },
-      iterations: { type: "string", default: "20" },
-    },
-  });
-  const { run, dispose } = makeOp(values.op!, parseShape(values.shape!));
+/** Times every setting of `keys` at one shape; prints each as it goes. */
+function sweepShape(op: SweepOp, shape: string, keys: string[], iterations: number): SweepRow {
+  const { run, dispose } = makeOp(op, parseShape(shape));
   using flush = Tensor.empty([64 << 20], { dtype: "float32", device });
   using reference = run();
-  for (const s of settings(values.keys!.split(",").filter(Boolean))) {
+  const rows: SweepSetting[] = [];
+  console.log(`== ${op} ${shape}`);
+  for (const spec of settings(keys)) {
     try {
-      const ms = withTuning(s, () => {
+      rows.push(withTuning(spec, () => {
         using out = run();
-        const plan = lastPlan();
+        const kernels = lastPlan()?.kernels.map((k) => k.name) ?? [];
         const d = compare(out, reference);
-        if (d.relRms > 1e-2 || d.nanCount > 0) console.log(`  ! output differs from auto's: ${d.relRms}`);
-        console.log(`${JSON.stringify(s)}: ${plan?.kernels.map((k) => k.name).join(" + ")}`);
-        return timeIt(() => run().dispose(), {
-          device,
-          iterations: Number(values.iterations),
-          before: () => void flush.fill(0),
-        }).medianMs;
-      });
-      console.log(`  ${ms.toFixed(3)} ms`);
+        const differs = d.relRms > 1e-2 || d.nanCount > 0;
+        console.log(`${JSON.stringify(spec)}: ${kernels.join(" + ")}`);
+        if (differs) console.log(`  ! output differs from auto's: ${d.relRms}`);
+        const ms = timeIt(() =>
+          run().dispose(), { device, iterations, before: () => void flush.fill(0) }).medianMs;
+        console.log(`  ${ms.toFixed(3)} ms`);
+        // A setting that computes something else is kept but never counts as a timing.
+        return differs
+          ? { spec, kernels, ms: null, note: `output differs from auto's (relative RMS ${d.relRms})` }
+          : { spec, kernels, ms };
+      }));
     } catch (e) {
-      console.log(`${JSON.stringify(s)}: cannot serve: ${(e as Error).message.split("\n")[0]}`);
+      const why = (e as Error).message.split("\n")[0];
+      console.log(`${JSON.stringify(spec)}: cannot serve: ${why}`);
+      rows.push({ spec, kernels: [], ms: null, note: why });
     }
   }
   dispose();
+  return { shape, settings: rows };
+}
+
+function sweep(
+  op: SweepOp,
+  shapes: string[],
+  keys: string[],
+  iterations: number,
+  commit: string,
+): SweepTable {
+  const rows = shapes.map((shape) => sweepShape(op, shape, keys, iterations));
+  const date = new Date().toISOString().slice(0, 10);
+  return {
+    kind: "tuning sweep",
+    date,
+    gpu: deviceInfo(device).name,
+    commit,
+    op,
+    dtype: "bfloat16",
+    keys,
+    iterations,
+    rows,
+  };
+}
+
+function write(file: string, table: SweepTable): void {
+  Deno.writeTextFileSync(file, JSON.stringify(table, null, 1) + "\n");
+  console.log(`recorded ${file}`);
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    args: Deno.args,
+    strict: true,
+    options: {
+      op: { type: "string", default: "gdn-fwd" },
+      shapes: { type: "string", default: "B2_T16384_H16_D128" },
+      keys: { type: "string", default: "" },
+      iterations: { type: "string", default: "20" },
+      record: { type: "string" },
+      regenerate: { type: "boolean", default: false },
+      results: { type: "string", default: "bench/results" },
+      commit: { type: "string" }, // for copies of the tree without .git
+    },
+  });
+  const iterations = Number(values.iterations);
+  if (!Number.isInteger(iterations) || iterations < 1) {
+    throw new Error("--iterations: expected an integer >= 1");
+  }
+  const commit = values.commit ?? gitCommit();
+  if (values.regenerate) {
+    const date = new Date().toISOString().slice(0, 10);
+    for (const { file, table } of newestTables(await readSweepTables(values.results!))) {
+      const name = file.split("/").pop()!.replace(/^[0-9-]+[a-z]?_/, "");
+      const fresh = sweep(table.op, table.rows.map((r) => r.shape), table.keys, table.iterations, commit);
+      write(`${values.results}/${date}_${name}`, fresh);
+    }
+  } else {
+    if (!(SWEEP_OPS as readonly string[]).includes(values.op!)) {
+      throw new Error(`--op: expected one of ${SWEEP_OPS.join(", ")}, got ${values.op}`);
+    }
+    const keys = values.keys!.split(",").filter(Boolean);
+    const table = sweep(
+      values.op as SweepOp,
+      values.shapes!.split(",").filter(Boolean),
+      keys,
+      iterations,
+      commit,
+    );
+    if (values.record) write(values.record, table);
+  }
 }
