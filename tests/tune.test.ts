@@ -23,7 +23,7 @@ import {
   tuning,
 } from "../mod.ts";
 import { readTuneRecord, type TuneRecord, writeTuneRecord } from "../ops/tune/cache.ts";
-import { withChoice } from "../ops/tune/choice.ts";
+import { sumOf, withChoice } from "../ops/tune/choice.ts";
 import { VERSION } from "../ffi/version.ts";
 import { deviceTest, expectNoLeak, refuses } from "./helpers.ts";
 import assert from "node:assert/strict";
@@ -247,6 +247,29 @@ deviceTest(
         assert.equal(grads.dq.shape.join(), "1,33,4,64");
       })
     ),
+);
+
+deviceTest(
+  "tune: the comparison's device sums equal float64 sums, folded in rows or whole, NaN kept",
+  (device) =>
+    expectNoLeak(device, () => {
+      // Folded into rows (of 4096, whose sums are then summed whole) and whole (an odd size, and
+      // sizes too small to fold).
+      for (const shape of [[3, 500, 24, 128], [4096 * 5], [3, 7, 1001], [64 * 3], [1], [0]]) {
+        using x = Tensor.rand(shape, { device, seed: shape[0], low: -1, high: 2 });
+        let exact = 0;
+        for (const v of x.toArray() as Float32Array) exact += v;
+        const got = sumOf(x);
+        assert.ok(
+          Math.abs(got - exact) <= 1e-5 * Math.max(1, Math.abs(exact)),
+          `${shape}: ${got} vs ${exact}`,
+        );
+      }
+      const values = new Float32Array(4096 * 6).fill(0.5);
+      values[9000] = NaN;
+      using poisoned = Tensor.from(values, { device });
+      assert.ok(Number.isNaN(sumOf(poisoned)));
+    }),
 );
 
 Deno.test("tune: a candidate far slower than the fastest stops being timed after three rounds", () => {

@@ -184,6 +184,25 @@ function median(xs: number[]): number {
 // candidate's best stops being timed: it cannot win, and the slow ones make most of a tuning run.
 const WARMUP_ROUNDS = 2, TIMED_ROUNDS = 10, PRUNE_AFTER = 3, PRUNE_FACTOR = 1.5;
 
+// A reduction gives each output one block, so the sum of a whole gradient (46 M elements at the tuned
+// delta-rule shapes) would run on one block: the tensor is summed in rows first (a power of two of up to
+// ROW elements that divides its size; a reshape, no copy), a block or a warp each, and so on down.
+const ROW = 4096;
+
+/** The sum of every element of a contiguous float32 tensor, computed on its device (exported for tests). */
+export function sumOf(x: Tensor): number {
+  const n = x.numel;
+  let row = 1;
+  while (row < ROW && n % (row * 2) === 0) row *= 2;
+  if (row < 32 || n / row < 4) {
+    using total = reduce(x, "sum");
+    return (total.toArray() as Float32Array)[0];
+  }
+  using matrix = x.reshape([n / row, row]);
+  using perRow = reduce(matrix, "sum", 1);
+  return sumOf(perRow);
+}
+
 /**
  * Why `actual` disagrees with `reference` beyond `relRms` (undefined when it agrees). The sums run where
  * the tensors live (a large gradient is not copied to the host per candidate); only when they are not
@@ -196,9 +215,7 @@ function disagreementOf(actual: Tensor, reference: Tensor, relRms: number): stri
   using diff = binary(a, e, "sub");
   using diffSq = unary(diff, "square");
   using refSq = unary(e, "square");
-  using diffSum = reduce(diffSq, "sum");
-  using refSum = reduce(refSq, "sum");
-  const num = (diffSum.toArray() as Float32Array)[0], den = (refSum.toArray() as Float32Array)[0];
+  const num = sumOf(diffSq), den = sumOf(refSq);
   if (Number.isFinite(num) && Number.isFinite(den)) {
     const rel = den === 0 ? (num === 0 ? 0 : Infinity) : Math.sqrt(num / den);
     return rel <= relRms ? undefined : `relative RMS ${rel} against the planner's`;
