@@ -96,3 +96,51 @@ Deno.test("sweep tables: shapes read back into the planner's queries; unknown pa
   const table = { kind: "tuning sweep", gpu: "Some GPU", op: "gdn-fwd", rows: [] } as unknown as SweepTable;
   assert.throws(() => judgePlanner(table, () => []), /no GPU named like Some GPU/);
 });
+
+Deno.test("sweep tables: tune_sweep --record writes a table, --regenerate re-measures it into a new file", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const tool = new URL("../tools/tune_sweep.ts", import.meta.url).pathname;
+    const run = async (...args: string[]) => {
+      const out = await new Deno.Command(Deno.execPath(), {
+        args: ["run", "-A", tool, "--device", "cpu", "--commit", "test", ...args],
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      assert.ok(out.success, new TextDecoder().decode(out.stderr));
+    };
+    const first = `${dir}/2026-01-01_tiles_sweep.json`;
+    await run(
+      "--op",
+      "gdn-bwd-recompute",
+      "--shapes",
+      "B1_T80_H2_D64,B1_T40_H1_D64",
+      "--keys",
+      "linear.bwd.dstates.tile",
+      "--iterations",
+      "1",
+      "--record",
+      first,
+    );
+    await Deno.mkdir(`${dir}/fresh`);
+    await run("--regenerate", "--results", dir, "--out", `${dir}/fresh`);
+    for (const folder of [dir, `${dir}/fresh`]) {
+      const [{ table }] = await readSweepTables(folder);
+      assert.equal(table.op, "gdn-bwd-recompute");
+      assert.equal(table.commit, "test");
+      assert.deepEqual(table.rows.map((r) => r.shape), ["B1_T80_H2_D64", "B1_T40_H1_D64"]);
+      // auto and the three tiles of the key, each timed (the CPU serves every tile).
+      for (const row of table.rows) {
+        assert.deepEqual(row.settings.map((s) => s.spec["linear.bwd.dstates.tile"]), [
+          "auto",
+          "32",
+          "64",
+          "128",
+        ]);
+        assert.ok(row.settings.every((s) => typeof s.ms === "number" && s.ms > 0));
+      }
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -7,7 +7,7 @@
  * `--record FILE` keeps the table (`tools/sweep_tables.ts`): recorded as
  * `bench/results/<date>_<name>_sweep.json`, it is one of the measured tables the planner's untuned
  * choices are held to (`tests/shipped_defaults.test.ts`). `--regenerate` re-measures the newest table of
- * each op and keys in `--results` into new dated files: the re-tune of the shipped defaults, after a
+ * each op and keys in `--results` into new dated files (in `--out`): the re-tune of the shipped defaults, after a
  * kernel change or on another GPU (a rule the new tables contradict then fails the test until refitted).
  *
  * Ops: gdn-fwd, gdn-fwdbwd (the forward saving its states), gdn-bwd-recompute, attn-fwd, attn-bwd.
@@ -19,7 +19,7 @@
  *   --keys linear.fwd.state,linear.fwd.state.tile
  * deno run -A tools/tune_sweep.ts --op gdn-bwd-recompute --shapes B1_T4096_H16_D128,B3_T5000_H24_D128 \
  *   --keys linear.bwd.states.tile,linear.bwd.dstates.tile --record bench/results/2026-12-03_gdn_bwd_tiles_sweep.json
- * deno run -A tools/tune_sweep.ts --regenerate --results bench/results --commit abc1234
+ * deno run -A tools/tune_sweep.ts --regenerate --results bench/results --out /tmp/sweeps --commit abc1234
  * ```
  *
  * @module
@@ -51,7 +51,8 @@ import {
   type SweepTable,
 } from "./sweep_tables.ts";
 
-const device = "cuda";
+// `--device cpu` runs the tool itself on a machine without a GPU (tiny shapes; CPU plans name no kernels).
+const device = Deno.args.includes("--device") ? Deno.args[Deno.args.indexOf("--device") + 1] : "cuda";
 
 /** The op's call on fresh inputs, and its output (for the comparison). */
 function makeOp(op: string, s: Record<string, number | boolean>): { run: () => Tensor; dispose: () => void } {
@@ -122,7 +123,7 @@ function settings(keys: string[]): Record<string, string>[] {
 /** Times every setting of `keys` at one shape; prints each as it goes. */
 function sweepShape(op: SweepOp, shape: string, keys: string[], iterations: number): SweepRow {
   const { run, dispose } = makeOp(op, parseShape(shape));
-  using flush = Tensor.empty([64 << 20], { dtype: "float32", device });
+  using flush = Tensor.empty([device === "cpu" ? 1 : 64 << 20], { dtype: "float32", device });
   using reference = run();
   const rows: SweepSetting[] = [];
   console.log(`== ${op} ${shape}`);
@@ -165,7 +166,7 @@ function sweep(
   return {
     kind: "tuning sweep",
     date,
-    gpu: deviceInfo(device).name,
+    gpu: device === "cpu" ? "CPU backend" : deviceInfo(device).name,
     commit,
     op,
     dtype: "bfloat16",
@@ -192,7 +193,9 @@ if (import.meta.main) {
       record: { type: "string" },
       regenerate: { type: "boolean", default: false },
       results: { type: "string", default: "bench/results" },
+      out: { type: "string" }, // where --regenerate writes (default: --results)
       commit: { type: "string" }, // for copies of the tree without .git
+      device: { type: "string", default: "cuda" },
     },
   });
   const iterations = Number(values.iterations);
@@ -205,7 +208,7 @@ if (import.meta.main) {
     for (const { file, table } of newestTables(await readSweepTables(values.results!))) {
       const name = file.split("/").pop()!.replace(/^[0-9-]+[a-z]?_/, "");
       const fresh = sweep(table.op, table.rows.map((r) => r.shape), table.keys, table.iterations, commit);
-      write(`${values.results}/${date}_${name}`, fresh);
+      write(`${values.out ?? values.results}/${date}_${name}`, fresh);
     }
   } else {
     if (!(SWEEP_OPS as readonly string[]).includes(values.op!)) {
