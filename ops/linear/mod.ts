@@ -185,3 +185,4 @@ export {
   recurrentKdaBackward,
 } from "./kda.ts";
 export type { KdaBackwardBuffers, KdaForwardBuffers, KdaStateLayout } from "./kda_native.ts";
+export * from "./context_parallel/mod.ts";

@@ -1,0 +1,18 @@
+/**
+ * Context parallelism for Gated DeltaNet: one packed batch sharded over ranks, each running its span
+ * and exchanging compact state summaries with an all-gather, equal to the unsharded op.
+ *
+ * @example
+ * ```ts
+ * import { ContextParallelPlan } from "@attnkit/attnkit";
+ * const plan = ContextParallelPlan.fromFragments([0, 128], [[[0, 64]], [[64, 128]]], 0);
+ * console.log(plan.successors[0]); // [{ rank: 1, fragment: 0 }]
+ * ```
+ *
+ * @module
+ */
+export { type Communicator, SimulatedGroup } from "./communicator.ts";
+export { ContextParallelPlan, type Fragment, type Slot, type Subsequence } from "./plan.ts";
+export { chunkGdnPrepare, type GdnPrepareOptions, type PreparedGdn } from "./prepare.ts";
+export { contextParallelGdn, type ContextParallelOptions, type ContextParallelResult } from "./recipe.ts";
+export { composeSummaries, mergeState, neutralSummary, type StateSummary } from "./summaries.ts";

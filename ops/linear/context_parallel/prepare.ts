@@ -1,0 +1,137 @@
+/**
+ * The local half of context-parallel Gated DeltaNet: a rank's span prepared once, then asked for the
+ * state summaries of its segments and run from the entry states the exchange composed. A segment's
+ * summary comes from two passes of the chunked forward over the span (every segment at once): from a
+ * zero state, whose exit is the bias, and from the identity with the values zeroed, whose exit is the
+ * transition (the state `[K, K]` then plays the `[K, V]` one). One empty segment is appended to both
+ * passes: its summary is the neutral one, the row that unused gather slots point at.
+ *
+ * @module
+ */
+import { invalidArgument } from "../../../ffi/errors.ts";
+import { checkOptions } from "../../args.ts";
+import { expectTensor } from "../../checks.ts";
+import { Tensor } from "../../tensor.ts";
+import { chunkGatedDeltaRule, type DeltaRuleResult } from "../delta_rule.ts";
+import { type StateSummary, summaryOf } from "./summaries.ts";
+
+/** Options of {@link chunkGdnPrepare}. */
+export interface GdnPrepareOptions {
+  /** The span's segment offsets `[N + 1]` (host numbers); default one segment of the whole span. */
+  cuSeqlens?: readonly number[];
+  /** Query scale (default `K ** -0.5`). */
+  scale?: number;
+  /** L2-normalise q and k inside the kernels (default false). */
+  useQkL2norm?: boolean;
+}
+
+/** A prepared span: summaries of its segments, and the run from entry states. */
+export interface PreparedGdn extends Disposable {
+  /** Segments in the span. */
+  readonly segments: number;
+  /**
+   * The summaries of the listed segments, `[rows.length, H, K, V]` and `[rows.length, H, K, K]`; a row
+   * equal to `segments` gives the neutral summary.
+   */
+  stateSummaries(rows: readonly number[]): StateSummary;
+  /** The chunked forward over the span from `initialState` `[N, H, K, V]` (float32), with its exit states. */
+  run(initialState: Tensor): DeltaRuleResult;
+}
+
+const OPTIONS = { cuSeqlens: "any", scale: "number", useQkL2norm: "boolean" } as const;
+
+/**
+ * Prepares a rank's span of Gated DeltaNet inputs (`bshd`, batch 1: q, k `[1, T, HK, K]`, v
+ * `[1, T, H, V]`, g and beta `[1, T, H]`) for context parallelism.
+ *
+ * @example
+ * ```ts
+ * import { chunkGdnPrepare, Tensor } from "@attnkit/attnkit";
+ * using q = Tensor.randn([1, 96, 2, 16]);
+ * using k = Tensor.randn([1, 96, 2, 16]);
+ * using v = Tensor.randn([1, 96, 2, 16]);
+ * using g = Tensor.rand([1, 96, 2], { low: -0.3, high: 0 });
+ * using beta = Tensor.rand([1, 96, 2]);
+ * using prepared = chunkGdnPrepare(q, k, v, g, beta, { cuSeqlens: [0, 40, 96], useQkL2norm: true });
+ * using s = prepared.stateSummaries([1]); // the second segment's map
+ * console.log(s.transition.shape); // [1, 2, 16, 16]
+ * ```
+ */
+export function chunkGdnPrepare(
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  g: Tensor,
+  beta: Tensor,
+  options: GdnPrepareOptions = {},
+): PreparedGdn {
+  const op = "chunkGdnPrepare";
+  const o = checkOptions<GdnPrepareOptions>(op, options, OPTIONS);
+  for (const [name, t] of [["q", q], ["k", k], ["v", v], ["g", g], ["beta", beta]] as const) {
+    expectTensor(op, name, t);
+    if (t.shape[0] !== 1) {
+      throw invalidArgument(op, `${name}: expected batch 1 (one packed span), got [${t.shape}]`);
+    }
+  }
+  if (v.ndim !== 4) throw invalidArgument(op, `v: expected [1, T, H, V], got [${v.shape}]`);
+  const T = q.shape[1];
+  const cu = o.cuSeqlens ?? [0, T];
+  if (!Array.isArray(cu) || cu.length < 1 || cu[0] !== 0 || cu[cu.length - 1] !== T) {
+    throw invalidArgument(op, `options.cuSeqlens: expected host offsets from 0 to ${T}, got ${cu}`);
+  }
+  const segments = cu.length - 1;
+  const H = v.shape[2], K = q.shape[3];
+  const base = { layout: "bshd", scale: o.scale, useQkL2norm: o.useQkL2norm } as const;
+  const withEmpty = [...cu, T];
+  let cached: StateSummary | undefined;
+  const all = (): StateSummary => {
+    if (cached) return cached;
+    // The bias: every segment from a zero state.
+    using fromZero = chunkGatedDeltaRule(q, k, v, g, beta, {
+      ...base,
+      cuSeqlens: withEmpty,
+      outputFinalState: true,
+    });
+    // The transition: from the identity, values zeroed.
+    using zeros = Tensor.zeros([1, T, H, K], { dtype: v.dtype, device: v.device });
+    using eye = identityStates(segments + 1, H, K, v.device);
+    using fromEye = chunkGatedDeltaRule(q, k, zeros, g, beta, {
+      ...base,
+      cuSeqlens: withEmpty,
+      initialState: eye,
+      outputFinalState: true,
+    });
+    cached = summaryOf(fromZero.finalState!.clone(), fromEye.finalState!.clone());
+    return cached;
+  };
+  return {
+    segments,
+    stateSummaries(rows: readonly number[]): StateSummary {
+      const what = "PreparedGdn.stateSummaries";
+      if (!Array.isArray(rows) || !rows.every((r) => Number.isInteger(r) && r >= 0 && r <= segments)) {
+        throw invalidArgument(what, `rows: expected segment indices in [0, ${segments}], got ${rows}`);
+      }
+      const s = all();
+      return summaryOf(s.bias.indexSelect(0, rows), s.transition.indexSelect(0, rows));
+    },
+    run(initialState: Tensor): DeltaRuleResult {
+      return chunkGatedDeltaRule(q, k, v, g, beta, {
+        ...base,
+        cuSeqlens: [...cu],
+        initialState,
+        outputFinalState: true,
+      });
+    },
+    [Symbol.dispose]() {
+      cached?.[Symbol.dispose]();
+      cached = undefined;
+    },
+  };
+}
+
+/** `count` x `H` identity matrices `[count, H, K, K]`, float32. */
+export function identityStates(count: number, H: number, K: number, device: string): Tensor {
+  const eye = new Float32Array(count * H * K * K);
+  for (let m = 0; m < count * H; m++) for (let i = 0; i < K; i++) eye[(m * K + i) * K + i] = 1;
+  return Tensor.from(eye, { shape: [count, H, K, K], device });
+}
