@@ -7,6 +7,7 @@ import { referenceAndCli } from "./reference_cli_cases.ts";
 import { featureMap } from "./feature_map.ts";
 import { glaCases } from "./gla.ts";
 import { gateTransformCases } from "./gate_transform.ts";
+import { contextParallelCases } from "./context_parallel.ts";
 import { kdaCases } from "./kda.ts";
 import { causalConv1dCases } from "./causal_conv1d.ts";
 import { pagedChunkCases } from "./paged_chunk.ts";
@@ -1229,4 +1230,5 @@ export const GENERATORS: readonly [string, Gen, number][] = [
   ["NSA", nsaCases, 2],
   ["DSA decode", dsaCases, 1],
   ["lightning indexer", indexerCases, 1],
+  ["context parallel", contextParallelCases, 1],
 ];

@@ -18,8 +18,11 @@ export type Fragment = readonly [start: number, stop: number];
 
 /** The part of one fragment inside one sequence: global tokens `[start, stop)`. */
 export interface Subsequence {
+  /** The global sequence (index into `cuSeqlensGlobal`'s segments). */
   readonly sequence: number;
+  /** First global token. */
   readonly start: number;
+  /** One past the last global token. */
   readonly stop: number;
   /** The local fragment it belongs to. */
   readonly fragment: number;
@@ -27,7 +30,9 @@ export interface Subsequence {
 
 /** A gather slot: a rank's fragment. */
 export interface Slot {
+  /** The rank holding the fragment. */
   readonly rank: number;
+  /** The fragment's index in that rank's list. */
   readonly fragment: number;
 }
 

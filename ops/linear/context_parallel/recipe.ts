@@ -300,11 +300,25 @@ async function backwardOf(
     using zero = Tensor.zeros([N, H, K, V], { device: x.q.device });
     using fromLater = foldSlots(gathered, fold, zero);
     using total = dExit ? fromLater.add(dExit) : fromLater.clone();
-    return chunkGatedDeltaRuleBackward(dOutput, x.q, x.k, x.v, x.g, x.beta, {
+    const grads = chunkGatedDeltaRuleBackward(dOutput, x.q, x.k, x.v, x.g, x.beta, {
       ...base,
       initialState: entry,
       dFinalState: total,
     });
+    // The entry states' cotangent went to the ranks that own the earlier pieces, through the exchange.
+    const { dInitialState, ...rest } = grads;
+    dInitialState?.dispose();
+    const { dq, dk, dv, dbeta, dg } = rest;
+    return {
+      dq,
+      dk,
+      dv,
+      dbeta,
+      dg,
+      [Symbol.dispose]() {
+        for (const t of [dq, dk, dv, dbeta, dg]) t?.dispose();
+      },
+    };
   } finally {
     gathered[Symbol.dispose]();
   }

@@ -1,0 +1,337 @@
+// Context parallelism for Gated DeltaNet: the summary algebra against the float64 oracle, the plan of
+// the seed's zig-zag example, and sharded against unsharded (outputs, final states, every gradient) for
+// contiguous, zig-zag, document-aligned (bit for bit) and uneven layouts over 1, 2, 3 and 8 simulated
+// ranks, with empty fragments; bad plans, groups and spans refused.
+import assert from "node:assert/strict";
+import {
+  AttnkitError,
+  chunkGatedDeltaRule,
+  chunkGatedDeltaRuleBackward,
+  chunkGdnPrepare,
+  compare,
+  composeSummaries,
+  contextParallelGdn,
+  ContextParallelPlan,
+  type Device,
+  type Fragment,
+  mergeState,
+  neutralSummary,
+  SimulatedGroup,
+  Tensor,
+} from "../mod.ts";
+import { DELTA_RULE_TOLERANCE, deltaRuleReference } from "../reference/mod.ts";
+import { deviceTest, expectNoLeak, refuses, withSeed } from "./helpers.ts";
+
+const H = 2, HK = 1, K = 64, V = 64;
+// Sequences of 40, 192 and 152 tokens (the seed's example), one of 1, and an empty one.
+const CU = [0, 40, 232, 384, 385, 385];
+const TOTAL = CU[CU.length - 1];
+
+const LAYOUTS: Record<string, Fragment[][]> = {
+  "one rank": [[[0, TOTAL]]],
+  "contiguous, 2 ranks": [[[0, 192]], [[192, TOTAL]]],
+  "zig-zag, 2 ranks (the seed's table)": [[[0, 96], [288, TOTAL]], [[96, 192], [192, 288]]],
+  "uneven, 3 ranks, an empty fragment": [[[0, 7], [7, 7]], [[7, 300]], [[300, TOTAL]]],
+  "8 ranks, cuts off the chunk grid": Array.from(
+    { length: 8 },
+    (_, r) => [[48 * r + (r ? 1 : 0), 48 * r + 49]],
+  ),
+  "a rank with nothing": [[[0, TOTAL]], [[TOTAL, TOTAL]]],
+};
+// The 8-rank rows above end at 385: the last one is [337, 385].
+LAYOUTS["8 ranks, cuts off the chunk grid"][7] = [[337, TOTAL]];
+
+interface Global {
+  q: Tensor;
+  k: Tensor;
+  v: Tensor;
+  g: Tensor;
+  beta: Tensor;
+  dO: Tensor;
+  dFinal: Tensor;
+  [Symbol.dispose](): void;
+}
+
+function globalInputs(device: Device, dtype: "float32" | "bfloat16", seed: number): Global {
+  const o = { dtype, device };
+  const x = {
+    q: Tensor.randn([1, TOTAL, HK, K], { ...o, seed }),
+    k: Tensor.randn([1, TOTAL, HK, K], { ...o, seed: seed + 1 }),
+    v: Tensor.randn([1, TOTAL, H, V], { ...o, seed: seed + 2 }),
+    g: Tensor.rand([1, TOTAL, H], { device, seed: seed + 3, low: -0.2, high: 0 }),
+    beta: Tensor.rand([1, TOTAL, H], { device, seed: seed + 4 }),
+    dO: Tensor.randn([1, TOTAL, H, V], { ...o, seed: seed + 5 }),
+    dFinal: Tensor.randn([CU.length - 1, H, K, V], { device, seed: seed + 6 }),
+  };
+  return { ...x, [Symbol.dispose]: () => Object.values(x).forEach((t) => t.dispose()) };
+}
+
+interface RankOutcome {
+  output: Tensor;
+  exitStates: Tensor;
+  grads: { dq: Tensor; dk: Tensor; dv: Tensor; dg: Tensor; dbeta: Tensor };
+}
+
+/** Every rank's forward and backward over its span of the global inputs. */
+async function runSharded(x: Global, fragments: Fragment[][]): Promise<RankOutcome[]> {
+  const groups = SimulatedGroup.create(fragments.length);
+  return await Promise.all(groups.map(async (group) => {
+    const plan = ContextParallelPlan.fromFragments(CU, fragments, group.rank);
+    using ids = plan.globalTokenIds(x.q.device);
+    using q = x.q.indexSelect(1, ids), k = x.k.indexSelect(1, ids), v = x.v.indexSelect(1, ids);
+    using g = x.g.indexSelect(1, ids), beta = x.beta.indexSelect(1, ids), dO = x.dO.indexSelect(1, ids);
+    const r = await contextParallelGdn(q, k, v, g, beta, { plan, group, useQkL2norm: true });
+    // The final states' gradient goes to the terminal rows; the other exit states get none.
+    using sequenceOf = Tensor.from(plan.subsequences.map((s) => s.sequence), {
+      dtype: "int64",
+      device: x.q.device,
+    });
+    using picked = x.dFinal.indexSelect(0, sequenceOf);
+    using terminal = Tensor.from(plan.subsequences.map((_, i) => (plan.terminal.includes(i) ? 1 : 0)), {
+      shape: [plan.subsequences.length, 1, 1, 1],
+      device: x.q.device,
+    });
+    using dExitStates = picked.mul(terminal);
+    const gr = await r.backward(dO, { dExitStates });
+    const grads = { dq: gr.dq, dk: gr.dk, dv: gr.dv, dg: gr.dg!, dbeta: gr.dbeta };
+    r.entryStates.dispose();
+    return { output: r.output, exitStates: r.exitStates, grads };
+  }));
+}
+
+function disposeAll(outcomes: RankOutcome[]): void {
+  for (const o of outcomes) [o.output, o.exitStates, ...Object.values(o.grads)].forEach((t) => t.dispose());
+}
+
+/** Checks each rank's results against the unsharded op's, gathered into its span. */
+function checkAgainstUnsharded(
+  x: Global,
+  fragments: Fragment[][],
+  outcomes: RankOutcome[],
+  check: (what: string, actual: Tensor, expected: Tensor, tol: number) => void,
+): void {
+  const o = { layout: "bshd", cuSeqlens: CU, useQkL2norm: true } as const;
+  using whole = chunkGatedDeltaRule(x.q, x.k, x.v, x.g, x.beta, { ...o, outputFinalState: true });
+  using grads = chunkGatedDeltaRuleBackward(x.dO, x.q, x.k, x.v, x.g, x.beta, {
+    ...o,
+    dFinalState: x.dFinal,
+  });
+  const tol = DELTA_RULE_TOLERANCE[x.q.dtype as "float32" | "bfloat16"];
+  outcomes.forEach((r, rank) => {
+    const plan = ContextParallelPlan.fromFragments(CU, fragments, rank);
+    using ids = plan.globalTokenIds(x.q.device);
+    const span = (t: Tensor) => t.indexSelect(1, ids);
+    using out = span(whole.output);
+    check(`rank ${rank} output`, r.output, out, tol.output);
+    for (const i of plan.terminal) {
+      using mine = r.exitStates.select(0, i);
+      using theirs = whole.finalState!.select(0, plan.subsequences[i].sequence);
+      check(`rank ${rank} final state of sequence ${plan.subsequences[i].sequence}`, mine, theirs, tol.state);
+    }
+    for (const key of ["dq", "dk", "dv", "dg", "dbeta"] as const) {
+      using expected = span(grads[key]!);
+      check(
+        `rank ${rank} ${key}`,
+        r.grads[key],
+        expected,
+        key.startsWith("dq") || key === "dk" || key === "dv" ? tol.dqkv : tol.dsmall,
+      );
+    }
+  });
+}
+
+function close(what: string, actual: Tensor, expected: Tensor, tol: number): void {
+  const c = compare(actual, expected);
+  assert.equal(c.nanCount, 0, `${what}: NaN`);
+  assert.ok(c.relRms <= tol, `${what}: relative RMS ${c.relRms} > ${tol}`);
+}
+
+function bitwise(what: string, actual: Tensor, expected: Tensor): void {
+  const c = compare(actual, expected);
+  assert.equal(c.maxAbs, 0, `${what}: differs by up to ${c.maxAbs}`);
+}
+
+for (const dtype of ["float32", "bfloat16"] as const) {
+  deviceTest(
+    `context parallel GDN (${dtype}): sharded equals unsharded for every layout, forward and backward`,
+    (device) =>
+      withSeed((seed) =>
+        expectNoLeak(device, async () => {
+          using x = globalInputs(device, dtype, seed);
+          for (const [name, fragments] of Object.entries(LAYOUTS)) {
+            const outcomes = await runSharded(x, fragments);
+            try {
+              checkAgainstUnsharded(
+                x,
+                fragments,
+                outcomes,
+                (what, a, e, tol) => close(`${name}: ${what}`, a, e, tol),
+              );
+            } finally {
+              disposeAll(outcomes);
+            }
+          }
+        })
+      ),
+  );
+}
+
+deviceTest(
+  "context parallel GDN: document-aligned fragments give the unsharded bits",
+  (device) =>
+    withSeed((seed) =>
+      expectNoLeak(device, async () => {
+        using x = globalInputs(device, "bfloat16", seed);
+        // Whole documents per rank, in any order on a rank, with an empty fragment.
+        const fragments: Fragment[][] = [[[232, 384], [0, 40]], [[40, 232], [384, 385], [385, 385]]];
+        const outcomes = await runSharded(x, fragments);
+        try {
+          checkAgainstUnsharded(x, fragments, outcomes, (what, a, e) => bitwise(what, a, e));
+        } finally {
+          disposeAll(outcomes);
+        }
+      })
+    ),
+);
+
+deviceTest(
+  "state summaries: a segment's map applied to any entry state equals the float64 oracle from it",
+  (device) =>
+    withSeed((seed) =>
+      expectNoLeak(device, () => {
+        const dtype = device === "cpu" ? "float32" : "bfloat16";
+        const T = 150, cu = [0, 70, 70, 150];
+        using q = Tensor.randn([1, T, HK, K], { dtype, device, seed });
+        using k = Tensor.randn([1, T, HK, K], { dtype, device, seed: seed + 1 });
+        using v = Tensor.randn([1, T, H, V], { dtype, device, seed: seed + 2 });
+        using g = Tensor.rand([1, T, H], { device, seed: seed + 3, low: -0.2, high: 0 });
+        using beta = Tensor.rand([1, T, H], { device, seed: seed + 4 });
+        using entry = Tensor.randn([3, H, K, V], { device, seed: seed + 5, std: 0.3 });
+        using prepared = chunkGdnPrepare(q, k, v, g, beta, { cuSeqlens: cu, useQkL2norm: true });
+        assert.equal(prepared.segments, 3);
+        using s = prepared.stateSummaries([0, 1, 2]);
+        using exit = mergeState(entry, s);
+        const host = (t: Tensor) => Float64Array.from(t.toArray() as Float32Array);
+        const oracle = deltaRuleReference({
+          B: 1,
+          T,
+          H,
+          HK,
+          K,
+          V,
+          scale: K ** -0.5,
+          l2norm: true,
+          cuSeqlens: cu,
+          q: host(q),
+          k: host(k),
+          v: host(v),
+          g: host(g),
+          beta: host(beta),
+          initialState: host(entry),
+        });
+        using expected = Tensor.from(oracle.finalState, { shape: [3, H, K, V] });
+        const c = compare(exit, expected);
+        assert.ok(c.relRms <= DELTA_RULE_TOLERANCE[dtype].state, `relative RMS ${c.relRms}`);
+        // The empty segment's map is the neutral one, and so is the row past the last segment.
+        using empty = prepared.stateSummaries([1, 3]);
+        using neutral = neutralSummary([2, H], K, V, device);
+        bitwise("empty segment bias", empty.bias, neutral.bias);
+        bitwise("empty segment transition", empty.transition, neutral.transition);
+      })
+    ),
+);
+
+Deno.test("state summaries: composition is the map of one run after the other; the neutral one changes nothing", () =>
+  expectNoLeak("cpu", () => {
+    const make = (seed: number) => ({
+      bias: Tensor.randn([3, 4, 5], { seed }),
+      transition: Tensor.randn([3, 4, 4], { seed: seed + 1, std: 0.5 }),
+      [Symbol.dispose]() {
+        this.bias.dispose();
+        this.transition.dispose();
+      },
+    });
+    using a = make(1), b = make(3), c = make(5);
+    using state = Tensor.randn([3, 4, 5], { seed: 7 });
+    using ab = composeSummaries(a, b);
+    using viaAb = mergeState(state, ab);
+    using viaA = mergeState(state, a);
+    using viaBoth = mergeState(viaA, b);
+    assert.ok(compare(viaAb, viaBoth).relRms < 1e-6);
+    // Associative: (a b) c = a (b c).
+    using left = composeSummaries(ab, c);
+    using bc = composeSummaries(b, c);
+    using right = composeSummaries(a, bc);
+    assert.ok(
+      compare(left.bias, right.bias).relRms < 1e-6 &&
+        compare(left.transition, right.transition).relRms < 1e-6,
+    );
+    using n = neutralSummary([3], 4, 5);
+    using same = mergeState(state, n);
+    bitwise("neutral", same, state);
+    using wide = Tensor.zeros([3, 4, 6]);
+    refuses(() => mergeState(wide, a), /state: expected the bias's shape \[3,4,5\]/);
+    refuses(() => composeSummaries(a, n.bias as never), /second: expected a state summary|second.bias/);
+    refuses(() => neutralSummary([2], 0, 4), /K: expected an integer >= 1/);
+  }));
+
+Deno.test("ContextParallelPlan: the seed's zig-zag example", () => {
+  const cu = [0, 40, 232, 384];
+  const table: Fragment[][] = [[[0, 96], [288, 384]], [[96, 192], [192, 288]]];
+  const r0 = ContextParallelPlan.fromFragments(cu, table, 0);
+  const r1 = ContextParallelPlan.fromFragments(cu, table, 1);
+  assert.deepEqual(r0.cuSeqlens, [0, 40, 96, 192]);
+  assert.deepEqual(r1.cuSeqlens, [0, 96, 136, 192]);
+  assert.equal(r0.slots, 2);
+  // s1 = A∩s1 -> C∩s1 -> D∩s1; s2 = D∩s2 -> B∩s2.
+  assert.deepEqual(r1.predecessors, [[{ rank: 0, fragment: 0 }], [{ rank: 0, fragment: 0 }, {
+    rank: 1,
+    fragment: 0,
+  }]]);
+  assert.deepEqual(r0.predecessors, [[], [{ rank: 1, fragment: 1 }]]);
+  assert.deepEqual(r0.successors, [[{ rank: 1, fragment: 1 }, { rank: 1, fragment: 0 }], []]);
+  assert.deepEqual(r1.successors, [[{ rank: 1, fragment: 1 }], [{ rank: 0, fragment: 1 }]]);
+  assert.deepEqual(r0.terminal, [0, 2]); // A∩s0 and B∩s2 end their sequences
+  assert.deepEqual(r1.terminal, [1]); // D∩s1
+  using ids = r1.globalTokenIds();
+  const got = Array.from(ids.toArray() as BigInt64Array, Number);
+  assert.deepEqual([got[0], got[95], got[96], got[191]], [96, 191, 192, 287]);
+});
+
+Deno.test("ContextParallelPlan: fragments that do not tile the stream, and bad ranks, are refused", () => {
+  const cu = [0, 10, 20];
+  refuses(() => ContextParallelPlan.fromFragments(cu, [[[0, 12]], [[10, 20]]], 0), /overlaps tokens/);
+  refuses(
+    () => ContextParallelPlan.fromFragments(cu, [[[0, 8]], [[10, 20]]], 0),
+    /tokens \[8, 10\) belong to no fragment/,
+  );
+  refuses(
+    () => ContextParallelPlan.fromFragments(cu, [[[0, 10]]], 0),
+    /tokens \[10, 20\) belong to no fragment/,
+  );
+  refuses(() => ContextParallelPlan.fromFragments(cu, [[[0, 25]]], 0), /0 <= start <= stop <= 20/);
+  refuses(
+    () => ContextParallelPlan.fromFragments(cu, [[[0, 20]]], 1),
+    /cpRank: expected an integer in \[0, 1\)/,
+  );
+  refuses(() => ContextParallelPlan.fromFragments([0, 5, 3], [[[0, 3]]], 0), /cuSeqlensGlobal\[2\]/);
+  refuses(() => ContextParallelPlan.fromFragments(cu, [[[0, "20"]]] as never, 0), /fragments\[0\]\[0\]/);
+});
+
+Deno.test("contextParallelGdn: a plan and group that disagree, or a span of another length, are refused", async () => {
+  const cu = [0, 64];
+  const plan = ContextParallelPlan.fromFragments(cu, [[[0, 32]], [[32, 64]]], 0);
+  const [c0, c1] = SimulatedGroup.create(2);
+  using x = Tensor.randn([1, 32, 1, 16]);
+  using gate = Tensor.rand([1, 32, 1], { low: -0.1, high: 0 });
+  const call = (opts: unknown, q = x) => contextParallelGdn(q, q, q, gate, gate, opts as never);
+  await assert.rejects(
+    call({ plan, group: c1 }),
+    (e) => e instanceof AttnkitError && /rank 1 of 2, but the plan is rank 0/.test(e.message),
+  );
+  await assert.rejects(call({ plan: {}, group: c0 }), /options.plan: expected a ContextParallelPlan/);
+  await assert.rejects(call({ plan, group: {} }), /options.group: expected a Communicator/);
+  await assert.rejects(call({ plan, group: c0, causal: true }), /causal/);
+  using long = Tensor.randn([1, 33, 1, 16]);
+  await assert.rejects(call({ plan, group: c0 }, long), /q: expected \[1, 32, \.\.\.\]/);
+});

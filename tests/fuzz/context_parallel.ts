@@ -1,0 +1,149 @@
+// The fuzz catalog's generator for context parallelism: plans of random fragment tables (1 to 4 ranks,
+// cuts anywhere, empty fragments and sequences), the summary algebra, prepared spans, and whole
+// forward + backward runs over simulated ranks on small inputs; and mutations that make a call
+// certainly invalid (tables that do not tile the stream, plans and groups that disagree, spans of the
+// wrong length, summaries of the wrong shape).
+import * as ak from "../../mod.ts";
+import type { Case, Rng, Scope } from "./cases.ts";
+import { caseMakers } from "./family.ts";
+
+const { valid, invalid } = caseMakers("context parallel");
+
+/** Random sequence offsets over `total` tokens (some sequences empty). */
+function offsets(rng: Rng, total: number): number[] {
+  const cuts = Array.from({ length: rng.int(0, 3) }, () => rng.int(0, total)).sort((a, b) => a - b);
+  return [0, ...cuts, total];
+}
+
+/** A fragment table that tiles [0, total): random cuts dealt to `world` ranks (some empty). */
+function table(rng: Rng, total: number, world: number): ak.Fragment[][] {
+  const cuts = Array.from({ length: rng.int(world - 1, world + 2) }, () => rng.int(0, total)).sort((a, b) =>
+    a - b
+  );
+  const bounds = [0, ...cuts, total];
+  const rows: ak.Fragment[][] = Array.from({ length: world }, () => []);
+  for (let i = 0; i + 1 < bounds.length; i++) rows[i % world].push([bounds[i], bounds[i + 1]]);
+  for (const row of rows) if (row.length === 0) row.push([total, total]);
+  return rows;
+}
+
+/** Every rank's forward (and backward when asked) over its span of fresh global inputs. */
+async function runAll(scope: Scope, rng: Rng, cu: number[], rows: ak.Fragment[][], backward: boolean) {
+  const total = cu[cu.length - 1], H = rng.int(1, 2), K = rng.pick([8, 16]);
+  const dtype = rng.pick<ak.DType>(["float32", "bfloat16"]);
+  const q = scope.randn([1, total, 1, K], dtype, rng.int(0, 999));
+  const k = scope.randn([1, total, 1, K], dtype, rng.int(0, 999));
+  const v = scope.randn([1, total, H, K], dtype, rng.int(0, 999));
+  const g = scope.rand([1, total, H], rng.int(0, 999), -0.3, 0);
+  const beta = scope.rand([1, total, H], rng.int(0, 999));
+  const groups = ak.SimulatedGroup.create(rows.length);
+  const outputs = await Promise.all(groups.map(async (group) => {
+    const plan = ak.ContextParallelPlan.fromFragments(cu, rows, group.rank);
+    using ids = plan.globalTokenIds(scope.device);
+    using sq = q.indexSelect(1, ids), sk = k.indexSelect(1, ids), sv = v.indexSelect(1, ids);
+    using sg = g.indexSelect(1, ids), sb = beta.indexSelect(1, ids);
+    using r = await ak.contextParallelGdn(sq, sk, sv, sg, sb, { plan, group, useQkL2norm: rng.chance(0.5) });
+    if (backward) {
+      using grads = await r.backward(sv);
+      return scope.keep(grads.dk.clone());
+    }
+    return scope.keep(r.output.clone());
+  }));
+  return outputs[outputs.length - 1];
+}
+
+/** The context-parallel generator (registered in cases.ts). */
+export function contextParallelCases(rng: Rng, scope: Scope, bad: boolean): Case {
+  const total = rng.pick([0, 1, 5, 40, 70]);
+  const cu = offsets(rng, total);
+  const world = rng.int(1, 4);
+  const rows = table(rng, total, world);
+  const summary = (lead: number[], K: number, V: number, seed: number): ak.StateSummary => ({
+    bias: scope.randn([...lead, K, V], "float32", seed),
+    transition: scope.randn([...lead, K, K], "float32", seed + 1),
+    [Symbol.dispose]() {},
+  });
+  if (!bad) {
+    switch (rng.int(0, 4)) {
+      case 0:
+        return valid("plan", () => {
+          const plan = ak.ContextParallelPlan.fromFragments(cu, rows, rng.int(0, world - 1));
+          return scope.keep(plan.globalTokenIds(scope.device));
+        });
+      case 1:
+        return valid("summary algebra", () => {
+          const a = summary([2], 4, 3, 1), b = summary([2], 4, 3, 3);
+          using n = ak.neutralSummary([2], 4, 3, scope.device);
+          using ab = ak.composeSummaries(a, b);
+          using abn = ak.composeSummaries(ab, n);
+          return scope.keep(ak.mergeState(a.bias, abn));
+        });
+      case 2:
+        return valid("prepared span summaries", () => {
+          const x = scope.randn([1, total, 1, 8], "float32", 5);
+          const g = scope.rand([1, total, 1], 6, -0.2, 0);
+          using prepared = ak.chunkGdnPrepare(x, x, x, g, g, { cuSeqlens: cu });
+          using s = prepared.stateSummaries([rng.int(0, cu.length - 1)]);
+          return scope.keep(s.transition.clone());
+        });
+      case 3:
+        return valid("forward over simulated ranks", () => runAll(scope, rng, cu, rows, false));
+      default:
+        return valid("forward and backward over simulated ranks", () => runAll(scope, rng, cu, rows, true));
+    }
+  }
+  const x = scope.randn([1, 8, 1, 8], "float32", 7);
+  const g = scope.rand([1, 8, 1], 8, -0.2, 0);
+  switch (rng.int(0, 7)) {
+    case 0:
+      return invalid(
+        "fragments that overlap or leave a gap",
+        () =>
+          ak.ContextParallelPlan.fromFragments(
+            [0, 10],
+            rng.pick([[[[0, 6]], [[4, 10]]], [[[0, 4]], [[6, 10]]]]),
+            0,
+          ),
+      );
+    case 1:
+      return invalid(
+        "a rank outside the table, or a fragment past the end",
+        () =>
+          rng.chance(0.5)
+            ? ak.ContextParallelPlan.fromFragments(cu, rows, world)
+            : ak.ContextParallelPlan.fromFragments(cu, [[[0, total + 1]]], 0),
+      );
+    case 2:
+      return invalid("a summary whose shapes do not fit", () => {
+        const a = summary([2], 4, 3, 1);
+        const b = rng.chance(0.5) ? summary([3], 4, 3, 3) : { bias: a.bias, transition: a.bias };
+        return ak.composeSummaries(a, b as ak.StateSummary);
+      });
+    case 3:
+      return invalid(
+        "a state of another shape",
+        () => ak.mergeState(scope.randn([2, 4, 4], "float32", 1), summary([2], 4, 3, 1)),
+      );
+    case 4:
+      return invalid(
+        "a span of a batch of two, or offsets that miss its end",
+        () =>
+          rng.chance(0.5)
+            ? ak.chunkGdnPrepare(scope.randn([2, 8, 1, 8], "float32", 1), x, x, g, g)
+            : ak.chunkGdnPrepare(x, x, x, g, g, { cuSeqlens: [0, 5] }),
+      );
+    case 5:
+      return invalid("a group that is not the plan's", () => {
+        const plan = ak.ContextParallelPlan.fromFragments([0, 8], [[[0, 8]], [[8, 8]]], 0);
+        const [, other] = ak.SimulatedGroup.create(2);
+        return ak.contextParallelGdn(x, x, x, g, g, { plan, group: other });
+      });
+    case 6:
+      return invalid("a span of another length", () => {
+        const plan = ak.ContextParallelPlan.fromFragments([0, 16], [[[0, 16]]], 0);
+        return ak.contextParallelGdn(x, x, x, g, g, { plan, group: ak.SimulatedGroup.create(1)[0] });
+      });
+    default:
+      return invalid("a group of no ranks", () => ak.SimulatedGroup.create(rng.pick([0, -1, 1.5])));
+  }
+}
