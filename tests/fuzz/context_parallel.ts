@@ -29,12 +29,14 @@ function table(rng: Rng, total: number, world: number): ak.Fragment[][] {
 
 /** Every rank's forward (and backward when asked) over its span of fresh global inputs. */
 async function runAll(scope: Scope, rng: Rng, cu: number[], rows: ak.Fragment[][], backward: boolean) {
-  const total = cu[cu.length - 1], H = rng.int(1, 2), K = rng.pick([8, 16]);
+  const total = cu[cu.length - 1], H = rng.int(1, 2), K = rng.pick([8, 16]), kda = rng.chance(0.5);
   const dtype = rng.pick<ak.DType>(["float32", "bfloat16"]);
   const q = scope.randn([1, total, 1, K], dtype, rng.int(0, 999));
-  const k = scope.randn([1, total, 1, K], dtype, rng.int(0, 999));
+  const k = scope.keep(
+    ak.Tensor.randn([1, total, 1, K], { dtype, device: scope.device, seed: rng.int(0, 999), std: 0.3 }),
+  );
   const v = scope.randn([1, total, H, K], dtype, rng.int(0, 999));
-  const g = scope.rand([1, total, H], rng.int(0, 999), -0.3, 0);
+  const g = scope.rand(kda ? [1, total, H, K] : [1, total, H], rng.int(0, 999), -0.3, 0);
   const beta = scope.rand([1, total, H], rng.int(0, 999));
   const groups = ak.SimulatedGroup.create(rows.length);
   const outputs = await Promise.all(groups.map(async (group) => {
@@ -42,7 +44,9 @@ async function runAll(scope: Scope, rng: Rng, cu: number[], rows: ak.Fragment[][
     using ids = plan.globalTokenIds(scope.device);
     using sq = q.indexSelect(1, ids), sk = k.indexSelect(1, ids), sv = v.indexSelect(1, ids);
     using sg = g.indexSelect(1, ids), sb = beta.indexSelect(1, ids);
-    using r = await ak.contextParallelGdn(sq, sk, sv, sg, sb, { plan, group, useQkL2norm: rng.chance(0.5) });
+    using r = kda
+      ? await ak.contextParallelKda(sq, sk, sv, sg, sb, { plan, group, fastmath: rng.chance(0.5) })
+      : await ak.contextParallelGdn(sq, sk, sv, sg, sb, { plan, group, useQkL2norm: rng.chance(0.5) });
     if (backward) {
       using grads = await r.backward(sv);
       return scope.keep(grads.dk.clone());
@@ -82,7 +86,9 @@ export function contextParallelCases(rng: Rng, scope: Scope, bad: boolean): Case
         return valid("prepared span summaries", () => {
           const x = scope.randn([1, total, 1, 8], "float32", 5);
           const g = scope.rand([1, total, 1], 6, -0.2, 0);
-          using prepared = ak.chunkGdnPrepare(x, x, x, g, g, { cuSeqlens: cu });
+          using prepared = rng.chance(0.5)
+            ? ak.chunkGdnPrepare(x, x, x, g, g, { cuSeqlens: cu })
+            : ak.chunkKdaPrepare(x, x, x, scope.rand([1, total, 1, 8], 7, -0.2, 0), g, { cuSeqlens: cu });
           using s = prepared.stateSummaries([rng.int(0, cu.length - 1)]);
           return scope.keep(s.transition.clone());
         });
@@ -139,9 +145,12 @@ export function contextParallelCases(rng: Rng, scope: Scope, bad: boolean): Case
         return ak.contextParallelGdn(x, x, x, g, g, { plan, group: other });
       });
     case 6:
-      return invalid("a span of another length", () => {
+      return invalid("a span of another length, or an option of the other variant", () => {
         const plan = ak.ContextParallelPlan.fromFragments([0, 16], [[[0, 16]]], 0);
-        return ak.contextParallelGdn(x, x, x, g, g, { plan, group: ak.SimulatedGroup.create(1)[0] });
+        const group = ak.SimulatedGroup.create(1)[0];
+        if (rng.chance(0.5)) return ak.contextParallelGdn(x, x, x, g, g, { plan, group });
+        const fitting = ak.ContextParallelPlan.fromFragments([0, 8], [[[0, 8]]], 0);
+        return ak.contextParallelKda(x, x, x, g, g, { plan: fitting, group, useQkL2norm: true } as never);
       });
     default:
       return invalid("a group of no ranks", () => ak.SimulatedGroup.create(rng.pick([0, -1, 1.5])));

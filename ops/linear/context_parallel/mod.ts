@@ -1,6 +1,6 @@
 /**
- * Context parallelism for Gated DeltaNet: one packed batch sharded over ranks, each running its span
- * and exchanging compact state summaries with an all-gather, equal to the unsharded op.
+ * Context parallelism for Gated DeltaNet and KDA: one packed batch sharded over ranks, each running
+ * its span and exchanging compact state summaries with an all-gather, equal to the unsharded op.
  *
  * @example
  * ```ts
@@ -13,6 +13,22 @@
  */
 export { type Communicator, SimulatedGroup } from "./communicator.ts";
 export { ContextParallelPlan, type Fragment, type Slot, type Subsequence } from "./plan.ts";
-export { chunkGdnPrepare, type GdnPrepareOptions, type PreparedGdn } from "./prepare.ts";
-export { contextParallelGdn, type ContextParallelOptions, type ContextParallelResult } from "./recipe.ts";
+export {
+  chunkGdnPrepare,
+  chunkKdaPrepare,
+  type GdnPrepareOptions,
+  type KdaPrepareOptions,
+  type PreparedSpan,
+} from "./prepare.ts";
+export {
+  contextParallelGdn,
+  type ContextParallelGdnGradients,
+  type ContextParallelGdnOptions,
+  contextParallelKda,
+  type ContextParallelKdaGradients,
+  type ContextParallelKdaOptions,
+  type ContextParallelLayout,
+  type ContextParallelResult,
+} from "./recipe.ts";
+export { type SpanGradients } from "./family.ts";
 export { composeSummaries, mergeState, neutralSummary, type StateSummary } from "./summaries.ts";

@@ -1,8 +1,8 @@
 /**
- * The local half of context-parallel Gated DeltaNet: a rank's span prepared once, then asked for the
- * state summaries of its segments and run from the entry states the exchange composed. A segment's
- * summary comes from two passes of the chunked forward over the span (every segment at once): from a
- * zero state, whose exit is the bias, and from the identity with the values zeroed, whose exit is the
+ * The local half of context parallelism: a rank's span prepared once, then asked for the state
+ * summaries of its segments and run from the entry states the exchange composed. A segment's summary
+ * comes from two passes of the chunked forward over the span (every segment at once): from a zero
+ * state, whose exit is the bias, and from the identity with the values zeroed, whose exit is the
  * transition (the state `[K, K]` then plays the `[K, V]` one). One empty segment is appended to both
  * passes: its summary is the neutral one, the row that unused gather slots point at.
  *
@@ -12,7 +12,7 @@ import { invalidArgument } from "../../../ffi/errors.ts";
 import { checkOptions } from "../../args.ts";
 import { expectTensor } from "../../checks.ts";
 import { Tensor } from "../../tensor.ts";
-import { chunkGatedDeltaRule, type DeltaRuleResult } from "../delta_rule.ts";
+import { GDN_FAMILY, KDA_FAMILY, type SpanFamily, type SpanInputs } from "./family.ts";
 import { type StateSummary, summaryOf } from "./summaries.ts";
 
 /** Options of {@link chunkGdnPrepare}. */
@@ -25,8 +25,18 @@ export interface GdnPrepareOptions {
   useQkL2norm?: boolean;
 }
 
+/** Options of {@link chunkKdaPrepare}. */
+export interface KdaPrepareOptions {
+  /** The span's segment offsets `[N + 1]` (host numbers); default one segment of the whole span. */
+  cuSeqlens?: readonly number[];
+  /** Query scale (default `K ** -0.5`). */
+  scale?: number;
+  /** Allow approximate exponentials for the decays (as `chunkKda`'s `fastmath`; default false). */
+  fastmath?: boolean;
+}
+
 /** A prepared span: summaries of its segments, and the run from entry states. */
-export interface PreparedGdn extends Disposable {
+export interface PreparedSpan extends Disposable {
   /** Segments in the span. */
   readonly segments: number;
   /**
@@ -35,10 +45,64 @@ export interface PreparedGdn extends Disposable {
    */
   stateSummaries(rows: readonly number[]): StateSummary;
   /** The chunked forward over the span from `initialState` `[N, H, K, V]` (float32), with its exit states. */
-  run(initialState: Tensor): DeltaRuleResult;
+  run(initialState: Tensor): { output: Tensor; finalState: Tensor };
 }
 
-const OPTIONS = { cuSeqlens: "any", scale: "number", useQkL2norm: "boolean" } as const;
+/** Checks a span's inputs and prepares it for `family`. */
+export function prepareSpan(family: SpanFamily, x: SpanInputs, options: unknown): PreparedSpan {
+  const op = family.prepare;
+  const o = checkOptions<{ cuSeqlens?: readonly number[] } & Record<string, unknown>>(op, options ?? {}, {
+    ...family.options,
+    cuSeqlens: "any",
+  });
+  const { cuSeqlens, ...own } = o;
+  for (const [name, t] of [["q", x.q], ["k", x.k], ["v", x.v], [family.gateName, x.gate], ["beta", x.beta]]) {
+    expectTensor(op, name as string, t);
+    if ((t as Tensor).shape[0] !== 1) {
+      throw invalidArgument(op, `${name}: expected batch 1 (one packed span), got [${(t as Tensor).shape}]`);
+    }
+  }
+  if (x.v.ndim !== 4 || x.q.ndim !== 4) throw invalidArgument(op, `q, v: expected [1, T, heads, dim] (bshd)`);
+  const T = x.q.shape[1];
+  const cu = cuSeqlens ?? [0, T];
+  if (!Array.isArray(cu) || cu.length < 1 || cu[0] !== 0 || cu[cu.length - 1] !== T) {
+    throw invalidArgument(op, `options.cuSeqlens: expected host offsets from 0 to ${T}, got ${cu}`);
+  }
+  const segments = cu.length - 1;
+  const H = x.v.shape[2], K = x.q.shape[3];
+  const withEmpty = [...cu, T];
+  let cached: StateSummary | undefined;
+  const all = (): StateSummary => {
+    if (cached) return cached;
+    // The bias: every segment from a zero state.
+    using fromZero = family.forward(x, x.v, { cuSeqlens: withEmpty, options: own });
+    // The transition: from the identity, values zeroed.
+    using zeros = Tensor.zeros([1, T, H, K], { dtype: x.v.dtype, device: x.v.device });
+    using eye = identityStates(segments + 1, H, K, x.v.device);
+    using fromEye = family.forward(x, zeros, { cuSeqlens: withEmpty, initialState: eye, options: own });
+    cached = summaryOf(fromZero.finalState.clone(), fromEye.finalState.clone());
+    return cached;
+  };
+  return {
+    segments,
+    stateSummaries(rows: readonly number[]): StateSummary {
+      const what = `${op}: stateSummaries`;
+      if (!Array.isArray(rows) || !rows.every((r) => Number.isInteger(r) && r >= 0 && r <= segments)) {
+        throw invalidArgument(what, `rows: expected segment indices in [0, ${segments}], got ${rows}`);
+      }
+      const s = all();
+      return summaryOf(s.bias.indexSelect(0, rows), s.transition.indexSelect(0, rows));
+    },
+    run(initialState: Tensor) {
+      const r = family.forward(x, x.v, { cuSeqlens: cu, initialState, options: own });
+      return { output: r.output, finalState: r.finalState };
+    },
+    [Symbol.dispose]() {
+      cached?.[Symbol.dispose]();
+      cached = undefined;
+    },
+  };
+}
 
 /**
  * Prepares a rank's span of Gated DeltaNet inputs (`bshd`, batch 1: q, k `[1, T, HK, K]`, v
@@ -64,69 +128,36 @@ export function chunkGdnPrepare(
   g: Tensor,
   beta: Tensor,
   options: GdnPrepareOptions = {},
-): PreparedGdn {
-  const op = "chunkGdnPrepare";
-  const o = checkOptions<GdnPrepareOptions>(op, options, OPTIONS);
-  for (const [name, t] of [["q", q], ["k", k], ["v", v], ["g", g], ["beta", beta]] as const) {
-    expectTensor(op, name, t);
-    if (t.shape[0] !== 1) {
-      throw invalidArgument(op, `${name}: expected batch 1 (one packed span), got [${t.shape}]`);
-    }
-  }
-  if (v.ndim !== 4) throw invalidArgument(op, `v: expected [1, T, H, V], got [${v.shape}]`);
-  const T = q.shape[1];
-  const cu = o.cuSeqlens ?? [0, T];
-  if (!Array.isArray(cu) || cu.length < 1 || cu[0] !== 0 || cu[cu.length - 1] !== T) {
-    throw invalidArgument(op, `options.cuSeqlens: expected host offsets from 0 to ${T}, got ${cu}`);
-  }
-  const segments = cu.length - 1;
-  const H = v.shape[2], K = q.shape[3];
-  const base = { layout: "bshd", scale: o.scale, useQkL2norm: o.useQkL2norm } as const;
-  const withEmpty = [...cu, T];
-  let cached: StateSummary | undefined;
-  const all = (): StateSummary => {
-    if (cached) return cached;
-    // The bias: every segment from a zero state.
-    using fromZero = chunkGatedDeltaRule(q, k, v, g, beta, {
-      ...base,
-      cuSeqlens: withEmpty,
-      outputFinalState: true,
-    });
-    // The transition: from the identity, values zeroed.
-    using zeros = Tensor.zeros([1, T, H, K], { dtype: v.dtype, device: v.device });
-    using eye = identityStates(segments + 1, H, K, v.device);
-    using fromEye = chunkGatedDeltaRule(q, k, zeros, g, beta, {
-      ...base,
-      cuSeqlens: withEmpty,
-      initialState: eye,
-      outputFinalState: true,
-    });
-    cached = summaryOf(fromZero.finalState!.clone(), fromEye.finalState!.clone());
-    return cached;
-  };
-  return {
-    segments,
-    stateSummaries(rows: readonly number[]): StateSummary {
-      const what = "PreparedGdn.stateSummaries";
-      if (!Array.isArray(rows) || !rows.every((r) => Number.isInteger(r) && r >= 0 && r <= segments)) {
-        throw invalidArgument(what, `rows: expected segment indices in [0, ${segments}], got ${rows}`);
-      }
-      const s = all();
-      return summaryOf(s.bias.indexSelect(0, rows), s.transition.indexSelect(0, rows));
-    },
-    run(initialState: Tensor): DeltaRuleResult {
-      return chunkGatedDeltaRule(q, k, v, g, beta, {
-        ...base,
-        cuSeqlens: [...cu],
-        initialState,
-        outputFinalState: true,
-      });
-    },
-    [Symbol.dispose]() {
-      cached?.[Symbol.dispose]();
-      cached = undefined;
-    },
-  };
+): PreparedSpan {
+  return prepareSpan(GDN_FAMILY, { q, k, v, gate: g, beta }, options);
+}
+
+/**
+ * Prepares a rank's span of KDA inputs (`bshd`, batch 1: q, k `[1, T, HK, K]`, v `[1, T, H, V]`, gate
+ * `[1, T, H, K]`, beta `[1, T, H]`; states in the `"kv"` layout) for context parallelism.
+ *
+ * @example
+ * ```ts
+ * import { chunkKdaPrepare, Tensor } from "@attnkit/attnkit";
+ * using q = Tensor.randn([1, 80, 2, 16]);
+ * using k = Tensor.randn([1, 80, 2, 16], { std: 0.25 });
+ * using v = Tensor.randn([1, 80, 2, 16]);
+ * using gate = Tensor.rand([1, 80, 2, 16], { low: -0.3, high: 0 });
+ * using beta = Tensor.rand([1, 80, 2]);
+ * using prepared = chunkKdaPrepare(q, k, v, gate, beta, { cuSeqlens: [0, 30, 80] });
+ * using s = prepared.stateSummaries([0, 1]);
+ * console.log(s.bias.shape); // [2, 2, 16, 16]
+ * ```
+ */
+export function chunkKdaPrepare(
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  gate: Tensor,
+  beta: Tensor,
+  options: KdaPrepareOptions = {},
+): PreparedSpan {
+  return prepareSpan(KDA_FAMILY, { q, k, v, gate, beta }, options);
 }
 
 /** `count` x `H` identity matrices `[count, H, K, K]`, float32. */

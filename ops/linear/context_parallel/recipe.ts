@@ -1,9 +1,10 @@
 /**
- * Context-parallel Gated DeltaNet: each rank runs its span, exchanging state summaries with one
- * all-gather. Forward: the summary of every fragment's last subsequence that its sequence continues
- * after (one slot per fragment, neutral otherwise, and one neutral slot more), gathered from all ranks;
- * each segment that continues a sequence from elsewhere folds its predecessors' slots in token order
- * into its entry state; then the span runs from those states. Every sequence starts from zero.
+ * Context-parallel delta rules (Gated DeltaNet, KDA): each rank runs its span, exchanging state
+ * summaries with one all-gather each way. Forward: the summary of every fragment's last subsequence
+ * that its sequence continues after (one slot per fragment, neutral otherwise, and one neutral slot
+ * more), gathered from all ranks; each segment that continues a sequence from elsewhere folds its
+ * predecessors' slots in token order into its entry state; then the span runs from those states. Every
+ * sequence starts from zero.
  *
  * @module
  */
@@ -12,25 +13,37 @@ import { checkOptions } from "../../args.ts";
 import { expectTensor } from "../../checks.ts";
 import { Tensor } from "../../tensor.ts";
 import type { Communicator } from "./communicator.ts";
+import { GDN_FAMILY, KDA_FAMILY, type SpanFamily, type SpanGradients, type SpanInputs } from "./family.ts";
 import { ContextParallelPlan } from "./plan.ts";
-import { chunkGdnPrepare, type PreparedGdn } from "./prepare.ts";
+import { prepareSpan } from "./prepare.ts";
 import { type StateSummary, summaryOf } from "./summaries.ts";
-import { chunkGatedDeltaRuleBackward, type DeltaRuleGradients } from "../delta_rule.ts";
 
-/** Options of {@link contextParallelGdn}. */
-export interface ContextParallelOptions {
+/** Where a context-parallel call runs: this rank's plan and communicator. */
+export interface ContextParallelLayout {
   /** This rank's plan (`ContextParallelPlan.fromFragments`). */
   plan: ContextParallelPlan;
   /** This rank's communicator; its rank and world must be the plan's. */
   group: Communicator;
+}
+
+/** Options of {@link contextParallelGdn}. */
+export interface ContextParallelGdnOptions extends ContextParallelLayout {
   /** Query scale (default `K ** -0.5`). */
   scale?: number;
   /** L2-normalise q and k inside the kernels (default false). */
   useQkL2norm?: boolean;
 }
 
+/** Options of {@link contextParallelKda}. */
+export interface ContextParallelKdaOptions extends ContextParallelLayout {
+  /** Query scale (default `K ** -0.5`). */
+  scale?: number;
+  /** Allow approximate exponentials for the decays (as `chunkKda`'s; default false). */
+  fastmath?: boolean;
+}
+
 /** What a rank gets back. */
-export interface ContextParallelResult extends Disposable {
+export interface ContextParallelResult<G extends SpanGradients = SpanGradients> extends Disposable {
   /** The span's output, `[1, spanLength, H, V]`. */
   output: Tensor;
   /**
@@ -45,38 +58,72 @@ export interface ContextParallelResult extends Disposable {
    * gradient and, optionally, the exit states' (`dExitStates`, `[N, H, K, V]`; set only the terminal
    * rows for the final states' gradient). The inputs must still be alive.
    */
-  backward(dOutput: Tensor, options?: { dExitStates?: Tensor }): Promise<DeltaRuleGradients>;
+  backward(dOutput: Tensor, options?: { dExitStates?: Tensor }): Promise<G>;
 }
 
-const OPTIONS = { plan: "object", group: "object", scale: "number", useQkL2norm: "boolean" } as const;
+/** Gated DeltaNet's gradients under context parallelism (span order, like the inputs). */
+export interface ContextParallelGdnGradients extends SpanGradients {
+  /** Shaped like q, dtype of q. */
+  dq: Tensor;
+  /** Shaped like k, dtype of q. */
+  dk: Tensor;
+  /** Shaped like v, dtype of q. */
+  dv: Tensor;
+  /** Shaped like g, float32. */
+  dg: Tensor;
+  /** Shaped like beta, float32. */
+  dbeta: Tensor;
+}
 
-/** Checks the options shared by the recipe's calls; returns them with the plan and group checked. */
-export function checkContextParallel(op: string, options: unknown): ContextParallelOptions {
-  const o = checkOptions<ContextParallelOptions>(op, options, OPTIONS);
-  if (!(o.plan instanceof ContextParallelPlan)) {
+/** KDA's gradients under context parallelism (span order, like the inputs). */
+export interface ContextParallelKdaGradients extends SpanGradients {
+  /** Shaped like q, dtype of q. */
+  dq: Tensor;
+  /** Shaped like k, dtype of q. */
+  dk: Tensor;
+  /** Shaped like v, dtype of q. */
+  dv: Tensor;
+  /** Shaped like gate, float32. */
+  dgate: Tensor;
+  /** Shaped like beta, float32. */
+  dbeta: Tensor;
+}
+
+/** Checks the options of a recipe call: the layout (plan and group agree) and the variant's own. */
+function checkLayout(
+  family: SpanFamily,
+  options: unknown,
+): { layout: ContextParallelLayout; own: Record<string, unknown> } {
+  const op = family.recipe;
+  const o = checkOptions<ContextParallelLayout & Record<string, unknown>>(op, options, {
+    ...family.options,
+    plan: "object",
+    group: "object",
+  });
+  const { plan, group, ...own } = o;
+  if (!(plan instanceof ContextParallelPlan)) {
     throw invalidArgument(
       op,
       "options.plan: expected a ContextParallelPlan (ContextParallelPlan.fromFragments)",
     );
   }
-  const g = o.group;
-  if (!g || typeof g.allGather !== "function") {
+  if (!group || typeof group.allGather !== "function") {
     throw invalidArgument(op, "options.group: expected a Communicator { rank, world, allGather }");
   }
-  if (g.world !== o.plan.world || g.rank !== o.plan.cpRank) {
+  if (group.world !== plan.world || group.rank !== plan.cpRank) {
     throw invalidArgument(
       op,
-      `options.group: rank ${g.rank} of ${g.world}, but the plan is rank ${o.plan.cpRank} of ${o.plan.world}`,
+      `options.group: rank ${group.rank} of ${group.world}, but the plan is rank ${plan.cpRank} of ${plan.world}`,
     );
   }
-  return o;
+  return { layout: { plan, group }, own };
 }
 
-/** Checks that q ... beta are one span of the plan: `bshd`, batch 1, `spanLength` tokens. */
-export function checkSpan(op: string, plan: ContextParallelPlan, inputs: Record<string, unknown>): void {
+/** Checks that the tensors are one span of the plan: `bshd`, batch 1, `spanLength` tokens. */
+function checkSpan(op: string, plan: ContextParallelPlan, inputs: Record<string, unknown>): void {
   for (const [name, t] of Object.entries(inputs)) {
     const x = expectTensor(op, name, t);
-    if (x.shape[0] !== 1 || x.shape[1] !== plan.spanLength) {
+    if (x.ndim < 3 || x.shape[0] !== 1 || x.shape[1] !== plan.spanLength) {
       throw invalidArgument(
         op,
         `${name}: expected [1, ${plan.spanLength}, ...] (this rank's span, bshd), got [${x.shape}]`,
@@ -89,7 +136,7 @@ export function checkSpan(op: string, plan: ContextParallelPlan, inputs: Record<
  * Folds gathered slots into each local segment's state: for step j, segment i applies the slot
  * `rows[j][i]` (flat `rank * width + slot`); rows point at a neutral slot where a segment has no more.
  */
-export function foldSlots(gathered: StateSummary, rows: readonly number[][], start: Tensor): Tensor {
+function foldSlots(gathered: StateSummary, rows: readonly number[][], start: Tensor): Tensor {
   let state = start.clone();
   for (const row of rows) {
     using t = gathered.transition.indexSelect(0, row);
@@ -101,23 +148,214 @@ export function foldSlots(gathered: StateSummary, rows: readonly number[][], sta
   return state;
 }
 
-/** The gathered `[world, width, ...]` summary as `[world * width, ...]`. */
-function flatten(bias: Tensor, transition: Tensor): StateSummary {
-  const rows = bias.shape[0] * bias.shape[1];
+/** Gathers a local `[width, H, K, *]` summary from every rank as `[world * width, H, K, *]`. */
+async function gather(group: Communicator, local: StateSummary): Promise<StateSummary> {
+  const flat = (t: Tensor) => {
+    const out = t.reshape([t.shape[0] * t.shape[1], ...t.shape.slice(2)]);
+    t.dispose();
+    return out;
+  };
+  const bias = flat(await group.allGather(local.bias));
+  try {
+    return summaryOf(bias, flat(await group.allGather(local.transition)));
+  } catch (e) {
+    bias.dispose();
+    throw e;
+  }
+}
+
+/** For each fold step, each segment's slot: `pick(segment)` lists its slots (none: the neutral one). */
+function foldRows(
+  plan: ContextParallelPlan,
+  pick: (segment: number) => readonly { rank: number; fragment: number }[],
+): number[][] {
+  const width = plan.slots + 1, N = plan.subsequences.length;
+  const lists = Array.from({ length: N }, (_, i) => pick(i));
+  const steps = Math.max(0, ...lists.map((l) => l.length));
+  return Array.from(
+    { length: steps },
+    (_, j) => lists.map((l) => (l[j] ? l[j].rank * width + l[j].fragment : plan.slots)),
+  );
+}
+
+async function forwardOf<G extends SpanGradients>(
+  family: SpanFamily,
+  x: SpanInputs,
+  options: unknown,
+): Promise<ContextParallelResult<G>> {
+  const op = family.recipe;
+  const { layout, own } = checkLayout(family, options);
+  const { plan, group } = layout;
+  checkSpan(op, plan, { q: x.q, k: x.k, v: x.v, [family.gateName]: x.gate, beta: x.beta });
+  const N = plan.subsequences.length, H = x.v.shape[2], K = x.q.shape[3], V = x.v.shape[3];
+  const width = plan.slots + 1; // every rank's slots and one neutral slot after them
+  using prepared = prepareSpan(family, x, { ...own, cuSeqlens: plan.cuSeqlens });
+  // Forward slots: a fragment's last subsequence when its sequence continues after it.
+  const segs = plan.fragmentSegments();
+  const rows = Array.from({ length: width }, (_, f) => {
+    const s = segs[f];
+    return s && s.last >= 0 && plan.successors[f].length > 0 ? s.last : N;
+  });
+  let gathered: StateSummary;
+  {
+    using local = prepared.stateSummaries(rows);
+    gathered = await gather(group, local);
+  }
+  try {
+    const inputs = x;
+    if (N === 0) {
+      const empty = Tensor.zeros([1, 0, H, V], { dtype: x.q.dtype, device: x.q.device });
+      const none = () => Tensor.zeros([0, H, K, V], { device: x.q.device });
+      return result(family, layout, own, inputs, empty, none(), none());
+    }
+    // Entry states: a fragment's first subsequence folds the fragment's predecessors; others start at 0.
+    const firstOf = new Map(segs.flatMap((s, f) => (s.first >= 0 ? [[s.first, f] as const] : [])));
+    const fold = foldRows(plan, (i) => {
+      const f = firstOf.get(i);
+      return f === undefined ? [] : plan.predecessors[f];
+    });
+    using zero = Tensor.zeros([N, H, K, V], { device: x.q.device });
+    const entry = foldSlots(gathered, fold, zero);
+    try {
+      const run = prepared.run(entry);
+      return result(family, layout, own, inputs, run.output, run.finalState, entry);
+    } catch (e) {
+      entry.dispose();
+      throw e;
+    }
+  } finally {
+    gathered[Symbol.dispose]();
+  }
+}
+
+function result<G extends SpanGradients>(
+  family: SpanFamily,
+  layout: ContextParallelLayout,
+  own: Record<string, unknown>,
+  inputs: SpanInputs,
+  output: Tensor,
+  exitStates: Tensor,
+  entryStates: Tensor,
+): ContextParallelResult<G> {
   return {
-    bias: bias.reshape([rows, ...bias.shape.slice(2)]),
-    transition: transition.reshape([rows, ...transition.shape.slice(2)]),
+    output,
+    exitStates,
+    entryStates,
+    backward: (dOutput, options) => backwardOf<G>(family, layout, own, inputs, entryStates, dOutput, options),
     [Symbol.dispose]() {
-      this.bias.dispose();
-      this.transition.dispose();
+      output.dispose();
+      exitStates.dispose();
+      entryStates.dispose();
     },
   };
 }
 
 /**
+ * The backward, two local passes around one exchange: pass A (the exit states' own gradient only)
+ * gives each segment's entry cotangent c; a fragment whose first subsequence continues a sequence from
+ * elsewhere sends the reverse summary (c, T^T) of that subsequence (T its forward transition); a
+ * fragment whose last subsequence continues elsewhere folds its successors' reverse summaries, last
+ * piece first, into the cotangent its exit state receives from them; pass B runs with the sum.
+ */
+async function backwardOf<G extends SpanGradients>(
+  family: SpanFamily,
+  layout: ContextParallelLayout,
+  own: Record<string, unknown>,
+  x: SpanInputs,
+  entry: Tensor,
+  dOutput: Tensor,
+  options: { dExitStates?: Tensor } = {},
+): Promise<G> {
+  const op = `${family.recipe}.backward`;
+  const opts = checkOptions<{ dExitStates?: Tensor }>(op, options, { dExitStates: "any" });
+  const { plan, group } = layout;
+  checkSpan(op, plan, { dOutput });
+  const N = plan.subsequences.length, H = x.v.shape[2], K = x.q.shape[3], V = x.v.shape[3];
+  const dExit = opts.dExitStates ? expectTensor(op, "options.dExitStates", opts.dExitStates) : undefined;
+  if (dExit && dExit.shape.join() !== [N, H, K, V].join()) {
+    throw invalidArgument(op, `options.dExitStates: expected [${[N, H, K, V]}], got [${dExit.shape}]`);
+  }
+  const width = plan.slots + 1;
+  const segs = plan.fragmentSegments();
+  const call = { cuSeqlens: plan.cuSeqlens, initialState: entry, options: own };
+  using prepared = prepareSpan(family, x, { ...own, cuSeqlens: plan.cuSeqlens });
+  // Reverse slots: a fragment's first subsequence when its sequence began before it.
+  const rows = Array.from({ length: width }, (_, f) => {
+    const s = segs[f];
+    return s && s.first >= 0 && plan.predecessors[f].length > 0 ? s.first : N;
+  });
+  let gathered: StateSummary;
+  {
+    // c: pass A's entry cotangents (zero for a neutral row); T^T from the prepared span.
+    using forward = prepared.stateSummaries(rows);
+    let c: Tensor;
+    if (N > 0) {
+      using zeroExit = dExit ? undefined : Tensor.zeros([N, H, K, V], { device: x.q.device });
+      using passA = family.backward(dOutput, x, { ...call, dFinalState: (dExit ?? zeroExit)! });
+      c = rowsOrZero(passA.dInitialState!, rows, N);
+    } else {
+      c = Tensor.zeros([width, H, K, V], { device: x.q.device });
+    }
+    using transposed = forward.transition.transpose(-2, -1);
+    using reverse = summaryOf(c, transposed.clone());
+    gathered = await gather(group, reverse);
+  }
+  try {
+    if (N === 0) return emptyGradients(family, x) as G;
+    // Exit cotangents from later pieces: a fragment's last subsequence folds its successors.
+    const lastOf = new Map(segs.flatMap((s, f) => (s.last >= 0 ? [[s.last, f] as const] : [])));
+    const fold = foldRows(plan, (i) => {
+      const f = lastOf.get(i);
+      return f === undefined ? [] : plan.successors[f];
+    });
+    using zero = Tensor.zeros([N, H, K, V], { device: x.q.device });
+    using fromLater = foldSlots(gathered, fold, zero);
+    using total = dExit ? fromLater.add(dExit) : fromLater.clone();
+    const grads = family.backward(dOutput, x, { ...call, dFinalState: total });
+    // The entry states' cotangent went to the ranks that own the earlier pieces, through the exchange.
+    grads.dInitialState?.dispose();
+    return keep(family.gradients.map((name) => [name, grads[name]!])) as G;
+  } finally {
+    gathered[Symbol.dispose]();
+  }
+}
+
+/** Rows `rows` of `t` `[N, ...]`, a zero row where a row is N. */
+function rowsOrZero(t: Tensor, rows: readonly number[], N: number): Tensor {
+  using picked = t.indexSelect(0, rows.map((r) => Math.min(r, N - 1)));
+  using mask = Tensor.from(rows.map((r) => (r < N ? 1 : 0)), {
+    shape: [rows.length, 1, 1, 1],
+    device: t.device,
+  });
+  return picked.mul(mask);
+}
+
+/** A gradients object owning the named tensors. */
+function keep(entries: [string, Tensor][]): SpanGradients {
+  const out = Object.fromEntries(entries) as Record<string, Tensor>;
+  return Object.assign(out, {
+    [Symbol.dispose]() {
+      for (const [, t] of entries) t.dispose();
+    },
+  }) as SpanGradients;
+}
+
+function emptyGradients(family: SpanFamily, x: SpanInputs): SpanGradients {
+  const like = (t: Tensor, dtype = x.q.dtype) => Tensor.zeros(t.shape, { dtype, device: t.device });
+  const of: Record<string, () => Tensor> = {
+    dq: () => like(x.q),
+    dk: () => like(x.k),
+    dv: () => like(x.v),
+    dbeta: () => like(x.beta, "float32"),
+  };
+  return keep(family.gradients.map((name) => [name, of[name]?.() ?? like(x.gate, "float32")]));
+}
+
+/**
  * Gated DeltaNet over this rank's span of a context-parallel layout (every rank calls it, with its own
  * plan and communicator): the output equals the unsharded `chunkGatedDeltaRule` on the global stream,
- * gathered into the span, and `exitStates` its states at every segment's end.
+ * gathered into the span, and `exitStates` its states at every segment's end. Inputs are the span's
+ * tokens, `bshd` with batch 1 (`plan.globalTokenIds()` selects them from global tensors).
  *
  * @example
  * ```ts
@@ -138,215 +376,46 @@ function flatten(bias: Tensor, transition: Tensor): StateSummary {
  * console.log(results[1].exitStates.shape); // [2, 2, 16, 16]: rank 1's two segments
  * ```
  */
-export async function contextParallelGdn(
+export function contextParallelGdn(
   q: Tensor,
   k: Tensor,
   v: Tensor,
   g: Tensor,
   beta: Tensor,
-  options: ContextParallelOptions,
-): Promise<ContextParallelResult> {
-  const op = "contextParallelGdn";
-  const o = checkContextParallel(op, options);
-  const plan = o.plan;
-  checkSpan(op, plan, { q, k, v, g, beta });
-  if (v.ndim !== 4 || q.ndim !== 4) throw invalidArgument(op, "q, v: expected [1, T, heads, dim] (bshd)");
-  const N = plan.subsequences.length, H = v.shape[2], K = q.shape[3], V = v.shape[3];
-  const width = plan.slots + 1; // every rank's slots and one neutral slot after them
-  const neutral = plan.slots; // rank 0's neutral slot
-  using prepared = chunkGdnPrepare(q, k, v, g, beta, {
-    cuSeqlens: plan.cuSeqlens,
-    scale: o.scale,
-    useQkL2norm: o.useQkL2norm,
-  });
-  // Forward slots: a fragment's last subsequence when its sequence continues after it.
-  const segs = plan.fragmentSegments();
-  const rows = Array.from({ length: width }, (_, f) => {
-    const s = segs[f];
-    return s && s.last >= 0 && plan.successors[f].length > 0 ? s.last : N;
-  });
-  let gathered: StateSummary;
-  {
-    using local = prepared.stateSummaries(rows);
-    const bias = await o.group.allGather(local.bias);
-    const transition = await o.group.allGather(local.transition);
-    gathered = flatten(bias, transition);
-    bias.dispose();
-    transition.dispose();
-  }
-  try {
-    // Entry states: a fragment's first subsequence folds the fragment's predecessors; others start at 0.
-    const firstOf = new Map(segs.flatMap((s, f) => (s.first >= 0 ? [[s.first, f] as const] : [])));
-    const steps = Math.max(0, ...plan.predecessors.map((p) => p.length));
-    const fold = Array.from({ length: steps }, (_, j) =>
-      Array.from({ length: N }, (_, i) => {
-        const f = firstOf.get(i);
-        const p = f === undefined ? undefined : plan.predecessors[f][j];
-        return p ? p.rank * width + p.fragment : neutral;
-      }));
-    const inputs = { q, k, v, g, beta };
-    if (N === 0) {
-      const empty = Tensor.zeros([1, 0, H, V], { dtype: q.dtype, device: q.device });
-      const none = () => Tensor.zeros([0, H, K, V], { device: q.device });
-      return result(o, inputs, empty, none(), none());
-    }
-    using zero = Tensor.zeros([N, H, K, V], { device: q.device });
-    const entry = foldSlots(gathered, fold, zero);
-    const run = prepared.run(entry);
-    return result(o, inputs, run.output, run.finalState!, entry);
-  } finally {
-    gathered[Symbol.dispose]();
-  }
-}
-
-type Inputs = { q: Tensor; k: Tensor; v: Tensor; g: Tensor; beta: Tensor };
-
-function result(
-  o: ContextParallelOptions,
-  inputs: Inputs,
-  output: Tensor,
-  exitStates: Tensor,
-  entryStates: Tensor,
-): ContextParallelResult {
-  return {
-    output,
-    exitStates,
-    entryStates,
-    backward: (dOutput, options) => backwardOf(o, inputs, entryStates, dOutput, options),
-    [Symbol.dispose]() {
-      output.dispose();
-      exitStates.dispose();
-      entryStates.dispose();
-    },
-  };
+  options: ContextParallelGdnOptions,
+): Promise<ContextParallelResult<ContextParallelGdnGradients>> {
+  return forwardOf(GDN_FAMILY, { q, k, v, gate: g, beta }, options);
 }
 
 /**
- * The backward, two local passes around one exchange: pass A (the exit states' own gradient only)
- * gives each segment's entry cotangent c; a fragment whose first subsequence continues a sequence from
- * elsewhere sends the reverse summary (c, T^T) of that subsequence (T its forward transition); a
- * fragment whose last subsequence continues elsewhere folds its successors' reverse summaries, last
- * piece first, into the cotangent its exit state receives from them; pass B runs with the sum.
+ * KDA over this rank's span of a context-parallel layout (every rank calls it, with its own plan and
+ * communicator): the output equals the unsharded `chunkKda` on the global stream, gathered into the
+ * span; states in the `"kv"` layout `[N, H, K, V]`.
+ *
+ * @example
+ * ```ts
+ * import { ContextParallelPlan, contextParallelKda, SimulatedGroup, Tensor } from "@attnkit/attnkit";
+ * const groups = SimulatedGroup.create(2);
+ * const results = await Promise.all(groups.map((group) => {
+ *   const plan = ContextParallelPlan.fromFragments([0, 120], [[[0, 50]], [[50, 120]]], group.rank);
+ *   const T = plan.spanLength, seed = 10 * group.rank;
+ *   const q = Tensor.randn([1, T, 2, 16], { seed });
+ *   const k = Tensor.randn([1, T, 2, 16], { seed: seed + 1, std: 0.25 });
+ *   const v = Tensor.randn([1, T, 2, 16], { seed: seed + 2 });
+ *   const gate = Tensor.rand([1, T, 2, 16], { seed: seed + 3, low: -0.3, high: 0 });
+ *   const beta = Tensor.rand([1, T, 2], { seed: seed + 4 });
+ *   return contextParallelKda(q, k, v, gate, beta, { plan, group });
+ * }));
+ * console.log(results[0].output.shape); // [1, 50, 2, 16]
+ * ```
  */
-async function backwardOf(
-  o: ContextParallelOptions,
-  x: Inputs,
-  entry: Tensor,
-  dOutput: Tensor,
-  options: { dExitStates?: Tensor } = {},
-): Promise<DeltaRuleGradients> {
-  const op = "contextParallelGdn.backward";
-  const opts = checkOptions<{ dExitStates?: Tensor }>(op, options, { dExitStates: "any" });
-  const plan = o.plan;
-  checkSpan(op, plan, { dOutput });
-  const N = plan.subsequences.length, H = x.v.shape[2], K = x.q.shape[3], V = x.v.shape[3];
-  const dExit = opts.dExitStates ? expectTensor(op, "options.dExitStates", opts.dExitStates) : undefined;
-  if (dExit && dExit.shape.join() !== [N, H, K, V].join()) {
-    throw invalidArgument(op, `options.dExitStates: expected [${[N, H, K, V]}], got [${dExit.shape}]`);
-  }
-  const width = plan.slots + 1, neutral = plan.slots;
-  const segs = plan.fragmentSegments();
-  const base = {
-    layout: "bshd",
-    cuSeqlens: [...plan.cuSeqlens],
-    scale: o.scale,
-    useQkL2norm: o.useQkL2norm,
-  } as const;
-  using prepared: PreparedGdn = chunkGdnPrepare(x.q, x.k, x.v, x.g, x.beta, {
-    cuSeqlens: plan.cuSeqlens,
-    scale: o.scale,
-    useQkL2norm: o.useQkL2norm,
-  });
-  // Reverse slots: a fragment's first subsequence when its sequence began before it.
-  const rows = Array.from({ length: width }, (_, f) => {
-    const s = segs[f];
-    return s && s.first >= 0 && plan.predecessors[f].length > 0 ? s.first : N;
-  });
-  let gathered: StateSummary;
-  {
-    // c: pass A's entry cotangents (zero for a neutral row); T^T from the prepared span.
-    using forward = prepared.stateSummaries(rows);
-    let c: Tensor;
-    if (N > 0) {
-      using zeroExit = dExit ? undefined : Tensor.zeros([N, H, K, V], { device: x.q.device });
-      using passA = chunkGatedDeltaRuleBackward(dOutput, x.q, x.k, x.v, x.g, x.beta, {
-        ...base,
-        initialState: entry,
-        dFinalState: dExit ?? zeroExit,
-      });
-      c = rowsOrZero(passA.dInitialState!, rows, N);
-    } else {
-      c = Tensor.zeros([width, H, K, V], { device: x.q.device });
-    }
-    using transposed = forward.transition.transpose(-2, -1);
-    using reverse = summaryOf(c, transposed.clone());
-    const bias = await o.group.allGather(reverse.bias);
-    const transition = await o.group.allGather(reverse.transition);
-    gathered = flatten(bias, transition);
-    bias.dispose();
-    transition.dispose();
-  }
-  try {
-    if (N === 0) return emptyGradients(x);
-    // Exit cotangents from later pieces: a fragment's last subsequence folds its successors.
-    const lastOf = new Map(segs.flatMap((s, f) => (s.last >= 0 ? [[s.last, f] as const] : [])));
-    const steps = Math.max(0, ...plan.successors.map((p) => p.length));
-    const fold = Array.from({ length: steps }, (_, j) =>
-      Array.from({ length: N }, (_, i) => {
-        const f = lastOf.get(i);
-        const p = f === undefined ? undefined : plan.successors[f][j];
-        return p ? p.rank * width + p.fragment : neutral;
-      }));
-    using zero = Tensor.zeros([N, H, K, V], { device: x.q.device });
-    using fromLater = foldSlots(gathered, fold, zero);
-    using total = dExit ? fromLater.add(dExit) : fromLater.clone();
-    const grads = chunkGatedDeltaRuleBackward(dOutput, x.q, x.k, x.v, x.g, x.beta, {
-      ...base,
-      initialState: entry,
-      dFinalState: total,
-    });
-    // The entry states' cotangent went to the ranks that own the earlier pieces, through the exchange.
-    const { dInitialState, ...rest } = grads;
-    dInitialState?.dispose();
-    const { dq, dk, dv, dbeta, dg } = rest;
-    return {
-      dq,
-      dk,
-      dv,
-      dbeta,
-      dg,
-      [Symbol.dispose]() {
-        for (const t of [dq, dk, dv, dbeta, dg]) t?.dispose();
-      },
-    };
-  } finally {
-    gathered[Symbol.dispose]();
-  }
-}
-
-/** Rows `rows` of `t` `[N, ...]`, a zero row where a row is N. */
-function rowsOrZero(t: Tensor, rows: readonly number[], N: number): Tensor {
-  using picked = t.indexSelect(0, rows.map((r) => Math.min(r, N - 1)));
-  using keep = Tensor.from(rows.map((r) => (r < N ? 1 : 0)), {
-    shape: [rows.length, 1, 1, 1],
-    device: t.device,
-  });
-  return picked.mul(keep);
-}
-
-function emptyGradients(x: Inputs): DeltaRuleGradients {
-  const like = (t: Tensor, dtype = x.q.dtype) => Tensor.zeros(t.shape, { dtype, device: t.device });
-  const out = {
-    dq: like(x.q),
-    dk: like(x.k),
-    dv: like(x.v),
-    dbeta: like(x.beta, "float32"),
-    dg: like(x.g, "float32"),
-  };
-  return {
-    ...out,
-    [Symbol.dispose]() {
-      for (const t of Object.values(out)) t.dispose();
-    },
-  };
+export function contextParallelKda(
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  gate: Tensor,
+  beta: Tensor,
+  options: ContextParallelKdaOptions,
+): Promise<ContextParallelResult<ContextParallelKdaGradients>> {
+  return forwardOf(KDA_FAMILY, { q, k, v, gate, beta }, options);
 }
