@@ -130,6 +130,8 @@ function globalInputs(variant: Variant, device: Device, dtype: "float32" | "bflo
 interface RankOutcome {
   output: Tensor;
   exitStates: Tensor;
+  /** Owns output, exitStates and what the backward read. */
+  result: Disposable;
   grads: Record<string, Tensor>;
 }
 
@@ -157,13 +159,15 @@ async function runSharded(variant: Variant, x: Global, fragments: Fragment[][]):
     const gr = await r.backward(dO, { dExitStates });
     const grads: Record<string, Tensor> = {};
     for (const name of ["dq", "dk", "dv", variant.gateGrad, "dbeta"]) grads[name] = gr[name]!;
-    r.entryStates.dispose();
-    return { output: r.output, exitStates: r.exitStates, grads };
+    return { output: r.output, exitStates: r.exitStates, grads, result: r };
   }));
 }
 
 function disposeAll(outcomes: RankOutcome[]): void {
-  for (const o of outcomes) [o.output, o.exitStates, ...Object.values(o.grads)].forEach((t) => t.dispose());
+  for (const o of outcomes) {
+    o.result[Symbol.dispose]();
+    for (const t of Object.values(o.grads)) t.dispose();
+  }
 }
 
 /** Checks each rank's results against the unsharded op's, gathered into its span. */

@@ -15,7 +15,7 @@ import { Tensor } from "../../tensor.ts";
 import type { Communicator } from "./communicator.ts";
 import { GDN_FAMILY, KDA_FAMILY, type SpanFamily, type SpanGradients, type SpanInputs } from "./family.ts";
 import { ContextParallelPlan } from "./plan.ts";
-import { prepareSpan } from "./prepare.ts";
+import { type PreparedSpan, prepareSpan } from "./prepare.ts";
 import { type StateSummary, summaryOf } from "./summaries.ts";
 
 /** Where a context-parallel call runs: this rank's plan and communicator. */
@@ -189,24 +189,27 @@ async function forwardOf<G extends SpanGradients>(
   checkSpan(op, plan, { q: x.q, k: x.k, v: x.v, [family.gateName]: x.gate, beta: x.beta });
   const N = plan.subsequences.length, H = x.v.shape[2], K = x.q.shape[3], V = x.v.shape[3];
   const width = plan.slots + 1; // every rank's slots and one neutral slot after them
-  using prepared = prepareSpan(family, x, { ...own, cuSeqlens: plan.cuSeqlens });
+  // Kept by the result: the backward reads its segments' transitions.
+  const prepared = prepareSpan(family, x, { ...own, cuSeqlens: plan.cuSeqlens });
+  let kept = false;
   // Forward slots: a fragment's last subsequence when its sequence continues after it.
   const segs = plan.fragmentSegments();
   const rows = Array.from({ length: width }, (_, f) => {
     const s = segs[f];
     return s && s.last >= 0 && plan.successors[f].length > 0 ? s.last : N;
   });
-  let gathered: StateSummary;
-  {
-    using local = prepared.stateSummaries(rows);
-    gathered = await gather(group, local);
-  }
+  let gathered: StateSummary | undefined;
   try {
+    {
+      using local = prepared.stateSummaries(rows);
+      gathered = await gather(group, local);
+    }
     const inputs = x;
     if (N === 0) {
       const empty = Tensor.zeros([1, 0, H, V], { dtype: x.q.dtype, device: x.q.device });
       const none = () => Tensor.zeros([0, H, K, V], { device: x.q.device });
-      return result(family, layout, own, inputs, empty, none(), none());
+      kept = true;
+      return result(family, layout, own, inputs, prepared, empty, none(), none());
     }
     // Entry states: a fragment's first subsequence folds the fragment's predecessors; others start at 0.
     const firstOf = new Map(segs.flatMap((s, f) => (s.first >= 0 ? [[s.first, f] as const] : [])));
@@ -218,13 +221,15 @@ async function forwardOf<G extends SpanGradients>(
     const entry = foldSlots(gathered, fold, zero);
     try {
       const run = prepared.run(entry);
-      return result(family, layout, own, inputs, run.output, run.finalState, entry);
+      kept = true;
+      return result(family, layout, own, inputs, prepared, run.output, run.finalState, entry);
     } catch (e) {
       entry.dispose();
       throw e;
     }
   } finally {
-    gathered[Symbol.dispose]();
+    gathered?.[Symbol.dispose]();
+    if (!kept) prepared[Symbol.dispose]();
   }
 }
 
@@ -233,6 +238,7 @@ function result<G extends SpanGradients>(
   layout: ContextParallelLayout,
   own: Record<string, unknown>,
   inputs: SpanInputs,
+  prepared: PreparedSpan,
   output: Tensor,
   exitStates: Tensor,
   entryStates: Tensor,
@@ -241,8 +247,10 @@ function result<G extends SpanGradients>(
     output,
     exitStates,
     entryStates,
-    backward: (dOutput, options) => backwardOf<G>(family, layout, own, inputs, entryStates, dOutput, options),
+    backward: (dOutput, options) =>
+      backwardOf<G>(family, layout, own, inputs, prepared, entryStates, dOutput, options),
     [Symbol.dispose]() {
+      prepared[Symbol.dispose]();
       output.dispose();
       exitStates.dispose();
       entryStates.dispose();
@@ -262,6 +270,7 @@ async function backwardOf<G extends SpanGradients>(
   layout: ContextParallelLayout,
   own: Record<string, unknown>,
   x: SpanInputs,
+  prepared: PreparedSpan,
   entry: Tensor,
   dOutput: Tensor,
   options: { dExitStates?: Tensor } = {},
@@ -278,7 +287,6 @@ async function backwardOf<G extends SpanGradients>(
   const width = plan.slots + 1;
   const segs = plan.fragmentSegments();
   const call = { cuSeqlens: plan.cuSeqlens, initialState: entry, options: own };
-  using prepared = prepareSpan(family, x, { ...own, cuSeqlens: plan.cuSeqlens });
   // Reverse slots: a fragment's first subsequence when its sequence began before it.
   const rows = Array.from({ length: width }, (_, f) => {
     const s = segs[f];
