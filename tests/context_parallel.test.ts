@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import {
   AttnkitError,
+  causalConv1d,
   chunkGatedDeltaRule,
   chunkGatedDeltaRuleBackward,
   chunkGdnPrepare,
@@ -15,6 +16,7 @@ import {
   chunkKdaPrepare,
   compare,
   composeSummaries,
+  contextParallelConvHistory,
   contextParallelGdn,
   contextParallelKda,
   ContextParallelPlan,
@@ -432,3 +434,77 @@ Deno.test("contextParallelGdn: a plan and group that disagree, or a span of anot
   using long = Tensor.randn([1, 33, 1, 16]);
   await assert.rejects(call({ plan, group: c0 }, long), /q: expected \[1, 32, \.\.\.\]/);
 });
+
+deviceTest(
+  "contextParallelConvHistory: sharded convolution equals unsharded, output and every gradient",
+  (device) =>
+    withSeed((seed) =>
+      expectNoLeak(device, async () => {
+        const C = 24;
+        // Pieces shorter than the history (3, 2 and 4 tokens) make a history span several of them.
+        const layouts: Fragment[][][] = [
+          ...Object.values(LAYOUTS),
+          [[[0, 3], [9, 12]], [[3, 5], [12, 40]], [[5, 9], [40, TOTAL]]],
+        ];
+        for (const dtype of ["float32", "bfloat16"] as const) {
+          for (const width of [2, 4, 8]) {
+            using x = Tensor.randn([1, TOTAL, C], { dtype, device, seed });
+            using weight = Tensor.randn([C, width], { dtype, device, seed: seed + 1, std: 0.5 });
+            using dO = Tensor.randn([1, TOTAL, C], { dtype, device, seed: seed + 2 });
+            const o = { activation: "silu" } as const;
+            using whole = causalConv1d(x, weight, { ...o, cuSeqlens: CU });
+            using wholeGrads = whole.backward(dO);
+            for (const fragments of layouts) {
+              const groups = SimulatedGroup.create(fragments.length);
+              const ranks = await Promise.all(groups.map(async (group) => {
+                const plan = ContextParallelPlan.fromFragments(CU, fragments, group.rank);
+                using ids = plan.globalTokenIds(device);
+                using xs = x.indexSelect(1, ids);
+                using dOs = dO.indexSelect(1, ids);
+                using h = await contextParallelConvHistory(xs, { plan, group, width });
+                if (plan.subsequences.length === 0) {
+                  // Nothing to convolve, but the rank takes part in both exchanges.
+                  using none = Tensor.zeros([0, width - 1, C], { dtype, device });
+                  using back = await h.backward(none);
+                  assert.deepEqual(back.shape, [1, 0, C]);
+                  return { out: 0, dx: 0, dweight: Tensor.zeros([C, width], { device }) };
+                }
+                using r = causalConv1d(xs, weight, {
+                  ...o,
+                  cuSeqlens: plan.cuSeqlens,
+                  initialState: h.history,
+                });
+                using grads = r.backward(dOs);
+                using fromHistory = await h.backward(grads.dInitialState!);
+                using dx32 = grads.dx.cast("float32");
+                using dxTotal = dx32.add(fromHistory);
+                using expectedOut = whole.output.indexSelect(1, ids);
+                using expectedDx = wholeGrads.dx.indexSelect(1, ids);
+                return {
+                  out: compare(r.output, expectedOut).relRms,
+                  dx: compare(dxTotal, expectedDx).relRms,
+                  dweight: grads.dweight.cast("float32"),
+                };
+              }));
+              const tol = dtype === "float32" ? 1e-5 : 0.01;
+              ranks.forEach((r, rank) => {
+                assert.ok(r.out <= tol, `W ${width} ${dtype} rank ${rank}: output relative RMS ${r.out}`);
+                assert.ok(r.dx <= tol, `W ${width} ${dtype} rank ${rank}: dx relative RMS ${r.dx}`);
+              });
+              // dweight sums over the ranks.
+              let total = ranks[0].dweight.clone();
+              for (const r of ranks.slice(1)) {
+                const next = total.add(r.dweight);
+                total.dispose();
+                total = next;
+              }
+              for (const r of ranks) r.dweight.dispose();
+              using sum = total;
+              const c = compare(sum, wholeGrads.dweight);
+              assert.ok(c.relRms <= tol, `W ${width} ${dtype}: dweight relative RMS ${c.relRms}`);
+            }
+          }
+        }
+      })
+    ),
+);

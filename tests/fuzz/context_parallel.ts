@@ -56,6 +56,22 @@ async function runAll(scope: Scope, rng: Rng, cu: number[], rows: ak.Fragment[][
   return outputs[outputs.length - 1];
 }
 
+/** Every rank's convolution history (and its gradient's way back) over fresh global tokens. */
+async function convHistory(scope: Scope, rng: Rng, cu: number[], rows: ak.Fragment[][]) {
+  const total = cu[cu.length - 1], C = rng.pick([1, 4]), width = rng.int(1, 6);
+  const x = scope.randn([1, total, C], rng.pick<ak.DType>(["float32", "bfloat16"]), rng.int(0, 999));
+  const groups = ak.SimulatedGroup.create(rows.length);
+  const out = await Promise.all(groups.map(async (group) => {
+    const plan = ak.ContextParallelPlan.fromFragments(cu, rows, group.rank);
+    using ids = plan.globalTokenIds(scope.device);
+    using xs = x.indexSelect(1, ids);
+    using h = await ak.contextParallelConvHistory(xs, { plan, group, width });
+    using back = await h.backward(h.history);
+    return scope.keep(back.clone());
+  }));
+  return out[0];
+}
+
 /** The context-parallel generator (registered in cases.ts). */
 export function contextParallelCases(rng: Rng, scope: Scope, bad: boolean): Case {
   const total = rng.pick([0, 1, 5, 40, 70]);
@@ -93,14 +109,16 @@ export function contextParallelCases(rng: Rng, scope: Scope, bad: boolean): Case
           return scope.keep(s.transition.clone());
         });
       case 3:
-        return valid("forward over simulated ranks", () => runAll(scope, rng, cu, rows, false));
+        return rng.chance(0.5)
+          ? valid("forward over simulated ranks", () => runAll(scope, rng, cu, rows, false))
+          : valid("convolution history and its backward", () => convHistory(scope, rng, cu, rows));
       default:
         return valid("forward and backward over simulated ranks", () => runAll(scope, rng, cu, rows, true));
     }
   }
   const x = scope.randn([1, 8, 1, 8], "float32", 7);
   const g = scope.rand([1, 8, 1], 8, -0.2, 0);
-  switch (rng.int(0, 7)) {
+  switch (rng.int(0, 8)) {
     case 0:
       return invalid(
         "fragments that overlap or leave a gap",
@@ -151,6 +169,14 @@ export function contextParallelCases(rng: Rng, scope: Scope, bad: boolean): Case
         if (rng.chance(0.5)) return ak.contextParallelGdn(x, x, x, g, g, { plan, group });
         const fitting = ak.ContextParallelPlan.fromFragments([0, 8], [[[0, 8]]], 0);
         return ak.contextParallelKda(x, x, x, g, g, { plan: fitting, group, useQkL2norm: true } as never);
+      });
+    case 7:
+      return invalid("a convolution history of no width, or of another span", () => {
+        const plan = ak.ContextParallelPlan.fromFragments([0, 8], [[[0, 8]]], 0);
+        const group = ak.SimulatedGroup.create(1)[0];
+        return rng.chance(0.5)
+          ? ak.contextParallelConvHistory(scope.randn([1, 8, 2], "float32", 1), { plan, group, width: 0 })
+          : ak.contextParallelConvHistory(scope.randn([1, 9, 2], "float32", 1), { plan, group, width: 4 });
       });
     default:
       return invalid("a group of no ranks", () => ak.SimulatedGroup.create(rng.pick([0, -1, 1.5])));

@@ -32,3 +32,4 @@ export {
 } from "./recipe.ts";
 export { type SpanGradients } from "./family.ts";
 export { composeSummaries, mergeState, neutralSummary, type StateSummary } from "./summaries.ts";
+export { contextParallelConvHistory, type ConvHistory, type ConvHistoryOptions } from "./conv_history.ts";
