@@ -22,6 +22,10 @@ export const coreSymbols = {
   ak_thread_bytes_in_use: { parameters: ["i32", "i32", "buffer"], result: "i32" },
   // ak_status ak_trim_pool(int32_t device_index)
   ak_trim_pool: { parameters: ["i32"], result: "i32" },
+  // ak_status ak_cuda_stream(int32_t device_index, void** out)
+  ak_cuda_stream: { parameters: ["i32", "buffer"], result: "i32" },
+  // ak_status ak_cuda_set_current(int32_t device_index)
+  ak_cuda_set_current: { parameters: ["i32"], result: "i32" },
   // ak_status ak_copy(const ak_tensor* dst, const ak_tensor* src)
   ak_copy: { parameters: ["buffer", "buffer"], result: "i32" },
   // ak_status ak_copy_to_host(const ak_tensor* src, void* host_dst, int64_t bytes)

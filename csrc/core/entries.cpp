@@ -119,6 +119,21 @@ AK_API ak_status ak_trim_pool(int32_t device_index) {
   });
 }
 
+AK_API ak_status ak_cuda_stream(int32_t device_index, void** out) {
+  AK_ENTRY("ak_cuda_stream", {
+    require(out != nullptr, "out: expected a pointer");
+    check_device_args(AK_CUDA, device_index);
+    AK_CUDA_CALL(*out = cuda::stream_handle(device_index));
+  });
+}
+
+AK_API ak_status ak_cuda_set_current(int32_t device_index) {
+  AK_ENTRY("ak_cuda_set_current", {
+    check_device_args(AK_CUDA, device_index);
+    AK_CUDA_CALL(cuda::set_current(device_index));
+  });
+}
+
 AK_API ak_status ak_copy(const ak_tensor* dst_p, const ak_tensor* src_p) {
   AK_ENTRY("ak_copy", {
     const ak_tensor& dst = check_tensor(dst_p, "dst");

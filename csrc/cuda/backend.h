@@ -19,6 +19,10 @@ void free(int device, void* ptr);
 void memory_stats(int device, ak_memory_stats_t* out);
 int64_t thread_bytes_in_use(int device);
 void trim_pool(int device);
+// The calling thread's stream on the device, as an opaque handle.
+void* stream_handle(int device);
+// Makes the device the calling thread's current one.
+void set_current(int device);
 
 // Same device, same shape; any strides and dtypes.
 void copy_strided(const ak_tensor& dst, const ak_tensor& src);

@@ -212,6 +212,13 @@ void memory_stats(int device, ak_memory_stats_t* out) {
   out->pool_used = static_cast<int64_t>(used);
 }
 
+void* stream_handle(int device) { return static_cast<void*>(stream(device)); }
+
+void set_current(int device) {
+  state(device);
+  check(cudaSetDevice(device), "making the device current");
+}
+
 void trim_pool(int device) {
   DeviceGuard guard(device);
   refuse_while_capturing(device, "trimMemoryPool");

@@ -120,6 +120,12 @@ AK_API ak_status ak_memory_stats(int32_t device_type, int32_t device_index, ak_m
 AK_API ak_status ak_thread_bytes_in_use(int32_t device_type, int32_t device_index, int64_t* out);
 /* Returns the CUDA pool's cached, unused memory to the driver. */
 AK_API ak_status ak_trim_pool(int32_t device_index);
+/* The calling thread's attnkit stream on the CUDA device (a cudaStream_t), for a library that must order
+ * its work with attnkit's (a collective); created at first use. */
+AK_API ak_status ak_cuda_stream(int32_t device_index, void** out);
+/* Makes the CUDA device the calling thread's current one (what a library that uses the current device,
+ * such as a collective's initialisation, then works on). */
+AK_API ak_status ak_cuda_set_current(int32_t device_index);
 
 /* Copies dst <- src: same shape; any strides (a permuted view of src gives a permute); any dtypes
  * (a cast, round to nearest even); same device, or across CPU and CUDA when both are contiguous and

@@ -118,7 +118,7 @@ export function contextParallelCases(rng: Rng, scope: Scope, bad: boolean): Case
   }
   const x = scope.randn([1, 8, 1, 8], "float32", 7);
   const g = scope.rand([1, 8, 1], 8, -0.2, 0);
-  switch (rng.int(0, 8)) {
+  switch (rng.int(0, 9)) {
     case 0:
       return invalid(
         "fragments that overlap or leave a gap",
@@ -178,6 +178,30 @@ export function contextParallelCases(rng: Rng, scope: Scope, bad: boolean): Case
           ? ak.contextParallelConvHistory(scope.randn([1, 8, 2], "float32", 1), { plan, group, width: 0 })
           : ak.contextParallelConvHistory(scope.randn([1, 9, 2], "float32", 1), { plan, group, width: 4 });
       });
+    case 8:
+      return invalid(
+        "an NCCL group of a bad id, rank or device, a missing library, an id file of no path",
+        () => {
+          const id = "ab".repeat(128);
+          switch (rng.int(0, 4)) {
+            case 0:
+              return ak.NcclGroup.create({ rank: 0, world: 1, id: rng.pick(["", "xyz", id.slice(2)]) });
+            case 1:
+              return ak.NcclGroup.create({ rank: rng.pick([-1, 2, 0.5]), world: 2, id });
+            case 2:
+              return ak.NcclGroup.create({
+                rank: 0,
+                world: 1,
+                id,
+                device: rng.pick(["cpu", "gpu", "cuda:99"]),
+              });
+            case 3:
+              return ak.ncclUniqueId({ library: "/nonexistent/libnccl.so.2" });
+            default:
+              return ak.shareNcclId("", { rank: 1 });
+          }
+        },
+      );
     default:
       return invalid("a group of no ranks", () => ak.SimulatedGroup.create(rng.pick([0, -1, 1.5])));
   }
