@@ -41,9 +41,11 @@ export interface PreparedSpan extends Disposable {
   readonly segments: number;
   /**
    * The summaries of the listed segments, `[rows.length, H, K, V]` and `[rows.length, H, K, K]`; a row
-   * equal to `segments` gives the neutral summary.
+   * equal to `segments` gives the neutral summary. `transitionRows` (default `rows`) says whose
+   * transitions are wanted, row for row (`segments`: the identity): a state folded from zero never needs
+   * its first map's, and a pass whose rows are all `segments` is not run.
    */
-  stateSummaries(rows: readonly number[]): StateSummary;
+  stateSummaries(rows: readonly number[], transitionRows?: readonly number[]): StateSummary;
   /** The chunked forward over the span from `initialState` `[N, H, K, V]` (float32), with its exit states. */
   run(initialState: Tensor): { output: Tensor; finalState: Tensor };
 }
@@ -71,35 +73,61 @@ export function prepareSpan(family: SpanFamily, x: SpanInputs, options: unknown)
   const segments = cu.length - 1;
   const H = x.v.shape[2], K = x.q.shape[3];
   const withEmpty = [...cu, T];
-  let cached: StateSummary | undefined;
-  const all = (): StateSummary => {
-    if (cached) return cached;
-    // The bias: every segment from a zero state.
+  // Each pass runs once, when a row first needs it.
+  let biases: Tensor | undefined, transitions: Tensor | undefined;
+  const biasPass = (): Tensor => {
+    if (biases) return biases;
+    // Every segment from a zero state.
     using fromZero = family.forward(x, x.v, { cuSeqlens: withEmpty, options: own });
-    // The transition: from the identity, values zeroed.
+    biases = fromZero.finalState.clone();
+    return biases;
+  };
+  const transitionPass = (): Tensor => {
+    if (transitions) return transitions;
+    // From the identity, values zeroed.
     using zeros = Tensor.zeros([1, T, H, K], { dtype: x.v.dtype, device: x.v.device });
     using eye = identityStates(segments + 1, H, K, x.v.device);
     using fromEye = family.forward(x, zeros, { cuSeqlens: withEmpty, initialState: eye, options: own });
-    cached = summaryOf(fromZero.finalState.clone(), fromEye.finalState.clone());
-    return cached;
+    transitions = fromEye.finalState.clone();
+    return transitions;
+  };
+  const V = x.v.shape[3];
+  const checkRows = (what: string, rows: unknown, count?: number) => {
+    if (!Array.isArray(rows) || !rows.every((r) => Number.isInteger(r) && r >= 0 && r <= segments)) {
+      throw invalidArgument(
+        `${op}: stateSummaries`,
+        `${what}: expected segment indices in [0, ${segments}], got ${rows}`,
+      );
+    }
+    if (count !== undefined && rows.length !== count) {
+      throw invalidArgument(
+        `${op}: stateSummaries`,
+        `${what}: expected ${count} rows (one per row), got ${rows.length}`,
+      );
+    }
   };
   return {
     segments,
-    stateSummaries(rows: readonly number[]): StateSummary {
-      const what = `${op}: stateSummaries`;
-      if (!Array.isArray(rows) || !rows.every((r) => Number.isInteger(r) && r >= 0 && r <= segments)) {
-        throw invalidArgument(what, `rows: expected segment indices in [0, ${segments}], got ${rows}`);
-      }
-      const s = all();
-      return summaryOf(s.bias.indexSelect(0, rows), s.transition.indexSelect(0, rows));
+    stateSummaries(rows: readonly number[], transitionRows: readonly number[] = rows): StateSummary {
+      checkRows("rows", rows);
+      checkRows("transitionRows", transitionRows, rows.length);
+      const device = x.v.device;
+      const bias = rows.some((r) => r < segments)
+        ? biasPass().indexSelect(0, rows)
+        : Tensor.zeros([rows.length, H, K, V], { device });
+      const transition = transitionRows.some((r) => r < segments)
+        ? transitionPass().indexSelect(0, transitionRows)
+        : identityStates(rows.length, H, K, device);
+      return summaryOf(bias, transition);
     },
     run(initialState: Tensor) {
       const r = family.forward(x, x.v, { cuSeqlens: cu, initialState, options: own });
       return { output: r.output, finalState: r.finalState };
     },
     [Symbol.dispose]() {
-      cached?.[Symbol.dispose]();
-      cached = undefined;
+      biases?.dispose();
+      transitions?.dispose();
+      biases = transitions = undefined;
     },
   };
 }

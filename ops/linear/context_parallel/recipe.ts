@@ -201,7 +201,11 @@ async function forwardOf<G extends SpanGradients>(
   let gathered: StateSummary | undefined;
   try {
     {
-      using local = prepared.stateSummaries(rows);
+      // A slot's transition is read only where its segment is not a sequence's first piece.
+      const transitionRows = rows.map((r, f) =>
+        r < N && segs[f].first === segs[f].last && plan.predecessors[f].length > 0 ? r : N
+      );
+      using local = prepared.stateSummaries(rows, transitionRows);
       gathered = await gather(group, local);
     }
     const inputs = x;
@@ -295,7 +299,7 @@ async function backwardOf<G extends SpanGradients>(
   let gathered: StateSummary;
   {
     // c: pass A's entry cotangents (zero for a neutral row); T^T from the prepared span.
-    using forward = prepared.stateSummaries(rows);
+    using forward = prepared.stateSummaries(rows.map(() => N), rows); // the transitions only
     let c: Tensor;
     if (N > 0) {
       using zeroExit = dExit ? undefined : Tensor.zeros([N, H, K, V], { device: x.q.device });
