@@ -266,79 +266,70 @@ for (const variant of [GDN, KDA]) {
 }
 
 deviceTest(
-  "state summaries: a segment's map applied to any entry state equals the float64 oracle from it",
+  "state summaries: a segment's map applied to any entry state equals the run from it (GDN: the float64 oracle)",
   (device) =>
     withSeed((seed) =>
       expectNoLeak(device, () => {
         const dtype = device === "cpu" ? "float32" : "bfloat16";
-        const T = 150, cu = [0, 70, 70, 150];
-        using q = Tensor.randn([1, T, HK, K], { dtype, device, seed });
-        using k = Tensor.randn([1, T, HK, K], { dtype, device, seed: seed + 1 });
-        using v = Tensor.randn([1, T, H, V], { dtype, device, seed: seed + 2 });
-        using g = Tensor.rand([1, T, H], { device, seed: seed + 3, low: -0.2, high: 0 });
-        using beta = Tensor.rand([1, T, H], { device, seed: seed + 4 });
-        using entry = Tensor.randn([3, H, K, V], { device, seed: seed + 5, std: 0.3 });
-        using prepared = chunkGdnPrepare(q, k, v, g, beta, { cuSeqlens: cu, useQkL2norm: true });
-        assert.equal(prepared.segments, 3);
-        using s = prepared.stateSummaries([0, 1, 2]);
-        using exit = mergeState(entry, s);
-        const host = (t: Tensor) => Float64Array.from(t.toArray() as Float32Array);
-        const oracle = deltaRuleReference({
-          B: 1,
-          T,
-          H,
-          HK,
-          K,
-          V,
-          scale: K ** -0.5,
-          l2norm: true,
-          cuSeqlens: cu,
-          q: host(q),
-          k: host(k),
-          v: host(v),
-          g: host(g),
-          beta: host(beta),
-          initialState: host(entry),
-        });
-        using expected = Tensor.from(oracle.finalState, { shape: [3, H, K, V] });
-        const c = compare(exit, expected);
-        assert.ok(c.relRms <= DELTA_RULE_TOLERANCE[dtype].state, `relative RMS ${c.relRms}`);
-        // The empty segment's map is the neutral one, and so is the row past the last segment.
-        using empty = prepared.stateSummaries([1, 3]);
-        using neutral = neutralSummary([2, H], K, V, device);
-        bitwise("empty segment bias", empty.bias, neutral.bias);
-        bitwise("empty segment transition", empty.transition, neutral.transition);
+        const N = CU.length - 1, all = Array.from({ length: N }, (_, i) => i);
+        for (const variant of [GDN, KDA]) {
+          using x = globalInputs(variant, device, dtype, seed);
+          using entry = Tensor.randn([N, H, K, V], { device, seed: seed + 7, std: 0.3 });
+          const prepare = variant === GDN ? chunkGdnPrepare : chunkKdaPrepare;
+          const options = variant === GDN ? { cuSeqlens: CU, useQkL2norm: true } : { cuSeqlens: CU };
+          using prepared = prepare(x.q, x.k, x.v, x.g, x.beta, options);
+          assert.equal(prepared.segments, N);
+          using s = prepared.stateSummaries(all);
+          using exit = mergeState(entry, s);
+          using expected = variant === GDN ? oracleExit(x, entry) : kdaExit(x, entry);
+          const c = compare(exit, expected);
+          assert.ok(
+            c.relRms <= DELTA_RULE_TOLERANCE[dtype].state,
+            `${variant.name}: relative RMS ${c.relRms}`,
+          );
+          // The empty segment's map is the neutral one, and so is the row past the last segment.
+          using empty = prepared.stateSummaries([N - 1, N]);
+          using neutral = neutralSummary([2, H], K, V, device);
+          bitwise(`${variant.name} empty segment bias`, empty.bias, neutral.bias);
+          bitwise(`${variant.name} empty segment transition`, empty.transition, neutral.transition);
+        }
       })
     ),
 );
 
-deviceTest(
-  "state summaries (KDA): a segment's map applied to an entry state equals chunkKda run from it",
-  (device) =>
-    withSeed((seed) =>
-      expectNoLeak(device, () => {
-        const dtype = device === "cpu" ? "float32" : "bfloat16";
-        const T = 150, cu = [0, 70, 70, 150];
-        using q = Tensor.randn([1, T, HK, K], { dtype, device, seed });
-        using k = Tensor.randn([1, T, HK, K], { dtype, device, seed: seed + 1, std: K ** -0.5 });
-        using v = Tensor.randn([1, T, H, V], { dtype, device, seed: seed + 2 });
-        using gate = Tensor.rand([1, T, H, K], { device, seed: seed + 3, low: -0.2, high: 0 });
-        using beta = Tensor.rand([1, T, H], { device, seed: seed + 4 });
-        using entry = Tensor.randn([3, H, K, V], { device, seed: seed + 5, std: 0.3 });
-        using prepared = chunkKdaPrepare(q, k, v, gate, beta, { cuSeqlens: cu });
-        using s = prepared.stateSummaries([0, 1, 2]);
-        using exit = mergeState(entry, s);
-        using run = chunkKda(q, k, v, gate, beta, {
-          layout: "bshd",
-          cuSeqlens: cu,
-          initialState: entry,
-          outputFinalState: true,
-        });
-        const c = compare(exit, run.finalState!);
-        assert.ok(c.relRms <= DELTA_RULE_TOLERANCE[dtype].state, `relative RMS ${c.relRms}`);
-      })
-    ),
-);
+/** The float64 oracle's exit states of Gated DeltaNet over CU from `entry`. */
+function oracleExit(x: Global, entry: Tensor): Tensor {
+  const host = (t: Tensor) => Float64Array.from(t.toArray() as Float32Array);
+  const oracle = deltaRuleReference({
+    B: 1,
+    T: TOTAL,
+    H,
+    HK,
+    K,
+    V,
+    scale: K ** -0.5,
+    l2norm: true,
+    cuSeqlens: CU,
+    q: host(x.q),
+    k: host(x.k),
+    v: host(x.v),
+    g: host(x.g),
+    beta: host(x.beta),
+    initialState: host(entry),
+  });
+  return Tensor.from(oracle.finalState, { shape: entry.shape, device: entry.device });
+}
+
+/** chunkKda's exit states over CU from `entry`. */
+function kdaExit(x: Global, entry: Tensor): Tensor {
+  using run = chunkKda(x.q, x.k, x.v, x.g, x.beta, {
+    layout: "bshd",
+    cuSeqlens: CU,
+    initialState: entry,
+    outputFinalState: true,
+  });
+  return run.finalState!.clone();
+}
 
 Deno.test("state summaries: composition is the map of one run after the other; the neutral one changes nothing", () =>
   expectNoLeak("cpu", () => {

@@ -54,58 +54,54 @@ export interface SpanFamily {
   backward(dOutput: Tensor, x: SpanInputs, call: LocalCall & { dFinalState: Tensor }): SpanGradients;
 }
 
+type Meta = Omit<SpanFamily, "forward" | "backward">;
+// The chunked ops, typed loosely: their option objects are assembled here from checked parts.
+type Call = (...args: never[]) => unknown;
+
+/** A family from its chunked forward `(q, k, v, gate, beta, options)` and backward `(dO, ...same)`. */
+function familyOf(meta: Meta, forward: Call, backward: Call): SpanFamily {
+  const local = (call: LocalCall) => ({
+    ...call.options,
+    layout: "bshd",
+    cuSeqlens: [...call.cuSeqlens],
+    initialState: call.initialState,
+  });
+  const run = forward as (...args: unknown[]) => { output: Tensor; finalState?: Tensor } & Disposable;
+  const grad = backward as (...args: unknown[]) => SpanGradients;
+  return {
+    ...meta,
+    forward(x, values, call) {
+      const r = run(x.q, x.k, values, x.gate, x.beta, { ...local(call), outputFinalState: true });
+      return { output: r.output, finalState: r.finalState!, [Symbol.dispose]: () => r[Symbol.dispose]() };
+    },
+    backward(dOutput, x, call) {
+      return grad(dOutput, x.q, x.k, x.v, x.gate, x.beta, { ...local(call), dFinalState: call.dFinalState });
+    },
+  };
+}
+
 /** Gated DeltaNet (`chunkGatedDeltaRule`): options `scale`, `useQkL2norm`. */
-export const GDN_FAMILY: SpanFamily = {
-  recipe: "contextParallelGdn",
-  prepare: "chunkGdnPrepare",
-  gateName: "g",
-  options: { scale: "number", useQkL2norm: "boolean" },
-  gradients: ["dq", "dk", "dv", "dg", "dbeta"],
-  forward(x, values, call) {
-    const r = chunkGatedDeltaRule(x.q, x.k, values, x.gate, x.beta, {
-      ...call.options,
-      layout: "bshd",
-      cuSeqlens: [...call.cuSeqlens],
-      initialState: call.initialState,
-      outputFinalState: true,
-    });
-    return { output: r.output, finalState: r.finalState!, [Symbol.dispose]: () => r[Symbol.dispose]() };
+export const GDN_FAMILY: SpanFamily = familyOf(
+  {
+    recipe: "contextParallelGdn",
+    prepare: "chunkGdnPrepare",
+    gateName: "g",
+    options: { scale: "number", useQkL2norm: "boolean" },
+    gradients: ["dq", "dk", "dv", "dg", "dbeta"],
   },
-  backward(dOutput, x, call) {
-    return chunkGatedDeltaRuleBackward(dOutput, x.q, x.k, x.v, x.gate, x.beta, {
-      ...call.options,
-      layout: "bshd",
-      cuSeqlens: [...call.cuSeqlens],
-      initialState: call.initialState,
-      dFinalState: call.dFinalState,
-    }) as unknown as SpanGradients;
-  },
-};
+  chunkGatedDeltaRule as Call,
+  chunkGatedDeltaRuleBackward as Call,
+);
 
 /** KDA (`chunkKda`, states in the `"kv"` layout): options `scale`, `fastmath`. */
-export const KDA_FAMILY: SpanFamily = {
-  recipe: "contextParallelKda",
-  prepare: "chunkKdaPrepare",
-  gateName: "gate",
-  options: { scale: "number", fastmath: "boolean" },
-  gradients: ["dq", "dk", "dv", "dgate", "dbeta"],
-  forward(x, values, call) {
-    const r = chunkKda(x.q, x.k, values, x.gate, x.beta, {
-      ...call.options,
-      layout: "bshd",
-      cuSeqlens: [...call.cuSeqlens],
-      initialState: call.initialState,
-      outputFinalState: true,
-    });
-    return { output: r.output, finalState: r.finalState!, [Symbol.dispose]: () => r[Symbol.dispose]() };
+export const KDA_FAMILY: SpanFamily = familyOf(
+  {
+    recipe: "contextParallelKda",
+    prepare: "chunkKdaPrepare",
+    gateName: "gate",
+    options: { scale: "number", fastmath: "boolean" },
+    gradients: ["dq", "dk", "dv", "dgate", "dbeta"],
   },
-  backward(dOutput, x, call) {
-    return chunkKdaBackward(dOutput, x.q, x.k, x.v, x.gate, x.beta, {
-      ...call.options,
-      layout: "bshd",
-      cuSeqlens: [...call.cuSeqlens],
-      initialState: call.initialState,
-      dFinalState: call.dFinalState,
-    }) as unknown as SpanGradients;
-  },
-};
+  chunkKda as Call,
+  chunkKdaBackward as Call,
+);
