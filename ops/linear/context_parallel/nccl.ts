@@ -245,7 +245,15 @@ export class NcclGroup implements Communicator, Disposable {
     }
     const nccl = load(op, o.library);
     // NVLink multicast stays off unless asked for (it reserves memory on every GPU of the node).
-    if (Deno.env.get("NCCL_NVLS_ENABLE") === undefined) Deno.env.set("NCCL_NVLS_ENABLE", "0");
+    try {
+      if (Deno.env.get("NCCL_NVLS_ENABLE") === undefined) Deno.env.set("NCCL_NVLS_ENABLE", "0");
+    } catch (e) {
+      throw new AttnkitError(
+        "INVALID_ARGUMENT",
+        op,
+        `setting NCCL_NVLS_ENABLE needs --allow-env (${(e as Error).message})`,
+      );
+    }
     unwrap(native().ak_cuda_set_current(device.index), op);
     const comm = new BigUint64Array(1);
     check(
