@@ -499,3 +499,94 @@ deviceTest(
       })
     ),
 );
+
+deviceTest(
+  "context parallel routing: with caps, and copied in from another layout (a replay), it runs that layout",
+  (device) =>
+    withSeed((seed) =>
+      expectNoLeak(device, async () => {
+        using x = globalInputs(GDN, device, "float32", seed);
+        // Two tables with the same span length per rank (192 and 193 tokens).
+        const contiguous: Fragment[][] = [[[0, 192]], [[192, TOTAL]]];
+        const zigzag: Fragment[][] = [[[0, 96], [289, TOTAL]], [[96, 192], [192, 289]]];
+        const caps = { slots: 3, maxSubsequences: 6 };
+        const groups = SimulatedGroup.create(2);
+        const ranks = await Promise.all(groups.map(async (group) => {
+          const first = ContextParallelPlan.fromFragments(CU, contiguous, group.rank);
+          const next = ContextParallelPlan.fromFragments(CU, zigzag, group.rank);
+          using captured = first.routing(device, caps);
+          using fresh = next.routing(device, caps);
+          captured.copyFrom(fresh); // what a captured graph would read on its next replay
+          using ids = next.globalTokenIds(device);
+          using q = x.q.indexSelect(1, ids), k = x.k.indexSelect(1, ids), v = x.v.indexSelect(1, ids);
+          using g = x.g.indexSelect(1, ids), beta = x.beta.indexSelect(1, ids), dO = x.dO.indexSelect(1, ids);
+          const options = { group, useQkL2norm: true };
+          using viaRouting = await contextParallelGdn(q, k, v, g, beta, { ...options, routing: captured });
+          using viaPlan = await contextParallelGdn(q, k, v, g, beta, { ...options, plan: next });
+          const N = next.subsequences.length;
+          assert.deepEqual(viaRouting.exitStates.shape, [caps.maxSubsequences, H, K, V]);
+          bitwise("output", viaRouting.output, viaPlan.output);
+          using head = viaRouting.exitStates.indexSelect(0, [...Array(N).keys()]);
+          bitwise("exit states", head, viaPlan.exitStates);
+          using padding = viaRouting.exitStates.indexSelect(0, [N, caps.maxSubsequences - 1]);
+          using zeros = Tensor.zeros(padding.shape, { device });
+          assert.equal(
+            compare(padding, zeros).maxAbs,
+            0,
+            "padding rows stay zero",
+          );
+          using gr = await viaRouting.backward(dO);
+          using gp = await viaPlan.backward(dO);
+          for (const key of ["dq", "dk", "dv", "dg", "dbeta"]) {
+            const c = compare(gr[key]!, gp[key]!);
+            assert.ok(c.relRms <= 1e-6, `${key}: relative RMS ${c.relRms}`);
+          }
+          return N;
+        }));
+        assert.deepEqual(ranks, [4, 3]);
+      })
+    ),
+);
+
+Deno.test("context parallel routing: caps below the layout, layouts that do not fit, and ambiguous options are refused", async () => {
+  const plan = ContextParallelPlan.fromFragments(CU, LAYOUTS["zig-zag, 2 ranks (the seed's table)"], 0);
+  refuses(() => plan.routing("cpu", { slots: 1 }), /options.slots: expected an integer >= 2/);
+  refuses(
+    () => plan.routing("cpu", { maxSubsequences: 1 }),
+    /options.maxSubsequences: expected an integer >= 4/,
+  );
+  using capped = plan.routing("cpu", { slots: 2, maxSubsequences: 5 });
+  using other = plan.routing("cpu", { slots: 2, maxSubsequences: 6 });
+  refuses(() => capped.copyFrom(other), /maxSubsequences 6, this routing's is 5/);
+  using eager = plan.routing("cpu");
+  using full = ContextParallelPlan.fromFragments(CU, [[[0, 96], [288, TOTAL]], [[96, 288]]], 0).routing(
+    "cpu",
+  );
+  refuses(() => eager.copyFrom(full), /span length|steps|needs the/);
+  const [group] = SimulatedGroup.create(2);
+  using x = Tensor.randn([1, plan.spanLength, 1, 8]);
+  using g = Tensor.rand([1, plan.spanLength, 1], { low: -0.1, high: 0 });
+  await assert.rejects(
+    contextParallelGdn(x, x, x, g, g, { plan, routing: eager, group }),
+    /expected a plan or a routing \(one of the two\)/,
+  );
+  await assert.rejects(contextParallelGdn(x, x, x, g, g, { group } as never), /expected a plan or a routing/);
+});
+
+Deno.test("SimulatedGroup: ranks that disagree on a call's shape all fail, the late ones too (no rank waits forever)", async () => {
+  const ranks = SimulatedGroup.create(3);
+  using a = Tensor.zeros([2]), b = Tensor.zeros([3]);
+  const calls = [ranks[0].allGather(a), ranks[1].allGather(b), ranks[2].allGather(a)];
+  const outcomes = await Promise.allSettled(calls);
+  assert.deepEqual(outcomes.map((o) => o.status), ["rejected", "rejected", "rejected"]);
+  for (const o of outcomes) {
+    assert.match(
+      ((o as PromiseRejectedResult).reason as Error).message,
+      /rank 1 gave \[3\] where another rank gave \[2\]/,
+    );
+  }
+  // The next call of the group works again.
+  const next = await Promise.all(ranks.map((r) => r.allGather(a)));
+  assert.deepEqual(next[2].shape, [3, 2]);
+  next.forEach((t) => t.dispose());
+});

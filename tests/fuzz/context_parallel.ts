@@ -39,14 +39,21 @@ async function runAll(scope: Scope, rng: Rng, cu: number[], rows: ak.Fragment[][
   const g = scope.rand(kda ? [1, total, H, K] : [1, total, H], rng.int(0, 999), -0.3, 0);
   const beta = scope.rand([1, total, H], rng.int(0, 999));
   const groups = ak.SimulatedGroup.create(rows.length);
+  const viaRouting = rng.chance(0.5);
   const outputs = await Promise.all(groups.map(async (group) => {
     const plan = ak.ContextParallelPlan.fromFragments(cu, rows, group.rank);
     using ids = plan.globalTokenIds(scope.device);
     using sq = q.indexSelect(1, ids), sk = k.indexSelect(1, ids), sv = v.indexSelect(1, ids);
     using sg = g.indexSelect(1, ids), sb = beta.indexSelect(1, ids);
+    // Half the runs through routings with caps (what a captured graph reads; the same caps on every
+    // rank), half through the plans.
+    using routing = viaRouting
+      ? plan.routing(scope.device, { slots: plan.slots + 1, maxSubsequences: plan.subsequences.length + 1 })
+      : undefined;
+    const layout = routing ? { routing } : { plan };
     using r = kda
-      ? await ak.contextParallelKda(sq, sk, sv, sg, sb, { plan, group, fastmath: rng.chance(0.5) })
-      : await ak.contextParallelGdn(sq, sk, sv, sg, sb, { plan, group, useQkL2norm: rng.chance(0.5) });
+      ? await ak.contextParallelKda(sq, sk, sv, sg, sb, { ...layout, group, fastmath: rng.chance(0.5) })
+      : await ak.contextParallelGdn(sq, sk, sv, sg, sb, { ...layout, group, useQkL2norm: rng.chance(0.5) });
     if (backward) {
       using grads = await r.backward(sv);
       return scope.keep(grads.dk.clone());
@@ -118,7 +125,7 @@ export function contextParallelCases(rng: Rng, scope: Scope, bad: boolean): Case
   }
   const x = scope.randn([1, 8, 1, 8], "float32", 7);
   const g = scope.rand([1, 8, 1], 8, -0.2, 0);
-  switch (rng.int(0, 9)) {
+  switch (rng.int(0, 10)) {
     case 0:
       return invalid(
         "fragments that overlap or leave a gap",
@@ -155,6 +162,31 @@ export function contextParallelCases(rng: Rng, scope: Scope, bad: boolean): Case
           rng.chance(0.5)
             ? ak.chunkGdnPrepare(scope.randn([2, 8, 1, 8], "float32", 1), x, x, g, g)
             : ak.chunkGdnPrepare(x, x, x, g, g, { cuSeqlens: [0, 5] }),
+      );
+    case 9:
+      return invalid(
+        "routing caps below the layout, a copy from another layout, or a plan and a routing",
+        () => {
+          const plan = ak.ContextParallelPlan.fromFragments([0, 8], [[[0, 4]], [[4, 8]]], 0);
+          switch (rng.int(0, 2)) {
+            case 0:
+              return plan.routing(scope.device, rng.pick([{ slots: 0 }, { maxSubsequences: 0 }]));
+            case 1: {
+              using a = plan.routing(scope.device, { maxSubsequences: 2 });
+              using b = plan.routing(scope.device, { maxSubsequences: 3 });
+              return ak.ContextParallelRouting.prototype.copyFrom.call(
+                a,
+                rng.chance(0.5) ? b : ({} as never),
+              );
+            }
+            default: {
+              using routing = plan.routing(scope.device);
+              const group = ak.SimulatedGroup.create(2)[0];
+              const xs = scope.keep(x.slice(1, 0, 4)), gs = scope.keep(g.slice(1, 0, 4));
+              return ak.contextParallelGdn(xs, xs, xs, gs, gs, { plan, routing, group });
+            }
+          }
+        },
       );
     case 5:
       return invalid("a group that is not the plan's", () => {

@@ -27,6 +27,8 @@ interface Round {
   parts: (Float32Array | undefined)[];
   shape: readonly number[];
   dtype: string;
+  /** Set when two ranks disagreed: every rank's call of this round fails with it, late ones too. */
+  error?: AttnkitError;
   waiting: { rank: number; device: string; settle: (t: Tensor) => void; fail: (e: unknown) => void }[];
 }
 
@@ -78,14 +80,16 @@ export class SimulatedGroup {
       waiting: [],
     };
     return new Promise<Tensor>((settle, fail) => {
-      if (round.shape.join() !== tensor.shape.join()) {
-        const e = invalidArgument(
+      if (!round.error && round.shape.join() !== tensor.shape.join()) {
+        round.error = invalidArgument(
           op,
           `tensor: rank ${rank} gave [${tensor.shape}] where another rank gave [${round.shape}] (call ${index})`,
         );
-        for (const w of round.waiting) w.fail(e);
+        for (const w of round.waiting) w.fail(round.error);
         round.waiting = [];
-        fail(e);
+      }
+      if (round.error) {
+        fail(round.error);
         return;
       }
       round.parts[rank] = tensor.toArray() as Float32Array;

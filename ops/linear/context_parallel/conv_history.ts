@@ -13,7 +13,7 @@ import { invalidArgument } from "../../../ffi/errors.ts";
 import { checkOptions } from "../../args.ts";
 import { expectTensor } from "../../checks.ts";
 import { Tensor } from "../../tensor.ts";
-import { where } from "../../tensor_math/elementwise.ts";
+import { withZeroRow } from "./rows.ts";
 import type { Communicator } from "./communicator.ts";
 import { ContextParallelPlan } from "./plan.ts";
 
@@ -215,17 +215,4 @@ export async function contextParallelConvHistory(
       history.dispose();
     },
   };
-}
-
-/** `t` `[R, C]` with a zero row appended, `[R + 1, C]` (the row that "nothing" indices point at). */
-function withZeroRow(t: Tensor): Tensor {
-  const [R, C] = t.shape;
-  if (R === 0) return Tensor.zeros([1, C], { dtype: t.dtype, device: t.device });
-  using picked = t.indexSelect(0, Array.from({ length: R + 1 }, (_, i) => Math.min(i, R - 1)));
-  using mask = Tensor.from(Array.from({ length: R + 1 }, (_, i) => (i < R ? 1 : 0)), {
-    shape: [R + 1, 1],
-    device: t.device,
-  });
-  using keep = mask.gt(0);
-  return where(keep, picked, 0);
 }

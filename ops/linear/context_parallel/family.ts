@@ -24,7 +24,8 @@ export interface SpanInputs {
 
 /** The local calls' shared options: offsets, and the variant's own options. */
 export interface LocalCall {
-  cuSeqlens: readonly number[];
+  /** Host offsets, or an int32 device tensor (read on the device only). */
+  cuSeqlens: readonly number[] | Tensor;
   initialState?: Tensor;
   options: Record<string, unknown>;
 }
@@ -63,7 +64,7 @@ function familyOf(meta: Meta, forward: Call, backward: Call): SpanFamily {
   const local = (call: LocalCall) => ({
     ...call.options,
     layout: "bshd",
-    cuSeqlens: [...call.cuSeqlens],
+    cuSeqlens: Array.isArray(call.cuSeqlens) ? [...call.cuSeqlens] : call.cuSeqlens,
     initialState: call.initialState,
   });
   const run = forward as (...args: unknown[]) => { output: Tensor; finalState?: Tensor } & Disposable;

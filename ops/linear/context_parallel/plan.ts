@@ -11,7 +11,9 @@
  * @module
  */
 import { invalidArgument } from "../../../ffi/errors.ts";
+import { checkOptions } from "../../args.ts";
 import { Tensor } from "../../tensor.ts";
+import { ContextParallelRouting, type RoutingOptions } from "./routing.ts";
 
 /** A half-open global token range `[start, stop)`. */
 export type Fragment = readonly [start: number, stop: number];
@@ -232,6 +234,33 @@ export class ContextParallelPlan {
       const mine = this.subsequences.flatMap((s, i) => (s.fragment === f ? [i] : []));
       return mine.length ? { first: mine[0], last: mine[mine.length - 1] } : { first: -1, last: -1 };
     });
+  }
+
+  /**
+   * This layout as fixed-shape device tensors for the recipes (`options.routing`). With caps (`slots`,
+   * `maxSubsequences`: the most this loader will ever need), every layout with this span length gives
+   * tensors of the same shapes, so one captured graph serves them all (copy each new layout's routing
+   * into the captured one with `copyFrom`).
+   */
+  routing(device = "cpu", options: RoutingOptions = {}): ContextParallelRouting {
+    const op = "ContextParallelPlan.routing";
+    const o = checkOptions<RoutingOptions>(op, options, { slots: "integer", maxSubsequences: "integer" });
+    const N = this.subsequences.length;
+    const slots = o.slots ?? this.slots, M = o.maxSubsequences ?? N;
+    if (!Number.isInteger(slots) || slots < this.slots) {
+      throw invalidArgument(
+        op,
+        `options.slots: expected an integer >= ${this.slots} (this table's), got ${slots}`,
+      );
+    }
+    if (!Number.isInteger(M) || M < N) {
+      throw invalidArgument(
+        op,
+        `options.maxSubsequences: expected an integer >= ${N} (this span's), got ${M}`,
+      );
+    }
+    const capped = o.slots !== undefined || o.maxSubsequences !== undefined;
+    return new ContextParallelRouting(this, device, slots, M, capped);
   }
 
   /**

@@ -50,6 +50,79 @@ export interface PreparedSpan extends Disposable {
   run(initialState: Tensor): { output: Tensor; finalState: Tensor };
 }
 
+/** The offsets a span's passes and run use: host numbers, or int32 device tensors. */
+export interface SpanOffsets {
+  /** `[segments + 2]`: the segments, then at least one empty one (its summary is the neutral one). */
+  passes: readonly number[] | Tensor;
+  /** `[segments + 1]`: what the span runs with. */
+  run: readonly number[] | Tensor;
+  /** Segments (the neutral row's index). */
+  segments: number;
+}
+
+/** A span whose summaries are asked for by rows (host numbers or int64 device tensors). */
+export interface OpenSpan extends Disposable {
+  /** Rows of the biases and transitions; a pass that is off gives zeros / identities without running. */
+  summaries(
+    rows: readonly number[] | Tensor,
+    transitionRows: readonly number[] | Tensor,
+    passes: { bias: boolean; transition: boolean },
+  ): StateSummary;
+  /** The chunked forward over the span from `initialState`, with its exit states. */
+  run(initialState: Tensor): { output: Tensor; finalState: Tensor };
+}
+
+/** Opens a span whose inputs and offsets the caller checked. */
+export function openSpan(
+  family: SpanFamily,
+  x: SpanInputs,
+  own: Record<string, unknown>,
+  offsets: SpanOffsets,
+): OpenSpan {
+  const T = x.q.shape[1], H = x.v.shape[2], K = x.q.shape[3], V = x.v.shape[3];
+  const count = offsets.segments + 1;
+  // Each pass runs once, when a row first needs it.
+  let biases: Tensor | undefined, transitions: Tensor | undefined;
+  const biasPass = (): Tensor => {
+    if (biases) return biases;
+    // Every segment from a zero state.
+    using fromZero = family.forward(x, x.v, { cuSeqlens: offsets.passes, options: own });
+    biases = fromZero.finalState.clone();
+    return biases;
+  };
+  const transitionPass = (): Tensor => {
+    if (transitions) return transitions;
+    // From the identity, values zeroed.
+    using zeros = Tensor.zeros([1, T, H, K], { dtype: x.v.dtype, device: x.v.device });
+    using eye = identityStates(count, H, K, x.v.device);
+    using fromEye = family.forward(x, zeros, { cuSeqlens: offsets.passes, initialState: eye, options: own });
+    transitions = fromEye.finalState.clone();
+    return transitions;
+  };
+  const length = (r: readonly number[] | Tensor) => (Array.isArray(r) ? r.length : (r as Tensor).shape[0]);
+  return {
+    summaries(rows, transitionRows, passes) {
+      const device = x.v.device;
+      const bias = passes.bias
+        ? biasPass().indexSelect(0, rows)
+        : Tensor.zeros([length(rows), H, K, V], { device });
+      const transition = passes.transition
+        ? transitionPass().indexSelect(0, transitionRows)
+        : identityStates(length(transitionRows), H, K, device);
+      return summaryOf(bias, transition);
+    },
+    run(initialState: Tensor) {
+      const r = family.forward(x, x.v, { cuSeqlens: offsets.run, initialState, options: own });
+      return { output: r.output, finalState: r.finalState };
+    },
+    [Symbol.dispose]() {
+      biases?.dispose();
+      transitions?.dispose();
+      biases = transitions = undefined;
+    },
+  };
+}
+
 /** Checks a span's inputs and prepares it for `family`. */
 export function prepareSpan(family: SpanFamily, x: SpanInputs, options: unknown): PreparedSpan {
   const op = family.prepare;
@@ -58,40 +131,14 @@ export function prepareSpan(family: SpanFamily, x: SpanInputs, options: unknown)
     cuSeqlens: "any",
   });
   const { cuSeqlens, ...own } = o;
-  for (const [name, t] of [["q", x.q], ["k", x.k], ["v", x.v], [family.gateName, x.gate], ["beta", x.beta]]) {
-    expectTensor(op, name as string, t);
-    if ((t as Tensor).shape[0] !== 1) {
-      throw invalidArgument(op, `${name}: expected batch 1 (one packed span), got [${(t as Tensor).shape}]`);
-    }
-  }
-  if (x.v.ndim !== 4 || x.q.ndim !== 4) throw invalidArgument(op, `q, v: expected [1, T, heads, dim] (bshd)`);
+  checkSpanInputs(op, family, x);
   const T = x.q.shape[1];
   const cu = cuSeqlens ?? [0, T];
   if (!Array.isArray(cu) || cu.length < 1 || cu[0] !== 0 || cu[cu.length - 1] !== T) {
     throw invalidArgument(op, `options.cuSeqlens: expected host offsets from 0 to ${T}, got ${cu}`);
   }
   const segments = cu.length - 1;
-  const H = x.v.shape[2], K = x.q.shape[3];
-  const withEmpty = [...cu, T];
-  // Each pass runs once, when a row first needs it.
-  let biases: Tensor | undefined, transitions: Tensor | undefined;
-  const biasPass = (): Tensor => {
-    if (biases) return biases;
-    // Every segment from a zero state.
-    using fromZero = family.forward(x, x.v, { cuSeqlens: withEmpty, options: own });
-    biases = fromZero.finalState.clone();
-    return biases;
-  };
-  const transitionPass = (): Tensor => {
-    if (transitions) return transitions;
-    // From the identity, values zeroed.
-    using zeros = Tensor.zeros([1, T, H, K], { dtype: x.v.dtype, device: x.v.device });
-    using eye = identityStates(segments + 1, H, K, x.v.device);
-    using fromEye = family.forward(x, zeros, { cuSeqlens: withEmpty, initialState: eye, options: own });
-    transitions = fromEye.finalState.clone();
-    return transitions;
-  };
-  const V = x.v.shape[3];
+  const span = openSpan(family, x, own, { passes: [...cu, T], run: cu, segments });
   const checkRows = (what: string, rows: unknown, count?: number) => {
     if (!Array.isArray(rows) || !rows.every((r) => Number.isInteger(r) && r >= 0 && r <= segments)) {
       throw invalidArgument(
@@ -111,25 +158,25 @@ export function prepareSpan(family: SpanFamily, x: SpanInputs, options: unknown)
     stateSummaries(rows: readonly number[], transitionRows: readonly number[] = rows): StateSummary {
       checkRows("rows", rows);
       checkRows("transitionRows", transitionRows, rows.length);
-      const device = x.v.device;
-      const bias = rows.some((r) => r < segments)
-        ? biasPass().indexSelect(0, rows)
-        : Tensor.zeros([rows.length, H, K, V], { device });
-      const transition = transitionRows.some((r) => r < segments)
-        ? transitionPass().indexSelect(0, transitionRows)
-        : identityStates(rows.length, H, K, device);
-      return summaryOf(bias, transition);
+      return span.summaries(rows, transitionRows, {
+        bias: rows.some((r) => r < segments),
+        transition: transitionRows.some((r) => r < segments),
+      });
     },
-    run(initialState: Tensor) {
-      const r = family.forward(x, x.v, { cuSeqlens: cu, initialState, options: own });
-      return { output: r.output, finalState: r.finalState };
-    },
-    [Symbol.dispose]() {
-      biases?.dispose();
-      transitions?.dispose();
-      biases = transitions = undefined;
-    },
+    run: (initialState: Tensor) => span.run(initialState),
+    [Symbol.dispose]: () => span[Symbol.dispose](),
   };
+}
+
+/** Checks q, k, v, the gate and beta: `bshd` tensors of batch 1. */
+export function checkSpanInputs(op: string, family: SpanFamily, x: SpanInputs): void {
+  for (const [name, t] of [["q", x.q], ["k", x.k], ["v", x.v], [family.gateName, x.gate], ["beta", x.beta]]) {
+    expectTensor(op, name as string, t);
+    if ((t as Tensor).shape[0] !== 1) {
+      throw invalidArgument(op, `${name}: expected batch 1 (one packed span), got [${(t as Tensor).shape}]`);
+    }
+  }
+  if (x.v.ndim !== 4 || x.q.ndim !== 4) throw invalidArgument(op, `q, v: expected [1, T, heads, dim] (bshd)`);
 }
 
 /**

@@ -15,14 +15,21 @@ import { Tensor } from "../../tensor.ts";
 import type { Communicator } from "./communicator.ts";
 import { GDN_FAMILY, KDA_FAMILY, type SpanFamily, type SpanGradients, type SpanInputs } from "./family.ts";
 import { ContextParallelPlan } from "./plan.ts";
-import { type PreparedSpan, prepareSpan } from "./prepare.ts";
+import { checkSpanInputs, type OpenSpan, openSpan } from "./prepare.ts";
+import { ContextParallelRouting } from "./routing.ts";
+import { withZeroRow } from "./rows.ts";
 import { type StateSummary, summaryOf } from "./summaries.ts";
 
-/** Where a context-parallel call runs: this rank's plan and communicator. */
+/** Where a context-parallel call runs: this rank's layout (a plan, or its routing) and communicator. */
 export interface ContextParallelLayout {
-  /** This rank's plan (`ContextParallelPlan.fromFragments`). */
-  plan: ContextParallelPlan;
-  /** This rank's communicator; its rank and world must be the plan's. */
+  /** This rank's plan (`ContextParallelPlan.fromFragments`); eager calls. */
+  plan?: ContextParallelPlan;
+  /**
+   * Or its routing (`plan.routing(device, caps)`), which the caller keeps: what a captured graph reads, so
+   * that copying another layout's routing into it before a replay runs that layout.
+   */
+  routing?: ContextParallelRouting;
+  /** This rank's communicator; its rank and world must be the layout's. */
   group: Communicator;
 }
 
@@ -47,8 +54,9 @@ export interface ContextParallelResult<G extends SpanGradients = SpanGradients> 
   /** The span's output, `[1, spanLength, H, V]`. */
   output: Tensor;
   /**
-   * The exit state of every span segment, `[N, H, K, V]` float32; those at `plan.terminal` are their
-   * sequences' final states, the others the states another piece continued from.
+   * The exit state of every span segment, `[N, H, K, V]` float32 (N: the routing's `maxSubsequences`,
+   * padding rows zero); those at `plan.terminal` (`routing.terminal`) are their sequences' final states,
+   * the others the states another piece continued from.
    */
   exitStates: Tensor;
   /** The state each segment started from, `[N, H, K, V]` float32 (zero where a sequence starts). */
@@ -89,56 +97,77 @@ export interface ContextParallelKdaGradients extends SpanGradients {
   dbeta: Tensor;
 }
 
-/** Checks the options of a recipe call: the layout (plan and group agree) and the variant's own. */
-function checkLayout(
-  family: SpanFamily,
-  options: unknown,
-): { layout: ContextParallelLayout; own: Record<string, unknown> } {
+interface Layout {
+  routing: ContextParallelRouting;
+  /** Built here from a plan: disposed with the result. */
+  owned: boolean;
+  group: Communicator;
+  own: Record<string, unknown>;
+}
+
+/** Checks the options of a recipe call (a plan or a routing, and a group that agrees) and the inputs. */
+function checkLayout(family: SpanFamily, options: unknown, x: SpanInputs): Layout {
   const op = family.recipe;
   const o = checkOptions<ContextParallelLayout & Record<string, unknown>>(op, options, {
     ...family.options,
     plan: "object",
+    routing: "object",
     group: "object",
   });
-  const { plan, group, ...own } = o;
-  if (!(plan instanceof ContextParallelPlan)) {
+  const { plan, routing, group, ...own } = o;
+  if ((plan === undefined) === (routing === undefined)) {
+    throw invalidArgument(op, "options: expected a plan or a routing (one of the two)");
+  }
+  if (plan !== undefined && !(plan instanceof ContextParallelPlan)) {
     throw invalidArgument(
       op,
       "options.plan: expected a ContextParallelPlan (ContextParallelPlan.fromFragments)",
     );
   }
+  if (routing !== undefined && !(routing instanceof ContextParallelRouting)) {
+    throw invalidArgument(op, "options.routing: expected a ContextParallelRouting (plan.routing(device))");
+  }
+  const layout = (plan ?? routing)!;
   if (!group || typeof group.allGather !== "function") {
     throw invalidArgument(op, "options.group: expected a Communicator { rank, world, allGather }");
   }
-  if (group.world !== plan.world || group.rank !== plan.cpRank) {
+  if (group.world !== layout.world || group.rank !== layout.cpRank) {
     throw invalidArgument(
       op,
-      `options.group: rank ${group.rank} of ${group.world}, but the plan is rank ${plan.cpRank} of ${plan.world}`,
+      `options.group: rank ${group.rank} of ${group.world}, but the ${
+        plan ? "plan" : "routing"
+      } is rank ${layout.cpRank} of ${layout.world}`,
     );
   }
-  return { layout: { plan, group }, own };
+  checkSpanInputs(op, family, x);
+  checkSpan(op, layout.spanLength, { q: x.q, k: x.k, v: x.v, [family.gateName]: x.gate, beta: x.beta });
+  if (routing && routing.cuSeqlens.device !== x.q.device) {
+    throw invalidArgument(op, `options.routing: on ${routing.cuSeqlens.device}, the inputs on ${x.q.device}`);
+  }
+  return { routing: routing ?? plan!.routing(x.q.device), owned: !routing, group, own };
 }
 
-/** Checks that the tensors are one span of the plan: `bshd`, batch 1, `spanLength` tokens. */
-function checkSpan(op: string, plan: ContextParallelPlan, inputs: Record<string, unknown>): void {
+/** Checks that the tensors are one span: `bshd`, batch 1, `spanLength` tokens. */
+function checkSpan(op: string, spanLength: number, inputs: Record<string, unknown>): void {
   for (const [name, t] of Object.entries(inputs)) {
     const x = expectTensor(op, name, t);
-    if (x.ndim < 3 || x.shape[0] !== 1 || x.shape[1] !== plan.spanLength) {
+    if (x.ndim < 3 || x.shape[0] !== 1 || x.shape[1] !== spanLength) {
       throw invalidArgument(
         op,
-        `${name}: expected [1, ${plan.spanLength}, ...] (this rank's span, bshd), got [${x.shape}]`,
+        `${name}: expected [1, ${spanLength}, ...] (this rank's span, bshd), got [${x.shape}]`,
       );
     }
   }
 }
 
 /**
- * Folds gathered slots into each local segment's state: for step j, segment i applies the slot
- * `rows[j][i]` (flat `rank * width + slot`); rows point at a neutral slot where a segment has no more.
+ * Folds gathered slots into each segment's state: step j applies to segment i the flat slot
+ * `fold[j][i]` (the neutral slot where a segment has no more), `state = T state + b`.
  */
-function foldSlots(gathered: StateSummary, rows: readonly number[][], start: Tensor): Tensor {
+function foldSlots(gathered: StateSummary, fold: Tensor, start: Tensor): Tensor {
   let state = start.clone();
-  for (const row of rows) {
+  for (let j = 0; j < fold.shape[0]; j++) {
+    using row = fold.select(0, j);
     using t = gathered.transition.indexSelect(0, row);
     using b = gathered.bias.indexSelect(0, row);
     using moved = t.matmul(state);
@@ -164,85 +193,54 @@ async function gather(group: Communicator, local: StateSummary): Promise<StateSu
   }
 }
 
-/** For each fold step, each segment's slot: `pick(segment)` lists its slots (none: the neutral one). */
-function foldRows(
-  plan: ContextParallelPlan,
-  pick: (segment: number) => readonly { rank: number; fragment: number }[],
-): number[][] {
-  const width = plan.slots + 1, N = plan.subsequences.length;
-  const lists = Array.from({ length: N }, (_, i) => pick(i));
-  const steps = Math.max(0, ...lists.map((l) => l.length));
-  return Array.from(
-    { length: steps },
-    (_, j) => lists.map((l) => (l[j] ? l[j].rank * width + l[j].fragment : plan.slots)),
-  );
-}
-
 async function forwardOf<G extends SpanGradients>(
   family: SpanFamily,
   x: SpanInputs,
   options: unknown,
 ): Promise<ContextParallelResult<G>> {
-  const op = family.recipe;
-  const { layout, own } = checkLayout(family, options);
-  const { plan, group } = layout;
-  checkSpan(op, plan, { q: x.q, k: x.k, v: x.v, [family.gateName]: x.gate, beta: x.beta });
-  const N = plan.subsequences.length, H = x.v.shape[2], K = x.q.shape[3], V = x.v.shape[3];
-  const width = plan.slots + 1; // every rank's slots and one neutral slot after them
+  const layout = checkLayout(family, options, x);
+  const { routing, group, own } = layout;
+  const M = routing.maxSubsequences, H = x.v.shape[2], K = x.q.shape[3], V = x.v.shape[3];
+  const offsets = { passes: routing.cuSeqlens, run: routing.runCuSeqlens, segments: M };
   // Kept by the result: the backward reads its segments' transitions.
-  const prepared = prepareSpan(family, x, { ...own, cuSeqlens: plan.cuSeqlens });
+  const span = openSpan(family, x, own, offsets);
   let kept = false;
-  // Forward slots: a fragment's last subsequence when its sequence continues after it.
-  const segs = plan.fragmentSegments();
-  const rows = Array.from({ length: width }, (_, f) => {
-    const s = segs[f];
-    return s && s.last >= 0 && plan.successors[f].length > 0 ? s.last : N;
-  });
   let gathered: StateSummary | undefined;
   try {
     {
-      // A slot's transition is read only where its segment is not a sequence's first piece.
-      const transitionRows = rows.map((r, f) =>
-        r < N && segs[f].first === segs[f].last && plan.predecessors[f].length > 0 ? r : N
-      );
-      using local = prepared.stateSummaries(rows, transitionRows);
+      using local = span.summaries(routing.forwardRows, routing.forwardTransitionRows, routing.passes);
       gathered = await gather(group, local);
     }
-    const inputs = x;
-    if (N === 0) {
+    if (M === 0) {
       const empty = Tensor.zeros([1, 0, H, V], { dtype: x.q.dtype, device: x.q.device });
       const none = () => Tensor.zeros([0, H, K, V], { device: x.q.device });
       kept = true;
-      return result(family, layout, own, inputs, prepared, empty, none(), none());
+      return result(family, layout, x, span, empty, none(), none());
     }
-    // Entry states: a fragment's first subsequence folds the fragment's predecessors; others start at 0.
-    const firstOf = new Map(segs.flatMap((s, f) => (s.first >= 0 ? [[s.first, f] as const] : [])));
-    const fold = foldRows(plan, (i) => {
-      const f = firstOf.get(i);
-      return f === undefined ? [] : plan.predecessors[f];
-    });
-    using zero = Tensor.zeros([N, H, K, V], { device: x.q.device });
-    const entry = foldSlots(gathered, fold, zero);
+    using zero = Tensor.zeros([M, H, K, V], { device: x.q.device });
+    const entry = foldSlots(gathered, routing.entryFold, zero);
     try {
-      const run = prepared.run(entry);
+      const run = span.run(entry);
       kept = true;
-      return result(family, layout, own, inputs, prepared, run.output, run.finalState, entry);
+      return result(family, layout, x, span, run.output, run.finalState, entry);
     } catch (e) {
       entry.dispose();
       throw e;
     }
   } finally {
     gathered?.[Symbol.dispose]();
-    if (!kept) prepared[Symbol.dispose]();
+    if (!kept) {
+      span[Symbol.dispose]();
+      if (layout.owned) routing[Symbol.dispose]();
+    }
   }
 }
 
 function result<G extends SpanGradients>(
   family: SpanFamily,
-  layout: ContextParallelLayout,
-  own: Record<string, unknown>,
+  layout: Layout,
   inputs: SpanInputs,
-  prepared: PreparedSpan,
+  span: OpenSpan,
   output: Tensor,
   exitStates: Tensor,
   entryStates: Tensor,
@@ -252,9 +250,10 @@ function result<G extends SpanGradients>(
     exitStates,
     entryStates,
     backward: (dOutput, options) =>
-      backwardOf<G>(family, layout, own, inputs, prepared, entryStates, dOutput, options),
+      backwardOf<G>(family, layout, inputs, span, entryStates, dOutput, options),
     [Symbol.dispose]() {
-      prepared[Symbol.dispose]();
+      span[Symbol.dispose]();
+      if (layout.owned) layout.routing[Symbol.dispose]();
       output.dispose();
       exitStates.dispose();
       entryStates.dispose();
@@ -271,57 +270,50 @@ function result<G extends SpanGradients>(
  */
 async function backwardOf<G extends SpanGradients>(
   family: SpanFamily,
-  layout: ContextParallelLayout,
-  own: Record<string, unknown>,
+  layout: Layout,
   x: SpanInputs,
-  prepared: PreparedSpan,
+  span: OpenSpan,
   entry: Tensor,
   dOutput: Tensor,
   options: { dExitStates?: Tensor } = {},
 ): Promise<G> {
   const op = `${family.recipe}.backward`;
   const opts = checkOptions<{ dExitStates?: Tensor }>(op, options, { dExitStates: "any" });
-  const { plan, group } = layout;
-  checkSpan(op, plan, { dOutput });
-  const N = plan.subsequences.length, H = x.v.shape[2], K = x.q.shape[3], V = x.v.shape[3];
+  const { routing, group, own } = layout;
+  checkSpan(op, routing.spanLength, { dOutput });
+  const M = routing.maxSubsequences, H = x.v.shape[2], K = x.q.shape[3], V = x.v.shape[3];
+  const width = routing.slots + 1;
   const dExit = opts.dExitStates ? expectTensor(op, "options.dExitStates", opts.dExitStates) : undefined;
-  if (dExit && dExit.shape.join() !== [N, H, K, V].join()) {
-    throw invalidArgument(op, `options.dExitStates: expected [${[N, H, K, V]}], got [${dExit.shape}]`);
+  if (dExit && dExit.shape.join() !== [M, H, K, V].join()) {
+    throw invalidArgument(op, `options.dExitStates: expected [${[M, H, K, V]}], got [${dExit.shape}]`);
   }
-  const width = plan.slots + 1;
-  const segs = plan.fragmentSegments();
-  const call = { cuSeqlens: plan.cuSeqlens, initialState: entry, options: own };
-  // Reverse slots: a fragment's first subsequence when its sequence began before it.
-  const rows = Array.from({ length: width }, (_, f) => {
-    const s = segs[f];
-    return s && s.first >= 0 && plan.predecessors[f].length > 0 ? s.first : N;
-  });
+  const call = { cuSeqlens: routing.runCuSeqlens, initialState: entry, options: own };
   let gathered: StateSummary;
   {
-    // c: pass A's entry cotangents (zero for a neutral row); T^T from the prepared span.
-    using forward = prepared.stateSummaries(rows.map(() => N), rows); // the transitions only
+    // c: pass A's entry cotangents (zero for a neutral row); T^T of the reverse slots' segments.
     let c: Tensor;
-    if (N > 0) {
-      using zeroExit = dExit ? undefined : Tensor.zeros([N, H, K, V], { device: x.q.device });
+    if (M > 0) {
+      using zeroExit = dExit ? undefined : Tensor.zeros([M, H, K, V], { device: x.q.device });
       using passA = family.backward(dOutput, x, { ...call, dFinalState: (dExit ?? zeroExit)! });
-      c = rowsOrZero(passA.dInitialState!, rows, N);
+      using flat = passA.dInitialState!.reshape([M, H * K * V]);
+      using padded = withZeroRow(flat);
+      using picked = padded.indexSelect(0, routing.reverseRows);
+      c = picked.reshape([width, H, K, V]);
     } else {
       c = Tensor.zeros([width, H, K, V], { device: x.q.device });
     }
+    using forward = span.summaries(routing.reverseRows, routing.reverseRows, {
+      bias: false,
+      transition: routing.passes.reverse,
+    });
     using transposed = forward.transition.transpose(-2, -1);
     using reverse = summaryOf(c, transposed.clone());
     gathered = await gather(group, reverse);
   }
   try {
-    if (N === 0) return emptyGradients(family, x) as G;
-    // Exit cotangents from later pieces: a fragment's last subsequence folds its successors.
-    const lastOf = new Map(segs.flatMap((s, f) => (s.last >= 0 ? [[s.last, f] as const] : [])));
-    const fold = foldRows(plan, (i) => {
-      const f = lastOf.get(i);
-      return f === undefined ? [] : plan.successors[f];
-    });
-    using zero = Tensor.zeros([N, H, K, V], { device: x.q.device });
-    using fromLater = foldSlots(gathered, fold, zero);
+    if (M === 0) return emptyGradients(family, x) as G;
+    using zero = Tensor.zeros([M, H, K, V], { device: x.q.device });
+    using fromLater = foldSlots(gathered, routing.exitFold, zero);
     using total = dExit ? fromLater.add(dExit) : fromLater.clone();
     const grads = family.backward(dOutput, x, { ...call, dFinalState: total });
     // The entry states' cotangent went to the ranks that own the earlier pieces, through the exchange.
@@ -330,16 +322,6 @@ async function backwardOf<G extends SpanGradients>(
   } finally {
     gathered[Symbol.dispose]();
   }
-}
-
-/** Rows `rows` of `t` `[N, ...]`, a zero row where a row is N. */
-function rowsOrZero(t: Tensor, rows: readonly number[], N: number): Tensor {
-  using picked = t.indexSelect(0, rows.map((r) => Math.min(r, N - 1)));
-  using mask = Tensor.from(rows.map((r) => (r < N ? 1 : 0)), {
-    shape: [rows.length, 1, 1, 1],
-    device: t.device,
-  });
-  return picked.mul(mask);
 }
 
 /** A gradients object owning the named tensors. */

@@ -1,0 +1,192 @@
+/**
+ * A plan's layout as device tensors, the only thing the recipes read while they run: span offsets,
+ * each gather slot's summary row, and the fold steps of every segment's entry state and exit cotangent.
+ * Built with caps (`slots`, `maxSubsequences`), every tensor's shape depends only on the caps, the
+ * world and the span length, so a CUDA graph captured around a recipe replays for another layout once
+ * that layout's routing is copied into the captured one (`copyFrom`).
+ *
+ * Index conventions: summaries are computed for `maxSubsequences + 1` segments, the last one always
+ * empty (its summary is the neutral one; padding segments are empty too); a slot's flat index in the
+ * gathered buffers is `rank * (slots + 1) + fragment`, and `slots` (rank 0's extra slot) is neutral.
+ *
+ * @module
+ */
+import { invalidArgument } from "../../../ffi/errors.ts";
+import { Tensor } from "../../tensor.ts";
+import type { ContextParallelPlan } from "./plan.ts";
+
+/** Options of `ContextParallelPlan.routing`. */
+export interface RoutingOptions {
+  /** Gather slots per rank the routing has room for (default: this table's most fragments on a rank). */
+  slots?: number;
+  /** Span segments it has room for (default: this span's count). */
+  maxSubsequences?: number;
+}
+
+/** Which summary passes a routing's recipe runs (a pass no slot reads is skipped). */
+export interface RoutingPasses {
+  /** Biases of the forward slots. */
+  readonly bias: boolean;
+  /** Transitions of the forward slots. */
+  readonly transition: boolean;
+  /** Transitions of the reverse slots (the backward). */
+  readonly reverse: boolean;
+}
+
+/**
+ * One layout of a plan as fixed-shape device tensors (`plan.routing(device, caps)`); the recipes take it
+ * as `options.routing`. Disposing it frees the tensors.
+ *
+ * @example
+ * ```ts
+ * import { ContextParallelPlan } from "@attnkit/attnkit";
+ * const plan = ContextParallelPlan.fromFragments([0, 100], [[[0, 50]], [[50, 100]]], 1);
+ * using routing = plan.routing("cpu", { slots: 2, maxSubsequences: 3 });
+ * console.log(routing.entryFold.shape); // [3, 3]: world * slots - 1 steps, a column per segment
+ * ```
+ */
+export class ContextParallelRouting implements Disposable {
+  /** int32 `[maxSubsequences + 2]`: the span's offsets, padded with its length (the last segment empty). */
+  readonly cuSeqlens: Tensor;
+  /** int32 `[maxSubsequences + 1]`: the offsets the span runs with (its segments and empty padding). */
+  readonly runCuSeqlens: Tensor;
+  /** int64 `[slots + 1]`: each forward slot's segment (its fragment's last subsequence), or the neutral row. */
+  readonly forwardRows: Tensor;
+  /** int64 `[slots + 1]`: whose transition each forward slot carries (the identity where none is read). */
+  readonly forwardTransitionRows: Tensor;
+  /** int64 `[slots + 1]`: each reverse slot's segment (its fragment's first subsequence), or the neutral row. */
+  readonly reverseRows: Tensor;
+  /** int64 `[steps, maxSubsequences]`: the flat slots each segment's entry state folds, in token order. */
+  readonly entryFold: Tensor;
+  /** int64 `[steps, maxSubsequences]`: the flat slots each segment's exit cotangent folds, last piece first. */
+  readonly exitFold: Tensor;
+  /** bool `[maxSubsequences]`: segments that end their sequence (their exit states are final states). */
+  readonly terminal: Tensor;
+
+  /** @internal Use `plan.routing`. */
+  constructor(
+    plan: ContextParallelPlan,
+    device: string,
+    /** Slots per rank. */
+    readonly slots: number,
+    /** Span segments. */
+    readonly maxSubsequences: number,
+    /** Built with caps: every pass runs and the fold takes world * slots - 1 steps (any layout fits). */
+    capped: boolean,
+  ) {
+    const M = maxSubsequences, S = slots, width = S + 1, N = plan.subsequences.length;
+    this.world = plan.world;
+    this.cpRank = plan.cpRank;
+    this.spanLength = plan.spanLength;
+    const offsets = [...plan.cuSeqlens];
+    while (offsets.length < M + 2) offsets.push(plan.spanLength);
+    const segs = plan.fragmentSegments();
+    const slot = (pick: (f: number) => number) =>
+      Array.from({ length: width }, (_, f) => (f < segs.length ? pick(f) : M));
+    const forward = slot((f) => (segs[f].last >= 0 && plan.successors[f].length > 0 ? segs[f].last : M));
+    const forwardT = forward.map((r, f) =>
+      r < M && segs[f].first === segs[f].last && plan.predecessors[f].length > 0 ? r : M
+    );
+    const reverse = slot((f) => (segs[f].first >= 0 && plan.predecessors[f].length > 0 ? segs[f].first : M));
+    const steps = capped
+      ? Math.max(0, plan.world * S - 1)
+      : Math.max(0, ...plan.predecessors.map((p) => p.length), ...plan.successors.map((p) => p.length));
+    // Which passes run: with caps all of them (another layout may need any), else those a slot reads.
+    this.passes = capped ? { bias: true, transition: true, reverse: true } : {
+      bias: forward.some((r) => r < M),
+      transition: forwardT.some((r) => r < M),
+      reverse: reverse.some((r) => r < M),
+    };
+    const fold = (
+      pickFragment: (i: number) => number | undefined,
+      lists: readonly (readonly { rank: number; fragment: number }[])[],
+    ) => {
+      const out = new BigInt64Array(steps * M).fill(BigInt(S));
+      for (let i = 0; i < N; i++) {
+        const f = pickFragment(i);
+        if (f === undefined) continue;
+        lists[f].forEach((p, j) => (out[j * M + i] = BigInt(p.rank * width + p.fragment)));
+      }
+      return out;
+    };
+    const firstOf = new Map(segs.flatMap((s, f) => (s.first >= 0 ? [[s.first, f] as const] : [])));
+    const lastOf = new Map(segs.flatMap((s, f) => (s.last >= 0 ? [[s.last, f] as const] : [])));
+    const int64 = (values: ArrayLike<number | bigint>, shape: number[]) =>
+      Tensor.from(BigInt64Array.from(values as ArrayLike<number>, (v) => BigInt(v)), { shape, device });
+    this.cuSeqlens = Tensor.from(Int32Array.from(offsets), { device });
+    this.runCuSeqlens = Tensor.from(Int32Array.from(offsets.slice(0, M + 1)), { device });
+    this.forwardRows = int64(forward, [width]);
+    this.forwardTransitionRows = int64(forwardT, [width]);
+    this.reverseRows = int64(reverse, [width]);
+    this.entryFold = Tensor.from(fold((i) => firstOf.get(i), plan.predecessors), {
+      shape: [steps, M],
+      device,
+    });
+    this.exitFold = Tensor.from(fold((i) => lastOf.get(i), plan.successors), { shape: [steps, M], device });
+    const terminal = new Array<number>(M).fill(0);
+    for (const i of plan.terminal) terminal[i] = 1;
+    using t = Tensor.from(terminal, { shape: [M], device });
+    this.terminal = t.gt(0);
+  }
+
+  /** Ranks in the group. */
+  readonly world: number;
+  /** This rank. */
+  readonly cpRank: number;
+  /** Tokens in this rank's span. */
+  readonly spanLength: number;
+  /** Which summary passes the recipes run with this routing. */
+  readonly passes: RoutingPasses;
+
+  /** The fold steps: world * slots - 1 with caps, else the most predecessors or successors of a fragment. */
+  get steps(): number {
+    return this.entryFold.shape[0];
+  }
+
+  /**
+   * Replaces this routing's values with another layout's (same world, rank, span length, caps and
+   * passes), in place: what a captured graph reads next replay. Update only between whole
+   * forward / backward steps.
+   */
+  copyFrom(other: ContextParallelRouting): this {
+    const op = "ContextParallelRouting.copyFrom";
+    if (!(other instanceof ContextParallelRouting)) {
+      throw invalidArgument(op, "other: expected a ContextParallelRouting");
+    }
+    const same = (what: string, a: unknown, b: unknown) => {
+      if (a !== b) throw invalidArgument(op, `other: ${what} ${b}, this routing's is ${a}`);
+    };
+    same("world", this.world, other.world);
+    same("rank", this.cpRank, other.cpRank);
+    same("span length", this.spanLength, other.spanLength);
+    same("slots", this.slots, other.slots);
+    same("maxSubsequences", this.maxSubsequences, other.maxSubsequences);
+    same("steps", this.steps, other.steps);
+    for (const k of ["bias", "transition", "reverse"] as const) {
+      if (other.passes[k] && !this.passes[k]) {
+        throw invalidArgument(
+          op,
+          `other: needs the ${k} pass, which this routing skips (build it with caps)`,
+        );
+      }
+    }
+    for (const key of TENSORS) this[key].copyFrom(other[key]);
+    return this;
+  }
+
+  /** Frees the tensors. */
+  [Symbol.dispose](): void {
+    for (const key of TENSORS) this[key].dispose();
+  }
+}
+
+const TENSORS = [
+  "cuSeqlens",
+  "runCuSeqlens",
+  "forwardRows",
+  "forwardTransitionRows",
+  "reverseRows",
+  "entryFold",
+  "exitFold",
+  "terminal",
+] as const;
