@@ -239,8 +239,8 @@ export class ContextParallelPlan {
   /**
    * This layout as fixed-shape device tensors for the recipes (`options.routing`). With caps (`slots`,
    * `maxSubsequences`: the most this loader will ever need), every layout with this span length gives
-   * tensors of the same shapes, so one captured graph serves them all (copy each new layout's routing
-   * into the captured one with `copyFrom`).
+   * tensors of the same shapes, so one routing serves them all (copy each new layout's into it with
+   * `copyFrom`).
    */
   routing(device = "cpu", options: RoutingOptions = {}): ContextParallelRouting {
     const op = "ContextParallelPlan.routing";

@@ -25,8 +25,8 @@ export interface ContextParallelLayout {
   /** This rank's plan (`ContextParallelPlan.fromFragments`); eager calls. */
   plan?: ContextParallelPlan;
   /**
-   * Or its routing (`plan.routing(device, caps)`), which the caller keeps: what a captured graph reads, so
-   * that copying another layout's routing into it before a replay runs that layout.
+   * Or its routing (`plan.routing(device, caps)`), which the caller keeps: the layout as fixed-shape
+   * device tensors, so that another layout copied into it runs as that layout.
    */
   routing?: ContextParallelRouting;
   /** This rank's communicator; its rank and world must be the layout's. */

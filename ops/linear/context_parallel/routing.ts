@@ -2,8 +2,9 @@
  * A plan's layout as device tensors, the only thing the recipes read while they run: span offsets,
  * each gather slot's summary row, and the fold steps of every segment's entry state and exit cotangent.
  * Built with caps (`slots`, `maxSubsequences`), every tensor's shape depends only on the caps, the
- * world and the span length, so a CUDA graph captured around a recipe replays for another layout once
- * that layout's routing is copied into the captured one (`copyFrom`).
+ * world and the span length, so one set of tensors serves every layout within them (`copyFrom` writes
+ * another layout's values in place): the form graph replay needs, once the packed chunked ops can be
+ * captured (they plan from host offsets today).
  *
  * Index conventions: summaries are computed for `maxSubsequences + 1` segments, the last one always
  * empty (its summary is the neutral one; padding segments are empty too); a slot's flat index in the
@@ -145,7 +146,7 @@ export class ContextParallelRouting implements Disposable {
 
   /**
    * Replaces this routing's values with another layout's (same world, rank, span length, caps and
-   * passes), in place: what a captured graph reads next replay. Update only between whole
+   * passes), in place: the next call with this routing runs that layout. Update only between whole
    * forward / backward steps.
    */
   copyFrom(other: ContextParallelRouting): this {
