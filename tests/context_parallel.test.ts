@@ -15,6 +15,8 @@ import {
   chunkKdaBackward,
   chunkKdaPrepare,
   compare,
+  composeEntryStates,
+  composeExitCotangents,
   composeSummaries,
   contextParallelConvHistory,
   contextParallelGdn,
@@ -589,4 +591,37 @@ Deno.test("SimulatedGroup: ranks that disagree on a call's shape all fail, the l
   const next = await Promise.all(ranks.map((r) => r.allGather(a)));
   assert.deepEqual(next[2].shape, [3, 2]);
   next.forEach((t) => t.dispose());
+});
+
+Deno.test("composeEntryStates: your own exchange around the prepared spans gives the recipe's entry states", async () => {
+  using x = globalInputs(GDN, "cpu", "float32", 11);
+  const fragments = LAYOUTS["8 ranks, cuts off the chunk grid"];
+  const groups = SimulatedGroup.create(fragments.length);
+  await Promise.all(groups.map(async (group) => {
+    const plan = ContextParallelPlan.fromFragments(CU, fragments, group.rank);
+    using routing = plan.routing();
+    using ids = plan.globalTokenIds();
+    using q = x.q.indexSelect(1, ids), k = x.k.indexSelect(1, ids), v = x.v.indexSelect(1, ids);
+    using g = x.g.indexSelect(1, ids), beta = x.beta.indexSelect(1, ids);
+    // The recipe's own exchange, then the same by hand: the routing's slot rows, an all-gather, the fold.
+    using r = await contextParallelGdn(q, k, v, g, beta, { plan, group, useQkL2norm: true });
+    using prepared = chunkGdnPrepare(q, k, v, g, beta, { cuSeqlens: plan.cuSeqlens, useQkL2norm: true });
+    const rows = Array.from(routing.forwardRows.toArray() as BigInt64Array, Number);
+    const transitionRows = Array.from(routing.forwardTransitionRows.toArray() as BigInt64Array, Number);
+    using local = prepared.stateSummaries(rows, transitionRows);
+    using bias = await group.allGather(local.bias);
+    using transition = await group.allGather(local.transition);
+    using entry = composeEntryStates({ bias, transition, [Symbol.dispose]() {} }, routing);
+    bitwise(`rank ${group.rank} entry states`, entry, r.entryStates);
+    using later = composeExitCotangents({ bias, transition, [Symbol.dispose]() {} }, routing);
+    assert.deepEqual(later.shape, r.exitStates.shape);
+    refuses(
+      () =>
+        composeEntryStates(
+          { bias: local.bias, transition: local.transition, [Symbol.dispose]() {} },
+          routing,
+        ),
+      /gathered.bias: expected \[8, 2, H, K, V\]/,
+    );
+  }));
 });

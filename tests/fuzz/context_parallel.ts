@@ -93,9 +93,13 @@ export function contextParallelCases(rng: Rng, scope: Scope, bad: boolean): Case
   if (!bad) {
     switch (rng.int(0, 4)) {
       case 0:
-        return valid("plan", () => {
+        return valid("plan, routing and the folds of neutral summaries", () => {
           const plan = ak.ContextParallelPlan.fromFragments(cu, rows, rng.int(0, world - 1));
-          return scope.keep(plan.globalTokenIds(scope.device));
+          scope.keep(plan.globalTokenIds(scope.device));
+          using routing = plan.routing(scope.device, rng.chance(0.5) ? {} : { slots: plan.slots + 1 });
+          using gathered = ak.neutralSummary([world, routing.slots + 1, 1], 4, 3, scope.device);
+          scope.keep(ak.composeExitCotangents(gathered, routing));
+          return scope.keep(ak.composeEntryStates(gathered, routing));
         });
       case 1:
         return valid("summary algebra", () => {

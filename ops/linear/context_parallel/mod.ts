@@ -35,3 +35,4 @@ export { composeSummaries, mergeState, neutralSummary, type StateSummary } from 
 export { contextParallelConvHistory, type ConvHistory, type ConvHistoryOptions } from "./conv_history.ts";
 export { NcclGroup, type NcclGroupOptions, ncclUniqueId, shareNcclId } from "./nccl.ts";
 export { ContextParallelRouting, type RoutingOptions, type RoutingPasses } from "./routing.ts";
+export { composeEntryStates, composeExitCotangents } from "./compose.ts";

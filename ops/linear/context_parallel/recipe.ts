@@ -14,6 +14,7 @@ import { expectTensor } from "../../checks.ts";
 import { Tensor } from "../../tensor.ts";
 import type { Communicator } from "./communicator.ts";
 import { GDN_FAMILY, KDA_FAMILY, type SpanFamily, type SpanGradients, type SpanInputs } from "./family.ts";
+import { foldSlots } from "./compose.ts";
 import { ContextParallelPlan } from "./plan.ts";
 import { checkSpanInputs, type OpenSpan, openSpan } from "./prepare.ts";
 import { ContextParallelRouting } from "./routing.ts";
@@ -158,23 +159,6 @@ function checkSpan(op: string, spanLength: number, inputs: Record<string, unknow
       );
     }
   }
-}
-
-/**
- * Folds gathered slots into each segment's state: step j applies to segment i the flat slot
- * `fold[j][i]` (the neutral slot where a segment has no more), `state = T state + b`.
- */
-function foldSlots(gathered: StateSummary, fold: Tensor, start: Tensor): Tensor {
-  let state = start.clone();
-  for (let j = 0; j < fold.shape[0]; j++) {
-    using row = fold.select(0, j);
-    using t = gathered.transition.indexSelect(0, row);
-    using b = gathered.bias.indexSelect(0, row);
-    using moved = t.matmul(state);
-    state.dispose();
-    state = moved.add(b);
-  }
-  return state;
 }
 
 /** Gathers a local `[width, H, K, *]` summary from every rank as `[world * width, H, K, *]`. */
