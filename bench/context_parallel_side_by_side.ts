@@ -97,15 +97,15 @@ async function rankTimes(group: Communicator, world: number) {
   for (const t of Object.values(x)) t.dispose();
   const o = { routing, group, useQkL2norm: true };
   const fwd = await time(async () => {
-    using r = await contextParallelGdn(span.q, span.k, span.v, span.g, span.beta, o);
+    (await contextParallelGdn(span.q, span.k, span.v, span.g, span.beta, o))[Symbol.dispose]();
   });
   const fwdbwd = await time(async () => {
     using r = await contextParallelGdn(span.q, span.k, span.v, span.g, span.beta, o);
-    using grads = await r.backward(span.dO);
+    (await r.backward(span.dO))[Symbol.dispose]();
   });
   using summary = Tensor.zeros([2, H, D, 2 * D], { device });
   const gather = await time(async () => {
-    using all = await group.allGather(summary);
+    (await group.allGather(summary)).dispose();
   });
   for (const t of Object.values(span)) t.dispose();
   return { fwd, fwdbwd, gather };
@@ -114,12 +114,10 @@ async function rankTimes(group: Communicator, world: number) {
 async function singleTimes() {
   const x = inputs();
   const o = { layout: "bshd", useQkL2norm: true } as const;
-  const fwd = await time(() => {
-    using r = chunkGatedDeltaRule(x.q, x.k, x.v, x.g, x.beta, o);
-  });
+  const fwd = await time(() => chunkGatedDeltaRule(x.q, x.k, x.v, x.g, x.beta, o)[Symbol.dispose]());
   const fwdbwd = await time(() => {
     using r = chunkGatedDeltaRule(x.q, x.k, x.v, x.g, x.beta, o);
-    using grads = r.backward(x.dO);
+    r.backward(x.dO)[Symbol.dispose]();
   });
   for (const t of Object.values(x)) t.dispose();
   return { fwd, fwdbwd };
