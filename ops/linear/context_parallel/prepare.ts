@@ -235,9 +235,13 @@ export function chunkKdaPrepare(
   return prepareSpan(KDA_FAMILY, { q, k, v, gate, beta }, options);
 }
 
-/** `count` x `H` identity matrices `[count, H, K, K]`, float32. */
+/** `count` x `H` identity matrices `[count, H, K, K]`, float32, formed on the device. */
 export function identityStates(count: number, H: number, K: number, device: string): Tensor {
-  const eye = new Float32Array(count * H * K * K);
-  for (let m = 0; m < count * H; m++) for (let i = 0; i < K; i++) eye[(m * K + i) * K + i] = 1;
-  return Tensor.from(eye, { shape: [count, H, K, K], device });
+  using index = Tensor.arange(0, K, 1, { dtype: "int32", device });
+  using rows = index.reshape([K, 1]);
+  using columns = index.reshape([1, K]);
+  using same = rows.eq(columns);
+  using eye = same.cast("float32");
+  using all = eye.broadcastTo([count, H, K, K]);
+  return all.clone();
 }

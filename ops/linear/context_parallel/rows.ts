@@ -6,11 +6,11 @@ import { where } from "../../tensor_math/elementwise.ts";
 export function withZeroRow(t: Tensor): Tensor {
   const [R, C] = t.shape;
   if (R === 0) return Tensor.zeros([1, C], { dtype: t.dtype, device: t.device });
-  using picked = t.indexSelect(0, Array.from({ length: R + 1 }, (_, i) => Math.min(i, R - 1)));
-  using mask = Tensor.from(Array.from({ length: R + 1 }, (_, i) => (i < R ? 1 : 0)), {
-    shape: [R + 1, 1],
-    device: t.device,
-  });
-  using keep = mask.gt(0);
+  // Formed on the device: rows 0..R-1 then R-1 again, and a mask that keeps all but the last.
+  using index = Tensor.arange(0, R + 1, 1, { dtype: "int64", device: t.device });
+  using rows = index.minimum(R - 1);
+  using picked = t.indexSelect(0, rows);
+  using last = index.lt(R);
+  using keep = last.reshape([R + 1, 1]);
   return where(keep, picked, 0);
 }
