@@ -52,7 +52,7 @@ import {
 } from "./sweep_tables.ts";
 
 // `--device cpu` runs the tool itself on a machine without a GPU (tiny shapes; CPU plans name no kernels).
-const device = Deno.args.includes("--device") ? Deno.args[Deno.args.indexOf("--device") + 1] : "cuda";
+let device = "cuda";
 
 /** The op's call on fresh inputs, and its output (for the comparison). */
 function makeOp(op: string, s: Record<string, number | boolean>): { run: () => Tensor; dispose: () => void } {
@@ -198,6 +198,7 @@ if (import.meta.main) {
       device: { type: "string", default: "cuda" },
     },
   });
+  device = values.device!;
   const iterations = Number(values.iterations);
   if (!Number.isInteger(iterations) || iterations < 1) {
     throw new Error("--iterations: expected an integer >= 1");

@@ -23,6 +23,29 @@ export interface Communicator {
   allGather(tensor: Tensor): Promise<Tensor>;
 }
 
+/**
+ * Checks that `group` is a communicator of the layout's rank and world (`what` names the layout:
+ * "plan" or "routing").
+ */
+export function checkGroup(
+  op: string,
+  group: unknown,
+  layout: { world: number; cpRank: number },
+  what: string,
+): Communicator {
+  const g = group as Communicator | undefined;
+  if (!g || typeof g.allGather !== "function") {
+    throw invalidArgument(op, "options.group: expected a Communicator { rank, world, allGather }");
+  }
+  if (g.world !== layout.world || g.rank !== layout.cpRank) {
+    throw invalidArgument(
+      op,
+      `options.group: rank ${g.rank} of ${g.world}, but the ${what} is rank ${layout.cpRank} of ${layout.world}`,
+    );
+  }
+  return g;
+}
+
 interface Round {
   parts: (Float32Array | undefined)[];
   shape: readonly number[];

@@ -11,11 +11,12 @@ import { ContextParallelRouting } from "./routing.ts";
 import { checkSummary, type StateSummary } from "./summaries.ts";
 
 /**
- * Folds gathered slots into each segment's state: step j applies to segment i the flat slot
+ * Folds gathered slots into each segment's state, from zero: step j applies to segment i the flat slot
  * `fold[j][i]` (the neutral slot where a segment has no more), `state = T state + b`.
  */
-export function foldSlots(gathered: StateSummary, fold: Tensor, start: Tensor): Tensor {
-  let state = start.clone();
+export function foldSlots(gathered: StateSummary, fold: Tensor): Tensor {
+  const [, H, K, V] = gathered.bias.shape;
+  let state = Tensor.zeros([fold.shape[1], H, K, V], { device: gathered.bias.device });
   for (let j = 0; j < fold.shape[0]; j++) {
     using row = fold.select(0, j);
     using t = gathered.transition.indexSelect(0, row);
@@ -43,8 +44,7 @@ function fold(op: string, gathered: StateSummary, routing: ContextParallelRoutin
   const [, , H, K, V] = bias.shape;
   using flatBias = bias.reshape([routing.world * width, H, K, V]);
   using flatTransition = transition.reshape([routing.world * width, H, K, K]);
-  using zero = Tensor.zeros([routing.maxSubsequences, H, K, V], { device: bias.device });
-  return foldSlots({ bias: flatBias, transition: flatTransition, [Symbol.dispose]() {} }, steps, zero);
+  return foldSlots({ bias: flatBias, transition: flatTransition, [Symbol.dispose]() {} }, steps);
 }
 
 /**

@@ -14,7 +14,7 @@ import { checkOptions } from "../../args.ts";
 import { expectTensor } from "../../checks.ts";
 import { Tensor } from "../../tensor.ts";
 import { withZeroRow } from "./rows.ts";
-import type { Communicator } from "./communicator.ts";
+import { checkGroup, type Communicator } from "./communicator.ts";
 import { ContextParallelPlan } from "./plan.ts";
 
 /** Options of {@link contextParallelConvHistory}. */
@@ -38,13 +38,6 @@ export interface ConvHistory extends Disposable {
   backward(dHistory: Tensor): Promise<Tensor>;
 }
 
-/** Where each history row of one rank comes from: a flat gathered tail row, or -1 (zero). */
-interface Source {
-  rank: number;
-  segment: number;
-  position: number;
-}
-
 /** Every rank's plan, and for each of its segments' history positions the (slot, tail row) it reads. */
 function layoutOf(plan: ContextParallelPlan, history: number) {
   const plans = plan.table.map((_, r) =>
@@ -52,24 +45,23 @@ function layoutOf(plan: ContextParallelPlan, history: number) {
   );
   const width = plan.slots + 1;
   // Each slot's tail: the last `history` tokens of its fragment's last subsequence, right-aligned.
-  const tailLength = plans.map((p) =>
+  const tailPiece = plans.map((p) =>
     p.fragmentSegments().map((s) => (s.last >= 0 ? p.subsequences[s.last] : undefined))
   );
   const tailRow = (rank: number, fragment: number, position: number) =>
     (rank * width + fragment) * history + position;
   // For rank r's segment i at history position q: the tail row it reads, or -1.
   const reads = plans.map((p) => {
-    const firstOf = new Map(
-      p.fragmentSegments().flatMap((s, f) => (s.first >= 0 ? [[s.first, f] as const] : [])),
-    );
-    return p.subsequences.map((_, i) => {
-      const f = firstOf.get(i);
+    const segments = p.fragmentSegments();
+    return p.subsequences.map((sub, i) => {
+      const f = sub.fragment;
       const rows = new Array<number>(history).fill(-1);
-      if (f === undefined) return rows;
+      // Only a fragment's first subsequence continues a sequence from elsewhere.
+      if (segments[f].first !== i) return rows;
       // Walk the predecessors back from the nearest, filling positions from the newest.
       let q = history - 1;
       for (const slot of [...p.predecessors[f]].reverse()) {
-        const piece = tailLength[slot.rank][slot.fragment]!;
+        const piece = tailPiece[slot.rank][slot.fragment]!;
         const take = Math.min(piece.stop - piece.start, q + 1);
         for (let j = 0; j < take; j++) rows[q - j] = tailRow(slot.rank, slot.fragment, history - 1 - j);
         q -= take;
@@ -78,7 +70,7 @@ function layoutOf(plan: ContextParallelPlan, history: number) {
       return rows;
     });
   });
-  return { plans, width, tailLength, reads };
+  return { plans, width, tailPiece, reads };
 }
 
 /**
@@ -116,15 +108,7 @@ export async function contextParallelConvHistory(
       "options.plan: expected a ContextParallelPlan (ContextParallelPlan.fromFragments)",
     );
   }
-  if (
-    !group || typeof group.allGather !== "function" || group.world !== plan.world ||
-    group.rank !== plan.cpRank
-  ) {
-    throw invalidArgument(
-      op,
-      `options.group: expected the communicator of rank ${plan.cpRank} of ${plan.world}`,
-    );
-  }
+  checkGroup(op, group, plan, "plan");
   if (!Number.isInteger(o.width) || o.width < 1) {
     throw invalidArgument(op, `options.width: expected an integer >= 1, got ${o.width}`);
   }
@@ -133,13 +117,13 @@ export async function contextParallelConvHistory(
     throw invalidArgument(op, `x: expected [1, ${plan.spanLength}, C] (this rank's span), got [${x.shape}]`);
   }
   const W1 = o.width - 1, C = x.shape[2], T = plan.spanLength, N = plan.subsequences.length;
-  const { plans, width, tailLength, reads } = layoutOf(plan, W1);
+  const { plans, width, tailPiece, reads } = layoutOf(plan, W1);
   const me = plan.cpRank;
   // This rank's tails, [width, W - 1, C]: span token of each position, or T (a zero row).
   const tokenOf: number[] = [];
   const mySegments = plan.fragmentSegments();
   for (let f = 0; f < width; f++) {
-    const piece = f < plan.fragments.length ? tailLength[me][f] : undefined;
+    const piece = f < plan.fragments.length ? tailPiece[me][f] : undefined;
     const stop = piece ? plan.cuSeqlens[mySegments[f].last + 1] : 0;
     const len = piece ? piece.stop - piece.start : 0;
     for (let q = 0; q < W1; q++) {

@@ -207,6 +207,7 @@ export interface NcclGroupOptions {
 export class NcclGroup implements Communicator, Disposable {
   #comm: Deno.PointerValue;
   readonly #nccl: Nccl;
+  readonly #index: number;
 
   private constructor(
     nccl: Nccl,
@@ -217,9 +218,11 @@ export class NcclGroup implements Communicator, Disposable {
     readonly world: number,
     /** The GPU the group runs on. */
     readonly device: string,
+    index: number,
   ) {
     this.#nccl = nccl;
     this.#comm = comm;
+    this.#index = index;
   }
 
   /** Joins the group (blocks until every rank has called it). */
@@ -262,7 +265,14 @@ export class NcclGroup implements Communicator, Disposable {
       "ncclCommInitRank",
       nccl.ncclCommInitRank(new Uint8Array(comm.buffer), o.world, id, o.rank),
     );
-    return new NcclGroup(nccl, Deno.UnsafePointer.create(comm[0]), o.rank, o.world, device.name);
+    return new NcclGroup(
+      nccl,
+      Deno.UnsafePointer.create(comm[0]),
+      o.rank,
+      o.world,
+      device.name,
+      device.index,
+    );
   }
 
   /** Every rank's float32 tensor stacked, `[world, ...shape]`, on this rank's GPU (stream-ordered). */
@@ -282,7 +292,7 @@ export class NcclGroup implements Communicator, Disposable {
       if (send.numel > 0) {
         const stream = new BigUint64Array(1);
         unwrap(
-          native().ak_cuda_stream(parseDevice(this.device, op).index, new Uint8Array(stream.buffer)),
+          native().ak_cuda_stream(this.#index, new Uint8Array(stream.buffer)),
           op,
         );
         const status = this.#nccl.ncclAllGather(

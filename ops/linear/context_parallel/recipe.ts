@@ -12,7 +12,7 @@ import { invalidArgument } from "../../../ffi/errors.ts";
 import { checkOptions } from "../../args.ts";
 import { expectTensor } from "../../checks.ts";
 import { Tensor } from "../../tensor.ts";
-import type { Communicator } from "./communicator.ts";
+import { checkGroup, type Communicator } from "./communicator.ts";
 import { GDN_FAMILY, KDA_FAMILY, type SpanFamily, type SpanGradients, type SpanInputs } from "./family.ts";
 import { foldSlots } from "./compose.ts";
 import { ContextParallelPlan } from "./plan.ts";
@@ -129,17 +129,7 @@ function checkLayout(family: SpanFamily, options: unknown, x: SpanInputs): Layou
     throw invalidArgument(op, "options.routing: expected a ContextParallelRouting (plan.routing(device))");
   }
   const layout = (plan ?? routing)!;
-  if (!group || typeof group.allGather !== "function") {
-    throw invalidArgument(op, "options.group: expected a Communicator { rank, world, allGather }");
-  }
-  if (group.world !== layout.world || group.rank !== layout.cpRank) {
-    throw invalidArgument(
-      op,
-      `options.group: rank ${group.rank} of ${group.world}, but the ${
-        plan ? "plan" : "routing"
-      } is rank ${layout.cpRank} of ${layout.world}`,
-    );
-  }
+  checkGroup(op, group, layout, plan ? "plan" : "routing");
   checkSpanInputs(op, family, x);
   checkSpan(op, layout.spanLength, { q: x.q, k: x.k, v: x.v, [family.gateName]: x.gate, beta: x.beta });
   if (routing && routing.cuSeqlens.device !== x.q.device) {
@@ -201,8 +191,7 @@ async function forwardOf<G extends SpanGradients>(
       kept = true;
       return result(family, layout, x, span, empty, none(), none());
     }
-    using zero = Tensor.zeros([M, H, K, V], { device: x.q.device });
-    const entry = foldSlots(gathered, routing.entryFold, zero);
+    const entry = foldSlots(gathered, routing.entryFold);
     try {
       const run = span.run(entry);
       kept = true;
@@ -296,8 +285,7 @@ async function backwardOf<G extends SpanGradients>(
   }
   try {
     if (M === 0) return emptyGradients(family, x) as G;
-    using zero = Tensor.zeros([M, H, K, V], { device: x.q.device });
-    using fromLater = foldSlots(gathered, routing.exitFold, zero);
+    using fromLater = foldSlots(gathered, routing.exitFold);
     using total = dExit ? fromLater.add(dExit) : fromLater.clone();
     const grads = family.backward(dOutput, x, { ...call, dFinalState: total });
     // The entry states' cotangent went to the ranks that own the earlier pieces, through the exchange.

@@ -75,7 +75,7 @@ export class ContextParallelRouting implements Disposable {
     /** Built with caps: every pass runs and the fold takes world * slots - 1 steps (any layout fits). */
     capped: boolean,
   ) {
-    const M = maxSubsequences, S = slots, width = S + 1, N = plan.subsequences.length;
+    const M = maxSubsequences, S = slots, width = S + 1;
     this.world = plan.world;
     this.cpRank = plan.cpRank;
     this.spanLength = plan.spanLength;
@@ -98,20 +98,19 @@ export class ContextParallelRouting implements Disposable {
       transition: forwardT.some((r) => r < M),
       reverse: reverse.some((r) => r < M),
     };
+    // A segment's fold: its fragment's predecessors when it is that fragment's first subsequence
+    // (entry), its successors when it is the last (exit); the neutral slot S elsewhere.
     const fold = (
-      pickFragment: (i: number) => number | undefined,
+      end: "first" | "last",
       lists: readonly (readonly { rank: number; fragment: number }[])[],
     ) => {
       const out = new BigInt64Array(steps * M).fill(BigInt(S));
-      for (let i = 0; i < N; i++) {
-        const f = pickFragment(i);
-        if (f === undefined) continue;
+      plan.subsequences.forEach(({ fragment: f }, i) => {
+        if (segs[f][end] !== i) return;
         lists[f].forEach((p, j) => (out[j * M + i] = BigInt(p.rank * width + p.fragment)));
-      }
+      });
       return out;
     };
-    const firstOf = new Map(segs.flatMap((s, f) => (s.first >= 0 ? [[s.first, f] as const] : [])));
-    const lastOf = new Map(segs.flatMap((s, f) => (s.last >= 0 ? [[s.last, f] as const] : [])));
     const int64 = (values: ArrayLike<number | bigint>, shape: number[]) =>
       Tensor.from(BigInt64Array.from(values as ArrayLike<number>, (v) => BigInt(v)), { shape, device });
     this.cuSeqlens = Tensor.from(Int32Array.from(offsets), { device });
@@ -119,11 +118,11 @@ export class ContextParallelRouting implements Disposable {
     this.forwardRows = int64(forward, [width]);
     this.forwardTransitionRows = int64(forwardT, [width]);
     this.reverseRows = int64(reverse, [width]);
-    this.entryFold = Tensor.from(fold((i) => firstOf.get(i), plan.predecessors), {
+    this.entryFold = Tensor.from(fold("first", plan.predecessors), {
       shape: [steps, M],
       device,
     });
-    this.exitFold = Tensor.from(fold((i) => lastOf.get(i), plan.successors), { shape: [steps, M], device });
+    this.exitFold = Tensor.from(fold("last", plan.successors), { shape: [steps, M], device });
     const terminal = new Array<number>(M).fill(0);
     for (const i of plan.terminal) terminal[i] = 1;
     using t = Tensor.from(terminal, { shape: [M], device });
