@@ -258,7 +258,13 @@ for (const variant of [GDN, KDA]) {
           const fragments: Fragment[][] = [[[232, 384], [0, 40]], [[40, 232], [384, 385], [385, 385]]];
           const outcomes = await runSharded(variant, x, fragments);
           try {
-            checkAgainstUnsharded(variant, x, fragments, outcomes, (what, a, e) => bitwise(what, a, e));
+            checkAgainstUnsharded(variant, x, fragments, outcomes, (what, a, e) => {
+              // KDA's CUDA backward sums dq, dk, dbeta and dgate with float atomics, whose order (so
+              // whose last bit) varies from call to call, unsharded too: those are held to 1e-6.
+              const atomic = variant === KDA && device === "cuda" && / (dq|dk|dbeta|dgate)$/.test(what);
+              if (atomic) close(what, a, e, 1e-6);
+              else bitwise(what, a, e);
+            });
           } finally {
             disposeAll(outcomes);
           }

@@ -103,10 +103,10 @@ export function sweepQuery(op: SweepOp, shape: string, gpu: PlanQuery["gpu"]): P
       t: n("t"),
       h: n("h"),
       k: n("d"),
-      l2norm: true,
     } as const;
+    // The forward's plan does not depend on the normalisation (its prep applies it either way).
     if (op === "gdn-fwd") return { op: "linear.fwd", ...linear };
-    return { op: "linear.bwd", ...linear, saved: op === "gdn-fwdbwd" };
+    return { op: "linear.bwd", ...linear, l2norm: true, saved: op === "gdn-fwdbwd" };
   }
   const hq = n("h");
   return {

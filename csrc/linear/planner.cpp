@@ -222,11 +222,19 @@ void plan_segments(const FwdShape& s, const registry::Caps& caps, const tuning::
 
 std::string tile_of(int row) { return std::to_string(registry::row(row).tile); }
 
-// The states tile of the backward's state pass: 64, or 32 when 64 leaves a third of the
-// multiprocessors idle (few sequences and heads: a sequential pass then takes half as long a block).
+// The states tile of the backward's state pass: the widest of 64, 32, 16 (those built for D) whose
+// blocks fill two thirds of the multiprocessors, else the narrowest: with few sequences and heads a
+// narrower tile halves each block's sequential pass (bench/results/2026-12-03c_gdn_bwd_tiles_sweep.json:
+// 16 wins by 7-10% at 8 and 16 sequence-heads, 32 at 32, 64 from 48 on).
 int pick_states_tile(const BwdShape& s, const registry::Caps& caps) {
-  const int64_t blocks = static_cast<int64_t>(s.K / 64) * s.H * s.N;
-  return blocks * 3 < 2 * static_cast<int64_t>(caps.sms) ? 32 : 64;
+  int chosen = 64;
+  for (int tile = 64; tile >= 16; tile /= 2) {
+    if (runnable(caps, "linear.bwd.states", "mma", s.dtype, s.K, tile) < 0) continue;
+    chosen = tile;
+    const int64_t blocks = static_cast<int64_t>(s.K / tile) * s.H * s.N;
+    if (blocks * 3 >= 2 * static_cast<int64_t>(caps.sms)) break;
+  }
+  return chosen;
 }
 
 // The dstates tile: the narrowest of 32, 64, 128 (at most D, fitting shared memory) whose blocks fit
