@@ -106,7 +106,7 @@ std::string describe(const DeviceCheck& r, const std::vector<std::string>& label
              n(r.entry - 1) + " (" + n(r.other) + ")";
       break;
     case kCheckOffsetsPastEnd:
-      what = "cu_seqlens: the last offset " + n(r.value) + " exceeds the " + n(r.limit) + " tokens of x";
+      what = "cu_seqlens: the last offset " + n(r.value) + " exceeds the " + n(r.limit) + " tokens of the call";
       break;
     default:
       what = "an unknown device check (code " + n(r.code) + ")";

@@ -136,8 +136,15 @@ void parse_sequences(DeltaProblem& p, const ak_tensor* cu_seqlens, const ak_tens
   require(p.B == 1, "q: packed input (cu_seqlens given) needs batch size 1, got " + std::to_string(p.B));
   p.varlen = true;
   p.cu_seqlens = cu_seqlens;
-  p.seq_start = read_cu_seqlens(cu, p.T);
   p.N = cu.shape[0] - 1;
+#if AK_WITH_CUDA
+  // Nothing is read back inside a capture: the backend checks the offsets on the device.
+  if (cu.device_type == AK_CUDA && ak::cuda::capturing(cu.device_index)) {
+    p.offsets_on_device = true;
+    return;
+  }
+#endif
+  p.seq_start = read_cu_seqlens(cu, p.T);
 }
 
 std::vector<int64_t> token_dims(const DeltaProblem& p, bool tokens, std::initializer_list<int64_t> tail) {

@@ -90,10 +90,6 @@ void check_chunk_outputs(const DeltaProblem& p, const ak_tensor& q, const ak_ten
   if (au) check_state(au, "au", {p.B, p.H, p.T, C}, q, "q");
 }
 
-// An upper bound on the chunks of 64 of a call (the saved buffer's size is counted in them).
-int64_t saved_chunks_bound(const DeltaProblem& p) {
-  return p.varlen ? (p.T + 63) / 64 + p.N : p.B * ((p.T + 63) / 64);
-}
 
 // The saved-for-backward buffer: contiguous, 1-D, dtype of q, on q's device, large enough for the
 // per-chunk states and v - w S of every chunk of 64 (attnkit_linear.h).
@@ -102,7 +98,7 @@ void check_saved(const DeltaProblem& p, const ak_tensor* saved, const ak_tensor&
   require(t.rank == 1, "saved: expected a 1-D buffer, got shape " + shape_string(t));
   check_same_dtype(t, "saved", q, "q");
   check_same_device(t, "saved", q, "q");
-  const int64_t need = saved_elements(p.H, saved_chunks_bound(p), p.K, p.V);
+  const int64_t need = saved_elements(p.H, p.chunk_capacity(64), p.K, p.V);
   require(t.shape[0] >= need, "saved: expected at least " + std::to_string(need) +
                                   " elements (H * NCS * (K V + 64 V + 64 * 64 + 64 K)), got " +
                                   std::to_string(t.shape[0]));
@@ -160,7 +156,7 @@ AK_API ak_status ak_delta_rule_saved_size(const ak_tensor* q, const ak_tensor* k
 #if AK_WITH_CUDA
     const planning::FwdChoice plan =
         planning::plan_fwd(planning::fwd_shape(a, true), ::ak::cuda::caps(p.device_index), tuning::current());
-    if (plan.save) *elements = saved_elements(p.H, saved_chunks_bound(p), p.K, p.V);
+    if (plan.save) *elements = saved_elements(p.H, p.chunk_capacity(64), p.K, p.V);
 #endif
   });
 }

@@ -308,16 +308,10 @@ FwdShape fwd_shape(const DeltaFwd& a, bool save) {
   s.N = p.N;
   s.H = p.H;
   s.varlen = p.varlen;
-  if (!p.varlen) {
-    s.longest64 = (p.T + kChunk - 1) / kChunk;
-    s.chunks64 = p.B * s.longest64;
-  } else {
-    for (int64_t n = 0; n < p.N; ++n) {
-      const int64_t c = (p.seq_start[n + 1] - p.seq_start[n] + kChunk - 1) / kChunk;
-      s.chunks64 += c;
-      s.longest64 = std::max(s.longest64, c);
-    }
-  }
+  // A packed call is planned from its capacity, not its offsets (chunk_map.cuh): the same plan, so the
+  // same bits, whether the offsets were read back or stay on the device in a graph.
+  s.longest64 = (p.T + kChunk - 1) / kChunk;
+  s.chunks64 = p.chunk_capacity(kChunk);
   s.chunk_size = p.chunk_size;
   s.recurrent = p.recurrent;
   s.chunk_states = a.chunk_states != nullptr;
@@ -460,17 +454,15 @@ std::string plan_query(const std::string& op, plan::Query& q) {
   const std::vector<int64_t> seqlens = q.list("seqlens");
   const int chunk = static_cast<int>(q.integer("chunk_size", 64));
   const bool recurrent = q.flag("recurrent", false);
-  int64_t chunks = 0, longest = 0;
-  if (seqlens.empty()) {
-    longest = (T + kChunk - 1) / kChunk;
-    chunks = b * longest;
-  } else {
-    for (int64_t len : seqlens) {
-      chunks += (len + kChunk - 1) / kChunk;
-      longest = std::max(longest, (len + kChunk - 1) / kChunk);
-    }
-  }
   const int64_t N = seqlens.empty() ? b : static_cast<int64_t>(seqlens.size());
+  // A packed call of these lengths (T their sum) is planned from its capacity, as fwd_shape does.
+  int64_t tokens = T;
+  if (!seqlens.empty()) {
+    tokens = 0;
+    for (int64_t len : seqlens) tokens += len;
+  }
+  const int64_t longest = (tokens + kChunk - 1) / kChunk;
+  const int64_t chunks = seqlens.empty() ? b * longest : longest + N;
   if (op == "linear.fwd") {
     FwdShape s;
     s.dtype = dtype, s.K = K, s.V = V, s.N = N, s.H = H, s.varlen = !seqlens.empty();

@@ -21,14 +21,20 @@ struct DeltaProblem {
   bool varlen = false;
   // Sequence n covers tokens [seq_start[n], seq_start[n + 1]) of batch row (varlen ? 0 : n);
   // host copy of cu_seqlens (or 0, T, 2T... without it: each row starts at 0 then).
-  std::vector<int64_t> seq_start;  // N + 1 entries, varlen only
+  std::vector<int64_t> seq_start;  // N + 1 entries, varlen only, unless offsets_on_device
   const ak_tensor* cu_seqlens = nullptr;  // the device tensor, when varlen
+  // A packed CUDA call inside a graph capture: the offsets are not read back (seq_start stays empty);
+  // they are checked on the device, and the call's work is sized by chunk_capacity.
+  bool offsets_on_device = false;
 
   int64_t group() const { return H / HK; }  // value heads per q/k head
   // Token range of sequence n within its batch row.
   int64_t begin(int64_t n) const { return varlen ? seq_start[n] : 0; }
   int64_t end(int64_t n) const { return varlen ? seq_start[n + 1] : T; }
   int64_t row(int64_t n) const { return varlen ? 0 : n; }
+  // The chunks of C tokens the call's kernels are sized for: a packed call's capacity (the most any
+  // offsets over T tokens and N sequences need; chunk_map.cuh), or B rows of ceil(T / C).
+  int64_t chunk_capacity(int64_t C) const { return varlen ? (T + C - 1) / C + N : B * ((T + C - 1) / C); }
 };
 
 struct DeltaFwd {

@@ -48,6 +48,7 @@ void copy_part_back(const ak_tensor& device, const std::vector<unsigned char>& b
 
 const ak_tensor* HostMirror::add(const ak_tensor* t, Role role, Written written) {
   if (t == nullptr) return nullptr;
+  ak::cuda::refuse_while_capturing(t->device_index, "the general path (the CPU backend on host copies)");
   Entry& e = entries_.emplace_back();
   e.device = t;
   e.host = *t;

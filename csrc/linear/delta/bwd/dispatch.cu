@@ -9,6 +9,7 @@
 #include "cuda/runtime.cuh"
 #include "linear/delta/bwd/fast.cuh"
 #include "generated/linear_launchers.h"
+#include "linear/common/packed_tables.h"
 #include "linear/planner.h"
 #include "linear/problem.h"
 
@@ -88,26 +89,10 @@ void delta_bwd(const DeltaBwd& a) {
   plan::set_last(plan.plan);
   p.C = p.map.C = plan.chunk;
 
-  // Chunks of the whole call, and the first token no sequence covers.
-  int64_t chunks = 0;
-  int64_t covered_end = dp.T;
-  if (dp.varlen) {
-    for (int64_t n = 0; n < dp.N; ++n) chunks += (dp.seq_start[n + 1] - dp.seq_start[n] + p.C - 1) / p.C;
-    covered_end = dp.N > 0 ? dp.seq_start[dp.N] : 0;
-  } else {
-    p.map.NC = static_cast<int>((dp.T + p.C - 1) / p.C);
-    chunks = dp.N * p.map.NC;
-  }
-  require(chunks * p.C < (int64_t{1} << 31), "delta_rule_bwd on CUDA: too many tokens for one call");
-  p.NCt = static_cast<int>(chunks);
-
-  ak::cuda::Scratch tables(device, dp.varlen ? (dp.N + chunks) * sizeof(int4) : 0);
-  if (dp.varlen && dp.N > 0) {
-    int4* seq = tables.as<int4>();
-    launch_chunk_tables(static_cast<const int32_t*>(dp.cu_seqlens->data), p.N, p.C, seq, seq + dp.N, stream);
-    p.map.seq = seq;
-    p.map.chunk = seq + dp.N;
-  }
+  // The chunks of the whole call (a packed call's capacity: chunk_map.cuh) and their tables.
+  const ChunkTables tables(dp, p.C, stream, "delta_rule_bwd");
+  p.map = tables.map;
+  p.NCt = tables.chunks;
 
   if (p.H > 0 && p.N > 0) {
     if (plan.fast) {
@@ -121,7 +106,8 @@ void delta_bwd(const DeltaBwd& a) {
       }
     }
   }
-  if (p.H > 0 || p.HK > 0) bwd::launch_zero_uncovered(p, static_cast<int>(covered_end), stream);
+  const UncoveredTail tail = uncovered_tail(dp);
+  if (tail.any && (p.H > 0 || p.HK > 0)) bwd::launch_zero_uncovered(p, tail.first, tail.first_at, stream);
 }
 
 }  // namespace ak::linear::cuda

@@ -116,6 +116,7 @@ __global__ void __launch_bounds__(kThreads) prep(Problem p, GenWork w) {
   float* bt = gc + C;
   float* bg = bt + C;  // beta e^gc
   const int g = blockIdx.x, h = blockIdx.y, hk = h / p.group;
+  if (p.map.chunk_of(g).z == 0) return;  // an empty chunk past a packed call's live ones
   const int64_t P = p.padded();
   const int64_t row = static_cast<int64_t>(h) * P + static_cast<int64_t>(g) * C;
   const int64_t rowk = static_cast<int64_t>(hk) * P + static_cast<int64_t>(g) * C;
@@ -508,6 +509,7 @@ __global__ void __launch_bounds__(kThreads, 1) grads(Problem p, GenWork w) {
   const float* Hc = w.Hs + (static_cast<int64_t>(h) * p.NCt + g) * K * V;
   const float* dHc = w.dHs + (static_cast<int64_t>(h) * p.NCt + g) * K * V;
   const int4 ci = p.map.chunk_of(g);
+  if (ci.z == 0) return;  // an empty chunk past a packed call's live ones
   const float gl = w.Gc[row + C - 1];
 
   for (int i = tid; i < C; i += kThreads) {

@@ -390,7 +390,7 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
   // Persistent blocks: item = chunk * H + head. Workspace rows past a chunk's length (v_new, dv_new, A)
   // are zero-filled, not read: the forward's saved parts leave them unwritten, and 0 * NaN would reach
   // the gradients.
-  const int items = p.NCt * p.H;
+  const int items = p.map.live_chunks(p.NCt) * p.H;  // a packed call's empty chunks are skipped
   auto issue_first = [&](int item) {
     const int g = item / p.H, h = item - g * p.H;
     const int4 ci = p.map.chunk_of(g);

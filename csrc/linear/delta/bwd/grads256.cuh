@@ -43,6 +43,7 @@ __global__ void __launch_bounds__(kThreads, 1) grads256_v(Problem p, FastWork<T>
   const int item = blockIdx.x, g = item / p.H, h = item - g * p.H;
   const int4 ci = p.map.chunk_of(g);
   const int len = ci.z;
+  if (len == 0) return;  // an empty chunk past a packed call's live ones
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wr = warp & 3, wc = warp >> 2;
   const int m0 = 16 * wr, rA = m0 + (lane >> 2), rB = rA + 8;
@@ -153,6 +154,7 @@ __global__ void __launch_bounds__(kThreads, 1) grads256_k(Problem p, FastWork<T>
   const int item = blockIdx.x, g = item / p.H, h = item - g * p.H, hk = h / p.group;
   const int4 ci = p.map.chunk_of(g);
   const int len = ci.z;
+  if (len == 0) return;  // an empty chunk past a packed call's live ones
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wr = warp & 3, wc = warp >> 2;
   const int m0 = 16 * wr;

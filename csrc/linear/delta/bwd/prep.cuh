@@ -75,6 +75,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : D == 128 ? 3 : 1) fast
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, q4 = lane & 3;
   const int4 ci = p.map.chunk_of(g);
   const int len = ci.z;
+  if (len == 0) return;  // an empty chunk past a packed call's live ones
   const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
 
   tile_load<T>(Ks, LD, static_cast<const T*>(p.k.p) + p.k.offset(ci.x, ci.y, hk), p.k.st, kC, len, D, tid, kThreads);

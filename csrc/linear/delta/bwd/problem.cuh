@@ -64,6 +64,6 @@ struct GeneralArgs {
 void launch_reduce_dqk(const Problem& p, const float* dq_heads, const float* dk_heads, cudaStream_t stream);
 // Writes zeros into the rows of dq, dk, dv, dbeta, dg that no sequence covers (varlen, tokens at
 // or past cu_seqlens[N]): nothing depends on them.
-void launch_zero_uncovered(const Problem& p, int first_token, cudaStream_t stream);
+void launch_zero_uncovered(const Problem& p, int first_token, const int32_t* first_at, cudaStream_t stream);
 
 }  // namespace ak::linear::cuda::bwd

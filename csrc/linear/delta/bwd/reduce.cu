@@ -57,12 +57,12 @@ void launch_reduce_dqk(const Problem& p, const float* dq_heads, const float* dk_
   ak::cuda::check_launch("delta_bwd: reduce dq, dk");
 }
 
-void launch_zero_uncovered(const Problem& p, int first_token, cudaStream_t stream) {
-  const int rows = p.map.T - first_token;
+void launch_zero_uncovered(const Problem& p, int first_token, const int32_t* first_at, cudaStream_t stream) {
+  const int rows = p.map.T - (first_at != nullptr ? 0 : first_token);
   if (rows <= 0) return;
   by_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    zero_rows<T><<<rows, 256, 0, stream>>>(p, first_token);
+    zero_rows<T><<<rows, 256, 0, stream>>>(p, first_token, first_at);
   });
   ak::cuda::check_launch("delta_bwd: zero uncovered rows");
 }

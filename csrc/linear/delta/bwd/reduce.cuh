@@ -144,10 +144,13 @@ __global__ void __launch_bounds__(kWarps * 32) reduce_dqk_vec(Problem p, const f
   }
 }
 
-// Rows [first, T) of batch row 0 (varlen calls have B = 1).
+// Rows [first, T) of batch row 0 (varlen calls have B = 1); first read from first_at when given
+// (a captured call's cu_seqlens[N], clamped to [0, T]: the grid then covers all T rows).
 template <class T>
-__global__ void zero_rows(Problem p, int first) {
+__global__ void zero_rows(Problem p, int first, const int32_t* first_at) {
+  if (first_at != nullptr) first = min(max(*first_at, 0), p.map.T);
   const int t = first + blockIdx.x;
+  if (t >= p.map.T) return;
   const T z = from_float<T>(0.f);
   for (int idx = threadIdx.x; idx < p.HK * p.K; idx += blockDim.x) {
     const int hk = idx / p.K, d = idx - hk * p.K;

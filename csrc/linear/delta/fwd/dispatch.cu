@@ -12,6 +12,7 @@
 #include "cuda/registry_launch.h"
 #include "cuda/runtime.cuh"
 #include "cuda/tensor_map.h"
+#include "linear/common/packed_tables.h"
 #include "linear/common/segments.h"
 #include "generated/linear_launchers.h"
 #include "linear/planner.h"
@@ -71,13 +72,8 @@ void general_fwd(const DeltaFwd& a, const planning::FwdChoice& plan, cudaStream_
   r.l2norm = p.l2norm;
   // Packed sequences: the map's tables, built on the device (the recurrence walks whole sequences,
   // so the tables are built in chunks of T tokens: at most one a sequence; only seq is read).
-  ak::cuda::Scratch tables(p.device_index, p.varlen ? 2 * static_cast<size_t>(p.N) * sizeof(int4) : 0);
-  if (p.varlen) {
-    int4* seq = tables.as<int4>();
-    launch_chunk_tables(static_cast<const int32_t*>(p.cu_seqlens->data), r.N, std::max(1, r.map.T), seq, seq + r.N,
-                        stream);
-    r.map.seq = seq;
-  }
+  const ChunkTables tables(p, std::max(1, r.map.T), stream, "delta_rule_fwd");
+  r.map.seq = tables.map.seq;
   ak::cuda::launch_row<T>(plan.recurrent_row, "linear.fwd.recurrent", r, stream);
 
   if (plan.wy_row >= 0) {
@@ -137,28 +133,19 @@ void fast_fwd(const DeltaFwd& a, const planning::FwdChoice& plan, int64_t chunks
   const int chunks = as_int(chunks64, "chunks");
   const int H = as_int(p.H, "H"), N = as_int(p.N, "N");
 
-  // Scratch: w, u [chunks, H, 64, D] (16-bit), gc and rk [chunks, H, 64] (fp32), varlen tables.
+  // Scratch: w, u [chunks, H, 64, D] (16-bit), gc and rk [chunks, H, 64] (fp32).
   const size_t vec_elems = static_cast<size_t>(chunks64) * H * 64;
   const size_t bytes_wu = round_up(vec_elems * D * sizeof(T));
   const size_t bytes_vec = round_up(vec_elems * sizeof(float));
-  const size_t bytes_tab = p.varlen ? round_up((static_cast<size_t>(N) + chunks64) * sizeof(int4)) : 0;
-  ak::cuda::Scratch scratch(device, 2 * bytes_wu + (p.l2norm ? 2 : 1) * bytes_vec + bytes_tab);
+  ak::cuda::Scratch scratch(device, 2 * bytes_wu + (p.l2norm ? 2 : 1) * bytes_vec);
   unsigned char* s = scratch.as<unsigned char>();
   T* w = reinterpret_cast<T*>(s);
   T* u = reinterpret_cast<T*>(s + bytes_wu);
   float* gc = reinterpret_cast<float*>(s + 2 * bytes_wu);
   float* rk = p.l2norm ? reinterpret_cast<float*>(s + 2 * bytes_wu + bytes_vec) : nullptr;
 
-  ChunkMap map;
-  map.T = as_int(p.T, "T");
-  map.C = kFastChunk;
-  map.NC = as_int((p.T + kFastChunk - 1) / kFastChunk, "chunks");
-  if (p.varlen) {
-    int4* tables = reinterpret_cast<int4*>(s + 2 * bytes_wu + (p.l2norm ? 2 : 1) * bytes_vec);
-    map.seq = tables;
-    map.chunk = tables + N;
-    launch_chunk_tables(static_cast<const int32_t*>(p.cu_seqlens->data), N, kFastChunk, tables, tables + N, stream);
-  }
+  const ChunkTables tables(p, kFastChunk, stream, "delta_rule_fwd");
+  const ChunkMap& map = tables.map;
 
   PrepParams<T> pp;
   pp.k = rows_in<T>(a.k);

@@ -41,6 +41,7 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   int row, t0, len;
   p.map.chunk_rows(gch, row, t0, len);
+  if (len == 0) return;  // an empty chunk past a packed call's live ones
   const int64_t vec_off = (static_cast<int64_t>(gch) * p.H + h) * 64;  // [chunk, H, 64] index base
   // [H][chunks * 64] row base of the backward's layouts
   const int64_t save_row = (static_cast<int64_t>(h) * p.chunks + gch) * 64;

@@ -18,6 +18,7 @@ using namespace ::ak::arch;
 __global__ void gla_chunk_sums_kernel(Rows<float> dG, ChunkMap map, float* sums, int H, int W) {
   const int gidx = blockIdx.x, h = blockIdx.y;
   const int4 ci = map.chunk_of(gidx);
+  if (ci.z == 0) return;  // an empty chunk past a packed call's live ones
   for (int c = threadIdx.x; c < W; c += blockDim.x) {
     float s = 0.f;
     for (int r = 0; r < ci.z; ++r) s += dG.row(ci.x, ci.y + r, h)[c];
@@ -31,6 +32,7 @@ __global__ void gla_dgates_kernel(Rows<float> dG, ChunkMap map, const float* sum
                                   const float* d_final_state, int H, int W, int K, int V) {
   const int gidx = blockIdx.x, h = blockIdx.y;
   const int4 ci = map.chunk_of(gidx);
+  if (ci.z == 0) return;  // an empty chunk past a packed call's live ones
   int row, begin, end, first;
   map.sequence(ci.w, row, begin, end, first);
   const int chunks = (end - begin + kChunk - 1) / kChunk;

@@ -48,7 +48,7 @@ gla_planning::GlaShape shape_of(const DeltaProblem& p, const GlaGates& gates, st
 template <class T>
 void chunked_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaStream_t stream) {
   const DeltaProblem& p = a.p;
-  MapTables tables(p, stream);
+  ChunkTables tables(p, kChunk, stream, "chunked gated linear attention");
   SplitParams<T> sp;
   sp.f = forward_params<T>(p, tables, a.q, a.k, a.v, a.output, a.initial_state, a.final_state);
   sp.f.d = decays_of(a.gk, a.g, a.g_gamma);
@@ -73,7 +73,7 @@ void chunked_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaStrea
 template <class T>
 void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStream_t stream) {
   const DeltaProblem& p = a.p;
-  MapTables tables(p, stream);
+  ChunkTables tables(p, kChunk, stream, "chunked gated linear attention");
   const int N = static_cast<int>(p.N), H = static_cast<int>(p.H), K = static_cast<int>(p.K);
   const int V = static_cast<int>(p.V), HK = static_cast<int>(p.HK), group = static_cast<int>(p.group());
   const int chunks = tables.chunks;
@@ -159,13 +159,14 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
     ak::cuda::check_launch("gla_dgates_kernel");
   }
   // Tokens past the last packed sequence get zero gradients.
-  const int tail = p.varlen ? static_cast<int>(p.seq_start[N]) : static_cast<int>(p.T);
-  if (tail < p.T) {
-    const int T_ = static_cast<int>(p.T);
-    gla_zero_rows_kernel<T><<<64, 256, 0, stream>>>(bp.dq, tail, T_, HK, K);
-    gla_zero_rows_kernel<T><<<64, 256, 0, stream>>>(bp.dk, tail, T_, HK, K);
-    gla_zero_rows_kernel<T><<<64, 256, 0, stream>>>(bp.dv, tail, T_, H, V);
-    if (dG) gla_zero_rows_kernel<float><<<64, 256, 0, stream>>>(bp.dG, tail, T_, H, W);
+  const UncoveredTail tail = uncovered_tail(p);
+  if (tail.any) {
+    const int T_ = static_cast<int>(p.T), t0 = tail.first;
+    const int32_t* at = tail.first_at;
+    gla_zero_rows_kernel<T><<<64, 256, 0, stream>>>(bp.dq, t0, at, T_, HK, K);
+    gla_zero_rows_kernel<T><<<64, 256, 0, stream>>>(bp.dk, t0, at, T_, HK, K);
+    gla_zero_rows_kernel<T><<<64, 256, 0, stream>>>(bp.dv, t0, at, T_, H, V);
+    if (dG) gla_zero_rows_kernel<float><<<64, 256, 0, stream>>>(bp.dG, t0, at, T_, H, W);
     ak::cuda::check_launch("gla_zero_rows_kernel");
   }
 }

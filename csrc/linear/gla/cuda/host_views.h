@@ -1,5 +1,5 @@
 // Host-side views of a call for the gated linear family's and KDA's chunked CUDA kernels: token-major
-// views of the C tensors, their alignment, and the device tables of a packed call's chunks.
+// views of the C tensors and their alignment.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +7,7 @@
 
 #include "core/common.h"
 #include "cuda/runtime.cuh"
+#include "linear/common/packed_tables.h"
 #include "linear/gla/cuda/params.h"
 #include "linear/problem.h"
 
@@ -36,33 +37,10 @@ inline bool aligned_rows(const ak_tensor* t) {
   return true;
 }
 
-// Device tables of a packed call's sequences and chunks (chunk_map.cuh); nothing without cu_seqlens.
-struct MapTables {
-  ChunkMap map;
-  int chunks = 0;  // of the whole call
-  std::unique_ptr<ak::cuda::Scratch> scratch;
-  MapTables(const DeltaProblem& p, cudaStream_t stream) {
-    map.T = static_cast<int>(p.T);
-    map.C = kChunk;
-    map.NC = static_cast<int>((p.T + kChunk - 1) / kChunk);
-    if (!p.varlen) {
-      chunks = static_cast<int>(p.N) * map.NC;
-      return;
-    }
-    for (int64_t n = 0; n < p.N; ++n) chunks += static_cast<int>((p.end(n) - p.begin(n) + kChunk - 1) / kChunk);
-    const int N = static_cast<int>(p.N);
-    scratch = std::make_unique<ak::cuda::Scratch>(p.device_index, (static_cast<size_t>(N) + chunks + 1) * sizeof(int4));
-    int4* tables = scratch->as<int4>();
-    map.seq = tables;
-    map.chunk = tables + N;
-    launch_chunk_tables(static_cast<const int32_t*>(p.cu_seqlens->data), N, kChunk, tables, tables + N, stream);
-  }
-};
-
 // The forward's views and sizes common to the family and KDA: q, k, v, the output, the sequences,
 // the initial and final states (decays and saved states are the caller's).
 template <class T>
-FwdParams<T> forward_params(const DeltaProblem& p, const MapTables& tables, const ak_tensor* q, const ak_tensor* k,
+FwdParams<T> forward_params(const DeltaProblem& p, const ChunkTables& tables, const ak_tensor* q, const ak_tensor* k,
                             const ak_tensor* v, const ak_tensor* output, const ak_tensor* initial_state,
                             const ak_tensor* final_state) {
   FwdParams<T> fp;

@@ -57,6 +57,7 @@ __global__ void __launch_bounds__(kThreads, (PrepLayout<KD, kChannel>::kMinBlock
   const int tid = threadIdx.x;
   const int4 ci = p.map.chunk_of(g);
   const int row = ci.x, t0 = ci.y, len = ci.z;
+  if (len == 0) return;  // an empty chunk past a packed call's live ones
   const int64_t slot = ops.slot(g, h);
 
   load_rows<T, KD>(Qs, p.q, row, t0, len, hk, p.K, tid);

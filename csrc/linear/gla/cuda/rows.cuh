@@ -10,7 +10,8 @@ namespace ak::linear::cuda::gla {
 // Zeroes rows [t_begin, T) of batch row 0 of a token-major view (W elements per head): gradients of
 // the tokens past the last packed sequence.
 template <class T>
-__global__ void gla_zero_rows_kernel(Rows<T> x, int t_begin, int T_, int heads, int W) {
+__global__ void gla_zero_rows_kernel(Rows<T> x, int t_begin, const int32_t* t_begin_at, int T_, int heads, int W) {
+  if (t_begin_at != nullptr) t_begin = min(max(*t_begin_at, 0), T_);
   const int64_t total = static_cast<int64_t>(T_ - t_begin) * heads * W;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {

@@ -41,7 +41,7 @@ kda_planning::KdaShape shape_of(const DeltaProblem& p, bool fastmath, Impl impl,
 // A, Vn and dVn for the backward's kernels.
 template <class T>
 kda::FwdParams<T> forward_params(const KdaFwd& a, const ak_tensor* output, const ak_tensor* final_state,
-                            const gla::MapTables& tables, const kda_planning::KdaChoice& plan, bool backward,
+                            const ChunkTables& tables, const kda_planning::KdaChoice& plan, bool backward,
                             std::unique_ptr<ak::cuda::Scratch>& scratch) {
   const DeltaProblem& p = a.p;
   kda::FwdParams<T> kp;
@@ -79,7 +79,7 @@ kda::FwdParams<T> forward_params(const KdaFwd& a, const ak_tensor* output, const
 
 template <class T>
 void chunked_fwd(const KdaFwd& a, const kda_planning::KdaChoice& plan, cudaStream_t stream) {
-  gla::MapTables tables(a.p, stream);
+  ChunkTables tables(a.p, gla::kChunk, stream, "chunk_kda");
   std::unique_ptr<ak::cuda::Scratch> scratch;
   const kda::FwdParams<T> kp = forward_params<T>(a, a.output, a.final_state, tables, plan, false, scratch);
   ak::cuda::launch_row<T>(plan.prep_row, "linear.kda.prep", kp, stream);
@@ -91,7 +91,7 @@ void chunked_fwd(const KdaFwd& a, const kda_planning::KdaChoice& plan, cudaStrea
 template <class T>
 void chunked_bwd(const KdaBwd& a, const kda_planning::KdaChoice& plan, cudaStream_t stream) {
   const DeltaProblem& p = a.p;
-  gla::MapTables tables(p, stream);
+  ChunkTables tables(p, gla::kChunk, stream, "chunk_kda_bwd");
   KdaFwd f;
   f.p = a.p;
   f.q = a.q, f.k = a.k, f.v = a.v, f.gate = a.gate, f.beta = a.beta, f.initial_state = a.initial_state;
@@ -133,13 +133,15 @@ void chunked_bwd(const KdaBwd& a, const kda_planning::KdaChoice& plan, cudaStrea
     ak::cuda::check_launch("gla_convert_rows_kernel");
   }
   // Tokens past the last packed sequence get zero gradients.
-  const int tail = p.varlen ? static_cast<int>(p.seq_start[N]) : T_;
-  if (tail < T_) {
-    gla::gla_zero_rows_kernel<T><<<64, 256, 0, stream>>>(bp.dq, tail, T_, HK, K);
-    gla::gla_zero_rows_kernel<T><<<64, 256, 0, stream>>>(bp.dk, tail, T_, HK, K);
-    gla::gla_zero_rows_kernel<T><<<64, 256, 0, stream>>>(bp.dv, tail, T_, H, V);
-    gla::gla_zero_rows_kernel<float><<<64, 256, 0, stream>>>(bp.dgate, tail, T_, H, K);
-    gla::gla_zero_rows_kernel<float><<<64, 256, 0, stream>>>(bp.dbeta, tail, T_, H, 1);
+  const UncoveredTail tail = uncovered_tail(p);
+  if (tail.any) {
+    const int t0 = tail.first;
+    const int32_t* at = tail.first_at;
+    gla::gla_zero_rows_kernel<T><<<64, 256, 0, stream>>>(bp.dq, t0, at, T_, HK, K);
+    gla::gla_zero_rows_kernel<T><<<64, 256, 0, stream>>>(bp.dk, t0, at, T_, HK, K);
+    gla::gla_zero_rows_kernel<T><<<64, 256, 0, stream>>>(bp.dv, t0, at, T_, H, V);
+    gla::gla_zero_rows_kernel<float><<<64, 256, 0, stream>>>(bp.dgate, t0, at, T_, H, K);
+    gla::gla_zero_rows_kernel<float><<<64, 256, 0, stream>>>(bp.dbeta, t0, at, T_, H, 1);
     ak::cuda::check_launch("gla_zero_rows_kernel");
   }
 }

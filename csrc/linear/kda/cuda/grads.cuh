@@ -94,6 +94,7 @@ __global__ void __launch_bounds__(kThreads, 1) kda_grads_kernel(const BwdParams<
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int4 ci = p.map.chunk_of(g);
   const int row = ci.x, t0 = ci.y, len = ci.z, n = ci.w;
+  if (len == 0) return;  // an empty chunk past a packed call's live ones
   int srow, sbegin, send, first;
   p.map.sequence(n, srow, sbegin, send, first);
   const int c = (t0 - sbegin) / kChunk;

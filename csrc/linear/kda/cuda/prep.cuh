@@ -44,6 +44,7 @@ __global__ void __launch_bounds__(kThreads, (PrepLayout<KD>::kMinBlocks)) kda_pr
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int4 ci = p.map.chunk_of(g);
   const int row = ci.x, t0 = ci.y, len = ci.z;
+  if (len == 0) return;  // an empty chunk past a packed call's live ones
   const int64_t slot = ops.slot(g, h);
   const int m0 = 16 * (warp & 3);
 
