@@ -59,7 +59,7 @@ export {
   trimMemoryPool,
 } from "./ops/memory.ts";
 export { DeviceEvent, timeIt, type TimeOptions, type Timing } from "./ops/timing.ts";
-export { CapturedGraph, captureGraph, type CaptureGraphOptions } from "./ops/graph.ts";
+export { CapturedGraph, captureGraph, captureGraphAsync, type CaptureGraphOptions } from "./ops/graph.ts";
 export {
   assertClose,
   type Comparable,

@@ -113,9 +113,12 @@ export function insideCapture(): boolean {
  * host read-back of `cuSeqlens`, `toArray()`, `Tensor.from` on CUDA, `synchronize`) throws an
  * `AttnkitError` and the capture is discarded. The pool ops (`recurrentGdnDecode`,
  * `recurrentKdaDecode`, `causalConv1dDecode`, `pagedCausalConv1d`, the pool copies of the paged prefill)
- * then check `stateIndices` (and `cuSeqlens`) on the device instead of reading them back: a failure is
+ * and the packed chunked ops (the delta rule, Gated DeltaNet, KDA and the gated linear family with a
+ * `cuSeqlens` tensor, forward and backward, which size their work by T and N and never by the offsets)
+ * then check `stateIndices` and `cuSeqlens` on the device instead of reading them back: a failure is
  * reported by the next {@link CapturedGraph.replay} or {@link CapturedGraph.synchronize}, and the
- * graph's later checked calls write nothing. Run each op once before capturing (its first call loads
+ * graph's later checked calls write nothing (a packed chunked call then runs every sequence empty). A
+ * replay may change the offsets' values (empty sequences, tokens past the last offset), not their count. Run each op once before capturing (its first call loads
  * its kernels). Tensors created inside `body` keep their addresses for every replay.
  *
  * @example
@@ -160,5 +163,56 @@ export function captureGraph<R>(body: () => R, options: CaptureGraphOptions = {}
   }
   const out = new BigUint64Array(1);
   unwrap(lib.ak_graph_end(id.index, new Uint8Array(out.buffer)), "captureGraph");
+  return new CapturedGraph(Deno.UnsafePointer.create(out[0]), name, result);
+}
+
+/**
+ * {@link captureGraph} for a body that awaits: the capture stays open across its awaits, so a step that
+ * goes through an asynchronous communicator (the context-parallel recipes over an `NcclGroup`, whose
+ * all-gathers are captured like any kernel) becomes one graph. While the body awaits, nothing else in
+ * the process may use the device (it would be captured too) and the body may only await work that is
+ * enqueued on the device, never a timer, a file or another process: those cannot be replayed.
+ *
+ * @example
+ * ```ts
+ * import { captureGraphAsync, cudaAvailable, Tensor } from "@attnkit/attnkit";
+ * if (cudaAvailable()) {
+ *   using x = Tensor.ones([8], { device: "cuda" });
+ *   using graph = await captureGraphAsync(async () => {
+ *     const y = x.add(1);
+ *     return await Promise.resolve(y.mul(2)); // an awaited step, enqueued on the device
+ *   });
+ *   graph.replay();
+ *   graph.synchronize();
+ *   console.log(graph.result.toArray()); // Float32Array of 4s
+ *   graph.result.dispose();
+ * }
+ * ```
+ */
+export async function captureGraphAsync<R>(
+  body: () => Promise<R>,
+  options: CaptureGraphOptions = {},
+): Promise<CapturedGraph<R>> {
+  checkArgument("captureGraphAsync", "body", body, "function");
+  const o = checkOptions<CaptureGraphOptions>("captureGraphAsync", options, { device: "string" });
+  const id = parseDevice(o.device ?? "cuda", "captureGraphAsync");
+  if (id.type !== 1) {
+    throw invalidArgument("captureGraphAsync", `device: expected a CUDA device, got "${id.name}"`);
+  }
+  const name = id.name as `cuda:${number}`;
+  const lib = native();
+  unwrap(lib.ak_graph_begin(id.index), "captureGraphAsync");
+  let result: R;
+  captureDepth++;
+  try {
+    result = await body();
+  } catch (e) {
+    lib.ak_graph_abort(id.index);
+    throw e;
+  } finally {
+    captureDepth--;
+  }
+  const out = new BigUint64Array(1);
+  unwrap(lib.ak_graph_end(id.index, new Uint8Array(out.buffer)), "captureGraphAsync");
   return new CapturedGraph(Deno.UnsafePointer.create(out[0]), name, result);
 }

@@ -4,6 +4,7 @@
 import assert from "node:assert/strict";
 import {
   AttnkitError,
+  captureGraphAsync,
   chunkGatedDeltaRule,
   compare,
   contextParallelGdn,
@@ -87,5 +88,65 @@ Deno.test({
     using r = await contextParallelGdn(q, k, v, g, beta, { plan, group, useQkL2norm: true });
     using whole = chunkGatedDeltaRule(q, k, v, g, beta, { layout: "bshd", cuSeqlens: cu, useQkL2norm: true });
     assert.equal(compare(r.output, whole.output).maxAbs, 0, "one rank runs the unsharded kernels");
+  },
+});
+
+Deno.test({
+  name: `NCCL: a captured recipe step replays bit for bit for every layout copied into its routing [cuda]${
+    HAS_NCCL ? "" : " (no GPU or no NCCL: skipped)"
+  }`,
+  ignore: !HAS_NCCL,
+  fn: async () => {
+    using group = NcclGroup.create({ rank: 0, world: 1, id: ncclUniqueId() });
+    const T = 260, o = { dtype: "bfloat16", device: "cuda" } as const;
+    using q = Tensor.randn([1, T, 2, 128], { ...o, seed: 2 });
+    using k = Tensor.randn([1, T, 2, 128], { ...o, seed: 3 });
+    using v = Tensor.randn([1, T, 2, 128], { ...o, seed: 4 });
+    using g = Tensor.rand([1, T, 2], { device: "cuda", seed: 5, low: -0.2, high: 0 });
+    using beta = Tensor.rand([1, T, 2], { device: "cuda", seed: 6 });
+    using dO = Tensor.randn([1, T, 2, 128], { ...o, seed: 7 });
+    // Documents of one rank's span; every layout fits the caps, so one routing serves them all.
+    const layouts = [[0, 100, 260], [0, 5, 130, 131, 260], [0, 260], [0, 64, 128, 192, 260]];
+    const caps = { slots: 1, maxSubsequences: 4 };
+    const routingOf = (cu: number[]) =>
+      ContextParallelPlan.fromFragments(cu, [[[0, T]]], 0).routing("cuda", caps);
+    using routing = routingOf(layouts[0]);
+    const step = async (r: typeof routing) => {
+      const f = await contextParallelGdn(q, k, v, g, beta, { routing: r, group, useQkL2norm: true });
+      const grads = await f.backward(dO);
+      return { f, grads };
+    };
+    const release = (s: Awaited<ReturnType<typeof step>>) => {
+      s.grads[Symbol.dispose]();
+      s.f[Symbol.dispose]();
+    };
+    release(await step(routing)); // loads the kernels outside the capture
+    using graph = await captureGraphAsync(() => step(routing));
+    try {
+      for (const cu of layouts) {
+        using fresh = routingOf(cu);
+        routing.copyFrom(fresh);
+        graph.replay();
+        graph.synchronize();
+        const eager = await step(fresh);
+        try {
+          const got = graph.result;
+          const pairs: [string, Tensor, Tensor][] = [
+            ["output", got.f.output, eager.f.output],
+            ["exit states", got.f.exitStates, eager.f.exitStates],
+            ...(["dq", "dk", "dv", "dg", "dbeta"] as const).map((n) =>
+              [n, got.grads[n]!, eager.grads[n]!] as [string, Tensor, Tensor]
+            ),
+          ];
+          for (const [what, a, e] of pairs) {
+            assert.equal(compare(a, e).maxAbs, 0, `layout ${cu}: ${what} differs from the eager step`);
+          }
+        } finally {
+          release(eager);
+        }
+      }
+    } finally {
+      release(graph.result);
+    }
   },
 });

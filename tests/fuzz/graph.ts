@@ -1,7 +1,8 @@
 // The fuzz catalog's generator for graph capture: on a GPU, captured convolution + decode steps replayed
 // with random slots (padding among them) and captured elementwise work; everywhere, certainly invalid
 // uses: the CPU as the device, a body that is not a function or reads the device back, bad options, a
-// disposed graph, and (on a GPU) replays whose slots the device-side check must refuse.
+// disposed graph, and (on a GPU) replays whose slots the device-side check must refuse; captureGraphAsync
+// too (awaited captured work, and its refusals).
 import * as ak from "../../mod.ts";
 import type { Case, Rng, Scope } from "./cases.ts";
 import { caseMakers } from "./family.ts";
@@ -45,6 +46,17 @@ export function graphCases(rng: Rng, scope: Scope, bad: boolean): Case {
       });
     }
     const x = scope.randn([rng.int(1, 64)], "float32", rng.int(0, 99));
+    if (rng.chance(0.3)) {
+      return valid("captured awaited work", async () => {
+        using graph = await ak.captureGraphAsync(async () => {
+          using twice = x.mul(2);
+          return await Promise.resolve(twice.add(1));
+        });
+        graph.replay();
+        graph.synchronize();
+        return scope.keep(graph.result);
+      });
+    }
     return valid("captured elementwise work", () => {
       using graph = ak.captureGraph(() => {
         using twice = x.mul(2);
@@ -56,6 +68,17 @@ export function graphCases(rng: Rng, scope: Scope, bad: boolean): Case {
     });
   }
   const device = gpu ? scope.device : "cuda";
+  if (rng.chance(0.2)) {
+    return rng.chance(0.5)
+      ? invalid(
+        "an awaited body on the CPU",
+        () => ak.captureGraphAsync(() => Promise.resolve(1), { device: "cpu" }),
+      )
+      : invalid(
+        "an awaited body that is not a function",
+        () => ak.captureGraphAsync(rng.pick([null, 2, {}]) as never),
+      );
+  }
   switch (rng.int(0, gpu ? 6 : 3)) {
     case 0:
       return invalid("the CPU as the device", () => ak.captureGraph(() => {}, { device: "cpu" }));
