@@ -556,6 +556,42 @@ deviceTest(
     ),
 );
 
+deviceTest(
+  "contextParallelConvHistory: a capped routing with another layout copied in gives that layout's history and gradients",
+  (device) =>
+    withSeed((seed) =>
+      expectNoLeak(device, async () => {
+        const C = 8, width = 4;
+        using x = Tensor.randn([1, TOTAL, C], { device, seed });
+        // Same span lengths per rank (192 and 193); short pieces make histories span several of them.
+        const before: Fragment[][] = [[[0, 192]], [[192, TOTAL]]];
+        const after: Fragment[][] = [[[0, 3], [5, 9], [12, 197]], [[3, 5], [9, 12], [197, TOTAL]]];
+        const caps = { slots: 3, maxSubsequences: 6, convHistory: width - 1 };
+        const groups = SimulatedGroup.create(2);
+        await Promise.all(groups.map(async (group) => {
+          const next = ContextParallelPlan.fromFragments(CU, after, group.rank);
+          using captured = ContextParallelPlan.fromFragments(CU, before, group.rank).routing(device, caps);
+          using fresh = next.routing(device, caps);
+          captured.copyFrom(fresh);
+          using ids = next.globalTokenIds(device);
+          using xs = x.indexSelect(1, ids);
+          using viaRouting = await contextParallelConvHistory(xs, { routing: captured, group, width });
+          using viaPlan = await contextParallelConvHistory(xs, { plan: next, group, width });
+          const N = next.subsequences.length;
+          assert.deepEqual(viaRouting.history.shape, [caps.maxSubsequences, width - 1, C]);
+          using head = viaRouting.history.indexSelect(0, [...Array(N).keys()]);
+          bitwise(`rank ${group.rank}: history`, head, viaPlan.history);
+          using dH = Tensor.randn([caps.maxSubsequences, width - 1, C], { device, seed: seed + 1 });
+          using dHead = dH.indexSelect(0, [...Array(N).keys()]);
+          using backRouting = await viaRouting.backward(dH);
+          using backPlan = await viaPlan.backward(dHead);
+          // Padding segments' rows of dH read nothing, so they send nothing back.
+          bitwise(`rank ${group.rank}: history gradient`, backRouting, backPlan);
+        }));
+      })
+    ),
+);
+
 Deno.test("context parallel routing: caps below the layout, layouts that do not fit, and ambiguous options are refused", async () => {
   const plan = ContextParallelPlan.fromFragments(CU, LAYOUTS["zig-zag, 2 ranks (the seed's table)"], 0);
   refuses(() => plan.routing("cpu", { slots: 1 }), /options.slots: expected an integer >= 2/);

@@ -68,11 +68,25 @@ async function convHistory(scope: Scope, rng: Rng, cu: number[], rows: ak.Fragme
   const total = cu[cu.length - 1], C = rng.pick([1, 4]), width = rng.int(1, 6);
   const x = scope.randn([1, total, C], rng.pick<ak.DType>(["float32", "bfloat16"]), rng.int(0, 999));
   const groups = ak.SimulatedGroup.create(rows.length);
+  // A routing with caps (the same on every rank, as one routing per rank serving every layout needs)
+  // or the plan itself.
+  const plans = rows.map((_, r) => ak.ContextParallelPlan.fromFragments(cu, rows, r));
+  const caps = rng.chance(0.5)
+    ? {
+      slots: plans[0].slots + rng.int(0, 1),
+      maxSubsequences: Math.max(...plans.map((p) => p.subsequences.length)) + rng.int(0, 1),
+      convHistory: width - 1,
+    }
+    : undefined;
   const out = await Promise.all(groups.map(async (group) => {
-    const plan = ak.ContextParallelPlan.fromFragments(cu, rows, group.rank);
+    const plan = plans[group.rank];
     using ids = plan.globalTokenIds(scope.device);
     using xs = x.indexSelect(1, ids);
-    using h = await ak.contextParallelConvHistory(xs, { plan, group, width });
+    using routing = caps ? plan.routing(scope.device, caps) : undefined;
+    using h = await ak.contextParallelConvHistory(
+      xs,
+      routing ? { routing, group, width } : { plan, group, width },
+    );
     using back = await h.backward(h.history);
     return scope.keep(back.clone());
   }));
@@ -207,13 +221,34 @@ export function contextParallelCases(rng: Rng, scope: Scope, bad: boolean): Case
         return ak.contextParallelKda(x, x, x, g, g, { plan: fitting, group, useQkL2norm: true } as never);
       });
     case 7:
-      return invalid("a convolution history of no width, or of another span", () => {
-        const plan = ak.ContextParallelPlan.fromFragments([0, 8], [[[0, 8]]], 0);
-        const group = ak.SimulatedGroup.create(1)[0];
-        return rng.chance(0.5)
-          ? ak.contextParallelConvHistory(scope.randn([1, 8, 2], "float32", 1), { plan, group, width: 0 })
-          : ak.contextParallelConvHistory(scope.randn([1, 9, 2], "float32", 1), { plan, group, width: 4 });
-      });
+      return invalid(
+        "a convolution history of no width, of another span, of a routing of another width",
+        () => {
+          const plan = ak.ContextParallelPlan.fromFragments([0, 8], [[[0, 8]]], 0);
+          const group = ak.SimulatedGroup.create(1)[0];
+          const x8 = scope.randn([1, 8, 2], "float32", 1);
+          switch (rng.int(0, 3)) {
+            case 0:
+              return ak.contextParallelConvHistory(x8, { plan, group, width: 0 });
+            case 1:
+              return ak.contextParallelConvHistory(scope.randn([1, 9, 2], "float32", 1), {
+                plan,
+                group,
+                width: 4,
+              });
+            case 2: {
+              // A routing built for another history length.
+              using routing = plan.routing(scope.device, { convHistory: rng.pick([0, 1, 5]) });
+              return ak.contextParallelConvHistory(x8, { routing, group, width: 4 });
+            }
+            default:
+              return ak.contextParallelConvHistory(
+                x8,
+                { plan, routing: plan.routing(scope.device), group, width: 2 } as never,
+              );
+          }
+        },
+      );
     case 8:
       return invalid(
         "an NCCL group of a bad id, rank or device, a missing library, an id file of no path",

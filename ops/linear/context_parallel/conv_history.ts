@@ -4,8 +4,8 @@
  * hold (several of them when the pieces before it are shorter than W - 1). Each fragment sends the
  * last W - 1 tokens of its last subsequence (its tail) with one all-gather; every rank knows every
  * piece's length from the plan's table, so each history row is picked from the gathered tails on the
- * device. The backward sends the histories' gradients back the same way and adds them to the tokens
- * they came from.
+ * device, with the indices a routing holds (conv_layout.ts). The backward sends the histories'
+ * gradients back the same way and adds them to the tokens they came from.
  *
  * @module
  */
@@ -16,11 +16,18 @@ import { Tensor } from "../../tensor.ts";
 import { withZeroRow } from "./rows.ts";
 import { checkGroup, type Communicator } from "./communicator.ts";
 import { ContextParallelPlan } from "./plan.ts";
+import { ContextParallelRouting } from "./routing.ts";
 
-/** Options of {@link contextParallelConvHistory}. */
+/** Options of {@link contextParallelConvHistory}: a plan or a routing built with `convHistory`. */
 export interface ConvHistoryOptions {
-  /** This rank's plan. */
-  plan: ContextParallelPlan;
+  /** This rank's plan (or pass `routing`). */
+  plan?: ContextParallelPlan;
+  /**
+   * This rank's layout as device tensors, built with `convHistory: width - 1`
+   * (`plan.routing(device, { ..., convHistory })`): the call then reads the layout only from it, so a
+   * graph captured around it replays for every layout copied into it.
+   */
+  routing?: ContextParallelRouting;
   /** This rank's communicator; its rank and world must be the plan's. */
   group: Communicator;
   /** The convolution's width W (the history holds W - 1 tokens). */
@@ -29,7 +36,10 @@ export interface ConvHistoryOptions {
 
 /** The histories of a rank's segments, and the way back for their gradients. */
 export interface ConvHistory extends Disposable {
-  /** `[N, W - 1, C]` in x's dtype, oldest first (zeros before a sequence's first token). */
+  /**
+   * `[N, W - 1, C]` in x's dtype, oldest first (zeros before a sequence's first token); N the span's
+   * segments (the routing's `maxSubsequences`), matching its `cuSeqlens` (the routing's `runCuSeqlens`).
+   */
   readonly history: Tensor;
   /**
    * The gradient the histories send back to this rank's span tokens, `[1, T, C]` float32 (add it to
@@ -38,44 +48,10 @@ export interface ConvHistory extends Disposable {
   backward(dHistory: Tensor): Promise<Tensor>;
 }
 
-/** Every rank's plan, and for each of its segments' history positions the (slot, tail row) it reads. */
-function layoutOf(plan: ContextParallelPlan, history: number) {
-  const plans = plan.table.map((_, r) =>
-    r === plan.cpRank ? plan : ContextParallelPlan.fromFragments(plan.cuSeqlensGlobal, plan.table, r)
-  );
-  const width = plan.slots + 1;
-  // Each slot's tail: the last `history` tokens of its fragment's last subsequence, right-aligned.
-  const tailPiece = plans.map((p) =>
-    p.fragmentSegments().map((s) => (s.last >= 0 ? p.subsequences[s.last] : undefined))
-  );
-  const tailRow = (rank: number, fragment: number, position: number) =>
-    (rank * width + fragment) * history + position;
-  // For rank r's segment i at history position q: the tail row it reads, or -1.
-  const reads = plans.map((p) => {
-    const segments = p.fragmentSegments();
-    return p.subsequences.map((sub, i) => {
-      const f = sub.fragment;
-      const rows = new Array<number>(history).fill(-1);
-      // Only a fragment's first subsequence continues a sequence from elsewhere.
-      if (segments[f].first !== i) return rows;
-      // Walk the predecessors back from the nearest, filling positions from the newest.
-      let q = history - 1;
-      for (const slot of [...p.predecessors[f]].reverse()) {
-        const piece = tailPiece[slot.rank][slot.fragment]!;
-        const take = Math.min(piece.stop - piece.start, q + 1);
-        for (let j = 0; j < take; j++) rows[q - j] = tailRow(slot.rank, slot.fragment, history - 1 - j);
-        q -= take;
-        if (q < 0) break;
-      }
-      return rows;
-    });
-  });
-  return { plans, width, tailPiece, reads };
-}
-
 /**
  * The convolution history of every segment of this rank's span: pass it as `causalConv1d`'s
- * `initialState` with `cuSeqlens: plan.cuSeqlens`. Every rank calls it, with its own plan and group.
+ * `initialState` with `cuSeqlens: plan.cuSeqlens` (or the routing's `runCuSeqlens`). Every rank calls
+ * it, with its own plan (or routing) and group.
  *
  * @example
  * ```ts
@@ -98,105 +74,120 @@ export async function contextParallelConvHistory(
   const op = "contextParallelConvHistory";
   const o = checkOptions<ConvHistoryOptions>(op, options, {
     plan: "object",
+    routing: "object",
     group: "object",
     width: "integer",
   });
   const { plan, group } = o;
-  if (!(plan instanceof ContextParallelPlan)) {
+  if ((plan === undefined) === (o.routing === undefined)) {
+    throw invalidArgument(op, "options: expected a plan or a routing (one of the two)");
+  }
+  if (plan !== undefined && !(plan instanceof ContextParallelPlan)) {
     throw invalidArgument(
       op,
       "options.plan: expected a ContextParallelPlan (ContextParallelPlan.fromFragments)",
     );
   }
-  checkGroup(op, group, plan, "plan");
+  if (o.routing !== undefined && !(o.routing instanceof ContextParallelRouting)) {
+    throw invalidArgument(op, "options.routing: expected a ContextParallelRouting (plan.routing(device))");
+  }
+  const layout = (plan ?? o.routing)!;
+  checkGroup(op, group, layout, plan ? "plan" : "routing");
   if (!Number.isInteger(o.width) || o.width < 1) {
     throw invalidArgument(op, `options.width: expected an integer >= 1, got ${o.width}`);
   }
   expectTensor(op, "x", x);
-  if (x.ndim !== 3 || x.shape[0] !== 1 || x.shape[1] !== plan.spanLength) {
-    throw invalidArgument(op, `x: expected [1, ${plan.spanLength}, C] (this rank's span), got [${x.shape}]`);
+  if (x.ndim !== 3 || x.shape[0] !== 1 || x.shape[1] !== layout.spanLength) {
+    throw invalidArgument(
+      op,
+      `x: expected [1, ${layout.spanLength}, C] (this rank's span), got [${x.shape}]`,
+    );
   }
-  const W1 = o.width - 1, C = x.shape[2], T = plan.spanLength, N = plan.subsequences.length;
-  const { plans, width, tailPiece, reads } = layoutOf(plan, W1);
-  const me = plan.cpRank;
-  // This rank's tails, [width, W - 1, C]: span token of each position, or T (a zero row).
-  const tokenOf: number[] = [];
-  const mySegments = plan.fragmentSegments();
-  for (let f = 0; f < width; f++) {
-    const piece = f < plan.fragments.length ? tailPiece[me][f] : undefined;
-    const stop = piece ? plan.cuSeqlens[mySegments[f].last + 1] : 0;
-    const len = piece ? piece.stop - piece.start : 0;
-    for (let q = 0; q < W1; q++) {
-      const back = W1 - 1 - q; // 0: the newest
-      tokenOf.push(back < len ? stop - 1 - back : T);
-    }
+  const W1 = o.width - 1;
+  if (o.routing && (o.routing.conv?.history ?? 0) !== W1) {
+    throw invalidArgument(
+      op,
+      `options.routing: built with convHistory ${o.routing.conv?.history ?? 0}, the width asks for ${W1} ` +
+        "(plan.routing(device, { convHistory: width - 1 }))",
+    );
   }
-  using flat = x.reshape([T, C]);
-  using asFloat = flat.cast("float32");
-  using padded = withZeroRow(asFloat);
-  using tails = padded.indexSelect(0, tokenOf);
-  using shaped = tails.reshape([width, W1, C]);
-  using gathered = await group.allGather(shaped);
-  using rows = gathered.reshape([plan.world * width * W1, C]);
-  using rowsPadded = withZeroRow(rows);
-  const zero = plan.world * width * W1;
-  const pick = reads[me].flat().map((r) => (r < 0 ? zero : r));
-  using picked = rowsPadded.indexSelect(0, pick);
-  using picked3 = picked.reshape([N, W1, C]);
-  const history = picked3.cast(x.dtype);
-  const nMax = Math.max(...plans.map((p) => p.subsequences.length));
+  if (o.routing && o.routing.cuSeqlens.device !== x.device) {
+    throw invalidArgument(op, `options.routing: on ${o.routing.cuSeqlens.device}, x on ${x.device}`);
+  }
+  const routing = o.routing ?? plan!.routing(x.device, { convHistory: W1 });
+  const owned = o.routing === undefined;
+  try {
+    return await exchange(x, routing, group, W1, owned);
+  } catch (e) {
+    if (owned) routing[Symbol.dispose]();
+    throw e;
+  }
+}
+
+async function exchange(
+  x: Tensor,
+  routing: ContextParallelRouting,
+  group: Communicator,
+  W1: number,
+  owned: boolean,
+): Promise<ConvHistory> {
+  const op = "contextParallelConvHistory";
+  const C = x.shape[2], T = routing.spanLength, M = routing.maxSubsequences, width = routing.slots + 1;
+  let history: Tensor;
+  if (W1 === 0) {
+    history = Tensor.zeros([M, 0, C], { dtype: x.dtype, device: x.device });
+  } else {
+    const conv = routing.conv!;
+    // This rank's tails, [width, W - 1, C], gathered from every rank; each history position picks its row.
+    using flat = x.reshape([T, C]);
+    using asFloat = flat.cast("float32");
+    using padded = withZeroRow(asFloat);
+    using tails = padded.indexSelect(0, conv.tokens);
+    using shaped = tails.reshape([width, W1, C]);
+    using gathered = await group.allGather(shaped);
+    using rows = gathered.reshape([routing.world * width * W1, C]);
+    using rowsPadded = withZeroRow(rows);
+    using picked = rowsPadded.indexSelect(0, conv.pick);
+    using picked3 = picked.reshape([M, W1, C]);
+    history = picked3.cast(x.dtype);
+  }
   return {
     history,
     async backward(dHistory: Tensor): Promise<Tensor> {
       const what = `${op}: backward`;
       expectTensor(what, "dHistory", dHistory);
-      if (dHistory.shape.join() !== [N, W1, C].join()) {
-        throw invalidArgument(what, `dHistory: expected [${[N, W1, C]}], got [${dHistory.shape}]`);
+      if (dHistory.shape.join() !== [M, W1, C].join()) {
+        throw invalidArgument(what, `dHistory: expected [${[M, W1, C]}], got [${dHistory.shape}]`);
       }
-      // Every rank's history gradients, padded to the most segments any rank has (and one zero row).
+      if (W1 === 0) return Tensor.zeros([1, T, C], { device: x.device });
+      const conv = routing.conv!;
+      // Every rank's history gradients, padded to the same rows on every rank.
       using d32 = dHistory.cast("float32");
-      using d2 = d32.reshape([N * W1, C]);
-      const padRows = Array.from({ length: (nMax + 1) * W1 }, (_, i) => (i < N * W1 ? i : N * W1));
+      using d2 = d32.reshape([M * W1, C]);
       using dPadded = withZeroRow(d2);
-      using mine = dPadded.indexSelect(0, padRows);
-      using mine3 = mine.reshape([nMax + 1, W1, C]);
+      using mine = dPadded.indexSelect(0, conv.padRows);
+      using mine3 = mine.reshape([conv.rows, W1, C]);
       using all = await group.allGather(mine3);
-      using allRows = all.reshape([plan.world * (nMax + 1) * W1, C]);
-      const zeroRow = nMax * W1; // rank 0's padding row
-      // For each of this rank's tail rows, the history positions (of any rank) that read it.
-      const readers = new Map<number, number[]>();
-      reads.forEach((segments, r) =>
-        segments.forEach((positions, i) =>
-          positions.forEach((row, q) => {
-            if (row < 0 || Math.floor(row / (width * W1)) !== me) return;
-            const local = row - me * width * W1;
-            const list = readers.get(local) ?? [];
-            list.push((r * (nMax + 1) + i) * W1 + q);
-            readers.set(local, list);
-          })
-        )
-      );
-      const depth = Math.max(0, ...[...readers.values()].map((l) => l.length));
+      using allRows = all.reshape([routing.world * conv.rows * W1, C]);
+      using allPadded = withZeroRow(allRows);
+      // Each tail row adds the gradients of the positions that read it, one reader per step.
       let tailGrad = Tensor.zeros([width * W1, C], { device: x.device });
-      for (let j = 0; j < depth; j++) {
-        const index = Array.from({ length: width * W1 }, (_, t) => readers.get(t)?.[j] ?? zeroRow);
-        using part = allRows.indexSelect(0, index);
+      for (let j = 0; j < conv.readers.shape[0]; j++) {
+        using index = conv.readers.select(0, j);
+        using part = allPadded.indexSelect(0, index);
         const next = tailGrad.add(part);
         tailGrad.dispose();
         tailGrad = next;
       }
       // Each span token takes its tail row's gradient (a token sits in one tail at most).
-      const rowOfToken = new Array<number>(T).fill(width * W1);
-      tokenOf.forEach((t, row) => {
-        if (t < T) rowOfToken[t] = row;
-      });
       using withZero = withZeroRow(tailGrad);
       tailGrad.dispose();
-      using perToken = withZero.indexSelect(0, rowOfToken);
+      using perToken = withZero.indexSelect(0, conv.tokenRows);
       return perToken.reshape([1, T, C]);
     },
     [Symbol.dispose]() {
       history.dispose();
+      if (owned) routing[Symbol.dispose]();
     },
   };
 }

@@ -14,6 +14,7 @@ import { invalidArgument } from "../../../ffi/errors.ts";
 import { checkOptions } from "../../args.ts";
 import { Tensor } from "../../tensor.ts";
 import { ContextParallelRouting, type RoutingOptions } from "./routing.ts";
+import { convLayout } from "./conv_layout.ts";
 
 /** A half-open global token range `[start, stop)`. */
 export type Fragment = readonly [start: number, stop: number];
@@ -244,7 +245,11 @@ export class ContextParallelPlan {
    */
   routing(device = "cpu", options: RoutingOptions = {}): ContextParallelRouting {
     const op = "ContextParallelPlan.routing";
-    const o = checkOptions<RoutingOptions>(op, options, { slots: "integer", maxSubsequences: "integer" });
+    const o = checkOptions<RoutingOptions>(op, options, {
+      slots: "integer",
+      maxSubsequences: "integer",
+      convHistory: "integer",
+    });
     const N = this.subsequences.length;
     const slots = o.slots ?? this.slots, M = o.maxSubsequences ?? N;
     if (!Number.isInteger(slots) || slots < this.slots) {
@@ -260,7 +265,22 @@ export class ContextParallelPlan {
       );
     }
     const capped = o.slots !== undefined || o.maxSubsequences !== undefined;
-    return new ContextParallelRouting(this, device, slots, M, capped);
+    const W1 = o.convHistory ?? 0;
+    if (!Number.isInteger(W1) || W1 < 0) {
+      throw invalidArgument(op, `options.convHistory: expected an integer >= 0 (W - 1), got ${W1}`);
+    }
+    let conv;
+    if (W1 > 0) {
+      const plans = this.table.map((_, r) =>
+        r === this.cpRank ? this : ContextParallelPlan.fromFragments(this.cuSeqlensGlobal, this.table, r)
+      );
+      // Every rank sends as many gradient rows: the caps' segments, else the most any rank has.
+      const rows = capped ? M : Math.max(...plans.map((p) => p.subsequences.length));
+      const depth = capped ? Math.max(1, this.world * slots - 1) : 0;
+      const layout = convLayout(plans, this.cpRank, W1, { width: slots + 1, M, rows, depth });
+      conv = { history: W1, rows, layout };
+    }
+    return new ContextParallelRouting(this, device, slots, M, capped, conv);
   }
 
   /**

@@ -14,6 +14,7 @@
  */
 import { invalidArgument } from "../../../ffi/errors.ts";
 import { Tensor } from "../../tensor.ts";
+import type { ConvLayout } from "./conv_layout.ts";
 import type { ContextParallelPlan } from "./plan.ts";
 
 /** Options of `ContextParallelPlan.routing`. */
@@ -22,6 +23,29 @@ export interface RoutingOptions {
   slots?: number;
   /** Span segments it has room for (default: this span's count). */
   maxSubsequences?: number;
+  /**
+   * The short convolution's history length W - 1 (default 0: none): the routing then also holds the
+   * history exchange's indices, for `contextParallelConvHistory` with `options.routing`.
+   */
+  convHistory?: number;
+}
+
+/** The convolution history's indices of a routing (conv_layout.ts). */
+export interface ConvRouting {
+  /** W - 1. */
+  readonly history: number;
+  /** Gradient rows each rank sends back (the same on every rank). */
+  readonly rows: number;
+  /** int64 `[(slots + 1) * history]`: the span token of each tail row (spanLength: zero). */
+  readonly tokens: Tensor;
+  /** int64 `[maxSubsequences * history]`: the gathered tail row of each history position. */
+  readonly pick: Tensor;
+  /** int64 `[rows * history]`: this rank's history gradient rows padded to `rows` segments. */
+  readonly padRows: Tensor;
+  /** int64 `[depth, (slots + 1) * history]`: the gathered gradients each tail row adds, step by step. */
+  readonly readers: Tensor;
+  /** int64 `[spanLength]`: each span token's tail row. */
+  readonly tokenRows: Tensor;
 }
 
 /** Which summary passes a routing's recipe runs (a pass no slot reads is skipped). */
@@ -63,6 +87,8 @@ export class ContextParallelRouting implements Disposable {
   readonly exitFold: Tensor;
   /** bool `[maxSubsequences]`: segments that end their sequence (their exit states are final states). */
   readonly terminal: Tensor;
+  /** The convolution history's indices, when built with `convHistory`. */
+  readonly conv?: ConvRouting;
 
   /** @internal Use `plan.routing`. */
   constructor(
@@ -74,6 +100,8 @@ export class ContextParallelRouting implements Disposable {
     readonly maxSubsequences: number,
     /** Built with caps: every pass runs and the fold takes world * slots - 1 steps (any layout fits). */
     capped: boolean,
+    /** The convolution history's layout (conv_layout.ts) and its gradient rows per rank, if asked for. */
+    conv?: { history: number; rows: number; layout: ConvLayout },
   ) {
     const M = maxSubsequences, S = slots, width = S + 1;
     this.world = plan.world;
@@ -127,6 +155,19 @@ export class ContextParallelRouting implements Disposable {
     for (const i of plan.terminal) terminal[i] = 1;
     using t = Tensor.from(terminal, { shape: [M], device });
     this.terminal = t.gt(0);
+    if (conv) {
+      const { history: W1, rows, layout } = conv;
+      const padRows = Array.from({ length: rows * W1 }, (_, i) => (i < M * W1 ? i : M * W1));
+      this.conv = {
+        history: W1,
+        rows,
+        tokens: int64(layout.tokens, [width * W1]),
+        pick: int64(layout.pick, [M * W1]),
+        padRows: int64(padRows, [rows * W1]),
+        readers: int64(layout.readers, [layout.readers.length / Math.max(1, width * W1), width * W1]),
+        tokenRows: int64(layout.tokenRows, [plan.spanLength]),
+      };
+    }
   }
 
   /** Ranks in the group. */
@@ -170,13 +211,20 @@ export class ContextParallelRouting implements Disposable {
         );
       }
     }
+    same("convolution history", this.conv?.history ?? 0, other.conv?.history ?? 0);
+    if (this.conv && other.conv) {
+      same("convolution gradient rows", this.conv.rows, other.conv.rows);
+      same("convolution reader steps", this.conv.readers.shape[0], other.conv.readers.shape[0]);
+    }
     for (const key of TENSORS) this[key].copyFrom(other[key]);
+    if (this.conv && other.conv) { for (const key of CONV_TENSORS) this.conv[key].copyFrom(other.conv[key]); }
     return this;
   }
 
   /** Frees the tensors. */
   [Symbol.dispose](): void {
     for (const key of TENSORS) this[key].dispose();
+    if (this.conv) { for (const key of CONV_TENSORS) this.conv[key].dispose(); }
   }
 }
 
@@ -190,3 +238,5 @@ const TENSORS = [
   "exitFold",
   "terminal",
 ] as const;
+
+const CONV_TENSORS = ["tokens", "pick", "padRows", "readers", "tokenRows"] as const;
