@@ -118,7 +118,9 @@ export function insideCapture(): boolean {
  * then check `stateIndices` and `cuSeqlens` on the device instead of reading them back: a failure is
  * reported by the next {@link CapturedGraph.replay} or {@link CapturedGraph.synchronize}, and the
  * graph's later checked calls write nothing (a packed chunked call then runs every sequence empty). A
- * replay may change the offsets' values (empty sequences, tokens past the last offset), not their count. Run each op once before capturing (its first call loads
+ * replay may change the offsets' values (empty sequences, tokens past the last offset), not their count.
+ * A captured packed call cannot see its longest sequence, so with few long sequences its forward may
+ * split the state pass differently from an eager call: results then agree to rounding, not to the bit. Run each op once before capturing (its first call loads
  * its kernels). Tensors created inside `body` keep their addresses for every replay.
  *
  * @example

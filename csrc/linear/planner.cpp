@@ -308,9 +308,17 @@ FwdShape fwd_shape(const DeltaFwd& a, bool save) {
   s.N = p.N;
   s.H = p.H;
   s.varlen = p.varlen;
-  // A packed call is planned from its capacity, not its offsets (chunk_map.cuh): the same plan, so the
-  // same bits, whether the offsets were read back or stay on the device in a graph.
+  // A packed call's work is sized by its capacity (chunk_map.cuh). Its longest sequence, which sizes the
+  // state pass's segments, comes from the offsets when they were read back; in a graph capture they stay
+  // on the device and the bound T is used: few long packed sequences may then be split differently
+  // (results agree to rounding, not bit for bit, with the eager call).
   s.longest64 = (p.T + kChunk - 1) / kChunk;
+  if (p.varlen && !p.offsets_on_device) {
+    s.longest64 = 0;
+    for (int64_t n = 0; n < p.N; ++n) {
+      s.longest64 = std::max(s.longest64, (p.seq_start[n + 1] - p.seq_start[n] + kChunk - 1) / kChunk);
+    }
+  }
   s.chunks64 = p.chunk_capacity(kChunk);
   s.chunk_size = p.chunk_size;
   s.recurrent = p.recurrent;
@@ -455,14 +463,13 @@ std::string plan_query(const std::string& op, plan::Query& q) {
   const int chunk = static_cast<int>(q.integer("chunk_size", 64));
   const bool recurrent = q.flag("recurrent", false);
   const int64_t N = seqlens.empty() ? b : static_cast<int64_t>(seqlens.size());
-  // A packed call of these lengths (T their sum) is planned from its capacity, as fwd_shape does.
-  int64_t tokens = T;
+  // A packed call of these lengths (T their sum), sized by its capacity as fwd_shape does.
+  int64_t tokens = T, longest = (T + kChunk - 1) / kChunk;
   if (!seqlens.empty()) {
-    tokens = 0;
-    for (int64_t len : seqlens) tokens += len;
+    tokens = 0, longest = 0;
+    for (int64_t len : seqlens) tokens += len, longest = std::max(longest, (len + kChunk - 1) / kChunk);
   }
-  const int64_t longest = (tokens + kChunk - 1) / kChunk;
-  const int64_t chunks = seqlens.empty() ? b * longest : longest + N;
+  const int64_t chunks = seqlens.empty() ? b * longest : (tokens + kChunk - 1) / kChunk + N;
   if (op == "linear.fwd") {
     FwdShape s;
     s.dtype = dtype, s.K = K, s.V = V, s.N = N, s.H = H, s.varlen = !seqlens.empty();
