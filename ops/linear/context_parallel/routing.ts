@@ -3,8 +3,7 @@
  * each gather slot's summary row, and the fold steps of every segment's entry state and exit cotangent.
  * Built with caps (`slots`, `maxSubsequences`), every tensor's shape depends only on the caps, the
  * world and the span length, so one set of tensors serves every layout within them (`copyFrom` writes
- * another layout's values in place): the form graph replay needs, once the packed chunked ops can be
- * captured (they plan from host offsets today).
+ * another layout's values in place): a graph captured around a recipe replays for any of them.
  *
  * Index conventions: summaries are computed for `maxSubsequences + 1` segments, the last one always
  * empty (its summary is the neutral one; padding segments are empty too); a slot's flat index in the
