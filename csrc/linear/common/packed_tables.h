@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "cuda/backend.h"
 #include "cuda/runtime.cuh"
@@ -25,7 +26,7 @@ struct ChunkTables {
     map.C = C;
     map.NC = static_cast<int>((p.T + C - 1) / C);
     const int64_t capacity = p.chunk_capacity(C);
-    require(capacity * C < (int64_t{1} << 31), std::string(label) + " on CUDA: too many tokens for one call");
+    require(capacity < (int64_t{1} << 31) - 1, std::string(label) + " on CUDA: too many chunks for one call");
     chunks = static_cast<int>(capacity);
     if (!p.varlen) return;
     const ak::cuda::DeviceCheck* check =

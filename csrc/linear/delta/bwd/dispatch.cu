@@ -90,6 +90,7 @@ void delta_bwd(const DeltaBwd& a) {
   p.C = p.map.C = plan.chunk;
 
   // The chunks of the whole call (a packed call's capacity: chunk_map.cuh) and their tables.
+  require(dp.chunk_capacity(p.C) * p.C < (int64_t{1} << 31), "delta_rule_bwd on CUDA: too many tokens for one call");
   const ChunkTables tables(dp, p.C, stream, "delta_rule_bwd");
   p.map = tables.map;
   p.NCt = tables.chunks;
