@@ -34,5 +34,10 @@ export { type SpanGradients } from "./family.ts";
 export { composeSummaries, mergeState, neutralSummary, type StateSummary } from "./summaries.ts";
 export { contextParallelConvHistory, type ConvHistory, type ConvHistoryOptions } from "./conv_history.ts";
 export { NcclGroup, type NcclGroupOptions, ncclUniqueId, shareNcclId } from "./nccl.ts";
-export { ContextParallelRouting, type RoutingOptions, type RoutingPasses } from "./routing.ts";
+export {
+  ContextParallelRouting,
+  type ConvRouting,
+  type RoutingOptions,
+  type RoutingPasses,
+} from "./routing.ts";
 export { composeEntryStates, composeExitCotangents } from "./compose.ts";
