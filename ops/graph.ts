@@ -137,35 +137,45 @@ export function insideCapture(): boolean {
  * ```
  */
 export function captureGraph<R>(body: () => R, options: CaptureGraphOptions = {}): CapturedGraph<R> {
-  checkArgument("captureGraph", "body", body, "function");
-  const o = checkOptions<CaptureGraphOptions>("captureGraph", options, { device: "string" });
-  const id = parseDevice(o.device ?? "cuda", "captureGraph");
-  if (id.type !== 1) {
-    throw invalidArgument("captureGraph", `device: expected a CUDA device, got "${id.name}"`);
-  }
-  const name = id.name as `cuda:${number}`;
-  const lib = native();
-  unwrap(lib.ak_graph_begin(id.index), "captureGraph");
+  const capture = begin("captureGraph", body, options);
   let result: R;
-  captureDepth++;
   try {
     result = body();
     if (result instanceof Promise) {
       result.catch(() => {}); // its failure, if any, is not this function's to report
       throw invalidArgument(
         "captureGraph",
-        "body: expected a synchronous function, got one returning a Promise",
+        "body: expected a synchronous function, got one returning a Promise (captureGraphAsync takes those)",
       );
     }
   } catch (e) {
-    lib.ak_graph_abort(id.index);
+    capture.abort();
     throw e;
-  } finally {
-    captureDepth--;
   }
-  const out = new BigUint64Array(1);
-  unwrap(lib.ak_graph_end(id.index, new Uint8Array(out.buffer)), "captureGraph");
-  return new CapturedGraph(Deno.UnsafePointer.create(out[0]), name, result);
+  return capture.end(result);
+}
+
+/** An open capture: checked arguments, the device capturing, and its two ways to close. */
+function begin(op: string, body: unknown, options: CaptureGraphOptions) {
+  checkArgument(op, "body", body, "function");
+  const o = checkOptions<CaptureGraphOptions>(op, options, { device: "string" });
+  const id = parseDevice(o.device ?? "cuda", op);
+  if (id.type !== 1) throw invalidArgument(op, `device: expected a CUDA device, got "${id.name}"`);
+  const lib = native();
+  unwrap(lib.ak_graph_begin(id.index), op);
+  captureDepth++;
+  return {
+    abort() {
+      captureDepth--;
+      lib.ak_graph_abort(id.index);
+    },
+    end<R>(result: R): CapturedGraph<R> {
+      captureDepth--;
+      const out = new BigUint64Array(1);
+      unwrap(lib.ak_graph_end(id.index, new Uint8Array(out.buffer)), op);
+      return new CapturedGraph(Deno.UnsafePointer.create(out[0]), id.name as `cuda:${number}`, result);
+    },
+  };
 }
 
 /**
@@ -195,26 +205,13 @@ export async function captureGraphAsync<R>(
   body: () => Promise<R>,
   options: CaptureGraphOptions = {},
 ): Promise<CapturedGraph<R>> {
-  checkArgument("captureGraphAsync", "body", body, "function");
-  const o = checkOptions<CaptureGraphOptions>("captureGraphAsync", options, { device: "string" });
-  const id = parseDevice(o.device ?? "cuda", "captureGraphAsync");
-  if (id.type !== 1) {
-    throw invalidArgument("captureGraphAsync", `device: expected a CUDA device, got "${id.name}"`);
-  }
-  const name = id.name as `cuda:${number}`;
-  const lib = native();
-  unwrap(lib.ak_graph_begin(id.index), "captureGraphAsync");
+  const capture = begin("captureGraphAsync", body, options);
   let result: R;
-  captureDepth++;
   try {
     result = await body();
   } catch (e) {
-    lib.ak_graph_abort(id.index);
+    capture.abort();
     throw e;
-  } finally {
-    captureDepth--;
   }
-  const out = new BigUint64Array(1);
-  unwrap(lib.ak_graph_end(id.index, new Uint8Array(out.buffer)), "captureGraphAsync");
-  return new CapturedGraph(Deno.UnsafePointer.create(out[0]), name, result);
+  return capture.end(result);
 }
