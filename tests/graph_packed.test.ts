@@ -91,33 +91,24 @@ function inputs(seed: number, kda: boolean): Inputs {
 }
 
 /** Forward with an initial state and the final state, then the backward: every tensor a step returns. */
-function gdnStep(x: Inputs): Record<string, Tensor> {
+function step(x: Inputs, kda: boolean): Record<string, Tensor> {
   const o = { layout: "bshd" as const, cuSeqlens: x.cu, initialState: x.h0, useQkL2norm: true };
-  const f = chunkGatedDeltaRule(x.q, x.k, x.v, x.gate, x.beta, { ...o, outputFinalState: true });
-  const g = chunkGatedDeltaRuleBackward(x.dO, x.q, x.k, x.v, x.gate, x.beta, o);
+  const args = [x.q, x.k, x.v, x.gate, x.beta] as const;
+  const f = kda ? chunkKda(...args, { ...o, outputFinalState: true }) : chunkGatedDeltaRule(...args, {
+    ...o,
+    outputFinalState: true,
+  });
+  const g = kda ? chunkKdaBackward(x.dO, ...args, o) : chunkGatedDeltaRuleBackward(x.dO, ...args, o);
+  const gate: Record<string, Tensor> = kda
+    ? { dgate: (g as { dgate: Tensor }).dgate }
+    : { dg: (g as { dg?: Tensor }).dg! };
   return {
     output: f.output,
     finalState: f.finalState!,
     dq: g.dq,
     dk: g.dk,
     dv: g.dv,
-    dg: g.dg!,
-    dbeta: g.dbeta,
-    dInitialState: g.dInitialState!,
-  };
-}
-
-function kdaStep(x: Inputs): Record<string, Tensor> {
-  const o = { layout: "bshd" as const, cuSeqlens: x.cu, initialState: x.h0, useQkL2norm: true };
-  const f = chunkKda(x.q, x.k, x.v, x.gate, x.beta, { ...o, outputFinalState: true });
-  const g = chunkKdaBackward(x.dO, x.q, x.k, x.v, x.gate, x.beta, o);
-  return {
-    output: f.output,
-    finalState: f.finalState!,
-    dq: g.dq,
-    dk: g.dk,
-    dv: g.dv,
-    dgate: g.dgate,
+    ...gate,
     dbeta: g.dbeta,
     dInitialState: g.dInitialState!,
   };
@@ -135,14 +126,13 @@ for (const [name, kda] of [["Gated DeltaNet", false], ["KDA", true]] as const) {
       withSeed((seed) =>
         expectNoLeak(dev, () => {
           using x = inputs(seed, kda);
-          const step = kda ? kdaStep : gdnStep;
-          disposeAll(step(x)); // loads the kernels outside the capture
-          using graph = captureGraph(() => step(x));
+          disposeAll(step(x, kda)); // loads the kernels outside the capture
+          using graph = captureGraph(() => step(x, kda));
           try {
             for (const [r, offsets] of ROUNDS.entries()) {
               setInt32(x.cu, offsets);
               x.refresh(seed + 100 * (r + 1));
-              const eager = step(x);
+              const eager = step(x, kda);
               try {
                 graph.replay();
                 graph.synchronize();
@@ -163,7 +153,7 @@ for (const [name, kda] of [["Gated DeltaNet", false], ["KDA", true]] as const) {
             }
             // The graph stays usable.
             setInt32(x.cu, ROUNDS[0]);
-            const eager = step(x);
+            const eager = step(x, kda);
             try {
               graph.replay();
               graph.synchronize();
