@@ -845,7 +845,8 @@ export class Tensor {
   /**
    * The entries at `indices` along dim `dim` (a gather, like `torch.index_select`); indices may
    * repeat and count from the end when negative. A tensor of indices (1-D int32 or int64) is read
-   * back to the host to check its bounds.
+   * back to the host to check its bounds, except inside a graph capture: there nothing is read back
+   * and an index out of range (a negative one too) gives zeros.
    *
    * @example
    * ```ts

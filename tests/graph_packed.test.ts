@@ -92,7 +92,13 @@ function inputs(seed: number, kda: boolean): Inputs {
 
 /** Forward with an initial state and the final state, then the backward: every tensor a step returns. */
 function step(x: Inputs, kda: boolean): Record<string, Tensor> {
-  const o = { layout: "bshd" as const, cuSeqlens: x.cu, initialState: x.h0, useQkL2norm: true };
+  // KDA normalises nothing itself; the delta rule normalises q and k here.
+  const o = {
+    layout: "bshd" as const,
+    cuSeqlens: x.cu,
+    initialState: x.h0,
+    ...(kda ? {} : { useQkL2norm: true }),
+  };
   const args = [x.q, x.k, x.v, x.gate, x.beta] as const;
   const f = kda ? chunkKda(...args, { ...o, outputFinalState: true }) : chunkGatedDeltaRule(...args, {
     ...o,

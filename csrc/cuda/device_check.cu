@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(kCheckThreads)
   __shared__ int32_t tile[kCheckThreads];
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kCheckThreads + threadIdx.x;
   const int32_t mine = i < n ? idx[i] : 0;
-  if (mine >= slots) report(c, label, kCheckSlotPastPool, i, mine, slots, 0);
+  if (i < n && mine >= slots) report(c, label, kCheckSlotPastPool, i, mine, slots, 0);
   int64_t twin = -1;  // the first earlier entry naming the same live slot
   const int64_t block_end = min(n, static_cast<int64_t>(blockIdx.x + 1) * kCheckThreads);
   for (int64_t base = 0; base < block_end; base += kCheckThreads) {

@@ -12,6 +12,7 @@ import { Tensor } from "../tensor.ts";
 import { broadcastShapes, broadcastView } from "./broadcast.ts";
 import { normalizeDim, produce, shapeText } from "./common.ts";
 import { expectTensor } from "../checks.ts";
+import { insideCapture } from "../graph.ts";
 
 /**
  * One entry of `Tensor.at`: an integer picks one index of a dim (and drops the dim), a string
@@ -158,6 +159,13 @@ export function indexSelect(x: Tensor, dim: number, indices: readonly number[] |
         op,
         `indices: expected a 1-D int32 or int64 tensor, got ${shapeText(indices.shape)} ${indices.dtype}`,
       );
+    }
+    if (insideCapture() && indices.device === x.device) {
+      // Nothing is read back in a capture: the gather itself gives zeros for an index out of range.
+      const shape = x.shape.map((s, i) => (i === d ? indices.shape[0] : s));
+      return produce(shape, x.dtype, x.device, (out) => {
+        unwrap(native().ak_index_select(out.descriptor(), x.descriptor(op), d, indices.descriptor(op)), op);
+      });
     }
     values = indices.toArray() as Int32Array | BigInt64Array; // read back to check the bounds
   } else if (Array.isArray(indices)) {
