@@ -48,10 +48,14 @@ function sameBits(
   }
 }
 
-/** None (bit for bit) where the training op carries a float32 state, else the tolerances above. */
+/**
+ * None (bit for bit) where the training op carries a float32 state, else the tolerances above: the CPU's
+ * KDA carries a double state, which the pool rounds to float32 at each chunk boundary. An output near
+ * zero (cancellation) then moves by more than its own 2^-7, never by more than 2^-16 of the largest.
+ */
 const slack = (f: Family, device: Device, what: "output" | "state"): Slack =>
   f === "kda" && device === "cpu"
-    ? (what === "output" ? { rel: 2 ** -7, abs: 0 } : { rel: 0, abs: 2 ** -20 })
+    ? (what === "output" ? { rel: 2 ** -7, abs: 2 ** -16 } : { rel: 0, abs: 2 ** -20 })
     : { rel: 0, abs: 0 };
 
 interface Inputs extends Disposable {
