@@ -13,7 +13,12 @@ namespace ak::linear::cuda {
 // lane; the sums accumulate left to right in fp32).
 __device__ __forceinline__ void chunk_cumsum64(float* g, int lane) {
   const float a = g[2 * lane], b = g[2 * lane + 1];
-  const float before = ::ak::arch::warp_inclusive_scan(a + b, lane) - (a + b);
+  // The sum of the lanes before, as the scan formed it there: a row's cumsum reads no later row (an
+  // inclusive sum minus this lane's pair would read row 2 lane + 1 into row 2 lane), so a chunk cut
+  // short after any row gives that row the bits it has in the whole chunk.
+  const float upto = ::ak::arch::warp_inclusive_scan(a + b, lane);
+  const float shifted = __shfl_up_sync(0xffffffffu, upto, 1);
+  const float before = lane == 0 ? 0.f : shifted;
   g[2 * lane] = before + a;
   g[2 * lane + 1] = before + a + b;
 }
