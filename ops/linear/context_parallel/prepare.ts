@@ -13,6 +13,7 @@ import { checkOptions } from "../../args.ts";
 import { expectTensor } from "../../checks.ts";
 import { Tensor } from "../../tensor.ts";
 import { GDN_FAMILY, KDA_FAMILY, type SpanFamily, type SpanInputs } from "./family.ts";
+import { withZeroRow } from "./rows.ts";
 import { type StateSummary, summaryOf } from "./summaries.ts";
 
 /** Options of {@link chunkGdnPrepare}. */
@@ -70,24 +71,42 @@ export interface OpenSpan extends Disposable {
   ): StateSummary;
   /** The chunked forward over the span from `initialState`, with its exit states. */
   run(initialState: Tensor): { output: Tensor; finalState: Tensor };
+  /**
+   * The forward from zero entry states (the caller's result owns both tensors): the bias pass's own run
+   * when the span was opened with `zeroRun` and the pass ran, else a run of its own.
+   */
+  runFromZero(): { output: Tensor; finalState: Tensor };
 }
 
-/** Opens a span whose inputs and offsets the caller checked. */
+/** Opens a span whose inputs and offsets the caller checked. `zeroRun`: keep the bias pass's output. */
 export function openSpan(
   family: SpanFamily,
   x: SpanInputs,
   own: Record<string, unknown>,
   offsets: SpanOffsets,
+  zeroRun = false,
 ): OpenSpan {
   const T = x.q.shape[1], H = x.v.shape[2], K = x.q.shape[3], V = x.v.shape[3];
   const count = offsets.segments + 1;
   // Each pass runs once, when a row first needs it.
-  let biases: Tensor | undefined, transitions: Tensor | undefined;
+  let biases: Tensor | undefined, transitions: Tensor | undefined, zeroOutput: Tensor | undefined;
   const biasPass = (): Tensor => {
     if (biases) return biases;
-    // Every segment from a zero state.
-    using fromZero = family.forward(x, x.v, { cuSeqlens: offsets.passes, options: own });
-    biases = fromZero.finalState.clone();
+    if (!zeroRun) {
+      // Every segment from a zero state, and the empty one after them (the neutral row).
+      using fromZero = family.forward(x, x.v, { cuSeqlens: offsets.passes, options: own });
+      biases = fromZero.finalState.clone();
+      return biases;
+    }
+    // The span's own run from zero entry states (as its backward will name them), kept; the neutral
+    // row appended to its exit states.
+    using entry = Tensor.zeros([offsets.segments, H, K, V], { device: x.v.device });
+    const r = family.forward(x, x.v, { cuSeqlens: offsets.run, initialState: entry, options: own });
+    zeroOutput = r.output;
+    using flat = r.finalState.reshape([offsets.segments, H * K * V]);
+    r.finalState.dispose();
+    using padded = withZeroRow(flat);
+    biases = padded.reshape([offsets.segments + 1, H, K, V]);
     return biases;
   };
   const transitionPass = (): Tensor => {
@@ -115,10 +134,22 @@ export function openSpan(
       const r = family.forward(x, x.v, { cuSeqlens: offsets.run, initialState, options: own });
       return { output: r.output, finalState: r.finalState };
     },
+    runFromZero() {
+      if (zeroOutput && biases) {
+        // The bias pass was this run: its exit states are the biases' first rows.
+        const output = zeroOutput;
+        zeroOutput = undefined;
+        return { output, finalState: biases.slice(0, 0, offsets.segments) };
+      }
+      using entry = Tensor.zeros([offsets.segments, H, K, V], { device: x.v.device });
+      const r = family.forward(x, x.v, { cuSeqlens: offsets.run, initialState: entry, options: own });
+      return { output: r.output, finalState: r.finalState };
+    },
     [Symbol.dispose]() {
       biases?.dispose();
       transitions?.dispose();
-      biases = transitions = undefined;
+      zeroOutput?.dispose();
+      biases = transitions = zeroOutput = undefined;
     },
   };
 }

@@ -177,7 +177,8 @@ async function forwardOf<G extends SpanGradients>(
   const M = routing.maxSubsequences, H = x.v.shape[2], K = x.q.shape[3], V = x.v.shape[3];
   const offsets = { passes: routing.cuSeqlens, run: routing.runCuSeqlens, segments: M };
   // Kept by the result: the backward reads its segments' transitions.
-  const span = openSpan(family, x, own, offsets);
+  // With no entry to wait for, the bias pass is the forward itself: one run instead of two.
+  const span = openSpan(family, x, own, offsets, routing.entryFree);
   let kept = false;
   let gathered: StateSummary | undefined;
   try {
@@ -191,9 +192,12 @@ async function forwardOf<G extends SpanGradients>(
       kept = true;
       return result(family, layout, x, span, empty, none(), none());
     }
-    const entry = foldSlots(gathered, routing.entryFold);
+    const entry = routing.entryFree ? Tensor.zeros([M, H, K, V], { device: x.q.device }) : foldSlots(
+      gathered,
+      routing.entryFold,
+    );
     try {
-      const run = span.run(entry);
+      const run = routing.entryFree ? span.runFromZero() : span.run(entry);
       kept = true;
       return result(family, layout, x, span, run.output, run.finalState, entry);
     } catch (e) {

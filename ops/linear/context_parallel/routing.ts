@@ -119,6 +119,8 @@ export class ContextParallelRouting implements Disposable {
     const steps = capped
       ? Math.max(0, plan.world * S - 1)
       : Math.max(0, ...plan.predecessors.map((p) => p.length), ...plan.successors.map((p) => p.length));
+    // No segment continues a sequence from elsewhere (fixed for this layout only, never with caps).
+    this.entryFree = !capped && plan.predecessors.every((p) => p.length === 0);
     // Which passes run: with caps all of them (another layout may need any), else those a slot reads.
     this.passes = capped ? { bias: true, transition: true, reverse: true } : {
       bias: forward.some((r) => r < M),
@@ -177,6 +179,11 @@ export class ContextParallelRouting implements Disposable {
   readonly spanLength: number;
   /** Which summary passes the recipes run with this routing. */
   readonly passes: RoutingPasses;
+  /**
+   * Every entry state is zero (no segment continues a sequence from another fragment; false with caps):
+   * the span's run from zero is then its forward, and the bias pass's run can be that run.
+   */
+  readonly entryFree: boolean;
 
   /** The fold steps: world * slots - 1 with caps, else the most predecessors or successors of a fragment. */
   get steps(): number {
@@ -209,6 +216,12 @@ export class ContextParallelRouting implements Disposable {
           `other: needs the ${k} pass, which this routing skips (build it with caps)`,
         );
       }
+    }
+    if (this.entryFree && !other.entryFree) {
+      throw invalidArgument(
+        op,
+        "other: its segments continue sequences from elsewhere, which this routing's skip",
+      );
     }
     same("convolution history", this.conv?.history ?? 0, other.conv?.history ?? 0);
     if (this.conv && other.conv) {
