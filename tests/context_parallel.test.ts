@@ -592,6 +592,31 @@ deviceTest(
     ),
 );
 
+Deno.test("context parallel routing: two contiguous ranks run one forward and one backward each, no summary pass beyond", () => {
+  const flags = (rank: number) => {
+    using r = ContextParallelPlan.fromFragments(CU, LAYOUTS["contiguous, 2 ranks"], rank).routing("cpu");
+    return { entryFree: r.entryFree, exitFree: r.exitFree, passes: { ...r.passes } };
+  };
+  // Rank 0: no entry to wait for (its bias pass is its forward), exits sent on (pass B only).
+  assert.deepEqual(flags(0), {
+    entryFree: true,
+    exitFree: false,
+    passes: { bias: true, transition: false, reverse: false },
+  });
+  // Rank 1: its entry from rank 0's bias (no transition: a fold starts from zero), no exit goes on
+  // (pass A is the whole backward), and its reverse slot's segment is not its fragment's last (no T^T).
+  assert.deepEqual(flags(1), {
+    entryFree: false,
+    exitFree: true,
+    passes: { bias: false, transition: false, reverse: false },
+  });
+  // With caps every pass runs and neither shortcut is taken (another layout may need them).
+  using capped = ContextParallelPlan.fromFragments(CU, LAYOUTS["contiguous, 2 ranks"], 0).routing("cpu", {
+    slots: 2,
+  });
+  assert.deepEqual([capped.entryFree, capped.exitFree], [false, false]);
+});
+
 Deno.test("context parallel routing: caps below the layout, layouts that do not fit, and ambiguous options are refused", async () => {
   const plan = ContextParallelPlan.fromFragments(CU, LAYOUTS["zig-zag, 2 ranks (the seed's table)"], 0);
   refuses(() => plan.routing("cpu", { slots: 1 }), /options.slots: expected an integer >= 2/);

@@ -265,13 +265,22 @@ async function backwardOf<G extends SpanGradients>(
     throw invalidArgument(op, `options.dExitStates: expected [${[M, H, K, V]}], got [${dExit.shape}]`);
   }
   const call = { cuSeqlens: routing.runCuSeqlens, initialState: entry, options: own };
+  // Pass A: the gradients with only the caller's exit cotangents. Its entry cotangents c go to the ranks
+  // that own earlier pieces (not needed when no segment has one: entryFree); when no exit receives a
+  // cotangent from elsewhere (exitFree), pass A is already the whole backward.
+  const passA = M > 0 && (!routing.entryFree || routing.exitFree)
+    ? withExit(
+      dExit,
+      [M, H, K, V],
+      x.q.device,
+      (dFinal) => family.backward(dOutput, x, { ...call, dFinalState: dFinal }),
+    )
+    : undefined;
   let gathered: StateSummary;
-  {
-    // c: pass A's entry cotangents (zero for a neutral row); T^T of the reverse slots' segments.
+  try {
+    // c (zero for a neutral row), and T^T of the reverse slots' segments where a later piece sends one.
     let c: Tensor;
-    if (M > 0) {
-      using zeroExit = dExit ? undefined : Tensor.zeros([M, H, K, V], { device: x.q.device });
-      using passA = family.backward(dOutput, x, { ...call, dFinalState: (dExit ?? zeroExit)! });
+    if (passA && !routing.entryFree) {
       using flat = passA.dInitialState!.reshape([M, H * K * V]);
       using padded = withZeroRow(flat);
       using picked = padded.indexSelect(0, routing.reverseRows);
@@ -279,25 +288,41 @@ async function backwardOf<G extends SpanGradients>(
     } else {
       c = Tensor.zeros([width, H, K, V], { device: x.q.device });
     }
-    using forward = span.summaries(routing.reverseRows, routing.reverseRows, {
+    using forward = span.summaries(routing.reverseRows, routing.reverseTransitionRows, {
       bias: false,
       transition: routing.passes.reverse,
     });
     using transposed = forward.transition.transpose(-2, -1);
     using reverse = summaryOf(c, transposed.clone());
     gathered = await gather(group, reverse);
+  } catch (e) {
+    passA?.[Symbol.dispose]();
+    throw e;
   }
   try {
     if (M === 0) return emptyGradients(family, x) as G;
-    using fromLater = foldSlots(gathered, routing.exitFold);
-    using total = dExit ? fromLater.add(dExit) : fromLater.clone();
-    const grads = family.backward(dOutput, x, { ...call, dFinalState: total });
+    let grads: SpanGradients;
+    if (routing.exitFree) {
+      grads = passA!;
+    } else {
+      passA?.[Symbol.dispose]();
+      using fromLater = foldSlots(gathered, routing.exitFold);
+      using total = dExit ? fromLater.add(dExit) : fromLater.clone();
+      grads = family.backward(dOutput, x, { ...call, dFinalState: total });
+    }
     // The entry states' cotangent went to the ranks that own the earlier pieces, through the exchange.
     grads.dInitialState?.dispose();
     return keep(family.gradients.map((name) => [name, grads[name]!])) as G;
   } finally {
     gathered[Symbol.dispose]();
   }
+}
+
+/** `f` with the caller's exit cotangents, or zeros of `shape` when none were given. */
+function withExit<R>(dExit: Tensor | undefined, shape: number[], device: string, f: (d: Tensor) => R): R {
+  if (dExit) return f(dExit);
+  using zero = Tensor.zeros(shape, { device });
+  return f(zero);
 }
 
 /** A gradients object owning the named tensors. */

@@ -80,6 +80,8 @@ export class ContextParallelRouting implements Disposable {
   readonly forwardTransitionRows: Tensor;
   /** int64 `[slots + 1]`: each reverse slot's segment (its fragment's first subsequence), or the neutral row. */
   readonly reverseRows: Tensor;
+  /** int64 `[slots + 1]`: whose transition each reverse slot carries (the identity where none is read). */
+  readonly reverseTransitionRows: Tensor;
   /** int64 `[steps, maxSubsequences]`: the flat slots each segment's entry state folds, in token order. */
   readonly entryFold: Tensor;
   /** int64 `[steps, maxSubsequences]`: the flat slots each segment's exit cotangent folds, last piece first. */
@@ -116,16 +118,22 @@ export class ContextParallelRouting implements Disposable {
       r < M && segs[f].first === segs[f].last && plan.predecessors[f].length > 0 ? r : M
     );
     const reverse = slot((f) => (segs[f].first >= 0 && plan.predecessors[f].length > 0 ? segs[f].first : M));
+    // A reverse slot's transition carries the cotangent its segment's exit receives from later pieces:
+    // needed only where that segment is also its fragment's last and the sequence goes on elsewhere.
+    const reverseT = reverse.map((r, f) =>
+      r < M && segs[f].first === segs[f].last && plan.successors[f].length > 0 ? r : M
+    );
     const steps = capped
       ? Math.max(0, plan.world * S - 1)
       : Math.max(0, ...plan.predecessors.map((p) => p.length), ...plan.successors.map((p) => p.length));
     // No segment continues a sequence from elsewhere (fixed for this layout only, never with caps).
     this.entryFree = !capped && plan.predecessors.every((p) => p.length === 0);
+    this.exitFree = !capped && plan.successors.every((p) => p.length === 0);
     // Which passes run: with caps all of them (another layout may need any), else those a slot reads.
     this.passes = capped ? { bias: true, transition: true, reverse: true } : {
       bias: forward.some((r) => r < M),
       transition: forwardT.some((r) => r < M),
-      reverse: reverse.some((r) => r < M),
+      reverse: reverseT.some((r) => r < M),
     };
     // A segment's fold: its fragment's predecessors when it is that fragment's first subsequence
     // (entry), its successors when it is the last (exit); the neutral slot S elsewhere.
@@ -147,6 +155,7 @@ export class ContextParallelRouting implements Disposable {
     this.forwardRows = int64(forward, [width]);
     this.forwardTransitionRows = int64(forwardT, [width]);
     this.reverseRows = int64(reverse, [width]);
+    this.reverseTransitionRows = int64(reverseT, [width]);
     this.entryFold = Tensor.from(fold("first", plan.predecessors), {
       shape: [steps, M],
       device,
@@ -181,9 +190,15 @@ export class ContextParallelRouting implements Disposable {
   readonly passes: RoutingPasses;
   /**
    * Every entry state is zero (no segment continues a sequence from another fragment; false with caps):
-   * the span's run from zero is then its forward, and the bias pass's run can be that run.
+   * the span's run from zero is then its forward, and the bias pass's run can be that run; the backward
+   * then needs no entry cotangents.
    */
   readonly entryFree: boolean;
+  /**
+   * No segment's sequence goes on in another fragment (false with caps): every exit cotangent is the
+   * caller's, so the backward's two passes are one.
+   */
+  readonly exitFree: boolean;
 
   /** The fold steps: world * slots - 1 with caps, else the most predecessors or successors of a fragment. */
   get steps(): number {
@@ -217,10 +232,10 @@ export class ContextParallelRouting implements Disposable {
         );
       }
     }
-    if (this.entryFree && !other.entryFree) {
+    if ((this.entryFree && !other.entryFree) || (this.exitFree && !other.exitFree)) {
       throw invalidArgument(
         op,
-        "other: its segments continue sequences from elsewhere, which this routing's skip",
+        "other: its sequences cross fragments where this routing's do not (build both with caps)",
       );
     }
     same("convolution history", this.conv?.history ?? 0, other.conv?.history ?? 0);
@@ -246,6 +261,7 @@ const TENSORS = [
   "forwardRows",
   "forwardTransitionRows",
   "reverseRows",
+  "reverseTransitionRows",
   "entryFold",
   "exitFold",
   "terminal",
