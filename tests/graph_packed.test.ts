@@ -12,6 +12,7 @@ import {
   chunkGatedDeltaRuleBackward,
   chunkKda,
   chunkKdaBackward,
+  compare,
   pagedChunkGdn,
   Tensor,
 } from "../mod.ts";
@@ -20,6 +21,8 @@ import { expectNoLeak, HAS_CUDA, withSeed } from "./helpers.ts";
 const cuda = { ignore: !HAS_CUDA };
 const dev = "cuda" as const;
 const [T, H, D] = [200, 2, 128];
+/** KDA's gradients summed with float atomics (compared to 1e-6, not bit for bit). */
+const ATOMIC = ["dq", "dk", "dbeta", "dgate"];
 
 /** Rounds of offsets for three sequences over T = 200 tokens. */
 const ROUNDS = [
@@ -46,9 +49,9 @@ function setInt32(t: Tensor, values: number[]): void {
   t.copyFrom(host);
 }
 
-function refill(t: Tensor, seed: number, low?: number, high?: number): void {
+function refill(t: Tensor, seed: number, low?: number, high?: number, std = 1): void {
   using fresh = low === undefined
-    ? Tensor.randn(t.shape, { dtype: t.dtype, device: dev, seed })
+    ? Tensor.randn(t.shape, { dtype: t.dtype, device: dev, seed, std })
     : Tensor.rand(t.shape, { dtype: t.dtype, device: dev, seed, low, high });
   t.copyFrom(fresh);
 }
@@ -69,7 +72,8 @@ function inputs(seed: number, kda: boolean): Inputs {
   const bf = { dtype: "bfloat16" as const, device: dev };
   const x = {
     q: Tensor.randn([1, T, H, D], { ...bf, seed }),
-    k: Tensor.randn([1, T, H, D], { ...bf, seed: seed + 1 }),
+    // KDA normalises nothing: keys of norm about 1 keep its state bounded.
+    k: Tensor.randn([1, T, H, D], { ...bf, seed: seed + 1, std: kda ? D ** -0.5 : 1 }),
     v: Tensor.randn([1, T, H, D], { ...bf, seed: seed + 2 }),
     gate: Tensor.rand(kda ? [1, T, H, D] : [1, T, H], { device: dev, seed: seed + 3, low: -0.3, high: 0 }),
     beta: Tensor.rand([1, T, H], { device: dev, seed: seed + 4 }),
@@ -80,7 +84,8 @@ function inputs(seed: number, kda: boolean): Inputs {
   return {
     ...x,
     refresh(s: number) {
-      for (const [i, t] of [x.q, x.k, x.v, x.dO].entries()) refill(t, s + i);
+      for (const [i, t] of [x.q, x.v, x.dO].entries()) refill(t, s + i);
+      refill(x.k, s + 5, undefined, undefined, kda ? D ** -0.5 : 1);
       refill(x.gate, s + 7, -0.3, 0);
       refill(x.beta, s + 8, 0, 1);
     },
@@ -144,6 +149,15 @@ for (const [name, kda] of [["Gated DeltaNet", false], ["KDA", true]] as const) {
                 graph.synchronize();
                 const live = offsets[offsets.length - 1];
                 for (const [key, t] of Object.entries(graph.result)) {
+                  if (kda && ATOMIC.includes(key)) {
+                    // KDA's backward sums these with float atomics: their last bits vary between calls.
+                    const c = compare(t, eager[key]);
+                    assert.ok(
+                      c.nanCount === 0 && c.relRms <= 1e-6,
+                      `round ${r}: ${key}: relative RMS ${c.relRms}`,
+                    );
+                    continue;
+                  }
                   // Output rows past the last offset are left as they are: not compared.
                   sameBits(t, eager[key], `round ${r}: ${key}`, key === "output" ? live : Infinity);
                 }
@@ -163,7 +177,7 @@ for (const [name, kda] of [["Gated DeltaNet", false], ["KDA", true]] as const) {
             try {
               graph.replay();
               graph.synchronize();
-              sameBits(graph.result.dq, eager.dq, "after the failed checks: dq");
+              sameBits(graph.result.dv, eager.dv, "after the failed checks: dv");
             } finally {
               disposeAll(eager);
             }
