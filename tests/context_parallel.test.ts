@@ -660,7 +660,7 @@ Deno.test("SimulatedGroup: ranks that disagree on a call's shape all fail, the l
   next.forEach((t) => t.dispose());
 });
 
-Deno.test("composeEntryStates: your own exchange around the prepared spans gives the recipe's entry states", async () => {
+Deno.test("your own exchange around the prepared spans gives the recipe's entry states and gradients", async () => {
   using x = globalInputs(GDN, "cpu", "float32", 11);
   const fragments = LAYOUTS["8 ranks, cuts off the chunk grid"];
   const groups = SimulatedGroup.create(fragments.length);
@@ -682,6 +682,19 @@ Deno.test("composeEntryStates: your own exchange around the prepared spans gives
     bitwise(`rank ${group.rank} entry states`, entry, r.entryStates);
     using later = composeExitCotangents({ bias, transition, [Symbol.dispose]() {} }, routing);
     assert.deepEqual(later.shape, r.exitStates.shape);
+    // The backward by hand: reverse summaries of the reverse slots, an all-gather, the fold, the span's backward.
+    using dO = x.dO.indexSelect(1, ids);
+    using viaRecipe = await r.backward(dO);
+    const reverseRows = Array.from(routing.reverseRows.toArray() as BigInt64Array, Number);
+    using reverse = prepared.reverseSummaries(dO, r.entryStates, reverseRows);
+    using c = await group.allGather(reverse.bias);
+    using tt = await group.allGather(reverse.transition);
+    using fromLater = composeExitCotangents({ bias: c, transition: tt, [Symbol.dispose]() {} }, routing);
+    using byHand = prepared.backward(dO, r.entryStates, fromLater);
+    for (const key of ["dq", "dk", "dv", "dg", "dbeta"]) {
+      const d = compare(byHand[key]!, viaRecipe[key]!);
+      assert.ok(d.relRms <= 1e-6, `rank ${group.rank} ${key}: relative RMS ${d.relRms}`);
+    }
     refuses(
       () =>
         composeEntryStates(

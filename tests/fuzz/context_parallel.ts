@@ -130,8 +130,18 @@ export function contextParallelCases(rng: Rng, scope: Scope, bad: boolean): Case
           using prepared = rng.chance(0.5)
             ? ak.chunkGdnPrepare(x, x, x, g, g, { cuSeqlens: cu })
             : ak.chunkKdaPrepare(x, x, x, scope.rand([1, total, 1, 8], 7, -0.2, 0), g, { cuSeqlens: cu });
-          using s = prepared.stateSummaries([rng.int(0, cu.length - 1)]);
-          return scope.keep(s.transition.clone());
+          const segment = rng.int(0, cu.length - 1);
+          if (rng.chance(0.5)) {
+            using s = prepared.stateSummaries([segment]);
+            return scope.keep(s.transition.clone());
+          }
+          // The backward's pieces: reverse summaries, then the span's backward from zero entries.
+          const N = cu.length - 1;
+          using entry = ak.Tensor.zeros([N, 1, 8, 8], { device: scope.device });
+          using r = prepared.reverseSummaries(x, entry, [segment]);
+          using grads = prepared.backward(x, entry, entry);
+          scope.keep(grads.dv!.clone());
+          return scope.keep(r.bias.clone());
         });
       case 3:
         return rng.chance(0.5)
@@ -175,11 +185,18 @@ export function contextParallelCases(rng: Rng, scope: Scope, bad: boolean): Case
       );
     case 4:
       return invalid(
-        "a span of a batch of two, or offsets that miss its end",
+        "a span of a batch of two, offsets that miss its end, reverse summaries of a segment it lacks",
         () =>
           rng.chance(0.5)
             ? ak.chunkGdnPrepare(scope.randn([2, 8, 1, 8], "float32", 1), x, x, g, g)
-            : ak.chunkGdnPrepare(x, x, x, g, g, { cuSeqlens: [0, 5] }),
+            : rng.chance(0.5)
+            ? ak.chunkGdnPrepare(x, x, x, g, g, { cuSeqlens: [0, 5] })
+            : (() => {
+              // Reverse summaries of a segment past the span's.
+              using prepared = ak.chunkGdnPrepare(x, x, x, g, g);
+              using entry = ak.Tensor.zeros([1, 1, 8, 8], { device: scope.device });
+              return prepared.reverseSummaries(x, entry, [rng.pick([2, -1, 0.5])]);
+            })(),
       );
     case 9:
       return invalid(

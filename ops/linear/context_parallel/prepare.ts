@@ -12,7 +12,7 @@ import { invalidArgument } from "../../../ffi/errors.ts";
 import { checkOptions } from "../../args.ts";
 import { expectTensor } from "../../checks.ts";
 import { Tensor } from "../../tensor.ts";
-import { GDN_FAMILY, KDA_FAMILY, type SpanFamily, type SpanInputs } from "./family.ts";
+import { GDN_FAMILY, KDA_FAMILY, type SpanFamily, type SpanGradients, type SpanInputs } from "./family.ts";
 import { withZeroRow } from "./rows.ts";
 import { type StateSummary, summaryOf } from "./summaries.ts";
 
@@ -49,6 +49,25 @@ export interface PreparedSpan extends Disposable {
   stateSummaries(rows: readonly number[], transitionRows?: readonly number[]): StateSummary;
   /** The chunked forward over the span from `initialState` `[N, H, K, V]` (float32), with its exit states. */
   run(initialState: Tensor): { output: Tensor; finalState: Tensor };
+  /**
+   * The reverse summaries of the listed segments for the backward's exchange: `bias` the entry cotangent
+   * `c` `[rows.length, H, K, V]` each segment gets from this span alone (its outputs' gradient `dOutput`
+   * and the caller's own exit cotangents `dExitStates`, default zero), `transition` its forward map
+   * transposed, `T^T` `[rows.length, H, K, K]`: the entry cotangent is `c + T^T e` for an exit cotangent
+   * `e` from later pieces. A row equal to `segments` gives zeros and the identity. Gather them and fold
+   * each segment's `e` with `composeExitCotangents`.
+   */
+  reverseSummaries(
+    dOutput: Tensor,
+    entryStates: Tensor,
+    rows: readonly number[],
+    dExitStates?: Tensor,
+  ): StateSummary;
+  /**
+   * The span's gradients from its entry states and each segment's whole exit cotangent (the caller's plus
+   * what later pieces send): the inputs' gradients and `dInitialState`, the entry states' cotangent.
+   */
+  backward(dOutput: Tensor, entryStates: Tensor, dExitStates: Tensor): SpanGradients;
 }
 
 /** The offsets a span's passes and run use: host numbers, or int32 device tensors. */
@@ -195,6 +214,28 @@ export function prepareSpan(family: SpanFamily, x: SpanInputs, options: unknown)
       });
     },
     run: (initialState: Tensor) => span.run(initialState),
+    reverseSummaries(dOutput, entryStates, rows, dExitStates) {
+      checkRows("rows", rows);
+      const H = x.v.shape[2], K = x.q.shape[3], V = x.v.shape[3];
+      using zeroExit = dExitStates ? undefined : Tensor.zeros([segments, H, K, V], { device: x.q.device });
+      const call = { cuSeqlens: cu, initialState: entryStates, options: own };
+      using grads = family.backward(dOutput, x, { ...call, dFinalState: (dExitStates ?? zeroExit)! });
+      using flat = grads.dInitialState!.reshape([segments, H * K * V]);
+      using padded = withZeroRow(flat);
+      using picked = padded.indexSelect(0, [...rows]);
+      const c = picked.reshape([rows.length, H, K, V]);
+      using forward = span.summaries(rows, rows, { bias: false, transition: rows.some((r) => r < segments) });
+      using transposed = forward.transition.transpose(-2, -1);
+      return summaryOf(c, transposed.clone());
+    },
+    backward(dOutput, entryStates, dExitStates) {
+      return family.backward(dOutput, x, {
+        cuSeqlens: cu,
+        initialState: entryStates,
+        options: own,
+        dFinalState: dExitStates,
+      });
+    },
     [Symbol.dispose]: () => span[Symbol.dispose](),
   };
 }
