@@ -120,8 +120,9 @@ export function insideCapture(): boolean {
  * graph's later checked calls write nothing (a packed chunked call then runs every sequence empty). A
  * replay may change the offsets' values (empty sequences, tokens past the last offset), not their count.
  * A captured packed call cannot see its longest sequence, so with few long sequences its forward may
- * split the state pass differently from an eager call: results then agree to rounding, not to the bit. Run each op once before capturing (its first call loads
- * its kernels). Tensors created inside `body` keep their addresses for every replay.
+ * split the state pass differently from an eager call: results then agree to rounding, not to the bit.
+ * Run each op once before capturing (its first call loads its kernels). Tensors created inside `body`
+ * keep their addresses for every replay.
  *
  * @example
  * ```ts

@@ -90,7 +90,6 @@ void check_chunk_outputs(const DeltaProblem& p, const ak_tensor& q, const ak_ten
   if (au) check_state(au, "au", {p.B, p.H, p.T, C}, q, "q");
 }
 
-
 // The saved-for-backward buffer: contiguous, 1-D, dtype of q, on q's device, large enough for the
 // per-chunk states and v - w S of every chunk of 64 (attnkit_linear.h).
 void check_saved(const DeltaProblem& p, const ak_tensor* saved, const ak_tensor& q) {

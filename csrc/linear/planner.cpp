@@ -469,7 +469,7 @@ std::string plan_query(const std::string& op, plan::Query& q) {
     tokens = 0, longest = 0;
     for (int64_t len : seqlens) tokens += len, longest = std::max(longest, (len + kChunk - 1) / kChunk);
   }
-  const int64_t chunks = seqlens.empty() ? b * longest : (tokens + kChunk - 1) / kChunk + N;
+  const int64_t chunks = DeltaProblem::chunks_for(!seqlens.empty(), b, tokens, N, kChunk);
   if (op == "linear.fwd") {
     FwdShape s;
     s.dtype = dtype, s.K = K, s.V = V, s.N = N, s.H = H, s.varlen = !seqlens.empty();

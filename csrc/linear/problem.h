@@ -34,7 +34,10 @@ struct DeltaProblem {
   int64_t row(int64_t n) const { return varlen ? 0 : n; }
   // The chunks of C tokens the call's kernels are sized for: a packed call's capacity (the most any
   // offsets over T tokens and N sequences need; chunk_map.cuh), or B rows of ceil(T / C).
-  int64_t chunk_capacity(int64_t C) const { return varlen ? (T + C - 1) / C + N : B * ((T + C - 1) / C); }
+  int64_t chunk_capacity(int64_t C) const { return chunks_for(varlen, B, T, N, C); }
+  static int64_t chunks_for(bool varlen, int64_t B, int64_t T, int64_t N, int64_t C) {
+    return varlen ? (T + C - 1) / C + N : B * ((T + C - 1) / C);
+  }
 };
 
 struct DeltaFwd {

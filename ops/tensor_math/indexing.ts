@@ -160,13 +160,8 @@ export function indexSelect(x: Tensor, dim: number, indices: readonly number[] |
         `indices: expected a 1-D int32 or int64 tensor, got ${shapeText(indices.shape)} ${indices.dtype}`,
       );
     }
-    if (insideCapture() && indices.device === x.device) {
-      // Nothing is read back in a capture: the gather itself gives zeros for an index out of range.
-      const shape = x.shape.map((s, i) => (i === d ? indices.shape[0] : s));
-      return produce(shape, x.dtype, x.device, (out) => {
-        unwrap(native().ak_index_select(out.descriptor(), x.descriptor(op), d, indices.descriptor(op)), op);
-      });
-    }
+    // Nothing is read back in a capture: the gather itself gives zeros for an index out of range.
+    if (insideCapture() && indices.device === x.device) return gather(op, x, d, indices);
     values = indices.toArray() as Int32Array | BigInt64Array; // read back to check the bounds
   } else if (Array.isArray(indices)) {
     values = indices;
@@ -186,10 +181,15 @@ export function indexSelect(x: Tensor, dim: number, indices: readonly number[] |
     }
     checked[i] = BigInt(index < 0 ? index + size : index);
   }
-  const shape = x.shape.map((s, i) => (i === d ? checked.length : s));
   using index = Tensor.from(checked, { device: x.device });
+  return gather(op, x, d, index);
+}
+
+/** The gather itself: entries `index` (1-D int32 or int64 on x's device, unchecked) along dim `d`. */
+function gather(op: string, x: Tensor, d: number, index: Tensor): Tensor {
+  const shape = x.shape.map((s, i) => (i === d ? index.shape[0] : s));
   return produce(shape, x.dtype, x.device, (out) => {
-    unwrap(native().ak_index_select(out.descriptor(), x.descriptor(op), d, index.descriptor(op)), op);
+    unwrap(native().ak_index_select(out.descriptor(op), x.descriptor(op), d, index.descriptor(op)), op);
   });
 }
 
@@ -198,9 +198,7 @@ export function indexSelect(x: Tensor, dim: number, indices: readonly number[] |
  * is 1-D int32 on x's device, and unlike {@link indexSelect} it is not read back to check its bounds.
  */
 export function selectRows(op: string, x: Tensor, index: Tensor): Tensor {
-  return produce([index.shape[0], ...x.shape.slice(1)], x.dtype, x.device, (out) => {
-    unwrap(native().ak_index_select(out.descriptor(op), x.descriptor(op), 0, index.descriptor(op)), op);
-  });
+  return gather(op, x, 0, index);
 }
 
 /** A copy of `x` broadcast to `shape`. */

@@ -2,9 +2,10 @@
 // kernel. Fixed length: sequence n is batch row n, tokens [0, T), chunks n NC .. n NC + NC - 1.
 // Varlen (packed, B = 1): the tables built on the device from cu_seqlens by launch_chunk_tables, so
 // a kernel finds a sequence or a chunk with one 16-byte load. A packed call's work is sized by its
-// capacity (DeltaProblem::chunk_capacity: what any offsets over T tokens and N sequences can need), never by the
-// offsets themselves, so a call plans without reading them back and a graph captured once replays
-// for any offsets: the chunks past the live ones are empty (length 0) and every kernel skips them.
+// capacity (DeltaProblem::chunk_capacity: what any offsets over T tokens and N sequences can need),
+// never by the offsets themselves, so a call plans without reading them back and a graph captured once
+// replays for any offsets: the chunks past the live ones are empty (length 0) and every kernel skips
+// them.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,7 +15,6 @@
 #include "cuda/device_check.h"
 
 namespace ak::linear::cuda {
-
 
 struct ChunkMap {
   const int4* seq = nullptr;    // varlen: per sequence {row 0, begin, end, first chunk}
@@ -44,12 +44,14 @@ struct ChunkMap {
   }
   // The chunks before the first empty one, of `all` (a packed table's capacity, whose count sits in
   // entry `all`): what a persistent kernel walks.
-  __device__ __forceinline__ int live_chunks(int all) const { return chunk != nullptr ? min(all, chunk[all].x) : all; }
+  __device__ __forceinline__ int live_chunks(int all) const {
+    return chunk != nullptr ? min(all, chunk[all].x) : all;
+  }
 };
 
 // Builds the varlen tables of ChunkMap from the device copy of cu_seqlens ([N + 1]): seq [N] and
-// chunk [capacity + 1] (capacity = DeltaProblem::chunk_capacity(C)): the live chunks of C tokens, then empty ones
-// {0, 0, 0, 0}, then the live count in entry `capacity`. Under a graph's device check (offsets checked on
+// chunk [capacity + 1] (capacity = DeltaProblem::chunk_capacity(C)): the live chunks of C tokens, then
+// empty ones {0, 0, 0, 0}, then the live count in entry `capacity`. Under a graph's device check (offsets checked on
 // the device, not read back) a failed check leaves every sequence and chunk empty: nothing is computed
 // from bad offsets.
 void launch_chunk_tables(const int32_t* cu, int N, int C, int capacity, int4* seq, int4* chunk, cudaStream_t stream,

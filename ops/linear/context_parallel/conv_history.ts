@@ -14,9 +14,10 @@ import { checkOptions } from "../../args.ts";
 import { expectTensor } from "../../checks.ts";
 import { Tensor } from "../../tensor.ts";
 import { withZeroRow } from "./rows.ts";
-import { checkGroup, type Communicator } from "./communicator.ts";
-import { ContextParallelPlan } from "./plan.ts";
-import { ContextParallelRouting } from "./routing.ts";
+import type { Communicator } from "./communicator.ts";
+import { checkLayoutChoice } from "./layout_options.ts";
+import type { ContextParallelPlan } from "./plan.ts";
+import type { ContextParallelRouting } from "./routing.ts";
 
 /** Options of {@link contextParallelConvHistory}: a plan or a routing built with `convHistory`. */
 export interface ConvHistoryOptions {
@@ -78,21 +79,7 @@ export async function contextParallelConvHistory(
     group: "object",
     width: "integer",
   });
-  const { plan, group } = o;
-  if ((plan === undefined) === (o.routing === undefined)) {
-    throw invalidArgument(op, "options: expected a plan or a routing (one of the two)");
-  }
-  if (plan !== undefined && !(plan instanceof ContextParallelPlan)) {
-    throw invalidArgument(
-      op,
-      "options.plan: expected a ContextParallelPlan (ContextParallelPlan.fromFragments)",
-    );
-  }
-  if (o.routing !== undefined && !(o.routing instanceof ContextParallelRouting)) {
-    throw invalidArgument(op, "options.routing: expected a ContextParallelRouting (plan.routing(device))");
-  }
-  const layout = (plan ?? o.routing)!;
-  checkGroup(op, group, layout, plan ? "plan" : "routing");
+  const { plan, routing: given, layout, group } = checkLayoutChoice(op, o.plan, o.routing, o.group);
   if (!Number.isInteger(o.width) || o.width < 1) {
     throw invalidArgument(op, `options.width: expected an integer >= 1, got ${o.width}`);
   }
@@ -104,18 +91,18 @@ export async function contextParallelConvHistory(
     );
   }
   const W1 = o.width - 1;
-  if (o.routing && (o.routing.conv?.history ?? 0) !== W1) {
+  if (given && (given.conv?.history ?? 0) !== W1) {
     throw invalidArgument(
       op,
-      `options.routing: built with convHistory ${o.routing.conv?.history ?? 0}, the width asks for ${W1} ` +
+      `options.routing: built with convHistory ${given.conv?.history ?? 0}, the width asks for ${W1} ` +
         "(plan.routing(device, { convHistory: width - 1 }))",
     );
   }
-  if (o.routing && o.routing.cuSeqlens.device !== x.device) {
-    throw invalidArgument(op, `options.routing: on ${o.routing.cuSeqlens.device}, x on ${x.device}`);
+  if (given && given.cuSeqlens.device !== x.device) {
+    throw invalidArgument(op, `options.routing: on ${given.cuSeqlens.device}, x on ${x.device}`);
   }
-  const routing = o.routing ?? plan!.routing(x.device, { convHistory: W1 });
-  const owned = o.routing === undefined;
+  const routing = given ?? plan!.routing(x.device, { convHistory: W1 });
+  const owned = given === undefined;
   try {
     return await exchange(x, routing, group, W1, owned);
   } catch (e) {

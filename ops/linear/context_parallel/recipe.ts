@@ -12,12 +12,13 @@ import { invalidArgument } from "../../../ffi/errors.ts";
 import { checkOptions } from "../../args.ts";
 import { expectTensor } from "../../checks.ts";
 import { Tensor } from "../../tensor.ts";
-import { checkGroup, type Communicator } from "./communicator.ts";
+import type { Communicator } from "./communicator.ts";
+import { checkLayoutChoice } from "./layout_options.ts";
 import { GDN_FAMILY, KDA_FAMILY, type SpanFamily, type SpanGradients, type SpanInputs } from "./family.ts";
 import { foldSlots } from "./compose.ts";
-import { ContextParallelPlan } from "./plan.ts";
+import type { ContextParallelPlan } from "./plan.ts";
 import { checkSpanInputs, type OpenSpan, openSpan } from "./prepare.ts";
-import { ContextParallelRouting } from "./routing.ts";
+import type { ContextParallelRouting } from "./routing.ts";
 import { withZeroRow } from "./rows.ts";
 import { type StateSummary, summaryOf } from "./summaries.ts";
 
@@ -115,21 +116,8 @@ function checkLayout(family: SpanFamily, options: unknown, x: SpanInputs): Layou
     routing: "object",
     group: "object",
   });
-  const { plan, routing, group, ...own } = o;
-  if ((plan === undefined) === (routing === undefined)) {
-    throw invalidArgument(op, "options: expected a plan or a routing (one of the two)");
-  }
-  if (plan !== undefined && !(plan instanceof ContextParallelPlan)) {
-    throw invalidArgument(
-      op,
-      "options.plan: expected a ContextParallelPlan (ContextParallelPlan.fromFragments)",
-    );
-  }
-  if (routing !== undefined && !(routing instanceof ContextParallelRouting)) {
-    throw invalidArgument(op, "options.routing: expected a ContextParallelRouting (plan.routing(device))");
-  }
-  const layout = (plan ?? routing)!;
-  checkGroup(op, group, layout, plan ? "plan" : "routing");
+  const { plan: planOption, routing: routingOption, group: groupOption, ...own } = o;
+  const { plan, routing, layout, group } = checkLayoutChoice(op, planOption, routingOption, groupOption);
   checkSpanInputs(op, family, x);
   checkSpan(op, layout.spanLength, { q: x.q, k: x.k, v: x.v, [family.gateName]: x.gate, beta: x.beta });
   if (routing && routing.cuSeqlens.device !== x.q.device) {

@@ -70,7 +70,6 @@ void delta_bwd(const DeltaBwd& a) {
   p.dg = dp.gated ? out_view(a.dg) : OutView{};
   p.d_initial_state = a.d_initial_state ? static_cast<float*>(a.d_initial_state->data) : nullptr;
   p.saved = a.saved ? a.saved->data : nullptr;
-  p.map.T = static_cast<int>(dp.T);
 
   planning::BwdShape shape;
   shape.dtype = dp.dtype;
@@ -87,7 +86,7 @@ void delta_bwd(const DeltaBwd& a) {
   shape.aligned_rest = rows16(p.v) && rows16(p.dout) && rows16(p.dq) && rows16(p.dk) && rows16(p.dv);
   const planning::BwdChoice plan = planning::plan_bwd(shape, ak::cuda::caps(device), tuning::current());
   plan::set_last(plan.plan);
-  p.C = p.map.C = plan.chunk;
+  p.C = plan.chunk;
 
   // The chunks of the whole call (a packed call's capacity: chunk_map.cuh) and their tables.
   require(dp.chunk_capacity(p.C) * p.C < (int64_t{1} << 31), "delta_rule_bwd on CUDA: too many tokens for one call");
