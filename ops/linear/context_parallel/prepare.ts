@@ -95,6 +95,19 @@ export interface OpenSpan extends Disposable {
    * when the span was opened with `zeroRun` and the pass ran, else a run of its own.
    */
   runFromZero(): { output: Tensor; finalState: Tensor };
+  /** The span's gradients from its entry states and exit cotangents (zero when none are given). */
+  backward(dOutput: Tensor, entryStates: Tensor, dExitStates?: Tensor): SpanGradients;
+  /**
+   * Reverse summaries: each listed row's entry cotangent picked from `dEntry` (the segments' `[N, H, K,
+   * V]`; zeros without it) and the transitions of `transitionRows` transposed (`transition` off: the
+   * identity); a row equal to the segments' count gives zeros and the identity.
+   */
+  reverseSummaries(
+    dEntry: Tensor | undefined,
+    rows: readonly number[] | Tensor,
+    transitionRows: readonly number[] | Tensor,
+    transition: boolean,
+  ): StateSummary;
 }
 
 /** Opens a span whose inputs and offsets the caller checked. `zeroRun`: keep the bias pass's output. */
@@ -109,6 +122,15 @@ export function openSpan(
   const count = offsets.segments + 1;
   // Each pass runs once, when a row first needs it.
   let biases: Tensor | undefined, transitions: Tensor | undefined, zeroOutput: Tensor | undefined;
+  const runFrom = (initialState: Tensor) => {
+    const r = family.forward(x, x.v, { cuSeqlens: offsets.run, initialState, options: own });
+    return { output: r.output, finalState: r.finalState };
+  };
+  const runFromZeroState = () => {
+    // Zero entry states given, as the span's backward will name them.
+    using entry = Tensor.zeros([offsets.segments, H, K, V], { device: x.v.device });
+    return runFrom(entry);
+  };
   const biasPass = (): Tensor => {
     if (biases) return biases;
     if (!zeroRun) {
@@ -117,10 +139,8 @@ export function openSpan(
       biases = fromZero.finalState.clone();
       return biases;
     }
-    // The span's own run from zero entry states (as its backward will name them), kept; the neutral
-    // row appended to its exit states.
-    using entry = Tensor.zeros([offsets.segments, H, K, V], { device: x.v.device });
-    const r = family.forward(x, x.v, { cuSeqlens: offsets.run, initialState: entry, options: own });
+    // The span's own run from zero entry states, kept; the neutral row appended to its exit states.
+    const r = runFromZeroState();
     zeroOutput = r.output;
     using flat = r.finalState.reshape([offsets.segments, H * K * V]);
     r.finalState.dispose();
@@ -138,21 +158,23 @@ export function openSpan(
     return transitions;
   };
   const length = (r: readonly number[] | Tensor) => (Array.isArray(r) ? r.length : (r as Tensor).shape[0]);
+  const summaries = (
+    rows: readonly number[] | Tensor,
+    transitionRows: readonly number[] | Tensor,
+    passes: { bias: boolean; transition: boolean },
+  ) => {
+    const device = x.v.device;
+    const bias = passes.bias
+      ? biasPass().indexSelect(0, rows)
+      : Tensor.zeros([length(rows), H, K, V], { device });
+    const transition = passes.transition
+      ? transitionPass().indexSelect(0, transitionRows)
+      : identityStates(length(transitionRows), H, K, device);
+    return summaryOf(bias, transition);
+  };
   return {
-    summaries(rows, transitionRows, passes) {
-      const device = x.v.device;
-      const bias = passes.bias
-        ? biasPass().indexSelect(0, rows)
-        : Tensor.zeros([length(rows), H, K, V], { device });
-      const transition = passes.transition
-        ? transitionPass().indexSelect(0, transitionRows)
-        : identityStates(length(transitionRows), H, K, device);
-      return summaryOf(bias, transition);
-    },
-    run(initialState: Tensor) {
-      const r = family.forward(x, x.v, { cuSeqlens: offsets.run, initialState, options: own });
-      return { output: r.output, finalState: r.finalState };
-    },
+    summaries,
+    run: runFrom,
     runFromZero() {
       if (zeroOutput && biases) {
         // The bias pass was this run: its exit states are the biases' first rows.
@@ -160,9 +182,27 @@ export function openSpan(
         zeroOutput = undefined;
         return { output, finalState: biases.slice(0, 0, offsets.segments) };
       }
-      using entry = Tensor.zeros([offsets.segments, H, K, V], { device: x.v.device });
-      const r = family.forward(x, x.v, { cuSeqlens: offsets.run, initialState: entry, options: own });
-      return { output: r.output, finalState: r.finalState };
+      return runFromZeroState();
+    },
+    backward(dOutput, entryStates, dExitStates) {
+      const call = { cuSeqlens: offsets.run, initialState: entryStates, options: own };
+      if (dExitStates) return family.backward(dOutput, x, { ...call, dFinalState: dExitStates });
+      using zero = Tensor.zeros(entryStates.shape, { device: x.q.device });
+      return family.backward(dOutput, x, { ...call, dFinalState: zero });
+    },
+    reverseSummaries(dEntry, rows, transitionRows, transition) {
+      let c: Tensor;
+      if (dEntry) {
+        using flat = dEntry.reshape([offsets.segments, H * K * V]);
+        using padded = withZeroRow(flat);
+        using picked = padded.indexSelect(0, rows);
+        c = picked.reshape([length(rows), H, K, V]);
+      } else {
+        c = Tensor.zeros([length(rows), H, K, V], { device: x.q.device });
+      }
+      using forward = summaries(rows, transitionRows, { bias: false, transition });
+      using transposed = forward.transition.transpose(-2, -1);
+      return summaryOf(c, transposed.clone());
     },
     [Symbol.dispose]() {
       biases?.dispose();
@@ -216,26 +256,10 @@ export function prepareSpan(family: SpanFamily, x: SpanInputs, options: unknown)
     run: (initialState: Tensor) => span.run(initialState),
     reverseSummaries(dOutput, entryStates, rows, dExitStates) {
       checkRows("rows", rows);
-      const H = x.v.shape[2], K = x.q.shape[3], V = x.v.shape[3];
-      using zeroExit = dExitStates ? undefined : Tensor.zeros([segments, H, K, V], { device: x.q.device });
-      const call = { cuSeqlens: cu, initialState: entryStates, options: own };
-      using grads = family.backward(dOutput, x, { ...call, dFinalState: (dExitStates ?? zeroExit)! });
-      using flat = grads.dInitialState!.reshape([segments, H * K * V]);
-      using padded = withZeroRow(flat);
-      using picked = padded.indexSelect(0, [...rows]);
-      const c = picked.reshape([rows.length, H, K, V]);
-      using forward = span.summaries(rows, rows, { bias: false, transition: rows.some((r) => r < segments) });
-      using transposed = forward.transition.transpose(-2, -1);
-      return summaryOf(c, transposed.clone());
+      using grads = span.backward(dOutput, entryStates, dExitStates);
+      return span.reverseSummaries(grads.dInitialState, [...rows], [...rows], rows.some((r) => r < segments));
     },
-    backward(dOutput, entryStates, dExitStates) {
-      return family.backward(dOutput, x, {
-        cuSeqlens: cu,
-        initialState: entryStates,
-        options: own,
-        dFinalState: dExitStates,
-      });
-    },
+    backward: (dOutput, entryStates, dExitStates) => span.backward(dOutput, entryStates, dExitStates),
     [Symbol.dispose]: () => span[Symbol.dispose](),
   };
 }

@@ -19,7 +19,6 @@ import { foldSlots } from "./compose.ts";
 import type { ContextParallelPlan } from "./plan.ts";
 import { checkSpanInputs, type OpenSpan, openSpan } from "./prepare.ts";
 import type { ContextParallelRouting } from "./routing.ts";
-import { withZeroRow } from "./rows.ts";
 import { type StateSummary, summaryOf } from "./summaries.ts";
 
 /** Where a context-parallel call runs: this rank's layout (a plan, or its routing) and communicator. */
@@ -244,44 +243,28 @@ async function backwardOf<G extends SpanGradients>(
 ): Promise<G> {
   const op = `${family.recipe}.backward`;
   const opts = checkOptions<{ dExitStates?: Tensor }>(op, options, { dExitStates: "any" });
-  const { routing, group, own } = layout;
+  const { routing, group } = layout;
   checkSpan(op, routing.spanLength, { dOutput });
   const M = routing.maxSubsequences, H = x.v.shape[2], K = x.q.shape[3], V = x.v.shape[3];
-  const width = routing.slots + 1;
   const dExit = opts.dExitStates ? expectTensor(op, "options.dExitStates", opts.dExitStates) : undefined;
   if (dExit && dExit.shape.join() !== [M, H, K, V].join()) {
     throw invalidArgument(op, `options.dExitStates: expected [${[M, H, K, V]}], got [${dExit.shape}]`);
   }
-  const call = { cuSeqlens: routing.runCuSeqlens, initialState: entry, options: own };
   // Pass A: the gradients with only the caller's exit cotangents. Its entry cotangents c go to the ranks
   // that own earlier pieces (not needed when no segment has one: entryFree); when no exit receives a
   // cotangent from elsewhere (exitFree), pass A is already the whole backward.
   const passA = M > 0 && (!routing.entryFree || routing.exitFree)
-    ? withExit(
-      dExit,
-      [M, H, K, V],
-      x.q.device,
-      (dFinal) => family.backward(dOutput, x, { ...call, dFinalState: dFinal }),
-    )
+    ? span.backward(dOutput, entry, dExit)
     : undefined;
   let gathered: StateSummary;
   try {
     // c (zero for a neutral row), and T^T of the reverse slots' segments where a later piece sends one.
-    let c: Tensor;
-    if (passA && !routing.entryFree) {
-      using flat = passA.dInitialState!.reshape([M, H * K * V]);
-      using padded = withZeroRow(flat);
-      using picked = padded.indexSelect(0, routing.reverseRows);
-      c = picked.reshape([width, H, K, V]);
-    } else {
-      c = Tensor.zeros([width, H, K, V], { device: x.q.device });
-    }
-    using forward = span.summaries(routing.reverseRows, routing.reverseTransitionRows, {
-      bias: false,
-      transition: routing.passes.reverse,
-    });
-    using transposed = forward.transition.transpose(-2, -1);
-    using reverse = summaryOf(c, transposed.clone());
+    using reverse = span.reverseSummaries(
+      routing.entryFree ? undefined : passA?.dInitialState,
+      routing.reverseRows,
+      routing.reverseTransitionRows,
+      routing.passes.reverse,
+    );
     gathered = await gather(group, reverse);
   } catch (e) {
     passA?.[Symbol.dispose]();
@@ -296,7 +279,7 @@ async function backwardOf<G extends SpanGradients>(
       passA?.[Symbol.dispose]();
       using fromLater = foldSlots(gathered, routing.exitFold);
       using total = dExit ? fromLater.add(dExit) : fromLater.clone();
-      grads = family.backward(dOutput, x, { ...call, dFinalState: total });
+      grads = span.backward(dOutput, entry, total);
     }
     // The entry states' cotangent went to the ranks that own the earlier pieces, through the exchange.
     grads.dInitialState?.dispose();
@@ -304,13 +287,6 @@ async function backwardOf<G extends SpanGradients>(
   } finally {
     gathered[Symbol.dispose]();
   }
-}
-
-/** `f` with the caller's exit cotangents, or zeros of `shape` when none were given. */
-function withExit<R>(dExit: Tensor | undefined, shape: number[], device: string, f: (d: Tensor) => R): R {
-  if (dExit) return f(dExit);
-  using zero = Tensor.zeros(shape, { device });
-  return f(zero);
 }
 
 /** A gradients object owning the named tensors. */
