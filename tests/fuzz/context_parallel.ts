@@ -258,11 +258,11 @@ export function contextParallelCases(rng: Rng, scope: Scope, bad: boolean): Case
               using routing = plan.routing(scope.device, { convHistory: rng.pick([0, 1, 5]) });
               return ak.contextParallelConvHistory(x8, { routing, group, width: 4 });
             }
-            default:
-              return ak.contextParallelConvHistory(
-                x8,
-                { plan, routing: plan.routing(scope.device), group, width: 2 } as never,
-              );
+            default: {
+              // The routing is the case's own: disposed whatever the call does.
+              using routing = plan.routing(scope.device);
+              return ak.contextParallelConvHistory(x8, { plan, routing, group, width: 2 } as never);
+            }
           }
         },
       );
