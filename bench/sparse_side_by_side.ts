@@ -7,7 +7,8 @@
  *   compressed keys itself, here they are inputs). FLOPs: compressed `4 T H D avg(nc)` + selection scores
  *   `2 T H D avg(nc)` + selected `4 T H D S bs`, avg(nc) = T / (2 bs).
  * - DSA decode at batch 64, one query each, 128 heads over one latent head, topk 2048 of 8192 cache rows,
- *   512 + 64 dims: GB/s of the selected rows (each read once) against the 4252 GB/s copy ceiling.
+ *   512 + 64 dims: GB/s of the selected rows (each read once) against the 4252 GB/s copy ceiling, and
+ *   TFLOP/s of `2 B H topk (576 + 512)`.
  * - The lightning indexer, FP8, 8192 queries x 65536 keys, 64 heads, D 128, full key ranges: TFLOP/s of
  *   `2 Sq Sk H D` against the H200's dense FP8 peak (1979).
  * - The paged prefill with append against the contiguous packed prefill on the same tokens.
@@ -153,7 +154,7 @@ if (OPS.has("dsa")) {
   );
   run(rec, () => {
     using _o = op.forward(q, kv, indices);
-  }, { bytes });
+  }, { bytes, flops: 2 * B * H * topk * (dim + tail + dim) });
 }
 
 if (OPS.has("indexer")) {

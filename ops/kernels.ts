@@ -82,7 +82,8 @@ export type PlanOp =
   | "attention.bwd"
   | "attention.decode"
   | "sparse.nsa.compression"
-  | "sparse.nsa.selection";
+  | "sparse.nsa.selection"
+  | "sparse.dsa.decode";
 
 /** GPUs a plan can be asked for by name, without the GPU. */
 export type GpuName = "h200" | "h100" | "a100" | "l40s";
@@ -142,7 +143,7 @@ export interface PlanQuery {
   hq?: number;
   /** Attention: KV heads. */
   hkv?: number;
-  /** Attention: head dim. */
+  /** Attention: head dim (DSA decode: the key's columns, dim + dimTail; `v` then the value's). */
   d?: number;
   /** Attention forward: key rows in all (0: no keys). */
   totalKv?: number;

@@ -280,6 +280,27 @@ Deno.test("explain: the split-key decode splits short batches of long caches, no
   );
 });
 
+Deno.test("explain: DSA decode takes the tensor-core block at 512 + 64 columns, else the per-item kernel", () => {
+  const plan = (q: Omit<PlanQuery, "gpu">) => explain({ gpu: "h200", ...q });
+  const mma = plan({ op: "sparse.dsa.decode" });
+  assert.deepEqual(mma.kernels.map((k) => k.name), ["sparse.dsa.decode.mma<bfloat16, D576>"]);
+  assert.equal(plan({ op: "sparse.dsa.decode", dtype: "float16", d: 576, v: 512 }).path, "mma");
+  const item = plan({ op: "sparse.dsa.decode", d: 192, v: 128 });
+  assert.deepEqual(item.kernels.map((k) => k.name), ["sparse.dsa.decode.item<bfloat16>"]);
+  assert.match(String(item.details.mma_ruled_out), /dim 128 \+ dimTail 64 \(it is built for 512 \+ 64\)/);
+  assert.equal(plan({ op: "sparse.dsa.decode", dtype: "float32" }).path, "item");
+  assert.equal(plan({ op: "sparse.dsa.decode", aligned: false }).path, "item");
+  assert.equal(
+    withTuning({ "sparse.dsa.decode": "item" }, () => plan({ op: "sparse.dsa.decode" })).path,
+    "item",
+  );
+  refused(
+    () => withTuning({ "sparse.dsa.decode": "mma" }, () => plan({ op: "sparse.dsa.decode", d: 192, v: 128 })),
+    "UNSUPPORTED",
+    /mma cannot serve this call: dim 128 \+ dimTail 64/,
+  );
+});
+
 Deno.test("explain: NSA's branches take the tiled block where it serves, else the per-item kernels", () => {
   const plan = (q: Omit<PlanQuery, "gpu">) => explain({ gpu: "h200", ...q });
   // NSA's groups of 16: the tensor-core block; groups of 4: the CUDA-core one.

@@ -7,6 +7,7 @@ import {
   DeepSeekSparseAttentionDecodeWithKVCacheFwdOp,
   type Device,
   FP8LightningIndexerFwdOp,
+  lastPlan,
   NSACmpFwdVarlenOp,
   NSAFwdVarlenOp,
   nsaTokenIndices,
@@ -189,6 +190,51 @@ deviceTest(
           },
         ];
         for (const [i, c] of cases.entries()) checkDsa(device, c, seed + 10 * i);
+      })),
+);
+
+deviceTest(
+  "DSA decode at DeepSeek's 512 + 64 runs the tensor-core block (partial head groups, two tiles, two cache heads)",
+  (device) =>
+    expectNoLeak(device, () =>
+      withSeed((seed) => {
+        const base = { dim: 512, dimTail: 64, strideKv: 1 };
+        const cases: DsaCase[] = [
+          // 20 heads: a group of 16 and one of 4; 96 entries: a full tile of 64 and a partial one.
+          {
+            ...base,
+            batch: 2,
+            seqLen: 2,
+            seqLenKv: 150,
+            heads: 20,
+            headsKv: 1,
+            topk: 96,
+            qStart: 100,
+            causal: true,
+            dtype: "bfloat16",
+          },
+          // Two cache heads of 16 query heads each, not causal, float16.
+          {
+            ...base,
+            batch: 1,
+            seqLen: 1,
+            seqLenKv: 70,
+            heads: 32,
+            headsKv: 2,
+            topk: 64,
+            qStart: 0,
+            causal: false,
+            dtype: "float16",
+          },
+        ];
+        for (const [i, c] of cases.entries()) {
+          checkDsa(device, c, seed + 10 * i);
+          if (device !== "cpu") {
+            assert.deepEqual(lastPlan()?.kernels.map((k) => k.name), [
+              `sparse.dsa.decode.mma<${c.dtype}, D576>`,
+            ]);
+          }
+        }
       })),
 );
 

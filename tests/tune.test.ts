@@ -6,6 +6,7 @@ import {
   AttnkitError,
   clearTuneCache,
   compare,
+  DeepSeekSparseAttentionDecodeWithKVCacheFwdOp,
   GatedDeltaNetBTHDFwdOp,
   GatedDeltaNetBwdOp,
   GatedDeltaNetOp,
@@ -536,6 +537,65 @@ deviceTest(
           () =>
             new NSAFwdVarlenOp({ ...selection, kernelMap: { "sparse.nsa.compression": "item" } } as never),
           /options\.kernelMap: unknown key sparse\.nsa\.compression; this op takes sparse\.nsa\.selection/,
+        );
+      })
+    ),
+);
+
+deviceTest(
+  "tune and kernelMap on DSA decode: the tensor-core block and the per-item kernel, on both backends",
+  (device) =>
+    withTempCache(() =>
+      expectNoLeak(device, () => {
+        const sizes = {
+          batch: 1,
+          heads: 16,
+          seqLen: 2,
+          seqLenKv: 80,
+          dim: 512,
+          dimTail: 64,
+          topk: 64,
+          qStartIndexS: 79,
+        };
+        using q = Tensor.randn([1, 2, 16, 576], { dtype: "bfloat16", device, seed: 21 });
+        using kv = Tensor.randn([1, 80, 1, 576], { dtype: "bfloat16", device, seed: 22 });
+        const list = Int32Array.from({ length: 2 * 64 }, (_, i) => (i % 64) + (i % 5 === 0 ? 200 : 8));
+        using indices = Tensor.from(list, { shape: [1, 2, 1, 64], device });
+        using planned = new DeepSeekSparseAttentionDecodeWithKVCacheFwdOp(sizes).forward(q, kv, indices);
+        using item = new DeepSeekSparseAttentionDecodeWithKVCacheFwdOp({
+          ...sizes,
+          kernelMap: { "sparse.dsa.decode": "item" },
+        }).forward(q, kv, indices);
+        assert.equal(lastChoice()?.source, "override");
+        // The per-item kernel keeps the probabilities unrounded: close to the block's, not its bits.
+        const gap = compare(item, planned);
+        assert.ok(gap.relRms < 1e-2 && gap.maxAbs > 0, JSON.stringify(gap));
+        using tuned = new DeepSeekSparseAttentionDecodeWithKVCacheFwdOp({ ...sizes, tune: true }).forward(
+          q,
+          kv,
+          indices,
+        );
+        const choice = lastChoice()!;
+        assert.equal(choice.source, "tune");
+        assert.deepEqual(
+          readTuneRecord(choice.key!)!.candidates.map((c) => c.spec["sparse.dsa.decode"] ?? "planner").sort(),
+          ["item", "mma", "planner"],
+        );
+        assert.ok(compare(tuned, planned).relRms < 1e-2);
+        const narrow = { ...sizes, dim: 128, kernelMap: { "sparse.dsa.decode": "mma" } };
+        using q2 = Tensor.randn([1, 2, 16, 192], { dtype: "bfloat16", device, seed: 23 });
+        using kv2 = Tensor.randn([1, 80, 1, 192], { dtype: "bfloat16", device, seed: 24 });
+        refuses(
+          () => new DeepSeekSparseAttentionDecodeWithKVCacheFwdOp(narrow).forward(q2, kv2, indices),
+          /sparse\.dsa\.decode=mma cannot serve this call: dim 128 \+ dimTail 64/,
+        );
+        refuses(
+          () =>
+            new DeepSeekSparseAttentionDecodeWithKVCacheFwdOp({
+              ...sizes,
+              kernelMap: { "sparse.nsa.selection": "item" },
+            } as never),
+          /options\.kernelMap: unknown key sparse\.nsa\.selection; this op takes sparse\.dsa\.decode/,
         );
       })
     ),

@@ -10,6 +10,7 @@ import {
   assertClose,
   chunkGatedDeltaRule,
   chunkGatedDeltaRuleBackward,
+  DeepSeekSparseAttentionDecodeWithKVCacheFwdOp,
   type DType,
   GatedDeltaNetBTHDFwdOp,
   GatedDeltaNetDecodeFwdOp,
@@ -311,6 +312,19 @@ function attentionDecodeExercise(row: KernelRow, seed: number): void {
   }
 }
 
+// The row's kernel pinned on CUDA (and seen to run), its outputs against the same call on the CPU backend.
+function pinnedAgainstCpu(
+  row: KernelRow,
+  dtype: string,
+  run: (device: "cuda" | "cpu") => Float32Array,
+): void {
+  const got = withTuning({ [row.stage]: row.variant }, () => run("cuda"));
+  const ran = lastPlan()?.kernels.map((k) => k.name) ?? [];
+  assert.ok(ran.includes(rowName(row)), `${rowName(row)} did not run: ${JSON.stringify(lastPlan())}`);
+  const tol = dtype === "float32" ? 1e-5 : dtype === "bfloat16" ? 1e-2 : 2e-3;
+  assertClose(got, run("cpu"), { relRms: tol, name: rowName(row) });
+}
+
 // An NSA branch with the row's kernel pinned, against the same call on the CPU backend (held to the float64
 // oracle in tests/sparse_nsa.test.ts): three packed sequences, 8 heads in groups of 4.
 function nsaExercise(row: KernelRow, seed: number): void {
@@ -352,11 +366,34 @@ function nsaExercise(row: KernelRow, seed: number): void {
     using o = op.forward(q, k, v, blocks, undefined, offsets, tokens);
     return o.toArray() as Float32Array;
   };
-  const got = withTuning({ [row.stage]: row.variant }, () => run("cuda"));
-  const ran = lastPlan()?.kernels.map((k) => k.name) ?? [];
-  assert.ok(ran.includes(rowName(row)), `${rowName(row)} did not run: ${JSON.stringify(lastPlan())}`);
-  const tol = dtype === "float32" ? 1e-5 : dtype === "bfloat16" ? 1e-2 : 2e-3;
-  assertClose(got, run("cpu"), { relRms: tol, name: rowName(row) });
+  pinnedAgainstCpu(row, dtype, run);
+}
+
+// DSA decode with the row's kernel pinned, against the same call on the CPU backend (held to the float64
+// oracle in tests/sparse_dsa_indexer.test.ts): DeepSeek's 512 + 64 columns (the shape the tensor-core row is
+// built for), 20 heads (a group of 16 and one of 4), 96 listed rows with padding.
+function dsaExercise(row: KernelRow, seed: number): void {
+  const dtype = row.dtype as "float32" | "float16" | "bfloat16";
+  const sizes = {
+    batch: 2,
+    heads: 20,
+    seqLen: 2,
+    seqLenKv: 150,
+    dim: 512,
+    dimTail: 64,
+    topk: 96,
+    qStartIndexS: 120,
+    checkIndices: false,
+  };
+  const list = Int32Array.from({ length: 2 * 2 * 96 }, (_, i) => i % 7 === 3 ? -1 : (i * 37) % 150);
+  const run = (device: "cuda" | "cpu") => {
+    using q = Tensor.randn([2, 2, 20, 576], { dtype, device, seed });
+    using kv = Tensor.randn([2, 150, 1, 576], { dtype, device, seed: seed + 1 });
+    using indices = Tensor.from(list, { shape: [2, 2, 1, 96], device });
+    using o = new DeepSeekSparseAttentionDecodeWithKVCacheFwdOp(sizes).forward(q, kv, indices);
+    return o.toArray() as Float32Array;
+  };
+  pinnedAgainstCpu(row, dtype, run);
 }
 
 // ---- one test a row ----
@@ -388,6 +425,8 @@ function exercise(row: KernelRow, seed: number): void | Promise<void> {
     case "sparse.nsa.compression":
     case "sparse.nsa.selection":
       return nsaExercise(row, seed);
+    case "sparse.dsa.decode":
+      return dsaExercise(row, seed);
     case "linear.paged_decode":
       return pagedDecodeExercise(row, seed);
     default:

@@ -1,5 +1,5 @@
-// The two backends of the sparse-attention entries (cpu.cpp, cuda.cu): each runs every item of rows.h,
-// the CPU on its threads in double, CUDA a thread per item in float.
+// The two backends of the sparse-attention entries (cpu.cpp, cuda.cu): the CPU runs the planner's tiled
+// blocks phase by phase or every item of rows.h in double; CUDA launches the planner's registry row.
 #pragma once
 
 #include "sparse/problem.h"

@@ -4,6 +4,7 @@
 #include "sparse/backend.h"
 #include "sparse/rows.h"
 #include "attention/tiled/mma_block.h"
+#include "sparse/dsa_source.h"
 #include "sparse/tiled.h"
 
 namespace ak::sparse::cpu {
@@ -43,6 +44,14 @@ void nsa_selection(const NsaSelection& p) {
 }
 
 void dsa_decode(const DsaDecode& p) {
+  if (p.mma) {
+    const int64_t groups = DsaSource<>::groups(p);
+    parallel_for(p.B * p.Sq * p.Hkv * groups, [&](int64_t i) {
+      const DsaSource<> source(p, i % groups, i / (groups * p.Hkv), (i / groups) % p.Hkv);
+      ak::attention::tiled::MmaBlock<DsaSource<>>(source).run_on_host();
+    });
+    return;
+  }
   const int64_t S = value_slices(p.D);
   parallel_for(p.B * p.Sq * p.H, [&](int64_t rh) {
     for (int64_t s = 0; s < S; s++) dsa_decode_item<double>(p, rh / p.H, rh % p.H, s * kSlice);

@@ -1,6 +1,6 @@
-// The CUDA backend of the sparse-attention ops. NSA's compressed and selected branches: the planner names
-// the registry row (the tiled block or the per-item kernels), the plan is recorded and the row launched.
-// The selection, DSA decode and the indexer: a thread per item of rows.h, in float.
+// The CUDA backend of the sparse-attention ops. NSA's compressed and selected branches and DSA decode: the
+// planner names the registry row (a tiled block or the per-item kernels), the plan is recorded and the row
+// launched. NSA's top-k and the indexer: a thread per item of rows.h, in float.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -20,14 +20,6 @@ struct TopkItem {
   NsaTopk p;
   __device__ void operator()(int64_t i) const { nsa_topk_item<float>(p, i / p.Hkv, i % p.Hkv); }
 };
-struct DecodeItem {
-  DsaDecode p;
-  int64_t S;
-  __device__ void operator()(int64_t i) const {
-    const int64_t rh = i / S;
-    dsa_decode_item<float>(p, rh / p.H, rh % p.H, (i % S) * kSlice);
-  }
-};
 struct IndexerItem {
   Indexer p;
   __device__ void operator()(int64_t i) const { indexer_item<float>(p, i / p.Sk, i % p.Sk); }
@@ -40,6 +32,16 @@ void launch(int device, int64_t n, const Body& body, const char* name) {
   kernels::launch_items(n, body, ak::cuda::stream(device), name);
 }
 
+// Launches registry row `row` of `stage` at the problem's dtype.
+template <class Problem>
+void launch_planned(int row, const char* stage, const Problem& p, cudaStream_t stream) {
+  switch (p.dtype) {
+    case AK_BFLOAT16: return ::ak::cuda::launch_row<__nv_bfloat16>(row, stage, p, stream);
+    case AK_FLOAT16: return ::ak::cuda::launch_row<__half>(row, stage, p, stream);
+    default: return ::ak::cuda::launch_row<float>(row, stage, p, stream);
+  }
+}
+
 // Plans an NSA branch, records the plan and launches its row.
 template <class Problem>
 void run_planned(const char* stage, const Problem& p, const void* const* data, int device) {
@@ -49,13 +51,7 @@ void run_planned(const char* stage, const Problem& p, const void* const* data, i
   for (int i = 0; i < 3; i++) shape.aligned = shape.aligned && reinterpret_cast<uintptr_t>(data[i]) % 16 == 0;
   const plan::Plan plan = planning::plan_nsa(shape, ::ak::cuda::caps(device), tuning::current());
   plan::set_last(plan);
-  const cudaStream_t stream = ak::cuda::stream(device);
-  const int row = plan.rows[0];
-  switch (p.dtype) {
-    case AK_BFLOAT16: return ::ak::cuda::launch_row<__nv_bfloat16>(row, stage, p, stream);
-    case AK_FLOAT16: return ::ak::cuda::launch_row<__half>(row, stage, p, stream);
-    default: return ::ak::cuda::launch_row<float>(row, stage, p, stream);
-  }
+  launch_planned(plan.rows[0], stage, p, ak::cuda::stream(device));
 }
 
 }  // namespace
@@ -73,8 +69,13 @@ void nsa_selection(const NsaSelection& p, int device) {
 }
 
 void dsa_decode(const DsaDecode& p, int device) {
-  const int64_t S = value_slices(p.D);
-  launch(device, p.B * p.Sq * p.H * S, DecodeItem{p, S}, "dsa_decode");
+  ak::cuda::DeviceGuard guard(device);
+  planning::DsaShape shape;
+  shape.dtype = p.dtype, shape.width = p.D + p.tail, shape.dv = p.D;
+  shape.aligned = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0;
+  const plan::Plan plan = planning::plan_dsa(shape, ::ak::cuda::caps(device), tuning::current());
+  plan::set_last(plan);
+  launch_planned(plan.rows[0], "sparse.dsa.decode", p, ak::cuda::stream(device));
 }
 
 void indexer(const Indexer& p, int device) { launch(device, p.Sq * p.Sk, IndexerItem{p}, "lightning_indexer"); }

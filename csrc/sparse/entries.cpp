@@ -96,13 +96,13 @@ void chunk_offsets(Packed& p, const ak_tensor* chunk_, const ak_tensor& ref, con
 
 bool on_cpu(const ak_tensor& t) { return t.device_type == AK_CPU; }
 
-// The block an NSA branch runs on the CPU: the planner's rule under "auto".
+// The block an NSA branch runs on the CPU: the planner's, under the tuning table in force.
 std::string variant(const char* stage, int32_t dtype, int64_t H, int64_t Hkv, int64_t K, int64_t V,
                     std::initializer_list<const void*> data) {
   planning::NsaShape s;
   s.stage = stage, s.dtype = dtype, s.d = K, s.dv = V, s.hq = H, s.hkv = Hkv;
   for (const void* d : data) s.aligned = s.aligned && reinterpret_cast<uintptr_t>(d) % 16 == 0;
-  return planning::nsa_variant(s);
+  return planning::pick_nsa(s, tuning::current());
 }
 
 constexpr std::initializer_list<int32_t> kFloats = {AK_FLOAT16, AK_BFLOAT16, AK_FLOAT32};
@@ -310,6 +310,11 @@ AK_API ak_status ak_dsa_decode(const ak_tensor* q_, const ak_tensor* kv_, const 
     p.q = q.data, p.kv = kv.data, p.indices = static_cast<const int32_t*>(ix.data), p.output = o.data;
     p.dtype = q.dtype, p.q_start = q_start, p.stride_kv = stride_kv, p.causal = (flags & AK_SPARSE_CAUSAL) != 0;
     p.scale = scale;
+    planning::DsaShape shape;
+    shape.dtype = p.dtype, shape.width = width, shape.dv = p.D;
+    shape.aligned = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0;
+    // Chosen before any early return, so that a forced kernel that cannot serve is refused on every call.
+    p.mma = planning::pick_dsa(shape, tuning::current()) == "mma" && on_cpu(q);
     if (p.B * p.Sq * p.H == 0) return;
     if (on_cpu(q)) ak::sparse::cpu::dsa_decode(p);
     else AK_CUDA_CALL(ak::sparse::cuda::dsa_decode(p, q.device_index));

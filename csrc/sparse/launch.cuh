@@ -1,7 +1,7 @@
 // The launchers of the sparse registry rows: NSA's compressed and selected branches on the tiled attention
 // block (a block per (token, KV head) at a compile-time head dim) and on the per-item kernels (a thread
-// per (token, head, 32 value columns)). The element type T of a row only names its instance: the kernels
-// read the dtype from the problem.
+// per (token, head, 32 value columns)); DeepSeek's sparse decode on the tensor-core block or per item. The
+// element type T of a row only names its instance: the kernels read the dtype from the problem.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -10,6 +10,7 @@
 #include "cuda/runtime.cuh"
 #include "generated/sparse_launchers.h"
 #include "attention/tiled/mma_block.h"
+#include "sparse/dsa_source.h"
 #include "sparse/rows.h"
 #include "sparse/tiled.h"
 
@@ -52,22 +53,34 @@ void launch_items(int64_t n, const Body& body, cudaStream_t stream, const char* 
   ::ak::cuda::check_launch(name);
 }
 
-struct CompressionBody {
-  NsaCompression p;
+// The item of each problem, in float.
+__device__ inline void item(const NsaCompression& p, int64_t t, int64_t h, int64_t v0) {
+  nsa_compression_item<float>(p, t, h, v0);
+}
+__device__ inline void item(const NsaSelection& p, int64_t t, int64_t h, int64_t v0) {
+  nsa_selection_item<float>(p, t, h, v0);
+}
+__device__ inline void item(const DsaDecode& p, int64_t r, int64_t h, int64_t v0) { dsa_decode_item<float>(p, r, h, v0); }
+
+// Item i of a problem whose items are (row, head, slice of kSlice value columns), S slices a head.
+template <class Problem>
+struct SlicedItems {
+  Problem p;
   int64_t S;
   __device__ void operator()(int64_t i) const {
-    const int64_t th = i / S;
-    nsa_compression_item<float>(p, th / p.H, th % p.H, (i % S) * kSlice);
+    const int64_t rh = i / S;
+    item(p, rh / p.H, rh % p.H, (i % S) * kSlice);
   }
 };
-struct SelectionBody {
-  NsaSelection p;
-  int64_t S;
-  __device__ void operator()(int64_t i) const {
-    const int64_t th = i / S;
-    nsa_selection_item<float>(p, th / p.H, th % p.H, (i % S) * kSlice);
-  }
-};
+
+// DSA on the tensor-core block: x the group of 16 query heads (so the groups of one query row, which read
+// the same cache rows, run side by side), y the query row, z the KV head.
+template <int kD>
+__global__ void __launch_bounds__(ak::attention::tiled::kThreads) dsa_mma(DsaDecode p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const DsaSource<kD - 64> source(p, blockIdx.x, blockIdx.y, blockIdx.z);
+  ak::attention::tiled::MmaBlock<DsaSource<kD - 64>, kD>(source).run_on_device(smem);
+}
 
 }  // namespace kernels
 
@@ -88,7 +101,7 @@ void CompressionMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
 template <class T, int D, int Tile>
 void CompressionItem<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
   const int64_t S = value_slices(p.V);
-  kernels::launch_items(p.seq.T * p.H * S, kernels::CompressionBody{p, S}, stream, "sparse.nsa.compression.item");
+  kernels::launch_items(p.seq.T * p.H * S, kernels::SlicedItems<NsaCompression>{p, S}, stream, "sparse.nsa.compression.item");
 }
 
 template <class T, int D, int Tile>
@@ -106,7 +119,23 @@ void SelectionMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
 template <class T, int D, int Tile>
 void SelectionItem<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
   const int64_t S = value_slices(p.V);
-  kernels::launch_items(p.seq.T * p.H * S, kernels::SelectionBody{p, S}, stream, "sparse.nsa.selection.item");
+  kernels::launch_items(p.seq.T * p.H * S, kernels::SlicedItems<NsaSelection>{p, S}, stream, "sparse.nsa.selection.item");
+}
+
+template <class T, int D, int Tile>
+void DsaMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  const int smem = static_cast<int>(tb::MmaShared::bytes(D, true));
+  AK_CUDA_CHECK(cudaFuncSetAttribute(kernels::dsa_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid(static_cast<unsigned>(DsaSource<>::groups(p)), static_cast<unsigned>(p.B * p.Sq),
+                  static_cast<unsigned>(p.Hkv));
+  kernels::dsa_mma<D><<<grid, tb::kThreads, smem, stream>>>(p);
+  ::ak::cuda::check_launch("sparse.dsa.decode.mma");
+}
+
+template <class T, int D, int Tile>
+void DsaItem<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  const int64_t S = value_slices(p.D);
+  kernels::launch_items(p.B * p.Sq * p.H * S, kernels::SlicedItems<DsaDecode>{p, S}, stream, "sparse.dsa.decode.item");
 }
 
 }  // namespace ak::sparse::cuda

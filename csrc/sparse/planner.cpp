@@ -25,9 +25,7 @@ std::string nsa_variant(const NsaShape& s) {
   return ak::attention::tiled::mma_serves(s.dtype, s.d, group) && group >= 8 ? "mma" : "tiled";
 }
 
-plan::Plan plan_nsa(const NsaShape& s, const registry::Caps& caps, const tuning::Table& t) {
-  plan::Plan plan;
-  plan.op = s.stage;
+std::string pick_nsa(const NsaShape& s, const tuning::Table& t) {
   const std::string& want = t.get(s.stage);
   std::string why = tiled_ruled_out(s);
   const std::string variant = want == "auto" ? nsa_variant(s) : want;
@@ -37,6 +35,15 @@ plan::Plan plan_nsa(const NsaShape& s, const registry::Caps& caps, const tuning:
   if (variant != "item" && !why.empty()) {
     fail(AK_ERR_UNSUPPORTED, s.stage + ": tuning " + s.stage + "=" + variant + " cannot serve this call: " + why);
   }
+  return variant;
+}
+
+plan::Plan plan_nsa(const NsaShape& s, const registry::Caps& caps, const tuning::Table& t) {
+  plan::Plan plan;
+  plan.op = s.stage;
+  const std::string& want = t.get(s.stage);
+  const std::string why = tiled_ruled_out(s);
+  const std::string variant = pick_nsa(s, t);
   const int row = registry::find(s.stage.c_str(), variant.c_str(), s.dtype, variant == "item" ? 0 : int(s.d), 0);
   if (row < 0 || !caps.can_run(row)) {
     fail(AK_ERR_UNSUPPORTED, s.stage + ": no " + variant + " kernel for " + dtype_name(s.dtype) + " on this GPU");
@@ -47,10 +54,58 @@ plan::Plan plan_nsa(const NsaShape& s, const registry::Caps& caps, const tuning:
   return plan;
 }
 
+std::string dsa_mma_ruled_out(const DsaShape& s) {
+  if (s.dtype != AK_FLOAT16 && s.dtype != AK_BFLOAT16) return "it takes float16 and bfloat16";
+  if (s.width != kDsaMmaWidth || s.dv != kDsaMmaValue) {
+    return "dim " + std::to_string(s.dv) + " + dimTail " + std::to_string(s.width - s.dv) + " (it is built for " +
+           std::to_string(kDsaMmaValue) + " + " + std::to_string(kDsaMmaWidth - kDsaMmaValue) + ")";
+  }
+  if (!s.aligned) return "q and kv must start on 16 bytes";
+  return "";
+}
+
+std::string dsa_variant(const DsaShape& s) { return dsa_mma_ruled_out(s).empty() ? "mma" : "item"; }
+
+std::string pick_dsa(const DsaShape& s, const tuning::Table& t) {
+  const std::string& want = t.get(kDsaStage);
+  const std::string why = dsa_mma_ruled_out(s);
+  const std::string variant = want == "auto" ? dsa_variant(s) : want;
+  if (variant == "mma" && !why.empty()) {
+    fail(AK_ERR_UNSUPPORTED, std::string(kDsaStage) + ": tuning " + kDsaStage + "=mma cannot serve this call: " + why);
+  }
+  return variant;
+}
+
+plan::Plan plan_dsa(const DsaShape& s, const registry::Caps& caps, const tuning::Table& t) {
+  const std::string stage = kDsaStage;
+  plan::Plan plan;
+  plan.op = stage;
+  const std::string& want = t.get(stage);
+  const std::string why = dsa_mma_ruled_out(s);
+  const std::string variant = pick_dsa(s, t);
+  const int row = registry::find(stage.c_str(), variant.c_str(), s.dtype, variant == "mma" ? int(s.width) : 0, 0);
+  if (row < 0 || !caps.can_run(row)) {
+    fail(AK_ERR_UNSUPPORTED, stage + ": no " + variant + " kernel for " + dtype_name(s.dtype) + " on this GPU");
+  }
+  plan.path = variant;
+  plan.rows.push_back(row);
+  if (variant == "item" && want == "auto") plan.detail("mma_ruled_out", why);
+  return plan;
+}
+
 std::string plan_query(const std::string& op, plan::Query& q) {
-  require(op == "sparse.nsa.compression" || op == "sparse.nsa.selection",
-          "query: op must be sparse.nsa.compression or sparse.nsa.selection, got '" + op + "'");
+  require(op == "sparse.nsa.compression" || op == "sparse.nsa.selection" || op == "sparse.dsa.decode",
+          "query: op must be sparse.nsa.compression, sparse.nsa.selection or sparse.dsa.decode, got '" + op + "'");
   const registry::Caps caps = plan::caps_of(q);
+  if (op == kDsaStage) {
+    DsaShape s;
+    s.dtype = q.dtype("dtype");
+    s.dv = q.integer("v", kDsaMmaValue);
+    s.width = q.integer("d", s.dv + 64);
+    s.aligned = q.flag("aligned", true);
+    q.finish();
+    return plan_dsa(s, caps, tuning::current()).json();
+  }
   NsaShape s;
   s.stage = op;
   s.dtype = q.dtype("dtype");

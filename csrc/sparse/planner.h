@@ -22,14 +22,42 @@ struct NsaShape {
 // Why the tiled blocks cannot serve a call, "" when they can.
 std::string tiled_ruled_out(const NsaShape& s);
 
-// The variant under "auto", the CPU's choice too: "mma" (tensor cores) for groups of 8 to 16 query heads,
-// else "tiled" (CUDA cores) where the tiled block serves, else "item".
+// The variant under "auto": "mma" (tensor cores) for groups of 8 to 16 query heads, else "tiled" (CUDA
+// cores) where the tiled block serves, else "item".
 std::string nsa_variant(const NsaShape& s);
+
+// The variant a call runs under the tuning table (the CPU backend's choice too): the rule's under "auto", else
+// the table's; one that cannot serve is AK_ERR_UNSUPPORTED.
+std::string pick_nsa(const NsaShape& s, const tuning::Table& t);
 
 // The plan: path "mma", "tiled" or "item", its row. A forced variant that cannot serve is AK_ERR_UNSUPPORTED.
 plan::Plan plan_nsa(const NsaShape& s, const registry::Caps& caps, const tuning::Table& t);
 
-// ak_plan for op sparse.nsa.compression / sparse.nsa.selection.
+// DeepSeek sparse decode: the tensor-core block over the latent cache rows (built for DeepSeek's 512 + 64
+// columns) or the per-item kernel (any shape), under sparse.dsa.decode = auto | mma | item.
+struct DsaShape {
+  int32_t dtype = 0;
+  int64_t width = 0;  // D + tail, the key's columns
+  int64_t dv = 0;     // D, the value's
+  bool aligned = true;  // q and kv start on 16 bytes
+};
+
+constexpr const char* kDsaStage = "sparse.dsa.decode";
+// The key and value widths the tensor-core block's kernels are built for.
+constexpr int64_t kDsaMmaWidth = 576, kDsaMmaValue = 512;
+
+// Why the tensor-core block cannot serve a DSA call, "" when it can.
+std::string dsa_mma_ruled_out(const DsaShape& s);
+
+// The variant under "auto": "mma" where the block serves, else "item".
+std::string dsa_variant(const DsaShape& s);
+
+// The variant a call runs under the tuning table (the CPU backend's choice too), as pick_nsa.
+std::string pick_dsa(const DsaShape& s, const tuning::Table& t);
+
+plan::Plan plan_dsa(const DsaShape& s, const registry::Caps& caps, const tuning::Table& t);
+
+// ak_plan for op sparse.nsa.compression / sparse.nsa.selection / sparse.dsa.decode.
 std::string plan_query(const std::string& op, plan::Query& q);
 
 }  // namespace ak::sparse::planning

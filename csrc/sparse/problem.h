@@ -77,6 +77,7 @@ struct DsaDecode {
   int64_t q_start = 0, stride_kv = 1;
   bool causal = true;
   double scale = 0;
+  bool mma = false;  // CPU: the tensor-core block's phases (sparse/dsa_source.h), else item by item
 };
 
 // The lightning indexer: logits[i, j] = sum_h w[i, h] relu(scale_j q[i, h] . k[j]) over ks[i] <= j < ke[i].

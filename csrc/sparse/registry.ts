@@ -1,9 +1,9 @@
 /**
  * The kernel registry of sparse attention: NSA's compressed and selected branches, each on the tiled
  * attention block on CUDA cores or on tensor cores (16-bit, head dims 64 / 128 / 256) and on the per-item
- * kernels (any shape). The planner
- * (planner.cpp) chooses between them; the selection, DSA and indexer kernels have one kernel each and are
- * not rows.
+ * kernels (any shape), and DeepSeek's sparse decode on tensor cores (512 + 64 columns) or per item. The
+ * planner (planner.cpp) chooses between them; NSA's top-k and the indexer have one kernel each and are not
+ * rows.
  *
  * @example
  * ```ts
@@ -58,6 +58,34 @@ function branch(stage: string, name: string, what: string): KernelSpec[] {
   ];
 }
 
+const DSA: KernelSpec[] = [
+  {
+    stage: "sparse.dsa.decode",
+    variant: "mma",
+    launcher: "ak::sparse::cuda::DsaMma",
+    args: "::ak::sparse::DsaDecode",
+    header: "sparse/launch.cuh",
+    arch: "sm80",
+    instances: [{ dtypes: HALF, d: [576] }],
+    doc:
+      "DeepSeek sparse decode on tensor cores: a block per (query, KV head, 16 query heads), the heads as " +
+      "one m16 tile of mma.sync m16n8k16 over 64 listed cache rows a tile, each row loaded once for the scores " +
+      "and, in its first 512 columns, the values (attention/tiled/mma_block.h, sparse/dsa_source.h).",
+    constraints: "dim 512 + dimTail 64; q, kv on 16 bytes",
+  },
+  {
+    stage: "sparse.dsa.decode",
+    variant: "item",
+    launcher: "ak::sparse::cuda::DsaItem",
+    args: "::ak::sparse::DsaDecode",
+    header: "sparse/launch.cuh",
+    arch: "sm80",
+    instances: [{ dtypes: ALL, d: [0] }],
+    doc: "DeepSeek sparse decode, a thread per (query, head, 32 value columns) (sparse/rows.h).",
+    constraints: "any dims",
+  },
+];
+
 /** The sparse family's table. */
 export const sparseRegistry: KernelFamily = {
   family: "sparse",
@@ -65,5 +93,6 @@ export const sparseRegistry: KernelFamily = {
   kernels: [
     ...branch("compression", "Compression", "compressed branch"),
     ...branch("selection", "Selection", "selected branch"),
+    ...DSA,
   ],
 };

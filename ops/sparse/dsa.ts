@@ -8,13 +8,15 @@ import { invalidArgument } from "../../ffi/errors.ts";
 import { native } from "../../ffi/library.ts";
 import { booleanOption, checkOptions } from "../args.ts";
 import type { Tensor } from "../tensor.ts";
+import type { KernelOptions } from "../attention/gqa.ts";
 import { expectSize } from "../attention/options.ts";
+import { checkKernelMap, type KernelMap, withChoice } from "../tune/choice.ts";
 import { checked, FirstDType, input, resultBuffer, scaleOption, SPARSE_FLOATS } from "./common.ts";
 
 const CAUSAL = 1, CHECK_INDICES = 2;
 
 /** Options of {@link DeepSeekSparseAttentionDecodeWithKVCacheFwdOp}. */
-export interface DeepSeekSparseAttentionDecodeWithKVCacheFwdOptions {
+export interface DeepSeekSparseAttentionDecodeWithKVCacheFwdOptions extends KernelOptions {
   /** Sequences. */
   batch: number;
   /** Query heads. */
@@ -60,6 +62,8 @@ const KEYS = {
   smScale: "any",
   isCausal: "any",
   checkIndices: "any",
+  tune: "any",
+  kernelMap: "any",
 } as const;
 
 /**
@@ -68,7 +72,9 @@ const KEYS = {
  * `0 <= j < seqLenKv` (anything else, -1 or seqLenKv say, pads the list) and, when causal,
  * `j strideKv + strideKv - 1 <= qStartIndexS + s`; scores `smScale q . kv_j` over all `dim + dimTail`,
  * values the first `dim` of each row. Returns `[batch, seqLen, heads, dim]` in q's dtype (zero for a query
- * that sees no row). float16, bfloat16 or float32, computed in float32.
+ * that sees no row). float16, bfloat16 or float32, computed in float32. At DeepSeek's 512 + 64 columns in
+ * 16 bits the heads run on tensor cores (probabilities rounded to the inputs' 16 bits before the product
+ * with the values, as FlashAttention does); other shapes take a per-item kernel.
  *
  * @example
  * ```ts
@@ -85,10 +91,12 @@ const KEYS = {
 export class DeepSeekSparseAttentionDecodeWithKVCacheFwdOp {
   /** The sizes every call must match. */
   readonly sizes: Readonly<
-    Required<Omit<DeepSeekSparseAttentionDecodeWithKVCacheFwdOptions, "checkIndices">>
+    Required<Omit<DeepSeekSparseAttentionDecodeWithKVCacheFwdOptions, "checkIndices" | "tune" | "kernelMap">>
   >;
   readonly #check: boolean;
   readonly #pin = new FirstDType();
+  readonly #tune: boolean;
+  readonly #kernelMap?: KernelMap;
 
   /** Checks the sizes once. */
   constructor(options: DeepSeekSparseAttentionDecodeWithKVCacheFwdOptions) {
@@ -115,6 +123,8 @@ export class DeepSeekSparseAttentionDecodeWithKVCacheFwdOp {
       isCausal: booleanOption(op, "isCausal", o.isCausal, true),
     });
     this.#check = booleanOption(op, "checkIndices", o.checkIndices, true);
+    this.#tune = booleanOption(op, "tune", o.tune, false);
+    this.#kernelMap = checkKernelMap(op, o.kernelMap, ["sparse.dsa.decode"]);
   }
 
   /** Runs the decode step; the returned output is the caller's to dispose. */
@@ -134,27 +144,45 @@ export class DeepSeekSparseAttentionDecodeWithKVCacheFwdOp {
       name: "q",
     });
     const shape = [s.batch, s.seqLen, s.heads, s.dim];
-    const result = resultBuffer(op, "out", out, shape, first.dtype, first.device);
-    const output = result.tensor;
-    try {
-      checked(
-        op,
-        { q_start: "qStartIndexS", stride_kv: "strideKv", output: "out" },
-        native().ak_dsa_decode(
-          first.descriptor(op),
-          cache.descriptor(op),
-          list.descriptor(op),
-          BigInt(s.qStartIndexS),
-          BigInt(s.strideKv),
-          s.smScale,
-          (s.isCausal ? CAUSAL : 0) | (this.#check ? CHECK_INDICES : 0),
-          output.descriptor(op),
-        ),
-      );
-    } catch (e) {
-      if (result.owned) output.dispose();
-      throw e;
-    }
-    return output;
+    const run = (buffer: Tensor | undefined, flags: number) => {
+      const result = resultBuffer(op, "out", buffer, shape, first.dtype, first.device);
+      const output = result.tensor;
+      try {
+        checked(
+          op,
+          { q_start: "qStartIndexS", stride_kv: "strideKv", output: "out" },
+          native().ak_dsa_decode(
+            first.descriptor(op),
+            cache.descriptor(op),
+            list.descriptor(op),
+            BigInt(s.qStartIndexS),
+            BigInt(s.strideKv),
+            s.smScale,
+            flags,
+            output.descriptor(op),
+          ),
+        );
+      } catch (e) {
+        if (result.owned) output.dispose();
+        throw e;
+      }
+      return output;
+    };
+    const causal = s.isCausal ? CAUSAL : 0;
+    return withChoice({
+      op: "DeepSeekSparseAttentionDecodeWithKVCacheFwdOp",
+      device: first.device,
+      kernelMap: this.#kernelMap,
+      tune: this.#tune,
+      keys: ["sparse.dsa.decode"],
+      shapeClass: JSON.stringify({ dtype: first.dtype, ...s }),
+      relRms: first.dtype === "float32" ? 1e-4 : 1e-2,
+      run: () => {
+        // The timed calls skip the lists' read-back: the kernels stay in bounds on any list, and the user's
+        // call still checks them.
+        const o = run(undefined, causal);
+        return { tensors: [o], [Symbol.dispose]: () => o.dispose() };
+      },
+    }, () => run(out, causal | (this.#check ? CHECK_INDICES : 0)));
   }
 }

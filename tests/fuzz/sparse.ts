@@ -191,7 +191,10 @@ export function dsaCases(rng: Rng, scope: Scope, bad: boolean): Case {
     Skv = rng.int(1, 24),
     Hkv = rng.int(1, 2),
     H = Hkv * rng.int(1, 4);
-  const dim = rng.pick([16, 32]), tail = rng.pick([0, 8]), topk = rng.int(1, 8), stride = rng.pick([1, 2, 4]);
+  // DeepSeek's 512 + 64 (the tensor-core block's shape) now and then, small dims otherwise.
+  const latent = rng.chance(0.15);
+  const dim = latent ? 512 : rng.pick([16, 32]), tail = latent ? 64 : rng.pick([0, 8]);
+  const topk = rng.int(1, latent ? 70 : 8), stride = rng.pick([1, 2, 4]);
   const dtype = rng.pick<ak.DType>(["bfloat16", "float16", "float32"]);
   const q = scope.randn([B, Sq, H, dim + tail], dtype, 1),
     kv = scope.randn([B, Skv, Hkv, dim + tail], dtype, 2);
@@ -218,8 +221,11 @@ export function dsaCases(rng: Rng, scope: Scope, bad: boolean): Case {
     const op = new ak.DeepSeekSparseAttentionDecodeWithKVCacheFwdOp(o as never);
     return scope.keep((op.forward as (...a: unknown[]) => ak.Tensor).call(op, query, kv, ix));
   };
-  if (!bad) return dsa.valid(`${dtype} topk${topk} stride${stride}`, () => run(sizes));
-  switch (rng.int(0, 3)) {
+  if (!bad) {
+    const map = rng.chance(0.2) ? { kernelMap: { "sparse.dsa.decode": rng.pick(["auto", "item"]) } } : {};
+    return dsa.valid(`${dtype} D${dim}+${tail} topk${topk} stride${stride}`, () => run({ ...sizes, ...map }));
+  }
+  switch (rng.int(0, 4)) {
     case 0: {
       if (B === 0 || topk < 2 || Skv < 1) {
         return dsa.invalid("bad indices", () => run(sizes, badTensor(rng, scope, indices, "indices")));
@@ -236,6 +242,17 @@ export function dsaCases(rng: Rng, scope: Scope, bad: boolean): Case {
       return dsa.invalid("int64 indices", () => run(sizes, scope.keep(indices.cast("int64"))));
     case 2:
       return dsa.invalid("bad q", () => run(sizes, indices, badTensor(rng, scope, q, "q")));
+    case 3:
+      // The tensor-core block forced where it cannot serve (float32, or not 512 + 64), or an unknown key.
+      return dsa.invalid("a kernelMap that cannot serve", () =>
+        run({
+          ...sizes,
+          kernelMap: rng.chance(0.5) && (dtype === "float32" || !latent)
+            ? { "sparse.dsa.decode": "mma" }
+            : rng.pick<Record<string, string>>([{ "sparse.dsa.decode": "tiled" }, {
+              "attention.decode": "mma",
+            }]),
+        }));
     default:
       return dsa.invalid(
         "bad sizes",

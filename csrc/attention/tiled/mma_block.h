@@ -9,10 +9,15 @@
 // shared memory (the PTX layout of m16n8k16), then the device runs mma.sync and the host the same product
 // over the 32 lanes' fragments (mma_host). So the CPU tests cover the fragment indexing and the softmax;
 // what they take on trust is the hardware's reading of that layout, which the existing mma kernels share.
+//
+// A latent Source (DeepSeek's latent caches) has one tensor of rows of D columns whose first Dv columns are
+// also the value: the block then holds one tile of rows in shared memory for both products, and its output
+// rows have Dv columns.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "attention/tiled/block.h"
@@ -28,8 +33,22 @@ namespace ak::attention::tiled {
 
 constexpr int kMmaRows = 16;
 constexpr int kMmaKeys = 64;
-// Accumulators of a lane: D / 32 n8 tiles of 4 (D <= 256).
+// Accumulators of a lane: Dv / 32 n8 tiles of 4 (Dv <= 256), and for a latent Source (Dv <= 512).
 constexpr int kMmaAcc = 32;
+constexpr int kMmaLatentAcc = 64;
+
+// Whether Source is latent: it declares kLatentValues, its value width kValueDim (0: its member Dv) and
+// reads 8 columns of a row with key_words(row, c).
+template <class S, class = void>
+struct LatentOf {
+  static constexpr bool value = false;
+  static constexpr int kDv = 0;
+};
+template <class S>
+struct LatentOf<S, std::void_t<decltype(S::kLatentValues)>> {
+  static constexpr bool value = S::kLatentValues;
+  static constexpr int kDv = S::kValueDim;
+};
 
 AK_HD uint32_t pack16(uint16_t lo, uint16_t hi) { return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16); }
 
@@ -98,12 +117,13 @@ struct MmaShared {
   float* alpha;    // [16]
   uint16_t* q;     // [16][D + 8] (rows past R zero)
   uint16_t* k;     // [kMmaKeys][D + 8]
-  uint16_t* v;     // [kMmaKeys][D + 8]
+  uint16_t* v;     // [kMmaKeys][D + 8] (latent: k itself)
   uint16_t* p;     // [16][kMmaKeys + 8] probabilities, rounded to 16 bits
-  AK_HD static int64_t bytes(int64_t D) {
-    return 4 * 16 * (kMmaKeys + 4) + 12 * 16 + 2 * 16 * (D + 8) + 4 * kMmaKeys * (D + 8) + 2 * 16 * (kMmaKeys + 8);
+  AK_HD static int64_t bytes(int64_t D, bool latent = false) {
+    return 4 * 16 * (kMmaKeys + 4) + 12 * 16 + 2 * 16 * (D + 8) + (latent ? 2 : 4) * kMmaKeys * (D + 8) +
+           2 * 16 * (kMmaKeys + 8);
   }
-  AK_HD static MmaShared carve(unsigned char* base, int64_t D) {
+  AK_HD static MmaShared carve(unsigned char* base, int64_t D, bool latent = false) {
     MmaShared sh;
     sh.s = reinterpret_cast<float*>(base);
     sh.m = sh.s + 16 * (kMmaKeys + 4);
@@ -111,14 +131,15 @@ struct MmaShared {
     sh.alpha = sh.l + 16;
     sh.q = reinterpret_cast<uint16_t*>(sh.alpha + 16);
     sh.k = sh.q + 16 * (D + 8);
-    sh.v = sh.k + kMmaKeys * (D + 8);
+    sh.v = latent ? sh.k : sh.k + kMmaKeys * (D + 8);
     sh.p = sh.v + kMmaKeys * (D + 8);
     return sh;
   }
 };
 
+template <int kN>
 struct MmaAcc {
-  float c[kMmaAcc];
+  float c[kN];
 };
 
 // Whether the tensor-core block serves a call: block.h's dtypes and head dims, at most 16 query rows.
@@ -128,13 +149,25 @@ inline bool mma_serves(int32_t dtype, int64_t D, int64_t R) {
 
 template <class Source, int kD = 0>
 struct MmaBlock {
+  using Latent = LatentOf<Source>;
+  static constexpr bool kLatent = Latent::value;
+  // A lane's accumulators: a compile-time value width's, else the widest the Source may have.
+  static constexpr int kAcc = !kLatent ? kMmaAcc : Latent::kDv > 0 ? Latent::kDv / 8 : kMmaLatentAcc;
+  using Acc = MmaAcc<kAcc>;
+
   const Source& src;
   AK_HD explicit MmaBlock(const Source& source) : src(source) {}
   AK_HD int64_t dim() const { return kD > 0 ? kD : src.D; }
   AK_HD int64_t stride() const { return dim() + 8; }
+  // The value's width: D, or a latent Source's Dv.
+  AK_HD int64_t vdim() const {
+    if constexpr (!kLatent) return dim();
+    else if constexpr (Latent::kDv > 0) return Latent::kDv;
+    else return src.Dv;
+  }
 
   // Before the first tile: q rows (zeros past R), statistics reset, accumulators zeroed.
-  AK_HD void start(const MmaShared& sh, int t, MmaAcc& acc) const {
+  AK_HD void start(const MmaShared& sh, int t, Acc& acc) const {
     const int64_t D = dim();
     for (int64_t e = t; e < 16 * D; e += kThreads) {
       const int64_t r = e / D, c = e % D;
@@ -144,7 +177,7 @@ struct MmaBlock {
 #ifdef __CUDACC__
 #pragma unroll
 #endif
-    for (int j = 0; j < kMmaAcc; j++) acc.c[j] = 0.f;
+    for (int j = 0; j < kAcc; j++) acc.c[j] = 0.f;
   }
 
   // Phase 1: the tile's K and V rows (zeros past the range and for slots without a row), 16 bytes a move.
@@ -152,10 +185,15 @@ struct MmaBlock {
     const int64_t D = dim(), per_row = D / 8;
     for (int64_t e = t; e < kMmaKeys * per_row; e += kThreads) {
       const int64_t j = e / per_row, c = 8 * (e % per_row);
-      Words kw, vw;
-      slot_words(src, tile + j, c, D, kw, vw);
-      *reinterpret_cast<Words*>(sh.k + j * stride() + c) = kw;
-      *reinterpret_cast<Words*>(sh.v + j * stride() + c) = vw;
+      if constexpr (kLatent) {  // one row for both products
+        const int64_t slot = tile + j, row = slot < src.end ? src.row(slot) : -1;
+        *reinterpret_cast<Words*>(sh.k + j * stride() + c) = row >= 0 ? src.key_words(row, c) : Words{};
+      } else {
+        Words kw, vw;
+        slot_words(src, tile + j, c, D, kw, vw);
+        *reinterpret_cast<Words*>(sh.k + j * stride() + c) = kw;
+        *reinterpret_cast<Words*>(sh.v + j * stride() + c) = vw;
+      }
     }
   }
 
@@ -197,15 +235,15 @@ struct MmaBlock {
     sh.m[t] = top;
   }
 
-  AK_HD int n_tiles() const { return static_cast<int>(dim() / 32); }  // n8 tiles of a warp's columns
+  AK_HD int n_tiles() const { return static_cast<int>(vdim() / 32); }  // n8 tiles of a warp's columns
 
   // The rescale of a lane's accumulators by its rows' alpha (before a tile's P V).
-  AK_HD void rescale(const MmaShared& sh, int lane, MmaAcc& acc) const {
+  AK_HD void rescale(const MmaShared& sh, int lane, Acc& acc) const {
     const int g = lane >> 2;
 #ifdef __CUDACC__
 #pragma unroll
 #endif
-    for (int nt = 0; nt < kMmaAcc / 4; nt++) {
+    for (int nt = 0; nt < kAcc / 4; nt++) {
       if (nt >= n_tiles()) break;
       acc.c[4 * nt] *= sh.alpha[g], acc.c[4 * nt + 1] *= sh.alpha[g];
       acc.c[4 * nt + 2] *= sh.alpha[g + 8], acc.c[4 * nt + 3] *= sh.alpha[g + 8];
@@ -213,14 +251,14 @@ struct MmaBlock {
   }
 
   // After the last tile: lane's outputs (rows g and g + 8 of its columns) and the rows' statistics.
-  AK_HD void finish(const MmaShared& sh, int t, const MmaAcc& acc) const {
+  AK_HD void finish(const MmaShared& sh, int t, const Acc& acc) const {
     const int w = t / 32, lane = t % 32, g = lane >> 2, q = lane & 3;
 #ifdef __CUDACC__
 #pragma unroll
 #endif
-    for (int nt = 0; nt < kMmaAcc / 4; nt++) {
+    for (int nt = 0; nt < kAcc / 4; nt++) {
       if (nt >= n_tiles()) break;
-      const int64_t col = w * (dim() / 4) + 8 * nt + 2 * q;
+      const int64_t col = w * (vdim() / 4) + 8 * nt + 2 * q;
       for (int half = 0; half < 2; half++) {
         const int64_t row = g + 8 * half;
         if (row >= src.R) continue;
@@ -233,10 +271,10 @@ struct MmaBlock {
 
   // The whole block on the host: each phase on every thread (or every warp's lanes) in turn.
   void run_on_host() const {
-    const int64_t D = dim();
-    std::vector<Words> memory(static_cast<size_t>(MmaShared::bytes(D) / 16 + 1));
-    const MmaShared sh = MmaShared::carve(reinterpret_cast<unsigned char*>(memory.data()), D);
-    std::vector<MmaAcc> acc(kThreads);
+    const int64_t D = dim(), Dv = vdim();
+    std::vector<Words> memory(static_cast<size_t>(MmaShared::bytes(D, kLatent) / 16 + 1));
+    const MmaShared sh = MmaShared::carve(reinterpret_cast<unsigned char*>(memory.data()), D, kLatent);
+    std::vector<Acc> acc(kThreads);
     uint32_t a[32][4], b[32][2];
     float c[32][4];
     for (int t = 0; t < kThreads; t++) start(sh, t, acc[t]);
@@ -265,7 +303,7 @@ struct MmaBlock {
           for (int64_t k0 = 0; k0 < kMmaKeys; k0 += 16) {
             for (int lane = 0; lane < 32; lane++) {
               fragment_a(sh.p, kMmaKeys + 8, k0, lane, a[lane]);
-              fragment_b_cols(sh.v, stride(), k0, w * (D / 4) + 8 * nt, lane, b[lane]);
+              fragment_b_cols(sh.v, stride(), k0, w * (Dv / 4) + 8 * nt, lane, b[lane]);
             }
             mma_host(src.dtype, a, b, c);
           }
@@ -282,36 +320,38 @@ struct MmaBlock {
   // The whole block on the device: the same phases, a barrier between each.
   __device__ void run_on_device(unsigned char* smem) const {
     const int t = static_cast<int>(threadIdx.x), w = t / 32, lane = t % 32;
-    const int64_t D = dim();
-    const MmaShared sh = MmaShared::carve(smem, D);
-    MmaAcc acc;
+    const int64_t D = dim(), Dv = vdim();
+    const MmaShared sh = MmaShared::carve(smem, D, kLatent);
+    Acc acc;
     start(sh, t, acc);
     __syncthreads();
     for (int64_t tile = src.begin; tile < src.end; tile += kMmaKeys) {
       load(sh, t, tile);
       __syncthreads();
       uint32_t a[4], b[2];
+      // The warp's two n8 tiles of keys share each A fragment of q.
+      float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      for (int64_t k0 = 0; k0 < D; k0 += 16) {
+        fragment_a(sh.q, stride(), k0, lane, a);
 #pragma unroll
-      for (int nt = 0; nt < 2; nt++) {
-        float c[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int64_t k0 = 0; k0 < D; k0 += 16) {
-          fragment_a(sh.q, stride(), k0, lane, a);
+        for (int nt = 0; nt < 2; nt++) {
           fragment_b_rows(sh.k, stride(), 16 * w + 8 * nt, k0, lane, b);
-          mma_device(src.dtype, a, b, c);
+          mma_device(src.dtype, a, b, c[nt]);
         }
-        store_scores(sh, w, nt, lane, c, tile);
       }
+#pragma unroll
+      for (int nt = 0; nt < 2; nt++) store_scores(sh, w, nt, lane, c[nt], tile);
       __syncthreads();
       softmax(sh, t);
       __syncthreads();
       rescale(sh, lane, acc);
 #pragma unroll
-      for (int nt = 0; nt < kMmaAcc / 4; nt++) {
+      for (int nt = 0; nt < kAcc / 4; nt++) {
         if (nt >= n_tiles()) break;
 #pragma unroll
         for (int k0 = 0; k0 < kMmaKeys; k0 += 16) {
           fragment_a(sh.p, kMmaKeys + 8, k0, lane, a);
-          fragment_b_cols(sh.v, stride(), k0, w * (D / 4) + 8 * nt, lane, b);
+          fragment_b_cols(sh.v, stride(), k0, w * (Dv / 4) + 8 * nt, lane, b);
           mma_device(src.dtype, a, b, acc.c + 4 * nt);
         }
       }

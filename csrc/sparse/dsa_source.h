@@ -1,0 +1,65 @@
+// DeepSeek sparse decode as a latent Source of the tensor-core attention block (attention/tiled/mma_block.h):
+// block (query row x = b Sq + s, KV head hk, group g) attends the KV head's query heads 16 g .. 16 g + 15
+// (fewer in the last group) to the cache rows the row's top-k list names. A cache row holds the key (D + tail
+// columns) and, in its first D, the value: one shared-memory tile serves both products.
+#pragma once
+
+#include <cstdint>
+
+#include "attention/tiled/block.h"
+#include "attention/tiled/mma_block.h"
+#include "sparse/problem.h"
+#include "sparse/rows.h"
+
+namespace ak::sparse {
+
+// kDv > 0 fixes the value width at compile time (the kernels' instances); 0 reads it from the problem.
+template <int kDv = 0>
+struct DsaSource {
+  static constexpr bool kLatentValues = true;
+  static constexpr int kValueDim = kDv;
+
+  const DsaDecode& p;
+  const void* q;
+  const void* k;
+  int32_t dtype;
+  int64_t D, Dv, Hkv, hk, R;
+  float scale, softcap = 0.f;
+  int64_t begin = 0, end;
+  int64_t x, h0, b, position;
+  const int32_t* list;
+
+  AK_HD DsaSource(const DsaDecode& problem, int64_t group, int64_t row, int64_t kv_head)
+      : p(problem), q(problem.q), k(problem.kv), dtype(problem.dtype), D(problem.D + problem.tail), Dv(problem.D),
+        Hkv(problem.Hkv), hk(kv_head), scale(static_cast<float>(problem.scale)), end(problem.topk), x(row) {
+    const int64_t G = p.H / p.Hkv, first = group * ak::attention::tiled::kMmaRows;
+    h0 = hk * G + first;
+    R = G - first < ak::attention::tiled::kMmaRows ? G - first : ak::attention::tiled::kMmaRows;
+    b = x / p.Sq, position = p.q_start + x % p.Sq;
+    list = p.indices + (x * p.Hkv + hk) * p.topk;
+  }
+  // The groups of 16 query heads a KV head's heads make.
+  AK_HD static int64_t groups(const DsaDecode& p) {
+    return (p.H / p.Hkv + ak::attention::tiled::kMmaRows - 1) / ak::attention::tiled::kMmaRows;
+  }
+
+  AK_HD int64_t q_at(int64_t r) const { return (x * p.H + h0 + r) * D; }
+  // The cache row of list entry `slot`, -1 for padding, a row past the cache or one past the causal limit.
+  AK_HD int64_t row(int64_t slot) const {
+    const int64_t j = list[slot];
+    if (j < 0 || j >= p.Skv) return -1;
+    if (p.causal && j * p.stride_kv + p.stride_kv - 1 > position) return -1;
+    return b * p.Skv + j;
+  }
+  AK_HD bool visible(int64_t, int64_t) const { return true; }
+  AK_HD ak::attention::tiled::Words key_words(int64_t row, int64_t c) const {
+    return ak::attention::tiled::words(k, (row * Hkv + hk) * D + c);
+  }
+  AK_HD void write(int64_t r, int64_t c, float o0, float o1) const {
+    const int64_t at = (x * p.H + h0 + r) * Dv + c;
+    store(p.output, dtype, at, o0), store(p.output, dtype, at + 1, o1);
+  }
+  AK_HD void stats(int64_t, float, float) const {}
+};
+
+}  // namespace ak::sparse
