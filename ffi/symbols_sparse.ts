@@ -49,6 +49,12 @@ export const sparseSymbols = {
     parameters: ["buffer", "buffer", "buffer", "i64", "i64", "f64", "i32", "buffer"],
     result: "i32",
   },
+  // ak_status ak_mla_decode(const ak_tensor* q, const ak_tensor* q_pe, const ak_tensor* k, const ak_tensor* k_pe,
+  //                         double scale, const ak_tensor* output)
+  ak_mla_decode: {
+    parameters: ["buffer", "buffer", "buffer", "buffer", "f64", "buffer"],
+    result: "i32",
+  },
   // ak_status ak_lightning_indexer(const ak_tensor* q, const ak_tensor* k, const ak_tensor* k_scale /* or NULL */,
   //                                const ak_tensor* weights, const ak_tensor* ks, const ak_tensor* ke,
   //                                int32_t flags /* AK_SPARSE_CHECK_INDICES = 2 | AK_SPARSE_CLEAN_LOGITS = 4 */,

@@ -1,10 +1,11 @@
 // MLA decode (MultiHeadLatentAttentionDecodeWithKVCacheFwdOp) against a float64 oracle written here: per
 // query head, scores (q . k_j + qPe . kPe_j) / sqrt(dim + peDim) over its KV head's latents, softmax, the
 // weighted latents. Tolerance rule (FlashAttention's, tests/attention_cases.ts): the max abs error at most
-// twice that of the oracle rounded to the output dtype, plus 1e-5. DeepSeek-V3's dims (512 + 64, one
-// latent head) and small ones with several latent heads; refusals.
+// twice that of the oracle rounded to the output dtype, plus 1e-5. DeepSeek-V3's dims (512 + 64: the
+// tensor-core block, partial head groups, tiles of 64 rows) and small ones with several latent heads (the
+// per-item kernel); refusals.
 import assert from "node:assert/strict";
-import { type Device, MultiHeadLatentAttentionDecodeWithKVCacheFwdOp, Tensor } from "../mod.ts";
+import { type Device, lastPlan, MultiHeadLatentAttentionDecodeWithKVCacheFwdOp, Tensor } from "../mod.ts";
 import { roundBf16, roundF16 } from "../reference/mod.ts";
 import { expectFlashRule } from "./attention_cases.ts";
 import { deviceTest, expectNoLeak, refuses, withSeed } from "./helpers.ts";
@@ -64,6 +65,10 @@ function checkMla(device: Device, c: MlaCase, seed: number): void {
     peDim: P,
   });
   using out = op.forward(q, qPe, k, kPe);
+  if (device !== "cpu") {
+    const kernel = D === 512 && P === 64 ? `mma<${dtype}, D576>` : `item<${dtype}>`;
+    assert.deepEqual(lastPlan()?.kernels.map((k) => k.name), [`sparse.dsa.decode.${kernel}`]);
+  }
   assert.equal(out.dtype, dtype);
   assert.deepEqual(out.shape, [B, H, D]);
   const host = (t: Tensor) => t.toArray() as Float32Array;
@@ -78,7 +83,11 @@ deviceTest(
     expectNoLeak(device, () =>
       withSeed((seed) => {
         const cases: MlaCase[] = [
+          // DeepSeek-V3's dims: the tensor-core block (groups of 16 heads, 64 rows a tile).
           { B: 2, H: 8, Hkv: 1, S: 37, D: 512, P: 64, dtype: "bfloat16" },
+          { B: 1, H: 20, Hkv: 1, S: 100, D: 512, P: 64, dtype: "float16" },
+          { B: 2, H: 32, Hkv: 2, S: 65, D: 512, P: 64, dtype: "bfloat16" },
+          // Other dims: the per-item kernel.
           { B: 1, H: 6, Hkv: 3, S: 9, D: 64, P: 16, dtype: "float16" },
           { B: 3, H: 2, Hkv: 2, S: 1, D: 32, P: 0, dtype: "bfloat16" },
         ];

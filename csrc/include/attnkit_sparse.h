@@ -73,6 +73,15 @@ AK_API ak_status ak_dsa_decode(const ak_tensor* q, const ak_tensor* kv, const ak
                                int64_t stride_kv, double scale, int32_t flags, const ak_tensor* output);
 
 /*
+ * Multi-head latent attention (DeepSeek's MLA), one decode step, on the kernels of ak_dsa_decode with every
+ * cache row attended: q [B, H, D], q_pe [B, H, P], k [B, Skv, Hkv, D] (the latent, also the value),
+ * k_pe [B, Skv, Hkv, P], all float16 or all bfloat16; P may be 0. Head h scores
+ * scale (q_h . k_j + q_pe_h . k_pe_j) against the rows of KV head h / (H / Hkv). output [B, H, D] q's dtype.
+ */
+AK_API ak_status ak_mla_decode(const ak_tensor* q, const ak_tensor* q_pe, const ak_tensor* k, const ak_tensor* k_pe,
+                               double scale, const ak_tensor* output);
+
+/*
  * The lightning indexer: q [Sq, H, D], k [Sk, D] (q's dtype: bfloat16 or float8_e4m3), k_scale [Sk] float32
  * or NULL (ones), weights [Sq, H] float32, ks and ke [Sq] int32 with 0 <= ks <= ke <= Sk (checked with
  * AK_SPARSE_CHECK_INDICES; without it an out-of-range bound is clamped on use). logits [Sq, Sk] float32:

@@ -72,7 +72,9 @@ void dsa_decode(const DsaDecode& p, int device) {
   ak::cuda::DeviceGuard guard(device);
   planning::DsaShape shape;
   shape.dtype = p.dtype, shape.width = p.D + p.tail, shape.dv = p.D;
-  shape.aligned = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0;
+  for (const void* d : {p.q, p.kv, p.q_pe, p.kv_pe}) {
+    shape.aligned = shape.aligned && reinterpret_cast<uintptr_t>(d) % 16 == 0;
+  }
   const plan::Plan plan = planning::plan_dsa(shape, ::ak::cuda::caps(device), tuning::current());
   plan::set_last(plan);
   launch_planned(plan.rows[0], "sparse.dsa.decode", p, ak::cuda::stream(device));

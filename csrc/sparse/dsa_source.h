@@ -1,7 +1,8 @@
-// DeepSeek sparse decode as a latent Source of the tensor-core attention block (attention/tiled/mma_block.h):
-// block (query row x = b Sq + s, KV head hk, group g) attends the KV head's query heads 16 g .. 16 g + 15
-// (fewer in the last group) to the cache rows the row's top-k list names. A cache row holds the key (D + tail
-// columns) and, in its first D, the value: one shared-memory tile serves both products.
+// Latent decode (DeepSeek sparse attention, MLA) as a latent Source of the tensor-core attention block
+// (attention/tiled/mma_block.h): block (query row x = b Sq + s, KV head hk, group g) attends the KV head's
+// query heads 16 g .. 16 g + 15 (fewer in the last group) to the cache rows the row's top-k list names (MLA:
+// every row). A cache row holds the key (D + tail columns, the tail possibly in a tensor of its own) and,
+// in its first D, the value: one shared-memory tile serves both products.
 #pragma once
 
 #include <cstdint>
@@ -36,24 +37,31 @@ struct DsaSource {
     h0 = hk * G + first;
     R = G - first < ak::attention::tiled::kMmaRows ? G - first : ak::attention::tiled::kMmaRows;
     b = x / p.Sq, position = p.q_start + x % p.Sq;
-    list = p.indices + (x * p.Hkv + hk) * p.topk;
+    list = p.indices ? p.indices + (x * p.Hkv + hk) * p.topk : nullptr;
   }
   // The groups of 16 query heads a KV head's heads make.
   AK_HD static int64_t groups(const DsaDecode& p) {
     return (p.H / p.Hkv + ak::attention::tiled::kMmaRows - 1) / ak::attention::tiled::kMmaRows;
   }
 
-  AK_HD int64_t q_at(int64_t r) const { return (x * p.H + h0 + r) * D; }
+  // Column c of query row r (16 bits), from q or, past Dv, from a separate rotary part.
+  AK_HD uint16_t query(int64_t r, int64_t c) const {
+    const int64_t h = x * p.H + h0 + r;
+    if (p.q_pe && c >= Dv) return static_cast<const uint16_t*>(p.q_pe)[h * (D - Dv) + c - Dv];
+    return static_cast<const uint16_t*>(q)[h * (p.q_pe ? Dv : D) + c];
+  }
   // The cache row of list entry `slot`, -1 for padding, a row past the cache or one past the causal limit.
   AK_HD int64_t row(int64_t slot) const {
-    const int64_t j = list[slot];
+    const int64_t j = list ? list[slot] : slot;
     if (j < 0 || j >= p.Skv) return -1;
     if (p.causal && j * p.stride_kv + p.stride_kv - 1 > position) return -1;
     return b * p.Skv + j;
   }
   AK_HD bool visible(int64_t, int64_t) const { return true; }
   AK_HD ak::attention::tiled::Words key_words(int64_t row, int64_t c) const {
-    return ak::attention::tiled::words(k, (row * Hkv + hk) * D + c);
+    const int64_t at = row * Hkv + hk;
+    if (p.kv_pe && c >= Dv) return ak::attention::tiled::words(p.kv_pe, at * (D - Dv) + c - Dv);
+    return ak::attention::tiled::words(k, at * (p.kv_pe ? Dv : D) + c);
   }
   AK_HD void write(int64_t r, int64_t c, float o0, float o1) const {
     const int64_t at = (x * p.H + h0 + r) * Dv + c;

@@ -107,6 +107,20 @@ std::string variant(const char* stage, int32_t dtype, int64_t H, int64_t Hkv, in
 
 constexpr std::initializer_list<int32_t> kFloats = {AK_FLOAT16, AK_BFLOAT16, AK_FLOAT32};
 
+bool on_16_bytes(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Runs a checked latent decode (DSA or MLA) on q's device. The kernel is chosen before the early return of
+// an empty call, so that a forced kernel that cannot serve is refused on every call.
+void latent_decode(DsaDecode& p, const ak_tensor& q) {
+  planning::DsaShape shape;
+  shape.dtype = p.dtype, shape.width = p.D + p.tail, shape.dv = p.D;
+  shape.aligned = on_16_bytes(p.q) && on_16_bytes(p.kv) && on_16_bytes(p.q_pe) && on_16_bytes(p.kv_pe);
+  p.mma = planning::pick_dsa(shape, tuning::current()) == "mma" && on_cpu(q);
+  if (p.B * p.Sq * p.H == 0) return;
+  if (on_cpu(q)) ak::sparse::cpu::dsa_decode(p);
+  else AK_CUDA_CALL(ak::sparse::cuda::dsa_decode(p, q.device_index));
+}
+
 }  // namespace
 
 extern "C" {
@@ -310,14 +324,36 @@ AK_API ak_status ak_dsa_decode(const ak_tensor* q_, const ak_tensor* kv_, const 
     p.q = q.data, p.kv = kv.data, p.indices = static_cast<const int32_t*>(ix.data), p.output = o.data;
     p.dtype = q.dtype, p.q_start = q_start, p.stride_kv = stride_kv, p.causal = (flags & AK_SPARSE_CAUSAL) != 0;
     p.scale = scale;
-    planning::DsaShape shape;
-    shape.dtype = p.dtype, shape.width = width, shape.dv = p.D;
-    shape.aligned = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0;
-    // Chosen before any early return, so that a forced kernel that cannot serve is refused on every call.
-    p.mma = planning::pick_dsa(shape, tuning::current()) == "mma" && on_cpu(q);
-    if (p.B * p.Sq * p.H == 0) return;
-    if (on_cpu(q)) ak::sparse::cpu::dsa_decode(p);
-    else AK_CUDA_CALL(ak::sparse::cuda::dsa_decode(p, q.device_index));
+    latent_decode(p, q);
+  });
+}
+
+AK_API ak_status ak_mla_decode(const ak_tensor* q_, const ak_tensor* q_pe, const ak_tensor* k_, const ak_tensor* k_pe,
+                               double scale, const ak_tensor* output) {
+  AK_ENTRY("ak_mla_decode", {
+    DsaDecode p;
+    const ak_tensor& q = operand(q_, "q", 3, {AK_FLOAT16, AK_BFLOAT16}, nullptr, nullptr);
+    const ak_tensor& qp = operand(q_pe, "q_pe", 3, {AK_FLOAT16, AK_BFLOAT16}, &q, "q");
+    const ak_tensor& k = operand(k_, "k", 4, {AK_FLOAT16, AK_BFLOAT16}, &q, "q");
+    const ak_tensor& kp = operand(k_pe, "k_pe", 4, {AK_FLOAT16, AK_BFLOAT16}, &q, "q");
+    check_same_dtype(qp, "q_pe", q, "q"), check_same_dtype(k, "k", q, "q"), check_same_dtype(kp, "k_pe", q, "q");
+    p.B = q.shape[0], p.Sq = 1, p.H = q.shape[1], p.D = q.shape[2], p.Skv = k.shape[1], p.Hkv = k.shape[2];
+    p.tail = qp.shape[2];
+    require(p.Hkv >= 1 && p.H % p.Hkv == 0, "k: its " + str(p.Hkv) + " heads must divide the " + str(p.H) +
+                                                " heads of q");
+    expect_dims(qp, "q_pe", {p.B, p.H, p.tail}, dims_text({{"B", p.B}, {"H", p.H}, {"P", p.tail}}).c_str());
+    expect_dims(k, "k", {p.B, p.Skv, p.Hkv, p.D},
+                dims_text({{"B", p.B}, {"Skv", p.Skv}, {"Hkv", p.Hkv}, {"D", p.D}}).c_str());
+    expect_dims(kp, "k_pe", {p.B, p.Skv, p.Hkv, p.tail},
+                dims_text({{"B", p.B}, {"Skv", p.Skv}, {"Hkv", p.Hkv}, {"P", p.tail}}).c_str());
+    const ak_tensor& o = operand(output, "output", 3, {AK_FLOAT16, AK_BFLOAT16}, &q, "q");
+    check_same_dtype(o, "output", q, "q");
+    expect_dims(o, "output", {p.B, p.H, p.D}, dims_text({{"B", p.B}, {"H", p.H}, {"D", p.D}}).c_str());
+    require(std::isfinite(scale), "scale: expected a finite number");
+    p.q = q.data, p.kv = k.data, p.output = o.data;
+    if (p.tail > 0) p.q_pe = qp.data, p.kv_pe = kp.data;
+    p.topk = p.Skv, p.dtype = q.dtype, p.causal = false, p.scale = scale;
+    latent_decode(p, q);
   });
 }
 

@@ -66,11 +66,15 @@ struct NsaSelection {
   bool mma = false;    // CPU, with tiled: the tensor-core block's
 };
 
-// DeepSeek sparse attention, decode: each query attends the cache rows its top-k list names.
+// Decode over a latent cache: DeepSeek sparse attention (each query attends the cache rows its top-k list
+// names) and, with no list, MLA (every row). A row's key is its D + tail columns, its value the first D. The
+// tail (the rotary part) is in the same rows of q and kv, or in tensors of its own (q_pe, kv_pe: MLA's).
 struct DsaDecode {
-  const void* q = nullptr;           // [B, Sq, H, D + tail]
-  const void* kv = nullptr;          // [B, Skv, Hkv, D + tail]; the value is the first D
-  const int32_t* indices = nullptr;  // [B, Sq, Hkv, topk]
+  const void* q = nullptr;           // [B, Sq, H, D + tail], or [B, Sq, H, D] with q_pe
+  const void* kv = nullptr;          // [B, Skv, Hkv, D + tail], or [B, Skv, Hkv, D] with kv_pe
+  const void* q_pe = nullptr;        // [B, Sq, H, tail], or null
+  const void* kv_pe = nullptr;       // [B, Skv, Hkv, tail], or null (null exactly when q_pe is)
+  const int32_t* indices = nullptr;  // [B, Sq, Hkv, topk], or null: slot j is row j (topk = Skv)
   void* output = nullptr;            // [B, Sq, H, D]
   int32_t dtype = 0;
   int64_t B = 0, Sq = 0, Skv = 0, H = 0, Hkv = 0, D = 0, tail = 0, topk = 0;

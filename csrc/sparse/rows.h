@@ -180,22 +180,23 @@ AK_HD void nsa_selection_item(const NsaSelection& p, int64_t t, int64_t h, int64
   if (p.lse && v0 == 0) p.lse[t * p.H + h] = sm.any ? static_cast<float>(sm.lse()) : -INFINITY;
 }
 
-// ---- DeepSeek sparse decode: item (row r = b * Sq + s, head h, columns [v0, v0 + kSlice)) ----
+// ---- Latent decode (DSA, MLA): item (row r = b * Sq + s, head h, columns [v0, v0 + kSlice)) ----
 template <class Acc>
 AK_HD void dsa_decode_item(const DsaDecode& p, int64_t r, int64_t h, int64_t v0) {
   const int64_t b = r / p.Sq, s = r % p.Sq, hk = h / (p.H / p.Hkv);
-  const int64_t width_q = p.D + p.tail;
+  const int64_t width_q = p.q_pe ? p.D : p.D + p.tail;  // the row width of q and kv
   const int64_t position = p.q_start + s;
-  const int32_t* list = p.indices + (r * p.Hkv + hk) * p.topk;
+  const int32_t* list = p.indices ? p.indices + (r * p.Hkv + hk) * p.topk : nullptr;
   const int64_t width = p.D - v0 < kSlice ? p.D - v0 : kSlice;
   OnlineSoftmax<Acc> sm;
   for (int64_t e = 0; e < p.topk; e++) {
-    const int64_t j = list[e];
+    const int64_t j = list ? list[e] : e;
     if (j < 0 || j >= p.Skv) continue;
     if (p.causal && j * p.stride_kv + p.stride_kv - 1 > position) continue;
-    const int64_t row = (b * p.Skv + j) * p.Hkv + hk;
-    const Acc sc = static_cast<Acc>(p.scale) * dot<Acc>(p.q, (r * p.H + h) * width_q, p.kv, row * width_q, p.dtype,
-                                                        width_q);
+    const int64_t row = (b * p.Skv + j) * p.Hkv + hk, query = r * p.H + h;
+    Acc dot_qk = dot<Acc>(p.q, query * width_q, p.kv, row * width_q, p.dtype, width_q);
+    if (p.q_pe) dot_qk += dot<Acc>(p.q_pe, query * p.tail, p.kv_pe, row * p.tail, p.dtype, p.tail);
+    const Acc sc = static_cast<Acc>(p.scale) * dot_qk;
     sm.add(sc, width, [&](int64_t col) { return static_cast<Acc>(load(p.kv, p.dtype, row * width_q + v0 + col)); });
   }
   for (int64_t c = 0; c < width; c++) store(p.output, p.dtype, (r * p.H + h) * p.D + v0 + c, sm.out(c));

@@ -7,8 +7,10 @@
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
+import { native } from "../../ffi/library.ts";
 import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
-import type { Tensor } from "../tensor.ts";
+import { checked } from "../sparse/common.ts";
+import { Tensor } from "../tensor.ts";
 import { checkHeads, expectOptions } from "./op_support.ts";
 import { expectSize } from "./options.ts";
 
@@ -33,7 +35,10 @@ export interface MultiHeadLatentAttentionDecodeWithKVCacheFwdOptions {
 /**
  * MLA decode: q `[batch, heads, dim]`, qPe `[batch, heads, peDim]`, k `[batch, seqlenKv, headsKv, dim]`,
  * kPe `[batch, seqlenKv, headsKv, peDim]` (float16 or bfloat16), scale `1 / sqrt(dim + peDim)`. Returns
- * `[batch, heads, dim]`. Computed in float32 from the 16-bit inputs and rounded once to q's dtype.
+ * `[batch, heads, dim]`. Computed in float32 from the 16-bit inputs and rounded once to q's dtype; at
+ * DeepSeek-V3's 512 + 64 the heads run on tensor cores, 16 a block, with the probabilities rounded to the
+ * inputs' 16 bits before the product with the latents (as FlashAttention does); other dims take a per-item
+ * kernel.
  *
  * @example
  * ```ts
@@ -85,26 +90,24 @@ export class MultiHeadLatentAttentionDecodeWithKVCacheFwdOp {
       }
       expectSameDevice(OP, name, t, first, "q");
     }
-    const G = H / Hkv;
-    // Scores [B, Hkv, G, S] of each query head against the latents (and rotary parts) of its KV head.
-    const grouped = (t: Tensor, width: number) => {
-      using wide = t.cast("float32");
-      return wide.reshape([B, Hkv, G, width]);
-    };
-    const transposed = (t: Tensor) => {
-      using wide = t.cast("float32");
-      return wide.permute([0, 2, 3, 1]); // [B, Hkv, width, S]
-    };
-    using qg = grouped(q, D), qpg = grouped(qPe, P);
-    using kT = transposed(k), kpT = transposed(kPe);
-    using latent = qg.matmul(kT), rotary = qpg.matmul(kpT);
-    using sum = latent.add(rotary);
-    using scaled = sum.mul((D + P) ** -0.5);
-    using weights = scaled.softmax(-1);
-    using kWide = k.cast("float32");
-    using values = kWide.permute([0, 2, 1, 3]); // [B, Hkv, S, D]
-    using out = weights.matmul(values); // [B, Hkv, G, D]
-    using flat = out.reshape([B, H, D]);
-    return flat.cast(first.dtype);
+    const output = Tensor.empty([B, H, D], { dtype: first.dtype, device: first.device });
+    try {
+      checked(
+        OP,
+        { q_pe: "qPe", k_pe: "kPe" },
+        native().ak_mla_decode(
+          first.descriptor(OP),
+          (qPe as Tensor).descriptor(OP),
+          (k as Tensor).descriptor(OP),
+          (kPe as Tensor).descriptor(OP),
+          (D + P) ** -0.5,
+          output.descriptor(OP),
+        ),
+      );
+    } catch (e) {
+      output.dispose();
+      throw e;
+    }
+    return output;
   }
 }

@@ -138,10 +138,14 @@ export function kvCacheCases(rng: Rng, scope: Scope, bad: boolean): Case {
 
 const mla = caseMakers("MLA decode");
 
-/** MLA decode on small latents: valid calls, and bad shapes, dtypes and sizes. */
+/** MLA decode on small latents and DeepSeek's: valid calls, and bad shapes, dtypes and sizes. */
 export function mlaCases(rng: Rng, scope: Scope, bad: boolean): Case {
-  const B = rng.int(1, 2), Hkv = rng.int(1, 2), H = Hkv * rng.int(1, 3), S = rng.int(1, 9);
-  const D = rng.pick([16, 32]), P = rng.pick([0, 8]), dtype = rng.pick<ak.DType>(["bfloat16", "float16"]);
+  // Now and then DeepSeek-V3's 512 + 64 (the tensor-core block) with up to two groups of 16 heads.
+  const latent = rng.chance(0.15);
+  const B = rng.int(1, 2), Hkv = rng.int(1, 2), H = Hkv * (latent ? rng.int(1, 20) : rng.int(1, 3));
+  const S = latent ? rng.int(1, 70) : rng.int(1, 9);
+  const D = latent ? 512 : rng.pick([16, 32]), P = latent ? 64 : rng.pick([0, 8]);
+  const dtype = rng.pick<ak.DType>(["bfloat16", "float16"]);
   const q = scope.randn([B, H, D], dtype, 1), qPe = scope.randn([B, H, P], dtype, 2);
   const k = scope.randn([B, S, Hkv, D], dtype, 3), kPe = scope.randn([B, S, Hkv, P], dtype, 4);
   const sizes = { batch: B, heads: H, headsKv: Hkv, seqlenKv: S, dim: D, peDim: P };

@@ -37,8 +37,8 @@ constexpr int kMmaKeys = 64;
 constexpr int kMmaAcc = 32;
 constexpr int kMmaLatentAcc = 64;
 
-// Whether Source is latent: it declares kLatentValues, its value width kValueDim (0: its member Dv) and
-// reads 8 columns of a row with key_words(row, c).
+// Whether Source is latent: it declares kLatentValues, its value width kValueDim (0: its member Dv), reads
+// 8 columns of a row with key_words(row, c) and column c of query row r with query(r, c).
 template <class S, class = void>
 struct LatentOf {
   static constexpr bool value = false;
@@ -171,7 +171,12 @@ struct MmaBlock {
     const int64_t D = dim();
     for (int64_t e = t; e < 16 * D; e += kThreads) {
       const int64_t r = e / D, c = e % D;
-      sh.q[r * stride() + c] = r < src.R ? static_cast<const uint16_t*>(src.q)[src.q_at(r) + c] : uint16_t{0};
+      uint16_t x = 0;
+      if (r < src.R) {
+        if constexpr (kLatent) x = src.query(r, c);
+        else x = static_cast<const uint16_t*>(src.q)[src.q_at(r) + c];
+      }
+      sh.q[r * stride() + c] = x;
     }
     if (t < 16) sh.m[t] = -INFINITY, sh.l[t] = 0.f;
 #ifdef __CUDACC__

@@ -1,0 +1,82 @@
+/**
+ * Benchmark of MLA decode (`MultiHeadLatentAttentionDecodeWithKVCacheFwdOp`, bf16, DeepSeek-V3's latent 512
+ * + rotary 64 over one latent head) at the serving issue's shape, batch 128 x 8192 cache rows, with 16 query
+ * heads (a tensor-parallel shard: memory-bound) and 128 (the whole model: compute-bound on these bytes).
+ * GB/s counts the cache bytes read once (`B Skv 576 x 2`) against the 4252 GB/s copy ceiling; TFLOP/s counts
+ * `2 B H Skv (576 + 512)`. FlashMLA reports about 3000 GB/s and 580-660 TFLOP/s on H800 (ANCHORS.md). Times:
+ * CUDA events, median of `--iterations` calls after 3 warm-up calls, the L2 flushed before each.
+ *
+ * @example
+ * ```sh
+ * deno run -A bench/mla_decode.ts --results $OUT
+ * ```
+ *
+ * @module
+ */
+import { parseArgs } from "node:util";
+import {
+  cudaAvailable,
+  deviceInfo,
+  lastPlan,
+  MultiHeadLatentAttentionDecodeWithKVCacheFwdOp,
+  Tensor,
+} from "../mod.ts";
+import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
+
+const COPY_CEILING_GBPS = 4252;
+const { values: args } = parseArgs({
+  options: {
+    results: { type: "string", default: "bench/results" },
+    iterations: { type: "string", default: "20" },
+  },
+});
+if (!cudaAvailable()) throw new Error("mla_decode: needs a CUDA device");
+const gpu = deviceInfo("cuda").name;
+const records: BenchRecord[] = [];
+using timer = new FlushedTimer(Number(args.iterations));
+const B = 128, Skv = 8192, D = 512, P = 64, device = "cuda";
+
+for (const H of [16, 128]) {
+  const bytes = B * Skv * (D + P) * 2, flops = 2 * B * H * Skv * (D + P + D);
+  const rec: BenchRecord = {
+    op: "MultiHeadLatentAttentionDecodeWithKVCacheFwdOp",
+    shape: `B${B}_H${H}_Skv${Skv}_D${D}+${P}`,
+    dtype: "bfloat16",
+    mode: "decode",
+    ms: null,
+    ref: `copy ceiling ${COPY_CEILING_GBPS} GB/s`,
+    ref_ms: bytes / (COPY_CEILING_GBPS * 1e9) * 1e3,
+    speedup: null,
+    tflops: null,
+    gbps: null,
+    path: "?",
+  };
+  try {
+    const op = new MultiHeadLatentAttentionDecodeWithKVCacheFwdOp({
+      batch: B,
+      heads: H,
+      headsKv: 1,
+      seqlenKv: Skv,
+      dim: D,
+      peDim: P,
+    });
+    using q = Tensor.randn([B, H, D], { dtype: "bfloat16", device, seed: 1 });
+    using qPe = Tensor.randn([B, H, P], { dtype: "bfloat16", device, seed: 2 });
+    using k = Tensor.randn([B, Skv, 1, D], { dtype: "bfloat16", device, seed: 3 });
+    using kPe = Tensor.randn([B, Skv, 1, P], { dtype: "bfloat16", device, seed: 4 });
+    const run = () => {
+      using _o = op.forward(q, qPe, k, kPe);
+    };
+    run();
+    rec.path = lastPlan()?.kernels.map((x) => x.name).join(", ") ?? "?";
+    rec.ms = timer.time(run);
+    rec.gbps = bytes / (rec.ms * 1e-3) / 1e9;
+    rec.tflops = flops / (rec.ms * 1e-3) / 1e12;
+    rec.speedup = rec.ref_ms! / rec.ms;
+  } catch (e) {
+    rec.note = `error: ${(e as Error).message.slice(0, 160)}`;
+  }
+  records.push(rec);
+  console.log(JSON.stringify(rec));
+  saveRecords(args.results!, "mla_decode", "MLA decode", gpu, records);
+}
