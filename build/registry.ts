@@ -33,7 +33,7 @@
  */
 
 /** Element type of a kernel instance (the inputs' dtype). */
-export type KernelDtype = "float32" | "float16" | "bfloat16";
+export type KernelDtype = "float32" | "float16" | "bfloat16" | "float8_e4m3";
 
 /** Lowest architecture a kernel runs on: sm80 code also serves newer GPUs, sm90a only Hopper. */
 export type KernelArch = "sm80" | "sm90a";
@@ -110,12 +110,14 @@ const CXX_TYPE: Record<KernelDtype, string> = {
   float32: "float",
   float16: "__half",
   bfloat16: "__nv_bfloat16",
+  float8_e4m3: "__nv_fp8_e4m3",
 };
 
 const C_DTYPE: Record<KernelDtype, string> = {
   float32: "AK_FLOAT32",
   float16: "AK_FLOAT16",
   bfloat16: "AK_BFLOAT16",
+  float8_e4m3: "AK_FLOAT8_E4M3",
 };
 
 const STAGE = /^[a-z][a-z0-9]*(\.[a-z][a-z0-9_]*)+$/;

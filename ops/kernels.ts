@@ -83,7 +83,8 @@ export type PlanOp =
   | "attention.decode"
   | "sparse.nsa.compression"
   | "sparse.nsa.selection"
-  | "sparse.dsa.decode";
+  | "sparse.dsa.decode"
+  | "sparse.indexer";
 
 /** GPUs a plan can be asked for by name, without the GPU. */
 export type GpuName = "h200" | "h100" | "a100" | "l40s";
@@ -100,7 +101,7 @@ export interface PlanQuery {
   /** This machine's GPU. */
   device?: Device;
   /** The inputs' dtype (default bfloat16). */
-  dtype?: "bfloat16" | "float16" | "float32";
+  dtype?: "bfloat16" | "float16" | "float32" | "float8_e4m3";
   /** Batch (linear and attention). */
   b?: number;
   /** Linear: tokens per sequence. */

@@ -39,7 +39,7 @@ Deno.test("kernels: the library's row table is the registries', row for row", ()
   if (HAS_CUDA) assert.ok(kernels("cuda").some((k) => k.runnable), "some row runs on the GPU");
   for (const k of built) {
     assert.ok(["sm80", "sm90a"].includes(k.arch));
-    assert.ok(["float32", "float16", "bfloat16"].includes(k.dtype));
+    assert.ok(["float32", "float16", "bfloat16", "float8_e4m3"].includes(k.dtype));
   }
 });
 
@@ -298,6 +298,29 @@ Deno.test("explain: DSA decode takes the tensor-core block at 512 + 64 columns, 
     () => withTuning({ "sparse.dsa.decode": "mma" }, () => plan({ op: "sparse.dsa.decode", d: 192, v: 128 })),
     "UNSUPPORTED",
     /mma cannot serve this call: dim 128 \+ dimTail 64/,
+  );
+});
+
+Deno.test("explain: the indexer takes the tensor-core block at 64 heads of 128 dims, else the per-item kernel", () => {
+  const plan = (q: Omit<PlanQuery, "gpu">) => explain({ gpu: "h200", ...q });
+  assert.deepEqual(plan({ op: "sparse.indexer", dtype: "float8_e4m3" }).kernels.map((k) => k.name), [
+    "sparse.indexer.mma<float8_e4m3, D128>",
+  ]);
+  assert.equal(plan({ op: "sparse.indexer" }).path, "mma");
+  const item = plan({ op: "sparse.indexer", hq: 32 });
+  assert.deepEqual(item.kernels.map((k) => k.name), ["sparse.indexer.item<bfloat16>"]);
+  assert.equal(item.details.mma_ruled_out, "32 heads of 128 dims (it is built for 64 of 128)");
+  assert.equal(plan({ op: "sparse.indexer", aligned: false }).path, "item");
+  // Hopper only (mma.sync on float8): an A100 takes the per-item kernel.
+  refused(
+    () => withTuning({ "sparse.indexer": "mma" }, () => explain({ gpu: "a100", op: "sparse.indexer" })),
+    "UNSUPPORTED",
+    /no mma kernel for bfloat16 on this GPU/,
+  );
+  refused(
+    () => withTuning({ "sparse.indexer": "mma" }, () => plan({ op: "sparse.indexer", d: 64 })),
+    "UNSUPPORTED",
+    /sparse\.indexer=mma cannot serve this call: 64 heads of 64 dims/,
   );
 });
 

@@ -7,6 +7,7 @@ import {
   clearTuneCache,
   compare,
   DeepSeekSparseAttentionDecodeWithKVCacheFwdOp,
+  FP8LightningIndexerFwdOp,
   GatedDeltaNetBTHDFwdOp,
   GatedDeltaNetBwdOp,
   GatedDeltaNetOp,
@@ -596,6 +597,60 @@ deviceTest(
               kernelMap: { "sparse.nsa.selection": "item" },
             } as never),
           /options\.kernelMap: unknown key sparse\.nsa\.selection; this op takes sparse\.dsa\.decode/,
+        );
+      })
+    ),
+);
+
+deviceTest(
+  "tune and kernelMap on the lightning indexer: the tensor-core block and the per-item kernel, on both backends",
+  (device) =>
+    withTempCache(() =>
+      expectNoLeak(device, () => {
+        using qWide = Tensor.randn([3, 64, 128], { device, seed: 31 });
+        using kWide = Tensor.randn([100, 128], { device, seed: 32 });
+        using q = qWide.cast("float8_e4m3");
+        using k = kWide.cast("float8_e4m3");
+        using w = Tensor.randn([3, 64], { device, seed: 33 });
+        using ks = Tensor.from(new Int32Array([0, 20, 50]), { device });
+        using ke = Tensor.from(new Int32Array([100, 90, 51]), { device });
+        using planned = new FP8LightningIndexerFwdOp({ cleanLogits: false }).forward(q, k, w, ks, ke);
+        using item = new FP8LightningIndexerFwdOp({
+          cleanLogits: false,
+          kernelMap: { "sparse.indexer": "item" },
+        })
+          .forward(q, k, w, ks, ke);
+        assert.equal(lastChoice()?.source, "override");
+        // The per-item kernel sums in another order (in double on the CPU): close, not the same bits.
+        const gap = compare(item, planned);
+        assert.ok(gap.relRms < 1e-3 && gap.maxAbs > 0, JSON.stringify(gap));
+        using tuned = new FP8LightningIndexerFwdOp({ cleanLogits: false, tune: true }).forward(
+          q,
+          k,
+          w,
+          ks,
+          ke,
+        );
+        const choice = lastChoice()!;
+        assert.equal(choice.source, "tune");
+        assert.deepEqual(
+          readTuneRecord(choice.key!)!.candidates.map((c) => c.spec["sparse.indexer"] ?? "planner").sort(),
+          ["item", "mma", "planner"],
+        );
+        assert.ok(compare(tuned, planned).relRms < 1e-3);
+        using q32 = Tensor.randn([3, 32, 128], { dtype: "bfloat16", device, seed: 34 });
+        using w32 = Tensor.randn([3, 32], { device, seed: 35 });
+        using k16 = kWide.cast("bfloat16");
+        refuses(
+          () =>
+            new FP8LightningIndexerFwdOp({ kernelMap: { "sparse.indexer": "mma" } }).forward(
+              q32,
+              k16,
+              w32,
+              ks,
+              ke,
+            ),
+          /sparse\.indexer=mma cannot serve this call: 32 heads of 128 dims/,
         );
       })
     ),

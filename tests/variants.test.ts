@@ -12,6 +12,7 @@ import {
   chunkGatedDeltaRuleBackward,
   DeepSeekSparseAttentionDecodeWithKVCacheFwdOp,
   type DType,
+  FP8LightningIndexerFwdOp,
   GatedDeltaNetBTHDFwdOp,
   GatedDeltaNetDecodeFwdOp,
   GroupedQueryAttentionDecodePagedWithKVCacheFwdOp,
@@ -396,6 +397,31 @@ function dsaExercise(row: KernelRow, seed: number): void {
   pinnedAgainstCpu(row, dtype, run);
 }
 
+// The lightning indexer with the row's kernel pinned, against the same call on the CPU backend (held to the
+// float64 oracle in tests/sparse_dsa_indexer.test.ts): 64 heads of 128 dims (the tensor-core row's shape),
+// 5 queries (a pair with one query), 600 keys (two chunks of 512, a partial tile), key scales, empty and
+// partial ranges. Agreement: relRms 1e-3 (float8 sums on the tensor cores keep about 14 bits).
+function indexerExercise(row: KernelRow, seed: number): void {
+  const dtype = row.dtype as "bfloat16" | "float8_e4m3", Sq = 5, Sk = 600;
+  const ks = Int32Array.from([0, 10, 300, 599, 0]), ke = Int32Array.from([600, 10, 560, 600, 64]);
+  const run = (device: "cuda" | "cpu") => {
+    using qWide = Tensor.randn([Sq, 64, 128], { device, seed });
+    using kWide = Tensor.randn([Sk, 128], { device, seed: seed + 1 });
+    using q = qWide.cast(dtype);
+    using k = kWide.cast(dtype);
+    using w = Tensor.randn([Sq, 64], { device, seed: seed + 2 });
+    using scale = Tensor.rand([Sk], { device, seed: seed + 3, low: 0.5, high: 2 });
+    using lo = Tensor.from(ks, { device });
+    using hi = Tensor.from(ke, { device });
+    using logits = new FP8LightningIndexerFwdOp().forward(q, k, w, lo, hi, scale);
+    return Float32Array.from(logits.toArray() as Float32Array, (x) => (Number.isFinite(x) ? x : 0));
+  };
+  const got = withTuning({ [row.stage]: row.variant }, () => run("cuda"));
+  const ran = lastPlan()?.kernels.map((k) => k.name) ?? [];
+  assert.ok(ran.includes(rowName(row)), `${rowName(row)} did not run: ${JSON.stringify(lastPlan())}`);
+  assertClose(got, run("cpu"), { relRms: 1e-3, name: rowName(row) });
+}
+
 // ---- one test a row ----
 
 function exercise(row: KernelRow, seed: number): void | Promise<void> {
@@ -427,6 +453,8 @@ function exercise(row: KernelRow, seed: number): void | Promise<void> {
       return nsaExercise(row, seed);
     case "sparse.dsa.decode":
       return dsaExercise(row, seed);
+    case "sparse.indexer":
+      return indexerExercise(row, seed);
     case "linear.paged_decode":
       return pagedDecodeExercise(row, seed);
     default:

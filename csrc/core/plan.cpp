@@ -114,10 +114,11 @@ std::vector<int64_t> Query::list(const std::string& key) {
 
 int32_t Query::dtype(const std::string& key) {
   const std::string name = str(key, "bfloat16");
-  for (int32_t d : {AK_FLOAT32, AK_FLOAT16, AK_BFLOAT16}) {
+  for (int32_t d : {AK_FLOAT32, AK_FLOAT16, AK_BFLOAT16, AK_FLOAT8_E4M3}) {
     if (name == dtype_name(d)) return d;
   }
-  fail(AK_ERR_INVALID_ARGUMENT, "query: " + key + " must be float32, float16 or bfloat16, got '" + name + "'");
+  fail(AK_ERR_INVALID_ARGUMENT,
+       "query: " + key + " must be float32, float16, bfloat16 or float8_e4m3, got '" + name + "'");
 }
 
 void Query::finish() const {

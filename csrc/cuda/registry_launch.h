@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -25,6 +26,7 @@ template <class T>
 constexpr int32_t dtype_of() {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) return AK_BFLOAT16;
   if constexpr (std::is_same_v<T, __half>) return AK_FLOAT16;
+  if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) return AK_FLOAT8_E4M3;
   return AK_FLOAT32;
 }
 

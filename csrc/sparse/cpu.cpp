@@ -5,6 +5,7 @@
 #include "sparse/rows.h"
 #include "attention/tiled/mma_block.h"
 #include "sparse/dsa_source.h"
+#include "sparse/indexer_block.h"
 #include "sparse/tiled.h"
 
 namespace ak::sparse::cpu {
@@ -59,6 +60,11 @@ void dsa_decode(const DsaDecode& p) {
 }
 
 void indexer(const Indexer& p) {
+  if (p.mma) {
+    const int64_t chunks = (p.Sk + kIdxChunk - 1) / kIdxChunk, pairs = (p.Sq + kIdxQueries - 1) / kIdxQueries;
+    parallel_for(chunks * pairs, [&](int64_t x) { IndexerBlock(p, x % chunks, x / chunks).run_on_host(); });
+    return;
+  }
   parallel_for(p.Sq, [&](int64_t i) {
     for (int64_t j = 0; j < p.Sk; j++) indexer_item<double>(p, i, j);
   });

@@ -1,6 +1,6 @@
 // The CUDA backend of the sparse-attention ops. NSA's compressed and selected branches and DSA decode: the
 // planner names the registry row (a tiled block or the per-item kernels), the plan is recorded and the row
-// launched. NSA's top-k and the indexer: a thread per item of rows.h, in float.
+// launched. NSA's top-k: a thread per item of rows.h, in float.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -20,10 +20,6 @@ struct TopkItem {
   NsaTopk p;
   __device__ void operator()(int64_t i) const { nsa_topk_item<float>(p, i / p.Hkv, i % p.Hkv); }
 };
-struct IndexerItem {
-  Indexer p;
-  __device__ void operator()(int64_t i) const { indexer_item<float>(p, i / p.Sk, i % p.Sk); }
-};
 
 // The per-item kernel of rows.h (launch.cuh) for `body` over n items, on the device's stream.
 template <class Body>
@@ -38,6 +34,7 @@ void launch_planned(int row, const char* stage, const Problem& p, cudaStream_t s
   switch (p.dtype) {
     case AK_BFLOAT16: return ::ak::cuda::launch_row<__nv_bfloat16>(row, stage, p, stream);
     case AK_FLOAT16: return ::ak::cuda::launch_row<__half>(row, stage, p, stream);
+    case AK_FLOAT8_E4M3: return ::ak::cuda::launch_row<__nv_fp8_e4m3>(row, stage, p, stream);
     default: return ::ak::cuda::launch_row<float>(row, stage, p, stream);
   }
 }
@@ -80,6 +77,14 @@ void dsa_decode(const DsaDecode& p, int device) {
   launch_planned(plan.rows[0], "sparse.dsa.decode", p, ak::cuda::stream(device));
 }
 
-void indexer(const Indexer& p, int device) { launch(device, p.Sq * p.Sk, IndexerItem{p}, "lightning_indexer"); }
+void indexer(const Indexer& p, int device) {
+  ak::cuda::DeviceGuard guard(device);
+  planning::IndexerShape shape;
+  shape.dtype = p.dtype, shape.h = p.H, shape.d = p.D;
+  shape.aligned = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.k) % 16 == 0;
+  const plan::Plan plan = planning::plan_indexer(shape, ::ak::cuda::caps(device), tuning::current());
+  plan::set_last(plan);
+  launch_planned(plan.rows[0], planning::kIndexerStage, p, ak::cuda::stream(device));
+}
 
 }  // namespace ak::sparse::cuda

@@ -394,6 +394,10 @@ AK_API ak_status ak_lightning_indexer(const ak_tensor* q_, const ak_tensor* k_, 
     p.ks = static_cast<const int32_t*>(ks.data), p.ke = static_cast<const int32_t*>(ke.data);
     p.logits = static_cast<float*>(out.data);
     p.dtype = q.dtype, p.clean = (flags & AK_SPARSE_CLEAN_LOGITS) != 0;
+    planning::IndexerShape shape;
+    shape.dtype = p.dtype, shape.h = p.H, shape.d = p.D, shape.aligned = on_16_bytes(p.q) && on_16_bytes(p.k);
+    // Chosen before the early return of an empty call, so that a forced kernel that cannot serve is refused.
+    p.mma = planning::pick_indexer(shape, tuning::current()) == "mma" && on_cpu(q);
     if (p.Sq == 0 || p.Sk == 0) return;
     if (on_cpu(q)) ak::sparse::cpu::indexer(p);
     else AK_CUDA_CALL(ak::sparse::cuda::indexer(p, q.device_index));

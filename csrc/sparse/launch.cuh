@@ -6,11 +6,13 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "cuda/runtime.cuh"
 #include "generated/sparse_launchers.h"
 #include "attention/tiled/mma_block.h"
 #include "sparse/dsa_source.h"
+#include "sparse/indexer_block.h"
 #include "sparse/rows.h"
 #include "sparse/tiled.h"
 
@@ -72,6 +74,19 @@ struct SlicedItems {
     item(p, rh / p.H, rh % p.H, (i % S) * kSlice);
   }
 };
+
+struct IndexerItems {
+  Indexer p;
+  __device__ void operator()(int64_t i) const { indexer_item<float>(p, i / p.Sk, i % p.Sk); }
+};
+
+// The indexer's block (x: the query pair, so that the pairs reading one chunk of keys run side by side; y:
+// the chunk of keys).
+template <bool kFp8>
+__global__ void __launch_bounds__(kIdxThreads) indexer_mma(Indexer p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  IndexerBlock(p, blockIdx.y, blockIdx.x).run_on_device<kFp8>(smem);
+}
 
 // DSA on the tensor-core block: x the group of 16 query heads (so the groups of one query row, which read
 // the same cache rows, run side by side), y the query row, z the KV head.
@@ -136,6 +151,22 @@ template <class T, int D, int Tile>
 void DsaItem<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
   const int64_t S = value_slices(p.D);
   kernels::launch_items(p.B * p.Sq * p.H * S, kernels::SlicedItems<DsaDecode>{p, S}, stream, "sparse.dsa.decode.item");
+}
+
+template <class T, int D, int Tile>
+void IndexerMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
+  const int smem = static_cast<int>(indexer_shared_bytes(p.dtype));
+  AK_CUDA_CHECK(cudaFuncSetAttribute(kernels::indexer_mma<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid(static_cast<unsigned>((p.Sq + kIdxQueries - 1) / kIdxQueries),
+                  static_cast<unsigned>((p.Sk + kIdxChunk - 1) / kIdxChunk));
+  kernels::indexer_mma<kFp8><<<grid, kIdxThreads, smem, stream>>>(p);
+  ::ak::cuda::check_launch("sparse.indexer.mma");
+}
+
+template <class T, int D, int Tile>
+void IndexerItem<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  kernels::launch_items(p.Sq * p.Sk, kernels::IndexerItems{p}, stream, "sparse.indexer.item");
 }
 
 }  // namespace ak::sparse::cuda

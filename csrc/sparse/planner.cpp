@@ -3,6 +3,7 @@
 #include "attention/tiled/block.h"
 #include "attention/tiled/mma_block.h"
 #include "core/common.h"
+#include "sparse/indexer_block.h"
 
 namespace ak::sparse::planning {
 
@@ -38,20 +39,28 @@ std::string pick_nsa(const NsaShape& s, const tuning::Table& t) {
   return variant;
 }
 
-plan::Plan plan_nsa(const NsaShape& s, const registry::Caps& caps, const tuning::Table& t) {
+namespace {
+
+// The plan of a stage's chosen variant: its registry row at the dtype and head dim (0 for the per-item
+// kernels), or AK_ERR_UNSUPPORTED where this GPU has none; under "auto", why the per-item kernel was taken.
+plan::Plan planned(const std::string& stage, const std::string& variant, int32_t dtype, int64_t d,
+                   const registry::Caps& caps, const tuning::Table& t, const char* detail, const std::string& why) {
   plan::Plan plan;
-  plan.op = s.stage;
-  const std::string& want = t.get(s.stage);
-  const std::string why = tiled_ruled_out(s);
-  const std::string variant = pick_nsa(s, t);
-  const int row = registry::find(s.stage.c_str(), variant.c_str(), s.dtype, variant == "item" ? 0 : int(s.d), 0);
+  plan.op = stage;
+  const int row = registry::find(stage.c_str(), variant.c_str(), dtype, variant == "item" ? 0 : int(d), 0);
   if (row < 0 || !caps.can_run(row)) {
-    fail(AK_ERR_UNSUPPORTED, s.stage + ": no " + variant + " kernel for " + dtype_name(s.dtype) + " on this GPU");
+    fail(AK_ERR_UNSUPPORTED, stage + ": no " + variant + " kernel for " + dtype_name(dtype) + " on this GPU");
   }
   plan.path = variant;
   plan.rows.push_back(row);
-  if (variant == "item" && want == "auto") plan.detail("tiled_ruled_out", why);
+  if (variant == "item" && t.get(stage) == "auto") plan.detail(detail, why);
   return plan;
+}
+
+}  // namespace
+
+plan::Plan plan_nsa(const NsaShape& s, const registry::Caps& caps, const tuning::Table& t) {
+  return planned(s.stage, pick_nsa(s, t), s.dtype, s.d, caps, t, "tiled_ruled_out", tiled_ruled_out(s));
 }
 
 std::string dsa_mma_ruled_out(const DsaShape& s) {
@@ -77,26 +86,49 @@ std::string pick_dsa(const DsaShape& s, const tuning::Table& t) {
 }
 
 plan::Plan plan_dsa(const DsaShape& s, const registry::Caps& caps, const tuning::Table& t) {
-  const std::string stage = kDsaStage;
-  plan::Plan plan;
-  plan.op = stage;
-  const std::string& want = t.get(stage);
-  const std::string why = dsa_mma_ruled_out(s);
-  const std::string variant = pick_dsa(s, t);
-  const int row = registry::find(stage.c_str(), variant.c_str(), s.dtype, variant == "mma" ? int(s.width) : 0, 0);
-  if (row < 0 || !caps.can_run(row)) {
-    fail(AK_ERR_UNSUPPORTED, stage + ": no " + variant + " kernel for " + dtype_name(s.dtype) + " on this GPU");
+  return planned(kDsaStage, pick_dsa(s, t), s.dtype, s.width, caps, t, "mma_ruled_out", dsa_mma_ruled_out(s));
+}
+
+std::string indexer_mma_ruled_out(const IndexerShape& s) {
+  if (s.dtype != AK_BFLOAT16 && s.dtype != AK_FLOAT8_E4M3) return "it takes bfloat16 and float8_e4m3";
+  if (!indexer_block_serves(s.dtype, s.h, s.d)) {
+    return std::to_string(s.h) + " heads of " + std::to_string(s.d) + " dims (it is built for " +
+           std::to_string(kIdxHeads) + " of " + std::to_string(kIdxDim) + ")";
   }
-  plan.path = variant;
-  plan.rows.push_back(row);
-  if (variant == "item" && want == "auto") plan.detail("mma_ruled_out", why);
-  return plan;
+  if (!s.aligned) return "q and k must start on 16 bytes";
+  return "";
+}
+
+std::string pick_indexer(const IndexerShape& s, const tuning::Table& t) {
+  const std::string& want = t.get(kIndexerStage);
+  const std::string why = indexer_mma_ruled_out(s);
+  const std::string variant = want == "auto" ? (why.empty() ? "mma" : "item") : want;
+  if (variant == "mma" && !why.empty()) {
+    fail(AK_ERR_UNSUPPORTED,
+         std::string(kIndexerStage) + ": tuning " + kIndexerStage + "=mma cannot serve this call: " + why);
+  }
+  return variant;
+}
+
+plan::Plan plan_indexer(const IndexerShape& s, const registry::Caps& caps, const tuning::Table& t) {
+  return planned(kIndexerStage, pick_indexer(s, t), s.dtype, s.d, caps, t, "mma_ruled_out",
+                 indexer_mma_ruled_out(s));
 }
 
 std::string plan_query(const std::string& op, plan::Query& q) {
-  require(op == "sparse.nsa.compression" || op == "sparse.nsa.selection" || op == "sparse.dsa.decode",
-          "query: op must be sparse.nsa.compression, sparse.nsa.selection or sparse.dsa.decode, got '" + op + "'");
+  require(op == "sparse.nsa.compression" || op == "sparse.nsa.selection" || op == kDsaStage || op == kIndexerStage,
+          "query: op must be sparse.nsa.compression, sparse.nsa.selection, sparse.dsa.decode or sparse.indexer, got '" +
+              op + "'");
   const registry::Caps caps = plan::caps_of(q);
+  if (op == kIndexerStage) {
+    IndexerShape s;
+    s.dtype = q.dtype("dtype");
+    s.h = q.integer("hq", kIdxHeads);
+    s.d = q.integer("d", kIdxDim);
+    s.aligned = q.flag("aligned", true);
+    q.finish();
+    return plan_indexer(s, caps, tuning::current()).json();
+  }
   if (op == kDsaStage) {
     DsaShape s;
     s.dtype = q.dtype("dtype");

@@ -57,7 +57,19 @@ std::string pick_dsa(const DsaShape& s, const tuning::Table& t);
 
 plan::Plan plan_dsa(const DsaShape& s, const registry::Caps& caps, const tuning::Table& t);
 
-// ak_plan for op sparse.nsa.compression / sparse.nsa.selection / sparse.dsa.decode.
+// The lightning indexer: the tensor-core block (64 heads of 128 dims, bfloat16 or float8_e4m3) or the
+// per-item kernel, under sparse.indexer = auto | mma | item.
+struct IndexerShape {
+  int32_t dtype = 0;
+  int64_t h = 0, d = 0;
+  bool aligned = true;  // q and k start on 16 bytes
+};
+constexpr const char* kIndexerStage = "sparse.indexer";
+std::string indexer_mma_ruled_out(const IndexerShape& s);
+std::string pick_indexer(const IndexerShape& s, const tuning::Table& t);
+plan::Plan plan_indexer(const IndexerShape& s, const registry::Caps& caps, const tuning::Table& t);
+
+// ak_plan for op sparse.nsa.compression / sparse.nsa.selection / sparse.dsa.decode / sparse.indexer.
 std::string plan_query(const std::string& op, plan::Query& q);
 
 }  // namespace ak::sparse::planning

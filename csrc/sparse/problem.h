@@ -96,6 +96,7 @@ struct Indexer {
   int32_t dtype = 0;
   int64_t Sq = 0, Sk = 0, H = 0, D = 0;
   bool clean = true;  // outside [ks, ke): -inf, else 0
+  bool mma = false;   // CPU: the tensor-core block's phases (sparse/indexer_block.h), else item by item
 };
 
 }  // namespace ak::sparse

@@ -1,9 +1,9 @@
 /**
  * The kernel registry of sparse attention: NSA's compressed and selected branches, each on the tiled
  * attention block on CUDA cores or on tensor cores (16-bit, head dims 64 / 128 / 256) and on the per-item
- * kernels (any shape), and DeepSeek's sparse decode on tensor cores (512 + 64 columns) or per item. The
- * planner (planner.cpp) chooses between them; NSA's top-k and the indexer have one kernel each and are not
- * rows.
+ * kernels (any shape), DeepSeek's sparse decode on tensor cores (512 + 64 columns) or per item, and the
+ * lightning indexer on tensor cores (64 heads of 128 dims) or per item. The planner (planner.cpp) chooses
+ * between them; NSA's top-k has one kernel and is not a row.
  *
  * @example
  * ```ts
@@ -86,6 +86,34 @@ const DSA: KernelSpec[] = [
   },
 ];
 
+const INDEXER: KernelSpec[] = [
+  {
+    stage: "sparse.indexer",
+    variant: "mma",
+    launcher: "ak::sparse::cuda::IndexerMma",
+    args: "::ak::sparse::Indexer",
+    header: "sparse/launch.cuh",
+    arch: "sm90a",
+    instances: [{ dtypes: ["bfloat16", "float8_e4m3"], d: [128] }],
+    doc:
+      "The lightning indexer on tensor cores: a block per (2 queries, 512 keys), a query's 64 heads as four " +
+      "m16 tiles of mma.sync (m16n8k16 bfloat16, m16n8k32 float8_e4m3) against 64 keys a tile, the weighted " +
+      "ReLU head sum in the epilogue (sparse/indexer_block.h).",
+    constraints: "64 heads of 128 dims; q, k on 16 bytes",
+  },
+  {
+    stage: "sparse.indexer",
+    variant: "item",
+    launcher: "ak::sparse::cuda::IndexerItem",
+    args: "::ak::sparse::Indexer",
+    header: "sparse/launch.cuh",
+    arch: "sm80",
+    instances: [{ dtypes: ["bfloat16", "float8_e4m3"], d: [0] }],
+    doc: "The lightning indexer, a thread per (query, key) logit (sparse/rows.h).",
+    constraints: "any heads and head dim",
+  },
+];
+
 /** The sparse family's table. */
 export const sparseRegistry: KernelFamily = {
   family: "sparse",
@@ -94,5 +122,6 @@ export const sparseRegistry: KernelFamily = {
     ...branch("compression", "Compression", "compressed branch"),
     ...branch("selection", "Selection", "selected branch"),
     ...DSA,
+    ...INDEXER,
   ],
 };

@@ -57,8 +57,8 @@ export interface KernelOptions {
    * Tuning keys and values for this op's calls, over the table in force (e.g. `{ "attention.fwd":
    * "general" }`; each op takes its own stages' keys: the forwards `attention.fwd`, the backwards
    * `attention.bwd`, the decode ops `attention.decode`, NSA's branches `sparse.nsa.compression` /
-   * `sparse.nsa.selection`, DSA decode `sparse.dsa.decode`). Wins over `tune`; a setting that cannot serve a
-   * call makes the call throw, naming why.
+   * `sparse.nsa.selection`, DSA decode `sparse.dsa.decode`, the indexer `sparse.indexer`). Wins over
+   * `tune`; a setting that cannot serve a call makes the call throw, naming why.
    */
   kernelMap?: KernelMap;
 }

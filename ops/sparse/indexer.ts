@@ -8,28 +8,38 @@ import { invalidArgument } from "../../ffi/errors.ts";
 import { native } from "../../ffi/library.ts";
 import { booleanOption, checkOptions } from "../args.ts";
 import type { Tensor } from "../tensor.ts";
+import type { KernelOptions } from "../attention/gqa.ts";
+import { checkKernelMap, type KernelMap, withChoice } from "../tune/choice.ts";
 import { checked, FirstDType, input, resultBuffer } from "./common.ts";
 
 const CHECK_INDICES = 2, CLEAN_LOGITS = 4;
 
 /** Options of {@link FP8LightningIndexerFwdOp}. */
-export interface FP8LightningIndexerFwdOptions {
+export interface FP8LightningIndexerFwdOptions extends KernelOptions {
   /** -inf outside each query's key range (default true); false writes 0 there. */
   cleanLogits?: boolean;
-  /** Kernel configuration: none is tunable yet, so only undefined or null. */
+  /** Tile settings: none are taken (the kernel is chosen with `kernelMap` or `tune`), so only undefined or null. */
   config?: Record<string, unknown> | null;
   /** Read the key ranges back and refuse one outside `0 <= ks <= ke <= Sk` (default true). */
   checkIndices?: boolean;
 }
 
-const KEYS = { cleanLogits: "any", config: "any", checkIndices: "any" } as const;
+const KEYS = {
+  cleanLogits: "any",
+  config: "any",
+  checkIndices: "any",
+  tune: "any",
+  kernelMap: "any",
+} as const;
 
 /**
  * The lightning indexer: indexQ `[Sq, H, D]` and indexK `[Sk, D]` (both bfloat16 or both float8_e4m3),
  * weights `[Sq, H]` float32, cuSeqlenKs / cuSeqlenKe `[Sq]` int32 (query i scores keys
  * `ks[i] <= j < ke[i]`), indexKScale `[Sk]` float32 (dequantisation scale per key; default ones).
  * Returns logits `[Sq, Sk]` float32, `sum_h weights[i, h] max(0, indexKScale[j] indexQ[i, h] . indexK[j])`
- * inside the range, computed in float32; outside, -inf with `cleanLogits`, else 0.
+ * inside the range, computed in float32; outside, -inf with `cleanLogits`, else 0. At DeepSeek's 64 heads of
+ * 128 dims the scores run on tensor cores (float8 products there are summed with fewer bits than float32);
+ * other shapes take a per-item kernel.
  *
  * @example
  * ```ts
@@ -50,16 +60,23 @@ export class FP8LightningIndexerFwdOp {
   readonly cleanLogits: boolean;
   readonly #check: boolean;
   readonly #pin = new FirstDType();
+  readonly #tune: boolean;
+  readonly #kernelMap?: KernelMap;
 
   /** Checks the options once. */
   constructor(options: FP8LightningIndexerFwdOptions = {}) {
     const op = "FP8LightningIndexerFwdOp";
     const o = checkOptions<FP8LightningIndexerFwdOptions>(op, options, KEYS);
     if (o.config !== undefined && o.config !== null) {
-      throw invalidArgument(op, "config: this build has no tunable indexer kernel; pass undefined or null");
+      throw invalidArgument(
+        op,
+        'config: tile settings are not taken; pass undefined or null (choose the kernel with kernelMap: { "sparse.indexer": ... })',
+      );
     }
     this.cleanLogits = booleanOption(op, "cleanLogits", o.cleanLogits, true);
     this.#check = booleanOption(op, "checkIndices", o.checkIndices, true);
+    this.#tune = booleanOption(op, "tune", o.tune, false);
+    this.#kernelMap = checkKernelMap(op, o.kernelMap, ["sparse.indexer"]);
   }
 
   /** Scores every query against its key range; the returned logits are the caller's to dispose. */
@@ -85,34 +102,51 @@ export class FP8LightningIndexerFwdOp {
     const scale = indexKScale === undefined
       ? undefined
       : input(op, "indexKScale", indexKScale, ["float32"], [Sk], like);
-    const result = resultBuffer(op, "out", out, [Sq, Sk], "float32", q.device);
-    const logits = result.tensor;
-    try {
-      checked(
-        op,
-        {
-          q: "indexQ",
-          k: "indexK",
-          k_scale: "indexKScale",
-          ks: "cuSeqlenKs",
-          ke: "cuSeqlenKe",
-          logits: "out",
-        },
-        native().ak_lightning_indexer(
-          q.descriptor(op),
-          k.descriptor(op),
-          scale?.descriptor(op) ?? null,
-          w.descriptor(op),
-          ks.descriptor(op),
-          ke.descriptor(op),
-          (this.#check ? CHECK_INDICES : 0) | (this.cleanLogits ? CLEAN_LOGITS : 0),
-          logits.descriptor(op),
-        ),
-      );
-    } catch (e) {
-      if (result.owned) logits.dispose();
-      throw e;
-    }
-    return logits;
+    const clean = this.cleanLogits ? CLEAN_LOGITS : 0;
+    const run = (buffer: Tensor | undefined, flags: number) => {
+      const result = resultBuffer(op, "out", buffer, [Sq, Sk], "float32", q.device);
+      const logits = result.tensor;
+      try {
+        checked(
+          op,
+          {
+            q: "indexQ",
+            k: "indexK",
+            k_scale: "indexKScale",
+            ks: "cuSeqlenKs",
+            ke: "cuSeqlenKe",
+            logits: "out",
+          },
+          native().ak_lightning_indexer(
+            q.descriptor(op),
+            k.descriptor(op),
+            scale?.descriptor(op) ?? null,
+            w.descriptor(op),
+            ks.descriptor(op),
+            ke.descriptor(op),
+            flags,
+            logits.descriptor(op),
+          ),
+        );
+      } catch (e) {
+        if (result.owned) logits.dispose();
+        throw e;
+      }
+      return logits;
+    };
+    return withChoice({
+      op: "FP8LightningIndexerFwdOp",
+      device: q.device,
+      kernelMap: this.#kernelMap,
+      tune: this.#tune,
+      keys: ["sparse.indexer"],
+      shapeClass: JSON.stringify({ dtype: q.dtype, Sq, H, D, Sk, scale: scale !== undefined, clean }),
+      relRms: 1e-3,
+      run: () => {
+        // The timed calls skip the ranges' read-back: the kernels clamp them, and the user's call checks.
+        const logits = run(undefined, clean);
+        return { tensors: [logits], [Symbol.dispose]: () => logits.dispose() };
+      },
+    }, () => run(out, clean | (this.#check ? CHECK_INDICES : 0)));
   }
 }

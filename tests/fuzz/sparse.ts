@@ -278,7 +278,10 @@ const indexer = caseMakers("lightning indexer");
 
 /** The indexer on bfloat16 / float8 inputs with random key ranges. */
 export function indexerCases(rng: Rng, scope: Scope, bad: boolean): Case {
-  const Sq = rng.int(0, 5), Sk = rng.int(0, 20), H = rng.int(1, 4), D = rng.pick([16, 32]);
+  // Now and then DeepSeek's 64 heads of 128 dims (the tensor-core block), with more than one tile of keys.
+  const latent = rng.chance(0.15);
+  const Sq = rng.int(0, 5), Sk = rng.int(0, latent ? 150 : 20);
+  const H = latent ? 64 : rng.int(1, 4), D = latent ? 128 : rng.pick([16, 32]);
   const dtype = rng.pick<ak.DType>(["bfloat16", "float8_e4m3"]);
   const q = scope.keep(scope.randn([Sq, H, D], "float32", 1).cast(dtype));
   const k = scope.keep(scope.randn([Sk, D], "float32", 2).cast(dtype));
@@ -295,8 +298,15 @@ export function indexerCases(rng: Rng, scope: Scope, bad: boolean): Case {
     return scope.keep((op.forward as (...a: unknown[]) => ak.Tensor).call(op, ...args));
   };
   const clean = rng.chance(0.5);
-  if (!bad) return indexer.valid(`${dtype} clean ${clean}`, () => run({ cleanLogits: clean }), !clean);
-  switch (rng.int(0, 3)) {
+  if (!bad) {
+    const map = rng.chance(0.2) ? { kernelMap: { "sparse.indexer": rng.pick(["auto", "item"]) } } : {};
+    return indexer.valid(
+      `${dtype} H${H} D${D} clean ${clean}`,
+      () => run({ cleanLogits: clean, ...map }),
+      !clean,
+    );
+  }
+  switch (rng.int(0, 4)) {
     case 0: {
       const past = scope.keep(
         ak.Tensor.from(new Int32Array(Math.max(Sq, 1)).fill(Sk + 1), { device: scope.device }),
@@ -319,6 +329,16 @@ export function indexerCases(rng: Rng, scope: Scope, bad: boolean): Case {
             ke,
           ]),
       );
+    case 3:
+      // The tensor-core block forced where it cannot serve, or a key of another op.
+      return indexer.invalid("a kernelMap that cannot serve", () =>
+        run({
+          kernelMap: !latent && rng.chance(0.5)
+            ? { "sparse.indexer": "mma" }
+            : rng.pick<Record<string, string>>([{ "sparse.indexer": "tiled" }, {
+              "sparse.dsa.decode": "mma",
+            }]),
+        }));
     case 2:
       return indexer.invalid(
         "float16 q",
