@@ -87,6 +87,8 @@ deviceTest(
           { B: 2, H: 8, Hkv: 1, S: 37, D: 512, P: 64, dtype: "bfloat16" },
           { B: 1, H: 20, Hkv: 1, S: 100, D: 512, P: 64, dtype: "float16" },
           { B: 2, H: 32, Hkv: 2, S: 65, D: 512, P: 64, dtype: "bfloat16" },
+          // One block's worth of heads over 600 rows: two splits of 320, merged.
+          { B: 1, H: 16, Hkv: 1, S: 600, D: 512, P: 64, dtype: "bfloat16" },
           // Other dims: the per-item kernel.
           { B: 1, H: 6, Hkv: 3, S: 9, D: 64, P: 16, dtype: "float16" },
           { B: 3, H: 2, Hkv: 2, S: 1, D: 32, P: 0, dtype: "bfloat16" },

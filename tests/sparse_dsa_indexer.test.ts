@@ -213,6 +213,19 @@ deviceTest(
             causal: true,
             dtype: "bfloat16",
           },
+          // A long list for few blocks: split in four runs of 256 slots, merged by their log-sum-exps.
+          {
+            ...base,
+            batch: 2,
+            seqLen: 1,
+            seqLenKv: 1100,
+            heads: 16,
+            headsKv: 1,
+            topk: 1024,
+            qStart: 1099,
+            causal: true,
+            dtype: "bfloat16",
+          },
           // Two cache heads of 16 query heads each, not causal, float16.
           {
             ...base,
@@ -233,6 +246,7 @@ deviceTest(
             assert.deepEqual(lastPlan()?.kernels.map((k) => k.name), [
               `sparse.dsa.decode.mma<${c.dtype}, D576>`,
             ]);
+            if (c.topk === 1024) assert.equal(lastPlan()?.details.splits, 4);
           }
         }
       })),

@@ -1,5 +1,7 @@
 // The CPU backend of the sparse-attention ops: every item of rows.h, in double, spread over the threads; or,
 // for the calls the tiled attention block serves, its blocks phase by phase (as the CUDA kernels run them).
+#include <vector>
+
 #include "core/common.h"
 #include "sparse/backend.h"
 #include "sparse/rows.h"
@@ -46,11 +48,23 @@ void nsa_selection(const NsaSelection& p) {
 
 void dsa_decode(const DsaDecode& p) {
   if (p.mma) {
-    const int64_t groups = DsaSource<>::groups(p);
-    parallel_for(p.B * p.Sq * p.Hkv * groups, [&](int64_t i) {
-      const DsaSource<> source(p, i % groups, i / (groups * p.Hkv), (i / groups) % p.Hkv);
+    // The CUDA planner's split for the H200's 132 multiprocessors, so that these tests cover the combine.
+    DsaDecode s = p;
+    plan_latent_splits(s, 2 * 132);
+    const int64_t rows = s.B * s.Sq * s.H;
+    std::vector<float> partial(static_cast<size_t>(s.splits > 1 ? s.splits * rows * (s.D + 1) : 0));
+    if (s.splits > 1) s.partial = partial.data(), s.partial_lse = s.partial + s.splits * rows * s.D;
+    const int64_t groups = DsaSource<>::groups(s), blocks = s.B * s.Sq * s.Hkv * groups;
+    parallel_for(blocks * s.splits, [&](int64_t i) {
+      const int64_t block = i % blocks;
+      const DsaSource<> source(s, block % groups, block / (groups * s.Hkv), (block / groups) % s.Hkv, i / blocks);
       ak::attention::tiled::MmaBlock<DsaSource<>>(source).run_on_host();
     });
+    if (s.splits > 1) {
+      parallel_for(rows, [&](int64_t xh) {
+        for (int64_t c = 0; c < s.D; c++) combine_latent(s, xh / s.H, xh % s.H, c);
+      });
+    }
     return;
   }
   const int64_t S = value_slices(p.D);

@@ -8,6 +8,7 @@
 #include "cuda/registry_launch.h"
 #include "cuda/runtime.cuh"
 #include "sparse/backend.h"
+#include "sparse/dsa_source.h"
 #include "sparse/launch.cuh"
 #include "sparse/planner.h"
 #include "sparse/rows.h"
@@ -72,9 +73,15 @@ void dsa_decode(const DsaDecode& p, int device) {
   for (const void* d : {p.q, p.kv, p.q_pe, p.kv_pe}) {
     shape.aligned = shape.aligned && reinterpret_cast<uintptr_t>(d) % 16 == 0;
   }
-  const plan::Plan plan = planning::plan_dsa(shape, ::ak::cuda::caps(device), tuning::current());
+  const registry::Caps caps = ::ak::cuda::caps(device);
+  plan::Plan plan = planning::plan_dsa(shape, caps, tuning::current());
+  DsaDecode split = p;
+  if (plan.path == "mma") {
+    plan_latent_splits(split, 2 * int64_t(caps.sms > 0 ? caps.sms : 132));
+    plan.detail("splits", split.splits);
+  }
   plan::set_last(plan);
-  launch_planned(plan.rows[0], "sparse.dsa.decode", p, ak::cuda::stream(device));
+  launch_planned(plan.rows[0], "sparse.dsa.decode", split, ak::cuda::stream(device));
 }
 
 void indexer(const Indexer& p, int device) {

@@ -14,6 +14,21 @@
 
 namespace ak::sparse {
 
+// The split of the lists: enough blocks (groups x query rows x KV heads x splits) for `blocks_wanted`, at
+// least four tiles of 64 slots a split.
+inline void plan_latent_splits(DsaDecode& p, int64_t blocks_wanted) {
+  constexpr int64_t kTile = ak::attention::tiled::kMmaKeys;
+  const int64_t groups = (p.H / p.Hkv + ak::attention::tiled::kMmaRows - 1) / ak::attention::tiled::kMmaRows;
+  const int64_t blocks = groups * p.B * p.Sq * p.Hkv;
+  int64_t splits = blocks > 0 && blocks < blocks_wanted ? (blocks_wanted + blocks - 1) / blocks : 1;
+  const int64_t most = p.topk / (4 * kTile) > 1 ? p.topk / (4 * kTile) : 1;
+  if (splits > most) splits = most;
+  int64_t chunk = (p.topk + splits - 1) / splits;
+  chunk = chunk > 0 ? (chunk + kTile - 1) / kTile * kTile : kTile;
+  p.chunk = chunk;
+  p.splits = (p.topk + chunk - 1) / chunk > 1 ? (p.topk + chunk - 1) / chunk : 1;
+}
+
 // kDv > 0 fixes the value width at compile time (the kernels' instances); 0 reads it from the problem.
 template <int kDv = 0>
 struct DsaSource {
@@ -27,12 +42,17 @@ struct DsaSource {
   int64_t D, Dv, Hkv, hk, R;
   float scale, softcap = 0.f;
   int64_t begin = 0, end;
-  int64_t x, h0, b, position;
+  int64_t x, h0, b, position, split;
   const int32_t* list;
 
-  AK_HD DsaSource(const DsaDecode& problem, int64_t group, int64_t row, int64_t kv_head)
+  AK_HD DsaSource(const DsaDecode& problem, int64_t group, int64_t row, int64_t kv_head, int64_t split_index = 0)
       : p(problem), q(problem.q), k(problem.kv), dtype(problem.dtype), D(problem.D + problem.tail), Dv(problem.D),
-        Hkv(problem.Hkv), hk(kv_head), scale(static_cast<float>(problem.scale)), end(problem.topk), x(row) {
+        Hkv(problem.Hkv), hk(kv_head), scale(static_cast<float>(problem.scale)), end(problem.topk), x(row),
+        split(split_index) {
+    if (p.splits > 1) {
+      begin = split * p.chunk;
+      end = begin + p.chunk < p.topk ? begin + p.chunk : p.topk;
+    }
     const int64_t G = p.H / p.Hkv, first = group * ak::attention::tiled::kMmaRows;
     h0 = hk * G + first;
     R = G - first < ak::attention::tiled::kMmaRows ? G - first : ak::attention::tiled::kMmaRows;
@@ -63,11 +83,38 @@ struct DsaSource {
     if (p.kv_pe && c >= Dv) return ak::attention::tiled::words(p.kv_pe, at * (D - Dv) + c - Dv);
     return ak::attention::tiled::words(k, at * (p.kv_pe ? Dv : D) + c);
   }
+  // The output pair, or with splits this split's partial one (normalised by its own sum).
   AK_HD void write(int64_t r, int64_t c, float o0, float o1) const {
     const int64_t at = (x * p.H + h0 + r) * Dv + c;
+    if (p.splits > 1) {
+      float* part = p.partial + split * p.B * p.Sq * p.H * Dv + at;
+      part[0] = o0, part[1] = o1;
+      return;
+    }
     store(p.output, dtype, at, o0), store(p.output, dtype, at + 1, o1);
   }
-  AK_HD void stats(int64_t, float, float) const {}
+  AK_HD void stats(int64_t r, float m, float l) const {
+    if (p.splits > 1) p.partial_lse[split * p.B * p.Sq * p.H + x * p.H + h0 + r] = l > 0.f ? m + logf(l) : -INFINITY;
+  }
 };
+
+// The combine of output element (query row x, head h, column c) over the splits, weighted by their
+// log-sum-exps (0 where no split saw a row).
+AK_HD void combine_latent(const DsaDecode& p, int64_t x, int64_t h, int64_t c) {
+  const int64_t rows = p.B * p.Sq * p.H, at = x * p.H + h;
+  float top = -INFINITY;
+  for (int64_t s = 0; s < p.splits; s++) top = p.partial_lse[s * rows + at] > top ? p.partial_lse[s * rows + at] : top;
+  float num = 0.f, den = 0.f;
+  if (top != -INFINITY) {
+    for (int64_t s = 0; s < p.splits; s++) {
+      const float lse = p.partial_lse[s * rows + at];
+      if (lse == -INFINITY) continue;
+      const float w = expf(lse - top);
+      num += w * p.partial[(s * rows + at) * p.D + c];
+      den += w;
+    }
+  }
+  store(p.output, p.dtype, at * p.D + c, den > 0.f ? num / den : 0.f);
+}
 
 }  // namespace ak::sparse

@@ -89,12 +89,18 @@ __global__ void __launch_bounds__(kIdxThreads) indexer_mma(Indexer p) {
 }
 
 // DSA on the tensor-core block: x the group of 16 query heads (so the groups of one query row, which read
-// the same cache rows, run side by side), y the query row, z the KV head.
+// the same cache rows, run side by side), y the query row, z the KV head and the split (z = split Hkv + hk).
 template <int kD>
 __global__ void __launch_bounds__(ak::attention::tiled::kThreads) dsa_mma(DsaDecode p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const DsaSource<kD - 64> source(p, blockIdx.x, blockIdx.y, blockIdx.z);
+  const DsaSource<kD - 64> source(p, blockIdx.x, blockIdx.y, blockIdx.z % p.Hkv, blockIdx.z / p.Hkv);
   ak::attention::tiled::MmaBlock<DsaSource<kD - 64>, kD>(source).run_on_device(smem);
+}
+
+// The splits' merge: a block per (query row, head), a thread per output column.
+template <int kUnused = 0>
+__global__ void combine_latent_splits(DsaDecode p) {
+  for (int64_t c = threadIdx.x; c < p.D; c += blockDim.x) combine_latent(p, blockIdx.x / p.H, blockIdx.x % p.H, c);
 }
 
 }  // namespace kernels
@@ -138,13 +144,22 @@ void SelectionItem<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
 }
 
 template <class T, int D, int Tile>
-void DsaMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+void DsaMma<T, D, Tile>::launch(const Args& args, cudaStream_t stream) {
+  DsaDecode p = args;  // split by the caller (cuda.cu)
+  int device = 0;
+  AK_CUDA_CHECK(cudaGetDevice(&device));
+  const int64_t rows = p.B * p.Sq * p.H;
+  ::ak::cuda::Scratch scratch(device, p.splits > 1 ? static_cast<size_t>(p.splits * rows * (p.D + 1)) * 4 : 0);
+  if (p.splits > 1) p.partial = scratch.as<float>(), p.partial_lse = p.partial + p.splits * rows * p.D;
   const int smem = static_cast<int>(tb::MmaShared::bytes(D, true));
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernels::dsa_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>(DsaSource<>::groups(p)), static_cast<unsigned>(p.B * p.Sq),
-                  static_cast<unsigned>(p.Hkv));
+                  static_cast<unsigned>(p.Hkv * p.splits));
   kernels::dsa_mma<D><<<grid, tb::kThreads, smem, stream>>>(p);
   ::ak::cuda::check_launch("sparse.dsa.decode.mma");
+  if (p.splits == 1) return;
+  kernels::combine_latent_splits<0><<<static_cast<unsigned>(rows), 128, 0, stream>>>(p);
+  ::ak::cuda::check_launch("sparse.dsa.decode.mma (combine)");
 }
 
 template <class T, int D, int Tile>

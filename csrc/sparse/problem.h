@@ -82,6 +82,11 @@ struct DsaDecode {
   bool causal = true;
   double scale = 0;
   bool mma = false;  // CPU: the tensor-core block's phases (sparse/dsa_source.h), else item by item
+  // The tensor-core block's split of each list into `splits` runs of `chunk` slots (a multiple of 64): with
+  // more than one, each run writes its partial output and log-sum-exp, and a combine merges them.
+  int64_t splits = 1, chunk = 0;
+  float* partial = nullptr;      // [splits, B Sq, H, D]
+  float* partial_lse = nullptr;  // [splits, B Sq, H]
 };
 
 // The lightning indexer: logits[i, j] = sum_h w[i, h] relu(scale_j q[i, h] . k[j]) over ks[i] <= j < ke[i].
