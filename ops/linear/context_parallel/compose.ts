@@ -8,19 +8,20 @@
 import { invalidArgument } from "../../../ffi/errors.ts";
 import { Tensor } from "../../tensor.ts";
 import { ContextParallelRouting } from "./routing.ts";
+import { routedRows } from "./rows.ts";
 import { checkSummary, type StateSummary } from "./summaries.ts";
 
 /**
  * Folds gathered slots into each segment's state, from zero: step j applies to segment i the flat slot
- * `fold[j][i]` (the neutral slot where a segment has no more), `state = T state + b`.
+ * `fold[j][i]` (the neutral slot where a segment has no more), `state = T state + b`. `fold` is a routing's.
  */
 export function foldSlots(gathered: StateSummary, fold: Tensor): Tensor {
   const [, H, K, V] = gathered.bias.shape;
   let state = Tensor.zeros([fold.shape[1], H, K, V], { device: gathered.bias.device });
   for (let j = 0; j < fold.shape[0]; j++) {
     using row = fold.select(0, j);
-    using t = gathered.transition.indexSelect(0, row);
-    using b = gathered.bias.indexSelect(0, row);
+    using t = routedRows(gathered.transition, row);
+    using b = routedRows(gathered.bias, row);
     using moved = t.matmul(state);
     state.dispose();
     state = moved.add(b);

@@ -13,7 +13,7 @@ import { invalidArgument } from "../../../ffi/errors.ts";
 import { checkOptions } from "../../args.ts";
 import { expectTensor } from "../../checks.ts";
 import { Tensor } from "../../tensor.ts";
-import { withZeroRow } from "./rows.ts";
+import { routedRows, withZeroRow } from "./rows.ts";
 import type { Communicator } from "./communicator.ts";
 import { checkLayoutChoice } from "./layout_options.ts";
 import type { ContextParallelPlan } from "./plan.ts";
@@ -129,12 +129,12 @@ async function exchange(
     using flat = x.reshape([T, C]);
     using asFloat = flat.cast("float32");
     using padded = withZeroRow(asFloat);
-    using tails = padded.indexSelect(0, conv.tokens);
+    using tails = routedRows(padded, conv.tokens);
     using shaped = tails.reshape([width, W1, C]);
     using gathered = await group.allGather(shaped);
     using rows = gathered.reshape([routing.world * width * W1, C]);
     using rowsPadded = withZeroRow(rows);
-    using picked = rowsPadded.indexSelect(0, conv.pick);
+    using picked = routedRows(rowsPadded, conv.pick);
     using picked3 = picked.reshape([M, W1, C]);
     history = picked3.cast(x.dtype);
   }
@@ -152,7 +152,7 @@ async function exchange(
       using d32 = dHistory.cast("float32");
       using d2 = d32.reshape([M * W1, C]);
       using dPadded = withZeroRow(d2);
-      using mine = dPadded.indexSelect(0, conv.padRows);
+      using mine = routedRows(dPadded, conv.padRows);
       using mine3 = mine.reshape([conv.rows, W1, C]);
       using all = await group.allGather(mine3);
       using allRows = all.reshape([routing.world * conv.rows * W1, C]);
@@ -161,7 +161,7 @@ async function exchange(
       let tailGrad = Tensor.zeros([width * W1, C], { device: x.device });
       for (let j = 0; j < conv.readers.shape[0]; j++) {
         using index = conv.readers.select(0, j);
-        using part = allPadded.indexSelect(0, index);
+        using part = routedRows(allPadded, index);
         const next = tailGrad.add(part);
         tailGrad.dispose();
         tailGrad = next;
@@ -169,7 +169,7 @@ async function exchange(
       // Each span token takes its tail row's gradient (a token sits in one tail at most).
       using withZero = withZeroRow(tailGrad);
       tailGrad.dispose();
-      using perToken = withZero.indexSelect(0, conv.tokenRows);
+      using perToken = routedRows(withZero, conv.tokenRows);
       return perToken.reshape([1, T, C]);
     },
     [Symbol.dispose]() {

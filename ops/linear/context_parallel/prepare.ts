@@ -13,7 +13,7 @@ import { checkOptions } from "../../args.ts";
 import { expectTensor } from "../../checks.ts";
 import { Tensor } from "../../tensor.ts";
 import { GDN_FAMILY, KDA_FAMILY, type SpanFamily, type SpanGradients, type SpanInputs } from "./family.ts";
-import { withZeroRow } from "./rows.ts";
+import { pickRows, withZeroRow } from "./rows.ts";
 import { type StateSummary, summaryOf } from "./summaries.ts";
 
 /** Options of {@link chunkGdnPrepare}. */
@@ -164,11 +164,9 @@ export function openSpan(
     passes: { bias: boolean; transition: boolean },
   ) => {
     const device = x.v.device;
-    const bias = passes.bias
-      ? biasPass().indexSelect(0, rows)
-      : Tensor.zeros([length(rows), H, K, V], { device });
+    const bias = passes.bias ? pickRows(biasPass(), rows) : Tensor.zeros([length(rows), H, K, V], { device });
     const transition = passes.transition
-      ? transitionPass().indexSelect(0, transitionRows)
+      ? pickRows(transitionPass(), transitionRows)
       : identityStates(length(transitionRows), H, K, device);
     return summaryOf(bias, transition);
   };
@@ -195,7 +193,7 @@ export function openSpan(
       if (dEntry) {
         using flat = dEntry.reshape([offsets.segments, H * K * V]);
         using padded = withZeroRow(flat);
-        using picked = padded.indexSelect(0, rows);
+        using picked = pickRows(padded, rows);
         c = picked.reshape([length(rows), H, K, V]);
       } else {
         c = Tensor.zeros([length(rows), H, K, V], { device: x.q.device });

@@ -15,6 +15,7 @@ import { invalidArgument } from "../../../ffi/errors.ts";
 import { Tensor } from "../../tensor.ts";
 import type { ConvLayout } from "./conv_layout.ts";
 import type { ContextParallelPlan } from "./plan.ts";
+import { trustRows } from "./rows.ts";
 
 /** Options of `ContextParallelPlan.routing`. */
 export interface RoutingOptions {
@@ -161,6 +162,14 @@ export class ContextParallelRouting implements Disposable {
       device,
     });
     this.exitFold = Tensor.from(fold("last", plan.successors), { shape: [steps, M], device });
+    trustRows(
+      this.forwardRows,
+      this.forwardTransitionRows,
+      this.reverseRows,
+      this.reverseTransitionRows,
+      this.entryFold,
+      this.exitFold,
+    );
     const terminal = new Array<number>(M).fill(0);
     for (const i of plan.terminal) terminal[i] = 1;
     using t = Tensor.from(terminal, { shape: [M], device });
