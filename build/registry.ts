@@ -298,6 +298,7 @@ export function launchTableUnit(
     BANNER,
     "#include <cuda_bf16.h>",
     "#include <cuda_fp16.h>",
+    "#include <cuda_fp8.h>",
     "#include <cuda_runtime.h>",
     "",
     '#include "core/registry.h"',
