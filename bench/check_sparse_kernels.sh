@@ -1,0 +1,29 @@
+#!/bin/bash
+# The GPU check of the tensor-core latent decode (DSA, MLA) and indexer, in one call on a GPU host: build,
+# the CUDA tests they touch (the tensor-core block's other users too), compute-sanitizer over the sparse
+# and MLA tests, then the benchmarks at the issue's shapes. Usage: bench/check_sparse_kernels.sh OUT_DIR,
+# with DENO the command that runs deno there (default: deno). Logs and records go to OUT_DIR.
+set -uo pipefail
+out=${1:?output folder}
+deno=${DENO:-deno}
+mkdir -p "$out"
+export NO_COLOR=1
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local t0=$(date +%s)
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  echo "$name rc=$? $(($(date +%s) - t0)) s: $(grep -E '^(ok|FAILED) \|' "$out/$name.log" | tail -1)"
+}
+step build 240 $deno run -A build.ts --arch sm_90a --jobs 16 --quiet --lineinfo
+tests="tests/sparse_dsa_indexer.test.ts tests/attention_mla.test.ts tests/sparse_nsa.test.ts
+  tests/attention_decode.test.ts tests/kernels.test.ts tests/tune.test.ts"
+# shellcheck disable=SC2086
+ATTNKIT_TEST_DEVICES=cuda step tests 240 $deno test -A $tests
+ATTNKIT_TEST_DEVICES=cuda step variants 240 $deno test -A tests/variants.test.ts --filter "sparse|attention.decode"
+step sanitize 300 $deno run -A tools/sanitize.ts --tools memcheck,racecheck --parallel 8 \
+  --tests "tests/sparse_dsa_indexer.test.ts,tests/attention_mla.test.ts,tests/variants.test.ts#sparse" \
+  --out "$out/sanitize.md"
+step bench_dsa_indexer 300 $deno run -A bench/sparse_side_by_side.ts --ops dsa,indexer --results "$out"
+step bench_mla 120 $deno run -A bench/mla_decode.ts --results "$out"
+grep -hE '"op"' "$out"/bench_*.log | cut -c1-400
