@@ -20,7 +20,7 @@ tests="tests/sparse_dsa_indexer.test.ts tests/attention_mla.test.ts tests/sparse
   tests/attention_decode.test.ts tests/kernels.test.ts tests/tune.test.ts"
 # shellcheck disable=SC2086
 ATTNKIT_TEST_DEVICES=cuda step tests 240 $deno test -A $tests
-ATTNKIT_TEST_DEVICES=cuda step variants 240 $deno test -A tests/variants.test.ts --filter "sparse|attention.decode"
+ATTNKIT_TEST_DEVICES=cuda step variants 240 $deno test -A tests/variants.test.ts --filter "/sparse|attention\.decode/"
 step sanitize 300 $deno run -A tools/sanitize.ts --tools memcheck,racecheck --parallel 8 \
   --tests "tests/sparse_dsa_indexer.test.ts,tests/attention_mla.test.ts,tests/variants.test.ts#sparse" \
   --out "$out/sanitize.md"
