@@ -1,6 +1,6 @@
-// The CUDA backend of the sparse-attention ops. NSA's compressed and selected branches and DSA decode: the
-// planner names the registry row (a tiled block or the per-item kernels), the plan is recorded and the row
-// launched. NSA's top-k: a thread per item of rows.h, in float.
+// The CUDA backend of the sparse-attention ops. NSA's compressed and selected branches, the latent decode
+// (DSA, MLA) and the indexer: the planner names the registry row (a tiled block or the per-item kernels), the
+// plan is recorded and the row launched. NSA's top-k: a thread per item of rows.h, in float.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
