@@ -136,7 +136,7 @@ export interface PlanQuery {
   channel?: boolean;
   /** KDA: the fast-math variant asked for. */
   fastmath?: boolean;
-  /** Attention: query and key lengths (default skv = sq). */
+  /** Attention: query and key lengths (default skv = sq). DSA decode: queries per sequence, list length. */
   sq?: number;
   /** Attention: key length. */
   skv?: number;

@@ -285,6 +285,10 @@ Deno.test("explain: DSA decode takes the tensor-core block at 512 + 64 columns, 
   const mma = plan({ op: "sparse.dsa.decode" });
   assert.deepEqual(mma.kernels.map((k) => k.name), ["sparse.dsa.decode.mma<bfloat16, D576>"]);
   assert.equal(plan({ op: "sparse.dsa.decode", dtype: "float16", d: 576, v: 512 }).path, "mma");
+  // The lists split over blocks only when the blocks leave the GPU idle (MLA at batch 1: 8 head groups).
+  assert.equal(plan({ op: "sparse.dsa.decode", b: 64, hq: 128, skv: 2048 }).details.splits, 1);
+  assert.equal(plan({ op: "sparse.dsa.decode", b: 1, hq: 128, skv: 65536 }).details.splits, 32);
+  assert.equal(plan({ op: "sparse.dsa.decode", b: 128, hq: 16, skv: 8192 }).details.splits, 3);
   const item = plan({ op: "sparse.dsa.decode", d: 192, v: 128 });
   assert.deepEqual(item.kernels.map((k) => k.name), ["sparse.dsa.decode.item<bfloat16>"]);
   assert.match(String(item.details.mma_ruled_out), /dim 128 \+ dimTail 64 \(it is built for 512 \+ 64\)/);

@@ -70,17 +70,15 @@ void dsa_decode(const DsaDecode& p, int device) {
   ak::cuda::DeviceGuard guard(device);
   planning::DsaShape shape;
   shape.dtype = p.dtype, shape.width = p.D + p.tail, shape.dv = p.D;
+  shape.b = p.B, shape.sq = p.Sq, shape.hq = p.H, shape.hkv = p.Hkv, shape.topk = p.topk;
   for (const void* d : {p.q, p.kv, p.q_pe, p.kv_pe}) {
     shape.aligned = shape.aligned && reinterpret_cast<uintptr_t>(d) % 16 == 0;
   }
   const registry::Caps caps = ::ak::cuda::caps(device);
-  plan::Plan plan = planning::plan_dsa(shape, caps, tuning::current());
-  DsaDecode split = p;
-  if (plan.path == "mma") {
-    plan_latent_splits(split, 2 * int64_t(caps.sms > 0 ? caps.sms : 132));
-    plan.detail("splits", split.splits);
-  }
+  const plan::Plan plan = planning::plan_dsa(shape, caps, tuning::current());
   plan::set_last(plan);
+  DsaDecode split = p;  // the plan's split (plan_dsa records it)
+  if (plan.path == "mma") plan_latent_splits(split, 2 * int64_t(caps.sms > 0 ? caps.sms : 132));
   launch_planned(plan.rows[0], "sparse.dsa.decode", split, ak::cuda::stream(device));
 }
 

@@ -3,6 +3,7 @@
 #include "attention/tiled/block.h"
 #include "attention/tiled/mma_block.h"
 #include "core/common.h"
+#include "sparse/dsa_source.h"
 #include "sparse/indexer_block.h"
 
 namespace ak::sparse::planning {
@@ -86,7 +87,15 @@ std::string pick_dsa(const DsaShape& s, const tuning::Table& t) {
 }
 
 plan::Plan plan_dsa(const DsaShape& s, const registry::Caps& caps, const tuning::Table& t) {
-  return planned(kDsaStage, pick_dsa(s, t), s.dtype, s.width, caps, t, "mma_ruled_out", dsa_mma_ruled_out(s));
+  plan::Plan plan =
+      planned(kDsaStage, pick_dsa(s, t), s.dtype, s.width, caps, t, "mma_ruled_out", dsa_mma_ruled_out(s));
+  if (plan.path == "mma" && s.b * s.sq * s.hq * s.topk > 0) {
+    DsaDecode p;
+    p.B = s.b, p.Sq = s.sq, p.H = s.hq, p.Hkv = s.hkv, p.topk = s.topk;
+    plan_latent_splits(p, 2 * int64_t(caps.sms > 0 ? caps.sms : 132));
+    plan.detail("splits", p.splits);
+  }
+  return plan;
 }
 
 std::string indexer_mma_ruled_out(const IndexerShape& s) {
@@ -135,6 +144,8 @@ std::string plan_query(const std::string& op, plan::Query& q) {
     s.dv = q.integer("v", kDsaMmaValue);
     s.width = q.integer("d", s.dv + 64);
     s.aligned = q.flag("aligned", true);
+    s.b = q.integer("b", 0), s.sq = q.integer("sq", 1), s.hq = q.integer("hq", 128), s.hkv = q.integer("hkv", 1);
+    s.topk = q.integer("skv", 0);
     q.finish();
     return plan_dsa(s, caps, tuning::current()).json();
   }

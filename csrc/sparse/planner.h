@@ -40,6 +40,8 @@ struct DsaShape {
   int64_t width = 0;  // D + tail, the key's columns
   int64_t dv = 0;     // D, the value's
   bool aligned = true;  // q and kv start on 16 bytes
+  // The call's sizes, when known: the plan then records the tensor-core block's split of the lists.
+  int64_t b = 0, sq = 0, hq = 0, hkv = 1, topk = 0;
 };
 
 constexpr const char* kDsaStage = "sparse.dsa.decode";
