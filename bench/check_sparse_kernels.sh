@@ -17,7 +17,7 @@ step() {
 }
 step build 240 $deno run -A build.ts --arch sm_90a --jobs 16 --quiet --lineinfo
 tests="tests/sparse_dsa_indexer.test.ts tests/attention_mla.test.ts tests/sparse_nsa.test.ts
-  tests/attention_decode.test.ts tests/kernels.test.ts tests/tune.test.ts"
+  tests/attention_decode.test.ts tests/kernels.test.ts tests/tune.test.ts tests/graph_latent.test.ts"
 # shellcheck disable=SC2086
 ATTNKIT_TEST_DEVICES=cuda step tests 240 $deno test -A $tests
 ATTNKIT_TEST_DEVICES=cuda step variants 240 $deno test -A tests/variants.test.ts --filter "/sparse|attention\.decode/"
