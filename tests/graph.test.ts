@@ -16,19 +16,11 @@ import {
   recurrentGdnDecode,
   Tensor,
 } from "../mod.ts";
+import { refill, sameBits } from "./graph_fixtures.ts";
 import { expectNoLeak, HAS_CUDA, refuses, withSeed } from "./helpers.ts";
 
 const cuda = { ignore: !HAS_CUDA };
 const dev = "cuda" as const;
-
-/** Bitwise equality of two tensors' contents (NaN equals NaN). */
-function sameBits(actual: Tensor, expected: Tensor, what: string): void {
-  const a = actual.toArray(), e = expected.toArray();
-  assert.equal(a.length, e.length, `${what}: length`);
-  for (let i = 0; i < a.length; ++i) {
-    if (!Object.is(a[i], e[i])) assert.fail(`${what}: element ${i} is ${a[i]}, the eager call gave ${e[i]}`);
-  }
-}
 
 function setInt32(t: Tensor, values: number[]): void {
   using host = Tensor.from(values, { dtype: "int32", device: dev });
@@ -39,11 +31,6 @@ function setBool(t: Tensor, values: boolean[]): void {
   using host = Tensor.from(values.map(Number), { dtype: "int32", device: dev });
   using b = host.cast("bool");
   t.copyFrom(b);
-}
-
-function refill(t: Tensor, seed: number): void {
-  using fresh = Tensor.randn(t.shape, { dtype: t.dtype, device: dev, seed });
-  t.copyFrom(fresh);
 }
 
 Deno.test("captureGraph refuses bad arguments and the CPU", () => {

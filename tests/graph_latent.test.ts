@@ -12,23 +12,10 @@ import {
   MultiHeadLatentAttentionDecodeWithKVCacheFwdOp,
   Tensor,
 } from "../mod.ts";
+import { refill, sameBits } from "./graph_fixtures.ts";
 import { expectNoLeak, HAS_CUDA, withSeed } from "./helpers.ts";
 
 const dev = "cuda" as const;
-
-/** Bitwise equality of two tensors' contents (NaN equals NaN). */
-function sameBits(actual: Tensor, expected: Tensor, what: string): void {
-  const a = actual.toArray(), e = expected.toArray();
-  assert.equal(a.length, e.length, `${what}: length`);
-  for (let i = 0; i < a.length; ++i) {
-    if (!Object.is(a[i], e[i])) assert.fail(`${what}: element ${i} is ${a[i]}, the eager call gave ${e[i]}`);
-  }
-}
-
-function refill(t: Tensor, seed: number): void {
-  using fresh = Tensor.randn(t.shape, { dtype: t.dtype, device: dev, seed });
-  t.copyFrom(fresh);
-}
 
 /** Captures `call` once, then checks three replays with new inputs against eager calls. */
 function replays(what: string, call: () => Tensor, refresh: (round: number) => void): void {
