@@ -68,26 +68,17 @@ void nsa_selection(const NsaSelection& p, int device) {
 
 void dsa_decode(const DsaDecode& p, int device) {
   ak::cuda::DeviceGuard guard(device);
-  planning::DsaShape shape;
-  shape.dtype = p.dtype, shape.width = p.D + p.tail, shape.dv = p.D;
-  shape.b = p.B, shape.sq = p.Sq, shape.hq = p.H, shape.hkv = p.Hkv, shape.topk = p.topk;
-  for (const void* d : {p.q, p.kv, p.q_pe, p.kv_pe}) {
-    shape.aligned = shape.aligned && reinterpret_cast<uintptr_t>(d) % 16 == 0;
-  }
   const registry::Caps caps = ::ak::cuda::caps(device);
-  const plan::Plan plan = planning::plan_dsa(shape, caps, tuning::current());
+  const plan::Plan plan = planning::plan_dsa(planning::shape_of(p), caps, tuning::current());
   plan::set_last(plan);
   DsaDecode split = p;  // the plan's split (plan_dsa records it)
-  if (plan.path == "mma") plan_latent_splits(split, 2 * int64_t(caps.sms > 0 ? caps.sms : 132));
+  if (plan.path == "mma") plan_latent_splits(split, caps.sms);
   launch_planned(plan.rows[0], "sparse.dsa.decode", split, ak::cuda::stream(device));
 }
 
 void indexer(const Indexer& p, int device) {
   ak::cuda::DeviceGuard guard(device);
-  planning::IndexerShape shape;
-  shape.dtype = p.dtype, shape.h = p.H, shape.d = p.D;
-  shape.aligned = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.k) % 16 == 0;
-  const plan::Plan plan = planning::plan_indexer(shape, ::ak::cuda::caps(device), tuning::current());
+  const plan::Plan plan = planning::plan_indexer(planning::shape_of(p), ::ak::cuda::caps(device), tuning::current());
   plan::set_last(plan);
   launch_planned(plan.rows[0], planning::kIndexerStage, p, ak::cuda::stream(device));
 }

@@ -14,10 +14,11 @@
 
 namespace ak::sparse {
 
-// The split of the lists: enough blocks (groups x query rows x KV heads x splits) for `blocks_wanted`, at
-// least four tiles of 64 slots a split.
-inline void plan_latent_splits(DsaDecode& p, int64_t blocks_wanted) {
+// The split of the lists: enough blocks (groups x query rows x KV heads x splits) for two per multiprocessor
+// (`sms`; 0: the H200's 132, which the CPU backend splits for), at least four tiles of 64 slots a split.
+inline void plan_latent_splits(DsaDecode& p, int sms) {
   constexpr int64_t kTile = ak::attention::tiled::kMmaKeys;
+  const int64_t blocks_wanted = 2 * int64_t(sms > 0 ? sms : 132);
   const int64_t groups = (p.H / p.Hkv + ak::attention::tiled::kMmaRows - 1) / ak::attention::tiled::kMmaRows;
   const int64_t blocks = groups * p.B * p.Sq * p.Hkv;
   int64_t splits = blocks > 0 && blocks < blocks_wanted ? (blocks_wanted + blocks - 1) / blocks : 1;

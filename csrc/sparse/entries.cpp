@@ -107,15 +107,10 @@ std::string variant(const char* stage, int32_t dtype, int64_t H, int64_t Hkv, in
 
 constexpr std::initializer_list<int32_t> kFloats = {AK_FLOAT16, AK_BFLOAT16, AK_FLOAT32};
 
-bool on_16_bytes(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // Runs a checked latent decode (DSA or MLA) on q's device. The kernel is chosen before the early return of
 // an empty call, so that a forced kernel that cannot serve is refused on every call.
 void latent_decode(DsaDecode& p, const ak_tensor& q) {
-  planning::DsaShape shape;
-  shape.dtype = p.dtype, shape.width = p.D + p.tail, shape.dv = p.D;
-  shape.aligned = on_16_bytes(p.q) && on_16_bytes(p.kv) && on_16_bytes(p.q_pe) && on_16_bytes(p.kv_pe);
-  p.mma = planning::pick_dsa(shape, tuning::current()) == "mma" && on_cpu(q);
+  p.mma = planning::pick_dsa(planning::shape_of(p), tuning::current()) == "mma" && on_cpu(q);
   if (p.B * p.Sq * p.H == 0) return;
   if (on_cpu(q)) ak::sparse::cpu::dsa_decode(p);
   else AK_CUDA_CALL(ak::sparse::cuda::dsa_decode(p, q.device_index));
@@ -394,10 +389,8 @@ AK_API ak_status ak_lightning_indexer(const ak_tensor* q_, const ak_tensor* k_, 
     p.ks = static_cast<const int32_t*>(ks.data), p.ke = static_cast<const int32_t*>(ke.data);
     p.logits = static_cast<float*>(out.data);
     p.dtype = q.dtype, p.clean = (flags & AK_SPARSE_CLEAN_LOGITS) != 0;
-    planning::IndexerShape shape;
-    shape.dtype = p.dtype, shape.h = p.H, shape.d = p.D, shape.aligned = on_16_bytes(p.q) && on_16_bytes(p.k);
     // Chosen before the early return of an empty call, so that a forced kernel that cannot serve is refused.
-    p.mma = planning::pick_indexer(shape, tuning::current()) == "mma" && on_cpu(q);
+    p.mma = planning::pick_indexer(planning::shape_of(p), tuning::current()) == "mma" && on_cpu(q);
     if (p.Sq == 0 || p.Sk == 0) return;
     if (on_cpu(q)) ak::sparse::cpu::indexer(p);
     else AK_CUDA_CALL(ak::sparse::cuda::indexer(p, q.device_index));

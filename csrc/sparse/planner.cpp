@@ -74,16 +74,33 @@ std::string dsa_mma_ruled_out(const DsaShape& s) {
   return "";
 }
 
-std::string dsa_variant(const DsaShape& s) { return dsa_mma_ruled_out(s).empty() ? "mma" : "item"; }
+namespace {
 
-std::string pick_dsa(const DsaShape& s, const tuning::Table& t) {
-  const std::string& want = t.get(kDsaStage);
-  const std::string why = dsa_mma_ruled_out(s);
-  const std::string variant = want == "auto" ? dsa_variant(s) : want;
+bool on_16_bytes(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// A stage of a tensor-core block and a per-item kernel: under "auto" the block where it serves (`why` is
+// empty), else the table's variant; the block forced where it cannot serve is AK_ERR_UNSUPPORTED.
+std::string pick_mma_or_item(const std::string& stage, const std::string& why, const tuning::Table& t) {
+  const std::string& want = t.get(stage);
+  const std::string variant = want == "auto" ? (why.empty() ? "mma" : "item") : want;
   if (variant == "mma" && !why.empty()) {
-    fail(AK_ERR_UNSUPPORTED, std::string(kDsaStage) + ": tuning " + kDsaStage + "=mma cannot serve this call: " + why);
+    fail(AK_ERR_UNSUPPORTED, stage + ": tuning " + stage + "=mma cannot serve this call: " + why);
   }
   return variant;
+}
+
+}  // namespace
+
+DsaShape shape_of(const DsaDecode& p) {
+  DsaShape s;
+  s.dtype = p.dtype, s.width = p.D + p.tail, s.dv = p.D;
+  s.aligned = on_16_bytes(p.q) && on_16_bytes(p.kv) && on_16_bytes(p.q_pe) && on_16_bytes(p.kv_pe);
+  s.b = p.B, s.sq = p.Sq, s.hq = p.H, s.hkv = p.Hkv, s.topk = p.topk;
+  return s;
+}
+
+std::string pick_dsa(const DsaShape& s, const tuning::Table& t) {
+  return pick_mma_or_item(kDsaStage, dsa_mma_ruled_out(s), t);
 }
 
 plan::Plan plan_dsa(const DsaShape& s, const registry::Caps& caps, const tuning::Table& t) {
@@ -92,7 +109,7 @@ plan::Plan plan_dsa(const DsaShape& s, const registry::Caps& caps, const tuning:
   if (plan.path == "mma" && s.b * s.sq * s.hq * s.topk > 0) {
     DsaDecode p;
     p.B = s.b, p.Sq = s.sq, p.H = s.hq, p.Hkv = s.hkv, p.topk = s.topk;
-    plan_latent_splits(p, 2 * int64_t(caps.sms > 0 ? caps.sms : 132));
+    plan_latent_splits(p, caps.sms);
     plan.detail("splits", p.splits);
   }
   return plan;
@@ -108,15 +125,14 @@ std::string indexer_mma_ruled_out(const IndexerShape& s) {
   return "";
 }
 
+IndexerShape shape_of(const Indexer& p) {
+  IndexerShape s;
+  s.dtype = p.dtype, s.h = p.H, s.d = p.D, s.aligned = on_16_bytes(p.q) && on_16_bytes(p.k);
+  return s;
+}
+
 std::string pick_indexer(const IndexerShape& s, const tuning::Table& t) {
-  const std::string& want = t.get(kIndexerStage);
-  const std::string why = indexer_mma_ruled_out(s);
-  const std::string variant = want == "auto" ? (why.empty() ? "mma" : "item") : want;
-  if (variant == "mma" && !why.empty()) {
-    fail(AK_ERR_UNSUPPORTED,
-         std::string(kIndexerStage) + ": tuning " + kIndexerStage + "=mma cannot serve this call: " + why);
-  }
-  return variant;
+  return pick_mma_or_item(kIndexerStage, indexer_mma_ruled_out(s), t);
 }
 
 plan::Plan plan_indexer(const IndexerShape& s, const registry::Caps& caps, const tuning::Table& t) {

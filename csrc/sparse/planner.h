@@ -9,6 +9,7 @@
 #include "core/plan.h"
 #include "core/registry.h"
 #include "core/tuning.h"
+#include "sparse/problem.h"
 
 namespace ak::sparse::planning {
 
@@ -51,10 +52,11 @@ constexpr int64_t kDsaMmaWidth = 576, kDsaMmaValue = 512;
 // Why the tensor-core block cannot serve a DSA call, "" when it can.
 std::string dsa_mma_ruled_out(const DsaShape& s);
 
-// The variant under "auto": "mma" where the block serves, else "item".
-std::string dsa_variant(const DsaShape& s);
+// A checked call's shape, its sizes included.
+DsaShape shape_of(const DsaDecode& p);
 
-// The variant a call runs under the tuning table (the CPU backend's choice too), as pick_nsa.
+// The variant a call runs under the tuning table (the CPU backend's choice too): "mma" where the block
+// serves under "auto", else the table's; the block forced where it cannot serve is AK_ERR_UNSUPPORTED.
 std::string pick_dsa(const DsaShape& s, const tuning::Table& t);
 
 plan::Plan plan_dsa(const DsaShape& s, const registry::Caps& caps, const tuning::Table& t);
@@ -68,6 +70,8 @@ struct IndexerShape {
 };
 constexpr const char* kIndexerStage = "sparse.indexer";
 std::string indexer_mma_ruled_out(const IndexerShape& s);
+IndexerShape shape_of(const Indexer& p);
+// As pick_dsa.
 std::string pick_indexer(const IndexerShape& s, const tuning::Table& t);
 plan::Plan plan_indexer(const IndexerShape& s, const registry::Caps& caps, const tuning::Table& t);
 
