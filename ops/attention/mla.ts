@@ -9,8 +9,8 @@
 import { invalidArgument } from "../../ffi/errors.ts";
 import { native } from "../../ffi/library.ts";
 import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
-import { checked } from "../sparse/common.ts";
-import { Tensor } from "../tensor.ts";
+import { checked, writeResult } from "../sparse/common.ts";
+import type { Tensor } from "../tensor.ts";
 import { checkHeads, expectOptions } from "./op_support.ts";
 import { expectSize } from "./options.ts";
 
@@ -90,8 +90,7 @@ export class MultiHeadLatentAttentionDecodeWithKVCacheFwdOp {
       }
       expectSameDevice(OP, name, t, first, "q");
     }
-    const output = Tensor.empty([B, H, D], { dtype: first.dtype, device: first.device });
-    try {
+    return writeResult(OP, "output", undefined, [B, H, D], first.dtype, first.device, (output) =>
       checked(
         OP,
         { q_pe: "qPe", k_pe: "kPe" },
@@ -103,11 +102,6 @@ export class MultiHeadLatentAttentionDecodeWithKVCacheFwdOp {
           (D + P) ** -0.5,
           output.descriptor(OP),
         ),
-      );
-    } catch (e) {
-      output.dispose();
-      throw e;
-    }
-    return output;
+      ));
   }
 }

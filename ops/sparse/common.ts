@@ -11,6 +11,7 @@ import { expectDType, expectSameDevice, expectShape, expectTensor } from "../che
 import type { DType } from "../dtype.ts";
 import { type Int32Seqlens, int32Seqlens } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
+import type { TuneRun } from "../tune/choice.ts";
 
 /** The float dtypes of the NSA and DSA ops. */
 export const SPARSE_FLOATS: readonly DType[] = ["float16", "bfloat16", "float32"];
@@ -53,6 +54,37 @@ export function resultBuffer(
   if (t.device !== device) throw invalidArgument(op, `${name}: expected device ${device}, got ${t.device}`);
   expectShape(op, name, t, shape);
   return { tensor: t, owned: false };
+}
+
+/**
+ * One result written by `write`: into the caller's buffer (checked as {@link resultBuffer} does), else into a
+ * new tensor, which is disposed when `write` throws.
+ */
+export function writeResult(
+  op: string,
+  name: string,
+  given: unknown,
+  shape: number[],
+  dtype: DType,
+  device: string,
+  write: (out: Tensor) => void,
+): Tensor {
+  const result = resultBuffer(op, name, given, shape, dtype, device);
+  try {
+    write(result.tensor);
+  } catch (e) {
+    if (result.owned) result.tensor.dispose();
+    throw e;
+  }
+  return result.tensor;
+}
+
+/** A call of one result as a tuning candidate's run (its output compared, then disposed). */
+export function singleRun(call: () => Tensor): TuneRun {
+  return () => {
+    const o = call();
+    return { tensors: [o], [Symbol.dispose]: () => o.dispose() };
+  };
 }
 
 /** The dtype an op takes from its first call; later calls must use the same one. */

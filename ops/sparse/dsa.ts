@@ -11,7 +11,7 @@ import type { Tensor } from "../tensor.ts";
 import type { KernelOptions } from "../attention/gqa.ts";
 import { expectSize } from "../attention/options.ts";
 import { checkKernelMap, type KernelMap, withChoice } from "../tune/choice.ts";
-import { checked, FirstDType, input, resultBuffer, scaleOption, SPARSE_FLOATS } from "./common.ts";
+import { checked, FirstDType, input, scaleOption, singleRun, SPARSE_FLOATS, writeResult } from "./common.ts";
 
 const CAUSAL = 1, CHECK_INDICES = 2;
 
@@ -144,10 +144,8 @@ export class DeepSeekSparseAttentionDecodeWithKVCacheFwdOp {
       name: "q",
     });
     const shape = [s.batch, s.seqLen, s.heads, s.dim];
-    const run = (buffer: Tensor | undefined, flags: number) => {
-      const result = resultBuffer(op, "out", buffer, shape, first.dtype, first.device);
-      const output = result.tensor;
-      try {
+    const run = (buffer: Tensor | undefined, flags: number) =>
+      writeResult(op, "out", buffer, shape, first.dtype, first.device, (output) =>
         checked(
           op,
           { q_start: "qStartIndexS", stride_kv: "strideKv", output: "out" },
@@ -161,13 +159,7 @@ export class DeepSeekSparseAttentionDecodeWithKVCacheFwdOp {
             flags,
             output.descriptor(op),
           ),
-        );
-      } catch (e) {
-        if (result.owned) output.dispose();
-        throw e;
-      }
-      return output;
-    };
+        ));
     const causal = s.isCausal ? CAUSAL : 0;
     return withChoice({
       op: "DeepSeekSparseAttentionDecodeWithKVCacheFwdOp",
@@ -177,12 +169,9 @@ export class DeepSeekSparseAttentionDecodeWithKVCacheFwdOp {
       keys: ["sparse.dsa.decode"],
       shapeClass: JSON.stringify({ dtype: first.dtype, ...s }),
       relRms: first.dtype === "float32" ? 1e-4 : 1e-2,
-      run: () => {
-        // The timed calls skip the lists' read-back: the kernels stay in bounds on any list, and the user's
-        // call still checks them.
-        const o = run(undefined, causal);
-        return { tensors: [o], [Symbol.dispose]: () => o.dispose() };
-      },
+      // The timed calls skip the lists' read-back: the kernels stay in bounds on any list, and the user's
+      // call still checks them.
+      run: singleRun(() => run(undefined, causal)),
     }, () => run(out, causal | (this.#check ? CHECK_INDICES : 0)));
   }
 }

@@ -10,7 +10,7 @@ import { booleanOption, checkOptions } from "../args.ts";
 import type { Tensor } from "../tensor.ts";
 import type { KernelOptions } from "../attention/gqa.ts";
 import { checkKernelMap, type KernelMap, withChoice } from "../tune/choice.ts";
-import { checked, FirstDType, input, resultBuffer } from "./common.ts";
+import { checked, FirstDType, input, singleRun, writeResult } from "./common.ts";
 
 const CHECK_INDICES = 2, CLEAN_LOGITS = 4;
 
@@ -103,10 +103,8 @@ export class FP8LightningIndexerFwdOp {
       ? undefined
       : input(op, "indexKScale", indexKScale, ["float32"], [Sk], like);
     const clean = this.cleanLogits ? CLEAN_LOGITS : 0;
-    const run = (buffer: Tensor | undefined, flags: number) => {
-      const result = resultBuffer(op, "out", buffer, [Sq, Sk], "float32", q.device);
-      const logits = result.tensor;
-      try {
+    const run = (buffer: Tensor | undefined, flags: number) =>
+      writeResult(op, "out", buffer, [Sq, Sk], "float32", q.device, (logits) =>
         checked(
           op,
           {
@@ -127,13 +125,7 @@ export class FP8LightningIndexerFwdOp {
             flags,
             logits.descriptor(op),
           ),
-        );
-      } catch (e) {
-        if (result.owned) logits.dispose();
-        throw e;
-      }
-      return logits;
-    };
+        ));
     return withChoice({
       op: "FP8LightningIndexerFwdOp",
       device: q.device,
@@ -142,11 +134,8 @@ export class FP8LightningIndexerFwdOp {
       keys: ["sparse.indexer"],
       shapeClass: JSON.stringify({ dtype: q.dtype, Sq, H, D, Sk, scale: scale !== undefined, clean }),
       relRms: 1e-3,
-      run: () => {
-        // The timed calls skip the ranges' read-back: the kernels clamp them, and the user's call checks.
-        const logits = run(undefined, clean);
-        return { tensors: [logits], [Symbol.dispose]: () => logits.dispose() };
-      },
+      // The timed calls skip the ranges' read-back: the kernels clamp them, and the user's call checks.
+      run: singleRun(() => run(undefined, clean)),
     }, () => run(out, clean | (this.#check ? CHECK_INDICES : 0)));
   }
 }

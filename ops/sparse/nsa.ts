@@ -25,7 +25,9 @@ import {
   OutputWithLse,
   resultBuffer,
   scaleOption,
+  singleRun,
   SPARSE_FLOATS,
+  writeResult,
 } from "./common.ts";
 
 const CAUSAL = 1, CHECK_INDICES = 2;
@@ -373,8 +375,7 @@ export class NSATopkVarlenOp {
     using chunks = offsetsOn(op, "chunkOffsets", chunkOffsets, first.device, s.seqNum + 1);
     checkTokenIndices(op, tokenIndices, off, s.cSeqLen, this.#check);
     const shape = [s.cSeqLen, s.headsKv, s.selectedBlockNum];
-    const result = resultBuffer(op, "out", out, shape, "int32", first.device);
-    try {
+    return writeResult(op, "out", out, shape, "int32", first.device, (indices) =>
       checked(
         op,
         { k_cmp: "kCmp", chunk_offsets: "chunkOffsets", lse: "lseIn", block_indices: "out" },
@@ -386,14 +387,9 @@ export class NSATopkVarlenOp {
           chunks.tensor.descriptor(op),
           BigInt(s.bs),
           s.scale,
-          result.tensor.descriptor(op),
+          indices.descriptor(op),
         ),
-      );
-    } catch (e) {
-      if (result.owned) result.tensor.dispose();
-      throw e;
-    }
-    return result.tensor;
+      ));
   }
 }
 
@@ -553,33 +549,33 @@ export class NSAFwdVarlenOp {
       using off = offsetsOn(op, "offsets", offsets, first.device, s.batch + 1);
       checkTokenIndices(op, tokenIndices, off, s.cSeqLen, this.#check);
       const dimV = vt.shape[2];
-      const run = (buffer?: Tensor) => {
-        const result = resultBuffer(op, "out", buffer, [s.cSeqLen, s.heads, dimV], first.dtype, first.device);
-        const output = result.tensor;
-        try {
-          checked(
-            op,
-            { block_indices: "blockIndices", block_counts: "blockCounts", output: "out" },
-            native().ak_nsa_selection_fwd(
-              first.descriptor(op),
-              kt.descriptor(op),
-              vt.descriptor(op),
-              list.descriptor(op),
-              counts?.descriptor(op) ?? null,
-              off.tensor.descriptor(op),
-              BigInt(s.blockSize),
-              s.scale,
-              (s.isCausal ? CAUSAL : 0) | (this.#check ? CHECK_INDICES : 0),
-              output.descriptor(op),
-              null,
+      const run = (buffer?: Tensor) =>
+        writeResult(
+          op,
+          "out",
+          buffer,
+          [s.cSeqLen, s.heads, dimV],
+          first.dtype,
+          first.device,
+          (output) =>
+            checked(
+              op,
+              { block_indices: "blockIndices", block_counts: "blockCounts", output: "out" },
+              native().ak_nsa_selection_fwd(
+                first.descriptor(op),
+                kt.descriptor(op),
+                vt.descriptor(op),
+                list.descriptor(op),
+                counts?.descriptor(op) ?? null,
+                off.tensor.descriptor(op),
+                BigInt(s.blockSize),
+                s.scale,
+                (s.isCausal ? CAUSAL : 0) | (this.#check ? CHECK_INDICES : 0),
+                output.descriptor(op),
+                null,
+              ),
             ),
-          );
-        } catch (e) {
-          if (result.owned) output.dispose();
-          throw e;
-        }
-        return output;
-      };
+        );
       return withChoice({
         op: "NSAFwdVarlenOp",
         device: first.device,
@@ -588,10 +584,7 @@ export class NSAFwdVarlenOp {
         keys: ["sparse.nsa.selection"],
         shapeClass: JSON.stringify({ dtype: first.dtype, ...s, dimV }),
         relRms: first.dtype === "float32" ? 1e-4 : 1e-2,
-        run: () => {
-          const o = run();
-          return { tensors: [o], [Symbol.dispose]: () => o.dispose() };
-        },
+        run: singleRun(() => run()),
       }, () => run(out));
     } finally {
       if (ownCounts) counts?.dispose();
