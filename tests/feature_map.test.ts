@@ -131,6 +131,31 @@ class Problem implements Disposable {
   }
 }
 
+/**
+ * One token's dq and dk are phi'(q) phi(k) (v . dO) eps / (s + eps)^2, with s = phi(q) . phi(k): a
+ * difference of two terms (v . dO) / (s + eps) and s (v . dO) / (s + eps)^2, in which (v . dO) is itself
+ * a sum that can cancel. The float rounding of the terms is magnified by both cancellations, so the
+ * relative error allowed is the rule's, or 8 units of the dtype's rounding times that condition number,
+ * whichever is larger (seed 2444148920: v . dO = 0.019, s / eps = 29, error 1.9e-4 in float32).
+ */
+function oneTokenGradTolerance(x: FeatureMapReferenceInputs, dO: Float64Array, dtype: DType): number {
+  const phi = (z: number) => (x.phi === "elu+1" ? (z > 0 ? z + 1 : Math.exp(z)) : z);
+  const unit = dtype === "float32" ? 2 ** -24 : dtype === "float16" ? 2 ** -11 : 2 ** -8;
+  let worst = 1;
+  for (let h = 0; h < x.B * x.H; h++) {
+    let s = 0;
+    for (let i = 0; i < x.K; i++) s += phi(x.q[h * x.K + i]) * phi(x.k[h * x.K + i]);
+    let dot = 0, magnitude = 0;
+    for (let i = 0; i < x.V; i++) {
+      dot += x.v[h * x.V + i] * dO[h * x.V + i];
+      magnitude += Math.abs(x.v[h * x.V + i] * dO[h * x.V + i]);
+    }
+    const eps = x.eps ?? 0;
+    worst = Math.max(worst, (magnitude / Math.abs(dot)) * ((2 * s + eps) / eps));
+  }
+  return 8 * worst * unit;
+}
+
 /** Runs the forward and both backwards into poisoned buffers and checks them against the oracle. */
 function checkAgainstOracle(device: Device, s: Spec, seed: number): void {
   using p = new Problem(device, s, seed);
@@ -141,7 +166,10 @@ function checkAgainstOracle(device: Device, s: Spec, seed: number): void {
   using dO = toLayout(p.dO, layout);
   const what = `${s.phi}, ${s.isCausal ? "causal" : "bidirectional"}, ${layout}, ${s.dtype}, T ${s.T}` +
     `${s.cosformer ? ", cosformer" : ""}${s.eps !== undefined ? `, eps ${s.eps}` : ""}`;
-  const tol = TOL[s.dtype as "float32"];
+  const tol = { ...TOL[s.dtype as "float32"] };
+  if (s.T === 1 && s.eps !== undefined) {
+    tol.grad = Math.max(tol.grad, oneTokenGradTolerance(p.x, host(p.dO), s.dtype));
+  }
   const expected = featureMapLinearAttentionReference(p.x);
   const grads = featureMapLinearAttentionReferenceBackward(p.x, host(p.dO));
 
