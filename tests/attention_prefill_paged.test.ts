@@ -163,6 +163,7 @@ function checkPaged(device: Device, c: PagedCase, seed: number): void {
   };
   // A float8 cache is read dequantised: the float32 product with the scale, rounded once to q's dtype (what
   // the op's gather does; the same-precision reference reads those values, the oracle the exact products).
+  // A 16-bit cache of the other dtype is cast to q's the same way (float16 to bfloat16 drops 3 bits).
   const gathered = (pages: Float64Array, scale: Float64Array, round = (x: number) => x) => {
     const keys = new Float64Array(kOffsets[B] * Hkv * D);
     for (let b = 0; b < B; b++) {
@@ -171,7 +172,7 @@ function checkPaged(device: Device, c: PagedCase, seed: number): void {
         for (let h = 0; h < Hkv; h++) {
           for (let d = 0; d < D; d++) {
             const x = pages[(r * Hkv + h) * D + d];
-            keys[((kOffsets[b] + j) * Hkv + h) * D + d] = fp8 ? round(x * scale[b * Hkv + h]) : x;
+            keys[((kOffsets[b] + j) * Hkv + h) * D + d] = fp8 ? round(x * scale[b * Hkv + h]) : round(x);
           }
         }
       }
