@@ -7,14 +7,8 @@ set -uo pipefail
 out=${1:?output folder}
 deno=${DENO:-deno}
 mkdir -p "$out"
-export NO_COLOR=1
-step() {
-  local name=$1 limit=$2
-  shift 2
-  local t0=$(date +%s)
-  timeout "$limit" "$@" > "$out/$name.log" 2>&1
-  echo "$name rc=$? $(($(date +%s) - t0)) s: $(grep -E '^(ok|FAILED) \|' "$out/$name.log" | tail -1)"
-}
+# shellcheck source=bench/gpu_check_steps.sh
+source "$(dirname "$0")/gpu_check_steps.sh"
 step build 240 $deno run -A build.ts --arch sm_90a --jobs 16 --quiet --lineinfo
 tests="tests/sparse_dsa_indexer.test.ts tests/attention_mla.test.ts tests/sparse_nsa.test.ts
   tests/attention_decode.test.ts tests/kernels.test.ts tests/tune.test.ts tests/graph_latent.test.ts"

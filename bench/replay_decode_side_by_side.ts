@@ -1,8 +1,8 @@
 /**
  * Benchmark of zero-drift decode: one-token `pagedChunkGdn` calls with a `ReplayState` (each call replays the
- * slot's cached tokens of the unfinished chunk through the chunked op) against the same calls without it, and
- * against `recurrentGdnDecode` (the fused step, which drifts from training numerics). B sequences, H heads,
- * K = V, bf16 tokens, fp32 pool; the replay state is taken through a whole chunk (counts 0..63), so the
+ * slot's cached tokens of the unfinished chunk through the chunked op) against the same calls without it; the
+ * replayed calls eagerly with host checks, eagerly without them (`checkIndices: false`) and captured in a graph.
+ * B sequences, H heads, K = V, bf16 tokens, fp32 pool; the replay state is taken through a whole chunk (counts 0..63), so the
  * median is over every suffix length. Writes `<results>/<date>_replay_decode.{json,md}`.
  *
  * @example
@@ -13,7 +13,15 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import { cudaAvailable, deviceInfo, pagedChunkGdn, ReplayState, Tensor, timeIt } from "../mod.ts";
+import {
+  captureGraph,
+  cudaAvailable,
+  deviceInfo,
+  pagedChunkGdn,
+  ReplayState,
+  Tensor,
+  timeIt,
+} from "../mod.ts";
 import { type BenchRecord, saveRecords } from "./records.ts";
 
 const { values: args } = parseArgs({ options: { results: { type: "string", default: "bench/results" } } });
@@ -31,27 +39,41 @@ using pool = Tensor.zeros([slots, H, K, K], { device });
 using idx = Tensor.from(Array.from({ length: B }, (_, i) => i + 1), { dtype: "int32", device });
 using replay = ReplayState.zeros(slots, { heads: H, keyDim: K, gate: "head", device });
 
-const plain = timeIt(() => pagedChunkGdn(q, k, v, g, beta, pool, idx, { useQkL2norm: true }).dispose(), {
-  device,
-  iterations: 20,
-}).medianMs;
-const replayed = timeIt(
-  () => pagedChunkGdn(q, k, v, g, beta, pool, idx, { useQkL2norm: true, replayState: replay }).dispose(),
-  { device, warmup: 1, iterations: 63 },
-).medianMs;
-const records: BenchRecord[] = [{
+const call = (o: Record<string, unknown>) => () =>
+  pagedChunkGdn(q, k, v, g, beta, pool, idx, { useQkL2norm: true, ...o }).dispose();
+const plain = timeIt(call({}), { device, iterations: 20 }).medianMs;
+// A whole chunk of suffix lengths (63 calls from count 0) per measurement.
+const chunk = { device, warmup: 1, iterations: 63 };
+const eagerChecked = timeIt(call({ replayState: replay }), chunk).medianMs;
+const eagerTrusted = timeIt(call({ replayState: replay, checkIndices: false }), chunk).medianMs;
+const captured = (() => {
+  let y: Tensor | undefined;
+  using graph = captureGraph(
+    () => (y = pagedChunkGdn(q, k, v, g, beta, pool, idx, { useQkL2norm: true, replayState: replay })),
+  );
+  try {
+    return timeIt(() => graph.replay(), chunk).medianMs;
+  } finally {
+    y?.dispose();
+  }
+})();
+const records: BenchRecord[] = [
+  ["eager, indices, offsets and counts checked on the host", eagerChecked],
+  ["eager, checkIndices false (nothing read back)", eagerTrusted],
+  ["captured graph, indices checked on the device", captured],
+].map(([path, ms]) => ({
   op: "pagedChunkGdn (replayState, one token per row)",
   shape,
   dtype: "bfloat16",
   mode: "decode",
-  ms: replayed,
+  ms: ms as number,
   ref: "pagedChunkGdn (one token per row, no replay state)",
   ref_ms: plain,
-  speedup: plain / replayed,
+  speedup: plain / (ms as number),
   tflops: null,
   gbps: null,
-  path: "replay (two chunked runs, gathers)",
+  path: `replay plan on the device, two capacity-sized chunked runs: ${path}`,
   note: "median over a whole chunk of suffix lengths (0..63 cached tokens); CUDA events",
-}];
-console.log(JSON.stringify(records[0]));
+}));
+for (const r of records) console.log(JSON.stringify(r));
 saveRecords(args.results!, "replay_decode", "Zero-drift decode with a replay state", gpu, records);

@@ -332,6 +332,28 @@ export const linearSymbols = {
   //   const ak_tensor* state_indices, [N] int32: <= 0 marks padding
   //   const ak_tensor* cu_seqlens)    [N + 1] int32 | int64 (B = 1), or NULL (N = B)
   ak_zero_padding_rows: { parameters: ["buffer", "buffer", "buffer"], result: "i32" },
+  // The replay plan of a paged chunked call with a replay state (attnkit_linear.h):
+  // ak_status ak_replay_plan(
+  //   const ak_tensor* state_indices,      [N] int32
+  //   const ak_tensor* has_initial_state,  [N] bool, or NULL
+  //   const ak_tensor* counts,             [num_slots] int32
+  //   const ak_tensor* cu_seqlens,         [N + 1] int32 (B = 1), or NULL (N = B)
+  //   int64_t B, int64_t T,
+  //   const ak_tensor* cu_a, cu_b,         int32 [N + 1] each, written
+  //   const ak_tensor* plan,               int32 [2 B T + 191 N], written
+  //   int32_t flags)                       AK_REPLAY_TRUSTED = 1
+  ak_replay_plan: {
+    parameters: ["buffer", "buffer", "buffer", "buffer", "i64", "i64", "buffer", "buffer", "buffer", "i32"],
+    result: "i32",
+  },
+  // ak_status ak_replay_rows(const ak_tensor* first, const ak_tensor* second, const ak_tensor* codes,
+  //                          const ak_tensor* out)
+  ak_replay_rows: { parameters: ["buffer", "buffer", "buffer", "buffer"], result: "i32" },
+  // ak_status ak_replay_keep(const ak_tensor* run, const ak_tensor* cache, const ak_tensor* plan,
+  //                          const ak_tensor* state_indices)
+  ak_replay_keep: { parameters: ["buffer", "buffer", "buffer", "buffer"], result: "i32" },
+  // ak_status ak_replay_commit(const ak_tensor* counts, const ak_tensor* plan, const ak_tensor* state_indices)
+  ak_replay_commit: { parameters: ["buffer", "buffer", "buffer"], result: "i32" },
   // Gate transforms (attnkit_linear.h, AK_GATE_*):
   // ak_status ak_gate_transform_fwd(
   //   const ak_tensor* raw,      [..., H] or [..., H, D] float16 | bfloat16 | float32 | float64, any strides

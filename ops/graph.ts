@@ -112,8 +112,8 @@ export function insideCapture(): boolean {
  * Inside `body` nothing may wait for the device or move data between host and device: such a call (a
  * host read-back of `cuSeqlens`, `toArray()`, `Tensor.from` on CUDA, `synchronize`) throws an
  * `AttnkitError` and the capture is discarded. The pool ops (`recurrentGdnDecode`,
- * `recurrentKdaDecode`, `causalConv1dDecode`, `pagedCausalConv1d`, the pool copies of the paged prefill)
- * and the packed chunked ops (the delta rule, Gated DeltaNet, KDA and the gated linear family with a
+ * `recurrentKdaDecode`, `causalConv1dDecode`, `pagedCausalConv1d`, the paged prefill with or without a
+ * replay state) and the packed chunked ops (the delta rule, Gated DeltaNet, KDA and the gated linear family with a
  * `cuSeqlens` tensor, forward and backward, which size their work by T and N and never by the offsets)
  * then check `stateIndices` and `cuSeqlens` on the device instead of reading them back: a failure is
  * reported by the next {@link CapturedGraph.replay} or {@link CapturedGraph.synchronize}, and the

@@ -379,6 +379,48 @@ AK_API ak_status ak_zero_padding_rows(const ak_tensor* output, const ak_tensor* 
                                       const ak_tensor* cu_seqlens);
 
 /*
+ * The replay plan of a paged chunked call with a replay state (zero-drift serving), made where the tensors
+ * live. Sequence n (state_indices[n] > 0, below num_slots) holds h = counts[slot] cached tokens (0 when
+ * has_initial_state[n] is false; clamped to 0..63) and brings the len new rows of its batch row (N = B,
+ * T each) or of cu_seqlens[n] .. cu_seqlens[n + 1] (B = 1); of its h + len tokens the first
+ * f = (h + len) / 64 * 64 form run A, the rest run B. cu_a and cu_b (int32 [N + 1]) receive the runs'
+ * offsets (cu_a[N] <= B T + 63 N, cu_b[N] <= 63 N), and plan (int32, contiguous), in order:
+ *   src_a [B T + 63 N], src_b [63 N]   each run row's source code: c > 0 cached row c - 1 (slot * 64 + j),
+ *                                c < 0 input row -c - 1, 0 none (rows past the run's last offset)
+ *   out [B T]                    each input row's output code: c > 0 run A row c - 1, c < 0 run B row
+ *                                -c - 1, 0 a zero row (padding, rows past the last offset)
+ *   keep [N, 64]                 1 + the run B row that becomes the slot's cached row r, or 0
+ *   count [N]                    the slot's new count, or -1 (padding)
+ * so plan has 2 B T + 191 N entries. Unless flags has AK_REPLAY_TRUSTED, an eager CUDA call reads
+ * the indices, offsets and counts back and refuses an index past the pool, a live slot named twice, bad
+ * offsets (0 first, nondecreasing, at most B T) or a resumed count outside 0..63 before writing anything;
+ * inside a graph capture the indices and offsets are checked on the device instead. The CPU always checks.
+ */
+enum { AK_REPLAY_TRUSTED = 1 };
+AK_API ak_status ak_replay_plan(const ak_tensor* state_indices, const ak_tensor* has_initial_state,
+                                const ak_tensor* counts, const ak_tensor* cu_seqlens, int64_t B, int64_t T,
+                                const ak_tensor* cu_a, const ak_tensor* cu_b, const ak_tensor* plan, int32_t flags);
+
+/*
+ * out[m] = first[c - 1] for c = codes[m] > 0, second[-c - 1] for c < 0, all bits zero for 0 or a code past
+ * its source's rows. first [R1, ...], second [R2, ...] and out [M, ...] contiguous, one dtype and row
+ * shape; codes int32 [M].
+ */
+AK_API ak_status ak_replay_rows(const ak_tensor* first, const ak_tensor* second, const ak_tensor* codes,
+                                const ak_tensor* out);
+
+/*
+ * The cached rows a replayed call keeps: cache[slot, r] = run[keep[n, r] - 1] for each live sequence n
+ * (slot = state_indices[n]) and each r whose keep code (from plan, ak_replay_plan) is positive. run
+ * [rows, ...] (run B's inputs) and cache [num_slots, 64, ...] contiguous, one dtype and row shape.
+ */
+AK_API ak_status ak_replay_keep(const ak_tensor* run, const ak_tensor* cache, const ak_tensor* plan,
+                                const ak_tensor* state_indices);
+
+/* counts[state_indices[n]] = the plan's new count of each live sequence n (int32 [num_slots], in place). */
+AK_API ak_status ak_replay_commit(const ak_tensor* counts, const ak_tensor* plan, const ak_tensor* state_indices);
+
+/*
  * Gate transforms: raw gate projections to float32 natural-log decays, element by element in float32.
  * With x = raw + dt_bias and a = exp(a_log) of the element's head:
  *   AK_GATE_SOFTPLUS  gate = -a * softplus(x)              (range (-inf, 0]; lower_bound must be 0)

@@ -34,8 +34,10 @@ export interface PagedChunkOptions extends PoolOptions {
    * after its last complete 64-token chunk and the replay state the tokens since; each call replays a slot's
    * cached tokens before its new ones, so prefill followed by one-token calls (decode) gives the bits the
    * training op gives on the whole sequence (same kernels, a float32 pool). q, k, v must have the caches'
-   * dtype and the gate and beta float32. Eager only (the call plans from host copies of the indices, counts
-   * and offsets).
+   * dtype and the gate and beta float32. The call plans on the device and can be captured in a graph; an
+   * eager call first reads the indices, offsets and counts back to refuse bad ones (unless `checkIndices`
+   * is false). A captured call sees no lengths: with few long sequences the state pass may then be split
+   * differently from an eager call (see `captureGraph`).
    */
   replayState?: ReplayState;
 }

@@ -4,7 +4,8 @@
  * paged call with a replay state then runs the chunked training op over each sequence's cached suffix
  * followed by its new tokens, starting from that boundary state: every chunk it computes starts where the
  * training op's chunk starts, so prefill and decode give the bits that the training op gives on the whole
- * sequence (with the same kernels; on a float32 pool).
+ * sequence (with the same kernels; on a float32 pool). The plan of a call is made on the device
+ * (ak_replay_plan) and its runs are sized by capacity, so a call can be captured in a graph.
  *
  * @module
  */
@@ -12,10 +13,10 @@ import { invalidArgument } from "../../ffi/errors.ts";
 import { checkArgument, checkOptions, numberIn, type OptionSpec } from "../args.ts";
 import { expectDType, expectSameDevice, expectShape } from "../checks.ts";
 import type { Device } from "../device.ts";
+import { native, unwrap } from "../../ffi/library.ts";
+import { insideCapture } from "../graph.ts";
 import { type CuSeqlens, int32Seqlens, seqlensOffsets } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
-import { selectRows } from "../tensor_math/indexing.ts";
-import { where } from "../tensor_math/elementwise.ts";
 import { type Pool, POOL_GATHER, POOL_SCATTER, poolCopy } from "./pool_run.ts";
 
 /** The chunk length of the training ops, which a replay state's suffix stays below. */
@@ -141,11 +142,11 @@ export interface ReplayInputs {
   beta: Tensor;
 }
 
-/** Runs the chunked op over packed inputs `[1, n, ...]` with offsets `cu` from `initial`. */
+/** Runs the chunked op over packed inputs `[1, n, ...]` with offsets `cu` (an int32 tensor) from `initial`. */
 export type ReplayForward = (
   x: ReplayInputs,
   initial: Tensor,
-  cu: number[],
+  cu: Tensor,
 ) => { output: Tensor; finalState?: Tensor } & Disposable;
 
 const NAMES = ["q", "k", "v", "gate", "beta"] as const;
@@ -180,90 +181,108 @@ export function checkReplay(
   return r;
 }
 
-/** Where each token of the replayed runs comes from, where outputs go, what the caches keep. */
-interface ReplayPlan {
-  cuA: number[];
-  cuB: number[];
-  fromA: Source[];
-  fromB: Source[];
-  /** Per output row (b T + t): ["A" | "B", position] or undefined (zero). */
-  out: ([boolean, number] | undefined)[];
-  /** Per sequence n and cache row r: the position in run B that becomes the slot's row r (or -1). */
-  keep: number[];
-  counts: Int32Array;
+/** ak_replay_plan's flag: the indices, offsets and counts were checked (or vouched for) already. */
+const REPLAY_TRUSTED = 1;
+
+/** A replay plan made on the inputs' device (ak_replay_plan): the runs' offsets and the code lists. */
+class DevicePlan implements Disposable {
+  /** Run A's rows at most (its inputs' capacity). */
+  readonly capA: number;
+  /** Run B's rows at most. */
+  readonly capB: number;
+  readonly cuA: Tensor;
+  readonly cuB: Tensor;
+  /** int32: src A [capA] | src B [capB] | out [R] | keep [N, 64] | count [N]. */
+  readonly lists: Tensor;
+
+  constructor(readonly N: number, readonly R: number, device: string) {
+    this.capA = R + (REPLAY_CHUNK - 1) * N;
+    this.capB = (REPLAY_CHUNK - 1) * N;
+    const made: Tensor[] = [];
+    try {
+      for (const n of [N + 1, N + 1, this.capA + this.capB + R + (REPLAY_CHUNK + 1) * N]) {
+        made.push(Tensor.empty([n], { dtype: "int32", device }));
+      }
+    } catch (e) {
+      for (const t of made) t.dispose();
+      throw e;
+    }
+    [this.cuA, this.cuB, this.lists] = made;
+  }
+
+  /** A descriptor of `n` codes of the lists from element `at`. */
+  codes(op: string, at: number, n: number): Uint8Array<ArrayBuffer> {
+    return this.lists.viewDescriptor([n], [1], op, at);
+  }
+
+  /** Where run A's source codes start, then run B's, the output's. */
+  get srcA(): number {
+    return 0;
+  }
+  get srcB(): number {
+    return this.capA;
+  }
+  get out(): number {
+    return this.capA + this.capB;
+  }
+
+  dispose(): void {
+    for (const t of [this.cuA, this.cuB, this.lists]) t.dispose();
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
 }
 
-/** A token of a replayed run: a cached row (slot * 64 + j) or a row of the call's inputs (b T + t). */
-type Source = [cached: boolean, row: number];
-
-function plan(op: string, x: ReplayInputs, p: Pool, cu: CuSeqlens | undefined, r: ReplayState): ReplayPlan {
-  const [B, T] = [x.q.shape[0], x.q.shape[1]], C = REPLAY_CHUNK, slots = p.cache.shape[0];
+/**
+ * The checks an eager call makes on the host before anything is written: the indices (within the pool, no
+ * live slot twice), the offsets (from 0, nondecreasing, within T) and each resumed live slot's count.
+ */
+function checkOnHost(op: string, p: Pool, off: Int32Array | undefined, T: number, r: ReplayState): void {
   const idx = p.indices.values("int32");
   const resume = p.hasInitialState?.toArray();
   const counts = r.count.values("int32");
-  using offsets = cu === undefined ? undefined : int32Seqlens(op, "options.cuSeqlens", cu, x.q.device);
-  const off = offsets ? seqlensOffsets(offsets) : undefined;
-  checkLayout(op, off, B, T, p.N);
+  const slots = p.cache.shape[0], C = REPLAY_CHUNK;
+  if (off !== undefined) checkOffsets(op, off, p.N, T);
   const seen = new Map<number, number>();
-  const plan: ReplayPlan = {
-    cuA: [0],
-    cuB: [0],
-    fromA: [],
-    fromB: [],
-    out: new Array(B * T).fill(undefined),
-    keep: new Array(p.N * C).fill(-1),
-    counts: Int32Array.from(counts),
-  };
   for (let n = 0; n < p.N; n++) {
     const slot = idx[n];
     if (slot >= slots) {
       throw invalidArgument(op, `stateIndices: entry ${n} is ${slot}, past the ${slots} slots of stateCache`);
     }
-    if (slot <= 0) {
-      plan.cuA.push(plan.fromA.length), plan.cuB.push(plan.fromB.length);
-      continue;
-    }
+    if (slot <= 0) continue;
     if (seen.has(slot)) {
       throw invalidArgument(op, `stateIndices: entries ${seen.get(slot)} and ${n} both name slot ${slot}`);
     }
     seen.set(slot, n);
-    const fresh = resume !== undefined && resume[n] === 0;
-    const held = fresh ? 0 : counts[slot];
+    const held = resume !== undefined && resume[n] === 0 ? 0 : counts[slot];
     if (!(held >= 0 && held < C)) {
       throw invalidArgument(
         op,
         `options.replayState.count: slot ${slot} holds ${held} tokens, expected 0..${C - 1}`,
       );
     }
-    const start = off ? off[n] : n * T, len = off ? off[n + 1] - off[n] : T;
-    const total = held + len, full = Math.floor(total / C) * C;
-    const startB = plan.fromB.length;
-    for (let j = 0; j < total; j++) {
-      const src: Source = j < held ? [true, slot * C + j] : [false, start + j - held];
-      const run = j < full ? plan.fromA : plan.fromB;
-      if (j >= held) plan.out[start + j - held] = [j < full, run.length];
-      run.push(src);
-    }
-    for (let j = full; j < total; j++) plan.keep[n * C + j - full] = startB + j - full;
-    plan.counts[slot] = total - full;
-    plan.cuA.push(plan.fromA.length), plan.cuB.push(plan.fromB.length);
   }
-  return plan;
 }
 
-/** The sequences the plan walks: B rows of T tokens, or packed offsets [N + 1] (B = 1) in order within T. */
-function checkLayout(op: string, off: Int32Array | undefined, B: number, T: number, N: number): void {
-  if (off === undefined) {
+/** The sequences the plan walks: B rows of T tokens, or packed offsets [N + 1] (B = 1). */
+function checkLayout(op: string, offsets: number | undefined, B: number, N: number): void {
+  if (offsets === undefined) {
     if (N !== B) throw invalidArgument(op, `stateIndices: expected one entry per batch row (${B}), got ${N}`);
     return;
   }
   if (B !== 1) throw invalidArgument(op, `q: packed input (cuSeqlens given) needs batch size 1, got ${B}`);
-  if (off.length !== N + 1) {
+  if (offsets !== N + 1) {
     throw invalidArgument(
       op,
       `options.cuSeqlens: expected ${N + 1} offsets (one per stateIndices entry + 1)`,
     );
   }
+}
+
+/** Packed offsets: from 0, nondecreasing, the last within the T tokens. */
+function checkOffsets(op: string, off: Int32Array, N: number, T: number): void {
   if (off[0] !== 0) throw invalidArgument(op, `options.cuSeqlens: must start at 0, got ${off[0]}`);
   for (let i = 1; i <= N; i++) {
     if (off[i] < off[i - 1]) {
@@ -278,63 +297,41 @@ function checkLayout(op: string, off: Int32Array | undefined, B: number, T: numb
   }
 }
 
-/** int32 lists uploaded together (one host copy) and handed out as device tensors, in order. */
-function upload(device: string, lists: ArrayLike<number>[]): Tensor[] {
-  const total = lists.reduce((n, l) => n + l.length, 0);
-  const all = new Int32Array(total);
-  let at = 0;
-  for (const l of lists) all.set(l, at), at += l.length;
-  using joined = Tensor.from(all, { dtype: "int32", device });
-  at = 0;
-  return lists.map((l) => {
-    const part = joined.slice(0, at, at + l.length);
-    at += l.length;
-    return part;
-  });
+/** A tensor `[a, b, ...]` viewed as rows `[a b, ...]`. */
+const rowsOf = (t: Tensor) => t.reshape([t.shape[0] * t.shape[1], ...t.shape.slice(2)]);
+
+/**
+ * `[1, n, ...]` in `first`'s dtype: each row the one its code names (ak_replay_rows), from `first` (c > 0)
+ * or `second` (c < 0), zero for 0.
+ */
+function pickRows(
+  op: string,
+  first: Tensor,
+  second: Tensor,
+  codes: Uint8Array<ArrayBuffer>,
+  n: number,
+): Tensor {
+  const dims = first.shape.slice(1);
+  using rows = Tensor.empty([n, ...dims], { dtype: first.dtype, device: first.device });
+  unwrap(
+    native().ak_replay_rows(first.descriptor(op), second.descriptor(op), codes, rows.descriptor(op)),
+    op,
+  );
+  return rows.reshape([1, n, ...dims]);
 }
 
-/** A bool mask `[n, 1, ...]` broadcasting over a tensor of `rank` dims. */
-function rowMask(picks: Tensor, rank: number): Tensor {
-  using b = picks.cast("bool");
-  return b.reshape([picks.shape[0], ...new Array(rank - 1).fill(1)]);
-}
-
-/** Rows of each `cached[i]` (`[numSlots * 64, ...]`) and `fresh[i]` (`[B T, ...]`) in the order of `from`. */
-function gather(op: string, cached: Tensor[], fresh: Tensor[], from: Source[]): Tensor[] {
-  const n = from.length;
-  const [cIdx, fIdx, picks] = upload(cached[0].device, [
-    from.map(([isCached, row]) => (isCached ? row : 0)),
-    from.map(([isCached, row]) => (isCached ? 0 : row)),
-    from.map(([isCached]) => (isCached ? 1 : 0)),
-  ]);
-  const out: Tensor[] = [];
-  try {
-    for (const [i, c] of cached.entries()) {
-      const dims = c.shape.slice(1);
-      using fromCache = selectRows(op, c, cIdx);
-      if (fresh[i].shape[0] === 0) {
-        out.push(fromCache.reshape([1, n, ...dims]));
-        continue;
-      }
-      using fromFresh = selectRows(op, fresh[i], fIdx);
-      using mask = rowMask(picks, c.ndim);
-      using rows = where(mask, fromCache, fromFresh);
-      out.push(rows.reshape([1, n, ...dims]));
-    }
-    return out;
-  } catch (e) {
-    for (const t of out) t.dispose();
-    throw e;
-  } finally {
-    for (const t of [cIdx, fIdx, picks]) t.dispose();
-  }
+/** One replayed run: its inputs gathered from the caches and the call's rows, and the forward's result. */
+interface Run extends Disposable {
+  inputs: Tensor[];
+  result: { output: Tensor; finalState?: Tensor } & Disposable;
 }
 
 /**
- * The paged chunked call with a replay state (see the module): runs A (each sequence's complete chunks, from
- * its boundary state) and B (its unfinished chunk, from A's final state), writes A's final states to the pool,
- * B's tokens to the caches and the new counts. Eager only: the plan is made from host copies of the indices,
- * counts and offsets.
+ * The paged chunked call with a replay state (see the module). The plan is made on the inputs' device
+ * (ak_replay_plan): runs A (each sequence's complete chunks, from its boundary state) and B (its unfinished
+ * chunk, from A's final state) gather their tokens by the plan's codes, sized by their capacities (A: B T +
+ * 63 N rows, B: 63 N), so nothing but the eager checks is read back and the call can be captured in a graph.
+ * A's final states go to the pool, B's tokens to the caches, the new counts last.
  */
 export function runWithReplay(
   op: string,
@@ -346,94 +343,97 @@ export function runWithReplay(
   forward: ReplayForward,
 ): Tensor {
   const [B, T, H, V] = [x.q.shape[0], x.q.shape[1], p.H, p.V];
-  const pl = plan(op, x, p, cu, r);
-  const flat = (t: Tensor) => t.reshape([t.shape[0] * t.shape[1], ...t.shape.slice(2)]);
-  const cachedRows = NAMES.map((n) => flat(r[n]));
-  const freshRows = NAMES.map((n) => flat(x[n]));
-  const run = (from: Source[], cuRun: number[], initial: Tensor) => {
-    if (from.length === 0) return undefined;
-    const inputs = gather(op, cachedRows, freshRows, from);
+  const device = x.q.device, lib = native();
+  using offsets = cu === undefined ? undefined : int32Seqlens(op, "options.cuSeqlens", cu, device);
+  checkLayout(op, offsets?.tensor.shape[0], B, p.N);
+  // Eagerly, checked on the host before anything is written (the CPU always); inside a capture on the device.
+  const onHost = !insideCapture() && (p.checkIndices || device === "cpu");
+  if (onHost) checkOnHost(op, p, offsets ? seqlensOffsets(offsets) : undefined, T, r);
+  if (p.N === 0) return Tensor.zeros([B, T, H, V], { dtype: x.q.dtype, device });
+  using plan = new DevicePlan(p.N, B * T, device);
+  unwrap(
+    lib.ak_replay_plan(
+      p.indices.descriptor(op),
+      p.hasInitialState?.descriptor(op) ?? null,
+      r.count.descriptor(op),
+      offsets?.tensor.descriptor(op) ?? null,
+      BigInt(B),
+      BigInt(T),
+      plan.cuA.descriptor(op),
+      plan.cuB.descriptor(op),
+      plan.lists.descriptor(op),
+      onHost || !p.checkIndices ? REPLAY_TRUSTED : 0,
+    ),
+    op,
+  );
+  const cachedRows = NAMES.map((n) => rowsOf(r[n]));
+  const freshRows = NAMES.map((n) => rowsOf(x[n]));
+  const runs: Run[] = [];
+  const run = (at: number, rows: number, cuRun: Tensor, initial: Tensor): Run => {
+    const codes = plan.codes(op, at, rows);
+    const inputs: Tensor[] = [];
     try {
+      for (const [i, cached] of cachedRows.entries()) {
+        inputs.push(pickRows(op, cached, freshRows[i], codes, rows));
+      }
       const [q, k, v, gate, beta] = inputs;
-      return { result: forward({ q, k, v, gate, beta }, initial, cuRun), inputs };
+      const result = forward({ q, k, v, gate, beta }, initial, cuRun);
+      const done = {
+        inputs,
+        result,
+        [Symbol.dispose]: () => (result[Symbol.dispose](), inputs.forEach((t) => t.dispose())),
+      };
+      runs.push(done);
+      return done;
     } catch (e) {
       for (const t of inputs) t.dispose();
       throw e;
     }
   };
-  const shape = kv ? [p.N, H, p.K, V] : [p.N, H, V, p.K];
-  using initial = Tensor.empty(shape, { dtype: "float32", device: x.q.device });
-  let a: ReturnType<typeof run>, b: ReturnType<typeof run>;
   try {
-    // The plan checked the indices on the host already: the gather need not read them back again.
+    const shape = kv ? [p.N, H, p.K, V] : [p.N, H, V, p.K];
+    using initial = Tensor.empty(shape, { dtype: "float32", device });
+    // The plan's checks cover the indices: the gather need not read them back again.
     poolCopy(op, { ...p, checkIndices: false }, initial, POOL_GATHER, kv);
-    a = run(pl.fromA, pl.cuA, initial);
-    const boundary = a?.result.finalState ?? initial;
-    b = run(pl.fromB, pl.cuB, boundary);
-    const output = assemble(op, x.q, [B, T, H, V], pl, a?.result.output, b?.result.output);
+    const a = run(plan.srcA, plan.capA, plan.cuA, initial);
+    const boundary = a.result.finalState!;
+    const b = run(plan.srcB, plan.capB, plan.cuB, boundary);
+    const output = assemble(op, [B, T, H, V], plan, a.result.output, b.result.output);
     try {
-      poolCopy(op, p, boundary, POOL_SCATTER, kv);
-      if (b !== undefined) keepSuffix(op, p, r, b.inputs, pl);
-      using counts = Tensor.from(pl.counts, { dtype: "int32", device: r.count.device });
-      r.count.copyFrom(counts);
+      poolCopy(op, { ...p, checkIndices: false }, boundary, POOL_SCATTER, kv);
+      // Run B's tokens become the slots' cached rows; the counts go last.
+      for (const [i, name] of NAMES.entries()) {
+        using rows = rowsOf(b.inputs[i]);
+        unwrap(
+          lib.ak_replay_keep(
+            rows.descriptor(op),
+            r[name].descriptor(op),
+            plan.lists.descriptor(op),
+            p.indices.descriptor(op),
+          ),
+          op,
+        );
+      }
+      unwrap(
+        lib.ak_replay_commit(r.count.descriptor(op), plan.lists.descriptor(op), p.indices.descriptor(op)),
+        op,
+      );
     } catch (e) {
       output.dispose();
       throw e;
     }
     return output;
   } finally {
-    for (const done of [a, b]) {
-      if (done === undefined) continue;
-      done.result[Symbol.dispose]();
-      for (const t of done.inputs) t.dispose();
-    }
+    for (const done of runs) done[Symbol.dispose]();
     for (const t of [...cachedRows, ...freshRows]) t.dispose();
   }
 }
 
 /** The call's output `[B, T, H, V]`: each token's row from run A or B, zero for padding and spare rows. */
-function assemble(
-  op: string,
-  q: Tensor,
-  dims: number[],
-  pl: ReplayPlan,
-  outA?: Tensor,
-  outB?: Tensor,
-): Tensor {
-  const [B, T, H, V] = dims, rows = B * T;
-  const at = (fromA: boolean) => pl.out.map((s) => (s !== undefined && s[0] === fromA ? s[1] : 0));
-  const picked = (fromA: boolean) => pl.out.map((s) => (s !== undefined && s[0] === fromA ? 1 : 0));
-  const [atA, atB, inA, inB] = upload(q.device, [at(true), at(false), picked(true), picked(false)]);
-  try {
-    const pickFrom = (o: Tensor | undefined, positions: Tensor) => {
-      if (o === undefined) return undefined;
-      using f = o.reshape([o.shape[1], H, V]);
-      return selectRows(op, f, positions);
-    };
-    using zero = Tensor.zeros([rows, H, V], { dtype: q.dtype, device: q.device });
-    using a = pickFrom(outA, atA);
-    using b = pickFrom(outB, atB);
-    using maskA = rowMask(inA, 3);
-    using maskB = rowMask(inB, 3);
-    using restB = b ? where(maskB, b, zero) : zero.clone();
-    using all = a ? where(maskA, a, restB) : restB.clone();
-    return all.reshape([B, T, H, V]);
-  } finally {
-    for (const t of [atA, atB, inA, inB]) t.dispose();
-  }
-}
-
-/** Writes each live slot's unfinished chunk (run B's tokens) into the caches. */
-function keepSuffix(op: string, p: Pool, r: ReplayState, inputsB: Tensor[], pl: ReplayPlan): void {
-  const [keep] = upload(r.q.device, [pl.keep.map((at) => Math.max(at, 0))]);
-  using _keep = keep;
-  for (const [i, name] of NAMES.entries()) {
-    const cache = r[name];
-    const src = inputsB[i];
-    using rows = src.reshape(src.shape.slice(1));
-    using picked = selectRows(op, rows, keep);
-    using states = picked.reshape([p.N, REPLAY_CHUNK, ...cache.shape.slice(2)]);
-    using f32 = states.dtype === "float32" ? states.clone() : states.cast("float32");
-    poolCopy(op, { ...p, cache, hasInitialState: undefined, checkIndices: false }, f32, POOL_SCATTER);
-  }
+function assemble(op: string, dims: number[], plan: DevicePlan, outA: Tensor, outB: Tensor): Tensor {
+  const [B, T, H, V] = dims;
+  using a = outA.reshape([plan.capA, H, V]);
+  using b = outB.reshape([plan.capB, H, V]);
+  using rows = pickRows(op, a, b, plan.codes(op, plan.out, B * T), B * T);
+  return rows.reshape([B, T, H, V]);
 }

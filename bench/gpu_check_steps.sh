@@ -1,0 +1,11 @@
+# Sourced by the one-call GPU check scripts: `step NAME LIMIT CMD...` runs CMD with a time limit, its output
+# in $out/NAME.log, and prints its exit code, seconds and test summary line. Expects $out set.
+export NO_COLOR=1
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local t0
+  t0=$(date +%s)
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  echo "$name rc=$? $(($(date +%s) - t0)) s: $(grep -E '^(ok|FAILED) \|' "$out/$name.log" | tail -1)"
+}
