@@ -101,6 +101,10 @@ ReplayPlan parse_plan(const ak_tensor* indices_, const ak_tensor* has_initial_, 
                         std::to_string(N));
   }
   p.layout.N = N, p.layout.R = B * T;
+  // Every code is an int32 row number of a list no longer than the plan.
+  require(N < (int64_t{1} << 24) && p.layout.size() < (int64_t{1} << 31) - 1,
+          "state_indices: " + std::to_string(N) + " sequences over " + std::to_string(B * T) +
+              " rows need a plan past 2^31 entries");
   const ak_tensor& plan = check_contiguous(plan_, "plan");
   check_dtype(plan, "plan", {AK_INT32});
   check_shape(plan, "plan", {p.layout.size()});
