@@ -4,9 +4,6 @@
 # the replay tests, then the replay decode benchmark (eager checked, eager trusted, captured). Usage:
 # bench/check_replay.sh OUT_DIR, with DENO the command that runs deno there (default: deno).
 set -uo pipefail
-out=${1:?output folder}
-deno=${DENO:-deno}
-mkdir -p "$out"
 # shellcheck source=bench/gpu_check_steps.sh
 source "$(dirname "$0")/gpu_check_steps.sh"
 [ -e lib/libattnkit.so ] || step build 240 $deno run -A build.ts --arch sm_90a --jobs 16 --quiet --lineinfo

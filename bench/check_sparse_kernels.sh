@@ -4,9 +4,6 @@
 # and MLA tests, then the benchmarks at the issue's shapes. Usage: bench/check_sparse_kernels.sh OUT_DIR,
 # with DENO the command that runs deno there (default: deno). Logs and records go to OUT_DIR.
 set -uo pipefail
-out=${1:?output folder}
-deno=${DENO:-deno}
-mkdir -p "$out"
 # shellcheck source=bench/gpu_check_steps.sh
 source "$(dirname "$0")/gpu_check_steps.sh"
 step build 240 $deno run -A build.ts --arch sm_90a --jobs 16 --quiet --lineinfo

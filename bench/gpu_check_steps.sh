@@ -1,5 +1,9 @@
-# Sourced by the one-call GPU check scripts: `step NAME LIMIT CMD...` runs CMD with a time limit, its output
-# in $out/NAME.log, and prints its exit code, seconds and test summary line. Expects $out set.
+# Sourced by the one-call GPU check scripts with their arguments: OUT_DIR ($1) receives the logs, DENO (default
+# deno) runs deno there, and `step NAME LIMIT CMD...` runs CMD with a time limit, its output in $out/NAME.log,
+# printing its exit code, seconds and test summary line.
+out=${1:?output folder}
+deno=${DENO:-deno}
+mkdir -p "$out"
 export NO_COLOR=1
 step() {
   local name=$1 limit=$2

@@ -239,9 +239,9 @@ deviceTest(
 );
 
 // Each decode block pinned in turn, on the cases it serves (rows per KV head: tiled R D <= 4096, warp R <= 8,
-// mma R <= 16; head dims 64, 128, 256): the planner's rule runs only one of them per shape.
+// mma and pipe R <= 16; head dims 64, 128, 256): the planner's rule runs only one of them per shape.
 deviceTest(
-  "each split-key decode block (tiled, warp, mma), pinned, matches the float64 oracle",
+  "each split-key decode block (tiled, warp, mma, pipe), pinned, matches the float64 oracle",
   (device) =>
     expectNoLeak(device, () =>
       withSeed((seed) => {
@@ -249,6 +249,7 @@ deviceTest(
           tiled: (r: number, d: number) => r * d <= 4096,
           warp: (r: number) => r <= 8,
           mma: (r: number) => r <= 16,
+          pipe: (r: number) => r <= 16,
         };
         for (const [block, ok] of Object.entries(serves)) {
           for (const [i, c] of CASES.entries()) {

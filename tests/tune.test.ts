@@ -405,7 +405,7 @@ deviceTest(
         assert.equal(choice.source, "tune");
         assert.deepEqual(
           readTuneRecord(choice.key!)!.candidates.map((c) => c.spec["attention.decode"] ?? "planner").sort(),
-          ["mma", "planner", "tiled", "warp"],
+          ["mma", "pipe", "planner", "tiled", "warp"],
         );
         assert.ok(compare(b, plain).relRms < 1e-2);
         refuses(

@@ -275,11 +275,11 @@ async function withTuningAsync(spec: TuningSpec, fn: () => Promise<void>, row: K
 
 // The split-key decode at the row's dtype and head dim, paged with a cache long enough to split, against the
 // same call on the CPU backend (which runs the same block's phases, under the same pin, and is held to the
-// float64 oracle in tests/attention_decode.test.ts). Query rows per KV head: 8 for the tensor-core block, 4
+// float64 oracle in tests/attention_decode.test.ts). Query rows per KV head: 8 for the tensor-core blocks, 4
 // for the others.
 function attentionDecodeExercise(row: KernelRow, seed: number): void {
   const dtype = row.dtype as "float16" | "bfloat16", D = row.d, Hkv = 2, pageSize = 64, B = 3;
-  const H = row.variant === "mma" ? 16 : 8;
+  const H = row.variant === "mma" || row.variant === "pipe" ? 16 : 8;
   const lengths = [1500, 65, 0];
   const pages = Math.ceil(1500 / pageSize) + 2, maxPages = pages;
   const table = Int32Array.from({ length: B * maxPages }, (_, i) => (i * 7) % (B * maxPages));

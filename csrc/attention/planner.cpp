@@ -6,6 +6,7 @@
 
 #include "attention/decode/problem.h"
 #include "attention/tiled/mma_block.h"
+#include "attention/tiled/pipe_block.h"
 #include "attention/tiled/warp_block.h"
 #include "core/common.h"
 
@@ -115,7 +116,8 @@ BwdChoice plan_bwd(const BwdShape& s, const registry::Caps& caps, const tuning::
   return c;
 }
 
-std::string decode_variant(int32_t dtype, int d, int64_t rows, std::string& why) {
+std::string decode_variant(int32_t dtype, int d, int64_t rows, int64_t smem_block, std::string& why) {
+  if (tiled::pipe_serves(dtype, d, rows) && tiled::PipeShared::bytes(d) <= smem_block) return "pipe";
   if (tiled::warp_serves(dtype, d, rows) && rows < 8) return "warp";
   if (tiled::mma_serves(dtype, d, rows)) return "mma";
   if (tiled::tiled_serves(dtype, d, rows)) return "tiled";
@@ -126,13 +128,14 @@ std::string decode_variant(int32_t dtype, int d, int64_t rows, std::string& why)
   return "";
 }
 
-std::string pick_decode(int32_t dtype, int d, int64_t rows, const tuning::Table& t) {
+std::string pick_decode(int32_t dtype, int d, int64_t rows, const tuning::Table& t, int64_t smem_block) {
   const std::string& want = t.get("attention.decode");
   std::string why;
-  const std::string fallback = decode_variant(dtype, d, rows, why);
+  const std::string fallback = decode_variant(dtype, d, rows, smem_block, why);
   const std::string variant = want == "auto" ? fallback : want;
   if (variant.empty()) fail(AK_ERR_UNSUPPORTED, "attention_decode: " + why);
-  const bool serves = variant == "mma"    ? tiled::mma_serves(dtype, d, rows)
+  const bool serves = variant == "pipe"   ? tiled::pipe_serves(dtype, d, rows) && tiled::PipeShared::bytes(d) <= smem_block
+                      : variant == "mma"  ? tiled::mma_serves(dtype, d, rows)
                       : variant == "warp" ? tiled::warp_serves(dtype, d, rows)
                                           : tiled::tiled_serves(dtype, d, rows);
   if (!serves) {
@@ -150,7 +153,7 @@ DecodeChoice plan_decode(const DecodeShape& s, const registry::Caps& caps, const
     return c;
   }
   const int64_t rows = int64_t(s.hq / s.hkv) * s.sq;
-  const std::string variant = pick_decode(s.dtype, s.d, rows, t);
+  const std::string variant = pick_decode(s.dtype, s.d, rows, t, caps.smem_block);
   std::string why;
   const int row = usable_row("attention.decode", variant.c_str(), s.dtype, s.d, caps, why);
   if (row < 0) fail(AK_ERR_UNSUPPORTED, "attention_decode: " + why);

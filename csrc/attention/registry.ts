@@ -132,5 +132,20 @@ export const attentionRegistry: KernelFamily = {
         "and P V on tensor cores, 64 keys a tile (attention/tiled/mma_block.h).",
       constraints: "(H / Hkv) Sq <= 16; q, k, v on 16 bytes",
     },
+    {
+      stage: "attention.decode",
+      variant: "pipe",
+      launcher: "ak::attention::cuda::DecodePipe",
+      args: "decode::Problem",
+      header: "attention/decode/launch.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: HALF, d: [64, 128, 256] }],
+      doc:
+        "The tensor-core decode with the keys streamed through a ring of shared-memory stages (three, two " +
+        "at head dim 256; 64 keys each, 16-byte asynchronous copies): each warp takes 16 keys of a stage and " +
+        "keeps its own online softmax over the full head dim, fragments by ldmatrix, P passed from the score " +
+        "fragments to P V in registers, one barrier a stage (attention/tiled/pipe_block.h).",
+      constraints: "(H / Hkv) Sq <= 16; q, k, v on 16 bytes; shared memory 107 KB at D 128, 144 KB at D 256",
+    },
   ],
 };

@@ -1,11 +1,13 @@
-// The decode blocks on the host (the CUDA-core, warp or tensor-core block, as the planner's rule picks):
-// each block's phases run thread by thread (lane by lane for the warp block), one phase after another (what
-// the kernel's barriers and shuffles guarantee), then the combine of the splits.
+// The decode blocks on the host (the CUDA-core, warp, tensor-core or streamed tensor-core block, as the
+// planner's rule picks): each block's phases run thread by thread (lane by lane for the warp and streamed
+// blocks), one phase after another (what the kernel's barriers and shuffles guarantee), then the combine of
+// the splits.
 #include <vector>
 
 #include "attention/decode/backend.h"
 #include "attention/decode/source.h"
 #include "attention/tiled/mma_block.h"
+#include "attention/tiled/pipe_block.h"
 #include "attention/tiled/warp_block.h"
 #include "core/common.h"
 
@@ -24,6 +26,11 @@ void run_warp_block(const DecodeSource& source) {
 }
 
 void run_block(const Problem& p, const DecodeSource& source) {
+  if (p.block == 'p') {
+    if (p.D == 64) return tiled::PipeBlock<DecodeSource, 64>(source).run_on_host();
+    if (p.D == 128) return tiled::PipeBlock<DecodeSource, 128>(source).run_on_host();
+    return tiled::PipeBlock<DecodeSource, 256>(source).run_on_host();
+  }
   if (p.block == 'm') return tiled::MmaBlock<DecodeSource>(source).run_on_host();
   if (p.block != 'w') return tiled::Block<DecodeSource>(source).run_on_host();
   if (p.D == 64) return run_warp_block<64>(source);

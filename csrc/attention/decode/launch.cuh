@@ -1,6 +1,7 @@
-// The launchers of the split-key decode (registry rows attention.decode.tiled, .warp and .mma): a tiled
-// block's kernel (CUDA cores in phases, CUDA cores a warp at a time, or tensor cores) at a fixed head dim,
-// one block per (split, KV head, sequence), then, when the keys were split, the combine.
+// The launchers of the split-key decode (registry rows attention.decode.tiled, .warp, .mma and .pipe): a
+// tiled block's kernel (CUDA cores in phases, CUDA cores a warp at a time, tensor cores in phases, or tensor
+// cores over a ring of stages) at a fixed head dim, one block per (split, KV head, sequence), then, when the
+// keys were split, the combine.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -10,6 +11,7 @@
 
 #include "attention/decode/source.h"
 #include "attention/tiled/mma_block.h"
+#include "attention/tiled/pipe_block.h"
 #include "attention/tiled/warp_block.h"
 #include "cuda/runtime.cuh"
 #include "generated/attention_launchers.h"
@@ -30,6 +32,13 @@ __global__ void __launch_bounds__(tiled::kThreads) warp_split(decode::Problem p)
   extern __shared__ __align__(16) float warp_smem[];
   const decode::DecodeSource source(p, blockIdx.x, blockIdx.y, blockIdx.z);
   tiled::WarpBlock<decode::DecodeSource, kD, kR, kDtype>(source).run_on_device(warp_smem);
+}
+
+template <int kD, int kDtype>
+__global__ void __launch_bounds__(tiled::kThreads) pipe_split(decode::Problem p) {
+  extern __shared__ __align__(16) unsigned char pipe_smem[];
+  const decode::DecodeSource source(p, blockIdx.x, blockIdx.y, blockIdx.z);
+  tiled::PipeBlock<decode::DecodeSource, kD, kDtype>(source).run_on_device(pipe_smem);
 }
 
 // One block per (sequence, KV head, row), a thread per output column. (A template, so that the units
@@ -81,6 +90,13 @@ template <class T, int D, int Tile>
 void DecodeMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
   decode_kernels::run_split(p, decode_kernels::split<tiled::MmaBlock, D>, static_cast<int>(tiled::MmaShared::bytes(D)),
                             stream, "attention.decode.mma");
+}
+
+template <class T, int D, int Tile>
+void DecodePipe<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  constexpr int kDtype = std::is_same<T, __nv_bfloat16>::value ? AK_BFLOAT16 : AK_FLOAT16;
+  decode_kernels::run_split(p, decode_kernels::pipe_split<D, kDtype>, static_cast<int>(tiled::PipeShared::bytes(D)),
+                            stream, "attention.decode.pipe");
 }
 
 template <class T, int D, int Tile>

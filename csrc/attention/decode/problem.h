@@ -32,7 +32,7 @@ struct Problem {
   float scale = 0, softcap = 0;
   bool causal = false;
   int32_t device = 0;                          // CUDA: where the workspace goes
-  char block = 't';                            // CPU: the block whose phases run: 't'iled, 'w'arp, 'm'ma
+  char block = 't';                            // CPU: the block whose phases run: 't'iled, 'w'arp, 'm'ma, 'p'ipe
                                                // (CUDA: the planner's row)
   AK_HD int64_t rows() const { return (H / Hkv) * Sq; }
 };
