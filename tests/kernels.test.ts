@@ -250,18 +250,20 @@ Deno.test("explain: bad queries are refused by name", () => {
 Deno.test("explain: the split-key decode splits short batches of long caches, not large batches", () => {
   const plan = (q: Omit<PlanQuery, "op" | "gpu">) => explain({ op: "attention.decode", gpu: "h200", ...q });
   const one = plan({ b: 1, hq: 32, hkv: 8, d: 128, skv: 65536 });
-  // Up to 16 query rows per KV head: the streamed tensor-core block where its stages fit the GPU's shared
-  // memory; else the warp block below 8 rows, the phased tensor-core one for 8 to 16; more: the phased
-  // CUDA-core one.
-  assert.equal(one.path, "pipe");
-  assert.deepEqual(one.kernels.map((k) => k.name), ["attention.decode.pipe<bfloat16, D128>"]);
-  // The L40S's 99 KB a block hold three stages at head dim 64, not at 128.
+  // Four query rows per KV head: the warp block; 8 to 16: the tensor-core one; more: the phased CUDA-core one.
+  assert.equal(one.path, "warp");
+  assert.deepEqual(one.kernels.map((k) => k.name), ["attention.decode.warp<bfloat16, D128>"]);
+  // The streamed tensor-core block when pinned, where its stages fit the GPU's shared memory: the L40S's 99 KB
+  // a block hold three stages at head dim 64, not at 128.
+  const pipe = { "attention.decode": "pipe" };
   const l40s = (q: Omit<PlanQuery, "op" | "gpu">) => explain({ op: "attention.decode", gpu: "l40s", ...q });
-  assert.equal(l40s({ b: 1, hq: 32, hkv: 8, d: 64, skv: 4096 }).path, "pipe");
-  assert.equal(l40s({ b: 1, hq: 32, hkv: 8, d: 128, skv: 4096 }).path, "warp");
-  assert.equal(l40s({ b: 1, hq: 16, hkv: 1, d: 128, skv: 4096 }).path, "mma");
+  assert.deepEqual(
+    withTuning(pipe, () => plan({ b: 1, hq: 32, hkv: 8, d: 128, skv: 4096 })).kernels.map((k) => k.name),
+    ["attention.decode.pipe<bfloat16, D128>"],
+  );
+  assert.equal(withTuning(pipe, () => l40s({ b: 1, hq: 32, hkv: 8, d: 64, skv: 4096 })).path, "pipe");
   refused(
-    () => withTuning({ "attention.decode": "pipe" }, () => l40s({ b: 1, hq: 16, hkv: 1, d: 256, skv: 64 })),
+    () => withTuning(pipe, () => l40s({ b: 1, hq: 16, hkv: 1, d: 128, skv: 64 })),
     "UNSUPPORTED",
     /attention\.decode=pipe cannot serve this call/,
   );
@@ -269,11 +271,8 @@ Deno.test("explain: the split-key decode splits short batches of long caches, no
   assert.deepEqual(one.details, { splits: 33, chunk: 2016 });
   assert.deepEqual(plan({ b: 64, hq: 32, hkv: 8, d: 128, skv: 4096 }).details, { splits: 1, chunk: 4096 });
   const mla = plan({ b: 4, hq: 16, hkv: 1, d: 256, skv: 8192 });
-  assert.deepEqual(mla.kernels.map((k) => k.name), ["attention.decode.pipe<bfloat16, D256>"]);
-  assert.equal(
-    withTuning({ "attention.decode": "mma" }, () => plan({ b: 4, hq: 16, hkv: 1, d: 256 })).path,
-    "mma",
-  );
+  assert.deepEqual(mla.kernels.map((k) => k.name), ["attention.decode.mma<bfloat16, D256>"]);
+  assert.equal(withTuning(pipe, () => plan({ b: 4, hq: 16, hkv: 1, d: 256 })).path, "pipe");
   assert.equal(
     withTuning({ "attention.decode": "tiled" }, () => plan({ b: 4, hq: 16, hkv: 1, d: 128 })).path,
     "tiled",

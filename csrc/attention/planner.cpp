@@ -116,8 +116,7 @@ BwdChoice plan_bwd(const BwdShape& s, const registry::Caps& caps, const tuning::
   return c;
 }
 
-std::string decode_variant(int32_t dtype, int d, int64_t rows, int64_t smem_block, std::string& why) {
-  if (tiled::pipe_serves(dtype, d, rows) && tiled::PipeShared::bytes(d) <= smem_block) return "pipe";
+std::string decode_variant(int32_t dtype, int d, int64_t rows, std::string& why) {
   if (tiled::warp_serves(dtype, d, rows) && rows < 8) return "warp";
   if (tiled::mma_serves(dtype, d, rows)) return "mma";
   if (tiled::tiled_serves(dtype, d, rows)) return "tiled";
@@ -131,10 +130,11 @@ std::string decode_variant(int32_t dtype, int d, int64_t rows, int64_t smem_bloc
 std::string pick_decode(int32_t dtype, int d, int64_t rows, const tuning::Table& t, int64_t smem_block) {
   const std::string& want = t.get("attention.decode");
   std::string why;
-  const std::string fallback = decode_variant(dtype, d, rows, smem_block, why);
+  const std::string fallback = decode_variant(dtype, d, rows, why);
   const std::string variant = want == "auto" ? fallback : want;
   if (variant.empty()) fail(AK_ERR_UNSUPPORTED, "attention_decode: " + why);
-  const bool serves = variant == "pipe"   ? tiled::pipe_serves(dtype, d, rows) && tiled::PipeShared::bytes(d) <= smem_block
+  const bool pipe_fits = tiled::PipeShared::bytes(d) <= smem_block;
+  const bool serves = variant == "pipe"   ? tiled::pipe_serves(dtype, d, rows) && pipe_fits
                       : variant == "mma"  ? tiled::mma_serves(dtype, d, rows)
                       : variant == "warp" ? tiled::warp_serves(dtype, d, rows)
                                           : tiled::tiled_serves(dtype, d, rows);

@@ -82,7 +82,7 @@ AK_API ak_status ak_attention_decode(const ak_tensor* q_, const ak_tensor* k_, c
             "sm_scale, softcap: expected finite numbers, softcap >= 0");
     if (p.B > 65535) fail(AK_ERR_UNSUPPORTED, "decode kernel: " + str(p.B) + " sequences (its grid takes 65535)");
     std::string why;
-    const std::string variant = planning::decode_variant(q.dtype, static_cast<int>(p.D), p.rows(), planning::kHopperBlockSmem, why);
+    const std::string variant = planning::decode_variant(q.dtype, static_cast<int>(p.D), p.rows(), why);
     if (variant.empty()) fail(AK_ERR_UNSUPPORTED, "decode kernel: " + why);
     // The CPU runs the block the CUDA planner would (a tuning pin included), phase by phase.
     if (q.device_type == AK_CPU) p.block = planning::pick_decode(q.dtype, static_cast<int>(p.D), p.rows(), tuning::current())[0];
