@@ -3,7 +3,8 @@
 # build, the decode tests (every block pinned against the float64 oracle, the registry rows against the CPU
 # backend, explain, tune), compute-sanitizer (racecheck matters: the stages are reused every tile), then the
 # decode benchmark with the planner's choice and with the streamed block pinned, side by side with cuDNN's
-# figures. Usage: bench/check_decode.sh OUT_DIR, with DENO the command that runs deno.
+# figures, and the paged prefill with append (one scatter a cache now). Usage: bench/check_decode.sh OUT_DIR,
+# with DENO the command that runs deno.
 set -uo pipefail
 # shellcheck source=bench/gpu_check_steps.sh
 source "$(dirname "$0")/gpu_check_steps.sh"
@@ -17,4 +18,5 @@ mkdir -p "$out/planner" "$out/pipe"
 step bench_planner 120 $deno run -A bench/decode_side_by_side.ts --results "$out/planner"
 step bench_pipe 120 $deno run -A bench/decode_side_by_side.ts --results "$out/pipe" \
   --tuning '{"attention.decode":"pipe"}'
+step bench_paged_prefill 120 $deno run -A bench/sparse_side_by_side.ts --ops paged --results "$out"
 grep -hE '"op"' "$out"/bench_*.log | cut -c1-400

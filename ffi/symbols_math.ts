@@ -13,4 +13,6 @@ export const mathSymbols = {
   ak_matmul: { parameters: ["buffer", "buffer", "buffer"], result: "i32" },
   // ak_status ak_index_select(const ak_tensor* dst, const ak_tensor* src, int32_t dim, const ak_tensor* index)
   ak_index_select: { parameters: ["buffer", "buffer", "i32", "buffer"], result: "i32" },
+  // ak_status ak_scatter_rows(const ak_tensor* dst, const ak_tensor* src, const ak_tensor* index)
+  ak_scatter_rows: { parameters: ["buffer", "buffer", "buffer"], result: "i32" },
 } as const satisfies Deno.ForeignLibraryInterface;

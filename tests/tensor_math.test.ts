@@ -20,6 +20,7 @@
 import assert from "node:assert/strict";
 import { contiguousStrides } from "../ffi/descriptor.ts";
 import { AttnkitError, type Device, type DType, dtypeSize, Tensor, where } from "../mod.ts";
+import { scatterRows } from "../ops/tensor_math/indexing.ts";
 import { deviceTest, expectNoLeak, HAS_CUDA, withSeed } from "./helpers.ts";
 
 // ---- inputs ----
@@ -795,3 +796,40 @@ deviceTest("tensor math gives back every byte it takes", async (device) => {
     assert.throws(() => x.add(wrong));
   });
 });
+
+deviceTest(
+  "scatterRows writes the named rows of every dtype and leaves the others (the CPU refuses a row outside)",
+  (
+    device,
+  ) =>
+    expectNoLeak(device, () => {
+      for (const dtype of ["float32", "bfloat16", "float8_e4m3", "int32"] as DType[]) {
+        using dst = Tensor.zeros([6, 2, 3], { dtype, device });
+        using flat = Tensor.arange(12, undefined, 1, { dtype, device });
+        using src = flat.reshape([2, 2, 3]);
+        using index = Tensor.from([4, 1], { dtype: "int32", device });
+        scatterRows("test", dst, src, index);
+        const got = Array.from(dst.toArray() as ArrayLike<number>);
+        const want = new Array(36).fill(0);
+        for (let e = 0; e < 6; e++) want[4 * 6 + e] = e, want[1 * 6 + e] = 6 + e;
+        assert.deepEqual(got, want, dtype);
+      }
+      using dst = Tensor.zeros([3, 2], { device });
+      using src = Tensor.ones([1, 2], { device });
+      using empty = Tensor.empty([0, 2], { device });
+      using none = Tensor.from(new Int32Array(0), { dtype: "int32", device });
+      scatterRows("test", dst, empty, none);
+      assert.throws(() => {
+        using wrong = Tensor.from([1], { dtype: "float32", device });
+        scatterRows("test", dst, src, wrong);
+      }, /index: expected dtype int32/);
+      if (device === "cpu") {
+        using outside = Tensor.from([3], { dtype: "int32", device });
+        assert.throws(
+          () => scatterRows("test", dst, src, outside),
+          /index: entry 0 is 3, outside dst's 3 rows/,
+        );
+      }
+      assert.deepEqual(Array.from(dst.toArray() as Float32Array), [0, 0, 0, 0, 0, 0]);
+    }),
+);

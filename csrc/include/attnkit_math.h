@@ -80,6 +80,11 @@ AK_API ak_status ak_matmul(const ak_tensor* dst, const ak_tensor* a, const ak_te
  * value in [0, src.shape[dim])): dst's shape is src's with shape[dim] = index's length; same dtype.
  * The CPU backend refuses an index out of range; CUDA writes zeros for one and never reads outside src. */
 AK_API ak_status ak_index_select(const ak_tensor* dst, const ak_tensor* src, int32_t dim, const ak_tensor* index);
+/* dst[index[m]] = src[m] for each row m of src: dst [R, ...] contiguous, written in place; src [M, ...]
+ * contiguous of dst's dtype and row shape; index int32 [M], contiguous, on dst's device. Rows of dst that no
+ * index names keep their values; an index named twice leaves either row. The CPU backend refuses an index
+ * outside [0, R) before writing; CUDA skips one. */
+AK_API ak_status ak_scatter_rows(const ak_tensor* dst, const ak_tensor* src, const ak_tensor* index);
 
 #ifdef __cplusplus
 }

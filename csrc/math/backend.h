@@ -13,6 +13,7 @@ AK_DECLARE_BACKENDS(
     void where(const ak_tensor& dst, const ak_tensor& cond, const ak_tensor& a, const ak_tensor& b);
     void reduce(const ak_tensor& dst, const ak_tensor& src, int reduced_dims, int op);
     void matmul(const ak_tensor& dst, const ak_tensor& a, const ak_tensor& b);
-    void index_select(const ak_tensor& dst, const ak_tensor& src, int dim, const ak_tensor& index);)
+    void index_select(const ak_tensor& dst, const ak_tensor& src, int dim, const ak_tensor& index);
+    void scatter_rows(const ak_tensor& dst, const ak_tensor& src, const ak_tensor& index);)
 
 }  // namespace ak::math

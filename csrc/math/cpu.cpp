@@ -1,6 +1,8 @@
 // The CPU backend of the tensor math: floats computed in double (one rounding per result), integers in
 // int64; the work split across threads by runs of elements, outputs or rows.
 #include <algorithm>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/common.h"
@@ -162,6 +164,20 @@ void index_select(const ak_tensor& dst, const ak_tensor& src, int dim, const ak_
       index_select_typed<decltype(tag), int64_t>(dst, src, dim, index);
     }
   });
+}
+
+void scatter_rows(const ak_tensor& dst, const ak_tensor& src, const ak_tensor& index) {
+  const int64_t rows = dst.shape[0], count = src.shape[0];
+  const int64_t bytes = count == 0 ? 0 : numel(src) / count * static_cast<int64_t>(dtype_size(src.dtype));
+  const auto* at = static_cast<const int32_t*>(index.data);
+  for (int64_t m = 0; m < count; m++) {
+    require(at[m] >= 0 && at[m] < rows, "index: entry " + std::to_string(m) + " is " + std::to_string(at[m]) +
+                                            ", outside dst's " + std::to_string(rows) + " rows");
+  }
+  for (int64_t m = 0; m < count; m++) {
+    std::memcpy(static_cast<unsigned char*>(dst.data) + at[m] * bytes,
+                static_cast<const unsigned char*>(src.data) + m * bytes, static_cast<size_t>(bytes));
+  }
 }
 
 }  // namespace ak::math::cpu

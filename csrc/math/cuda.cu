@@ -242,4 +242,25 @@ void index_select(const ak_tensor& dst, const ak_tensor& src, int dim, const ak_
   check_launch("index_select_kernel");
 }
 
+// dst[index[m]] = src[m], element by element; an index outside dst's rows is skipped (the caller checks).
+template <class T>
+__global__ void scatter_rows_kernel(T* __restrict__ dst, const T* __restrict__ src, const int32_t* __restrict__ index,
+                                    int64_t rows, int64_t row, int64_t total) {
+  for (int64_t i = thread_index(); i < total; i += thread_count()) {
+    const int64_t m = i / row, at = index[m];
+    if (at >= 0 && at < rows) dst[at * row + (i - m * row)] = src[i];
+  }
+}
+
+void scatter_rows(const ak_tensor& dst, const ak_tensor& src, const ak_tensor& index) {
+  DeviceGuard guard(dst.device_index);
+  const int64_t total = numel(src), row = total / src.shape[0];
+  with_bits(dtype_size(src.dtype), [&](auto tag) {
+    using T = decltype(tag);
+    scatter_rows_kernel<T><<<grid_for(dst.device_index, total), kThreads, 0, stream(dst.device_index)>>>(
+        out_of<T>(dst), data_of<T>(src), data_of<int32_t>(index), dst.shape[0], row, total);
+  });
+  check_launch("scatter_rows_kernel");
+}
+
 }  // namespace ak::math::cuda

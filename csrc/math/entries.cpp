@@ -1,5 +1,6 @@
 // The tensor-math C entries: check every argument (messages name it), then hand the call to the
 // backend of the output's device.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -198,6 +199,25 @@ AK_API ak_status ak_index_select(const ak_tensor* dst_p, const ak_tensor* src_p,
     if (numel(dst) == 0) return;
     require(src.shape[dim] > 0, "index: selects from dimension " + str(dim) + " of src, which is empty");
     AK_MATH_DISPATCH(dst.device_type, index_select(dst, src, dim, index));
+  });
+}
+
+AK_API ak_status ak_scatter_rows(const ak_tensor* dst_p, const ak_tensor* src_p, const ak_tensor* index_p) {
+  AK_ENTRY("ak_scatter_rows", {
+    const ak_tensor& dst = check_contiguous(dst_p, "dst");
+    const ak_tensor& src = check_contiguous(src_p, "src");
+    const ak_tensor& index = check_contiguous(index_p, "index");
+    check_dtype(index, "index", {AK_INT32});
+    require(index.rank == 1, "index: expected rank 1, got " + shape_string(index));
+    check_same_device(src, "src", dst, "dst");
+    check_same_device(index, "index", dst, "dst");
+    check_same_dtype(src, "src", dst, "dst");
+    require(dst.rank >= 1 && src.rank == dst.rank && src.shape[0] == index.shape[0] &&
+                std::equal(src.shape + 1, src.shape + src.rank, dst.shape + 1),
+            "src: expected [" + str(index.shape[0]) + ", ...] rows of dst " + shape_string(dst) + ", got " +
+                shape_string(src));
+    if (numel(src) == 0) return;
+    AK_MATH_DISPATCH(dst.device_type, scatter_rows(dst, src, index));
   });
 }
 

@@ -8,13 +8,11 @@
  * @module
  */
 import { invalidArgument } from "../../ffi/errors.ts";
-import { contiguousStrides } from "../../ffi/descriptor.ts";
-import { native, unwrap } from "../../ffi/library.ts";
 import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
 import type { DType } from "../dtype.ts";
 import { int32Seqlens } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
-import { selectRows } from "../tensor_math/indexing.ts";
+import { scatterRows, selectRows } from "../tensor_math/indexing.ts";
 import { hostInt32, pagedRows, type PageTable } from "./kv_cache.ts";
 import { checkHeads, DTypePin, expectBoolean, expectOptions } from "./op_support.ts";
 import { expectSize, type ResolvedMask, type ResolvedScore, resolveScore } from "./options.ts";
@@ -244,8 +242,21 @@ export class GroupedQueryAttentionPrefillPagedWithKVCacheFwdOp {
     // Everything checked: from here on the pages change.
     using qIn = this.#rotated(query, plan, query);
     using kIn = this.#rotated(kNew, plan, query);
-    for (const [pages, fresh, scale] of [[kPages, kIn, kScale], [vPages, vNew, vScale]] as const) {
-      this.#append(pages, fresh, fp8 ? scale! : undefined, plan, cacheDtype);
+    // Each new token's page row and request, uploaded together.
+    const dest = new Int32Array(2 * T);
+    for (let b = 0; b < B; b++) {
+      const first = plan.kOffsets[b] + plan.cached[b];
+      for (let t = plan.qOffsets[b]; t < plan.qOffsets[b + 1]; t++) {
+        dest[t] = plan.rows[first + t - plan.qOffsets[b]];
+        dest[T + t] = b;
+      }
+    }
+    using both = Tensor.from(dest, { device: query.device });
+    using rowsOut = both.slice(0, 0, T), request = both.slice(0, T, 2 * T);
+    if (T > 0) {
+      for (const [pages, fresh, scale] of [[kPages, kIn, kScale], [vPages, vNew, vScale]] as const) {
+        this.#append(pages, fresh, rowsOut, fp8 ? scale! : undefined, request, cacheDtype);
+      }
     }
     using index = Tensor.from(plan.rows, { device: query.device });
     const gather = (pages: Tensor, scale: Tensor | null | undefined) => {
@@ -329,87 +340,68 @@ export class GroupedQueryAttentionPrefillPagedWithKVCacheFwdOp {
 
   /** x (`[T, heads, dim]`) with RoPE at each token's position when fused; else x itself (a new handle). */
   #rotated(x: Tensor, plan: Plan, q: Tensor): Tensor {
-    if (!this.rope) return x.reshape(x.shape);
+    const T = x.shape[0];
+    if (!this.rope || T === 0) return x.reshape(x.shape);
     const { rotaryDim, base, layout } = this.rope;
-    const [, heads, D] = x.shape;
-    const out = Tensor.empty(x.shape, { dtype: x.dtype, device: x.device });
-    try {
-      for (let b = 0; b < this.sizes.batch; b++) {
-        const from = plan.qOffsets[b], len = plan.qOffsets[b + 1] - from;
-        if (len === 0) continue;
-        const { cos, sin } = ropeTables(plan.cached[b], len, rotaryDim, base, q.device);
-        using tc = cos, ts = sin;
-        using part = x.slice(0, from, from + len);
-        using grouped = part.reshape([1, len, heads, D]);
-        using turned = rotate(OP, grouped, tc, ts, 0, rotaryDim, layout);
-        copyRows(out, from * heads * D, turned, [len, heads, D]);
+    // One table row per token, at its position in its request (one rotation for the whole chunk).
+    const positions = new Float64Array(T);
+    for (let b = 0; b < this.sizes.batch; b++) {
+      for (let t = plan.qOffsets[b]; t < plan.qOffsets[b + 1]; t++) {
+        positions[t] = plan.cached[b] + t - plan.qOffsets[b];
       }
-      return out;
-    } catch (e) {
-      out.dispose();
-      throw e;
     }
+    const { cos, sin } = ropeTables(positions, rotaryDim, base, q.device);
+    using tc = cos, ts = sin;
+    using grouped = x.reshape([1, ...x.shape]);
+    using turned = rotate(OP, grouped, tc, ts, 0, rotaryDim, layout);
+    return turned.reshape(x.shape);
   }
 
-  /** Writes the chunk's rows (`[T, headsKv, dim]`) at their positions, in the cache's dtype. */
-  #append(pages: Tensor, fresh: Tensor, scale: Tensor | undefined, plan: Plan, cacheDtype: DType): void {
-    const { batch: B, headsKv: Hkv, dim: D } = this.sizes;
-    const row = Hkv * D;
-    for (let b = 0; b < B; b++) {
-      const from = plan.qOffsets[b], len = plan.qOffsets[b + 1] - from;
-      if (len === 0) continue;
-      using part = fresh.slice(0, from, from + len);
-      using stored = scale ? quantize(part, scale, b) : part.cast(cacheDtype);
-      // Runs of consecutive physical rows (within a page) go in one copy.
-      const first = plan.kOffsets[b] + plan.cached[b];
-      let j = 0;
-      while (j < len) {
-        let end = j + 1;
-        while (end < len && plan.rows[first + end] === plan.rows[first + j] + (end - j)) end++;
-        const dst = pages.viewDescriptor([end - j, Hkv, D], [row, D, 1], OP, plan.rows[first + j] * row);
-        const src = stored.viewDescriptor([end - j, Hkv, D], [row, D, 1], OP, j * row);
-        unwrap(native().ak_copy(dst, src), OP);
-        j = end;
-      }
-    }
+  /**
+   * Writes the chunk's rows (`[T, headsKv, dim]`) at their pages' rows (`dest`, int32 `[T]`), in the cache's
+   * dtype: float8 divided by its request's scales (`request[t]`: token t's request), as one scatter.
+   */
+  #append(
+    pages: Tensor,
+    fresh: Tensor,
+    dest: Tensor,
+    scale: Tensor | undefined,
+    request: Tensor,
+    cacheDtype: DType,
+  ) {
+    const { headsKv: Hkv, dim: D } = this.sizes;
+    using stored = scale ? quantize(fresh, scale, request) : fresh.cast(cacheDtype);
+    using rows = pages.reshape([pages.numel / (Hkv * D), Hkv, D]);
+    scatterRows(OP, rows, stored, dest);
   }
 }
 
-/** x `[len, headsKv, dim]` divided by request b's scales `[headsKv]`, as float8_e4m3. */
-function quantize(x: Tensor, scale: Tensor, b: number): Tensor {
-  using mine = scale.slice(0, b, b + 1);
-  using perHead = mine.reshape([1, scale.shape[1], 1]);
+/** x `[T, headsKv, dim]` divided by each token's request's scales (`scale [batch, headsKv]`), as float8_e4m3. */
+function quantize(x: Tensor, scale: Tensor, request: Tensor): Tensor {
+  using mine = selectRows(OP, scale, request);
+  using perHead = mine.reshape([x.shape[0], scale.shape[1], 1]);
   using wide = x.cast("float32");
   using scaled = wide.div(perHead);
   return scaled.cast("float8_e4m3");
 }
 
-/** cos / sin `[len, rotaryDim / 2]` for positions `first ..`, computed in float64, stored as float32. */
-function ropeTables(first: number, len: number, rotaryDim: number, base: number, device: string) {
-  const half = rotaryDim / 2;
-  const c = new Float32Array(len * half), s = new Float32Array(len * half);
-  for (let p = 0; p < len; p++) {
+/** cos / sin `[T, rotaryDim / 2]` at each token's position, computed in float64, stored as float32. */
+function ropeTables(positions: Float64Array, rotaryDim: number, base: number, device: string) {
+  const half = rotaryDim / 2, T = positions.length;
+  const c = new Float32Array(T * half), s = new Float32Array(T * half);
+  for (let p = 0; p < T; p++) {
     for (let i = 0; i < half; i++) {
-      const angle = (first + p) * base ** (-2 * i / rotaryDim);
+      const angle = positions[p] * base ** (-2 * i / rotaryDim);
       c[p * half + i] = Math.cos(angle), s[p * half + i] = Math.sin(angle);
     }
   }
-  const cos = Tensor.from(c, { shape: [len, half], device });
+  const cos = Tensor.from(c, { shape: [T, half], device });
   try {
-    return { cos, sin: Tensor.from(s, { shape: [len, half], device }) };
+    return { cos, sin: Tensor.from(s, { shape: [T, half], device }) };
   } catch (e) {
     cos.dispose();
     throw e;
   }
-}
-
-/** Copies `src` (contiguous, `shape`) into `dst`'s memory from element `offset` on. */
-function copyRows(dst: Tensor, offset: number, src: Tensor, shape: number[]): void {
-  const strides = contiguousStrides(shape);
-  unwrap(
-    native().ak_copy(dst.viewDescriptor(shape, strides, OP, offset), src.viewDescriptor(shape, strides, OP)),
-    OP,
-  );
 }
 
 /**

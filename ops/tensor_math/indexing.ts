@@ -201,6 +201,15 @@ export function selectRows(op: string, x: Tensor, index: Tensor): Tensor {
   return gather(op, x, 0, index);
 }
 
+/**
+ * Row m of `src` into row `index[m]` of `dst` (dim 0), in place, for a caller that made the indices and knows
+ * each is in range and named once: `index` is 1-D int32 on dst's device, `src` has dst's dtype and row shape
+ * (the CPU refuses an index out of range; CUDA skips it).
+ */
+export function scatterRows(op: string, dst: Tensor, src: Tensor, index: Tensor): void {
+  unwrap(native().ak_scatter_rows(dst.descriptor(op), src.descriptor(op), index.descriptor(op)), op);
+}
+
 /** A copy of `x` broadcast to `shape`. */
 export function broadcastTo(x: Tensor, shape: readonly number[]): Tensor {
   const op = "Tensor.broadcastTo";
