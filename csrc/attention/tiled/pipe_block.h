@@ -103,7 +103,7 @@ struct PipeBlock {
       st.m[h] = -INFINITY, st.l[h] = 0.f;
       st.last[h] = g + 8 * h < src.R ? src.last_visible(g + 8 * h) : -1;
     }
-AK_PIPE_UNROLL
+    AK_PIPE_UNROLL
     for (int n = 0; n < kN; n++) st.acc[n][0] = st.acc[n][1] = st.acc[n][2] = st.acc[n][3] = 0.f;
   }
 
@@ -164,7 +164,7 @@ AK_PIPE_UNROLL
       const float top = st.m[h] > mx[h] ? st.m[h] : mx[h];
       const float alpha = st.m[h] == -INFINITY ? 1.f : fast_exp(st.m[h] - top);
       st.l[h] *= alpha;
-AK_PIPE_UNROLL
+      AK_PIPE_UNROLL
       for (int n = 0; n < kN; n++) st.acc[n][2 * h] *= alpha, st.acc[n][2 * h + 1] *= alpha;
       st.m[h] = top;
     }
@@ -189,7 +189,7 @@ AK_PIPE_UNROLL
     for (int h = 0; h < 2; h++) {
       float* at = sh.merge + (w * 16 + g + 8 * h) * (kD + 2);
       if (q == 0) at[0] = st.m[h], at[1] = st.l[h];
-AK_PIPE_UNROLL
+      AK_PIPE_UNROLL
       for (int n = 0; n < kN; n++) at[2 + 8 * n + 2 * q] = st.acc[n][2 * h], at[3 + 8 * n + 2 * q] = st.acc[n][2 * h + 1];
     }
   }
