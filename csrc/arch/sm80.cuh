@@ -76,10 +76,11 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 
 // Inclusive prefix sum over the lanes of a warp (lane 0 first).
-__device__ __forceinline__ float warp_inclusive_scan(float x, int lane) {
+template <class T>
+__device__ __forceinline__ T warp_inclusive_scan(T x, int lane) {
 #pragma unroll
   for (int m = 1; m < 32; m <<= 1) {
-    const float y = __shfl_up_sync(0xffffffffu, x, m);
+    const T y = __shfl_up_sync(0xffffffffu, x, m);
     if (lane >= m) x += y;
   }
   return x;

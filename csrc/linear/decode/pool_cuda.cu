@@ -18,6 +18,7 @@
 
 #include "arch/sm80.cuh"
 #include "cuda/runtime.cuh"
+#include "cuda/store_unit.cuh"
 #include "linear/decode/pool_cuda.h"
 #include "linear/decode/slots.h"
 
@@ -250,8 +251,6 @@ void launch_copy(const CopyArgs& a, bool swapped, bool vector, cudaStream_t s) {
   check_launch("pool_copy_dense_kernel");
 }
 
-bool aligned(const void* p, int64_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
 }  // namespace
 
 void pool_copy(const PoolCopy& p) {
@@ -268,8 +267,8 @@ void pool_copy(const PoolCopy& p) {
   a.check = require_slots_on_device(device, p.indices, p.N, p.slots, p.trusted, "ak_state_pool_copy");
   const bool bf16 = p.pool->dtype == AK_BFLOAT16;
   const int64_t access = bf16 ? 8 : 16;  // 4 pool elements
-  const bool vector = p.slot_size % 4 == 0 && aligned(a.pool, access) &&
-                      (a.slot_stride * (bf16 ? 2 : 4)) % access == 0 && aligned(a.states, 16);
+  const bool vector = p.slot_size % 4 == 0 && ak::cuda::aligned_to(a.pool, access) &&
+                      (a.slot_stride * (bf16 ? 2 : 4)) % access == 0 && ak::cuda::aligned_to(a.states, 16);
   const cudaStream_t s = ak::cuda::stream(device);
   if (bf16) {
     p.gather ? launch_copy<__nv_bfloat16, true>(a, p.swapped, vector, s)
@@ -293,20 +292,12 @@ void zero_padding_rows(const PaddingRows& p) {
   const int64_t y = std::min(p.N, kMaxGridY);
   const int64_t fill = static_cast<int64_t>(ak::cuda::props(device).multiProcessorCount) * 8;
   const cudaStream_t s = ak::cuda::stream(device);
-  auto go = [&](auto kernel, int64_t unit) {
+  const int64_t unit = ak::cuda::widest_unit(p.row_bytes, {a.out});
+  ak::cuda::with_unit(unit, [&](auto w) {
     const int64_t wanted = (p.T * (p.row_bytes / unit) + kThreads - 1) / kThreads;
     const int64_t x = std::clamp<int64_t>(std::min(wanted, fill / y), 1, INT32_MAX);
-    kernel<<<dim3(static_cast<unsigned>(x), static_cast<unsigned>(y)), kThreads, 0, s>>>(a);
-  };
-  int64_t unit = 16;
-  while (unit > 1 && !(aligned(a.out, unit) && p.row_bytes % unit == 0)) unit /= 2;
-  switch (unit) {
-    case 16: go(zero_rows_kernel<uint4>, 16); break;
-    case 8: go(zero_rows_kernel<uint2>, 8); break;
-    case 4: go(zero_rows_kernel<uint32_t>, 4); break;
-    case 2: go(zero_rows_kernel<uint16_t>, 2); break;
-    default: go(zero_rows_kernel<uint8_t>, 1); break;
-  }
+    zero_rows_kernel<decltype(w)><<<dim3(static_cast<unsigned>(x), static_cast<unsigned>(y)), kThreads, 0, s>>>(a);
+  });
   check_launch("zero_rows_kernel");
 }
 

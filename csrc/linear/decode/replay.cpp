@@ -49,16 +49,7 @@ std::vector<E> host_copy(const ak_tensor* t, int64_t n) {
 void require_valid(const ReplayPlan& p, const ak_tensor& counts, const ak_tensor* has_initial) {
   const auto idx = host_copy<int32_t>(p.indices, p.in.N);
   require_slots_in_pool(idx.data(), p.in.N, p.in.slots);
-  if (p.cu_seqlens != nullptr) {
-    const auto cu = host_copy<int32_t>(p.cu_seqlens, p.in.N + 1);
-    require(cu[0] == 0, "cu_seqlens: must start at 0, got " + std::to_string(cu[0]));
-    for (int64_t i = 1; i <= p.in.N; ++i) {
-      require(cu[i] >= cu[i - 1], "cu_seqlens: must be nondecreasing, but entry " + std::to_string(i) +
-                                      " is below entry " + std::to_string(i - 1));
-    }
-    require(cu[p.in.N] <= p.in.R, "cu_seqlens: the last offset " + std::to_string(cu[p.in.N]) + " exceeds the " +
-                                      std::to_string(p.in.R) + " tokens");
-  }
+  if (p.cu_seqlens != nullptr) read_cu_seqlens(*p.cu_seqlens, p.in.R);
   const auto held = host_copy<int32_t>(&counts, p.in.slots);
   const auto resume = host_copy<uint8_t>(has_initial, has_initial ? p.in.N : 0);
   for (int64_t n = 0; n < p.in.N; ++n) {

@@ -10,9 +10,11 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "arch/sm80.cuh"
 #include "cuda/backend.h"
 #include "cuda/device_check.h"
 #include "cuda/runtime.cuh"
+#include "cuda/store_unit.cuh"
 #include "linear/decode/replay_cuda.h"
 #include "linear/decode/slots.h"
 
@@ -27,20 +29,11 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int64_t kMaxGrid = 65535;
 
-__device__ __forceinline__ int64_t warp_inclusive(int64_t x) {
-  const int lane = threadIdx.x & 31;
-  for (int d = 1; d < 32; d *= 2) {
-    const int64_t y = __shfl_up_sync(0xffffffffu, x, d);
-    if (lane >= d) x += y;
-  }
-  return x;
-}
-
 // The block's exclusive prefix of x, and in `total` the sum over the block.
 __device__ int64_t block_exclusive(int64_t x, int64_t& total) {
   __shared__ int64_t warp_sums[kWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int64_t inclusive = warp_inclusive(x);
+  const int64_t inclusive = ak::arch::warp_inclusive_scan(x, lane);
   __syncthreads();  // warp_sums of the previous call has been read
   if (lane == 31) warp_sums[warp] = inclusive;
   __syncthreads();
@@ -161,33 +154,6 @@ unsigned blocks_for(int64_t work) {
   return static_cast<unsigned>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, kMaxGrid));
 }
 
-bool aligned(const void* p, int64_t unit) { return reinterpret_cast<uintptr_t>(p) % unit == 0; }
-
-// The widest store unit (16 bytes down to 1) dividing `row_bytes` and every address.
-int64_t unit_of(int64_t row_bytes, std::initializer_list<const void*> ptrs) {
-  int64_t unit = 16;
-  const auto fits = [&](int64_t u) {
-    if (row_bytes % u != 0) return false;
-    for (const void* p : ptrs) {
-      if (!aligned(p, u)) return false;
-    }
-    return true;
-  };
-  while (unit > 1 && !fits(unit)) unit /= 2;
-  return unit;
-}
-
-template <class Launch>
-void by_unit(int64_t unit, Launch&& go) {
-  switch (unit) {
-    case 16: go(uint4{}); break;
-    case 8: go(uint2{}); break;
-    case 4: go(uint32_t{}); break;
-    case 2: go(uint16_t{}); break;
-    default: go(uint8_t{}); break;
-  }
-}
-
 // The graph's check record while capturing (nullptr otherwise), for a kernel that checks nothing itself.
 const DeviceCheck* graph_check(int device, const char* label) {
   return ak::cuda::capture_check(device, label, nullptr);
@@ -231,10 +197,10 @@ void replay_rows(const ReplayRows& r) {
   a.out = static_cast<unsigned char*>(r.out->data);
   a.rows1 = r.rows1, a.rows2 = r.rows2, a.M = r.M;
   a.check = graph_check(device, "replay rows");
-  const int64_t unit = unit_of(r.row_bytes, {a.first, a.second, a.out});
+  const int64_t unit = ak::cuda::widest_unit(r.row_bytes, {a.first, a.second, a.out});
   a.units = r.row_bytes / unit;
   const cudaStream_t s = ak::cuda::stream(device);
-  by_unit(unit, [&](auto w) {
+  ak::cuda::with_unit(unit, [&](auto w) {
     rows_kernel<decltype(w)><<<blocks_for(a.M * a.units), kThreads, 0, s>>>(a);
   });
   check_launch("replay_rows_kernel");
@@ -257,9 +223,9 @@ void replay_keep(const ReplayKeep& k) {
   a.run = static_cast<const unsigned char*>(k.run->data);
   a.cache = static_cast<unsigned char*>(k.cache->data);
   a.run_rows = k.run_rows;
-  const int64_t unit = unit_of(k.row_bytes, {a.run, a.cache});
+  const int64_t unit = ak::cuda::widest_unit(k.row_bytes, {a.run, a.cache});
   a.units = k.row_bytes / unit;
-  by_unit(unit, [&](auto w) {
+  ak::cuda::with_unit(unit, [&](auto w) {
     keep_kernel<decltype(w)><<<blocks_for(k.layout.N * kReplayChunk * a.units), kThreads, 0, s>>>(a);
   });
   check_launch("replay_keep_kernel");
