@@ -194,27 +194,8 @@ struct PipeBlock {
     }
   }
 
-  // Thread t's share of the merge over the warps: output column pairs, then the rows' statistics.
-  AK_HD void finish(const PipeShared& sh, int t) const {
-    for (int64_t e = t; e < src.R * (kD / 2); e += kThreads) {
-      const int r = static_cast<int>(e / (kD / 2)), c = 2 * static_cast<int>(e % (kD / 2));
-      float m = -INFINITY, l = 0.f, a[2] = {0.f, 0.f};
-      for (int w = 0; w < 4; w++) {
-        const float* at = sh.merge + (w * 16 + r) * (kD + 2);
-        merge_partial(m, l, a, at[0], at[1], at + 2 + c, 2);
-      }
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      src.write(r, c, a[0] * inv, a[1] * inv);
-    }
-    if (t < src.R) {
-      float m = -INFINITY, l = 0.f;
-      for (int w = 0; w < 4; w++) {
-        const float* at = sh.merge + (w * 16 + t) * (kD + 2);
-        merge_partial(m, l, nullptr, at[0], at[1], nullptr, 0);
-      }
-      src.stats(t, m, l);
-    }
-  }
+  // Thread t's share of the merge over the warps (their results laid out as the warp block's, 16 rows a warp).
+  AK_HD void finish(const PipeShared& sh, int t) const { merge_warps<Source, kD>(src, sh.merge, 16, t); }
 
   // The whole block on the host: one stage, each warp's lanes step by step, the collective steps over them.
   void run_on_host() const {

@@ -88,6 +88,33 @@ AK_HD void merge_partial(float& m, float& l, float* a, float mo, float lo, const
   m = top;
 }
 
+// Thread t's share of the merge over the block's warps, whose results lie in `smem` as `rows` rows a warp
+// (row r of warp w at [w][r]: max, sum, then D accumulators): output column pairs (r, c) through the Source,
+// then the rows' statistics.
+template <class Source, int kD>
+AK_HD void merge_warps(const Source& src, const float* smem, int rows, int t) {
+  for (int64_t e = t; e < src.R * (kD / 2); e += kThreads) {
+    const int r = static_cast<int>(e / (kD / 2)), c = 2 * static_cast<int>(e % (kD / 2));
+    float m = -INFINITY, l = 0.f, a[2] = {0.f, 0.f};
+    AK_WARP_UNROLL
+    for (int w = 0; w < kWarpBlockWarps; w++) {
+      const float* at = smem + (w * rows + r) * (kD + 2);
+      merge_partial(m, l, a, at[0], at[1], at + 2 + c, 2);
+    }
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    src.write(r, c, a[0] * inv, a[1] * inv);
+  }
+  if (t < src.R) {
+    float m = -INFINITY, l = 0.f;
+    AK_WARP_UNROLL
+    for (int w = 0; w < kWarpBlockWarps; w++) {
+      const float* at = smem + (w * rows + t) * (kD + 2);
+      merge_partial(m, l, nullptr, at[0], at[1], nullptr, 0);
+    }
+    src.stats(t, m, l);
+  }
+}
+
 // kDtype fixes the operands' dtype at compile time (the kernels' instances: one conversion in the code, not
 // both behind a branch); 0 reads it from the Source (the host runs).
 template <class Source, int kD, int kR, int kDtype = 0>
@@ -211,29 +238,8 @@ struct WarpBlock {
     }
   }
 
-  // Thread t's share of the final merge over the warps: output column pairs (r, c), then row statistics.
-  AK_HD void finish(const float* smem, int t) const {
-    for (int64_t e = t; e < src.R * (kD / 2); e += kThreads) {
-      const int r = static_cast<int>(e / (kD / 2)), c = 2 * static_cast<int>(e % (kD / 2));
-      float m = -INFINITY, l = 0.f, a[2] = {0.f, 0.f};
-      AK_WARP_UNROLL
-      for (int w = 0; w < kWarpBlockWarps; w++) {
-        const float* at = smem + (w * kR + r) * (kD + 2);
-        merge_partial(m, l, a, at[0], at[1], at + 2 + c, 2);
-      }
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      src.write(r, c, a[0] * inv, a[1] * inv);
-    }
-    if (t < src.R) {
-      float m = -INFINITY, l = 0.f;
-      AK_WARP_UNROLL
-      for (int w = 0; w < kWarpBlockWarps; w++) {
-        const float* at = smem + (w * kR + t) * (kD + 2);
-        merge_partial(m, l, nullptr, at[0], at[1], nullptr, 0);
-      }
-      src.stats(t, m, l);
-    }
-  }
+  // Thread t's share of the final merge over the warps.
+  AK_HD void finish(const float* smem, int t) const { merge_warps<Source, kD>(src, smem, kR, t); }
 
   // The whole block on the host: each warp's lanes step by step, the collective steps over the lanes.
   void run_on_host() const {
