@@ -116,8 +116,9 @@ BwdChoice plan_bwd(const BwdShape& s, const registry::Caps& caps, const tuning::
   return c;
 }
 
-std::string decode_variant(int32_t dtype, int d, int64_t rows, std::string& why) {
-  if (tiled::warp_serves(dtype, d, rows) && rows < 8) return "warp";
+std::string decode_variant(int32_t dtype, int d, int64_t rows, std::string& why, int64_t smem_block) {
+  if (tiled::warp_serves(dtype, d, rows) && rows == 1) return "warp";
+  if (d != 256 && tiled::pipe_serves(dtype, d, rows) && tiled::PipeShared::bytes(d) <= smem_block) return "pipe";
   if (tiled::mma_serves(dtype, d, rows)) return "mma";
   if (tiled::tiled_serves(dtype, d, rows)) return "tiled";
   why = d != 64 && d != 128 && d != 256
@@ -130,7 +131,7 @@ std::string decode_variant(int32_t dtype, int d, int64_t rows, std::string& why)
 std::string pick_decode(int32_t dtype, int d, int64_t rows, const tuning::Table& t, int64_t smem_block) {
   const std::string& want = t.get("attention.decode");
   std::string why;
-  const std::string fallback = decode_variant(dtype, d, rows, why);
+  const std::string fallback = decode_variant(dtype, d, rows, why, smem_block);
   const std::string variant = want == "auto" ? fallback : want;
   if (variant.empty()) fail(AK_ERR_UNSUPPORTED, "attention_decode: " + why);
   const bool pipe_fits = tiled::PipeShared::bytes(d) <= smem_block;

@@ -55,14 +55,15 @@ struct DecodeChoice {
   int64_t splits = 1, chunk = 0;
 };
 
-// The decode block for a call under "auto": "warp" (CUDA cores, a warp at a time) for fewer than 8 query
-// rows per KV head, "mma" (tensor cores in phases) for 8 to 16, else "tiled" (CUDA cores in phases) where it
-// serves, else "" with `why` set. ("pipe", tensor cores over a ring of stages, runs only when pinned until a
-// GPU run has measured it.)
-std::string decode_variant(int32_t dtype, int d, int64_t rows, std::string& why);
-
 // The shared memory a Hopper block may opt in to: the device the CPU backend's choice mirrors.
 constexpr int64_t kHopperBlockSmem = 227 * 1024;
+
+// The decode block for a call under "auto" (bench/results/2026-12-03_decode_blocks.md): "warp" (CUDA cores, a
+// warp at a time) for one query row per KV head; for 2 to 16, "pipe" (tensor cores over a ring of stages)
+// where its stages fit `smem_block`, except at head dim 256, where "mma" (tensor cores in phases, two
+// blocks an SM) reads faster; else "tiled" (CUDA cores in phases) where it serves, else "" with `why` set.
+std::string decode_variant(int32_t dtype, int d, int64_t rows, std::string& why,
+                           int64_t smem_block = kHopperBlockSmem);
 
 // The decode block under the tuning's attention.decode (auto | tiled | warp | mma | pipe), on either backend:
 // a forced variant that cannot serve (for "pipe": its stages past `smem_block`) is AK_ERR_UNSUPPORTED naming

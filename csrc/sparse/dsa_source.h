@@ -14,20 +14,29 @@
 
 namespace ak::sparse {
 
-// The split of the lists: enough blocks (groups x query rows x KV heads x splits) for two per multiprocessor
-// (`sms`; 0: the H200's 132, which the CPU backend splits for), at least four tiles of 64 slots a split.
+// The split of the lists: the count of splits (at most one per four tiles of 64 slots) whose blocks (groups
+// x query rows x KV heads x splits) finish soonest at two per multiprocessor (`sms`; 0: the H200's 132, which
+// the CPU backend splits for): waves of blocks times a block's work, in tiles: its tiles, one more for its
+// start and output, and one more with splits (its partial result written and merged); the fewer splits on a
+// tie. A count that leaves a last wave mostly empty loses to a smaller one.
 inline void plan_latent_splits(DsaDecode& p, int sms) {
   constexpr int64_t kTile = ak::attention::tiled::kMmaKeys;
-  const int64_t blocks_wanted = 2 * int64_t(sms > 0 ? sms : 132);
+  const int64_t slots = 2 * int64_t(sms > 0 ? sms : 132);
   const int64_t groups = (p.H / p.Hkv + ak::attention::tiled::kMmaRows - 1) / ak::attention::tiled::kMmaRows;
   const int64_t blocks = groups * p.B * p.Sq * p.Hkv;
-  int64_t splits = blocks > 0 && blocks < blocks_wanted ? (blocks_wanted + blocks - 1) / blocks : 1;
   const int64_t most = p.topk / (4 * kTile) > 1 ? p.topk / (4 * kTile) : 1;
-  if (splits > most) splits = most;
-  int64_t chunk = (p.topk + splits - 1) / splits;
-  chunk = chunk > 0 ? (chunk + kTile - 1) / kTile * kTile : kTile;
-  p.chunk = chunk;
-  p.splits = (p.topk + chunk - 1) / chunk > 1 ? (p.topk + chunk - 1) / chunk : 1;
+  int64_t best_chunk = 0, best_splits = 1, best_cost = -1;
+  for (int64_t want = 1; want <= most; want++) {
+    int64_t chunk = (p.topk + want - 1) / want;
+    chunk = chunk > 0 ? (chunk + kTile - 1) / kTile * kTile : kTile;
+    const int64_t splits = (p.topk + chunk - 1) / chunk > 1 ? (p.topk + chunk - 1) / chunk : 1;
+    if (splits != want && want > 1) continue;  // the same split as a smaller count
+    const int64_t waves = blocks > 0 ? (blocks * splits + slots - 1) / slots : 1;
+    const int64_t cost = waves * (chunk / kTile + (splits > 1 ? 2 : 1));
+    if (best_cost < 0 || cost < best_cost) best_cost = cost, best_chunk = chunk, best_splits = splits;
+  }
+  p.chunk = best_chunk;
+  p.splits = best_splits;
 }
 
 // kDv > 0 fixes the value width at compile time (the kernels' instances); 0 reads it from the problem.
@@ -65,11 +74,11 @@ struct DsaSource {
     return (p.H / p.Hkv + ak::attention::tiled::kMmaRows - 1) / ak::attention::tiled::kMmaRows;
   }
 
-  // Column c of query row r (16 bits), from q or, past Dv, from a separate rotary part.
-  AK_HD uint16_t query(int64_t r, int64_t c) const {
+  // Columns c .. c + 7 of query row r (c a multiple of 8), from q or, past Dv, from a separate rotary part.
+  AK_HD const uint16_t* query_ptr(int64_t r, int64_t c) const {
     const int64_t h = x * p.H + h0 + r;
-    if (p.q_pe && c >= Dv) return static_cast<const uint16_t*>(p.q_pe)[h * (D - Dv) + c - Dv];
-    return static_cast<const uint16_t*>(q)[h * (p.q_pe ? Dv : D) + c];
+    if (p.q_pe && c >= Dv) return static_cast<const uint16_t*>(p.q_pe) + h * (D - Dv) + c - Dv;
+    return static_cast<const uint16_t*>(q) + h * (p.q_pe ? Dv : D) + c;
   }
   // The cache row of list entry `slot`, -1 for padding, a row past the cache or one past the causal limit.
   AK_HD int64_t row(int64_t slot) const {
@@ -79,10 +88,11 @@ struct DsaSource {
     return b * p.Skv + j;
   }
   AK_HD bool visible(int64_t, int64_t) const { return true; }
-  AK_HD ak::attention::tiled::Words key_words(int64_t row, int64_t c) const {
+  // Columns c .. c + 7 of cache row `row` (c a multiple of 8), from kv or, past Dv, from its rotary part.
+  AK_HD const uint16_t* key_ptr(int64_t row, int64_t c) const {
     const int64_t at = row * Hkv + hk;
-    if (p.kv_pe && c >= Dv) return ak::attention::tiled::words(p.kv_pe, at * (D - Dv) + c - Dv);
-    return ak::attention::tiled::words(k, at * (p.kv_pe ? Dv : D) + c);
+    if (p.kv_pe && c >= Dv) return static_cast<const uint16_t*>(p.kv_pe) + at * (D - Dv) + c - Dv;
+    return static_cast<const uint16_t*>(k) + at * (p.kv_pe ? Dv : D) + c;
   }
   // The output pair, or with splits this split's partial one (normalised by its own sum).
   AK_HD void write(int64_t r, int64_t c, float o0, float o1) const {

@@ -1,8 +1,8 @@
 // The tiled attention block on tensor cores: up to 16 query rows (one m16 tile) against the same Sources
 // as block.h, in tiles of 64 keys: load K and V (phase 1), scores Q K^T on mma.sync m16n8k16 (phase 2,
 // warp w: keys 16 w .. 16 w + 15), the online softmax's statistics with P rounded to the operands' 16 bits
-// (phase 3), P V on mma.sync into accumulator fragments (phase 4, warp w: head-dim columns
-// [w D / 4, (w + 1) D / 4)).
+// (phase 3, 8 threads a row), P V on mma.sync into accumulator fragments (phase 4, warp w: head-dim
+// columns [w D / 4, (w + 1) D / 4)). The tile's rows are looked up once (phase 0, during the previous tile).
 //
 // As with block.h, the CUDA kernels run the phases with a barrier between each and the CPU backends run
 // them thread by thread; a warp's product is the one collective step: each lane builds its fragments from
@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -37,8 +38,9 @@ constexpr int kMmaKeys = 64;
 constexpr int kMmaAcc = 32;
 constexpr int kMmaLatentAcc = 64;
 
-// Whether Source is latent: it declares kLatentValues, its value width kValueDim (0: its member Dv), reads
-// 8 columns of a row with key_words(row, c) and column c of query row r with query(r, c).
+// Whether Source is latent: it declares kLatentValues, its value width kValueDim (0: its member Dv), and
+// gives the 8 columns from c of a cache row by key_ptr(row, c) and of query row r by query_ptr(r, c) (16-byte
+// aligned).
 template <class S, class = void>
 struct LatentOf {
   static constexpr bool value = false;
@@ -115,12 +117,13 @@ struct MmaShared {
   float* m;        // [16]
   float* l;        // [16]
   float* alpha;    // [16]
+  int64_t* rows;   // [kMmaKeys] the tile's cache rows (-1: none)
   uint16_t* q;     // [16][D + 8] (rows past R zero)
   uint16_t* k;     // [kMmaKeys][D + 8]
   uint16_t* v;     // [kMmaKeys][D + 8] (latent: k itself)
   uint16_t* p;     // [16][kMmaKeys + 8] probabilities, rounded to 16 bits
   AK_HD static int64_t bytes(int64_t D, bool latent = false) {
-    return 4 * 16 * (kMmaKeys + 4) + 12 * 16 + 2 * 16 * (D + 8) + (latent ? 2 : 4) * kMmaKeys * (D + 8) +
+    return 4 * 16 * (kMmaKeys + 4) + 12 * 16 + 8 * kMmaKeys + 2 * 16 * (D + 8) + (latent ? 2 : 4) * kMmaKeys * (D + 8) +
            2 * 16 * (kMmaKeys + 8);
   }
   AK_HD static MmaShared carve(unsigned char* base, int64_t D, bool latent = false) {
@@ -129,7 +132,8 @@ struct MmaShared {
     sh.m = sh.s + 16 * (kMmaKeys + 4);
     sh.l = sh.m + 16;
     sh.alpha = sh.l + 16;
-    sh.q = reinterpret_cast<uint16_t*>(sh.alpha + 16);
+    sh.rows = reinterpret_cast<int64_t*>(sh.alpha + 16);
+    sh.q = reinterpret_cast<uint16_t*>(sh.rows + kMmaKeys);
     sh.k = sh.q + 16 * (D + 8);
     sh.v = latent ? sh.k : sh.k + kMmaKeys * (D + 8);
     sh.p = sh.v + kMmaKeys * (D + 8);
@@ -166,17 +170,21 @@ struct MmaBlock {
     else return src.Dv;
   }
 
-  // Before the first tile: q rows (zeros past R), statistics reset, accumulators zeroed.
-  AK_HD void start(const MmaShared& sh, int t, Acc& acc) const {
+  // Before the first tile: q rows (zeros past R), statistics reset, accumulators zeroed. A latent Source's
+  // rows move 16 bytes at a time through `copy(dst, from, ok)` (zeros when !ok), as the tiles do.
+  template <class Copy>
+  AK_HD void start(const MmaShared& sh, int t, Acc& acc, Copy&& copy) const {
     const int64_t D = dim();
-    for (int64_t e = t; e < 16 * D; e += kThreads) {
-      const int64_t r = e / D, c = e % D;
-      uint16_t x = 0;
-      if (r < src.R) {
-        if constexpr (kLatent) x = src.query(r, c);
-        else x = static_cast<const uint16_t*>(src.q)[src.q_at(r) + c];
+    if constexpr (kLatent) {
+      for (int64_t e = t; e < 2 * D; e += kThreads) {  // 16 rows of D / 8 moves
+        const int64_t r = e / (D / 8), c = 8 * (e % (D / 8));
+        copy(sh.q + r * stride() + c, src.query_ptr(r < src.R ? r : 0, c), r < src.R);
       }
-      sh.q[r * stride() + c] = x;
+    } else {
+      for (int64_t e = t; e < 16 * D; e += kThreads) {
+        const int64_t r = e / D, c = e % D;
+        sh.q[r * stride() + c] = r < src.R ? static_cast<const uint16_t*>(src.q)[src.q_at(r) + c] : 0;
+      }
     }
     if (t < 16) sh.m[t] = -INFINITY, sh.l[t] = 0.f;
 #ifdef __CUDACC__
@@ -185,19 +193,23 @@ struct MmaBlock {
     for (int j = 0; j < kAcc; j++) acc.c[j] = 0.f;
   }
 
-  // Phase 1: the tile's K and V rows (zeros past the range and for slots without a row), 16 bytes a move.
-  AK_HD void load(const MmaShared& sh, int t, int64_t tile) const {
+  // The cache rows of the tile's slots (-1 past the range or without a row), looked up once a tile.
+  AK_HD void mark_rows(const MmaShared& sh, int t, int64_t tile) const {
+    if (t < kMmaKeys) sh.rows[t] = tile + t < src.end ? src.row(tile + t) : -1;
+  }
+
+  // Phase 1: the tile's K and V rows (zeros for slots without a row), 16 bytes a move by `copy`.
+  template <class Copy>
+  AK_HD void load(const MmaShared& sh, int t, Copy&& copy) const {
     const int64_t D = dim(), per_row = D / 8;
     for (int64_t e = t; e < kMmaKeys * per_row; e += kThreads) {
-      const int64_t j = e / per_row, c = 8 * (e % per_row);
+      const int64_t j = e / per_row, c = 8 * (e % per_row), row = sh.rows[j];
       if constexpr (kLatent) {  // one row for both products
-        const int64_t slot = tile + j, row = slot < src.end ? src.row(slot) : -1;
-        *reinterpret_cast<Words*>(sh.k + j * stride() + c) = row >= 0 ? src.key_words(row, c) : Words{};
+        copy(sh.k + j * stride() + c, src.key_ptr(row >= 0 ? row : 0, c), row >= 0);
       } else {
-        Words kw, vw;
-        slot_words(src, tile + j, c, D, kw, vw);
-        *reinterpret_cast<Words*>(sh.k + j * stride() + c) = kw;
-        *reinterpret_cast<Words*>(sh.v + j * stride() + c) = vw;
+        const int64_t at = row >= 0 ? (row * src.Hkv + src.hk) * D + c : 0;
+        copy(sh.k + j * stride() + c, static_cast<const uint16_t*>(src.k) + at, row >= 0);
+        copy(sh.v + j * stride() + c, static_cast<const uint16_t*>(src.v) + at, row >= 0);
       }
     }
   }
@@ -208,7 +220,7 @@ struct MmaBlock {
     for (int e = 0; e < 4; e++) {
       const int64_t row = g + 8 * (e >> 1), key = 16 * w + 8 * nt + 2 * q + (e & 1), slot = tile + key;
       float s = -INFINITY;
-      if (row < src.R && slot < src.end && src.row(slot) >= 0 && src.visible(slot, row)) {
+      if (row < src.R && sh.rows[key] >= 0 && src.visible(slot, row)) {
         s = c[e] * src.scale;
         if (src.softcap > 0.f) s = src.softcap * tanhf(s / src.softcap);
       }
@@ -216,29 +228,65 @@ struct MmaBlock {
     }
   }
 
-  // Phase 3: per row (thread t < 16), the new max, P rounded to 16 bits, the rescale.
-  AK_HD void softmax(const MmaShared& sh, int t) const {
-    if (t >= 16) return;
-    float* s = sh.s + t * (kMmaKeys + 4);
-    uint16_t* p = sh.p + t * (kMmaKeys + 8);
-    float top = sh.m[t];
-    for (int j = 0; j < kMmaKeys; j++) top = s[j] > top ? s[j] : top;
+  // Phase 3 runs on 8 threads a row (part p: keys 8 p .. 8 p + 7); these are one part's steps. The parts'
+  // maxima and sums combine as a butterfly over the 8 (the host in the same order, so the same bits).
+  AK_HD static float max2(float a, float b) { return b > a ? b : a; }
+  AK_HD float part_max(const MmaShared& sh, int row, int part) const {
+    const float* s = sh.s + row * (kMmaKeys + 4) + 8 * part;
+    float top = -INFINITY;
+    for (int j = 0; j < 8; j++) top = max2(top, s[j]);
+    return top;
+  }
+  // P of the part's keys rounded to 16 bits, and their unrounded sum (FlashAttention's: the log-sum-exp
+  // stays exact to float).
+  AK_HD float part_exp(const MmaShared& sh, int row, int part, float top) const {
+    const float* s = sh.s + row * (kMmaKeys + 4) + 8 * part;
+    uint16_t* p = sh.p + row * (kMmaKeys + 8) + 8 * part;
+    float sum = 0.f;
+    for (int j = 0; j < 8; j++) {
+      const float e = top == -INFINITY || s[j] == -INFINITY ? 0.f : expf(s[j] - top);
+      p[j] = src.dtype == AK_BFLOAT16 ? float_to_bf16(e) : float_to_f16(e);
+      sum += e;
+    }
+    return sum;
+  }
+  // The row's statistics after the tile: top the new max (over the old one too), sum the tile's P.
+  AK_HD void commit_row(const MmaShared& sh, int row, float old, float top, float sum) const {
     if (top == -INFINITY) {
-      for (int j = 0; j < kMmaKeys; j++) p[j] = 0;
-      sh.alpha[t] = 1.f;
+      sh.alpha[row] = 1.f;
       return;
     }
-    const float alpha = sh.m[t] == -INFINITY ? 0.f : expf(sh.m[t] - top);
-    float sum = 0.f;
-    for (int j = 0; j < kMmaKeys; j++) {
-      const float e = s[j] == -INFINITY ? 0.f : expf(s[j] - top);
-      p[j] = src.dtype == AK_BFLOAT16 ? float_to_bf16(e) : float_to_f16(e);
-      sum += e;  // unrounded, as FlashAttention sums: the log-sum-exp stays exact to float
-    }
-    sh.alpha[t] = alpha;
-    sh.l[t] = sh.l[t] * alpha + sum;
-    sh.m[t] = top;
+    const float alpha = old == -INFINITY ? 0.f : expf(old - top);
+    sh.alpha[row] = alpha;
+    sh.l[row] = sh.l[row] * alpha + sum;
+    sh.m[row] = top;
   }
+  void softmax_on_host(const MmaShared& sh) const {
+    for (int row = 0; row < 16; row++) {
+      const float old = sh.m[row];
+      float top = -INFINITY, sums[8];
+      for (int part = 0; part < 8; part++) top = max2(top, part_max(sh, row, part));
+      top = max2(top, old);
+      for (int part = 0; part < 8; part++) sums[part] = part_exp(sh, row, part, top);
+      const float sum = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
+      commit_row(sh, row, old, top, sum);
+    }
+  }
+#ifdef __CUDACC__
+  __device__ void softmax_on_device(const MmaShared& sh, int t) const {
+    const int row = t >> 3, part = t & 7;
+    const float old = sh.m[row];
+    float top = part_max(sh, row, part);
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) top = max2(top, __shfl_xor_sync(0xffffffffu, top, o));
+    top = max2(top, old);
+    float sum = part_exp(sh, row, part, top);
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    __syncwarp();  // every part has read the old max before part 0 replaces it
+    if (part == 0) commit_row(sh, row, old, top, sum);
+  }
+#endif
 
   AK_HD int n_tiles() const { return static_cast<int>(vdim() / 32); }  // n8 tiles of a warp's columns
 
@@ -279,12 +327,16 @@ struct MmaBlock {
     const int64_t D = dim(), Dv = vdim();
     std::vector<Words> memory(static_cast<size_t>(MmaShared::bytes(D, kLatent) / 16 + 1));
     const MmaShared sh = MmaShared::carve(reinterpret_cast<unsigned char*>(memory.data()), D, kLatent);
+    const auto copy = [](uint16_t* dst, const uint16_t* from, bool ok) {
+      if (ok) std::memcpy(dst, from, 16);
+      else std::memset(dst, 0, 16);
+    };
     std::vector<Acc> acc(kThreads);
     uint32_t a[32][4], b[32][2];
     float c[32][4];
-    for (int t = 0; t < kThreads; t++) start(sh, t, acc[t]);
+    for (int t = 0; t < kThreads; t++) start(sh, t, acc[t], copy), mark_rows(sh, t, src.begin);
     for (int64_t tile = src.begin; tile < src.end; tile += kMmaKeys) {
-      for (int t = 0; t < kThreads; t++) load(sh, t, tile);
+      for (int t = 0; t < kThreads; t++) load(sh, t, copy);
       for (int w = 0; w < 4; w++) {  // phase 2, warp by warp
         for (int nt = 0; nt < 2; nt++) {
           for (int lane = 0; lane < 32; lane++) c[lane][0] = c[lane][1] = c[lane][2] = c[lane][3] = 0.f;
@@ -298,7 +350,7 @@ struct MmaBlock {
           for (int lane = 0; lane < 32; lane++) store_scores(sh, w, nt, lane, c[lane], tile);
         }
       }
-      for (int t = 0; t < kThreads; t++) softmax(sh, t);
+      softmax_on_host(sh);
       for (int w = 0; w < 4; w++) {  // phase 4, warp by warp
         for (int lane = 0; lane < 32; lane++) rescale(sh, lane, acc[32 * w + lane]);
         for (int nt = 0; nt < n_tiles(); nt++) {
@@ -317,51 +369,66 @@ struct MmaBlock {
           }
         }
       }
+      for (int t = 0; t < kThreads; t++) mark_rows(sh, t, tile + kMmaKeys);
     }
     for (int t = 0; t < kThreads; t++) finish(sh, t, acc[t]);
   }
 
 #ifdef __CUDACC__
-  // The whole block on the device: the same phases, a barrier between each.
+  // The whole block on the device: the same phases, a barrier between each; the tile's rows all in flight
+  // at once (asynchronous copies hold no registers), fragments by ldmatrix (the layout of the fragment
+  // functions above).
   __device__ void run_on_device(unsigned char* smem) const {
-    const int t = static_cast<int>(threadIdx.x), w = t / 32, lane = t % 32;
+    const int t = static_cast<int>(threadIdx.x), w = t / 32, lane = t % 32, m = lane >> 3, r = lane & 7;
     const int64_t D = dim(), Dv = vdim();
     const MmaShared sh = MmaShared::carve(smem, D, kLatent);
+    const auto copy = [](uint16_t* dst, const uint16_t* from, bool ok) {
+      ak::arch::cp_async16(dst, from, ok ? 16 : 0);
+    };
     Acc acc;
-    start(sh, t, acc);
+    start(sh, t, acc, copy);
+    mark_rows(sh, t, src.begin);
     __syncthreads();
     for (int64_t tile = src.begin; tile < src.end; tile += kMmaKeys) {
-      load(sh, t, tile);
+      load(sh, t, copy);
+      ak::arch::cp_async_commit();
+      ak::arch::cp_async_wait_all();
       __syncthreads();
-      uint32_t a[4], b[2];
-      // The warp's two n8 tiles of keys share each A fragment of q.
+      // Scores: q rows 8 (m & 1) + r at columns k0 + 8 (m >> 1); the warp's two n8 tiles of keys in one x4.
       float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll 4
       for (int64_t k0 = 0; k0 < D; k0 += 16) {
-        fragment_a(sh.q, stride(), k0, lane, a);
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++) {
-          fragment_b_rows(sh.k, stride(), 16 * w + 8 * nt, k0, lane, b);
-          mma_device(src.dtype, a, b, c[nt]);
-        }
+        uint32_t a[4], b[4];
+        ak::arch::ldsm_x4(a, sh.q + (8 * (m & 1) + r) * stride() + k0 + 8 * (m >> 1));
+        ak::arch::ldsm_x4(b, sh.k + (16 * w + 8 * (m >> 1) + r) * stride() + k0 + 8 * (m & 1));
+        mma_device(src.dtype, a, b, c[0]);
+        mma_device(src.dtype, a, b + 2, c[1]);
       }
 #pragma unroll
       for (int nt = 0; nt < 2; nt++) store_scores(sh, w, nt, lane, c[nt], tile);
       __syncthreads();
-      softmax(sh, t);
+      softmax_on_device(sh, t);
       __syncthreads();
       rescale(sh, lane, acc);
+      // P V: P's rows as q's; V's keys k0 + 8 (m & 1) + r transposed, two n8 tiles of columns an x4.
 #pragma unroll
-      for (int nt = 0; nt < kAcc / 4; nt++) {
-        if (nt >= n_tiles()) break;
+      for (int k0 = 0; k0 < kMmaKeys; k0 += 16) {
+        uint32_t a[4];
+        ak::arch::ldsm_x4(a, sh.p + (8 * (m & 1) + r) * (kMmaKeys + 8) + k0 + 8 * (m >> 1));
 #pragma unroll
-        for (int k0 = 0; k0 < kMmaKeys; k0 += 16) {
-          fragment_a(sh.p, kMmaKeys + 8, k0, lane, a);
-          fragment_b_cols(sh.v, stride(), k0, w * (Dv / 4) + 8 * nt, lane, b);
-          mma_device(src.dtype, a, b, acc.c + 4 * nt);
+        for (int np = 0; np < kAcc / 8; np++) {
+          if (2 * np >= n_tiles()) break;
+          uint32_t b[4];
+          ak::arch::ldsm_x4_trans(b, sh.v + (k0 + 8 * (m & 1) + r) * stride() + w * (Dv / 4) + 16 * np + 8 * (m >> 1));
+          mma_device(src.dtype, a, b, acc.c + 8 * np);
+          mma_device(src.dtype, a, b + 2, acc.c + 8 * np + 4);
         }
       }
+      mark_rows(sh, t, tile + kMmaKeys);  // the scores of this tile, the last readers, are behind a barrier
       __syncthreads();
     }
+    ak::arch::cp_async_commit();  // with no tile, the q rows' copies are still open
+    ak::arch::cp_async_wait_all();
     finish(sh, t, acc);
   }
 #endif
