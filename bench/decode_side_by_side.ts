@@ -1,7 +1,7 @@
 /**
  * Benchmark of decode over a KV cache (bf16, GQA 32 / 8 heads, D 128, one query token per sequence) at the
- * serving issue's shapes, contiguous, paged (pages of 64) and paged with `checkIndices: false` (no read-back of
- * the lengths and the block table), against PyTorch SDPA on this H200 as ANCHORS.md
+ * serving issue's shapes, contiguous and paged (pages of 64), each also with `checkIndices: false` (no read-back
+ * of the lengths and the block table), against PyTorch SDPA on this H200 as ANCHORS.md
  * records it (cuDNN, the faster backend there: 1 x 65536 keys 0.080 ms, 64 x 4096 0.255 ms, 256 x 2048
  * 0.492 ms). GB/s counts the K and V bytes read once; the copy ceiling is 4252 GB/s. Each row records the
  * planner's path (`lastPlan()`: the decode block, the split). Times: CUDA events, median of 20 calls after 3
@@ -48,7 +48,7 @@ for (const [B, Skv] of [[1, 65536], [64, 4096], [256, 2048]]) {
   const bytes = 2 * B * Skv * Hkv * D * 2;
   using q = Tensor.randn([B, H, D], { dtype: "bfloat16", device, seed: 1 });
   using lengths = Tensor.full([B], Skv, { dtype: "int32", device });
-  for (const [paged, checkIndices] of [[false, true], [true, true], [true, false]]) {
+  for (const [paged, checkIndices] of [[false, true], [false, false], [true, true], [true, false]]) {
     const rec: BenchRecord = {
       op: paged
         ? "GroupedQueryAttentionDecodePagedWithKVCacheFwdOp"

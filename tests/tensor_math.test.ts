@@ -724,6 +724,38 @@ deviceTest("slice, select and at follow Python's rules", (device) =>
     }
   }));
 
+deviceTest(
+  "row gathers and scatters move whole rows at any row width and alignment (16-byte units where they fit)",
+  (device) =>
+    expectNoLeak(device, () => {
+      for (const dtype of ["bfloat16", "float8_e4m3", "float32"] as DType[]) {
+        // 1024 elements: 16-byte units; 8 and 3: narrower ones; a view one row in: the start's alignment.
+        for (const W of [1024, 8, 3]) {
+          using big = Tensor.arange(8 * W, undefined, 1, { dtype: "float32", device });
+          using cast = big.cast(dtype);
+          using grid = cast.reshape([8, W]);
+          for (const [label, src] of [["whole", grid], ["one row in", grid.at("1:")]] as const) {
+            using _view = label === "whole" ? null : src;
+            const values = Array.from(src.toArray() as ArrayLike<number>);
+            const row = (r: number) => values.slice(r * W, (r + 1) * W);
+            const picks = [src.shape[0] - 1, 0, 3, 3];
+            using index = Tensor.from(new Int32Array(picks), { device });
+            using got = src.indexSelect(0, index);
+            const where = `${dtype} W ${W} ${label}`;
+            assert.deepEqual(Array.from(got.toArray() as ArrayLike<number>), picks.flatMap(row), where);
+            using dst = Tensor.zeros([src.shape[0], W], { dtype, device });
+            using moved = src.at("0:2");
+            using to = Tensor.from(new Int32Array([5, 1]), { device });
+            scatterRows("test", dst, moved, to);
+            const want = new Array(src.shape[0] * W).fill(0);
+            for (let c = 0; c < W; c++) want[5 * W + c] = values[c], want[W + c] = values[W + c];
+            assert.deepEqual(Array.from(dst.toArray() as ArrayLike<number>), want, `scatter ${where}`);
+          }
+        }
+      }
+    }),
+);
+
 deviceTest("broadcastTo, unsqueeze and squeeze", (device) => {
   using row = Tensor.from([1, 2, 3], { device });
   using grid = row.broadcastTo([2, 1, 3]);

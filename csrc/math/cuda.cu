@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
 
 #include "cuda/runtime.cuh"
 #include "math/backend.h"
@@ -223,12 +225,71 @@ void matmul(const ak_tensor& dst, const ak_tensor& a, const ak_tensor& b) {
   check_launch("matmul_kernel");
 }
 
+namespace {
+
+// Whole rows moved in the widest unit (16, 8, 4, 2 or 1 bytes) that divides the row and every address:
+// a gather or scatter of rows of a few KB is then one 16-byte move per thread step, not an element's.
+size_t row_unit(int64_t row_bytes, std::initializer_list<const void*> data) {
+  for (size_t unit : {size_t{16}, size_t{8}, size_t{4}, size_t{2}}) {
+    bool fits = row_bytes % static_cast<int64_t>(unit) == 0;
+    for (const void* d : data) fits = fits && reinterpret_cast<uintptr_t>(d) % unit == 0;
+    if (fits) return unit;
+  }
+  return 1;
+}
+template <class F>
+void with_unit(size_t bytes, F&& f) {
+  if (bytes == 16) return f(uint4{});
+  with_bits(bytes, f);
+}
+
+// dst row m = src row index[m] (zeros for an index outside src's rows: the caller checks indices, and this
+// never reads outside src).
+template <class U, class I>
+__global__ void gather_rows_kernel(U* __restrict__ dst, const U* __restrict__ src, const I* __restrict__ index,
+                                   int64_t rows, int64_t row, int64_t total) {
+  for (int64_t i = thread_index(); i < total; i += thread_count()) {
+    const int64_t m = i / row, at = static_cast<int64_t>(index[m]);
+    dst[i] = at >= 0 && at < rows ? src[at * row + (i - m * row)] : U{};
+  }
+}
+
+// dst[index[m]] = src[m] row by row; an index outside dst's rows is skipped (the caller checks).
+template <class U>
+__global__ void scatter_rows_kernel(U* __restrict__ dst, const U* __restrict__ src, const int32_t* __restrict__ index,
+                                    int64_t rows, int64_t row, int64_t total) {
+  for (int64_t i = thread_index(); i < total; i += thread_count()) {
+    const int64_t m = i / row, at = index[m];
+    if (at >= 0 && at < rows) dst[at * row + (i - m * row)] = src[i];
+  }
+}
+
+}  // namespace
+
 void index_select(const ak_tensor& dst, const ak_tensor& src, int dim, const ak_tensor& index) {
   DeviceGuard guard(dst.device_index);
   const IndexPlan p = make_index_plan(dst, src, dim, index);
   const int64_t total = numel(dst);
-  const unsigned grid = grid_for(dst.device_index, total);
   cudaStream_t s = stream(dst.device_index);
+  if (p.outer.numel == 1 && is_contiguous(src) && total > 0) {  // whole rows of a contiguous src
+    const int64_t row_bytes = p.inner.numel * static_cast<int64_t>(dtype_size(src.dtype));
+    const size_t unit = row_unit(row_bytes, {dst.data, src.data});
+    const int64_t row = row_bytes / static_cast<int64_t>(unit), units = p.selected * row;
+    with_unit(unit, [&](auto tag) {
+      using U = decltype(tag);
+      const unsigned grid = grid_for(dst.device_index, units);
+      if (index.dtype == AK_INT32) {
+        gather_rows_kernel<U, int32_t><<<grid, kThreads, 0, s>>>(out_of<U>(dst), data_of<U>(src),
+                                                                 data_of<int32_t>(index), p.dim_size, row, units);
+      } else {
+        gather_rows_kernel<U, int64_t><<<grid, kThreads, 0, s>>>(out_of<U>(dst), data_of<U>(src),
+                                                                 data_of<int64_t>(index), p.dim_size, row, units);
+      }
+    });
+    check_launch("gather_rows_kernel");
+    return;
+  }
+  const unsigned grid = grid_for(dst.device_index, total);
   with_bits(dtype_size(src.dtype), [&](auto tag) {
     using T = decltype(tag);
     if (index.dtype == AK_INT32) {
@@ -242,23 +303,17 @@ void index_select(const ak_tensor& dst, const ak_tensor& src, int dim, const ak_
   check_launch("index_select_kernel");
 }
 
-// dst[index[m]] = src[m], element by element; an index outside dst's rows is skipped (the caller checks).
-template <class T>
-__global__ void scatter_rows_kernel(T* __restrict__ dst, const T* __restrict__ src, const int32_t* __restrict__ index,
-                                    int64_t rows, int64_t row, int64_t total) {
-  for (int64_t i = thread_index(); i < total; i += thread_count()) {
-    const int64_t m = i / row, at = index[m];
-    if (at >= 0 && at < rows) dst[at * row + (i - m * row)] = src[i];
-  }
-}
-
 void scatter_rows(const ak_tensor& dst, const ak_tensor& src, const ak_tensor& index) {
   DeviceGuard guard(dst.device_index);
-  const int64_t total = numel(src), row = total / src.shape[0];
-  with_bits(dtype_size(src.dtype), [&](auto tag) {
-    using T = decltype(tag);
-    scatter_rows_kernel<T><<<grid_for(dst.device_index, total), kThreads, 0, stream(dst.device_index)>>>(
-        out_of<T>(dst), data_of<T>(src), data_of<int32_t>(index), dst.shape[0], row, total);
+  const int64_t total = numel(src);
+  if (total == 0) return;
+  const int64_t row_bytes = total / src.shape[0] * static_cast<int64_t>(dtype_size(src.dtype));
+  const size_t unit = row_unit(row_bytes, {dst.data, src.data});
+  const int64_t row = row_bytes / static_cast<int64_t>(unit), units = src.shape[0] * row;
+  with_unit(unit, [&](auto tag) {
+    using U = decltype(tag);
+    scatter_rows_kernel<U><<<grid_for(dst.device_index, units), kThreads, 0, stream(dst.device_index)>>>(
+        out_of<U>(dst), data_of<U>(src), data_of<int32_t>(index), dst.shape[0], row, units);
   });
   check_launch("scatter_rows_kernel");
 }
