@@ -83,6 +83,7 @@ export type PlanOp =
   | "attention.decode"
   | "sparse.nsa.compression"
   | "sparse.nsa.selection"
+  | "sparse.nsa.topk"
   | "sparse.dsa.decode"
   | "sparse.indexer";
 
@@ -152,6 +153,8 @@ export interface PlanQuery {
   deterministic?: boolean;
   /** Attention backward: no zero (broadcast) strides (default true). */
   tmaOk?: boolean;
+  /** NSA block selection: blocks each query selects (default 16). */
+  selected?: number;
 }
 
 const QUERY_KEYS: Record<string, string> = {
@@ -184,6 +187,7 @@ const QUERY_KEYS: Record<string, string> = {
   totalKv: "total_kv",
   deterministic: "deterministic",
   tmaOk: "tma_ok",
+  selected: "selected",
 };
 
 function encode(text: string): Uint8Array<ArrayBuffer> {

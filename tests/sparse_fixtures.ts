@@ -31,7 +31,16 @@
 // blocks <= b then -1; the forced blocks (0, b - 1, b, importance `group`) come first in index order; the
 // chosen set is a top-S of the oracle's importance within the tolerance, in nonincreasing order.
 import assert from "node:assert/strict";
-import { assertClose, type Tensor } from "../mod.ts";
+import {
+  assertClose,
+  type Device,
+  nsaChunkOffsets,
+  nsaTokenIndices,
+  NSATopkVarlenOp,
+  type NSATopkVarlenOptions,
+  Tensor,
+} from "../mod.ts";
+import { nsaBlockImportance, nsaCompressionReference } from "../reference/sparse_attention.ts";
 
 export type FloatDType = "float32" | "bfloat16" | "float16";
 
@@ -101,3 +110,95 @@ export const LIST_REFUSED = /blockIndices|block_indices/;
 export const COUNT_REFUSED = /blockCounts|block_counts/;
 export const RANGE_REFUSED = /cuSeqlenK[se]|ks, ke/;
 export const CHUNKS_REFUSED = /chunkOffsets|chunk_offsets/;
+
+// ---- NSA, block selection ----
+
+/** A block-selection case: packed lengths, heads in groups, head dim, block size, blocks selected. */
+export interface TopkCase {
+  lengths: number[];
+  heads: number;
+  group: number;
+  dim: number;
+  bs: number;
+  selected: number;
+  dtype: FloatDType;
+  out: boolean;
+}
+
+/** Runs the compressed branch's oracle for the lse, then the selection op; checks each list robustly. */
+export function checkTopk(
+  device: Device,
+  c: TopkCase,
+  seed: number,
+  kernelMap?: NSATopkVarlenOptions["kernelMap"],
+): void {
+  const { heads: H, group: G, dim: K, bs, selected: S, dtype } = c;
+  const Hkv = H / G, offsets = offsetsOf(c.lengths), T = offsets[offsets.length - 1];
+  using chunkTensor = nsaChunkOffsets(offsets, bs, { device });
+  const chunkOffsets = Array.from(ints(chunkTensor)), C = chunkOffsets[chunkOffsets.length - 1];
+  using q = Tensor.randn([T, H, K], { dtype, device, seed });
+  using kCmp = Tensor.randn([C, Hkv, K], { dtype, device, seed: seed + 1 });
+  using tokens = nsaTokenIndices(offsets, { device });
+  const qHost = host(q), kHost = host(kCmp);
+  const sizes = { offsets, chunkOffsets, heads: H, headsKv: Hkv, blockSize: bs, scale: K ** -0.5 };
+  const cmp = nsaCompressionReference({ ...sizes, q: qHost, kCmp: kHost, vCmp: kHost, dimK: K, dimV: K });
+  using lseIn = Tensor.from(Float32Array.from(cmp.lse), { shape: [T, H], device });
+  const op = new NSATopkVarlenOp({
+    seqNum: c.lengths.length,
+    cSeqLen: T,
+    heads: H,
+    dim: K,
+    chunkNum: C,
+    group: G,
+    selectedBlockNum: S,
+    bc: bs,
+    bs,
+    kernelMap,
+  });
+  using outBuf = c.out ? Tensor.full([T, Hkv, S], -7, { dtype: "int32", device }) : undefined;
+  using got = op.forward(q, kCmp, lseIn, offsets, chunkTensor, tokens, outBuf);
+  if (c.out) assert.ok(got === outBuf);
+  assert.equal(got.dtype, "int32");
+  assert.deepEqual(got.shape, [T, Hkv, S]);
+  const list = ints(got);
+  // The oracle reads the lse the op was given (float32).
+  const importance = nsaBlockImportance({ ...sizes, q: qHost, kCmp: kHost, lse: host(lseIn), dim: K });
+  const what = JSON.stringify(c);
+  c.lengths.forEach((len, n) => {
+    for (let i = 0; i < len; i++) {
+      const t = offsets[n] + i, b = Math.floor(i / bs);
+      for (let hk = 0; hk < Hkv; hk++) {
+        const row = Array.from(list.subarray((t * Hkv + hk) * S, (t * Hkv + hk + 1) * S));
+        const imp = importance[t * Hkv + hk],
+          at = `${what} token ${t} (position ${i}) kv head ${hk}: [${row}]`;
+        const m = Math.min(S, b + 1), chosen = row.slice(0, m);
+        assert.ok(chosen.every((x) => x >= 0 && x <= b), `blocks outside 0..${b}: ${at}`);
+        assert.equal(new Set(chosen).size, m, `repeated block: ${at}`);
+        assert.ok(row.slice(m).every((x) => x === -1), `expected -1 after ${m} blocks: ${at}`);
+        // Forced blocks (importance exactly G) first, in index order, when every other block is clearly below.
+        const forced = [...new Set([0, b - 1, b])].filter((x) => x >= 0).sort((x, y) => x - y);
+        const others = Array.from(imp).filter((_, x) => !forced.includes(x));
+        if (others.every((v) => v < G - IMPORTANCE_TOL)) {
+          const f = Math.min(m, forced.length);
+          assert.deepEqual(chosen.slice(0, f), forced.slice(0, f), `forced blocks ${forced} first: ${at}`);
+        }
+        // A top-m set within the tolerance, in nonincreasing importance.
+        const kth = Array.from(imp).sort((x, y) => y - x)[m - 1];
+        for (const x of chosen) {
+          assert.ok(
+            imp[x] >= kth - IMPORTANCE_TOL,
+            `block ${x} (${imp[x]}) is not in the top ${m} (${kth}): ${at}`,
+          );
+        }
+        for (let j = 0; j + 1 < m; j++) {
+          assert.ok(
+            imp[chosen[j]] >= imp[chosen[j + 1]] - IMPORTANCE_TOL,
+            `order: block ${chosen[j]} (${imp[chosen[j]]}) before ${chosen[j + 1]} (${
+              imp[chosen[j + 1]]
+            }): ${at}`,
+          );
+        }
+      }
+    }
+  });
+}

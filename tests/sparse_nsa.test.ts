@@ -4,12 +4,16 @@ import assert from "node:assert/strict";
 import {
   assertClose,
   type Device,
+  explain,
+  lastPlan,
   nsaChunkOffsets,
   NSACmpFwdVarlenOp,
   NSAFwdVarlenOp,
   nsaTokenIndices,
   NSATopkVarlenOp,
+  type PlanQuery,
   Tensor,
+  withTuning,
 } from "../mod.ts";
 import {
   nsaBlockImportance,
@@ -20,18 +24,19 @@ import {
 import { deviceTest, expectNoLeak, poison, refuses, withSeed } from "./helpers.ts";
 import { generator } from "./oracle_checks.ts";
 import {
+  checkTopk,
   COUNT_REFUSED,
   expectOutput,
   expectRowsExactly,
   type FloatDType,
   host,
-  IMPORTANCE_TOL,
   ints,
   LIST_REFUSED,
   LSE_TOL,
   offsetsOf,
   OUTPUT_TOL,
   shuffled,
+  type TopkCase,
 } from "./sparse_fixtures.ts";
 
 // ---- NSA, compressed branch ----
@@ -212,89 +217,6 @@ deviceTest(
 
 // ---- NSA, block selection ----
 
-interface TopkCase {
-  lengths: number[];
-  heads: number;
-  group: number;
-  dim: number;
-  bs: number;
-  selected: number;
-  dtype: FloatDType;
-  out: boolean;
-}
-
-/** Runs the compressed branch's oracle for the lse, then the selection op; checks each list robustly. */
-function checkTopk(device: Device, c: TopkCase, seed: number): void {
-  const { heads: H, group: G, dim: K, bs, selected: S, dtype } = c;
-  const Hkv = H / G, offsets = offsetsOf(c.lengths), T = offsets[offsets.length - 1];
-  using chunkTensor = nsaChunkOffsets(offsets, bs, { device });
-  const chunkOffsets = Array.from(ints(chunkTensor)), C = chunkOffsets[chunkOffsets.length - 1];
-  using q = Tensor.randn([T, H, K], { dtype, device, seed });
-  using kCmp = Tensor.randn([C, Hkv, K], { dtype, device, seed: seed + 1 });
-  using tokens = nsaTokenIndices(offsets, { device });
-  const qHost = host(q), kHost = host(kCmp);
-  const sizes = { offsets, chunkOffsets, heads: H, headsKv: Hkv, blockSize: bs, scale: K ** -0.5 };
-  const cmp = nsaCompressionReference({ ...sizes, q: qHost, kCmp: kHost, vCmp: kHost, dimK: K, dimV: K });
-  using lseIn = Tensor.from(Float32Array.from(cmp.lse), { shape: [T, H], device });
-  const op = new NSATopkVarlenOp({
-    seqNum: c.lengths.length,
-    cSeqLen: T,
-    heads: H,
-    dim: K,
-    chunkNum: C,
-    group: G,
-    selectedBlockNum: S,
-    bc: bs,
-    bs,
-  });
-  using outBuf = c.out ? Tensor.full([T, Hkv, S], -7, { dtype: "int32", device }) : undefined;
-  using got = op.forward(q, kCmp, lseIn, offsets, chunkTensor, tokens, outBuf);
-  if (c.out) assert.ok(got === outBuf);
-  assert.equal(got.dtype, "int32");
-  assert.deepEqual(got.shape, [T, Hkv, S]);
-  const list = ints(got);
-  // The oracle reads the lse the op was given (float32).
-  const importance = nsaBlockImportance({ ...sizes, q: qHost, kCmp: kHost, lse: host(lseIn), dim: K });
-  const what = JSON.stringify(c);
-  c.lengths.forEach((len, n) => {
-    for (let i = 0; i < len; i++) {
-      const t = offsets[n] + i, b = Math.floor(i / bs);
-      for (let hk = 0; hk < Hkv; hk++) {
-        const row = Array.from(list.subarray((t * Hkv + hk) * S, (t * Hkv + hk + 1) * S));
-        const imp = importance[t * Hkv + hk],
-          at = `${what} token ${t} (position ${i}) kv head ${hk}: [${row}]`;
-        const m = Math.min(S, b + 1), chosen = row.slice(0, m);
-        assert.ok(chosen.every((x) => x >= 0 && x <= b), `blocks outside 0..${b}: ${at}`);
-        assert.equal(new Set(chosen).size, m, `repeated block: ${at}`);
-        assert.ok(row.slice(m).every((x) => x === -1), `expected -1 after ${m} blocks: ${at}`);
-        // Forced blocks (importance exactly G) first, in index order, when every other block is clearly below.
-        const forced = [...new Set([0, b - 1, b])].filter((x) => x >= 0).sort((x, y) => x - y);
-        const others = Array.from(imp).filter((_, x) => !forced.includes(x));
-        if (others.every((v) => v < G - IMPORTANCE_TOL)) {
-          const f = Math.min(m, forced.length);
-          assert.deepEqual(chosen.slice(0, f), forced.slice(0, f), `forced blocks ${forced} first: ${at}`);
-        }
-        // A top-m set within the tolerance, in nonincreasing importance.
-        const kth = Array.from(imp).sort((x, y) => y - x)[m - 1];
-        for (const x of chosen) {
-          assert.ok(
-            imp[x] >= kth - IMPORTANCE_TOL,
-            `block ${x} (${imp[x]}) is not in the top ${m} (${kth}): ${at}`,
-          );
-        }
-        for (let j = 0; j + 1 < m; j++) {
-          assert.ok(
-            imp[chosen[j]] >= imp[chosen[j + 1]] - IMPORTANCE_TOL,
-            `order: block ${chosen[j]} (${imp[chosen[j]]}) before ${chosen[j + 1]} (${
-              imp[chosen[j + 1]]
-            }): ${at}`,
-          );
-        }
-      }
-    }
-  });
-}
-
 deviceTest(
   "NSA block selection picks a top-S of the oracle's importance (forced blocks, S past the blocks, short sequences)",
   (device) =>
@@ -338,6 +260,65 @@ deviceTest(
           { lengths: [3, 29], heads: 2, group: 2, dim: 16, bs: 4, selected: 1, dtype: "bfloat16", out: true },
         ];
         for (const [i, c] of cases.entries()) checkTopk(device, c, seed + 10 * i);
+      })),
+);
+
+deviceTest(
+  "NSA block selection on tensor cores and per item, each pinned, picks a top-S of the oracle's importance",
+  (device) =>
+    expectNoLeak(device, () =>
+      withSeed((seed) => {
+        // Groups of 16, 8 and 5 query heads; head dims 64, 128, 256; S 16 (more than most queries' blocks
+        // early on, fewer later), 32 and 3; sequences over several 32-block steps, one of a single token.
+        const cases: TopkCase[] = [
+          {
+            lengths: [1200, 1, 333],
+            heads: 16,
+            group: 16,
+            dim: 64,
+            bs: 16,
+            selected: 16,
+            dtype: "bfloat16",
+            out: true,
+          },
+          {
+            lengths: [700, 90],
+            heads: 16,
+            group: 8,
+            dim: 128,
+            bs: 8,
+            selected: 32,
+            dtype: "float16",
+            out: false,
+          },
+          { lengths: [260], heads: 10, group: 5, dim: 256, bs: 4, selected: 3, dtype: "bfloat16", out: true },
+        ];
+        for (const [i, c] of cases.entries()) {
+          for (const variant of ["mma", "item"]) {
+            checkTopk(device, c, seed + 10 * i, { "sparse.nsa.topk": variant });
+            if (device !== "cpu") {
+              assert.deepEqual(lastPlan()?.kernels.map((k) => k.name), [
+                variant === "mma"
+                  ? `sparse.nsa.topk.mma<${c.dtype}, D${c.dim}>`
+                  : `sparse.nsa.topk.item<${c.dtype}>`,
+              ]);
+            }
+          }
+        }
+        // The planner takes the per-item kernel; the tensor-core block when pinned, where it serves (16-bit,
+        // group <= 16, S <= 32), else the pin is refused, naming why.
+        const plan = (q: Omit<PlanQuery, "op" | "gpu">) =>
+          explain({ op: "sparse.nsa.topk", gpu: "h200", ...q });
+        const pinned = (q: Omit<PlanQuery, "op" | "gpu">) =>
+          withTuning({ "sparse.nsa.topk": "mma" }, () => plan(q));
+        assert.equal(plan({ d: 128, hq: 64, hkv: 4, selected: 16 }).path, "item");
+        assert.deepEqual(pinned({ d: 128, hq: 64, hkv: 4, selected: 16 }).kernels.map((k) => k.name), [
+          "sparse.nsa.topk.mma<bfloat16, D128>",
+        ]);
+        for (const q of [{ hq: 64, hkv: 2 }, { selected: 64 }, { d: 96 }, { dtype: "float32" as const }]) {
+          assert.throws(() => pinned(q), /sparse\.nsa\.topk=mma cannot serve this call/, JSON.stringify(q));
+        }
+        assert.throws(() => pinned({ hq: 64, hkv: 2 }), /32 query heads per KV head/);
       })),
 );
 

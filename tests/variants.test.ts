@@ -44,6 +44,7 @@ import { deltaRuleReference } from "../reference/delta_rule.ts";
 import { glaExercise } from "./gla_variants.ts";
 import { kdaExercise } from "./kda_variants.ts";
 import { pagedDecodeExercise } from "./paged_decode_variants.ts";
+import { checkTopk, type TopkCase } from "./sparse_fixtures.ts";
 
 const DEVICE = "cuda";
 const RUNNABLE = new Set(HAS_CUDA ? kernels(DEVICE).filter((k) => k.runnable).map((k) => k.name) : []);
@@ -326,6 +327,25 @@ function pinnedAgainstCpu(
   assertClose(got, run("cpu"), { relRms: tol, name: rowName(row) });
 }
 
+// NSA's block selection with the row's kernel pinned, held to the float64 oracle's importance (the checks of
+// tests/sparse_nsa.test.ts): two packed sequences over several 32-block steps, 16 heads in groups of 8.
+function topkExercise(row: KernelRow, seed: number): void {
+  const dtype = row.dtype as "float32" | "float16" | "bfloat16";
+  const c: TopkCase = {
+    lengths: [400, 77],
+    heads: 16,
+    group: 8,
+    dim: row.d || 32,
+    bs: 8,
+    selected: 12,
+    dtype,
+    out: true,
+  };
+  checkTopk(DEVICE, c, seed, { [row.stage]: row.variant });
+  const ran = lastPlan()?.kernels.map((k) => k.name) ?? [];
+  assert.ok(ran.includes(rowName(row)), `${rowName(row)} did not run: ${JSON.stringify(lastPlan())}`);
+}
+
 // An NSA branch with the row's kernel pinned, against the same call on the CPU backend (held to the float64
 // oracle in tests/sparse_nsa.test.ts): three packed sequences, 8 heads in groups of 4.
 function nsaExercise(row: KernelRow, seed: number): void {
@@ -451,6 +471,8 @@ function exercise(row: KernelRow, seed: number): void | Promise<void> {
     case "sparse.nsa.compression":
     case "sparse.nsa.selection":
       return nsaExercise(row, seed);
+    case "sparse.nsa.topk":
+      return topkExercise(row, seed);
     case "sparse.dsa.decode":
       return dsaExercise(row, seed);
     case "sparse.indexer":

@@ -8,6 +8,7 @@
 #include "attention/tiled/mma_block.h"
 #include "sparse/dsa_source.h"
 #include "sparse/indexer_block.h"
+#include "sparse/topk_block.h"
 #include "sparse/tiled.h"
 
 namespace ak::sparse::cpu {
@@ -28,6 +29,15 @@ void nsa_compression(const NsaCompression& p) {
 }
 
 void nsa_topk(const NsaTopk& p) {
+  if (p.mma) {
+    parallel_for(p.seq.T * p.Hkv, [&](int64_t th) {
+      const int64_t t = th / p.Hkv, hk = th % p.Hkv;
+      if (p.K == 64) TopkBlock<64>(p).run_on_host(t, hk);
+      else if (p.K == 128) TopkBlock<128>(p).run_on_host(t, hk);
+      else TopkBlock<256>(p).run_on_host(t, hk);
+    });
+    return;
+  }
   parallel_for(p.seq.T * p.Hkv, [&](int64_t th) { nsa_topk_item<double>(p, th / p.Hkv, th % p.Hkv); });
 }
 

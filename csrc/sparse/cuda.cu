@@ -1,6 +1,6 @@
 // The CUDA backend of the sparse-attention ops. NSA's compressed and selected branches, the latent decode
-// (DSA, MLA) and the indexer: the planner names the registry row (a tiled block or the per-item kernels), the
-// plan is recorded and the row launched. NSA's top-k: a thread per item of rows.h, in float.
+// (DSA, MLA), NSA's block selection and the indexer: the planner names the registry row (a tiled block or the
+// per-item kernels), the plan is recorded and the row launched.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -16,18 +16,6 @@
 namespace ak::sparse::cuda {
 
 namespace {
-
-struct TopkItem {
-  NsaTopk p;
-  __device__ void operator()(int64_t i) const { nsa_topk_item<float>(p, i / p.Hkv, i % p.Hkv); }
-};
-
-// The per-item kernel of rows.h (launch.cuh) for `body` over n items, on the device's stream.
-template <class Body>
-void launch(int device, int64_t n, const Body& body, const char* name) {
-  ak::cuda::DeviceGuard guard(device);
-  kernels::launch_items(n, body, ak::cuda::stream(device), name);
-}
 
 // Launches registry row `row` of `stage` at the problem's dtype.
 template <class Problem>
@@ -59,7 +47,12 @@ void nsa_compression(const NsaCompression& p, int device) {
   run_planned("sparse.nsa.compression", p, data, device);
 }
 
-void nsa_topk(const NsaTopk& p, int device) { launch(device, p.seq.T * p.Hkv, TopkItem{p}, "nsa_topk"); }
+void nsa_topk(const NsaTopk& p, int device) {
+  ak::cuda::DeviceGuard guard(device);
+  const plan::Plan plan = planning::plan_topk(planning::shape_of(p), ::ak::cuda::caps(device), tuning::current());
+  plan::set_last(plan);
+  launch_planned(plan.rows[0], planning::kTopkStage, p, ak::cuda::stream(device));
+}
 
 void nsa_selection(const NsaSelection& p, int device) {
   const void* data[3] = {p.q, p.k, p.v};

@@ -186,6 +186,7 @@ AK_API ak_status ak_nsa_topk(const ak_tensor* q_, const ak_tensor* k_cmp, const 
     p.indices = static_cast<int32_t*>(out.data);
     p.dtype = q.dtype, p.block = block_size, p.scale = scale;
     if (p.seq.T == 0 || p.Hkv == 0) return;
+    p.mma = planning::pick_topk(planning::shape_of(p), tuning::current()) == "mma" && on_cpu(q);
     if (on_cpu(q)) ak::sparse::cpu::nsa_topk(p);
     else AK_CUDA_CALL(ak::sparse::cuda::nsa_topk(p, q.device_index));
   });

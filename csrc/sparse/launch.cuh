@@ -15,6 +15,7 @@
 #include "sparse/indexer_block.h"
 #include "sparse/rows.h"
 #include "sparse/tiled.h"
+#include "sparse/topk_block.h"
 
 namespace ak::sparse::cuda {
 
@@ -54,6 +55,22 @@ void launch_items(int64_t n, const Body& body, cudaStream_t stream, const char* 
   each_item<<<static_cast<unsigned>((n + kItemThreads - 1) / kItemThreads), kItemThreads, 0, stream>>>(n, body);
   ::ak::cuda::check_launch(name);
 }
+
+// NSA's block selection on tensor cores: warp w of block x takes item 4 x + w = (token, KV head).
+template <int kK>
+__global__ void __launch_bounds__(kTopkThreads) topk_mma(NsaTopk p) {
+  __shared__ float move_v[kTopkWarps][kTopkMaxKept];
+  __shared__ int32_t move_i[kTopkWarps][kTopkMaxKept];
+  const int w = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kTopkWarps + w;
+  if (item >= p.seq.T * p.Hkv) return;
+  TopkBlock<kK>(p).run_on_device(item / p.Hkv, item % p.Hkv, lane, move_v[w], move_i[w]);
+}
+
+struct TopkItems {
+  NsaTopk p;
+  __device__ void operator()(int64_t i) const { nsa_topk_item<float>(p, i / p.Hkv, i % p.Hkv); }
+};
 
 // The item of each problem, in float.
 __device__ inline void item(const NsaCompression& p, int64_t t, int64_t h, int64_t v0) {
@@ -166,6 +183,19 @@ template <class T, int D, int Tile>
 void DsaItem<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
   const int64_t S = value_slices(p.D);
   kernels::launch_items(p.B * p.Sq * p.H * S, kernels::SlicedItems<DsaDecode>{p, S}, stream, "sparse.dsa.decode.item");
+}
+
+template <class T, int D, int Tile>
+void NsaTopkMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  const int64_t items = p.seq.T * p.Hkv;
+  if (items == 0) return;
+  kernels::topk_mma<D><<<static_cast<unsigned>((items + kTopkWarps - 1) / kTopkWarps), kTopkThreads, 0, stream>>>(p);
+  ::ak::cuda::check_launch("sparse.nsa.topk.mma");
+}
+
+template <class T, int D, int Tile>
+void NsaTopkItem<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  kernels::launch_items(p.seq.T * p.Hkv, kernels::TopkItems{p}, stream, "sparse.nsa.topk.item");
 }
 
 template <class T, int D, int Tile>

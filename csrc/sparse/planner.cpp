@@ -5,6 +5,7 @@
 #include "core/common.h"
 #include "sparse/dsa_source.h"
 #include "sparse/indexer_block.h"
+#include "sparse/topk_block.h"
 
 namespace ak::sparse::planning {
 
@@ -140,11 +141,53 @@ plan::Plan plan_indexer(const IndexerShape& s, const registry::Caps& caps, const
                  indexer_mma_ruled_out(s));
 }
 
+std::string topk_mma_ruled_out(const TopkShape& s) {
+  if (s.dtype != AK_BFLOAT16 && s.dtype != AK_FLOAT16) return "it takes bfloat16 and float16";
+  const int64_t G = s.hkv > 0 ? s.hq / s.hkv : 0;
+  if (!topk_block_serves(s.dtype, s.d, G, s.selected)) {
+    return "head dim " + std::to_string(s.d) + ", " + std::to_string(G) + " query heads per KV head, " +
+           std::to_string(s.selected) + " selected blocks (it takes head dims 64, 128, 256, at most 16 heads and " +
+           std::to_string(kTopkMaxKept) + " blocks)";
+  }
+  if (!s.aligned) return "q and k_cmp must start on 16 bytes";
+  return "";
+}
+
+TopkShape shape_of(const NsaTopk& p) {
+  TopkShape s;
+  s.dtype = p.dtype, s.d = p.K, s.hq = p.H, s.hkv = p.Hkv, s.selected = p.S;
+  s.aligned = on_16_bytes(p.q) && on_16_bytes(p.k_cmp);
+  return s;
+}
+
+std::string pick_topk(const TopkShape& s, const tuning::Table& t) {
+  // The tensor-core block runs when pinned until a GPU run has measured it against the per-item kernel.
+  if (t.get(kTopkStage) == "auto") return "item";
+  return pick_mma_or_item(kTopkStage, topk_mma_ruled_out(s), t);
+}
+
+plan::Plan plan_topk(const TopkShape& s, const registry::Caps& caps, const tuning::Table& t) {
+  return planned(kTopkStage, pick_topk(s, t), s.dtype, s.d, caps, t, "mma_ruled_out", topk_mma_ruled_out(s));
+}
+
 std::string plan_query(const std::string& op, plan::Query& q) {
-  require(op == "sparse.nsa.compression" || op == "sparse.nsa.selection" || op == kDsaStage || op == kIndexerStage,
-          "query: op must be sparse.nsa.compression, sparse.nsa.selection, sparse.dsa.decode or sparse.indexer, got '" +
+  require(op == "sparse.nsa.compression" || op == "sparse.nsa.selection" || op == kTopkStage || op == kDsaStage ||
+              op == kIndexerStage,
+          "query: op must be sparse.nsa.compression, sparse.nsa.selection, sparse.nsa.topk, sparse.dsa.decode or "
+          "sparse.indexer, got '" +
               op + "'");
   const registry::Caps caps = plan::caps_of(q);
+  if (op == kTopkStage) {
+    TopkShape s;
+    s.dtype = q.dtype("dtype");
+    s.d = q.integer("d", 128);
+    s.hq = q.integer("hq", 64);
+    s.hkv = q.integer("hkv", 4);
+    s.selected = q.integer("selected", 16);
+    s.aligned = q.flag("aligned", true);
+    q.finish();
+    return plan_topk(s, caps, tuning::current()).json();
+  }
   if (op == kIndexerStage) {
     IndexerShape s;
     s.dtype = q.dtype("dtype");

@@ -75,7 +75,22 @@ IndexerShape shape_of(const Indexer& p);
 std::string pick_indexer(const IndexerShape& s, const tuning::Table& t);
 plan::Plan plan_indexer(const IndexerShape& s, const registry::Caps& caps, const tuning::Table& t);
 
-// ak_plan for op sparse.nsa.compression / sparse.nsa.selection / sparse.dsa.decode / sparse.indexer.
+// NSA's block selection: the tensor-core block (16-bit, head dims 64 / 128 / 256, groups of at most 16 query
+// heads, at most 32 selected blocks) or the per-item kernel, under sparse.nsa.topk = auto | mma | item; "auto"
+// takes the per-item kernel until the block has run on a GPU.
+struct TopkShape {
+  int32_t dtype = 0;
+  int64_t d = 0, hq = 0, hkv = 1, selected = 0;
+  bool aligned = true;  // q and k_cmp start on 16 bytes
+};
+constexpr const char* kTopkStage = "sparse.nsa.topk";
+std::string topk_mma_ruled_out(const TopkShape& s);
+TopkShape shape_of(const NsaTopk& p);
+std::string pick_topk(const TopkShape& s, const tuning::Table& t);
+plan::Plan plan_topk(const TopkShape& s, const registry::Caps& caps, const tuning::Table& t);
+
+// ak_plan for op sparse.nsa.compression / sparse.nsa.selection / sparse.nsa.topk / sparse.dsa.decode /
+// sparse.indexer.
 std::string plan_query(const std::string& op, plan::Query& q);
 
 }  // namespace ak::sparse::planning

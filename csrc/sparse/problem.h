@@ -45,6 +45,7 @@ struct NsaTopk {
   int64_t H = 0, Hkv = 0, K = 0, C = 0, S = 0;
   int64_t block = 0;
   double scale = 0;
+  bool mma = false;  // CPU: the tensor-core block's steps (sparse/topk_block.h), else item by item
 };
 
 // NSA's selected branch: attention over the keys of the selected blocks.

@@ -2,8 +2,8 @@
  * The kernel registry of sparse attention: NSA's compressed and selected branches, each on the tiled
  * attention block on CUDA cores or on tensor cores (16-bit, head dims 64 / 128 / 256) and on the per-item
  * kernels (any shape), DeepSeek's sparse decode on tensor cores (512 + 64 columns) or per item, and the
- * lightning indexer on tensor cores (64 heads of 128 dims) or per item. The planner (planner.cpp) chooses
- * between them; NSA's top-k has one kernel and is not a row.
+ * lightning indexer on tensor cores (64 heads of 128 dims) or per item, NSA's block selection on tensor cores
+ * or per item. The planner (planner.cpp) chooses between them.
  *
  * @example
  * ```ts
@@ -57,6 +57,35 @@ function branch(stage: string, name: string, what: string): KernelSpec[] {
     },
   ];
 }
+
+const TOPK: KernelSpec[] = [
+  {
+    stage: "sparse.nsa.topk",
+    variant: "mma",
+    launcher: "ak::sparse::cuda::NsaTopkMma",
+    args: "::ak::sparse::NsaTopk",
+    header: "sparse/launch.cuh",
+    arch: "sm80",
+    instances: [{ dtypes: HALF, d: [64, 128, 256] }],
+    doc:
+      "NSA's block selection on tensor cores: a warp per (token, KV head), the group's query heads as one m16 " +
+      "tile of mma.sync m16n8k16 against 32 compressed rows a step, the group's summed probabilities by a " +
+      "butterfly, the step merged into the kept top S by rank (sparse/topk_block.h).",
+    constraints: "group <= 16; selectedBlockNum <= 32; q, kCmp on 16 bytes",
+  },
+  {
+    stage: "sparse.nsa.topk",
+    variant: "item",
+    launcher: "ak::sparse::cuda::NsaTopkItem",
+    args: "::ak::sparse::NsaTopk",
+    header: "sparse/launch.cuh",
+    arch: "sm80",
+    instances: [{ dtypes: ALL, d: [0] }],
+    doc:
+      "NSA's block selection, a thread per (token, KV head) scoring every visible compressed row (sparse/rows.h).",
+    constraints: "any head dim, group and selected count",
+  },
+];
 
 const DSA: KernelSpec[] = [
   {
@@ -121,6 +150,7 @@ export const sparseRegistry: KernelFamily = {
   kernels: [
     ...branch("compression", "Compression", "compressed branch"),
     ...branch("selection", "Selection", "selected branch"),
+    ...TOPK,
     ...DSA,
     ...INDEXER,
   ],

@@ -14,7 +14,7 @@ import { booleanOption, checkOptions } from "../args.ts";
 import { Tensor } from "../tensor.ts";
 import { expectSize } from "../attention/options.ts";
 import type { KernelOptions } from "../attention/gqa.ts";
-import { checkKernelMap, type KernelMap, withChoice } from "../tune/choice.ts";
+import { checkKernelMap, type KernelMap, withChoice, withPlanner } from "../tune/choice.ts";
 import {
   accumDtype,
   checked,
@@ -267,6 +267,12 @@ export interface NSATopkVarlenOptions {
   accumDtype?: "float32";
   /** Read the token indices back and check them against the offsets (default true). */
   checkIndices?: boolean;
+  /**
+   * The kernel for this op's calls, over the tuning table in force: `{ "sparse.nsa.topk": "mma" | "item" }`
+   * (tensor cores where they serve, else a thread per item). A setting that cannot serve a call makes the
+   * call throw, naming why.
+   */
+  kernelMap?: KernelMap;
 }
 
 const TOPK_KEYS = {
@@ -282,6 +288,7 @@ const TOPK_KEYS = {
   bs: "any",
   accumDtype: "any",
   checkIndices: "any",
+  kernelMap: "any",
 } as const;
 
 /**
@@ -318,6 +325,7 @@ export class NSATopkVarlenOp {
     scale: number;
   }>;
   readonly #check: boolean;
+  readonly #kernelMap: KernelMap | undefined;
   readonly #pin = new FirstDType();
 
   /** Checks the sizes once. */
@@ -349,6 +357,7 @@ export class NSATopkVarlenOp {
       scale: scaleOption(op, "scale", o.scale, dim ** -0.5),
     });
     this.#check = booleanOption(op, "checkIndices", o.checkIndices, true);
+    this.#kernelMap = checkKernelMap(op, o.kernelMap, ["sparse.nsa.topk"]);
   }
 
   /** Selects the blocks; the returned int32 tensor is the caller's to dispose. */
@@ -375,21 +384,37 @@ export class NSATopkVarlenOp {
     using chunks = offsetsOn(op, "chunkOffsets", chunkOffsets, first.device, s.seqNum + 1);
     checkTokenIndices(op, tokenIndices, off, s.cSeqLen, this.#check);
     const shape = [s.cSeqLen, s.headsKv, s.selectedBlockNum];
-    return writeResult(op, "out", out, shape, "int32", first.device, (indices) =>
-      checked(
-        op,
-        { k_cmp: "kCmp", chunk_offsets: "chunkOffsets", lse: "lseIn", block_indices: "out" },
-        native().ak_nsa_topk(
-          first.descriptor(op),
-          kc.descriptor(op),
-          lse.descriptor(op),
-          off.tensor.descriptor(op),
-          chunks.tensor.descriptor(op),
-          BigInt(s.bs),
-          s.scale,
-          indices.descriptor(op),
-        ),
-      ));
+    const call = (into?: Tensor) =>
+      writeResult(op, "out", into, shape, "int32", first.device, (indices) =>
+        checked(
+          op,
+          { k_cmp: "kCmp", chunk_offsets: "chunkOffsets", lse: "lseIn", block_indices: "out" },
+          native().ak_nsa_topk(
+            first.descriptor(op),
+            kc.descriptor(op),
+            lse.descriptor(op),
+            off.tensor.descriptor(op),
+            chunks.tensor.descriptor(op),
+            BigInt(s.bs),
+            s.scale,
+            indices.descriptor(op),
+          ),
+        ));
+    if (!this.#kernelMap) return withPlanner("NSATopkVarlenOp", () => call(out));
+    // Block lists are not tuned (a candidate's lists differ from the planner's on near ties): the map only.
+    return withChoice({
+      op: "NSATopkVarlenOp",
+      device: first.device,
+      kernelMap: this.#kernelMap,
+      tune: false,
+      keys: ["sparse.nsa.topk"],
+      shapeClass: JSON.stringify({ dtype: first.dtype, ...s }),
+      relRms: 0,
+      run: () => {
+        const r = call();
+        return { tensors: [r], [Symbol.dispose]: () => r.dispose() };
+      },
+    }, () => call(out));
   }
 }
 

@@ -3,7 +3,7 @@
 // on bfloat16 and float8 inputs; refused: bad indices (out of range, listed twice, counts past the list,
 // the wrong dtype), token indices that disagree with the offsets, key ranges past the keys, bad sizes.
 import * as ak from "../../mod.ts";
-import type { Case, Rng, Scope } from "./cases.ts";
+import { type Case, PIN_REFUSAL, type Rng, type Scope } from "./cases.ts";
 import { badTensor, caseMakers } from "./family.ts";
 
 const nsa = caseMakers("NSA");
@@ -25,7 +25,7 @@ export function nsaCases(rng: Rng, scope: Scope, bad: boolean): Case {
     Hkv = rng.int(1, 2),
     G = rng.pick([1, 2, 4]),
     H = Hkv * G,
-    D = rng.pick([8, 16]);
+    D = rng.pick([8, 16, 64]);
   const dtype = rng.pick<ak.DType>(["bfloat16", "float16", "float32"]);
   const bc = rng.pick([bs, bs / 2]);
   const p = packing(rng, scope, bs, bc);
@@ -99,10 +99,19 @@ export function nsaCases(rng: Rng, scope: Scope, bad: boolean): Case {
               kernelMap: rng.pick([undefined, { "sparse.nsa.compression": "item" }]),
             }),
         );
-      case 1:
-        return bc === bs
-          ? nsa.valid(`selection ${dtype} S${S}`, () => topk())
-          : nsa.invalid("selection with bc != bs", () => topk({ bc }));
+      case 1: {
+        if (bc !== bs) return nsa.invalid("selection with bc != bs", () => topk({ bc }));
+        // The per-item kernel serves every call; the tensor-core one 16-bit inputs at head dim 64 here (a
+        // pin where it cannot serve is refused, naming why).
+        const pin = rng.pick([undefined, "item", "mma"]);
+        const serves = dtype !== "float32" && D === 64;
+        return nsa.valid(
+          `selection ${dtype} D${D} S${S}${pin ? ` ${pin} pinned` : ""}`,
+          () => topk({ kernelMap: pin ? { "sparse.nsa.topk": pin } : undefined }),
+          true,
+          pin === "mma" && !serves ? PIN_REFUSAL : undefined,
+        );
+      }
       default:
         return nsa.valid(
           `selected ${dtype} S${S}`,
