@@ -261,7 +261,9 @@ export class GroupedQueryAttentionPrefillPagedWithKVCacheFwdOp {
     using index = Tensor.from(plan.rows, { device: query.device });
     const gather = (pages: Tensor, scale: Tensor | null | undefined) => {
       using flat = pages.reshape([cacheRows, Hkv, D]);
-      using packed = selectRows(OP, flat, index);
+      const packed = selectRows(OP, flat, index);
+      if (!fp8 && packed.dtype === query.dtype) return packed; // already q's dtype: no copy
+      using _packed = packed;
       if (fp8) return dequantizeRows(OP, packed, scale!, tokenSequences(plan.kOffsets), query.dtype);
       return packed.cast(query.dtype);
     };
@@ -370,8 +372,9 @@ export class GroupedQueryAttentionPrefillPagedWithKVCacheFwdOp {
     cacheDtype: DType,
   ) {
     const { headsKv: Hkv, dim: D } = this.sizes;
-    using stored = scale ? quantize(fresh, scale, request) : fresh.cast(cacheDtype);
     using rows = pages.reshape([pages.numel / (Hkv * D), Hkv, D]);
+    if (!scale && fresh.dtype === cacheDtype) return scatterRows(OP, rows, fresh, dest); // no copy
+    using stored = scale ? quantize(fresh, scale, request) : fresh.cast(cacheDtype);
     scatterRows(OP, rows, stored, dest);
   }
 }
@@ -410,25 +413,29 @@ function ropeTables(positions: Float64Array, rotaryDim: number, base: number, de
  * with its own write.
  */
 function refuseAliasedWrites(t: PageTable, cached: Int32Array, kOffsets: Int32Array): void {
-  const users = new Map<number, string[]>();
-  const written = new Set<number>();
+  // Per page: how many entries of the call name it, and whether the call writes it.
+  const pages = t.rows / t.pageSize;
+  const uses = new Int32Array(pages), written = new Uint8Array(pages);
   for (let b = 0; b + 1 < kOffsets.length; b++) {
     const total = kOffsets[b + 1] - kOffsets[b];
     for (let p = 0; p * t.pageSize < total; p++) {
-      const page = t.table[b * t.maxPages + p];
-      const list = users.get(page) ?? [];
-      list.push(`[${b}, ${p}]`);
-      users.set(page, list);
-      if ((p + 1) * t.pageSize > cached[b]) written.add(page);
+      const page = t.table[b * t.maxPages + p]; // in range: pagedRows checked every entry in use
+      uses[page]++;
+      if ((p + 1) * t.pageSize > cached[b]) written[page] = 1;
     }
   }
-  for (const page of written) {
-    const list = users.get(page)!;
-    if (list.length > 1) {
-      throw invalidArgument(
-        OP,
-        `blockTable: page ${page} is written by this call and named by entries ${list.join(" and ")}`,
-      );
+  for (let page = 0; page < pages; page++) {
+    if (!written[page] || uses[page] < 2) continue;
+    const names: string[] = [];
+    for (let b = 0; b + 1 < kOffsets.length; b++) {
+      const total = kOffsets[b + 1] - kOffsets[b];
+      for (let p = 0; p * t.pageSize < total; p++) {
+        if (t.table[b * t.maxPages + p] === page) names.push(`[${b}, ${p}]`);
+      }
     }
+    throw invalidArgument(
+      OP,
+      `blockTable: page ${page} is written by this call and named by entries ${names.join(" and ")}`,
+    );
   }
 }
