@@ -16,7 +16,6 @@ import {
   withTuning,
 } from "../mod.ts";
 import {
-  nsaBlockImportance,
   nsaCompressionReference,
   nsaSelectionReference,
   nsaVisibleRows,
