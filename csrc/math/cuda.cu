@@ -5,10 +5,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdint>
-#include <initializer_list>
 
 #include "cuda/runtime.cuh"
+#include "cuda/store_unit.cuh"
 #include "math/backend.h"
 #include "math/element.h"
 #include "math/plans.h"
@@ -227,22 +226,6 @@ void matmul(const ak_tensor& dst, const ak_tensor& a, const ak_tensor& b) {
 
 namespace {
 
-// Whole rows moved in the widest unit (16, 8, 4, 2 or 1 bytes) that divides the row and every address:
-// a gather or scatter of rows of a few KB is then one 16-byte move per thread step, not an element's.
-size_t row_unit(int64_t row_bytes, std::initializer_list<const void*> data) {
-  for (size_t unit : {size_t{16}, size_t{8}, size_t{4}, size_t{2}}) {
-    bool fits = row_bytes % static_cast<int64_t>(unit) == 0;
-    for (const void* d : data) fits = fits && reinterpret_cast<uintptr_t>(d) % unit == 0;
-    if (fits) return unit;
-  }
-  return 1;
-}
-template <class F>
-void with_unit(size_t bytes, F&& f) {
-  if (bytes == 16) return f(uint4{});
-  with_bits(bytes, f);
-}
-
 // dst row m = src row index[m] (zeros for an index outside src's rows: the caller checks indices, and this
 // never reads outside src).
 template <class U, class I>
@@ -273,9 +256,10 @@ void index_select(const ak_tensor& dst, const ak_tensor& src, int dim, const ak_
   cudaStream_t s = stream(dst.device_index);
   if (p.outer.numel == 1 && is_contiguous(src) && total > 0) {  // whole rows of a contiguous src
     const int64_t row_bytes = p.inner.numel * static_cast<int64_t>(dtype_size(src.dtype));
-    const size_t unit = row_unit(row_bytes, {dst.data, src.data});
-    const int64_t row = row_bytes / static_cast<int64_t>(unit), units = p.selected * row;
-    with_unit(unit, [&](auto tag) {
+    // Whole rows in the widest unit that divides the row and both addresses: 16-byte moves for rows of KB.
+    const int64_t unit = ak::cuda::widest_unit(row_bytes, {dst.data, src.data});
+    const int64_t row = row_bytes / unit, units = p.selected * row;
+    ak::cuda::with_unit(unit, [&](auto tag) {
       using U = decltype(tag);
       const unsigned grid = grid_for(dst.device_index, units);
       if (index.dtype == AK_INT32) {
@@ -308,9 +292,9 @@ void scatter_rows(const ak_tensor& dst, const ak_tensor& src, const ak_tensor& i
   const int64_t total = numel(src);
   if (total == 0) return;
   const int64_t row_bytes = total / src.shape[0] * static_cast<int64_t>(dtype_size(src.dtype));
-  const size_t unit = row_unit(row_bytes, {dst.data, src.data});
-  const int64_t row = row_bytes / static_cast<int64_t>(unit), units = src.shape[0] * row;
-  with_unit(unit, [&](auto tag) {
+  const int64_t unit = ak::cuda::widest_unit(row_bytes, {dst.data, src.data});
+  const int64_t row = row_bytes / unit, units = src.shape[0] * row;
+  ak::cuda::with_unit(unit, [&](auto tag) {
     using U = decltype(tag);
     scatter_rows_kernel<U><<<grid_for(dst.device_index, units), kThreads, 0, stream(dst.device_index)>>>(
         out_of<U>(dst), data_of<U>(src), data_of<int32_t>(index), dst.shape[0], row, units);
