@@ -158,7 +158,6 @@ struct TopkBlock {
   __device__ void run_on_device(int64_t t, int64_t hk, int lane, float* move_v, int32_t* move_i) const {
     const TopkItemInfo it(p, t, hk);
     const int S = static_cast<int>(p.S);
-    const int g = lane >> 2, q = lane & 3;
     uint32_t qa[kSteps][4];
     load_q(it, lane, qa);
     float kept_v = -INFINITY;
@@ -192,7 +191,6 @@ struct TopkBlock {
         }
       }
       const float v = it.importance(p, c0 + lane, summed);
-      (void)g, (void)q;
       int r_new = 0, r_kept = lane;
       for (int j = 0; j < S; j++) r_new += __shfl_sync(0xffffffffu, kept_v, j) >= v;
       for (int m = 0; m < kTopkStep; m++) {
