@@ -14,7 +14,7 @@ import { booleanOption, checkOptions } from "../args.ts";
 import { Tensor } from "../tensor.ts";
 import { expectSize } from "../attention/options.ts";
 import type { KernelOptions } from "../attention/gqa.ts";
-import { checkKernelMap, type KernelMap, withChoice, withPlanner } from "../tune/choice.ts";
+import { checkKernelMap, type KernelMap, withChoice, withKernelMap, withPlanner } from "../tune/choice.ts";
 import {
   accumDtype,
   checked,
@@ -384,8 +384,8 @@ export class NSATopkVarlenOp {
     using chunks = offsetsOn(op, "chunkOffsets", chunkOffsets, first.device, s.seqNum + 1);
     checkTokenIndices(op, tokenIndices, off, s.cSeqLen, this.#check);
     const shape = [s.cSeqLen, s.headsKv, s.selectedBlockNum];
-    const call = (into?: Tensor) =>
-      writeResult(op, "out", into, shape, "int32", first.device, (indices) =>
+    const call = () =>
+      writeResult(op, "out", out, shape, "int32", first.device, (indices) =>
         checked(
           op,
           { k_cmp: "kCmp", chunk_offsets: "chunkOffsets", lse: "lseIn", block_indices: "out" },
@@ -400,21 +400,9 @@ export class NSATopkVarlenOp {
             indices.descriptor(op),
           ),
         ));
-    if (!this.#kernelMap) return withPlanner("NSATopkVarlenOp", () => call(out));
     // Block lists are not tuned (a candidate's lists differ from the planner's on near ties): the map only.
-    return withChoice({
-      op: "NSATopkVarlenOp",
-      device: first.device,
-      kernelMap: this.#kernelMap,
-      tune: false,
-      keys: ["sparse.nsa.topk"],
-      shapeClass: JSON.stringify({ dtype: first.dtype, ...s }),
-      relRms: 0,
-      run: () => {
-        const r = call();
-        return { tensors: [r], [Symbol.dispose]: () => r.dispose() };
-      },
-    }, () => call(out));
+    if (this.#kernelMap) return withKernelMap("NSATopkVarlenOp", this.#kernelMap, call);
+    return withPlanner("NSATopkVarlenOp", call);
   }
 }
 

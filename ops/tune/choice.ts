@@ -122,12 +122,15 @@ export function withPlanner<T>(op: string, fn: () => T): T {
   return fn();
 }
 
+/** Runs `fn` (the user's call of `op`) under the op's `kernelMap` over the tuning table, recording it. */
+export function withKernelMap<T>(op: string, kernelMap: KernelMap, fn: () => T): T {
+  last = { op, source: "override", spec: stringSpec(kernelMap) };
+  return withTuningOver(kernelMap, fn);
+}
+
 /** Runs `fn` (the user's call) under the kernels chosen for `request`, recording the choice. */
 export function withChoice<T>(request: ChoiceRequest, fn: () => T): T {
-  if (request.kernelMap) {
-    last = { op: request.op, source: "override", spec: stringSpec(request.kernelMap) };
-    return withTuningOver(request.kernelMap, fn);
-  }
+  if (request.kernelMap) return withKernelMap(request.op, request.kernelMap, fn);
   if (!request.tune) return withPlanner(request.op, fn);
   const key = cacheKey(request);
   const cached = readTuneRecord(key);
