@@ -40,17 +40,19 @@ AK_HD constexpr int pipe_stages(int D) { return D == 256 ? 2 : 3; }
 inline bool pipe_serves(int32_t dtype, int64_t D, int64_t R) { return mma_serves(dtype, D, R); }
 
 // The block's shared memory: q, the stages' K and V rows (padded by 8 elements: ldmatrix rows 16-byte
-// aligned, eight rows on distinct banks) and whether each staged key has a row; after the last stage the
-// K and V area holds the warps' results for the merge.
+// aligned, eight rows on distinct banks), whether each staged key has a row, and each stage's cache rows
+// (looked up once a key, a stage ahead of its load); after the last stage the K and V area holds the warps'
+// results for the merge.
 struct PipeShared {
   uint16_t* q;     // [16][D + 8] (rows past R zero)
   uint16_t* k;     // [S][kPipeKeys][D + 8]
   uint16_t* v;     // [S][kPipeKeys][D + 8]
   int32_t* valid;  // [S][kPipeKeys]
+  int64_t* rows;   // [S][kPipeKeys] the cache row of each key of the stage's next tile (-1: none)
   float* merge;    // [4][16][D + 2] (over k and v)
   AK_HD static int64_t bytes(int64_t D) {
     const int64_t S = pipe_stages(static_cast<int>(D));
-    return 2 * 16 * (D + 8) + 4 * S * kPipeKeys * (D + 8) + 4 * S * kPipeKeys;
+    return 2 * 16 * (D + 8) + 4 * S * kPipeKeys * (D + 8) + 4 * S * kPipeKeys + 8 * S * kPipeKeys;
   }
   AK_HD static PipeShared carve(unsigned char* base, int64_t D) {
     const int64_t S = pipe_stages(static_cast<int>(D));
@@ -59,6 +61,7 @@ struct PipeShared {
     sh.k = sh.q + 16 * (D + 8);
     sh.v = sh.k + S * kPipeKeys * (D + 8);
     sh.valid = reinterpret_cast<int32_t*>(sh.v + S * kPipeKeys * (D + 8));
+    sh.rows = reinterpret_cast<int64_t*>(sh.valid + S * kPipeKeys);
     sh.merge = reinterpret_cast<float*>(sh.k);
     return sh;
   }
@@ -107,15 +110,20 @@ struct PipeBlock {
     for (int n = 0; n < kN; n++) st.acc[n][0] = st.acc[n][1] = st.acc[n][2] = st.acc[n][3] = 0.f;
   }
 
-  // Thread t's share of the keys [tile, tile + 64) into stage s: `copy(dst, src, ok)` moves 16 bytes (zeros
-  // when !ok: past the range, or a slot without a row); the thread moving a key's first 8 columns records
-  // whether the key has a row.
+  // The cache rows of the keys [tile, tile + 64) for stage s (-1 past the range or without a row): one
+  // lookup a key (a page table read in a paged cache), by the first 64 threads.
+  AK_HD void mark_rows(const PipeShared& sh, int t, int s, int64_t tile) const {
+    if (t < kPipeKeys) sh.rows[s * kPipeKeys + t] = tile + t < src.end ? src.row(tile + t) : -1;
+  }
+
+  // Thread t's share of stage s's keys (their rows marked): `copy(dst, src, ok)` moves 16 bytes (zeros when
+  // !ok: a key without a row); the thread moving a key's first 8 columns records whether it has a row.
   template <class Copy>
-  AK_HD void load_stage(const PipeShared& sh, int t, int s, int64_t tile, Copy&& copy) const {
+  AK_HD void load_stage(const PipeShared& sh, int t, int s, Copy&& copy) const {
     constexpr int kPerRow = kD / 8;
     for (int e = t; e < kPipeKeys * kPerRow; e += kThreads) {
       const int j = e / kPerRow, c = 8 * (e % kPerRow);
-      const int64_t pos = tile + j, row = pos < src.end ? src.row(pos) : -1;
+      const int64_t row = sh.rows[s * kPipeKeys + j];
       const int64_t at = row >= 0 ? (row * src.Hkv + src.hk) * kD + c : 0;
       const int64_t dst = (static_cast<int64_t>(s) * kPipeKeys + j) * kStride + c;
       copy(sh.k + dst, static_cast<const uint16_t*>(src.k) + at, row >= 0);
@@ -197,7 +205,8 @@ struct PipeBlock {
   // Thread t's share of the merge over the warps (their results laid out as the warp block's, 16 rows a warp).
   AK_HD void finish(const PipeShared& sh, int t) const { merge_warps<Source, kD>(src, sh.merge, 16, t); }
 
-  // The whole block on the host: one stage, each warp's lanes step by step, the collective steps over them.
+  // The whole block on the host: the device's ring of stages in its order (rows marked a stage ahead, loads
+  // kStages - 1 ahead), each warp's lanes step by step, the collective steps over them.
   void run_on_host() const {
     std::vector<Words> memory(static_cast<size_t>(shared_bytes() / 16 + 1));
     const PipeShared sh = PipeShared::carve(reinterpret_cast<unsigned char*>(memory.data()), kD);
@@ -210,8 +219,20 @@ struct PipeBlock {
     for (int t = 0; t < kThreads; t++) start(t % 32, lanes[t]);
     uint32_t a[32][4], b[32][2];
     float c[32][2][4], mx[32][2], d[32][4];
-    for (int64_t tile = src.begin; tile < src.end; tile += kPipeKeys) {
-      for (int t = 0; t < kThreads; t++) load_stage(sh, t, 0, tile, copy);
+    const int64_t tiles = src.end > src.begin ? (src.end - src.begin + kPipeKeys - 1) / kPipeKeys : 0;
+    for (int s = 0; s < kStages; s++) {
+      for (int t = 0; t < kThreads; t++) mark_rows(sh, t, s, src.begin + s * kPipeKeys);
+    }
+    for (int s = 0; s < kStages - 1 && s < tiles; s++) {
+      for (int t = 0; t < kThreads; t++) load_stage(sh, t, s, copy);
+    }
+    for (int64_t i = 0; i < tiles; i++) {
+      const int64_t tile = src.begin + i * kPipeKeys, next = i + kStages - 1;
+      const int st_now = static_cast<int>(i % kStages);
+      if (next < tiles) {
+        for (int t = 0; t < kThreads; t++) load_stage(sh, t, static_cast<int>(next % kStages), copy);
+      }
+      for (int t = 0; t < kThreads; t++) mark_rows(sh, t, st_now, src.begin + (i + kStages) * kPipeKeys);
       for (int w = 0; w < 4; w++) {
         Lane* st = lanes.data() + 32 * w;
         for (int nt = 0; nt < 2; nt++) {
@@ -219,13 +240,13 @@ struct PipeBlock {
           for (int kk = 0; kk < kK; kk++) {
             for (int lane = 0; lane < 32; lane++) {
               fragment_a(sh.q, kStride, 16 * kk, lane, a[lane]);
-              fragment_b_rows(k_stage(sh, 0), kStride, kPipeWarpKeys * w + 8 * nt, 16 * kk, lane, b[lane]);
+              fragment_b_rows(k_stage(sh, st_now), kStride, kPipeWarpKeys * w + 8 * nt, 16 * kk, lane, b[lane]);
             }
             mma_host(dtype(), a, b, d);
           }
           for (int lane = 0; lane < 32; lane++) std::memcpy(c[lane][nt], d[lane], sizeof(d[lane]));
         }
-        for (int lane = 0; lane < 32; lane++) mask(sh, 0, w, lane, tile, st[lane], c[lane], mx[lane]);
+        for (int lane = 0; lane < 32; lane++) mask(sh, st_now, w, lane, tile, st[lane], c[lane], mx[lane]);
         for (int quad = 0; quad < 8; quad++) {  // the device's shuffles within four lanes
           for (int h = 0; h < 2; h++) {
             float top = -INFINITY;
@@ -236,7 +257,7 @@ struct PipeBlock {
         for (int lane = 0; lane < 32; lane++) exponentiate(c[lane], mx[lane], st[lane], a[lane]);
         for (int n = 0; n < kN; n++) {
           for (int lane = 0; lane < 32; lane++) {
-            fragment_b_cols(v_stage(sh, 0), kStride, kPipeWarpKeys * w, 8 * n, lane, b[lane]);
+            fragment_b_cols(v_stage(sh, st_now), kStride, kPipeWarpKeys * w, 8 * n, lane, b[lane]);
             std::memcpy(d[lane], st[lane].acc[n], sizeof(d[lane]));
           }
           mma_host(dtype(), a, b, d);
@@ -305,17 +326,23 @@ struct PipeBlock {
     start(lane, st);
     const int64_t tiles = src.end > src.begin ? (src.end - src.begin + kPipeKeys - 1) / kPipeKeys : 0;
 #pragma unroll
+    for (int s = 0; s < kStages; s++) mark_rows(sh, t, s, src.begin + s * kPipeKeys);
+    __syncthreads();
+#pragma unroll
     for (int s = 0; s < kStages - 1; s++) {
-      if (s < tiles) load_stage(sh, t, s, src.begin + s * kPipeKeys, copy);
+      if (s < tiles) load_stage(sh, t, s, copy);
       ak::arch::cp_async_commit();
     }
     for (int64_t i = 0; i < tiles; i++) {
-      // Stage i has landed for every thread, and every warp is done with the stage the next load reuses.
+      // Stage i has landed for every thread, every warp is done with the stage the next load reuses, and
+      // the next load's rows (marked an iteration ago) are visible.
       ak::arch::cp_async_wait<kStages - 2>();
       __syncthreads();
       const int64_t next = i + kStages - 1;
-      if (next < tiles) load_stage(sh, t, static_cast<int>(next % kStages), src.begin + next * kPipeKeys, copy);
+      if (next < tiles) load_stage(sh, t, static_cast<int>(next % kStages), copy);
       ak::arch::cp_async_commit();
+      // Stage i's rows were read by its load (before this iteration's barrier): the slot takes tile i + S's.
+      mark_rows(sh, t, static_cast<int>(i % kStages), src.begin + (i + kStages) * kPipeKeys);
       compute(sh, static_cast<int>(i % kStages), w, lane, src.begin + i * kPipeKeys, st);
     }
     ak::arch::cp_async_wait_all();
