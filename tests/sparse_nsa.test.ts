@@ -304,13 +304,16 @@ deviceTest(
             }
           }
         }
-        // The planner takes the per-item kernel; the tensor-core block when pinned, where it serves (16-bit,
-        // group <= 16, S <= 32), else the pin is refused, naming why.
+        // The planner takes the tensor-core block where it serves (16-bit, group <= 16, S <= 32) and the
+        // per-item kernel elsewhere; a pin to the block where it does not serve is refused, naming why.
         const plan = (q: Omit<PlanQuery, "op" | "gpu">) =>
           explain({ op: "sparse.nsa.topk", gpu: "h200", ...q });
         const pinned = (q: Omit<PlanQuery, "op" | "gpu">) =>
           withTuning({ "sparse.nsa.topk": "mma" }, () => plan(q));
-        assert.equal(plan({ d: 128, hq: 64, hkv: 4, selected: 16 }).path, "item");
+        assert.equal(plan({ d: 128, hq: 64, hkv: 4, selected: 16 }).path, "mma");
+        for (const q of [{ hq: 64, hkv: 2 }, { selected: 64 }, { d: 96 }, { dtype: "float32" as const }]) {
+          assert.equal(plan(q).path, "item", JSON.stringify(q));
+        }
         assert.deepEqual(pinned({ d: 128, hq: 64, hkv: 4, selected: 16 }).kernels.map((k) => k.name), [
           "sparse.nsa.topk.mma<bfloat16, D128>",
         ]);

@@ -161,8 +161,6 @@ TopkShape shape_of(const NsaTopk& p) {
 }
 
 std::string pick_topk(const TopkShape& s, const tuning::Table& t) {
-  // The tensor-core block runs when pinned until a GPU run has measured it against the per-item kernel.
-  if (t.get(kTopkStage) == "auto") return "item";
   return pick_mma_or_item(kTopkStage, topk_mma_ruled_out(s), t);
 }
 
