@@ -6,7 +6,8 @@
  *   FLA's `parallel_nsa` forward with `--fla <json>` (bench/fla_nsa.py on the same machine; FLA pools the
  *   compressed keys itself, here they are inputs). FLOPs: compressed `4 T H D avg(nc)` + selection scores
  *   `2 T H D avg(nc)` + selected `4 T H D S bs`, avg(nc) = T / (2 bs). Then each branch alone, the block
- *   selection with each of its kernels pinned.
+ *   kernels pinned in turn (compressed and selected branches: the streamed and the tile-at-a-time tensor-core
+ *   blocks; block selection: tensor cores and per item).
  * - DSA decode at batch 64, one query each, 128 heads over one latent head, topk 2048 of 8192 cache rows,
  *   512 + 64 dims: GB/s of the selected rows (each read once) against the 4252 GB/s copy ceiling, and
  *   TFLOP/s of `2 B H topk (576 + 512)`.
@@ -104,7 +105,15 @@ if (OPS.has("nsa")) {
   using kCmp = Tensor.randn([C, Hkv, D], { dtype: "bfloat16", device, seed: 4 });
   using vCmp = Tensor.randn([C, Hkv, D], { dtype: "bfloat16", device, seed: 5 });
   const sizes = { seqNum: 1, cSeqLen: T, heads: H, group: G, chunkNum: C, bs };
-  const cmp = new NSACmpFwdVarlenOp({ ...sizes, dimK: D, dimV: D, checkIndices: false });
+  const cmpOp = (variant?: string) =>
+    new NSACmpFwdVarlenOp({
+      ...sizes,
+      dimK: D,
+      dimV: D,
+      checkIndices: false,
+      kernelMap: variant ? { "sparse.nsa.compression": variant } : undefined,
+    });
+  const cmp = cmpOp();
   const topkOp = (variant?: string) =>
     new NSATopkVarlenOp({
       ...sizes,
@@ -114,16 +123,19 @@ if (OPS.has("nsa")) {
       kernelMap: variant ? { "sparse.nsa.topk": variant } : undefined,
     });
   const topk = topkOp();
-  const selected = new NSAFwdVarlenOp({
-    batch: 1,
-    heads: H,
-    cSeqLen: T,
-    dim: D,
-    blockSize: bs,
-    groups: G,
-    selectedBlocks: S,
-    checkIndices: false,
-  });
+  const selectedOp = (variant?: string) =>
+    new NSAFwdVarlenOp({
+      batch: 1,
+      heads: H,
+      cSeqLen: T,
+      dim: D,
+      blockSize: bs,
+      groups: G,
+      selectedBlocks: S,
+      checkIndices: false,
+      kernelMap: variant ? { "sparse.nsa.selection": variant } : undefined,
+    });
+  const selected = selectedOp();
   const avgNc = T / (2 * bs);
   const cmpFlops = 4 * T * H * D * avgNc,
     topkFlops = 2 * T * H * D * avgNc,
@@ -135,21 +147,27 @@ if (OPS.has("nsa")) {
     using blocks = topk.forward(q, kCmp, c.lse, offsets, chunks, tokens);
     using _o = selected.forward(q, k, v, blocks, undefined, offsets, tokens);
   }, { flops: cmpFlops + topkFlops + selFlops });
-  // Each branch alone (the block selection with each of its kernels pinned), for where the time goes.
+  // Each branch alone with each of its kernels pinned, for where the time goes.
   using c = cmp.forward(q, kCmp, vCmp, offsets, chunks, tokens);
   using blocks = topk.forward(q, kCmp, c.lse, offsets, chunks, tokens);
-  run(row("NSACmpFwdVarlenOp", shape, "bfloat16", "fwd", "-", null), () => {
-    using _c = cmp.forward(q, kCmp, vCmp, offsets, chunks, tokens);
-  }, { flops: cmpFlops });
+  for (const variant of ["pipe", "mma"]) {
+    const op = cmpOp(variant);
+    run(row("NSACmpFwdVarlenOp", shape, "bfloat16", `fwd, ${variant} pinned`, "-", null), () => {
+      using _c = op.forward(q, kCmp, vCmp, offsets, chunks, tokens);
+    }, { flops: cmpFlops });
+  }
   for (const variant of ["item", "mma"]) {
     const op = topkOp(variant);
     run(row("NSATopkVarlenOp", shape, "bfloat16", `fwd, ${variant} pinned`, "-", null), () => {
       using _b = op.forward(q, kCmp, c.lse, offsets, chunks, tokens);
     }, { flops: topkFlops });
   }
-  run(row("NSAFwdVarlenOp", shape, "bfloat16", "fwd", "-", null), () => {
-    using _o = selected.forward(q, k, v, blocks, undefined, offsets, tokens);
-  }, { flops: selFlops });
+  for (const variant of ["pipe", "mma"]) {
+    const op = selectedOp(variant);
+    run(row("NSAFwdVarlenOp", shape, "bfloat16", `fwd, ${variant} pinned`, "-", null), () => {
+      using _o = op.forward(q, k, v, blocks, undefined, offsets, tokens);
+    }, { flops: selFlops });
+  }
 }
 
 if (OPS.has("dsa")) {

@@ -6,6 +6,7 @@
 #include "sparse/backend.h"
 #include "sparse/rows.h"
 #include "attention/tiled/mma_block.h"
+#include "attention/tiled/pipe_block.h"
 #include "sparse/dsa_source.h"
 #include "sparse/indexer_block.h"
 #include "sparse/topk_block.h"
@@ -13,13 +14,24 @@
 
 namespace ak::sparse::cpu {
 
+namespace {
+
+// One (token, KV head) of an NSA branch on the block the planner chose, phase by phase as the CUDA kernel
+// runs it (the streamed block at a compile-time head dim: 64 or 128, where the planner takes it).
+template <class Source>
+void run_block(NsaBlock kernel, const Source& source) {
+  namespace tb = ak::attention::tiled;
+  if (kernel == NsaBlock::tiled) tb::Block<Source>(source).run_on_host();
+  else if (kernel == NsaBlock::mma) tb::MmaBlock<Source>(source).run_on_host();
+  else if (source.D == 64) tb::PipeBlock<Source, 64>(source).run_on_host();
+  else tb::PipeBlock<Source, 128>(source).run_on_host();
+}
+
+}  // namespace
+
 void nsa_compression(const NsaCompression& p) {
-  if (p.tiled) {
-    parallel_for(p.seq.T * p.Hkv, [&](int64_t x) {
-      const CompressionSource source(p, x / p.Hkv, x % p.Hkv);
-      if (p.mma) ak::attention::tiled::MmaBlock<CompressionSource>(source).run_on_host();
-      else ak::attention::tiled::Block<CompressionSource>(source).run_on_host();
-    });
+  if (p.kernel != NsaBlock::item) {
+    parallel_for(p.seq.T * p.Hkv, [&](int64_t x) { run_block(p.kernel, CompressionSource(p, x / p.Hkv, x % p.Hkv)); });
     return;
   }
   const int64_t S = value_slices(p.V);
@@ -42,12 +54,8 @@ void nsa_topk(const NsaTopk& p) {
 }
 
 void nsa_selection(const NsaSelection& p) {
-  if (p.tiled) {
-    parallel_for(p.seq.T * p.Hkv, [&](int64_t x) {
-      const SelectionSource source(p, x / p.Hkv, x % p.Hkv);
-      if (p.mma) ak::attention::tiled::MmaBlock<SelectionSource>(source).run_on_host();
-      else ak::attention::tiled::Block<SelectionSource>(source).run_on_host();
-    });
+  if (p.kernel != NsaBlock::item) {
+    parallel_for(p.seq.T * p.Hkv, [&](int64_t x) { run_block(p.kernel, SelectionSource(p, x / p.Hkv, x % p.Hkv)); });
     return;
   }
   const int64_t S = value_slices(p.V);

@@ -105,6 +105,13 @@ std::string variant(const char* stage, int32_t dtype, int64_t H, int64_t Hkv, in
   return planning::pick_nsa(s, tuning::current());
 }
 
+NsaBlock nsa_block(const std::string& variant) {
+  if (variant == "tiled") return NsaBlock::tiled;
+  if (variant == "mma") return NsaBlock::mma;
+  if (variant == "pipe") return NsaBlock::pipe;
+  return NsaBlock::item;
+}
+
 constexpr std::initializer_list<int32_t> kFloats = {AK_FLOAT16, AK_BFLOAT16, AK_FLOAT32};
 
 // Runs a checked latent decode (DSA or MLA) on q's device. The kernel is chosen before the early return of
@@ -150,7 +157,7 @@ AK_API ak_status ak_nsa_compression_fwd(const ak_tensor* q_, const ak_tensor* k_
     p.q = q.data, p.k_cmp = k.data, p.v_cmp = v.data, p.output = o.data, p.lse = static_cast<float*>(l.data);
     p.dtype = q.dtype, p.block = block_size, p.stride = stride, p.scale = scale;
     const std::string block = variant("sparse.nsa.compression", p.dtype, p.H, p.Hkv, p.K, p.V, {p.q, p.k_cmp, p.v_cmp});
-    p.tiled = block != "item", p.mma = block == "mma";
+    p.kernel = nsa_block(block);
     if (p.seq.T == 0 || p.H == 0 || p.V == 0) return;
     if (on_cpu(q)) ak::sparse::cpu::nsa_compression(p);
     else AK_CUDA_CALL(ak::sparse::cuda::nsa_compression(p, q.device_index));
@@ -262,7 +269,7 @@ AK_API ak_status ak_nsa_selection_fwd(const ak_tensor* q_, const ak_tensor* k_, 
     p.counts = bc ? static_cast<const int32_t*>(bc->data) : nullptr;
     p.dtype = q.dtype, p.block = block_size, p.causal = (flags & AK_SPARSE_CAUSAL) != 0;
     const std::string block = variant("sparse.nsa.selection", p.dtype, p.H, p.Hkv, p.K, p.V, {p.q, p.k, p.v});
-    p.tiled = block != "item", p.mma = block == "mma";
+    p.kernel = nsa_block(block);
     p.scale = scale;
     if (T == 0 || p.H == 0) return;
     if (on_cpu(q)) ak::sparse::cpu::nsa_selection(p);

@@ -18,6 +18,10 @@ struct Packed {
   int64_t T = 0;                           // tokens (offsets[N])
 };
 
+// Which attention block the CPU backend runs for an NSA branch (the CUDA backend: the planner's registry row):
+// the per-item kernels, or the phases of the tiled block on CUDA cores, on tensor cores, or streamed.
+enum class NsaBlock { item, tiled, mma, pipe };
+
 // NSA's compressed branch: each query attends the compressed rows whose blocks lie wholly in its past.
 struct NsaCompression {
   Packed seq;
@@ -30,8 +34,7 @@ struct NsaCompression {
   int64_t H = 0, Hkv = 0, K = 0, V = 0, C = 0;
   int64_t block = 0, stride = 0;  // compressed row c covers tokens [c stride, c stride + block)
   double scale = 0;
-  bool tiled = false;  // CPU: the tiled block's phases (sparse/tiled.h), else item by item (CUDA: the planner)
-  bool mma = false;    // CPU, with tiled: the tensor-core block's
+  NsaBlock kernel = NsaBlock::item;  // CPU: the planner's block (CUDA: its registry row)
 };
 
 // NSA's block selection: the selected blocks of each (token, KV head) from the compressed scores.
@@ -63,8 +66,7 @@ struct NsaSelection {
   int64_t block = 0;
   bool causal = true;
   double scale = 0;
-  bool tiled = false;  // CPU: the tiled block's phases (sparse/tiled.h), else item by item (CUDA: the planner)
-  bool mma = false;    // CPU, with tiled: the tensor-core block's
+  NsaBlock kernel = NsaBlock::item;  // CPU: the planner's block (CUDA: its registry row)
 };
 
 // Decode over a latent cache: DeepSeek sparse attention (each query attends the cache rows its top-k list

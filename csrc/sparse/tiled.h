@@ -1,7 +1,9 @@
-// NSA's compressed and selected branches as Sources of the tiled attention block (attention/tiled/block.h):
-// block (token t, KV head hk) attends the group's G query rows of token t to the keys of its list, read in
-// place: the compressed rows its position sees, or the positions of its selected blocks. Served where
-// tiled::tiled_serves holds and K = V; other calls take the per-item kernels of rows.h.
+// NSA's compressed and selected branches as Sources of the tiled attention blocks (attention/tiled/block.h,
+// mma_block.h, pipe_block.h): block (token t, KV head hk) attends the group's G query rows of token t to the
+// keys of its list, read in place: the compressed rows its position sees, or the positions of its selected
+// blocks. A key the token may not see has no row, so every row of the group sees every key that has one
+// (visible() is always true, last_visible() the end). Served where tiled::tiled_serves holds and K = V; other
+// calls take the per-item kernels of rows.h.
 #pragma once
 
 #include <cmath>
@@ -33,6 +35,8 @@ struct TokenSource {
     bos = seq.offsets[n], len = seq.offsets[n + 1] - bos, i = t - bos;
   }
   AK_HD int64_t q_at(int64_t r) const { return (t * H + hk * R + r) * D; }
+  AK_HD bool visible(int64_t, int64_t) const { return true; }
+  AK_HD int64_t last_visible(int64_t) const { return INT64_MAX; }
   AK_HD void write(int64_t r, int64_t c, float o0, float o1) const {
     store(output, dtype, q_at(r) + c, o0), store(output, dtype, q_at(r) + c + 1, o1);
   }
@@ -50,7 +54,6 @@ struct CompressionSource : TokenSource {
     end = visible_compressed(i, p.block, p.stride);
   }
   AK_HD int64_t row(int64_t c) const { return base + c < p.C ? base + c : -1; }
-  AK_HD bool visible(int64_t, int64_t) const { return true; }
   AK_HD void stats(int64_t r, float m, float l) const { p.lse[t * H + hk * R + r] = l > 0.f ? m + logf(l) : 0.f; }
 };
 
@@ -66,7 +69,8 @@ struct SelectionSource : TokenSource {
     count = count < 0 ? 0 : (count > p.S ? p.S : count);
     end = count * p.block;
   }
-  // The position of slot j in its sequence, or -1 (padding, past the sequence, a block listed before).
+  // The position of slot j in its sequence, or -1 (padding, past the sequence, a block listed before, or
+  // under the causal mask past the token).
   AK_HD int64_t position(int64_t j) const {
     const int64_t e = j / p.block, b = list[e];
     if (b < 0 || b * p.block >= len) return -1;
@@ -74,13 +78,12 @@ struct SelectionSource : TokenSource {
       if (list[f] == b) return -1;
     }
     const int64_t pos = b * p.block + j % p.block;
-    return pos < len ? pos : -1;
+    return pos < len && (!p.causal || pos <= i) ? pos : -1;
   }
   AK_HD int64_t row(int64_t j) const {
     const int64_t pos = position(j);
     return pos < 0 ? -1 : bos + pos;
   }
-  AK_HD bool visible(int64_t j, int64_t) const { return !p.causal || position(j) <= i; }
   AK_HD void stats(int64_t r, float m, float l) const {
     if (p.lse) p.lse[t * H + hk * R + r] = l > 0.f ? m + logf(l) : -INFINITY;
   }

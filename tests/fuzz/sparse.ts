@@ -87,18 +87,27 @@ export function nsaCases(rng: Rng, scope: Scope, bad: boolean): Case {
       (op.forward as (...a: unknown[]) => ak.Tensor).call(op, q, k, v, list, counts, p.offsets, tokens),
     );
   };
+  // The per-item kernels serve every call; the blocks (CUDA-core, tensor-core, streamed) 16-bit inputs at head
+  // dim 64 here (a pin where one cannot serve is refused, naming why).
+  const blockPin = () => rng.pick([undefined, "item", "tiled", "mma", "pipe"]);
+  const blockServes = dtype !== "float32" && D === 64;
+  const refusal = (pin: string | undefined) =>
+    pin && pin !== "item" && !blockServes ? PIN_REFUSAL : undefined;
   if (!bad) {
     switch (rng.int(0, 2)) {
-      case 0:
+      case 0: {
+        const pin = blockPin();
         return nsa.valid(
-          `compressed ${dtype} bs${bs} G${G}`,
-          // The per-item kernels serve every call, so pinning them is always valid.
+          `compressed ${dtype} bs${bs} G${G} D${D}${pin ? ` ${pin} pinned` : ""}`,
           () =>
             cmp({
               bc: bc === bs ? rng.pick([undefined, bs]) : bc,
-              kernelMap: rng.pick([undefined, { "sparse.nsa.compression": "item" }]),
+              kernelMap: pin ? { "sparse.nsa.compression": pin } : undefined,
             }),
+          true,
+          refusal(pin),
         );
+      }
       case 1: {
         if (bc !== bs) return nsa.invalid("selection with bc != bs", () => topk({ bc }));
         // The per-item kernel serves every call; the tensor-core one 16-bit inputs at head dim 64 here (a
@@ -112,11 +121,20 @@ export function nsaCases(rng: Rng, scope: Scope, bad: boolean): Case {
           pin === "mma" && !serves ? PIN_REFUSAL : undefined,
         );
       }
-      default:
+      default: {
+        const pin = blockPin();
         return nsa.valid(
-          `selected ${dtype} S${S}`,
-          () => selected(blocks(ownBlocks()), rng.pick([undefined, 1, S])),
+          `selected ${dtype} S${S} D${D}${pin ? ` ${pin} pinned` : ""}`,
+          () =>
+            selected(
+              blocks(ownBlocks()),
+              rng.pick([undefined, 1, S]),
+              pin ? { kernelMap: { "sparse.nsa.selection": pin } } : {},
+            ),
+          true,
+          refusal(pin),
         );
+      }
     }
   }
   const some = p.T > 0 && p.lengths.some((l) => l > 0);
