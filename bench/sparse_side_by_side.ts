@@ -6,8 +6,8 @@
  *   FLA's `parallel_nsa` forward with `--fla <json>` (bench/fla_nsa.py on the same machine; FLA pools the
  *   compressed keys itself, here they are inputs). FLOPs: compressed `4 T H D avg(nc)` + selection scores
  *   `2 T H D avg(nc)` + selected `4 T H D S bs`, avg(nc) = T / (2 bs). Then each branch alone, the block
- *   kernels pinned in turn (compressed and selected branches: the streamed and the tile-at-a-time tensor-core
- *   blocks; block selection: tensor cores and per item).
+ *   kernels pinned in turn (compressed and selected branches: the tensor-core and CUDA-core blocks; block
+ *   selection: tensor cores and per item).
  * - DSA decode at batch 64, one query each, 128 heads over one latent head, topk 2048 of 8192 cache rows,
  *   512 + 64 dims: GB/s of the selected rows (each read once) against the 4252 GB/s copy ceiling, and
  *   TFLOP/s of `2 B H topk (576 + 512)`.
@@ -150,7 +150,7 @@ if (OPS.has("nsa")) {
   // Each branch alone with each of its kernels pinned, for where the time goes.
   using c = cmp.forward(q, kCmp, vCmp, offsets, chunks, tokens);
   using blocks = topk.forward(q, kCmp, c.lse, offsets, chunks, tokens);
-  for (const variant of ["pipe", "mma"]) {
+  for (const variant of ["mma", "tiled"]) {
     const op = cmpOp(variant);
     run(row("NSACmpFwdVarlenOp", shape, "bfloat16", `fwd, ${variant} pinned`, "-", null), () => {
       using _c = op.forward(q, kCmp, vCmp, offsets, chunks, tokens);
@@ -162,7 +162,7 @@ if (OPS.has("nsa")) {
       using _b = op.forward(q, kCmp, c.lse, offsets, chunks, tokens);
     }, { flops: topkFlops });
   }
-  for (const variant of ["pipe", "mma"]) {
+  for (const variant of ["mma", "tiled"]) {
     const op = selectedOp(variant);
     run(row("NSAFwdVarlenOp", shape, "bfloat16", `fwd, ${variant} pinned`, "-", null), () => {
       using _o = op.forward(q, k, v, blocks, undefined, offsets, tokens);

@@ -351,12 +351,9 @@ Deno.test("explain: the indexer takes the tensor-core block at 64 heads of 128 d
 
 Deno.test("explain: NSA's branches take the tiled block where it serves, else the per-item kernels", () => {
   const plan = (q: Omit<PlanQuery, "gpu">) => explain({ gpu: "h200", ...q });
-  // NSA's groups of 16: the streamed tensor-core block (the tile-at-a-time one at head dim 256); groups of
-  // 4: the CUDA-core one.
-  const pipe = plan({ op: "sparse.nsa.selection", hq: 64, hkv: 4, d: 128 });
-  assert.deepEqual(pipe.kernels.map((k) => k.name), ["sparse.nsa.selection.pipe<bfloat16, D128>"]);
-  const mma = plan({ op: "sparse.nsa.compression", hq: 64, hkv: 4, d: 256 });
-  assert.deepEqual(mma.kernels.map((k) => k.name), ["sparse.nsa.compression.mma<bfloat16, D256>"]);
+  // NSA's groups of 16: the tensor-core block; groups of 4: the CUDA-core one.
+  const mma = plan({ op: "sparse.nsa.selection", hq: 64, hkv: 4, d: 128 });
+  assert.deepEqual(mma.kernels.map((k) => k.name), ["sparse.nsa.selection.mma<bfloat16, D128>"]);
   const tiled = plan({ op: "sparse.nsa.selection", hq: 16, hkv: 4, d: 128 });
   assert.deepEqual(tiled.kernels.map((k) => k.name), ["sparse.nsa.selection.tiled<bfloat16, D128>"]);
   const item = plan({ op: "sparse.nsa.compression", hq: 64, hkv: 4, d: 128, v: 64 });
@@ -371,11 +368,6 @@ Deno.test("explain: NSA's branches take the tiled block where it serves, else th
       ),
     "UNSUPPORTED",
     /mma cannot serve this call: 32 query heads per KV head/,
-  );
-  refused(
-    () => withTuning({ "sparse.nsa.selection": "pipe" }, () => plan({ op: "sparse.nsa.selection", d: 256 })),
-    "UNSUPPORTED",
-    /pipe cannot serve this call: head dim 256/,
   );
   assert.equal(plan({ op: "sparse.nsa.selection", dtype: "float32", d: 64 }).path, "item");
   assert.equal(

@@ -6,7 +6,6 @@
 #include "sparse/backend.h"
 #include "sparse/rows.h"
 #include "attention/tiled/mma_block.h"
-#include "attention/tiled/pipe_block.h"
 #include "sparse/dsa_source.h"
 #include "sparse/indexer_block.h"
 #include "sparse/topk_block.h"
@@ -17,14 +16,11 @@ namespace ak::sparse::cpu {
 namespace {
 
 // One (token, KV head) of an NSA branch on the block the planner chose, phase by phase as the CUDA kernel
-// runs it (the streamed block at a compile-time head dim: 64 or 128, where the planner takes it).
+// runs it.
 template <class Source>
 void run_block(NsaBlock kernel, const Source& source) {
-  namespace tb = ak::attention::tiled;
-  if (kernel == NsaBlock::tiled) tb::Block<Source>(source).run_on_host();
-  else if (kernel == NsaBlock::mma) tb::MmaBlock<Source>(source).run_on_host();
-  else if (source.D == 64) tb::PipeBlock<Source, 64>(source).run_on_host();
-  else tb::PipeBlock<Source, 128>(source).run_on_host();
+  if (kernel == NsaBlock::mma) ak::attention::tiled::MmaBlock<Source>(source).run_on_host();
+  else ak::attention::tiled::Block<Source>(source).run_on_host();
 }
 
 }  // namespace

@@ -108,7 +108,6 @@ std::string variant(const char* stage, int32_t dtype, int64_t H, int64_t Hkv, in
 NsaBlock nsa_block(const std::string& variant) {
   if (variant == "tiled") return NsaBlock::tiled;
   if (variant == "mma") return NsaBlock::mma;
-  if (variant == "pipe") return NsaBlock::pipe;
   return NsaBlock::item;
 }
 

@@ -1,20 +1,16 @@
 // The launchers of the sparse registry rows: NSA's compressed and selected branches on the tiled attention
 // blocks (a block per (token, KV head) at a compile-time head dim) and on the per-item kernels (a thread
 // per (token, head, 32 value columns)); DeepSeek's sparse decode on the tensor-core block or per item. The
-// element type T of a row names its instance; the kernels read the dtype from the problem, except the streamed
-// block, whose instances fix it at compile time.
+// element type T of a row only names its instance: the kernels read the dtype from the problem.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include <type_traits>
-
 #include "cuda/runtime.cuh"
 #include "generated/sparse_launchers.h"
 #include "attention/tiled/mma_block.h"
-#include "attention/tiled/pipe_block.h"
 #include "sparse/dsa_source.h"
 #include "sparse/indexer_block.h"
 #include "sparse/rows.h"
@@ -32,14 +28,6 @@ __global__ void __launch_bounds__(ak::attention::tiled::kThreads) tiled(Problem 
   Block<Source, kD>(source).run_on_device(smem);
 }
 
-// The streamed block, its operands' dtype fixed at compile time.
-template <class Source, int kD, int kDtype, class Problem>
-__global__ void __launch_bounds__(ak::attention::tiled::kThreads) piped(Problem p) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  const Source source(p, blockIdx.x, blockIdx.y);
-  ak::attention::tiled::PipeBlock<Source, kD, kDtype>(source).run_on_device(smem);
-}
-
 // A block of `kernel` per (token, KV head), with `smem` bytes of shared memory.
 template <class Problem>
 void launch_blocks(void (*kernel)(Problem), const Problem& p, int smem, cudaStream_t stream, const char* name) {
@@ -54,14 +42,6 @@ void launch_blocks(void (*kernel)(Problem), const Problem& p, int smem, cudaStre
 template <template <class, int> class Block, class Source, int kD, class Problem>
 void launch_tiled(const Problem& p, int smem, cudaStream_t stream, const char* name) {
   launch_blocks(tiled<Block, Source, kD, Problem>, p, smem, stream, name);
-}
-
-// A block per (token, KV head) of the streamed block, for operands of type T.
-template <class T, class Source, int kD, class Problem>
-void launch_piped(const Problem& p, cudaStream_t stream, const char* name) {
-  constexpr int kDtype = std::is_same<T, __nv_bfloat16>::value ? AK_BFLOAT16 : AK_FLOAT16;
-  const int smem = static_cast<int>(ak::attention::tiled::PipeShared::bytes(kD));
-  launch_blocks(piped<Source, kD, kDtype, Problem>, p, smem, stream, name);
 }
 
 constexpr int kItemThreads = 128;
@@ -161,11 +141,6 @@ void CompressionMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
 }
 
 template <class T, int D, int Tile>
-void CompressionPipe<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
-  kernels::launch_piped<T, CompressionSource, D>(p, stream, "sparse.nsa.compression.pipe");
-}
-
-template <class T, int D, int Tile>
 void CompressionItem<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
   const int64_t S = value_slices(p.V);
   kernels::launch_items(p.seq.T * p.H * S, kernels::SlicedItems<NsaCompression>{p, S}, stream, "sparse.nsa.compression.item");
@@ -181,11 +156,6 @@ template <class T, int D, int Tile>
 void SelectionMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
   const int smem = static_cast<int>(tb::MmaShared::bytes(D));
   kernels::launch_tiled<tb::MmaBlock, SelectionSource, D>(p, smem, stream, "sparse.nsa.selection.mma");
-}
-
-template <class T, int D, int Tile>
-void SelectionPipe<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
-  kernels::launch_piped<T, SelectionSource, D>(p, stream, "sparse.nsa.selection.pipe");
 }
 
 template <class T, int D, int Tile>

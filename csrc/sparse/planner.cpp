@@ -25,18 +25,16 @@ std::string tiled_ruled_out(const NsaShape& s) {
 std::string nsa_variant(const NsaShape& s) {
   if (!tiled_ruled_out(s).empty()) return "item";
   const int64_t group = s.hq / s.hkv;
-  if (!ak::attention::tiled::mma_serves(s.dtype, s.d, group) || group < 8) return "tiled";
-  return s.d == 256 ? "mma" : "pipe";
+  return ak::attention::tiled::mma_serves(s.dtype, s.d, group) && group >= 8 ? "mma" : "tiled";
 }
 
 std::string pick_nsa(const NsaShape& s, const tuning::Table& t) {
   const std::string& want = t.get(s.stage);
   std::string why = tiled_ruled_out(s);
   const std::string variant = want == "auto" ? nsa_variant(s) : want;
-  if (why.empty() && (variant == "mma" || variant == "pipe") && s.hq / s.hkv > 16) {
-    why = std::to_string(s.hq / s.hkv) + " query heads per KV head (the tensor-core blocks take at most 16)";
+  if (why.empty() && variant == "mma" && s.hq / s.hkv > 16) {
+    why = std::to_string(s.hq / s.hkv) + " query heads per KV head (the tensor-core block takes at most 16)";
   }
-  if (why.empty() && variant == "pipe" && s.d == 256) why = "head dim 256 (the streamed block takes 64 and 128)";
   if (variant != "item" && !why.empty()) {
     fail(AK_ERR_UNSUPPORTED, s.stage + ": tuning " + s.stage + "=" + variant + " cannot serve this call: " + why);
   }

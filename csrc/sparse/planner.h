@@ -23,15 +23,15 @@ struct NsaShape {
 // Why the tiled blocks cannot serve a call, "" when they can.
 std::string tiled_ruled_out(const NsaShape& s);
 
-// The variant under "auto": for groups of 8 to 16 query heads the tensor-core blocks, "pipe" (streamed) at
-// head dims 64 / 128 and "mma" at 256; else "tiled" (CUDA cores) where the tiled block serves, else "item".
+// The variant under "auto": "mma" (tensor cores) for groups of 8 to 16 query heads, else "tiled" (CUDA
+// cores) where the tiled block serves, else "item".
 std::string nsa_variant(const NsaShape& s);
 
 // The variant a call runs under the tuning table (the CPU backend's choice too): the rule's under "auto", else
 // the table's; one that cannot serve is AK_ERR_UNSUPPORTED.
 std::string pick_nsa(const NsaShape& s, const tuning::Table& t);
 
-// The plan: path "pipe", "mma", "tiled" or "item", its row. A forced variant that cannot serve is AK_ERR_UNSUPPORTED.
+// The plan: path "mma", "tiled" or "item", its row. A forced variant that cannot serve is AK_ERR_UNSUPPORTED.
 plan::Plan plan_nsa(const NsaShape& s, const registry::Caps& caps, const tuning::Table& t);
 
 // DeepSeek sparse decode: the tensor-core block over the latent cache rows (built for DeepSeek's 512 + 64

@@ -19,8 +19,8 @@ struct Packed {
 };
 
 // Which attention block the CPU backend runs for an NSA branch (the CUDA backend: the planner's registry row):
-// the per-item kernels, or the phases of the tiled block on CUDA cores, on tensor cores, or streamed.
-enum class NsaBlock { item, tiled, mma, pipe };
+// the per-item kernels, or the phases of the tiled block on CUDA cores or on tensor cores.
+enum class NsaBlock { item, tiled, mma };
 
 // NSA's compressed branch: each query attends the compressed rows whose blocks lie wholly in its past.
 struct NsaCompression {

@@ -1,7 +1,7 @@
 /**
  * The kernel registry of sparse attention: NSA's compressed and selected branches, each on the tiled
- * attention block on CUDA cores or on tensor cores (16-bit, head dims 64 / 128 / 256), on the streamed
- * tensor-core block (head dims 64 / 128) and on the per-item kernels (any shape), DeepSeek's sparse decode on tensor cores (512 + 64 columns) or per item, and the
+ * attention block on CUDA cores or on tensor cores (16-bit, head dims 64 / 128 / 256) and on the per-item
+ * kernels (any shape), DeepSeek's sparse decode on tensor cores (512 + 64 columns) or per item, and the
  * lightning indexer on tensor cores (64 heads of 128 dims) or per item, NSA's block selection on tensor cores
  * or per item. The planner (planner.cpp) chooses between them.
  *
@@ -43,19 +43,6 @@ function branch(stage: string, name: string, what: string): KernelSpec[] {
       doc: `NSA's ${what} on tensor cores: the group's query rows as one m16 tile of mma.sync m16n8k16, ` +
         "64 key slots a tile (attention/tiled/mma_block.h, sparse/tiled.h).",
       constraints: "K = V = D; group <= 16; q, k, v on 16 bytes",
-    },
-    {
-      stage: `sparse.nsa.${stage}`,
-      variant: "pipe",
-      launcher: `ak::sparse::cuda::${name}Pipe`,
-      args: `::ak::sparse::Nsa${name}`,
-      header: "sparse/launch.cuh",
-      arch: "sm80",
-      instances: [{ dtypes: HALF, d: [64, 128] }],
-      doc: `NSA's ${what} on the streamed tensor-core block: the next key tiles' rows in flight in a ring ` +
-        "of shared-memory stages while a tile's scores and P V run in registers, one barrier a tile " +
-        "(attention/tiled/pipe_block.h, sparse/tiled.h).",
-      constraints: "K = V = D of 64 or 128; group <= 16; q, k, v on 16 bytes",
     },
     {
       stage: `sparse.nsa.${stage}`,

@@ -1,8 +1,8 @@
 // NSA's compressed and selected branches as Sources of the tiled attention blocks (attention/tiled/block.h,
-// mma_block.h, pipe_block.h): block (token t, KV head hk) attends the group's G query rows of token t to the
+// mma_block.h): block (token t, KV head hk) attends the group's G query rows of token t to the
 // keys of its list, read in place: the compressed rows its position sees, or the positions of its selected
 // blocks. A key the token may not see has no row, so every row of the group sees every key that has one
-// (visible() is always true, last_visible() the end). Served where tiled::tiled_serves holds and K = V; other
+// (visible() is always true: the blocks look a key's row up once, not its mask per score). Served where tiled::tiled_serves holds and K = V; other
 // calls take the per-item kernels of rows.h.
 #pragma once
 
@@ -36,7 +36,6 @@ struct TokenSource {
   }
   AK_HD int64_t q_at(int64_t r) const { return (t * H + hk * R + r) * D; }
   AK_HD bool visible(int64_t, int64_t) const { return true; }
-  AK_HD int64_t last_visible(int64_t) const { return INT64_MAX; }
   AK_HD void write(int64_t r, int64_t c, float o0, float o1) const {
     store(output, dtype, q_at(r) + c, o0), store(output, dtype, q_at(r) + c + 1, o1);
   }

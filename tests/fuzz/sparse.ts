@@ -87,9 +87,9 @@ export function nsaCases(rng: Rng, scope: Scope, bad: boolean): Case {
       (op.forward as (...a: unknown[]) => ak.Tensor).call(op, q, k, v, list, counts, p.offsets, tokens),
     );
   };
-  // The per-item kernels serve every call; the blocks (CUDA-core, tensor-core, streamed) 16-bit inputs at head
-  // dim 64 here (a pin where one cannot serve is refused, naming why).
-  const blockPin = () => rng.pick([undefined, "item", "tiled", "mma", "pipe"]);
+  // The per-item kernels serve every call; the blocks (CUDA cores, tensor cores) 16-bit inputs at head dim 64
+  // here (a pin where one cannot serve is refused, naming why).
+  const blockPin = () => rng.pick([undefined, "item", "tiled", "mma"]);
   const blockServes = dtype !== "float32" && D === 64;
   const refusal = (pin: string | undefined) =>
     pin && pin !== "item" && !blockServes ? PIN_REFUSAL : undefined;
