@@ -1,8 +1,10 @@
 // The tiled attention block on tensor cores: up to 16 query rows (one m16 tile) against the same Sources
 // as block.h, in tiles of 64 keys: load K and V (phase 1), scores Q K^T on mma.sync m16n8k16 (phase 2,
 // warp w: keys 16 w .. 16 w + 15), the online softmax's statistics with P rounded to the operands' 16 bits
-// (phase 3, 8 threads a row), P V on mma.sync into accumulator fragments (phase 4, warp w: head-dim
-// columns [w D / 4, (w + 1) D / 4)). The tile's rows are looked up once (phase 0, during the previous tile).
+// (phase 3, 8 threads a row; P takes the place of the row's scores), P V on mma.sync into accumulator
+// fragments (phase 4, warp w: head-dim columns [w D / 4, (w + 1) D / 4)). The tile's rows are looked up
+// once (phase 0, during the previous tile, into the other of two lists). On the device, with separate K and
+// V, the next tile's K loads while this tile's softmax and P V run, and its V while the next scores do.
 //
 // As with block.h, the CUDA kernels run the phases with a barrier between each and the CPU backends run
 // them thread by thread; a warp's product is the one collective step: each lane builds its fragments from
@@ -112,31 +114,35 @@ __device__ __forceinline__ void mma_device(int32_t dtype, const uint32_t a[4], c
 }
 #endif
 
+// Row strides of the scores (floats) and of P (16-bit), which overlays them: a row of P starts where its
+// row of scores does. 68 floats = 272 bytes, so the eight rows of an ldmatrix of P fall on distinct banks.
+constexpr int kMmaScoreStride = kMmaKeys + 4;
+constexpr int kMmaPStride = 2 * kMmaScoreStride;
+
 struct MmaShared {
-  float* s;        // [16][kMmaKeys + 4] scores
+  float* s;        // [16][kMmaScoreStride] scores
+  uint16_t* p;     // [16][kMmaPStride] probabilities rounded to 16 bits, over the scores
   float* m;        // [16]
   float* l;        // [16]
   float* alpha;    // [16]
-  int64_t* rows;   // [kMmaKeys] the tile's cache rows (-1: none)
+  int64_t* rows;   // [2][kMmaKeys] the cache rows of a tile and of the next (-1: none)
   uint16_t* q;     // [16][D + 8] (rows past R zero)
   uint16_t* k;     // [kMmaKeys][D + 8]
   uint16_t* v;     // [kMmaKeys][D + 8] (latent: k itself)
-  uint16_t* p;     // [16][kMmaKeys + 8] probabilities, rounded to 16 bits
   AK_HD static int64_t bytes(int64_t D, bool latent = false) {
-    return 4 * 16 * (kMmaKeys + 4) + 12 * 16 + 8 * kMmaKeys + 2 * 16 * (D + 8) + (latent ? 2 : 4) * kMmaKeys * (D + 8) +
-           2 * 16 * (kMmaKeys + 8);
+    return 4 * 16 * kMmaScoreStride + 12 * 16 + 16 * kMmaKeys + 2 * 16 * (D + 8) + (latent ? 2 : 4) * kMmaKeys * (D + 8);
   }
   AK_HD static MmaShared carve(unsigned char* base, int64_t D, bool latent = false) {
     MmaShared sh;
     sh.s = reinterpret_cast<float*>(base);
-    sh.m = sh.s + 16 * (kMmaKeys + 4);
+    sh.p = reinterpret_cast<uint16_t*>(sh.s);
+    sh.m = sh.s + 16 * kMmaScoreStride;
     sh.l = sh.m + 16;
     sh.alpha = sh.l + 16;
     sh.rows = reinterpret_cast<int64_t*>(sh.alpha + 16);
-    sh.q = reinterpret_cast<uint16_t*>(sh.rows + kMmaKeys);
+    sh.q = reinterpret_cast<uint16_t*>(sh.rows + 2 * kMmaKeys);
     sh.k = sh.q + 16 * (D + 8);
     sh.v = latent ? sh.k : sh.k + kMmaKeys * (D + 8);
-    sh.p = sh.v + kMmaKeys * (D + 8);
     return sh;
   }
 };
@@ -193,63 +199,76 @@ struct MmaBlock {
     for (int j = 0; j < kAcc; j++) acc.c[j] = 0.f;
   }
 
-  // The cache rows of the tile's slots (-1 past the range or without a row), looked up once a tile.
-  AK_HD void mark_rows(const MmaShared& sh, int t, int64_t tile) const {
-    if (t < kMmaKeys) sh.rows[t] = tile + t < src.end ? src.row(tile + t) : -1;
+  // Tile i's list of cache rows (tiles alternate between the two).
+  AK_HD static const int64_t* rows_of(const MmaShared& sh, int64_t i) { return sh.rows + (i & 1) * kMmaKeys; }
+
+  // The cache rows of tile i's slots (-1 past the range or without a row), looked up once a tile.
+  AK_HD void mark_rows(const MmaShared& sh, int t, int64_t i) const {
+    const int64_t tile = src.begin + i * kMmaKeys;
+    if (t < kMmaKeys) sh.rows[(i & 1) * kMmaKeys + t] = tile + t < src.end ? src.row(tile + t) : -1;
   }
 
-  // Phase 1: the tile's K and V rows (zeros for slots without a row), 16 bytes a move by `copy`.
+  // Phase 1: tile i's K rows (a latent Source's, which are also V) or, with `values`, its V rows (zeros for
+  // slots without a row), 16 bytes a move by `copy`.
   template <class Copy>
-  AK_HD void load(const MmaShared& sh, int t, Copy&& copy) const {
+  AK_HD void load(const MmaShared& sh, int t, int64_t i, bool values, Copy&& copy) const {
     const int64_t D = dim(), per_row = D / 8;
+    const int64_t* rows = rows_of(sh, i);
     for (int64_t e = t; e < kMmaKeys * per_row; e += kThreads) {
-      const int64_t j = e / per_row, c = 8 * (e % per_row), row = sh.rows[j];
+      const int64_t j = e / per_row, c = 8 * (e % per_row), row = rows[j];
       if constexpr (kLatent) {  // one row for both products
         copy(sh.k + j * stride() + c, src.key_ptr(row >= 0 ? row : 0, c), row >= 0);
       } else {
         const int64_t at = row >= 0 ? (row * src.Hkv + src.hk) * D + c : 0;
-        copy(sh.k + j * stride() + c, static_cast<const uint16_t*>(src.k) + at, row >= 0);
-        copy(sh.v + j * stride() + c, static_cast<const uint16_t*>(src.v) + at, row >= 0);
+        const void* from = values ? src.v : src.k;
+        copy((values ? sh.v : sh.k) + j * stride() + c, static_cast<const uint16_t*>(from) + at, row >= 0);
       }
     }
   }
 
-  // The scores of lane `lane` of warp w for its n8 tile nt once its fragment c holds them.
-  AK_HD void store_scores(const MmaShared& sh, int w, int nt, int lane, const float c[4], int64_t tile) const {
+  // The scores of lane `lane` of warp w for its n8 tile nt of tile i once its fragment c holds them.
+  AK_HD void store_scores(const MmaShared& sh, int w, int nt, int lane, const float c[4], int64_t i) const {
     const int g = lane >> 2, q = lane & 3;
+    const int64_t* rows = rows_of(sh, i);
     for (int e = 0; e < 4; e++) {
-      const int64_t row = g + 8 * (e >> 1), key = 16 * w + 8 * nt + 2 * q + (e & 1), slot = tile + key;
+      const int64_t row = g + 8 * (e >> 1), key = 16 * w + 8 * nt + 2 * q + (e & 1);
       float s = -INFINITY;
-      if (row < src.R && sh.rows[key] >= 0 && src.visible(slot, row)) {
+      if (row < src.R && rows[key] >= 0 && src.visible(src.begin + i * kMmaKeys + key, row)) {
         s = c[e] * src.scale;
         if (src.softcap > 0.f) s = src.softcap * tanhf(s / src.softcap);
       }
-      sh.s[row * (kMmaKeys + 4) + key] = s;
+      sh.s[row * kMmaScoreStride + key] = s;
     }
   }
 
   // Phase 3 runs on 8 threads a row (part p: keys 8 p .. 8 p + 7); these are one part's steps. The parts'
-  // maxima and sums combine as a butterfly over the 8 (the host in the same order, so the same bits).
+  // maxima and sums combine as a butterfly over the 8 (the host in the same order, so the same bits). A
+  // part reads its scores before any part of its row writes P over them.
   AK_HD static float max2(float a, float b) { return b > a ? b : a; }
-  AK_HD float part_max(const MmaShared& sh, int row, int part) const {
-    const float* s = sh.s + row * (kMmaKeys + 4) + 8 * part;
+  AK_HD static float part_scores(const MmaShared& sh, int row, int part, float x[8]) {
+    const float* s = sh.s + row * kMmaScoreStride + 8 * part;
     float top = -INFINITY;
-    for (int j = 0; j < 8; j++) top = max2(top, s[j]);
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+    for (int j = 0; j < 8; j++) x[j] = s[j], top = max2(top, x[j]);
     return top;
   }
   // P of the part's keys rounded to 16 bits, and their unrounded sum (FlashAttention's: the log-sum-exp
   // stays exact to float).
-  AK_HD float part_exp(const MmaShared& sh, int row, int part, float top) const {
-    const float* s = sh.s + row * (kMmaKeys + 4) + 8 * part;
-    uint16_t* p = sh.p + row * (kMmaKeys + 8) + 8 * part;
+  AK_HD float part_exp(const float x[8], float top, uint16_t p[8]) const {
     float sum = 0.f;
+#ifdef __CUDACC__
+#pragma unroll
+#endif
     for (int j = 0; j < 8; j++) {
-      const float e = top == -INFINITY || s[j] == -INFINITY ? 0.f : expf(s[j] - top);
+      const float e = top == -INFINITY || x[j] == -INFINITY ? 0.f : expf(x[j] - top);
       p[j] = src.dtype == AK_BFLOAT16 ? float_to_bf16(e) : float_to_f16(e);
       sum += e;
     }
     return sum;
   }
+  AK_HD static uint16_t* part_p(const MmaShared& sh, int row, int part) { return sh.p + row * kMmaPStride + 8 * part; }
   // The row's statistics after the tile: top the new max (over the old one too), sum the tile's P.
   AK_HD void commit_row(const MmaShared& sh, int row, float old, float top, float sum) const {
     if (top == -INFINITY) {
@@ -264,10 +283,14 @@ struct MmaBlock {
   void softmax_on_host(const MmaShared& sh) const {
     for (int row = 0; row < 16; row++) {
       const float old = sh.m[row];
-      float top = -INFINITY, sums[8];
-      for (int part = 0; part < 8; part++) top = max2(top, part_max(sh, row, part));
+      float top = -INFINITY, sums[8], x[8][8];
+      for (int part = 0; part < 8; part++) top = max2(top, part_scores(sh, row, part, x[part]));
       top = max2(top, old);
-      for (int part = 0; part < 8; part++) sums[part] = part_exp(sh, row, part, top);
+      for (int part = 0; part < 8; part++) {
+        uint16_t p[8];
+        sums[part] = part_exp(x[part], top, p);
+        std::memcpy(part_p(sh, row, part), p, sizeof(p));
+      }
       const float sum = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
       commit_row(sh, row, old, top, sum);
     }
@@ -276,14 +299,18 @@ struct MmaBlock {
   __device__ void softmax_on_device(const MmaShared& sh, int t) const {
     const int row = t >> 3, part = t & 7;
     const float old = sh.m[row];
-    float top = part_max(sh, row, part);
+    float x[8];
+    float top = part_scores(sh, row, part, x);
 #pragma unroll
     for (int o = 1; o < 8; o <<= 1) top = max2(top, __shfl_xor_sync(0xffffffffu, top, o));
     top = max2(top, old);
-    float sum = part_exp(sh, row, part, top);
+    uint16_t p[8];
+    float sum = part_exp(x, top, p);
+    __syncwarp();  // the row's 8 parts (lanes of this warp) have read their scores and the old max
+    *reinterpret_cast<uint4*>(part_p(sh, row, part)) =
+        make_uint4(pack16(p[0], p[1]), pack16(p[2], p[3]), pack16(p[4], p[5]), pack16(p[6], p[7]));
 #pragma unroll
     for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    __syncwarp();  // every part has read the old max before part 0 replaces it
     if (part == 0) commit_row(sh, row, old, top, sum);
   }
 #endif
@@ -334,9 +361,13 @@ struct MmaBlock {
     std::vector<Acc> acc(kThreads);
     uint32_t a[32][4], b[32][2];
     float c[32][4];
-    for (int t = 0; t < kThreads; t++) start(sh, t, acc[t], copy), mark_rows(sh, t, src.begin);
-    for (int64_t tile = src.begin; tile < src.end; tile += kMmaKeys) {
-      for (int t = 0; t < kThreads; t++) load(sh, t, copy);
+    for (int t = 0; t < kThreads; t++) start(sh, t, acc[t], copy), mark_rows(sh, t, 0);
+    for (int64_t i = 0; src.begin + i * kMmaKeys < src.end; i++) {
+      for (int t = 0; t < kThreads; t++) mark_rows(sh, t, i + 1);  // the next tile's, into the other list
+      for (int t = 0; t < kThreads; t++) load(sh, t, i, false, copy);
+      if constexpr (!kLatent) {
+        for (int t = 0; t < kThreads; t++) load(sh, t, i, true, copy);
+      }
       for (int w = 0; w < 4; w++) {  // phase 2, warp by warp
         for (int nt = 0; nt < 2; nt++) {
           for (int lane = 0; lane < 32; lane++) c[lane][0] = c[lane][1] = c[lane][2] = c[lane][3] = 0.f;
@@ -347,7 +378,7 @@ struct MmaBlock {
             }
             mma_host(src.dtype, a, b, c);
           }
-          for (int lane = 0; lane < 32; lane++) store_scores(sh, w, nt, lane, c[lane], tile);
+          for (int lane = 0; lane < 32; lane++) store_scores(sh, w, nt, lane, c[lane], i);
         }
       }
       softmax_on_host(sh);
@@ -359,7 +390,7 @@ struct MmaBlock {
           }
           for (int64_t k0 = 0; k0 < kMmaKeys; k0 += 16) {
             for (int lane = 0; lane < 32; lane++) {
-              fragment_a(sh.p, kMmaKeys + 8, k0, lane, a[lane]);
+              fragment_a(sh.p, kMmaPStride, k0, lane, a[lane]);
               fragment_b_cols(sh.v, stride(), k0, w * (Dv / 4) + 8 * nt, lane, b[lane]);
             }
             mma_host(src.dtype, a, b, c);
@@ -369,65 +400,105 @@ struct MmaBlock {
           }
         }
       }
-      for (int t = 0; t < kThreads; t++) mark_rows(sh, t, tile + kMmaKeys);
     }
     for (int t = 0; t < kThreads; t++) finish(sh, t, acc[t]);
   }
 
 #ifdef __CUDACC__
-  // The whole block on the device: the same phases, a barrier between each; the tile's rows all in flight
-  // at once (asynchronous copies hold no registers), fragments by ldmatrix (the layout of the fragment
-  // functions above).
+  // Phase 2 of tile i on the device: warp w's scores, stored. A fragments: q rows 8 (m & 1) + r at columns
+  // k0 + 8 (m >> 1); the warp's two n8 tiles of keys in one x4.
+  __device__ void scores_on_device(const MmaShared& sh, int w, int lane, int64_t i) const {
+    const int m = lane >> 3, r = lane & 7;
+    float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll 4
+    for (int64_t k0 = 0; k0 < dim(); k0 += 16) {
+      uint32_t a[4], b[4];
+      ak::arch::ldsm_x4(a, sh.q + (8 * (m & 1) + r) * stride() + k0 + 8 * (m >> 1));
+      ak::arch::ldsm_x4(b, sh.k + (16 * w + 8 * (m >> 1) + r) * stride() + k0 + 8 * (m & 1));
+      mma_device(src.dtype, a, b, c[0]);
+      mma_device(src.dtype, a, b + 2, c[1]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++) store_scores(sh, w, nt, lane, c[nt], i);
+  }
+
+  // Phase 4 on the device: warp w's accumulators rescaled, then P V. P's rows as q's; V's keys
+  // k0 + 8 (m & 1) + r transposed, two n8 tiles of columns an x4.
+  __device__ void values_on_device(const MmaShared& sh, int w, int lane, Acc& acc) const {
+    const int m = lane >> 3, r = lane & 7;
+    const int64_t Dv = vdim();
+    rescale(sh, lane, acc);
+#pragma unroll
+    for (int k0 = 0; k0 < kMmaKeys; k0 += 16) {
+      uint32_t a[4];
+      ak::arch::ldsm_x4(a, sh.p + (8 * (m & 1) + r) * kMmaPStride + k0 + 8 * (m >> 1));
+#pragma unroll
+      for (int np = 0; np < kAcc / 8; np++) {
+        if (2 * np >= n_tiles()) break;
+        uint32_t b[4];
+        ak::arch::ldsm_x4_trans(b, sh.v + (k0 + 8 * (m & 1) + r) * stride() + w * (Dv / 4) + 16 * np + 8 * (m >> 1));
+        mma_device(src.dtype, a, b, acc.c + 8 * np);
+        mma_device(src.dtype, a, b + 2, acc.c + 8 * np + 4);
+      }
+    }
+  }
+
+  // The whole block on the device: the same phases, a barrier between each, moves by asynchronous copies
+  // (they hold no registers) and fragments by ldmatrix (the layout of the fragment functions above). With
+  // separate K and V, each is one cp.async group a tile: K of tile i + 1 is issued once the scores of tile i
+  // have read K, V of tile i + 1 once its P V has read V, so each loads behind the other's products. A
+  // latent Source's one tile of rows serves both products and loads before them.
   __device__ void run_on_device(unsigned char* smem) const {
-    const int t = static_cast<int>(threadIdx.x), w = t / 32, lane = t % 32, m = lane >> 3, r = lane & 7;
-    const int64_t D = dim(), Dv = vdim();
-    const MmaShared sh = MmaShared::carve(smem, D, kLatent);
+    const int t = static_cast<int>(threadIdx.x), w = t / 32, lane = t % 32;
+    const MmaShared sh = MmaShared::carve(smem, dim(), kLatent);
     const auto copy = [](uint16_t* dst, const uint16_t* from, bool ok) {
       ak::arch::cp_async16(dst, from, ok ? 16 : 0);
     };
     Acc acc;
     start(sh, t, acc, copy);
-    mark_rows(sh, t, src.begin);
+    mark_rows(sh, t, 0);
     __syncthreads();
-    for (int64_t tile = src.begin; tile < src.end; tile += kMmaKeys) {
-      load(sh, t, copy);
-      ak::arch::cp_async_commit();
-      ak::arch::cp_async_wait_all();
-      __syncthreads();
-      // Scores: q rows 8 (m & 1) + r at columns k0 + 8 (m >> 1); the warp's two n8 tiles of keys in one x4.
-      float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll 4
-      for (int64_t k0 = 0; k0 < D; k0 += 16) {
-        uint32_t a[4], b[4];
-        ak::arch::ldsm_x4(a, sh.q + (8 * (m & 1) + r) * stride() + k0 + 8 * (m >> 1));
-        ak::arch::ldsm_x4(b, sh.k + (16 * w + 8 * (m >> 1) + r) * stride() + k0 + 8 * (m & 1));
-        mma_device(src.dtype, a, b, c[0]);
-        mma_device(src.dtype, a, b + 2, c[1]);
+    if constexpr (kLatent) {
+      for (int64_t i = 0; src.begin + i * kMmaKeys < src.end; i++) {
+        load(sh, t, i, false, copy);
+        ak::arch::cp_async_commit();
+        mark_rows(sh, t, i + 1);  // the other list: its last reader, tile i - 1's scores, is behind barriers
+        ak::arch::cp_async_wait_all();
+        __syncthreads();
+        scores_on_device(sh, w, lane, i);
+        __syncthreads();
+        softmax_on_device(sh, t);
+        __syncthreads();
+        values_on_device(sh, w, lane, acc);
+        __syncthreads();
       }
-#pragma unroll
-      for (int nt = 0; nt < 2; nt++) store_scores(sh, w, nt, lane, c[nt], tile);
-      __syncthreads();
-      softmax_on_device(sh, t);
-      __syncthreads();
-      rescale(sh, lane, acc);
-      // P V: P's rows as q's; V's keys k0 + 8 (m & 1) + r transposed, two n8 tiles of columns an x4.
-#pragma unroll
-      for (int k0 = 0; k0 < kMmaKeys; k0 += 16) {
-        uint32_t a[4];
-        ak::arch::ldsm_x4(a, sh.p + (8 * (m & 1) + r) * (kMmaKeys + 8) + k0 + 8 * (m >> 1));
-#pragma unroll
-        for (int np = 0; np < kAcc / 8; np++) {
-          if (2 * np >= n_tiles()) break;
-          uint32_t b[4];
-          ak::arch::ldsm_x4_trans(b, sh.v + (k0 + 8 * (m & 1) + r) * stride() + w * (Dv / 4) + 16 * np + 8 * (m >> 1));
-          mma_device(src.dtype, a, b, acc.c + 8 * np);
-          mma_device(src.dtype, a, b + 2, acc.c + 8 * np + 4);
-        }
+    } else {
+      if (src.begin < src.end) {
+        load(sh, t, 0, false, copy);
+        ak::arch::cp_async_commit();
+        load(sh, t, 0, true, copy);
+        ak::arch::cp_async_commit();
       }
-      mark_rows(sh, t, tile + kMmaKeys);  // the scores of this tile, the last readers, are behind a barrier
-      __syncthreads();
+      // In flight at the top of tile i: its K group, then its V group.
+      for (int64_t i = 0; src.begin + i * kMmaKeys < src.end; i++) {
+        const bool more = src.begin + (i + 1) * kMmaKeys < src.end;
+        mark_rows(sh, t, i + 1);  // the other list: its last reader, tile i - 1's scores, is behind barriers
+        ak::arch::cp_async_wait<1>();  // this thread's K of tile i
+        __syncthreads();
+        scores_on_device(sh, w, lane, i);
+        __syncthreads();  // every warp has read K, the scores are in place, the next rows are marked
+        if (more) load(sh, t, i + 1, false, copy);
+        ak::arch::cp_async_commit();
+        softmax_on_device(sh, t);
+        ak::arch::cp_async_wait<1>();  // this thread's V of tile i (K of the next may be in flight)
+        __syncthreads();
+        values_on_device(sh, w, lane, acc);
+        __syncthreads();  // every warp has read V and P
+        if (more) load(sh, t, i + 1, true, copy);
+        ak::arch::cp_async_commit();
+      }
     }
-    ak::arch::cp_async_commit();  // with no tile, the q rows' copies are still open
+    ak::arch::cp_async_commit();  // with no tile, a latent Source's q copies are still open
     ak::arch::cp_async_wait_all();
     finish(sh, t, acc);
   }
