@@ -12,6 +12,7 @@
  * @module
  */
 import { parseArgs } from "node:util";
+import { gitCommit } from "./records.ts";
 import { native, unwrap } from "../ffi/library.ts";
 import { cudaAvailable, deviceInfo, dtypeSize, nativeVersion, synchronize, Tensor, timeIt } from "../mod.ts";
 
@@ -105,7 +106,7 @@ for (
 synchronize(device);
 
 const date = new Date().toISOString();
-const commit = args.commit ?? (await gitCommit());
+const commit = args.commit ?? gitCommit();
 const meets = rows.filter((r) => r.bar === "copy/cast").every((r) => r.ofCeiling >= BAR);
 const table = [
   `| op | shape | bytes moved | median ms | min ms | GB/s | % of ${COPY_CEILING_GBS} GB/s |`,
@@ -147,18 +148,3 @@ await Deno.writeTextFile(
     `Copy and casts ${meets ? "meet" : "miss"} the bar of ${100 * BAR}% of the ceiling.\n`,
 );
 console.log(`wrote ${args.out}/${stamp}_copy_cast.{json,md}`);
-
-async function gitCommit(): Promise<string> {
-  try {
-    const out = await new Deno.Command("git", {
-      args: ["rev-parse", "--short=12", "HEAD"],
-      cwd: new URL("..", import.meta.url).pathname,
-      stdout: "piped",
-      stderr: "null",
-    }).output();
-    const text = new TextDecoder().decode(out.stdout).trim();
-    return out.success && text ? text : "unknown";
-  } catch {
-    return "unknown";
-  }
-}

@@ -31,6 +31,7 @@
  */
 import { linearForwardFlops } from "../cli/flops.ts";
 import { parseArgs } from "node:util";
+import { gitCommit } from "./records.ts";
 import {
   chunkDeltaRule,
   chunkDeltaRuleBackward,
@@ -166,18 +167,6 @@ async function runPython(
   if (!out.success) throw new Error(`${python} bench/fla_linear.py failed (exit ${out.code})`);
 }
 
-async function gitCommit(given: string | undefined): Promise<string> {
-  if (given) return given;
-  try {
-    const out = await new Deno.Command("git", { args: ["rev-parse", "--short", "HEAD"], stderr: "null" })
-      .output();
-    if (out.success) return new TextDecoder().decode(out.stdout).trim();
-  } catch {
-    // no git on this machine
-  }
-  return "unknown";
-}
-
 function fixed(x: number | null, digits = 3): string {
   return x === null ? "n/a" : x.toFixed(digits);
 }
@@ -224,7 +213,7 @@ if (import.meta.main) {
   const fla: FlaTimings = JSON.parse(await Deno.readTextFile(`${values.dir}/fla_timings.json`));
   const flaRan = fla.fla !== "skipped";
   const gpu = device === "cuda" ? deviceInfo("cuda").name : "cpu";
-  const commit = await gitCommit(values.commit);
+  const commit = values.commit ?? gitCommit();
   const date = new Date().toISOString().slice(0, 10);
   // do_bench clears the L2 (256 MB) before every call; so do we, outside the timed region.
   using flush = Tensor.empty([device === "cuda" ? 64 << 20 : 1], { dtype: "float32", device });

@@ -35,22 +35,31 @@ export interface BenchRecord {
 }
 
 /**
- * The checkout's short commit, or "unknown" where there is no git or no repository (a copied tree:
- * pass the commit to `saveRecords` then).
+ * The commit the measurements ran on: `ATTNKIT_BENCH_COMMIT` where set (a copied tree whose `.git` is not
+ * its own: the caller names the commit), else the checkout's short commit with "+modified" when tracked
+ * files differ from it (so a record never names a commit its code was not), else "unknown" (no git, or
+ * no repository).
+ *
+ * @example
+ * ```ts
+ * import { gitCommit } from "./records.ts";
+ * console.log(gitCommit()); // e.g. "4a8ecb1" or "4a8ecb1+modified"
+ * ```
  */
 export function gitCommit(): string {
-  try {
-    const out = new Deno.Command("git", {
-      args: ["rev-parse", "--short", "HEAD"],
-      stdout: "piped",
-      stderr: "null",
-    })
-      .outputSync();
-    if (out.success) return new TextDecoder().decode(out.stdout).trim();
-  } catch {
-    // no git on this machine, or no permission to run it
-  }
-  return "unknown";
+  const named = Deno.env.get("ATTNKIT_BENCH_COMMIT");
+  if (named) return named;
+  const git = (...args: string[]) => {
+    try {
+      const out = new Deno.Command("git", { args, stdout: "piped", stderr: "null" }).outputSync();
+      return out.success ? new TextDecoder().decode(out.stdout).trim() : undefined;
+    } catch {
+      return undefined; // no git on this machine, or no permission to run it
+    }
+  };
+  const head = git("rev-parse", "--short", "HEAD");
+  if (!head) return "unknown";
+  return git("status", "--porcelain", "--untracked-files=no") ? `${head}+modified` : head;
 }
 
 /**
