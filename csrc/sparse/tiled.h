@@ -1,9 +1,9 @@
 // NSA's compressed and selected branches as Sources of the tiled attention blocks (attention/tiled/block.h,
-// mma_block.h): block (token t, KV head hk) attends the group's G query rows of token t to the
-// keys of its list, read in place: the compressed rows its position sees, or the positions of its selected
-// blocks. A key the token may not see has no row, so every row of the group sees every key that has one
-// (visible() is always true: the blocks look a key's row up once, not its mask per score). Served where tiled::tiled_serves holds and K = V; other
-// calls take the per-item kernels of rows.h.
+// mma_block.h): block (token t, KV head hk) attends the group's G query rows of token t to the keys of its
+// list, read in place: the compressed rows its position sees, or the positions of its selected blocks. A key
+// the token may not see has no row, so every row of the group sees every key that has one (visible() is
+// always true: the blocks look a key's row up once, not its mask per score). Served where
+// tiled::tiled_serves holds and K = V; other calls take the per-item kernels of rows.h.
 #pragma once
 
 #include <cmath>

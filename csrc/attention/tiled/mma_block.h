@@ -130,7 +130,8 @@ struct MmaShared {
   uint16_t* k;     // [kMmaKeys][D + 8]
   uint16_t* v;     // [kMmaKeys][D + 8] (latent: k itself)
   AK_HD static int64_t bytes(int64_t D, bool latent = false) {
-    return 4 * 16 * kMmaScoreStride + 12 * 16 + 16 * kMmaKeys + 2 * 16 * (D + 8) + (latent ? 2 : 4) * kMmaKeys * (D + 8);
+    return 4 * 16 * kMmaScoreStride + 12 * 16 + 16 * kMmaKeys + 2 * 16 * (D + 8) +
+           (latent ? 2 : 4) * kMmaKeys * (D + 8);
   }
   AK_HD static MmaShared carve(unsigned char* base, int64_t D, bool latent = false) {
     MmaShared sh;
