@@ -77,7 +77,7 @@ plan::Plan plan_indexer(const IndexerShape& s, const registry::Caps& caps, const
 
 // NSA's block selection: the tensor-core block (16-bit, head dims 64 / 128 / 256, groups of at most 16 query
 // heads, at most 32 selected blocks) or the per-item kernel, under sparse.nsa.topk = auto | mma | item; "auto"
-// takes the per-item kernel until the block has run on a GPU.
+// takes the block where it serves (as pick_dsa).
 struct TopkShape {
   int32_t dtype = 0;
   int64_t d = 0, hq = 0, hkv = 1, selected = 0;
