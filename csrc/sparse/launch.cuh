@@ -1,12 +1,15 @@
 // The launchers of the sparse registry rows: NSA's compressed and selected branches on the tiled attention
 // blocks (a block per (token, KV head) at a compile-time head dim) and on the per-item kernels (a thread
 // per (token, head, 32 value columns)); DeepSeek's sparse decode on the tensor-core block or per item. The
-// element type T of a row only names its instance: the kernels read the dtype from the problem.
+// element type T of a row names its instance; the tensor-core blocks take its dtype at compile time, the other
+// kernels read it from the problem.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+
+#include <type_traits>
 
 #include "cuda/runtime.cuh"
 #include "generated/sparse_launchers.h"
@@ -111,12 +114,16 @@ __global__ void __launch_bounds__(kIdxThreads) indexer_mma(Indexer p) {
 
 // DSA on the tensor-core block: x the group of 16 query heads (so the groups of one query row, which read
 // the same cache rows, run side by side), y the query row, z the KV head and the split (z = split Hkv + hk).
-template <int kD>
+template <int kD, int kDtype>
 __global__ void __launch_bounds__(ak::attention::tiled::kThreads) dsa_mma(DsaDecode p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const DsaSource<kD - 64> source(p, blockIdx.x, blockIdx.y, blockIdx.z % p.Hkv, blockIdx.z / p.Hkv);
-  ak::attention::tiled::MmaBlock<DsaSource<kD - 64>, kD>(source).run_on_device(smem);
+  ak::attention::tiled::MmaBlock<DsaSource<kD - 64>, kD, kDtype>(source).run_on_device(smem);
 }
+
+// The dtype constant of a 16-bit instance's element type.
+template <class T>
+constexpr int kHalfDtype = std::is_same<T, __nv_bfloat16>::value ? AK_BFLOAT16 : AK_FLOAT16;
 
 // The splits' merge: a block per (query row, head), a thread per output column.
 template <int kUnused = 0>
@@ -137,7 +144,8 @@ void CompressionTiled<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
 template <class T, int D, int Tile>
 void CompressionMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
   const int smem = static_cast<int>(tb::MmaShared::bytes(D));
-  kernels::launch_tiled<tb::MmaBlock, CompressionSource, D>(p, smem, stream, "sparse.nsa.compression.mma");
+  kernels::launch_tiled<tb::MmaBlockOf<kernels::kHalfDtype<T>>::template Block, CompressionSource, D>(
+      p, smem, stream, "sparse.nsa.compression.mma");
 }
 
 template <class T, int D, int Tile>
@@ -155,7 +163,8 @@ void SelectionTiled<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
 template <class T, int D, int Tile>
 void SelectionMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
   const int smem = static_cast<int>(tb::MmaShared::bytes(D));
-  kernels::launch_tiled<tb::MmaBlock, SelectionSource, D>(p, smem, stream, "sparse.nsa.selection.mma");
+  kernels::launch_tiled<tb::MmaBlockOf<kernels::kHalfDtype<T>>::template Block, SelectionSource, D>(
+      p, smem, stream, "sparse.nsa.selection.mma");
 }
 
 template <class T, int D, int Tile>
@@ -173,10 +182,11 @@ void DsaMma<T, D, Tile>::launch(const Args& args, cudaStream_t stream) {
   ::ak::cuda::Scratch scratch(device, p.splits > 1 ? static_cast<size_t>(p.splits * rows * (p.D + 1)) * 4 : 0);
   if (p.splits > 1) p.partial = scratch.as<float>(), p.partial_lse = p.partial + p.splits * rows * p.D;
   const int smem = static_cast<int>(tb::MmaShared::bytes(D, true));
-  AK_CUDA_CHECK(cudaFuncSetAttribute(kernels::dsa_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  auto* const kernel = kernels::dsa_mma<D, kernels::kHalfDtype<T>>;
+  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>(DsaSource<>::groups(p)), static_cast<unsigned>(p.B * p.Sq),
                   static_cast<unsigned>(p.Hkv * p.splits));
-  kernels::dsa_mma<D><<<grid, tb::kThreads, smem, stream>>>(p);
+  kernel<<<grid, tb::kThreads, smem, stream>>>(p);
   ::ak::cuda::check_launch("sparse.dsa.decode.mma");
   if (p.splits == 1) return;
   kernels::combine_latent_splits<0><<<static_cast<unsigned>(rows), 128, 0, stream>>>(p);

@@ -88,8 +88,9 @@ void DecodeTiled<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
 
 template <class T, int D, int Tile>
 void DecodeMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
-  decode_kernels::run_split(p, decode_kernels::split<tiled::MmaBlock, D>, static_cast<int>(tiled::MmaShared::bytes(D)),
-                            stream, "attention.decode.mma");
+  constexpr int kDtype = std::is_same<T, __nv_bfloat16>::value ? AK_BFLOAT16 : AK_FLOAT16;
+  decode_kernels::run_split(p, decode_kernels::split<tiled::MmaBlockOf<kDtype>::template Block, D>,
+                            static_cast<int>(tiled::MmaShared::bytes(D)), stream, "attention.decode.mma");
 }
 
 template <class T, int D, int Tile>

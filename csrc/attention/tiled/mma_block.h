@@ -117,6 +117,8 @@ __device__ __forceinline__ void mma_device(int32_t dtype, const uint32_t a[4], c
 // Row strides of the scores (floats) and of P (16-bit), which overlays them: a row of P starts where its
 // row of scores does. 68 floats = 272 bytes, so the eight rows of an ldmatrix of P fall on distinct banks.
 constexpr int kMmaScoreStride = kMmaKeys + 4;
+// exp(x) as exp2(x log2 e): one ex2.approx on the device instead of expf's range reduction.
+constexpr float kMmaLog2e = 1.4426950408889634f;
 constexpr int kMmaPStride = 2 * kMmaScoreStride;
 
 struct MmaShared {
@@ -158,7 +160,9 @@ inline bool mma_serves(int32_t dtype, int64_t D, int64_t R) {
   return (dtype == AK_FLOAT16 || dtype == AK_BFLOAT16) && (D == 64 || D == 128 || D == 256) && R >= 1 && R <= 16;
 }
 
-template <class Source, int kD = 0>
+// kDtype fixes the operands' dtype at compile time (the kernels' instances: one mma.sync and one conversion
+// in the code, not both behind a branch at every product); 0 reads it from the Source (the host runs).
+template <class Source, int kD = 0, int kDtype = 0>
 struct MmaBlock {
   using Latent = LatentOf<Source>;
   static constexpr bool kLatent = Latent::value;
@@ -169,6 +173,7 @@ struct MmaBlock {
   const Source& src;
   AK_HD explicit MmaBlock(const Source& source) : src(source) {}
   AK_HD int64_t dim() const { return kD > 0 ? kD : src.D; }
+  AK_HD int32_t dtype() const { return kDtype != 0 ? kDtype : src.dtype; }
   AK_HD int64_t stride() const { return dim() + 8; }
   // The value's width: D, or a latent Source's Dv.
   AK_HD int64_t vdim() const {
@@ -215,14 +220,20 @@ struct MmaBlock {
   AK_HD void load(const MmaShared& sh, int t, int64_t i, bool values, Copy&& copy) const {
     const int64_t D = dim(), per_row = D / 8;
     const int64_t* rows = rows_of(sh, i);
-    for (int64_t e = t; e < kMmaKeys * per_row; e += kThreads) {
-      const int64_t j = e / per_row, c = 8 * (e % per_row), row = rows[j];
-      if constexpr (kLatent) {  // one row for both products
+    if constexpr (kLatent) {  // one row for both products
+      for (int64_t e = t; e < kMmaKeys * per_row; e += kThreads) {
+        const int64_t j = e / per_row, c = 8 * (e % per_row), row = rows[j];
         copy(sh.k + j * stride() + c, src.key_ptr(row >= 0 ? row : 0, c), row >= 0);
-      } else {
-        const int64_t at = row >= 0 ? (row * src.Hkv + src.hk) * D + c : 0;
-        const void* from = values ? src.v : src.k;
-        copy((values ? sh.v : sh.k) + j * stride() + c, static_cast<const uint16_t*>(from) + at, row >= 0);
+      }
+    } else {
+      // D / 8 divides the threads (D = 64, 128, 256): a thread moves one column group c of every
+      // (kThreads / per_row)-th row, so only the row changes from move to move.
+      const int64_t c = 8 * (t % per_row), row_stride = src.Hkv * D;
+      const uint16_t* from = static_cast<const uint16_t*>(values ? src.v : src.k) + src.hk * D + c;
+      uint16_t* to = (values ? sh.v : sh.k) + c;
+      for (int64_t j = t / per_row; j < kMmaKeys; j += kThreads / per_row) {
+        const int64_t row = rows[j];
+        copy(to + j * stride(), from + (row >= 0 ? row : 0) * row_stride, row >= 0);
       }
     }
   }
@@ -263,8 +274,12 @@ struct MmaBlock {
 #pragma unroll
 #endif
     for (int j = 0; j < 8; j++) {
-      const float e = top == -INFINITY || x[j] == -INFINITY ? 0.f : expf(x[j] - top);
-      p[j] = src.dtype == AK_BFLOAT16 ? float_to_bf16(e) : float_to_f16(e);
+      const float e = top == -INFINITY || x[j] == -INFINITY ? 0.f : exp2f((x[j] - top) * kMmaLog2e);
+#ifdef __CUDA_ARCH__
+      p[j] = dtype() == AK_BFLOAT16 ? __bfloat16_as_ushort(__float2bfloat16_rn(e)) : __half_as_ushort(__float2half_rn(e));
+#else
+      p[j] = dtype() == AK_BFLOAT16 ? float_to_bf16(e) : float_to_f16(e);
+#endif
       sum += e;
     }
     return sum;
@@ -276,7 +291,7 @@ struct MmaBlock {
       sh.alpha[row] = 1.f;
       return;
     }
-    const float alpha = old == -INFINITY ? 0.f : expf(old - top);
+    const float alpha = old == -INFINITY ? 0.f : exp2f((old - top) * kMmaLog2e);
     sh.alpha[row] = alpha;
     sh.l[row] = sh.l[row] * alpha + sum;
     sh.m[row] = top;
@@ -377,7 +392,7 @@ struct MmaBlock {
               fragment_a(sh.q, stride(), k0, lane, a[lane]);
               fragment_b_rows(sh.k, stride(), 16 * w + 8 * nt, k0, lane, b[lane]);
             }
-            mma_host(src.dtype, a, b, c);
+            mma_host(dtype(), a, b, c);
           }
           for (int lane = 0; lane < 32; lane++) store_scores(sh, w, nt, lane, c[lane], i);
         }
@@ -394,7 +409,7 @@ struct MmaBlock {
               fragment_a(sh.p, kMmaPStride, k0, lane, a[lane]);
               fragment_b_cols(sh.v, stride(), k0, w * (Dv / 4) + 8 * nt, lane, b[lane]);
             }
-            mma_host(src.dtype, a, b, c);
+            mma_host(dtype(), a, b, c);
           }
           for (int lane = 0; lane < 32; lane++) {
             for (int e = 0; e < 4; e++) acc[32 * w + lane].c[4 * nt + e] = c[lane][e];
@@ -416,8 +431,8 @@ struct MmaBlock {
       uint32_t a[4], b[4];
       ak::arch::ldsm_x4(a, sh.q + (8 * (m & 1) + r) * stride() + k0 + 8 * (m >> 1));
       ak::arch::ldsm_x4(b, sh.k + (16 * w + 8 * (m >> 1) + r) * stride() + k0 + 8 * (m & 1));
-      mma_device(src.dtype, a, b, c[0]);
-      mma_device(src.dtype, a, b + 2, c[1]);
+      mma_device(dtype(), a, b, c[0]);
+      mma_device(dtype(), a, b + 2, c[1]);
     }
 #pragma unroll
     for (int nt = 0; nt < 2; nt++) store_scores(sh, w, nt, lane, c[nt], i);
@@ -438,8 +453,8 @@ struct MmaBlock {
         if (2 * np >= n_tiles()) break;
         uint32_t b[4];
         ak::arch::ldsm_x4_trans(b, sh.v + (k0 + 8 * (m & 1) + r) * stride() + w * (Dv / 4) + 16 * np + 8 * (m >> 1));
-        mma_device(src.dtype, a, b, acc.c + 8 * np);
-        mma_device(src.dtype, a, b + 2, acc.c + 8 * np + 4);
+        mma_device(dtype(), a, b, acc.c + 8 * np);
+        mma_device(dtype(), a, b + 2, acc.c + 8 * np + 4);
       }
     }
   }
@@ -504,6 +519,13 @@ struct MmaBlock {
     finish(sh, t, acc);
   }
 #endif
+};
+
+// The block's kernels' form for a dtype: MmaBlockOf<AK_BFLOAT16>::Block<Source, D>.
+template <int kDtype>
+struct MmaBlockOf {
+  template <class Source, int kD>
+  using Block = MmaBlock<Source, kD, kDtype>;
 };
 
 }  // namespace ak::attention::tiled
