@@ -113,7 +113,11 @@ struct PipeBlock {
   // The cache rows of the keys [tile, tile + 64) for stage s (-1 past the range or without a row): one
   // lookup a key (a page table read in a paged cache), by the first 64 threads.
   AK_HD void mark_rows(const PipeShared& sh, int t, int s, int64_t tile) const {
-    if (t < kPipeKeys) sh.rows[s * kPipeKeys + t] = tile + t < src.end ? src.row(tile + t) : -1;
+    if (t < kPipeKeys) sh.rows[s * kPipeKeys + t] = row_of(t, tile);
+  }
+  // Thread t's key of the tile at `tile`: its cache row (t < kPipeKeys), else -1.
+  AK_HD int64_t row_of(int t, int64_t tile) const {
+    return t < kPipeKeys && tile + t < src.end ? src.row(tile + t) : -1;
   }
 
   // Thread t's share of stage s's keys (their rows marked): `copy(dst, src, ok)` moves 16 bytes (zeros when
@@ -136,6 +140,14 @@ struct PipeBlock {
   // capped and masked in place; mx: the lane's maxima of rows g and g + 8.
   AK_HD void mask(const PipeShared& sh, int s, int w, int lane, int64_t tile, const Lane& st, float c[2][4],
                   float mx[2]) const {
+    if (src.softcap > 0.f) mask_scores<true>(sh, s, w, lane, tile, st, c, mx);
+    else mask_scores<false>(sh, s, w, lane, tile, st, c, mx);
+  }
+  // The same with the cap known at compile time: every score scaled (and capped), then the masked ones
+  // replaced by -inf, with no branch per score.
+  template <bool kCap>
+  AK_HD void mask_scores(const PipeShared& sh, int s, int w, int lane, int64_t tile, const Lane& st, float c[2][4],
+                         float mx[2]) const {
     const int q = lane & 3;
     mx[0] = mx[1] = -INFINITY;
     AK_PIPE_UNROLL
@@ -143,11 +155,10 @@ struct PipeBlock {
       AK_PIPE_UNROLL
       for (int e = 0; e < 4; e++) {
         const int key = kPipeWarpKeys * w + 8 * nt + 2 * q + (e & 1), h = e >> 1;
-        float x = -INFINITY;
-        if (sh.valid[s * kPipeKeys + key] != 0 && tile + key <= st.last[h]) {
-          x = c[nt][e] * src.scale;
-          if (src.softcap > 0.f) x = src.softcap * fast_tanh(x / src.softcap);
-        }
+        const bool seen = sh.valid[s * kPipeKeys + key] != 0 && tile + key <= st.last[h];
+        float x = c[nt][e] * src.scale;
+        if constexpr (kCap) x = src.softcap * fast_tanh(x / src.softcap);
+        x = seen ? x : -INFINITY;
         c[nt][e] = x;
         mx[h] = x > mx[h] ? x : mx[h];
       }
@@ -165,8 +176,11 @@ struct PipeBlock {
   }
 
   // With mx the rows' maxima over the warp's 16 keys: the rows' new maxima, the accumulators and sums
-  // rescaled, P into the A fragment of P V (rounded to 16 bits; the sums take it unrounded).
+  // rescaled, P into the A fragment of P V (rounded to 16 bits; the sums take it unrounded). A masked score
+  // (-inf) gives exp(-inf) = 0 against a finite max, and against a row with nothing seen yet (max -inf) the
+  // exponent is taken from 0, so no score needs a test of its own.
   AK_HD void exponentiate(const float c[2][4], const float mx[2], Lane& st, uint32_t a[4]) const {
+    float from[2];
     AK_PIPE_UNROLL
     for (int h = 0; h < 2; h++) {
       const float top = st.m[h] > mx[h] ? st.m[h] : mx[h];
@@ -175,13 +189,14 @@ struct PipeBlock {
       AK_PIPE_UNROLL
       for (int n = 0; n < kN; n++) st.acc[n][2 * h] *= alpha, st.acc[n][2 * h + 1] *= alpha;
       st.m[h] = top;
+      from[h] = top == -INFINITY ? 0.f : top;
     }
     float p[2][4];
     AK_PIPE_UNROLL
     for (int nt = 0; nt < 2; nt++) {
       AK_PIPE_UNROLL
       for (int e = 0; e < 4; e++) {
-        p[nt][e] = c[nt][e] == -INFINITY ? 0.f : fast_exp(c[nt][e] - st.m[e >> 1]);
+        p[nt][e] = fast_exp(c[nt][e] - from[e >> 1]);
         st.l[e >> 1] += p[nt][e];
       }
     }
@@ -341,9 +356,12 @@ struct PipeBlock {
       const int64_t next = i + kStages - 1;
       if (next < tiles) load_stage(sh, t, static_cast<int>(next % kStages), copy);
       ak::arch::cp_async_commit();
-      // Stage i's rows were read by its load (before this iteration's barrier): the slot takes tile i + S's.
-      mark_rows(sh, t, static_cast<int>(i % kStages), src.begin + (i + kStages) * kPipeKeys);
+      // Stage i's rows were read by its load (before this iteration's barrier): the slot takes tile i + S's,
+      // looked up before the products (a paged cache's table read in flight behind them) and stored after,
+      // ahead of the next barrier, after which tile i + S's load reads them.
+      const int64_t next_row = row_of(t, src.begin + (i + kStages) * kPipeKeys);
       compute(sh, static_cast<int>(i % kStages), w, lane, src.begin + i * kPipeKeys, st);
+      if (t < kPipeKeys) sh.rows[(i % kStages) * kPipeKeys + t] = next_row;
     }
     ak::arch::cp_async_wait_all();
     __syncthreads();  // the merge area overlays the stages
