@@ -122,16 +122,23 @@ struct PipeBlock {
 
   // Thread t's share of stage s's keys (their rows marked): `copy(dst, src, ok)` moves 16 bytes (zeros when
   // !ok: a key without a row); the thread moving a key's first 8 columns records whether it has a row.
+  // A thread moves one column group c of every kRowsPerPass-th key, so only the key's row changes from move
+  // to move.
   template <class Copy>
   AK_HD void load_stage(const PipeShared& sh, int t, int s, Copy&& copy) const {
-    constexpr int kPerRow = kD / 8;
-    for (int e = t; e < kPipeKeys * kPerRow; e += kThreads) {
-      const int j = e / kPerRow, c = 8 * (e % kPerRow);
+    constexpr int kPerRow = kD / 8, kRowsPerPass = kThreads / kPerRow;
+    const int c = 8 * (t % kPerRow);
+    const int64_t row_stride = src.Hkv * kD;
+    const uint16_t* k = static_cast<const uint16_t*>(src.k) + src.hk * kD + c;
+    const uint16_t* v = static_cast<const uint16_t*>(src.v) + src.hk * kD + c;
+    const int64_t stage = static_cast<int64_t>(s) * kPipeKeys * kStride + c;
+    AK_PIPE_UNROLL
+    for (int pass = 0; pass < kPipeKeys / kRowsPerPass; pass++) {
+      const int j = t / kPerRow + pass * kRowsPerPass;
       const int64_t row = sh.rows[s * kPipeKeys + j];
-      const int64_t at = row >= 0 ? (row * src.Hkv + src.hk) * kD + c : 0;
-      const int64_t dst = (static_cast<int64_t>(s) * kPipeKeys + j) * kStride + c;
-      copy(sh.k + dst, static_cast<const uint16_t*>(src.k) + at, row >= 0);
-      copy(sh.v + dst, static_cast<const uint16_t*>(src.v) + at, row >= 0);
+      const int64_t at = (row >= 0 ? row : 0) * row_stride;
+      copy(sh.k + stage + j * kStride, k + at, row >= 0);
+      copy(sh.v + stage + j * kStride, v + at, row >= 0);
       if (c == 0) sh.valid[s * kPipeKeys + j] = row >= 0 ? 1 : 0;
     }
   }
@@ -180,16 +187,28 @@ struct PipeBlock {
   // (-inf) gives exp(-inf) = 0 against a finite max, and against a row with nothing seen yet (max -inf) the
   // exponent is taken from 0, so no score needs a test of its own.
   AK_HD void exponentiate(const float c[2][4], const float mx[2], Lane& st, uint32_t a[4]) const {
-    float from[2];
+    float from[2], alpha[2];
     AK_PIPE_UNROLL
     for (int h = 0; h < 2; h++) {
       const float top = st.m[h] > mx[h] ? st.m[h] : mx[h];
-      const float alpha = st.m[h] == -INFINITY ? 1.f : fast_exp(st.m[h] - top);
-      st.l[h] *= alpha;
-      AK_PIPE_UNROLL
-      for (int n = 0; n < kN; n++) st.acc[n][2 * h] *= alpha, st.acc[n][2 * h + 1] *= alpha;
+      alpha[h] = st.m[h] == -INFINITY ? 1.f : fast_exp(st.m[h] - top);
       st.m[h] = top;
       from[h] = top == -INFINITY ? 0.f : top;
+    }
+    // Once the rows' maxima settle, a tile leaves them unchanged (alpha exactly 1) on every lane of the warp,
+    // and the rescale (multiplying by 1) is skipped; the host always multiplies, to the same bits.
+#ifdef __CUDA_ARCH__
+    const bool rescale = __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f);
+#else
+    const bool rescale = true;
+#endif
+    if (rescale) {
+      AK_PIPE_UNROLL
+      for (int h = 0; h < 2; h++) {
+        st.l[h] *= alpha[h];
+        AK_PIPE_UNROLL
+        for (int n = 0; n < kN; n++) st.acc[n][2 * h] *= alpha[h], st.acc[n][2 * h + 1] *= alpha[h];
+      }
     }
     float p[2][4];
     AK_PIPE_UNROLL
