@@ -14,6 +14,7 @@
 #include "cuda/runtime.cuh"
 #include "generated/sparse_launchers.h"
 #include "attention/tiled/mma_block.h"
+#include "attention/tiled/split_merge.cuh"
 #include "sparse/dsa_source.h"
 #include "sparse/indexer_block.h"
 #include "sparse/rows.h"
@@ -125,10 +126,13 @@ __global__ void __launch_bounds__(ak::attention::tiled::kThreads) dsa_mma(DsaDec
 template <class T>
 constexpr int kHalfDtype = std::is_same<T, __nv_bfloat16>::value ? AK_BFLOAT16 : AK_FLOAT16;
 
-// The splits' merge: a block per (query row, head), a thread per output column.
+// The splits' merge: a block per (query row, head).
 template <int kUnused = 0>
 __global__ void combine_latent_splits(DsaDecode p) {
-  for (int64_t c = threadIdx.x; c < p.D; c += blockDim.x) combine_latent(p, blockIdx.x / p.H, blockIdx.x % p.H, c);
+  extern __shared__ float merge_smem[];
+  const int64_t at = blockIdx.x;  // x H + h
+  ak::attention::tiled::merge_split_row(p.partial_lse + at, p.partial + at * p.D, p.B * p.Sq * p.H, p.splits, p.D,
+                                        merge_smem, [&](int64_t c, float o) { store(p.output, p.dtype, at * p.D + c, o); });
 }
 
 }  // namespace kernels
@@ -189,7 +193,8 @@ void DsaMma<T, D, Tile>::launch(const Args& args, cudaStream_t stream) {
   kernel<<<grid, tb::kThreads, smem, stream>>>(p);
   ::ak::cuda::check_launch("sparse.dsa.decode.mma");
   if (p.splits == 1) return;
-  kernels::combine_latent_splits<0><<<static_cast<unsigned>(rows), 128, 0, stream>>>(p);
+  const int merge_smem = tb::split_merge_bytes(p.splits);
+  kernels::combine_latent_splits<0><<<static_cast<unsigned>(rows), 128, merge_smem, stream>>>(p);
   ::ak::cuda::check_launch("sparse.dsa.decode.mma (combine)");
 }
 

@@ -12,6 +12,7 @@
 #include "attention/decode/source.h"
 #include "attention/tiled/mma_block.h"
 #include "attention/tiled/pipe_block.h"
+#include "attention/tiled/split_merge.cuh"
 #include "attention/tiled/warp_block.h"
 #include "cuda/runtime.cuh"
 #include "generated/attention_launchers.h"
@@ -41,13 +42,18 @@ __global__ void __launch_bounds__(tiled::kThreads) pipe_split(decode::Problem p)
   tiled::PipeBlock<decode::DecodeSource, kD, kDtype>(source).run_on_device(pipe_smem);
 }
 
-// One block per (sequence, KV head, row), a thread per output column. (A template, so that the units
-// instantiating the launchers for each dtype share one definition.)
+// One block per (sequence, KV head, row), its columns merged over the splits. (A template, so that the
+// units instantiating the launchers for each dtype share one definition.)
 template <int kUnused = 0>
 __global__ void combine(decode::Problem p) {
+  extern __shared__ float merge_smem[];
   const int64_t R = p.rows(), x = blockIdx.x;
   const int64_t r = x % R, hk = (x / R) % p.Hkv, b = x / (R * p.Hkv);
-  for (int64_t c = threadIdx.x; c < p.D; c += blockDim.x) decode::combine(p, b, hk, r, c);
+  const int64_t G = p.H / p.Hkv, at = (b * p.Hkv + hk) * R + r;
+  uint16_t* out = static_cast<uint16_t*>(p.output) + ((b * p.Sq + r / G) * p.H + hk * G + r % G) * p.D;
+  const bool bf16 = p.dtype == AK_BFLOAT16;
+  tiled::merge_split_row(p.partial_lse + at, p.partial + at * p.D, p.B * p.Hkv * R, p.splits, p.D, merge_smem,
+                         [&](int64_t c, float o) { out[c] = bf16 ? float_to_bf16(o) : float_to_f16(o); });
 }
 
 // The split kernel `kernel` (its shared memory `smem` bytes), then the combine when split.
@@ -66,7 +72,7 @@ inline void run_split(const decode::Problem& problem, void (*kernel)(decode::Pro
   kernel<<<grid, tiled::kThreads, smem, stream>>>(p);
   ::ak::cuda::check_launch(name);
   if (p.splits == 1) return;
-  combine<0><<<static_cast<unsigned>(p.B * p.Hkv * R), 128, 0, stream>>>(p);
+  combine<0><<<static_cast<unsigned>(p.B * p.Hkv * R), 128, tiled::split_merge_bytes(p.splits), stream>>>(p);
   ::ak::cuda::check_launch("attention.decode (combine)");
 }
 
