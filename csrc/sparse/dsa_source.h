@@ -94,6 +94,8 @@ struct DsaSource {
     if (p.kv_pe && c >= Dv) return static_cast<const uint16_t*>(p.kv_pe) + at * (D - Dv) + c - Dv;
     return static_cast<const uint16_t*>(k) + at * (p.kv_pe ? Dv : D) + c;
   }
+  // The elements between consecutive cache rows at column c (key_ptr(row, c) = key_ptr(0, c) + row stride).
+  AK_HD int64_t key_stride(int64_t c) const { return Hkv * (p.kv_pe ? (c >= Dv ? D - Dv : Dv) : D); }
   // The output pair, or with splits this split's partial one (normalised by its own sum).
   AK_HD void write(int64_t r, int64_t c, float o0, float o1) const {
     const int64_t at = (x * p.H + h0 + r) * Dv + c;

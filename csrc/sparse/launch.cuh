@@ -115,8 +115,10 @@ __global__ void __launch_bounds__(kIdxThreads) indexer_mma(Indexer p) {
 
 // DSA on the tensor-core block: x the group of 16 query heads (so the groups of one query row, which read
 // the same cache rows, run side by side), y the query row, z the KV head and the split (z = split Hkv + hk).
+// Its shared memory fits two blocks an SM, so the registers may run to 255 (left to itself ptxas took 168 and
+// spilled).
 template <int kD, int kDtype>
-__global__ void __launch_bounds__(ak::attention::tiled::kThreads) dsa_mma(DsaDecode p) {
+__global__ void __launch_bounds__(ak::attention::tiled::kThreads, 2) dsa_mma(DsaDecode p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const DsaSource<kD - 64> source(p, blockIdx.x, blockIdx.y, blockIdx.z % p.Hkv, blockIdx.z / p.Hkv);
   ak::attention::tiled::MmaBlock<DsaSource<kD - 64>, kD, kDtype>(source).run_on_device(smem);

@@ -41,8 +41,8 @@ constexpr int kMmaAcc = 32;
 constexpr int kMmaLatentAcc = 64;
 
 // Whether Source is latent: it declares kLatentValues, its value width kValueDim (0: its member Dv), and
-// gives the 8 columns from c of a cache row by key_ptr(row, c) and of query row r by query_ptr(r, c) (16-byte
-// aligned).
+// gives the 8 columns from c of a cache row by key_ptr(row, c) (= key_ptr(0, c) + row key_stride(c)) and of
+// query row r by query_ptr(r, c) (16-byte aligned).
 template <class S, class = void>
 struct LatentOf {
   static constexpr bool value = false;
@@ -221,9 +221,17 @@ struct MmaBlock {
     const int64_t D = dim(), per_row = D / 8;
     const int64_t* rows = rows_of(sh, i);
     if constexpr (kLatent) {  // one row for both products
-      for (int64_t e = t; e < kMmaKeys * per_row; e += kThreads) {
-        const int64_t j = e / per_row, c = 8 * (e % per_row), row = rows[j];
-        copy(sh.k + j * stride() + c, src.key_ptr(row >= 0 ? row : 0, c), row >= 0);
+      // Warp w moves rows w, w + 4, ... and lane l their column groups l, l + 32, ...: a warp's move is 512
+      // contiguous bytes of a row, and a lane's columns (so the Source's tensor they are in, and its row
+      // stride) do not change from row to row.
+      const int w = t / 32, lane = t % 32;
+      for (int64_t c = 8 * lane; c < D; c += 256) {
+        const uint16_t* from = src.key_ptr(0, c);
+        const int64_t step = src.key_stride(c);
+        for (int64_t j = w; j < kMmaKeys; j += kThreads / 32) {
+          const int64_t row = rows[j];
+          copy(sh.k + j * stride() + c, from + (row >= 0 ? row : 0) * step, row >= 0);
+        }
       }
     } else {
       // D / 8 divides the threads (D = 64, 128, 256): a thread moves one column group c of every
