@@ -124,10 +124,6 @@ __global__ void __launch_bounds__(ak::attention::tiled::kThreads, 2) dsa_mma(Dsa
   ak::attention::tiled::MmaBlock<DsaSource<kD - 64>, kD, kDtype>(source).run_on_device(smem);
 }
 
-// The dtype constant of a 16-bit instance's element type.
-template <class T>
-constexpr int kHalfDtype = std::is_same<T, __nv_bfloat16>::value ? AK_BFLOAT16 : AK_FLOAT16;
-
 // The splits' merge: a block per (query row, head).
 template <int kUnused = 0>
 __global__ void combine_latent_splits(DsaDecode p) {
@@ -150,7 +146,7 @@ void CompressionTiled<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
 template <class T, int D, int Tile>
 void CompressionMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
   const int smem = static_cast<int>(tb::MmaShared::bytes(D));
-  kernels::launch_tiled<tb::MmaBlockOf<kernels::kHalfDtype<T>>::template Block, CompressionSource, D>(
+  kernels::launch_tiled<tb::MmaBlockOf<tb::kHalfDtype<T>>::template Block, CompressionSource, D>(
       p, smem, stream, "sparse.nsa.compression.mma");
 }
 
@@ -169,7 +165,7 @@ void SelectionTiled<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
 template <class T, int D, int Tile>
 void SelectionMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
   const int smem = static_cast<int>(tb::MmaShared::bytes(D));
-  kernels::launch_tiled<tb::MmaBlockOf<kernels::kHalfDtype<T>>::template Block, SelectionSource, D>(
+  kernels::launch_tiled<tb::MmaBlockOf<tb::kHalfDtype<T>>::template Block, SelectionSource, D>(
       p, smem, stream, "sparse.nsa.selection.mma");
 }
 
@@ -188,7 +184,7 @@ void DsaMma<T, D, Tile>::launch(const Args& args, cudaStream_t stream) {
   ::ak::cuda::Scratch scratch(device, p.splits > 1 ? static_cast<size_t>(p.splits * rows * (p.D + 1)) * 4 : 0);
   if (p.splits > 1) p.partial = scratch.as<float>(), p.partial_lse = p.partial + p.splits * rows * p.D;
   const int smem = static_cast<int>(tb::MmaShared::bytes(D, true));
-  auto* const kernel = kernels::dsa_mma<D, kernels::kHalfDtype<T>>;
+  auto* const kernel = kernels::dsa_mma<D, tb::kHalfDtype<T>>;
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>(DsaSource<>::groups(p)), static_cast<unsigned>(p.B * p.Sq),
                   static_cast<unsigned>(p.Hkv * p.splits));

@@ -7,8 +7,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <type_traits>
-
 #include "attention/decode/source.h"
 #include "attention/tiled/mma_block.h"
 #include "attention/tiled/pipe_block.h"
@@ -78,7 +76,7 @@ inline void run_split(const decode::Problem& problem, void (*kernel)(decode::Pro
 
 template <class T, int kD, int kR>
 void run_warp(const decode::Problem& p, cudaStream_t stream) {
-  constexpr int kDtype = std::is_same<T, __nv_bfloat16>::value ? AK_BFLOAT16 : AK_FLOAT16;
+  constexpr int kDtype = tiled::kHalfDtype<T>;
   using Block = tiled::WarpBlock<decode::DecodeSource, kD, kR, kDtype>;
   run_split(p, warp_split<kD, kR, kDtype>, static_cast<int>(Block::shared_bytes()), stream,
             "attention.decode.warp");
@@ -94,14 +92,14 @@ void DecodeTiled<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
 
 template <class T, int D, int Tile>
 void DecodeMma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
-  constexpr int kDtype = std::is_same<T, __nv_bfloat16>::value ? AK_BFLOAT16 : AK_FLOAT16;
+  constexpr int kDtype = tiled::kHalfDtype<T>;
   decode_kernels::run_split(p, decode_kernels::split<tiled::MmaBlockOf<kDtype>::template Block, D>,
                             static_cast<int>(tiled::MmaShared::bytes(D)), stream, "attention.decode.mma");
 }
 
 template <class T, int D, int Tile>
 void DecodePipe<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
-  constexpr int kDtype = std::is_same<T, __nv_bfloat16>::value ? AK_BFLOAT16 : AK_FLOAT16;
+  constexpr int kDtype = tiled::kHalfDtype<T>;
   decode_kernels::run_split(p, decode_kernels::pipe_split<D, kDtype>, static_cast<int>(tiled::PipeShared::bytes(D)),
                             stream, "attention.decode.pipe");
 }

@@ -536,4 +536,10 @@ struct MmaBlockOf {
   using Block = MmaBlock<Source, kD, kDtype>;
 };
 
+#ifdef __CUDACC__
+// The dtype constant of a kernel instance's 16-bit element type (the blocks' compile-time kDtype).
+template <class T>
+constexpr int kHalfDtype = std::is_same<T, __nv_bfloat16>::value ? AK_BFLOAT16 : AK_FLOAT16;
+#endif
+
 }  // namespace ak::attention::tiled
