@@ -5,13 +5,12 @@
 // baseline.
 import assert from "node:assert/strict";
 import {
-  captureGraph,
   GroupedQueryAttentionDecodePagedWithKVCacheFwdOp,
   GroupedQueryAttentionDecodeWithKVCacheFwdOp,
   lastPlan,
   Tensor,
 } from "../mod.ts";
-import { refill, sameBits } from "./graph_fixtures.ts";
+import { refill, replays } from "./graph_fixtures.ts";
 import { expectNoLeak, HAS_CUDA, withSeed } from "./helpers.ts";
 
 const dev = "cuda" as const;
@@ -59,34 +58,17 @@ Deno.test({
                 return () => op.forward(q, k, v, lengths);
               })();
             const what = `B${B} S${S}${paged ? " paged" : ""}`;
-            {
-              using _o = call(); // loads the kernels before the capture
-              const splits = Number(lastPlan()?.details.splits);
-              assert.ok(B === 1 ? splits > 1 : splits === 1, `${what}: ${splits} splits`);
-            }
-            using graph = captureGraph(call, { device: dev });
-            try {
-              for (let r = 0; r < 3; r++) {
-                for (const [i, t] of [q, k, v].entries()) refill(t, seed + 10 * r + i);
-                // Lengths that end inside a page and, in round 2, an empty sequence; pages in reversed order.
-                setInt32(
-                  lengths,
-                  Int32Array.from({ length: B }, (_, b) => r === 2 && b === B - 1 ? 0 : S - 37 * r - b),
-                );
-                if (paged) {
-                  setInt32(
-                    table,
-                    Int32Array.from({ length: B * pages }, (_, i) => B * pages - 1 - i),
-                  );
-                }
-                using eager = call();
-                graph.replay();
-                graph.synchronize();
-                sameBits(graph.result, eager, `${what}, round ${r}`);
-              }
-            } finally {
-              graph.result.dispose();
-            }
+            replays(what, call, (r) => {
+              for (const [i, t] of [q, k, v].entries()) refill(t, seed + 10 * r + i);
+              // Lengths that end inside a page and, in round 2, an empty sequence; pages in reversed order.
+              setInt32(
+                lengths,
+                Int32Array.from({ length: B }, (_, b) => r === 2 && b === B - 1 ? 0 : S - 37 * r - b),
+              );
+              if (paged) setInt32(table, Int32Array.from({ length: B * pages }, (_, i) => B * pages - 1 - i));
+            });
+            const splits = Number(lastPlan()?.details.splits);
+            assert.ok(B === 1 ? splits > 1 : splits === 1, `${what}: ${splits} splits`);
           }
         }
       })

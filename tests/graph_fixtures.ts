@@ -1,7 +1,7 @@
-// What the graph-capture tests share: bitwise comparison against the eager calls, and inputs refilled in
-// place between replays (a graph replays on the same tensors).
+// What the graph-capture tests share: bitwise comparison against the eager calls, inputs refilled in place
+// between replays (a graph replays on the same tensors), and the capture-and-replay check itself.
 import assert from "node:assert/strict";
-import { Tensor } from "../mod.ts";
+import { captureGraph, Tensor } from "../mod.ts";
 
 /** Bitwise equality of two tensors' contents (NaN equals NaN). */
 export function sameBits(actual: Tensor, expected: Tensor, what: string): void {
@@ -16,4 +16,24 @@ export function sameBits(actual: Tensor, expected: Tensor, what: string): void {
 export function refill(t: Tensor, seed: number): void {
   using fresh = Tensor.randn(t.shape, { dtype: t.dtype, device: t.device, seed });
   t.copyFrom(fresh);
+}
+
+/**
+ * Captures `call` on CUDA once, then checks three replays, each after `refresh(round)` gave the inputs new
+ * contents, bit for bit against the same call made eagerly.
+ */
+export function replays(what: string, call: () => Tensor, refresh: (round: number) => void): void {
+  call().dispose(); // loads the kernels before the capture
+  using graph = captureGraph(call, { device: "cuda" });
+  try {
+    for (let r = 0; r < 3; r++) {
+      refresh(r);
+      using eager = call();
+      graph.replay();
+      graph.synchronize();
+      sameBits(graph.result, eager, `${what}, round ${r}`);
+    }
+  } finally {
+    graph.result.dispose();
+  }
 }

@@ -5,34 +5,16 @@
 // baseline.
 import assert from "node:assert/strict";
 import {
-  captureGraph,
   DeepSeekSparseAttentionDecodeWithKVCacheFwdOp,
   FP8LightningIndexerFwdOp,
   lastPlan,
   MultiHeadLatentAttentionDecodeWithKVCacheFwdOp,
   Tensor,
 } from "../mod.ts";
-import { refill, sameBits } from "./graph_fixtures.ts";
+import { refill, replays } from "./graph_fixtures.ts";
 import { expectNoLeak, HAS_CUDA, withSeed } from "./helpers.ts";
 
 const dev = "cuda" as const;
-
-/** Captures `call` once, then checks three replays with new inputs against eager calls. */
-function replays(what: string, call: () => Tensor, refresh: (round: number) => void): void {
-  call().dispose(); // loads the kernels before the capture
-  using graph = captureGraph(call, { device: dev });
-  try {
-    for (let r = 0; r < 3; r++) {
-      refresh(r);
-      using eager = call();
-      graph.replay();
-      graph.synchronize();
-      sameBits(graph.result, eager, `${what}, round ${r}`);
-    }
-  } finally {
-    graph.result.dispose();
-  }
-}
 
 Deno.test({
   name: "captureGraph: MLA and DSA decode and the indexer on tensor cores replay bit for bit [cuda]",
