@@ -72,7 +72,7 @@ void dsa_decode(const DsaDecode& p) {
     parallel_for(blocks * s.splits, [&](int64_t i) {
       const int64_t block = i % blocks;
       const DsaSource<> source(s, block % groups, block / (groups * s.Hkv), (block / groups) % s.Hkv, i / blocks);
-      ak::attention::tiled::MmaBlock<DsaSource<>>(source).run_on_host();
+      ak::attention::tiled::MmaBlock<DsaSource<>, 0, 0, kLatentWarps>(source).run_on_host();
     });
     if (s.splits > 1) {
       parallel_for(rows, [&](int64_t xh) {

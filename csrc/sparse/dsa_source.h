@@ -39,6 +39,10 @@ inline void plan_latent_splits(DsaDecode& p, int sms) {
   p.splits = best_splits;
 }
 
+// The tensor-core block's warps for a latent Source: 8 (its 512 value columns 64 a warp, and each tile's
+// steps with twice the warps behind them at the two blocks an SM that its shared memory allows).
+constexpr int kLatentWarps = 8;
+
 // kDv > 0 fixes the value width at compile time (the kernels' instances); 0 reads it from the problem.
 template <int kDv = 0>
 struct DsaSource {

@@ -115,13 +115,12 @@ __global__ void __launch_bounds__(kIdxThreads) indexer_mma(Indexer p) {
 
 // DSA on the tensor-core block: x the group of 16 query heads (so the groups of one query row, which read
 // the same cache rows, run side by side), y the query row, z the KV head and the split (z = split Hkv + hk).
-// Its shared memory fits two blocks an SM, so the registers may run to 255 (left to itself ptxas took 168 and
-// spilled).
+// Its shared memory fits two blocks an SM, so the registers may run to 128 a thread.
 template <int kD, int kDtype>
-__global__ void __launch_bounds__(ak::attention::tiled::kThreads, 2) dsa_mma(DsaDecode p) {
+__global__ void __launch_bounds__(32 * kLatentWarps, 2) dsa_mma(DsaDecode p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const DsaSource<kD - 64> source(p, blockIdx.x, blockIdx.y, blockIdx.z % p.Hkv, blockIdx.z / p.Hkv);
-  ak::attention::tiled::MmaBlock<DsaSource<kD - 64>, kD, kDtype>(source).run_on_device(smem);
+  ak::attention::tiled::MmaBlock<DsaSource<kD - 64>, kD, kDtype, kLatentWarps>(source).run_on_device(smem);
 }
 
 // The splits' merge: a block per (query row, head).
@@ -188,7 +187,7 @@ void DsaMma<T, D, Tile>::launch(const Args& args, cudaStream_t stream) {
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>(DsaSource<>::groups(p)), static_cast<unsigned>(p.B * p.Sq),
                   static_cast<unsigned>(p.Hkv * p.splits));
-  kernel<<<grid, tb::kThreads, smem, stream>>>(p);
+  kernel<<<grid, 32 * kLatentWarps, smem, stream>>>(p);
   ::ak::cuda::check_launch("sparse.dsa.decode.mma");
   if (p.splits == 1) return;
   const int merge_smem = tb::split_merge_bytes(p.splits);

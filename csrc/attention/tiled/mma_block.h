@@ -162,12 +162,21 @@ inline bool mma_serves(int32_t dtype, int64_t D, int64_t R) {
 
 // kDtype fixes the operands' dtype at compile time (the kernels' instances: one mma.sync and one conversion
 // in the code, not both behind a branch at every product); 0 reads it from the Source (the host runs).
-template <class Source, int kD = 0, int kDtype = 0>
+// kWarps (4 or 8) splits a tile's keys for the scores and the value columns for P V between the warps; at 8
+// the softmax runs on 16 threads a row and each warp's scores sum their k16 steps in two chains.
+template <class Source, int kD = 0, int kDtype = 0, int kWarps = 4>
 struct MmaBlock {
+  static_assert(kWarps == 4 || kWarps == 8, "the tensor-core block runs 4 or 8 warps");
   using Latent = LatentOf<Source>;
   static constexpr bool kLatent = Latent::value;
+  static constexpr int kBlockThreads = 32 * kWarps;
+  static constexpr int kWarpKeys = kMmaKeys / kWarps;    // a warp's keys of a tile (its scores)
+  static constexpr int kWarpTiles = kWarpKeys / 8;       // n8 tiles of them
+  static constexpr int kParts = kBlockThreads / 16;      // softmax threads a row
+  static constexpr int kPartKeys = kMmaKeys / kParts;    // a softmax thread's keys
   // A lane's accumulators: a compile-time value width's, else the widest the Source may have.
-  static constexpr int kAcc = !kLatent ? kMmaAcc : Latent::kDv > 0 ? Latent::kDv / 8 : kMmaLatentAcc;
+  static constexpr int kAcc =
+      (!kLatent ? kMmaAcc : Latent::kDv > 0 ? Latent::kDv / 8 : kMmaLatentAcc) * 4 / kWarps;
   using Acc = MmaAcc<kAcc>;
 
   const Source& src;
@@ -188,12 +197,12 @@ struct MmaBlock {
   AK_HD void start(const MmaShared& sh, int t, Acc& acc, Copy&& copy) const {
     const int64_t D = dim();
     if constexpr (kLatent) {
-      for (int64_t e = t; e < 2 * D; e += kThreads) {  // 16 rows of D / 8 moves
+      for (int64_t e = t; e < 2 * D; e += kBlockThreads) {  // 16 rows of D / 8 moves
         const int64_t r = e / (D / 8), c = 8 * (e % (D / 8));
         copy(sh.q + r * stride() + c, src.query_ptr(r < src.R ? r : 0, c), r < src.R);
       }
     } else {
-      for (int64_t e = t; e < 16 * D; e += kThreads) {
+      for (int64_t e = t; e < 16 * D; e += kBlockThreads) {
         const int64_t r = e / D, c = e % D;
         sh.q[r * stride() + c] = r < src.R ? static_cast<const uint16_t*>(src.q)[src.q_at(r) + c] : 0;
       }
@@ -221,25 +230,25 @@ struct MmaBlock {
     const int64_t D = dim(), per_row = D / 8;
     const int64_t* rows = rows_of(sh, i);
     if constexpr (kLatent) {  // one row for both products
-      // Warp w moves rows w, w + 4, ... and lane l their column groups l, l + 32, ...: a warp's move is 512
+      // Warp w moves rows w, w + kWarps, ... and lane l their column groups l, l + 32, ...: a warp's move is 512
       // contiguous bytes of a row, and a lane's columns (so the Source's tensor they are in, and its row
       // stride) do not change from row to row.
       const int w = t / 32, lane = t % 32;
       for (int64_t c = 8 * lane; c < D; c += 256) {
         const uint16_t* from = src.key_ptr(0, c);
         const int64_t step = src.key_stride(c);
-        for (int64_t j = w; j < kMmaKeys; j += kThreads / 32) {
+        for (int64_t j = w; j < kMmaKeys; j += kWarps) {
           const int64_t row = rows[j];
           copy(sh.k + j * stride() + c, from + (row >= 0 ? row : 0) * step, row >= 0);
         }
       }
     } else {
       // D / 8 divides the threads (D = 64, 128, 256): a thread moves one column group c of every
-      // (kThreads / per_row)-th row, so only the row changes from move to move.
+      // (kBlockThreads / per_row)-th row, so only the row changes from move to move.
       const int64_t c = 8 * (t % per_row), row_stride = src.Hkv * D;
       const uint16_t* from = static_cast<const uint16_t*>(values ? src.v : src.k) + src.hk * D + c;
       uint16_t* to = (values ? sh.v : sh.k) + c;
-      for (int64_t j = t / per_row; j < kMmaKeys; j += kThreads / per_row) {
+      for (int64_t j = t / per_row; j < kMmaKeys; j += kBlockThreads / per_row) {
         const int64_t row = rows[j];
         copy(to + j * stride(), from + (row >= 0 ? row : 0) * row_stride, row >= 0);
       }
@@ -251,7 +260,7 @@ struct MmaBlock {
     const int g = lane >> 2, q = lane & 3;
     const int64_t* rows = rows_of(sh, i);
     for (int e = 0; e < 4; e++) {
-      const int64_t row = g + 8 * (e >> 1), key = 16 * w + 8 * nt + 2 * q + (e & 1);
+      const int64_t row = g + 8 * (e >> 1), key = kWarpKeys * w + 8 * nt + 2 * q + (e & 1);
       float s = -INFINITY;
       if (row < src.R && rows[key] >= 0 && src.visible(src.begin + i * kMmaKeys + key, row)) {
         s = c[e] * src.scale;
@@ -261,27 +270,27 @@ struct MmaBlock {
     }
   }
 
-  // Phase 3 runs on 8 threads a row (part p: keys 8 p .. 8 p + 7); these are one part's steps. The parts'
-  // maxima and sums combine as a butterfly over the 8 (the host in the same order, so the same bits). A
-  // part reads its scores before any part of its row writes P over them.
+  // Phase 3 runs on kParts threads a row (8 or 16; part p: keys kPartKeys p onwards); these are one part's
+  // steps. The parts' maxima and sums combine as a butterfly over them (the host as the same pairwise tree, so
+  // the same bits). A part reads its scores before any part of its row writes P over them.
   AK_HD static float max2(float a, float b) { return b > a ? b : a; }
-  AK_HD static float part_scores(const MmaShared& sh, int row, int part, float x[8]) {
-    const float* s = sh.s + row * kMmaScoreStride + 8 * part;
+  AK_HD static float part_scores(const MmaShared& sh, int row, int part, float x[kPartKeys]) {
+    const float* s = sh.s + row * kMmaScoreStride + kPartKeys * part;
     float top = -INFINITY;
 #ifdef __CUDACC__
 #pragma unroll
 #endif
-    for (int j = 0; j < 8; j++) x[j] = s[j], top = max2(top, x[j]);
+    for (int j = 0; j < kPartKeys; j++) x[j] = s[j], top = max2(top, x[j]);
     return top;
   }
   // P of the part's keys rounded to 16 bits, and their unrounded sum (FlashAttention's: the log-sum-exp
   // stays exact to float).
-  AK_HD float part_exp(const float x[8], float top, uint16_t p[8]) const {
+  AK_HD float part_exp(const float x[kPartKeys], float top, uint16_t p[kPartKeys]) const {
     float sum = 0.f;
 #ifdef __CUDACC__
 #pragma unroll
 #endif
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < kPartKeys; j++) {
       const float e = top == -INFINITY || x[j] == -INFINITY ? 0.f : exp2f((x[j] - top) * kMmaLog2e);
 #ifdef __CUDA_ARCH__
       p[j] = dtype() == AK_BFLOAT16 ? __bfloat16_as_ushort(__float2bfloat16_rn(e)) : __half_as_ushort(__float2half_rn(e));
@@ -292,7 +301,9 @@ struct MmaBlock {
     }
     return sum;
   }
-  AK_HD static uint16_t* part_p(const MmaShared& sh, int row, int part) { return sh.p + row * kMmaPStride + 8 * part; }
+  AK_HD static uint16_t* part_p(const MmaShared& sh, int row, int part) {
+    return sh.p + row * kMmaPStride + kPartKeys * part;
+  }
   // The row's statistics after the tile: top the new max (over the old one too), sum the tile's P.
   AK_HD void commit_row(const MmaShared& sh, int row, float old, float top, float sum) const {
     if (top == -INFINITY) {
@@ -307,39 +318,46 @@ struct MmaBlock {
   void softmax_on_host(const MmaShared& sh) const {
     for (int row = 0; row < 16; row++) {
       const float old = sh.m[row];
-      float top = -INFINITY, sums[8], x[8][8];
-      for (int part = 0; part < 8; part++) top = max2(top, part_scores(sh, row, part, x[part]));
+      float top = -INFINITY, sums[kParts], x[kParts][kPartKeys];
+      for (int part = 0; part < kParts; part++) top = max2(top, part_scores(sh, row, part, x[part]));
       top = max2(top, old);
-      for (int part = 0; part < 8; part++) {
-        uint16_t p[8];
+      for (int part = 0; part < kParts; part++) {
+        uint16_t p[kPartKeys];
         sums[part] = part_exp(x[part], top, p);
         std::memcpy(part_p(sh, row, part), p, sizeof(p));
       }
-      const float sum = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
-      commit_row(sh, row, old, top, sum);
+      // The butterfly's pairwise tree: ((s0 + s1) + (s2 + s3)) + ... (every lane ends with these bits).
+      for (int width = 1; width < kParts; width *= 2) {
+        for (int part = 0; part < kParts; part += 2 * width) sums[part] = sums[part] + sums[part + width];
+      }
+      commit_row(sh, row, old, top, sums[0]);
     }
   }
 #ifdef __CUDACC__
   __device__ void softmax_on_device(const MmaShared& sh, int t) const {
-    const int row = t >> 3, part = t & 7;
+    const int row = t >> (kParts == 8 ? 3 : 4), part = t & (kParts - 1);
     const float old = sh.m[row];
-    float x[8];
+    float x[kPartKeys];
     float top = part_scores(sh, row, part, x);
 #pragma unroll
-    for (int o = 1; o < 8; o <<= 1) top = max2(top, __shfl_xor_sync(0xffffffffu, top, o));
+    for (int o = 1; o < kParts; o <<= 1) top = max2(top, __shfl_xor_sync(0xffffffffu, top, o));
     top = max2(top, old);
-    uint16_t p[8];
+    uint16_t p[kPartKeys];
     float sum = part_exp(x, top, p);
-    __syncwarp();  // the row's 8 parts (lanes of this warp) have read their scores and the old max
-    *reinterpret_cast<uint4*>(part_p(sh, row, part)) =
-        make_uint4(pack16(p[0], p[1]), pack16(p[2], p[3]), pack16(p[4], p[5]), pack16(p[6], p[7]));
+    __syncwarp();  // the row's parts (lanes of this warp) have read their scores and the old max
+    if constexpr (kPartKeys == 8) {
+      *reinterpret_cast<uint4*>(part_p(sh, row, part)) =
+          make_uint4(pack16(p[0], p[1]), pack16(p[2], p[3]), pack16(p[4], p[5]), pack16(p[6], p[7]));
+    } else {
+      *reinterpret_cast<uint2*>(part_p(sh, row, part)) = make_uint2(pack16(p[0], p[1]), pack16(p[2], p[3]));
+    }
 #pragma unroll
-    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    for (int o = 1; o < kParts; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (part == 0) commit_row(sh, row, old, top, sum);
   }
 #endif
 
-  AK_HD int n_tiles() const { return static_cast<int>(vdim() / 32); }  // n8 tiles of a warp's columns
+  AK_HD int n_tiles() const { return static_cast<int>(vdim() / (8 * kWarps)); }  // n8 tiles of a warp's columns
 
   // The rescale of a lane's accumulators by its rows' alpha (before a tile's P V).
   AK_HD void rescale(const MmaShared& sh, int lane, Acc& acc) const {
@@ -362,7 +380,7 @@ struct MmaBlock {
 #endif
     for (int nt = 0; nt < kAcc / 4; nt++) {
       if (nt >= n_tiles()) break;
-      const int64_t col = w * (vdim() / 4) + 8 * nt + 2 * q;
+      const int64_t col = w * (vdim() / kWarps) + 8 * nt + 2 * q;
       for (int half = 0; half < 2; half++) {
         const int64_t row = g + 8 * half;
         if (row >= src.R) continue;
@@ -382,31 +400,40 @@ struct MmaBlock {
       if (ok) std::memcpy(dst, from, 16);
       else std::memset(dst, 0, 16);
     };
-    std::vector<Acc> acc(kThreads);
+    std::vector<Acc> acc(kBlockThreads);
     uint32_t a[32][4], b[32][2];
     float c[32][4];
-    for (int t = 0; t < kThreads; t++) start(sh, t, acc[t], copy), mark_rows(sh, t, 0);
+    for (int t = 0; t < kBlockThreads; t++) start(sh, t, acc[t], copy), mark_rows(sh, t, 0);
     for (int64_t i = 0; src.begin + i * kMmaKeys < src.end; i++) {
-      for (int t = 0; t < kThreads; t++) mark_rows(sh, t, i + 1);  // the next tile's, into the other list
-      for (int t = 0; t < kThreads; t++) load(sh, t, i, false, copy);
+      for (int t = 0; t < kBlockThreads; t++) mark_rows(sh, t, i + 1);  // the next tile's, into the other list
+      for (int t = 0; t < kBlockThreads; t++) load(sh, t, i, false, copy);
       if constexpr (!kLatent) {
-        for (int t = 0; t < kThreads; t++) load(sh, t, i, true, copy);
+        for (int t = 0; t < kBlockThreads; t++) load(sh, t, i, true, copy);
       }
-      for (int w = 0; w < 4; w++) {  // phase 2, warp by warp
-        for (int nt = 0; nt < 2; nt++) {
-          for (int lane = 0; lane < 32; lane++) c[lane][0] = c[lane][1] = c[lane][2] = c[lane][3] = 0.f;
+      for (int w = 0; w < kWarps; w++) {  // phase 2, warp by warp
+        for (int nt = 0; nt < kWarpTiles; nt++) {
+          // At 8 warps the odd k16 steps sum into a second chain, added at the end (as the device does).
+          float odd[32][4];
+          for (int lane = 0; lane < 32; lane++) {
+            for (int e = 0; e < 4; e++) c[lane][e] = odd[lane][e] = 0.f;
+          }
           for (int64_t k0 = 0; k0 < D; k0 += 16) {
             for (int lane = 0; lane < 32; lane++) {
               fragment_a(sh.q, stride(), k0, lane, a[lane]);
-              fragment_b_rows(sh.k, stride(), 16 * w + 8 * nt, k0, lane, b[lane]);
+              fragment_b_rows(sh.k, stride(), kWarpKeys * w + 8 * nt, k0, lane, b[lane]);
             }
-            mma_host(dtype(), a, b, c);
+            mma_host(dtype(), a, b, kWarps == 8 && (k0 / 16) % 2 == 1 ? odd : c);
           }
-          for (int lane = 0; lane < 32; lane++) store_scores(sh, w, nt, lane, c[lane], i);
+          for (int lane = 0; lane < 32; lane++) {
+            if (kWarps == 8) {
+              for (int e = 0; e < 4; e++) c[lane][e] += odd[lane][e];
+            }
+            store_scores(sh, w, nt, lane, c[lane], i);
+          }
         }
       }
       softmax_on_host(sh);
-      for (int w = 0; w < 4; w++) {  // phase 4, warp by warp
+      for (int w = 0; w < kWarps; w++) {  // phase 4, warp by warp
         for (int lane = 0; lane < 32; lane++) rescale(sh, lane, acc[32 * w + lane]);
         for (int nt = 0; nt < n_tiles(); nt++) {
           for (int lane = 0; lane < 32; lane++) {
@@ -415,7 +442,7 @@ struct MmaBlock {
           for (int64_t k0 = 0; k0 < kMmaKeys; k0 += 16) {
             for (int lane = 0; lane < 32; lane++) {
               fragment_a(sh.p, kMmaPStride, k0, lane, a[lane]);
-              fragment_b_cols(sh.v, stride(), k0, w * (Dv / 4) + 8 * nt, lane, b[lane]);
+              fragment_b_cols(sh.v, stride(), k0, w * (Dv / kWarps) + 8 * nt, lane, b[lane]);
             }
             mma_host(dtype(), a, b, c);
           }
@@ -425,7 +452,7 @@ struct MmaBlock {
         }
       }
     }
-    for (int t = 0; t < kThreads; t++) finish(sh, t, acc[t]);
+    for (int t = 0; t < kBlockThreads; t++) finish(sh, t, acc[t]);
   }
 
 #ifdef __CUDACC__
@@ -433,6 +460,22 @@ struct MmaBlock {
   // k0 + 8 (m >> 1); the warp's two n8 tiles of keys in one x4.
   __device__ void scores_on_device(const MmaShared& sh, int w, int lane, int64_t i) const {
     const int m = lane >> 3, r = lane & 7;
+    if constexpr (kWarps == 8) {  // one n8 tile of keys; an x4 of K holds two k16 steps, one chain each
+      float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll 4
+      for (int64_t k0 = 0; k0 < dim(); k0 += 32) {
+        uint32_t a0[4], a1[4], b[4];
+        ak::arch::ldsm_x4(a0, sh.q + (8 * (m & 1) + r) * stride() + k0 + 8 * (m >> 1));
+        ak::arch::ldsm_x4(a1, sh.q + (8 * (m & 1) + r) * stride() + k0 + 16 + 8 * (m >> 1));
+        ak::arch::ldsm_x4(b, sh.k + (8 * w + r) * stride() + k0 + 8 * m);
+        mma_device(dtype(), a0, b, c[0]);
+        mma_device(dtype(), a1, b + 2, c[1]);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; e++) c[0][e] += c[1][e];
+      store_scores(sh, w, 0, lane, c[0], i);
+      return;
+    }
     float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll 4
     for (int64_t k0 = 0; k0 < dim(); k0 += 16) {
@@ -460,7 +503,7 @@ struct MmaBlock {
       for (int np = 0; np < kAcc / 8; np++) {
         if (2 * np >= n_tiles()) break;
         uint32_t b[4];
-        ak::arch::ldsm_x4_trans(b, sh.v + (k0 + 8 * (m & 1) + r) * stride() + w * (Dv / 4) + 16 * np + 8 * (m >> 1));
+        ak::arch::ldsm_x4_trans(b, sh.v + (k0 + 8 * (m & 1) + r) * stride() + w * (Dv / kWarps) + 16 * np + 8 * (m >> 1));
         mma_device(dtype(), a, b, acc.c + 8 * np);
         mma_device(dtype(), a, b + 2, acc.c + 8 * np + 4);
       }
