@@ -16,6 +16,11 @@ namespace ak::arch {
 // The shared-memory address of a generic pointer (sm80's smem_addr, under the Hopper kernels' name).
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return smem_addr(p); }
 
+// Programmatic dependent launch: a kernel lets the next kernel of its stream start launching (its blocks
+// become resident and wait), and that kernel waits until the one before has finished and its writes show.
+__device__ __forceinline__ void launch_dependents() { AK_ASM_SM90A("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void wait_prerequisites() { AK_ASM_SM90A("griddepcontrol.wait;\n" ::: "memory"); }
+
 // ---- mbarriers ----
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {

@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "arch/sm90.cuh"
 #include "attention/decode/source.h"
 #include "attention/tiled/mma_block.h"
 #include "attention/tiled/pipe_block.h"
@@ -22,6 +23,7 @@ namespace decode_kernels {
 template <template <class, int> class Block, int kD>
 __global__ void __launch_bounds__(tiled::kThreads) split(decode::Problem p) {
   extern __shared__ __align__(16) unsigned char smem[];
+  ak::arch::launch_dependents();  // the merge's blocks may take their places; they wait for this grid
   const decode::DecodeSource source(p, blockIdx.x, blockIdx.y, blockIdx.z);
   Block<decode::DecodeSource, kD>(source).run_on_device(smem);
 }
@@ -29,6 +31,7 @@ __global__ void __launch_bounds__(tiled::kThreads) split(decode::Problem p) {
 template <int kD, int kR, int kDtype>
 __global__ void __launch_bounds__(tiled::kThreads) warp_split(decode::Problem p) {
   extern __shared__ __align__(16) float warp_smem[];
+  ak::arch::launch_dependents();
   const decode::DecodeSource source(p, blockIdx.x, blockIdx.y, blockIdx.z);
   tiled::WarpBlock<decode::DecodeSource, kD, kR, kDtype>(source).run_on_device(warp_smem);
 }
@@ -36,6 +39,7 @@ __global__ void __launch_bounds__(tiled::kThreads) warp_split(decode::Problem p)
 template <int kD, int kDtype>
 __global__ void __launch_bounds__(tiled::kThreads) pipe_split(decode::Problem p) {
   extern __shared__ __align__(16) unsigned char pipe_smem[];
+  ak::arch::launch_dependents();
   const decode::DecodeSource source(p, blockIdx.x, blockIdx.y, blockIdx.z);
   tiled::PipeBlock<decode::DecodeSource, kD, kDtype>(source).run_on_device(pipe_smem);
 }
@@ -45,6 +49,7 @@ __global__ void __launch_bounds__(tiled::kThreads) pipe_split(decode::Problem p)
 template <int kUnused = 0>
 __global__ void combine(decode::Problem p) {
   extern __shared__ float merge_smem[];
+  ak::arch::wait_prerequisites();  // launched early (see run_split): the split kernel's partials
   const int64_t R = p.rows(), x = blockIdx.x;
   const int64_t r = x % R, hk = (x / R) % p.Hkv, b = x / (R * p.Hkv);
   const int64_t G = p.H / p.Hkv, at = (b * p.Hkv + hk) * R + r;
@@ -70,7 +75,18 @@ inline void run_split(const decode::Problem& problem, void (*kernel)(decode::Pro
   kernel<<<grid, tiled::kThreads, smem, stream>>>(p);
   ::ak::cuda::check_launch(name);
   if (p.splits == 1) return;
-  combine<0><<<static_cast<unsigned>(p.B * p.Hkv * R), 128, tiled::split_merge_bytes(p.splits), stream>>>(p);
+  // On Hopper the merge launches while the split kernel runs (programmatic dependent launch), so its blocks
+  // are in place when the partials are; elsewhere it follows in stream order.
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(p.B * p.Hkv * R));
+  config.blockDim = dim3(128);
+  config.dynamicSmemBytes = static_cast<size_t>(tiled::split_merge_bytes(p.splits));
+  config.stream = stream;
+  cudaLaunchAttribute early = {};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  if (::ak::cuda::props(p.device).major >= 9) config.attrs = &early, config.numAttrs = 1;
+  AK_CUDA_CHECK(cudaLaunchKernelEx(&config, combine<0>, p));
   ::ak::cuda::check_launch("attention.decode (combine)");
 }
 
