@@ -105,6 +105,8 @@ function record(
   h: number,
   d: number,
   run: Runner,
+  /** The path when the op records no plan of its own (lastPlan would name an earlier op's). */
+  fixedPath?: string,
 ) {
   const shape = shapeName(b, t, h, d);
   const anchor = ANCHOR[key]?.[shape];
@@ -131,7 +133,7 @@ function record(
         {
           using _r = run(dO);
         }
-        path = lastPlan()?.path ?? "?";
+        path = fixedPath ?? lastPlan()?.path ?? "?";
         rec.path = path;
         rec.ms = time(() => {
           using _ = run(dO);
@@ -221,6 +223,7 @@ for (const [b, t, h, d] of SHAPES) {
         h,
         d,
         () => featureMapLinearAttention(q, k, v, { layout, phi: "elu+1", isCausal }),
+        isCausal ? undefined : "fmap.bidirectional (sums, apply); bwd through chunkLinearAttn",
       );
     }
   }

@@ -239,6 +239,26 @@ export const linearSymbols = {
   // ak_status ak_fmap_normalise_grad(const ak_tensor* dst, const ak_tensor* d_output, const ak_tensor* num,
   //                                  double eps, int32_t factor, int32_t token_dim)
   ak_fmap_normalise_grad: { parameters: ["buffer", "buffer", "buffer", "f64", "i32", "i32"], result: "i32" },
+  // ak_status ak_fmap_bidirectional(const ak_tensor* out, const ak_tensor* q, const ak_tensor* k,
+  //                                 const ak_tensor* v, const ak_tensor* cos, const ak_tensor* sin,
+  //                                 const ak_tensor* sums, int32_t phi, int32_t normalised, double eps,
+  //                                 int32_t token_dim)
+  ak_fmap_bidirectional: {
+    parameters: [
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "i32",
+      "i32",
+      "f64",
+      "i32",
+    ],
+    result: "i32",
+  },
   // Causal depthwise convolution (attnkit_linear.h, AK_CONV_*):
   // ak_status ak_causal_conv1d_fwd(const ak_tensor* x,             [B, T, C] float16 | bfloat16 | float32
   //                                const ak_tensor* weight,        [C, W] float32 or x's dtype, contiguous

@@ -28,6 +28,7 @@ import {
   featureMapLinearAttentionReferenceBackward,
   type FeatureMapReferenceInputs,
 } from "../reference/feature_map.ts";
+import { fusedBidirectionalServes } from "../ops/linear/feature_map_bidirectional.ts";
 import { deviceTest, expectNoLeak, poison, withSeed } from "./helpers.ts";
 
 const TOL: Record<"float32" | "bfloat16" | "float16", { output: number; grad: number }> = {
@@ -311,6 +312,92 @@ deviceTest(
               checkAgainstOracle(device, spec, seed);
             }
           }
+        }
+      })),
+);
+
+deviceTest(
+  "feature map: the fused bidirectional forward at its tile sizes: odd T, T = 1, splits of a long sequence",
+  (device) =>
+    expectNoLeak(device, () =>
+      withSeed((seed) => {
+        // Feature dims (K, or 2K with cosformer) and value dims that are multiples of 64, which the
+        // CUDA kernels serve; T = 700 and 1000 split each sequence over several blocks in both passes.
+        const specs: Spec[] = [
+          {
+            B: 1,
+            T: 150,
+            H: 3,
+            K: 64,
+            V: 64,
+            dtype: "bfloat16",
+            layout: "bshd",
+            phi: "elu+1",
+            isCausal: false,
+          },
+          {
+            B: 2,
+            T: 70,
+            H: 1,
+            K: 32,
+            V: 128,
+            dtype: "float16",
+            layout: "bhsd",
+            phi: "relu",
+            isCausal: false,
+            cosformer: true,
+          },
+          {
+            B: 1,
+            T: 1,
+            H: 2,
+            K: 64,
+            V: 64,
+            dtype: "bfloat16",
+            layout: "bshd",
+            phi: "elu+1",
+            eps: 0.5,
+            isCausal: false,
+          },
+          {
+            B: 1,
+            T: 700,
+            H: 1,
+            K: 128,
+            V: 128,
+            dtype: "bfloat16",
+            layout: "bhsd",
+            phi: "softmax_free",
+            isCausal: false,
+            cosformer: true,
+          },
+          {
+            B: 1,
+            T: 1000,
+            H: 1,
+            K: 64,
+            V: 64,
+            dtype: "float16",
+            layout: "bshd",
+            phi: "identity",
+            isCausal: false,
+          },
+        ];
+        for (const spec of specs) {
+          using p = new Problem(device, spec, seed);
+          assert.ok(
+            fusedBidirectionalServes({
+              ...p.options(),
+              q: p.q,
+              k: p.k,
+              v: p.v,
+              eps: 1e-6,
+              phi: spec.phi,
+              isCausal: false,
+            }),
+            `${JSON.stringify(spec)}: served by the fused forward`,
+          );
+          checkAgainstOracle(device, spec, seed);
         }
       })),
 );

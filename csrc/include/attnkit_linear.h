@@ -203,6 +203,18 @@ AK_API ak_status ak_fmap_normalise(const ak_tensor* dst, const ak_tensor* num, d
  */
 AK_API ak_status ak_fmap_normalise_grad(const ak_tensor* dst, const ak_tensor* d_output, const ak_tensor* num,
                                         double eps, int32_t factor, int32_t token_dim);
+/*
+ * The whole bidirectional forward in two passes: with X the features of a row (phi, then cos / sin
+ * weights: F = K or 2K columns), sums [B, H, F, V + 1] float32 contiguous receives
+ * Y = sum_t X(k_t)^T [v_t | 1], and out [.., V] = X(q_t) Y[:, :V] / (X(q_t) Y[:, V] + eps) with
+ * normalised != 0, else X(q_t) Y[:, :V]. q, k [.., K], v and out share one dtype. On CUDA: float16 or
+ * bfloat16, F and V multiples of 64, contiguous columns, other strides multiples of 8 elements,
+ * 16-byte aligned data (else AK_ERR_INVALID_ARGUMENT); the sums are added with float32 atomics.
+ */
+AK_API ak_status ak_fmap_bidirectional(const ak_tensor* out, const ak_tensor* q, const ak_tensor* k,
+                                       const ak_tensor* v, const ak_tensor* cos, const ak_tensor* sin,
+                                       const ak_tensor* sums, int32_t phi, int32_t normalised, double eps,
+                                       int32_t token_dim);
 
 /*
  * Causal depthwise convolution (the short convolution before linear attention). x [B, T, C] with

@@ -3,12 +3,14 @@
 #pragma once
 
 #include "core/common.h"
+#include "linear/feature_map/bidirectional.h"
 #include "linear/feature_map/rows.h"
 
 namespace ak::linear::feature_map {
 
 AK_DECLARE_BACKENDS(void features(const FeaturesArgs& a); void feature_grad(const FeatureGradArgs& a);
                     void values(const ValuesArgs& a); void normalise(const NormaliseArgs& a);
-                    void normalise_grad(const NormaliseGradArgs& a);)
+                    void normalise_grad(const NormaliseGradArgs& a);
+                    void bidirectional(const BidirectionalArgs& a);)
 
 }  // namespace ak::linear::feature_map

@@ -178,4 +178,58 @@ AK_API ak_status ak_fmap_normalise_grad(const ak_tensor* dst_p, const ak_tensor*
   });
 }
 
+AK_API ak_status ak_fmap_bidirectional(const ak_tensor* out_p, const ak_tensor* q_p, const ak_tensor* k_p,
+                                       const ak_tensor* v_p, const ak_tensor* cos, const ak_tensor* sin,
+                                       const ak_tensor* sums_p, int32_t phi, int32_t normalised, double eps,
+                                       int32_t token_dim) {
+  AK_ENTRY("ak_fmap_bidirectional", {
+    check_codes(phi, AK_FMAP_FACTOR_NONE, token_dim);
+    require(std::isfinite(eps) && eps >= 0, "eps: expected a finite number from 0, got " + std::to_string(eps));
+    const ak_tensor& out = float_tensor(out_p, "out");
+    const ak_tensor& v = rows_like(v_p, "v", out, out.shape[3]);
+    const ak_tensor& q = float_tensor(q_p, "q");
+    check_same_device(q, "q", out, "out");
+    const int64_t head_dim = 3 - token_dim;
+    require(q.shape[0] == out.shape[0] && q.shape[token_dim] == out.shape[token_dim] &&
+                q.shape[head_dim] == out.shape[head_dim],
+            "q: expected the batch, token and head sizes of out " + shape_string(out) + ", got " + shape_string(q));
+    const ak_tensor& k = rows_like(k_p, "k", q, q.shape[3]);
+    require(q.dtype == k.dtype && q.dtype == v.dtype && q.dtype == out.dtype,
+            std::string("q, k, v, out: expected one dtype, got ") + dtype_name(q.dtype) + ", " + dtype_name(k.dtype) + ", " +
+                dtype_name(v.dtype) + ", " + dtype_name(out.dtype));
+    check_weights(cos, sin, out, token_dim);
+    const int64_t features = cos != nullptr ? 2 * q.shape[3] : q.shape[3];
+    const ak_tensor& sums = check_contiguous(sums_p, "sums");
+    check_dtype(sums, "sums", {AK_FLOAT32});
+    check_same_device(sums, "sums", out, "out");
+    check_shape(sums, "sums", {out.shape[0], out.shape[head_dim], features, out.shape[3] + 1});
+    if (empty_rows(out) || out.shape[3] == 0) return;
+    BidirectionalArgs a;
+    a.q = float_view(q);
+    a.k = float_view(k);
+    a.v = float_view(v);
+    a.out = float_view(out);
+    a.sums = static_cast<float*>(sums.data);
+    a.cos = weight_data(cos);
+    a.sin = weight_data(sin);
+    a.batch = out.shape[0];
+    a.tokens = out.shape[token_dim];
+    a.heads = out.shape[head_dim];
+    a.k_dim = q.shape[3];
+    a.features = features;
+    a.v_dim = out.shape[3];
+    a.token_dim = token_dim;
+    a.phi = phi;
+    a.normalised = normalised != 0;
+    a.eps = static_cast<float>(eps);
+    a.device = out.device_index;
+    if (out.device_type != AK_CPU) {
+      require(bidirectional_cuda_serves(a),
+              "q, k, v, out: the CUDA kernels take float16 or bfloat16, feature and value dims that are multiples "
+              "of 64, contiguous columns, other strides multiples of 8 and 16-byte aligned data");
+    }
+    AK_FMAP_DISPATCH(out, bidirectional(a));
+  });
+}
+
 }  // extern "C"

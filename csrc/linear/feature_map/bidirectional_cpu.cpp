@@ -1,0 +1,54 @@
+// The CPU backend of the fused bidirectional forward: per (batch, head), the sums in double over the
+// sequence, then each query row against them; the features are computed in float as the CUDA
+// kernels compute them, without their 16-bit rounding.
+#include <vector>
+
+#include "core/common.h"
+#include "linear/feature_map/backend.h"
+
+namespace ak::linear::feature_map::cpu {
+namespace {
+
+// The F features of row `at` of x at token t.
+void features_of(const BidirectionalArgs& a, const FloatView& x, int64_t at, int64_t t, std::vector<double>& out) {
+  for (int64_t f = 0; f < a.features; ++f) {
+    const int64_t c = f % a.k_dim;
+    float y = phi_of(a.phi, x.load(at + c * x.s[3]));
+    if (a.cos != nullptr) y *= f < a.k_dim ? a.cos[t] : a.sin[t];
+    out[f] = y;
+  }
+}
+
+}  // namespace
+
+void bidirectional(const BidirectionalArgs& a) {
+  const int64_t W = a.v_dim + 1;
+  parallel_for(a.batch * a.heads, [&](int64_t bh) {
+    const int64_t b = bh / a.heads, h = bh % a.heads;
+    std::vector<double> y(a.features * W, 0.0), x(a.features);
+    for (int64_t t = 0; t < a.tokens; ++t) {
+      features_of(a, a.k, a.row(a.k, b, t, h), t, x);
+      const int64_t vo = a.row(a.v, b, t, h);
+      for (int64_t j = 0; j < W; ++j) {
+        const double z = j < a.v_dim ? a.v.load(vo + j * a.v.s[3]) : 1.0;
+        for (int64_t f = 0; f < a.features; ++f) y[f * W + j] += x[f] * z;
+      }
+    }
+    float* sums = a.sums + bh * a.features * W;
+    for (int64_t i = 0; i < a.features * W; ++i) sums[i] = static_cast<float>(y[i]);
+    std::vector<double> num(W);
+    for (int64_t t = 0; t < a.tokens; ++t) {
+      features_of(a, a.q, a.row(a.q, b, t, h), t, x);
+      for (int64_t j = 0; j < W; ++j) {
+        double s = 0.0;
+        for (int64_t f = 0; f < a.features; ++f) s += x[f] * y[f * W + j];
+        num[j] = s;
+      }
+      const double den = a.normalised ? num[a.v_dim] + a.eps : 1.0;
+      const int64_t o = a.row(a.out, b, t, h);
+      for (int64_t j = 0; j < a.v_dim; ++j) a.out.store(o + j * a.out.s[3], static_cast<float>(num[j] / den));
+    }
+  });
+}
+
+}  // namespace ak::linear::feature_map::cpu
