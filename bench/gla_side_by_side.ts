@@ -150,7 +150,7 @@ function record(
           using res = run(dO);
           using _g = res.backward(dO);
         });
-        rec.path = `${path}, bwd ${lastPlan()?.path ?? "?"}`;
+        rec.path = fixedPath ?? `${path}, bwd ${lastPlan()?.path ?? "?"}`;
       }
       rec.tflops = (mode === "fwd" ? flops : 3 * flops) / (rec.ms * 1e-3) / 1e12;
       if (ref !== null) rec.speedup = ref / rec.ms;
@@ -223,7 +223,7 @@ for (const [b, t, h, d] of SHAPES) {
         h,
         d,
         () => featureMapLinearAttention(q, k, v, { layout, phi: "elu+1", isCausal }),
-        isCausal ? undefined : "fmap.bidirectional (sums, apply); bwd through chunkLinearAttn",
+        isCausal ? undefined : "fmap.bidirectional (fused forward and backward)",
       );
     }
   }

@@ -259,6 +259,34 @@ export const linearSymbols = {
     ],
     result: "i32",
   },
+  // ak_status ak_fmap_bidirectional_grad(const ak_tensor* dq, const ak_tensor* dk, const ak_tensor* dv,
+  //                                      const ak_tensor* d_output, const ak_tensor* q, const ak_tensor* k,
+  //                                      const ak_tensor* v, const ak_tensor* cos, const ak_tensor* sin,
+  //                                      const ak_tensor* sums, const ak_tensor* d_sums, const ak_tensor* r_rows,
+  //                                      const ak_tensor* dd, int32_t phi, int32_t normalised, double eps,
+  //                                      int32_t token_dim)
+  ak_fmap_bidirectional_grad: {
+    parameters: [
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "i32",
+      "i32",
+      "f64",
+      "i32",
+    ],
+    result: "i32",
+  },
   // Causal depthwise convolution (attnkit_linear.h, AK_CONV_*):
   // ak_status ak_causal_conv1d_fwd(const ak_tensor* x,             [B, T, C] float16 | bfloat16 | float32
   //                                const ak_tensor* weight,        [C, W] float32 or x's dtype, contiguous

@@ -28,7 +28,10 @@ import {
   featureMapLinearAttentionReferenceBackward,
   type FeatureMapReferenceInputs,
 } from "../reference/feature_map.ts";
-import { fusedBidirectionalServes } from "../ops/linear/feature_map_bidirectional.ts";
+import {
+  fusedBidirectionalGradServes,
+  fusedBidirectionalServes,
+} from "../ops/linear/feature_map_bidirectional.ts";
 import { deviceTest, expectNoLeak, poison, withSeed } from "./helpers.ts";
 
 const TOL: Record<"float32" | "bfloat16" | "float16", { output: number; grad: number }> = {
@@ -317,7 +320,7 @@ deviceTest(
 );
 
 deviceTest(
-  "feature map: the fused bidirectional forward at its tile sizes: odd T, T = 1, splits of a long sequence",
+  "feature map: the fused bidirectional forward and backward at their tile sizes: odd T, T = 1, long sequences",
   (device) =>
     expectNoLeak(device, () =>
       withSeed((seed) => {
@@ -383,8 +386,27 @@ deviceTest(
             isCausal: false,
           },
         ];
+        specs.push({
+          B: 1,
+          T: 200,
+          H: 2,
+          K: 64,
+          V: 128,
+          dtype: "bfloat16",
+          layout: "bhsd",
+          phi: "relu",
+          isCausal: false,
+          cosformer: true,
+        });
         for (const spec of specs) {
           using p = new Problem(device, spec, seed);
+          const call = { ...p.options(), q: p.q, k: p.k, v: p.v, eps: 1e-6, phi: spec.phi, isCausal: false };
+          // The backward's kernels also need K a multiple of 64 and V of 64 or 128 (K = 32 takes the chunked path).
+          assert.equal(
+            fusedBidirectionalGradServes(call),
+            device === "cpu" || (spec.K % 64 === 0 && (spec.V === 64 || spec.V === 128)),
+            `${JSON.stringify(spec)}: the backward's path`,
+          );
           assert.ok(
             fusedBidirectionalServes({
               ...p.options(),

@@ -209,12 +209,24 @@ AK_API ak_status ak_fmap_normalise_grad(const ak_tensor* dst, const ak_tensor* d
  * Y = sum_t X(k_t)^T [v_t | 1], and out [.., V] = X(q_t) Y[:, :V] / (X(q_t) Y[:, V] + eps) with
  * normalised != 0, else X(q_t) Y[:, :V]. q, k [.., K], v and out share one dtype. On CUDA: float16 or
  * bfloat16, F and V multiples of 64, contiguous columns, other strides multiples of 8 elements,
- * 16-byte aligned data (else AK_ERR_INVALID_ARGUMENT); the sums are added with float32 atomics.
+ * 16-byte aligned data (else AK_ERR_INVALID_ARGUMENT); the sums are added in a fixed order (the same
+ * bits on every call).
  */
 AK_API ak_status ak_fmap_bidirectional(const ak_tensor* out, const ak_tensor* q, const ak_tensor* k,
                                        const ak_tensor* v, const ak_tensor* cos, const ak_tensor* sin,
                                        const ak_tensor* sums, int32_t phi, int32_t normalised, double eps,
                                        int32_t token_dim);
+/*
+ * Its gradients dq, dk [.., K] and dv [.., V] from d_output [.., V] (one dtype with q, k, v). Workspaces,
+ * contiguous: sums and d_sums [B, H, F, V + 1] float32, r_rows [B, H, T, V] in the data's dtype, dd
+ * [B, H, T] float32. On CUDA additionally K a multiple of 64 and V of 64 or 128.
+ */
+AK_API ak_status ak_fmap_bidirectional_grad(const ak_tensor* dq, const ak_tensor* dk, const ak_tensor* dv,
+                                            const ak_tensor* d_output, const ak_tensor* q, const ak_tensor* k,
+                                            const ak_tensor* v, const ak_tensor* cos, const ak_tensor* sin,
+                                            const ak_tensor* sums, const ak_tensor* d_sums, const ak_tensor* r_rows,
+                                            const ak_tensor* dd, int32_t phi, int32_t normalised, double eps,
+                                            int32_t token_dim);
 
 /*
  * Causal depthwise convolution (the short convolution before linear attention). x [B, T, C] with

@@ -8,7 +8,7 @@
  *   (its output is not used), and one on (P, 0, 0) starting from S gives `P_i S` (zero keys and
  *   values leave the state as it is); the backward runs both calls' backwards, the second's
  *   initial-state gradient feeding the first's final-state gradient.
- * (The bidirectional forward alone runs fused where it can: `feature_map_bidirectional.ts`.)
+ * (The bidirectional forward and backward run fused where they can: `feature_map_bidirectional.ts`.)
  * Each query row is first multiplied by 1 / (i + 1) (causal) or 1 / T (bidirectional), and eps with
  * it: numerator and normaliser scale alike, and 16-bit kernel outputs stay averages instead of sums
  * that grow with the sequence (float16 would overflow past a few hundred tokens). Feature dims over
@@ -18,7 +18,12 @@
  */
 import type { DType } from "../dtype.ts";
 import { Tensor } from "../tensor.ts";
-import { fusedBidirectionalServes, writeBidirectionalOutput } from "./feature_map_bidirectional.ts";
+import {
+  fusedBidirectionalGradServes,
+  fusedBidirectionalServes,
+  writeBidirectionalGradients,
+  writeBidirectionalOutput,
+} from "./feature_map_bidirectional.ts";
 import { chunkLinearAttn } from "./linear_attn.ts";
 import type { LinearLayout } from "./layouts.ts";
 import {
@@ -223,6 +228,7 @@ export function writeGradients(
   into: GradientTargets,
   op: string,
 ): void {
+  if (fusedBidirectionalGradServes(c)) return writeBidirectionalGradients(scope, c, dO, into, op);
   const f = forward(scope, c, op);
   const dtype = c.v.dtype;
   const dOutputs = f.valuePieces.map((range, j) => {

@@ -11,6 +11,7 @@ namespace ak::linear::feature_map {
 AK_DECLARE_BACKENDS(void features(const FeaturesArgs& a); void feature_grad(const FeatureGradArgs& a);
                     void values(const ValuesArgs& a); void normalise(const NormaliseArgs& a);
                     void normalise_grad(const NormaliseGradArgs& a);
-                    void bidirectional(const BidirectionalArgs& a);)
+                    void bidirectional(const BidirectionalArgs& a);
+                    void bidirectional_grad(const BidirectionalGradArgs& g);)
 
 }  // namespace ak::linear::feature_map

@@ -33,12 +33,35 @@ struct BidirectionalArgs {
   }
 };
 
+// The backward: the gradients of q, k and v for the forward `forward` (whose out is not read) from
+// d_output; the workspaces are the backend's (sums and d_sums [B, H, F, V + 1] float32, r_rows
+// [B, H, T, V] in the data's dtype, dd [B, H, T] float32), zeroed or written by it.
+struct BidirectionalGradArgs {
+  BidirectionalArgs forward;
+  FloatView d_output, dq, dk, dv;
+  float* d_sums = nullptr;
+  void* r_rows = nullptr;
+  float* dd = nullptr;
+};
+
 // Whether the CUDA kernels serve a call (else the entry refuses it and the caller takes the chunked
 // path): 16-bit data, F and V multiples of 64, unit column strides, other strides multiples of 8
 // elements and 16-byte aligned rows.
 inline bool bidirectional_cuda_serves(const BidirectionalArgs& a) {
   const FloatView* views[4] = {&a.q, &a.k, &a.v, &a.out};
   bool ok = (a.q.dtype == AK_FLOAT16 || a.q.dtype == AK_BFLOAT16) && a.features % 64 == 0 && a.v_dim % 64 == 0;
+  for (const FloatView* t : views) {
+    ok = ok && t->dtype == a.q.dtype && t->s[3] == 1 && reinterpret_cast<uintptr_t>(t->data) % 16 == 0;
+    for (int d = 0; d < 3; ++d) ok = ok && t->s[d] % 8 == 0;
+  }
+  return ok;
+}
+
+// The backward's CUDA kernels also need K a multiple of 64 and V of 64 or 128 (one value tile a row).
+inline bool bidirectional_grad_cuda_serves(const BidirectionalGradArgs& g) {
+  const BidirectionalArgs& a = g.forward;
+  const FloatView* views[4] = {&g.d_output, &g.dq, &g.dk, &g.dv};
+  bool ok = bidirectional_cuda_serves(a) && a.k_dim % 64 == 0 && (a.v_dim == 64 || a.v_dim == 128);
   for (const FloatView* t : views) {
     ok = ok && t->dtype == a.q.dtype && t->s[3] == 1 && reinterpret_cast<uintptr_t>(t->data) % 16 == 0;
     for (int d = 0; d < 3; ++d) ok = ok && t->s[d] % 8 == 0;

@@ -52,3 +52,81 @@ void bidirectional(const BidirectionalArgs& a) {
 }
 
 }  // namespace ak::linear::feature_map::cpu
+
+namespace ak::linear::feature_map::cpu {
+
+// The backward in double: with G = [dO / D | dD] (dD = -(dO / D) . o), or dO without the normaliser,
+// dX(q_t) = G_t Y^T, dY = sum_t X(q_t)^T G_t, dX(k_t) = [v_t | 1] dY^T and dv_t = X(k_t) dY[:, :V];
+// the features' gradients then go back through the weights and phi.
+void bidirectional_grad(const BidirectionalGradArgs& g) {
+  const BidirectionalArgs& a = g.forward;
+  const int64_t V = a.v_dim, W = V + 1, F = a.features, K = a.k_dim;
+  parallel_for(a.batch * a.heads, [&](int64_t bh) {
+    const int64_t b = bh / a.heads, h = bh % a.heads;
+    std::vector<double> y(F * W, 0.0), dy(F * W, 0.0), x(F), num(W), grow(W), dx(F);
+    for (int64_t t = 0; t < a.tokens; ++t) {
+      features_of(a, a.k, a.row(a.k, b, t, h), t, x);
+      const int64_t vo = a.row(a.v, b, t, h);
+      for (int64_t j = 0; j < W; ++j) {
+        const double z = j < V ? a.v.load(vo + j * a.v.s[3]) : 1.0;
+        for (int64_t f = 0; f < F; ++f) y[f * W + j] += x[f] * z;
+      }
+    }
+    // Through the weights and phi back to the columns of `src`, into `dst`.
+    const auto store_grad = [&](const FloatView& src, const FloatView& dst, int64_t t) {
+      const int64_t so = a.row(src, b, t, h), d = a.row(dst, b, t, h);
+      for (int64_t c = 0; c < K; ++c) {
+        double gc = dx[c];
+        if (a.cos != nullptr) gc = dx[c] * a.cos[t] + dx[c + K] * a.sin[t];
+        dst.store(d + c * dst.s[3], through_phi(a.phi, src.load(so + c * src.s[3]), static_cast<float>(gc)));
+      }
+    };
+    for (int64_t t = 0; t < a.tokens; ++t) {
+      features_of(a, a.q, a.row(a.q, b, t, h), t, x);
+      const int64_t go = a.row(g.d_output, b, t, h);
+      if (a.normalised) {
+        for (int64_t j = 0; j < W; ++j) {
+          double s = 0.0;
+          for (int64_t f = 0; f < F; ++f) s += x[f] * y[f * W + j];
+          num[j] = s;
+        }
+        const double den = num[V] + a.eps;
+        double dd = 0.0;
+        for (int64_t j = 0; j < V; ++j) {
+          grow[j] = g.d_output.load(go + j * g.d_output.s[3]) / den;
+          dd -= grow[j] * num[j] / den;
+        }
+        grow[V] = dd;
+      } else {
+        for (int64_t j = 0; j < V; ++j) grow[j] = g.d_output.load(go + j * g.d_output.s[3]);
+        grow[V] = 0.0;
+      }
+      for (int64_t f = 0; f < F; ++f) {
+        double s = 0.0;
+        for (int64_t j = 0; j < W; ++j) {
+          s += grow[j] * y[f * W + j];
+          dy[f * W + j] += x[f] * grow[j];
+        }
+        dx[f] = s;
+      }
+      store_grad(a.q, g.dq, t);
+    }
+    for (int64_t t = 0; t < a.tokens; ++t) {
+      features_of(a, a.k, a.row(a.k, b, t, h), t, x);
+      const int64_t vo = a.row(a.v, b, t, h), d = a.row(g.dv, b, t, h);
+      for (int64_t f = 0; f < F; ++f) {
+        double s = a.normalised ? dy[f * W + V] : 0.0;
+        for (int64_t j = 0; j < V; ++j) s += a.v.load(vo + j * a.v.s[3]) * dy[f * W + j];
+        dx[f] = s;
+      }
+      store_grad(a.k, g.dk, t);
+      for (int64_t j = 0; j < V; ++j) {
+        double s = 0.0;
+        for (int64_t f = 0; f < F; ++f) s += x[f] * dy[f * W + j];
+        g.dv.store(d + j * g.dv.s[3], static_cast<float>(s));
+      }
+    }
+  });
+}
+
+}  // namespace ak::linear::feature_map::cpu

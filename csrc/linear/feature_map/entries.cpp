@@ -57,6 +57,53 @@ const float* weight_data(const ak_tensor* w) { return w != nullptr ? static_cast
 
 bool empty_rows(const ak_tensor& t) { return t.shape[0] == 0 || t.shape[1] == 0 || t.shape[2] == 0; }
 
+// The checked forward arguments of a bidirectional call; `like` is a tensor shaped like v (the output
+// or dv) whose device and first three sizes the others must share.
+BidirectionalArgs checked_bidirectional(const ak_tensor& like, const char* like_name, const ak_tensor* q_p,
+                                        const ak_tensor* k_p, const ak_tensor* v_p, const ak_tensor* cos,
+                                        const ak_tensor* sin, const ak_tensor* sums_p, int32_t phi,
+                                        int32_t normalised, double eps, int32_t token_dim) {
+  check_codes(phi, AK_FMAP_FACTOR_NONE, token_dim);
+  require(std::isfinite(eps) && eps >= 0, "eps: expected a finite number from 0, got " + std::to_string(eps));
+  const ak_tensor& v = rows_like(v_p, "v", like, like.shape[3]);
+  const ak_tensor& q = float_tensor(q_p, "q");
+  check_same_device(q, "q", like, like_name);
+  const int64_t head_dim = 3 - token_dim;
+  require(q.shape[0] == like.shape[0] && q.shape[token_dim] == like.shape[token_dim] &&
+              q.shape[head_dim] == like.shape[head_dim],
+          std::string("q: expected the batch, token and head sizes of ") + like_name + " " + shape_string(like) +
+              ", got " + shape_string(q));
+  const ak_tensor& k = rows_like(k_p, "k", q, q.shape[3]);
+  require(q.dtype == k.dtype && q.dtype == v.dtype && q.dtype == like.dtype,
+          std::string("q, k, v, ") + like_name + ": expected one dtype, got " + dtype_name(q.dtype) + ", " +
+              dtype_name(k.dtype) + ", " + dtype_name(v.dtype) + ", " + dtype_name(like.dtype));
+  check_weights(cos, sin, like, token_dim);
+  const int64_t features = cos != nullptr ? 2 * q.shape[3] : q.shape[3];
+  const ak_tensor& sums = check_contiguous(sums_p, "sums");
+  check_dtype(sums, "sums", {AK_FLOAT32});
+  check_same_device(sums, "sums", like, like_name);
+  check_shape(sums, "sums", {like.shape[0], like.shape[head_dim], features, like.shape[3] + 1});
+  BidirectionalArgs a;
+  a.q = float_view(q);
+  a.k = float_view(k);
+  a.v = float_view(v);
+  a.sums = static_cast<float*>(sums.data);
+  a.cos = weight_data(cos);
+  a.sin = weight_data(sin);
+  a.batch = like.shape[0];
+  a.tokens = like.shape[token_dim];
+  a.heads = like.shape[head_dim];
+  a.k_dim = q.shape[3];
+  a.features = features;
+  a.v_dim = like.shape[3];
+  a.token_dim = token_dim;
+  a.phi = phi;
+  a.normalised = normalised != 0;
+  a.eps = static_cast<float>(eps);
+  a.device = like.device_index;
+  return a;
+}
+
 #define AK_FMAP_DISPATCH(dst, call)  \
   if ((dst).device_type == AK_CPU) { \
     cpu::call;                       \
@@ -178,57 +225,70 @@ AK_API ak_status ak_fmap_normalise_grad(const ak_tensor* dst_p, const ak_tensor*
   });
 }
 
-AK_API ak_status ak_fmap_bidirectional(const ak_tensor* out_p, const ak_tensor* q_p, const ak_tensor* k_p,
-                                       const ak_tensor* v_p, const ak_tensor* cos, const ak_tensor* sin,
-                                       const ak_tensor* sums_p, int32_t phi, int32_t normalised, double eps,
+AK_API ak_status ak_fmap_bidirectional(const ak_tensor* out_p, const ak_tensor* q, const ak_tensor* k,
+                                       const ak_tensor* v, const ak_tensor* cos, const ak_tensor* sin,
+                                       const ak_tensor* sums, int32_t phi, int32_t normalised, double eps,
                                        int32_t token_dim) {
   AK_ENTRY("ak_fmap_bidirectional", {
-    check_codes(phi, AK_FMAP_FACTOR_NONE, token_dim);
-    require(std::isfinite(eps) && eps >= 0, "eps: expected a finite number from 0, got " + std::to_string(eps));
     const ak_tensor& out = float_tensor(out_p, "out");
-    const ak_tensor& v = rows_like(v_p, "v", out, out.shape[3]);
-    const ak_tensor& q = float_tensor(q_p, "q");
-    check_same_device(q, "q", out, "out");
-    const int64_t head_dim = 3 - token_dim;
-    require(q.shape[0] == out.shape[0] && q.shape[token_dim] == out.shape[token_dim] &&
-                q.shape[head_dim] == out.shape[head_dim],
-            "q: expected the batch, token and head sizes of out " + shape_string(out) + ", got " + shape_string(q));
-    const ak_tensor& k = rows_like(k_p, "k", q, q.shape[3]);
-    require(q.dtype == k.dtype && q.dtype == v.dtype && q.dtype == out.dtype,
-            std::string("q, k, v, out: expected one dtype, got ") + dtype_name(q.dtype) + ", " + dtype_name(k.dtype) + ", " +
-                dtype_name(v.dtype) + ", " + dtype_name(out.dtype));
-    check_weights(cos, sin, out, token_dim);
-    const int64_t features = cos != nullptr ? 2 * q.shape[3] : q.shape[3];
-    const ak_tensor& sums = check_contiguous(sums_p, "sums");
-    check_dtype(sums, "sums", {AK_FLOAT32});
-    check_same_device(sums, "sums", out, "out");
-    check_shape(sums, "sums", {out.shape[0], out.shape[head_dim], features, out.shape[3] + 1});
-    if (empty_rows(out) || out.shape[3] == 0) return;
-    BidirectionalArgs a;
-    a.q = float_view(q);
-    a.k = float_view(k);
-    a.v = float_view(v);
+    BidirectionalArgs a = checked_bidirectional(out, "out", q, k, v, cos, sin, sums, phi, normalised, eps, token_dim);
     a.out = float_view(out);
-    a.sums = static_cast<float*>(sums.data);
-    a.cos = weight_data(cos);
-    a.sin = weight_data(sin);
-    a.batch = out.shape[0];
-    a.tokens = out.shape[token_dim];
-    a.heads = out.shape[head_dim];
-    a.k_dim = q.shape[3];
-    a.features = features;
-    a.v_dim = out.shape[3];
-    a.token_dim = token_dim;
-    a.phi = phi;
-    a.normalised = normalised != 0;
-    a.eps = static_cast<float>(eps);
-    a.device = out.device_index;
+    if (empty_rows(out) || out.shape[3] == 0) return;
     if (out.device_type != AK_CPU) {
       require(bidirectional_cuda_serves(a),
               "q, k, v, out: the CUDA kernels take float16 or bfloat16, feature and value dims that are multiples "
               "of 64, contiguous columns, other strides multiples of 8 and 16-byte aligned data");
     }
     AK_FMAP_DISPATCH(out, bidirectional(a));
+  });
+}
+
+AK_API ak_status ak_fmap_bidirectional_grad(const ak_tensor* dq_p, const ak_tensor* dk_p, const ak_tensor* dv_p,
+                                            const ak_tensor* d_output_p, const ak_tensor* q, const ak_tensor* k,
+                                            const ak_tensor* v, const ak_tensor* cos, const ak_tensor* sin,
+                                            const ak_tensor* sums, const ak_tensor* d_sums_p,
+                                            const ak_tensor* r_rows_p, const ak_tensor* dd_p, int32_t phi,
+                                            int32_t normalised, double eps, int32_t token_dim) {
+  AK_ENTRY("ak_fmap_bidirectional_grad", {
+    const ak_tensor& dv = float_tensor(dv_p, "dv");
+    BidirectionalGradArgs g;
+    g.forward = checked_bidirectional(dv, "dv", q, k, v, cos, sin, sums, phi, normalised, eps, token_dim);
+    g.forward.out = float_view(dv);  // not read by the backward; shaped like the output it stands for
+    const BidirectionalArgs& a = g.forward;
+    const ak_tensor& d_output = rows_like(d_output_p, "d_output", dv, dv.shape[3]);
+    const ak_tensor& dq = rows_like(dq_p, "dq", dv, a.k_dim);
+    const ak_tensor& dk = rows_like(dk_p, "dk", dv, a.k_dim);
+    for (const ak_tensor* t : {&d_output, &dq, &dk}) {
+      require(t->dtype == dv.dtype, std::string("d_output, dq, dk: expected the dtype of dv, ") +
+                                        dtype_name(dv.dtype) + ", got " + dtype_name(t->dtype));
+    }
+    const ak_tensor& d_sums = check_contiguous(d_sums_p, "d_sums");
+    check_dtype(d_sums, "d_sums", {AK_FLOAT32});
+    check_same_device(d_sums, "d_sums", dv, "dv");
+    check_shape(d_sums, "d_sums", {a.batch, a.heads, a.features, a.v_dim + 1});
+    const ak_tensor& r_rows = check_contiguous(r_rows_p, "r_rows");
+    check_dtype(r_rows, "r_rows", {dv.dtype});
+    check_same_device(r_rows, "r_rows", dv, "dv");
+    check_shape(r_rows, "r_rows", {a.batch, a.heads, a.tokens, a.v_dim});
+    const ak_tensor& dd = check_contiguous(dd_p, "dd");
+    check_dtype(dd, "dd", {AK_FLOAT32});
+    check_same_device(dd, "dd", dv, "dv");
+    check_shape(dd, "dd", {a.batch, a.heads, a.tokens});
+    g.d_output = float_view(d_output);
+    g.dq = float_view(dq);
+    g.dk = float_view(dk);
+    g.dv = float_view(dv);
+    g.d_sums = static_cast<float*>(d_sums.data);
+    g.r_rows = r_rows.data;
+    g.dd = static_cast<float*>(dd.data);
+    if (empty_rows(dv) || a.k_dim == 0) return;
+    if (dv.device_type != AK_CPU) {
+      require(bidirectional_grad_cuda_serves(g),
+              "q, k, v, d_output, dq, dk, dv: the CUDA kernels take float16 or bfloat16, a feature dim that is a "
+              "multiple of 64, K a multiple of 64, V of 64 or 128, contiguous columns, other strides multiples of 8 "
+              "and 16-byte aligned data");
+    }
+    AK_FMAP_DISPATCH(dv, bidirectional_grad(g));
   });
 }
 
