@@ -1,7 +1,7 @@
 // The fuzz catalog's generator for feature-map linear attention: valid calls of the forward, the
 // explicit backward, the result's backward and the support query on small random inputs (every phi,
 // causal or not, cosformer weights inside or already applied, both layouts, three dtypes, T = 1 and
-// odd T), and mutations that make a call certainly invalid.
+// odd T, head dims of 64 that the fused bidirectional kernels serve), and mutations that make a call certainly invalid.
 import * as ak from "../../mod.ts";
 import type { Case, Rng, Scope } from "./cases.ts";
 import { caseMakers, dispose } from "./family.ts";
@@ -12,7 +12,8 @@ const { valid, invalid } = caseMakers("feature map");
 export function featureMap(rng: Rng, scope: Scope, bad: boolean): Case {
   const layout = rng.pick<ak.LinearLayout>(["bshd", "bhsd"]);
   const B = rng.int(1, 2), T = rng.pick([1, 2, 7, 33, 65]), H = rng.int(1, 3);
-  const K = rng.pick([2, 4, 8, 16]), V = rng.pick([1, 8, 12]);
+  // 64 now and then: the fused bidirectional kernels' sizes on CUDA.
+  const K = rng.pick([2, 4, 8, 16, 64]), V = rng.pick([1, 8, 12, 64]);
   const dtype = rng.pick<ak.DType>(["float32", "bfloat16", "float16"]);
   const phi = rng.pick(ak.FEATURE_MAP_KINDS);
   const shape = (d: number) => (layout === "bshd" ? [B, T, H, d] : [B, H, T, d]);
