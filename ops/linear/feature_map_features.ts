@@ -55,7 +55,12 @@ export class Temporaries implements Disposable {
 }
 
 /** The phi codes of the native stages (`AK_FMAP_*`); softmax_free maps like the identity. */
-const PHI_CODES: Record<FeatureMapKind, number> = { identity: 0, softmax_free: 0, "elu+1": 1, relu: 2 };
+export const PHI_CODES: Record<FeatureMapKind, number> = {
+  identity: 0,
+  softmax_free: 0,
+  "elu+1": 1,
+  relu: 2,
+};
 
 /** The factor of token t's query row (`AK_FMAP_FACTOR_*`): 1, 1 / (t + 1), or 1 / T. */
 export const TokenFactor = { NONE: 0, CAUSAL: 1, MEAN: 2 } as const;
@@ -68,6 +73,12 @@ export interface RowSettings {
   cos?: Tensor;
   /** cosformer's sine weights, `[T]` float32 contiguous (given with `cos`). */
   sin?: Tensor;
+}
+
+/** A `[T]` weight as the native stages read it: float32, contiguous (`t` itself when it already is). */
+export function weightAsRead(scope: Temporaries, t: Tensor): Tensor {
+  if (t.dtype === "float32" && (t.shape[0] <= 1 || t.strides[0] === 1)) return t;
+  return scope.temp(t.dtype === "float32" ? t.clone() : t.cast("float32"));
 }
 
 /** A column range `[a, b)` of a 4-D tensor. */

@@ -38,6 +38,7 @@ import {
   type Temporaries,
   TokenFactor,
   valuesWithOnes,
+  weightAsRead,
 } from "./feature_map_features.ts";
 
 /** One call's validated inputs and settings. */
@@ -102,12 +103,6 @@ function joined(scope: Temporaries, parts: Tensor[], op: string): Tensor {
     at += p.shape[3];
   }
   return out;
-}
-
-/** A `[T]` weight as the stages read it: float32, contiguous. */
-function weight(scope: Temporaries, t: Tensor): Tensor {
-  if (t.dtype === "float32" && (t.shape[0] <= 1 || t.strides[0] === 1)) return t;
-  return scope.temp(t.dtype === "float32" ? t.clone() : t.cast("float32"));
 }
 
 /** One kernel pair's forward output and its backward (gradients of P, R and the value piece). */
@@ -186,8 +181,8 @@ function forward(scope: Temporaries, c: FeatureMapCall, op: string): Forward {
   const normalised = c.phi !== "softmax_free";
   const rows: RowSettings = { tokenDim: layout === "bshd" ? 1 : 2 };
   if (c.cosWeight && c.sinWeight) {
-    rows.cos = weight(scope, c.cosWeight);
-    rows.sin = weight(scope, c.sinWeight);
+    rows.cos = weightAsRead(scope, c.cosWeight);
+    rows.sin = weightAsRead(scope, c.sinWeight);
   }
   const qFactor = !normalised ? TokenFactor.NONE : c.isCausal ? TokenFactor.CAUSAL : TokenFactor.MEAN;
   const P = features(scope, c.q, c.phi, qFactor, rows, dtype, op);

@@ -44,29 +44,29 @@ struct BidirectionalGradArgs {
   float* dd = nullptr;
 };
 
-// Whether the CUDA kernels serve a call (else the entry refuses it and the caller takes the chunked
-// path): 16-bit data, F and V multiples of 64, unit column strides, other strides multiples of 8
-// elements and 16-byte aligned rows.
-inline bool bidirectional_cuda_serves(const BidirectionalArgs& a) {
-  const FloatView* views[4] = {&a.q, &a.k, &a.v, &a.out};
-  bool ok = (a.q.dtype == AK_FLOAT16 || a.q.dtype == AK_BFLOAT16) && a.features % 64 == 0 && a.v_dim % 64 == 0;
-  for (const FloatView* t : views) {
-    ok = ok && t->dtype == a.q.dtype && t->s[3] == 1 && reinterpret_cast<uintptr_t>(t->data) % 16 == 0;
-    for (int d = 0; d < 3; ++d) ok = ok && t->s[d] % 8 == 0;
-  }
+// A view the kernels read in 16-byte pieces: the dtype given, unit column stride, the other strides
+// multiples of 8 elements and 16-byte aligned data.
+inline bool vector_view(const FloatView& t, int32_t dtype) {
+  bool ok = t.dtype == dtype && t.s[3] == 1 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+  for (int d = 0; d < 3; ++d) ok = ok && t.s[d] % 8 == 0;
   return ok;
+}
+
+// Whether the CUDA kernels serve a call (else the entry refuses it and the caller takes the chunked
+// path): 16-bit data, F and V multiples of 64, and q, k, v, out vector views.
+inline bool bidirectional_cuda_serves(const BidirectionalArgs& a) {
+  const int32_t dtype = a.q.dtype;
+  return (dtype == AK_FLOAT16 || dtype == AK_BFLOAT16) && a.features % 64 == 0 && a.v_dim % 64 == 0 &&
+         vector_view(a.q, dtype) && vector_view(a.k, dtype) && vector_view(a.v, dtype) && vector_view(a.out, dtype);
 }
 
 // The backward's CUDA kernels also need K a multiple of 64 and V of 64 or 128 (one value tile a row).
 inline bool bidirectional_grad_cuda_serves(const BidirectionalGradArgs& g) {
   const BidirectionalArgs& a = g.forward;
-  const FloatView* views[4] = {&g.d_output, &g.dq, &g.dk, &g.dv};
-  bool ok = bidirectional_cuda_serves(a) && a.k_dim % 64 == 0 && (a.v_dim == 64 || a.v_dim == 128);
-  for (const FloatView* t : views) {
-    ok = ok && t->dtype == a.q.dtype && t->s[3] == 1 && reinterpret_cast<uintptr_t>(t->data) % 16 == 0;
-    for (int d = 0; d < 3; ++d) ok = ok && t->s[d] % 8 == 0;
-  }
-  return ok;
+  const int32_t dtype = a.q.dtype;
+  return bidirectional_cuda_serves(a) && a.k_dim % 64 == 0 && (a.v_dim == 64 || a.v_dim == 128) &&
+         vector_view(g.d_output, dtype) && vector_view(g.dq, dtype) && vector_view(g.dk, dtype) &&
+         vector_view(g.dv, dtype);
 }
 
 }  // namespace ak::linear::feature_map

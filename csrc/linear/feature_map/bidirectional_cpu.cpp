@@ -1,6 +1,6 @@
-// The CPU backend of the fused bidirectional forward: per (batch, head), the sums in double over the
-// sequence, then each query row against them; the features are computed in float as the CUDA
-// kernels compute them, without their 16-bit rounding.
+// The CPU backend of the fused bidirectional feature map, forward and backward: per (batch, head),
+// the sums in double over the sequence, then each query row against them; the features are computed
+// in float as the CUDA kernels compute them, without their 16-bit rounding.
 #include <vector>
 
 #include "core/common.h"
@@ -19,31 +19,46 @@ void features_of(const BidirectionalArgs& a, const FloatView& x, int64_t at, int
   }
 }
 
+// Y = sum_t X(k_t)^T [v_t | 1] of sequence (b, h), F x (V + 1) row-major; `x` is scratch of F.
+std::vector<double> key_sums(const BidirectionalArgs& a, int64_t b, int64_t h, std::vector<double>& x) {
+  const int64_t W = a.v_dim + 1;
+  std::vector<double> y(a.features * W, 0.0);
+  for (int64_t t = 0; t < a.tokens; ++t) {
+    features_of(a, a.k, a.row(a.k, b, t, h), t, x);
+    const int64_t vo = a.row(a.v, b, t, h);
+    for (int64_t j = 0; j < W; ++j) {
+      const double z = j < a.v_dim ? a.v.load(vo + j * a.v.s[3]) : 1.0;
+      for (int64_t f = 0; f < a.features; ++f) y[f * W + j] += x[f] * z;
+    }
+  }
+  return y;
+}
+
+// num = x Y (V + 1 columns: the numerator, then the normaliser's sum).
+void query_against(const BidirectionalArgs& a, const std::vector<double>& x, const std::vector<double>& y,
+                   std::vector<double>& num) {
+  const int64_t W = a.v_dim + 1;
+  for (int64_t j = 0; j < W; ++j) {
+    double s = 0.0;
+    for (int64_t f = 0; f < a.features; ++f) s += x[f] * y[f * W + j];
+    num[j] = s;
+  }
+}
+
 }  // namespace
 
 void bidirectional(const BidirectionalArgs& a) {
   const int64_t W = a.v_dim + 1;
   parallel_for(a.batch * a.heads, [&](int64_t bh) {
     const int64_t b = bh / a.heads, h = bh % a.heads;
-    std::vector<double> y(a.features * W, 0.0), x(a.features);
-    for (int64_t t = 0; t < a.tokens; ++t) {
-      features_of(a, a.k, a.row(a.k, b, t, h), t, x);
-      const int64_t vo = a.row(a.v, b, t, h);
-      for (int64_t j = 0; j < W; ++j) {
-        const double z = j < a.v_dim ? a.v.load(vo + j * a.v.s[3]) : 1.0;
-        for (int64_t f = 0; f < a.features; ++f) y[f * W + j] += x[f] * z;
-      }
-    }
+    std::vector<double> x(a.features);
+    const std::vector<double> y = key_sums(a, b, h, x);
     float* sums = a.sums + bh * a.features * W;
     for (int64_t i = 0; i < a.features * W; ++i) sums[i] = static_cast<float>(y[i]);
     std::vector<double> num(W);
     for (int64_t t = 0; t < a.tokens; ++t) {
       features_of(a, a.q, a.row(a.q, b, t, h), t, x);
-      for (int64_t j = 0; j < W; ++j) {
-        double s = 0.0;
-        for (int64_t f = 0; f < a.features; ++f) s += x[f] * y[f * W + j];
-        num[j] = s;
-      }
+      query_against(a, x, y, num);
       const double den = a.normalised ? num[a.v_dim] + a.eps : 1.0;
       const int64_t o = a.row(a.out, b, t, h);
       for (int64_t j = 0; j < a.v_dim; ++j) a.out.store(o + j * a.out.s[3], static_cast<float>(num[j] / den));
@@ -51,9 +66,6 @@ void bidirectional(const BidirectionalArgs& a) {
   });
 }
 
-}  // namespace ak::linear::feature_map::cpu
-
-namespace ak::linear::feature_map::cpu {
 
 // The backward in double: with G = [dO / D | dD] (dD = -(dO / D) . o), or dO without the normaliser,
 // dX(q_t) = G_t Y^T, dY = sum_t X(q_t)^T G_t, dX(k_t) = [v_t | 1] dY^T and dv_t = X(k_t) dY[:, :V];
@@ -63,15 +75,8 @@ void bidirectional_grad(const BidirectionalGradArgs& g) {
   const int64_t V = a.v_dim, W = V + 1, F = a.features, K = a.k_dim;
   parallel_for(a.batch * a.heads, [&](int64_t bh) {
     const int64_t b = bh / a.heads, h = bh % a.heads;
-    std::vector<double> y(F * W, 0.0), dy(F * W, 0.0), x(F), num(W), grow(W), dx(F);
-    for (int64_t t = 0; t < a.tokens; ++t) {
-      features_of(a, a.k, a.row(a.k, b, t, h), t, x);
-      const int64_t vo = a.row(a.v, b, t, h);
-      for (int64_t j = 0; j < W; ++j) {
-        const double z = j < V ? a.v.load(vo + j * a.v.s[3]) : 1.0;
-        for (int64_t f = 0; f < F; ++f) y[f * W + j] += x[f] * z;
-      }
-    }
+    std::vector<double> dy(F * W, 0.0), x(F), num(W), grow(W), dx(F);
+    const std::vector<double> y = key_sums(a, b, h, x);
     // Through the weights and phi back to the columns of `src`, into `dst`.
     const auto store_grad = [&](const FloatView& src, const FloatView& dst, int64_t t) {
       const int64_t so = a.row(src, b, t, h), d = a.row(dst, b, t, h);
@@ -85,11 +90,7 @@ void bidirectional_grad(const BidirectionalGradArgs& g) {
       features_of(a, a.q, a.row(a.q, b, t, h), t, x);
       const int64_t go = a.row(g.d_output, b, t, h);
       if (a.normalised) {
-        for (int64_t j = 0; j < W; ++j) {
-          double s = 0.0;
-          for (int64_t f = 0; f < F; ++f) s += x[f] * y[f * W + j];
-          num[j] = s;
-        }
+        query_against(a, x, y, num);
         const double den = num[V] + a.eps;
         double dd = 0.0;
         for (int64_t j = 0; j < V; ++j) {

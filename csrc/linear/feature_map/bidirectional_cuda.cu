@@ -62,7 +62,6 @@ struct Launcher {
     return p;
   }
 
-
   // Token groups for `per_seq` blocks a sequence: enough blocks for several waves.
   int64_t tiles_per_group(int64_t per_seq, int64_t waves) const {
     const int64_t groups = std::clamp<int64_t>(ceil_div(waves * sms, per_seq * seqs), 1, chunks);
@@ -97,37 +96,45 @@ struct Launcher {
     check_launch("fmap_bidirectional_apply");
   }
 
+  template <class T, bool Weighted>
+  void trans_as(const Params& p, const dim3& grid) const {
+    const size_t smem = trans_smem(a.v_dim, Weighted);
+    check(cudaFuncSetAttribute(trans_kernel<T, Weighted>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem)),
+          "fmap_bidirectional_trans smem");
+    trans_kernel<T, Weighted><<<grid, kThreads, smem, s>>>(p);
+    check_launch("fmap_bidirectional_trans");
+  }
+
   template <class T>
   void trans(Params p) const {
-    const bool weighted = a.cos != nullptr;
     const int64_t ctiles = a.k_dim / kTile;
     p.tiles_per_group = tiles_per_group(ctiles, 4);
-    const size_t smem = trans_smem(a.v_dim, weighted);
     const dim3 grid(static_cast<unsigned>(ctiles * seqs), static_cast<unsigned>(ceil_div(chunks, p.tiles_per_group)));
-    if (weighted) {
-      check(cudaFuncSetAttribute(trans_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(smem)),
-            "fmap_bidirectional_trans smem");
-      trans_kernel<T, true><<<grid, kThreads, smem, s>>>(p);
+    if (a.cos != nullptr) {
+      trans_as<T, true>(p, grid);
     } else {
-      check(cudaFuncSetAttribute(trans_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(smem)),
-            "fmap_bidirectional_trans smem");
-      trans_kernel<T, false><<<grid, kThreads, smem, s>>>(p);
+      trans_as<T, false>(p, grid);
     }
-    check_launch("fmap_bidirectional_trans");
+  }
+
+  // The forward's sums Y = X(k)^T [v | 1] into a.sums; returns the parameters the later passes start from.
+  template <class T, int VT>
+  Params key_sums() const {
+    Params p = base();
+    p.m = a.sums;
+    p.x = seq_of(a, a.k);
+    p.z = seq_of(a, a.v);
+    p.extra = a.normalised;
+    sums<T, VT>(p);
+    return p;
   }
 };
 
 template <class T, int VT>
 void forward(const BidirectionalArgs& a) {
   const Launcher l(a);
-  Params p = l.base();
-  p.m = a.sums;
-  p.x = seq_of(a, a.k);
-  p.z = seq_of(a, a.v);
-  p.extra = a.normalised;
-  l.sums<T, VT>(p);
+  Params p = l.key_sums<T, VT>();
   p.x = seq_of(a, a.q);
   p.out = seq_of(a, a.out);
   p.out_scale = 1.f / p.m_scale;
@@ -138,13 +145,7 @@ template <class T, int VT>
 void backward(const BidirectionalGradArgs& g) {
   const BidirectionalArgs& a = g.forward;
   const Launcher l(a);
-  Params p = l.base();
-  // The forward's sums.
-  p.m = a.sums;
-  p.x = seq_of(a, a.k);
-  p.z = seq_of(a, a.v);
-  p.extra = a.normalised;
-  l.sums<T, VT>(p);
+  const Params p = l.key_sums<T, VT>();
   // The rows the queries' gradient flows through: r (and dD), or dO itself.
   Seq rows = seq_of(a, g.d_output);
   if (a.normalised) {

@@ -1,6 +1,7 @@
 // The feature-map stages' C entries: check every argument (messages name it), then hand the call to
 // the backend of the output's device. An empty call does nothing.
 #include <string>
+#include <vector>
 
 #include "core/common.h"
 #include "linear/feature_map/backend.h"
@@ -39,6 +40,16 @@ void check_codes(int32_t phi, int32_t factor, int32_t token_dim) {
   require(token_dim == 1 || token_dim == 2, "token_dim: expected 1 or 2, got " + str(token_dim));
 }
 
+// A contiguous tensor of one dtype and an exact shape, on the device of `like`.
+const ak_tensor& buffer(const ak_tensor* p, const char* name, int32_t dtype, const ak_tensor& like,
+                        const char* like_name, const std::vector<int64_t>& shape) {
+  const ak_tensor& t = check_contiguous(p, name);
+  check_dtype(t, name, {dtype});
+  check_same_device(t, name, like, like_name);
+  check_shape(t, name, shape);
+  return t;
+}
+
 // The cosformer weights: both or neither, [T] float32 contiguous on dst's device.
 void check_weights(const ak_tensor* cos, const ak_tensor* sin, const ak_tensor& dst, int token_dim) {
   require((cos == nullptr) == (sin == nullptr), "cos, sin: give both or neither");
@@ -46,10 +57,7 @@ void check_weights(const ak_tensor* cos, const ak_tensor* sin, const ak_tensor& 
   const ak_tensor* ws[2] = {cos, sin};
   for (int n = 0; n < 2; ++n) {
     if (ws[n] == nullptr) continue;
-    const ak_tensor& w = check_contiguous(ws[n], names[n]);
-    check_dtype(w, names[n], {AK_FLOAT32});
-    check_same_device(w, names[n], dst, "dst");
-    check_shape(w, names[n], {dst.shape[token_dim]});
+    buffer(ws[n], names[n], AK_FLOAT32, dst, "dst", {dst.shape[token_dim]});
   }
 }
 
@@ -79,10 +87,8 @@ BidirectionalArgs checked_bidirectional(const ak_tensor& like, const char* like_
               dtype_name(k.dtype) + ", " + dtype_name(v.dtype) + ", " + dtype_name(like.dtype));
   check_weights(cos, sin, like, token_dim);
   const int64_t features = cos != nullptr ? 2 * q.shape[3] : q.shape[3];
-  const ak_tensor& sums = check_contiguous(sums_p, "sums");
-  check_dtype(sums, "sums", {AK_FLOAT32});
-  check_same_device(sums, "sums", like, like_name);
-  check_shape(sums, "sums", {like.shape[0], like.shape[head_dim], features, like.shape[3] + 1});
+  const ak_tensor& sums = buffer(sums_p, "sums", AK_FLOAT32, like, like_name,
+                                 {like.shape[0], like.shape[head_dim], features, like.shape[3] + 1});
   BidirectionalArgs a;
   a.q = float_view(q);
   a.k = float_view(k);
@@ -258,22 +264,13 @@ AK_API ak_status ak_fmap_bidirectional_grad(const ak_tensor* dq_p, const ak_tens
     const ak_tensor& d_output = rows_like(d_output_p, "d_output", dv, dv.shape[3]);
     const ak_tensor& dq = rows_like(dq_p, "dq", dv, a.k_dim);
     const ak_tensor& dk = rows_like(dk_p, "dk", dv, a.k_dim);
-    for (const ak_tensor* t : {&d_output, &dq, &dk}) {
-      require(t->dtype == dv.dtype, std::string("d_output, dq, dk: expected the dtype of dv, ") +
-                                        dtype_name(dv.dtype) + ", got " + dtype_name(t->dtype));
-    }
-    const ak_tensor& d_sums = check_contiguous(d_sums_p, "d_sums");
-    check_dtype(d_sums, "d_sums", {AK_FLOAT32});
-    check_same_device(d_sums, "d_sums", dv, "dv");
-    check_shape(d_sums, "d_sums", {a.batch, a.heads, a.features, a.v_dim + 1});
-    const ak_tensor& r_rows = check_contiguous(r_rows_p, "r_rows");
-    check_dtype(r_rows, "r_rows", {dv.dtype});
-    check_same_device(r_rows, "r_rows", dv, "dv");
-    check_shape(r_rows, "r_rows", {a.batch, a.heads, a.tokens, a.v_dim});
-    const ak_tensor& dd = check_contiguous(dd_p, "dd");
-    check_dtype(dd, "dd", {AK_FLOAT32});
-    check_same_device(dd, "dd", dv, "dv");
-    check_shape(dd, "dd", {a.batch, a.heads, a.tokens});
+    check_same_dtype(d_output, "d_output", dv, "dv");
+    check_same_dtype(dq, "dq", dv, "dv");
+    check_same_dtype(dk, "dk", dv, "dv");
+    const ak_tensor& d_sums =
+        buffer(d_sums_p, "d_sums", AK_FLOAT32, dv, "dv", {a.batch, a.heads, a.features, a.v_dim + 1});
+    const ak_tensor& r_rows = buffer(r_rows_p, "r_rows", dv.dtype, dv, "dv", {a.batch, a.heads, a.tokens, a.v_dim});
+    const ak_tensor& dd = buffer(dd_p, "dd", AK_FLOAT32, dv, "dv", {a.batch, a.heads, a.tokens});
     g.d_output = float_view(d_output);
     g.dq = float_view(dq);
     g.dk = float_view(dk);
