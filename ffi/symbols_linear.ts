@@ -38,6 +38,33 @@ export const linearSymbols = {
     ],
     result: "i32",
   },
+  // The forward advancing a state pool in place (attnkit_linear.h):
+  // ak_status ak_delta_rule_fwd_pool(
+  //   q, k, v, g, beta, cu_seqlens, double scale, int32_t chunk_size, int32_t flags,
+  //   const ak_tensor* output,            [B, T, H, V] dtype of q, contiguous
+  //   const ak_tensor* state_cache,       [num_slots, H, V, K] float32 | bfloat16, in place
+  //   const ak_tensor* state_indices,     [N] int32: <= 0 marks padding
+  //   const ak_tensor* has_initial_state, [N] bool, or NULL
+  //   int32_t pool_mode)                  0 | AK_POOL_TRUSTED_INDICES = 2
+  ak_delta_rule_fwd_pool: {
+    parameters: [
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "f64",
+      "i32",
+      "i32",
+      "buffer",
+      "buffer",
+      "buffer",
+      "buffer",
+      "i32",
+    ],
+    result: "i32",
+  },
   // ak_status ak_delta_rule_saved_size(
   //   q, k, v, g, beta, initial_state, cu_seqlens, double scale, int32_t chunk_size, int32_t flags,
   //   const ak_tensor* output, const ak_tensor* chunk_states, const ak_tensor* aw, const ak_tensor* au,
@@ -488,6 +515,14 @@ export const linearSymbols = {
     result: "i32",
   },
 } as const satisfies Deno.ForeignLibraryInterface;
+
+/** ak_state_pool_copy's modes and ak_delta_rule_fwd_pool's pool_mode (attnkit_linear.h, AK_POOL_*). */
+export const PoolMode = {
+  GATHER: 0,
+  SCATTER: 1,
+  /** The caller vouches for the indices: a CUDA call reads nothing back. */
+  TRUSTED_INDICES: 2,
+} as const;
 
 /** Flags of the delta-rule entries (`AK_DELTA_*` in attnkit_linear.h). */
 export const DeltaFlags = {

@@ -44,6 +44,7 @@ import { deltaRuleReference } from "../reference/delta_rule.ts";
 import { glaExercise } from "./gla_variants.ts";
 import { kdaExercise } from "./kda_variants.ts";
 import { pagedDecodeExercise } from "./paged_decode_variants.ts";
+import { pagedChunkCase } from "./paged_chunk_variants.ts";
 import { checkTopk, type TopkCase } from "./sparse_fixtures.ts";
 
 const DEVICE = "cuda";
@@ -150,9 +151,13 @@ function linearForwardState(row: KernelRow, seed: number): void {
   };
   forwardCase(row, linearSpec(row), pin, seed);
   forwardCase(row, linearSpec(row, { ...PACKED, HK: 1, l2norm: false }), pin, seed + 100);
+  // The same kernel reading and writing a state pool's slots (the paged prefill).
+  pagedChunkCase(row, linearSpec(row, { B: 3 }), pin, seed + 500);
+  pagedChunkCase(row, linearSpec(row, { ...PACKED, HK: 1 }), pin, seed + 600);
   if (row.variant === "mma") return;
   // The Hopper kernels: the pass split into segments, the other loads, and the states they save.
   forwardCase(row, linearSpec(row, { T: 700 }), { ...pin, "linear.fwd.segments": 3 }, seed + 200);
+  pagedChunkCase(row, linearSpec(row, { B: 3, T: 700 }), { ...pin, "linear.fwd.segments": 3 }, seed + 700);
   if (row.variant === "split") {
     forwardCase(row, linearSpec(row), { ...pin, "linear.fwd.loads": "cp.async" }, seed + 300);
   }

@@ -390,6 +390,23 @@ AK_API ak_status ak_state_pool_copy(const ak_tensor* state_cache, const ak_tenso
                                     const ak_tensor* has_initial_state, const ak_tensor* states, int32_t mode);
 
 /*
+ * The forward above advancing a state pool in place (the paged chunked prefill; inference only): q, k, v,
+ * g, beta, cu_seqlens, scale, chunk_size, flags and output as for ak_delta_rule_fwd, and
+ *   state_cache       [num_slots, H, V, K] float32 | bfloat16, every slot dense, slots apart
+ *   state_indices     [N] int32 contiguous: sequence n's slot; <= 0 is padding (nothing read or written,
+ *                     its output rows zero)
+ *   has_initial_state [N] bool contiguous, or NULL: false starts that sequence from zero
+ * Sequence n starts from state_cache[state_indices[n]] (its [V, K] read as the [K, V] state) and its final
+ * state is written there (rounded to nearest even for bfloat16). The indices are checked as by
+ * ak_state_pool_copy (pool_mode 0 or AK_POOL_TRUSTED_INDICES); inside a graph capture on the device.
+ */
+AK_API ak_status ak_delta_rule_fwd_pool(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* g,
+                                        const ak_tensor* beta, const ak_tensor* cu_seqlens, double scale,
+                                        int32_t chunk_size, int32_t flags, const ak_tensor* output,
+                                        const ak_tensor* state_cache, const ak_tensor* state_indices,
+                                        const ak_tensor* has_initial_state, int32_t pool_mode);
+
+/*
  * Zeroes the output rows of padding sequences (state_indices[n] <= 0), e.g. after a paged chunked prefill.
  * Everything is read on the output's device, nothing on the host:
  *   output         [B, T, ...] contiguous, any dtype, written in place (all bits zero)

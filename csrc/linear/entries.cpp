@@ -3,15 +3,18 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/common.h"
 #include "linear/checks.h"
+#include "linear/decode/slots.h"
 #include "linear/planner.h"
 #include "linear/problem.h"
 #include "linear/saved_layout.h"
 #if AK_WITH_CUDA
 #include "cuda/backend.h"
+#include "linear/decode/pool_cuda.h"
 #endif
 
 using namespace ak;
@@ -103,6 +106,44 @@ void check_saved(const DeltaProblem& p, const ak_tensor* saved, const ak_tensor&
                                   std::to_string(t.shape[0]));
 }
 
+// A state pool [num_slots, H, V, K] of q's call: float32 or bfloat16 on q's device, every slot dense,
+// slots apart; its [N] indices and has_initial_state flags.
+StatePool check_state_pool(const DeltaProblem& p, const ak_tensor& q, const ak_tensor* cache_,
+                           const ak_tensor* indices, const ak_tensor* has_initial, int32_t pool_mode) {
+  require((pool_mode & ~AK_POOL_TRUSTED_INDICES) == 0,
+          "pool_mode: expected 0 or AK_POOL_TRUSTED_INDICES = 2, got " + std::to_string(pool_mode));
+  const ak_tensor& cache = check_tensor(cache_, "state_cache");
+  check_dtype(cache, "state_cache", {AK_FLOAT32, AK_BFLOAT16});
+  check_same_device(cache, "state_cache", q, "q");
+  require(cache.rank == 4 && cache.shape[1] == p.H && cache.shape[2] == p.V && cache.shape[3] == p.K,
+          "state_cache: expected [num_slots, " + std::to_string(p.H) + ", " + std::to_string(p.V) + ", " +
+              std::to_string(p.K) + "] (H, V, K of the call), got " + shape_string(cache));
+  require(cache.strides[3] == 1 && cache.strides[2] == p.K && cache.strides[1] == p.V * p.K &&
+              cache.strides[0] >= p.H * p.V * p.K,
+          "state_cache: expected every slot dense and slots apart");
+  StatePool pool;
+  pool.cache = &cache;
+  pool.indices = &check_per_sequence(indices, "state_indices", AK_INT32, p.N, q, "q");
+  if (has_initial) pool.has_initial = &check_per_sequence(has_initial, "has_initial_state", AK_BOOL, p.N, q, "q");
+  pool.trusted = (pool_mode & AK_POOL_TRUSTED_INDICES) != 0;
+  return pool;
+}
+
+// The CPU backend on a pool: the slots gathered into per-sequence states, the forward, the scatter.
+void cpu_fwd_pool(DeltaFwd a, const StatePool& pool) {
+  const DeltaProblem& p = a.p;
+  const size_t size = static_cast<size_t>(p.N * p.H * p.K * p.V);
+  std::vector<float> buffer(2 * size);
+  const ak_tensor initial = kv_states_view(buffer.data(), *pool.cache, p.N);
+  const ak_tensor final_state = kv_states_view(buffer.data() + size, *pool.cache, p.N);
+  // The forward's own [N, H, K, V] views of the same buffers.
+  const ak_tensor initial_kv = swap_last_dims(initial), final_kv = swap_last_dims(final_state);
+  ak::linear::cpu::pool_copy(pool_states_copy(pool, initial, true));
+  a.initial_state = &initial_kv, a.final_state = &final_kv;
+  ak::linear::cpu::delta_fwd(a);
+  ak::linear::cpu::pool_copy(pool_states_copy(pool, final_state, false));
+}
+
 }  // namespace
 
 extern "C" {
@@ -132,6 +173,35 @@ AK_API ak_status ak_delta_rule_fwd(const ak_tensor* q, const ak_tensor* k, const
       ak::linear::cpu::delta_fwd(a);
     } else {
       AK_CUDA_CALL(ak::linear::cuda::delta_fwd(a));
+    }
+  });
+}
+
+AK_API ak_status ak_delta_rule_fwd_pool(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* g,
+                                        const ak_tensor* beta, const ak_tensor* cu_seqlens, double scale,
+                                        int32_t chunk_size, int32_t flags, const ak_tensor* output,
+                                        const ak_tensor* state_cache, const ak_tensor* state_indices,
+                                        const ak_tensor* has_initial_state, int32_t pool_mode) {
+  AK_ENTRY("ak_delta_rule_fwd_pool", {
+    DeltaFwd a;
+    a.p = parse_problem(q, k, v, g, beta, nullptr, cu_seqlens, scale, chunk_size, flags);
+    const DeltaProblem& p = a.p;
+    check_rows_like_q(output, "output", {p.B, p.T, p.H, p.V}, *q);
+    require(is_contiguous(*output), "output: expected a contiguous tensor (padding sequences' rows are zeroed)");
+    const StatePool pool = check_state_pool(p, *q, state_cache, state_indices, has_initial_state, pool_mode);
+    a.q = q, a.k = k, a.v = v, a.g = g, a.beta = beta, a.output = output;
+    if (p.N == 0) return;
+    PaddingRows padding;
+    padding.N = p.N, padding.B = p.B, padding.T = p.T;
+    padding.row_bytes = p.H * p.V * static_cast<int64_t>(dtype_size(output->dtype));
+    padding.output = output, padding.indices = pool.indices, padding.cu_seqlens = cu_seqlens;
+    if (p.device_type == AK_CPU) {
+      require_slots_in_pool(pool.indices, p.N, state_cache->shape[0]);
+      cpu_fwd_pool(a, pool);
+      ak::linear::cpu::zero_padding_rows(padding);
+    } else {
+      AK_CUDA_CALL(ak::linear::cuda::delta_fwd_pool(a, pool));
+      AK_CUDA_CALL(ak::linear::cuda::zero_padding_rows(padding));
     }
   });
 }

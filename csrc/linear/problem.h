@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/common.h"
+#include "linear/decode/pool_problem.h"
 
 namespace ak::linear {
 
@@ -71,5 +72,11 @@ struct DeltaDecode {
 // What each backend defines for the entries.
 AK_DECLARE_BACKENDS(void delta_fwd(const DeltaFwd& a); void delta_bwd(const DeltaBwd& a);
                     void delta_decode(const DeltaDecode& a);)
+
+namespace cuda {
+// The forward advancing a state pool (ak_delta_rule_fwd_pool; a's initial and final states unset): the
+// fast path's state kernels read and write the slots, any other call runs between a gather and a scatter.
+void delta_fwd_pool(const DeltaFwd& a, const StatePool& pool);
+}  // namespace cuda
 
 }  // namespace ak::linear

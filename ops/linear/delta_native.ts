@@ -10,7 +10,7 @@
 import { checkOptions, type OptionSpec } from "../args.ts";
 import { AttnkitError, invalidArgument } from "../../ffi/errors.ts";
 import { native, unwrap } from "../../ffi/library.ts";
-import { DeltaFlags } from "../../ffi/symbols_linear.ts";
+import { DeltaFlags, PoolMode } from "../../ffi/symbols_linear.ts";
 import { expectDType, expectSameDevice, expectSameDType, expectShape, expectTensor } from "../checks.ts";
 import type { DType } from "../dtype.ts";
 import { LAYOUTS } from "../layout.ts";
@@ -710,6 +710,55 @@ export function deltaForward(
   if (wants.remember !== false) rememberForward(inputs, callOptions(s, K));
   scope.release();
   return { output: output.tensor, finalState, chunkStates, aw, au, saved };
+}
+
+/** A state pool a forward advances in place (`pagedChunkGdn`): the slots of each sequence's state. */
+export interface PoolStates {
+  /** `[numSlots, H, V, K]` float32 | bfloat16. */
+  cache: Tensor;
+  /** `[N]` int32: sequence n's slot; <= 0 is padding. */
+  indices: Tensor;
+  /** `[N]` bool, or undefined (every live slot resumes). */
+  hasInitialState?: Tensor;
+  /** The caller vouches for the indices: nothing is read back. */
+  trusted: boolean;
+}
+
+/**
+ * Runs the forward from and into a state pool, in one native call: each sequence starts from its slot and
+ * leaves its final state there; padding sequences' rows are zero. Returns the output (`"bshd"`).
+ */
+export function deltaForwardOnPool(
+  op: string,
+  inputs: DeltaInputs,
+  s: DeltaSettings,
+  pool: PoolStates,
+): Tensor {
+  const sizes = checkDeltaCall(op, inputs, s);
+  using scope = new TensorScope();
+  const x = prepareInputs(op, scope, inputs, s);
+  const { output } = forwardResults(op, scope, s.layout, sizes, inputs.q, false, {});
+  unwrap(
+    native().ak_delta_rule_fwd_pool(
+      x.q,
+      x.k,
+      x.v,
+      x.g,
+      x.beta,
+      x.cuSeqlens,
+      x.scale,
+      s.recurrent ? 64 : s.chunkSize,
+      x.flags,
+      output.view,
+      pool.cache.descriptor(op),
+      pool.indices.descriptor(op),
+      pool.hasInitialState?.descriptor(op) ?? null,
+      pool.trusted ? PoolMode.TRUSTED_INDICES : 0,
+    ),
+    op,
+  );
+  scope.release();
+  return output.tensor;
 }
 
 /** What a backward takes besides the inputs and settings. */

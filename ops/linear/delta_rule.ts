@@ -36,8 +36,10 @@ import {
   deltaBackward,
   type DeltaBackwardBuffers,
   deltaForward,
+  deltaForwardOnPool,
   type DeltaInputs,
   type DeltaSettings,
+  type PoolStates,
 } from "./delta_native.ts";
 import { type LinearLayout, linearLayout } from "./layouts.ts";
 import { expectForwardTensorsLive } from "../checks.ts";
@@ -247,6 +249,19 @@ function backward(
     saved: o.saved ?? undefined,
   });
   return gradients(r, o.out);
+}
+
+/**
+ * Gated DeltaNet's chunked forward advancing a state pool in place (`pagedChunkGdn` without a replay
+ * state): `options` are the training op's (`"bshd"`). Returns the output.
+ */
+export function chunkGatedDeltaRuleOnPool(
+  op: string,
+  inputs: DeltaInputs,
+  pool: PoolStates,
+  options: Pick<ChunkDeltaRuleOptions, "cuSeqlens" | "scale" | "useQkL2norm">,
+): Tensor {
+  return deltaForwardOnPool(op, inputs, settings(op, GATED, { layout: "bshd", ...options }, FORWARD), pool);
 }
 
 const DELTA: Kind = { gated: false, recurrent: false };

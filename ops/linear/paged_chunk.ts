@@ -6,9 +6,11 @@
  * same slot. `stateIndices[n]` names sequence n's slot (<= 0: padding, zero output rows, no slot
  * touched); `hasInitialState[n] = false` starts from zero without reading the slot.
  *
- * The steps (pool_run.ts) are the training ops between a gather and a scatter of the selected slots (one launch each on
- * CUDA, after one read-back of the `[N]` indices that refuses an index past the pool or a slot named
- * twice), then a kernel that zeroes the padding sequences' rows where they live.
+ * `pagedChunkGdn` is one native call: on CUDA its state kernels read and write float32 slots in place,
+ * otherwise the slots are gathered and scattered around the forward. `pagedChunkKda` runs the training op
+ * between a gather and a scatter (pool_run.ts). Either first reads the `[N]` indices back once to refuse an
+ * index past the pool or a slot named twice (unless `checkIndices` is false), and zeroes the padding
+ * sequences' rows where they live.
  *
  * @module
  */
@@ -18,7 +20,7 @@ import { expectTensor } from "../checks.ts";
 import type { CuSeqlens } from "../seqlens.ts";
 import type { Tensor } from "../tensor.ts";
 import { checkScale } from "./delta_native.ts";
-import { chunkGatedDeltaRule } from "./delta_rule.ts";
+import { chunkGatedDeltaRule, chunkGatedDeltaRuleOnPool } from "./delta_rule.ts";
 import { chunkKda } from "./kda.ts";
 import { checkPool, type Pool, type PoolOptions, runOnPool } from "./pool_run.ts";
 import { checkReplay, type ReplayForward, type ReplayState, runWithReplay } from "./replay_state.ts";
@@ -184,23 +186,18 @@ export function pagedChunkGdn(
         }),
     );
   }
-  return runOnPool(
-    op,
-    qt,
-    p,
-    o.cuSeqlens,
-    true,
-    (initial, output) =>
-      chunkGatedDeltaRule(qt, k, vt, g, beta, {
-        layout: "bshd",
-        initialState: initial,
-        outputFinalState: true,
-        useQkL2norm: o.useQkL2norm ?? false,
-        ...(o.cuSeqlens !== undefined ? { cuSeqlens: o.cuSeqlens } : {}),
-        scale: checkScale(op, o.scale ?? undefined, p.K),
-        out: { output },
-      }),
-  );
+  // One native call: the slots are read and written by the state kernels (CUDA's fast path on a float32
+  // pool), or gathered and scattered around the forward by the library.
+  return chunkGatedDeltaRuleOnPool(op, { q: qt, k, v: vt, g, beta }, {
+    cache: p.cache,
+    indices: p.indices,
+    hasInitialState: p.hasInitialState,
+    trusted: !p.checkIndices,
+  }, {
+    ...(o.cuSeqlens !== undefined ? { cuSeqlens: o.cuSeqlens } : {}),
+    scale: o.scale ?? undefined,
+    useQkL2norm: o.useQkL2norm ?? false,
+  });
 }
 
 /**

@@ -8,6 +8,7 @@
  * @module
  */
 import { native, unwrap } from "../../ffi/library.ts";
+import { PoolMode } from "../../ffi/symbols_linear.ts";
 import { invalidArgument } from "../../ffi/errors.ts";
 import { checkArgument } from "../args.ts";
 import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
@@ -29,9 +30,9 @@ export interface PoolOptions {
 }
 
 /** ak_state_pool_copy's directions. */
-export const POOL_GATHER = 0;
-export const POOL_SCATTER = 1;
-const POOL_TRUSTED_INDICES = 2;
+export const POOL_GATHER = PoolMode.GATHER;
+export const POOL_SCATTER = PoolMode.SCATTER;
+const POOL_TRUSTED_INDICES = PoolMode.TRUSTED_INDICES;
 
 /** A checked pool call. */
 export interface Pool {

@@ -35,7 +35,9 @@ PaddingRows parse(const ak_tensor* output, const ak_tensor* indices, const ak_te
   return p;
 }
 
-void cpu_zero_padding_rows(const PaddingRows& p) {
+}  // namespace
+
+void ak::linear::cpu::zero_padding_rows(const PaddingRows& p) {
   const auto* slots = static_cast<const int32_t*>(p.indices->data);
   auto* out = static_cast<unsigned char*>(p.output->data);
   for (int64_t n = 0; n < p.N; ++n) {
@@ -54,8 +56,6 @@ void cpu_zero_padding_rows(const PaddingRows& p) {
   }
 }
 
-}  // namespace
-
 extern "C" {
 
 AK_API ak_status ak_zero_padding_rows(const ak_tensor* output, const ak_tensor* state_indices,
@@ -64,7 +64,7 @@ AK_API ak_status ak_zero_padding_rows(const ak_tensor* output, const ak_tensor* 
     const PaddingRows p = parse(output, state_indices, cu_seqlens);
     if (p.N == 0 || numel(*p.output) == 0) return;
     if (p.output->device_type == AK_CPU) {
-      cpu_zero_padding_rows(p);
+      ak::linear::cpu::zero_padding_rows(p);
     } else {
       AK_CUDA_CALL(ak::linear::cuda::zero_padding_rows(p));
     }

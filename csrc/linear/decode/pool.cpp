@@ -80,7 +80,9 @@ PoolCopy parse(const ak_tensor* pool_, const ak_tensor* indices, const ak_tensor
   return p;
 }
 
-void cpu_pool_copy(const PoolCopy& p) {
+}  // namespace
+
+void ak::linear::cpu::pool_copy(const PoolCopy& p) {
   const int32_t* slots = static_cast<const int32_t*>(p.indices->data);
   const uint8_t* resume = p.has_initial ? static_cast<const uint8_t*>(p.has_initial->data) : nullptr;
   for (int64_t n = 0; n < p.N; ++n) {
@@ -98,8 +100,6 @@ void cpu_pool_copy(const PoolCopy& p) {
   }
 }
 
-}  // namespace
-
 extern "C" {
 
 AK_API ak_status ak_state_pool_copy(const ak_tensor* pool, const ak_tensor* indices, const ak_tensor* has_initial,
@@ -109,7 +109,7 @@ AK_API ak_status ak_state_pool_copy(const ak_tensor* pool, const ak_tensor* indi
     if (p.N == 0) return;
     if (p.pool->device_type == AK_CPU) {
       require_slots_in_pool(p.indices, p.N, p.slots);
-      return cpu_pool_copy(p);
+      return ak::linear::cpu::pool_copy(p);
     }
     AK_CUDA_CALL(ak::linear::cuda::pool_copy(p));
   });

@@ -14,6 +14,8 @@
 #include "cuda/tensor_map.h"
 #include "linear/common/packed_tables.h"
 #include "linear/common/segments.h"
+#include "linear/decode/pool_cuda.h"
+#include "linear/decode/slots.h"
 #include "generated/linear_launchers.h"
 #include "linear/planner.h"
 #include "linear/problem.h"
@@ -125,8 +127,15 @@ void encode_save_maps(const DeltaFwd& a, const SavedParts<T>& parts, int64_t chu
                             "delta rule saved v_new");
 }
 
+// The state kernels' view of a pool whose slots they read and write in place (float32 slots).
+struct PoolSlots {
+  const StatePool* pool = nullptr;
+  const ak::cuda::DeviceCheck* check = nullptr;
+};
+
 template <class T>
-void fast_fwd(const DeltaFwd& a, const planning::FwdChoice& plan, int64_t chunks64, cudaStream_t stream) {
+void fast_fwd(const DeltaFwd& a, const planning::FwdChoice& plan, int64_t chunks64, cudaStream_t stream,
+              const PoolSlots& slots = {}) {
   const DeltaProblem& p = a.p;
   const int device = p.device_index;
   const int D = static_cast<int>(p.K);
@@ -182,6 +191,15 @@ void fast_fwd(const DeltaFwd& a, const planning::FwdChoice& plan, int64_t chunks
   sp.initial_state = f32(a.initial_state);
   sp.final_state = f32(a.final_state);
   sp.chunk_states = f32(a.chunk_states);
+  if (slots.pool != nullptr) {
+    const ak_tensor& cache = *slots.pool->cache;
+    sp.initial_state = sp.final_state = static_cast<float*>(cache.data);
+    sp.slots = static_cast<const int32_t*>(slots.pool->indices->data);
+    sp.has_initial = slots.pool->has_initial ? static_cast<const uint8_t*>(slots.pool->has_initial->data) : nullptr;
+    sp.slot_stride = cache.strides[0];
+    sp.pool_slots = as_int(cache.shape[0], "state_cache slots");
+    sp.check = slots.check;
+  }
   sp.map = map;
   sp.N = N;
   sp.H = H;
@@ -239,6 +257,39 @@ void delta_fwd(const DeltaFwd& a) {
     case AK_FLOAT16: return general_fwd<__half>(a, plan, stream);
     default: fail(AK_ERR_INTERNAL, "delta_rule_fwd: unexpected dtype");
   }
+}
+
+void delta_fwd_pool(const DeltaFwd& a, const StatePool& pool) {
+  const DeltaProblem& p = a.p;
+  const int device = p.device_index;
+  ak::cuda::DeviceGuard guard(device);
+  cudaStream_t stream = ak::cuda::stream(device);
+  const ak_tensor& cache = *pool.cache;
+  const PoolSlots slots{&pool, require_slots_on_device(device, pool.indices, p.N, cache.shape[0], pool.trusted,
+                                                       "ak_delta_rule_fwd_pool")};
+  const planning::FwdShape shape = planning::fwd_shape(a, false);
+  planning::FwdChoice plan = planning::plan_fwd(shape, ak::cuda::caps(device), tuning::current());
+  // The fast path's state kernels read and write float32 slots where they are; other calls (and
+  // bfloat16 slots, rounded by the scatter) run between a gather and a scatter.
+  const bool in_place = plan.fast && cache.dtype == AK_FLOAT32;
+  if (in_place) {
+    plan.plan.detail("states", "pool slots, read and written by the state kernels");
+    plan::set_last(plan.plan);
+    if (p.dtype == AK_BFLOAT16) return fast_fwd<__nv_bfloat16>(a, plan, shape.chunks64, stream, slots);
+    return fast_fwd<__half>(a, plan, shape.chunks64, stream, slots);
+  }
+  const int64_t size = p.N * p.H * p.K * p.V;
+  ak::cuda::Scratch scratch(device, 2 * round_up(static_cast<size_t>(size) * sizeof(float)));
+  float* const initial = scratch.as<float>();
+  float* const final_state = initial + round_up(static_cast<size_t>(size) * sizeof(float)) / sizeof(float);
+  const ak_tensor initial_view = kv_states_view(initial, cache, p.N);
+  const ak_tensor final_view = kv_states_view(final_state, cache, p.N);
+  const ak_tensor initial_kv = swap_last_dims(initial_view), final_kv = swap_last_dims(final_view);
+  pool_copy(pool_states_copy(pool, initial_view, true));
+  DeltaFwd b = a;
+  b.initial_state = &initial_kv, b.final_state = &final_kv;
+  delta_fwd(b);  // records its own plan
+  pool_copy(pool_states_copy(pool, final_view, false));
 }
 
 // delta_bwd: ../bwd/dispatch.cu

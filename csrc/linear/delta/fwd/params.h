@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "cuda/device_check.h"
 #include "linear/common/chunk_map.cuh"
 #include "linear/common/views.cuh"
 
@@ -62,6 +63,16 @@ struct DecodeParams {
 
 constexpr int kFastChunk = 64;
 
+// A [D, D] float32 state in device memory, element (r, c) at ptr[r rs + c cs]: the delta rule's own
+// [K, V] rows (rs = D, cs = 1), or a pool slot's [V, K] (rs = 1, cs = D); a null ptr is no state.
+template <class F>
+struct StateAt {
+  F* ptr = nullptr;
+  int64_t rs = 0, cs = 1;
+};
+using StateIn = StateAt<const float>;
+using StateOut = StateAt<float>;
+
 // Stage 1, chunk-parallel: gate cumsum, scaled K K^T, (I + A)^-1, WY vectors w = Aw K, u = Au V.
 template <class T>
 struct PrepParams {
@@ -86,9 +97,18 @@ struct StateParams {
   Rows<T> o;
   const T *w = nullptr, *u = nullptr;
   const float *gc = nullptr, *rk = nullptr;
-  const float* initial_state = nullptr;
-  float* final_state = nullptr;
+  const float* initial_state = nullptr;  // [N, H, D, D], or the pool
+  float* final_state = nullptr;          // [N, H, D, D], or the pool
   float* chunk_states = nullptr;  // [B, H, NC + 1, D, D] (fixed length only)
+  // A state pool (slots not null): initial_state and final_state both point at [pool_slots, H, D, D],
+  // whose slots hold each head's state as [V, K]. Sequence n reads and writes slot slots[n] in place
+  // (none when slots[n] <= 0 or >= pool_slots: padding), starting from zero where has_initial[n] is 0;
+  // once `check` has failed (a captured call's device check), no slot is touched.
+  const int32_t* slots = nullptr;
+  const uint8_t* has_initial = nullptr;
+  int64_t slot_stride = 0;
+  int pool_slots = 0;
+  const ak::cuda::DeviceCheck* check = nullptr;
   ChunkMap map;
   int N = 0, H = 0, group = 1;
   float scale = 1.f;

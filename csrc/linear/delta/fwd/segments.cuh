@@ -5,14 +5,14 @@
 // entry states, and pass 2 reruns the segments from them for the output.
 #pragma once
 
-#include "linear/delta/fwd/params.h"
+#include "linear/delta/fwd/state_at.cuh"
 
 namespace ak::linear::cuda::fwd {
 
 struct StateJob {
   int row = 0, begin = 0, end = 0, first = 0;  // tokens [begin, end) of batch row `row`; its first chunk
-  const float* init = nullptr;                  // [D, D] start state; nullptr: zeros (or the identity)
-  float* fin = nullptr;                         // [D, D] end state, or nullptr
+  StateIn init;                                 // start state; none: zeros (or the identity)
+  StateOut fin;                                 // end state, or none
   bool identity = false;                        // start from I (the transition runs)
   bool zero_u = false;                          // u = 0 (the transition runs)
   bool output = true;                           // write o
@@ -26,9 +26,8 @@ __device__ __forceinline__ StateJob state_job(const StateParams<T>& p, int job, 
   const int64_t DD = static_cast<int64_t>(D) * D;
   if (p.seg_pass == 0) {
     p.map.sequence(job, j.row, j.begin, j.end, j.first);
-    const int64_t off = (static_cast<int64_t>(job) * p.H + h) * DD;
-    j.init = p.initial_state ? p.initial_state + off : nullptr;
-    j.fin = p.final_state ? p.final_state + off : nullptr;
+    j.init = sequence_state<true>(p, job, h, D);
+    j.fin = sequence_state<false>(p, job, h, D);
     return j;
   }
   j.chunk_states = false;
@@ -36,25 +35,24 @@ __device__ __forceinline__ StateJob state_job(const StateParams<T>& p, int job, 
   const int per = p.seg_pass == 1 ? 2 * pm : pm;
   const int n = job / per, r = job - n * per;
   int seg;
-  const int64_t seq_off = (static_cast<int64_t>(n) * p.H + h) * DD;
   const int64_t seg_base = (static_cast<int64_t>(n) * p.H + h) * pm * DD;
   if (p.seg_pass == 1) {
     if (r < pm) {
       seg = r;
-      j.init = seg == 0 && p.initial_state ? p.initial_state + seq_off : nullptr;
-      j.fin = p.seg_fwd + seg_base + seg * DD;
+      if (seg == 0) j.init = sequence_state<true>(p, n, h, D);
+      j.fin = dense_state(p.seg_fwd + seg_base + seg * DD, D);
       j.output = seg == 0;
     } else {
       seg = r - pm + 1;
       j.identity = true;
       j.zero_u = true;
       j.output = false;
-      j.fin = p.seg_tr + seg_base + (seg - 1) * DD;
+      j.fin = dense_state(p.seg_tr + seg_base + (seg - 1) * DD, D);
     }
   } else {
     seg = r + 1;
-    j.init = p.seg_entry + seg_base + (seg - 1) * DD;
-    j.fin = seg == pm && p.final_state ? p.final_state + seq_off : nullptr;
+    j.init = {p.seg_entry + seg_base + (seg - 1) * DD, D, 1};
+    if (seg == pm) j.fin = sequence_state<false>(p, n, h, D);
   }
   int b0, e0;
   p.map.sequence(n, j.row, b0, e0, j.first);

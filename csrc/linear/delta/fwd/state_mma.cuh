@@ -25,6 +25,7 @@
 #include "linear/common/warp_tiles.cuh"
 #include "linear/delta/fwd/chunk_sources.cuh"
 #include "linear/delta/fwd/prep.cuh"
+#include "linear/delta/fwd/state_at.cuh"
 
 namespace ak::linear::cuda::fwd {
 
@@ -83,7 +84,6 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
   p.map.sequence(n, row, begin, end, first);
   const int chunks = (end - begin + 63) / 64;
   const int64_t DD = static_cast<int64_t>(D) * D;
-  const int64_t state_off = (static_cast<int64_t>(n) * p.H + h) * DD;
 
   // Warp tile of (e): rows r3.., columns c3.. of S.
   const int r3 = 32 * (warp / kCG3), c3 = (warp % kCG3) * (VT / kCG3);
@@ -94,15 +94,15 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
 
   // ---- the state, fp32 in registers ----
   float S[2][kNT3][4];
-  if (p.initial_state) {
-    load_acc_f32(S, p.initial_state + state_off, D, r3, vt0 + c3, lane);
+  if (const StateIn init = sequence_state<true>(p, n, h, D); init.ptr) {
+    load_acc_state(S, init, r3, vt0 + c3, lane);
   } else {
     zero_acc(S);
   }
   float* const chunk_states =
       p.chunk_states ? p.chunk_states + (static_cast<int64_t>(n) * p.H + h) * (p.map.NC + 1) * DD : nullptr;
-  // Writes S (fp32) to dst [D, D] at this warp's tile.
-  auto store_state = [&](float* dst) { store_acc_f32(S, dst, D, r3, vt0 + c3, lane); };
+  // Writes S (fp32) to dst at this warp's tile.
+  auto store_state = [&](const StateOut& dst) { store_acc_state(S, dst, r3, vt0 + c3, lane); };
   // The 16-bit copy of S that (b) reads.
   auto store_sb = [&]() {
     for_acc_pairs(S, r3, c3, lane, [&](int r, int c, const float* v) {
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
   };
 
   store_sb();
-  if (chunk_states) store_state(chunk_states);
+  if (chunk_states) store_state(dense_state(chunk_states, D));
   issue_first_chunk(chunks, issue_k, issue_qwu);
 
   for (int c = 0; c < chunks; ++c) {
@@ -243,9 +243,9 @@ __global__ void __launch_bounds__(kStateThreads, D == 64 ? 2 : 1) chunk_state_ke
       warp_mma_2xN<T, kNT3, true>(S, tl.k, Lay::kPitchD, r3, sbase + Lay::kUd, Lay::kPitchV, c3, 4, lane);
     }
     store_sb();  // read by (b) of the next chunk, after its S1
-    if (chunk_states) store_state(chunk_states + static_cast<int64_t>(c + 1) * DD);
+    if (chunk_states) store_state(dense_state(chunk_states + static_cast<int64_t>(c + 1) * DD, D));
   }
-  if (p.final_state) store_state(p.final_state + state_off);
+  if (const StateOut fin = sequence_state<false>(p, n, h, D); fin.ptr) store_state(fin);
 }
 
 }  // namespace ak::linear::cuda::fwd

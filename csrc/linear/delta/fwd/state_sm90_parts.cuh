@@ -77,8 +77,8 @@ __device__ __forceinline__ void load_start_state(float (&S)[kMS][kNA], const Sta
     for (int i = 0; i < kNA; i += 2) {
       const int r = at.row(ms, i), c = at.col(i);
       float2 v = make_float2(0.f, 0.f);
-      if (job.init) {
-        v = *reinterpret_cast<const float2*>(job.init + r * at.D + c);
+      if (job.init.ptr) {
+        v = load_pair(job.init, r, c);
       } else if (job.identity) {
         v.x = r == c ? 1.f : 0.f;
         v.y = r == c + 1 ? 1.f : 0.f;
@@ -89,15 +89,13 @@ __device__ __forceinline__ void load_start_state(float (&S)[kMS][kNA], const Sta
   }
 }
 
-// S in fp32 to a [D, D] state in device memory.
+// S in fp32 to a state in device memory.
 template <int kMS, int kNA>
-__device__ __forceinline__ void store_state(const float (&S)[kMS][kNA], float* dst, const StateCoords& at) {
+__device__ __forceinline__ void store_state(const float (&S)[kMS][kNA], const StateOut& dst, const StateCoords& at) {
 #pragma unroll
   for (int ms = 0; ms < kMS; ++ms) {
 #pragma unroll
-    for (int i = 0; i < kNA; i += 2) {
-      *reinterpret_cast<float2*>(dst + at.row(ms, i) * at.D + at.col(i)) = make_float2(S[ms][i], S[ms][i + 1]);
-    }
+    for (int i = 0; i < kNA; i += 2) store_pair(dst, at.row(ms, i), at.col(i), S[ms][i], S[ms][i + 1]);
   }
 }
 

@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       for (int i = wtid; i < kSlots * 64; i += 128) reinterpret_cast<float*>(base + Lay::kRk)[i] = 1.f;
     }
     store_sb(0);
-    if (chunk_states) store_state(S, chunk_states, at);
+    if (chunk_states) store_state(S, dense_state(chunk_states, D), at);
     if (chunks > 0) {
       if (tma) {
         if (wtid == 0) tma_issue(0, kAnnounce | kKWG | kQ | kU);
@@ -295,9 +295,9 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
         if (tma && duo && c + 1 >= kSlots) named_sync(Bar::empty(s1), 256);
         store_sb(s1);
       }
-      if (chunk_states) store_state(S, chunk_states + static_cast<int64_t>(c + 1) * DD, at);
+      if (chunk_states) store_state(S, dense_state(chunk_states + static_cast<int64_t>(c + 1) * DD, D), at);
     }
-    if (job.fin) store_state(S, job.fin, at);
+    if (job.fin.ptr) store_state(S, job.fin, at);
   } else if (duo) {
     const int ow = wg - 1;  // this output warpgroup takes chunks ow, ow + kOut, ...
     // ---------------- the output ----------------

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1)
   // branch (the loads never write them); published by the first barrier.
   if (!p.l2norm && tid < 128) reinterpret_cast<float*>(base + Lay::kRk)[tid] = 1.f;
   store_sb();
-  if (chunk_states) store_state(S, chunk_states, at);
+  if (chunk_states) store_state(S, dense_state(chunk_states, D), at);
   issue_first_chunk(chunks, issue_k, issue_qwu);
 
   const uint64_t desc_sb = make_desc_sw128(sbase + Lay::kSb, D * 128, 1024);
@@ -240,9 +240,9 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1)
       }
     }
     store_sb();  // read by (b) of the next chunk, after its S1 (this chunk's (b) finished before S2)
-    if (chunk_states) store_state(S, chunk_states + static_cast<int64_t>(c + 1) * DD, at);
+    if (chunk_states) store_state(S, dense_state(chunk_states + static_cast<int64_t>(c + 1) * DD, D), at);
   }
-  if (job.fin) store_state(S, job.fin, at);
+  if (job.fin.ptr) store_state(S, job.fin, at);
   if (save) bulk_wait_all();
 #else
   (void)p;
