@@ -1,7 +1,7 @@
 // The gated linear family's and KDA's planners, asked for named GPUs without one (explain): which calls the
 // chunked kernels serve, with which registry rows, and why the others take the general path.
 import assert from "node:assert/strict";
-import { explain } from "../mod.ts";
+import { explain, type PlanQuery } from "../mod.ts";
 
 const names = (p: ReturnType<typeof explain>) => p.kernels.map((k) => k.name);
 
@@ -33,6 +33,29 @@ Deno.test("gla planner: 16-bit calls with head dims a multiple of 8 run the chun
   ]);
   const decode = explain({ op: "linear.gla.decode", gpu: "h200", dtype: "float32" });
   assert.deepEqual(names(decode), ["linear.gla.decode.simt<float32>"]);
+});
+
+Deno.test("gla planner: a scalar decay at K = V = 128 on Hopper takes the split state kernel alone", () => {
+  const base: PlanQuery = { op: "linear.gla.fwd", dtype: "bfloat16", k: 128, channel: false };
+  // V tiles of 128 once the sequence-heads fill the H200's 132 multiprocessors, else 64.
+  const wide = explain({ ...base, gpu: "h200", b: 4, h: 64 });
+  assert.equal(wide.path, "state_split");
+  assert.deepEqual(names(wide), ["linear.gla.pass.split<bfloat16, D128, tile 128>"]);
+  assert.deepEqual(names(explain({ ...base, gpu: "h100", b: 2, h: 16 })), [
+    "linear.gla.pass.split<bfloat16, D128, tile 64>",
+  ]);
+  // Not for a decay per channel, other head dims, the chunk states of the op classes, or without sm_90a.
+  const others: PlanQuery[] = [
+    { ...base, gpu: "h200", channel: true },
+    { ...base, gpu: "h200", v: 64 },
+    { ...base, gpu: "h200", chunkStates: true },
+    { ...base, gpu: "a100" },
+  ];
+  for (const query of others) {
+    const plan = explain(query);
+    assert.equal(plan.path, "chunked", JSON.stringify(query));
+    assert.match(names(plan)[1], /^linear\.gla\.pass\.plain/, JSON.stringify(query));
+  }
 });
 
 Deno.test("gla planner: the general path, with the reason, for what the chunked kernels cannot take", () => {

@@ -4,8 +4,8 @@
 // tolerances of tests/gla_ops_fixtures.ts; the plan of the call must name the row.
 import assert from "node:assert/strict";
 import { type KernelRow, rowName } from "../build/registry.ts";
-import { type DType, GLADecodeFwdOp, lastPlan, type Tensor } from "../mod.ts";
-import { expectClose, GlaCase, type GlaSpec, host, tol } from "./gla_ops_fixtures.ts";
+import { deviceInfo, type DType, GLADecodeFwdOp, lastPlan, type Tensor } from "../mod.ts";
+import { expectClose, GlaCase, type GlaSpec, host, leadingRows, tol } from "./gla_ops_fixtures.ts";
 import { poisoned } from "./linear_fixtures.ts";
 
 function expectRan(row: KernelRow, what: string): void {
@@ -32,16 +32,45 @@ function spec(row: KernelRow): GlaSpec {
 /** Runs one row of stage `linear.gla.*` on the CUDA device. */
 export function glaExercise(row: KernelRow, seed: number): void {
   if (row.stage === "linear.gla.decode") return decodeExercise(row, seed);
-  const s = spec(row);
+  if (row.variant === "split") return stateSplitExercise(row, seed);
+  checkCase(row, spec(row), seed);
+}
+
+/**
+ * The scalar-decay forward on the split state kernel (K = V = 128): the planner gives V tiles of 128 when
+ * the sequence-heads fill the GPU, so the heads are sized for the row's tile. Fixed length (TMA loads)
+ * with both decays and spikes, packed (cp.async loads, an empty and a one-token sequence, grouped heads)
+ * for retention's per-head decay, and linear attention without decay.
+ */
+function stateSplitExercise(row: KernelRow, seed: number): void {
+  const sms = deviceInfo("cuda").smCount;
+  const base = { K: 128, V: 128, dtype: row.dtype as DType, spikes: true };
+  const heads = (sequences: number) => (row.tile === 128 ? Math.ceil(sms / sequences) + 1 : 3);
+  checkCase(row, { ...base, fn: "chunkSimpleGla", gGamma: true, B: 2, T: 150, H: heads(2) }, seed);
+  const cuSeqlens = [0, 70, 70, 200, 201];
+  const H = heads(4) + (heads(4) % 2);
+  checkCase(row, { ...base, fn: "chunkRetention", B: 1, T: 260, H, HK: H / 2, cuSeqlens }, seed + 1);
+  checkCase(
+    row,
+    { ...base, fn: "chunkLinearAttn", B: 1, T: 260, H, cuSeqlens, initialState: false },
+    seed + 2,
+  );
+}
+
+function checkCase(row: KernelRow, s: GlaSpec, seed: number): void {
   using c = new GlaCase("cuda", s, seed);
   const t = tol(s.dtype);
   const ref = c.reference();
-  // The split forward's two stages run on the forward; the others on the backward.
+  // The forward's stages run on the forward; the others on the backward.
   const forward = row.stage === "linear.gla.prep" || row.stage === "linear.gla.pass";
+  const what = `${rowName(row)} ${JSON.stringify(s)}`;
   using r = c.forward();
   if (forward) expectRan(row, "forward");
-  expectClose(r.output, ref.output, t.output, `output ${rowName(row)}`);
-  expectClose(r.finalState!, ref.finalState, t.state, `final state ${rowName(row)}`);
+  // Packed calls leave the rows past the last offset unwritten: only the sequences' rows are compared.
+  const end = s.cuSeqlens ? s.cuSeqlens[s.cuSeqlens.length - 1] : s.T;
+  const rows = (a: ArrayLike<number>) => leadingRows(a, s.B * end, s.H * s.V);
+  expectClose(rows(host(r.output)), rows(ref.output), t.output, `output ${what}`);
+  expectClose(r.finalState!, ref.finalState, t.state, `final state ${what}`);
   if (forward) return;
   const { dOutput, dFinalState } = c.cotangents(seed);
   const g = c.referenceBackward(dOutput, dFinalState);

@@ -253,6 +253,18 @@ export const linearRegistry: KernelFamily = {
         "(the split forward's second kernel; KDA's linear.kda.fwd is the same pass with the delta rule).",
       constraints: "its shared memory fits the GPU",
     },
+    {
+      stage: "linear.gla.pass",
+      variant: "split",
+      launcher: "ak::linear::cuda::GlaPassSplit",
+      args: "fwd::StateArgs<T>",
+      header: "linear/delta/fwd/state_split.cuh",
+      arch: "sm90a",
+      instances: [{ dtypes: HALF, d: [128], tiles: [64, 128] }],
+      doc: "The scalar-decay forward (simple GLA, retention, linear attention) at K = V = 128 on the delta " +
+        "rule's split state kernel without the delta rule: S <- e^gL S + K^T (V e^(gL - gc)) on one " +
+        "warpgroup, the output on the others, q, k and v read in place; tile = the V columns a block.",
+    },
     // ---- KDA (the delta rule with a decay per key channel): prep, then the state pass ----
     {
       stage: "linear.kda.prep",

@@ -65,10 +65,27 @@ void general(GlaChoice& c, const std::string& why) {
 
 }  // namespace
 
+// The scalar-decay forward on Hopper at K = V = 128: the delta rule's split state kernel without the
+// delta rule reads q, k and v where they are (no per-chunk operands through memory). V tiles of 128 when
+// the sequence-heads fill the GPU, else 64 (two output warpgroups, twice the blocks). -1 when it cannot.
+int split_pass_row(const GlaShape& s, const registry::Caps& caps) {
+  if (s.channel || s.K != 128 || s.V != 128 || s.chunk_states) return -1;
+  const int tile = s.N * s.H >= caps.sms ? 128 : 64;
+  const int row = registry::find("linear.gla.pass", "split", s.dtype, 128, tile);
+  return row >= 0 && caps.can_run(row) ? row : -1;
+}
+
 GlaChoice plan_gla_fwd(const GlaShape& s, const registry::Caps& caps) {
   GlaChoice c = start("linear.gla.fwd", s);
   const std::string why = refusal(s);
   if (!why.empty()) return general(c, why), c;
+  if (const int row = split_pass_row(s, caps); row >= 0) {
+    c.chunked = c.state_split = true;
+    c.pass_row = row;
+    c.plan.path = "state_split";
+    c.plan.rows = {row};
+    return c;
+  }
   c.prep_row = row_of(caps, "linear.gla.prep", s, c.kd, prep_smem(c.kd, s.channel));
   const int pass = registry::find("linear.gla.pass", "plain", s.dtype, c.kd, 0);
   c.pass_row = pass >= 0 && caps.can_run(pass) && pass_smem(c.kd) <= caps.smem_block ? pass : -1;
@@ -122,6 +139,9 @@ std::string plan_gla_query(const std::string& op, plan::Query& q) {
   }
   s.K = q.integer("k", 128);
   s.V = q.integer("v", s.K);
+  s.N = q.integer("b", 1);
+  s.H = q.integer("h", 1);
+  s.chunk_states = q.flag("chunk_states", false);
   s.channel = q.flag("channel", true);
   s.recurrent = q.flag("recurrent", false);
   s.aligned = q.flag("aligned", true);

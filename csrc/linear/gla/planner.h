@@ -15,10 +15,12 @@ namespace ak::linear::gla_planning {
 struct GlaShape {
   int32_t dtype = 0;
   int64_t K = 0, V = 0;
+  int64_t N = 1, H = 1;      // sequences, value heads
   bool channel = false;    // a decay per key channel (gk)
   bool recurrent = false;  // the token-by-token algorithm was asked for
   bool aligned = true;     // every token-major view: 16-byte aligned rows
   bool huge = false;       // more than 2^30 tokens or sequences
+  bool chunk_states = false;  // the forward stores the state before every chunk
 };
 
 struct GlaChoice {
@@ -26,6 +28,7 @@ struct GlaChoice {
   bool chunked = false;
   int kd = 0;  // K padded
   int prep_row = -1, pass_row = -1;                  // forward (split: prep, then the state pass)
+  bool state_split = false;  // forward: the gates' cumsum, then the split state kernel alone (pass_row)
   int states_row = -1, dstates_row = -1, grads_row = -1;  // backward
 };
 

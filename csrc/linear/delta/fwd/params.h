@@ -94,6 +94,7 @@ struct PrepParams {
 template <class T>
 struct StateParams {
   Rows<const T> q, k;
+  Rows<const T> v;  // read in place of u by the kernels without the delta rule (the scalar-decay family)
   Rows<T> o;
   const T *w = nullptr, *u = nullptr;
   const float *gc = nullptr, *rk = nullptr;

@@ -41,8 +41,10 @@ struct SplitBarriers {
   static_assert(2 + 3 * kSlots + kSlots - 1 <= 15, "16 named barriers");
 };
 
-// kOut output warpgroups: warpgroup 1 + o takes the chunks c with c % kOut == o.
-template <class T, int D, int VT, int kOut>
+// kOut output warpgroups: warpgroup 1 + o takes the chunks c with c % kOut == o. kDelta false: the same
+// recurrence without the delta rule (the scalar-decay linear family: simple GLA, retention, linear
+// attention): no w, U = v read from its rows (tm_u maps v as [B, T, H, V]), the chain S <- e^gL S + K^T Ud.
+template <class T, int D, int VT, int kOut, bool kDelta>
 __global__ void __launch_bounds__(128 * (1 + kOut), 1)
     chunk_state_split_kernel(const StateParams<T> p, const __grid_constant__ CUtensorMap tm_q,
                              const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_w,
@@ -90,14 +92,16 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
     const uint32_t bar = load_bar(slot);
     const int wrow = static_cast<int>(src.prep_row(c));
     if (parts & kAnnounce) {
-      const uint32_t bytes = 2 * Lay::kTileD + 256 + (p.l2norm ? 256 : 0) + (duo ? Lay::kTileD : 0) +
+      const uint32_t bytes = (kDelta ? 2 : 1) * Lay::kTileD + 256 + (p.l2norm ? 256 : 0) + (duo ? Lay::kTileD : 0) +
                              (job.zero_u || Lay::kUSlots == 1 ? 0 : Lay::kTileV);
       mbar_arrive_expect_tx(bar, bytes);
     }
     if (parts & kKWG) {
       for (int pn = 0; pn < D / 64; ++pn) {
         tma_load_4d(sbase + Lay::kK + slot * Lay::kTileD + pn * 8192, &tm_k, bar, 64 * pn, t0, hk, row);
-        tma_load_4d(sbase + Lay::kW + (c & 1) * Lay::kTileD + pn * 8192, &tm_w, bar, 64 * pn, wrow, 0, 0);
+        if constexpr (kDelta) {
+          tma_load_4d(sbase + Lay::kW + (c & 1) * Lay::kTileD + pn * 8192, &tm_w, bar, 64 * pn, wrow, 0, 0);
+        }
       }
       bulk_load(sbase + Lay::kGate + slot * 256, p.gc + src.prep_row(c), 256, bar);
       if (p.l2norm) bulk_load(sbase + Lay::kRk + slot * 256, p.rk + src.prep_row(c), 256, bar);
@@ -111,8 +115,12 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       const uint32_t ub = Lay::kUSlots == 1 ? u_bar : bar;
       if (Lay::kUSlots == 1) mbar_arrive_expect_tx(ub, Lay::kTileV);
       for (int pn = 0; pn < VT / 64; ++pn) {
-        tma_load_4d(sbase + Lay::kU + (c % Lay::kUSlots) * Lay::kTileV + pn * 8192, &tm_u, ub, vt0 + 64 * pn,
-                        wrow, 0, 0);
+        const uint32_t dst = sbase + Lay::kU + (c % Lay::kUSlots) * Lay::kTileV + pn * 8192;
+        if constexpr (kDelta) {
+          tma_load_4d(dst, &tm_u, ub, vt0 + 64 * pn, wrow, 0, 0);
+        } else {
+          tma_load_4d(dst, &tm_u, ub, vt0 + 64 * pn, t0, h, row);
+        }
       }
     }
   };
@@ -136,11 +144,16 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
     // cp.async path (varlen calls: a chunk's rows past its sequence must load as zeros), 128 threads.
     auto issue_chunk_async = [&](int c, int slot) {  // k, w, gc, rk of chunk c (128 threads)
       async_rows_sw128<D, 128>(sbase + Lay::kK + slot * Lay::kTileD, src.len(c), src.k(c), p.k.st, wtid);
-      async_rows_sw128<D, 128>(sbase + Lay::kW + (c & 1) * Lay::kTileD, 64, src.w(c), D, wtid);
+      if constexpr (kDelta) async_rows_sw128<D, 128>(sbase + Lay::kW + (c & 1) * Lay::kTileD, 64, src.w(c), D, wtid);
       src.load_vectors(c, sbase + Lay::kGate + slot * 256, sbase + Lay::kRk + slot * 256, wtid);
     };
     auto issue_u_async = [&](int c, int slot) {
-      if (!job.zero_u) async_rows_sw128<VT, 128>(sbase + Lay::kU + slot * Lay::kTileV, 64, src.u(c), D, wtid);
+      const uint32_t dst = sbase + Lay::kU + slot * Lay::kTileV;
+      if constexpr (kDelta) {
+        if (!job.zero_u) async_rows_sw128<VT, 128>(dst, 64, src.u(c), D, wtid);
+      } else {
+        async_rows_sw128<VT, 128>(dst, src.len(c), p.v.row(row, src.t0(c), h) + vt0, p.v.st, wtid);
+      }
     };
     auto issue_q_async = [&](int c, int slot) {
       if (duo) async_rows_sw128<D, 128>(sbase + Lay::kQ + slot * Lay::kTileD, src.len(c), src.q(c), p.q.st, wtid);
@@ -203,17 +216,20 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       const float* gc = reinterpret_cast<const float*>(base + Lay::kGate + s * 256);
       const float* rk = reinterpret_cast<const float*>(base + Lay::kRk + s * 256);
       const float gL = gc[63];
-      float acc[kNA];
-      wgmma_fence();
-      {
+      float acc[kNA];  // W S (zero without the delta rule)
+      if constexpr (!kDelta) {
+#pragma unroll
+        for (int i = 0; i < kNA; ++i) acc[i] = 0.f;
+      } else {
+        wgmma_fence();
         const uint64_t dw = make_desc_sw128(sbase + Lay::kW + (c & 1) * Lay::kTileD, 16, 1024);
         const uint64_t dsb = make_desc_sw128(sbase + Lay::kSb + s * Lay::kTileS, D * 128, 1024);
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
           Wgmma<VT, T>::template ss<0, 1>(acc, dw + kmajor_step(64, kk), dsb + mnmajor_step(kk), kk > 0);
         }
+        wgmma_commit();
       }
-      wgmma_commit();
       if (c + 1 < chunks) {
         // Slot s1 held chunk c + 1 - kSlots: the output side must be done with its q, k, Sb and Ub.
         // W and u slot (c + 1) & 1 held chunk c - 1, read before this warpgroup's barriers.
@@ -228,8 +244,10 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
         di[r] = rk[i] * __expf(gL - gc[i]);
       }
       const float decay = __expf(gL);
-      wgmma_wait<0>();
-      fence_regs(acc);
+      if constexpr (kDelta) {
+        wgmma_wait<0>();
+        fence_regs(acc);
+      }
       // U = u - W S and Ud = U rk e^(gL - gc), four accumulator pairs per ldmatrix / stmatrix. Ud (the
       // chain's next product) is stored first; U stays packed in registers until (e) is issued.
       uint32_t uf[VT / 16][4] = {};
@@ -387,14 +405,26 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
 namespace ak::linear::cuda {
 
 // One output warpgroup at VT 128, two (taking the chunks in turn) at VT 64.
+namespace fwd {
+template <class T, int D, int VT, bool kDelta>
+void launch_split(const StateArgs<T>& a, cudaStream_t stream) {
+  constexpr int kOut = VT == 64 ? 2 : 1;
+  static const SplitMaps none{};  // the cp.async path never reads them
+  const SplitMaps& m = a.maps != nullptr ? *a.maps : none;
+  launch_state_kernel<D, VT, Sm90SplitLayout<D, VT, kOut + 1>::kAlloc>(
+      chunk_state_split_kernel<T, D, VT, kOut, kDelta>, "chunk_state_split_kernel", 128 * (1 + kOut), a, stream, m.q,
+      m.k, m.w, m.u, a.maps != nullptr);
+}
+}  // namespace fwd
+
 template <class T, int D, int VT>
 void FwdStateSplit<T, D, VT>::launch(const Args& a, cudaStream_t stream) {
-  constexpr int kOut = VT == 64 ? 2 : 1;
-  static const fwd::SplitMaps none{};  // the cp.async path never reads them
-  const fwd::SplitMaps& m = a.maps != nullptr ? *a.maps : none;
-  fwd::launch_state_kernel<D, VT, fwd::Sm90SplitLayout<D, VT, kOut + 1>::kAlloc>(
-      fwd::chunk_state_split_kernel<T, D, VT, kOut>, "chunk_state_split_kernel", 128 * (1 + kOut), a, stream, m.q,
-      m.k, m.w, m.u, a.maps != nullptr);
+  fwd::launch_split<T, D, VT, true>(a, stream);
+}
+
+template <class T, int D, int VT>
+void GlaPassSplit<T, D, VT>::launch(const Args& a, cudaStream_t stream) {
+  fwd::launch_split<T, D, VT, false>(a, stream);
 }
 
 }  // namespace ak::linear::cuda

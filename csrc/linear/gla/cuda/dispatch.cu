@@ -3,12 +3,16 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "core/plan.h"
 #include "cuda/backend.h"
 #include "cuda/registry_launch.h"
 #include "cuda/runtime.cuh"
+#include "cuda/tensor_map.h"
+#include "linear/delta/fwd/params.h"
 #include "linear/gla/problem.h"
+#include "linear/gla/cuda/chunk_gates.cuh"
 #include "linear/gla/cuda/dgates.cuh"
 #include "linear/gla/cuda/params.h"
 #include "linear/common/host_mirror.h"
@@ -41,6 +45,14 @@ gla_planning::GlaShape shape_of(const DeltaProblem& p, const GlaGates& gates, st
   for (const ak_tensor* t : rows) s.aligned = s.aligned && aligned_rows(t);
   s.aligned = s.aligned && aligned_rows(gk);
   s.huge = p.T > INT32_MAX / 2 || p.N > INT32_MAX / 2;
+  s.N = p.N;
+  s.H = p.H;
+  return s;
+}
+
+gla_planning::GlaShape fwd_shape_of(const GlaFwd& a) {
+  gla_planning::GlaShape s = shape_of(a.p, a.gates, {a.q, a.k, a.v, a.output}, a.gk);
+  s.chunk_states = a.chunk_states != nullptr;
   return s;
 }
 
@@ -68,6 +80,50 @@ void chunked_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   ops.p = ops.qd + slots * rows_k;
   ak::cuda::launch_row<T>(plan.prep_row, "linear.gla.prep", sp, stream);
   ak::cuda::launch_row<T>(plan.pass_row, "linear.gla.pass", sp, stream);
+}
+
+// The scalar-decay forward on the delta rule's split state kernel (planner: state_split): each chunk's
+// cumulated gates, then the state pass reading q, k and v where they are (TMA boxes on fixed-length
+// calls, cp.async on packed ones) and writing the output, the final states with it.
+template <class T>
+void state_split_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaStream_t stream) {
+  const DeltaProblem& p = a.p;
+  ChunkTables tables(p, kChunk, stream, "chunked gated linear attention");
+  const int H = static_cast<int>(p.H);
+  ak::cuda::Scratch scratch(p.device_index, std::max<size_t>(1, static_cast<size_t>(tables.chunks) * H * kChunk) * 4);
+  float* gc = scratch.as<float>();
+  if (tables.chunks > 0) {
+    const dim3 grid(static_cast<unsigned>(tables.chunks), static_cast<unsigned>(H));
+    gla_chunk_gates_kernel<<<grid, 32, 0, stream>>>(decays_of(a.gk, a.g, a.g_gamma), tables.map, gc, H);
+    ak::cuda::check_launch("gla_chunk_gates_kernel");
+  }
+  fwd::StateArgs<T> sa;
+  fwd::StateParams<T>& sp = sa.p;
+  sp.q = rows_in<T>(a.q);
+  sp.k = rows_in<T>(a.k);
+  sp.v = rows_in<T>(a.v);
+  sp.o = rows_out<T>(a.output);
+  sp.gc = gc;
+  sp.initial_state = f32(a.initial_state);
+  sp.final_state = f32(a.final_state);
+  sp.map = tables.map;
+  sp.N = static_cast<int>(p.N);
+  sp.H = H;
+  sp.group = static_cast<int>(p.group());
+  sp.scale = static_cast<float>(p.scale);
+  fwd::SplitMaps maps;
+  if (!p.varlen) {
+    const int dtype = std::is_same_v<T, __half> ? AK_FLOAT16 : AK_BFLOAT16;
+    auto rows_map = [&](CUtensorMap& m, const ak_tensor* t, int64_t heads, int64_t width, const char* what) {
+      ak::cuda::encode_rows_map(m, dtype, t->data, width, p.T, heads, p.B, t->strides[1], t->strides[2],
+                                t->strides[0], 64, what);
+    };
+    rows_map(maps.q, a.q, p.HK, p.K, "linear attention q");
+    rows_map(maps.k, a.k, p.HK, p.K, "linear attention k");
+    rows_map(maps.u, a.v, p.H, p.V, "linear attention v");
+    sa.maps = &maps;
+  }
+  ak::cuda::launch_row<T>(plan.pass_row, "linear.gla.pass", sa, stream);
 }
 
 template <class T>
@@ -213,9 +269,13 @@ void gla_fwd(const GlaFwd& a) {
   ak::cuda::DeviceGuard guard(p.device_index);
   cudaStream_t stream = ak::cuda::stream(p.device_index);
   const gla_planning::GlaChoice plan =
-      gla_planning::plan_gla_fwd(shape_of(p, a.gates, {a.q, a.k, a.v, a.output}, a.gk), ak::cuda::caps(p.device_index));
+      gla_planning::plan_gla_fwd(fwd_shape_of(a), ak::cuda::caps(p.device_index));
   plan::set_last(plan.plan);
   if (!plan.chunked) return general_fwd(a);
+  if (plan.state_split) {
+    if (p.dtype == AK_BFLOAT16) return state_split_fwd<__nv_bfloat16>(a, plan, stream);
+    return state_split_fwd<__half>(a, plan, stream);
+  }
   if (p.dtype == AK_BFLOAT16) return chunked_fwd<__nv_bfloat16>(a, plan, stream);
   return chunked_fwd<__half>(a, plan, stream);
 }
