@@ -107,13 +107,14 @@ function record(
   run: Runner,
   /** The path when the op records no plan of its own (lastPlan would name an earlier op's). */
   fixedPath?: string,
+  modes: readonly ("fwd" | "fwdbwd")[] = ["fwd", "fwdbwd"],
 ) {
   const shape = shapeName(b, t, h, d);
   const anchor = ANCHOR[key]?.[shape];
   const flops = forwardFlops(b, t, h, d, d);
   using dO = Tensor.randn([b, t, h, d], { dtype: "bfloat16", device: "cuda" });
   let path = "?";
-  for (const mode of ["fwd", "fwdbwd"] as const) {
+  for (const mode of modes) {
     const ref = anchor?.[mode] ?? null;
     const rec: GlaRecord = {
       op,
@@ -210,6 +211,20 @@ for (const [b, t, h, d] of SHAPES) {
       h,
       d,
       () => chunkLinearAttn(q, k, v, { layout }),
+    );
+    // With the normaliser in the kernel (no FLA time: the comparison above is FLA's normalize=False);
+    // its backward composes float32 calls on the general path and is not timed.
+    record(
+      "chunkLinearAttn(normalize)",
+      "linear_normalized",
+      "-",
+      b,
+      t,
+      h,
+      d,
+      () => chunkLinearAttn(q, k, v, { layout, normalize: true }),
+      undefined,
+      ["fwd"],
     );
   }
   if (OPS.has("feature") && big) {

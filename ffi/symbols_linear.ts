@@ -160,10 +160,11 @@ export const linearSymbols = {
   //   const ak_tensor* g_gamma,       [H] float32, or NULL
   //   const ak_tensor* initial_state, [N, H, K, V] float32, or NULL
   //   const ak_tensor* cu_seqlens,    [N + 1] int32, or NULL
-  //   double scale, int32_t flags,    flags: AK_GLA_RECURRENT
+  //   double scale, int32_t flags,    flags: AK_GLA_RECURRENT | AK_GLA_NORMALIZE
   //   const ak_tensor* output,        [B, T, H, V] dtype of q
   //   const ak_tensor* final_state,   [N, H, K, V] float32, or NULL
-  //   const ak_tensor* chunk_states)  [B, NT + 1, H, K, V] float32, or NULL (fixed length only)
+  //   const ak_tensor* chunk_states,  [B, NT + 1, H, K, V] float32, or NULL (fixed length only)
+  //   double normalize_eps)           added to each normaliser with AK_GLA_NORMALIZE
   ak_gla_fwd: {
     parameters: [
       "buffer",
@@ -179,6 +180,7 @@ export const linearSymbols = {
       "buffer",
       "buffer",
       "buffer",
+      "f64",
     ],
     result: "i32",
   },
@@ -538,6 +540,8 @@ export const DeltaFlags = {
 export const GlaFlags = {
   /** Token-by-token algorithm instead of the chunked one. */
   RECURRENT: 1,
+  /** Forward only, without decays: each output row divided by its normaliser plus eps. */
+  NORMALIZE: 2,
 } as const;
 
 /** Flags of the KDA entries (`AK_KDA_*` in attnkit_linear.h). */

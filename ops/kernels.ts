@@ -135,6 +135,8 @@ export interface PlanQuery {
   aligned?: boolean;
   /** Gated linear family: a decay per key channel (GLA; default true), else per token or none. */
   channel?: boolean;
+  /** Gated linear family forward: linear attention's normaliser asked for. */
+  normalize?: boolean;
   /** KDA: the fast-math variant asked for. */
   fastmath?: boolean;
   /** Attention: query and key lengths (default skv = sq). DSA decode: queries per sequence, list length. */
@@ -172,6 +174,7 @@ const QUERY_KEYS: Record<string, string> = {
   chunkSize: "chunk_size",
   recurrent: "recurrent",
   chunkStates: "chunk_states",
+  normalize: "normalize",
   factors: "factors",
   save: "save",
   saved: "saved",

@@ -44,6 +44,12 @@ Deno.test("gla planner: a scalar decay at K = V = 128 on Hopper takes the split 
   assert.deepEqual(names(explain({ ...base, gpu: "h100", b: 2, h: 16 })), [
     "linear.gla.pass.split<bfloat16, D128, tile 64>",
   ]);
+  // Linear attention's normaliser runs in the kernel (bfloat16); elsewhere on the general path.
+  const normalized = explain({ ...base, gpu: "h200", b: 4, h: 64, normalize: true });
+  assert.deepEqual(names(normalized), ["linear.gla.pass.split_normalized<bfloat16, D128, tile 128>"]);
+  const half = explain({ ...base, gpu: "h200", dtype: "float16", normalize: true });
+  assert.equal(half.path, "general");
+  assert.match(String(half.details.why), /normaliser/);
   // Not for a decay per channel, other head dims, the chunk states of the op classes, or without sm_90a.
   const others: PlanQuery[] = [
     { ...base, gpu: "h200", channel: true },

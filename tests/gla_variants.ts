@@ -32,7 +32,7 @@ function spec(row: KernelRow): GlaSpec {
 /** Runs one row of stage `linear.gla.*` on the CUDA device. */
 export function glaExercise(row: KernelRow, seed: number): void {
   if (row.stage === "linear.gla.decode") return decodeExercise(row, seed);
-  if (row.variant === "split") return stateSplitExercise(row, seed);
+  if (row.variant.startsWith("split")) return stateSplitExercise(row, seed);
   checkCase(row, spec(row), seed);
 }
 
@@ -40,12 +40,20 @@ export function glaExercise(row: KernelRow, seed: number): void {
  * The scalar-decay forward on the split state kernel (K = V = 128): the planner gives V tiles of 128 when
  * the sequence-heads fill the GPU, so the heads are sized for the row's tile. Fixed length (TMA loads)
  * with both decays and spikes, packed (cp.async loads, an empty and a one-token sequence, grouped heads)
- * for retention's per-head decay, and linear attention without decay.
+ * for retention's per-head decay, and linear attention without decay; the normalised rows take linear
+ * attention with `normalize`, fixed length and packed.
  */
 function stateSplitExercise(row: KernelRow, seed: number): void {
   const sms = deviceInfo("cuda").smCount;
   const base = { K: 128, V: 128, dtype: row.dtype as DType, spikes: true };
   const heads = (sequences: number) => (row.tile === 128 ? Math.ceil(sms / sequences) + 1 : 3);
+  if (row.variant === "split_normalized") {
+    const linear = { ...base, fn: "chunkLinearAttn", normalize: true } as const;
+    checkCase(row, { ...linear, B: 2, T: 150, H: heads(2) }, seed);
+    const cuSeqlens = [0, 70, 70, 200, 201];
+    checkCase(row, { ...linear, B: 1, T: 260, H: heads(4), cuSeqlens, initialState: false }, seed + 1);
+    return;
+  }
   checkCase(row, { ...base, fn: "chunkSimpleGla", gGamma: true, B: 2, T: 150, H: heads(2) }, seed);
   const cuSeqlens = [0, 70, 70, 200, 201];
   const H = heads(4) + (heads(4) % 2);

@@ -115,6 +115,7 @@ AK_API ak_status ak_delta_rule_decode(const ak_tensor* q, const ak_tensor* k, co
  * Tensors and grouping as above (q, k [B, T, HK, K]; v and every gate with H heads).
  */
 #define AK_GLA_RECURRENT 1 /* token-by-token algorithm instead of the chunked one */
+#define AK_GLA_NORMALIZE 2 /* forward only, without decays: each output row divided by its normaliser */
 
 /*
  * Forward.
@@ -130,11 +131,14 @@ AK_API ak_status ak_delta_rule_decode(const ak_tensor* q, const ak_tensor* k, co
  *   final_state   [N, H, K, V]   float32, or NULL
  *   chunk_states  [B, NT + 1, H, K, V] float32, or NULL (fixed length only): NT = ceil(T / 64); entry c
  *                 is the state before chunk c of 64 tokens, entry NT the final state
+ * With AK_GLA_NORMALIZE (no gk, g or g_gamma) each output row is o_t / (z_t + normalize_eps), z_t =
+ * scale q_t . (k_1 + ... + k_t) over the sequence's tokens of this call (the initial state has no keys);
+ * the states are the plain recurrence's. normalize_eps is ignored without the flag.
  */
 AK_API ak_status ak_gla_fwd(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* gk,
                             const ak_tensor* g, const ak_tensor* g_gamma, const ak_tensor* initial_state,
                             const ak_tensor* cu_seqlens, double scale, int32_t flags, const ak_tensor* output,
-                            const ak_tensor* final_state, const ak_tensor* chunk_states);
+                            const ak_tensor* final_state, const ak_tensor* chunk_states, double normalize_eps);
 
 /*
  * Backward: gradients of the forward above with respect to every input.

@@ -265,6 +265,17 @@ export const linearRegistry: KernelFamily = {
         "rule's split state kernel without the delta rule: S <- e^gL S + K^T (V e^(gL - gc)) on one " +
         "warpgroup, the output on the others, q, k and v read in place; tile = the V columns a block.",
     },
+    {
+      stage: "linear.gla.pass",
+      variant: "split_normalized",
+      launcher: "ak::linear::cuda::GlaPassSplitNormalized",
+      args: "fwd::StateArgs<T>",
+      header: "linear/delta/fwd/state_split.cuh",
+      arch: "sm90a",
+      instances: [{ dtypes: ["bfloat16"], d: [128], tiles: [64, 128] }],
+      doc: "Linear attention with its normaliser (`normalize`) at K = V = 128: the split row above, the " +
+        "chain also carrying the keys' sum and each output row divided by sum_j P_ij + q . z + eps.",
+    },
     // ---- KDA (the delta rule with a decay per key channel): prep, then the state pass ----
     {
       stage: "linear.kda.prep",

@@ -202,6 +202,11 @@ export interface GlaForwardWants {
   finalState?: boolean;
   /** The state before every chunk of 64 tokens and the final state (fixed length only). */
   chunkStates?: boolean;
+  /**
+   * Linear attention's normaliser (no decays): each output row divided by `scale q_t . (k_1 + ... + k_t)`
+   * plus this eps, in the kernel.
+   */
+  normalizeEps?: number;
 }
 
 /**
@@ -240,10 +245,11 @@ export function glaForward(
       x.initialState,
       x.cuSeqlens,
       x.scale,
-      x.flags,
+      x.flags | (wants.normalizeEps !== undefined ? GlaFlags.NORMALIZE : 0),
       output.view,
       finalState?.descriptor() ?? null,
       chunkStates?.descriptor() ?? null,
+      wants.normalizeEps ?? 0,
     ),
     op,
   );

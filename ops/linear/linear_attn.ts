@@ -4,7 +4,9 @@
  * divided by `z_t + 1e-10`, `z_t = scale q_t . (k_1 + ... + k_t)` summed over the tokens of the
  * token's own sequence (the initial state carries no key sum).
  *
- * The normaliser is computed outside the kernel, as FLA does, but in float32 on the device: `z` is
+ * The forward divides in the kernel where it can (one native call: the CPU backend, and on CUDA the
+ * split state kernel at bfloat16, K = V = 128, which carries the keys' sum beside the state). Elsewhere
+ * the normaliser is computed outside the kernel, as FLA does, but in float32 on the device: `z` is
  * linear attention itself with values of ones (`V = 1`), which also keeps packed sequences apart.
  * Its backward is derived by hand: with `n = z + eps`, `o' = o / n`,
  * `do = dO' / n` and `dz = -sum_V(dO' * o') / n`; dq and dk add the gradients of both products,
@@ -15,6 +17,7 @@
 import { invalidArgument } from "../../ffi/errors.ts";
 import { checkOptions } from "../args.ts";
 import { expectSameDevice, expectSameDType, expectTensor } from "../checks.ts";
+import { explain } from "../kernels.ts";
 import { Tensor } from "../tensor.ts";
 import {
   BACKWARD_OPTIONS,
@@ -113,10 +116,48 @@ function emit(scope: TensorScope, value: Tensor, dtype: Tensor["dtype"], given: 
   return scope.result(value.dtype === dtype ? scope.keep(value) : value.cast(dtype));
 }
 
+/** Planner answers by call shape: whether the normaliser runs inside the kernel on that device. */
+const fusedByShape = new Map<string, boolean>();
+
+/** Whether one native call gives the normalised output (always on the CPU backend). */
+function fusedNormaliser(
+  inputs: GlaInputs,
+  s: GlaSettings,
+  N: number,
+  H: number,
+  chunkStates: boolean,
+): boolean {
+  const { q, k, v } = inputs;
+  if (q.device === "cpu") return true;
+  const query = {
+    op: "linear.gla.fwd",
+    device: q.device,
+    dtype: q.dtype as "bfloat16",
+    k: k.shape[3],
+    v: v.shape[3],
+    b: N,
+    h: H,
+    channel: false,
+    recurrent: s.recurrent,
+    normalize: true,
+    chunkStates,
+  } as const;
+  const key = JSON.stringify(query);
+  let fused = fusedByShape.get(key);
+  if (fused === undefined) {
+    fused = explain(query).path === "state_split";
+    fusedByShape.set(key, fused);
+  }
+  return fused;
+}
+
 /** Linear attention with the normaliser: the kernel's output divided by `z + eps`. */
 const NORMALIZED: GlaEngine = {
   forward(op, inputs, s, wants: GlaForwardWants, out): GlaForwardOutputs {
-    const { B, T, H, V } = checkGlaCall(op, inputs, s);
+    const { B, T, H, V, N } = checkGlaCall(op, inputs, s);
+    if (fusedNormaliser(inputs, s, N, H, wants.chunkStates ?? false)) {
+      return glaForward(op, inputs, s, { ...wants, normalizeEps: NORMALIZE_EPS }, out);
+    }
     const q = inputs.q;
     const shape = s.layout === "bshd" ? [B, T, H, V] : [B, H, T, V];
     const given = provided(op, "output", out?.output, shape, q.dtype, q.device);

@@ -2,6 +2,7 @@
 // argument (messages name it; the checks shared with the delta rule live in linear/checks.h), fill
 // the structs of gla/problem.h and dispatch by device. A call without tokens is answered here: the
 // states pass through unchanged.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -18,12 +19,12 @@ using namespace ak::linear;
 
 namespace {
 
-constexpr int32_t kKnownFlags = AK_GLA_RECURRENT;
+constexpr int32_t kKnownFlags = AK_GLA_RECURRENT | AK_GLA_NORMALIZE;
 constexpr int64_t kChunk = 64;  // chunk_states holds the state every 64 tokens
 
 void check_flags(int32_t flags) {
   require((flags & ~kKnownFlags) == 0, "flags: unknown bits in " + std::to_string(flags) +
-                                           " (expected 0 or AK_GLA_RECURRENT = 1)");
+                                           " (expected a combination of AK_GLA_RECURRENT = 1 and AK_GLA_NORMALIZE = 2)");
 }
 
 // The gates of a call, each optional: gk [.., H, K] and g [.., H] float32 views with a contiguous last
@@ -109,10 +110,17 @@ extern "C" {
 AK_API ak_status ak_gla_fwd(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* gk,
                             const ak_tensor* g, const ak_tensor* g_gamma, const ak_tensor* initial_state,
                             const ak_tensor* cu_seqlens, double scale, int32_t flags, const ak_tensor* output,
-                            const ak_tensor* final_state, const ak_tensor* chunk_states) {
+                            const ak_tensor* final_state, const ak_tensor* chunk_states, double normalize_eps) {
   AK_ENTRY("ak_gla_fwd", {
     GlaFwd a;
     a.p = parse_problem(q, k, v, gk, g, g_gamma, initial_state, cu_seqlens, scale, flags, a.gates);
+    if ((flags & AK_GLA_NORMALIZE) != 0) {
+      require(!a.gates.any(), "flags: AK_GLA_NORMALIZE is for linear attention (pass NULL gk, g and g_gamma)");
+      require(std::isfinite(normalize_eps) && normalize_eps >= 0,
+              "normalize_eps: expected a finite value >= 0, got " + std::to_string(normalize_eps));
+      a.normalize = true;
+      a.normalize_eps = normalize_eps;
+    }
     const DeltaProblem& p = a.p;
     const ak_tensor& qt = *q;
     check_rows_like_q(output, "output", {p.B, p.T, p.H, p.V}, qt);
@@ -141,6 +149,7 @@ AK_API ak_status ak_gla_bwd(const ak_tensor* q, const ak_tensor* k, const ak_ten
                             const ak_tensor* dk, const ak_tensor* dv, const ak_tensor* dgk, const ak_tensor* dg,
                             const ak_tensor* d_initial_state) {
   AK_ENTRY("ak_gla_bwd", {
+    require((flags & AK_GLA_NORMALIZE) == 0, "flags: AK_GLA_NORMALIZE is forward only");
     GlaBwd a;
     a.p = parse_problem(q, k, v, gk, g, g_gamma, initial_state, cu_seqlens, scale, flags, a.gates);
     const DeltaProblem& p = a.p;

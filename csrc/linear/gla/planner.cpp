@@ -68,10 +68,11 @@ void general(GlaChoice& c, const std::string& why) {
 // The scalar-decay forward on Hopper at K = V = 128: the delta rule's split state kernel without the
 // delta rule reads q, k and v where they are (no per-chunk operands through memory). V tiles of 128 when
 // the sequence-heads fill the GPU, else 64 (two output warpgroups, twice the blocks). -1 when it cannot.
+// The normalised forward (bfloat16 only) runs there or on the general path.
 int split_pass_row(const GlaShape& s, const registry::Caps& caps) {
   if (s.channel || s.K != 128 || s.V != 128 || s.chunk_states) return -1;
   const int tile = s.N * s.H >= caps.sms ? 128 : 64;
-  const int row = registry::find("linear.gla.pass", "split", s.dtype, 128, tile);
+  const int row = registry::find("linear.gla.pass", s.normalize ? "split_normalized" : "split", s.dtype, 128, tile);
   return row >= 0 && caps.can_run(row) ? row : -1;
 }
 
@@ -85,6 +86,9 @@ GlaChoice plan_gla_fwd(const GlaShape& s, const registry::Caps& caps) {
     c.plan.path = "state_split";
     c.plan.rows = {row};
     return c;
+  }
+  if (s.normalize) {
+    return general(c, "the normaliser is fused only into the split state kernel (bfloat16, K = V = 128, sm_90a)"), c;
   }
   c.prep_row = row_of(caps, "linear.gla.prep", s, c.kd, prep_smem(c.kd, s.channel));
   const int pass = registry::find("linear.gla.pass", "plain", s.dtype, c.kd, 0);
@@ -142,6 +146,7 @@ std::string plan_gla_query(const std::string& op, plan::Query& q) {
   s.N = q.integer("b", 1);
   s.H = q.integer("h", 1);
   s.chunk_states = q.flag("chunk_states", false);
+  s.normalize = q.flag("normalize", false);
   s.channel = q.flag("channel", true);
   s.recurrent = q.flag("recurrent", false);
   s.aligned = q.flag("aligned", true);

@@ -21,6 +21,8 @@ struct GlaFwd {
   const ak_tensor *gk = nullptr, *g = nullptr, *g_gamma = nullptr;
   const ak_tensor* initial_state = nullptr;
   const ak_tensor *output = nullptr, *final_state = nullptr, *chunk_states = nullptr;
+  bool normalize = false;     // AK_GLA_NORMALIZE: each output row divided by its normaliser + eps
+  double normalize_eps = 0.0;
 };
 
 struct GlaBwd {

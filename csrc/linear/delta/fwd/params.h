@@ -89,6 +89,10 @@ struct PrepParams {
   bool l2norm = false;
 };
 
+// What the split state kernel computes: the delta rule (u - w S), or without it (U = v) the scalar-decay
+// linear family, plainly or each output row divided by its normaliser (linear attention's `normalize`).
+enum class SplitPolicy { kDelta, kPlain, kNormalized };
+
 // Stage 2, sequential over chunks per (sequence, head, V tile): the chunk state recurrence fused
 // with the output (u - w S, O = Q S + P U, S <- decay S + K^T U).
 template <class T>
@@ -114,6 +118,7 @@ struct StateParams {
   int N = 0, H = 0, group = 1;
   float scale = 1.f;
   bool l2norm = false;
+  float norm_eps = 0.f;  // SplitPolicy::kNormalized: added to each row's normaliser
   // wgmma kernels only. Segment jobs of the context-parallel stage 2 (seg_pass 0: one job per
   // sequence, the plain recurrence). Every sequence is cut into seg_count segments of seg_chunks
   // chunks (later ones may be short or empty), and with Pm = seg_count - 1:

@@ -189,6 +189,45 @@ __device__ __forceinline__ void scale_p(uint32_t (&pf)[16], const float (&pacc)[
   }
 }
 
+// The normalised policy's factors 1 / (sum_j P_ij + rq_i e^(gc_i) (q_i . z) + eps) of this thread's two
+// rows: P as the 16-bit fragments that enter P U (so the numerator and the normaliser sum the same
+// scores), z the keys' decayed sum before the chunk (fp32 [D]); each of a row's four lanes takes a
+// quarter of q_i . z.
+template <class T, int D>
+__device__ __forceinline__ void normaliser_rows(float (&inv)[2], const uint32_t (&pf)[16], const unsigned char* q_tile,
+                                                const float* z, const float (&rq)[2], const float* gc, float eps,
+                                                int warp, int g8, int t4) {
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float2 x = unpack2<T>(pf[j]);
+    sum[j & 1] += x.x + x.y;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = 16 * warp + g8 + 8 * r;
+    float dot = 0.f;
+#pragma unroll
+    for (int piece = 0; piece < D / 32; ++piece) {
+      const int c0 = (D / 4) * t4 + 8 * piece;
+      const uint4 raw = *reinterpret_cast<const uint4*>(q_tile + sw128_offset(64, i, c0));
+      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const float2 qv = unpack2<T>(words[w]);
+        dot += qv.x * z[c0 + 2 * w] + qv.y * z[c0 + 2 * w + 1];
+      }
+    }
+    float rows = sum[r];
+#pragma unroll
+    for (int m = 1; m <= 2; m <<= 1) {
+      dot += __shfl_xor_sync(0xffffffffu, dot, m);
+      rows += __shfl_xor_sync(0xffffffffu, rows, m);
+    }
+    inv[r] = 1.f / (rows + rq[r] * __expf(gc[i]) * dot + eps);
+  }
+}
+
 // QS rows times rq_i e^(gc_i).
 template <int kNA>
 __device__ __forceinline__ void scale_qs(float (&qs)[kNA], const float (&rq)[2], const float* gc, int warp, int g8) {

@@ -41,10 +41,12 @@ struct SplitBarriers {
   static_assert(2 + 3 * kSlots + kSlots - 1 <= 15, "16 named barriers");
 };
 
-// kOut output warpgroups: warpgroup 1 + o takes the chunks c with c % kOut == o. kDelta false: the same
-// recurrence without the delta rule (the scalar-decay linear family: simple GLA, retention, linear
-// attention): no w, U = v read from its rows (tm_u maps v as [B, T, H, V]), the chain S <- e^gL S + K^T Ud.
-template <class T, int D, int VT, int kOut, bool kDelta>
+// kOut output warpgroups: warpgroup 1 + o takes the chunks c with c % kOut == o. Without the delta rule
+// (SplitPolicy, params.h) the same recurrence serves the scalar-decay linear family: no w, U = v read from
+// its rows (tm_u maps v as [B, T, H, V]), the chain S <- e^gL S + K^T Ud; normalised, the chain also
+// carries z = the keys' decayed sum (a column a thread, in the unused W region) and the output side
+// divides each row by its normaliser, the row sum of P plus the inter-chunk q . z, plus eps.
+template <class T, int D, int VT, int kOut, SplitPolicy kPolicy>
 __global__ void __launch_bounds__(128 * (1 + kOut), 1)
     chunk_state_split_kernel(const StateParams<T> p, const __grid_constant__ CUtensorMap tm_q,
                              const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_w,
@@ -52,6 +54,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
                              const __grid_constant__ CUtensorMap tm_hs, const __grid_constant__ CUtensorMap tm_vs) {
 #if AK_ARCH_SM90A
   constexpr int kSlots = kOut + 1;
+  constexpr bool kDelta = kPolicy == SplitPolicy::kDelta, kNorm = kPolicy == SplitPolicy::kNormalized;
   using Lay = Sm90SplitLayout<D, VT, kSlots>;
   using Bar = SplitBarriers<kSlots>;
   constexpr int kMS = D / 64;  // m64 tiles of S rows (all on the chain warpgroup)
@@ -59,6 +62,11 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
   const SwizzledSmem dyn = swizzled_smem();
   const uint32_t sbase = dyn.addr;
   unsigned char* const base = dyn.ptr;
+  // The normaliser's shared memory, in the W region (no w without the delta rule): z before each slot's
+  // chunk (fp32 [kSlots][D]) and the chain's row factors rk e^(gL - gc) of the chunk (fp32 [64]).
+  static_assert(kSlots * D * 4 + 256 <= 2 * Lay::kTileD, "z and the row factors fit the W region");
+  auto z_slot = [&](int slot) { return reinterpret_cast<float*>(base + Lay::kW) + slot * D; };
+  float* const row_factor = reinterpret_cast<float*>(base + Lay::kW) + kSlots * D;
 
   const int vtiles = D / VT;
   const int n = blockIdx.x / vtiles, vt0 = (blockIdx.x - n * vtiles) * VT;
@@ -190,6 +198,8 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       for (int i = wtid; i < kSlots * 64; i += 128) reinterpret_cast<float*>(base + Lay::kRk)[i] = 1.f;
     }
     store_sb(0);
+    float z = 0.f;  // kNorm: column wtid of the keys' decayed sum before the current chunk
+    if constexpr (kNorm) z_slot(0)[wtid] = 0.f;
     if (chunk_states) store_state(S, dense_state(chunk_states, D), at);
     if (chunks > 0) {
       if (tma) {
@@ -244,6 +254,9 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
         di[r] = rk[i] * __expf(gL - gc[i]);
       }
       const float decay = __expf(gL);
+      if constexpr (kNorm) {
+        if (t4 == 0) row_factor[16 * warp + g8] = di[0], row_factor[16 * warp + g8 + 8] = di[1];
+      }
       if constexpr (kDelta) {
         wgmma_wait<0>();
         fence_regs(acc);
@@ -274,6 +287,16 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       }
       fence_proxy_async();
       named_sync(Bar::kChain, 128);  // Ud visible; every thread is past its reads of u
+      if constexpr (kNorm) {
+        // z <- e^gL z + sum_r K_r rk_r e^(gL - gc_r), this thread's column of the chunk's K tile.
+        const unsigned char* k_tile = base + Lay::kK + s * Lay::kTileD;
+        float sum = 0.f;
+#pragma unroll 8
+        for (int r = 0; r < 64; ++r) {
+          sum += row_factor[r] * to_float(*reinterpret_cast<const T*>(k_tile + sw128_offset(64, r, wtid)));
+        }
+        z = decay * z + sum;
+      }
       // (e) S <- e^gL S + K^T Ud, all D rows; while it runs, U goes to Ub for the output side (UB).
 #pragma unroll
       for (int ms = 0; ms < kMS; ++ms) {
@@ -312,6 +335,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
         // step) before they are overwritten (the cp.async path waited before its loads).
         if (tma && duo && c + 1 >= kSlots) named_sync(Bar::empty(s1), 256);
         store_sb(s1);
+        if constexpr (kNorm) z_slot(s1)[wtid] = z;
       }
       if (chunk_states) store_state(S, dense_state(chunk_states + static_cast<int64_t>(c + 1) * DD, D), at);
     }
@@ -345,6 +369,10 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       wgmma_wait<0>();
       fence_regs(acc);
       scale_qs(acc, rq, gc, warp, g8);
+      float inv_den[2] = {1.f, 1.f};
+      if constexpr (kNorm) {
+        normaliser_rows<T, D>(inv_den, pf, base + (sQ - sbase), z_slot(s), rq, gc, p.norm_eps, warp, g8, t4);
+      }
       named_sync(Bar::ub(s), 256);  // UB[s]
       // Saved for the backward: chunk c's 16-bit start state (Sb, published with FULL) and U, stored
       // from their slots by one thread (the swizzled panels are the maps' boxes); slot s is not freed
@@ -363,6 +391,10 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
         wgmma_wait<0>();
         fence_regs(acc);
         fence_regs(pf);
+      }
+      if constexpr (kNorm) {
+#pragma unroll
+        for (int i = 0; i < VT / 2; ++i) acc[i] *= inv_den[(i >> 1) & 1];
       }
       // O goes out through shared memory: stmatrix into this chunk's Q slot (its products are done;
       // the chain refills it only after EMPTY below), then whole 16-byte pieces of rows, so a warp
@@ -406,25 +438,30 @@ namespace ak::linear::cuda {
 
 // One output warpgroup at VT 128, two (taking the chunks in turn) at VT 64.
 namespace fwd {
-template <class T, int D, int VT, bool kDelta>
+template <class T, int D, int VT, SplitPolicy kPolicy>
 void launch_split(const StateArgs<T>& a, cudaStream_t stream) {
   constexpr int kOut = VT == 64 ? 2 : 1;
   static const SplitMaps none{};  // the cp.async path never reads them
   const SplitMaps& m = a.maps != nullptr ? *a.maps : none;
   launch_state_kernel<D, VT, Sm90SplitLayout<D, VT, kOut + 1>::kAlloc>(
-      chunk_state_split_kernel<T, D, VT, kOut, kDelta>, "chunk_state_split_kernel", 128 * (1 + kOut), a, stream, m.q,
+      chunk_state_split_kernel<T, D, VT, kOut, kPolicy>, "chunk_state_split_kernel", 128 * (1 + kOut), a, stream, m.q,
       m.k, m.w, m.u, a.maps != nullptr);
 }
 }  // namespace fwd
 
 template <class T, int D, int VT>
 void FwdStateSplit<T, D, VT>::launch(const Args& a, cudaStream_t stream) {
-  fwd::launch_split<T, D, VT, true>(a, stream);
+  fwd::launch_split<T, D, VT, fwd::SplitPolicy::kDelta>(a, stream);
 }
 
 template <class T, int D, int VT>
 void GlaPassSplit<T, D, VT>::launch(const Args& a, cudaStream_t stream) {
-  fwd::launch_split<T, D, VT, false>(a, stream);
+  fwd::launch_split<T, D, VT, fwd::SplitPolicy::kPlain>(a, stream);
+}
+
+template <class T, int D, int VT>
+void GlaPassSplitNormalized<T, D, VT>::launch(const Args& a, cudaStream_t stream) {
+  fwd::launch_split<T, D, VT, fwd::SplitPolicy::kNormalized>(a, stream);
 }
 
 }  // namespace ak::linear::cuda

@@ -21,6 +21,7 @@ void forward_sequence(const GlaFwd& a, int64_t n, int64_t h) {
     narrow(S.data(), KV, static_cast<float*>(a.chunk_states->data) + ((n * (NT + 1) + c) * p.H + h) * KV);
   };
   std::vector<float> q(K), k(K), v(V), o(V);
+  std::vector<double> keys(a.normalize ? K : 0, 0.0);  // the sum of this call's keys (no decays)
   for (int64_t t = begin; t < end; ++t) {
     if ((t - begin) % 64 == 0) keep((t - begin) / 64);
     load_row(*a.q, row_offset(*a.q, row, t, hk), K, q.data());
@@ -29,7 +30,13 @@ void forward_sequence(const GlaFwd& a, int64_t n, int64_t h) {
     token_log_decay(a, row, t, h, decay.data());
     exp_in_place(decay.data(), K);
     decay_and_add(S.data(), decay.data(), k.data(), v.data(), K, V);
-    state_output(S.data(), q.data(), p.scale, K, V, o.data());
+    if (a.normalize) {
+      double z = 0.0;
+      for (int64_t i = 0; i < K; ++i) keys[i] += k[i], z += p.scale * q[i] * keys[i];
+      state_output(S.data(), q.data(), p.scale, K, V, o.data(), z + a.normalize_eps);
+    } else {
+      state_output(S.data(), q.data(), p.scale, K, V, o.data());
+    }
     store_row(*a.output, row_offset(*a.output, row, t, h), V, o.data());
   }
   keep(NT);

@@ -37,12 +37,13 @@ inline void decay_and_add(double* S, const double* decay, const float* k, const 
   }
 }
 
-// o = scale S^T q.
-inline void state_output(const double* S, const float* q, double scale, int64_t K, int64_t V, float* o) {
+// o = scale S^T q, each column divided by `divisor` (the normaliser) in double before it is rounded.
+inline void state_output(const double* S, const float* q, double scale, int64_t K, int64_t V, float* o,
+                         double divisor = 1.0) {
   for (int64_t c = 0; c < V; ++c) {
     double acc = 0;
     for (int64_t i = 0; i < K; ++i) acc += S[i * V + c] * q[i];
-    o[c] = static_cast<float>(scale * acc);
+    o[c] = static_cast<float>(scale * acc / divisor);
   }
 }
 

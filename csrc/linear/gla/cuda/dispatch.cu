@@ -53,6 +53,7 @@ gla_planning::GlaShape shape_of(const DeltaProblem& p, const GlaGates& gates, st
 gla_planning::GlaShape fwd_shape_of(const GlaFwd& a) {
   gla_planning::GlaShape s = shape_of(a.p, a.gates, {a.q, a.k, a.v, a.output}, a.gk);
   s.chunk_states = a.chunk_states != nullptr;
+  s.normalize = a.normalize;
   return s;
 }
 
@@ -84,7 +85,8 @@ void chunked_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaStrea
 
 // The scalar-decay forward on the delta rule's split state kernel (planner: state_split): each chunk's
 // cumulated gates, then the state pass reading q, k and v where they are (TMA boxes on fixed-length
-// calls, cp.async on packed ones) and writing the output, the final states with it.
+// calls, cp.async on packed ones) and writing the output (normalised in the kernel with
+// AK_GLA_NORMALIZE), the final states with it.
 template <class T>
 void state_split_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaStream_t stream) {
   const DeltaProblem& p = a.p;
@@ -111,6 +113,7 @@ void state_split_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaS
   sp.H = H;
   sp.group = static_cast<int>(p.group());
   sp.scale = static_cast<float>(p.scale);
+  sp.norm_eps = static_cast<float>(a.normalize_eps);
   fwd::SplitMaps maps;
   if (!p.varlen) {
     const int dtype = std::is_same_v<T, __half> ? AK_FLOAT16 : AK_BFLOAT16;
