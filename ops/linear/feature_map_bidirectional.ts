@@ -14,7 +14,7 @@ import type { FeatureMapCall } from "./feature_map_paths.ts";
 import { PHI_CODES, type Temporaries, weightAsRead } from "./feature_map_features.ts";
 
 /** The feature dim the kernels see: K, or 2K with cosformer weights. */
-function featureDim(c: FeatureMapCall): number {
+export function featureDim(c: FeatureMapCall): number {
   return c.cosWeight ? 2 * c.q.shape[3] : c.q.shape[3];
 }
 

@@ -19,12 +19,14 @@
 import type { DType } from "../dtype.ts";
 import { Tensor } from "../tensor.ts";
 import {
+  featureDim,
   fusedBidirectionalGradServes,
   fusedBidirectionalServes,
   writeBidirectionalGradients,
   writeBidirectionalOutput,
 } from "./feature_map_bidirectional.ts";
-import { chunkLinearAttn } from "./linear_attn.ts";
+import { glaForward } from "./gla_native.ts";
+import { chunkLinearAttn, fusedNormaliser } from "./linear_attn.ts";
 import type { LinearLayout } from "./layouts.ts";
 import {
   type ColumnRange,
@@ -179,11 +181,7 @@ function forward(scope: Temporaries, c: FeatureMapCall, op: string): Forward {
   const dtype: DType = v.dtype;
   const V = v.shape[3];
   const normalised = c.phi !== "softmax_free";
-  const rows: RowSettings = { tokenDim: layout === "bshd" ? 1 : 2 };
-  if (c.cosWeight && c.sinWeight) {
-    rows.cos = weightAsRead(scope, c.cosWeight);
-    rows.sin = weightAsRead(scope, c.sinWeight);
-  }
+  const rows = rowSettings(scope, c);
   const qFactor = !normalised ? TokenFactor.NONE : c.isCausal ? TokenFactor.CAUSAL : TokenFactor.MEAN;
   const P = features(scope, c.q, c.phi, qFactor, rows, dtype, op);
   const R = features(scope, c.k, c.phi, TokenFactor.NONE, rows, dtype, op);
@@ -204,9 +202,52 @@ function forward(scope: Temporaries, c: FeatureMapCall, op: string): Forward {
   return { rows, qFactor, normalised, valuePieces, pairs, outputs };
 }
 
+/** The features' row settings of a call: the token dim and cosformer's weights as the kernels read them. */
+function rowSettings(scope: Temporaries, c: FeatureMapCall): RowSettings {
+  const rows: RowSettings = { tokenDim: c.layout === "bshd" ? 1 : 2 };
+  if (c.cosWeight && c.sinWeight) {
+    rows.cos = weightAsRead(scope, c.cosWeight);
+    rows.sin = weightAsRead(scope, c.sinWeight);
+  }
+  return rows;
+}
+
+/**
+ * Whether the causal forward runs as one kernel call with linear attention's normaliser inside it (head
+ * dims up to 256; the CPU backend always, on CUDA where the planner fuses the normaliser: bfloat16, 128
+ * features and values).
+ */
+function fusedCausalServes(c: FeatureMapCall): boolean {
+  if (!c.isCausal || c.phi === "softmax_free") return false;
+  if (featureDim(c) > KERNEL_MAX_DIM || c.v.shape[3] > KERNEL_MAX_DIM) return false; // one call, no pieces
+  return fusedNormaliser({
+    device: c.q.device,
+    dtype: c.v.dtype,
+    K: featureDim(c),
+    V: c.v.shape[3],
+    N: c.v.shape[0],
+    H: c.v.shape[c.layout === "bshd" ? 2 : 1],
+    recurrent: false,
+    chunkStates: false,
+  });
+}
+
+/** The causal forward with the normaliser in the kernel: the features (no row factor), then one call. */
+function writeFusedCausalOutput(scope: Temporaries, c: FeatureMapCall, out: Tensor, op: string): void {
+  const rows = rowSettings(scope, c);
+  const P = features(scope, c.q, c.phi, TokenFactor.NONE, rows, c.v.dtype, op);
+  const R = features(scope, c.k, c.phi, TokenFactor.NONE, rows, c.v.dtype, op);
+  const given = out.dtype === c.v.dtype ? out : undefined;
+  const r = glaForward(op, { q: P, k: R, v: c.v }, { layout: c.layout, scale: 1, recurrent: false }, {
+    normalizeEps: c.eps,
+  }, given ? { output: given } : {});
+  if (!given) out.copyFrom(scope.temp(r.output));
+}
+
 /** Writes the output (shaped like v, any float dtype) into `out`. */
 export function writeOutput(scope: Temporaries, c: FeatureMapCall, out: Tensor, op: string): void {
   if (fusedBidirectionalServes(c)) return writeBidirectionalOutput(scope, c, out, op);
+  if (fusedCausalServes(c)) return writeFusedCausalOutput(scope, c, out, op);
   const f = forward(scope, c, op);
   f.valuePieces.forEach((range, j) => {
     const w = range[1] - range[0];

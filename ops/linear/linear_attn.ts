@@ -17,6 +17,7 @@
 import { invalidArgument } from "../../ffi/errors.ts";
 import { checkOptions } from "../args.ts";
 import { expectSameDevice, expectSameDType, expectTensor } from "../checks.ts";
+import type { Device } from "../device.ts";
 import { explain } from "../kernels.ts";
 import { Tensor } from "../tensor.ts";
 import {
@@ -119,28 +120,35 @@ function emit(scope: TensorScope, value: Tensor, dtype: Tensor["dtype"], given: 
 /** Planner answers by call shape: whether the normaliser runs inside the kernel on that device. */
 const fusedByShape = new Map<string, boolean>();
 
+/** A normalised forward as the planner sees it. */
+export interface NormalisedCall {
+  device: Device;
+  dtype: Tensor["dtype"];
+  /** Key (feature) and value head dims. */
+  K: number;
+  V: number;
+  /** Sequences and value heads. */
+  N: number;
+  H: number;
+  recurrent: boolean;
+  chunkStates: boolean;
+}
+
 /** Whether one native call gives the normalised output (always on the CPU backend). */
-function fusedNormaliser(
-  inputs: GlaInputs,
-  s: GlaSettings,
-  N: number,
-  H: number,
-  chunkStates: boolean,
-): boolean {
-  const { q, k, v } = inputs;
-  if (q.device === "cpu") return true;
+export function fusedNormaliser(c: NormalisedCall): boolean {
+  if (c.device === "cpu") return true;
   const query = {
     op: "linear.gla.fwd",
-    device: q.device,
-    dtype: q.dtype as "bfloat16",
-    k: k.shape[3],
-    v: v.shape[3],
-    b: N,
-    h: H,
+    device: c.device,
+    dtype: c.dtype as "bfloat16",
+    k: c.K,
+    v: c.V,
+    b: c.N,
+    h: c.H,
     channel: false,
-    recurrent: s.recurrent,
+    recurrent: c.recurrent,
     normalize: true,
-    chunkStates,
+    chunkStates: c.chunkStates,
   } as const;
   const key = JSON.stringify(query);
   let fused = fusedByShape.get(key);
@@ -154,8 +162,11 @@ function fusedNormaliser(
 /** Linear attention with the normaliser: the kernel's output divided by `z + eps`. */
 const NORMALIZED: GlaEngine = {
   forward(op, inputs, s, wants: GlaForwardWants, out): GlaForwardOutputs {
-    const { B, T, H, V, N } = checkGlaCall(op, inputs, s);
-    if (fusedNormaliser(inputs, s, N, H, wants.chunkStates ?? false)) {
+    const { B, T, H, K, V, N } = checkGlaCall(op, inputs, s);
+    const { device, dtype } = inputs.q;
+    if (
+      fusedNormaliser({ device, dtype, K, V, N, H, recurrent: s.recurrent, chunkStates: !!wants.chunkStates })
+    ) {
       return glaForward(op, inputs, s, { ...wants, normalizeEps: NORMALIZE_EPS }, out);
     }
     const q = inputs.q;

@@ -211,12 +211,10 @@ __device__ __forceinline__ void normaliser_rows(float (&inv)[2], const uint32_t 
     for (int piece = 0; piece < D / 32; ++piece) {
       const int c0 = (D / 4) * t4 + 8 * piece;
       const uint4 raw = *reinterpret_cast<const uint4*>(q_tile + sw128_offset(64, i, c0));
-      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const float2 qv = unpack2<T>(words[w]);
-        dot += qv.x * z[c0 + 2 * w] + qv.y * z[c0 + 2 * w + 1];
-      }
+      const float4 z0 = *reinterpret_cast<const float4*>(z + c0), z1 = *reinterpret_cast<const float4*>(z + c0 + 4);
+      const float2 q0 = unpack2<T>(raw.x), q1 = unpack2<T>(raw.y), q2 = unpack2<T>(raw.z), q3 = unpack2<T>(raw.w);
+      dot += (q0.x * z0.x + q0.y * z0.y) + (q1.x * z0.z + q1.y * z0.w) + (q2.x * z1.x + q2.y * z1.y) +
+             (q3.x * z1.z + q3.y * z1.w);
     }
     float rows = sum[r];
 #pragma unroll

@@ -289,13 +289,19 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       named_sync(Bar::kChain, 128);  // Ud visible; every thread is past its reads of u
       if constexpr (kNorm) {
         // z <- e^gL z + sum_r K_r rk_r e^(gL - gc_r), this thread's column of the chunk's K tile.
+        // Four partial sums, so that the 64 products are not one dependent chain.
         const unsigned char* k_tile = base + Lay::kK + s * Lay::kTileD;
-        float sum = 0.f;
-#pragma unroll 8
-        for (int r = 0; r < 64; ++r) {
-          sum += row_factor[r] * to_float(*reinterpret_cast<const T*>(k_tile + sw128_offset(64, r, wtid)));
+        float part[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int r = 0; r < 64; r += 4) {
+          const float4 f = *reinterpret_cast<const float4*>(row_factor + r);
+          const float fr[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            part[u] += fr[u] * to_float(*reinterpret_cast<const T*>(k_tile + sw128_offset(64, r + u, wtid)));
+          }
         }
-        z = decay * z + sum;
+        z = decay * z + ((part[0] + part[1]) + (part[2] + part[3]));
       }
       // (e) S <- e^gL S + K^T Ud, all D rows; while it runs, U goes to Ub for the output side (UB).
 #pragma unroll
