@@ -20,6 +20,7 @@ import {
   featureMapLinearAttentionBackward,
   featureMapLinearAttentionSupported,
   type FeatureMapOptions,
+  lastPlan,
   type LinearLayout,
   Tensor,
 } from "../mod.ts";
@@ -599,4 +600,55 @@ deviceTest(
       k.dispose();
       refused(() => r.backward(v), /k: disposed after the forward/);
     }),
+);
+
+deviceTest(
+  "feature map: the causal forward with the normaliser in the kernel (128 features and values, bfloat16)",
+  (device) =>
+    expectNoLeak(device, () =>
+      withSeed((seed) => {
+        // The CUDA planner fuses the normaliser at these sizes (lastPlan names the split state kernel);
+        // a tail chunk, both layouts, eps and cosformer's doubled features (K 64 -> 128).
+        const specs: Spec[] = [
+          {
+            B: 2,
+            T: 150,
+            H: 3,
+            K: 128,
+            V: 128,
+            dtype: "bfloat16",
+            layout: "bshd",
+            phi: "elu+1",
+            isCausal: true,
+          },
+          {
+            B: 1,
+            T: 200,
+            H: 2,
+            K: 64,
+            V: 128,
+            dtype: "bfloat16",
+            layout: "bhsd",
+            phi: "relu",
+            isCausal: true,
+            cosformer: true,
+            eps: 0.25,
+          },
+        ];
+        for (const [i, spec] of specs.entries()) {
+          checkAgainstOracle(device, spec, seed + i);
+          if (device === "cpu") continue;
+          using p = new Problem(device, spec, seed + i);
+          using q = toLayout(p.q, spec.layout);
+          using k = toLayout(p.k, spec.layout);
+          using v = toLayout(p.v, spec.layout);
+          using _r = featureMapLinearAttention(q, k, v, p.options());
+          const plan = lastPlan();
+          assert.equal(plan?.path, "state_split", JSON.stringify(plan));
+          assert.ok(
+            plan?.kernels[0].name.startsWith("linear.gla.pass.split_normalized"),
+            JSON.stringify(plan),
+          );
+        }
+      })),
 );
