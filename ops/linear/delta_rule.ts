@@ -380,7 +380,81 @@ export function recurrentGatedDeltaRule(
   beta: Tensor,
   options: DeltaRuleOptions & RecurrentPoolOptions,
 ): DeltaRuleResult {
-  const op = "recurrentGatedDeltaRule";
+  return recurrentGated("recurrentGatedDeltaRule", q, k, v, g, beta, options);
+}
+
+/**
+ * {@link recurrentGatedDeltaRule} under the seeds' name (`recurrent_gdn`): the same function, options
+ * and state pool form (`stateIndices`, `hasInitialState`).
+ *
+ * @example
+ * ```ts
+ * import { recurrentGdn, Tensor } from "@attnkit/attnkit";
+ * using q = Tensor.randn([2, 6, 2, 16]);
+ * using k = Tensor.randn([2, 6, 2, 16]);
+ * using v = Tensor.randn([2, 6, 2, 16]);
+ * using g = Tensor.rand([2, 6, 2], { low: -0.5, high: 0 });
+ * using beta = Tensor.rand([2, 6, 2]);
+ * // Two sequences advancing slots 1 and 3 of a pool [numSlots, H, V, K]; slot 3 starts from zero.
+ * using pool = Tensor.zeros([4, 2, 16, 16]);
+ * using slots = Tensor.from([1, 3], { dtype: "int32" });
+ * using resume = Tensor.from([1, 0], { dtype: "bool" });
+ * using r = recurrentGdn(q, k, v, g, beta, {
+ *   layout: "bshd",
+ *   initialState: pool,
+ *   stateIndices: slots,
+ *   hasInitialState: resume,
+ *   useQkL2norm: true,
+ * });
+ * console.log(r.output.shape); // [2, 6, 2, 16]
+ * ```
+ */
+export function recurrentGdn(
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  g: Tensor,
+  beta: Tensor,
+  options: DeltaRuleOptions & RecurrentPoolOptions,
+): DeltaRuleResult {
+  return recurrentGated("recurrentGdn", q, k, v, g, beta, options);
+}
+
+/**
+ * {@link chunkGatedDeltaRule} under the seeds' name (`chunk_gdn`): the same function and options.
+ *
+ * @example
+ * ```ts
+ * import { chunkGdn, Tensor } from "@attnkit/attnkit";
+ * using q = Tensor.randn([1, 100, 2, 64], { dtype: "bfloat16" });
+ * using k = Tensor.randn([1, 100, 2, 64], { dtype: "bfloat16" });
+ * using v = Tensor.randn([1, 100, 2, 64], { dtype: "bfloat16" });
+ * using g = Tensor.rand([1, 100, 2], { low: -0.5, high: 0 });
+ * using beta = Tensor.rand([1, 100, 2]);
+ * using r = chunkGdn(q, k, v, g, beta, { layout: "bshd", useQkL2norm: true, outputFinalState: true });
+ * console.log(r.finalState?.shape); // [1, 2, 64, 64]
+ * ```
+ */
+export function chunkGdn(
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  g: Tensor,
+  beta: Tensor,
+  options: ChunkDeltaRuleOptions,
+): DeltaRuleResult {
+  return forward("chunkGdn", GATED, { q, k, v, g, beta }, options);
+}
+
+function recurrentGated(
+  op: string,
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  g: Tensor,
+  beta: Tensor,
+  options: DeltaRuleOptions & RecurrentPoolOptions,
+): DeltaRuleResult {
   const { pool, rest } = splitPoolOptions(op, options);
   if (pool) {
     // The delta rule keeps states as [N, H, K, V]: the pool copies transpose on the way in and out.

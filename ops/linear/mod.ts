@@ -28,6 +28,7 @@ export {
   type ChunkDeltaRuleOptions,
   chunkGatedDeltaRule,
   chunkGatedDeltaRuleBackward,
+  chunkGdn,
   type DeltaRuleBackwardOptions,
   type DeltaRuleGradients,
   type DeltaRuleOptions,
@@ -37,6 +38,7 @@ export {
   recurrentDeltaRuleBackward,
   recurrentGatedDeltaRule,
   recurrentGatedDeltaRuleBackward,
+  recurrentGdn,
 } from "./delta_rule.ts";
 export {
   type DecodeResult,

@@ -948,8 +948,12 @@ const linearPacked: Gen = (rng, scope, bad) => {
   ])();
   const initialState = scope.randn([n, H, D, D], "float32", 6);
   if (!bad) {
-    return valid(`chunkGatedDeltaRule (packed ${cu.constructor.name}, ${layout}, initial state)`, () => {
-      const r = ak.chunkGatedDeltaRule(q, k, v, g, beta, {
+    // chunkGdn is the same function under the seeds' name.
+    const [name, fn] = rng.pick(
+      [["chunkGatedDeltaRule", ak.chunkGatedDeltaRule], ["chunkGdn", ak.chunkGdn]] as const,
+    );
+    return valid(`${name} (packed ${cu.constructor.name}, ${layout}, initial state)`, () => {
+      const r = fn(q, k, v, g, beta, {
         layout,
         cuSeqlens: cu,
         initialState,

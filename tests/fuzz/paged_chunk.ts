@@ -41,7 +41,7 @@ export function pagedChunkCases(rng: Rng, scope: Scope, bad: boolean): Case {
   }
   if (rng.chance(0.3)) options.checkIndices = rng.chance(0.5);
   // The recurrent forms with stateIndices take the same pool through their initialState.
-  const recurrent = rng.chance(0.3);
+  const recurrent = rng.chance(0.3), seedName = rng.chance(0.5);
   const replay = (slots: number) => {
     const r = ak.ReplayState.zeros(slots, {
       heads: H,
@@ -58,9 +58,9 @@ export function pagedChunkCases(rng: Rng, scope: Scope, bad: boolean): Case {
   const run = (o: unknown, pl: unknown = pool, s: unknown = idx): ak.Tensor => {
     if (recurrent) {
       const pooled = { layout: "bshd", initialState: pl, stateIndices: s, ...(o as object) } as never;
-      return (kda
-        ? ak.recurrentKda(q, k, v, gate, beta, pooled)
-        : ak.recurrentGatedDeltaRule(q, k, v, gate, beta, pooled)).output;
+      // recurrentGdn is recurrentGatedDeltaRule under the seeds' name.
+      const gdn = seedName ? ak.recurrentGdn : ak.recurrentGatedDeltaRule;
+      return (kda ? ak.recurrentKda(q, k, v, gate, beta, pooled) : gdn(q, k, v, gate, beta, pooled)).output;
     }
     return kda
       ? ak.pagedChunkKda(q, k, v, gate, beta, pl as ak.Tensor, s as ak.Tensor, o as ak.PagedChunkOptions)
