@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstring>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "core/common.h"
@@ -118,9 +117,7 @@ StatePool check_state_pool(const DeltaProblem& p, const ak_tensor& q, const ak_t
   require(cache.rank == 4 && cache.shape[1] == p.H && cache.shape[2] == p.V && cache.shape[3] == p.K,
           "state_cache: expected [num_slots, " + std::to_string(p.H) + ", " + std::to_string(p.V) + ", " +
               std::to_string(p.K) + "] (H, V, K of the call), got " + shape_string(cache));
-  require(cache.strides[3] == 1 && cache.strides[2] == p.K && cache.strides[1] == p.V * p.K &&
-              cache.strides[0] >= p.H * p.V * p.K,
-          "state_cache: expected every slot dense and slots apart");
+  check_pool_slots(cache, "state_cache");
   StatePool pool;
   pool.cache = &cache;
   pool.indices = &check_per_sequence(indices, "state_indices", AK_INT32, p.N, q, "q");
@@ -130,18 +127,12 @@ StatePool check_state_pool(const DeltaProblem& p, const ak_tensor& q, const ak_t
 }
 
 // The CPU backend on a pool: the slots gathered into per-sequence states, the forward, the scatter.
-void cpu_fwd_pool(DeltaFwd a, const StatePool& pool) {
+void cpu_fwd_pool(const DeltaFwd& a, const StatePool& pool) {
   const DeltaProblem& p = a.p;
   const size_t size = static_cast<size_t>(p.N * p.H * p.K * p.V);
   std::vector<float> buffer(2 * size);
-  const ak_tensor initial = kv_states_view(buffer.data(), *pool.cache, p.N);
-  const ak_tensor final_state = kv_states_view(buffer.data() + size, *pool.cache, p.N);
-  // The forward's own [N, H, K, V] views of the same buffers.
-  const ak_tensor initial_kv = swap_last_dims(initial), final_kv = swap_last_dims(final_state);
-  ak::linear::cpu::pool_copy(pool_states_copy(pool, initial, true));
-  a.initial_state = &initial_kv, a.final_state = &final_kv;
-  ak::linear::cpu::delta_fwd(a);
-  ak::linear::cpu::pool_copy(pool_states_copy(pool, final_state, false));
+  fwd_through_states(a, pool, buffer.data(), buffer.data() + size, ak::linear::cpu::pool_copy,
+                     ak::linear::cpu::delta_fwd);
 }
 
 }  // namespace

@@ -53,6 +53,22 @@ struct DeltaFwd {
   int32_t* saved_written = nullptr;
 };
 
+// A pool forward through per-sequence states (where the state kernels do not serve the slots in place):
+// the slots gathered into `initial` and the forward's final states, written to `final_state` (N H K V
+// floats each), scattered back. `copy` and `forward` are one backend's pool copy and forward.
+template <class Copy, class Forward>
+void fwd_through_states(DeltaFwd a, const StatePool& pool, float* initial, float* final_state, Copy&& copy,
+                        Forward&& forward) {
+  const ak_tensor initial_view = kv_states_view(initial, *pool.cache, a.p.N);
+  const ak_tensor final_view = kv_states_view(final_state, *pool.cache, a.p.N);
+  // The forward's own [N, H, K, V] views of the same buffers.
+  const ak_tensor initial_kv = swap_last_dims(initial_view), final_kv = swap_last_dims(final_view);
+  copy(pool_states_copy(pool, initial_view, true));
+  a.initial_state = &initial_kv, a.final_state = &final_kv;
+  forward(a);
+  copy(pool_states_copy(pool, final_view, false));
+}
+
 struct DeltaBwd {
   DeltaProblem p;
   const ak_tensor *q = nullptr, *k = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr;

@@ -6,7 +6,6 @@
 // costs one read-back of the [N] indices (there is no device-side error report to defer it to).
 #include <algorithm>
 #include <string>
-#include <utility>
 
 #include "core/common.h"
 #include "cpu/backend.h"
@@ -33,13 +32,7 @@ ak_tensor row_view(const ak_tensor& t, int64_t i) {
 
 // The view of a contiguous tensor with its last two dims swapped (the delta rule's [.., K, V] states
 // read as the pool's [.., V, K]).
-bool swapped_contiguous(const ak_tensor& t) {
-  if (t.rank < 3) return false;
-  ak_tensor s = t;
-  std::swap(s.shape[t.rank - 1], s.shape[t.rank - 2]);
-  std::swap(s.strides[t.rank - 1], s.strides[t.rank - 2]);
-  return is_contiguous(s);
-}
+bool swapped_contiguous(const ak_tensor& t) { return t.rank >= 3 && is_contiguous(swap_last_dims(t)); }
 
 PoolCopy parse(const ak_tensor* pool_, const ak_tensor* indices, const ak_tensor* has_initial,
                const ak_tensor* states_, int32_t mode) {
@@ -61,14 +54,7 @@ PoolCopy parse(const ak_tensor* pool_, const ak_tensor* indices, const ak_tensor
   p.swapped = !is_contiguous(states) && swapped_contiguous(states);
   require(is_contiguous(states) || p.swapped,
           "states: expected a contiguous tensor, or the view of one with its last two dims swapped");
-  p.slot_size = 1;
-  for (int d = pool.rank - 1; d >= 1; --d) {
-    require(pool.strides[d] == p.slot_size, "state_cache: expected every slot dense (slots may be apart)");
-    p.slot_size *= pool.shape[d];
-  }
-  require(pool.strides[0] >= p.slot_size, "state_cache: expected slots apart, got a slot stride of " +
-                                              std::to_string(pool.strides[0]) + " below the slot's " +
-                                              std::to_string(p.slot_size) + " elements");
+  p.slot_size = check_pool_slots(pool, "state_cache");
   p.N = states.shape[0], p.slots = pool.shape[0];
   p.R = pool.rank >= 3 ? pool.shape[pool.rank - 2] : 1, p.C = pool.shape[pool.rank - 1];
   p.outer = p.R * p.C == 0 ? 0 : p.slot_size / (p.R * p.C);

@@ -30,6 +30,20 @@ inline const ak_tensor& check_per_sequence(const ak_tensor* t, const char* name,
   return r;
 }
 
+// A pool [num_slots, ...]: every slot dense (the dims after the first contiguous) and slots apart (the
+// slot stride at least a slot). Returns the elements of a slot.
+inline int64_t check_pool_slots(const ak_tensor& pool, const char* name) {
+  int64_t slot_size = 1;
+  for (int d = pool.rank - 1; d >= 1; --d) {
+    require(pool.strides[d] == slot_size, std::string(name) + ": expected every slot dense (slots may be apart)");
+    slot_size *= pool.shape[d];
+  }
+  require(pool.strides[0] >= slot_size, std::string(name) + ": expected slots apart, got a slot stride of " +
+                                            std::to_string(pool.strides[0]) + " below the slot's " +
+                                            std::to_string(slot_size) + " elements");
+  return slot_size;
+}
+
 // Every index below the slot count, and no live slot (index > 0) named twice: two sequences would
 // advance one state.
 inline void require_slots_in_pool(const int32_t* idx, int64_t n, int64_t slots) {

@@ -105,12 +105,8 @@ template <class T>
 void encode_split_maps(const DeltaFwd& a, const T* w, const T* u, int64_t chunks, SplitMaps& maps) {
   const int dtype = std::is_same_v<T, __half> ? AK_FLOAT16 : AK_BFLOAT16;
   const DeltaProblem& p = a.p;
-  auto rows_map = [&](CUtensorMap& m, const ak_tensor* t, const char* what) {
-    ak::cuda::encode_rows_map(m, dtype, t->data, p.K, p.T, p.HK, p.B, t->strides[1], t->strides[2], t->strides[0],
-                              64, what);
-  };
-  rows_map(maps.q, a.q, "delta rule q");
-  rows_map(maps.k, a.k, "delta rule k");
+  ak::cuda::encode_token_rows_map(maps.q, *a.q, 64, "delta rule q");
+  ak::cuda::encode_token_rows_map(maps.k, *a.k, 64, "delta rule k");
   const int64_t rows = chunks * p.H * 64;
   ak::cuda::encode_rows_map(maps.w, dtype, w, p.K, rows, 1, 1, p.K, 0, 0, 64, "delta rule w");
   ak::cuda::encode_rows_map(maps.u, dtype, u, p.K, rows, 1, 1, p.K, 0, 0, 64, "delta rule u");
@@ -278,18 +274,11 @@ void delta_fwd_pool(const DeltaFwd& a, const StatePool& pool) {
     if (p.dtype == AK_BFLOAT16) return fast_fwd<__nv_bfloat16>(a, plan, shape.chunks64, stream, slots);
     return fast_fwd<__half>(a, plan, shape.chunks64, stream, slots);
   }
-  const int64_t size = p.N * p.H * p.K * p.V;
-  ak::cuda::Scratch scratch(device, 2 * round_up(static_cast<size_t>(size) * sizeof(float)));
+  const size_t bytes = round_up(static_cast<size_t>(p.N * p.H * p.K * p.V) * sizeof(float));
+  ak::cuda::Scratch scratch(device, 2 * bytes);
   float* const initial = scratch.as<float>();
-  float* const final_state = initial + round_up(static_cast<size_t>(size) * sizeof(float)) / sizeof(float);
-  const ak_tensor initial_view = kv_states_view(initial, cache, p.N);
-  const ak_tensor final_view = kv_states_view(final_state, cache, p.N);
-  const ak_tensor initial_kv = swap_last_dims(initial_view), final_kv = swap_last_dims(final_view);
-  pool_copy(pool_states_copy(pool, initial_view, true));
-  DeltaFwd b = a;
-  b.initial_state = &initial_kv, b.final_state = &final_kv;
-  delta_fwd(b);  // records its own plan
-  pool_copy(pool_states_copy(pool, final_view, false));
+  // delta_fwd records its own plan.
+  fwd_through_states(a, pool, initial, initial + bytes / sizeof(float), pool_copy, delta_fwd);
 }
 
 // delta_bwd: ../bwd/dispatch.cu
