@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "include/attnkit.h"
+
 namespace ak::cuda {
 
 // A tiled map over 16-bit elements (dtype AK_BFLOAT16 or AK_FLOAT16) written with the 128-byte
@@ -21,5 +23,11 @@ void encode_tiled_map(CUtensorMap& map, int dtype, const void* data, int rank, c
 void encode_rows_map(CUtensorMap& map, int dtype, const void* data, int64_t d, int64_t rows, int64_t heads,
                      int64_t batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_rows,
                      const char* what);
+
+// The map of a token-major [batch, rows, heads, d] tensor of 16-bit elements, from its descriptor.
+inline void encode_token_rows_map(CUtensorMap& map, const ak_tensor& t, int box_rows, const char* what) {
+  encode_rows_map(map, t.dtype, t.data, t.shape[3], t.shape[1], t.shape[2], t.shape[0], t.strides[1], t.strides[2],
+                  t.strides[0], box_rows, what);
+}
 
 }  // namespace ak::cuda

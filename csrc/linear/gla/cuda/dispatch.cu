@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <memory>
 #include <string>
-#include <type_traits>
 
 #include "core/plan.h"
 #include "cuda/backend.h"
@@ -116,14 +115,9 @@ void state_split_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaS
   sp.norm_eps = static_cast<float>(a.normalize_eps);
   fwd::SplitMaps maps;
   if (!p.varlen) {
-    const int dtype = std::is_same_v<T, __half> ? AK_FLOAT16 : AK_BFLOAT16;
-    auto rows_map = [&](CUtensorMap& m, const ak_tensor* t, int64_t heads, int64_t width, const char* what) {
-      ak::cuda::encode_rows_map(m, dtype, t->data, width, p.T, heads, p.B, t->strides[1], t->strides[2],
-                                t->strides[0], 64, what);
-    };
-    rows_map(maps.q, a.q, p.HK, p.K, "linear attention q");
-    rows_map(maps.k, a.k, p.HK, p.K, "linear attention k");
-    rows_map(maps.u, a.v, p.H, p.V, "linear attention v");
+    ak::cuda::encode_token_rows_map(maps.q, *a.q, 64, "linear attention q");
+    ak::cuda::encode_token_rows_map(maps.k, *a.k, 64, "linear attention k");
+    ak::cuda::encode_token_rows_map(maps.u, *a.v, 64, "linear attention v");
     sa.maps = &maps;
   }
   ak::cuda::launch_row<T>(plan.pass_row, "linear.gla.pass", sa, stream);
