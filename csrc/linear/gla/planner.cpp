@@ -63,8 +63,6 @@ void general(GlaChoice& c, const std::string& why) {
   c.plan.detail("why", why);
 }
 
-}  // namespace
-
 // The scalar-decay forward on Hopper at K = V = 128: the delta rule's split state kernel without the
 // delta rule reads q, k and v where they are (no per-chunk operands through memory). V tiles of 128 when
 // the sequence-heads fill the GPU, else 64 (two output warpgroups, twice the blocks). -1 when it cannot.
@@ -75,6 +73,8 @@ int split_pass_row(const GlaShape& s, const registry::Caps& caps) {
   const int row = registry::find("linear.gla.pass", s.normalize ? "split_normalized" : "split", s.dtype, 128, tile);
   return row >= 0 && caps.can_run(row) ? row : -1;
 }
+
+}  // namespace
 
 GlaChoice plan_gla_fwd(const GlaShape& s, const registry::Caps& caps) {
   GlaChoice c = start("linear.gla.fwd", s);
