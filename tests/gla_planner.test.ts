@@ -50,6 +50,20 @@ Deno.test("gla planner: a scalar decay at K = V = 128 on Hopper takes the split 
   const half = explain({ ...base, gpu: "h200", dtype: "float16", normalize: true });
   assert.equal(half.path, "general");
   assert.match(String(half.details.why), /normaliser/);
+  // The backward recomputes its states on the same kernel, unless given them (the op classes).
+  const bwd = explain({ ...base, op: "linear.gla.bwd", gpu: "h200", b: 4, h: 64 });
+  assert.equal(bwd.details.states, "state_split");
+  assert.deepEqual(names(bwd), [
+    "linear.gla.pass.split<bfloat16, D128, tile 128>",
+    "linear.gla.dstates.scalar<bfloat16, D128>",
+    "linear.gla.grads.scalar<bfloat16, D128>",
+  ]);
+  const given = explain({ ...base, op: "linear.gla.bwd", gpu: "h200", chunkStates: true });
+  assert.equal(given.details.states, "given");
+  assert.deepEqual(names(given), [
+    "linear.gla.dstates.scalar<bfloat16, D128>",
+    "linear.gla.grads.scalar<bfloat16, D128>",
+  ]);
   // Not for a decay per channel, other head dims, the chunk states of the op classes, or without sm_90a.
   const others: PlanQuery[] = [
     { ...base, gpu: "h200", channel: true },

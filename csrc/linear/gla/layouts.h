@@ -16,13 +16,16 @@ constexpr int pitch16(int w) { return w + 8; }
 constexpr int pitch_gc(int kd) { return kd + 4; }
 
 // The backward's state passes (fwd.cuh's recompute of the states, bwd.cuh's dstates): KD: K padded to
-// 64 or 128.
+// 64 or 128. Each stage holds a chunk's rows (k for the states, q for dstates) and its V tile (v, or dO);
+// a scalar decay keeps two stages, the next chunk's loads in flight during this one's products (a
+// per-channel decay's fp32 gates would take a multiprocessor's second block).
 template <int KD, bool kChannel>
 struct FwdLayout {
-  static constexpr int kQ = 0;                                   // q (dstates)
-  static constexpr int kK = kQ + kChunk * pitch16(KD) * 2;       // k, then k exp(gL - gc) (states)
-  static constexpr int kV = kK + kChunk * pitch16(KD) * 2;       // V tile (dO tile in dstates)
-  static constexpr int kGc = kV + kChunk * pitch16(kVTile) * 2;  // gc [64][pitch_gc] or [64]
+  static constexpr int kStages = kChannel ? 1 : 2;
+  static constexpr int kRows = 0;                                 // rows of stage s at kRows + s kStage
+  static constexpr int kVt = kRows + kChunk * pitch16(KD) * 2;    // V tile of stage s at kVt + s kStage
+  static constexpr int kStage = kVt + kChunk * pitch16(kVTile) * 2;
+  static constexpr int kGc = kStages * kStage;                    // gc [64][pitch_gc] or [64]
   static constexpr int kGs = kGc + (kChannel ? kChunk * pitch_gc(KD) * 4 : kChunk * 4);  // per-token decay
   static constexpr int kBytes = kGs + kChunk * 4;
   // Blocks a multiprocessor runs at once (the kernels' launch bounds).
@@ -71,28 +74,31 @@ struct Operands {
   static constexpr int64_t kScores = int64_t{kChunk} * kChunk;
 };
 
-// The backward's grads kernel (bwd.cuh): what lives through the whole block first, then the V-tile
-// operands, whose space the intra dq and dk (fp32) take once the V tiles are done.
-template <int KD>
+// The backward's grads kernel (bwd.cuh). Per key channel: what lives through the whole block first,
+// then the V-tile operands, whose space the intra dq and dk (fp32) take once the V tiles are done. A
+// scalar decay needs neither the decayed k (its factor scales dv's rows), the fp32 dP (the decayed dP
+// goes from registers to 16 bits) nor the fp32 intra dq, dk, which leaves two blocks a multiprocessor.
+template <int KD, bool kChannel>
 struct GradLayout {
   static constexpr int kTile = kChunk * pitch16(KD) * 2;
   static constexpr int kQ = 0;
   static constexpr int kK = kQ + kTile;
-  static constexpr int kKd = kK + kTile;
-  static constexpr int kP = kKd + kTile;                        // P, then the decayed dP (16-bit)
-  static constexpr int kDP = kP + kChunk * pitch16(64) * 2;     // dP fp32 [64][65]
-  static constexpr int kGc = kDP + kChunk * 65 * 4;
-  static constexpr int kGs = kGc + kChunk * pitch_gc(KD) * 4;
+  static constexpr int kKd = kK + kTile;                         // per channel only
+  static constexpr int kP = kKd + (kChannel ? kTile : 0);        // P, then the decayed dP (16-bit)
+  static constexpr int kDP = kP + kChunk * pitch16(64) * 2;      // dP fp32 [64][65] (per channel)
+  static constexpr int kGc = kDP + (kChannel ? kChunk * 65 * 4 : 0);
+  static constexpr int kGs = kGc + (kChannel ? kChunk * pitch_gc(KD) * 4 : kChunk * 4);
   static constexpr int kRow = kGs + kChunk * 4;                  // per-row sums [64]
   static constexpr int kV = kRow + kChunk * 4;                   // V tile
   static constexpr int kO = kV + kChunk * pitch16(kVTile) * 2;  // dO tile
   static constexpr int kS = kO + kChunk * pitch16(kVTile) * 2;  // S tile (16-bit), KD x 64
   static constexpr int kD = kS + KD * pitch16(kVTile) * 2;      // dS tile
   static constexpr int kTail = kD + KD * pitch16(kVTile) * 2;
-  static constexpr int kDQ = kV;
+  static constexpr int kDQ = kV;                                 // per channel only
   static constexpr int kDK = kDQ + kChunk * (KD + 4) * 4;
-  static constexpr int kEnd = kDK + kChunk * (KD + 4) * 4;
+  static constexpr int kEnd = kChannel ? kDK + kChunk * (KD + 4) * 4 : 0;
   static constexpr int kBytes = kTail > kEnd ? kTail : kEnd;
+  static constexpr int kMinBlocks = kChannel ? 1 : 2;
   static_assert(kChunk * pitch16(KD) * 2 <= 2 * KD * pitch16(kVTile) * 2, "scores scratch fits S, dS");
 };
 

@@ -29,7 +29,11 @@ int64_t pass_smem(int kd) {
          : kd == 128 ? PassLayout<128, false>::kBytes
                      : PassLayout<256, false>::kBytes;
 }
-int64_t grads_smem(int kd) { return kd == 64 ? GradLayout<64>::kBytes : GradLayout<128>::kBytes; }
+template <bool kChannel>
+int64_t grads_smem_of(int kd) {
+  return kd == 64 ? GradLayout<64, kChannel>::kBytes : GradLayout<128, kChannel>::kBytes;
+}
+int64_t grads_smem(int kd, bool channel) { return channel ? grads_smem_of<true>(kd) : grads_smem_of<false>(kd); }
 
 // The row of a stage for this call, when built for the GPU and its shared memory fits; else -1.
 int row_of(const registry::Caps& caps, const char* stage, const GlaShape& s, int kd, int64_t smem) {
@@ -109,13 +113,24 @@ GlaChoice plan_gla_bwd(const GlaShape& s, const registry::Caps& caps) {
   if (!why.empty()) return general(c, why), c;
   c.states_row = row_of(caps, "linear.gla.states", s, c.kd, states_smem(c.kd, s.channel));
   c.dstates_row = row_of(caps, "linear.gla.dstates", s, c.kd, states_smem(c.kd, s.channel));
-  c.grads_row = row_of(caps, "linear.gla.grads", s, c.kd, grads_smem(c.kd));
+  c.grads_row = row_of(caps, "linear.gla.grads", s, c.kd, grads_smem(c.kd, s.channel));
   if (c.states_row < 0 || c.dstates_row < 0 || c.grads_row < 0) {
     return general(c, "its kernels are not built for this GPU or do not fit its shared memory"), c;
   }
   c.chunked = true;
   c.plan.path = "chunked";
-  c.plan.rows = {c.states_row, c.dstates_row, c.grads_row};
+  // Recomputed states (none given): the forward's split state kernel where it serves, its output not
+  // stored (a scalar decay at K = V = 128 on Hopper), else the states kernel.
+  if (const int row = split_pass_row(s, caps); row >= 0) {
+    c.state_split = true;
+    c.pass_row = row;
+    c.plan.detail("states", "state_split");
+    c.plan.rows = {row, c.dstates_row, c.grads_row};
+    return c;
+  }
+  c.plan.detail("states", s.chunk_states ? "given" : "states kernel");
+  c.plan.rows = s.chunk_states ? std::vector<int>{c.dstates_row, c.grads_row}
+                               : std::vector<int>{c.states_row, c.dstates_row, c.grads_row};
   return c;
 }
 

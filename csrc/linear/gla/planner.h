@@ -20,7 +20,7 @@ struct GlaShape {
   bool recurrent = false;  // the token-by-token algorithm was asked for
   bool aligned = true;     // every token-major view: 16-byte aligned rows
   bool huge = false;       // more than 2^30 tokens or sequences
-  bool chunk_states = false;  // the forward stores the state before every chunk
+  bool chunk_states = false;  // the forward stores the state before every chunk (backward: is given them)
   bool normalize = false;     // forward: each output row divided by its normaliser (AK_GLA_NORMALIZE)
 };
 
@@ -29,7 +29,9 @@ struct GlaChoice {
   bool chunked = false;
   int kd = 0;  // K padded
   int prep_row = -1, pass_row = -1;                  // forward (split: prep, then the state pass)
-  bool state_split = false;  // forward: the gates' cumsum, then the split state kernel alone (pass_row)
+  // forward: the gates' cumsum, then the split state kernel alone (pass_row); backward: the states
+  // recomputed by the same (its output not stored)
+  bool state_split = false;
   int states_row = -1, dstates_row = -1, grads_row = -1;  // backward
 };
 

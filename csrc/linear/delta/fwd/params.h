@@ -99,7 +99,7 @@ template <class T>
 struct StateParams {
   Rows<const T> q, k;
   Rows<const T> v;  // read in place of u by the kernels without the delta rule (the scalar-decay family)
-  Rows<T> o;
+  Rows<T> o;  // null: the split kernel's plain policy stores the states alone (save_chunks), no output
   const T *w = nullptr, *u = nullptr;
   const float *gc = nullptr, *rk = nullptr;
   const float* initial_state = nullptr;  // [N, H, D, D], or the pool

@@ -348,6 +348,8 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
     if (job.fin.ptr) store_state(S, job.fin, at);
   } else if (duo) {
     const int ow = wg - 1;  // this output warpgroup takes chunks ow, ow + kOut, ...
+    // The plain policy without an output (the backward's recompute of the states) forms no output.
+    const bool states_only = kPolicy == SplitPolicy::kPlain && p.o.p == nullptr;
     // ---------------- the output ----------------
     // Phases: 0 FULL wait, 1 issue of P and QS, 2 row factors, 3 P wait, 4 P scaling, QS wait and
     // scaling, 5 UB wait, 6 P U issue and wait + O to shared memory, 7 output stores.
@@ -358,6 +360,17 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       if (tma) {
         mbar_wait(load_bar(s), load_parity(c));  // q (done; makes it visible here)
         if (c + 1 < chunks && wtid == 0) tma_issue(c + 1, kNextParts);
+      }
+      if (states_only) {  // the chunk's start state stored, the slot handed back
+        named_sync(Bar::ub(s), 256);
+        if (save && wtid == 0) {
+          const int gch = static_cast<int>(static_cast<int64_t>(h) * p.save_chunks + first + c);
+          store_panels<VT>(&tm_hs, sbase + Lay::kSb + s * Lay::kTileS, D, vt0, gch * D);
+          bulk_wait_read_all();
+        }
+        fence_proxy_async();
+        if (c + kSlots < chunks) named_arrive(Bar::empty(s), 256);
+        continue;
       }
       const uint32_t sQ = sbase + Lay::kQ + s * Lay::kTileD;
       const uint32_t sK = sbase + Lay::kK + s * Lay::kTileD;
@@ -386,7 +399,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       if (save && wtid == 0) {
         const int gch = static_cast<int>(static_cast<int64_t>(h) * p.save_chunks + first + c);
         store_panels<VT>(&tm_hs, sbase + Lay::kSb + s * Lay::kTileS, D, vt0, gch * D);
-        store_panels<VT>(&tm_vs, sbase + Lay::kUb + s * Lay::kTileV, 64, vt0, gch * 64);
+        if constexpr (kDelta) store_panels<VT>(&tm_vs, sbase + Lay::kUb + s * Lay::kTileV, 64, vt0, gch * 64);
       }
       {
         const uint64_t dub = make_desc_sw128(sbase + Lay::kUb + s * Lay::kTileV, 64 * 128, 1024);

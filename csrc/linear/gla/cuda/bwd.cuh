@@ -23,8 +23,6 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
   using Lay = FwdLayout<KD, kChannel>;
   using ST = StateTiles<KD>;
   extern __shared__ __align__(128) unsigned char smem[];
-  T* Qs = reinterpret_cast<T*>(smem + Lay::kQ);
-  T* Os = reinterpret_cast<T*>(smem + Lay::kV);
   float* gc = reinterpret_cast<float*>(smem + Lay::kGc);
   float* gs = reinterpret_cast<float*>(smem + Lay::kGs);
   const int tiles = (p.V + kVTile - 1) / kVTile;
@@ -39,15 +37,35 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
   zero_acc(S);
   const StateTile<KD> st{S, sr0, sc0, lane, p.K, p.V, v0};
   if (p.d_final_state) st.load(p.d_final_state + (static_cast<int64_t>(n) * p.H + h) * KV);
-  for (int c = chunks - 1; c >= 0; --c) {
+  // Chunk c's q rows and dO tile go to stage c % kStages (the walk is backwards: c, then c - 1).
+  auto stage = [&](int c) { return smem + (c % Lay::kStages) * Lay::kStage; };
+  auto issue = [&](int c, float& token) {
     const int t0 = begin + c * kChunk, len = min(kChunk, end - t0);
-    st.store16(p.dstates.at(first, n, c, h));
-    load_rows<T, KD>(Qs, p.q, row, t0, len, hk, p.K, tid);
-    load_vtile<T>(Os, p.dout, row, t0, len, h, v0, p.V, tid);
+    load_rows<T, KD>(reinterpret_cast<T*>(stage(c) + Lay::kRows), p.q, row, t0, len, hk, p.K, tid);
+    load_vtile<T>(reinterpret_cast<T*>(stage(c) + Lay::kVt), p.dout, row, t0, len, h, v0, p.V, tid);
     if constexpr (kChannel) load_gk<KD>(gc, p.d, row, t0, len, h, p.K, tid);
     cp_async_commit();
-    cp_async_wait<0>();
-    gate_cumsum<KD, kChannel>(gc, gs, p.d, row, t0, len, h, tid);
+    token = token_decay(p.d, row, t0, len, h, tid);
+  };
+  float token = 0.f, next = 0.f;
+  if (Lay::kStages > 1 && chunks > 0) issue(chunks - 1, next);
+  for (int c = chunks - 1; c >= 0; --c) {
+    st.store16(p.dstates.at(first, n, c, h));
+    if (Lay::kStages == 1) {
+      issue(c, token);
+      cp_async_wait<0>();
+    } else {
+      token = next;
+      if (c > 0) {
+        issue(c - 1, next);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+    }
+    T* Qs = reinterpret_cast<T*>(stage(c) + Lay::kRows);
+    T* Os = reinterpret_cast<T*>(stage(c) + Lay::kVt);
+    gate_cumsum_of<KD, kChannel>(gc, gs, token, tid);
     for (int e = tid; e < kChunk * (KD / 2); e += kThreads) {
       const int r = e / (KD / 2), cc = (e - r * (KD / 2)) * 2;
       uint32_t* qp = reinterpret_cast<uint32_t*>(Qs + r * pitch16(KD) + cc);
@@ -70,18 +88,19 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
 // ---- grads ----
 
 template <class T, int KD, bool kChannel>
-__global__ void __launch_bounds__(kThreads, 1) gla_grads_kernel(const BwdParams<T> p) {
-  using Lay = GradLayout<KD>;
+__global__ void __launch_bounds__(kThreads, (GradLayout<KD, kChannel>::kMinBlocks))
+    gla_grads_kernel(const BwdParams<T> p) {
+  using Lay = GradLayout<KD, kChannel>;
   extern __shared__ __align__(128) unsigned char smem[];
   T* Qs = reinterpret_cast<T*>(smem + Lay::kQ);
   T* Ks = reinterpret_cast<T*>(smem + Lay::kK);
-  T* Kd = reinterpret_cast<T*>(smem + Lay::kKd);
+  T* Kd = reinterpret_cast<T*>(smem + Lay::kKd);  // per channel only
   T* Ps = reinterpret_cast<T*>(smem + Lay::kP);
   T* Vs = reinterpret_cast<T*>(smem + Lay::kV);
   T* Os = reinterpret_cast<T*>(smem + Lay::kO);
   T* Ss = reinterpret_cast<T*>(smem + Lay::kS);
   T* Ds = reinterpret_cast<T*>(smem + Lay::kD);
-  float* dPs = reinterpret_cast<float*>(smem + Lay::kDP);
+  float* dPs = reinterpret_cast<float*>(smem + Lay::kDP);  // per channel only
   float* gc = reinterpret_cast<float*>(smem + Lay::kGc);
   float* gs = reinterpret_cast<float*>(smem + Lay::kGs);
   float* rowsum = reinterpret_cast<float*>(smem + Lay::kRow);
@@ -98,33 +117,11 @@ __global__ void __launch_bounds__(kThreads, 1) gla_grads_kernel(const BwdParams<
   const T* S_c = p.states.at(first, n, c, h);
   const T* dS_c = p.dstates.at(first, n, c, h);
 
-  load_rows<T, KD>(Qs, p.q, row, t0, len, hk, p.K, tid);
-  load_rows<T, KD>(Ks, p.k, row, t0, len, hk, p.K, tid);
-  if constexpr (kChannel) load_gk<KD>(gc, p.d, row, t0, len, h, p.K, tid);
-  cp_async_commit();
-  cp_async_wait<0>();
-  gate_cumsum<KD, kChannel>(gc, gs, p.d, row, t0, len, h, tid);
-  intra_scores<T, KD, kChannel>(Ps, Qs, Ks, gc, Ss, p.scale, tid);  // Ss, Ds: the scores' scratch
-  for (int e = tid; e < kChunk * (KD / 2); e += kThreads) {
-    const int r = e / (KD / 2), cc = (e - r * (KD / 2)) * 2;
-    const float2 kk = unpack2<T>(*reinterpret_cast<const uint32_t*>(Ks + r * pitch16(KD) + cc));
-    *reinterpret_cast<uint32_t*>(Kd + r * pitch16(KD) + cc) =
-        pack2<T>(kk.x * __expf(gc_at<KD, kChannel>(gc, kChunk - 1, cc) - gc_at<KD, kChannel>(gc, r, cc)),
-                 kk.y * __expf(gc_at<KD, kChannel>(gc, kChunk - 1, cc + 1) - gc_at<KD, kChannel>(gc, r, cc + 1)));
-  }
-  __syncthreads();
-
-  // Warp tiles: 64 x KD products rows 16 (w % 4), columns (w / 4) KD / 2; 64 x 64 ones columns 32 (w / 4).
-  const int m0 = 16 * (warp & 3), nk0 = (warp >> 2) * (KD / 2), n64 = 32 * (warp >> 2);
-  float aq[1][KD / 16][4], ak[1][KD / 16][4], dp[1][4][4];
-  zero_acc(aq);
-  zero_acc(ak);
-  zero_acc(dp);
-  for (int v0 = 0; v0 < p.V; v0 += kVTile) {
+  // The V tile's operands: v, dO and the S and dS tiles (rows K, columns v0 .. v0 + 63 of [K][V] 16-bit
+  // slots; zero past K and V).
+  auto load_vtiles = [&](int v0) {
     load_vtile<T>(Vs, p.v, row, t0, len, h, v0, p.V, tid);
     load_vtile<T>(Os, p.dout, row, t0, len, h, v0, p.V, tid);
-    cp_async_commit();
-    // S and dS tiles (rows K, columns v0 .. v0 + 63 of [K][V] 16-bit slots); zero past K and V.
     for (int e = tid; e < KD * (kVTile / 8); e += kThreads) {
       const int r = e / (kVTile / 8), cc = (e - r * (kVTile / 8)) * 8;
       T* s_dst = Ss + r * pitch16(kVTile) + cc;
@@ -139,16 +136,57 @@ __global__ void __launch_bounds__(kThreads, 1) gla_grads_kernel(const BwdParams<
       }
     }
     cp_async_commit();
+  };
+  load_rows<T, KD>(Qs, p.q, row, t0, len, hk, p.K, tid);
+  load_rows<T, KD>(Ks, p.k, row, t0, len, hk, p.K, tid);
+  if constexpr (kChannel) load_gk<KD>(gc, p.d, row, t0, len, h, p.K, tid);
+  cp_async_commit();
+  if constexpr (!kChannel) {
+    load_vtiles(0);  // in flight during the scores (a per-channel decay's scores use S, dS as scratch)
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  gate_cumsum<KD, kChannel>(gc, gs, p.d, row, t0, len, h, tid);
+  intra_scores<T, KD, kChannel>(Ps, Qs, Ks, gc, Ss, p.scale, tid);  // Ss, Ds: the scores' scratch
+  if constexpr (kChannel) {
+    for (int e = tid; e < kChunk * (KD / 2); e += kThreads) {
+      const int r = e / (KD / 2), cc = (e - r * (KD / 2)) * 2;
+      const float2 kk = unpack2<T>(*reinterpret_cast<const uint32_t*>(Ks + r * pitch16(KD) + cc));
+      *reinterpret_cast<uint32_t*>(Kd + r * pitch16(KD) + cc) =
+          pack2<T>(kk.x * __expf(gc[(kChunk - 1) * pitch_gc(KD) + cc] - gc[r * pitch_gc(KD) + cc]),
+                   kk.y * __expf(gc[(kChunk - 1) * pitch_gc(KD) + cc + 1] - gc[r * pitch_gc(KD) + cc + 1]));
+    }
+    __syncthreads();
+  }
+
+  // Warp tiles: 64 x KD products rows 16 (w % 4), columns (w / 4) KD / 2; 64 x 64 ones columns 32 (w / 4).
+  const int m0 = 16 * (warp & 3), nk0 = (warp >> 2) * (KD / 2), n64 = 32 * (warp >> 2);
+  float aq[1][KD / 16][4], ak[1][KD / 16][4], dp[1][4][4];
+  zero_acc(aq);
+  zero_acc(ak);
+  zero_acc(dp);
+  for (int v0 = 0; v0 < p.V; v0 += kVTile) {
+    if (kChannel || v0 > 0) load_vtiles(v0);
     cp_async_wait<0>();
     __syncthreads();
     warp_mma<T, 1, KD / 16, false, false>(aq, Os, pitch16(kVTile), m0, Ss, pitch16(kVTile), nk0, kVTile, lane);
     warp_mma<T, 1, KD / 16, false, false>(ak, Vs, pitch16(kVTile), m0, Ds, pitch16(kVTile), nk0, kVTile, lane);
     warp_mma<T, 1, 4, false, false>(dp, Os, pitch16(kVTile), m0, Vs, pitch16(kVTile), n64, kVTile, lane);
-    {  // dv = P^T dO + Kd dS
+    {  // dv = P^T dO + Kd dS (a scalar decay: the rows of K dS times exp(gL - gc))
       float dv[1][4][4];
       zero_acc(dv);
+      if constexpr (kChannel) {
+        warp_mma<T, 1, 4, false, true>(dv, Kd, pitch16(KD), m0, Ds, pitch16(kVTile), n64, KD, lane);
+      } else {
+        warp_mma<T, 1, 4, false, true>(dv, Ks, pitch16(KD), m0, Ds, pitch16(kVTile), n64, KD, lane);
+        for_acc_pairs(dv, m0, n64, lane, [&](int r, int, float* x) {
+          const float f = __expf(gc[kChunk - 1] - gc[r]);
+          x[0] *= f;
+          x[1] *= f;
+        });
+      }
       warp_mma<T, 1, 4, true, true>(dv, Ps, pitch16(64), m0, Os, pitch16(kVTile), n64, kChunk, lane);
-      warp_mma<T, 1, 4, false, true>(dv, Kd, pitch16(KD), m0, Ds, pitch16(kVTile), n64, KD, lane);
       for_acc_pairs(dv, m0, n64, lane, [&](int r, int cc, float* x) {
         if (r < len && v0 + cc < p.V) {
           *reinterpret_cast<uint32_t*>(p.dv.row(row, t0 + r, h) + v0 + cc) = pack2<T>(x[0], x[1]);
@@ -166,24 +204,26 @@ __global__ void __launch_bounds__(kThreads, 1) gla_grads_kernel(const BwdParams<
     x[0] *= __expf(gc_at<KD, kChannel>(gc, kChunk - 1, cc) - gc_at<KD, kChannel>(gc, r, cc));
     x[1] *= __expf(gc_at<KD, kChannel>(gc, kChunk - 1, cc + 1) - gc_at<KD, kChannel>(gc, r, cc + 1));
   });
-  // dP, causal, to shared memory (fp32).
-  for_acc_pairs(dp, m0, n64, lane, [&](int r, int cc, float* x) {
-    dPs[r * 65 + cc] = cc <= r ? x[0] : 0.f;
-    dPs[r * 65 + cc + 1] = cc + 1 <= r ? x[1] : 0.f;
-  });
-  __syncthreads();
-  float* DQ = reinterpret_cast<float*>(smem + Lay::kDQ);
-  float* DK = reinterpret_cast<float*>(smem + Lay::kDK);
   if constexpr (!kChannel) {
-    // dPd = scale dP exp(gc_i - gc_j) -> Ps (16-bit); dq += dPd K, dk += dPd^T Q.
-    for (int e = tid; e < kChunk * kChunk; e += kThreads) {
-      const int r = e >> 6, cc = e & 63;
-      Ps[r * pitch16(64) + cc] = from_float<T>(cc <= r ? p.scale * dPs[r * 65 + cc] * __expf(gc[r] - gc[cc]) : 0.f);
-    }
+    // dPd = scale dP exp(gc_i - gc_j), causal, from registers to Ps (16-bit; P is done with);
+    // dq += dPd K, dk += dPd^T Q.
+    for_acc_pairs(dp, m0, n64, lane, [&](int r, int cc, float* x) {
+      const float a = cc <= r ? p.scale * x[0] * __expf(gc[r] - gc[cc]) : 0.f;
+      const float b = cc + 1 <= r ? p.scale * x[1] * __expf(gc[r] - gc[cc + 1]) : 0.f;
+      *reinterpret_cast<uint32_t*>(Ps + r * pitch16(64) + cc) = pack2<T>(a, b);
+    });
     __syncthreads();
     warp_mma<T, 1, KD / 16, false, true>(aq, Ps, pitch16(64), m0, Ks, pitch16(KD), nk0, kChunk, lane);
     warp_mma<T, 1, KD / 16, true, true>(ak, Ps, pitch16(64), m0, Qs, pitch16(KD), nk0, kChunk, lane);
   } else {
+    // dP, causal, to shared memory (fp32).
+    for_acc_pairs(dp, m0, n64, lane, [&](int r, int cc, float* x) {
+      dPs[r * 65 + cc] = cc <= r ? x[0] : 0.f;
+      dPs[r * 65 + cc + 1] = cc + 1 <= r ? x[1] : 0.f;
+    });
+    __syncthreads();
+    float* DQ = reinterpret_cast<float*>(smem + Lay::kDQ);
+    float* DK = reinterpret_cast<float*>(smem + Lay::kDK);
     // Diagonal 16 x 16 blocks pair by pair: thread (row, channel pair) sums over its block.
     for (int e = tid; e < kChunk * (KD / 2); e += kThreads) {
       const int r = e / (KD / 2), cc = (e - r * (KD / 2)) * 2, b0 = r & ~15;
@@ -330,7 +370,7 @@ void launch_dstates_kd(const BwdParams<T>& bp, cudaStream_t stream) {
 template <class T, int KD, bool kChannel>
 void launch_grads_kd(const BwdParams<T>& bp, cudaStream_t stream) {
   if (bp.chunks == 0 || bp.H == 0) return;
-  constexpr int kSmem = GradLayout<KD>::kBytes;
+  constexpr int kSmem = GradLayout<KD, kChannel>::kBytes;
   auto kernel = gla_grads_kernel<T, KD, kChannel>;
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   kernel<<<dim3(static_cast<unsigned>(bp.chunks), static_cast<unsigned>(bp.H)), kThreads, kSmem, stream>>>(bp);

@@ -86,41 +86,60 @@ void chunked_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaStrea
 // cumulated gates, then the state pass reading q, k and v where they are (TMA boxes on fixed-length
 // calls, cp.async on packed ones) and writing the output (normalised in the kernel with
 // AK_GLA_NORMALIZE), the final states with it.
+// The split state kernel's run over a call (pass_row; the scalar-decay policy): the gates' cumsum per
+// chunk, then the kernel reading q, k and v in place. o null: the states alone (the backward's
+// recompute), stored as 16-bit [H][chunks][K][V] into `save` when it is not null.
 template <class T>
-void state_split_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaStream_t stream) {
-  const DeltaProblem& p = a.p;
-  ChunkTables tables(p, kChunk, stream, "chunked gated linear attention");
+void run_state_split(const DeltaProblem& p, const ChunkTables& tables, int pass_row, const ak_tensor* gk, const ak_tensor* g, const ak_tensor* gamma, const ak_tensor* q,
+                     const ak_tensor* k, const ak_tensor* v, const ak_tensor* output, const float* initial_state,
+                     float* final_state, double normalize_eps, T* save, cudaStream_t stream) {
   const int H = static_cast<int>(p.H);
   ak::cuda::Scratch scratch(p.device_index, std::max<size_t>(1, static_cast<size_t>(tables.chunks) * H * kChunk) * 4);
   float* gc = scratch.as<float>();
   if (tables.chunks > 0) {
     const dim3 grid(static_cast<unsigned>(tables.chunks), static_cast<unsigned>(H));
-    gla_chunk_gates_kernel<<<grid, 32, 0, stream>>>(decays_of(a.gk, a.g, a.g_gamma), tables.map, gc, H);
+    gla_chunk_gates_kernel<<<grid, 32, 0, stream>>>(decays_of(gk, g, gamma), tables.map, gc, H);
     ak::cuda::check_launch("gla_chunk_gates_kernel");
   }
   fwd::StateArgs<T> sa;
   fwd::StateParams<T>& sp = sa.p;
-  sp.q = rows_in<T>(a.q);
-  sp.k = rows_in<T>(a.k);
-  sp.v = rows_in<T>(a.v);
-  sp.o = rows_out<T>(a.output);
+  sp.q = rows_in<T>(q);
+  sp.k = rows_in<T>(k);
+  sp.v = rows_in<T>(v);
+  if (output) sp.o = rows_out<T>(output);
   sp.gc = gc;
-  sp.initial_state = f32(a.initial_state);
-  sp.final_state = f32(a.final_state);
+  sp.initial_state = initial_state;
+  sp.final_state = final_state;
   sp.map = tables.map;
   sp.N = static_cast<int>(p.N);
   sp.H = H;
   sp.group = static_cast<int>(p.group());
   sp.scale = static_cast<float>(p.scale);
-  sp.norm_eps = static_cast<float>(a.normalize_eps);
+  sp.norm_eps = static_cast<float>(normalize_eps);
   fwd::SplitMaps maps;
   if (!p.varlen) {
-    ak::cuda::encode_token_rows_map(maps.q, *a.q, 64, "linear attention q");
-    ak::cuda::encode_token_rows_map(maps.k, *a.k, 64, "linear attention k");
-    ak::cuda::encode_token_rows_map(maps.u, *a.v, 64, "linear attention v");
+    ak::cuda::encode_token_rows_map(maps.q, *q, 64, "linear attention q");
+    ak::cuda::encode_token_rows_map(maps.k, *k, 64, "linear attention k");
+    ak::cuda::encode_token_rows_map(maps.u, *v, 64, "linear attention v");
     sa.maps = &maps;
   }
-  ak::cuda::launch_row<T>(plan.pass_row, "linear.gla.pass", sa, stream);
+  fwd::SaveMaps save_maps{};
+  if (save != nullptr && tables.chunks > 0) {
+    const int dtype = std::is_same_v<T, __half> ? AK_FLOAT16 : AK_BFLOAT16;
+    const int64_t D = p.K;
+    ak::cuda::encode_rows_map(save_maps.hs, dtype, save, D, H * static_cast<int64_t>(tables.chunks) * D, 1, 1, D,
+                              0, 0, static_cast<int>(D), "linear attention chunk states");
+    sa.save = &save_maps;
+    sp.save_chunks = tables.chunks;
+  }
+  ak::cuda::launch_row<T>(pass_row, "linear.gla.pass", sa, stream);
+}
+
+template <class T>
+void state_split_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaStream_t stream) {
+  ChunkTables tables(a.p, kChunk, stream, "chunked gated linear attention");
+  run_state_split<T>(a.p, tables, plan.pass_row, a.gk, a.g, a.g_gamma, a.q, a.k, a.v, a.output,
+                     f32(a.initial_state), f32(a.final_state), a.normalize_eps, nullptr, stream);
 }
 
 template <class T>
@@ -151,7 +170,14 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
 
   const Decays d = decays_of(a.gk, a.g, a.g_gamma);
   FinalStates final_states;
-  if (recompute) {
+  int bp_states_by_head = 0;  // the states' layout (Slots::by_head)
+  if (recompute && plan.state_split) {
+    // The split state kernel, its output not stored: the states before every chunk as [H][chunks][K][V].
+    run_state_split<T>(p, tables, plan.pass_row, a.gk, a.g, a.g_gamma, a.q, a.k, a.v, nullptr,
+                       f32(a.initial_state), finals_buf, 0.0, states, stream);
+    final_states = {finals_buf, static_cast<int64_t>(H) * K * V};
+    bp_states_by_head = chunks;
+  } else if (recompute) {
     FwdParams<T> fp;
     fp.q = rows_in<T>(a.q);
     fp.k = rows_in<T>(a.k);
@@ -185,7 +211,7 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   bp.ws_dk = ws_dk;
   bp.d = d;
   bp.map = tables.map;
-  bp.states = {states, H, K, V};
+  bp.states = {states, H, K, V, bp_states_by_head};
   bp.dstates = {dstates, H, K, V};
   bp.final_states = final_states;
   bp.d_final_state = f32(a.d_final_state);
@@ -281,8 +307,9 @@ void gla_bwd(const GlaBwd& a) {
   const DeltaProblem& p = a.p;
   ak::cuda::DeviceGuard guard(p.device_index);
   cudaStream_t stream = ak::cuda::stream(p.device_index);
-  const gla_planning::GlaChoice plan = gla_planning::plan_gla_bwd(
-      shape_of(p, a.gates, {a.q, a.k, a.v, a.d_output, a.dq, a.dk, a.dv}, a.gk), ak::cuda::caps(p.device_index));
+  gla_planning::GlaShape shape = shape_of(p, a.gates, {a.q, a.k, a.v, a.d_output, a.dq, a.dk, a.dv}, a.gk);
+  shape.chunk_states = a.chunk_states != nullptr;
+  const gla_planning::GlaChoice plan = gla_planning::plan_gla_bwd(shape, ak::cuda::caps(p.device_index));
   plan::set_last(plan.plan);
   if (!plan.chunked) return general_bwd(a);
   if (p.dtype == AK_BFLOAT16) return chunked_bwd<__nv_bfloat16>(a, plan, stream);

@@ -1,6 +1,7 @@
 // The backward's recompute of the gated linear family's states: one block per (sequence, value head,
 // V tile of 64) walks the sequence's chunks in order with the state S (KD x 64, fp32) in registers,
-// storing S before every chunk (16-bit for the backward's products, or fp32) and after the last. Per
+// storing S before every chunk (16-bit for the backward's products, or fp32) and after the last, the
+// next chunk's loads in flight where the layout has two stages. Per
 // chunk of 64 tokens (gc the cumulated decay, gL its last row):
 //   S  <- diag(exp(gL)) S + (K * exp(gL - gc))^T V
 // on tensor cores (mma.sync, 16-bit operands, fp32 accumulation). The forward itself is the split
@@ -18,8 +19,6 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
   using Lay = FwdLayout<KD, kChannel>;
   using ST = StateTiles<KD>;
   extern __shared__ __align__(128) unsigned char smem[];
-  T* Ks = reinterpret_cast<T*>(smem + Lay::kK);
-  T* Vs = reinterpret_cast<T*>(smem + Lay::kV);
   float* gc = reinterpret_cast<float*>(smem + Lay::kGc);
   float* gs = reinterpret_cast<float*>(smem + Lay::kGs);
 
@@ -38,16 +37,36 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
   const StateTile<KD> st{S, ST::row0(warp), ST::col0(warp), lane, p.K, p.V, v0};
   if (p.initial_state) st.load(p.initial_state + (static_cast<int64_t>(n) * p.H + h) * KV);
 
-  for (int c = 0; c < chunks; ++c) {
+  // Chunk c's k rows and V tile go to stage c % kStages; its per-token decay to a register.
+  auto stage = [&](int c) { return smem + (c % Lay::kStages) * Lay::kStage; };
+  auto issue = [&](int c, float& token) {
     const int t0 = begin + c * kChunk, len = min(kChunk, end - t0);
-    if (p.states.p) st.store(p.states.at(first, n, c, h));
-    if (p.states16.p) st.store16(p.states16.at(first, n, c, h));
-    load_rows<T, KD>(Ks, p.k, row, t0, len, hk, p.K, tid);
-    load_vtile<T>(Vs, p.v, row, t0, len, h, v0, p.V, tid);
+    load_rows<T, KD>(reinterpret_cast<T*>(stage(c) + Lay::kRows), p.k, row, t0, len, hk, p.K, tid);
+    load_vtile<T>(reinterpret_cast<T*>(stage(c) + Lay::kVt), p.v, row, t0, len, h, v0, p.V, tid);
     if constexpr (kChannel) load_gk<KD>(gc, p.d, row, t0, len, h, p.K, tid);
     cp_async_commit();
-    cp_async_wait<0>();
-    gate_cumsum<KD, kChannel>(gc, gs, p.d, row, t0, len, h, tid);  // barrier inside
+    token = token_decay(p.d, row, t0, len, h, tid);
+  };
+  float token = 0.f, next = 0.f;
+  if (Lay::kStages > 1 && chunks > 0) issue(0, next);
+  for (int c = 0; c < chunks; ++c) {
+    if (p.states.p) st.store(p.states.at(first, n, c, h));
+    if (p.states16.p) st.store16(p.states16.at(first, n, c, h));
+    if (Lay::kStages == 1) {
+      issue(c, token);
+      cp_async_wait<0>();
+    } else {
+      token = next;
+      if (c + 1 < chunks) {
+        issue(c + 1, next);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+    }
+    T* Ks = reinterpret_cast<T*>(stage(c) + Lay::kRows);
+    T* Vs = reinterpret_cast<T*>(stage(c) + Lay::kVt);
+    gate_cumsum_of<KD, kChannel>(gc, gs, token, tid);  // barrier inside
     // K -> K exp(gL - gc).
     for (int e = tid; e < kChunk * (KD / 2); e += kThreads) {
       const int r = e / (KD / 2), cc = (e - r * (KD / 2)) * 2;
@@ -65,7 +84,7 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
       v[1] *= a;
     });
     warp_mma<T, ST::MT, ST::NT, true, true>(S, Ks, pitch16(KD), st.r0, Vs, pitch16(kVTile), st.c0, kChunk, lane);
-    __syncthreads();  // every warp is done with Ks, Vs, gc
+    __syncthreads();  // every warp is done with this stage and gc
   }
   if (p.states.p) st.store(p.states.at(first, n, chunks, h));
   if (p.states16.p) st.store16(p.states16.at(first, n, chunks, h));

@@ -22,13 +22,18 @@ struct Decays {
 // Per-chunk states [(chunks + N), H, K, V] (fp32, or the inputs' 16-bit type for the backward's own
 // slots): sequence n's chunk c is entry first_chunk(n) + n + c (one more entry per sequence than it has
 // chunks: the state after its last chunk). Without cu_seqlens this is the forward's chunk_states
-// layout [B, NT + 1, H, K, V].
+// layout [B, NT + 1, H, K, V]. With by_head > 0 the slots are instead the split state kernel's
+// [H][by_head = the call's chunks][K][V] (saved_layout.h's states), which holds no state after the last
+// chunk: read only the states before chunks.
 template <class E>
 struct Slots {
   E* p = nullptr;
   int H = 0, K = 0, V = 0;
+  int by_head = 0;
   __device__ __forceinline__ E* at(int first_chunk, int n, int c, int h) const {
-    return p + ((static_cast<int64_t>(first_chunk) + n + c) * H + h) * static_cast<int64_t>(K) * V;
+    const int64_t entry = by_head > 0 ? static_cast<int64_t>(h) * by_head + first_chunk + c
+                                      : (static_cast<int64_t>(first_chunk) + n + c) * H + h;
+    return p + entry * K * V;
   }
 };
 using StateSlots = Slots<float>;

@@ -111,14 +111,18 @@ __device__ __forceinline__ void load_gk(float* gc, const Decays& d, int b, int t
   }
 }
 
+// Thread tid's per-token decay (g + gamma) of a chunk, 0 past len or for tid >= 64: read ahead of its
+// chunk by the kernels that keep the next chunk in flight.
+__device__ __forceinline__ float token_decay(const Decays& d, int b, int t0, int len, int h, int tid) {
+  if (tid >= len || tid >= kChunk) return 0.f;
+  return d.g.at(b, t0 + tid, h) + (d.gamma ? d.gamma[h] : 0.f);
+}
+
+// gate_cumsum with thread tid's token_decay already read.
 template <int KD, bool kChannel>
-__device__ __forceinline__ void gate_cumsum(float* gc, float* gs, const Decays& d, int b, int t0, int len, int h,
-                                            int tid) {
-  // gs[t]: the per-token part (g + gamma), 0 past len. Read after the caller's cp.async wait.
-  if (tid < kChunk) {
-    const float gamma = d.gamma ? d.gamma[h] : 0.f;
-    gs[tid] = tid < len ? d.g.at(b, t0 + tid, h) + gamma : 0.f;
-  }
+__device__ __forceinline__ void gate_cumsum_of(float* gc, float* gs, float token, int tid) {
+  // gs[t]: the per-token part (g + gamma), 0 past len. Written after the caller's cp.async wait.
+  if (tid < kChunk) gs[tid] = token;
   __syncthreads();
   if constexpr (kChannel) {
     if (tid < KD) {
@@ -138,6 +142,12 @@ __device__ __forceinline__ void gate_cumsum(float* gc, float* gs, const Decays& 
     }
   }
   __syncthreads();
+}
+
+template <int KD, bool kChannel>
+__device__ __forceinline__ void gate_cumsum(float* gc, float* gs, const Decays& d, int b, int t0, int len, int h,
+                                            int tid) {
+  gate_cumsum_of<KD, kChannel>(gc, gs, token_decay(d, b, t0, len, h, tid), tid);
 }
 
 // The cumulated decay of row t, channel c (a scalar decay ignores c).
