@@ -194,7 +194,7 @@ export const linearSymbols = {
   //   const ak_tensor* dk,            [B, T, HK, K] dtype of q
   //   const ak_tensor* dv,            [B, T, H, V]  dtype of q
   //   const ak_tensor* dgk,           [B, T, H, K] float32; required with gk, else NULL
-  //   const ak_tensor* dg,            [B, T, H] float32; required with g or g_gamma, else NULL
+  //   const ak_tensor* dg,            [B, T, H] float32 with g or g_gamma (NULL: not computed), else NULL
   //   const ak_tensor* d_initial_state) [N, H, K, V] float32, or NULL
   ak_gla_bwd: {
     parameters: [

@@ -150,8 +150,9 @@ AK_API ak_status ak_gla_fwd(const ak_tensor* q, const ak_tensor* k, const ak_ten
  *   dq, dk        [B, T, HK, K]  dtype of q (summed over each group of value heads)
  *   dv            [B, T, H, V]   dtype of q
  *   dgk           [B, T, H, K]   float32; required with gk, else NULL
- *   dg            [B, T, H]      float32; required with g or g_gamma, else NULL: the gradient of the
- *                 token's scalar decay (g_gamma's gradient is its sum over tokens and sequences)
+ *   dg            [B, T, H]      float32 with g or g_gamma, else NULL: the gradient of the token's
+ *                 scalar decay (g_gamma's gradient is its sum over tokens and sequences); NULL with
+ *                 them when that gradient is not wanted (it is then not computed)
  *   d_initial_state [N, H, K, V] float32, or NULL
  */
 AK_API ak_status ak_gla_bwd(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* gk,

@@ -305,8 +305,8 @@ export function glaBackward(
   const dgk = inputs.gk !== undefined
     ? rowsResult(op, scope, s.layout, { B, T, heads: H, D: K }, "float32", device, "dgk", out.dgk)
     : undefined;
-  // The kernel writes the token decay's gradient whenever g or gGamma is given; gGamma's is its sum.
-  const needDg = inputs.g !== undefined || inputs.gGamma !== undefined;
+  // The kernel writes the token decay's gradient where it is wanted: g's, or gGamma's (its sum).
+  const needDg = inputs.g !== undefined || (inputs.gGamma !== undefined && wantDgGamma);
   const dg = inputs.g !== undefined
     ? scalarsGrad(op, scope, s.layout, sizes, inputs.g, "dg", out.dg)
     : undefined;

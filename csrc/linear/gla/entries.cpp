@@ -167,8 +167,7 @@ AK_API ak_status ak_gla_bwd(const ak_tensor* q, const ak_tensor* k, const ak_ten
       require(dgk == nullptr, "dgk: given, but gk is NULL (pass NULL without a per-channel decay)");
     }
     if (a.gates.g || a.gates.gamma) {
-      require(dg != nullptr, "dg: expected a tensor [B, T, H] because g or g_gamma is given");
-      check_dtype(check_rows(dg, "dg", {p.B, p.T, p.H}, qt, "q"), "dg", {AK_FLOAT32});
+      if (dg) check_dtype(check_rows(dg, "dg", {p.B, p.T, p.H}, qt, "q"), "dg", {AK_FLOAT32});
     } else {
       require(dg == nullptr, "dg: given, but g and g_gamma are NULL (pass NULL without a scalar decay)");
     }
