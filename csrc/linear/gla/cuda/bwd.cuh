@@ -348,9 +348,24 @@ __global__ void __launch_bounds__(kThreads, (GradLayout<KD, kChannel>::kMinBlock
       g[1] = x[1];
     });
   } else {
-    for_acc_pairs(aq, m0, nk0, lane, [&](int r, int cc, float* x) {
-      if (r < len && cc < p.K) atomicAdd(&rowsum[r], x[0] + x[1]);
-    });
+    // Row sums: a thread's two rows over its tiles, then over the row's four lanes, then one shared add
+    // from each of the row's two warps (two adds onto zero: the same sum in either order). Columns past
+    // K hold zeros (q and k are zero-filled there).
+    float lo = 0.f, hi = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < KD / 16; ++nt) {
+      lo += aq[0][nt][0] + aq[0][nt][1];
+      hi += aq[0][nt][2] + aq[0][nt][3];
+    }
+#pragma unroll
+    for (int m = 1; m <= 2; m <<= 1) {
+      lo += __shfl_xor_sync(0xffffffffu, lo, m);
+      hi += __shfl_xor_sync(0xffffffffu, hi, m);
+    }
+    if ((lane & 3) == 0) {
+      atomicAdd(&rowsum[m0 + (lane >> 2)], lo);
+      atomicAdd(&rowsum[m0 + (lane >> 2) + 8], hi);
+    }
     __syncthreads();
     if (tid < len) *p.dG.row(row, t0 + tid, h) = rowsum[tid];
   }
