@@ -51,18 +51,7 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
   if (Lay::kStages > 1 && chunks > 0) issue(chunks - 1, next);
   for (int c = chunks - 1; c >= 0; --c) {
     st.store16(p.dstates.at(first, n, c, h));
-    if (Lay::kStages == 1) {
-      issue(c, token);
-      cp_async_wait<0>();
-    } else {
-      token = next;
-      if (c > 0) {
-        issue(c - 1, next);
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-    }
+    ring_step<Lay::kStages>(c, c - 1, issue, token, next);
     T* Qs = reinterpret_cast<T*>(stage(c) + Lay::kRows);
     T* Os = reinterpret_cast<T*>(stage(c) + Lay::kVt);
     gate_cumsum_of<KD, kChannel>(gc, gs, token, tid);

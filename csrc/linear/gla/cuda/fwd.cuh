@@ -52,18 +52,7 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
   for (int c = 0; c < chunks; ++c) {
     if (p.states.p) st.store(p.states.at(first, n, c, h));
     if (p.states16.p) st.store16(p.states16.at(first, n, c, h));
-    if (Lay::kStages == 1) {
-      issue(c, token);
-      cp_async_wait<0>();
-    } else {
-      token = next;
-      if (c + 1 < chunks) {
-        issue(c + 1, next);
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-    }
+    ring_step<Lay::kStages>(c, c + 1 < chunks ? c + 1 : -1, issue, token, next);
     T* Ks = reinterpret_cast<T*>(stage(c) + Lay::kRows);
     T* Vs = reinterpret_cast<T*>(stage(c) + Lay::kVt);
     gate_cumsum_of<KD, kChannel>(gc, gs, token, tid);  // barrier inside

@@ -150,6 +150,26 @@ __device__ __forceinline__ void gate_cumsum(float* gc, float* gs, const Decays& 
   gate_cumsum_of<KD, kChannel>(gc, gs, token_decay(d, b, t0, len, h, tid), tid);
 }
 
+// One step of the state passes' chunk ring (FwdLayout::kStages): chunk c's tiles are ready when it
+// returns. One stage: c is loaded now (issue(c, token)). Two: c was issued a step earlier, its per-token
+// decay is taken from `next`, and `following` (the next chunk of the walk, -1 at its end) is issued
+// before the wait, into the other stage.
+template <int kStages, class Issue>
+__device__ __forceinline__ void ring_step(int c, int following, Issue&& issue, float& token, float& next) {
+  if constexpr (kStages == 1) {
+    issue(c, token);
+    cp_async_wait<0>();
+  } else {
+    token = next;
+    if (following >= 0) {
+      issue(following, next);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+  }
+}
+
 // The cumulated decay of row t, channel c (a scalar decay ignores c).
 template <int KD, bool kChannel>
 __device__ __forceinline__ float gc_at(const float* gc, int t, int c) {
