@@ -1,5 +1,6 @@
-// The chunked backward of the gated linear family, three kernels after the forward's state pass
-// (fwd.cuh with states_only, or the states the forward saved):
+// The chunked backward of the gated linear family, three kernels after the states are recomputed
+// (fwd.cuh, or for a scalar decay at K = V = 128 on Hopper the forward's split state kernel storing the
+// states alone) or given (the op classes' chunk states):
 //   dstates  a block per (sequence, value head, V tile) walks the chunks backwards with dS (the
 //            gradient of the state after the chunk) in registers: dS <- diag(exp(gL)) dS + Qg^T dO,
 //            storing each chunk's dS and finally d_initial_state;
