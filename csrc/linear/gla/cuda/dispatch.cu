@@ -82,17 +82,16 @@ void chunked_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   ak::cuda::launch_row<T>(plan.pass_row, "linear.gla.pass", sp, stream);
 }
 
-// The scalar-decay forward on the delta rule's split state kernel (planner: state_split): each chunk's
-// cumulated gates, then the state pass reading q, k and v where they are (TMA boxes on fixed-length
-// calls, cp.async on packed ones) and writing the output (normalised in the kernel with
-// AK_GLA_NORMALIZE), the final states with it.
-// The split state kernel's run over a call (pass_row; the scalar-decay policy): the gates' cumsum per
-// chunk, then the kernel reading q, k and v in place. o null: the states alone (the backward's
-// recompute), stored as 16-bit [H][chunks][K][V] into `save` when it is not null.
+// The delta rule's split state kernel run for the scalar-decay family (pass_row): each chunk's cumulated
+// gates, then the state pass reading q, k and v where they are (TMA boxes on fixed-length calls, cp.async
+// on packed ones), writing the output (normalised in the kernel with AK_GLA_NORMALIZE) and the final
+// states. Output null: the states alone (the backward's recompute), stored as 16-bit [H][chunks][K][V]
+// into `save` when it is not null.
 template <class T>
-void run_state_split(const DeltaProblem& p, const ChunkTables& tables, int pass_row, const ak_tensor* gk, const ak_tensor* g, const ak_tensor* gamma, const ak_tensor* q,
-                     const ak_tensor* k, const ak_tensor* v, const ak_tensor* output, const float* initial_state,
-                     float* final_state, double normalize_eps, T* save, cudaStream_t stream) {
+void run_state_split(const DeltaProblem& p, const ChunkTables& tables, int pass_row, const ak_tensor* gk,
+                     const ak_tensor* g, const ak_tensor* gamma, const ak_tensor* q, const ak_tensor* k,
+                     const ak_tensor* v, const ak_tensor* output, const float* initial_state, float* final_state,
+                     double normalize_eps, T* save, cudaStream_t stream) {
   const int H = static_cast<int>(p.H);
   ak::cuda::Scratch scratch(p.device_index, std::max<size_t>(1, static_cast<size_t>(tables.chunks) * H * kChunk) * 4);
   float* gc = scratch.as<float>();
@@ -135,6 +134,7 @@ void run_state_split(const DeltaProblem& p, const ChunkTables& tables, int pass_
   ak::cuda::launch_row<T>(pass_row, "linear.gla.pass", sa, stream);
 }
 
+// The forward on it (planner: state_split).
 template <class T>
 void state_split_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaStream_t stream) {
   ChunkTables tables(a.p, kChunk, stream, "chunked gated linear attention");
@@ -170,13 +170,12 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
 
   const Decays d = decays_of(a.gk, a.g, a.g_gamma);
   FinalStates final_states;
-  int bp_states_by_head = 0;  // the states' layout (Slots::by_head)
-  if (recompute && plan.state_split) {
+  const bool split_states = recompute && plan.state_split;  // stored by head (Slots::by_head)
+  if (split_states) {
     // The split state kernel, its output not stored: the states before every chunk as [H][chunks][K][V].
     run_state_split<T>(p, tables, plan.pass_row, a.gk, a.g, a.g_gamma, a.q, a.k, a.v, nullptr,
                        f32(a.initial_state), finals_buf, 0.0, states, stream);
     final_states = {finals_buf, static_cast<int64_t>(H) * K * V};
-    bp_states_by_head = chunks;
   } else if (recompute) {
     FwdParams<T> fp;
     fp.q = rows_in<T>(a.q);
@@ -211,7 +210,7 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   bp.ws_dk = ws_dk;
   bp.d = d;
   bp.map = tables.map;
-  bp.states = {states, H, K, V, bp_states_by_head};
+  bp.states = {states, H, K, V, split_states ? chunks : 0};
   bp.dstates = {dstates, H, K, V};
   bp.final_states = final_states;
   bp.d_final_state = f32(a.d_final_state);
