@@ -350,6 +350,21 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
     const int ow = wg - 1;  // this output warpgroup takes chunks ow, ow + kOut, ...
     // The plain policy without an output (the backward's recompute of the states) forms no output.
     const bool states_only = kPolicy == SplitPolicy::kPlain && p.o.p == nullptr;
+    // Saved for the backward: chunk c's 16-bit start state (Sb, published with FULL) and U, stored from
+    // slot s by one thread (the swizzled panels are the maps' boxes).
+    auto store_saved = [&](int c, int s) {
+      if (!save || wtid != 0) return;
+      const int gch = static_cast<int>(static_cast<int64_t>(h) * p.save_chunks + first + c);
+      store_panels<VT>(&tm_hs, sbase + Lay::kSb + s * Lay::kTileS, D, vt0, gch * D);
+      if constexpr (kDelta) store_panels<VT>(&tm_vs, sbase + Lay::kUb + s * Lay::kTileV, 64, vt0, gch * 64);
+    };
+    // Chunk c's q, k, Sb and Ub are no longer read: slot s may take chunk c + kSlots (not before the
+    // saved stores have read it).
+    auto release_slot = [&](int c, int s) {
+      if (save && wtid == 0) bulk_wait_read_all();
+      fence_proxy_async();  // the generic reads of the slot come before the next copies into it
+      if (c + kSlots < chunks) named_arrive(Bar::empty(s), 256);
+    };
     // ---------------- the output ----------------
     // Phases: 0 FULL wait, 1 issue of P and QS, 2 row factors, 3 P wait, 4 P scaling, QS wait and
     // scaling, 5 UB wait, 6 P U issue and wait + O to shared memory, 7 output stores.
@@ -363,13 +378,8 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       }
       if (states_only) {  // the chunk's start state stored, the slot handed back
         named_sync(Bar::ub(s), 256);
-        if (save && wtid == 0) {
-          const int gch = static_cast<int>(static_cast<int64_t>(h) * p.save_chunks + first + c);
-          store_panels<VT>(&tm_hs, sbase + Lay::kSb + s * Lay::kTileS, D, vt0, gch * D);
-          bulk_wait_read_all();
-        }
-        fence_proxy_async();
-        if (c + kSlots < chunks) named_arrive(Bar::empty(s), 256);
+        store_saved(c, s);
+        release_slot(c, s);
         continue;
       }
       const uint32_t sQ = sbase + Lay::kQ + s * Lay::kTileD;
@@ -393,14 +403,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
         normaliser_rows<T, D>(inv_den, pf, base + (sQ - sbase), z_slot(s), rq, gc, p.norm_eps, warp, g8, t4);
       }
       named_sync(Bar::ub(s), 256);  // UB[s]
-      // Saved for the backward: chunk c's 16-bit start state (Sb, published with FULL) and U, stored
-      // from their slots by one thread (the swizzled panels are the maps' boxes); slot s is not freed
-      // (EMPTY) before the stores have read it.
-      if (save && wtid == 0) {
-        const int gch = static_cast<int>(static_cast<int64_t>(h) * p.save_chunks + first + c);
-        store_panels<VT>(&tm_hs, sbase + Lay::kSb + s * Lay::kTileS, D, vt0, gch * D);
-        if constexpr (kDelta) store_panels<VT>(&tm_vs, sbase + Lay::kUb + s * Lay::kTileV, 64, vt0, gch * 64);
-      }
+      store_saved(c, s);
       {
         const uint64_t dub = make_desc_sw128(sbase + Lay::kUb + s * Lay::kTileV, 64 * 128, 1024);
         wgmma_fence();
@@ -434,10 +437,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
         const int e = wtid + 128 * x, r = e / kPieces, j = e % kPieces;
         piece[x] = *reinterpret_cast<const uint4*>(base + (so - sbase) + sw128_offset(64, r, 8 * j));
       }
-      // Chunk c's q, k, Sb and Ub are no longer read: slot s may take chunk c + kSlots.
-      if (save && wtid == 0) bulk_wait_read_all();
-      fence_proxy_async();  // the generic reads of the slot come before the next copies into it
-      if (c + kSlots < chunks) named_arrive(Bar::empty(s), 256);
+      release_slot(c, s);
 #pragma unroll
       for (int x = 0; x < kPasses; ++x) {
         const int e = wtid + 128 * x, r = e / kPieces, j = e % kPieces;
