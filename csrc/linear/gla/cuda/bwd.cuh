@@ -38,23 +38,15 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
   zero_acc(S);
   const StateTile<KD> st{S, sr0, sc0, lane, p.K, p.V, v0};
   if (p.d_final_state) st.load(p.d_final_state + (static_cast<int64_t>(n) * p.H + h) * KV);
-  // Chunk c's q rows and dO tile go to stage c % kStages (the walk is backwards: c, then c - 1).
-  auto stage = [&](int c) { return smem + (c % Lay::kStages) * Lay::kStage; };
-  auto issue = [&](int c, float& token) {
-    const int t0 = begin + c * kChunk, len = min(kChunk, end - t0);
-    load_rows<T, KD>(reinterpret_cast<T*>(stage(c) + Lay::kRows), p.q, row, t0, len, hk, p.K, tid);
-    load_vtile<T>(reinterpret_cast<T*>(stage(c) + Lay::kVt), p.dout, row, t0, len, h, v0, p.V, tid);
-    if constexpr (kChannel) load_gk<KD>(gc, p.d, row, t0, len, h, p.K, tid);
-    cp_async_commit();
-    token = token_decay(p.d, row, t0, len, h, tid);
-  };
+  // The walk is backwards: chunk c, then c - 1.
+  const ChunkRing<T, KD, kChannel> ring{smem, p.q, p.dout, p.d, gc, row, begin, end, hk, h, v0, p.K, p.V, tid};
   float token = 0.f, next = 0.f;
-  if (Lay::kStages > 1 && chunks > 0) issue(chunks - 1, next);
+  ring.start(chunks - 1, next);
   for (int c = chunks - 1; c >= 0; --c) {
     st.store16(p.dstates.at(first, n, c, h));
-    ring_step<Lay::kStages>(c, c - 1, issue, token, next);
-    T* Qs = reinterpret_cast<T*>(stage(c) + Lay::kRows);
-    T* Os = reinterpret_cast<T*>(stage(c) + Lay::kVt);
+    ring.step(c, c - 1, token, next);
+    T* Qs = ring.rows(c);
+    T* Os = ring.tile(c);
     gate_cumsum_of<KD, kChannel>(gc, gs, token, tid);
     for (int e = tid; e < kChunk * (KD / 2); e += kThreads) {
       const int r = e / (KD / 2), cc = (e - r * (KD / 2)) * 2;

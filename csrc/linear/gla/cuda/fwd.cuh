@@ -37,24 +37,15 @@ __global__ void __launch_bounds__(kThreads, (FwdLayout<KD, kChannel>::kMinBlocks
   const StateTile<KD> st{S, ST::row0(warp), ST::col0(warp), lane, p.K, p.V, v0};
   if (p.initial_state) st.load(p.initial_state + (static_cast<int64_t>(n) * p.H + h) * KV);
 
-  // Chunk c's k rows and V tile go to stage c % kStages; its per-token decay to a register.
-  auto stage = [&](int c) { return smem + (c % Lay::kStages) * Lay::kStage; };
-  auto issue = [&](int c, float& token) {
-    const int t0 = begin + c * kChunk, len = min(kChunk, end - t0);
-    load_rows<T, KD>(reinterpret_cast<T*>(stage(c) + Lay::kRows), p.k, row, t0, len, hk, p.K, tid);
-    load_vtile<T>(reinterpret_cast<T*>(stage(c) + Lay::kVt), p.v, row, t0, len, h, v0, p.V, tid);
-    if constexpr (kChannel) load_gk<KD>(gc, p.d, row, t0, len, h, p.K, tid);
-    cp_async_commit();
-    token = token_decay(p.d, row, t0, len, h, tid);
-  };
+  const ChunkRing<T, KD, kChannel> ring{smem, p.k, p.v, p.d, gc, row, begin, end, hk, h, v0, p.K, p.V, tid};
   float token = 0.f, next = 0.f;
-  if (Lay::kStages > 1 && chunks > 0) issue(0, next);
+  ring.start(chunks > 0 ? 0 : -1, next);
   for (int c = 0; c < chunks; ++c) {
     if (p.states.p) st.store(p.states.at(first, n, c, h));
     if (p.states16.p) st.store16(p.states16.at(first, n, c, h));
-    ring_step<Lay::kStages>(c, c + 1 < chunks ? c + 1 : -1, issue, token, next);
-    T* Ks = reinterpret_cast<T*>(stage(c) + Lay::kRows);
-    T* Vs = reinterpret_cast<T*>(stage(c) + Lay::kVt);
+    ring.step(c, c + 1 < chunks ? c + 1 : -1, token, next);
+    T* Ks = ring.rows(c);
+    T* Vs = ring.tile(c);
     gate_cumsum_of<KD, kChannel>(gc, gs, token, tid);  // barrier inside
     // K -> K exp(gL - gc).
     for (int e = tid; e < kChunk * (KD / 2); e += kThreads) {

@@ -150,25 +150,54 @@ __device__ __forceinline__ void gate_cumsum(float* gc, float* gs, const Decays& 
   gate_cumsum_of<KD, kChannel>(gc, gs, token_decay(d, b, t0, len, h, tid), tid);
 }
 
-// One step of the state passes' chunk ring (FwdLayout::kStages): chunk c's tiles are ready when it
-// returns. One stage: c is loaded now (issue(c, token)). Two: c was issued a step earlier, its per-token
-// decay is taken from `next`, and `following` (the next chunk of the walk, -1 at its end) is issued
-// before the wait, into the other stage.
-template <int kStages, class Issue>
-__device__ __forceinline__ void ring_step(int c, int following, Issue&& issue, float& token, float& next) {
-  if constexpr (kStages == 1) {
-    issue(c, token);
-    cp_async_wait<0>();
-  } else {
-    token = next;
-    if (following >= 0) {
-      issue(following, next);
-      cp_async_wait<1>();
-    } else {
+// The state passes' chunk ring (FwdLayout's stages): chunk c's rows (k for the states, q for dstates)
+// and V tile (v, or dO) of one sequence, value head and V tile go to stage c % kStages, its per-token decay
+// to a register (per key channel: the raw gates into gc). With two stages the walk's next chunk is in
+// flight while this one's products run.
+template <class T, int KD, bool kChannel>
+struct ChunkRing {
+  using Lay = FwdLayout<KD, kChannel>;
+  unsigned char* smem;
+  Rows<const T> rows_src, tile_src;
+  const Decays& d;
+  float* gc;
+  int row, begin, end, hk, h, v0, K, V, tid;
+
+  __device__ unsigned char* stage(int c) const { return smem + (c % Lay::kStages) * Lay::kStage; }
+  __device__ T* rows(int c) const { return reinterpret_cast<T*>(stage(c) + Lay::kRows); }
+  __device__ T* tile(int c) const { return reinterpret_cast<T*>(stage(c) + Lay::kVt); }
+
+  // Starts chunk c's loads (one cp.async group) and reads its per-token decay into `token`.
+  __device__ void issue(int c, float& token) const {
+    const int t0 = begin + c * kChunk, len = min(kChunk, end - t0);
+    load_rows<T, KD>(rows(c), rows_src, row, t0, len, hk, K, tid);
+    load_vtile<T>(tile(c), tile_src, row, t0, len, h, v0, V, tid);
+    if constexpr (kChannel) load_gk<KD>(gc, d, row, t0, len, h, K, tid);
+    cp_async_commit();
+    token = token_decay(d, row, t0, len, h, tid);
+  }
+  // Before the walk: with two stages, its first chunk's loads.
+  __device__ void start(int first, float& next) const {
+    if (Lay::kStages > 1 && first >= 0) issue(first, next);
+  }
+  // Chunk c's tiles are ready when this returns. One stage: c is loaded now. Two: c was issued a step
+  // earlier (its decay taken from `next`), and `following` (the walk's next chunk, -1 at its end) is
+  // issued into the other stage before the wait.
+  __device__ void step(int c, int following, float& token, float& next) const {
+    if constexpr (Lay::kStages == 1) {
+      issue(c, token);
       cp_async_wait<0>();
+    } else {
+      token = next;
+      if (following >= 0) {
+        issue(following, next);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
     }
   }
-}
+};
 
 // The cumulated decay of row t, channel c (a scalar decay ignores c).
 template <int KD, bool kChannel>
