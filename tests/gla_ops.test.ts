@@ -2,7 +2,8 @@
 // chunkLinearAttn and their backward functions) against the float64 oracle on fresh random inputs,
 // every result written into NaN-poisoned buffers first: outputs, final states and all gradients,
 // across dtypes and edge shapes (T = 1, T not a multiple of 64, packed with empty and one-token
-// sequences, odd head counts, grouped heads, K != V, head dims 40/64/128/256, gate spikes of -20
+// sequences, odd head counts, grouped heads, K != V, head dims 40/64/128/136/192/200/256 (the backward
+// above 128 key columns by key pieces on CUDA), gate spikes of -20
 // and decays near 0).
 //
 // Tolerance rule (relative RMS, see tests/gla_ops_fixtures.ts): float32 5e-5 (outputs, states),
@@ -11,7 +12,7 @@
 // reverse cumsum of q dq - k dk, terms that largely cancel). dgGamma in 16 bits, a sum over tokens of
 // per-token gradients that largely cancel: |error| <= 0.08 * sum over tokens of |dg_t| (per head).
 import assert from "node:assert/strict";
-import type { Device, DType } from "../mod.ts";
+import { type Device, type DType, explain } from "../mod.ts";
 import { deviceTest, withSeed } from "./helpers.ts";
 import { expectClose, GlaCase, type GlaSpec, host, leadingRows, tol } from "./gla_ops_fixtures.ts";
 
@@ -126,6 +127,39 @@ deviceTest(
       ] as const)[i];
       const dtype = (["float32", "bfloat16", "float16", "float32", "bfloat16", "float32"] as const)[i];
       await withSeed((seed) => checkCase(device, { ...shape, fn, dtype }, seed));
+    }
+  },
+);
+
+deviceTest(
+  "gla functions: the backward above 128 key columns (on CUDA by pieces of key columns, sums of dv and dg)",
+  async (device) => {
+    const specs: [GlaSpec, number][] = [
+      [{ fn: "chunkGla", B: 2, T: 150, H: 2, K: 256, V: 72, dtype: "bfloat16", spikes: true }, 2],
+      [{
+        fn: "chunkSimpleGla",
+        B: 1,
+        T: 200,
+        H: 3,
+        HK: 1,
+        K: 192,
+        V: 64,
+        dtype: "float16",
+        gGamma: true,
+        cuSeqlens: [0, 70, 70, 71, 190],
+      }, 2],
+      [{ fn: "chunkRetention", B: 1, T: 100, H: 2, K: 136, V: 128, dtype: "bfloat16" }, 2],
+      [{ fn: "chunkGla", B: 1, T: 65, H: 1, K: 200, V: 32, dtype: "float16", initialState: false }, 2],
+    ];
+    for (const [spec, pieces] of specs) {
+      if (device === "cuda") {
+        const { K: k, V: v } = spec;
+        const dtype = spec.dtype as "bfloat16" | "float16";
+        const plan = explain({ op: "linear.gla.bwd", device, dtype, k, v, channel: spec.fn === "chunkGla" });
+        assert.equal(plan.path, "chunked");
+        assert.equal(Number(plan.details.key_pieces), pieces, JSON.stringify(spec));
+      }
+      await withSeed((seed) => checkCase(device, spec, seed));
     }
   },
 );

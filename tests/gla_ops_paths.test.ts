@@ -197,9 +197,11 @@ deviceTest("gla paths: decode stepped T times equals the recurrence", async (dev
 });
 
 deviceTest("gla paths: GLAFwdOp chunk states and GLABwdOp reading them", async (device) => {
-  for (const dtype of ["float32", "bfloat16"] as const) {
+  // The last case reads 256-column chunk states by key pieces on CUDA.
+  const cases = [["float32", 32, 16], ["bfloat16", 32, 16], ["bfloat16", 256, 24]] as const;
+  for (const [dtype, K, V] of cases) {
     await withSeed((seed) => {
-      const spec = { fn: "chunkGla" as const, B: 2, T: 130, H: 2, HK: 1, K: 32, V: 16, dtype };
+      const spec = { fn: "chunkGla" as const, B: 2, T: 130, H: 2, HK: 1, K, V, dtype };
       using c = new GlaCase(device, spec, seed);
       const t = tol(dtype);
       const ref = c.reference();
@@ -215,7 +217,7 @@ deviceTest("gla paths: GLAFwdOp chunk states and GLABwdOp reading them", async (
       using r = fwd.forward(c.q, c.k, c.v, c.gk!, c.initialState);
       expectClose(r.output, ref.output, t.output, "GLAFwdOp output");
       expectClose(r.finalState, ref.finalState, t.state, "GLAFwdOp final state");
-      assert.deepEqual(r.chunkStates.shape, [2, 4, 2, 32, 16]);
+      assert.deepEqual(r.chunkStates.shape, [2, 4, 2, K, V]);
       using permuted = r.chunkStates.permute([0, 2, 1, 3, 4]); // oracle: [N, H, C, K, V]
       expectClose(permuted, checkpoints, t.state, "GLAFwdOp chunk states");
       const { dOutput, dFinalState } = c.cotangents(seed);

@@ -78,13 +78,37 @@ Deno.test("gla planner: a scalar decay at K = V = 128 on Hopper takes the split 
   }
 });
 
+Deno.test("gla planner: the backward above 128 key columns runs the chunked kernels by key pieces", () => {
+  // Equal pieces of at most 128 columns, each a multiple of 8; the plan names the first piece's kernels.
+  const cases: [number, boolean, number, string][] = [
+    [256, true, 2, "channel<bfloat16, D128>"],
+    [192, false, 2, "scalar<bfloat16, D128>"],
+    [136, true, 2, "channel<bfloat16, D128>"],
+    [200, false, 2, "scalar<bfloat16, D128>"],
+  ];
+  for (const [k, channel, pieces, kernel] of cases) {
+    const plan = explain({ op: "linear.gla.bwd", gpu: "h200", k, v: 64, channel });
+    assert.equal(plan.path, "chunked", `k ${k}`);
+    assert.equal(Number(plan.details.key_pieces), pieces, `k ${k}`);
+    assert.deepEqual(names(plan), [
+      `linear.gla.states.${kernel}`,
+      `linear.gla.dstates.${kernel}`,
+      `linear.gla.grads.${kernel}`,
+    ], `k ${k}`);
+  }
+  // At most 128 columns: one run, no pieces; what the kernels refuse stays refused at any width.
+  assert.equal(explain({ op: "linear.gla.bwd", gpu: "h200", k: 128 }).details.key_pieces, undefined);
+  const wide32 = explain({ op: "linear.gla.bwd", gpu: "h200", k: 256, dtype: "float32" });
+  assert.equal(wide32.path, "general");
+  assert.match(String(wide32.details.why), /float32/);
+});
+
 Deno.test("gla planner: the general path, with the reason, for what the chunked kernels cannot take", () => {
   const cases: [Parameters<typeof explain>[0], RegExp][] = [
     [{ op: "linear.gla.fwd", gpu: "h200", dtype: "float32" }, /float32/],
     [{ op: "linear.gla.fwd", gpu: "h200", k: 36 }, /multiple of 8/],
     [{ op: "linear.gla.fwd", gpu: "h200", aligned: false }, /aligned/],
     [{ op: "linear.gla.fwd", gpu: "h200", recurrent: true }, /token-by-token/],
-    [{ op: "linear.gla.bwd", gpu: "h200", k: 256 }, /K > 128/],
     // K = 256: the prep kernel's 174 KiB of shared memory is more than an A100 block may take.
     [{ op: "linear.gla.fwd", gpu: "a100", k: 256 }, /shared memory/],
   ];

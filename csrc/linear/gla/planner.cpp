@@ -1,5 +1,7 @@
 #include "linear/gla/planner.h"
 
+#include <algorithm>
+
 #include "core/common.h"
 #include "linear/gla/layouts.h"
 
@@ -106,10 +108,25 @@ GlaChoice plan_gla_fwd(const GlaShape& s, const registry::Caps& caps) {
   return c;
 }
 
+int key_piece_width(int64_t K) {
+  const int64_t count = (K + kBwdMaxKey - 1) / kBwdMaxKey;
+  return static_cast<int>(std::min<int64_t>(kBwdMaxKey, 8 * ((K + 8 * count - 1) / (8 * count))));
+}
+
 GlaChoice plan_gla_bwd(const GlaShape& s, const registry::Caps& caps) {
+  if (s.K > kBwdMaxKey && refusal(s).empty()) {
+    // The chunk kernels hold K <= 128 in shared memory, and the recurrence is separable over key
+    // channels: each channel's row of the state decays and grows on its own, the output and dv are sums
+    // over the channels. So the backward runs once per piece of key columns (planned as that piece).
+    GlaShape piece = s;
+    piece.K = key_piece_width(s.K);
+    GlaChoice c = plan_gla_bwd(piece, caps);
+    c.key_pieces = static_cast<int>((s.K + piece.K - 1) / piece.K);
+    if (c.chunked) c.plan.detail("key_pieces", c.key_pieces);
+    return c;
+  }
   GlaChoice c = start("linear.gla.bwd", s);
-  std::string why = refusal(s);
-  if (why.empty() && s.K > 128) why = "K > 128 (the backward's chunk kernel holds K <= 128 in shared memory)";
+  const std::string why = refusal(s);
   if (!why.empty()) return general(c, why), c;
   c.states_row = row_of(caps, "linear.gla.states", s, c.kd, states_smem(c.kd, s.channel));
   c.dstates_row = row_of(caps, "linear.gla.dstates", s, c.kd, states_smem(c.kd, s.channel));

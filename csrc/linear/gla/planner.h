@@ -33,7 +33,13 @@ struct GlaChoice {
   // recomputed by the same (its output not stored)
   bool state_split = false;
   int states_row = -1, dstates_row = -1, grads_row = -1;  // backward
+  int key_pieces = 1;  // backward at K > kBwdMaxKey: one run per piece of key_piece_width(K) columns
 };
+
+// The backward's chunk kernels take at most this many key columns; wider calls run by pieces.
+constexpr int kBwdMaxKey = 128;
+// Columns of each key piece but the last (equal widths, multiples of 8, at most kBwdMaxKey).
+int key_piece_width(int64_t K);
 
 GlaChoice plan_gla_fwd(const GlaShape& s, const registry::Caps& caps);
 GlaChoice plan_gla_bwd(const GlaShape& s, const registry::Caps& caps);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/plan.h"
 #include "cuda/backend.h"
@@ -249,6 +250,121 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   }
 }
 
+// Columns [first, first + width) of the last dim of t (a view with t's strides); null stays null.
+ak_tensor last_dim_view(const ak_tensor* t, int64_t first, int64_t width) {
+  ak_tensor v = *t;
+  v.data = static_cast<unsigned char*>(t->data) + first * t->strides[t->rank - 1] * dtype_size(t->dtype);
+  v.shape[t->rank - 1] = width;
+  return v;
+}
+
+// A contiguous tensor [B, T, heads, W] (or [B, T, heads] with W = 0) over `data`, on t's device.
+ak_tensor contiguous_rows(void* data, int32_t dtype, const ak_tensor& like, int64_t B, int64_t T, int64_t heads,
+                     int64_t W) {
+  ak_tensor v = like;
+  v.data = data;
+  v.dtype = dtype;
+  v.rank = W > 0 ? 4 : 3;
+  const int64_t shape[4] = {B, T, heads, W};
+  int64_t stride = 1;
+  for (int i = v.rank - 1; i >= 0; --i) {
+    v.shape[i] = shape[i];
+    v.strides[i] = stride;
+    stride *= shape[i];
+  }
+  return v;
+}
+
+// Key columns [first, first + width) of `rows` contiguous fp32 states [.., K, V], copied between the
+// whole call's states and a piece's [.., width, V] (gather: whole -> piece; else piece -> whole).
+void copy_state_columns(float* whole, float* piece, int64_t rows, int64_t K, int64_t V, int64_t first,
+                        int64_t width, bool gather, cudaStream_t stream) {
+  if (rows == 0) return;
+  const size_t piece_row = static_cast<size_t>(width * V) * sizeof(float);
+  const size_t whole_row = static_cast<size_t>(K * V) * sizeof(float);
+  float* at = whole + first * V;
+  AK_CUDA_CHECK(gather ? cudaMemcpy2DAsync(piece, piece_row, at, whole_row, piece_row, rows,
+                                           cudaMemcpyDeviceToDevice, stream)
+                       : cudaMemcpy2DAsync(at, whole_row, piece, piece_row, piece_row, rows,
+                                           cudaMemcpyDeviceToDevice, stream));
+}
+
+// The backward at K above the chunk kernels' (planner: key_pieces): one chunked backward per piece of key
+// columns, on views of q, k, gk and their gradients, with each piece's columns of the states gathered
+// (and of the initial state's gradient scattered back); dv, and a per-token decay's gradient, are the
+// sums over the pieces (fp32, rounded once).
+template <class T>
+void chunked_bwd_by_key_pieces(const GlaBwd& a, const gla_planning::GlaShape& shape, int pieces,
+                               const registry::Caps& caps, cudaStream_t stream) {
+  const DeltaProblem& p = a.p;
+  const int64_t K = p.K, V = p.V, width = gla_planning::key_piece_width(K);
+  std::vector<gla_planning::GlaChoice> plans;
+  for (int i = 0; i < pieces; ++i) {
+    gla_planning::GlaShape s = shape;
+    s.K = std::min(width, K - i * width);
+    plans.push_back(gla_planning::plan_gla_bwd(s, caps));
+    require(plans.back().chunked, "gla backward: a key piece has no chunked plan");
+  }
+  const int64_t NT = (p.T + kChunk - 1) / kChunk;
+  const int64_t state_rows = p.N * p.H, chunk_rows = a.chunk_states ? p.B * (NT + 1) * p.H : 0;
+  const int64_t dv_count = p.B * p.T * p.H * V, dg_count = a.dg ? p.B * p.T * p.H : 0;
+  const int64_t piece_state = state_rows * width * V;
+  // fp32: dv's sum, a piece's dg, initial state, final state's gradient, initial state's gradient,
+  // chunk states; then a piece's dv in T.
+  const int64_t f32_count = dv_count + dg_count + 3 * piece_state + chunk_rows * width * V;
+  const size_t f32_bytes = (static_cast<size_t>(f32_count) * sizeof(float) + 255) / 256 * 256;
+  ak::cuda::Scratch scratch(p.device_index, f32_bytes + static_cast<size_t>(dv_count) * sizeof(T) + 256);
+  float* dv_sum = scratch.as<float>();
+  float* dg_piece = dv_sum + dv_count;
+  float* h0 = dg_piece + dg_count;
+  float* dht = h0 + piece_state;
+  float* dh0 = dht + piece_state;
+  float* chunk_states = dh0 + piece_state;
+  T* dv_piece = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(dv_sum) + f32_bytes);
+  const ak_tensor dv_rows = contiguous_rows(dv_piece, p.dtype, *a.q, p.B, p.T, p.H, V);
+  const ak_tensor dg_rows = contiguous_rows(dg_piece, AK_FLOAT32, *a.q, p.B, p.T, p.H, 0);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((dv_count + 255) / 256, 65535));
+  for (int i = 0; i < pieces; ++i) {
+    const int64_t first = i * width, w = std::min(width, K - first);
+    const ak_tensor q = last_dim_view(a.q, first, w), k = last_dim_view(a.k, first, w);
+    const ak_tensor dq = last_dim_view(a.dq, first, w), dk = last_dim_view(a.dk, first, w);
+    ak_tensor gk, dgk, h0_t, dht_t, dh0_t, chunks_t;
+    GlaBwd b = a;
+    b.p.K = w;
+    b.q = &q, b.k = &k, b.dq = &dq, b.dk = &dk, b.dv = &dv_rows;
+    if (a.gk) gk = last_dim_view(a.gk, first, w), dgk = last_dim_view(a.dgk, first, w), b.gk = &gk, b.dgk = &dgk;
+    if (a.dg && i > 0) b.dg = &dg_rows;
+    const auto piece_of = [&](const ak_tensor* whole, float* buf, ak_tensor& view, int64_t rows, bool gather) {
+      if (whole == nullptr) return static_cast<const ak_tensor*>(nullptr);
+      view = *whole;
+      view.data = buf;
+      view.shape[whole->rank - 2] = w;
+      int64_t stride = 1;
+      for (int d = whole->rank - 1; d >= 0; --d) view.strides[d] = stride, stride *= view.shape[d];
+      if (gather) copy_state_columns(f32(whole), buf, rows, K, V, first, w, true, stream);
+      return static_cast<const ak_tensor*>(&view);
+    };
+    b.initial_state = piece_of(a.initial_state, h0, h0_t, state_rows, true);
+    b.d_final_state = piece_of(a.d_final_state, dht, dht_t, state_rows, true);
+    b.d_initial_state = piece_of(a.d_initial_state, dh0, dh0_t, state_rows, false);
+    b.chunk_states = piece_of(a.chunk_states, chunk_states, chunks_t, chunk_rows, true);
+    chunked_bwd<T>(b, plans[i], stream);
+    gla_accumulate_kernel<T><<<blocks, 256, 0, stream>>>(dv_sum, dv_piece, dv_count, i == 0);
+    if (b.dg == &dg_rows) {
+      const unsigned dg_blocks = static_cast<unsigned>(std::min<int64_t>((dg_count + 255) / 256, 65535));
+      gla_add_scalars_kernel<float><<<dg_blocks, 256, 0, stream>>>(rows_out<float>(a.dg), dg_piece,
+                                                                   static_cast<int>(p.B), static_cast<int>(p.T),
+                                                                   static_cast<int>(p.H));
+    }
+    ak::cuda::check_launch("gla key pieces' sums");
+    if (a.d_initial_state) copy_state_columns(f32(a.d_initial_state), dh0, state_rows, K, V, first, w, false, stream);
+  }
+  gla_convert_rows_kernel<T><<<blocks, 256, 0, stream>>>(dv_sum, rows_out<T>(a.dv), static_cast<int>(p.B),
+                                                         static_cast<int>(p.T), static_cast<int>(p.H),
+                                                         static_cast<int>(V));
+  ak::cuda::check_launch("gla_convert_rows_kernel");
+}
+
 // The general path: the CPU backend on host copies (inputs read, the written part of each output
 // copied back).
 void general_fwd(const GlaFwd& a) {
@@ -311,6 +427,11 @@ void gla_bwd(const GlaBwd& a) {
   const gla_planning::GlaChoice plan = gla_planning::plan_gla_bwd(shape, ak::cuda::caps(p.device_index));
   plan::set_last(plan.plan);
   if (!plan.chunked) return general_bwd(a);
+  if (plan.key_pieces > 1) {
+    const registry::Caps caps = ak::cuda::caps(p.device_index);
+    if (p.dtype == AK_BFLOAT16) return chunked_bwd_by_key_pieces<__nv_bfloat16>(a, shape, plan.key_pieces, caps, stream);
+    return chunked_bwd_by_key_pieces<__half>(a, shape, plan.key_pieces, caps, stream);
+  }
   if (p.dtype == AK_BFLOAT16) return chunked_bwd<__nv_bfloat16>(a, plan, stream);
   return chunked_bwd<__half>(a, plan, stream);
 }

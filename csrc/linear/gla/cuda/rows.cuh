@@ -1,5 +1,6 @@
 // Row kernels of the linear backwards' dispatch: zeroing the gradient rows of tokens past the last packed
-// sequence, and converting grouped heads' fp32 sums into the strided 16-bit output.
+// sequence, converting grouped heads' fp32 sums into the strided 16-bit output, and summing the
+// gradients of a backward run by key pieces.
 #pragma once
 
 #include "arch/sm80.cuh"
@@ -33,6 +34,28 @@ __global__ void gla_convert_rows_kernel(const float* src, Rows<T> dst, int B, in
     const int64_t bt = r / heads;
     const int t = static_cast<int>(bt % T_), b = static_cast<int>(bt / T_);
     dst.row(b, t, hh)[c] = from_float<T>(src[e]);
+  }
+}
+
+// acc = (first ? 0 : acc) + piece over `count` contiguous elements: the value gradients of a backward run
+// by key pieces, summed in fp32 (converted once at the end by gla_convert_rows_kernel).
+template <class T>
+__global__ void gla_accumulate_kernel(float* acc, const T* piece, int64_t count, bool first) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < count;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    acc[e] = (first ? 0.f : acc[e]) + to_float(piece[e]);
+  }
+}
+
+// dst[b, t, h] += src[(b * T + t) * heads + h]: a per-token decay's gradient summed over the key pieces.
+template <class F>
+__global__ void gla_add_scalars_kernel(Rows<F> dst, const F* src, int B, int T_, int heads) {
+  const int64_t total = static_cast<int64_t>(B) * T_ * heads;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int hh = static_cast<int>(e % heads);
+    const int64_t bt = e / heads;
+    *dst.row(bt / T_, bt % T_, hh) += src[e];
   }
 }
 
