@@ -6,6 +6,7 @@ gla_side_by_side.ts draws it), and times with triton.testing.do_bench medians af
 that absorbs FLA's autotuning:
   - gla: chunk_gla, forward and forward + backward;
   - linear: chunk_linear_attn (normalize=False), forward and forward + backward;
+  - linear_normalized: chunk_linear_attn (normalize=True, its default), forward and forward + backward;
   - feature: elu(x) + 1 applied to q and k in PyTorch, then chunk_linear_attn (normalize=True), the
     feature map's own time included, forward and forward + backward.
 Timings are written to <out>/fla_gla_timings.json after every op, so a run cut short keeps what it
@@ -113,6 +114,12 @@ def main():
             rec = entry.setdefault("chunk_linear_attn", {})
             time_op(lambda q_, k_, v_: chunk_linear_attn(q_, k_, v_, normalize=False)[0], [q, k, v], do, args, rec)
             print(name, "chunk_linear_attn", rec, flush=True)
+            with open(path, "w") as f:
+                json.dump(timings, f, indent=1)
+        if "linear_normalized" in ops:
+            rec = entry.setdefault("chunk_linear_attn(normalize=True)", {})
+            time_op(lambda q_, k_, v_: chunk_linear_attn(q_, k_, v_, normalize=True)[0], [q, k, v], do, args, rec)
+            print(name, "chunk_linear_attn(normalize=True)", rec, flush=True)
             with open(path, "w") as f:
                 json.dump(timings, f, indent=1)
         if "feature" in ops:

@@ -49,12 +49,29 @@ const SHAPES: [number, number, number, number][] = [
 ];
 const C = 64;
 
-/** FLA on this H200 (ANCHORS.md, 2026-11-29). */
+/**
+ * FLA on this H200: ANCHORS.md (2026-11-29), and where marked "(FLA 0.5.2 run)" FLA's own times from
+ * bench/fla_gla.py on 2026-12-04 (bench/results/fla/2026-12-04_*.json). ANCHORS.md's chunk_linear_attn
+ * is its default call, normalize=True; the plain linear attention is compared with normalize=False.
+ */
 const ANCHOR: Record<string, Record<string, { fwd?: number; fwdbwd?: number; name: string }>> = {
-  gla: { B4_T2048_H16_D128: { fwd: 0.821, fwdbwd: 2.179, name: "fla.chunk_gla" } },
+  gla: {
+    B4_T2048_H16_D128: { fwd: 0.821, fwdbwd: 2.179, name: "fla.chunk_gla" },
+    B1_T8192_H96_D128: { fwd: 2.047, fwdbwd: 8.835, name: "fla.chunk_gla (FLA 0.5.2 run)" },
+    B2_T16384_H16_D128: { fwd: 1.563, fwdbwd: 6.505, name: "fla.chunk_gla (FLA 0.5.2 run)" },
+  },
   simple: { B4_T4096_H64_D128: { fwd: 0.848, name: "fla.chunk_simple_gla" } },
   retention: { B4_T4096_H64_D128: { fwd: 1.186, fwdbwd: 3.833, name: "fla.chunk_retention" } },
-  linear: { B4_T4096_H64_D128: { fwd: 1.739, fwdbwd: 6.439, name: "fla.chunk_linear_attn" } },
+  linear: {
+    B4_T4096_H64_D128: {
+      fwd: 0.732,
+      fwdbwd: 3.375,
+      name: "fla.chunk_linear_attn(normalize=False) (FLA 0.5.2 run)",
+    },
+  },
+  linear_normalized: {
+    B4_T4096_H64_D128: { fwd: 1.739, fwdbwd: 6.439, name: "fla.chunk_linear_attn(normalize=True)" },
+  },
   feature: {
     B4_T4096_H64_D128: { fwd: 1.739, fwdbwd: 6.439, name: "fla.chunk_linear_attn (feature map outside)" },
   },
@@ -122,7 +139,7 @@ function record(
       dtype: "bfloat16",
       mode,
       ms: null,
-      ref: `${anchor?.name ?? name} (ANCHORS.md)`,
+      ref: anchor?.name.endsWith(" run)") ? anchor.name : `${anchor?.name ?? name} (ANCHORS.md)`,
       ref_ms: ref,
       speedup: null,
       tflops: null,
@@ -212,19 +229,15 @@ for (const [b, t, h, d] of SHAPES) {
       d,
       () => chunkLinearAttn(q, k, v, { layout }),
     );
-    // With the normaliser in the kernel (no FLA time: the comparison above is FLA's normalize=False);
-    // its backward composes float32 calls on the general path and is not timed.
     record(
       "chunkLinearAttn(normalize)",
       "linear_normalized",
-      "-",
+      "fla.chunk_linear_attn(normalize=True)",
       b,
       t,
       h,
       d,
       () => chunkLinearAttn(q, k, v, { layout, normalize: true }),
-      undefined,
-      ["fwd"],
     );
   }
   if (OPS.has("feature") && big) {

@@ -12,7 +12,7 @@
 // reverse cumsum of q dq - k dk, terms that largely cancel). dgGamma in 16 bits, a sum over tokens of
 // per-token gradients that largely cancel: |error| <= 0.08 * sum over tokens of |dg_t| (per head).
 import assert from "node:assert/strict";
-import { type Device, type DType, explain } from "../mod.ts";
+import { type Device, type DType, explain, lastPlan } from "../mod.ts";
 import { deviceTest, withSeed } from "./helpers.ts";
 import { expectClose, GlaCase, type GlaSpec, host, leadingRows, tol } from "./gla_ops_fixtures.ts";
 
@@ -73,6 +73,9 @@ function checkCase(device: Device, spec: GlaSpec, seed: number): void {
   }
 }
 
+/** A fixed seed for a case that only checks which path ran. */
+const seed0 = (spec: GlaSpec) => spec.T * 31 + spec.V;
+
 const FNS = ["chunkGla", "recurrentGla", "chunkSimpleGla", "chunkRetention", "chunkLinearAttn"] as const;
 const DTYPES: DType[] = ["float32", "bfloat16", "float16"];
 
@@ -102,6 +105,37 @@ deviceTest(
       { fn: "chunkLinearAttn", B: 1, T: 50, H: 2, K: 16, V: 16, dtype: "float32", normalize: false },
     ];
     for (const spec of specs) await withSeed((seed) => checkCase(device, spec, seed));
+  },
+);
+
+deviceTest(
+  "gla functions: linear attention normalised over ones columns (float16 queries scaled, value pieces)",
+  async (device) => {
+    // On CUDA the split kernel divides only at bfloat16, K = V = 128: these run the chunk kernels over
+    // [v | 1 | 1 | 0 ...] (V above 248 in two pieces), forward and backward.
+    const specs: GlaSpec[] = [
+      { fn: "chunkLinearAttn", B: 1, T: 200, H: 2, K: 64, V: 64, dtype: "float16", normalize: true },
+      {
+        fn: "chunkLinearAttn",
+        B: 1,
+        T: 220,
+        H: 4,
+        HK: 2,
+        K: 64,
+        V: 40,
+        dtype: "bfloat16",
+        normalize: true,
+        cuSeqlens: [0, 1, 1, 130, 200],
+      },
+      { fn: "chunkLinearAttn", B: 2, T: 90, H: 1, K: 128, V: 256, dtype: "bfloat16", normalize: true },
+    ];
+    for (const spec of specs) {
+      await withSeed((seed) => checkCase(device, spec, seed));
+      if (device !== "cuda") continue;
+      using c = new GlaCase(device, spec, seed0(spec));
+      using _r = c.forward();
+      assert.equal(lastPlan()?.path, "chunked", JSON.stringify(lastPlan()));
+    }
   },
 );
 

@@ -84,6 +84,16 @@ export function weightAsRead(scope: Temporaries, t: Tensor): Tensor {
 /** A column range `[a, b)` of a 4-D tensor. */
 export type ColumnRange = [number, number];
 
+/**
+ * Splits n columns into the fewest pieces of at most `max` (a multiple of 8): equal widths, each a
+ * multiple of 8 where n is, so every piece keeps the kernels' head-dim rule.
+ */
+export function columnPieces(n: number, max: number): ColumnRange[] {
+  const count = Math.ceil(n / max);
+  const width = Math.min(max, 8 * Math.ceil(n / (8 * count)));
+  return Array.from({ length: count }, (_, i) => [i * width, Math.min(n, (i + 1) * width)]);
+}
+
 /** Columns `[a, b)` of the 4-D tensor `t` as a descriptor of its memory (no copy); all of it by default. */
 export function columnView(t: Tensor, op: string, range?: ColumnRange): Uint8Array<ArrayBuffer> {
   if (!range || (range[0] === 0 && range[1] === t.shape[3])) return t.descriptor(op);

@@ -29,6 +29,7 @@ import { glaForward } from "./gla_native.ts";
 import { chunkLinearAttn, fusedNormaliser } from "./linear_attn.ts";
 import type { LinearLayout } from "./layouts.ts";
 import {
+  columnPieces,
   type ColumnRange,
   copyColumns,
   featureGradient,
@@ -68,16 +69,6 @@ export interface GradientTargets {
 const KERNEL_MAX_DIM = 256;
 /** The columns appended to each value piece: the normaliser's (ones; in the backward its two) and zeros. */
 const ONES_COLUMNS = 8;
-
-/**
- * Splits n columns into the fewest pieces of at most `max` (a multiple of 8): equal widths, each a
- * multiple of 8 where n is, so every piece keeps the kernels' head-dim rule.
- */
-function pieces(n: number, max: number): ColumnRange[] {
-  const count = Math.ceil(n / max);
-  const width = Math.min(max, 8 * Math.ceil(n / (8 * count)));
-  return Array.from({ length: count }, (_, i) => [i * width, Math.min(n, (i + 1) * width)]);
-}
 
 /** Columns [a, b) of t: t itself when that is all of it, else a copy (a temp). */
 function columns(scope: Temporaries, t: Tensor, [a, b]: ColumnRange): Tensor {
@@ -185,8 +176,8 @@ function forward(scope: Temporaries, c: FeatureMapCall, op: string): Forward {
   const qFactor = !normalised ? TokenFactor.NONE : c.isCausal ? TokenFactor.CAUSAL : TokenFactor.MEAN;
   const P = features(scope, c.q, c.phi, qFactor, rows, dtype, op);
   const R = features(scope, c.k, c.phi, TokenFactor.NONE, rows, dtype, op);
-  const featurePieces = pieces(P.shape[3], KERNEL_MAX_DIM);
-  const valuePieces = pieces(V, normalised ? KERNEL_MAX_DIM - ONES_COLUMNS : KERNEL_MAX_DIM);
+  const featurePieces = columnPieces(P.shape[3], KERNEL_MAX_DIM);
+  const valuePieces = columnPieces(V, normalised ? KERNEL_MAX_DIM - ONES_COLUMNS : KERNEL_MAX_DIM);
   const values = valuePieces.map((range) => {
     if (!normalised) return columns(scope, v, range);
     return valuesWithOnes(scope, v, range, range[1] - range[0] + ONES_COLUMNS, dtype, op);

@@ -4,13 +4,10 @@
  * divided by `z_t + 1e-10`, `z_t = scale q_t . (k_1 + ... + k_t)` summed over the tokens of the
  * token's own sequence (the initial state carries no key sum).
  *
- * The forward divides in the kernel where it can (one native call: the CPU backend, and on CUDA the
- * split state kernel at bfloat16, K = V = 128, which carries the keys' sum beside the state). Elsewhere
- * the normaliser is computed outside the kernel, as FLA does, but in float32 on the device: `z` is
- * linear attention itself with values of ones (`V = 1`), which also keeps packed sequences apart.
- * Its backward is derived by hand: with `n = z + eps`, `o' = o / n`,
- * `do = dO' / n` and `dz = -sum_V(dO' * o') / n`; dq and dk add the gradients of both products,
- * which run in float32 for 16-bit inputs (their sum is a difference of terms larger than itself).
+ * The forward divides in the kernel where it can (one native call: the CPU backend, on CUDA the split
+ * state kernel at bfloat16, K = V = 128, which carries the keys' sum beside the state, and the general
+ * path for what no kernel takes). Elsewhere, and in every backward, the chunk kernels run over the values
+ * with ones columns, which give the normaliser beside the numerator (`linear_attn_normalised.ts`).
  *
  * @module
  */
@@ -35,16 +32,14 @@ import {
 } from "./gla_functional.ts";
 import {
   checkGlaCall,
-  glaBackward,
   type GlaBackwardExtras,
   type GlaBackwardOutputs,
   glaForward,
   type GlaForwardOutputs,
   type GlaForwardWants,
-  type GlaInputs,
-  type GlaSettings,
 } from "./gla_native.ts";
-import { expectInLayout, provided } from "./delta_native.ts";
+import { checkStateArg, expectInLayout, provided } from "./delta_native.ts";
+import { normalisedBackward, normalisedForward } from "./linear_attn_normalised.ts";
 import { sequencePattern } from "./layouts.ts";
 import { TensorScope } from "./scope.ts";
 
@@ -65,61 +60,6 @@ const NORMALIZE = { normalize: "boolean" } as const;
 const NORMALIZE_EPS = 1e-10;
 const GRADIENT_BUFFERS = { dq: "any", dk: "any", dv: "any", dInitialState: "any" } as const;
 
-/**
- * The kernel's output buffer for a packed call: zeros, so that the rows past the last offset, which the
- * kernel leaves as they are, hold zeros rather than memory nothing wrote (the elementwise steps below read
- * every row). Undefined for a fixed-length call, which writes every row.
- */
-function packedOutput(
-  scope: TensorScope,
-  s: GlaSettings,
-  like: Tensor,
-  dtype: Tensor["dtype"],
-): Tensor | undefined {
-  if (s.cuSeqlens === undefined) return undefined;
-  return scope.temp(Tensor.zeros(like.shape, { dtype, device: like.device }));
-}
-
-/** The unnormalised output (owned by the scope). */
-function rawOutput(
-  op: string,
-  scope: TensorScope,
-  inputs: GlaInputs,
-  s: GlaSettings,
-  wants: GlaForwardWants,
-  finalState?: Tensor,
-): { output: Tensor; finalState?: Tensor } {
-  const given = packedOutput(scope, s, inputs.v, inputs.q.dtype);
-  const raw = glaForward(op, inputs, s, wants, { finalState, output: given });
-  if (!given) scope.temp(raw.output);
-  return raw;
-}
-
-/** `z + eps` as float32 in the layout's `[.., H, 1]` shape: linear attention of q, k over ones. */
-function normaliser(op: string, scope: TensorScope, inputs: GlaInputs, s: GlaSettings): Tensor {
-  const { q, k, v } = inputs;
-  const f32 = (t: Tensor) => t.dtype === "float32" ? t : scope.temp(t.cast("float32"));
-  const onesShape = [...v.shape.slice(0, 3), 1];
-  const ones = scope.temp(Tensor.ones(onesShape, { dtype: "float32", device: v.device }));
-  const plain = { layout: s.layout, scale: s.scale, recurrent: s.recurrent, cuSeqlens: s.cuSeqlens };
-  const z = rawOutput(op, scope, { q: f32(q), k: f32(k), v: ones }, plain, {}).output;
-  return scope.temp(z.add(NORMALIZE_EPS));
-}
-
-/** A float32 view of the tensor: itself, or a cast owned by the scope. */
-function f32(scope: TensorScope, t: Tensor): Tensor {
-  return t.dtype === "float32" ? t : scope.temp(t.cast("float32"));
-}
-
-/** Writes `value` (float32) as the result: into the caller's buffer, else a new tensor of `dtype`. */
-function emit(scope: TensorScope, value: Tensor, dtype: Tensor["dtype"], given: Tensor | undefined): Tensor {
-  if (given) return given.copyFrom(value);
-  return scope.result(value.dtype === dtype ? scope.keep(value) : value.cast(dtype));
-}
-
-/** Planner answers by call shape: whether the normaliser runs inside the kernel on that device. */
-const fusedByShape = new Map<string, boolean>();
-
 /** A normalised forward as the planner sees it. */
 export interface NormalisedCall {
   device: Device;
@@ -134,9 +74,19 @@ export interface NormalisedCall {
   chunkStates: boolean;
 }
 
-/** Whether one native call gives the normalised output (always on the CPU backend). */
-export function fusedNormaliser(c: NormalisedCall): boolean {
-  if (c.device === "cpu") return true;
+/**
+ * How a normalised forward runs: `"native"`, one call that divides by the normaliser itself (the CPU
+ * backend; on CUDA the split state kernel, or the general path for what no kernel takes), or
+ * `"onesColumns"`, the chunk kernels over the values with ones columns (`linear_attn_normalised.ts`).
+ */
+export type NormalisedRoute = "native" | "onesColumns";
+
+/** Planner answers by call shape. */
+const routeByShape = new Map<string, NormalisedRoute>();
+
+/** The route of a normalised forward on its device. */
+export function normalisedRoute(c: NormalisedCall): NormalisedRoute {
+  if (c.device === "cpu") return "native";
   const query = {
     op: "linear.gla.fwd",
     device: c.device,
@@ -151,39 +101,51 @@ export function fusedNormaliser(c: NormalisedCall): boolean {
     chunkStates: c.chunkStates,
   } as const;
   const key = JSON.stringify(query);
-  let fused = fusedByShape.get(key);
-  if (fused === undefined) {
-    fused = explain(query).path === "state_split";
-    fusedByShape.set(key, fused);
+  let route = routeByShape.get(key);
+  if (route === undefined) {
+    // The planner sends a normalised call the split kernel does not take to the general path; the
+    // chunk kernels serve it over ones columns wherever they serve the plain call.
+    const fused = explain(query).path !== "general";
+    const plain = explain({ ...query, normalize: false }).path !== "general";
+    route = fused || !plain || c.chunkStates ? "native" : "onesColumns";
+    routeByShape.set(key, route);
   }
-  return fused;
+  return route;
 }
 
-/** Linear attention with the normaliser: the kernel's output divided by `z + eps`. */
+/** Whether one native call gives the normalised output (`normalisedRoute` is `"native"`). */
+export function fusedNormaliser(c: NormalisedCall): boolean {
+  return normalisedRoute(c) === "native";
+}
+
+/**
+ * Linear attention with the normaliser: divided in the kernel where one does, else over the chunk
+ * kernels with ones columns; the backward always over ones columns (no kernel's backward divides).
+ */
 const NORMALIZED: GlaEngine = {
   forward(op, inputs, s, wants: GlaForwardWants, out): GlaForwardOutputs {
     const { B, T, H, K, V, N } = checkGlaCall(op, inputs, s);
     const { device, dtype } = inputs.q;
-    if (
-      fusedNormaliser({ device, dtype, K, V, N, H, recurrent: s.recurrent, chunkStates: !!wants.chunkStates })
-    ) {
+    const call = { device, dtype, K, V, N, H, recurrent: s.recurrent, chunkStates: !!wants.chunkStates };
+    if (normalisedRoute(call) === "native") {
       return glaForward(op, inputs, s, { ...wants, normalizeEps: NORMALIZE_EPS }, out);
     }
-    const q = inputs.q;
     const shape = s.layout === "bshd" ? [B, T, H, V] : [B, H, T, V];
-    const given = provided(op, "output", out?.output, shape, q.dtype, q.device);
+    const given = provided(op, "output", out?.output, shape, dtype, device);
+    const givenState = provided(op, "finalState", out?.finalState, [N, H, K, V], "float32", device);
     using scope = new TensorScope();
-    const raw = rawOutput(op, scope, inputs, s, wants, out?.finalState);
-    if (raw.finalState && raw.finalState !== out?.finalState) scope.result(raw.finalState);
-    const n = normaliser(op, scope, inputs, s);
-    const normalized = scope.temp(f32(scope, raw.output).div(n));
-    const output = emit(scope, normalized, q.dtype, given);
+    const output = given ?? scope.result(Tensor.empty(shape, { dtype, device }));
+    const finalState = wants.finalState
+      ? givenState ?? scope.result(Tensor.empty([N, H, K, V], { dtype: "float32", device }))
+      : undefined;
+    normalisedForward(op, inputs, s, NORMALIZE_EPS, output, finalState);
     scope.release();
-    return { output, finalState: raw.finalState };
+    return { output, finalState };
   },
   backward(op, inputs, s, dOutput, extras: GlaBackwardExtras): GlaBackwardOutputs {
-    const { B, T, H, HK, K, V } = checkGlaCall(op, inputs, s);
+    const { B, T, H, HK, K, V, N } = checkGlaCall(op, inputs, s);
     const q = inputs.q;
+    const { device, dtype } = q;
     const dOut = expectTensor(op, "dOutput", dOutput);
     expectSameDType(op, "dOutput", dOut, q, "q");
     expectSameDevice(op, "dOutput", dOut, q, "q");
@@ -194,42 +156,25 @@ const NORMALIZED: GlaEngine = {
       GRADIENT_BUFFERS,
       "out",
     );
+    const dFinalState = extras.dFinalState ?? undefined;
+    if (dFinalState !== undefined) checkStateArg(op, "dFinalState", dFinalState, q, [N, H, K, V]);
     const qkShape = s.layout === "bshd" ? [B, T, HK, K] : [B, HK, T, K];
-    const givenDq = provided(op, "dq", out.dq, qkShape, q.dtype, q.device);
-    const givenDk = provided(op, "dk", out.dk, qkShape, q.dtype, q.device);
     const vShape = s.layout === "bshd" ? [B, T, H, V] : [B, H, T, V];
-    const givenDv = provided(op, "dv", out.dv, vShape, q.dtype, q.device);
     using scope = new TensorScope();
-    // Recompute the unnormalised output and the normaliser (both cheap next to the backward).
-    // dq and dk are differences of two products a few times their size, so everything here runs in
-    // float32 and the sum is rounded once: a 16-bit rounding of either product, or of the output the
-    // second one is weighted by, would be multiplied by that ratio.
-    const wide = { ...inputs, q: f32(scope, q), k: f32(scope, inputs.k), v: f32(scope, inputs.v) };
-    const raw = rawOutput(op, scope, wide, s, {}).output;
-    const n = normaliser(op, scope, wide, s);
-    const dO = f32(scope, dOut);
-    const normalized = scope.temp(raw.div(n));
-    const dRaw = scope.temp(dO.div(n));
-    const dotted = scope.temp(scope.temp(dO.mul(normalized)).sum(-1, { keepDim: true }));
-    const dz = scope.temp(scope.temp(dotted.div(n)).neg());
-    const narrow = q.dtype !== "float32";
-    const main = glaBackward(op, wide, s, dRaw, {
-      ...extras,
-      out: { dv: narrow ? undefined : givenDv, dInitialState: out.dInitialState },
-    });
-    scope.temp(main.dq), scope.temp(main.dk);
-    let dv = main.dv;
-    if (narrow) dv = emit(scope, scope.temp(main.dv), q.dtype, givenDv);
-    else if (dv !== givenDv) scope.result(dv);
-    if (main.dInitialState && main.dInitialState !== out.dInitialState) scope.result(main.dInitialState);
-    const ones = scope.temp(Tensor.ones(dz.shape, { dtype: "float32", device: q.device }));
-    const plain = { layout: s.layout, scale: s.scale, recurrent: s.recurrent, cuSeqlens: s.cuSeqlens };
-    const z = glaBackward(op, { q: wide.q, k: wide.k, v: ones }, plain, dz);
-    for (const t of [z.dq, z.dk, z.dv]) scope.temp(t);
-    const dq = emit(scope, scope.temp(f32(scope, main.dq).add(z.dq)), q.dtype, givenDq);
-    const dk = emit(scope, scope.temp(f32(scope, main.dk).add(z.dk)), q.dtype, givenDk);
+    const buffer = (name: string, given: Tensor | undefined, shape: number[], type: Tensor["dtype"]) =>
+      provided(op, name, given, shape, type, device) ??
+        scope.result(Tensor.empty(shape, { dtype: type, device }));
+    const into = {
+      dq: buffer("dq", out.dq, qkShape, dtype),
+      dk: buffer("dk", out.dk, qkShape, dtype),
+      dv: buffer("dv", out.dv, vShape, dtype),
+      dInitialState: s.initialState && extras.wantDInitialState !== false
+        ? buffer("dInitialState", out.dInitialState, [N, H, K, V], "float32")
+        : undefined,
+    };
+    normalisedBackward(op, inputs, s, NORMALIZE_EPS, dOut, dFinalState, into);
     scope.release();
-    return { dq, dk, dv, dInitialState: main.dInitialState };
+    return into;
   },
 };
 
