@@ -59,6 +59,7 @@ const ANCHOR: Record<string, Record<string, { fwd?: number; fwdbwd?: number; nam
     B4_T2048_H16_D128: { fwd: 0.821, fwdbwd: 2.179, name: "fla.chunk_gla" },
     B1_T8192_H96_D128: { fwd: 2.047, fwdbwd: 8.835, name: "fla.chunk_gla (FLA 0.5.2 run)" },
     B2_T16384_H16_D128: { fwd: 1.563, fwdbwd: 6.505, name: "fla.chunk_gla (FLA 0.5.2 run)" },
+    B4_T4096_H64_D128: { fwd: 2.684, fwdbwd: 11.653, name: "fla.chunk_gla (FLA 0.5.2 run)" },
   },
   simple: { B4_T4096_H64_D128: { fwd: 0.848, name: "fla.chunk_simple_gla" } },
   retention: { B4_T4096_H64_D128: { fwd: 1.186, fwdbwd: 3.833, name: "fla.chunk_retention" } },
