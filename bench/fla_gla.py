@@ -103,35 +103,30 @@ def main():
 
         q, k, v, do = (randn(b, t, h, d).to(torch.bfloat16) for _ in range(4))
         entry = timings["shapes"].setdefault(name, {})
+
+        def run(label, fn, leaves):
+            rec = entry.setdefault(label, {})
+            time_op(fn, leaves, do, args, rec)
+            print(name, label, rec, flush=True)
+            with open(path, "w") as f:
+                json.dump(timings, f, indent=1)
         if "gla" in ops:
             g = F.logsigmoid(randn(b, t, h, d)).clamp_min(-5)
-            rec = entry.setdefault("chunk_gla", {})
-            time_op(lambda q_, k_, v_, g_: chunk_gla(q_, k_, v_, g_)[0], [q, k, v, g], do, args, rec)
-            print(name, "chunk_gla", rec, flush=True)
-            with open(path, "w") as f:
-                json.dump(timings, f, indent=1)
+            run("chunk_gla", lambda q_, k_, v_, g_: chunk_gla(q_, k_, v_, g_)[0], [q, k, v, g])
         if "linear" in ops:
-            rec = entry.setdefault("chunk_linear_attn", {})
-            time_op(lambda q_, k_, v_: chunk_linear_attn(q_, k_, v_, normalize=False)[0], [q, k, v], do, args, rec)
-            print(name, "chunk_linear_attn", rec, flush=True)
-            with open(path, "w") as f:
-                json.dump(timings, f, indent=1)
+            run("chunk_linear_attn", lambda q_, k_, v_: chunk_linear_attn(q_, k_, v_, normalize=False)[0], [q, k, v])
         if "linear_normalized" in ops:
-            rec = entry.setdefault("chunk_linear_attn(normalize=True)", {})
-            time_op(lambda q_, k_, v_: chunk_linear_attn(q_, k_, v_, normalize=True)[0], [q, k, v], do, args, rec)
-            print(name, "chunk_linear_attn(normalize=True)", rec, flush=True)
-            with open(path, "w") as f:
-                json.dump(timings, f, indent=1)
+            run(
+                "chunk_linear_attn(normalize=True)",
+                lambda q_, k_, v_: chunk_linear_attn(q_, k_, v_, normalize=True)[0],
+                [q, k, v],
+            )
         if "feature" in ops:
-            rec = entry.setdefault("elu+1 then chunk_linear_attn(normalize)", {})
 
             def fmap(q_, k_, v_):
                 return chunk_linear_attn(F.elu(q_) + 1, F.elu(k_) + 1, v_, normalize=True)[0]
 
-            time_op(fmap, [q, k, v], do, args, rec)
-            print(name, "feature", rec, flush=True)
-            with open(path, "w") as f:
-                json.dump(timings, f, indent=1)
+            run("elu+1 then chunk_linear_attn(normalize)", fmap, [q, k, v])
 
 
 if __name__ == "__main__":

@@ -94,6 +94,14 @@ export function columnPieces(n: number, max: number): ColumnRange[] {
   return Array.from({ length: count }, (_, i) => [i * width, Math.min(n, (i + 1) * width)]);
 }
 
+/** The sum of `ts`: the one tensor itself, else a float32 temp (pieces' gradients, rounded once). */
+export function summed(scope: Temporaries, ts: Tensor[]): Tensor {
+  if (ts.length === 1) return ts[0];
+  let s = ts[0].dtype === "float32" ? ts[0] : scope.temp(ts[0].cast("float32"));
+  for (const t of ts.slice(1)) s = scope.temp(s.add(t));
+  return s;
+}
+
 /** Columns `[a, b)` of the 4-D tensor `t` as a descriptor of its memory (no copy); all of it by default. */
 export function columnView(t: Tensor, op: string, range?: ColumnRange): Uint8Array<ArrayBuffer> {
   if (!range || (range[0] === 0 && range[1] === t.shape[3])) return t.descriptor(op);

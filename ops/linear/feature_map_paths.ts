@@ -38,6 +38,7 @@ import {
   normalise,
   normaliseGradient,
   type RowSettings,
+  summed,
   type Temporaries,
   TokenFactor,
   valuesWithOnes,
@@ -73,14 +74,6 @@ const ONES_COLUMNS = 8;
 /** Columns [a, b) of t: t itself when that is all of it, else a copy (a temp). */
 function columns(scope: Temporaries, t: Tensor, [a, b]: ColumnRange): Tensor {
   return a === 0 && b === t.shape[3] ? t : scope.temp(t.slice(-1, a, b));
-}
-
-/** The sum of `ts`: the one tensor itself, else a float32 temp. */
-function summed(scope: Temporaries, ts: Tensor[]): Tensor {
-  if (ts.length === 1) return ts[0];
-  let s = ts[0].dtype === "float32" ? ts[0] : scope.temp(ts[0].cast("float32"));
-  for (const t of ts.slice(1)) s = scope.temp(s.add(t));
-  return s;
 }
 
 /** The parts side by side along the last dim: the one part itself, else a float32 temp. */

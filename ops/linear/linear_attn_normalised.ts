@@ -24,6 +24,7 @@ import {
   normalise,
   normaliseGradient,
   type RowSettings,
+  summed,
   Temporaries,
   TokenFactor,
   valuesWithOnes,
@@ -133,16 +134,6 @@ export interface NormalisedGradientTargets {
   dk: Tensor;
   dv: Tensor;
   dInitialState?: Tensor;
-}
-
-/** The sum of the pieces' gradients: the one tensor, else a float32 sum (owned by `tmp`). */
-function summed(tmp: Temporaries, parts: Tensor[]): Tensor {
-  let sum = parts[0];
-  for (const t of parts.slice(1)) {
-    const wide = sum.dtype === "float32" ? sum : tmp.temp(sum.cast("float32"));
-    sum = tmp.temp(wide.add(t));
-  }
-  return sum;
 }
 
 /** The normalised backward from `dOutput` (and the final state's gradient `dFinalState`) into `into`. */
