@@ -195,7 +195,8 @@ export const linearSymbols = {
   //   const ak_tensor* dv,            [B, T, H, V]  dtype of q
   //   const ak_tensor* dgk,           [B, T, H, K] float32; required with gk, else NULL
   //   const ak_tensor* dg,            [B, T, H] float32 with g or g_gamma (NULL: not computed), else NULL
-  //   const ak_tensor* d_initial_state) [N, H, K, V] float32, or NULL
+  //   const ak_tensor* d_initial_state, [N, H, K, V] float32, or NULL
+  //   double normalize_eps)           with AK_GLA_NORMALIZE: the forward's
   ak_gla_bwd: {
     parameters: [
       "buffer",
@@ -217,6 +218,7 @@ export const linearSymbols = {
       "buffer",
       "buffer",
       "buffer",
+      "f64",
     ],
     result: "i32",
   },

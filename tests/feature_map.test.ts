@@ -651,7 +651,7 @@ deviceTest(
 );
 
 deviceTest(
-  "feature map: the causal forward with the normaliser in the kernel (128 features and values, bfloat16)",
+  "feature map: the causal forward and backward with the normaliser in the kernel (128 features and values, bfloat16)",
   (device) =>
     expectNoLeak(device, () =>
       withSeed((seed) => {
@@ -690,13 +690,18 @@ deviceTest(
           using q = toLayout(p.q, spec.layout);
           using k = toLayout(p.k, spec.layout);
           using v = toLayout(p.v, spec.layout);
-          using _r = featureMapLinearAttention(q, k, v, p.options());
+          using r = featureMapLinearAttention(q, k, v, p.options());
           const plan = lastPlan();
           assert.equal(plan?.path, "state_split", JSON.stringify(plan));
           assert.ok(
             plan?.kernels[0].name.startsWith("linear.gla.pass.split_normalized"),
             JSON.stringify(plan),
           );
+          // The backward: one normalised backward call on the features, the normaliser's gradient by scans.
+          using _g = r.backward(v);
+          const bwd = lastPlan();
+          assert.equal(bwd?.op, "linear.gla.bwd", JSON.stringify(bwd));
+          assert.equal(bwd?.details.normaliser, "scans", JSON.stringify(bwd));
         }
       })),
 );

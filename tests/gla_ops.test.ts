@@ -12,7 +12,7 @@
 // reverse cumsum of q dq - k dk, terms that largely cancel). dgGamma in 16 bits, a sum over tokens of
 // per-token gradients that largely cancel: |error| <= 0.08 * sum over tokens of |dg_t| (per head).
 import assert from "node:assert/strict";
-import { type Device, type DType, explain, lastPlan } from "../mod.ts";
+import { type Device, type DType, explain, lastPlan, Tensor } from "../mod.ts";
 import { deviceTest, withSeed } from "./helpers.ts";
 import { expectClose, GlaCase, type GlaSpec, host, leadingRows, tol } from "./gla_ops_fixtures.ts";
 
@@ -194,6 +194,52 @@ deviceTest(
         assert.equal(Number(plan.details.key_pieces), pieces, JSON.stringify(spec));
       }
       await withSeed((seed) => checkCase(device, spec, seed));
+    }
+  },
+);
+
+deviceTest(
+  "gla functions: linear attention normalised, the backward in one native call (bfloat16, K = V = 128)",
+  async (device) => {
+    // On CUDA the split kernel recomputes the normalised output and the states, scans give the
+    // normaliser's gradient: T past a chunk boundary, grouped heads, packed with empty and one-token
+    // sequences, no initial state.
+    const specs: GlaSpec[] = [
+      { fn: "chunkLinearAttn", B: 2, T: 150, H: 3, K: 128, V: 128, dtype: "bfloat16", normalize: true },
+      {
+        fn: "chunkLinearAttn",
+        B: 1,
+        T: 130,
+        H: 4,
+        HK: 2,
+        K: 128,
+        V: 128,
+        dtype: "bfloat16",
+        normalize: true,
+      },
+      {
+        fn: "chunkLinearAttn",
+        B: 1,
+        T: 200,
+        H: 2,
+        K: 128,
+        V: 128,
+        dtype: "bfloat16",
+        normalize: true,
+        cuSeqlens: [0, 0, 1, 129, 190],
+        initialState: false,
+      },
+    ];
+    for (const spec of specs) {
+      await withSeed((seed) => checkCase(device, spec, seed));
+      if (device !== "cuda") continue;
+      using c = new GlaCase(device, spec, seed0(spec));
+      using r = c.forward();
+      using dO = Tensor.randn(r.output.shape, { dtype: "bfloat16", device });
+      using _g = r.backward(dO);
+      const plan = lastPlan();
+      assert.equal(plan?.op, "linear.gla.bwd", JSON.stringify(plan));
+      assert.equal(plan?.details.normaliser, "scans", JSON.stringify(plan));
     }
   },
 );

@@ -58,6 +58,20 @@ Deno.test("gla planner: a scalar decay at K = V = 128 on Hopper takes the split 
     "linear.gla.dstates.scalar<bfloat16, D128>",
     "linear.gla.grads.scalar<bfloat16, D128>",
   ]);
+  // The normalised backward: the same kernel recomputes the normalised output, scans the normaliser's
+  // gradient; where it does not divide, the general path.
+  const normBwd = explain({ ...base, op: "linear.gla.bwd", gpu: "h200", b: 4, h: 64, normalize: true });
+  assert.equal(normBwd.details.normaliser, "scans");
+  assert.deepEqual(names(normBwd), [
+    "linear.gla.pass.split_normalized<bfloat16, D128, tile 128>",
+    "linear.gla.dstates.scalar<bfloat16, D128>",
+    "linear.gla.grads.scalar<bfloat16, D128>",
+  ]);
+  for (const q of [{ dtype: "float16" as const }, { k: 64, v: 64 }, { chunkStates: true }]) {
+    const refused = explain({ ...base, op: "linear.gla.bwd", gpu: "h200", normalize: true, ...q });
+    assert.equal(refused.path, "general", JSON.stringify(q));
+    assert.match(String(refused.details.why), /normalised output/);
+  }
   const given = explain({ ...base, op: "linear.gla.bwd", gpu: "h200", chunkStates: true });
   assert.equal(given.details.states, "given");
   assert.deepEqual(names(given), [

@@ -154,13 +154,15 @@ AK_API ak_status ak_gla_fwd(const ak_tensor* q, const ak_tensor* k, const ak_ten
  *                 scalar decay (g_gamma's gradient is its sum over tokens and sequences); NULL with
  *                 them when that gradient is not wanted (it is then not computed)
  *   d_initial_state [N, H, K, V] float32, or NULL
+ * With AK_GLA_NORMALIZE (no gk, g or g_gamma) these are the gradients of ak_gla_fwd's normalised output
+ * with the same normalize_eps (ignored without the flag).
  */
 AK_API ak_status ak_gla_bwd(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v, const ak_tensor* gk,
                             const ak_tensor* g, const ak_tensor* g_gamma, const ak_tensor* initial_state,
                             const ak_tensor* cu_seqlens, const ak_tensor* chunk_states, const ak_tensor* d_output,
                             const ak_tensor* d_final_state, double scale, int32_t flags, const ak_tensor* dq,
                             const ak_tensor* dk, const ak_tensor* dv, const ak_tensor* dgk, const ak_tensor* dg,
-                            const ak_tensor* d_initial_state);
+                            const ak_tensor* d_initial_state, double normalize_eps);
 
 /*
  * Decode: one token per sequence.

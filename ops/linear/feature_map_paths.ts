@@ -25,7 +25,7 @@ import {
   writeBidirectionalGradients,
   writeBidirectionalOutput,
 } from "./feature_map_bidirectional.ts";
-import { glaForward } from "./gla_native.ts";
+import { glaBackward, glaForward } from "./gla_native.ts";
 import { chunkLinearAttn, fusedNormaliser } from "./linear_attn.ts";
 import type { LinearLayout } from "./layouts.ts";
 import {
@@ -201,7 +201,7 @@ function rowSettings(scope: Temporaries, c: FeatureMapCall): RowSettings {
  * dims up to 256; the CPU backend always, on CUDA where the planner fuses the normaliser: bfloat16, 128
  * features and values).
  */
-function fusedCausalServes(c: FeatureMapCall): boolean {
+function fusedCausalServes(c: FeatureMapCall, pass: "forward" | "backward" = "forward"): boolean {
   if (!c.isCausal || c.phi === "softmax_free") return false;
   if (featureDim(c) > KERNEL_MAX_DIM || c.v.shape[3] > KERNEL_MAX_DIM) return false; // one call, no pieces
   return fusedNormaliser({
@@ -213,7 +213,7 @@ function fusedCausalServes(c: FeatureMapCall): boolean {
     H: c.v.shape[c.layout === "bshd" ? 2 : 1],
     recurrent: false,
     chunkStates: false,
-  });
+  }, pass);
 }
 
 /** The causal forward with the normaliser in the kernel: the features (no row factor), then one call. */
@@ -226,6 +226,34 @@ function writeFusedCausalOutput(scope: Temporaries, c: FeatureMapCall, out: Tens
     normalizeEps: c.eps,
   }, given ? { output: given } : {});
   if (!given) out.copyFrom(scope.temp(r.output));
+}
+
+/**
+ * The causal backward as one normalised backward call on the features (the normaliser's gradient inside
+ * it), then the feature gradients.
+ */
+function writeFusedCausalGradients(
+  scope: Temporaries,
+  c: FeatureMapCall,
+  dO: Tensor,
+  into: GradientTargets,
+  op: string,
+): void {
+  const rows = rowSettings(scope, c);
+  const dtype = c.v.dtype;
+  const P = features(scope, c.q, c.phi, TokenFactor.NONE, rows, dtype, op);
+  const R = features(scope, c.k, c.phi, TokenFactor.NONE, rows, dtype, op);
+  const dOut = dO.dtype === dtype ? dO : scope.temp(dO.cast(dtype));
+  const given = into.dv.dtype === dtype ? into.dv : undefined;
+  const g = glaBackward(op, { q: P, k: R, v: c.v }, { layout: c.layout, scale: 1, recurrent: false }, dOut, {
+    normalizeEps: c.eps,
+    out: given ? { dv: given } : undefined,
+  });
+  scope.temp(g.dq);
+  scope.temp(g.dk);
+  if (!given) into.dv.copyFrom(scope.temp(g.dv));
+  featureGradient(into.dq, c.q, g.dq, c.phi, TokenFactor.NONE, rows, op);
+  featureGradient(into.dk, c.k, g.dk, c.phi, TokenFactor.NONE, rows, op);
 }
 
 /** Writes the output (shaped like v, any float dtype) into `out`. */
@@ -249,6 +277,7 @@ export function writeGradients(
   op: string,
 ): void {
   if (fusedBidirectionalGradServes(c)) return writeBidirectionalGradients(scope, c, dO, into, op);
+  if (fusedCausalServes(c, "backward")) return writeFusedCausalGradients(scope, c, dO, into, op);
   const f = forward(scope, c, op);
   const dtype = c.v.dtype;
   const dOutputs = f.valuePieces.map((range, j) => {

@@ -269,6 +269,8 @@ export interface GlaBackwardExtras {
   wantDgGamma?: boolean;
   /** Caller-provided gradient buffers. */
   out?: GlaBackwardBuffers;
+  /** The gradients of the normalised forward with this eps (linear attention only). */
+  normalizeEps?: number;
 }
 
 /**
@@ -333,13 +335,14 @@ export function glaBackward(
       tokenMajor(dO, s.layout),
       dFinalState?.descriptor() ?? null,
       x.scale,
-      x.flags,
+      x.flags | (extras.normalizeEps !== undefined ? GlaFlags.NORMALIZE : 0),
       dq.view,
       dk.view,
       dv.view,
       dgk?.view ?? null,
       dg?.view ?? dgScratch?.descriptor() ?? null,
       dInitialState?.descriptor() ?? null,
+      extras.normalizeEps ?? 0,
     ),
     op,
   );

@@ -6,7 +6,8 @@
  *
  * The forward divides in the kernel where it can (one native call: the CPU backend, on CUDA the split
  * state kernel at bfloat16, K = V = 128, which carries the keys' sum beside the state, and the general
- * path for what no kernel takes). Elsewhere, and in every backward, the chunk kernels run over the values
+ * path for what no kernel takes), and so does the backward (the same kernel recomputes the output, scans
+ * over keys and queries give the normaliser's gradient). Elsewhere the chunk kernels run over the values
  * with ones columns, which give the normaliser beside the numerator (`linear_attn_normalised.ts`).
  *
  * @module
@@ -32,6 +33,7 @@ import {
 } from "./gla_functional.ts";
 import {
   checkGlaCall,
+  glaBackward,
   type GlaBackwardExtras,
   type GlaBackwardOutputs,
   glaForward,
@@ -84,11 +86,16 @@ export type NormalisedRoute = "native" | "onesColumns";
 /** Planner answers by call shape. */
 const routeByShape = new Map<string, NormalisedRoute>();
 
-/** The route of a normalised forward on its device. */
-export function normalisedRoute(c: NormalisedCall): NormalisedRoute {
+/**
+ * The route of a normalised forward (or, with `pass` `"backward"`, of its backward) on its device.
+ */
+export function normalisedRoute(
+  c: NormalisedCall,
+  pass: "forward" | "backward" = "forward",
+): NormalisedRoute {
   if (c.device === "cpu") return "native";
   const query = {
-    op: "linear.gla.fwd",
+    op: pass === "forward" ? "linear.gla.fwd" : "linear.gla.bwd",
     device: c.device,
     dtype: c.dtype as "bfloat16",
     k: c.K,
@@ -103,8 +110,9 @@ export function normalisedRoute(c: NormalisedCall): NormalisedRoute {
   const key = JSON.stringify(query);
   let route = routeByShape.get(key);
   if (route === undefined) {
-    // The planner sends a normalised call the split kernel does not take to the general path; the
-    // chunk kernels serve it over ones columns wherever they serve the plain call.
+    // The planner sends a normalised call the split kernel does not take (forward, or the backward's
+    // recompute) to the general path; the chunk kernels serve it over ones columns wherever they serve
+    // the plain call.
     const fused = explain(query).path !== "general";
     const plain = explain({ ...query, normalize: false }).path !== "general";
     route = fused || !plain || c.chunkStates ? "native" : "onesColumns";
@@ -113,14 +121,17 @@ export function normalisedRoute(c: NormalisedCall): NormalisedRoute {
   return route;
 }
 
-/** Whether one native call gives the normalised output (`normalisedRoute` is `"native"`). */
-export function fusedNormaliser(c: NormalisedCall): boolean {
-  return normalisedRoute(c) === "native";
+/**
+ * Whether one native call gives the normalised output (`normalisedRoute` is `"native"`), or with `pass`
+ * `"backward"` its gradients.
+ */
+export function fusedNormaliser(c: NormalisedCall, pass: "forward" | "backward" = "forward"): boolean {
+  return normalisedRoute(c, pass) === "native";
 }
 
 /**
- * Linear attention with the normaliser: divided in the kernel where one does, else over the chunk
- * kernels with ones columns; the backward always over ones columns (no kernel's backward divides).
+ * Linear attention with the normaliser: forward and backward each one native call where the planner
+ * serves the normaliser (`normalisedRoute`), else over the chunk kernels with ones columns.
  */
 const NORMALIZED: GlaEngine = {
   forward(op, inputs, s, wants: GlaForwardWants, out): GlaForwardOutputs {
@@ -158,6 +169,10 @@ const NORMALIZED: GlaEngine = {
     );
     const dFinalState = extras.dFinalState ?? undefined;
     if (dFinalState !== undefined) checkStateArg(op, "dFinalState", dFinalState, q, [N, H, K, V]);
+    const call = { device, dtype, K, V, N, H, recurrent: s.recurrent, chunkStates: false };
+    if (normalisedRoute(call, "backward") === "native") {
+      return glaBackward(op, inputs, s, dOut, { ...extras, normalizeEps: NORMALIZE_EPS });
+    }
     const qkShape = s.layout === "bshd" ? [B, T, HK, K] : [B, HK, T, K];
     const vShape = s.layout === "bshd" ? [B, T, H, V] : [B, H, T, V];
     using scope = new TensorScope();

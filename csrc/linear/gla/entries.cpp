@@ -103,6 +103,17 @@ void copy_or_zero(const DeltaProblem& p, const ak_tensor& dst, const ak_tensor* 
   }
 }
 
+// AK_GLA_NORMALIZE in `flags`: linear attention only (no decays), with a finite eps >= 0.
+template <class Args>
+void set_normalize(Args& a, int32_t flags, double normalize_eps) {
+  if ((flags & AK_GLA_NORMALIZE) == 0) return;
+  require(!a.gates.any(), "flags: AK_GLA_NORMALIZE is for linear attention (pass NULL gk, g and g_gamma)");
+  require(std::isfinite(normalize_eps) && normalize_eps >= 0,
+          "normalize_eps: expected a finite value >= 0, got " + std::to_string(normalize_eps));
+  a.normalize = true;
+  a.normalize_eps = normalize_eps;
+}
+
 }  // namespace
 
 extern "C" {
@@ -114,13 +125,7 @@ AK_API ak_status ak_gla_fwd(const ak_tensor* q, const ak_tensor* k, const ak_ten
   AK_ENTRY("ak_gla_fwd", {
     GlaFwd a;
     a.p = parse_problem(q, k, v, gk, g, g_gamma, initial_state, cu_seqlens, scale, flags, a.gates);
-    if ((flags & AK_GLA_NORMALIZE) != 0) {
-      require(!a.gates.any(), "flags: AK_GLA_NORMALIZE is for linear attention (pass NULL gk, g and g_gamma)");
-      require(std::isfinite(normalize_eps) && normalize_eps >= 0,
-              "normalize_eps: expected a finite value >= 0, got " + std::to_string(normalize_eps));
-      a.normalize = true;
-      a.normalize_eps = normalize_eps;
-    }
+    set_normalize(a, flags, normalize_eps);
     const DeltaProblem& p = a.p;
     const ak_tensor& qt = *q;
     check_rows_like_q(output, "output", {p.B, p.T, p.H, p.V}, qt);
@@ -147,11 +152,11 @@ AK_API ak_status ak_gla_bwd(const ak_tensor* q, const ak_tensor* k, const ak_ten
                             const ak_tensor* cu_seqlens, const ak_tensor* chunk_states, const ak_tensor* d_output,
                             const ak_tensor* d_final_state, double scale, int32_t flags, const ak_tensor* dq,
                             const ak_tensor* dk, const ak_tensor* dv, const ak_tensor* dgk, const ak_tensor* dg,
-                            const ak_tensor* d_initial_state) {
+                            const ak_tensor* d_initial_state, double normalize_eps) {
   AK_ENTRY("ak_gla_bwd", {
-    require((flags & AK_GLA_NORMALIZE) == 0, "flags: AK_GLA_NORMALIZE is forward only");
     GlaBwd a;
     a.p = parse_problem(q, k, v, gk, g, g_gamma, initial_state, cu_seqlens, scale, flags, a.gates);
+    set_normalize(a, flags, normalize_eps);
     const DeltaProblem& p = a.p;
     const ak_tensor& qt = *q;
     check_chunk_states(p, chunk_states, qt);

@@ -80,6 +80,30 @@ int split_pass_row(const GlaShape& s, const registry::Caps& caps) {
   return row >= 0 && caps.can_run(row) ? row : -1;
 }
 
+// The normalised backward: the split state kernel recomputes the normalised output and stores the
+// states, the normaliser's gradient comes from scans over the keys and queries (fp32, added to dq and dk
+// inside the chunk kernels' sums), and the chunk kernels run from dO / D. Where the split kernel does
+// not divide, the general path.
+GlaChoice plan_normalised_bwd(const GlaShape& s, const registry::Caps& caps) {
+  GlaChoice c = start("linear.gla.bwd", s);
+  std::string why = refusal(s);
+  const int pass = why.empty() ? split_pass_row(s, caps) : -1;
+  if (why.empty() && pass < 0) why = "the normalised output is recomputed only by the split state kernel (bfloat16, K = V = 128, sm_90a)";
+  if (!why.empty()) return general(c, why), c;
+  c.dstates_row = row_of(caps, "linear.gla.dstates", s, c.kd, states_smem(c.kd, s.channel));
+  c.grads_row = row_of(caps, "linear.gla.grads", s, c.kd, grads_smem(c.kd, s.channel));
+  if (c.dstates_row < 0 || c.grads_row < 0) {
+    return general(c, "its kernels are not built for this GPU or do not fit its shared memory"), c;
+  }
+  c.chunked = c.state_split = true;
+  c.pass_row = pass;
+  c.plan.path = "chunked";
+  c.plan.detail("states", "state_split");
+  c.plan.detail("normaliser", "scans");
+  c.plan.rows = {pass, c.dstates_row, c.grads_row};
+  return c;
+}
+
 }  // namespace
 
 GlaChoice plan_gla_fwd(const GlaShape& s, const registry::Caps& caps) {
@@ -114,6 +138,7 @@ int key_piece_width(int64_t K) {
 }
 
 GlaChoice plan_gla_bwd(const GlaShape& s, const registry::Caps& caps) {
+  if (s.normalize) return plan_normalised_bwd(s, caps);
   if (s.K > kBwdMaxKey && refusal(s).empty()) {
     // The chunk kernels hold K <= 128 in shared memory, and the recurrence is separable over key
     // channels: each channel's row of the state decays and grows on its own, the output and dv are sums

@@ -21,7 +21,7 @@ struct GlaShape {
   bool aligned = true;     // every token-major view: 16-byte aligned rows
   bool huge = false;       // more than 2^30 tokens or sequences
   bool chunk_states = false;  // the forward stores the state before every chunk (backward: is given them)
-  bool normalize = false;     // forward: each output row divided by its normaliser (AK_GLA_NORMALIZE)
+  bool normalize = false;     // each output row divided by its normaliser (AK_GLA_NORMALIZE)
 };
 
 struct GlaChoice {

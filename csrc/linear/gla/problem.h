@@ -35,6 +35,8 @@ struct GlaBwd {
   const ak_tensor *d_output = nullptr, *d_final_state = nullptr;
   const ak_tensor *dq = nullptr, *dk = nullptr, *dv = nullptr, *dgk = nullptr, *dg = nullptr;
   const ak_tensor* d_initial_state = nullptr;
+  bool normalize = false;  // AK_GLA_NORMALIZE: the gradients of the normalised forward
+  double normalize_eps = 0.0;
 };
 
 struct GlaDecode {

@@ -288,18 +288,20 @@ __global__ void __launch_bounds__(kThreads, (GradLayout<KD, kChannel>::kMinBlock
       x[1] += DK[r * (KD + 4) + cc + 1];
     });
   }
-  // Outputs: dq, dk (directly, or accumulated over the group), dG = q dq - k dk.
+  // Outputs: dq, dk (directly, or accumulated over the group), dG = q dq - k dk. A workspace of a single
+  // value head holds an fp32 addend (the normaliser's share), added before rounding.
   if (tid < kChunk) rowsum[tid] = 0.f;
   __syncthreads();
   auto out = [&](float(&acc)[1][KD / 16][4], Rows<T> dst, float* ws) {
     for_acc_pairs(acc, m0, nk0, lane, [&](int r, int cc, float* x) {
       if (r >= len || cc >= p.K) return;
-      if (ws) {
-        float* w = ws + ((static_cast<int64_t>(row) * p.map.T + t0 + r) * (p.H / p.group) + hk) * p.K + cc;
+      float* w = ws ? ws + ((static_cast<int64_t>(row) * p.map.T + t0 + r) * (p.H / p.group) + hk) * p.K + cc : nullptr;
+      if (w && p.group > 1) {
         atomicAdd(w, x[0]);
         atomicAdd(w + 1, x[1]);
       } else {
-        *reinterpret_cast<uint32_t*>(dst.row(row, t0 + r, hk) + cc) = pack2<T>(x[0], x[1]);
+        const float2 add = w ? *reinterpret_cast<const float2*>(w) : make_float2(0.f, 0.f);
+        *reinterpret_cast<uint32_t*>(dst.row(row, t0 + r, hk) + cc) = pack2<T>(x[0] + add.x, x[1] + add.y);
       }
     });
   };

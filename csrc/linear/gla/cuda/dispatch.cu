@@ -14,6 +14,7 @@
 #include "linear/gla/problem.h"
 #include "linear/gla/cuda/chunk_gates.cuh"
 #include "linear/gla/cuda/dgates.cuh"
+#include "linear/gla/cuda/normaliser.cuh"
 #include "linear/gla/cuda/params.h"
 #include "linear/common/host_mirror.h"
 #include "linear/gla/cuda/host_views.h"
@@ -143,6 +144,23 @@ void state_split_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaS
                      f32(a.initial_state), f32(a.final_state), a.normalize_eps, nullptr, stream);
 }
 
+// A contiguous tensor [B, T, heads, W] (or [B, T, heads] with W = 0) over `data`, on t's device.
+ak_tensor contiguous_rows(void* data, int32_t dtype, const ak_tensor& like, int64_t B, int64_t T, int64_t heads,
+                     int64_t W) {
+  ak_tensor v = like;
+  v.data = data;
+  v.dtype = dtype;
+  v.rank = W > 0 ? 4 : 3;
+  const int64_t shape[4] = {B, T, heads, W};
+  int64_t stride = 1;
+  for (int i = v.rank - 1; i >= 0; --i) {
+    v.shape[i] = shape[i];
+    v.strides[i] = stride;
+    stride *= shape[i];
+  }
+  return v;
+}
+
 template <class T>
 void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStream_t stream) {
   const DeltaProblem& p = a.p;
@@ -154,28 +172,40 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   const int W = channel ? K : 1;
   const size_t slots = (static_cast<size_t>(chunks) + N) * H * K * V;
   const size_t finals = static_cast<size_t>(N) * H * K * V;
-  const size_t ws = group > 1 ? static_cast<size_t>(p.B) * p.T * HK * K : 0;
+  const bool normalised = a.normalize;  // planned only with the split state kernel's recompute
+  const size_t ws = group > 1 || normalised ? static_cast<size_t>(p.B) * p.T * HK * K : 0;
   const bool recompute = a.chunk_states == nullptr;
-  // fp32: the final states (recomputed), grouped heads' dq and dk sums, per-chunk sums of the decays'
-  // gradient; 16-bit: the states before and the state gradients after every chunk.
-  const size_t f32_count = (recompute ? finals : 0) + 2 * ws + static_cast<size_t>(chunks) * H * W + 64;
+  // Normalised: the scans' key and query sums per chunk and sD per token slot (fp32), the recomputed
+  // output and dO / D (16-bit, [B, T, H, V]).
+  const size_t norm_f32 = normalised ? 2 * static_cast<size_t>(chunks) * HK * K + static_cast<size_t>(chunks) * kChunk * HK : 0;
+  const size_t rows_v = normalised ? static_cast<size_t>(p.B) * p.T * H * V : 0;
+  // fp32: the final states (recomputed), grouped heads' dq and dk sums (or the normaliser's addends),
+  // per-chunk sums of the decays' gradient; 16-bit: the states before and the state gradients after
+  // every chunk.
+  const size_t f32_count = (recompute ? finals : 0) + 2 * ws + static_cast<size_t>(chunks) * H * W + norm_f32 + 64;
   const size_t f32_bytes = (f32_count * sizeof(float) + 255) / 256 * 256;
-  ak::cuda::Scratch scratch(p.device_index, f32_bytes + 2 * slots * sizeof(T) + 256);
+  ak::cuda::Scratch scratch(p.device_index, f32_bytes + (2 * slots + 2 * rows_v) * sizeof(T) + 256);
   float* f = scratch.as<float>();
   float* finals_buf = recompute ? f : nullptr;
-  float* ws_dq = group > 1 ? f + (recompute ? finals : 0) : nullptr;
-  float* ws_dk = group > 1 ? ws_dq + ws : nullptr;
+  float* ws_dq = ws > 0 ? f + (recompute ? finals : 0) : nullptr;
+  float* ws_dk = ws > 0 ? ws_dq + ws : nullptr;
   float* sums = f + (recompute ? finals : 0) + 2 * ws;
+  float* norm_sums = sums + static_cast<size_t>(chunks) * H * W;
   T* states = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(f) + f32_bytes);
   T* dstates = states + slots;
+  T* out_rows = dstates + slots;  // normalised: the recomputed output, then dO / D
+  T* dnum_rows = out_rows + rows_v;
+  const ak_tensor out_view = contiguous_rows(out_rows, p.dtype, *a.q, p.B, p.T, H, V);
+  if (group > 1) AK_CUDA_CHECK(cudaMemsetAsync(ws_dq, 0, 2 * ws * sizeof(float), stream));
 
   const Decays d = decays_of(a.gk, a.g, a.g_gamma);
   FinalStates final_states;
   const bool split_states = recompute && plan.state_split;  // stored by head (Slots::by_head)
   if (split_states) {
     // The split state kernel, its output not stored: the states before every chunk as [H][chunks][K][V].
-    run_state_split<T>(p, tables, plan.pass_row, a.gk, a.g, a.g_gamma, a.q, a.k, a.v, nullptr,
-                       f32(a.initial_state), finals_buf, 0.0, states, stream);
+    // Normalised: the normalised output formed as well (the normaliser's gradient reads it).
+    run_state_split<T>(p, tables, plan.pass_row, a.gk, a.g, a.g_gamma, a.q, a.k, a.v, normalised ? &out_view : nullptr,
+                       f32(a.initial_state), finals_buf, a.normalize_eps, states, stream);
     final_states = {finals_buf, static_cast<int64_t>(H) * K * V};
   } else if (recompute) {
     FwdParams<T> fp;
@@ -204,6 +234,26 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   bp.k = rows_in<T>(a.k);
   bp.v = rows_in<T>(a.v);
   bp.dout = rows_in<T>(a.d_output);
+  if (normalised) {
+    NormaliserParams<T> np;
+    np.q = rows_in<T>(a.q);
+    np.k = rows_in<T>(a.k);
+    np.dout = bp.dout;
+    np.o = rows_in<T>(&out_view);
+    const ak_tensor dnum_view = contiguous_rows(dnum_rows, p.dtype, *a.q, p.B, p.T, H, V);
+    np.dnum = rows_out<T>(&dnum_view);
+    np.map = tables.map;
+    np.key_sums = norm_sums;
+    np.query_sums = norm_sums + static_cast<size_t>(chunks) * HK * K;
+    np.sd = np.query_sums + static_cast<size_t>(chunks) * HK * K;
+    np.add_dq = ws_dq;
+    np.add_dk = ws_dk;
+    np.HK = HK, np.group = group, np.K = K, np.V = V;
+    np.scale = static_cast<float>(p.scale);
+    np.eps = static_cast<float>(a.normalize_eps);
+    launch_normaliser<T>(np, chunks, stream);
+    bp.dout = rows_in<T>(&dnum_view);
+  }
   bp.dq = rows_out<T>(a.dq);
   bp.dk = rows_out<T>(a.dk);
   bp.dv = rows_out<T>(a.dv);
@@ -221,7 +271,6 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   bp.chunk_sums = sums;
   bp.N = N, bp.H = H, bp.group = group, bp.K = K, bp.V = V, bp.chunks = chunks;
   bp.scale = static_cast<float>(p.scale);
-  if (group > 1) AK_CUDA_CHECK(cudaMemsetAsync(ws_dq, 0, 2 * ws * sizeof(float), stream));
   ak::cuda::launch_row<T>(plan.dstates_row, "linear.gla.dstates", bp, stream);
   ak::cuda::launch_row<T>(plan.grads_row, "linear.gla.grads", bp, stream);
   if (group > 1 && ws > 0) {
@@ -255,23 +304,6 @@ ak_tensor last_dim_view(const ak_tensor* t, int64_t first, int64_t width) {
   ak_tensor v = *t;
   v.data = static_cast<unsigned char*>(t->data) + first * t->strides[t->rank - 1] * dtype_size(t->dtype);
   v.shape[t->rank - 1] = width;
-  return v;
-}
-
-// A contiguous tensor [B, T, heads, W] (or [B, T, heads] with W = 0) over `data`, on t's device.
-ak_tensor contiguous_rows(void* data, int32_t dtype, const ak_tensor& like, int64_t B, int64_t T, int64_t heads,
-                     int64_t W) {
-  ak_tensor v = like;
-  v.data = data;
-  v.dtype = dtype;
-  v.rank = W > 0 ? 4 : 3;
-  const int64_t shape[4] = {B, T, heads, W};
-  int64_t stride = 1;
-  for (int i = v.rank - 1; i >= 0; --i) {
-    v.shape[i] = shape[i];
-    v.strides[i] = stride;
-    stride *= shape[i];
-  }
   return v;
 }
 
@@ -424,6 +456,7 @@ void gla_bwd(const GlaBwd& a) {
   cudaStream_t stream = ak::cuda::stream(p.device_index);
   gla_planning::GlaShape shape = shape_of(p, a.gates, {a.q, a.k, a.v, a.d_output, a.dq, a.dk, a.dv}, a.gk);
   shape.chunk_states = a.chunk_states != nullptr;
+  shape.normalize = a.normalize;
   const gla_planning::GlaChoice plan = gla_planning::plan_gla_bwd(shape, ak::cuda::caps(p.device_index));
   plan::set_last(plan.plan);
   if (!plan.chunked) return general_bwd(a);

@@ -89,7 +89,8 @@ template <class T>
 struct BwdParams {
   Rows<const T> q, k, v, dout;
   Rows<T> dq, dk, dv;                 // group == 1: written directly
-  float *ws_dq = nullptr, *ws_dk = nullptr;  // group > 1: fp32 [B, T, HK, K] contiguous, accumulated
+  // fp32 [B, T, HK, K] contiguous: group > 1, the group's sums (accumulated); group 1, an addend or null
+  float *ws_dq = nullptr, *ws_dk = nullptr;
   Decays d;
   ChunkMap map;
   Slots<T> states;     // S before each chunk (16-bit, the operand type of the products)
