@@ -251,7 +251,7 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
     np.HK = HK, np.group = group, np.K = K, np.V = V;
     np.scale = static_cast<float>(p.scale);
     np.eps = static_cast<float>(a.normalize_eps);
-    launch_normaliser<T>(np, chunks, stream);
+    launch_normaliser<T>(np, chunks, N, stream);
     bp.dout = rows_in<T>(&dnum_view);
   }
   bp.dq = rows_out<T>(a.dq);

@@ -5,8 +5,9 @@
 //   heads of dD_t,
 // written as fp32 addends [B, T, HK, K] that the chunk kernels add to their own dq and dk before rounding
 // (the two shares cancel, so they meet in fp32), and the chunk kernels run from dnum_t = dO_t / D_t.
-// Three kernels a chunk and key head each: the chunk's key sums; the rows (z, D, dnum, sD, the dq
-// addend, the chunk's sums of sD q); the dk addend as a reverse scan.
+// Kernels a chunk and key head each: the chunk's key sums (then scanned over the sequence's chunks);
+// the rows (z, D, dnum, sD, the dq addend, the chunk's sums of sD q, then scanned in reverse); the dk
+// addend as a reverse scan.
 #pragma once
 
 #include "arch/sm80.cuh"
@@ -25,8 +26,8 @@ struct NormaliserParams {
   Rows<const T> dout, o;     // [B, T, H, V]: the output's gradient and the normalised output
   Rows<T> dnum;              // [B, T, H, V]: dO / D, the chunk kernels' output gradient
   ChunkMap map;
-  float* key_sums = nullptr;    // [chunks][HK][K]: column sums of k per chunk
-  float* query_sums = nullptr;  // [chunks][HK][K]: column sums of sD q per chunk
+  float* key_sums = nullptr;    // [chunks][HK][K]: column sums of k per chunk, then of the earlier chunks
+  float* query_sums = nullptr;  // [chunks][HK][K]: column sums of sD q per chunk, then of the later chunks
   float* sd = nullptr;          // [chunks * 64][HK]: sD per token slot
   float *add_dq = nullptr, *add_dk = nullptr;  // [B, T, HK, K]
   int HK = 0, group = 1, K = 0, V = 0;
@@ -44,8 +45,28 @@ __global__ void gla_norm_key_sums_kernel(const NormaliserParams<T> p) {
   if (ci.z == 0) return;  // an empty chunk past a packed call's live ones
   for (int col = threadIdx.x; col < p.K; col += blockDim.x) {
     float s = 0.f;
+#pragma unroll 8
     for (int r = 0; r < ci.z; ++r) s += to_float(p.k.row(ci.x, ci.y + r, hk)[col]);
     p.key_sums[(static_cast<int64_t>(g) * p.HK + hk) * p.K + col] = s;
+  }
+}
+
+// Per sequence and key head: each chunk's column sums [chunks][HK][K] replaced by the sum over the
+// sequence's earlier chunks (or, reverse, its later ones).
+__global__ void gla_norm_chunk_scan_kernel(ChunkMap map, float* sums, int HK, int K, bool reverse) {
+  const int n = blockIdx.x, hk = blockIdx.y;
+  int row, begin, end, first;
+  map.sequence(n, row, begin, end, first);
+  const int chunks = (end - begin + kNormChunk - 1) / kNormChunk;
+  for (int col = threadIdx.x; col < K; col += blockDim.x) {
+    float acc = 0.f;
+#pragma unroll 4
+    for (int i = 0; i < chunks; ++i) {
+      float* x = sums + (static_cast<int64_t>(first + (reverse ? chunks - 1 - i : i)) * HK + hk) * K + col;
+      const float own = *x;
+      *x = acc;
+      acc += own;
+    }
   }
 }
 
@@ -55,9 +76,18 @@ __device__ __forceinline__ float norm_warp_sum(float x) {
   return x;
 }
 
-// Per chunk and key head (128 threads): z_t from the earlier chunks' key sums, D_t, then per value head
-// dnum_t and dD_t (a warp a token, four columns a lane), sD_t, the dq addend sD_t z_t and the chunk's
-// column sums of sD_t q_t.
+// Four 16-bit values at `at` (8-byte aligned) as floats.
+template <class T>
+__device__ __forceinline__ float4 norm_load4(const T* at) {
+  const uint2 u = *reinterpret_cast<const uint2*>(at);
+  const float2 a = unpack2<T>(u.x), b = unpack2<T>(u.y);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+// Per chunk and key head (128 threads): z_t from the earlier chunks' key sums (scanned), D_t, then per
+// value head dnum_t = dO_t / D_t (rounded as the chunk kernels read it) and dD_t = -(dnum_t . o_t) from
+// that rounded dnum, so that the two shares of dq and dk cancel as the exact ones do (a warp a token,
+// four columns a lane); then sD_t, the dq addend sD_t z_t and the chunk's column sums of sD_t q_t.
 template <class T>
 __global__ void __launch_bounds__(128) gla_norm_rows_kernel(const NormaliserParams<T> p) {
   __shared__ float zs[kNormChunk][kNormMaxK + 1];
@@ -66,12 +96,9 @@ __global__ void __launch_bounds__(128) gla_norm_rows_kernel(const NormaliserPara
   const int4 ci = p.map.chunk_of(g);
   const int len = ci.z, t0 = ci.y, row = ci.x;
   if (len == 0) return;
-  int srow, begin, end, first;
-  p.map.sequence(ci.w, srow, begin, end, first);
-  const int c = (t0 - begin) / kNormChunk;
   for (int col = tid; col < p.K; col += blockDim.x) {
-    float z = 0.f;
-    for (int e = first; e < first + c; ++e) z += p.key_sums[(static_cast<int64_t>(e) * p.HK + hk) * p.K + col];
+    float z = p.key_sums[(static_cast<int64_t>(g) * p.HK + hk) * p.K + col];
+#pragma unroll 8
     for (int r = 0; r < len; ++r) {
       z += to_float(p.k.row(row, t0 + r, hk)[col]);
       zs[r][col] = z;
@@ -81,7 +108,10 @@ __global__ void __launch_bounds__(128) gla_norm_rows_kernel(const NormaliserPara
   for (int r = warp; r < len; r += 4) {
     const T* qr = p.q.row(row, t0 + r, hk);
     float dot = 0.f;
-    for (int col = lane; col < p.K; col += 32) dot += to_float(qr[col]) * zs[r][col];
+    for (int col = 4 * lane; col < p.K; col += 128) {
+      const float4 x = norm_load4(qr + col);
+      dot += x.x * zs[r][col] + x.y * zs[r][col + 1] + x.z * zs[r][col + 2] + x.w * zs[r][col + 3];
+    }
     const float inv = 1.f / (p.scale * norm_warp_sum(dot) + p.eps);
     float s = 0.f;
     for (int gi = 0; gi < p.group; ++gi) {
@@ -91,19 +121,20 @@ __global__ void __launch_bounds__(128) gla_norm_rows_kernel(const NormaliserPara
       T* dn = p.dnum.row(row, t0 + r, h);
       float x = 0.f;
       for (int col = 4 * lane; col < p.V; col += 128) {  // V % 8 == 0: 8-byte pieces
-        const uint2 d = *reinterpret_cast<const uint2*>(dor + col);
-        const uint2 y = *reinterpret_cast<const uint2*>(orow + col);
-        const float2 d0 = unpack2<T>(d.x), d1 = unpack2<T>(d.y), y0 = unpack2<T>(y.x), y1 = unpack2<T>(y.y);
-        x += d0.x * y0.x + d0.y * y0.y + d1.x * y1.x + d1.y * y1.y;
-        *reinterpret_cast<uint2*>(dn + col) = make_uint2(pack2<T>(d0.x * inv, d0.y * inv), pack2<T>(d1.x * inv, d1.y * inv));
+        const float4 d = norm_load4(dor + col), y = norm_load4(orow + col);
+        const uint2 u = make_uint2(pack2<T>(d.x * inv, d.y * inv), pack2<T>(d.z * inv, d.w * inv));
+        *reinterpret_cast<uint2*>(dn + col) = u;
+        const float2 a = unpack2<T>(u.x), b = unpack2<T>(u.y);
+        x += a.x * y.x + a.y * y.y + b.x * y.z + b.y * y.w;
       }
-      s -= norm_warp_sum(x) * inv;
+      s -= norm_warp_sum(x);
     }
     if (lane == 0) sdr[r] = p.scale * s;
   }
   __syncthreads();
   for (int col = tid; col < p.K; col += blockDim.x) {
     float qsum = 0.f;
+#pragma unroll 8
     for (int r = 0; r < len; ++r) {
       p.add_dq[p.addend(row, t0 + r, hk) + col] = sdr[r] * zs[r][col];
       qsum += sdr[r] * to_float(p.q.row(row, t0 + r, hk)[col]);
@@ -113,34 +144,37 @@ __global__ void __launch_bounds__(128) gla_norm_rows_kernel(const NormaliserPara
   if (tid < len) p.sd[(static_cast<int64_t>(g) * kNormChunk + tid) * p.HK + hk] = sdr[tid];
 }
 
-// Per chunk and key head: the dk addend sum_{t >= j} sD_t q_t, from the later chunks' sums and the
-// chunk's own tokens in reverse.
+// Per chunk and key head: the dk addend sum_{t >= j} sD_t q_t, from the later chunks' sums (scanned)
+// and the chunk's own tokens in reverse.
 template <class T>
 __global__ void gla_norm_dk_kernel(const NormaliserParams<T> p) {
+  __shared__ float sdr[kNormChunk];
   const int g = blockIdx.x, hk = blockIdx.y;
   const int4 ci = p.map.chunk_of(g);
   const int len = ci.z, t0 = ci.y, row = ci.x;
   if (len == 0) return;
-  int srow, begin, end, first;
-  p.map.sequence(ci.w, srow, begin, end, first);
-  const int c = (t0 - begin) / kNormChunk, chunks = (end - begin + kNormChunk - 1) / kNormChunk;
+  if (threadIdx.x < len) sdr[threadIdx.x] = p.sd[(static_cast<int64_t>(g) * kNormChunk + threadIdx.x) * p.HK + hk];
+  __syncthreads();
   for (int col = threadIdx.x; col < p.K; col += blockDim.x) {
-    float acc = 0.f;
-    for (int e = first + c + 1; e < first + chunks; ++e) acc += p.query_sums[(static_cast<int64_t>(e) * p.HK + hk) * p.K + col];
+    float acc = p.query_sums[(static_cast<int64_t>(g) * p.HK + hk) * p.K + col];
+#pragma unroll 8
     for (int r = len - 1; r >= 0; --r) {
-      acc += p.sd[(static_cast<int64_t>(g) * kNormChunk + r) * p.HK + hk] * to_float(p.q.row(row, t0 + r, hk)[col]);
+      acc += sdr[r] * to_float(p.q.row(row, t0 + r, hk)[col]);
       p.add_dk[p.addend(row, t0 + r, hk) + col] = acc;
     }
   }
 }
 
-// The three in order over a call's chunks (a grid of chunks x key heads).
+// In order over a call's chunks (grids of chunks, or sequences, x key heads).
 template <class T>
-void launch_normaliser(const NormaliserParams<T>& p, int chunks, cudaStream_t stream) {
+void launch_normaliser(const NormaliserParams<T>& p, int chunks, int sequences, cudaStream_t stream) {
   if (chunks == 0) return;
   const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(p.HK));
+  const dim3 seq_grid(static_cast<unsigned>(sequences), static_cast<unsigned>(p.HK));
   gla_norm_key_sums_kernel<T><<<grid, 128, 0, stream>>>(p);
+  gla_norm_chunk_scan_kernel<<<seq_grid, 128, 0, stream>>>(p.map, p.key_sums, p.HK, p.K, false);
   gla_norm_rows_kernel<T><<<grid, 128, 0, stream>>>(p);
+  gla_norm_chunk_scan_kernel<<<seq_grid, 128, 0, stream>>>(p.map, p.query_sums, p.HK, p.K, true);
   gla_norm_dk_kernel<T><<<grid, 128, 0, stream>>>(p);
   ak::cuda::check_launch("gla normaliser scans");
 }
