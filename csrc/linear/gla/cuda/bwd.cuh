@@ -98,6 +98,11 @@ __global__ void __launch_bounds__(kThreads, (GradLayout<KD, kChannel>::kMinBlock
   const int64_t KV = static_cast<int64_t>(p.K) * p.V;
   const T* S_c = p.states.at(first, n, c, h);
   const T* dS_c = p.dstates.at(first, n, c, h);
+  // Normalised: each row's dD (read after the barriers below; rowsum is free until the outputs).
+  const bool normalised = !kChannel && p.norm_dd != nullptr;
+  if (normalised && tid < kChunk) {
+    rowsum[tid] = tid < len ? p.norm_dd[(static_cast<int64_t>(row) * p.map.T + t0 + tid) * p.H + h] : 0.f;
+  }
 
   // The V tile's operands: v, dO and the S and dS tiles (rows K, columns v0 .. v0 + 63 of [K][V] 16-bit
   // slots; zero past K and V).
@@ -187,11 +192,31 @@ __global__ void __launch_bounds__(kThreads, (GradLayout<KD, kChannel>::kMinBlock
     x[1] *= __expf(gc_at<KD, kChannel>(gc, kChunk - 1, cc + 1) - gc_at<KD, kChannel>(gc, r, cc + 1));
   });
   if constexpr (!kChannel) {
+    if (normalised) {
+      // The values' ones column (no decay): dq += scale dD z (the keys before the chunk), dk += the
+      // later tokens' scale dD q; in fp32, where they cancel against the value columns' share.
+      const float* z = p.norm_z + (static_cast<int64_t>(gidx) * (p.H / p.group) + hk) * p.K;
+      const float* qs = p.norm_q + (static_cast<int64_t>(gidx) * p.H + h) * p.K;
+      for_acc_pairs(aq, m0, nk0, lane, [&](int r, int cc, float* x) {
+        if (cc >= p.K) return;
+        const float d = p.scale * rowsum[r];
+        const float2 zz = __ldg(reinterpret_cast<const float2*>(z + cc));
+        x[0] += d * zz.x;
+        x[1] += d * zz.y;
+      });
+      for_acc_pairs(ak, m0, nk0, lane, [&](int, int cc, float* x) {
+        if (cc >= p.K) return;
+        const float2 s = __ldg(reinterpret_cast<const float2*>(qs + cc));
+        x[0] += s.x;
+        x[1] += s.y;
+      });
+    }
     // dPd = scale dP exp(gc_i - gc_j), causal, from registers to Ps (16-bit; P is done with);
-    // dq += dPd K, dk += dPd^T Q.
+    // dq += dPd K, dk += dPd^T Q. Normalised, dP_ij also has the ones column's dD_i.
     for_acc_pairs(dp, m0, n64, lane, [&](int r, int cc, float* x) {
-      const float a = cc <= r ? p.scale * x[0] * __expf(gc[r] - gc[cc]) : 0.f;
-      const float b = cc + 1 <= r ? p.scale * x[1] * __expf(gc[r] - gc[cc + 1]) : 0.f;
+      const float d = normalised ? rowsum[r] : 0.f;
+      const float a = cc <= r ? p.scale * (x[0] + d) * __expf(gc[r] - gc[cc]) : 0.f;
+      const float b = cc + 1 <= r ? p.scale * (x[1] + d) * __expf(gc[r] - gc[cc + 1]) : 0.f;
       *reinterpret_cast<uint32_t*>(Ps + r * pitch16(64) + cc) = pack2<T>(a, b);
     });
     __syncthreads();
@@ -288,20 +313,18 @@ __global__ void __launch_bounds__(kThreads, (GradLayout<KD, kChannel>::kMinBlock
       x[1] += DK[r * (KD + 4) + cc + 1];
     });
   }
-  // Outputs: dq, dk (directly, or accumulated over the group), dG = q dq - k dk. A workspace of a single
-  // value head holds an fp32 addend (the normaliser's share), added before rounding.
+  // Outputs: dq, dk (directly, or accumulated over the group), dG = q dq - k dk.
   if (tid < kChunk) rowsum[tid] = 0.f;
   __syncthreads();
   auto out = [&](float(&acc)[1][KD / 16][4], Rows<T> dst, float* ws) {
     for_acc_pairs(acc, m0, nk0, lane, [&](int r, int cc, float* x) {
       if (r >= len || cc >= p.K) return;
-      float* w = ws ? ws + ((static_cast<int64_t>(row) * p.map.T + t0 + r) * (p.H / p.group) + hk) * p.K + cc : nullptr;
-      if (w && p.group > 1) {
+      if (ws) {
+        float* w = ws + ((static_cast<int64_t>(row) * p.map.T + t0 + r) * (p.H / p.group) + hk) * p.K + cc;
         atomicAdd(w, x[0]);
         atomicAdd(w + 1, x[1]);
       } else {
-        const float2 add = w ? *reinterpret_cast<const float2*>(w) : make_float2(0.f, 0.f);
-        *reinterpret_cast<uint32_t*>(dst.row(row, t0 + r, hk) + cc) = pack2<T>(x[0] + add.x, x[1] + add.y);
+        *reinterpret_cast<uint32_t*>(dst.row(row, t0 + r, hk) + cc) = pack2<T>(x[0], x[1]);
       }
     });
   };

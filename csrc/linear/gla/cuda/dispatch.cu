@@ -173,13 +173,14 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   const size_t slots = (static_cast<size_t>(chunks) + N) * H * K * V;
   const size_t finals = static_cast<size_t>(N) * H * K * V;
   const bool normalised = a.normalize;  // planned only with the split state kernel's recompute
-  const size_t ws = group > 1 || normalised ? static_cast<size_t>(p.B) * p.T * HK * K : 0;
+  const size_t ws = group > 1 ? static_cast<size_t>(p.B) * p.T * HK * K : 0;
   const bool recompute = a.chunk_states == nullptr;
-  // Normalised: the scans' key and query sums per chunk and sD per token slot (fp32), the recomputed
-  // output and dO / D (16-bit, [B, T, H, V]).
-  const size_t norm_f32 = normalised ? 2 * static_cast<size_t>(chunks) * HK * K + static_cast<size_t>(chunks) * kChunk * HK : 0;
+  // Normalised: the scans' key and query sums per chunk and dD per token (fp32), the recomputed output
+  // and dO / D (16-bit, [B, T, H, V]).
+  const size_t norm_f32 =
+      normalised ? static_cast<size_t>(chunks) * (HK + H) * K + static_cast<size_t>(p.B) * p.T * H : 0;
   const size_t rows_v = normalised ? static_cast<size_t>(p.B) * p.T * H * V : 0;
-  // fp32: the final states (recomputed), grouped heads' dq and dk sums (or the normaliser's addends),
+  // fp32: the final states (recomputed), grouped heads' dq and dk sums,
   // per-chunk sums of the decays' gradient; 16-bit: the states before and the state gradients after
   // every chunk.
   const size_t f32_count = (recompute ? finals : 0) + 2 * ws + static_cast<size_t>(chunks) * H * W + norm_f32 + 64;
@@ -187,8 +188,8 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   ak::cuda::Scratch scratch(p.device_index, f32_bytes + (2 * slots + 2 * rows_v) * sizeof(T) + 256);
   float* f = scratch.as<float>();
   float* finals_buf = recompute ? f : nullptr;
-  float* ws_dq = ws > 0 ? f + (recompute ? finals : 0) : nullptr;
-  float* ws_dk = ws > 0 ? ws_dq + ws : nullptr;
+  float* ws_dq = group > 1 ? f + (recompute ? finals : 0) : nullptr;
+  float* ws_dk = group > 1 ? ws_dq + ws : nullptr;
   float* sums = f + (recompute ? finals : 0) + 2 * ws;
   float* norm_sums = sums + static_cast<size_t>(chunks) * H * W;
   T* states = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(f) + f32_bytes);
@@ -245,14 +246,15 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
     np.map = tables.map;
     np.key_sums = norm_sums;
     np.query_sums = norm_sums + static_cast<size_t>(chunks) * HK * K;
-    np.sd = np.query_sums + static_cast<size_t>(chunks) * HK * K;
-    np.add_dq = ws_dq;
-    np.add_dk = ws_dk;
-    np.HK = HK, np.group = group, np.K = K, np.V = V;
+    np.dd = np.query_sums + static_cast<size_t>(chunks) * H * K;
+    np.H = H, np.HK = HK, np.group = group, np.K = K, np.V = V;
     np.scale = static_cast<float>(p.scale);
     np.eps = static_cast<float>(a.normalize_eps);
     launch_normaliser<T>(np, chunks, N, stream);
     bp.dout = rows_in<T>(&dnum_view);
+    bp.norm_dd = np.dd;
+    bp.norm_z = np.key_sums;
+    bp.norm_q = np.query_sums;
   }
   bp.dq = rows_out<T>(a.dq);
   bp.dk = rows_out<T>(a.dk);

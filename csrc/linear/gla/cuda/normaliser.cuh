@@ -1,13 +1,11 @@
-// The normaliser's share of linear attention's normalised backward, as scans over each sequence's
-// chunks. With D_t = scale q_t . z_t + eps, z_t the sequence's key sum up to token t, and
-// dD_t = -(dO_t . o_t) / D_t for the normalised output o_t:
-//   dq_t += sD_t z_t,  dk_j += sum_{t >= j} sD_t q_t,  with sD_t = scale * sum over the group's value
-//   heads of dD_t,
-// written as fp32 addends [B, T, HK, K] that the chunk kernels add to their own dq and dk before rounding
-// (the two shares cancel, so they meet in fp32), and the chunk kernels run from dnum_t = dO_t / D_t.
-// Kernels a chunk and key head each: the chunk's key sums (then scanned over the sequence's chunks);
-// the rows (z, D, dnum, sD, the dq addend, the chunk's sums of sD q, then scanned in reverse); the dk
-// addend as a reverse scan.
+// The normaliser's share of linear attention's normalised backward. With D_t = scale q_t . z_t + eps,
+// z_t the sequence's key sum up to token t, and dD_t = -(dnum_t . o_t) for the normalised output o_t and
+// dnum_t = dO_t / D_t, the normaliser is the values' ones column: its gradient enters the chunk kernels'
+// dP as dD_i (every causal entry of row i) and their state parts as scale dD_t z_c (dq, z_c the keys
+// before chunk c) and sum_{later t} scale dD_t q_t (dk), all in fp32 where they cancel against the value
+// columns' share (bwd.cuh, BwdParams::norm_*). What those read is made here, per chunk and head:
+// the chunk's key sums, scanned over the sequence's chunks; the rows (z, D, dnum, dD, the chunk's scaled
+// sums of dD q per value head), scanned in reverse.
 #pragma once
 
 #include "arch/sm80.cuh"
@@ -27,14 +25,10 @@ struct NormaliserParams {
   Rows<T> dnum;              // [B, T, H, V]: dO / D, the chunk kernels' output gradient
   ChunkMap map;
   float* key_sums = nullptr;    // [chunks][HK][K]: column sums of k per chunk, then of the earlier chunks
-  float* query_sums = nullptr;  // [chunks][HK][K]: column sums of sD q per chunk, then of the later chunks
-  float* sd = nullptr;          // [chunks * 64][HK]: sD per token slot
-  float *add_dq = nullptr, *add_dk = nullptr;  // [B, T, HK, K]
-  int HK = 0, group = 1, K = 0, V = 0;
+  float* query_sums = nullptr;  // [chunks][H][K]: scale sum dD q per chunk, then of the later chunks
+  float* dd = nullptr;          // [B, T, H]: dD
+  int H = 0, HK = 0, group = 1, K = 0, V = 0;
   float scale = 1.f, eps = 0.f;
-  __device__ __forceinline__ int64_t addend(int row, int t, int hk) const {
-    return ((static_cast<int64_t>(row) * map.T + t) * HK + hk) * K;
-  }
 };
 
 // Per chunk and key head: the column sums of k.
@@ -51,10 +45,10 @@ __global__ void gla_norm_key_sums_kernel(const NormaliserParams<T> p) {
   }
 }
 
-// Per sequence and key head: each chunk's column sums [chunks][HK][K] replaced by the sum over the
+// Per sequence and head: each chunk's column sums [chunks][heads][K] replaced by the sum over the
 // sequence's earlier chunks (or, reverse, its later ones).
-__global__ void gla_norm_chunk_scan_kernel(ChunkMap map, float* sums, int HK, int K, bool reverse) {
-  const int n = blockIdx.x, hk = blockIdx.y;
+__global__ void gla_norm_chunk_scan_kernel(ChunkMap map, float* sums, int heads, int K, bool reverse) {
+  const int n = blockIdx.x, hh = blockIdx.y;
   int row, begin, end, first;
   map.sequence(n, row, begin, end, first);
   const int chunks = (end - begin + kNormChunk - 1) / kNormChunk;
@@ -62,7 +56,7 @@ __global__ void gla_norm_chunk_scan_kernel(ChunkMap map, float* sums, int HK, in
     float acc = 0.f;
 #pragma unroll 4
     for (int i = 0; i < chunks; ++i) {
-      float* x = sums + (static_cast<int64_t>(first + (reverse ? chunks - 1 - i : i)) * HK + hk) * K + col;
+      float* x = sums + (static_cast<int64_t>(first + (reverse ? chunks - 1 - i : i)) * heads + hh) * K + col;
       const float own = *x;
       *x = acc;
       acc += own;
@@ -84,14 +78,14 @@ __device__ __forceinline__ float4 norm_load4(const T* at) {
   return make_float4(a.x, a.y, b.x, b.y);
 }
 
-// Per chunk and key head (128 threads): z_t from the earlier chunks' key sums (scanned), D_t, then per
-// value head dnum_t = dO_t / D_t (rounded as the chunk kernels read it) and dD_t = -(dnum_t . o_t) from
-// that rounded dnum, so that the two shares of dq and dk cancel as the exact ones do (a warp a token,
-// four columns a lane); then sD_t, the dq addend sD_t z_t and the chunk's column sums of sD_t q_t.
+// Per chunk and key head (128 threads): z_t from the earlier chunks' key sums (scanned), 1 / D_t, then
+// per value head dnum_t = dO_t / D_t (rounded as the chunk kernels read it) and dD_t = -(dnum_t . o_t)
+// from that rounded dnum, so that the two shares cancel as the exact ones do (a warp a token, four
+// columns a lane), and the chunk's column sums of scale dD_t q_t.
 template <class T>
 __global__ void __launch_bounds__(128) gla_norm_rows_kernel(const NormaliserParams<T> p) {
   __shared__ float zs[kNormChunk][kNormMaxK + 1];
-  __shared__ float sdr[kNormChunk];
+  __shared__ float inv_d[kNormChunk], ddr[kNormChunk];
   const int g = blockIdx.x, hk = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int4 ci = p.map.chunk_of(g);
   const int len = ci.z, t0 = ci.y, row = ci.x;
@@ -112,10 +106,14 @@ __global__ void __launch_bounds__(128) gla_norm_rows_kernel(const NormaliserPara
       const float4 x = norm_load4(qr + col);
       dot += x.x * zs[r][col] + x.y * zs[r][col + 1] + x.z * zs[r][col + 2] + x.w * zs[r][col + 3];
     }
-    const float inv = 1.f / (p.scale * norm_warp_sum(dot) + p.eps);
-    float s = 0.f;
-    for (int gi = 0; gi < p.group; ++gi) {
-      const int h = hk * p.group + gi;
+    dot = norm_warp_sum(dot);
+    if (lane == 0) inv_d[r] = 1.f / (p.scale * dot + p.eps);
+  }
+  __syncthreads();
+  for (int gi = 0; gi < p.group; ++gi) {
+    const int h = hk * p.group + gi;
+    for (int r = warp; r < len; r += 4) {
+      const float inv = inv_d[r];
       const T* dor = p.dout.row(row, t0 + r, h);
       const T* orow = p.o.row(row, t0 + r, h);
       T* dn = p.dnum.row(row, t0 + r, h);
@@ -127,55 +125,32 @@ __global__ void __launch_bounds__(128) gla_norm_rows_kernel(const NormaliserPara
         const float2 a = unpack2<T>(u.x), b = unpack2<T>(u.y);
         x += a.x * y.x + a.y * y.y + b.x * y.z + b.y * y.w;
       }
-      s -= norm_warp_sum(x);
+      x = -norm_warp_sum(x);
+      if (lane == 0) {
+        ddr[r] = x;
+        p.dd[(static_cast<int64_t>(row) * p.map.T + t0 + r) * p.H + h] = x;
+      }
     }
-    if (lane == 0) sdr[r] = p.scale * s;
-  }
-  __syncthreads();
-  for (int col = tid; col < p.K; col += blockDim.x) {
-    float qsum = 0.f;
+    __syncthreads();
+    for (int col = tid; col < p.K; col += blockDim.x) {
+      float qsum = 0.f;
 #pragma unroll 8
-    for (int r = 0; r < len; ++r) {
-      p.add_dq[p.addend(row, t0 + r, hk) + col] = sdr[r] * zs[r][col];
-      qsum += sdr[r] * to_float(p.q.row(row, t0 + r, hk)[col]);
+      for (int r = 0; r < len; ++r) qsum += ddr[r] * to_float(p.q.row(row, t0 + r, hk)[col]);
+      p.query_sums[(static_cast<int64_t>(g) * p.H + h) * p.K + col] = p.scale * qsum;
     }
-    p.query_sums[(static_cast<int64_t>(g) * p.HK + hk) * p.K + col] = qsum;
-  }
-  if (tid < len) p.sd[(static_cast<int64_t>(g) * kNormChunk + tid) * p.HK + hk] = sdr[tid];
-}
-
-// Per chunk and key head: the dk addend sum_{t >= j} sD_t q_t, from the later chunks' sums (scanned)
-// and the chunk's own tokens in reverse.
-template <class T>
-__global__ void gla_norm_dk_kernel(const NormaliserParams<T> p) {
-  __shared__ float sdr[kNormChunk];
-  const int g = blockIdx.x, hk = blockIdx.y;
-  const int4 ci = p.map.chunk_of(g);
-  const int len = ci.z, t0 = ci.y, row = ci.x;
-  if (len == 0) return;
-  if (threadIdx.x < len) sdr[threadIdx.x] = p.sd[(static_cast<int64_t>(g) * kNormChunk + threadIdx.x) * p.HK + hk];
-  __syncthreads();
-  for (int col = threadIdx.x; col < p.K; col += blockDim.x) {
-    float acc = p.query_sums[(static_cast<int64_t>(g) * p.HK + hk) * p.K + col];
-#pragma unroll 8
-    for (int r = len - 1; r >= 0; --r) {
-      acc += sdr[r] * to_float(p.q.row(row, t0 + r, hk)[col]);
-      p.add_dk[p.addend(row, t0 + r, hk) + col] = acc;
-    }
+    __syncthreads();
   }
 }
 
-// In order over a call's chunks (grids of chunks, or sequences, x key heads).
+// In order over a call's chunks (grids of chunks, or sequences, x heads).
 template <class T>
 void launch_normaliser(const NormaliserParams<T>& p, int chunks, int sequences, cudaStream_t stream) {
   if (chunks == 0) return;
   const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(p.HK));
-  const dim3 seq_grid(static_cast<unsigned>(sequences), static_cast<unsigned>(p.HK));
   gla_norm_key_sums_kernel<T><<<grid, 128, 0, stream>>>(p);
-  gla_norm_chunk_scan_kernel<<<seq_grid, 128, 0, stream>>>(p.map, p.key_sums, p.HK, p.K, false);
+  gla_norm_chunk_scan_kernel<<<dim3(sequences, p.HK), 128, 0, stream>>>(p.map, p.key_sums, p.HK, p.K, false);
   gla_norm_rows_kernel<T><<<grid, 128, 0, stream>>>(p);
-  gla_norm_chunk_scan_kernel<<<seq_grid, 128, 0, stream>>>(p.map, p.query_sums, p.HK, p.K, true);
-  gla_norm_dk_kernel<T><<<grid, 128, 0, stream>>>(p);
+  gla_norm_chunk_scan_kernel<<<dim3(sequences, p.H), 128, 0, stream>>>(p.map, p.query_sums, p.H, p.K, true);
   ak::cuda::check_launch("gla normaliser scans");
 }
 

@@ -89,8 +89,7 @@ template <class T>
 struct BwdParams {
   Rows<const T> q, k, v, dout;
   Rows<T> dq, dk, dv;                 // group == 1: written directly
-  // fp32 [B, T, HK, K] contiguous: group > 1, the group's sums (accumulated); group 1, an addend or null
-  float *ws_dq = nullptr, *ws_dk = nullptr;
+  float *ws_dq = nullptr, *ws_dk = nullptr;  // group > 1: fp32 [B, T, HK, K] contiguous, accumulated
   Decays d;
   ChunkMap map;
   Slots<T> states;     // S before each chunk (16-bit, the operand type of the products)
@@ -100,6 +99,10 @@ struct BwdParams {
   float* d_initial_state = nullptr;      // [N, H, K, V]
   Rows<float> dG;      // [B, T, H, K] (channel) or [B, T, H] as sb/st/sh with K = 1 (scalar)
   float* chunk_sums = nullptr;  // [chunks, H, W] column sums of dG per chunk
+  // Normalised linear attention (normaliser.cuh), the ones column's share: dD per token and value head
+  // ([B, T, H]), the key sums before each chunk ([chunks][HK][K]) and the scaled sums of dD q after it
+  // ([chunks][H][K]); norm_dd null otherwise.
+  const float *norm_dd = nullptr, *norm_z = nullptr, *norm_q = nullptr;
   int N = 0, H = 0, group = 1, K = 0, V = 0, chunks = 0;
   float scale = 1.f;
 };
