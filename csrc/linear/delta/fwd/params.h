@@ -119,6 +119,7 @@ struct StateParams {
   float scale = 1.f;
   bool l2norm = false;
   float norm_eps = 0.f;  // SplitPolicy::kNormalized: added to each row's normaliser
+  float* inv_den = nullptr;  // SplitPolicy::kNormalized: 1 / normaliser per token and head [B, T, H], or null
   // wgmma kernels only. Segment jobs of the context-parallel stage 2 (seg_pass 0: one job per
   // sequence, the plain recurrence). Every sequence is cut into seg_count segments of seg_chunks
   // chunks (later ones may be short or empty), and with Pm = seg_count - 1:

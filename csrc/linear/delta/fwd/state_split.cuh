@@ -401,6 +401,13 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
       float inv_den[2] = {1.f, 1.f};
       if constexpr (kNorm) {
         normaliser_rows<T, D>(inv_den, pf, base + (sQ - sbase), z_slot(s), rq, gc, p.norm_eps, warp, g8, t4);
+        if (p.inv_den != nullptr && t4 == 0 && vt0 == 0) {  // for the normalised backward
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int i = 16 * warp + g8 + 8 * r;
+            if (i < len) p.inv_den[(static_cast<int64_t>(row) * p.map.T + t0 + i) * p.H + h] = inv_den[r];
+          }
+        }
       }
       named_sync(Bar::ub(s), 256);  // UB[s]
       store_saved(c, s);

@@ -86,14 +86,14 @@ void chunked_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaStrea
 
 // The delta rule's split state kernel run for the scalar-decay family (pass_row): each chunk's cumulated
 // gates, then the state pass reading q, k and v where they are (TMA boxes on fixed-length calls, cp.async
-// on packed ones), writing the output (normalised in the kernel with AK_GLA_NORMALIZE) and the final
-// states. Output null: the states alone (the backward's recompute), stored as 16-bit [H][chunks][K][V]
+// on packed ones), writing the output (normalised in the kernel with AK_GLA_NORMALIZE, each row's
+// 1 / normaliser into `inv_den` when it is not null) and the final states. Output null: the states alone (the backward's recompute), stored as 16-bit [H][chunks][K][V]
 // into `save` when it is not null.
 template <class T>
 void run_state_split(const DeltaProblem& p, const ChunkTables& tables, int pass_row, const ak_tensor* gk,
                      const ak_tensor* g, const ak_tensor* gamma, const ak_tensor* q, const ak_tensor* k,
                      const ak_tensor* v, const ak_tensor* output, const float* initial_state, float* final_state,
-                     double normalize_eps, T* save, cudaStream_t stream) {
+                     double normalize_eps, T* save, cudaStream_t stream, float* inv_den = nullptr) {
   const int H = static_cast<int>(p.H);
   ak::cuda::Scratch scratch(p.device_index, std::max<size_t>(1, static_cast<size_t>(tables.chunks) * H * kChunk) * 4);
   float* gc = scratch.as<float>();
@@ -117,6 +117,7 @@ void run_state_split(const DeltaProblem& p, const ChunkTables& tables, int pass_
   sp.group = static_cast<int>(p.group());
   sp.scale = static_cast<float>(p.scale);
   sp.norm_eps = static_cast<float>(normalize_eps);
+  sp.inv_den = inv_den;
   fwd::SplitMaps maps;
   if (!p.varlen) {
     ak::cuda::encode_token_rows_map(maps.q, *q, 64, "linear attention q");
@@ -175,10 +176,10 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   const bool normalised = a.normalize;  // planned only with the split state kernel's recompute
   const size_t ws = group > 1 ? static_cast<size_t>(p.B) * p.T * HK * K : 0;
   const bool recompute = a.chunk_states == nullptr;
-  // Normalised: the scans' key and query sums per chunk and dD per token (fp32), the recomputed output
-  // and dO / D (16-bit, [B, T, H, V]).
+  // Normalised: the scans' key and query sums per chunk, 1 / D and dD per token (fp32), the recomputed
+  // output and dO / D (16-bit, [B, T, H, V]).
   const size_t norm_f32 =
-      normalised ? static_cast<size_t>(chunks) * (HK + H) * K + static_cast<size_t>(p.B) * p.T * H : 0;
+      normalised ? static_cast<size_t>(chunks) * (HK + H) * K + 2 * static_cast<size_t>(p.B) * p.T * H : 0;
   const size_t rows_v = normalised ? static_cast<size_t>(p.B) * p.T * H * V : 0;
   // fp32: the final states (recomputed), grouped heads' dq and dk sums,
   // per-chunk sums of the decays' gradient; 16-bit: the states before and the state gradients after
@@ -192,6 +193,7 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   float* ws_dk = group > 1 ? ws_dq + ws : nullptr;
   float* sums = f + (recompute ? finals : 0) + 2 * ws;
   float* norm_sums = sums + static_cast<size_t>(chunks) * H * W;
+  float* norm_inv_den = normalised ? norm_sums + static_cast<size_t>(chunks) * (HK + H) * K : nullptr;
   T* states = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(f) + f32_bytes);
   T* dstates = states + slots;
   T* out_rows = dstates + slots;  // normalised: the recomputed output, then dO / D
@@ -206,7 +208,7 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
     // The split state kernel, its output not stored: the states before every chunk as [H][chunks][K][V].
     // Normalised: the normalised output formed as well (the normaliser's gradient reads it).
     run_state_split<T>(p, tables, plan.pass_row, a.gk, a.g, a.g_gamma, a.q, a.k, a.v, normalised ? &out_view : nullptr,
-                       f32(a.initial_state), finals_buf, a.normalize_eps, states, stream);
+                       f32(a.initial_state), finals_buf, a.normalize_eps, states, stream, norm_inv_den);
     final_states = {finals_buf, static_cast<int64_t>(H) * K * V};
   } else if (recompute) {
     FwdParams<T> fp;
@@ -246,7 +248,8 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
     np.map = tables.map;
     np.key_sums = norm_sums;
     np.query_sums = norm_sums + static_cast<size_t>(chunks) * HK * K;
-    np.dd = np.query_sums + static_cast<size_t>(chunks) * H * K;
+    np.inv_den = norm_inv_den;
+    np.dd = norm_inv_den + static_cast<size_t>(p.B) * p.T * H;
     np.H = H, np.HK = HK, np.group = group, np.K = K, np.V = V;
     np.scale = static_cast<float>(p.scale);
     np.eps = static_cast<float>(a.normalize_eps);

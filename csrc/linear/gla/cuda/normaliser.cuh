@@ -4,8 +4,8 @@
 // dP as dD_i (every causal entry of row i) and their state parts as scale dD_t z_c (dq, z_c the keys
 // before chunk c) and sum_{later t} scale dD_t q_t (dk), all in fp32 where they cancel against the value
 // columns' share (bwd.cuh, BwdParams::norm_*). What those read is made here, per chunk and head:
-// the chunk's key sums, scanned over the sequence's chunks; the rows (z, D, dnum, dD, the chunk's scaled
-// sums of dD q per value head), scanned in reverse.
+// the chunk's key sums, scanned over the sequence's chunks; the rows (dnum, dD from the forward's 1 / D,
+// the chunk's scaled sums of dD q per value head), scanned in reverse.
 #pragma once
 
 #include "arch/sm80.cuh"
@@ -16,7 +16,6 @@
 namespace ak::linear::cuda::gla {
 
 constexpr int kNormChunk = 64;  // tokens a chunk (the chunk kernels')
-constexpr int kNormMaxK = 128;  // key columns the scans hold in shared memory
 
 template <class T>
 struct NormaliserParams {
@@ -26,6 +25,7 @@ struct NormaliserParams {
   ChunkMap map;
   float* key_sums = nullptr;    // [chunks][HK][K]: column sums of k per chunk, then of the earlier chunks
   float* query_sums = nullptr;  // [chunks][H][K]: scale sum dD q per chunk, then of the later chunks
+  const float* inv_den = nullptr;  // [B, T, H]: 1 / D, as the split state kernel divided by it
   float* dd = nullptr;          // [B, T, H]: dD
   int H = 0, HK = 0, group = 1, K = 0, V = 0;
   float scale = 1.f, eps = 0.f;
@@ -78,67 +78,43 @@ __device__ __forceinline__ float4 norm_load4(const T* at) {
   return make_float4(a.x, a.y, b.x, b.y);
 }
 
-// Per chunk and key head (128 threads): z_t from the earlier chunks' key sums (scanned), 1 / D_t, then
-// per value head dnum_t = dO_t / D_t (rounded as the chunk kernels read it) and dD_t = -(dnum_t . o_t)
-// from that rounded dnum, so that the two shares cancel as the exact ones do (a warp a token, four
-// columns a lane), and the chunk's column sums of scale dD_t q_t.
+// Per chunk and value head (128 threads): dnum_t = dO_t / D_t (rounded as the chunk kernels read it,
+// 1 / D_t as the forward divided by it) and dD_t = -(dnum_t . o_t) from that rounded dnum, so that the
+// two shares cancel as the exact ones do (a warp a token, four columns a lane); then the chunk's column
+// sums of scale dD_t q_t.
 template <class T>
 __global__ void __launch_bounds__(128) gla_norm_rows_kernel(const NormaliserParams<T> p) {
-  __shared__ float zs[kNormChunk][kNormMaxK + 1];
-  __shared__ float inv_d[kNormChunk], ddr[kNormChunk];
-  const int g = blockIdx.x, hk = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  __shared__ float ddr[kNormChunk];
+  const int g = blockIdx.x, h = blockIdx.y, hk = h / p.group, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int4 ci = p.map.chunk_of(g);
   const int len = ci.z, t0 = ci.y, row = ci.x;
   if (len == 0) return;
-  for (int col = tid; col < p.K; col += blockDim.x) {
-    float z = p.key_sums[(static_cast<int64_t>(g) * p.HK + hk) * p.K + col];
-#pragma unroll 8
-    for (int r = 0; r < len; ++r) {
-      z += to_float(p.k.row(row, t0 + r, hk)[col]);
-      zs[r][col] = z;
-    }
-  }
-  __syncthreads();
   for (int r = warp; r < len; r += 4) {
-    const T* qr = p.q.row(row, t0 + r, hk);
-    float dot = 0.f;
-    for (int col = 4 * lane; col < p.K; col += 128) {
-      const float4 x = norm_load4(qr + col);
-      dot += x.x * zs[r][col] + x.y * zs[r][col + 1] + x.z * zs[r][col + 2] + x.w * zs[r][col + 3];
+    const int64_t at = (static_cast<int64_t>(row) * p.map.T + t0 + r) * p.H + h;
+    const float inv = p.inv_den[at];
+    const T* dor = p.dout.row(row, t0 + r, h);
+    const T* orow = p.o.row(row, t0 + r, h);
+    T* dn = p.dnum.row(row, t0 + r, h);
+    float x = 0.f;
+    for (int col = 4 * lane; col < p.V; col += 128) {  // V % 8 == 0: 8-byte pieces
+      const float4 d = norm_load4(dor + col), y = norm_load4(orow + col);
+      const uint2 u = make_uint2(pack2<T>(d.x * inv, d.y * inv), pack2<T>(d.z * inv, d.w * inv));
+      *reinterpret_cast<uint2*>(dn + col) = u;
+      const float2 a = unpack2<T>(u.x), b = unpack2<T>(u.y);
+      x += a.x * y.x + a.y * y.y + b.x * y.z + b.y * y.w;
     }
-    dot = norm_warp_sum(dot);
-    if (lane == 0) inv_d[r] = 1.f / (p.scale * dot + p.eps);
+    x = -norm_warp_sum(x);
+    if (lane == 0) {
+      ddr[r] = x;
+      p.dd[at] = x;
+    }
   }
   __syncthreads();
-  for (int gi = 0; gi < p.group; ++gi) {
-    const int h = hk * p.group + gi;
-    for (int r = warp; r < len; r += 4) {
-      const float inv = inv_d[r];
-      const T* dor = p.dout.row(row, t0 + r, h);
-      const T* orow = p.o.row(row, t0 + r, h);
-      T* dn = p.dnum.row(row, t0 + r, h);
-      float x = 0.f;
-      for (int col = 4 * lane; col < p.V; col += 128) {  // V % 8 == 0: 8-byte pieces
-        const float4 d = norm_load4(dor + col), y = norm_load4(orow + col);
-        const uint2 u = make_uint2(pack2<T>(d.x * inv, d.y * inv), pack2<T>(d.z * inv, d.w * inv));
-        *reinterpret_cast<uint2*>(dn + col) = u;
-        const float2 a = unpack2<T>(u.x), b = unpack2<T>(u.y);
-        x += a.x * y.x + a.y * y.y + b.x * y.z + b.y * y.w;
-      }
-      x = -norm_warp_sum(x);
-      if (lane == 0) {
-        ddr[r] = x;
-        p.dd[(static_cast<int64_t>(row) * p.map.T + t0 + r) * p.H + h] = x;
-      }
-    }
-    __syncthreads();
-    for (int col = tid; col < p.K; col += blockDim.x) {
-      float qsum = 0.f;
+  for (int col = tid; col < p.K; col += blockDim.x) {
+    float qsum = 0.f;
 #pragma unroll 8
-      for (int r = 0; r < len; ++r) qsum += ddr[r] * to_float(p.q.row(row, t0 + r, hk)[col]);
-      p.query_sums[(static_cast<int64_t>(g) * p.H + h) * p.K + col] = p.scale * qsum;
-    }
-    __syncthreads();
+    for (int r = 0; r < len; ++r) qsum += ddr[r] * to_float(p.q.row(row, t0 + r, hk)[col]);
+    p.query_sums[(static_cast<int64_t>(g) * p.H + h) * p.K + col] = p.scale * qsum;
   }
 }
 
@@ -149,7 +125,7 @@ void launch_normaliser(const NormaliserParams<T>& p, int chunks, int sequences, 
   const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(p.HK));
   gla_norm_key_sums_kernel<T><<<grid, 128, 0, stream>>>(p);
   gla_norm_chunk_scan_kernel<<<dim3(sequences, p.HK), 128, 0, stream>>>(p.map, p.key_sums, p.HK, p.K, false);
-  gla_norm_rows_kernel<T><<<grid, 128, 0, stream>>>(p);
+  gla_norm_rows_kernel<T><<<dim3(chunks, p.H), 128, 0, stream>>>(p);
   gla_norm_chunk_scan_kernel<<<dim3(sequences, p.H), 128, 0, stream>>>(p.map, p.query_sums, p.H, p.K, true);
   ak::cuda::check_launch("gla normaliser scans");
 }
