@@ -542,7 +542,7 @@ export const DeltaFlags = {
 export const GlaFlags = {
   /** Token-by-token algorithm instead of the chunked one. */
   RECURRENT: 1,
-  /** Forward only, without decays: each output row divided by its normaliser plus eps. */
+  /** Without decays: each output row divided by its normaliser plus eps (the backward: its gradients). */
   NORMALIZE: 2,
 } as const;
 

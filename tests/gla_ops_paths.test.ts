@@ -33,6 +33,8 @@ import {
   tol,
 } from "./gla_ops_fixtures.ts";
 import { poisoned } from "./linear_fixtures.ts";
+import { native, unwrap } from "../ffi/library.ts";
+import { GlaFlags } from "../ffi/symbols_linear.ts";
 
 deviceTest("gla paths: chunked equals recurrent, forward and backward", async (device) => {
   for (const dtype of ["float32", "bfloat16"] as const) {
@@ -301,6 +303,52 @@ deviceTest("gla paths: bad arguments are refused naming them", (device) => {
   refused(() => new GLADecodeFwdOp().forward(q1, q1, q1, g1, state), /state/);
   refused(() => new GLABwdOp().backward(v, q, q, v, gk, v), /\bh: /);
 });
+
+deviceTest(
+  "gla paths: ak_gla_bwd checks the normaliser's flag and eps itself",
+  (device) =>
+    expectNoLeak(device, () => {
+      using q = Tensor.rand([1, 8, 2, 16], { device, dtype: "bfloat16" });
+      using gk = Tensor.zeros([1, 8, 2, 16], { device });
+      using dq = Tensor.empty([1, 8, 2, 16], { device, dtype: "bfloat16" });
+      using dk = Tensor.empty([1, 8, 2, 16], { device, dtype: "bfloat16" });
+      using dv = Tensor.empty([1, 8, 2, 16], { device, dtype: "bfloat16" });
+      using dgk = Tensor.empty([1, 8, 2, 16], { device });
+      const backward = (gates: boolean, eps: number) =>
+        unwrap(
+          native().ak_gla_bwd(
+            q.descriptor(),
+            q.descriptor(),
+            q.descriptor(),
+            gates ? gk.descriptor() : null,
+            null,
+            null,
+            null,
+            null,
+            null,
+            q.descriptor(),
+            null,
+            0.25,
+            GlaFlags.NORMALIZE,
+            dq.descriptor(),
+            dk.descriptor(),
+            dv.descriptor(),
+            gates ? dgk.descriptor() : null,
+            null,
+            null,
+            eps,
+          ),
+          "ak_gla_bwd",
+        );
+      const refused = (fn: () => unknown, pattern: RegExp) =>
+        assert.throws(fn, (e: unknown) => e instanceof AttnkitError && pattern.test(e.message));
+      refused(() => backward(true, 1e-6), /AK_GLA_NORMALIZE is for linear attention/);
+      refused(() => backward(false, -1), /normalize_eps: expected a finite value >= 0/);
+      refused(() => backward(false, NaN), /normalize_eps/);
+      backward(false, 1e-6); // accepted: the normalised backward
+      assert.ok(host(dq).every(Number.isFinite));
+    }),
+);
 
 deviceTest("gla paths: empty shapes are defined and nothing leaks", async (device) => {
   await expectNoLeak(device, () => {
