@@ -69,6 +69,21 @@ struct NormaliseGradRow {
   }
 };
 
+// Row r's per-token factor and cosformer weights (1, 1 and 0 without them): the features' and their
+// gradient's, which take them in the same order.
+struct TokenWeights {
+  float f = 1.f, wc = 1.f, ws = 0.f;
+};
+template <class Args>
+__device__ __forceinline__ TokenWeights token_weights(const Args& a, int64_t r) {
+  int64_t i[3];
+  a.rows.index(r, i);
+  TokenWeights w;
+  w.f = a.rows.factor_of(i);
+  if (a.cos != nullptr) w.wc = a.cos[i[a.rows.token_dim]], w.ws = a.sin[i[a.rows.token_dim]];
+  return w;
+}
+
 // The features of dense 16-bit rows, eight columns a thread in 16-byte pieces: a thread's row and
 // column come from its index (one division per piece), and the token index only when a row factor or
 // cosformer's weights need it.
@@ -82,39 +97,22 @@ __global__ void __launch_bounds__(kThreads) features_vec_kernel(const FeaturesAr
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * kThreads) {
     const int64_t r = e / pieces, c = (e - r * pieces) * 8;
-    float f = 1.f, wc = 1.f, ws = 0.f;
-    if (per_token) {
-      int64_t i[3];
-      a.rows.index(r, i);
-      f = a.rows.factor_of(i);
-      if (weighted) wc = a.cos[i[a.rows.token_dim]], ws = a.sin[i[a.rows.token_dim]];
-    }
+    const TokenWeights w = per_token ? token_weights(a, r) : TokenWeights{};
     alignas(16) T in[8], out[8];
     *reinterpret_cast<uint4*>(in) = *reinterpret_cast<const uint4*>(x + r * a.k + c);
     float y[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) y[j] = phi_of(a.phi, ak::arch::to_float(in[j])) * f;
+    for (int j = 0; j < 8; ++j) y[j] = phi_of(a.phi, ak::arch::to_float(in[j])) * w.f;
     T* row = dst + r * width;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) out[j] = ak::arch::from_float<T>(y[j] * wc);
+    for (int j = 0; j < 8; ++j) out[j] = ak::arch::from_float<T>(y[j] * w.wc);
     *reinterpret_cast<uint4*>(row + c) = *reinterpret_cast<const uint4*>(out);
     if (weighted) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) out[j] = ak::arch::from_float<T>(y[j] * ws);
+      for (int j = 0; j < 8; ++j) out[j] = ak::arch::from_float<T>(y[j] * w.ws);
       *reinterpret_cast<uint4*>(row + a.k + c) = *reinterpret_cast<const uint4*>(out);
     }
   }
-}
-
-// Whether x and dst are dense rows of one 16-bit dtype, 16-byte aligned, with K a multiple of 8.
-bool dense_16bit_rows(const FeaturesArgs& a) {
-  if (a.x.dtype != a.dst.dtype || (a.x.dtype != AK_BFLOAT16 && a.x.dtype != AK_FLOAT16) || a.k % 8 != 0) return false;
-  const int64_t width = a.cos != nullptr ? 2 * a.k : a.k;
-  auto dense = [&](const FloatView& v, int64_t cols) {
-    return v.s[3] == 1 && v.s[2] == cols && v.s[1] == a.rows.n[2] * cols && v.s[0] == a.rows.n[1] * a.rows.n[2] * cols &&
-           reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
-  };
-  return dense(a.x, a.k) && dense(a.dst, width);
 }
 
 // The feature gradient of dense 16-bit rows in 16-byte pieces (features_vec_kernel's reverse): the row
@@ -130,13 +128,7 @@ __global__ void __launch_bounds__(kThreads) feature_grad_vec_kernel(const Featur
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * kThreads) {
     const int64_t r = e / pieces, c = (e - r * pieces) * 8;
-    float f = 1.f, wc = 1.f, ws = 0.f;
-    if (per_token) {
-      int64_t i[3];
-      a.rows.index(r, i);
-      f = a.rows.factor_of(i);
-      if (weighted) wc = a.cos[i[a.rows.token_dim]], ws = a.sin[i[a.rows.token_dim]];
-    }
+    const TokenWeights w = per_token ? token_weights(a, r) : TokenWeights{};
     alignas(16) T xs[8], gs[8], hs[8], out[8];
     *reinterpret_cast<uint4*>(xs) = *reinterpret_cast<const uint4*>(x + r * a.k + c);
     *reinterpret_cast<uint4*>(gs) = *reinterpret_cast<const uint4*>(df + r * width + c);
@@ -144,8 +136,8 @@ __global__ void __launch_bounds__(kThreads) feature_grad_vec_kernel(const Featur
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       float g = ak::arch::to_float(gs[j]);
-      if (weighted) g = g * wc + ak::arch::to_float(hs[j]) * ws;
-      out[j] = ak::arch::from_float<T>(through_phi(a.phi, ak::arch::to_float(xs[j]), g * f));
+      if (weighted) g = g * w.wc + ak::arch::to_float(hs[j]) * w.ws;
+      out[j] = ak::arch::from_float<T>(through_phi(a.phi, ak::arch::to_float(xs[j]), g * w.f));
     }
     *reinterpret_cast<uint4*>(dx + r * a.k + c) = *reinterpret_cast<const uint4*>(out);
   }
@@ -244,17 +236,11 @@ void launch_pieces(const Args& a, int32_t dtype, int64_t pieces, Bf16Kernel bf16
 }  // namespace
 
 void features(const FeaturesArgs& a) {
-  if (!dense_16bit_rows(a)) return launch(a, FeaturesRow{}, "fmap_features");
-  DeviceGuard guard(a.rows.device);
-  const int64_t wanted = (a.rows.count * (a.k / 8) + kThreads - 1) / kThreads;
-  const int64_t cap = static_cast<int64_t>(ak::cuda::props(a.rows.device).multiProcessorCount) * 16;
-  const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(wanted, cap)));
-  if (a.x.dtype == AK_BFLOAT16) {
-    features_vec_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream(a.rows.device)>>>(a);
-  } else {
-    features_vec_kernel<__half><<<grid, kThreads, 0, stream(a.rows.device)>>>(a);
-  }
-  check_launch("fmap_features_vec");
+  const int64_t width = a.cos != nullptr ? 2 * a.k : a.k;
+  const bool dense = a.x.dtype == a.dst.dtype && dense_16bit(a.x, a.rows, a.k) && dense_16bit(a.dst, a.rows, width);
+  if (!dense) return launch(a, FeaturesRow{}, "fmap_features");
+  launch_pieces(a, a.dst.dtype, a.rows.count * (a.k / 8), features_vec_kernel<__nv_bfloat16>,
+                features_vec_kernel<__half>, "fmap_features_vec");
 }
 void feature_grad(const FeatureGradArgs& a) {
   const int64_t width = a.cos != nullptr ? 2 * a.k : a.k;
