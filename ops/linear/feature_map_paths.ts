@@ -216,15 +216,23 @@ function fusedCausalServes(c: FeatureMapCall, pass: "forward" | "backward" = "fo
   }, pass);
 }
 
-/** The causal forward with the normaliser in the kernel: the features (no row factor), then one call. */
-function writeFusedCausalOutput(scope: Temporaries, c: FeatureMapCall, out: Tensor, op: string): void {
+/** The fused causal calls' operands: features of q and k (no row factor), and the kernel settings. */
+function fusedCausalOperands(scope: Temporaries, c: FeatureMapCall, op: string) {
   const rows = rowSettings(scope, c);
-  const P = features(scope, c.q, c.phi, TokenFactor.NONE, rows, c.v.dtype, op);
-  const R = features(scope, c.k, c.phi, TokenFactor.NONE, rows, c.v.dtype, op);
-  const given = out.dtype === c.v.dtype ? out : undefined;
-  const r = glaForward(op, { q: P, k: R, v: c.v }, { layout: c.layout, scale: 1, recurrent: false }, {
-    normalizeEps: c.eps,
-  }, given ? { output: given } : {});
+  const dtype = c.v.dtype;
+  const inputs = {
+    q: features(scope, c.q, c.phi, TokenFactor.NONE, rows, dtype, op),
+    k: features(scope, c.k, c.phi, TokenFactor.NONE, rows, dtype, op),
+    v: c.v,
+  };
+  return { rows, dtype, inputs, settings: { layout: c.layout, scale: 1, recurrent: false } };
+}
+
+/** The causal forward with the normaliser in the kernel: the features, then one call. */
+function writeFusedCausalOutput(scope: Temporaries, c: FeatureMapCall, out: Tensor, op: string): void {
+  const { dtype, inputs, settings } = fusedCausalOperands(scope, c, op);
+  const given = out.dtype === dtype ? out : undefined;
+  const r = glaForward(op, inputs, settings, { normalizeEps: c.eps }, given ? { output: given } : {});
   if (!given) out.copyFrom(scope.temp(r.output));
 }
 
@@ -239,13 +247,10 @@ function writeFusedCausalGradients(
   into: GradientTargets,
   op: string,
 ): void {
-  const rows = rowSettings(scope, c);
-  const dtype = c.v.dtype;
-  const P = features(scope, c.q, c.phi, TokenFactor.NONE, rows, dtype, op);
-  const R = features(scope, c.k, c.phi, TokenFactor.NONE, rows, dtype, op);
+  const { rows, dtype, inputs, settings } = fusedCausalOperands(scope, c, op);
   const dOut = dO.dtype === dtype ? dO : scope.temp(dO.cast(dtype));
   const given = into.dv.dtype === dtype ? into.dv : undefined;
-  const g = glaBackward(op, { q: P, k: R, v: c.v }, { layout: c.layout, scale: 1, recurrent: false }, dOut, {
+  const g = glaBackward(op, inputs, settings, dOut, {
     normalizeEps: c.eps,
     out: given ? { dv: given } : undefined,
   });
