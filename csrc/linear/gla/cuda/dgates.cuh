@@ -14,14 +14,16 @@ using namespace ::ak::arch;
 
 // ---- dgates: reverse cumsum of dG over each sequence, plus the final state's term ----
 
-// Per chunk and head: column sums of dG (W = K channels, or 1).
-__global__ void gla_chunk_sums_kernel(Rows<float> dG, ChunkMap map, float* sums, int H, int W) {
+// Per chunk and head: column sums of a token-major view of W columns, as fp32 (dG, W = K channels or 1;
+// the normaliser's keys, normaliser.cuh).
+template <class E>
+__global__ void gla_chunk_sums_kernel(Rows<E> x, ChunkMap map, float* sums, int H, int W) {
   const int gidx = blockIdx.x, h = blockIdx.y;
   const int4 ci = map.chunk_of(gidx);
   if (ci.z == 0) return;  // an empty chunk past a packed call's live ones
   for (int c = threadIdx.x; c < W; c += blockDim.x) {
     float s = 0.f;
-    for (int r = 0; r < ci.z; ++r) s += dG.row(ci.x, ci.y + r, h)[c];
+    for (int r = 0; r < ci.z; ++r) s += to_float(x.row(ci.x, ci.y + r, h)[c]);
     sums[(static_cast<int64_t>(gidx) * H + h) * W + c] = s;
   }
 }

@@ -87,8 +87,8 @@ void chunked_fwd(const GlaFwd& a, const gla_planning::GlaChoice& plan, cudaStrea
 // The delta rule's split state kernel run for the scalar-decay family (pass_row): each chunk's cumulated
 // gates, then the state pass reading q, k and v where they are (TMA boxes on fixed-length calls, cp.async
 // on packed ones), writing the output (normalised in the kernel with AK_GLA_NORMALIZE, each row's
-// 1 / normaliser into `inv_den` when it is not null) and the final states. Output null: the states alone (the backward's recompute), stored as 16-bit [H][chunks][K][V]
-// into `save` when it is not null.
+// 1 / normaliser into `inv_den` when it is not null) and the final states. Output null: the states alone
+// (the backward's recompute), stored as 16-bit [H][chunks][K][V] into `save` when it is not null.
 template <class T>
 void run_state_split(const DeltaProblem& p, const ChunkTables& tables, int pass_row, const ak_tensor* gk,
                      const ak_tensor* g, const ak_tensor* gamma, const ak_tensor* q, const ak_tensor* k,
@@ -181,9 +181,8 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   const size_t norm_f32 =
       normalised ? static_cast<size_t>(chunks) * (HK + H) * K + 2 * static_cast<size_t>(p.B) * p.T * H : 0;
   const size_t rows_v = normalised ? static_cast<size_t>(p.B) * p.T * H * V : 0;
-  // fp32: the final states (recomputed), grouped heads' dq and dk sums,
-  // per-chunk sums of the decays' gradient; 16-bit: the states before and the state gradients after
-  // every chunk.
+  // fp32: the final states (recomputed), grouped heads' dq and dk sums, per-chunk sums of the decays'
+  // gradient; 16-bit: the states before and the state gradients after every chunk.
   const size_t f32_count = (recompute ? finals : 0) + 2 * ws + static_cast<size_t>(chunks) * H * W + norm_f32 + 64;
   const size_t f32_bytes = (f32_count * sizeof(float) + 255) / 256 * 256;
   ak::cuda::Scratch scratch(p.device_index, f32_bytes + (2 * slots + 2 * rows_v) * sizeof(T) + 256);
@@ -252,7 +251,6 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
     np.dd = norm_inv_den + static_cast<size_t>(p.B) * p.T * H;
     np.H = H, np.HK = HK, np.group = group, np.K = K, np.V = V;
     np.scale = static_cast<float>(p.scale);
-    np.eps = static_cast<float>(a.normalize_eps);
     launch_normaliser<T>(np, chunks, N, stream);
     bp.dout = rows_in<T>(&dnum_view);
     bp.norm_dd = np.dd;
@@ -287,7 +285,7 @@ void chunked_bwd(const GlaBwd& a, const gla_planning::GlaChoice& plan, cudaStrea
   }
   if (dG && chunks > 0) {
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(H));
-    gla_chunk_sums_kernel<<<grid, 128, 0, stream>>>(bp.dG, tables.map, sums, H, W);
+    gla_chunk_sums_kernel<float><<<grid, 128, 0, stream>>>(bp.dG, tables.map, sums, H, W);
     gla_dgates_kernel<<<grid, 128, 0, stream>>>(bp.dG, tables.map, sums, final_states, bp.d_final_state, H, W, K, V);
     ak::cuda::check_launch("gla_dgates_kernel");
   }

@@ -12,10 +12,10 @@
 #include "cuda/runtime.cuh"
 #include "linear/common/chunk_map.cuh"
 #include "linear/common/views.cuh"
+#include "linear/gla/cuda/dgates.cuh"
+#include "linear/gla/cuda/params.h"
 
 namespace ak::linear::cuda::gla {
-
-constexpr int kNormChunk = 64;  // tokens a chunk (the chunk kernels')
 
 template <class T>
 struct NormaliserParams {
@@ -28,22 +28,8 @@ struct NormaliserParams {
   const float* inv_den = nullptr;  // [B, T, H]: 1 / D, as the split state kernel divided by it
   float* dd = nullptr;          // [B, T, H]: dD
   int H = 0, HK = 0, group = 1, K = 0, V = 0;
-  float scale = 1.f, eps = 0.f;
+  float scale = 1.f;
 };
-
-// Per chunk and key head: the column sums of k.
-template <class T>
-__global__ void gla_norm_key_sums_kernel(const NormaliserParams<T> p) {
-  const int g = blockIdx.x, hk = blockIdx.y;
-  const int4 ci = p.map.chunk_of(g);
-  if (ci.z == 0) return;  // an empty chunk past a packed call's live ones
-  for (int col = threadIdx.x; col < p.K; col += blockDim.x) {
-    float s = 0.f;
-#pragma unroll 8
-    for (int r = 0; r < ci.z; ++r) s += to_float(p.k.row(ci.x, ci.y + r, hk)[col]);
-    p.key_sums[(static_cast<int64_t>(g) * p.HK + hk) * p.K + col] = s;
-  }
-}
 
 // Per sequence and head: each chunk's column sums [chunks][heads][K] replaced by the sum over the
 // sequence's earlier chunks (or, reverse, its later ones).
@@ -51,7 +37,7 @@ __global__ void gla_norm_chunk_scan_kernel(ChunkMap map, float* sums, int heads,
   const int n = blockIdx.x, hh = blockIdx.y;
   int row, begin, end, first;
   map.sequence(n, row, begin, end, first);
-  const int chunks = (end - begin + kNormChunk - 1) / kNormChunk;
+  const int chunks = (end - begin + kChunk - 1) / kChunk;
   for (int col = threadIdx.x; col < K; col += blockDim.x) {
     float acc = 0.f;
 #pragma unroll 4
@@ -62,12 +48,6 @@ __global__ void gla_norm_chunk_scan_kernel(ChunkMap map, float* sums, int heads,
       acc += own;
     }
   }
-}
-
-__device__ __forceinline__ float norm_warp_sum(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
 }
 
 // Four 16-bit values at `at` (8-byte aligned) as floats.
@@ -84,7 +64,7 @@ __device__ __forceinline__ float4 norm_load4(const T* at) {
 // sums of scale dD_t q_t.
 template <class T>
 __global__ void __launch_bounds__(128) gla_norm_rows_kernel(const NormaliserParams<T> p) {
-  __shared__ float ddr[kNormChunk];
+  __shared__ float ddr[kChunk];
   const int g = blockIdx.x, h = blockIdx.y, hk = h / p.group, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int4 ci = p.map.chunk_of(g);
   const int len = ci.z, t0 = ci.y, row = ci.x;
@@ -103,7 +83,7 @@ __global__ void __launch_bounds__(128) gla_norm_rows_kernel(const NormaliserPara
       const float2 a = unpack2<T>(u.x), b = unpack2<T>(u.y);
       x += a.x * y.x + a.y * y.y + b.x * y.z + b.y * y.w;
     }
-    x = -norm_warp_sum(x);
+    x = -warp_sum(x);
     if (lane == 0) {
       ddr[r] = x;
       p.dd[at] = x;
@@ -123,7 +103,7 @@ template <class T>
 void launch_normaliser(const NormaliserParams<T>& p, int chunks, int sequences, cudaStream_t stream) {
   if (chunks == 0) return;
   const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(p.HK));
-  gla_norm_key_sums_kernel<T><<<grid, 128, 0, stream>>>(p);
+  gla_chunk_sums_kernel<<<grid, 128, 0, stream>>>(p.k, p.map, p.key_sums, p.HK, p.K);
   gla_norm_chunk_scan_kernel<<<dim3(sequences, p.HK), 128, 0, stream>>>(p.map, p.key_sums, p.HK, p.K, false);
   gla_norm_rows_kernel<T><<<dim3(chunks, p.H), 128, 0, stream>>>(p);
   gla_norm_chunk_scan_kernel<<<dim3(sequences, p.H), 128, 0, stream>>>(p.map, p.query_sums, p.H, p.K, true);
