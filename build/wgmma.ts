@@ -4,10 +4,12 @@
  * array cannot be one, so each tile width and element type needs its own wrapper; writing them here
  * keeps one description of the instruction for every family.
  *
- * The API (one for all kernels), for N in {32, 64, 128, 256} and T in {__nv_bfloat16, __half}:
+ * The API (one for all kernels), for N in {32, 64, 128, 256} and T in {__nv_bfloat16, __half,
+ * __nv_fp8_e4m3}:
  *   `Wgmma<N, T>::ss<TA, TB>(d, desc_a, desc_b, scale_d)`: A and B from shared memory; TA = 1 reads A
- *   M-major, TB = 1 reads B N-major, 0 means K-major.
- *   `Wgmma<N, T>::rs<TB>(d, a, desc_b, scale_d)`: A (64 x 16) from four registers per thread.
+ *   M-major, TB = 1 reads B N-major, 0 means K-major (the only form of 8-bit operands).
+ *   `Wgmma<N, T>::rs<TB>(d, a, desc_b, scale_d)`: A (64 x 32 bytes: k = 16 for 16-bit types, 32 for
+ *   e4m3) from four registers per thread.
  *   scale_d = 0 overwrites the accumulator instead of adding to it.
  *
  * @example
@@ -20,7 +22,12 @@
  */
 
 const WIDTHS = [32, 64, 128, 256];
-const TYPES: [string, string][] = [["__nv_bfloat16", "bf16"], ["__half", "f16"]];
+// Element type, its PTX name, and k of one instruction (32 bytes of A and B rows).
+const TYPES: [string, string, number][] = [["__nv_bfloat16", "bf16", 16], ["__half", "f16", 16], [
+  "__nv_fp8_e4m3",
+  "e4m3",
+  32,
+]];
 
 function registerList(count: number): string {
   const names = Array.from({ length: count }, (_, i) => `%${i}`);
@@ -37,27 +44,37 @@ function accumulatorConstraints(count: number): string {
   return rows.join(",\n          ");
 }
 
-function wrapper(form: "ss" | "rs", n: number, ptx: string): string {
+function wrapper(form: "ss" | "rs", n: number, ptx: string, k: number): string {
+  // 8-bit operands have no transpose immediates: both must be K-major.
+  const transposable = k === 16;
   const acc = n / 2;
   const tmpl = form === "ss" ? "template <int TA, int TB>" : "template <int TB>";
   const sig = form === "ss"
     ? `ss(float (&d)[${acc}], uint64_t desc_a, uint64_t desc_b, int scale_d)`
     : `rs(float (&d)[${acc}], const uint32_t* a, uint64_t desc_b, int scale_d)`;
   const scale = form === "ss" ? acc + 2 : acc + 5;
+  const trans = transposable ? (form === "ss" ? `, %${acc + 3}, %${acc + 4}` : `, %${acc + 6}`) : "";
   const operands = form === "ss"
-    ? `"%${acc}, %${acc + 1}, p, 1, 1, %${acc + 3}, %${acc + 4};\\n}\\n"`
-    : `"{%${acc}, %${acc + 1}, %${acc + 2}, %${acc + 3}}, %${acc + 4}, p, 1, 1, %${acc + 6};\\n}\\n"`;
+    ? `"%${acc}, %${acc + 1}, p, 1, 1${trans};\\n}\\n"`
+    : `"{%${acc}, %${acc + 1}, %${acc + 2}, %${acc + 3}}, %${acc + 4}, p, 1, 1${trans};\\n}\\n"`;
   const inputs = form === "ss"
-    ? `"l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB)`
-    : `"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TB)`;
+    ? `"l"(desc_a), "l"(desc_b), "r"(scale_d)${transposable ? `, "n"(TA), "n"(TB)` : ""}`
+    : `"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d)${
+      transposable ? `, "n"(TB)` : ""
+    }`;
+  const check = transposable
+    ? ""
+    : form === "ss"
+    ? `\n    static_assert(TA == 0 && TB == 0, "8-bit operands are K-major");`
+    : `\n    static_assert(TB == 0, "8-bit operands are K-major");`;
   const unused = form === "ss" ? "(void)desc_a;" : "(void)a;";
   return `  ${tmpl}
-  __device__ __forceinline__ static void ${sig} {
+  __device__ __forceinline__ static void ${sig} {${check}
 #if AK_ARCH_SM90A
     asm volatile(
         "{\\n.reg .pred p;\\n"
         "setp.ne.b32 p, %${scale}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${ptx}.${ptx} "
+        "wgmma.mma_async.sync.aligned.m64n${n}k${k}.f32.${ptx}.${ptx} "
 ${registerList(acc)}
         ${operands}
         : ${accumulatorConstraints(acc)}
@@ -78,15 +95,15 @@ export function wgmmaHeader(): string {
     "namespace ak::arch {",
     "",
   ];
-  for (const [type, ptx] of TYPES) {
+  for (const [type, ptx, k] of TYPES) {
     for (const n of WIDTHS) {
       out.push(
         "template <>",
         `struct Wgmma<${n}, ${type}> {`,
         `  static constexpr int kAcc = ${n / 2};`,
-        wrapper("ss", n, ptx),
+        wrapper("ss", n, ptx, k),
         "",
-        wrapper("rs", n, ptx),
+        wrapper("rs", n, ptx, k),
         "};",
         "",
       );

@@ -26,6 +26,27 @@ export const attentionSymbols = {
     ],
     result: "i32",
   },
+  // ak_status ak_attention_fwd_fp8(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v,
+  //                                const ak_tensor* q_scale, const ak_tensor* k_scale, const ak_tensor* v_scale,
+  //                                double sm_scale, double softcap, int32_t flags, int32_t window_left,
+  //                                int32_t window_right, const ak_tensor* output)
+  ak_attention_fwd_fp8: {
+    parameters: [
+      "buffer", // q (float8_e4m3 [B, Sq, Hq, D])
+      "buffer", // k
+      "buffer", // v
+      "buffer", // q_scale (float32 [B, Hkv])
+      "buffer", // k_scale
+      "buffer", // v_scale
+      "f64", // sm_scale
+      "f64", // softcap (0: none)
+      "i32", // flags: AK_ATTN_CAUSAL = 1
+      "i32", // window_left (-1: unlimited)
+      "i32", // window_right (-1: unlimited)
+      "buffer", // output (float16 | bfloat16 [B, Sq, Hq, D])
+    ],
+    result: "i32",
+  },
   // ak_status ak_attention_bwd(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v,
   //                            const ak_tensor* output, const ak_tensor* d_output, const ak_tensor* lse,
   //                            const ak_tensor* cu_seqlens_q, const ak_tensor* cu_seqlens_kv, double sm_scale,

@@ -151,6 +151,8 @@ export interface PlanQuery {
   d?: number;
   /** Attention forward: key rows in all (0: no keys). */
   totalKv?: number;
+  /** Attention forward of float8_e4m3 inputs: the output dtype (default bfloat16). */
+  outDtype?: "float16" | "bfloat16";
   /** Attention backward: the deterministic order. */
   deterministic?: boolean;
   /** Attention backward: no zero (broadcast) strides (default true). */
@@ -188,6 +190,7 @@ const QUERY_KEYS: Record<string, string> = {
   hkv: "hkv",
   d: "d",
   totalKv: "total_kv",
+  outDtype: "out_dtype",
   deterministic: "deterministic",
   tmaOk: "tma_ok",
   selected: "selected",

@@ -11,6 +11,7 @@
  *
  * @module
  */
+import { roundE4m3 } from "./rounding.ts";
 import { invalidArgument } from "../ffi/errors.ts";
 import { checkArgument, describeValue } from "../ops/args.ts";
 import { checkFields, checkNumbers, count, expectLength, FINITE, NUMBERS, OFFSETS } from "./checks.ts";
@@ -133,6 +134,27 @@ export function samePrecision(dtype: "float16" | "bfloat16"): Precision {
   checkArgument("samePrecision", "dtype", dtype, ["float16", "bfloat16"]);
   const round = dtype === "bfloat16" ? roundBf16 : roundF16;
   return { name: `${dtype} plain`, acc: Math.fround, operand: round, result: round };
+}
+
+/**
+ * The same-precision reference of the float8_e4m3 forward's tensor-core path: fp32 intermediates, each
+ * probability times 256 rounded to e4m3 (and divided back) before P V, the output rounded to `dtype`.
+ *
+ * @example
+ * ```ts
+ * import { float8Precision } from "@attnkit/attnkit/reference";
+ * console.log(float8Precision("bfloat16").operand(0.3)); // 0.3125 (76.8 rounds to 80)
+ * ```
+ */
+export function float8Precision(dtype: "float16" | "bfloat16"): Precision {
+  checkArgument("float8Precision", "dtype", dtype, ["float16", "bfloat16"]);
+  const round = dtype === "bfloat16" ? roundBf16 : roundF16;
+  return {
+    name: `float8_e4m3 P, ${dtype} out`,
+    acc: Math.fround,
+    operand: (x) => roundE4m3(256 * x) / 256,
+    result: round,
+  };
 }
 
 /**

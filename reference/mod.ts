@@ -34,6 +34,7 @@ export {
   type AttentionProblem,
   type BackwardResult as AttentionReferenceGradients,
   FLOAT64,
+  float8Precision,
   type ForwardResult as AttentionReferenceOutputs,
   type Precision,
   roundBf16,

@@ -105,6 +105,22 @@ Deno.test("planner: attention forward and backward kernels on H200 and A100", ()
   );
   // (sequence, head) pairs whose K and V share half of the H200's 50 MiB L2: 25 MiB / (4096 * 128 * 4 B).
   assert.equal(fwd({ d: 128, sq: 4096, hq: 32, b: 4 }).details.heads_per_section, 12);
+  // float8_e4m3 inputs: the 8-bit kernel at D 128 (its K and V take half the bytes: 25 pairs a section);
+  // elsewhere widened to the output dtype, whose plan then runs.
+  const e4m3 = { dtype: "float8_e4m3", outDtype: "float16" } as const;
+  assert.equal(
+    fwd({ ...e4m3, d: 128, sq: 4096, hq: 32, b: 4 }).kernels[0].name,
+    "attention.fwd.wgmma_persistent<float8_e4m3, D128>",
+  );
+  assert.equal(fwd({ ...e4m3, d: 128, sq: 4096, hq: 32, b: 4 }).details.heads_per_section, 25);
+  const widened = fwd({ ...e4m3, d: 64 });
+  assert.equal(widened.path, "dequantized");
+  assert.equal(widened.kernels[0].name, "attention.fwd.wgmma_persistent<float16, D64>");
+  assert.equal(widened.details.why, "head dim 64 (they take 128 for float8_e4m3)");
+  assert.equal(fwd({ ...e4m3, d: 128, aligned: false }).details.kernel, "general");
+  assert.equal(fwd({ ...e4m3, d: 128 }, "attention.fwd=general").path, "dequantized");
+  assert.equal(plan({ op: "attention.fwd", gpu: "a100", ...e4m3, d: 128 }).path, "dequantized");
+  refused(() => fwd({ ...e4m3, d: 64 }, "attention.fwd=wgmma_persistent"), "UNSUPPORTED", /head dim 64/);
 
   const bwd = (q: Omit<PlanQuery, "op">, spec = "") => plan({ op: "attention.bwd", gpu: "h200", ...q }, spec);
   assert.equal(bwd({ d: 64 }).kernels[0].name, "attention.bwd.wgmma_v2<bfloat16, D64>");

@@ -3,6 +3,7 @@
 // the tolerance of the test files (linear_fixtures.ts, attention_cases.ts), and the plan of the call
 // must name that row. A row the present GPU cannot run (an sm_90a kernel elsewhere) is reported as
 // ignored, as is every row without a GPU.
+import { checkDense, type DenseCase } from "./attention_dense_cases.ts";
 import assert from "node:assert/strict";
 import { expandRows, type KernelRow, rowName } from "../build/registry.ts";
 import { REGISTRIES } from "../build/registries.ts";
@@ -254,6 +255,25 @@ function attentionCases(row: KernelRow): AttentionCase[] {
 }
 
 async function attentionForward(row: KernelRow, seed: number): Promise<void> {
+  if (row.dtype === "float8_e4m3") {
+    // The 8-bit forward through the dense op (float8 inputs with scales), several tiles, GQA, causal.
+    const c: DenseCase = {
+      input: "float8_e4m3",
+      dtype: "bfloat16",
+      layout: "bshd",
+      B: 2,
+      Sq: 200,
+      Skv: 260,
+      H: 6,
+      Hkv: 2,
+      D: row.d,
+      causal: true,
+    };
+    return await withTuningAsync({ "attention.fwd": row.variant }, () => {
+      checkDense(DEVICE, c, seed);
+      return Promise.resolve();
+    }, row);
+  }
   for (const c of attentionCases(row)) {
     await withTuningAsync({ "attention.fwd": row.variant }, () => checkForward(DEVICE, c, seed), row);
   }

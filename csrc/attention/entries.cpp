@@ -41,11 +41,15 @@ int64_t longest(const std::vector<int64_t>& starts) {
 // Validates q, k, v and the scalar options; fills everything of AttnProblem.
 AttnProblem make_problem(const ak_tensor* q_p, const ak_tensor* k_p, const ak_tensor* v_p, const ak_tensor* cu_q_p,
                          const ak_tensor* cu_kv_p, double sm_scale, double softcap, int32_t flags,
-                         int32_t window_left, int32_t window_right) {
+                         int32_t window_left, int32_t window_right, bool fp8 = false) {
   const ak_tensor& q = check_tensor(q_p, "q");
   const ak_tensor& k = check_tensor(k_p, "k");
   const ak_tensor& v = check_tensor(v_p, "v");
-  check_dtype(q, "q", {AK_FLOAT16, AK_BFLOAT16});
+  if (fp8) {
+    check_dtype(q, "q", {AK_FLOAT8_E4M3});
+  } else {
+    check_dtype(q, "q", {AK_FLOAT16, AK_BFLOAT16});
+  }
   check_same_dtype(k, "k", q, "q");
   check_same_dtype(v, "v", q, "q");
   check_same_device(k, "k", q, "q");
@@ -98,6 +102,7 @@ AttnProblem make_problem(const ak_tensor* q_p, const ak_tensor* k_p, const ak_te
   require(window_right >= -1, "window_right: expected -1 (unlimited) or a size >= 0, got " + str(window_right));
 
   p.dtype = q.dtype;
+  p.out_dtype = q.dtype;
   p.device_type = q.device_type;
   p.device_index = q.device_index;
   p.sm_scale = static_cast<float>(sm_scale);
@@ -173,6 +178,44 @@ AK_API ak_status ak_attention_fwd(const ak_tensor* q, const ak_tensor* k, const 
     a.output = output;
     a.lse = lse;
     if (numel(*output) == 0) return;  // no row to write (and then no LSE entry either)
+    if (a.p.device_type == AK_CPU) {
+      cpu::attention_fwd(a);
+    } else {
+      AK_CUDA_CALL(ak::attention::cuda::attention_fwd(a));
+    }
+  });
+}
+
+AK_API ak_status ak_attention_fwd_fp8(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v,
+                                      const ak_tensor* q_scale, const ak_tensor* k_scale, const ak_tensor* v_scale,
+                                      double sm_scale, double softcap, int32_t flags, int32_t window_left,
+                                      int32_t window_right, const ak_tensor* output) {
+  AK_ENTRY("ak_attention_fwd_fp8", {
+    AttnFwd a;
+    a.p = make_problem(q, k, v, nullptr, nullptr, sm_scale, softcap, flags, window_left, window_right, true);
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    const char* names[3] = {"q_scale", "k_scale", "v_scale"};
+    const ak_tensor* scales[3] = {q_scale, k_scale, v_scale};
+    for (int i = 0; i < 3; ++i) {
+      const ak_tensor& s = check_tensor(scales[i], names[i]);
+      check_dtype(s, names[i], {AK_FLOAT32});
+      check_same_device(s, names[i], *q, "q");
+      check_shape(s, names[i], {a.p.B, a.p.Hkv});
+      require(is_contiguous(s), std::string(names[i]) + ": expected a contiguous tensor");
+    }
+    const ak_tensor& o = check_tensor(output, "output");
+    check_dtype(o, "output", {AK_FLOAT16, AK_BFLOAT16});
+    check_same_device(o, "output", *q, "q");
+    check_shape(o, "output", {a.p.B, a.p.Sq, a.p.Hq, a.p.D});
+    check_strides(o, "output");
+    a.p.out_dtype = o.dtype;
+    a.q_scale = q_scale;
+    a.k_scale = k_scale;
+    a.v_scale = v_scale;
+    a.output = output;
+    if (numel(o) == 0) return;
     if (a.p.device_type == AK_CPU) {
       cpu::attention_fwd(a);
     } else {

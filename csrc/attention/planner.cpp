@@ -71,6 +71,52 @@ std::string choose(const char* op, const char* stage, const std::string& want, c
 
 }  // namespace
 
+namespace {
+
+// How many (sequence, head) pairs of a call fit half of the L2 with their K and V (bytes per element:
+// `bytes`), for the tile order.
+int heads_per_section(const FwdShape& s, const registry::Caps& caps, int64_t bytes) {
+  const int64_t l2 = std::max<int64_t>(caps.l2, 1 << 20);
+  const int64_t kv_bytes_per_q_head =
+      std::max<int64_t>(int64_t(s.skv) * s.d * 2 * bytes / std::max(1, s.hq / s.hkv), 1);
+  const int64_t pairs = int64_t(s.hq) * s.n_seq;
+  return static_cast<int>(std::min(std::max<int64_t>(1, (l2 / 2) / kv_bytes_per_q_head), pairs));
+}
+
+FwdChoice plan_fwd_e4m3(const FwdShape& s, const registry::Caps& caps, const tuning::Table& t) {
+  const std::string& want = t.get("attention.fwd");
+  const std::string why = hopper_ruled_out(caps, s.d, {128}, "128 for float8_e4m3",
+                                           {{s.total_kv == 0, "there are no keys"},
+                                            {!s.aligned, "they need 16-byte aligned pointers and strides"}});
+  if (want == "wgmma_persistent" || (want == "auto" && why.empty())) {
+    if (!why.empty()) refuse("attention_fwd", "attention.fwd", want, why);
+    FwdChoice c;
+    c.plan.op = "attention.fwd";
+    std::string missing;
+    const int row = usable_row("attention.fwd", "wgmma_persistent", s.dtype, s.d, caps, missing);
+    if (row < 0) fail(AK_ERR_UNSUPPORTED, "attention_fwd: " + missing);
+    c.plan.path = "wgmma_persistent";
+    c.plan.rows.push_back(row);
+    c.block_m = 128;
+    c.heads_per_section = heads_per_section(s, caps, 1);
+    c.plan.detail("block_m", c.block_m);
+    c.plan.detail("heads_per_section", c.heads_per_section);
+    c.plan.detail("v", "transposed");
+    return c;
+  }
+  // The widened inputs take the 16-bit plan (a forced 16-bit variant applies to it).
+  FwdShape wide = s;
+  wide.dtype = s.out_dtype;
+  FwdChoice c = plan_fwd(wide, caps, t);
+  const std::string kernel = c.plan.path;
+  c.plan.path = "dequantized";
+  c.plan.detail("kernel", kernel);
+  c.plan.detail("why", why.empty() ? "tuning attention.fwd=" + want : why);
+  return c;
+}
+
+}  // namespace
+
 FwdChoice plan_fwd(const FwdShape& s, const registry::Caps& caps, const tuning::Table& t) {
   FwdChoice c;
   c.plan.op = "attention.fwd";
@@ -78,6 +124,7 @@ FwdChoice plan_fwd(const FwdShape& s, const registry::Caps& caps, const tuning::
     c.plan.path = "empty";
     return c;
   }
+  if (s.dtype == AK_FLOAT8_E4M3) return plan_fwd_e4m3(s, caps, t);
   const std::string& want = t.get("attention.fwd");
   // The Hopper kernels: head dim exactly 64, 128 or 256, aligned tensors, some keys.
   const std::string why = hopper_ruled_out(caps, s.d, {64, 128, 256}, "64, 128 or 256",
@@ -88,10 +135,7 @@ FwdChoice plan_fwd(const FwdShape& s, const registry::Caps& caps, const tuning::
       choose("attention_fwd", "attention.fwd", want, hopper, why, s, forward_bucket(s.d), caps, c.plan);
   c.block_m = variant == "general" ? 64 : variant == "wgmma" ? 128 : s.d == 64 ? 192 : 128;
   // (Sequence, head) pairs per L2 section: as many as keep their K and V within half of the L2.
-  const int64_t l2 = std::max<int64_t>(caps.l2, 1 << 20);
-  const int64_t kv_bytes_per_q_head = std::max<int64_t>(int64_t(s.skv) * s.d * 2 * 2 / std::max(1, s.hq / s.hkv), 1);
-  const int64_t pairs = int64_t(s.hq) * s.n_seq;
-  c.heads_per_section = static_cast<int>(std::min(std::max<int64_t>(1, (l2 / 2) / kv_bytes_per_q_head), pairs));
+  c.heads_per_section = heads_per_section(s, caps, 2);
   c.plan.detail("block_m", c.block_m);
   c.plan.detail("heads_per_section", c.heads_per_section);
   return c;
@@ -185,7 +229,8 @@ std::string plan_query(const std::string& op, plan::Query& q) {
   call.skv = static_cast<int>(q.integer("skv", call.sq));
   std::string out;
   if (op == "attention.fwd") {
-    FwdShape s{call, q.integer("total_kv", int64_t(call.n_seq) * call.skv), q.flag("aligned", true)};
+    FwdShape s{call, q.integer("total_kv", int64_t(call.n_seq) * call.skv), q.flag("aligned", true), 0};
+    if (dtype == AK_FLOAT8_E4M3) s.out_dtype = q.dtype("out_dtype");
     q.finish();
     out = plan_fwd(s, caps, t).plan.json();
   } else if (op == "attention.decode") {

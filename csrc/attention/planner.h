@@ -21,6 +21,7 @@ struct CallShape {
 struct FwdShape : CallShape {
   int64_t total_kv = 0;  // key rows in all (0: no keys at all)
   bool aligned = true;   // q, k, v, output: 16-byte aligned pointers and strides
+  int32_t out_dtype = 0;  // float8_e4m3 inputs: the output dtype (0: dtype)
 };
 
 struct FwdChoice {
@@ -29,6 +30,8 @@ struct FwdChoice {
   int heads_per_section = 1;  // (sequence, head) pairs whose K and V share the L2
 };
 
+// float8_e4m3 inputs (dense): the 8-bit wgmma_persistent row at D 128 on Hopper; elsewhere path
+// "dequantized" (the inputs widened to the output dtype, then that dtype's plan, named in details).
 FwdChoice plan_fwd(const FwdShape& s, const registry::Caps& caps, const tuning::Table& t);
 
 struct BwdShape : CallShape {

@@ -12,7 +12,8 @@ namespace ak::attention {
 struct AttnProblem {
   int64_t B = 0, Sq = 0, Skv = 0, Hq = 0, Hkv = 0, D = 0;
   int64_t N = 0;  // sequences: B, or cu_seqlens length - 1
-  int32_t dtype = AK_BFLOAT16;
+  int32_t dtype = AK_BFLOAT16;      // q, k, v
+  int32_t out_dtype = AK_BFLOAT16;  // the output: dtype, except for float8_e4m3 inputs
   int32_t device_type = AK_CPU, device_index = 0;
   float sm_scale = 1.0f, softcap = 0.0f;
   bool causal = false, deterministic = false;
@@ -28,6 +29,8 @@ struct AttnFwd {
   AttnProblem p;
   const ak_tensor *q = nullptr, *k = nullptr, *v = nullptr;
   const ak_tensor *output = nullptr, *lse = nullptr;
+  // float8_e4m3 inputs: float32 [B, Hkv] dequantisation scales (null otherwise).
+  const ak_tensor *q_scale = nullptr, *k_scale = nullptr, *v_scale = nullptr;
 };
 
 struct AttnBwd {

@@ -51,9 +51,10 @@ export const attentionRegistry: KernelFamily = {
       args: "FwdParams",
       header: "attention/fwd/sm90_persistent.cuh",
       arch: "sm90a",
-      instances: [{ dtypes: HALF, d: [64, 128] }],
+      instances: [{ dtypes: HALF, d: [64, 128] }, { dtypes: ["float8_e4m3"], d: [128] }],
       doc: "The wgmma forward in persistent blocks that take work tiles from a queue, long tiles " +
-        "first; three consumer warpgroups at D 64, two at D 128.",
+        "first; three consumer warpgroups at D 64, two at D 128. float8_e4m3 (D 128): both products on " +
+        "8-bit tensor cores, V transposed by a pre-pass, P rounded to e4m3 times 256, the output in 16 bits.",
       constraints: "head dim = D; 16-byte aligned pointers and strides; some keys",
     },
     {

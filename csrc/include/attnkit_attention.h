@@ -38,6 +38,21 @@ AK_API ak_status ak_attention_fwd(const ak_tensor* q, const ak_tensor* k, const 
                                   const ak_tensor* output, const ak_tensor* lse);
 
 /*
+ * The forward of float8_e4m3 inputs, dense layout only: q [B, Sq, Hq, D], k and v [B, Skv, Hkv, D] in
+ * e4m3 with per-(batch, KV head) dequantisation scales (the value a stored x stands for is x * scale):
+ *   q_scale, k_scale, v_scale   float32 [B, Hkv], contiguous (q's row of query head h is q_scale[b, h / group])
+ *   output                      float16 | bfloat16 [B, Sq, Hq, D] (the output dtype)
+ * Scores, masks, soft cap and windows as ak_attention_fwd. On Hopper at D 128 the products run on 8-bit
+ * tensor cores: the probabilities P (at most 1 after the running maximum) are scaled by 256 and rounded to
+ * e4m3 before P V. Elsewhere the inputs are dequantised to the output dtype and take ak_attention_fwd's
+ * kernels; the CPU backend computes in fp32 from the exact values.
+ */
+AK_API ak_status ak_attention_fwd_fp8(const ak_tensor* q, const ak_tensor* k, const ak_tensor* v,
+                                      const ak_tensor* q_scale, const ak_tensor* k_scale, const ak_tensor* v_scale,
+                                      double sm_scale, double softcap, int32_t flags, int32_t window_left,
+                                      int32_t window_right, const ak_tensor* output);
+
+/*
  * Backward from the forward's output and LSE (recomputing the scores; no S x S matrix is stored).
  *   output, d_output  shaped like q, dtype of q
  *   lse               as the forward wrote it

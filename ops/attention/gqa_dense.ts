@@ -18,6 +18,7 @@ import {
   resolveScore,
   type ScoreOptions,
 } from "./options.ts";
+import { fp8Forward } from "./fp8_forward.ts";
 import { denseLayout, expectOptions } from "./op_support.ts";
 import { type ForwardBuffers, runForward } from "./run.ts";
 import { batchRows, dequantizeRows, type RopeLayout, rotate } from "./transforms.ts";
@@ -165,6 +166,10 @@ export class GroupedQueryAttentionDenseFwdOp {
     if (!fp8 && !this.rope) return this.#run(op, q, k, v, this.layout, out);
     if (out?.lse !== undefined) {
       throw invalidArgument(op, "out.lse: not available with float8 inputs or RoPE");
+    }
+    if (fp8 && !this.rope) {
+      const call = { op, layout: this.layout, mask: this.mask, score: this.score, dtype: outDtype! };
+      return fp8Forward(call, q, k, v, scales as Tensor[], out?.output);
     }
     return this.#transformed(op, q, k, v, scales as Tensor[], ropeCos, ropeSin, outDtype!, out, fp8);
   }

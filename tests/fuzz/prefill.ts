@@ -83,7 +83,7 @@ const dense = caseMakers("dense transforms");
 /** The dense op's float8 inputs and fused RoPE: valid calls, and inconsistent inputs and options. */
 export function denseTransformCases(rng: Rng, scope: Scope, bad: boolean): Case {
   const { valid, invalid } = dense;
-  const B = rng.int(1, 2), Hkv = rng.int(1, 2), H = Hkv * rng.int(1, 2), D = rng.pick([16, 64]);
+  const B = rng.int(1, 2), Hkv = rng.int(1, 2), H = Hkv * rng.int(1, 2), D = rng.pick([16, 64, 128]);
   const Skv = rng.int(1, 9), Sq = rng.int(1, Skv);
   const fp8 = rng.chance(0.5), rope = rng.chance(0.5) || !fp8;
   const dtype = rng.pick(["bfloat16", "float16"] as const), input: ak.DType = fp8 ? "float8_e4m3" : dtype;
@@ -123,7 +123,30 @@ export function denseTransformCases(rng: Rng, scope: Scope, bad: boolean): Case 
     rope ? sin : undefined,
   ];
   if (!bad) return valid(`${fp8 ? "float8" : dtype}${rope ? " + RoPE" : ""}`, () => run(options, args));
-  switch (rng.int(0, 3)) {
+  switch (rng.int(0, 4)) {
+    case 4: {
+      // float8 scales of the wrong shape or dtype, or k not in float8 like q.
+      const wrong = rng.pick(["shape", "dtype", "k"] as const);
+      const scale = wrong === "shape"
+        ? scope.rand([B, Hkv + 1], 8, 0.5, 1.5)
+        : wrong === "dtype"
+        ? scope.randn([B, Hkv], "float16", 8)
+        : s;
+      const k16 = scope.randn([B, Skv, Hkv, D], dtype, 9);
+      return invalid(`float8 ${wrong}`, () =>
+        scope.keep(
+          (new ak.GroupedQueryAttentionDenseFwdOp({ layout: "bshd", dtype }).forward as (
+            ...x: unknown[]
+          ) => ak.Tensor)(
+            scope.randn([B, Sq, H, D], "float8_e4m3", 10),
+            wrong === "k" ? k16 : scope.randn([B, Skv, Hkv, D], "float8_e4m3", 11),
+            scope.randn([B, Skv, Hkv, D], "float8_e4m3", 12),
+            scale,
+            s,
+            s,
+          ),
+        ));
+    }
     case 0:
       return invalid(
         "a scale missing or extra",

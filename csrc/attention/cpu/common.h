@@ -68,6 +68,10 @@ inline void load_row(const uint16_t* src, int64_t D, int32_t dtype, float* dst) 
     for (int64_t d = 0; d < D; ++d) dst[d] = f16_to_float(src[d]);
   }
 }
+// float8_e4m3 storage times its dequantisation scale -> fp32.
+inline void load_row_e4m3(const uint8_t* src, int64_t D, float scale, float* dst) {
+  for (int64_t d = 0; d < D; ++d) dst[d] = e4m3_to_float(src[d]) * scale;
+}
 inline void store_row(const float* src, int64_t D, int32_t dtype, float scale, uint16_t* dst) {
   if (dtype == AK_BFLOAT16) {
     for (int64_t d = 0; d < D; ++d) dst[d] = float_to_bf16(src[d] * scale);
@@ -126,9 +130,9 @@ struct Staged {
 };
 
 // Converts operand `t` (H heads) of every sequence to fp32: the rows when `keep_rows`, the transpose
-// when `transposed`.
+// when `transposed`. float8_e4m3 operands are multiplied by `scale` [N, H] (float32) on the way.
 inline Staged stage(const ak_tensor& t, const AttnProblem& p, bool is_query, int64_t H, bool keep_rows,
-                    bool transposed) {
+                    bool transposed, const ak_tensor* scale = nullptr) {
   Sequences seqs{p};
   Staged s;
   s.D = p.D;
@@ -144,13 +148,20 @@ inline Staged stage(const ak_tensor& t, const AttnProblem& p, bool is_query, int
   if (keep_rows) s.rows.resize(total);
   if (transposed) s.cols.resize(total);
   const RowAddress<const uint16_t> at(t, p.varlen, is_query ? p.q_start : p.kv_start);
+  const RowAddress<const uint8_t> at8(t, p.varlen, is_query ? p.q_start : p.kv_start);
+  const bool fp8 = p.dtype == AK_FLOAT8_E4M3;
   const int64_t D = p.D;
   parallel_for(p.N * H, [&](int64_t item) {
     const int64_t n = item / H, h = item % H, len = s.lengths[n];
     const int64_t off = s.seq_offset[n] + h * len * D;
+    const float factor = fp8 ? static_cast<const float*>(scale->data)[n * H + h] : 1.0f;
     std::vector<float> row(D);
     for (int64_t i = 0; i < len; ++i) {
-      load_row(at.at(n, i, h), D, p.dtype, row.data());
+      if (fp8) {
+        load_row_e4m3(at8.at(n, i, h), D, factor, row.data());
+      } else {
+        load_row(at.at(n, i, h), D, p.dtype, row.data());
+      }
       if (keep_rows) std::copy(row.begin(), row.end(), s.rows.begin() + off + i * D);
       if (transposed) {
         for (int64_t d = 0; d < D; ++d) s.cols[off + d * len + i] = row[d];

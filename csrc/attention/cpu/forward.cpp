@@ -23,9 +23,13 @@ void attention_fwd(const AttnFwd& a) {
   const Sequences seqs{p};
   const int64_t D = p.D, group = p.group();
   // K transposed (scores run along contiguous keys), V as rows (O += P V runs along contiguous dims).
-  const Staged k = stage(*a.k, p, /*is_query=*/false, p.Hkv, /*keep_rows=*/false, /*transposed=*/true);
-  const Staged v = stage(*a.v, p, /*is_query=*/false, p.Hkv, /*keep_rows=*/true, /*transposed=*/false);
+  // float8_e4m3 inputs are read times their (sequence, KV head) scales, exactly as fp32 products.
+  const Staged k = stage(*a.k, p, /*is_query=*/false, p.Hkv, /*keep_rows=*/false, /*transposed=*/true, a.k_scale);
+  const Staged v = stage(*a.v, p, /*is_query=*/false, p.Hkv, /*keep_rows=*/true, /*transposed=*/false, a.v_scale);
+  const bool fp8 = p.dtype == AK_FLOAT8_E4M3;
+  const float* q_scale = fp8 ? static_cast<const float*>(a.q_scale->data) : nullptr;
   const RowAddress<const uint16_t> q_at(*a.q, p.varlen, p.q_start);
+  const RowAddress<const uint8_t> q8_at(*a.q, p.varlen, p.q_start);
   const RowAddress<uint16_t> o_at(*a.output, p.varlen, p.q_start);
   float* lse = a.lse != nullptr ? static_cast<float*>(a.lse->data) : nullptr;
   const std::vector<int64_t> tiles = tile_prefix(seqs, p.N);
@@ -43,7 +47,11 @@ void attention_fwd(const AttnFwd& a) {
     std::vector<KeyRange> keys(rows);
     int64_t span_lo = skv, span_hi = -1;
     for (int64_t r = 0; r < rows; ++r) {
-      load_row(q_at.at(n, i0 + r, h), D, p.dtype, q.data() + r * D);
+      if (fp8) {
+        load_row_e4m3(q8_at.at(n, i0 + r, h), D, q_scale[n * p.Hkv + h / group], q.data() + r * D);
+      } else {
+        load_row(q_at.at(n, i0 + r, h), D, p.dtype, q.data() + r * D);
+      }
       keys[r] = admitted_keys(p, i0 + r, sq, skv);
       if (!keys[r].empty()) {
         span_lo = std::min(span_lo, keys[r].lo);
@@ -90,7 +98,7 @@ void attention_fwd(const AttnFwd& a) {
     for (int64_t r = 0; r < rows; ++r) {
       const bool empty = keys[r].empty();
       if (empty) std::fill(o.begin() + r * D, o.begin() + (r + 1) * D, 0.0f);
-      store_row(o.data() + r * D, D, p.dtype, empty ? 0.0f : 1.0f / l[r], o_at.at(n, i0 + r, h));
+      store_row(o.data() + r * D, D, p.out_dtype, empty ? 0.0f : 1.0f / l[r], o_at.at(n, i0 + r, h));
       if (lse != nullptr) lse[seqs.lse_index(n, h, i0 + r)] = empty ? kNegInf : m[r] + std::log(l[r]);
     }
   });

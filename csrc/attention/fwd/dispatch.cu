@@ -6,6 +6,7 @@
 
 #include "attention/bwd/launch.h"
 #include "attention/call_fields.h"
+#include "attention/fwd/dispatch.h"
 #include "generated/attention_launchers.h"
 #include "attention/planner.h"
 #include "attention/problem.h"
@@ -14,29 +15,22 @@
 #include "cuda/runtime.cuh"
 
 namespace ak::attention::cuda {
-namespace {
 
-// 16-byte copies (and TMA) need the base and every stride that steps (extent > 1) to be a nonzero
-// multiple of 16 bytes (8 elements).
 bool aligned_16(const ak_tensor& t) {
+  const int64_t bytes = t.dtype == AK_FLOAT8_E4M3 ? 1 : 2;
   if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
   for (int i = 0; i < t.rank - 1; ++i) {
-    if (t.shape[i] > 1 && (t.strides[i] % 8 != 0 || t.strides[i] == 0)) return false;
+    if (t.shape[i] > 1 && ((t.strides[i] * bytes) % 16 != 0 || t.strides[i] == 0)) return false;
   }
   return true;
 }
 
-}  // namespace
-
-void attention_fwd(const AttnFwd& a) {
+FwdParams forward_params(const AttnFwd& a) {
   const AttnProblem& pr = a.p;
   const ak_tensor& q = *a.q;
   const ak_tensor& k = *a.k;
   const ak_tensor& v = *a.v;
   const ak_tensor& o = *a.output;
-  ::ak::cuda::DeviceGuard guard(pr.device_index);
-  cudaStream_t stream = ::ak::cuda::stream(pr.device_index);
-
   FwdParams p;
   p.q = q.data;
   p.k = k.data;
@@ -70,6 +64,19 @@ void attention_fwd(const AttnFwd& a) {
   } else {
     p.exp_scale = pr.sm_scale * kLog2e;
   }
+  return p;
+}
+
+void attention_fwd(const AttnFwd& a) {
+  if (a.p.dtype == AK_FLOAT8_E4M3) return attention_fwd_e4m3(a);
+  const AttnProblem& pr = a.p;
+  const ak_tensor& q = *a.q;
+  const ak_tensor& k = *a.k;
+  const ak_tensor& v = *a.v;
+  const ak_tensor& o = *a.output;
+  ::ak::cuda::DeviceGuard guard(pr.device_index);
+  cudaStream_t stream = ::ak::cuda::stream(pr.device_index);
+  FwdParams p = forward_params(a);
 
   planning::FwdShape shape;
   static_cast<planning::CallShape&>(shape) = call_shape(pr);

@@ -50,6 +50,15 @@ struct FwdParams : CallParams {
   int64_t lse_batch = 0, lse_head = 0, lse_row = 0;
   int64_t total_q = 0, total_kv = 0;  // varlen: rows of the packed tensors
 
+  // float8_e4m3 inputs (dense only): float32 [n_seq, hkv] dequantisation scales, the output dtype,
+  // and v pointing at V transposed to [n_seq, hkv, d, vt_keys] with keys reordered inside each 16
+  // (fwd/fp8.cu). Null / 0 for 16-bit inputs.
+  const float* q_scale = nullptr;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  int32_t out_dtype = 0;
+  int vt_keys = 0;
+
   int num_m_blocks = 0;   // query blocks of the longest sequence, for the grid
   int heads_per_section = 1;  // sm90 tile order: (batch, head) pairs whose K/V share L2
 };

@@ -21,6 +21,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <type_traits>
 
@@ -43,6 +44,8 @@ struct Sm90Tile {
   static constexpr int kStages = kStages_;
   static constexpr int kThreads = 384;
   static constexpr int kPanels = kD / 64;  // 64 elements = one 128-byte swizzle row
+  static constexpr int kPanelCols = 64;
+  static constexpr bool kVTransposed = false;  // V tiles as stored: key rows of D columns
   static constexpr int kQPanelBytes = kBlockM * 128;
   static constexpr int kKPanelBytes = kBlockN * 128;
   static constexpr int kQBytes = kPanels * kQPanelBytes;
@@ -109,12 +112,15 @@ __device__ __forceinline__ void store_o_rows(const float (&o)[kD / 2], const flo
 }
 
 // One tile of rows [row, row + rows) of a [batch, rows, heads, D] tensor map into kPanels panels of
-// 64 columns (128-byte swizzle rows), kPanelBytes apart, completing on bar.
-template <int kPanels, int kPanelBytes>
+// kPanelCols columns (128-byte swizzle rows: 64 16-bit or 128 8-bit elements), kPanelBytes apart,
+// completing on bar.
+template <int kPanels, int kPanelBytes, int kPanelCols = 64>
 __device__ __forceinline__ void load_panels(uint32_t dst, const CUtensorMap* map, uint32_t bar, int row, int head,
                                             int batch) {
 #pragma unroll
-  for (int pn = 0; pn < kPanels; ++pn) tma_load_4d(dst + pn * kPanelBytes, map, bar, pn * 64, row, head, batch);
+  for (int pn = 0; pn < kPanels; ++pn) {
+    tma_load_4d(dst + pn * kPanelBytes, map, bar, pn * kPanelCols, row, head, batch);
+  }
 }
 
 // The K / V ring of the Hopper forward kernels: kStages stages of K and of V in shared memory, each
@@ -140,27 +146,35 @@ struct KvRing {
   }
 
   // Producer: K, then V, of the key block at row key0 into stage s, each once the consumers have
-  // released the stage's previous use (phase: how often the ring went round, mod 2).
+  // released the stage's previous use (phase: how often the ring went round, mod 2). A transposed V
+  // ([batch, heads, D, keys]) comes in panels of 128 keys by D rows.
   __device__ __forceinline__ void load(const CUtensorMap* tm_k, const CUtensorMap* tm_v, int s, uint32_t phase,
                                        int key0, int hk, int batch) const {
     mbar_wait(k_empty(s), phase ^ 1);  // a fresh barrier passes parity 1
     mbar_arrive_expect_tx(k_full(s), Tile::kKBytes);
-    load_panels<Tile::kPanels, Tile::kKPanelBytes>(k_stage(s), tm_k, k_full(s), key0, hk, batch);
+    load_panels<Tile::kPanels, Tile::kKPanelBytes, Tile::kPanelCols>(k_stage(s), tm_k, k_full(s), key0, hk, batch);
     mbar_wait(v_empty(s), phase ^ 1);
     mbar_arrive_expect_tx(v_full(s), Tile::kKBytes);
-    load_panels<Tile::kPanels, Tile::kKPanelBytes>(v_stage(s), tm_v, v_full(s), key0, hk, batch);
+    if constexpr (Tile::kVTransposed) {
+#pragma unroll
+      for (int pn = 0; pn < Tile::kBlockN / 128; ++pn) {
+        tma_load_4d(v_stage(s) + pn * Tile::kD * 128, tm_v, v_full(s), key0 + 128 * pn, 0, hk, batch);
+      }
+    } else {
+      load_panels<Tile::kPanels, Tile::kKPanelBytes>(v_stage(s), tm_v, v_full(s), key0, hk, batch);
+    }
   }
 };
 
-// S = Q K^T of a consumer's 64 rows and the K block of one stage: one wgmma per 16 columns of D, both
-// operands K-major (LBO unused, SBO = 8 rows of 128 bytes); a 16-column step is 32 bytes inside a
-// 128-byte swizzle row, and every 4 steps move to the next panel.
+// S = Q K^T of a consumer's 64 rows and the K block of one stage: one wgmma per 32 bytes of a row
+// (16 columns of D in 16 bits, 32 in e4m3), both operands K-major (LBO unused, SBO = 8 rows of 128
+// bytes); a step is 32 bytes inside a 128-byte swizzle row, and every 4 steps move to the next panel.
 template <class Tile, class T>
 __device__ __forceinline__ void issue_qk(float (&s_acc)[Tile::kBlockN / 2], uint64_t q_desc, uint32_t k_stage) {
   wgmma_fence();
   const uint64_t kd = make_desc_sw128(k_stage, 16, 1024);
 #pragma unroll
-  for (int kk = 0; kk < Tile::kD / 16; ++kk) {
+  for (int kk = 0; kk < Tile::kPanels * 4; ++kk) {
     const uint32_t q_step = ((kk / 4) * Tile::kQPanelBytes + (kk % 4) * 32) >> 4;
     const uint32_t k_step = ((kk / 4) * Tile::kKPanelBytes + (kk % 4) * 32) >> 4;
     Wgmma<Tile::kBlockN, T>::template ss<0, 0>(s_acc, q_desc + q_step, kd + k_step, kk > 0 ? 1 : 0);
@@ -178,6 +192,21 @@ __device__ __forceinline__ void issue_pv(float (&o)[Tile::kD / 2], const uint32_
 #pragma unroll
   for (int kk = 0; kk < Tile::kBlockN / 16; ++kk) {
     Wgmma<Tile::kD, T>::template rs<1>(o, pw + 4 * kk, vd + ((kk * 16 * 128) >> 4), 1);
+  }
+  wgmma_commit();
+}
+
+// O += P V in e4m3: P (kBlockN / 8 words a thread, pack_e4m3) from registers, V transposed in the stage
+// (D rows of 128 keys a panel, K-major like K): one wgmma per 32 keys, 32 bytes along the rows.
+template <class Tile>
+__device__ __forceinline__ void issue_pv_e4m3(float (&o)[Tile::kD / 2], const uint32_t (&pw)[Tile::kBlockN / 8],
+                                              uint32_t v_stage) {
+  wgmma_fence();
+  const uint64_t vd = make_desc_sw128(v_stage, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < Tile::kBlockN / 32; ++kk) {
+    const uint32_t step = ((kk / 4) * Tile::kD * 128 + (kk % 4) * 32) >> 4;
+    Wgmma<Tile::kD, __nv_fp8_e4m3>::template rs<0>(o, pw + 4 * kk, vd + step, 1);
   }
   wgmma_commit();
 }
@@ -339,7 +368,10 @@ void encode_attention_maps(const FwdParams& p, int block_m, int block_n, int dty
 template <class Tile, class T, class Kernel>
 Sm90Maps prepare_launch(const FwdParams& p, Kernel kernel) {
   Sm90Maps maps;
-  encode_attention_maps(p, Tile::kBlockM, Tile::kBlockN, std::is_same_v<T, __half> ? AK_FLOAT16 : AK_BFLOAT16, maps);
+  const int dtype = std::is_same_v<T, __half>          ? AK_FLOAT16
+                    : std::is_same_v<T, __nv_fp8_e4m3> ? AK_FLOAT8_E4M3
+                                                       : AK_BFLOAT16;
+  encode_attention_maps(p, Tile::kBlockM, Tile::kBlockN, dtype, maps);
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
   return maps;
 }

@@ -14,6 +14,9 @@
 //     written;
 //   - the O rescale of step j moved between the issue of S_{j+1} and of P_j V_j, where it overlaps
 //     the tensor cores' work instead of lengthening the softmax;
+//   - float8_e4m3 inputs (kInBytes = 1): both products on 8-bit tensor cores, V read transposed
+//     ([batch, KV head, D, keys], made by fwd/fp8.cu), P rounded to e4m3 times 256; the per-(batch,
+//     KV head) scales of q and k join the softmax scale, v's (over 256) the final 1 / row sum;
 // The queue counter lives in device memory and is put back to 0 by the last block to finish, so
 // the next launch on the stream finds it zeroed.
 #pragma once
@@ -22,21 +25,25 @@
 
 namespace ak::attention::cuda::sm90 {
 
-template <int kD_, int kBlockN_, int kStages_, int kConsumers_>
+template <int kD_, int kBlockN_, int kStages_, int kConsumers_, int kInBytes_ = 2>
 struct PersistentTile {
   static constexpr int kD = kD_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
+  static constexpr int kInBytes = kInBytes_;  // 2: 16-bit inputs; 1: e4m3
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  static constexpr int kPanels = kD / 64;
+  static constexpr int kPanels = kD * kInBytes / 128;  // 128-byte swizzle rows of an input row
+  static constexpr int kPanelCols = 128 / kInBytes;
+  static constexpr bool kVTransposed = kInBytes == 1;  // 8-bit products take V K-major
   static constexpr int kQPanelBytes = kBlockM * 128;
   static constexpr int kKPanelBytes = kBlockN * 128;
-  static constexpr int kQBytes = kPanels * kQPanelBytes;  // one Q buffer
-  static constexpr int kKBytes = kPanels * kKPanelBytes;  // one stage of K (V is the same)
+  static constexpr int kQBytes = kPanels * kQPanelBytes;  // the Q tile
+  static constexpr int kQSlotBytes = (kD / 64) * kQPanelBytes;  // a Q buffer: also holds O (16-bit) on its way out
+  static constexpr int kKBytes = kPanels * kKPanelBytes;  // one stage of K (V is the same size)
   static constexpr int kQOffset = 0;                      // [2 buffers]
-  static constexpr int kKOffset = kQOffset + 2 * kQBytes;
+  static constexpr int kKOffset = kQOffset + 2 * kQSlotBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKBytes;
   static constexpr int kBarOffset = kVOffset + kStages * kKBytes;
   // q_full[2], q_empty[2], k_full, k_empty, v_full, v_empty [kStages each]
@@ -50,6 +57,7 @@ struct PersistentTile {
   static constexpr int kStageBar = 1 + kConsumers;
 
   static_assert(kD % 64 == 0 && kD <= 256, "head dim: 64, 128, 192 or 256");
+  static_assert(kInBytes == 2 || (kD % 128 == 0 && kBlockN % 128 == 0), "e4m3: whole 128-byte rows of D and keys");
   static_assert(kConsumers == 2 || kConsumers == 3, "two or three consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key tile");
   static_assert(kQPanelBytes % 1024 == 0 && kKPanelBytes % 1024 == 0, "panels start on 1024-byte boundaries");
@@ -91,7 +99,24 @@ __device__ __forceinline__ PersistentWork persistent_work(const FwdParams& p, in
 
 // sched[0]: tiles taken beyond the first gridDim.x (each block starts on blockIdx.x); sched[1]:
 // blocks that have found the queue empty. Both are zero at launch.
-template <class Tile, class T>
+// The e4m3 scales of a work tile: what multiplies the softmax scale (q's times k's) and the output (v's
+// over the 256 that P was scaled by); 1 for 16-bit inputs.
+struct TileScales {
+  float qk = 1.0f, out = 1.0f;
+};
+template <class T>
+__device__ __forceinline__ TileScales tile_scales(const FwdParams& p, int b, int h) {
+  TileScales t;
+  if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
+    const int i = b * p.hkv + h / p.group;
+    t.qk = p.q_scale[i] * p.k_scale[i];
+    t.out = p.v_scale[i] * (1.0f / 256.0f);
+  }
+  return t;
+}
+
+// T: the inputs' element type; TOut: the output's (T, or a 16-bit type for e4m3 inputs).
+template <class Tile, class T, class TOut = T>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     attention_fwd_sm90_persistent_kernel(const __grid_constant__ CUtensorMap tm_q,
                                          const __grid_constant__ CUtensorMap tm_k,
@@ -103,7 +128,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr uint32_t kReleases = 4 * kConsumers;  // one arrival per consumer warp
 
   const uint32_t base = swizzled_smem().addr;
-  auto sQ = [&](int b) { return base + Tile::kQOffset + b * Tile::kQBytes; };
+  auto sQ = [&](int b) { return base + Tile::kQOffset + b * Tile::kQSlotBytes; };
   const uint32_t bars = base + Tile::kBarOffset;
   auto q_full = [&](int b) { return bars + 8u * b; };
   auto q_empty = [&](int b) { return bars + 8u * (2 + b); };
@@ -149,7 +174,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         const int batch = p.cu_q != nullptr ? 0 : w.b;  // varlen maps have a batch extent of 1
         if (w.n > 0) {
           mbar_arrive_expect_tx(q_full(qb), Tile::kQBytes);
-          load_panels<kPanels, Tile::kQPanelBytes>(sQ(qb), &tm_q, q_full(qb), w.sb.q_off + w.m0, w.h, batch);
+          load_panels<kPanels, Tile::kQPanelBytes, Tile::kPanelCols>(sQ(qb), &tm_q, q_full(qb), w.sb.q_off + w.m0,
+                                                                    w.h, batch);
         } else {
           mbar_arrive(q_full(qb));  // no keys: the consumers only write O = 0 and LSE = -inf
         }
@@ -203,14 +229,32 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       st.start(o);
 
       if (n > 0) {
+        constexpr bool kE4m3 = std::is_same_v<T, __nv_fp8_e4m3>;
         float s_acc[kBlockN / 2];
-        uint32_t pw[kBlockN / 4];
+        uint32_t pw[kE4m3 ? kBlockN / 8 : kBlockN / 4];
         float corr[2];
+        // The e4m3 scales of q and k multiply the raw scores: the soft cap's argument or the exponent.
+        const float qk = tile_scales<T>(p, w.b, w.h).qk;
+        const float cap_mul = p.softcap_mul * qk;
+        const float exp_scale = p.softcap > 0.0f ? p.exp_scale : p.exp_scale * qk;
         const uint64_t q_desc = make_desc_sw128(sQ(qb) + c * 64 * 128, 16, 1024);
         auto issue_s = [&](int stage) { issue_qk<Tile, T>(s_acc, q_desc, ring.k_stage(stage)); };
-        auto issue_o = [&](int stage) { issue_pv<Tile, T>(o, pw, ring.v_stage(stage)); };
+        auto issue_o = [&](int stage) {
+          if constexpr (kE4m3) {
+            issue_pv_e4m3<Tile>(o, pw, ring.v_stage(stage));
+          } else {
+            issue_pv<Tile, T>(o, pw, ring.v_stage(stage));
+          }
+        };
+        auto pack = [&]() {
+          if constexpr (kE4m3) {
+            pack_e4m3(s_acc, pw);
+          } else {
+            pack_pairs<T>(s_acc, pw);
+          }
+        };
         auto mask_and_cap = [&](int j) {
-          if (p.softcap > 0.0f) apply_softcap(s_acc, p.softcap_mul, p.softcap);
+          if (p.softcap > 0.0f) apply_softcap(s_acc, cap_mul, p.softcap);
           if (tile_needs_mask(w.kr, (w.kr.n_hi - 1 - j) * kBlockN, kBlockN)) {
             // The keys each of this thread's rows admits, computed here (few tiles need them).
             apply_mask(s_acc, (w.kr.n_hi - 1 - j) * kBlockN + 2 * (lane & 3), row_window(p, w.sb, row0));
@@ -236,8 +280,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           fence_regs(s_acc);
           release(ring.k_empty(s));
           mask_and_cap(0);
-          softmax_step(s_acc, st, p.exp_scale, corr);
-          pack_pairs<T>(s_acc, pw);
+          softmax_step(s_acc, st, exp_scale, corr);
+          pack();
           advance();
 
           for (int j = 1; j < n; ++j) {
@@ -255,12 +299,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             fence_regs(s_acc);
             release(ring.k_empty(s));
             mask_and_cap(j);
-            softmax_step(s_acc, st, p.exp_scale, corr);
+            softmax_step(s_acc, st, exp_scale, corr);
             wgmma_wait<0>();
             fence_regs(o);
             fence_regs(pw);
             release(ring.v_empty(sp));
-            pack_pairs<T>(s_acc, pw);
+            pack();
             advance();
           }
 
@@ -281,10 +325,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // The tile's coordinates again, from the slot (a fresh load: nothing of them stays live in
       // registers through the loop above).
       const PersistentWork we = persistent_work<kBlockM, kBlockN>(p, ld_shared_s32(slot(qb)));
+      const TileScales ts = tile_scales<T>(p, we.b, we.h);
       float inv[2], lse[2];
-      softmax_finish(st, p.exp_scale, inv, lse);
+      softmax_finish(st, p.softcap > 0.0f ? p.exp_scale : p.exp_scale * ts.qk, inv, lse);
+      inv[0] *= ts.out;
+      inv[1] *= ts.out;
       // O goes through this consumer's rows of the Q buffer (its own S products are complete).
-      store_o_rows<T, kD, Tile::kQPanelBytes>(o, inv, lse, sQ(qb) + c * 64 * 128, Tile::kStageBar + c, p, we.b, we.h,
+      store_o_rows<TOut, kD, Tile::kQPanelBytes>(o, inv, lse, sQ(qb) + c * 64 * 128, Tile::kStageBar + c, p, we.b, we.h,
                                               we.sb, we.m0 + 64 * c, tid);
       __syncwarp();
       release(q_empty(qb));  // this warp has read its O rows out of the buffer
@@ -311,10 +358,18 @@ namespace ak::attention::cuda {
 
 // D = 64: three consumer warpgroups (192 x 128 tiles, three stages), where a tile's exponentials cost
 // as much as its two products; D = 128: two (128 x 128 tiles, two stages). A block per multiprocessor.
+// e4m3 at D = 128: two consumers, 128 x 128 tiles, three stages (16 KB each of K and of V), the kernel
+// of the output dtype.
 template <class T, int D, int Tile>
 void FwdWgmmaPersistent<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
-  using Shape = std::conditional_t<D == 64, sm90::PersistentTile<64, 128, 3, 3>, sm90::PersistentTile<D, 128, 2, 2>>;
-  auto kernel = sm90::attention_fwd_sm90_persistent_kernel<Shape, T>;
+  constexpr bool kE4m3 = std::is_same_v<T, __nv_fp8_e4m3>;
+  using Shape = std::conditional_t<
+      kE4m3, sm90::PersistentTile<D, 128, 3, 2, 1>,
+      std::conditional_t<D == 64, sm90::PersistentTile<64, 128, 3, 3>, sm90::PersistentTile<D, 128, 2, 2>>>;
+  using Half = std::conditional_t<kE4m3, __half, T>;
+  using Bf16 = std::conditional_t<kE4m3, __nv_bfloat16, T>;
+  auto kernel = kE4m3 && p.out_dtype == AK_FLOAT16 ? sm90::attention_fwd_sm90_persistent_kernel<Shape, T, Half>
+                                                   : sm90::attention_fwd_sm90_persistent_kernel<Shape, T, Bf16>;
   const sm90::Sm90Maps maps = sm90::prepare_launch<Shape, T>(p, kernel);
   int device = 0;
   AK_CUDA_CHECK(cudaGetDevice(&device));

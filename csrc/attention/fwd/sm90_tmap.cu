@@ -17,8 +17,15 @@ void encode_attention_maps(const FwdParams& p, int block_m, int block_n, int dty
   encode_rows_map(maps.q, dtype, p.q, p.d, q_rows, p.hq, batch, p.q_row, p.q_head, p.q_batch, block_m, "attention q");
   encode_rows_map(maps.k, dtype, p.k, p.d, kv_rows, p.hkv, batch, p.k_row, p.k_head, p.k_batch, block_n,
                   "attention k");
-  encode_rows_map(maps.v, dtype, p.v, p.d, kv_rows, p.hkv, batch, p.v_row, p.v_head, p.v_batch, block_n,
-                  "attention v");
+  if (dtype == AK_FLOAT8_E4M3) {
+    // V transposed ([batch, hkv, d, vt_keys]): boxes of 128 keys by all d rows.
+    const int64_t keys = p.vt_keys;
+    encode_rows_map(maps.v, dtype, p.v, keys, p.d, p.hkv, batch, keys, p.d * keys, p.hkv * p.d * keys, p.d,
+                    "attention v (transposed)");
+  } else {
+    encode_rows_map(maps.v, dtype, p.v, p.d, kv_rows, p.hkv, batch, p.v_row, p.v_head, p.v_batch, block_n,
+                    "attention v");
+  }
 }
 
 }  // namespace ak::attention::cuda::sm90

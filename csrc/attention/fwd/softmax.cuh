@@ -7,6 +7,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -141,6 +142,28 @@ template <class T, int kN>
 __device__ __forceinline__ void pack_pairs(const float (&s)[kN], uint32_t (&p)[kN / 2]) {
 #pragma unroll
   for (int w = 0; w < kN / 2; ++w) p[w] = pack2<T>(s[2 * w], s[2 * w + 1]);
+}
+
+// Packs a tile's probabilities as the e4m3 A operand of m64nNk32 products, scaled by 256 (P <= 1 after
+// the running maximum, so the scaled values stay below e4m3's 448 while small ones keep their
+// mantissa; the output is divided by 256 at the end). Word 4g + w of key group g (32 keys) holds four
+// values: rows r (w even) or r + 8 (w odd), from the n8 blocks 4g + 2 (w / 2) and 4g + 2 (w / 2) + 1.
+// The operand expects keys 4 t .. 4 t + 3 of each 16 (t = lane % 4) where this thread holds 2t, 2t + 1,
+// 8 + 2t, 9 + 2t: V's keys are stored in that order (fwd/fp8.cu), so the product is unchanged.
+template <int kN>
+__device__ __forceinline__ void pack_e4m3(const float (&s)[kN], uint32_t (&p)[kN / 4]) {
+#pragma unroll
+  for (int g = 0; g < kN / 16; ++g) {
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const int a = 16 * g + 8 * (w / 2) + 2 * (w % 2);  // first value of the lower n8 block
+      const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(256.0f * s[a], 256.0f * s[a + 1]), __NV_SATFINITE,
+                                                   __NV_E4M3);
+      const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(256.0f * s[a + 4], 256.0f * s[a + 5]),
+                                                   __NV_SATFINITE, __NV_E4M3);
+      p[4 * g + w] = lo | (hi << 16);
+    }
+  }
 }
 
 }  // namespace ak::attention::cuda
