@@ -15,8 +15,9 @@
 //   - the O rescale of step j moved between the issue of S_{j+1} and of P_j V_j, where it overlaps
 //     the tensor cores' work instead of lengthening the softmax;
 //   - float8_e4m3 inputs (kInBytes = 1): both products on 8-bit tensor cores, V read transposed
-//     ([batch, KV head, D, keys], made by fwd/fp8.cu), P rounded to e4m3 times 256; the per-(batch,
-//     KV head) scales of q and k join the softmax scale, v's (over 256) the final 1 / row sum;
+//     ([batch, KV head, D, keys], made by fwd/fp8.cu), P rounded to e4m3 with a gain of 256 (in the
+//     exponent, so the row sums carry it); the per-(batch, KV head) scales of q and k join the
+//     softmax scale, v's the final 1 / row sum;
 // The queue counter lives in device memory and is put back to 0 by the last block to finish, so
 // the next launch on the stream finds it zeroed.
 #pragma once
@@ -99,10 +100,10 @@ __device__ __forceinline__ PersistentWork persistent_work(const FwdParams& p, in
 
 // sched[0]: tiles taken beyond the first gridDim.x (each block starts on blockIdx.x); sched[1]:
 // blocks that have found the queue empty. Both are zero at launch.
-// The e4m3 scales of a work tile: what multiplies the softmax scale (q's times k's) and the output (v's
-// over the 256 that P was scaled by); 1 for 16-bit inputs.
+// The e4m3 scales of a work tile: what multiplies the softmax scale (q's times k's) and the output
+// (v's), and the log2 of the probabilities' gain (8: P times 256); 1, 1 and 0 for 16-bit inputs.
 struct TileScales {
-  float qk = 1.0f, out = 1.0f;
+  float qk = 1.0f, out = 1.0f, log2_gain = 0.0f;
 };
 template <class T>
 __device__ __forceinline__ TileScales tile_scales(const FwdParams& p, int b, int h) {
@@ -110,7 +111,8 @@ __device__ __forceinline__ TileScales tile_scales(const FwdParams& p, int b, int
   if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
     const int i = b * p.hkv + h / p.group;
     t.qk = p.q_scale[i] * p.k_scale[i];
-    t.out = p.v_scale[i] * (1.0f / 256.0f);
+    t.out = p.v_scale[i];
+    t.log2_gain = 8.0f;
   }
   return t;
 }
@@ -234,7 +236,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         uint32_t pw[kE4m3 ? kBlockN / 8 : kBlockN / 4];
         float corr[2];
         // The e4m3 scales of q and k multiply the raw scores: the soft cap's argument or the exponent.
-        const float qk = tile_scales<T>(p, w.b, w.h).qk;
+        const TileScales ts = tile_scales<T>(p, w.b, w.h);
+        const float qk = ts.qk, gain = ts.log2_gain;
         const float cap_mul = p.softcap_mul * qk;
         const float exp_scale = p.softcap > 0.0f ? p.exp_scale : p.exp_scale * qk;
         const uint64_t q_desc = make_desc_sw128(sQ(qb) + c * 64 * 128, 16, 1024);
@@ -280,7 +283,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           fence_regs(s_acc);
           release(ring.k_empty(s));
           mask_and_cap(0);
-          softmax_step(s_acc, st, exp_scale, corr);
+          softmax_step(s_acc, st, exp_scale, corr, gain);
           pack();
           advance();
 
@@ -299,7 +302,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             fence_regs(s_acc);
             release(ring.k_empty(s));
             mask_and_cap(j);
-            softmax_step(s_acc, st, exp_scale, corr);
+            softmax_step(s_acc, st, exp_scale, corr, gain);
             wgmma_wait<0>();
             fence_regs(o);
             fence_regs(pw);
@@ -327,7 +330,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       const PersistentWork we = persistent_work<kBlockM, kBlockN>(p, ld_shared_s32(slot(qb)));
       const TileScales ts = tile_scales<T>(p, we.b, we.h);
       float inv[2], lse[2];
-      softmax_finish(st, p.softcap > 0.0f ? p.exp_scale : p.exp_scale * ts.qk, inv, lse);
+      softmax_finish(st, p.softcap > 0.0f ? p.exp_scale : p.exp_scale * ts.qk, inv, lse, ts.log2_gain);
       inv[0] *= ts.out;
       inv[1] *= ts.out;
       // O goes through this consumer's rows of the Q buffer (its own S products are complete).
@@ -356,16 +359,10 @@ int* persistent_queue(int device, cudaStream_t stream);
 
 namespace ak::attention::cuda {
 
-// D = 64: three consumer warpgroups (192 x 128 tiles, three stages), where a tile's exponentials cost
-// as much as its two products; D = 128: two (128 x 128 tiles, two stages). A block per multiprocessor.
-// e4m3 at D = 128: two consumers, 128 x 128 tiles, three stages (16 KB each of K and of V), the kernel
-// of the output dtype.
-template <class T, int D, int Tile>
-void FwdWgmmaPersistent<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+// One launch of the persistent kernel at tile shape Shape (the output type from p.out_dtype for e4m3).
+template <class Shape, class T>
+void launch_shape(const FwdParams& p, cudaStream_t stream) {
   constexpr bool kE4m3 = std::is_same_v<T, __nv_fp8_e4m3>;
-  using Shape = std::conditional_t<
-      kE4m3, sm90::PersistentTile<D, 128, 3, 2, 1>,
-      std::conditional_t<D == 64, sm90::PersistentTile<64, 128, 3, 3>, sm90::PersistentTile<D, 128, 2, 2>>>;
   using Half = std::conditional_t<kE4m3, __half, T>;
   using Bf16 = std::conditional_t<kE4m3, __nv_bfloat16, T>;
   auto kernel = kE4m3 && p.out_dtype == AK_FLOAT16 ? sm90::attention_fwd_sm90_persistent_kernel<Shape, T, Half>
@@ -382,5 +379,18 @@ void FwdWgmmaPersistent<T, D, Tile>::launch(const Args& p, cudaStream_t stream) 
   kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(maps.q, maps.k, maps.v, p, static_cast<int>(tiles), queue);
   ::ak::cuda::check_launch("attention_fwd_sm90_persistent_kernel");
 }
+
+// D = 64: three consumer warpgroups (192 x 128 tiles, three stages), where a tile's exponentials cost
+// as much as its two products; D = 128: two (128 x 128 tiles, two stages); e4m3 at D = 128: two, 128 x
+// 128 tiles, three stages (16 KB each of K and of V). A block per multiprocessor.
+template <class T, int D, int Tile>
+void FwdWgmmaPersistent<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  constexpr bool kE4m3 = std::is_same_v<T, __nv_fp8_e4m3>;
+  using Shape = std::conditional_t<
+      kE4m3, sm90::PersistentTile<D, 128, 3, 2, 1>,
+      std::conditional_t<D == 64, sm90::PersistentTile<64, 128, 3, 3>, sm90::PersistentTile<D, 128, 2, 2>>>;
+  launch_shape<Shape, T>(p, stream);
+}
+
 
 }  // namespace ak::attention::cuda

@@ -74,11 +74,13 @@ struct RowState {
 };
 
 // One step: folds the scores s of a new key tile into the row state, replaces s by the unnormalised
-// probabilities exp2((s - m_new) * exp_scale), and returns in corr the factor by which the output
-// accumulated so far must be multiplied. Rows that have seen no admitted key keep m = -inf and
-// produce p = 0 (the -inf - -inf case is avoided by using 0 as the subtrahend).
+// probabilities exp2((s - m_new) * exp_scale + log2_gain) (a gain of 2^log2_gain, which the row sums
+// carry too), and returns in corr the factor by which the output accumulated so far must be
+// multiplied. Rows that have seen no admitted key keep m = -inf and produce p = 0 (the -inf - -inf
+// case is avoided by using 0 as the subtrahend).
 template <int kN>
-__device__ __forceinline__ void softmax_step(float (&s)[kN], RowState& st, float exp_scale, float (&corr)[2]) {
+__device__ __forceinline__ void softmax_step(float (&s)[kN], RowState& st, float exp_scale, float (&corr)[2],
+                                             float log2_gain = 0.0f) {
   // Row maxima over four independent chains per row (one per 8-key block modulo 4), so the
   // dependent max instructions form chains of kN / 8 instead of one chain of kN / 2. max is
   // exact, so the result is the same as a single chain's.
@@ -102,6 +104,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[kN], RowState& st, float
     shift[r] = mx[r] == -INFINITY ? 0.0f : mx[r] * exp_scale;
     corr[r] = fast_exp2(st.m[r] * exp_scale - shift[r]);  // m_old = -inf gives 0
     st.m[r] = mx[r];
+    shift[r] -= log2_gain;
   }
   float sum[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -122,8 +125,9 @@ __device__ __forceinline__ void softmax_first(float (&s)[kN], RowState& st, floa
 }
 
 // Finishes the rows: the full row sums, 1/l (0 for rows that saw no key) and the natural-log LSE
-// (-inf for those rows; NaN for rows whose scores held a NaN).
-__device__ __forceinline__ void softmax_finish(RowState& st, float exp_scale, float (&inv)[2], float (&lse)[2]) {
+// (-inf for those rows; NaN for rows whose scores held a NaN). log2_gain: softmax_step's.
+__device__ __forceinline__ void softmax_finish(RowState& st, float exp_scale, float (&inv)[2], float (&lse)[2],
+                                               float log2_gain = 0.0f) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l = quad_sum(st.l[r]);
@@ -131,7 +135,7 @@ __device__ __forceinline__ void softmax_finish(RowState& st, float exp_scale, fl
     // and LSE must then be NaN too (as in plain attention), not the empty-row 0 and -inf.
     const bool any = l != 0.0f;
     inv[r] = any ? 1.0f / l : 0.0f;
-    lse[r] = any ? (st.m[r] * exp_scale + __log2f(l)) * 0.69314718055994530942f : -INFINITY;
+    lse[r] = any ? (st.m[r] * exp_scale + __log2f(l) - log2_gain) * 0.69314718055994530942f : -INFINITY;
   }
 }
 
@@ -144,9 +148,9 @@ __device__ __forceinline__ void pack_pairs(const float (&s)[kN], uint32_t (&p)[k
   for (int w = 0; w < kN / 2; ++w) p[w] = pack2<T>(s[2 * w], s[2 * w + 1]);
 }
 
-// Packs a tile's probabilities as the e4m3 A operand of m64nNk32 products, scaled by 256 (P <= 1 after
-// the running maximum, so the scaled values stay below e4m3's 448 while small ones keep their
-// mantissa; the output is divided by 256 at the end). Word 4g + w of key group g (32 keys) holds four
+// Packs a tile's probabilities (softmax_step's with a gain of 256: P <= 256 after the running maximum,
+// below e4m3's 448, while small values keep their mantissa; the row sums carry the same gain, so 1 / l
+// takes it out) as the e4m3 A operand of m64nNk32 products. Word 4g + w of key group g (32 keys) holds four
 // values: rows r (w even) or r + 8 (w odd), from the n8 blocks 4g + 2 (w / 2) and 4g + 2 (w / 2) + 1.
 // The operand expects keys 4 t .. 4 t + 3 of each 16 (t = lane % 4) where this thread holds 2t, 2t + 1,
 // 8 + 2t, 9 + 2t: V's keys are stored in that order (fwd/fp8.cu), so the product is unchanged.
@@ -157,10 +161,8 @@ __device__ __forceinline__ void pack_e4m3(const float (&s)[kN], uint32_t (&p)[kN
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       const int a = 16 * g + 8 * (w / 2) + 2 * (w % 2);  // first value of the lower n8 block
-      const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(256.0f * s[a], 256.0f * s[a + 1]), __NV_SATFINITE,
-                                                   __NV_E4M3);
-      const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(256.0f * s[a + 4], 256.0f * s[a + 5]),
-                                                   __NV_SATFINITE, __NV_E4M3);
+      const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(s[a], s[a + 1]), __NV_SATFINITE, __NV_E4M3);
+      const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(s[a + 4], s[a + 5]), __NV_SATFINITE, __NV_E4M3);
       p[4 * g + w] = lo | (hi << 16);
     }
   }
