@@ -106,15 +106,23 @@ __device__ __forceinline__ void softmax_step(float (&s)[kN], RowState& st, float
     st.m[r] = mx[r];
     shift[r] -= log2_gain;
   }
-  float sum[2] = {0.0f, 0.0f};
+  // Row sums over the same four chains as the maxima (a single chain would be kN / 2 dependent adds).
+  float sum[2][kChains];
+#pragma unroll
+  for (int k = 0; k < kChains; ++k) sum[0][k] = sum[1][k] = 0.0f;
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
     const int r = (i >> 1) & 1;
     s[i] = fast_exp2(fmaf(s[i], exp_scale, -shift[r]));
-    sum[r] += s[i];
+    sum[r][(i >> 2) % kChains] += s[i];
   }
-  st.l[0] = fmaf(st.l[0], corr[0], sum[0]);
-  st.l[1] = fmaf(st.l[1], corr[1], sum[1]);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float total = sum[r][0];
+#pragma unroll
+    for (int k = 1; k < kChains; ++k) total += sum[r][k];
+    st.l[r] = fmaf(st.l[r], corr[r], total);
+  }
 }
 
 // The first tile of a row block: nothing accumulated yet, so no correction is needed.
