@@ -38,10 +38,8 @@ __global__ void transpose_v_e4m3_kernel(const uint8_t* __restrict__ v, int64_t v
   }
   __syncthreads();
   uint8_t* out = vt + (int64_t(b) * hkv + hk) * d * keys;
-  // Lanes take consecutive rows (d) of one 16-key group: a warp's byte reads then fall in 8 words of one
-  // staged key row (no bank conflicts).
   for (int idx = threadIdx.x; idx < d * (kTransposeKeys / 16); idx += blockDim.x) {
-    const int row = idx % d, g = idx / d;
+    const int row = idx / (kTransposeKeys / 16), g = idx % (kTransposeKeys / 16);
     const int key0 = k0 + 16 * g;
     if (key0 >= keys) continue;
     uint32_t w[4];
