@@ -17,41 +17,43 @@
 namespace ak::attention::cuda {
 namespace {
 
-// V [B, Skv, Hkv, 128] (strided, 16-byte aligned rows) -> vt [B, Hkv, 128, keys] (keys = Skv rounded up to
-// 16, the tail zeros). Inside each 16 keys, position 4t + i holds key i < 2 ? 2t + i : 8 + 2t + i - 2: the
-// order in which pack_e4m3 (softmax.cuh) hands P's columns to the e4m3 product. A warp takes 16 keys: lane
-// (t, c) loads the 16 columns 16c .. 16c + 15 of keys 2t, 2t + 1, 8 + 2t and 9 + 2t (four 16-byte loads; a
-// load instruction reads four whole key rows), transposes the 4 x 16 bytes in registers and writes each
-// column's four keys as one word at position 4t of its output row.
-constexpr int kTransposeWarps = 8;
-__global__ void __launch_bounds__(32 * kTransposeWarps)
-    transpose_v_e4m3_kernel(const uint8_t* __restrict__ v, int64_t v_batch, int64_t v_row, int64_t v_head, int skv,
-                            int keys, uint8_t* __restrict__ vt) {
-  constexpr int kD = 128;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int t = lane / 8, c = lane % 8;
-  const int key0 = (blockIdx.x * kTransposeWarps + warp) * 16;
-  if (key0 >= keys) return;
-  const int hk = blockIdx.y, b = blockIdx.z, hkv = gridDim.y;
-  const int rows[4] = {key0 + 2 * t, key0 + 2 * t + 1, key0 + 8 + 2 * t, key0 + 9 + 2 * t};
-  uint4 x[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    x[i] = rows[i] < skv ? *reinterpret_cast<const uint4*>(v + b * v_batch + int64_t(rows[i]) * v_row +
-                                                           hk * v_head + 16 * c)
-                         : make_uint4(0, 0, 0, 0);
+constexpr int kTransposeKeys = 64;  // keys a block of the V transpose moves
+
+// V [B, Skv, Hkv, D] (strided, 16-byte aligned rows) -> vt [B, Hkv, D, keys] (keys = Skv rounded up to
+// 16, the tail zeros). Inside each 16 keys, position 4t + i holds key i < 2 ? 2t + i : 8 + 2t + i - 2:
+// the order in which pack_e4m3 (softmax.cuh) hands P's columns to the e4m3 product. A block stages
+// 64 keys by D in shared memory and writes each of its D rows as four 16-byte runs of keys.
+__global__ void transpose_v_e4m3_kernel(const uint8_t* __restrict__ v, int64_t v_batch, int64_t v_row,
+                                        int64_t v_head, int skv, int d, int keys, uint8_t* __restrict__ vt) {
+  extern __shared__ uint4 staged_v[];
+  uint8_t* tile = reinterpret_cast<uint8_t*>(staged_v);
+  const int pitch = d + 16;  // bytes a staged key row takes (the pad spreads the column reads)
+  const int k0 = blockIdx.x * kTransposeKeys, hk = blockIdx.y, b = blockIdx.z, hkv = gridDim.y;
+  const int chunks = d / 16;
+  for (int idx = threadIdx.x; idx < kTransposeKeys * chunks; idx += blockDim.x) {
+    const int r = idx / chunks, c = idx % chunks;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (k0 + r < skv) x = *reinterpret_cast<const uint4*>(v + b * v_batch + int64_t(k0 + r) * v_row + hk * v_head + 16 * c);
+    *reinterpret_cast<uint4*>(tile + r * pitch + 16 * c) = x;
   }
-  uint8_t* out = vt + ((int64_t(b) * hkv + hk) * kD + 16 * c) * keys + key0 + 4 * t;
-  const uint32_t* w[4] = {&x[0].x, &x[1].x, &x[2].x, &x[3].x};
+  __syncthreads();
+  uint8_t* out = vt + (int64_t(b) * hkv + hk) * d * keys;
+  for (int idx = threadIdx.x; idx < d * (kTransposeKeys / 16); idx += blockDim.x) {
+    const int row = idx / (kTransposeKeys / 16), g = idx % (kTransposeKeys / 16);
+    const int key0 = k0 + 16 * g;
+    if (key0 >= keys) continue;
+    uint32_t w[4];
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {  // columns 16c + 4q .. 16c + 4q + 3
-    const uint32_t a = w[0][q], bb = w[1][q], cc = w[2][q], dd = w[3][q];
-    const uint32_t ab_lo = __byte_perm(a, bb, 0x5140), ab_hi = __byte_perm(a, bb, 0x7362);
-    const uint32_t cd_lo = __byte_perm(cc, dd, 0x5140), cd_hi = __byte_perm(cc, dd, 0x7362);
-    const uint32_t col[4] = {__byte_perm(ab_lo, cd_lo, 0x5410), __byte_perm(ab_lo, cd_lo, 0x7632),
-                             __byte_perm(ab_hi, cd_hi, 0x5410), __byte_perm(ab_hi, cd_hi, 0x7632)};
+    for (int t = 0; t < 4; ++t) {
+      uint32_t word = 0;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) *reinterpret_cast<uint32_t*>(out + int64_t(4 * q + j) * keys) = col[j];
+      for (int i = 0; i < 4; ++i) {
+        const int key = 16 * g + (i < 2 ? 2 * t + i : 8 + 2 * t + i - 2);
+        word |= uint32_t(tile[key * pitch + row]) << (8 * i);
+      }
+      w[t] = word;
+    }
+    *reinterpret_cast<uint4*>(out + int64_t(row) * keys + key0) = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }
 
@@ -163,12 +165,12 @@ void attention_fwd_e4m3(const AttnFwd& a) {
   const int keys = static_cast<int>((pr.Skv + 15) / 16 * 16);
   ::ak::cuda::Scratch vt(pr.device_index, static_cast<size_t>(pr.B * pr.Hkv * pr.D * keys));
   const ak_tensor& v = *a.v;
-  const dim3 grid(::ak::cuda::ceil_div(keys, 16 * kTransposeWarps), static_cast<unsigned>(pr.Hkv),
+  const dim3 grid(::ak::cuda::ceil_div(keys, kTransposeKeys), static_cast<unsigned>(pr.Hkv),
                   static_cast<unsigned>(pr.B));
-  transpose_v_e4m3_kernel<<<grid, 32 * kTransposeWarps, 0, stream>>>(static_cast<const uint8_t*>(v.data),
-                                                                      v.strides[0], v.strides[1], v.strides[2],
-                                                                      static_cast<int>(pr.Skv), keys,
-                                                                      vt.as<uint8_t>());
+  const size_t smem = static_cast<size_t>(kTransposeKeys) * (pr.D + 16);
+  transpose_v_e4m3_kernel<<<grid, 256, smem, stream>>>(static_cast<const uint8_t*>(v.data), v.strides[0],
+                                                        v.strides[1], v.strides[2], static_cast<int>(pr.Skv),
+                                                        static_cast<int>(pr.D), keys, vt.as<uint8_t>());
   ::ak::cuda::check_launch("transpose_v_e4m3_kernel");
   p.v = vt.get();
   p.vt_keys = keys;
