@@ -234,7 +234,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         constexpr bool kE4m3 = std::is_same_v<T, __nv_fp8_e4m3>;
         float s_acc[kBlockN / 2];
         uint32_t pw[kE4m3 ? kBlockN / 8 : kBlockN / 4];
-        uint32_t ph[kE4m3 ? kBlockN / 4 : 1];  // e4m3: the probabilities as half2 words until packed
         float corr[2];
         // The e4m3 scales of q and k multiply the raw scores: the soft cap's argument or the exponent.
         const TileScales ts = tile_scales<T>(p, w.b, w.h);
@@ -252,16 +251,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         };
         auto pack = [&]() {
           if constexpr (kE4m3) {
-            pack_e4m3<kBlockN / 2>(ph, pw);
+            pack_e4m3(s_acc, pw);
           } else {
             pack_pairs<T>(s_acc, pw);
-          }
-        };
-        auto softmax = [&]() {
-          if constexpr (kE4m3) {
-            softmax_step_half(s_acc, st, exp_scale, corr, gain, ph);
-          } else {
-            softmax_step(s_acc, st, exp_scale, corr, gain);
           }
         };
         auto mask_and_cap = [&](int j) {
@@ -291,7 +283,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           fence_regs(s_acc);
           release(ring.k_empty(s));
           mask_and_cap(0);
-          softmax();
+          softmax_step(s_acc, st, exp_scale, corr, gain);
           pack();
           advance();
 
@@ -310,7 +302,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             fence_regs(s_acc);
             release(ring.k_empty(s));
             mask_and_cap(j);
-            softmax();
+            softmax_step(s_acc, st, exp_scale, corr, gain);
             wgmma_wait<0>();
             fence_regs(o);
             fence_regs(pw);

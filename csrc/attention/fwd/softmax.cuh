@@ -73,13 +73,14 @@ struct RowState {
   }
 };
 
-// The maximum part of a step: folds the scores s of a new key tile into the running maxima, returns in
-// corr the factor by which the output accumulated so far must be multiplied and in shift what each
-// row's scaled scores lose in the exponent (the new maximum, less log2_gain). Rows that have seen no
-// admitted key keep m = -inf (the -inf - -inf case is avoided by using 0 as the subtrahend).
+// One step: folds the scores s of a new key tile into the row state, replaces s by the unnormalised
+// probabilities exp2((s - m_new) * exp_scale + log2_gain) (a gain of 2^log2_gain, which the row sums
+// carry too), and returns in corr the factor by which the output accumulated so far must be
+// multiplied. Rows that have seen no admitted key keep m = -inf and produce p = 0 (the -inf - -inf
+// case is avoided by using 0 as the subtrahend).
 template <int kN>
-__device__ __forceinline__ void softmax_max(const float (&s)[kN], RowState& st, float exp_scale, float (&corr)[2],
-                                            float (&shift)[2], float log2_gain) {
+__device__ __forceinline__ void softmax_step(float (&s)[kN], RowState& st, float exp_scale, float (&corr)[2],
+                                             float log2_gain = 0.0f) {
   // Row maxima over four independent chains per row (one per 8-key block modulo 4), so the
   // dependent max instructions form chains of kN / 8 instead of one chain of kN / 2. max is
   // exact, so the result is the same as a single chain's.
@@ -92,30 +93,20 @@ __device__ __forceinline__ void softmax_max(const float (&s)[kN], RowState& st, 
     float& chain = part[(i >> 1) & 1][(i >> 2) % kChains];
     chain = fmaxf(chain, s[i]);
   }
+  float mx[2];
+  float shift[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float m = st.m[r];
 #pragma unroll
     for (int k = 0; k < kChains; ++k) m = fmaxf(m, part[r][k]);
-    const float mx = quad_max(m);
-    shift[r] = mx == -INFINITY ? 0.0f : mx * exp_scale;
+    mx[r] = quad_max(m);
+    shift[r] = mx[r] == -INFINITY ? 0.0f : mx[r] * exp_scale;
     corr[r] = fast_exp2(st.m[r] * exp_scale - shift[r]);  // m_old = -inf gives 0
-    st.m[r] = mx;
+    st.m[r] = mx[r];
     shift[r] -= log2_gain;
   }
-}
-
-// One step: folds the scores s of a new key tile into the row state, replaces s by the unnormalised
-// probabilities exp2((s - m_new) * exp_scale + log2_gain) (a gain of 2^log2_gain, which the row sums
-// carry too), and returns in corr the factor by which the output accumulated so far must be
-// multiplied. Rows that have seen no admitted key produce p = 0.
-template <int kN>
-__device__ __forceinline__ void softmax_step(float (&s)[kN], RowState& st, float exp_scale, float (&corr)[2],
-                                             float log2_gain = 0.0f) {
-  float shift[2];
-  softmax_max(s, st, exp_scale, corr, shift, log2_gain);
-  // Row sums over four chains like the maxima (a single chain would be kN / 2 dependent adds).
-  constexpr int kChains = kN >= 16 ? 4 : 1;
+  // Row sums over the same four chains as the maxima (a single chain would be kN / 2 dependent adds).
   float sum[2][kChains];
 #pragma unroll
   for (int k = 0; k < kChains; ++k) sum[0][k] = sum[1][k] = 0.0f;
@@ -130,41 +121,6 @@ __device__ __forceinline__ void softmax_step(float (&s)[kN], RowState& st, float
     float total = sum[r][0];
 #pragma unroll
     for (int k = 1; k < kChains; ++k) total += sum[r][k];
-    st.l[r] = fmaf(st.l[r], corr[r], total);
-  }
-}
-
-// The step of the e4m3 kernels, whose probabilities are rounded to 3 mantissa bits anyway: the
-// exponentials of each pair of scores (the same row) by one half-precision ex2 on packed halves (half
-// the MUFU work of softmax_step), left in h as half2 words (h[w] holds s[2w] low, s[2w + 1] high),
-// their row sums in half2 over four chains, then added in fp32. The exponent stays below 16 (the
-// maximum's is log2_gain), so no half overflows.
-template <int kN>
-__device__ __forceinline__ void softmax_step_half(const float (&s)[kN], RowState& st, float exp_scale,
-                                                  float (&corr)[2], float log2_gain, uint32_t (&h)[kN / 2]) {
-  float shift[2];
-  softmax_max(s, st, exp_scale, corr, shift, log2_gain);
-  constexpr int kChains = kN >= 16 ? 4 : 1;
-  __half2 sum[2][kChains];
-#pragma unroll
-  for (int k = 0; k < kChains; ++k) sum[0][k] = sum[1][k] = __float2half2_rn(0.0f);
-#pragma unroll
-  for (int w = 0; w < kN / 2; ++w) {
-    const int r = w & 1;  // values 2w, 2w + 1 sit on row (2w >> 1) & 1
-    const __half2 x = __floats2half2_rn(fmaf(s[2 * w], exp_scale, -shift[r]), fmaf(s[2 * w + 1], exp_scale, -shift[r]));
-    uint32_t y;
-    asm("ex2.approx.f16x2 %0, %1;" : "=r"(y) : "r"(*reinterpret_cast<const uint32_t*>(&x)));
-    h[w] = y;
-    sum[r][(w >> 1) % kChains] = __hadd2(sum[r][(w >> 1) % kChains], *reinterpret_cast<const __half2*>(&y));
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float total = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kChains; ++k) {
-      const float2 f = __half22float2(sum[r][k]);
-      total += f.x + f.y;
-    }
     st.l[r] = fmaf(st.l[r], corr[r], total);
   }
 }
@@ -206,21 +162,16 @@ __device__ __forceinline__ void pack_pairs(const float (&s)[kN], uint32_t (&p)[k
 // values: rows r (w even) or r + 8 (w odd), from the n8 blocks 4g + 2 (w / 2) and 4g + 2 (w / 2) + 1.
 // The operand expects keys 4 t .. 4 t + 3 of each 16 (t = lane % 4) where this thread holds 2t, 2t + 1,
 // 8 + 2t, 9 + 2t: V's keys are stored in that order (fwd/fp8.cu), so the product is unchanged.
-// h: softmax_step_half's half2 words of kN values.
 template <int kN>
-__device__ __forceinline__ void pack_e4m3(const uint32_t (&h)[kN / 2], uint32_t (&p)[kN / 4]) {
-  auto e4m3x2 = [](uint32_t pair) {
-    __half2_raw raw;
-    raw.x = static_cast<unsigned short>(pair & 0xffffu);
-    raw.y = static_cast<unsigned short>(pair >> 16);
-    return static_cast<uint32_t>(__nv_cvt_halfraw2_to_fp8x2(raw, __NV_SATFINITE, __NV_E4M3));
-  };
+__device__ __forceinline__ void pack_e4m3(const float (&s)[kN], uint32_t (&p)[kN / 4]) {
 #pragma unroll
   for (int g = 0; g < kN / 16; ++g) {
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       const int a = 16 * g + 8 * (w / 2) + 2 * (w % 2);  // first value of the lower n8 block
-      p[4 * g + w] = e4m3x2(h[a / 2]) | (e4m3x2(h[a / 2 + 2]) << 16);
+      const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(s[a], s[a + 1]), __NV_SATFINITE, __NV_E4M3);
+      const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(s[a + 4], s[a + 5]), __NV_SATFINITE, __NV_E4M3);
+      p[4 * g + w] = lo | (hi << 16);
     }
   }
 }
