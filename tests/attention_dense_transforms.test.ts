@@ -26,6 +26,20 @@ const CASES: DenseCase[] = [
     causal: true,
   },
   { input: "float8_e4m3", dtype: "float16", layout: "bhsd", B: 1, Sq: 7, Skv: 7, H: 3, Hkv: 1, D: 128 },
+  // float8 with no keys (widened natively: the 8-bit kernel needs some) and with no queries.
+  {
+    input: "float8_e4m3",
+    dtype: "bfloat16",
+    layout: "bshd",
+    B: 2,
+    Sq: 3,
+    Skv: 0,
+    H: 4,
+    Hkv: 2,
+    D: 128,
+    causal: true,
+  },
+  { input: "float8_e4m3", dtype: "float16", layout: "bhsd", B: 2, Sq: 0, Skv: 5, H: 4, Hkv: 2, D: 128 },
   // The 8-bit kernel's edges: several 128-row tiles and key lengths off 16 and 128, GQA, both layouts and
   // output dtypes, one query row, soft cap, a left window, queries past the keys.
   {
