@@ -4,7 +4,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "attention/call_fields.h"
 #include "attention/fwd/dispatch.h"
