@@ -98,8 +98,6 @@ __device__ __forceinline__ PersistentWork persistent_work(const FwdParams& p, in
   return w;
 }
 
-// sched[0]: tiles taken beyond the first gridDim.x (each block starts on blockIdx.x); sched[1]:
-// blocks that have found the queue empty. Both are zero at launch.
 // The e4m3 scales of a work tile: what multiplies the softmax scale (q's times k's) and the output
 // (v's), and the log2 of the probabilities' gain (8: P times 256); 1, 1 and 0 for 16-bit inputs.
 struct TileScales {
@@ -117,7 +115,9 @@ __device__ __forceinline__ TileScales tile_scales(const FwdParams& p, int b, int
   return t;
 }
 
-// T: the inputs' element type; TOut: the output's (T, or a 16-bit type for e4m3 inputs).
+// T: the inputs' element type; TOut: the output's (T, or a 16-bit type for e4m3 inputs). sched[0]: tiles
+// taken beyond the first gridDim.x (each block starts on blockIdx.x); sched[1]: blocks that have found the
+// queue empty. Both are zero at launch.
 template <class Tile, class T, class TOut = T>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     attention_fwd_sm90_persistent_kernel(const __grid_constant__ CUtensorMap tm_q,
