@@ -85,6 +85,14 @@ bool is_contiguous(const ak_tensor& t) {
   return true;
 }
 
+void set_contiguous_strides(ak_tensor& t) {
+  int64_t stride = 1;
+  for (int i = t.rank - 1; i >= 0; --i) {
+    t.strides[i] = stride;
+    stride *= t.shape[i];
+  }
+}
+
 std::string shape_string(const ak_tensor& t) {
   std::ostringstream s;
   s << "[";

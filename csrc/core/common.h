@@ -62,6 +62,8 @@ constexpr int64_t kMaxElements = int64_t{1} << 60;
 // Elements of a descriptor, -1 when its shape holds more than kMaxElements (or a negative size).
 int64_t numel(const ak_tensor& t);
 bool is_contiguous(const ak_tensor& t);
+// Sets t's strides to those of a contiguous tensor of its shape (row-major).
+void set_contiguous_strides(ak_tensor& t);
 std::string shape_string(const ak_tensor& t);
 std::string device_string(int32_t device_type, int32_t device_index);
 // s as a JSON string literal (quotes and backslashes escaped; the library's names hold nothing else).

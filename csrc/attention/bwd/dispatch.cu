@@ -61,11 +61,7 @@ class Staging {
     buffers_.push_back(std::make_unique<Scratch>(device_, static_cast<size_t>(numel(t)) * dtype_size(t.dtype)));
     ak_tensor c = t;
     c.data = buffers_.back()->get();
-    int64_t stride = 1;
-    for (int i = t.rank - 1; i >= 0; --i) {
-      c.strides[i] = stride;
-      stride *= t.shape[i];
-    }
+    set_contiguous_strides(c);
     tensors_.push_back(c);
     return tensors_.back();
   }

@@ -83,11 +83,7 @@ ak_tensor contiguous_like(const ak_tensor& t, int32_t dtype, void* data) {
   ak_tensor r = t;
   r.data = data;
   r.dtype = dtype;
-  int64_t stride = 1;
-  for (int i = r.rank - 1; i >= 0; --i) {
-    r.strides[i] = stride;
-    stride *= r.shape[i];
-  }
+  set_contiguous_strides(r);
   return r;
 }
 

@@ -102,6 +102,10 @@ __device__ __forceinline__ PersistentWork persistent_work(const FwdParams& p, in
 // (v's), and the log2 of the probabilities' gain (8: P times 256); 1, 1 and 0 for 16-bit inputs.
 struct TileScales {
   float qk = 1.0f, out = 1.0f, log2_gain = 0.0f;
+  // The exponent's scale: q's and k's scales join the softmax scale unless a soft cap took it.
+  __device__ __forceinline__ float exp_scale(const FwdParams& p) const {
+    return p.softcap > 0.0f ? p.exp_scale : p.exp_scale * qk;
+  }
 };
 template <class T>
 __device__ __forceinline__ TileScales tile_scales(const FwdParams& p, int b, int h) {
@@ -237,9 +241,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         float corr[2];
         // The e4m3 scales of q and k multiply the raw scores: the soft cap's argument or the exponent.
         const TileScales ts = tile_scales<T>(p, w.b, w.h);
-        const float qk = ts.qk, gain = ts.log2_gain;
-        const float cap_mul = p.softcap_mul * qk;
-        const float exp_scale = p.softcap > 0.0f ? p.exp_scale : p.exp_scale * qk;
+        const float gain = ts.log2_gain;
+        const float cap_mul = p.softcap_mul * ts.qk;
+        const float exp_scale = ts.exp_scale(p);
         const uint64_t q_desc = make_desc_sw128(sQ(qb) + c * 64 * 128, 16, 1024);
         auto issue_s = [&](int stage) { issue_qk<Tile, T>(s_acc, q_desc, ring.k_stage(stage)); };
         auto issue_o = [&](int stage) {
@@ -330,7 +334,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       const PersistentWork we = persistent_work<kBlockM, kBlockN>(p, ld_shared_s32(slot(qb)));
       const TileScales ts = tile_scales<T>(p, we.b, we.h);
       float inv[2], lse[2];
-      softmax_finish(st, p.softcap > 0.0f ? p.exp_scale : p.exp_scale * ts.qk, inv, lse, ts.log2_gain);
+      softmax_finish(st, ts.exp_scale(p), inv, lse, ts.log2_gain);
       inv[0] *= ts.out;
       inv[1] *= ts.out;
       // O goes through this consumer's rows of the Q buffer (its own S products are complete).

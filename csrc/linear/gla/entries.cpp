@@ -79,12 +79,8 @@ ak_tensor as_states(const ak_tensor& t, const DeltaProblem& p) {
   ak_tensor view = t;
   view.rank = 4;
   const int64_t shape[4] = {p.N, p.H, p.K, p.V};
-  int64_t stride = 1;
-  for (int i = 3; i >= 0; --i) {
-    view.shape[i] = shape[i];
-    view.strides[i] = stride;
-    stride *= shape[i];
-  }
+  for (int i = 0; i < 4; ++i) view.shape[i] = shape[i];
+  set_contiguous_strides(view);
   return view;
 }
 

@@ -153,12 +153,8 @@ ak_tensor contiguous_rows(void* data, int32_t dtype, const ak_tensor& like, int6
   v.dtype = dtype;
   v.rank = W > 0 ? 4 : 3;
   const int64_t shape[4] = {B, T, heads, W};
-  int64_t stride = 1;
-  for (int i = v.rank - 1; i >= 0; --i) {
-    v.shape[i] = shape[i];
-    v.strides[i] = stride;
-    stride *= shape[i];
-  }
+  for (int i = 0; i < v.rank; ++i) v.shape[i] = shape[i];
+  set_contiguous_strides(v);
   return v;
 }
 
