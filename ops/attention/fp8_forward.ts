@@ -8,13 +8,13 @@
  */
 import { invalidArgument } from "../../ffi/errors.ts";
 import { native, unwrap } from "../../ffi/library.ts";
-import { AttentionFlags } from "../../ffi/symbols_attention.ts";
 import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
 import type { DType } from "../dtype.ts";
 import type { Layout } from "../layout.ts";
 import type { Tensor } from "../tensor.ts";
 import type { ResolvedMask, ResolvedScore } from "./options.ts";
-import { outputTensor } from "./sources.ts";
+import { flagsOf, scaleOf } from "./run.ts";
+import { bshdDescriptor, outputTensor } from "./sources.ts";
 
 /** What {@link fp8Forward} reads besides the tensors. */
 export interface Fp8ForwardCall {
@@ -27,13 +27,6 @@ export interface Fp8ForwardCall {
   score: ResolvedScore;
   /** The output dtype. */
   dtype: DType;
-}
-
-// A `[B, S, H, D]` descriptor of a tensor in the call's layout (bhsd tensors are read in place).
-function bshd(t: Tensor, layout: Fp8ForwardCall["layout"], op: string): Uint8Array<ArrayBuffer> {
-  if (layout === "bshd") return t.descriptor(op);
-  const [b, h, s, d] = t.shape, st = t.strides;
-  return t.viewDescriptor([b, s, h, d], [st[0], st[2], st[1], st[3]], op);
 }
 
 /**
@@ -90,18 +83,18 @@ export function fp8Forward(
   try {
     unwrap(
       native().ak_attention_fwd_fp8(
-        bshd(q, layout, op),
-        bshd(k, layout, op),
-        bshd(v, layout, op),
+        bshdDescriptor(q, call, op),
+        bshdDescriptor(k, call, op),
+        bshdDescriptor(v, call, op),
         scales[0].descriptor(op),
         scales[1].descriptor(op),
         scales[2].descriptor(op),
-        call.score.scale ?? 1 / Math.sqrt(D),
+        scaleOf(call.score, { dim: D }),
         call.score.softcap,
-        call.mask.causal ? AttentionFlags.CAUSAL : 0,
+        flagsOf(call.mask),
         call.mask.windowLeft,
         call.mask.windowRight,
-        bshd(out.tensor, layout, op),
+        bshdDescriptor(out.tensor, call, op),
       ),
       op,
     );

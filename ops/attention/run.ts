@@ -175,11 +175,13 @@ export interface BackwardCall extends Omit<ForwardCall, "out" | "keep"> {
   out?: BackwardBuffers;
 }
 
-function flagsOf(mask: ResolvedMask, deterministic = false): number {
+/** The C entries' flags of a mask (and the backward's deterministic order). */
+export function flagsOf(mask: ResolvedMask, deterministic = false): number {
   return (mask.causal ? AttentionFlags.CAUSAL : 0) | (deterministic ? AttentionFlags.DETERMINISTIC : 0);
 }
 
-function scaleOf(score: ResolvedScore, g: AttentionGeometry): number {
+/** The softmax scale of a call: the op's, else 1 / sqrt(D). */
+export function scaleOf(score: ResolvedScore, g: Pick<AttentionGeometry, "dim">): number {
   return score.scale ?? 1 / Math.sqrt(g.dim);
 }
 

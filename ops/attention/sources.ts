@@ -236,7 +236,11 @@ export function lseShape(g: AttentionGeometry): number[] {
  * The BSHD descriptor the C entries read for a contiguous q-like or k-like tensor: the tensor's own
  * descriptor for BSHD and packed layouts, a permuted view (no copy) for BHSD.
  */
-export function bshdDescriptor(t: Tensor, g: AttentionGeometry, op: string): Uint8Array<ArrayBuffer> {
+export function bshdDescriptor(
+  t: Tensor,
+  g: Pick<AttentionGeometry, "layout">,
+  op: string,
+): Uint8Array<ArrayBuffer> {
   if (g.layout !== "bhsd") return t.descriptor(op);
   const [b, h, s, d] = t.shape;
   const strides = t.strides;
