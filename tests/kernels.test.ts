@@ -342,26 +342,39 @@ Deno.test("explain: DSA decode takes the tensor-core block at 512 + 64 columns, 
   );
 });
 
-Deno.test("explain: the indexer takes the tensor-core block at 64 heads of 128 dims, else the per-item kernel", () => {
+Deno.test("explain: the indexer takes wgmma for float8 on Hopper, the mma.sync block for bfloat16, else per item", () => {
   const plan = (q: Omit<PlanQuery, "gpu">) => explain({ gpu: "h200", ...q });
   assert.deepEqual(plan({ op: "sparse.indexer", dtype: "float8_e4m3" }).kernels.map((k) => k.name), [
-    "sparse.indexer.mma<float8_e4m3, D128>",
+    "sparse.indexer.wgmma<float8_e4m3, D128>",
   ]);
   assert.equal(plan({ op: "sparse.indexer" }).path, "mma");
+  assert.equal(
+    withTuning({ "sparse.indexer": "mma" }, () => plan({ op: "sparse.indexer", dtype: "float8_e4m3" })).path,
+    "mma",
+  );
   const item = plan({ op: "sparse.indexer", hq: 32 });
   assert.deepEqual(item.kernels.map((k) => k.name), ["sparse.indexer.item<bfloat16>"]);
   assert.equal(item.details.mma_ruled_out, "32 heads of 128 dims (it is built for 64 of 128)");
   assert.equal(plan({ op: "sparse.indexer", aligned: false }).path, "item");
-  // Hopper only (mma.sync on float8): an A100 takes the per-item kernel.
+  assert.equal(plan({ op: "sparse.indexer", dtype: "float8_e4m3", aligned: false }).path, "item");
+  // Both tensor-core kernels are Hopper-only: an A100 takes the per-item kernel.
+  const a100 = explain({ gpu: "a100", op: "sparse.indexer", dtype: "float8_e4m3" });
+  assert.equal(a100.path, "item");
+  assert.equal(a100.details.mma_ruled_out, "it needs a Hopper GPU (sm_90a)");
   refused(
     () => withTuning({ "sparse.indexer": "mma" }, () => explain({ gpu: "a100", op: "sparse.indexer" })),
     "UNSUPPORTED",
-    /no mma kernel for bfloat16 on this GPU/,
+    /sparse\.indexer=mma cannot serve this call: it needs a Hopper GPU/,
   );
   refused(
     () => withTuning({ "sparse.indexer": "mma" }, () => plan({ op: "sparse.indexer", d: 64 })),
     "UNSUPPORTED",
     /sparse\.indexer=mma cannot serve this call: 64 heads of 64 dims/,
+  );
+  refused(
+    () => withTuning({ "sparse.indexer": "wgmma" }, () => plan({ op: "sparse.indexer" })),
+    "UNSUPPORTED",
+    /sparse\.indexer=wgmma cannot serve this call: it takes float8_e4m3/,
   );
 });
 

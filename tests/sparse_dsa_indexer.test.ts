@@ -348,6 +348,10 @@ interface IndexerCase {
   D: number;
   Sk: number;
   out: boolean;
+  /** Key scales drawn from [-1, 2) instead of [0.25, 2): negative scales flip the ReLU's side. */
+  negativeScale?: boolean;
+  /** Causal ranges (query i sees keys [0, Sk - Sq + i + 1)), the first 8 queries' ranges empty. */
+  causal?: boolean;
 }
 
 /**
@@ -399,6 +403,13 @@ function ranges(rnd: () => number, Sq: number, Sk: number): { ks: Int32Array; ke
   return { ks, ke };
 }
 
+/** Query i sees keys [0, Sk - Sq + i + 1) (DeepSeek's prefill), except the first 8, whose ranges are empty. */
+function causalRanges(Sq: number, Sk: number): { ks: Int32Array; ke: Int32Array } {
+  const ks = new Int32Array(Sq), ke = new Int32Array(Sq);
+  for (let i = 8; i < Sq; i++) ke[i] = Math.max(0, Sk - Sq + i + 1);
+  return { ks, ke };
+}
+
 function checkIndexer(device: Device, c: IndexerCase, seed: number): void {
   const rnd = generator(seed);
   const { Sq, H, D, Sk } = c;
@@ -407,8 +418,10 @@ function checkIndexer(device: Device, c: IndexerCase, seed: number): void {
   using q = qWide.cast(c.dtype);
   using k = kWide.cast(c.dtype);
   using w = Tensor.randn([Sq, H], { device, seed: seed + 2 });
-  using kScale = c.kScale ? Tensor.rand([Sk], { device, seed: seed + 3, low: 0.25, high: 2 }) : undefined;
-  const { ks, ke } = ranges(rnd, Sq, Sk);
+  using kScale = c.kScale
+    ? Tensor.rand([Sk], { device, seed: seed + 3, low: c.negativeScale ? -1 : 0.25, high: 2 })
+    : undefined;
+  const { ks, ke } = c.causal ? causalRanges(Sq, Sk) : ranges(rnd, Sq, Sk);
   using ksT = Tensor.from(ks, { device });
   using keT = Tensor.from(ke, { device });
   const op = new FP8LightningIndexerFwdOp({ cleanLogits: c.clean });
@@ -420,8 +433,9 @@ function checkIndexer(device: Device, c: IndexerCase, seed: number): void {
   const what = JSON.stringify(c);
   const block = H === 64 && D === 128;
   if (device !== "cpu") {
+    const kernel = !block ? "item" : c.dtype === "float8_e4m3" ? "wgmma" : "mma";
     assert.deepEqual(lastPlan()?.kernels.map((x) => x.name), [
-      block ? `sparse.indexer.mma<${c.dtype}, D128>` : `sparse.indexer.item<${c.dtype}>`,
+      block ? `sparse.indexer.${kernel}<${c.dtype}, D128>` : `sparse.indexer.item<${c.dtype}>`,
     ]);
   }
   expectLogits(`logits ${what}`, got, {
@@ -466,6 +480,31 @@ deviceTest(
           // query; keys past one tile and one chunk of 512, the last tile partial).
           { Sq: 5, H: 64, D: 128, Sk: 600, dtype: "float8_e4m3", kScale: true, clean: true, out: true },
           { Sq: 4, H: 64, D: 128, Sk: 130, dtype: "bfloat16", kScale: false, clean: false, out: false },
+          // float8 on Hopper's wgmma kernel: two groups of 8 queries (the second with 5, so one warpgroup
+          // holds a single query), 16 key tiles (the last partial), the blocks' shares crossing groups;
+          // negative key scales; then causal ranges with a first group that needs no key at all.
+          {
+            Sq: 13,
+            H: 64,
+            D: 128,
+            Sk: 1000,
+            dtype: "float8_e4m3",
+            kScale: true,
+            negativeScale: true,
+            clean: true,
+            out: true,
+          },
+          {
+            Sq: 20,
+            H: 64,
+            D: 128,
+            Sk: 300,
+            dtype: "float8_e4m3",
+            kScale: true,
+            clean: false,
+            out: false,
+            causal: true,
+          },
         ];
         for (const [i, c] of cases.entries()) checkIndexer(device, c, seed + 10 * i);
       })),

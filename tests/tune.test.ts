@@ -637,7 +637,7 @@ deviceTest(
         assert.equal(choice.source, "tune");
         assert.deepEqual(
           readTuneRecord(choice.key!)!.candidates.map((c) => c.spec["sparse.indexer"] ?? "planner").sort(),
-          ["item", "mma", "planner"],
+          ["item", "mma", "planner", "wgmma"],
         );
         assert.ok(compare(tuned, planned).relRms < 1e-3);
         using q32 = Tensor.randn([3, 32, 128], { dtype: "bfloat16", device, seed: 34 });

@@ -397,7 +397,11 @@ AK_API ak_status ak_lightning_indexer(const ak_tensor* q_, const ak_tensor* k_, 
     p.logits = static_cast<float*>(out.data);
     p.dtype = q.dtype, p.clean = (flags & AK_SPARSE_CLEAN_LOGITS) != 0;
     // Chosen before the early return of an empty call, so that a forced kernel that cannot serve is refused.
-    p.mma = planning::pick_indexer(planning::shape_of(p), tuning::current()) == "mma" && on_cpu(q);
+    if (on_cpu(q)) {
+      planning::IndexerShape shape = planning::shape_of(p);
+      shape.cpu = true;
+      p.mma = planning::pick_indexer(shape, tuning::current()) == "mma";
+    }
     if (p.Sq == 0 || p.Sk == 0) return;
     if (on_cpu(q)) ak::sparse::cpu::indexer(p);
     else AK_CUDA_CALL(ak::sparse::cuda::indexer(p, q.device_index));

@@ -132,13 +132,43 @@ IndexerShape shape_of(const Indexer& p) {
   return s;
 }
 
-std::string pick_indexer(const IndexerShape& s, const tuning::Table& t) {
-  return pick_mma_or_item(kIndexerStage, indexer_mma_ruled_out(s), t);
+namespace {
+
+// The mma.sync block where this call runs: its shape rules, and a GPU with sm_90a rows (the CPU backend runs
+// its phases on the host).
+std::string indexer_mma_here(const IndexerShape& s) {
+  const std::string why = indexer_mma_ruled_out(s);
+  if (!why.empty() || s.cpu || s.hopper) return why;
+  return "it needs a Hopper GPU (sm_90a)";
 }
 
-plan::Plan plan_indexer(const IndexerShape& s, const registry::Caps& caps, const tuning::Table& t) {
-  return planned(kIndexerStage, pick_indexer(s, t), s.dtype, s.d, caps, t, "mma_ruled_out",
-                 indexer_mma_ruled_out(s));
+std::string indexer_wgmma_ruled_out(const IndexerShape& s) {
+  if (s.dtype != AK_FLOAT8_E4M3) return "it takes float8_e4m3";
+  const std::string why = indexer_mma_ruled_out(s);
+  if (!why.empty()) return why;
+  if (!s.hopper) return "it needs a Hopper GPU (sm_90a)";
+  return "";
+}
+
+}  // namespace
+
+std::string pick_indexer(const IndexerShape& s, const tuning::Table& t) {
+  const std::string& want = t.get(kIndexerStage);
+  const std::string wgmma_why = indexer_wgmma_ruled_out(s), mma_why = indexer_mma_here(s);
+  const std::string variant = want != "auto" ? want : wgmma_why.empty() ? "wgmma" : mma_why.empty() ? "mma" : "item";
+  const std::string why = variant == "wgmma" ? wgmma_why : variant == "mma" ? mma_why : "";
+  if (!why.empty()) {
+    fail(AK_ERR_UNSUPPORTED,
+         std::string(kIndexerStage) + ": tuning " + kIndexerStage + "=" + variant + " cannot serve this call: " + why);
+  }
+  return variant;
+}
+
+plan::Plan plan_indexer(const IndexerShape& shape, const registry::Caps& caps, const tuning::Table& t) {
+  IndexerShape s = shape;
+  const int wgmma = registry::find(kIndexerStage, "wgmma", AK_FLOAT8_E4M3, kIdxDim, 0);
+  s.hopper = wgmma >= 0 && caps.can_run(wgmma);
+  return planned(kIndexerStage, pick_indexer(s, t), s.dtype, s.d, caps, t, "mma_ruled_out", indexer_mma_here(s));
 }
 
 std::string topk_mma_ruled_out(const TopkShape& s) {

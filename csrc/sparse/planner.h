@@ -61,17 +61,20 @@ std::string pick_dsa(const DsaShape& s, const tuning::Table& t);
 
 plan::Plan plan_dsa(const DsaShape& s, const registry::Caps& caps, const tuning::Table& t);
 
-// The lightning indexer: the tensor-core block (64 heads of 128 dims, bfloat16 or float8_e4m3) or the
-// per-item kernel, under sparse.indexer = auto | mma | item.
+// The lightning indexer: at 64 heads of 128 dims the wgmma kernel (float8_e4m3 on Hopper) or the mma.sync
+// block (bfloat16 or float8_e4m3), else the per-item kernel, under sparse.indexer = auto | wgmma | mma | item.
 struct IndexerShape {
   int32_t dtype = 0;
   int64_t h = 0, d = 0;
   bool aligned = true;  // q and k start on 16 bytes
+  bool hopper = false;  // the GPU runs sm_90a rows (plan_indexer sets it from the caps)
+  bool cpu = false;     // the CPU backend: the mma.sync block's phases on the host, no wgmma
 };
 constexpr const char* kIndexerStage = "sparse.indexer";
 std::string indexer_mma_ruled_out(const IndexerShape& s);
 IndexerShape shape_of(const Indexer& p);
-// As pick_dsa.
+// "auto": the wgmma kernel where it serves, else the mma.sync block, else the per-item kernel; a pinned
+// kernel that cannot serve is AK_ERR_UNSUPPORTED.
 std::string pick_indexer(const IndexerShape& s, const tuning::Table& t);
 plan::Plan plan_indexer(const IndexerShape& s, const registry::Caps& caps, const tuning::Table& t);
 

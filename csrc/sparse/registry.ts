@@ -1,9 +1,9 @@
 /**
  * The kernel registry of sparse attention: NSA's compressed and selected branches, each on the tiled
  * attention block on CUDA cores or on tensor cores (16-bit, head dims 64 / 128 / 256) and on the per-item
- * kernels (any shape), DeepSeek's sparse decode on tensor cores (512 + 64 columns) or per item, and the
- * lightning indexer on tensor cores (64 heads of 128 dims) or per item, NSA's block selection on tensor cores
- * or per item. The planner (planner.cpp) chooses between them.
+ * kernels (any shape), DeepSeek's sparse decode on tensor cores (512 + 64 columns) or per item, the
+ * lightning indexer on wgmma (float8 on Hopper) or mma.sync (64 heads of 128 dims) or per item, and NSA's
+ * block selection on tensor cores or per item. The planner (planner.cpp) chooses between them.
  *
  * @example
  * ```ts
@@ -116,6 +116,20 @@ const DSA: KernelSpec[] = [
 ];
 
 const INDEXER: KernelSpec[] = [
+  {
+    stage: "sparse.indexer",
+    variant: "wgmma",
+    launcher: "ak::sparse::cuda::IndexerWgmma",
+    args: "::ak::sparse::Indexer",
+    header: "sparse/indexer_sm90.cuh",
+    arch: "sm90a",
+    instances: [{ dtypes: ["float8_e4m3"], d: [128] }],
+    doc:
+      "The lightning indexer on Hopper's 8-bit tensor cores: 64 keys a tile (wgmma M) against 4 queries x 64 " +
+      "heads (N 256) per consumer warpgroup, two warpgroups taking turns, keys by TMA through a ring, the " +
+      "weighted ReLU head sum along the accumulator's columns (sparse/indexer_sm90.cuh).",
+    constraints: "64 heads of 128 dims, float8_e4m3; q, k on 16 bytes",
+  },
   {
     stage: "sparse.indexer",
     variant: "mma",

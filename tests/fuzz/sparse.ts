@@ -305,7 +305,7 @@ const indexer = caseMakers("lightning indexer");
 
 /** The indexer on bfloat16 / float8 inputs with random key ranges. */
 export function indexerCases(rng: Rng, scope: Scope, bad: boolean): Case {
-  // Now and then DeepSeek's 64 heads of 128 dims (the tensor-core block), with more than one tile of keys.
+  // Now and then DeepSeek's 64 heads of 128 dims (the tensor-core kernels), with more than one tile of keys.
   const latent = rng.chance(0.15);
   const Sq = rng.int(0, 5), Sk = rng.int(0, latent ? 150 : 20);
   const H = latent ? 64 : rng.int(1, 4), D = latent ? 128 : rng.pick([16, 32]);
@@ -361,7 +361,7 @@ export function indexerCases(rng: Rng, scope: Scope, bad: boolean): Case {
       return indexer.invalid("a kernelMap that cannot serve", () =>
         run({
           kernelMap: !latent && rng.chance(0.5)
-            ? { "sparse.indexer": "mma" }
+            ? { "sparse.indexer": rng.pick(["mma", "wgmma"]) }
             : rng.pick<Record<string, string>>([{ "sparse.indexer": "tiled" }, {
               "sparse.dsa.decode": "mma",
             }]),
