@@ -1,16 +1,16 @@
 // The lightning indexer on Hopper's 8-bit tensor cores (sm_90a), for DeepSeek's 64 heads of 128 dims in
 // float8_e4m3. The logits are a GEMM whose N side is (query, head): a tile of 64 keys (wgmma's M) against
 // 4 queries x 64 heads (N = 256) in one m64n256k32 product per 32 dims, so that the head sum of a key's
-// logit runs along a thread's own accumulator columns (15 adds) and then over the 4 lanes of a quad, instead
-// of across warps.
+// logit runs along a thread's own accumulator columns and then over the 4 lanes of a quad, instead of across
+// warps.
 //
-// A block: one TMA producer warp and two consumer warpgroups that take turns on the tensor cores (each
-// one's ReLU, weights and head sum run while the other's product does). The block holds 8 queries' rows
-// (64 KB, consumer c uses queries 4c .. 4c + 3) and streams key tiles of 64 rows x 128 bytes through a ring;
-// both consumers read every key tile. The work (groups of 8 queries x key tiles, group-major) is cut into
-// one contiguous run of tiles per block, so the blocks' shares differ by at most one tile; a run visits a
-// few (group, tile range) segments. A segment loads only the tiles that meet some range of its queries and
-// writes the fill (-inf or 0) for the rest; a key outside its own query's range is filled at the write.
+// A block: one TMA producer warp and two consumer warpgroups, whose products and epilogues (ReLU, head
+// weights, head sum) interleave on the SM. The block holds 8 queries' rows (64 KB, consumer c uses queries
+// 4c .. 4c + 3) and streams key tiles of 64 rows x 128 bytes through a ring; both consumers read every key
+// tile. The work (groups of 8 queries x key tiles, group-major) is cut into one contiguous run of tiles per
+// block, so the blocks' shares differ by at most one tile; a run visits a few (group, tile range) segments.
+// A segment loads only the tiles that meet some range of its queries and writes the fill (-inf or 0) for the
+// rest; a key outside its own query's range is filled at the write.
 //
 // Its CUDA tests compare it with the float64 oracle; the CPU backend has no model of it (it runs the
 // mma.sync block's phases or the per-item definition).
@@ -50,7 +50,6 @@ constexpr int kBarOffset = kKOffset + kStages * kKBytes;
 constexpr int kNumBars = 2 + 2 * kStages;  // q_full, q_empty, k_full[kStages], k_empty[kStages]
 constexpr int kSmemBytes = kBarOffset + kNumBars * 8 + 1024;  // + slack to align the base to 1024
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-constexpr int kTurnBar = 1;  // named barriers 1, 2: consumer c's turn on the tensor cores
 constexpr uint32_t kReleases = 4 * kConsumers;  // one arrival per consumer warp
 
 static_assert(kSmemBytes <= 227 * 1024, "shared memory");
@@ -100,6 +99,13 @@ __device__ __forceinline__ void write_fill(const Indexer& p, int64_t i_base, int
   }
 }
 
+// min(max(a b, 0), 1) in one instruction (FMUL.SAT).
+__device__ __forceinline__ float mul_sat(float a, float b) {
+  float r;
+  asm("mul.rn.sat.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
 // Thread (warp, lane) of a consumer after a tile's product: acc[4 j + 2 r + c] is the score of key
 // 16 warp + lane / 4 + 8 r against column 8 j + 2 (lane % 4) + c, column = 64 qq + head. Returns the
 // weighted ReLU head sums of its two keys for query lane % 4 of the warpgroup.
@@ -111,18 +117,25 @@ __device__ __forceinline__ void head_sums(const float (&acc)[128], const float (
   for (int qq = 0; qq < kWgQueries; qq++) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-      float sum = 0.f;
+      float sums[2] = {0.f, 0.f};  // two chains a sum (columns c = 0, 1), for more independent FMAs
 #pragma unroll
       for (int jj = 0; jj < 8; jj++) {
         const int j = 8 * qq + jj;
 #pragma unroll
         for (int c = 0; c < 2; c++) {
-          // A key scale >= 0 leaves the ReLU's sign test to the raw score and multiplies the sum once.
-          const float s = kPositiveScales ? acc[4 * j + 2 * r + c] : acc[4 * j + 2 * r + c] * sc[r];
-          sum = fmaf(fmaxf(s, 0.f), w[j][c], sum);
+          float& sum = sums[c];
+          if constexpr (kPositiveScales) {
+            // A key scale >= 0 leaves the ReLU's sign test to the raw score, |score| <= 128 x 448^2 < 2^25
+            // (e4m3's largest value is 448): relu(s) = 2^25 sat(s 2^-25), a saturating multiply on the FMA
+            // pipe instead of a max on the half-rate ALU pipe; the sum is scaled back once.
+            sum = fmaf(mul_sat(acc[4 * j + 2 * r + c], 0x1p-25f), w[j][c], sum);
+          } else {
+            sum = fmaf(fmaxf(acc[4 * j + 2 * r + c] * sc[r], 0.f), w[j][c], sum);
+          }
         }
       }
-      v[qq][r] = kPositiveScales ? sum * sc[r] : sum;
+      const float sum = sums[0] + sums[1];
+      v[qq][r] = kPositiveScales ? sum * (0x1p25f * sc[r]) : sum;
     }
   }
   // Reduce-scatter over the quad: lanes exchange the half they do not keep (queries by bit 1, then bit 0).
@@ -199,8 +212,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---------------- consumers ----------------
     regs_increase<kConsumerRegs>();
     const int c = wg - 1, tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-    const int my_turn = kTurnBar + c, next_turn = kTurnBar + (c + 1) % kConsumers;
-    if (c == kConsumers - 1) named_arrive(next_turn, 256);  // opens consumer 0's first turn
     const float fill = p.clean ? -INFINITY : 0.f;
     const uint64_t q_desc = make_desc_sw128(sQ + c * kWgQBytes, 16, 1024);
     int s = 0;
@@ -225,15 +236,26 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       const int64_t i_out = i_base + lane % 4;
-      const bool has_out = i_out < p.Sq;
-      const int64_t lo = has_out ? p.ks[i_out] : 0, hi = has_out ? p.ke[i_out] : 0;
+      float* const out_row = i_out < p.Sq ? p.logits + i_out * p.Sk : nullptr;
+      const int32_t lo = out_row ? p.ks[i_out] : 0, hi = out_row ? p.ke[i_out] : 0;
+      const int32_t sk = static_cast<int32_t>(p.Sk);
 
+      // The key scales of a tile (its two rows of this thread), loaded a tile ahead of their use.
+      auto load_scales = [&](int64_t t, float (&sc)[2]) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+          const int32_t key = static_cast<int32_t>(t) * kTileKeys + 16 * warp + lane / 4 + 8 * r;
+          sc[r] = p.k_scale == nullptr ? 1.f : key < sk ? p.k_scale[key] : 0.f;
+        }
+      };
+      float sc_next[2];
+      load_scales(n0, sc_next);
       mbar_wait(q_full, q_uses & 1);
       for (int64_t t = n0; t < n1; t++) {
-        const int64_t key0 = t * kTileKeys + 16 * warp + lane / 4;  // this thread's keys: key0, key0 + 8
+        const float sc[2] = {sc_next[0], sc_next[1]};
+        const int32_t key0 = static_cast<int32_t>(t) * kTileKeys + 16 * warp + lane / 4;  // keys key0, key0 + 8
         float acc[128];
         mbar_wait(k_full(s), phase);
-        named_sync(my_turn, 256);
         wgmma_fence();
         const uint64_t k_desc = make_desc_sw128(k_stage(s), 16, 1024);
 #pragma unroll
@@ -241,13 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           Wgmma<256, __nv_fp8_e4m3>::ss<0, 0>(acc, k_desc + 2 * kk, q_desc + 2 * kk, kk > 0 ? 1 : 0);
         }
         wgmma_commit();
-        named_arrive(next_turn, 256);
-        float sc[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-          const int64_t key = key0 + 8 * r;
-          sc[r] = p.k_scale == nullptr ? 1.f : key < p.Sk ? p.k_scale[key] : 0.f;
-        }
+        if (t + 1 < n1) load_scales(t + 1, sc_next);
         wgmma_wait<0>();
         fence_regs(acc);
         if (lane == 0) mbar_arrive(k_empty(s));
@@ -258,18 +274,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         } else {
           head_sums<false>(acc, w, sc, lane, out);
         }
-        if (has_out) {
+        if (out_row != nullptr) {
 #pragma unroll
           for (int r = 0; r < 2; r++) {
-            const int64_t key = key0 + 8 * r;
-            if (key < p.Sk) p.logits[i_out * p.Sk + key] = key >= lo && key < hi ? out[r] : fill;
+            const int32_t key = key0 + 8 * r;
+            if (key < sk) out_row[key] = key >= lo && key < hi ? out[r] : fill;
           }
         }
       }
       if (lane == 0) mbar_arrive(q_empty);
       q_uses++;
     }
-    if (c == 0) named_sync(my_turn, 256);  // absorbs consumer kConsumers - 1's last hand-over
   }
 #endif
 }

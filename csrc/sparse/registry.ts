@@ -126,7 +126,7 @@ const INDEXER: KernelSpec[] = [
     instances: [{ dtypes: ["float8_e4m3"], d: [128] }],
     doc:
       "The lightning indexer on Hopper's 8-bit tensor cores: 64 keys a tile (wgmma M) against 4 queries x 64 " +
-      "heads (N 256) per consumer warpgroup, two warpgroups taking turns, keys by TMA through a ring, the " +
+      "heads (N 256) per consumer warpgroup, two warpgroups a block, keys by TMA through a ring, the " +
       "weighted ReLU head sum along the accumulator's columns (sparse/indexer_sm90.cuh).",
     constraints: "64 heads of 128 dims, float8_e4m3; q, k on 16 bytes",
   },
