@@ -117,13 +117,12 @@ __device__ __forceinline__ void head_sums(const float (&acc)[128], const float (
   for (int qq = 0; qq < kWgQueries; qq++) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-      float sums[2] = {0.f, 0.f};  // two chains a sum (columns c = 0, 1), for more independent FMAs
+      float sum = 0.f;
 #pragma unroll
       for (int jj = 0; jj < 8; jj++) {
         const int j = 8 * qq + jj;
 #pragma unroll
         for (int c = 0; c < 2; c++) {
-          float& sum = sums[c];
           if constexpr (kPositiveScales) {
             // A key scale >= 0 leaves the ReLU's sign test to the raw score, |score| <= 128 x 448^2 < 2^25
             // (e4m3's largest value is 448): relu(s) = 2^25 sat(s 2^-25), a saturating multiply on the FMA
@@ -134,7 +133,6 @@ __device__ __forceinline__ void head_sums(const float (&acc)[128], const float (
           }
         }
       }
-      const float sum = sums[0] + sums[1];
       v[qq][r] = kPositiveScales ? sum * (0x1p25f * sc[r]) : sum;
     }
   }
@@ -240,19 +238,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int32_t lo = out_row ? p.ks[i_out] : 0, hi = out_row ? p.ke[i_out] : 0;
       const int32_t sk = static_cast<int32_t>(p.Sk);
 
-      // The key scales of a tile (its two rows of this thread), loaded a tile ahead of their use.
-      auto load_scales = [&](int64_t t, float (&sc)[2]) {
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-          const int32_t key = static_cast<int32_t>(t) * kTileKeys + 16 * warp + lane / 4 + 8 * r;
-          sc[r] = p.k_scale == nullptr ? 1.f : key < sk ? p.k_scale[key] : 0.f;
-        }
-      };
-      float sc_next[2];
-      load_scales(n0, sc_next);
       mbar_wait(q_full, q_uses & 1);
       for (int64_t t = n0; t < n1; t++) {
-        const float sc[2] = {sc_next[0], sc_next[1]};
         const int32_t key0 = static_cast<int32_t>(t) * kTileKeys + 16 * warp + lane / 4;  // keys key0, key0 + 8
         float acc[128];
         mbar_wait(k_full(s), phase);
@@ -263,7 +250,12 @@ __global__ void __launch_bounds__(kThreads, 1)
           Wgmma<256, __nv_fp8_e4m3>::ss<0, 0>(acc, k_desc + 2 * kk, q_desc + 2 * kk, kk > 0 ? 1 : 0);
         }
         wgmma_commit();
-        if (t + 1 < n1) load_scales(t + 1, sc_next);
+        float sc[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+          const int32_t key = key0 + 8 * r;
+          sc[r] = p.k_scale == nullptr ? 1.f : key < sk ? p.k_scale[key] : 0.f;
+        }
         wgmma_wait<0>();
         fence_regs(acc);
         if (lane == 0) mbar_arrive(k_empty(s));
