@@ -10,7 +10,7 @@
  *   selection: tensor cores and per item).
  * - DSA decode at batch 64, one query each, 128 heads over one latent head, topk 2048 of 8192 cache rows,
  *   512 + 64 dims: GB/s of the selected rows (each read once) against the 4252 GB/s copy ceiling, and
- *   TFLOP/s of `2 B H topk (576 + 512)`.
+ *   TFLOP/s of `2 B H topk (576 + 512)`; then each kernel pinned (mma.sync block, Hopper wgmma kernel).
  * - The lightning indexer, FP8, 8192 queries x 65536 keys, 64 heads, D 128, full key ranges: TFLOP/s of
  *   `2 Sq Sk H D` against the H200's dense FP8 peak (1979).
  * - The paged prefill with append against the contiguous packed prefill on the same tokens.
@@ -27,6 +27,7 @@
  */
 import { parseArgs } from "node:util";
 import {
+  compare,
   cudaAvailable,
   DeepSeekSparseAttentionDecodeWithKVCacheFwdOp,
   deviceInfo,
@@ -172,17 +173,20 @@ if (OPS.has("nsa")) {
 
 if (OPS.has("dsa")) {
   const B = 64 / SCALE, H = 128, Skv = 8192, dim = 512, tail = 64, topk = 2048;
-  const op = new DeepSeekSparseAttentionDecodeWithKVCacheFwdOp({
-    batch: B,
-    heads: H,
-    seqLen: 1,
-    seqLenKv: Skv,
-    dim,
-    dimTail: tail,
-    topk,
-    qStartIndexS: Skv - 1,
-    checkIndices: false,
-  });
+  const dsaOp = (kernelMap?: Record<string, string>) =>
+    new DeepSeekSparseAttentionDecodeWithKVCacheFwdOp({
+      batch: B,
+      heads: H,
+      seqLen: 1,
+      seqLenKv: Skv,
+      dim,
+      dimTail: tail,
+      topk,
+      qStartIndexS: Skv - 1,
+      checkIndices: false,
+      kernelMap,
+    });
+  const op = dsaOp();
   using q = Tensor.randn([B, 1, H, dim + tail], { dtype: "bfloat16", device, seed: 1 });
   using kv = Tensor.randn([B, Skv, 1, dim + tail], { dtype: "bfloat16", device, seed: 2 });
   const list = Int32Array.from({ length: B * topk }, (_, i) => ((i % topk) * 4 + Math.floor(i / topk)) % Skv);
@@ -196,9 +200,22 @@ if (OPS.has("dsa")) {
     `copy ceiling ${COPY_CEILING_GBPS} GB/s`,
     bytes / (COPY_CEILING_GBPS * 1e9) * 1e3,
   );
+  const work = { bytes, flops: 2 * B * H * topk * (dim + tail + dim) };
   run(rec, () => {
     using _o = op.forward(q, kv, indices);
-  }, { bytes, flops: 2 * B * H * topk * (dim + tail + dim) });
+  }, work);
+  // Each kernel pinned, with its largest difference from the planner's output.
+  using planned = op.forward(q, kv, indices);
+  for (const variant of ["mma", "wgmma"]) {
+    const pinned = dsaOp({ "sparse.dsa.decode": variant });
+    const pinnedRec = { ...rec, mode: `decode, ${variant} pinned` };
+    run(pinnedRec, () => {
+      using _o = pinned.forward(q, kv, indices);
+    }, work);
+    if (pinnedRec.ms === null) continue; // the run's error is in the record
+    using out = pinned.forward(q, kv, indices);
+    console.log(`dsa ${variant} pinned: max |difference| from the planner's ${compare(out, planned).maxAbs}`);
+  }
 }
 
 if (OPS.has("indexer")) {

@@ -340,6 +340,25 @@ Deno.test("explain: DSA decode takes the tensor-core block at 512 + 64 columns, 
     "UNSUPPORTED",
     /mma cannot serve this call: dim 128 \+ dimTail 64/,
   );
+  // The Hopper kernel runs when pinned: 64 heads a block and two halves of the values, one block an SM.
+  const wgmma = { "sparse.dsa.decode": "wgmma" };
+  const pinned = withTuning(wgmma, () => plan({ op: "sparse.dsa.decode", b: 64, hq: 128, skv: 2048 }));
+  assert.deepEqual(pinned.kernels.map((k) => k.name), ["sparse.dsa.decode.wgmma<bfloat16, D576>"]);
+  assert.equal(pinned.details.splits, 1);
+  assert.equal(
+    withTuning(wgmma, () => plan({ op: "sparse.dsa.decode", b: 1, hq: 128, skv: 65536 })).details.splits,
+    32,
+  );
+  refused(
+    () => withTuning(wgmma, () => plan({ op: "sparse.dsa.decode", hq: 20 })),
+    "UNSUPPORTED",
+    /wgmma cannot serve this call: 20 query heads per KV head \(it takes multiples of 64\)/,
+  );
+  refused(
+    () => withTuning(wgmma, () => explain({ gpu: "a100", op: "sparse.dsa.decode" })),
+    "UNSUPPORTED",
+    /wgmma cannot serve this call: it needs a Hopper GPU/,
+  );
 });
 
 Deno.test("explain: the indexer takes wgmma for float8 on Hopper, the mma.sync block for bfloat16, else per item", () => {

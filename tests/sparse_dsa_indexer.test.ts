@@ -12,6 +12,7 @@ import {
   NSAFwdVarlenOp,
   nsaTokenIndices,
   Tensor,
+  withTuning,
 } from "../mod.ts";
 import {
   dsaDecodeReference,
@@ -193,53 +194,56 @@ deviceTest(
       })),
 );
 
+const DSA_BASE = { dim: 512, dimTail: 64, strideKv: 1 };
+/** DeepSeek's 512 + 64 columns on the tensor-core block: partial head groups, two tiles, splits, two cache heads. */
+const LATENT_CASES: DsaCase[] = [
+  // 20 heads: a group of 16 and one of 4; 96 entries: a full tile of 64 and a partial one.
+  {
+    ...DSA_BASE,
+    batch: 2,
+    seqLen: 2,
+    seqLenKv: 150,
+    heads: 20,
+    headsKv: 1,
+    topk: 96,
+    qStart: 100,
+    causal: true,
+    dtype: "bfloat16",
+  },
+  // A long list for few blocks: split in four runs of 256 slots, merged by their log-sum-exps.
+  {
+    ...DSA_BASE,
+    batch: 2,
+    seqLen: 1,
+    seqLenKv: 1100,
+    heads: 16,
+    headsKv: 1,
+    topk: 1024,
+    qStart: 1099,
+    causal: true,
+    dtype: "bfloat16",
+  },
+  // Two cache heads of 16 query heads each, not causal, float16.
+  {
+    ...DSA_BASE,
+    batch: 1,
+    seqLen: 1,
+    seqLenKv: 70,
+    heads: 32,
+    headsKv: 2,
+    topk: 64,
+    qStart: 0,
+    causal: false,
+    dtype: "float16",
+  },
+];
+
 deviceTest(
   "DSA decode at DeepSeek's 512 + 64 runs the tensor-core block (partial head groups, two tiles, two cache heads)",
   (device) =>
     expectNoLeak(device, () =>
       withSeed((seed) => {
-        const base = { dim: 512, dimTail: 64, strideKv: 1 };
-        const cases: DsaCase[] = [
-          // 20 heads: a group of 16 and one of 4; 96 entries: a full tile of 64 and a partial one.
-          {
-            ...base,
-            batch: 2,
-            seqLen: 2,
-            seqLenKv: 150,
-            heads: 20,
-            headsKv: 1,
-            topk: 96,
-            qStart: 100,
-            causal: true,
-            dtype: "bfloat16",
-          },
-          // A long list for few blocks: split in four runs of 256 slots, merged by their log-sum-exps.
-          {
-            ...base,
-            batch: 2,
-            seqLen: 1,
-            seqLenKv: 1100,
-            heads: 16,
-            headsKv: 1,
-            topk: 1024,
-            qStart: 1099,
-            causal: true,
-            dtype: "bfloat16",
-          },
-          // Two cache heads of 16 query heads each, not causal, float16.
-          {
-            ...base,
-            batch: 1,
-            seqLen: 1,
-            seqLenKv: 70,
-            heads: 32,
-            headsKv: 2,
-            topk: 64,
-            qStart: 0,
-            causal: false,
-            dtype: "float16",
-          },
-        ];
+        const cases = LATENT_CASES;
         for (const [i, c] of cases.entries()) {
           checkDsa(device, c, seed + 10 * i);
           if (device !== "cpu") {
@@ -248,6 +252,31 @@ deviceTest(
             ]);
             if (c.topk === 1024) assert.equal(lastPlan()?.details.splits, 4);
           }
+        }
+      })),
+);
+
+deviceTest(
+  "DSA decode on Hopper's wgmma kernel, pinned (64-head groups, value halves, splits); the CPU refuses the pin",
+  (device) =>
+    expectNoLeak(device, () =>
+      withSeed((seed) => {
+        // 128 heads (two tiles of 64) over the block's first case (a full tile and a partial one, causal),
+        // and two cache heads of 64 query heads each over its long list (split in runs), float16, not causal.
+        const cases: DsaCase[] = [
+          { ...LATENT_CASES[0], heads: 128 },
+          { ...LATENT_CASES[1], heads: 128, headsKv: 2, causal: false, dtype: "float16" },
+        ];
+        const pin = { "sparse.dsa.decode": "wgmma" };
+        if (device === "cpu") {
+          refuses(() => withTuning(pin, () => checkDsa(device, cases[0], seed)), /needs a Hopper GPU/);
+          return;
+        }
+        for (const [i, c] of cases.entries()) {
+          withTuning(pin, () => checkDsa(device, c, seed + 10 * i));
+          assert.deepEqual(lastPlan()?.kernels.map((k) => k.name), [
+            `sparse.dsa.decode.wgmma<${c.dtype}, D576>`,
+          ]);
         }
       })),
 );

@@ -582,7 +582,7 @@ deviceTest(
         assert.equal(choice.source, "tune");
         assert.deepEqual(
           readTuneRecord(choice.key!)!.candidates.map((c) => c.spec["sparse.dsa.decode"] ?? "planner").sort(),
-          ["item", "mma", "planner"],
+          ["item", "mma", "planner", "wgmma"],
         );
         assert.ok(compare(tuned, planned).relRms < 1e-2);
         const narrow = { ...sizes, dim: 128, kernelMap: { "sparse.dsa.decode": "mma" } };

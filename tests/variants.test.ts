@@ -420,9 +420,11 @@ function nsaExercise(row: KernelRow, seed: number): void {
 // built for), 20 heads (a group of 16 and one of 4), 96 listed rows with padding.
 function dsaExercise(row: KernelRow, seed: number): void {
   const dtype = row.dtype as "float32" | "float16" | "bfloat16";
+  // The Hopper kernel takes groups of a multiple of 64 heads: 128 (two of its blocks' head tiles).
+  const heads = row.variant === "wgmma" ? 128 : 20;
   const sizes = {
     batch: 2,
-    heads: 20,
+    heads,
     seqLen: 2,
     seqLenKv: 150,
     dim: 512,
@@ -433,7 +435,7 @@ function dsaExercise(row: KernelRow, seed: number): void {
   };
   const list = Int32Array.from({ length: 2 * 2 * 96 }, (_, i) => i % 7 === 3 ? -1 : (i * 37) % 150);
   const run = (device: "cuda" | "cpu") => {
-    using q = Tensor.randn([2, 2, 20, 576], { dtype, device, seed });
+    using q = Tensor.randn([2, 2, heads, 576], { dtype, device, seed });
     using kv = Tensor.randn([2, 150, 1, 576], { dtype, device, seed: seed + 1 });
     using indices = Tensor.from(list, { shape: [2, 2, 1, 96], device });
     using o = new DeepSeekSparseAttentionDecodeWithKVCacheFwdOp(sizes).forward(q, kv, indices);

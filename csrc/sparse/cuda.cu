@@ -65,7 +65,8 @@ void dsa_decode(const DsaDecode& p, int device) {
   const plan::Plan plan = planning::plan_dsa(planning::shape_of(p), caps, tuning::current());
   plan::set_last(plan);
   DsaDecode split = p;  // the plan's split (plan_dsa records it)
-  if (plan.path == "mma") plan_latent_splits(split, caps.sms);
+  if (plan.path == "mma") plan_latent_splits(split, caps.sms, kLatentMmaSplit);
+  if (plan.path == "wgmma") plan_latent_splits(split, caps.sms, kLatentWgmmaSplit);
   launch_planned(plan.rows[0], "sparse.dsa.decode", split, ak::cuda::stream(device));
 }
 

@@ -14,16 +14,24 @@
 
 namespace ak::sparse {
 
+// How a latent kernel's blocks cover a query row: heads a block, blocks an SM, and blocks per head group
+// (the wgmma kernel's two halves of the value columns).
+struct LatentBlocks {
+  int64_t heads, per_sm, copies;
+};
+constexpr LatentBlocks kLatentMmaSplit{16, 2, 1};   // the mma.sync block (attention/tiled/mma_block.h)
+constexpr LatentBlocks kLatentWgmmaSplit{64, 1, 2};  // the Hopper kernel (sparse/dsa_sm90.cuh)
+
 // The split of the lists: the count of splits (at most one per four tiles of 64 slots) whose blocks (groups
-// x query rows x KV heads x splits) finish soonest at two per multiprocessor (`sms`; 0: the H200's 132, which
-// the CPU backend splits for): waves of blocks times a block's work, in tiles: its tiles, one more for its
-// start and output, and one more with splits (its partial result written and merged); the fewer splits on a
-// tie. A count that leaves a last wave mostly empty loses to a smaller one.
-inline void plan_latent_splits(DsaDecode& p, int sms) {
+// x copies x query rows x KV heads x splits) finish soonest at `per_sm` per multiprocessor (`sms`; 0: the
+// H200's 132, which the CPU backend splits for): waves of blocks times a block's work, in tiles: its tiles,
+// one more for its start and output, and one more with splits (its partial result written and merged); the
+// fewer splits on a tie. A count that leaves a last wave mostly empty loses to a smaller one.
+inline void plan_latent_splits(DsaDecode& p, int sms, LatentBlocks kind = kLatentMmaSplit) {
   constexpr int64_t kTile = ak::attention::tiled::kMmaKeys;
-  const int64_t slots = 2 * int64_t(sms > 0 ? sms : 132);
-  const int64_t groups = (p.H / p.Hkv + ak::attention::tiled::kMmaRows - 1) / ak::attention::tiled::kMmaRows;
-  const int64_t blocks = groups * p.B * p.Sq * p.Hkv;
+  const int64_t slots = kind.per_sm * int64_t(sms > 0 ? sms : 132);
+  const int64_t groups = (p.H / p.Hkv + kind.heads - 1) / kind.heads;
+  const int64_t blocks = groups * kind.copies * p.B * p.Sq * p.Hkv;
   const int64_t most = p.topk / (4 * kTile) > 1 ? p.topk / (4 * kTile) : 1;
   int64_t best_chunk = 0, best_splits = 1, best_cost = -1;
   for (int64_t want = 1; want <= most; want++) {
@@ -37,6 +45,12 @@ inline void plan_latent_splits(DsaDecode& p, int sms) {
   }
   p.chunk = best_chunk;
   p.splits = best_splits;
+}
+
+// Whether the Hopper kernel (sparse/dsa_sm90.cuh) serves a call: 16-bit, 512 + 64 columns, KV groups of a
+// multiple of 64 query heads.
+inline bool dsa_wgmma_serves(int32_t dtype, int64_t dv, int64_t width, int64_t group) {
+  return (dtype == AK_BFLOAT16 || dtype == AK_FLOAT16) && dv == 512 && width == 576 && group > 0 && group % 64 == 0;
 }
 
 // The tensor-core block's warps for a latent Source: 8 (its 512 value columns 64 a warp, and each tile's

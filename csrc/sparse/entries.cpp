@@ -116,7 +116,7 @@ constexpr std::initializer_list<int32_t> kFloats = {AK_FLOAT16, AK_BFLOAT16, AK_
 // Runs a checked latent decode (DSA or MLA) on q's device. The kernel is chosen before the early return of
 // an empty call, so that a forced kernel that cannot serve is refused on every call.
 void latent_decode(DsaDecode& p, const ak_tensor& q) {
-  p.mma = planning::pick_dsa(planning::shape_of(p), tuning::current()) == "mma" && on_cpu(q);
+  p.mma = on_cpu(q) && planning::pick_dsa(planning::shape_of(p), tuning::current()) == "mma";
   if (p.B * p.Sq * p.H == 0) return;
   if (on_cpu(q)) ak::sparse::cpu::dsa_decode(p);
   else AK_CUDA_CALL(ak::sparse::cuda::dsa_decode(p, q.device_index));

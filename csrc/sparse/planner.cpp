@@ -100,17 +100,38 @@ DsaShape shape_of(const DsaDecode& p) {
   return s;
 }
 
+std::string dsa_wgmma_ruled_out(const DsaShape& s) {
+  const std::string why = dsa_mma_ruled_out(s);
+  if (!why.empty()) return why;
+  const int64_t group = s.hkv > 0 ? s.hq / s.hkv : 0;
+  if (!ak::sparse::dsa_wgmma_serves(s.dtype, s.dv, s.width, group)) {
+    return std::to_string(group) + " query heads per KV head (it takes multiples of 64)";
+  }
+  if (!s.hopper) return "it needs a Hopper GPU (sm_90a)";
+  return "";
+}
+
 std::string pick_dsa(const DsaShape& s, const tuning::Table& t) {
+  if (t.get(kDsaStage) == "wgmma") {
+    const std::string why = dsa_wgmma_ruled_out(s);
+    if (!why.empty()) {
+      fail(AK_ERR_UNSUPPORTED, std::string(kDsaStage) + ": tuning " + kDsaStage + "=wgmma cannot serve this call: " + why);
+    }
+    return "wgmma";
+  }
   return pick_mma_or_item(kDsaStage, dsa_mma_ruled_out(s), t);
 }
 
-plan::Plan plan_dsa(const DsaShape& s, const registry::Caps& caps, const tuning::Table& t) {
+plan::Plan plan_dsa(const DsaShape& shape, const registry::Caps& caps, const tuning::Table& t) {
+  DsaShape s = shape;
+  const int wgmma = registry::find(kDsaStage, "wgmma", AK_BFLOAT16, kDsaMmaWidth, 0);
+  s.hopper = wgmma >= 0 && caps.can_run(wgmma);
   plan::Plan plan =
       planned(kDsaStage, pick_dsa(s, t), s.dtype, s.width, caps, t, "mma_ruled_out", dsa_mma_ruled_out(s));
-  if (plan.path == "mma" && s.b * s.sq * s.hq * s.topk > 0) {
+  if (plan.path != "item" && s.b * s.sq * s.hq * s.topk > 0) {
     DsaDecode p;
     p.B = s.b, p.Sq = s.sq, p.H = s.hq, p.Hkv = s.hkv, p.topk = s.topk;
-    plan_latent_splits(p, caps.sms);
+    plan_latent_splits(p, caps.sms, plan.path == "wgmma" ? kLatentWgmmaSplit : kLatentMmaSplit);
     plan.detail("splits", p.splits);
   }
   return plan;

@@ -43,6 +43,7 @@ struct DsaShape {
   bool aligned = true;  // q and kv start on 16 bytes
   // The call's sizes, when known: the plan then records the tensor-core block's split of the lists.
   int64_t b = 0, sq = 0, hq = 0, hkv = 1, topk = 0;
+  bool hopper = false;  // the GPU runs sm_90a rows (plan_dsa sets it from the caps)
 };
 
 constexpr const char* kDsaStage = "sparse.dsa.decode";
@@ -56,7 +57,8 @@ std::string dsa_mma_ruled_out(const DsaShape& s);
 DsaShape shape_of(const DsaDecode& p);
 
 // The variant a call runs under the tuning table (the CPU backend's choice too): "mma" where the block
-// serves under "auto", else the table's; the block forced where it cannot serve is AK_ERR_UNSUPPORTED.
+// serves under "auto", else the table's; a kernel forced where it cannot serve is AK_ERR_UNSUPPORTED. The
+// wgmma kernel (Hopper, KV groups of a multiple of 64 heads) runs when pinned.
 std::string pick_dsa(const DsaShape& s, const tuning::Table& t);
 
 plan::Plan plan_dsa(const DsaShape& s, const registry::Caps& caps, const tuning::Table& t);

@@ -90,6 +90,20 @@ const TOPK: KernelSpec[] = [
 const DSA: KernelSpec[] = [
   {
     stage: "sparse.dsa.decode",
+    variant: "wgmma",
+    launcher: "ak::sparse::cuda::DsaWgmma",
+    args: "::ak::sparse::DsaDecode",
+    header: "sparse/dsa_sm90.cuh",
+    arch: "sm90a",
+    instances: [{ dtypes: HALF, d: [576] }],
+    doc:
+      "DeepSeek sparse decode on Hopper's wgmma: a warpgroup per (query, KV head, 64 query heads, half of the " +
+      "512 value columns), 64 listed cache rows a tile gathered by cp.async into the swizzled layout, two " +
+      "tiles in flight (sparse/dsa_sm90.cuh). Runs when pinned.",
+    constraints: "dim 512 + dimTail 64; query heads per KV head a multiple of 64; q, kv on 16 bytes",
+  },
+  {
+    stage: "sparse.dsa.decode",
     variant: "mma",
     launcher: "ak::sparse::cuda::DsaMma",
     args: "::ak::sparse::DsaDecode",

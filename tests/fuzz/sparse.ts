@@ -275,7 +275,7 @@ export function dsaCases(rng: Rng, scope: Scope, bad: boolean): Case {
         run({
           ...sizes,
           kernelMap: rng.chance(0.5) && (dtype === "float32" || !latent)
-            ? { "sparse.dsa.decode": "mma" }
+            ? { "sparse.dsa.decode": rng.pick(["mma", "wgmma"]) }
             : rng.pick<Record<string, string>>([{ "sparse.dsa.decode": "tiled" }, {
               "attention.decode": "mma",
             }]),

@@ -1,0 +1,231 @@
+// DeepSeek's sparse decode (and MLA's every-row decode) on Hopper's wgmma, for 512 + 64 columns in 16 bits
+// and groups of query heads that are a multiple of 64: a block (one warpgroup) takes 64 heads of one query
+// row and KV head (wgmma's M), one half of the 512 value columns and one split of the top-k list, and walks
+// the list 64 slots a tile. A tile's cache rows are gathered by cp.async into the 128-byte-swizzled layout
+// wgmma reads (9 panels of 64 columns), two tiles in flight; S = Q K^T is 36 m64n64k16 products over the
+// 576 columns, the online softmax runs on S's registers, and O += P V takes P from registers and V as the
+// tile's own first 512 columns read N-major (this block's 256 of them). Both halves compute S: the doubled
+// score products buy a single warpgroup with a 128-register output, no exchange of P between warpgroups.
+// Splits write their partial output and log-sum-exp, merged by the mma.sync path's combine.
+//
+// Its CUDA tests compare it with the float64 oracle; the CPU backend has no model of it.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "arch/sm80.cuh"
+#include "arch/sm90.cuh"
+#include "arch/wgmma.cuh"
+#include "attention/fwd/softmax.cuh"
+#include "cuda/runtime.cuh"
+#include "generated/sparse_launchers.h"
+#include "sparse/dsa_source.h"
+#include "sparse/launch.cuh"
+#include "sparse/problem.h"
+
+namespace ak::sparse::cuda {
+
+namespace dsa90 {
+
+constexpr int kHeads = 64;                      // query heads a block (M)
+constexpr int kKeys = 64;                       // list slots a tile (N of S, K of P V)
+constexpr int kWidth = 576, kValues = 512;      // columns of q and of a cache row; value columns
+constexpr int kHalf = kValues / 2;              // value columns a block
+constexpr int kPanels = kWidth / 64;            // 128-byte swizzle panels of a row
+constexpr int kPanelBytes = 64 * 128;           // a panel of 64 rows
+constexpr int kTileBytes = kPanels * kPanelBytes;  // 72 KB: q, or one stage of cache rows
+constexpr int kChunks = kWidth / 8;             // 16-byte moves a row
+constexpr int kThreads = 128;
+constexpr int kQOffset = 0, kStageOffset = kTileBytes;
+constexpr int kRowsOffset = kStageOffset + 2 * kTileBytes;       // int64 element offset of each slot's row
+constexpr int kSmemBytes = kRowsOffset + 2 * kKeys * 8 + 1024;  // + slack to align the base to 1024
+
+static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+
+// The byte offset of 16-byte chunk c of row r in a swizzled tile of 9 panels.
+__device__ __forceinline__ uint32_t swizzled(int r, int c) {
+  return static_cast<uint32_t>((c / 8) * kPanelBytes + r * 128 + (((c % 8) ^ (r % 8)) * 16));
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads, 1) dsa_sm90_kernel(DsaDecode p) {
+#if AK_ARCH_SM90A
+  using namespace ak::arch;
+  using namespace ak::attention::cuda;
+  const SwizzledSmem sm = swizzled_smem();
+  unsigned char* const base = sm.ptr;
+  const uint32_t sQ = sm.addr + kQOffset;
+  auto stage = [&](int s) { return sm.addr + kStageOffset + s * kTileBytes; };
+  int64_t* const rows = reinterpret_cast<int64_t*>(base + kRowsOffset);  // [2][kKeys], -1: nothing
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t G = p.H / p.Hkv, tiles_per_group = G / kHeads;
+  const int half = static_cast<int>(blockIdx.x % 2);
+  const int64_t h0_in_group = (blockIdx.x / 2) % tiles_per_group * kHeads;
+  const int64_t x = blockIdx.y, hk = blockIdx.z % p.Hkv, split = blockIdx.z / p.Hkv;
+  const int64_t h0 = hk * G + h0_in_group;  // this block's first query head
+  const int64_t b = x / p.Sq, position = p.q_start + x % p.Sq;
+  int64_t begin = 0, end = p.topk;
+  if (p.splits > 1) {
+    begin = split * p.chunk;
+    end = begin + p.chunk < p.topk ? begin + p.chunk : p.topk;
+  }
+  const int64_t n = end > begin ? (end - begin + kKeys - 1) / kKeys : 0;
+  const int32_t* const list = p.indices ? p.indices + (x * p.Hkv + hk) * p.topk : nullptr;
+  const uint16_t* const kv = static_cast<const uint16_t*>(p.kv);
+  const uint16_t* const kv_pe = static_cast<const uint16_t*>(p.kv_pe);
+  const int64_t tail = kWidth - kValues;
+
+  // Slot `slot`'s cache row as an element offset of its first column in kv (-1: padding, past the cache or
+  // past the causal limit); the rotary part, when kv_pe holds it, is at (offset / kValues) * tail there.
+  auto lookup = [&](int64_t t, int s) {
+    if (tid < kKeys) {
+      const int64_t slot = begin + t * kKeys + tid;
+      int64_t at = -1;
+      if (slot < end) {
+        const int64_t j = list ? list[slot] : slot;
+        const bool hidden = p.causal && j * p.stride_kv + p.stride_kv - 1 > position;
+        if (j >= 0 && j < p.Skv && !hidden) at = ((b * p.Skv + j) * p.Hkv + hk) * (p.kv_pe ? kValues : kWidth);
+      }
+      rows[s * kKeys + tid] = at;
+    }
+  };
+  // The 16-byte moves of a tile's rows (zeros for rows without a cache row), consecutive threads along a row.
+  auto copy_tile = [&](int s) {
+    const uint32_t dst = stage(s);
+    for (int e = tid; e < kKeys * kChunks; e += kThreads) {
+      const int r = e / kChunks, c = e % kChunks;
+      const int64_t at = rows[s * kKeys + r];
+      const uint16_t* src = kv;
+      if (at >= 0) {
+        src = p.kv_pe && c >= kValues / 8 ? kv_pe + at / kValues * tail + 8 * (c - kValues / 8) : kv + at + 8 * c;
+      }
+      cp_async16(dst + swizzled(r, c), src, at >= 0 ? 16 : 0);
+    }
+  };
+
+  // q's 64 rows (zeros past the group), with the first tile.
+  for (int e = tid; e < kHeads * kChunks; e += kThreads) {
+    const int r = e / kChunks, c = e % kChunks;
+    const bool has = h0_in_group + r < G;
+    const int64_t h = x * p.H + h0 + r;
+    const uint16_t* src = static_cast<const uint16_t*>(p.q);
+    if (has) {
+      src = p.q_pe && c >= kValues / 8 ? static_cast<const uint16_t*>(p.q_pe) + h * tail + 8 * (c - kValues / 8)
+                                       : src + h * (p.q_pe ? kValues : kWidth) + 8 * c;
+    }
+    cp_async16(sQ + swizzled(r, c), src, has ? 16 : 0);
+  }
+  if (n > 0) {
+    lookup(0, 0);
+    __syncthreads();
+    copy_tile(0);
+  }
+  cp_async_commit();
+
+  const float exp_scale = static_cast<float>(p.scale) * 1.4426950408889634f;
+  RowState st;
+  float o[kHalf / 2];
+  st.start(o);
+  const uint64_t q_desc = make_desc_sw128(sQ, 16, 1024);
+  for (int64_t t = 0; t < n; t++) {
+    const int s = static_cast<int>(t % 2);
+    __syncthreads();  // every thread is done with tile t - 1 (its stage and rows are the next tile's)
+    if (t + 1 < n) {
+      lookup(t + 1, s ^ 1);
+      __syncthreads();
+      copy_tile(s ^ 1);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();  // this thread's moves of tile t (and of q)
+    fence_proxy_async();  // ... visible to the tensor cores' reads
+    __syncthreads();
+
+    float s_acc[kKeys / 2];
+    wgmma_fence();
+    const uint64_t k_desc = make_desc_sw128(stage(s), 16, 1024);
+#pragma unroll
+    for (int kk = 0; kk < kPanels * 4; kk++) {
+      const uint32_t step = ((kk / 4) * kPanelBytes + (kk % 4) * 32) >> 4;
+      Wgmma<kKeys, T>::template ss<0, 0>(s_acc, q_desc + step, k_desc + step, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s_acc);
+    // Slots without a cache row take no weight.
+#pragma unroll
+    for (int i = 0; i < kKeys / 2; i++) {
+      const int col = 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+      if (rows[s * kKeys + col] < 0) s_acc[i] = -INFINITY;
+    }
+    float corr[2];
+    softmax_step(s_acc, st, exp_scale, corr);
+#pragma unroll
+    for (int i = 0; i < kHalf / 2; i++) o[i] *= corr[(i >> 1) & 1];
+    uint32_t pw[kKeys / 4];
+    pack_pairs<T>(s_acc, pw);
+    wgmma_fence();
+    const uint64_t v_desc = make_desc_sw128(stage(s) + half * (kHalf / 64) * kPanelBytes, kPanelBytes, 1024);
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; kk++) {
+      Wgmma<kHalf, T>::template rs<1>(o, pw + 4 * kk, v_desc + ((kk * 16 * 128) >> 4), 1);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(o);
+  }
+
+  cp_async_wait<0>();  // q's moves when the list had no tile
+  float inv[2], lse[2];
+  softmax_finish(st, exp_scale, inv, lse);
+  const int64_t rows_total = p.B * p.Sq * p.H;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int row = 16 * warp + lane / 4 + 8 * r;
+    if (h0_in_group + row >= G) continue;
+    const int64_t at = x * p.H + h0 + row;
+    if (p.splits > 1 && half == 0 && lane % 4 == 0) p.partial_lse[split * rows_total + at] = lse[r];
+#pragma unroll
+    for (int i = 2 * r; i < kHalf / 2; i += 4) {
+      // o[i], o[i + 1]: columns 8 (i / 4) + 2 (lane % 4) and the next of this half.
+      const int64_t c = half * kHalf + 8 * (i / 4) + 2 * (lane % 4);
+      const float v0 = o[i] * inv[r], v1 = o[i + 1] * inv[r];
+      if (p.splits > 1) {
+        float2* dst = reinterpret_cast<float2*>(p.partial + (split * rows_total + at) * kValues + c);
+        *dst = make_float2(v0, v1);
+      } else {
+        *reinterpret_cast<uint32_t*>(static_cast<T*>(p.output) + at * kValues + c) = pack2<T>(v0, v1);
+      }
+    }
+  }
+#endif
+}
+
+}  // namespace dsa90
+
+template <class T, int D, int Tile>
+void DsaWgmma<T, D, Tile>::launch(const Args& args, cudaStream_t stream) {
+  using namespace dsa90;
+  DsaDecode p = args;  // split by the caller (cuda.cu)
+  if (p.B * p.Sq * p.H == 0) return;
+  int device = 0;
+  AK_CUDA_CHECK(cudaGetDevice(&device));
+  const int64_t rows = p.B * p.Sq * p.H;
+  ::ak::cuda::Scratch scratch(device, p.splits > 1 ? static_cast<size_t>(p.splits * rows * (p.D + 1)) * 4 : 0);
+  if (p.splits > 1) p.partial = scratch.as<float>(), p.partial_lse = p.partial + p.splits * rows * p.D;
+  auto* const kernel = dsa_sm90_kernel<T>;
+  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  const dim3 grid(static_cast<unsigned>(2 * (p.H / p.Hkv / kHeads)), static_cast<unsigned>(p.B * p.Sq),
+                  static_cast<unsigned>(p.Hkv * p.splits));
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  ::ak::cuda::check_launch("sparse.dsa.decode.wgmma");
+  if (p.splits == 1) return;
+  const int merge_smem = ak::attention::tiled::split_merge_bytes(p.splits);
+  kernels::combine_latent_splits<0><<<static_cast<unsigned>(rows), 128, merge_smem, stream>>>(p);
+  ::ak::cuda::check_launch("sparse.dsa.decode.wgmma (combine)");
+}
+
+}  // namespace ak::sparse::cuda
