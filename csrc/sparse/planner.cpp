@@ -100,6 +100,9 @@ DsaShape shape_of(const DsaDecode& p) {
   return s;
 }
 
+namespace {
+
+// Why the Hopper kernel cannot serve a call ("" when it can).
 std::string dsa_wgmma_ruled_out(const DsaShape& s) {
   const std::string why = dsa_mma_ruled_out(s);
   if (!why.empty()) return why;
@@ -111,11 +114,14 @@ std::string dsa_wgmma_ruled_out(const DsaShape& s) {
   return "";
 }
 
+}  // namespace
+
 std::string pick_dsa(const DsaShape& s, const tuning::Table& t) {
   if (t.get(kDsaStage) == "wgmma") {
     const std::string why = dsa_wgmma_ruled_out(s);
     if (!why.empty()) {
-      fail(AK_ERR_UNSUPPORTED, std::string(kDsaStage) + ": tuning " + kDsaStage + "=wgmma cannot serve this call: " + why);
+      fail(AK_ERR_UNSUPPORTED,
+           std::string(kDsaStage) + ": tuning " + kDsaStage + "=wgmma cannot serve this call: " + why);
     }
     return "wgmma";
   }
