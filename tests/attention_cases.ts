@@ -27,6 +27,38 @@ import {
   samePrecision,
 } from "../reference/attention.ts";
 
+/** Packed q / k / v of a case, each as its exact values and as the kernel's inputs rounded. */
+export type ExactAndRounded = { exact: ArrayLike<number>; rounded: ArrayLike<number> }[];
+
+/**
+ * The reference problem of packed sequences (`qStart` / `kvStart` offsets) on the exact or the rounded
+ * inputs, under a case's mask options: causal (bottom-right, right window 0), left window, soft cap.
+ */
+export function packedProblem(
+  inputs: ExactAndRounded,
+  which: "exact" | "rounded",
+  shape: {
+    qStart: readonly number[];
+    kvStart: readonly number[];
+    heads: number;
+    headsKv: number;
+    dim: number;
+  },
+  c: { causal?: boolean; windowLeft?: number; softcap?: number },
+): AttentionProblem {
+  return {
+    q: inputs[0][which],
+    k: inputs[1][which],
+    v: inputs[2][which],
+    ...shape,
+    smScale: shape.dim ** -0.5,
+    softcap: c.softcap ?? 0,
+    causal: c.causal ?? false,
+    windowLeft: c.windowLeft ?? -1,
+    windowRight: c.causal ? 0 : -1,
+  };
+}
+
 /** Registers a test of large shapes for CUDA only (reported as ignored without a GPU). */
 export function cudaTest(name: string, fn: () => Promise<void>): void {
   Deno.test({ name: `${name} [cuda]${HAS_CUDA ? "" : " (no GPU: skipped)"}`, ignore: !HAS_CUDA, fn });

@@ -14,7 +14,7 @@ import {
   roundF16,
   samePrecision,
 } from "../reference/mod.ts";
-import { expectFlashRule } from "./attention_cases.ts";
+import { expectFlashRule, packedProblem } from "./attention_cases.ts";
 import { poison } from "./helpers.ts";
 
 /** One dense call: inputs, output dtype, layout, extents, mask, soft cap and RoPE. */
@@ -133,21 +133,14 @@ export function checkDense(device: Device, c: DenseCase, seed: number): void {
     };
     return { exact: rot(exact, false), rounded: rot(rounded, true) };
   });
-  const problem = (w: "exact" | "rounded") => ({
-    q: prepared[0][w],
-    k: prepared[1][w],
-    v: prepared[2][w],
+  const shape = {
     qStart: Array.from({ length: B + 1 }, (_, b) => b * Sq),
     kvStart: Array.from({ length: B + 1 }, (_, b) => b * Skv),
     heads: H,
     headsKv: Hkv,
     dim: D,
-    smScale: D ** -0.5,
-    softcap: c.softcap ?? 0,
-    causal: c.causal ?? false,
-    windowLeft: c.windowLeft ?? -1,
-    windowRight: c.causal ? 0 : -1,
-  });
+  };
+  const problem = (w: "exact" | "rounded") => packedProblem(prepared, w, shape, c);
   const oracle = attentionReference(problem("exact"), FLOAT64).output;
   const precision = eightBit ? float8Precision(c.dtype) : samePrecision(c.dtype);
   const reference = attentionReference(problem("rounded"), precision).output;

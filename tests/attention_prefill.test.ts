@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { type Device, GroupedQueryAttentionPrefillFwdOp, Tensor } from "../mod.ts";
 import { attentionReference, FLOAT64, roundBf16, roundF16, samePrecision } from "../reference/mod.ts";
-import { expectFlashRule } from "./attention_cases.ts";
+import { expectFlashRule, packedProblem } from "./attention_cases.ts";
 import { deviceTest, expectNoLeak, refuses, withSeed } from "./helpers.ts";
 
 interface PrefillCase {
@@ -69,21 +69,8 @@ function checkPrefill(device: Device, c: PrefillCase, seed: number): void {
     }
     return { exact, rounded };
   });
-  const problem = (which: "exact" | "rounded") => ({
-    q: inputs[0][which],
-    k: inputs[1][which],
-    v: inputs[2][which],
-    qStart: cuQ,
-    kvStart: cuK,
-    heads: H,
-    headsKv: Hkv,
-    dim: D,
-    smScale: D ** -0.5,
-    softcap: c.softcap ?? 0,
-    causal: c.causal ?? false,
-    windowLeft: c.windowLeft ?? -1,
-    windowRight: c.causal ? 0 : -1,
-  });
+  const problem = (which: "exact" | "rounded") =>
+    packedProblem(inputs, which, { qStart: cuQ, kvStart: cuK, heads: H, headsKv: Hkv, dim: D }, c);
   const oracle = attentionReference(problem("exact"), FLOAT64).output;
   const reference = attentionReference(problem("rounded"), samePrecision(c.dtype)).output;
   expectFlashRule(`output ${JSON.stringify(c)}`, out.toArray() as Float32Array, oracle, reference, 2);
