@@ -44,11 +44,7 @@ constexpr int kRowsOffset = kStageOffset + 2 * kTileBytes;       // int64 elemen
 constexpr int kSmemBytes = kRowsOffset + 2 * kKeys * 8 + 1024;  // + slack to align the base to 1024
 
 static_assert(kSmemBytes <= 227 * 1024, "shared memory");
-
-// The byte offset of 16-byte chunk c of row r in a swizzled tile of 9 panels.
-__device__ __forceinline__ uint32_t swizzled(int r, int c) {
-  return static_cast<uint32_t>((c / 8) * kPanelBytes + r * 128 + (((c % 8) ^ (r % 8)) * 16));
-}
+static_assert(kHeads == kKeys, "q and a tile of rows share one panel layout (and descriptor steps)");
 
 template <class T>
 __global__ void __launch_bounds__(kThreads, 1) dsa_sm90_kernel(DsaDecode p) {
@@ -103,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_sm90_kernel(DsaDecode p) {
       if (at >= 0) {
         src = p.kv_pe && c >= kValues / 8 ? kv_pe + at / kValues * tail + 8 * (c - kValues / 8) : kv + at + 8 * c;
       }
-      cp_async16(dst + swizzled(r, c), src, at >= 0 ? 16 : 0);
+      cp_async16(dst + sw128_offset(kKeys, r, 8 * c), src, at >= 0 ? 16 : 0);
     }
   };
 
@@ -117,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_sm90_kernel(DsaDecode p) {
       src = p.q_pe && c >= kValues / 8 ? static_cast<const uint16_t*>(p.q_pe) + h * tail + 8 * (c - kValues / 8)
                                        : src + h * (p.q_pe ? kValues : kWidth) + 8 * c;
     }
-    cp_async16(sQ + swizzled(r, c), src, has ? 16 : 0);
+    cp_async16(sQ + sw128_offset(kHeads, r, 8 * c), src, has ? 16 : 0);
   }
   if (n > 0) {
     lookup(0, 0);
@@ -149,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_sm90_kernel(DsaDecode p) {
     const uint64_t k_desc = make_desc_sw128(stage(s), 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < kPanels * 4; kk++) {
-      const uint32_t step = ((kk / 4) * kPanelBytes + (kk % 4) * 32) >> 4;
+      const uint64_t step = kmajor_step(kKeys, kk);  // q and the tile both have 64 rows
       Wgmma<kKeys, T>::template ss<0, 0>(s_acc, q_desc + step, k_desc + step, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
@@ -171,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_sm90_kernel(DsaDecode p) {
     const uint64_t v_desc = make_desc_sw128(stage(s) + half * (kHalf / 64) * kPanelBytes, kPanelBytes, 1024);
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; kk++) {
-      Wgmma<kHalf, T>::template rs<1>(o, pw + 4 * kk, v_desc + ((kk * 16 * 128) >> 4), 1);
+      Wgmma<kHalf, T>::template rs<1>(o, pw + 4 * kk, v_desc + mnmajor_step(kk), 1);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -209,23 +205,15 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_sm90_kernel(DsaDecode p) {
 template <class T, int D, int Tile>
 void DsaWgmma<T, D, Tile>::launch(const Args& args, cudaStream_t stream) {
   using namespace dsa90;
-  DsaDecode p = args;  // split by the caller (cuda.cu)
-  if (p.B * p.Sq * p.H == 0) return;
-  int device = 0;
-  AK_CUDA_CHECK(cudaGetDevice(&device));
-  const int64_t rows = p.B * p.Sq * p.H;
-  ::ak::cuda::Scratch scratch(device, p.splits > 1 ? static_cast<size_t>(p.splits * rows * (p.D + 1)) * 4 : 0);
-  if (p.splits > 1) p.partial = scratch.as<float>(), p.partial_lse = p.partial + p.splits * rows * p.D;
-  auto* const kernel = dsa_sm90_kernel<T>;
-  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  const dim3 grid(static_cast<unsigned>(2 * (p.H / p.Hkv / kHeads)), static_cast<unsigned>(p.B * p.Sq),
-                  static_cast<unsigned>(p.Hkv * p.splits));
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
-  ::ak::cuda::check_launch("sparse.dsa.decode.wgmma");
-  if (p.splits == 1) return;
-  const int merge_smem = ak::attention::tiled::split_merge_bytes(p.splits);
-  kernels::combine_latent_splits<0><<<static_cast<unsigned>(rows), 128, merge_smem, stream>>>(p);
-  ::ak::cuda::check_launch("sparse.dsa.decode.wgmma (combine)");
+  if (args.B * args.Sq * args.H == 0) return;
+  // Split by the caller (cuda.cu).
+  launch_latent_splits(args, stream, "sparse.dsa.decode.wgmma", [&](const DsaDecode& p) {
+    auto* const kernel = dsa_sm90_kernel<T>;
+    AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    const dim3 grid(static_cast<unsigned>(2 * (p.H / p.Hkv / kHeads)), static_cast<unsigned>(p.B * p.Sq),
+                    static_cast<unsigned>(p.Hkv * p.splits));
+    kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  });
 }
 
 }  // namespace ak::sparse::cuda

@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <string>
 #include <type_traits>
 
 #include "cuda/runtime.cuh"
@@ -134,6 +135,24 @@ __global__ void combine_latent_splits(DsaDecode p) {
 
 }  // namespace kernels
 
+// A latent decode kernel (the mma.sync block, the Hopper kernel) under the caller's split of the lists: with
+// more than one split, scratch memory for the splits' partial outputs and log-sum-exps set in the problem
+// that `launch(p)` receives, then their merge.
+template <class Launch>
+void launch_latent_splits(DsaDecode p, cudaStream_t stream, const char* name, const Launch& launch) {
+  int device = 0;
+  AK_CUDA_CHECK(cudaGetDevice(&device));
+  const int64_t rows = p.B * p.Sq * p.H;
+  ::ak::cuda::Scratch scratch(device, p.splits > 1 ? static_cast<size_t>(p.splits * rows * (p.D + 1)) * 4 : 0);
+  if (p.splits > 1) p.partial = scratch.as<float>(), p.partial_lse = p.partial + p.splits * rows * p.D;
+  launch(p);
+  ::ak::cuda::check_launch(name);
+  if (p.splits == 1) return;
+  const int merge_smem = ak::attention::tiled::split_merge_bytes(p.splits);
+  kernels::combine_latent_splits<0><<<static_cast<unsigned>(rows), 128, merge_smem, stream>>>(p);
+  ::ak::cuda::check_launch((std::string(name) + " (combine)").c_str());
+}
+
 namespace tb = ak::attention::tiled;
 
 template <class T, int D, int Tile>
@@ -176,23 +195,15 @@ void SelectionItem<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
 
 template <class T, int D, int Tile>
 void DsaMma<T, D, Tile>::launch(const Args& args, cudaStream_t stream) {
-  DsaDecode p = args;  // split by the caller (cuda.cu)
-  int device = 0;
-  AK_CUDA_CHECK(cudaGetDevice(&device));
-  const int64_t rows = p.B * p.Sq * p.H;
-  ::ak::cuda::Scratch scratch(device, p.splits > 1 ? static_cast<size_t>(p.splits * rows * (p.D + 1)) * 4 : 0);
-  if (p.splits > 1) p.partial = scratch.as<float>(), p.partial_lse = p.partial + p.splits * rows * p.D;
-  const int smem = static_cast<int>(tb::MmaShared::bytes(D, true));
-  auto* const kernel = kernels::dsa_mma<D, tb::kHalfDtype<T>>;
-  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid(static_cast<unsigned>(DsaSource<>::groups(p)), static_cast<unsigned>(p.B * p.Sq),
-                  static_cast<unsigned>(p.Hkv * p.splits));
-  kernel<<<grid, 32 * kLatentWarps, smem, stream>>>(p);
-  ::ak::cuda::check_launch("sparse.dsa.decode.mma");
-  if (p.splits == 1) return;
-  const int merge_smem = tb::split_merge_bytes(p.splits);
-  kernels::combine_latent_splits<0><<<static_cast<unsigned>(rows), 128, merge_smem, stream>>>(p);
-  ::ak::cuda::check_launch("sparse.dsa.decode.mma (combine)");
+  // Split by the caller (cuda.cu).
+  launch_latent_splits(args, stream, "sparse.dsa.decode.mma", [&](const DsaDecode& p) {
+    const int smem = static_cast<int>(tb::MmaShared::bytes(D, true));
+    auto* const kernel = kernels::dsa_mma<D, tb::kHalfDtype<T>>;
+    AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const dim3 grid(static_cast<unsigned>(DsaSource<>::groups(p)), static_cast<unsigned>(p.B * p.Sq),
+                    static_cast<unsigned>(p.Hkv * p.splits));
+    kernel<<<grid, 32 * kLatentWarps, smem, stream>>>(p);
+  });
 }
 
 template <class T, int D, int Tile>
