@@ -316,15 +316,21 @@ Deno.test("explain: the split-key decode splits short batches of long caches, no
   );
 });
 
-Deno.test("explain: DSA decode takes the tensor-core block at 512 + 64 columns, else the per-item kernel", () => {
+Deno.test("explain: DSA decode takes wgmma at 64-head groups on Hopper, the mma.sync block at 512 + 64, else per item", () => {
   const plan = (q: Omit<PlanQuery, "gpu">) => explain({ gpu: "h200", ...q });
-  const mma = plan({ op: "sparse.dsa.decode" });
+  const hopper = plan({ op: "sparse.dsa.decode" });
+  assert.deepEqual(hopper.kernels.map((k) => k.name), ["sparse.dsa.decode.wgmma<bfloat16, D576>"]);
+  assert.equal(plan({ op: "sparse.dsa.decode", dtype: "float16", d: 576, v: 512 }).path, "wgmma");
+  // Groups that are not a multiple of 64 heads, and GPUs without sm_90a, take the mma.sync block.
+  const mma = plan({ op: "sparse.dsa.decode", hq: 16 });
   assert.deepEqual(mma.kernels.map((k) => k.name), ["sparse.dsa.decode.mma<bfloat16, D576>"]);
-  assert.equal(plan({ op: "sparse.dsa.decode", dtype: "float16", d: 576, v: 512 }).path, "mma");
-  // The lists split over blocks only when that finishes sooner (MLA at batch 1: 8 head groups; at batch 128 and
-  // 16 heads two splits fill one wave of 264 blocks, where three would leave a second wave half empty).
+  assert.equal(plan({ op: "sparse.dsa.decode", hq: 192, hkv: 2 }).path, "mma");
+  assert.equal(explain({ gpu: "a100", op: "sparse.dsa.decode" }).path, "mma");
+  // The lists split over blocks only when that finishes sooner (at batch 1 and 128 heads, 2 blocks of 64 heads
+  // in 64 splits fill one wave of 128 blocks; at batch 128 and 16 heads two splits fill one wave of 264 blocks,
+  // where three would leave a second wave half empty).
   assert.equal(plan({ op: "sparse.dsa.decode", b: 64, hq: 128, skv: 2048 }).details.splits, 1);
-  assert.equal(plan({ op: "sparse.dsa.decode", b: 1, hq: 128, skv: 65536 }).details.splits, 32);
+  assert.equal(plan({ op: "sparse.dsa.decode", b: 1, hq: 128, skv: 65536 }).details.splits, 64);
   assert.equal(plan({ op: "sparse.dsa.decode", b: 128, hq: 16, skv: 8192 }).details.splits, 2);
   const item = plan({ op: "sparse.dsa.decode", d: 192, v: 128 });
   assert.deepEqual(item.kernels.map((k) => k.name), ["sparse.dsa.decode.item<bfloat16>"]);
@@ -340,13 +346,17 @@ Deno.test("explain: DSA decode takes the tensor-core block at 512 + 64 columns, 
     "UNSUPPORTED",
     /mma cannot serve this call: dim 128 \+ dimTail 64/,
   );
-  // The Hopper kernel runs when pinned: 64 heads a block and two halves of the values, one block an SM.
+  // Pinned, each kernel plans its own blocks (the mma.sync block: 16 heads, two an SM).
   const wgmma = { "sparse.dsa.decode": "wgmma" };
   const pinned = withTuning(wgmma, () => plan({ op: "sparse.dsa.decode", b: 64, hq: 128, skv: 2048 }));
   assert.deepEqual(pinned.kernels.map((k) => k.name), ["sparse.dsa.decode.wgmma<bfloat16, D576>"]);
   assert.equal(pinned.details.splits, 1);
   assert.equal(
-    withTuning(wgmma, () => plan({ op: "sparse.dsa.decode", b: 1, hq: 128, skv: 65536 })).details.splits,
+    withTuning(
+      { "sparse.dsa.decode": "mma" },
+      () => plan({ op: "sparse.dsa.decode", b: 1, hq: 128, skv: 65536 }),
+    )
+      .details.splits,
     32,
   );
   refused(

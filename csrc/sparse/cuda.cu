@@ -51,6 +51,7 @@ void nsa_topk(const NsaTopk& p, int device) {
   ak::cuda::DeviceGuard guard(device);
   const plan::Plan plan = planning::plan_topk(planning::shape_of(p), ::ak::cuda::caps(device), tuning::current());
   plan::set_last(plan);
+  if (p.seq.T == 0 || p.Hkv == 0) return;
   launch_planned(plan.rows[0], planning::kTopkStage, p, ak::cuda::stream(device));
 }
 
@@ -64,6 +65,7 @@ void dsa_decode(const DsaDecode& p, int device) {
   const registry::Caps caps = ::ak::cuda::caps(device);
   const plan::Plan plan = planning::plan_dsa(planning::shape_of(p), caps, tuning::current());
   plan::set_last(plan);
+  if (p.B * p.Sq * p.H == 0) return;
   DsaDecode split = p;  // the plan's split (plan_dsa records it)
   if (plan.path == "mma") plan_latent_splits(split, caps.sms, kLatentMmaSplit);
   if (plan.path == "wgmma") plan_latent_splits(split, caps.sms, kLatentWgmmaSplit);
@@ -74,6 +76,7 @@ void indexer(const Indexer& p, int device) {
   ak::cuda::DeviceGuard guard(device);
   const plan::Plan plan = planning::plan_indexer(planning::shape_of(p), ::ak::cuda::caps(device), tuning::current());
   plan::set_last(plan);
+  if (p.Sq == 0 || p.Sk == 0) return;
   launch_planned(plan.rows[0], planning::kIndexerStage, p, ak::cuda::stream(device));
 }
 

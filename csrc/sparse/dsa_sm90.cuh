@@ -1,12 +1,13 @@
 // DeepSeek's sparse decode (and MLA's every-row decode) on Hopper's wgmma, for 512 + 64 columns in 16 bits
-// and groups of query heads that are a multiple of 64: a block (one warpgroup) takes 64 heads of one query
-// row and KV head (wgmma's M), one half of the 512 value columns and one split of the top-k list, and walks
-// the list 64 slots a tile. A tile's cache rows are gathered by cp.async into the 128-byte-swizzled layout
-// wgmma reads (9 panels of 64 columns), two tiles in flight; S = Q K^T is 36 m64n64k16 products over the
-// 576 columns, the online softmax runs on S's registers, and O += P V takes P from registers and V as the
-// tile's own first 512 columns read N-major (this block's 256 of them). Both halves compute S: the doubled
-// score products buy a single warpgroup with a 128-register output, no exchange of P between warpgroups.
-// Splits write their partial output and log-sum-exp, merged by the mma.sync path's combine.
+// and groups of query heads that are a multiple of 64: a block takes 64 heads of one query row and KV head
+// (wgmma's M) and one split of the top-k list, and walks the list 64 slots a tile. A tile's cache rows are
+// gathered by cp.async (all 256 threads) into the 128-byte-swizzled layout wgmma reads (9 panels of 64
+// columns), two tiles in flight. Each of the two warpgroups owns half of the 512 value columns: S = Q K^T
+// is 36 m64n64k16 products over the 576 columns, the online softmax runs on S's registers, and O += P V
+// takes P from registers and V as the tile's own first 512 columns read N-major (the warpgroup's 256 of
+// them). Both warpgroups compute S: the doubled score products buy a 128-register output a warpgroup and no
+// exchange of P, while the tile is read once for both halves. Splits write their partial output and
+// log-sum-exp, merged by the mma.sync path's combine.
 //
 // Its CUDA tests compare it with the float64 oracle; the CPU backend has no model of it.
 #pragma once
@@ -33,12 +34,12 @@ namespace dsa90 {
 constexpr int kHeads = 64;                      // query heads a block (M)
 constexpr int kKeys = 64;                       // list slots a tile (N of S, K of P V)
 constexpr int kWidth = 576, kValues = 512;      // columns of q and of a cache row; value columns
-constexpr int kHalf = kValues / 2;              // value columns a block
+constexpr int kHalf = kValues / 2;              // value columns a warpgroup
 constexpr int kPanels = kWidth / 64;            // 128-byte swizzle panels of a row
 constexpr int kPanelBytes = 64 * 128;           // a panel of 64 rows
 constexpr int kTileBytes = kPanels * kPanelBytes;  // 72 KB: q, or one stage of cache rows
 constexpr int kChunks = kWidth / 8;             // 16-byte moves a row
-constexpr int kThreads = 128;
+constexpr int kThreads = 256;                   // two warpgroups
 constexpr int kQOffset = 0, kStageOffset = kTileBytes;
 constexpr int kRowsOffset = kStageOffset + 2 * kTileBytes;       // int64 element offset of each slot's row
 constexpr int kSmemBytes = kRowsOffset + 2 * kKeys * 8 + 1024;  // + slack to align the base to 1024
@@ -57,10 +58,10 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_sm90_kernel(DsaDecode p) {
   auto stage = [&](int s) { return sm.addr + kStageOffset + s * kTileBytes; };
   int64_t* const rows = reinterpret_cast<int64_t*>(base + kRowsOffset);  // [2][kKeys], -1: nothing
 
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int64_t G = p.H / p.Hkv, tiles_per_group = G / kHeads;
-  const int half = static_cast<int>(blockIdx.x % 2);
-  const int64_t h0_in_group = (blockIdx.x / 2) % tiles_per_group * kHeads;
+  const int tid = threadIdx.x, warp = tid / 32 % 4, lane = tid % 32;
+  const int half = tid / 128;  // this warpgroup's value half
+  const int64_t G = p.H / p.Hkv;
+  const int64_t h0_in_group = blockIdx.x * kHeads;
   const int64_t x = blockIdx.y, hk = blockIdx.z % p.Hkv, split = blockIdx.z / p.Hkv;
   const int64_t h0 = hk * G + h0_in_group;  // this block's first query head
   const int64_t b = x / p.Sq, position = p.q_start + x % p.Sq;
@@ -75,18 +76,20 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_sm90_kernel(DsaDecode p) {
   const uint16_t* const kv_pe = static_cast<const uint16_t*>(p.kv_pe);
   const int64_t tail = kWidth - kValues;
 
-  // Slot `slot`'s cache row as an element offset of its first column in kv (-1: padding, past the cache or
-  // past the causal limit); the rotary part, when kv_pe holds it, is at (offset / kValues) * tail there.
-  auto lookup = [&](int64_t t, int s) {
+  // Tile t's list entry of this thread's slot (threads below kKeys; -1 past the list), read a tile before
+  // its lookup so that the read's latency is not on the tile's path.
+  auto fetch = [&](int64_t t) -> int64_t {
+    const int64_t slot = begin + t * kKeys + tid;
+    if (tid >= kKeys || t >= n || slot >= end) return -1;
+    return list ? list[slot] : slot;
+  };
+  // An entry's cache row as an element offset of its first column in kv (-1: padding, past the cache or past
+  // the causal limit); the rotary part, when kv_pe holds it, is at (offset / kValues) * tail there.
+  auto lookup = [&](int64_t j, int s) {
     if (tid < kKeys) {
-      const int64_t slot = begin + t * kKeys + tid;
-      int64_t at = -1;
-      if (slot < end) {
-        const int64_t j = list ? list[slot] : slot;
-        const bool hidden = p.causal && j * p.stride_kv + p.stride_kv - 1 > position;
-        if (j >= 0 && j < p.Skv && !hidden) at = ((b * p.Skv + j) * p.Hkv + hk) * (p.kv_pe ? kValues : kWidth);
-      }
-      rows[s * kKeys + tid] = at;
+      const bool hidden = p.causal && j * p.stride_kv + p.stride_kv - 1 > position;
+      const bool has = j >= 0 && j < p.Skv && !hidden;
+      rows[s * kKeys + tid] = has ? ((b * p.Skv + j) * p.Hkv + hk) * (p.kv_pe ? kValues : kWidth) : -1;
     }
   };
   // The 16-byte moves of a tile's rows (zeros for rows without a cache row), consecutive threads along a row.
@@ -115,8 +118,9 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_sm90_kernel(DsaDecode p) {
     }
     cp_async16(sQ + sw128_offset(kHeads, r, 8 * c), src, has ? 16 : 0);
   }
+  int64_t listed = fetch(1);  // the next lookup's entry
   if (n > 0) {
-    lookup(0, 0);
+    lookup(fetch(0), 0);
     __syncthreads();
     copy_tile(0);
   }
@@ -131,7 +135,8 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_sm90_kernel(DsaDecode p) {
     const int s = static_cast<int>(t % 2);
     __syncthreads();  // every thread is done with tile t - 1 (its stage and rows are the next tile's)
     if (t + 1 < n) {
-      lookup(t + 1, s ^ 1);
+      lookup(listed, s ^ 1);
+      listed = fetch(t + 2);
       __syncthreads();
       copy_tile(s ^ 1);
     }
@@ -210,7 +215,7 @@ void DsaWgmma<T, D, Tile>::launch(const Args& args, cudaStream_t stream) {
   launch_latent_splits(args, stream, "sparse.dsa.decode.wgmma", [&](const DsaDecode& p) {
     auto* const kernel = dsa_sm90_kernel<T>;
     AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    const dim3 grid(static_cast<unsigned>(2 * (p.H / p.Hkv / kHeads)), static_cast<unsigned>(p.B * p.Sq),
+    const dim3 grid(static_cast<unsigned>(p.H / p.Hkv / kHeads), static_cast<unsigned>(p.B * p.Sq),
                     static_cast<unsigned>(p.Hkv * p.splits));
     kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
   });

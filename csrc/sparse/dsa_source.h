@@ -14,16 +14,15 @@
 
 namespace ak::sparse {
 
-// How a latent kernel's blocks cover a query row: heads a block, blocks an SM, and blocks per head group
-// (the wgmma kernel's two halves of the value columns).
+// How a latent kernel's blocks cover a query row: heads a block, and blocks an SM.
 struct LatentBlocks {
-  int64_t heads, per_sm, copies;
+  int64_t heads, per_sm;
 };
-constexpr LatentBlocks kLatentMmaSplit{16, 2, 1};   // the mma.sync block (attention/tiled/mma_block.h)
-constexpr LatentBlocks kLatentWgmmaSplit{64, 1, 2};  // the Hopper kernel (sparse/dsa_sm90.cuh)
+constexpr LatentBlocks kLatentMmaSplit{16, 2};   // the mma.sync block (attention/tiled/mma_block.h)
+constexpr LatentBlocks kLatentWgmmaSplit{64, 1};  // the Hopper kernel (sparse/dsa_sm90.cuh)
 
 // The split of the lists: the count of splits (at most one per four tiles of 64 slots) whose blocks (groups
-// x copies x query rows x KV heads x splits) finish soonest at `per_sm` per multiprocessor (`sms`; 0: the
+// x query rows x KV heads x splits) finish soonest at `per_sm` per multiprocessor (`sms`; 0: the
 // H200's 132, which the CPU backend splits for): waves of blocks times a block's work, in tiles: its tiles,
 // one more for its start and output, and one more with splits (its partial result written and merged); the
 // fewer splits on a tie. A count that leaves a last wave mostly empty loses to a smaller one.
@@ -31,7 +30,7 @@ inline void plan_latent_splits(DsaDecode& p, int sms, LatentBlocks kind = kLaten
   constexpr int64_t kTile = ak::attention::tiled::kMmaKeys;
   const int64_t slots = kind.per_sm * int64_t(sms > 0 ? sms : 132);
   const int64_t groups = (p.H / p.Hkv + kind.heads - 1) / kind.heads;
-  const int64_t blocks = groups * kind.copies * p.B * p.Sq * p.Hkv;
+  const int64_t blocks = groups * p.B * p.Sq * p.Hkv;
   const int64_t most = p.topk / (4 * kTile) > 1 ? p.topk / (4 * kTile) : 1;
   int64_t best_chunk = 0, best_splits = 1, best_cost = -1;
   for (int64_t want = 1; want <= most; want++) {

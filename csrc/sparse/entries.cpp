@@ -113,13 +113,15 @@ NsaBlock nsa_block(const std::string& variant) {
 
 constexpr std::initializer_list<int32_t> kFloats = {AK_FLOAT16, AK_BFLOAT16, AK_FLOAT32};
 
-// Runs a checked latent decode (DSA or MLA) on q's device. The kernel is chosen before the early return of
-// an empty call, so that a forced kernel that cannot serve is refused on every call.
+// Runs a checked latent decode (DSA or MLA) on q's device. Each backend chooses the kernel before the early
+// return of an empty call, so that a forced kernel that cannot serve is refused on every call.
 void latent_decode(DsaDecode& p, const ak_tensor& q) {
-  p.mma = on_cpu(q) && planning::pick_dsa(planning::shape_of(p), tuning::current()) == "mma";
-  if (p.B * p.Sq * p.H == 0) return;
-  if (on_cpu(q)) ak::sparse::cpu::dsa_decode(p);
-  else AK_CUDA_CALL(ak::sparse::cuda::dsa_decode(p, q.device_index));
+  if (!on_cpu(q)) {
+    AK_CUDA_CALL(ak::sparse::cuda::dsa_decode(p, q.device_index));
+    return;
+  }
+  p.mma = planning::pick_dsa(planning::shape_of(p), tuning::current()) == "mma";
+  if (p.B * p.Sq * p.H > 0) ak::sparse::cpu::dsa_decode(p);
 }
 
 }  // namespace
@@ -191,10 +193,14 @@ AK_API ak_status ak_nsa_topk(const ak_tensor* q_, const ak_tensor* k_cmp, const 
     p.q = q.data, p.k_cmp = k.data, p.lse = static_cast<const float*>(l.data);
     p.indices = static_cast<int32_t*>(out.data);
     p.dtype = q.dtype, p.block = block_size, p.scale = scale;
-    if (p.seq.T == 0 || p.Hkv == 0) return;
-    p.mma = planning::pick_topk(planning::shape_of(p), tuning::current()) == "mma" && on_cpu(q);
-    if (on_cpu(q)) ak::sparse::cpu::nsa_topk(p);
-    else AK_CUDA_CALL(ak::sparse::cuda::nsa_topk(p, q.device_index));
+    // Each backend chooses before the early return of an empty call, so that a forced kernel that cannot
+    // serve is refused on every call.
+    if (!on_cpu(q)) {
+      AK_CUDA_CALL(ak::sparse::cuda::nsa_topk(p, q.device_index));
+      return;
+    }
+    p.mma = planning::pick_topk(planning::shape_of(p), tuning::current()) == "mma";
+    if (p.seq.T > 0 && p.Hkv > 0) ak::sparse::cpu::nsa_topk(p);
   });
 }
 
@@ -396,15 +402,16 @@ AK_API ak_status ak_lightning_indexer(const ak_tensor* q_, const ak_tensor* k_, 
     p.ks = static_cast<const int32_t*>(ks.data), p.ke = static_cast<const int32_t*>(ke.data);
     p.logits = static_cast<float*>(out.data);
     p.dtype = q.dtype, p.clean = (flags & AK_SPARSE_CLEAN_LOGITS) != 0;
-    // Chosen before the early return of an empty call, so that a forced kernel that cannot serve is refused.
-    if (on_cpu(q)) {
-      planning::IndexerShape shape = planning::shape_of(p);
-      shape.cpu = true;
-      p.mma = planning::pick_indexer(shape, tuning::current()) == "mma";
+    // Each backend chooses before the early return of an empty call, so that a forced kernel that cannot
+    // serve is refused on every call.
+    if (!on_cpu(q)) {
+      AK_CUDA_CALL(ak::sparse::cuda::indexer(p, q.device_index));
+      return;
     }
-    if (p.Sq == 0 || p.Sk == 0) return;
-    if (on_cpu(q)) ak::sparse::cpu::indexer(p);
-    else AK_CUDA_CALL(ak::sparse::cuda::indexer(p, q.device_index));
+    planning::IndexerShape shape = planning::shape_of(p);
+    shape.cpu = true;
+    p.mma = planning::pick_indexer(shape, tuning::current()) == "mma";
+    if (p.Sq > 0 && p.Sk > 0) ak::sparse::cpu::indexer(p);
   });
 }
 

@@ -117,8 +117,9 @@ std::string dsa_wgmma_ruled_out(const DsaShape& s) {
 }  // namespace
 
 std::string pick_dsa(const DsaShape& s, const tuning::Table& t) {
-  if (t.get(kDsaStage) == "wgmma") {
-    const std::string why = dsa_wgmma_ruled_out(s);
+  const std::string& want = t.get(kDsaStage);
+  const std::string why = dsa_wgmma_ruled_out(s);
+  if (want == "wgmma" || (want == "auto" && why.empty())) {
     if (!why.empty()) {
       fail(AK_ERR_UNSUPPORTED,
            std::string(kDsaStage) + ": tuning " + kDsaStage + "=wgmma cannot serve this call: " + why);

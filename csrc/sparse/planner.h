@@ -56,9 +56,9 @@ std::string dsa_mma_ruled_out(const DsaShape& s);
 // A checked call's shape, its sizes included.
 DsaShape shape_of(const DsaDecode& p);
 
-// The variant a call runs under the tuning table (the CPU backend's choice too): "mma" where the block
-// serves under "auto", else the table's; a kernel forced where it cannot serve is AK_ERR_UNSUPPORTED. The
-// wgmma kernel (Hopper, KV groups of a multiple of 64 heads) runs when pinned.
+// The variant a call runs under the tuning table (the CPU backend's choice too): under "auto" the wgmma
+// kernel where it serves (Hopper, KV groups of a multiple of 64 heads), else the mma.sync block where it
+// serves, else per item; otherwise the table's. A kernel forced where it cannot serve is AK_ERR_UNSUPPORTED.
 std::string pick_dsa(const DsaShape& s, const tuning::Table& t);
 
 plan::Plan plan_dsa(const DsaShape& s, const registry::Caps& caps, const tuning::Table& t);
