@@ -2,12 +2,11 @@
 // and groups of query heads that are a multiple of 64: a block takes 64 heads of one query row and KV head
 // (wgmma's M) and one split of the top-k list, and walks the list 64 slots a tile. A tile's cache rows are
 // gathered by cp.async (all 256 threads) into the 128-byte-swizzled layout wgmma reads (9 panels of 64
-// columns), two tiles in flight. Each of the two warpgroups owns half of the 512 value columns: S = Q K^T
-// is 36 m64n64k16 products over the 576 columns, the online softmax runs on S's registers, and O += P V
-// takes P from registers and V as the tile's own first 512 columns read N-major (the warpgroup's 256 of
-// them). Both warpgroups compute S: the doubled score products buy a 128-register output a warpgroup and no
-// exchange of P, while the tile is read once for both halves. Splits write their partial output and
-// log-sum-exp, merged by the mma.sync path's combine.
+// columns), two tiles in flight. Each of the two warpgroups scores half of the tile's rows (S = Q K^T, 36
+// m64n32k16 products over the 576 columns) and owns half of the 512 value columns: the row maxima meet in
+// shared memory, each warpgroup writes its probabilities into a shared 64 x 64 P, and O += P V reads P and V
+// (the tile's own first 512 columns, N-major, the warpgroup's 256 of them) from shared memory. The row sums
+// meet at the end. Splits write their partial output and log-sum-exp, merged by the mma.sync path's combine.
 //
 // Its CUDA tests compare it with the float64 oracle; the CPU backend has no model of it.
 #pragma once
@@ -35,14 +34,17 @@ constexpr int kHeads = 64;                      // query heads a block (M)
 constexpr int kKeys = 64;                       // list slots a tile (N of S, K of P V)
 constexpr int kWidth = 576, kValues = 512;      // columns of q and of a cache row; value columns
 constexpr int kHalf = kValues / 2;              // value columns a warpgroup
+constexpr int kScored = kKeys / 2;              // a tile's rows a warpgroup scores
 constexpr int kPanels = kWidth / 64;            // 128-byte swizzle panels of a row
 constexpr int kPanelBytes = 64 * 128;           // a panel of 64 rows
 constexpr int kTileBytes = kPanels * kPanelBytes;  // 72 KB: q, or one stage of cache rows
 constexpr int kChunks = kWidth / 8;             // 16-byte moves a row
 constexpr int kThreads = 256;                   // two warpgroups
 constexpr int kQOffset = 0, kStageOffset = kTileBytes;
-constexpr int kRowsOffset = kStageOffset + 2 * kTileBytes;       // int64 element offset of each slot's row
-constexpr int kSmemBytes = kRowsOffset + 2 * kKeys * 8 + 1024;  // + slack to align the base to 1024
+constexpr int kPOffset = kStageOffset + 2 * kTileBytes;          // P: 64 heads x 64 slots, one panel
+constexpr int kRowsOffset = kPOffset + kPanelBytes;               // int64 element offset of each slot's row
+constexpr int kMeetOffset = kRowsOffset + 2 * kKeys * 8;          // [2][kHeads] floats: row maxima, row sums
+constexpr int kSmemBytes = kMeetOffset + 2 * kHeads * 4 + 1024;  // + slack to align the base to 1024
 
 static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 static_assert(kHeads == kKeys, "q and a tile of rows share one panel layout (and descriptor steps)");
@@ -57,6 +59,7 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_sm90_kernel(DsaDecode p) {
   const uint32_t sQ = sm.addr + kQOffset;
   auto stage = [&](int s) { return sm.addr + kStageOffset + s * kTileBytes; };
   int64_t* const rows = reinterpret_cast<int64_t*>(base + kRowsOffset);  // [2][kKeys], -1: nothing
+  float* const meet = reinterpret_cast<float*>(base + kMeetOffset);
 
   const int tid = threadIdx.x, warp = tid / 32 % 4, lane = tid % 32;
   const int half = tid / 128;  // this warpgroup's value half
@@ -145,34 +148,60 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_sm90_kernel(DsaDecode p) {
     fence_proxy_async();  // ... visible to the tensor cores' reads
     __syncthreads();
 
-    float s_acc[kKeys / 2];
+    // This warpgroup's rows of the tile start kScored rows (whole 8-row swizzle atoms) into each panel.
+    float s_acc[kScored / 2];
     wgmma_fence();
-    const uint64_t k_desc = make_desc_sw128(stage(s), 16, 1024);
+    const uint64_t k_desc = make_desc_sw128(stage(s) + half * kScored * 128, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < kPanels * 4; kk++) {
-      const uint64_t step = kmajor_step(kKeys, kk);  // q and the tile both have 64 rows
-      Wgmma<kKeys, T>::template ss<0, 0>(s_acc, q_desc + step, k_desc + step, kk > 0 ? 1 : 0);
+      const uint64_t step = kmajor_step(kKeys, kk);  // q and the tile both have 64-row panels
+      Wgmma<kScored, T>::template ss<0, 0>(s_acc, q_desc + step, k_desc + step, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(s_acc);
     // Slots without a cache row take no weight.
 #pragma unroll
-    for (int i = 0; i < kKeys / 2; i++) {
-      const int col = 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+    for (int i = 0; i < kScored / 2; i++) {
+      const int col = half * kScored + 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
       if (rows[s * kKeys + col] < 0) s_acc[i] = -INFINITY;
     }
-    float corr[2];
-    softmax_step(s_acc, st, exp_scale, corr);
+    // The row maxima over both warpgroups' slots; the running maximum is raised to them first, so that
+    // softmax_step's own correction is 1 and corr carries the whole rescale.
+    float mine[2] = {-INFINITY, -INFINITY}, corr[2], unit[2];
+#pragma unroll
+    for (int i = 0; i < kScored / 2; i++) mine[(i >> 1) & 1] = fmaxf(mine[(i >> 1) & 1], s_acc[i]);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      mine[r] = quad_max(mine[r]);
+      if (lane % 4 == 0) meet[half * kHeads + 16 * warp + lane / 4 + 8 * r] = mine[r];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      const float m = fmaxf(st.m[r], fmaxf(mine[r], meet[(half ^ 1) * kHeads + 16 * warp + lane / 4 + 8 * r]));
+      corr[r] = fast_exp2(st.m[r] * exp_scale - (m == -INFINITY ? 0.0f : m * exp_scale));
+      st.l[r] *= corr[r];
+      st.m[r] = m;
+    }
+    softmax_step(s_acc, st, exp_scale, unit);
 #pragma unroll
     for (int i = 0; i < kHalf / 2; i++) o[i] *= corr[(i >> 1) & 1];
-    uint32_t pw[kKeys / 4];
-    pack_pairs<T>(s_acc, pw);
+#pragma unroll
+    for (int i = 0; i < kScored / 2; i += 2) {
+      const int row = 16 * warp + lane / 4 + 8 * ((i >> 1) & 1);
+      const int col = half * kScored + 8 * (i / 4) + 2 * (lane % 4);
+      uint32_t* const at = reinterpret_cast<uint32_t*>(base + kPOffset + sw128_offset(kHeads, row, col));
+      *at = pack2<T>(s_acc[i], s_acc[i + 1]);
+    }
+    fence_proxy_async();  // P's stores visible to the tensor cores' reads
+    __syncthreads();
     wgmma_fence();
+    const uint64_t p_desc = make_desc_sw128(sm.addr + kPOffset, 16, 1024);
     const uint64_t v_desc = make_desc_sw128(stage(s) + half * (kHalf / 64) * kPanelBytes, kPanelBytes, 1024);
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; kk++) {
-      Wgmma<kHalf, T>::template rs<1>(o, pw + 4 * kk, v_desc + mnmajor_step(kk), 1);
+      Wgmma<kHalf, T>::template ss<0, 1>(o, p_desc + kmajor_step(kHeads, kk), v_desc + mnmajor_step(kk), 1);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -180,6 +209,21 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_sm90_kernel(DsaDecode p) {
   }
 
   cp_async_wait<0>();  // q's moves when the list had no tile
+  // Each warpgroup summed its own slots: the sums meet, and lane 0 of a quad holds the total for
+  // softmax_finish's quad sum.
+  float sums[2];
+#pragma unroll
+  for (int r = 0; r < 2; r++) sums[r] = quad_sum(st.l[r]);
+  __syncthreads();  // the last tile's reads of meet are done
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    if (lane % 4 == 0) meet[half * kHeads + 16 * warp + lane / 4 + 8 * r] = sums[r];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    st.l[r] = lane % 4 == 0 ? sums[r] + meet[(half ^ 1) * kHeads + 16 * warp + lane / 4 + 8 * r] : 0.0f;
+  }
   float inv[2], lse[2];
   softmax_finish(st, exp_scale, inv, lse);
   const int64_t rows_total = p.B * p.Sq * p.H;
