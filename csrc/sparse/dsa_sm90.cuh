@@ -47,6 +47,7 @@ constexpr int kMeetOffset = kRowsOffset + 2 * kKeys * 8;          // [2][kHeads]
 constexpr int kSmemBytes = kMeetOffset + 2 * kHeads * 4 + 1024;  // + slack to align the base to 1024
 
 static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+static_assert(kKeys * 8 % kThreads == 0 && kWidth - kValues == 64, "a tile's moves: whole passes, one rotary panel");
 static_assert(kHeads == kKeys, "q and a tile of rows share one panel layout (and descriptor steps)");
 
 template <class T>
@@ -95,17 +96,23 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_sm90_kernel(DsaDecode p) {
       rows[s * kKeys + tid] = has ? ((b * p.Skv + j) * p.Hkv + hk) * (p.kv_pe ? kValues : kWidth) : -1;
     }
   };
-  // The 16-byte moves of a tile's rows (zeros for rows without a cache row), consecutive threads along a row.
+  // The 16-byte moves of a tile's rows (zeros for rows without a cache row): 8 threads a row, a thread taking
+  // the same 16 bytes of each 64-column panel, so that a warp's move reads 128 contiguous bytes of 4 rows and
+  // the swizzled destination steps by whole panels (constant offsets, no per-move address arithmetic).
   auto copy_tile = [&](int s) {
-    const uint32_t dst = stage(s);
-    for (int e = tid; e < kKeys * kChunks; e += kThreads) {
-      const int r = e / kChunks, c = e % kChunks;
+    const int part = tid % 8;
+#pragma unroll
+    for (int pass = 0; pass < kKeys * 8 / kThreads; pass++) {
+      const int r = tid / 8 + pass * (kThreads / 8);
       const int64_t at = rows[s * kKeys + r];
-      const uint16_t* src = kv;
-      if (at >= 0) {
-        src = p.kv_pe && c >= kValues / 8 ? kv_pe + at / kValues * tail + 8 * (c - kValues / 8) : kv + at + 8 * c;
-      }
-      cp_async16(dst + sw128_offset(kKeys, r, 8 * c), src, at >= 0 ? 16 : 0);
+      const int size = at >= 0 ? 16 : 0;
+      const uint16_t* const src = at >= 0 ? kv + at + 8 * part : kv;
+      const uint16_t* rope = kv;  // the last panel: the rotary columns, in kv_pe when it holds them
+      if (at >= 0) rope = p.kv_pe ? kv_pe + at / kValues * tail + 8 * part : src + kValues;
+      const uint32_t dst = stage(s) + sw128_offset(kKeys, r, 8 * part);
+#pragma unroll
+      for (int panel = 0; panel < kPanels - 1; panel++) cp_async16(dst + panel * kPanelBytes, src + 64 * panel, size);
+      cp_async16(dst + (kPanels - 1) * kPanelBytes, rope, size);
     }
   };
 
