@@ -6,6 +6,7 @@ import {
   assertClose,
   DeepSeekSparseAttentionDecodeWithKVCacheFwdOp,
   type Device,
+  deviceInfo,
   FP8LightningIndexerFwdOp,
   lastPlan,
   NSACmpFwdVarlenOp,
@@ -257,27 +258,32 @@ deviceTest(
 );
 
 deviceTest(
-  "DSA decode on Hopper's wgmma kernel, pinned (64-head groups, value halves, splits); the CPU refuses the pin",
+  "DSA decode on Hopper's wgmma kernel (64-head groups, splits): the planner's choice there, and pinned; the CPU refuses the pin",
   (device) =>
     expectNoLeak(device, () =>
       withSeed((seed) => {
-        // 128 heads (two tiles of 64) over the block's first case (a full tile and a partial one, causal),
-        // and two cache heads of 64 query heads each over its long list (split in runs), float16, not causal.
+        // 128 heads (two blocks of 64) over the block's first case (a full tile and a partial one, causal),
+        // under the planner; two cache heads of 64 query heads each over its long list (split in runs),
+        // float16, not causal, pinned.
         const cases: DsaCase[] = [
           { ...LATENT_CASES[0], heads: 128 },
           { ...LATENT_CASES[1], heads: 128, headsKv: 2, causal: false, dtype: "float16" },
         ];
         const pin = { "sparse.dsa.decode": "wgmma" };
         if (device === "cpu") {
-          refuses(() => withTuning(pin, () => checkDsa(device, cases[0], seed)), /needs a Hopper GPU/);
+          refuses(() => withTuning(pin, () => checkDsa(device, cases[1], seed)), /needs a Hopper GPU/);
           return;
         }
-        for (const [i, c] of cases.entries()) {
-          withTuning(pin, () => checkDsa(device, c, seed + 10 * i));
-          assert.deepEqual(lastPlan()?.kernels.map((k) => k.name), [
-            `sparse.dsa.decode.wgmma<${c.dtype}, D576>`,
-          ]);
-        }
+        const hopper = deviceInfo(device).computeCapability.join(".") === "9.0";
+        checkDsa(device, cases[0], seed);
+        assert.deepEqual(lastPlan()?.kernels.map((k) => k.name), [
+          `sparse.dsa.decode.${hopper ? "wgmma" : "mma"}<${cases[0].dtype}, D576>`,
+        ]);
+        if (!hopper) return;
+        withTuning(pin, () => checkDsa(device, cases[1], seed + 10));
+        assert.deepEqual(lastPlan()?.kernels.map((k) => k.name), [
+          `sparse.dsa.decode.wgmma<${cases[1].dtype}, D576>`,
+        ]);
       })),
 );
 
