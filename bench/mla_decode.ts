@@ -1,7 +1,8 @@
 /**
  * Benchmark of MLA decode (`MultiHeadLatentAttentionDecodeWithKVCacheFwdOp`, bf16, DeepSeek-V3's latent 512
  * + rotary 64 over one latent head) at the serving issue's shape, batch 128 x 8192 cache rows, with 16 query
- * heads (a tensor-parallel shard: memory-bound) and 128 (the whole model: compute-bound on these bytes).
+ * heads (a tensor-parallel shard: memory-bound) and 128 (the whole model: compute-bound on these bytes), the
+ * planner's kernel and at 128 heads also Hopper's wgmma kernel pinned.
  * GB/s counts the cache bytes read once (`B Skv 576 x 2`) against the 4252 GB/s copy ceiling; TFLOP/s counts
  * `2 B H Skv (576 + 512)`. FlashMLA reports about 3000 GB/s and 580-660 TFLOP/s on H800 (ANCHORS.md). Times:
  * CUDA events, median of `--iterations` calls after 3 warm-up calls, the L2 flushed before each.
@@ -15,11 +16,13 @@
  */
 import { parseArgs } from "node:util";
 import {
+  compare,
   cudaAvailable,
   deviceInfo,
   lastPlan,
   MultiHeadLatentAttentionDecodeWithKVCacheFwdOp,
   Tensor,
+  withTuning,
 } from "../mod.ts";
 import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
 
@@ -36,13 +39,17 @@ const records: BenchRecord[] = [];
 using timer = new FlushedTimer(Number(args.iterations));
 const B = 128, Skv = 8192, D = 512, P = 64, device = "cuda";
 
-for (const H of [16, 128]) {
+// The planner's kernel at each head count; at 128 heads also Hopper's wgmma kernel pinned, with its largest
+// difference from the planner's output.
+const RUNS: [number, string | undefined][] = [[16, undefined], [128, undefined], [128, "wgmma"]];
+let planned: Tensor | undefined;
+for (const [H, pin] of RUNS) {
   const bytes = B * Skv * (D + P) * 2, flops = 2 * B * H * Skv * (D + P + D);
   const rec: BenchRecord = {
     op: "MultiHeadLatentAttentionDecodeWithKVCacheFwdOp",
     shape: `B${B}_H${H}_Skv${Skv}_D${D}+${P}`,
     dtype: "bfloat16",
-    mode: "decode",
+    mode: pin ? `decode, ${pin} pinned` : "decode",
     ms: null,
     ref: `copy ceiling ${COPY_CEILING_GBPS} GB/s`,
     ref_ms: bytes / (COPY_CEILING_GBPS * 1e9) * 1e3,
@@ -64,15 +71,27 @@ for (const H of [16, 128]) {
     using qPe = Tensor.randn([B, H, P], { dtype: "bfloat16", device, seed: 2 });
     using k = Tensor.randn([B, Skv, 1, D], { dtype: "bfloat16", device, seed: 3 });
     using kPe = Tensor.randn([B, Skv, 1, P], { dtype: "bfloat16", device, seed: 4 });
-    const run = () => {
-      using _o = op.forward(q, qPe, k, kPe);
-    };
+    const pinned = <R>(fn: () => R): R => pin ? withTuning({ "sparse.dsa.decode": pin }, fn) : fn();
+    const run = () =>
+      pinned(() => {
+        using _o = op.forward(q, qPe, k, kPe);
+      });
     run();
     rec.path = lastPlan()?.kernels.map((x) => x.name).join(", ") ?? "?";
     rec.ms = timer.time(run);
     rec.gbps = bytes / (rec.ms * 1e-3) / 1e9;
     rec.tflops = flops / (rec.ms * 1e-3) / 1e12;
     rec.speedup = rec.ref_ms! / rec.ms;
+    const out = pinned(() => op.forward(q, qPe, k, kPe));
+    if (!pin) {
+      planned?.dispose();
+      planned = out;
+    } else {
+      console.log(
+        `H${H} ${pin} pinned: max |difference| from the planner's ${compare(out, planned!).maxAbs}`,
+      );
+      out.dispose();
+    }
   } catch (e) {
     rec.note = `error: ${(e as Error).message.slice(0, 160)}`;
   }
@@ -80,3 +99,4 @@ for (const H of [16, 128]) {
   console.log(JSON.stringify(rec));
   saveRecords(args.results!, "mla_decode", "MLA decode", gpu, records);
 }
+planned?.dispose();

@@ -3,10 +3,17 @@
 // weighted latents. Tolerance rule (FlashAttention's, tests/attention_cases.ts): the max abs error at most
 // twice that of the plain reference in the output's precision (float32 sums, the softmax weights and the
 // output rounded to the dtype), plus 1e-5. DeepSeek-V3's dims (512 + 64: the
-// tensor-core block, partial head groups, tiles of 64 rows) and small ones with several latent heads (the
-// per-item kernel); refusals.
+// tensor-core block, partial head groups, tiles of 64 rows; at 128 heads also Hopper's wgmma kernel, pinned)
+// and small ones with several latent heads (the per-item kernel); refusals.
 import assert from "node:assert/strict";
-import { type Device, lastPlan, MultiHeadLatentAttentionDecodeWithKVCacheFwdOp, Tensor } from "../mod.ts";
+import {
+  type Device,
+  deviceInfo,
+  lastPlan,
+  MultiHeadLatentAttentionDecodeWithKVCacheFwdOp,
+  Tensor,
+  withTuning,
+} from "../mod.ts";
 import { roundBf16, roundF16 } from "../reference/mod.ts";
 import { expectFlashRule } from "./attention_cases.ts";
 import { deviceTest, expectNoLeak, refuses, withSeed } from "./helpers.ts";
@@ -61,7 +68,7 @@ function oracle(
   return out;
 }
 
-function checkMla(device: Device, c: MlaCase, seed: number): void {
+function checkMla(device: Device, c: MlaCase, seed: number, kernel?: string): void {
   const { B, H, Hkv, S, D, P, dtype } = c;
   using q = Tensor.randn([B, H, D], { dtype, device, seed, std: 0.2 });
   using qPe = Tensor.randn([B, H, P], { dtype, device, seed: seed + 1 });
@@ -77,8 +84,9 @@ function checkMla(device: Device, c: MlaCase, seed: number): void {
   });
   using out = op.forward(q, qPe, k, kPe);
   if (device !== "cpu") {
-    const kernel = D === 512 && P === 64 ? `mma<${dtype}, D576>` : `item<${dtype}>`;
-    assert.deepEqual(lastPlan()?.kernels.map((k) => k.name), [`sparse.dsa.decode.${kernel}`]);
+    const variant = kernel ?? (D === 512 && P === 64 ? "mma" : "item");
+    const name = variant === "item" ? `item<${dtype}>` : `${variant}<${dtype}, D576>`;
+    assert.deepEqual(lastPlan()?.kernels.map((k) => k.name), [`sparse.dsa.decode.${name}`]);
   }
   assert.equal(out.dtype, dtype);
   assert.deepEqual(out.shape, [B, H, D]);
@@ -106,6 +114,31 @@ deviceTest(
           { B: 3, H: 2, Hkv: 2, S: 1, D: 32, P: 0, dtype: "bfloat16" },
         ];
         for (const [i, c] of cases.entries()) checkMla(device, c, seed + 10 * i);
+      })),
+);
+
+deviceTest(
+  "MLA decode at 128 heads: the mma.sync block under the planner, Hopper's wgmma kernel pinned",
+  (device) =>
+    expectNoLeak(device, () =>
+      withSeed((seed) => {
+        // Two blocks of 64 heads over a full tile and a partial one; two latent heads of 64 query heads over
+        // 700 rows (the lists split and merge), float16.
+        const cases: MlaCase[] = [
+          { B: 2, H: 128, Hkv: 1, S: 100, D: 512, P: 64, dtype: "bfloat16" },
+          { B: 1, H: 128, Hkv: 2, S: 700, D: 512, P: 64, dtype: "float16" },
+        ];
+        const pin = { "sparse.dsa.decode": "wgmma" };
+        if (device === "cpu") {
+          refuses(() => withTuning(pin, () => checkMla(device, cases[0], seed)), /needs a Hopper GPU/);
+          checkMla(device, cases[0], seed);
+          return;
+        }
+        checkMla(device, cases[0], seed, "mma");
+        if (deviceInfo(device).computeCapability.join(".") !== "9.0") return;
+        for (const [i, c] of cases.entries()) {
+          withTuning(pin, () => checkMla(device, c, seed + 10 * i, "wgmma"));
+        }
       })),
 );
 

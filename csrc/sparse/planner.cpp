@@ -97,6 +97,7 @@ DsaShape shape_of(const DsaDecode& p) {
   s.dtype = p.dtype, s.width = p.D + p.tail, s.dv = p.D;
   s.aligned = on_16_bytes(p.q) && on_16_bytes(p.kv) && on_16_bytes(p.q_pe) && on_16_bytes(p.kv_pe);
   s.b = p.B, s.sq = p.Sq, s.hq = p.H, s.hkv = p.Hkv, s.topk = p.topk;
+  s.rope_apart = p.kv_pe != nullptr;
   return s;
 }
 
@@ -119,7 +120,7 @@ std::string dsa_wgmma_ruled_out(const DsaShape& s) {
 std::string pick_dsa(const DsaShape& s, const tuning::Table& t) {
   const std::string& want = t.get(kDsaStage);
   const std::string why = dsa_wgmma_ruled_out(s);
-  if (want == "wgmma" || (want == "auto" && why.empty())) {
+  if (want == "wgmma" || (want == "auto" && why.empty() && !s.rope_apart)) {
     if (!why.empty()) {
       fail(AK_ERR_UNSUPPORTED,
            std::string(kDsaStage) + ": tuning " + kDsaStage + "=wgmma cannot serve this call: " + why);
