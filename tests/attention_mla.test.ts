@@ -8,7 +8,6 @@
 import assert from "node:assert/strict";
 import {
   type Device,
-  deviceInfo,
   lastPlan,
   MultiHeadLatentAttentionDecodeWithKVCacheFwdOp,
   Tensor,
@@ -16,7 +15,7 @@ import {
 } from "../mod.ts";
 import { roundBf16, roundF16 } from "../reference/mod.ts";
 import { expectFlashRule } from "./attention_cases.ts";
-import { deviceTest, expectNoLeak, refuses, withSeed } from "./helpers.ts";
+import { deviceTest, expectNoLeak, isHopper, refuses, withSeed } from "./helpers.ts";
 
 interface MlaCase {
   B: number;
@@ -135,7 +134,7 @@ deviceTest(
           return;
         }
         checkMla(device, cases[0], seed, "mma");
-        if (deviceInfo(device).computeCapability.join(".") !== "9.0") return;
+        if (!isHopper(device)) return;
         for (const [i, c] of cases.entries()) {
           withTuning(pin, () => checkMla(device, c, seed + 10 * i, "wgmma"));
         }

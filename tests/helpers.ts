@@ -1,9 +1,14 @@
 // Shared by the test files: which devices to run on, fresh seeds, poisoning, memory checks, refusals.
 import assert from "node:assert/strict";
-import { AttnkitError, cudaAvailable, type Device, memoryStats, type Tensor } from "../mod.ts";
+import { AttnkitError, cudaAvailable, type Device, deviceInfo, memoryStats, type Tensor } from "../mod.ts";
 
 /** True when a CUDA device is present: CUDA variants of the tests run, else they are reported as ignored. */
 export const HAS_CUDA: boolean = cudaAvailable();
+
+/** True when `device` is a Hopper GPU (compute capability 9.0), where the sm_90a kernels run. */
+export function isHopper(device: Device): boolean {
+  return device !== "cpu" && deviceInfo(device).computeCapability.join(".") === "9.0";
+}
 
 let noticed = false;
 function noticeSkip() {

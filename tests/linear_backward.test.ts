@@ -15,14 +15,13 @@ import {
   chunkGatedDeltaRuleBackward,
   type DeltaSavedStates,
   type Device,
-  deviceInfo,
   type DType,
   GatedDeltaNetOp,
   recurrentDeltaRuleBackward,
   recurrentGatedDeltaRuleBackward,
   Tensor,
 } from "../mod.ts";
-import { deviceTest, expectNoLeak, withSeed } from "./helpers.ts";
+import { deviceTest, expectNoLeak, isHopper, withSeed } from "./helpers.ts";
 import { type CaseSpec, DeltaCase, expectClose, expectSame, host, tol } from "./linear_fixtures.ts";
 
 type Mode = { recurrent: true } | { recurrent: false; chunkSize: number };
@@ -346,7 +345,7 @@ deviceTest(
       { B: 1, T: 96, H: 2, K: 64, V: 64, dtype: "bfloat16", gated: true, l2norm: true },
       { B: 1, T: 100, H: 2, HK: 1, K: 256, V: 256, dtype: "bfloat16", gated: true, l2norm: true },
     ];
-    const hopper = device !== "cpu" && deviceInfo(device).computeCapability.join(".") === "9.0";
+    const hopper = isHopper(device);
     for (const spec of specs) {
       await withSeed((seed) => {
         let stored = false;

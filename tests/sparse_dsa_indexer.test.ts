@@ -6,7 +6,6 @@ import {
   assertClose,
   DeepSeekSparseAttentionDecodeWithKVCacheFwdOp,
   type Device,
-  deviceInfo,
   FP8LightningIndexerFwdOp,
   lastPlan,
   NSACmpFwdVarlenOp,
@@ -20,7 +19,7 @@ import {
   type LightningIndexerInputs,
   lightningIndexerReference,
 } from "../reference/sparse_attention.ts";
-import { deviceTest, expectNoLeak, poison, refuses, withSeed } from "./helpers.ts";
+import { deviceTest, expectNoLeak, isHopper, poison, refuses, withSeed } from "./helpers.ts";
 import { generator } from "./oracle_checks.ts";
 import {
   expectOutput,
@@ -274,7 +273,7 @@ deviceTest(
           refuses(() => withTuning(pin, () => checkDsa(device, cases[1], seed)), /needs a Hopper GPU/);
           return;
         }
-        const hopper = deviceInfo(device).computeCapability.join(".") === "9.0";
+        const hopper = isHopper(device);
         checkDsa(device, cases[0], seed);
         assert.deepEqual(lastPlan()?.kernels.map((k) => k.name), [
           `sparse.dsa.decode.${hopper ? "wgmma" : "mma"}<${cases[0].dtype}, D576>`,

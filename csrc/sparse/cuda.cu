@@ -67,8 +67,7 @@ void dsa_decode(const DsaDecode& p, int device) {
   plan::set_last(plan);
   if (p.B * p.Sq * p.H == 0) return;
   DsaDecode split = p;  // the plan's split (plan_dsa records it)
-  if (plan.path == "mma") plan_latent_splits(split, caps.sms, kLatentMmaSplit);
-  if (plan.path == "wgmma") plan_latent_splits(split, caps.sms, kLatentWgmmaSplit);
+  if (plan.path != "item") planning::split_lists(split, plan.path, caps.sms);
   launch_planned(plan.rows[0], "sparse.dsa.decode", split, ak::cuda::stream(device));
 }
 

@@ -261,8 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1) dsa_sm90_kernel(DsaDecode p) {
 template <class T, int D, int Tile>
 void DsaWgmma<T, D, Tile>::launch(const Args& args, cudaStream_t stream) {
   using namespace dsa90;
-  if (args.B * args.Sq * args.H == 0) return;
-  // Split by the caller (cuda.cu).
+  // Split by the caller (cuda.cu), which returns before an empty call.
   launch_latent_splits(args, stream, "sparse.dsa.decode.wgmma", [&](const DsaDecode& p) {
     auto* const kernel = dsa_sm90_kernel<T>;
     AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));

@@ -79,15 +79,32 @@ namespace {
 
 bool on_16_bytes(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// A stage of a tensor-core block and a per-item kernel: under "auto" the block where it serves (`why` is
-// empty), else the table's variant; the block forced where it cannot serve is AK_ERR_UNSUPPORTED.
-std::string pick_mma_or_item(const std::string& stage, const std::string& why, const tuning::Table& t) {
+// A tensor-core kernel of a stage and why it cannot serve a call ("" when it can); one that is not `automatic`
+// runs only when pinned.
+struct Candidate {
+  const char* variant;
+  std::string why;
+  bool automatic = true;
+};
+
+// The variant a stage runs under the tuning table: under "auto" the first candidate that serves, else the
+// per-item kernel; otherwise the table's. A candidate pinned where it cannot serve is AK_ERR_UNSUPPORTED.
+std::string pick_first(const std::string& stage, std::initializer_list<Candidate> candidates,
+                       const tuning::Table& t) {
   const std::string& want = t.get(stage);
-  const std::string variant = want == "auto" ? (why.empty() ? "mma" : "item") : want;
-  if (variant == "mma" && !why.empty()) {
-    fail(AK_ERR_UNSUPPORTED, stage + ": tuning " + stage + "=mma cannot serve this call: " + why);
+  for (const Candidate& c : candidates) {
+    if (want == c.variant && !c.why.empty()) {
+      fail(AK_ERR_UNSUPPORTED, stage + ": tuning " + stage + "=" + want + " cannot serve this call: " + c.why);
+    }
+    if (want == "auto" && c.automatic && c.why.empty()) return c.variant;
   }
-  return variant;
+  return want == "auto" ? "item" : want;
+}
+
+// Whether this GPU runs a stage's variant at a dtype and head dim (its registry row and the caps).
+bool runs_here(const char* stage, const char* variant, int32_t dtype, int64_t d, const registry::Caps& caps) {
+  const int row = registry::find(stage, variant, dtype, int(d), 0);
+  return row >= 0 && caps.can_run(row);
 }
 
 }  // namespace
@@ -118,28 +135,25 @@ std::string dsa_wgmma_ruled_out(const DsaShape& s) {
 }  // namespace
 
 std::string pick_dsa(const DsaShape& s, const tuning::Table& t) {
-  const std::string& want = t.get(kDsaStage);
-  const std::string why = dsa_wgmma_ruled_out(s);
-  if (want == "wgmma" || (want == "auto" && why.empty() && !s.rope_apart)) {
-    if (!why.empty()) {
-      fail(AK_ERR_UNSUPPORTED,
-           std::string(kDsaStage) + ": tuning " + kDsaStage + "=wgmma cannot serve this call: " + why);
-    }
-    return "wgmma";
-  }
-  return pick_mma_or_item(kDsaStage, dsa_mma_ruled_out(s), t);
+  // With the rotary columns apart (MLA) the wgmma kernel runs only when pinned, until its GPU check against
+  // the oracle.
+  return pick_first(kDsaStage, {{"wgmma", dsa_wgmma_ruled_out(s), !s.rope_apart}, {"mma", dsa_mma_ruled_out(s)}},
+                    t);
+}
+
+void split_lists(DsaDecode& p, const std::string& path, int sms) {
+  plan_latent_splits(p, sms, path == "wgmma" ? kLatentWgmmaSplit : kLatentMmaSplit);
 }
 
 plan::Plan plan_dsa(const DsaShape& shape, const registry::Caps& caps, const tuning::Table& t) {
   DsaShape s = shape;
-  const int wgmma = registry::find(kDsaStage, "wgmma", AK_BFLOAT16, kDsaMmaWidth, 0);
-  s.hopper = wgmma >= 0 && caps.can_run(wgmma);
+  s.hopper = runs_here(kDsaStage, "wgmma", AK_BFLOAT16, kDsaMmaWidth, caps);
   plan::Plan plan =
       planned(kDsaStage, pick_dsa(s, t), s.dtype, s.width, caps, t, "mma_ruled_out", dsa_mma_ruled_out(s));
   if (plan.path != "item" && s.b * s.sq * s.hq * s.topk > 0) {
     DsaDecode p;
     p.B = s.b, p.Sq = s.sq, p.H = s.hq, p.Hkv = s.hkv, p.topk = s.topk;
-    plan_latent_splits(p, caps.sms, plan.path == "wgmma" ? kLatentWgmmaSplit : kLatentMmaSplit);
+    split_lists(p, plan.path, caps.sms);
     plan.detail("splits", p.splits);
   }
   return plan;
@@ -182,21 +196,12 @@ std::string indexer_wgmma_ruled_out(const IndexerShape& s) {
 }  // namespace
 
 std::string pick_indexer(const IndexerShape& s, const tuning::Table& t) {
-  const std::string& want = t.get(kIndexerStage);
-  const std::string wgmma_why = indexer_wgmma_ruled_out(s), mma_why = indexer_mma_here(s);
-  const std::string variant = want != "auto" ? want : wgmma_why.empty() ? "wgmma" : mma_why.empty() ? "mma" : "item";
-  const std::string why = variant == "wgmma" ? wgmma_why : variant == "mma" ? mma_why : "";
-  if (!why.empty()) {
-    fail(AK_ERR_UNSUPPORTED,
-         std::string(kIndexerStage) + ": tuning " + kIndexerStage + "=" + variant + " cannot serve this call: " + why);
-  }
-  return variant;
+  return pick_first(kIndexerStage, {{"wgmma", indexer_wgmma_ruled_out(s)}, {"mma", indexer_mma_here(s)}}, t);
 }
 
 plan::Plan plan_indexer(const IndexerShape& shape, const registry::Caps& caps, const tuning::Table& t) {
   IndexerShape s = shape;
-  const int wgmma = registry::find(kIndexerStage, "wgmma", AK_FLOAT8_E4M3, kIdxDim, 0);
-  s.hopper = wgmma >= 0 && caps.can_run(wgmma);
+  s.hopper = runs_here(kIndexerStage, "wgmma", AK_FLOAT8_E4M3, kIdxDim, caps);
   return planned(kIndexerStage, pick_indexer(s, t), s.dtype, s.d, caps, t, "mma_ruled_out", indexer_mma_here(s));
 }
 
@@ -220,7 +225,7 @@ TopkShape shape_of(const NsaTopk& p) {
 }
 
 std::string pick_topk(const TopkShape& s, const tuning::Table& t) {
-  return pick_mma_or_item(kTopkStage, topk_mma_ruled_out(s), t);
+  return pick_first(kTopkStage, {{"mma", topk_mma_ruled_out(s)}}, t);
 }
 
 plan::Plan plan_topk(const TopkShape& s, const registry::Caps& caps, const tuning::Table& t) {

@@ -66,6 +66,10 @@ std::string pick_dsa(const DsaShape& s, const tuning::Table& t);
 
 plan::Plan plan_dsa(const DsaShape& s, const registry::Caps& caps, const tuning::Table& t);
 
+// Sets the split of the lists (p.splits, p.chunk) for a plan's latent kernel ("mma", "wgmma") on `sms`
+// multiprocessors.
+void split_lists(DsaDecode& p, const std::string& path, int sms);
+
 // The lightning indexer: at 64 heads of 128 dims the wgmma kernel (float8_e4m3 on Hopper) or the mma.sync
 // block (bfloat16 or float8_e4m3), else the per-item kernel, under sparse.indexer = auto | wgmma | mma | item.
 struct IndexerShape {
