@@ -2,7 +2,7 @@
  * Benchmark of MLA decode (`MultiHeadLatentAttentionDecodeWithKVCacheFwdOp`, bf16, DeepSeek-V3's latent 512
  * + rotary 64 over one latent head) at the serving issue's shape, batch 128 x 8192 cache rows, with 16 query
  * heads (a tensor-parallel shard: memory-bound) and 128 (the whole model: compute-bound on these bytes), the
- * planner's kernel and at 128 heads also Hopper's wgmma kernel pinned.
+ * planner's kernel (on Hopper the wgmma kernel at 128 heads) and at 128 heads also the mma.sync block pinned.
  * GB/s counts the cache bytes read once (`B Skv 576 x 2`) against the 4252 GB/s copy ceiling; TFLOP/s counts
  * `2 B H Skv (576 + 512)`. FlashMLA reports about 3000 GB/s and 580-660 TFLOP/s on H800 (ANCHORS.md). Times:
  * CUDA events, median of `--iterations` calls after 3 warm-up calls, the L2 flushed before each.
@@ -39,9 +39,9 @@ const records: BenchRecord[] = [];
 using timer = new FlushedTimer(Number(args.iterations));
 const B = 128, Skv = 8192, D = 512, P = 64, device = "cuda";
 
-// The planner's kernel at each head count; at 128 heads also Hopper's wgmma kernel pinned, with its largest
+// The planner's kernel at each head count; at 128 heads also the mma.sync block pinned, with its largest
 // difference from the planner's output.
-const RUNS: [number, string | undefined][] = [[16, undefined], [128, undefined], [128, "wgmma"]];
+const RUNS: [number, string | undefined][] = [[16, undefined], [128, undefined], [128, "mma"]];
 let planned: Tensor | undefined;
 for (const [H, pin] of RUNS) {
   const bytes = B * Skv * (D + P) * 2, flops = 2 * B * H * Skv * (D + P + D);

@@ -3,7 +3,8 @@
 // weighted latents. Tolerance rule (FlashAttention's, tests/attention_cases.ts): the max abs error at most
 // twice that of the plain reference in the output's precision (float32 sums, the softmax weights and the
 // output rounded to the dtype), plus 1e-5. DeepSeek-V3's dims (512 + 64: the
-// tensor-core block, partial head groups, tiles of 64 rows; at 128 heads also Hopper's wgmma kernel, pinned)
+// tensor-core block, partial head groups, tiles of 64 rows; at 128 heads Hopper's wgmma kernel and the
+// mma.sync block pinned)
 // and small ones with several latent heads (the per-item kernel); refusals.
 import assert from "node:assert/strict";
 import {
@@ -117,7 +118,7 @@ deviceTest(
 );
 
 deviceTest(
-  "MLA decode at 128 heads: the mma.sync block under the planner, Hopper's wgmma kernel pinned",
+  "MLA decode at 128 heads: Hopper's wgmma kernel under the planner, the mma.sync block pinned",
   (device) =>
     expectNoLeak(device, () =>
       withSeed((seed) => {
@@ -133,11 +134,10 @@ deviceTest(
           checkMla(device, cases[0], seed);
           return;
         }
-        checkMla(device, cases[0], seed, "mma");
-        if (!isHopper(device)) return;
-        for (const [i, c] of cases.entries()) {
-          withTuning(pin, () => checkMla(device, c, seed + 10 * i, "wgmma"));
-        }
+        const hopper = isHopper(device);
+        for (const [i, c] of cases.entries()) checkMla(device, c, seed + 10 * i, hopper ? "wgmma" : "mma");
+        if (!hopper) return;
+        withTuning({ "sparse.dsa.decode": "mma" }, () => checkMla(device, cases[0], seed, "mma"));
       })),
 );
 

@@ -79,12 +79,10 @@ namespace {
 
 bool on_16_bytes(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// A tensor-core kernel of a stage and why it cannot serve a call ("" when it can); one that is not `automatic`
-// runs only when pinned.
+// A tensor-core kernel of a stage and why it cannot serve a call ("" when it can).
 struct Candidate {
   const char* variant;
   std::string why;
-  bool automatic = true;
 };
 
 // The variant a stage runs under the tuning table: under "auto" the first candidate that serves, else the
@@ -96,7 +94,7 @@ std::string pick_first(const std::string& stage, std::initializer_list<Candidate
     if (want == c.variant && !c.why.empty()) {
       fail(AK_ERR_UNSUPPORTED, stage + ": tuning " + stage + "=" + want + " cannot serve this call: " + c.why);
     }
-    if (want == "auto" && c.automatic && c.why.empty()) return c.variant;
+    if (want == "auto" && c.why.empty()) return c.variant;
   }
   return want == "auto" ? "item" : want;
 }
@@ -114,7 +112,6 @@ DsaShape shape_of(const DsaDecode& p) {
   s.dtype = p.dtype, s.width = p.D + p.tail, s.dv = p.D;
   s.aligned = on_16_bytes(p.q) && on_16_bytes(p.kv) && on_16_bytes(p.q_pe) && on_16_bytes(p.kv_pe);
   s.b = p.B, s.sq = p.Sq, s.hq = p.H, s.hkv = p.Hkv, s.topk = p.topk;
-  s.rope_apart = p.kv_pe != nullptr;
   return s;
 }
 
@@ -135,10 +132,7 @@ std::string dsa_wgmma_ruled_out(const DsaShape& s) {
 }  // namespace
 
 std::string pick_dsa(const DsaShape& s, const tuning::Table& t) {
-  // With the rotary columns apart (MLA) the wgmma kernel runs only when pinned, until its GPU check against
-  // the oracle.
-  return pick_first(kDsaStage, {{"wgmma", dsa_wgmma_ruled_out(s), !s.rope_apart}, {"mma", dsa_mma_ruled_out(s)}},
-                    t);
+  return pick_first(kDsaStage, {{"wgmma", dsa_wgmma_ruled_out(s)}, {"mma", dsa_mma_ruled_out(s)}}, t);
 }
 
 void split_lists(DsaDecode& p, const std::string& path, int sms) {

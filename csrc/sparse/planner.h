@@ -44,7 +44,6 @@ struct DsaShape {
   // The call's sizes, when known: the plan then records the tensor-core block's split of the lists.
   int64_t b = 0, sq = 0, hq = 0, hkv = 1, topk = 0;
   bool hopper = false;  // the GPU runs sm_90a rows (plan_dsa sets it from the caps)
-  bool rope_apart = false;  // the rotary columns in tensors of their own (MLA's q_pe, k_pe)
 };
 
 constexpr const char* kDsaStage = "sparse.dsa.decode";
@@ -58,8 +57,7 @@ std::string dsa_mma_ruled_out(const DsaShape& s);
 DsaShape shape_of(const DsaDecode& p);
 
 // The variant a call runs under the tuning table (the CPU backend's choice too): under "auto" the wgmma
-// kernel where it serves (Hopper, KV groups of a multiple of 64 heads, the rotary columns in the cache rows:
-// with them apart, as MLA passes them, it runs only when pinned until its GPU check against the oracle), else
+// kernel where it serves (Hopper, KV groups of a multiple of 64 heads; MLA's calls too), else
 // the mma.sync block where it serves, else per item; otherwise the table's. A kernel forced where it cannot
 // serve is AK_ERR_UNSUPPORTED.
 std::string pick_dsa(const DsaShape& s, const tuning::Table& t);
