@@ -40,9 +40,11 @@ import {
   cudaAvailable,
   deviceInfo,
   GatedDeltaNetDecodeFwdOp,
+  lastPlan,
   loadSafetensors,
   Tensor,
   timeIt,
+  withTuning,
 } from "../mod.ts";
 
 /** One result row, as recorded in the JSON. */
@@ -52,7 +54,7 @@ export interface LinearRecord {
   /** FLA's shape name, e.g. `B4_T2048_H16_D128` (decode: `B256_T1_H32_D128`). */
   shape: string;
   dtype: string;
-  mode: "fwd" | "fwdbwd" | "decode";
+  mode: "fwd" | "fwdbwd" | "decode" | `decode, ${string} pinned`;
   /** attnkit's median ms (null when not run, e.g. no CUDA backward yet). */
   ms: number | null;
   /** The reference, e.g. `fla.chunk_gated_delta_rule`. */
@@ -319,45 +321,52 @@ if (import.meta.main) {
     }
   }
 
+  // Decode: the planner's kernel, then each decode kernel pinned (same inputs, same call).
   for (const [shape, s] of Object.entries(fla.decode)) {
     if (!ops.has("decode")) break;
     using file = await loadSafetensors(`${values.dir}/decode_${shape}.safetensors`, { device });
     const t = file.tensors;
     const [B, H, K, V] = t.state.shape;
     const bytes = 2 * B * H * K * V * 4;
-    let ms: number | null = null, outDiff: Diff | null = null, stateDiff: Diff | null = null;
-    let note: string | undefined;
-    try {
-      const op = new GatedDeltaNetDecodeFwdOp();
-      using output = Tensor.empty([B, H, V], { dtype: "bfloat16", device });
-      using newState = Tensor.empty([B, H, K, V], { dtype: "float32", device }).fill(NaN);
-      op.forward(t.q, t.k, t.v, t.g, t.beta, t.state, { output, newState });
-      outDiff = tensorDiff(output, t.o_fla);
-      if (t.ht_fla_head) {
-        const head = t.ht_fla_head.toArray() as Float32Array;
-        stateDiff = diff(newState.toArray() as Float32Array, head, head.length);
+    for (const pin of [undefined, "simt", "tile"]) {
+      let ms: number | null = null, outDiff: Diff | null = null, stateDiff: Diff | null = null;
+      let note: string | undefined, path = "?";
+      const pinned = <R>(fn: () => R): R => pin ? withTuning({ "linear.decode": pin }, fn) : fn();
+      try {
+        const op = new GatedDeltaNetDecodeFwdOp();
+        using output = Tensor.empty([B, H, V], { dtype: "bfloat16", device });
+        using newState = Tensor.empty([B, H, K, V], { dtype: "float32", device }).fill(NaN);
+        pinned(() => op.forward(t.q, t.k, t.v, t.g, t.beta, t.state, { output, newState }));
+        path = lastPlan()?.kernels.map((x) => x.name).join(", ") ?? "?";
+        outDiff = tensorDiff(output, t.o_fla);
+        if (t.ht_fla_head) {
+          const head = t.ht_fla_head.toArray() as Float32Array;
+          stateDiff = diff(newState.toArray() as Float32Array, head, head.length);
+        }
+        ms = time(() =>
+          pinned(() => void op.forward(t.q, t.k, t.v, t.g, t.beta, t.state, { output, newState }))
+        );
+      } catch (e) {
+        note = `attnkit: ${firstLine(e)}`;
       }
-      ms = time(() => void op.forward(t.q, t.k, t.v, t.g, t.beta, t.state, { output, newState }));
-    } catch (e) {
-      note = `attnkit: ${firstLine(e)}`;
+      const refMs = flaRan ? (s.decode_ms ?? null) : (ANCHOR_DECODE_MS[shape] ?? null);
+      records.push({
+        op: OUR_NAME.decode,
+        shape,
+        dtype: "bfloat16 (fp32 state)",
+        mode: pin ? `decode, ${pin} pinned` : "decode",
+        ms,
+        ref: flaRan ? FLA_NAME.decode : `${FLA_NAME.decode} (ANCHORS.md)`,
+        ref_ms: refMs,
+        speedup: ms !== null && refMs !== null ? refMs / ms : null,
+        tflops: null,
+        gbps: ms !== null ? bytes / ms / 1e6 : null,
+        max_rel_diff: outDiff?.maxRel ?? null,
+        rel_rms: outDiff?.relRms ?? null,
+        state_rel_rms: stateDiff?.relRms ?? null,
+        note: note ?? (s.error ? `FLA: ${s.error}` : path),
+      });
     }
-    const refMs = flaRan ? (s.decode_ms ?? null) : (ANCHOR_DECODE_MS[shape] ?? null);
-    records.push({
-      op: OUR_NAME.decode,
-      shape,
-      dtype: "bfloat16 (fp32 state)",
-      mode: "decode",
-      ms,
-      ref: flaRan ? FLA_NAME.decode : `${FLA_NAME.decode} (ANCHORS.md)`,
-      ref_ms: refMs,
-      speedup: ms !== null && refMs !== null ? refMs / ms : null,
-      tflops: null,
-      gbps: ms !== null ? bytes / ms / 1e6 : null,
-      max_rel_diff: outDiff?.maxRel ?? null,
-      rel_rms: outDiff?.relRms ?? null,
-      state_rel_rms: stateDiff?.relRms ?? null,
-      note: note ?? (s.error ? `FLA: ${s.error}` : undefined),
-    });
   }
 
   const lines = [

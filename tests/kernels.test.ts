@@ -233,10 +233,21 @@ Deno.test("planner: the linear backward and decode", () => {
   refused(() => bwd({ k: 64 }, "linear.bwd.states.tile=16"), "UNSUPPORTED", /tile/);
   refused(() => bwd({ k: 128 }, "linear.bwd.grads=two_pass"), "UNSUPPORTED", /two_pass/);
   refused(() => bwd({ k: 128 }, "linear.bwd.l2norm=prep"), "UNSUPPORTED", /no L2 norm/);
+  // Decode: the tile kernel at K 64 / 128 / 256 with 16-byte rows (any GPU from sm_80), else the register
+  // kernel with the reason; the tuning key pins either, a tile pin that cannot serve is refused.
+  const decode = (q: Omit<PlanQuery, "op" | "gpu">, spec = "") =>
+    plan({ op: "linear.decode", gpu: "h200", ...q }, spec);
+  assert.equal(decode({ dtype: "float32" }).kernels[0].name, "linear.decode.tile<float32, D128>");
   assert.equal(
-    plan({ op: "linear.decode", gpu: "h200", dtype: "float32" }).kernels[0].name,
-    "linear.decode.simt<float32>",
+    plan({ op: "linear.decode", gpu: "a100", dtype: "float16", k: 256 }).kernels[0].name,
+    "linear.decode.tile<float16, D256>",
   );
+  const odd = decode({ k: 96 });
+  assert.equal(odd.kernels[0].name, "linear.decode.simt<bfloat16>");
+  assert.match(String(odd.details.why), /K is not 64, 128 or 256/);
+  assert.match(String(decode({ k: 64, aligned: false }).details.why), /16-byte aligned/);
+  assert.equal(decode({ k: 64 }, "linear.decode=simt").kernels[0].name, "linear.decode.simt<bfloat16>");
+  refused(() => decode({ k: 96 }, "linear.decode=tile"), "UNSUPPORTED", /linear\.decode=tile cannot serve/);
 });
 
 Deno.test("explain: bad queries are refused by name", () => {

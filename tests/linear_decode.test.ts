@@ -6,13 +6,16 @@
 // 2e-6 for one step and 5e-5 after T steps (far tighter: TF32 would be about 1e-3).
 import assert from "node:assert/strict";
 import {
+  AttnkitError,
   DeltaNetDecodeFwdOp,
   type Device,
   type DType,
   GatedDeltaNetDecodeFwdOp,
+  lastPlan,
   recurrentDeltaRule,
   recurrentGatedDeltaRule,
   Tensor,
+  withTuning,
 } from "../mod.ts";
 import { deviceTest, withSeed } from "./helpers.ts";
 import { type CaseSpec, DeltaCase, expectClose, expectSame, host, poisoned, tol } from "./linear_fixtures.ts";
@@ -154,3 +157,162 @@ deviceTest(
     }
   },
 );
+
+// Each decode kernel on the shapes that break it: the tile kernel at K 64 / 128 / 256 (value columns in
+// slices of 8192 / K, the last one partial), odd head counts with grouped q/k heads, fp32 and 16-bit states,
+// in place or not; the register kernel pinned on the same calls; unaligned rows and other K on the register
+// kernel under the planner. One step from a random state against the float64 oracle.
+deviceTest(
+  "decode: each kernel against the oracle (tile slices, GQA, 16-bit states, in place)",
+  async (device) => {
+    const cases: (CaseSpec & { state: "float32" | "input"; inPlace: boolean; kernel: "tile" | "simt" })[] = [
+      {
+        B: 3,
+        T: 1,
+        H: 3,
+        HK: 1,
+        K: 64,
+        V: 200,
+        dtype: "bfloat16",
+        gated: true,
+        l2norm: true,
+        state: "float32",
+        inPlace: false,
+        kernel: "tile",
+      },
+      {
+        B: 2,
+        T: 1,
+        H: 5,
+        HK: 5,
+        K: 128,
+        V: 80,
+        dtype: "float16",
+        gated: false,
+        l2norm: true,
+        state: "input",
+        inPlace: true,
+        kernel: "tile",
+      },
+      {
+        B: 2,
+        T: 1,
+        H: 2,
+        HK: 1,
+        K: 256,
+        V: 40,
+        dtype: "float32",
+        gated: true,
+        state: "float32",
+        inPlace: true,
+        kernel: "tile",
+      },
+      {
+        B: 1,
+        T: 1,
+        H: 4,
+        HK: 2,
+        K: 128,
+        V: 128,
+        dtype: "bfloat16",
+        gated: true,
+        l2norm: true,
+        state: "input",
+        inPlace: false,
+        kernel: "tile",
+      },
+      // Rows of 42 fp32 values are not 16-byte aligned; K 96 has no tile kernel.
+      {
+        B: 2,
+        T: 1,
+        H: 3,
+        HK: 3,
+        K: 64,
+        V: 42,
+        dtype: "float32",
+        gated: true,
+        state: "float32",
+        inPlace: false,
+        kernel: "simt",
+      },
+      {
+        B: 2,
+        T: 1,
+        H: 2,
+        HK: 1,
+        K: 96,
+        V: 32,
+        dtype: "bfloat16",
+        gated: true,
+        l2norm: true,
+        state: "float32",
+        inPlace: true,
+        kernel: "simt",
+      },
+    ];
+    for (const [i, spec] of cases.entries()) {
+      const pins = spec.kernel === "tile" ? [undefined, "simt"] : [undefined];
+      for (const pin of pins) {
+        await withSeed((seed) => {
+          using c = new DeltaCase(device, spec, seed + i);
+          const { B, H, K, V, dtype } = spec;
+          const stateDtype = spec.state === "float32" ? "float32" : dtype;
+          const state = c.own(c.initialState!.cast(stateDtype));
+          const before = host(state);
+          const x = c.hostInputs;
+          const output = c.own(poisoned([B, H, V], dtype, device));
+          const newState = spec.inPlace ? state : c.own(poisoned([B, H, K, V], stateDtype, device));
+          const row = (t: Tensor) => c.own(t.reshape([t.shape[0], ...t.shape.slice(2)]));
+          const args = [row(c.q), row(c.k), row(c.v)] as const;
+          const run = () => {
+            const options = { useQkL2norm: spec.l2norm ?? false, inPlace: spec.inPlace };
+            const out = { output, ...(spec.inPlace ? {} : { newState }) };
+            return spec.gated
+              ? new GatedDeltaNetDecodeFwdOp(options).forward(...args, row(c.g!), row(c.beta), state, out)
+              : new DeltaNetDecodeFwdOp(options).forward(...args, row(c.beta), state, out);
+          };
+          const r = pin ? withTuning({ "linear.decode": pin }, run) : run();
+          assert.equal(r.newState, newState);
+          const name = `K ${K} V ${V} ${dtype} ${stateDtype} state, ${pin ?? "planner"}`;
+          if (device !== "cpu") {
+            const want = (pin ?? spec.kernel) === "tile" ? `tile<${dtype}, D${K}>` : `simt<${dtype}>`;
+            assert.deepEqual(lastPlan()?.kernels.map((k) => k.name), [`linear.decode.${want}`], name);
+          }
+          const ref = deltaRuleReference({ ...x, initialState: before });
+          const t = tol(dtype);
+          expectClose(output, ref.output, t.output, `${name}: output`);
+          expectClose(
+            r.newState,
+            ref.finalState,
+            stateDtype === "float32" ? t.state : 0.005,
+            `${name}: state`,
+          );
+        });
+      }
+    }
+  },
+);
+
+deviceTest("decode: a kernel pinned where it cannot serve is refused, empty batches too", (device) => {
+  if (device === "cpu") return;
+  for (const B of [2, 0]) {
+    const q = Tensor.zeros([B, 2, 96], { dtype: "bfloat16", device });
+    const v = Tensor.zeros([B, 2, 32], { dtype: "bfloat16", device });
+    const beta = Tensor.zeros([B, 2], { dtype: "float32", device });
+    const state = Tensor.zeros([B, 2, 96, 32], { dtype: "float32", device });
+    try {
+      assert.throws(
+        () =>
+          withTuning(
+            { "linear.decode": "tile" },
+            () => new DeltaNetDecodeFwdOp().forward(q, q, v, beta, state),
+          ),
+        (e: Error) =>
+          e instanceof AttnkitError &&
+          /linear\.decode=tile cannot serve this call: K is not 64/.test(e.message),
+      );
+    } finally {
+      for (const t of [q, v, beta, state]) t.dispose();
+    }
+  }
+});

@@ -192,22 +192,27 @@ function linearWyFactors(row: KernelRow, seed: number): void {
 function linearDecode(row: KernelRow, seed: number): void {
   const states: DType[] = row.dtype === "float32" ? ["float32"] : ["float32", row.dtype as DType];
   for (const stateDtype of states) {
-    const spec = linearSpec(row, { T: 1, K: 64, V: 96 });
+    // K from the row (the tile kernel's), V 96: whole and partial column slices.
+    const spec = linearSpec(row, { T: 1, K: row.d || 64, V: 96 });
     using c = new DeltaCase(DEVICE, spec, seed);
     const { B, H, K, V } = spec;
     const squeeze = (t: Tensor, shape: number[]) => c.own(t.reshape(shape));
     const state = c.own(c.initialState!.cast(stateDtype));
     const output = c.own(poisoned([B, H, V], spec.dtype, DEVICE));
-    const r = pinned(row, {}, () =>
-      new GatedDeltaNetDecodeFwdOp({ useQkL2norm: true }).forward(
-        squeeze(c.q, [B, H, K]),
-        squeeze(c.k, [B, H, K]),
-        squeeze(c.v, [B, H, V]),
-        squeeze(c.g!, [B, H]),
-        squeeze(c.beta, [B, H]),
-        state,
-        { output },
-      ));
+    const r = pinned(
+      row,
+      { "linear.decode": row.variant },
+      () =>
+        new GatedDeltaNetDecodeFwdOp({ useQkL2norm: true }).forward(
+          squeeze(c.q, [B, H, K]),
+          squeeze(c.k, [B, H, K]),
+          squeeze(c.v, [B, H, V]),
+          squeeze(c.g!, [B, H]),
+          squeeze(c.beta, [B, H]),
+          state,
+          { output },
+        ),
+    );
     c.own(r.newState);
     const ref = deltaRuleReference(c.hostInputs);
     const t = stateDtype === "float32" ? tol(spec.dtype).state : tol(stateDtype).state;

@@ -289,8 +289,8 @@ AK_API ak_status ak_delta_rule_decode(const ak_tensor* q, const ak_tensor* k, co
     check_same_device(ns, "new_state", qt, "q");
     check_in_place_or_apart(st, ns);
     a = DeltaDecode{a.p, q, k, v, g, beta, state, output, new_state};
-    if (p.B == 0) return;
     if (p.device_type == AK_CPU) {
+      if (p.B == 0) return;
       ak::linear::cpu::delta_decode(a);
     } else {
       AK_CUDA_CALL(ak::linear::cuda::delta_decode(a));

@@ -433,12 +433,29 @@ BwdChoice plan_bwd(const BwdShape& s, const registry::Caps& caps, const tuning::
   return c;
 }
 
-DecodeChoice plan_decode(int32_t dtype, const registry::Caps& caps) {
+DecodeChoice plan_decode(const DecodeShape& s, const registry::Caps& caps, const tuning::Table& t) {
   DecodeChoice c;
   c.plan.op = "linear.decode";
-  c.plan.path = "simt";
-  c.row = runnable(caps, "linear.decode", "simt", dtype, 0, 0);
-  require(c.row >= 0, "delta_rule_decode: the decode kernel is not built for this GPU");
+  // The tile kernel where it serves (K 64 / 128 / 256, 16-byte rows), else the register kernel (any K up
+  // to 256, any alignment); the tuning key linear.decode pins one.
+  std::string why_not_tile;
+  if (s.K != 64 && s.K != 128 && s.K != 256) why_not_tile = "K is not 64, 128 or 256";
+  else if (!s.aligned) why_not_tile = "the state's rows are not 16-byte aligned";
+  const int tile = why_not_tile.empty() ? runnable(caps, "linear.decode", "tile", s.dtype, int(s.K), 0) : -1;
+  if (why_not_tile.empty() && tile < 0) why_not_tile = "it is not built for this GPU";
+  const std::string& want = t.get("linear.decode");
+  if (want == "tile" && tile < 0) {
+    fail(AK_ERR_UNSUPPORTED, "delta_rule_decode: tuning linear.decode=tile cannot serve this call: " + why_not_tile);
+  }
+  if (want != "simt" && tile >= 0) {
+    c.plan.path = "tile";
+    c.row = tile;
+  } else {
+    c.plan.path = "simt";
+    c.row = runnable(caps, "linear.decode", "simt", s.dtype, 0, 0);
+    require(c.row >= 0, "delta_rule_decode: the decode kernel is not built for this GPU");
+    if (want == "auto") c.plan.detail("why", "tile kernel: " + why_not_tile);
+  }
   c.plan.rows.push_back(c.row);
   return c;
 }
@@ -453,8 +470,12 @@ std::string plan_query(const std::string& op, plan::Query& q) {
   const tuning::Table t = tuning::current();
   const int32_t dtype = q.dtype("dtype");
   if (op == "linear.decode") {
+    DecodeShape d;
+    d.dtype = dtype;
+    d.K = q.integer("k", 128);
+    d.aligned = q.flag("aligned", true);
     q.finish();
-    return plan_decode(dtype, caps).plan.json();
+    return plan_decode(d, caps, t).plan.json();
   }
   const int64_t b = q.integer("b", 1), T = q.integer("t", 4096);
   const int64_t H = q.integer("h", 16), HK = q.integer("hk", H);

@@ -75,7 +75,17 @@ struct DecodeChoice {
   int row = -1;
 };
 
-DecodeChoice plan_decode(int32_t dtype, const registry::Caps& caps);
+// A decode call: the inputs' dtype, K, and whether every row of the state starts on 16 bytes (its base
+// and V times its element size).
+struct DecodeShape {
+  int32_t dtype = 0;
+  int64_t K = 0;
+  bool aligned = true;
+};
+
+// The decode kernel: the tile kernel where it serves, else the register kernel; a pin through the
+// tuning key linear.decode that cannot serve is AK_ERR_UNSUPPORTED.
+DecodeChoice plan_decode(const DecodeShape& s, const registry::Caps& caps, const tuning::Table& t);
 
 // ak_plan for ops linear.fwd, linear.bwd and linear.decode: the plan as JSON.
 std::string plan_query(const std::string& op, plan::Query& q);

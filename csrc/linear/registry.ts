@@ -144,6 +144,18 @@ export const linearRegistry: KernelFamily = {
       instances: [{ dtypes: ALL, d: [0] }],
       doc: "One token a sequence: the state read once and written in place, fp32 or 16-bit states.",
     },
+    {
+      stage: "linear.decode",
+      variant: "tile",
+      launcher: "ak::linear::cuda::DecodeTile",
+      args: "fwd::DecodeArgs<T>",
+      header: "linear/delta/decode_tile.cuh",
+      arch: "sm80",
+      instances: [{ dtypes: ALL, d: [64, 128, 256] }],
+      doc: "The same step on 8192-value state tiles (K x 8192 / K value columns) copied into shared memory " +
+        "by cp.async, four warps a block: several tiles in flight per SM without registers holding them.",
+      constraints: "K in {64, 128, 256}; 16-byte aligned state rows",
+    },
     // ---- backward, tensor-core path ----
     {
       stage: "linear.bwd.prep",

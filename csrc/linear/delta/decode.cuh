@@ -198,19 +198,7 @@ namespace ak::linear::cuda {
 template <class T, int D, int Tile>
 void Decode<T, D, Tile>::launch(const Args& a, cudaStream_t stream) {
   if (a.state_f32 || std::is_same_v<T, float>) return fwd::launch_decode<T, float>(a.p, stream);
-  fwd::DecodeParams<T, T> p16;
-  const fwd::DecodeParams<T, float>& p = a.p;
-  p16.q = p.q, p16.k = p.k, p16.v = p.v;
-  p16.q_sb = p.q_sb, p16.q_sh = p.q_sh, p16.k_sb = p.k_sb, p16.k_sh = p.k_sh, p16.v_sb = p.v_sb, p16.v_sh = p.v_sh;
-  p16.g = p.g, p16.beta = p.beta;
-  p16.g_sb = p.g_sb, p16.g_sh = p.g_sh, p16.beta_sb = p.beta_sb, p16.beta_sh = p.beta_sh;
-  p16.state = reinterpret_cast<const T*>(p.state);
-  p16.new_state = reinterpret_cast<T*>(p.new_state);
-  p16.o = p.o, p16.o_sb = p.o_sb, p16.o_sh = p.o_sh;
-  p16.B = p.B, p16.H = p.H, p16.group = p.group, p16.K = p.K, p16.V = p.V;
-  p16.scale = p.scale;
-  p16.l2norm = p.l2norm;
-  fwd::launch_decode<T, T>(p16, stream);
+  fwd::launch_decode<T, T>(fwd::state_in_input_dtype(a.p), stream);
 }
 
 }  // namespace ak::linear::cuda

@@ -287,8 +287,15 @@ void delta_decode(const DeltaDecode& a) {
   const DeltaProblem& p = a.p;
   ak::cuda::DeviceGuard guard(p.device_index);
   cudaStream_t stream = ak::cuda::stream(p.device_index);
-  const planning::DecodeChoice plan = planning::plan_decode(p.dtype, ak::cuda::caps(p.device_index));
+  planning::DecodeShape shape;
+  shape.dtype = p.dtype;
+  shape.K = p.K;
+  const size_t elem = a.state->dtype == AK_FLOAT32 ? 4 : 2;
+  shape.aligned = reinterpret_cast<uintptr_t>(a.state->data) % 16 == 0 && (p.V * elem) % 16 == 0;
+  const planning::DecodeChoice plan =
+      planning::plan_decode(shape, ak::cuda::caps(p.device_index), tuning::current());
   plan::set_last(plan.plan);
+  if (p.B == 0) return;  // planned first, so that a pin that cannot serve is refused on empty calls too
   auto run = [&](auto type) {
     using T = decltype(type);
     DecodeArgs<T> d;

@@ -168,4 +168,21 @@ struct DecodeArgs {
   bool state_f32 = true;
 };
 
+// The same parameters with the state read and written in the inputs' dtype.
+template <class T>
+DecodeParams<T, T> state_in_input_dtype(const DecodeParams<T, float>& p) {
+  DecodeParams<T, T> h;
+  h.q = p.q, h.k = p.k, h.v = p.v;
+  h.q_sb = p.q_sb, h.q_sh = p.q_sh, h.k_sb = p.k_sb, h.k_sh = p.k_sh, h.v_sb = p.v_sb, h.v_sh = p.v_sh;
+  h.g = p.g, h.beta = p.beta;
+  h.g_sb = p.g_sb, h.g_sh = p.g_sh, h.beta_sb = p.beta_sb, h.beta_sh = p.beta_sh;
+  h.state = reinterpret_cast<const T*>(p.state);
+  h.new_state = reinterpret_cast<T*>(p.new_state);
+  h.o = p.o, h.o_sb = p.o_sb, h.o_sh = p.o_sh;
+  h.B = p.B, h.H = p.H, h.group = p.group, h.K = p.K, h.V = p.V;
+  h.scale = p.scale;
+  h.l2norm = p.l2norm;
+  return h;
+}
+
 }  // namespace ak::linear::cuda::fwd
