@@ -440,7 +440,7 @@ DecodeChoice plan_decode(const DecodeShape& s, const registry::Caps& caps, const
   // to 256, any alignment); the tuning key linear.decode pins one.
   std::string why_not_tile;
   if (s.K != 64 && s.K != 128 && s.K != 256) why_not_tile = "K is not 64, 128 or 256";
-  else if (!s.aligned) why_not_tile = "the state's rows are not 16-byte aligned";
+  else if (!s.aligned) why_not_tile = "the rows of the state or the new state are not 16-byte aligned";
   const int tile = why_not_tile.empty() ? runnable(caps, "linear.decode", "tile", s.dtype, int(s.K), 0) : -1;
   if (why_not_tile.empty() && tile < 0) why_not_tile = "it is not built for this GPU";
   const std::string& want = t.get("linear.decode");

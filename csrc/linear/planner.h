@@ -75,8 +75,8 @@ struct DecodeChoice {
   int row = -1;
 };
 
-// A decode call: the inputs' dtype, K, and whether every row of the state starts on 16 bytes (its base
-// and V times its element size).
+// A decode call: the inputs' dtype, K, and whether every row of the state and of the new state starts on
+// 16 bytes (their bases and V times the element size).
 struct DecodeShape {
   int32_t dtype = 0;
   int64_t K = 0;

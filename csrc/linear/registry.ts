@@ -154,7 +154,7 @@ export const linearRegistry: KernelFamily = {
       instances: [{ dtypes: ALL, d: [64, 128, 256] }],
       doc: "The same step on 8192-value state tiles (K x 8192 / K value columns) copied into shared memory " +
         "by cp.async, four warps a block: several tiles in flight per SM without registers holding them.",
-      constraints: "K in {64, 128, 256}; 16-byte aligned state rows",
+      constraints: "K in {64, 128, 256}; 16-byte aligned rows of the state and the new state",
     },
     // ---- backward, tensor-core path ----
     {

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "cuda/runtime.cuh"
+#include "linear/delta/decode_quad.cuh"
 #include "linear/delta/fwd/params.h"
 #include "generated/linear_launchers.h"
 
@@ -25,35 +26,6 @@ constexpr int kDecRows = 8;                  // state rows per warp
 constexpr int kDecCols = 4;                  // state columns per lane
 constexpr int kDecSlice = 32 * kDecCols;     // columns per block
 constexpr int kDecMaxWarps = 256 / kDecRows;  // K <= 256
-
-// Four consecutive state elements as floats, and back.
-template <class S>
-struct Quad;
-template <>
-struct Quad<float> {
-  __device__ static __forceinline__ void load(const float* p, float (&x)[4]) {
-    const float4 v = __ldcs(reinterpret_cast<const float4*>(p));
-    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-  }
-  __device__ static __forceinline__ void store(float* p, const float (&x)[4]) {
-    __stcs(reinterpret_cast<float4*>(p), make_float4(x[0], x[1], x[2], x[3]));
-  }
-};
-template <class H>
-struct Quad16 {
-  __device__ static __forceinline__ void load(const H* p, float (&x)[4]) {
-    const uint2 v = __ldcs(reinterpret_cast<const uint2*>(p));
-    const float2 a = unpack2<H>(v.x), b = unpack2<H>(v.y);
-    x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
-  }
-  __device__ static __forceinline__ void store(H* p, const float (&x)[4]) {
-    __stcs(reinterpret_cast<uint2*>(p), make_uint2(pack2<H>(x[0], x[1]), pack2<H>(x[2], x[3])));
-  }
-};
-template <>
-struct Quad<__nv_bfloat16> : Quad16<__nv_bfloat16> {};
-template <>
-struct Quad<__half> : Quad16<__half> {};
 
 // kVec: V % 4 == 0 and 16-byte (fp32) / 8-byte (16-bit) aligned state rows: vector accesses.
 template <class T, class S, bool kVec>

@@ -2,12 +2,13 @@
 // A four-warp block owns a K x C slice of one (sequence, head) state S (K x V), C = 8192 / K value
 // columns, and copies it into shared memory with cp.async, so the bytes in flight cost no registers and
 // several blocks an SM keep its loads going while others compute (the paged decode's bulk tiles, the
-// same reason). While the copy lands the block reads q, k, v and the norms. Then thread (column c, row
-// group g) sums its rows g, g + G, ... (interleaved, so a warp's half-groups hit different banks):
-//   a = S^T k, b = S^T q    (the G groups' partial sums meet in shared memory)
+// same reason). While the copy lands the block reads q, k, v and the norms. Then thread (column quad c,
+// row group g) works on columns 4c .. 4c + 3 of rows g, g + RG, ... (a warp reads whole rows of the tile):
+//   a = S^T k, b = S^T q    (summed over a warp's row groups by shuffles, then over the warps in shared
+//                            memory)
 //   u = beta (v - e^g a),  o = scale (e^g b + (q . k) u),  S' = e^g S + k u^T
-// and writes its rows of S' with streaming stores. A block reads its whole tile before writing, and
-// tiles do not overlap, so new_state may be the state itself.
+// and writes its rows of S' four values a streaming store. A block reads its whole tile before writing,
+// and tiles do not overlap, so new_state may be the state itself.
 #pragma once
 
 #include <type_traits>
@@ -15,6 +16,7 @@
 #include "cuda/runtime.cuh"
 #include "generated/linear_launchers.h"
 #include "linear/common/l2norm.cuh"
+#include "linear/delta/decode_quad.cuh"
 #include "linear/delta/fwd/params.h"
 
 namespace ak::linear::cuda::fwd {
@@ -27,18 +29,21 @@ constexpr int kTileThreads = 128;
 template <class T, class S, int K>
 __global__ void __launch_bounds__(kTileThreads) decode_tile_kernel(const DecodeParams<T, S> p, int slices) {
   constexpr int C = kTileValues / K;          // value columns a block: 128, 64, 32
-  constexpr int G = kTileThreads / C;         // row groups
+  constexpr int CQ = C / 4;                   // column quads
+  constexpr int RG = kTileThreads / CQ;       // row groups
+  constexpr int kWarps = kTileThreads / 32;
   constexpr int kChunk = 16 / sizeof(S);      // elements of one 16-byte copy
   constexpr int kChunksPerRow = C / kChunk;
-  static_assert(C * G == kTileThreads && K % G == 0 && C % kChunk == 0, "tile shape");
+  static_assert(CQ * RG == kTileThreads && K % RG == 0 && C % kChunk == 0 && C <= kTileThreads && CQ <= 32, "tile shape");
   __shared__ __align__(16) S tile[K * C];
-  __shared__ float qs[K], ks[K], vs[C], us[C];
-  __shared__ float partial[2][G][C];
+  __shared__ float qs[K], ks[K], vs[C];
+  __shared__ __align__(16) float us[C];
+  __shared__ __align__(16) float partial[2][kWarps][C];
   __shared__ float norms[3];
 
   const int b = blockIdx.x / slices, slice = blockIdx.x - b * slices;
   const int h = blockIdx.y, hk = h / p.group;
-  const int tid = threadIdx.x, col = tid % C, grp = tid / C;
+  const int tid = threadIdx.x, cq = tid % CQ, rg = tid / CQ;
   const int c0 = slice * C;  // the block's first value column
   const int64_t state_off = (static_cast<int64_t>(b) * p.H + h) * K * p.V;
 
@@ -76,43 +81,62 @@ __global__ void __launch_bounds__(kTileThreads) decode_tile_kernel(const DecodeP
   cp_async_wait_all();
   __syncthreads();
 
-  // 3. This thread's partial sums of S^T k and S^T q over its rows.
-  float a = 0.f, bq = 0.f;
-#pragma unroll 16
-  for (int r = grp; r < K; r += G) {
-    const float s = to_float(tile[r * C + col]);
-    a = fmaf(ks[r], s, a);
-    bq = fmaf(qs[r], s, bq);
+  // 3. This thread's partial sums of S^T k and S^T q over its rows, four columns at a time.
+  float a[4] = {}, bq[4] = {};
+#pragma unroll
+  for (int r = rg; r < K; r += RG) {
+    float s[4];
+    smem_quad(&tile[r * C + 4 * cq], s);
+    const float kr = ks[r], qr = qs[r];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) a[j] = fmaf(kr, s[j], a[j]), bq[j] = fmaf(qr, s[j], bq[j]);
   }
-  partial[0][grp][col] = a;
-  partial[1][grp][col] = bq;
+  // A warp's row groups first (lanes CQ apart), then the warps through shared memory.
+#pragma unroll
+  for (int m = CQ; m < 32; m <<= 1) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      a[j] += __shfl_xor_sync(0xffffffffu, a[j], m);
+      bq[j] += __shfl_xor_sync(0xffffffffu, bq[j], m);
+    }
+  }
+  const int warp = tid >> 5;
+  if ((tid & 31) < CQ) {
+    *reinterpret_cast<float4*>(&partial[0][warp][4 * cq]) = make_float4(a[0], a[1], a[2], a[3]);
+    *reinterpret_cast<float4*>(&partial[1][warp][4 * cq]) = make_float4(bq[0], bq[1], bq[2], bq[3]);
+  }
   __syncthreads();
 
-  // 4. The groups' sums, u and the output, by the first group.
+  // 4. The groups' sums, u and the output, a thread a column.
   const float rk = p.l2norm ? rsqrtf(norms[0] + kL2NormEps) : 1.f;
   const float rq = p.l2norm ? rsqrtf(norms[1] + kL2NormEps) : 1.f;
   const float decay = p.g ? expf(p.g[b * p.g_sb + h * p.g_sh]) : 1.f;
-  if (grp == 0) {
+  if (tid < C) {
     float ta = 0.f, tb = 0.f;
 #pragma unroll
-    for (int g = 0; g < G; ++g) ta += partial[0][g][col], tb += partial[1][g][col];
+    for (int w = 0; w < kWarps; ++w) ta += partial[0][w][tid], tb += partial[1][w][tid];
     const float beta = p.beta[b * p.beta_sb + h * p.beta_sh];
-    const float u = beta * (vs[col] - decay * rk * ta);
-    us[col] = u;
-    if (c0 + col < p.V) {
-      p.o[b * p.o_sb + h * p.o_sh + c0 + col] = from_float<T>(p.scale * (decay * rq * tb + norms[2] * rq * rk * u));
+    const float u = beta * (vs[tid] - decay * rk * ta);
+    us[tid] = u;
+    if (c0 + tid < p.V) {
+      p.o[b * p.o_sb + h * p.o_sh + c0 + tid] = from_float<T>(p.scale * (decay * rq * tb + norms[2] * rq * rk * u));
     }
   }
   __syncthreads();
 
-  // 5. The update of this thread's rows, written where they were read.
-  if (c0 + col >= p.V) return;
-  const float u = us[col];
-  S* dst = p.new_state + state_off + c0 + col;
-#pragma unroll 16
-  for (int r = grp; r < K; r += G) {
-    const float s = fmaf(ks[r] * rk, u, decay * to_float(tile[r * C + col]));
-    __stcs(dst + static_cast<int64_t>(r) * p.V, from_float<S>(s));
+  // 5. The update of this thread's rows, written where they were read (four columns a store).
+  if (c0 + 4 * cq >= p.V) return;
+  const float4 u4 = *reinterpret_cast<const float4*>(&us[4 * cq]);
+  const float u[4] = {u4.x, u4.y, u4.z, u4.w};
+  S* dst = p.new_state + state_off + c0 + 4 * cq;
+#pragma unroll
+  for (int r = rg; r < K; r += RG) {
+    float s[4];
+    smem_quad(&tile[r * C + 4 * cq], s);
+    const float kh = ks[r] * rk;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) s[j] = fmaf(kh, u[j], decay * s[j]);
+    Quad<S>::store(dst + static_cast<int64_t>(r) * p.V, s);
   }
 }
 
