@@ -265,13 +265,15 @@ deviceTest(
           const row = (t: Tensor) => c.own(t.reshape([t.shape[0], ...t.shape.slice(2)]));
           const args = [row(c.q), row(c.k), row(c.v)] as const;
           const run = () => {
-            const options = { useQkL2norm: spec.l2norm ?? false, inPlace: spec.inPlace };
+            const kernelMap = pin && i % 2 === 0 ? { "linear.decode": pin } : undefined;
+            const options = { useQkL2norm: spec.l2norm ?? false, inPlace: spec.inPlace, kernelMap };
             const out = { output, ...(spec.inPlace ? {} : { newState }) };
             return spec.gated
               ? new GatedDeltaNetDecodeFwdOp(options).forward(...args, row(c.g!), row(c.beta), state, out)
               : new DeltaNetDecodeFwdOp(options).forward(...args, row(c.beta), state, out);
           };
-          const r = pin ? withTuning({ "linear.decode": pin }, run) : run();
+          // The register kernel pinned through the tuning table on odd cases, the op's kernelMap on even ones.
+          const r = pin && i % 2 === 1 ? withTuning({ "linear.decode": pin }, run) : run();
           assert.equal(r.newState, newState);
           const name = `K ${K} V ${V} ${dtype} ${stateDtype} state, ${pin ?? "planner"}`;
           if (device !== "cpu") {
@@ -294,23 +296,30 @@ deviceTest(
 );
 
 deviceTest("decode: a kernel pinned where it cannot serve is refused, empty batches too", (device) => {
+  // The op's kernelMap is checked when the op is built, on any device.
+  const badMap = (kernelMap: unknown) =>
+    assert.throws(
+      () => new GatedDeltaNetDecodeFwdOp({ kernelMap } as { kernelMap: Record<string, string> }),
+      (e: Error) => e instanceof AttnkitError && /options\.kernelMap/.test(e.message),
+    );
+  badMap({ "linear.fwd.state": "mma" });
+  badMap({ "linear.decode": "fast" });
+  badMap(["tile"]);
   if (device === "cpu") return;
   for (const B of [2, 0]) {
     const q = Tensor.zeros([B, 2, 96], { dtype: "bfloat16", device });
     const v = Tensor.zeros([B, 2, 32], { dtype: "bfloat16", device });
     const beta = Tensor.zeros([B, 2], { dtype: "float32", device });
     const state = Tensor.zeros([B, 2, 96, 32], { dtype: "float32", device });
+    const refused = (e: Error) =>
+      e instanceof AttnkitError && /linear\.decode=tile cannot serve this call: K is not 64/.test(e.message);
     try {
+      const pin = { "linear.decode": "tile" };
       assert.throws(
-        () =>
-          withTuning(
-            { "linear.decode": "tile" },
-            () => new DeltaNetDecodeFwdOp().forward(q, q, v, beta, state),
-          ),
-        (e: Error) =>
-          e instanceof AttnkitError &&
-          /linear\.decode=tile cannot serve this call: K is not 64/.test(e.message),
+        () => withTuning(pin, () => new DeltaNetDecodeFwdOp().forward(q, q, v, beta, state)),
+        refused,
       );
+      assert.throws(() => new DeltaNetDecodeFwdOp({ kernelMap: pin }).forward(q, q, v, beta, state), refused);
     } finally {
       for (const t of [q, v, beta, state]) t.dispose();
     }

@@ -25,7 +25,7 @@ import {
 import { type LinearLayout, sequencePattern, warnIfLayoutLooksSwapped } from "./layouts.ts";
 import { type DeltaSavedCall, DeltaSavedStates } from "./saved.ts";
 import { TensorScope } from "./scope.ts";
-import { type KernelMap, withChoice, withPlanner } from "../tune/choice.ts";
+import { type KernelMap, withChoice, withKernelMap, withPlanner } from "../tune/choice.ts";
 
 /** Chunk sizes the chunked algorithm accepts. */
 export const CHUNK_SIZES: readonly number[] = [32, 64, 128];
@@ -869,6 +869,8 @@ export interface DecodeSettings {
   l2norm: boolean;
   /** Write the new state over `state` instead of into a new tensor. */
   inPlace: boolean;
+  /** The op's `linear.decode` setting, if any. */
+  kernelMap?: KernelMap;
 }
 
 /** Runs one decode step: q, k `[B, HK, K]`, v `[B, H, V]`, g and beta `[B, H]`, state `[B, H, K, V]`. */
@@ -923,21 +925,24 @@ export function deltaDecode(
     ? state
     : provided(op, "newState", out.newState, state.shape, state.dtype, q.device) ??
       scope.result(Tensor.empty(state.shape, { dtype: state.dtype, device: state.device }));
-  unwrap(
-    native().ak_delta_rule_decode(
-      q.descriptor(),
-      k.descriptor(),
-      v.descriptor(),
-      s.gated ? asF32(inputs.g!) : null,
-      asF32(beta),
-      state.descriptor(),
-      scale,
-      flagsOf(s),
-      output.descriptor(),
-      newState.descriptor(),
-    ),
-    op,
-  );
+  const call = () =>
+    unwrap(
+      native().ak_delta_rule_decode(
+        q.descriptor(),
+        k.descriptor(),
+        v.descriptor(),
+        s.gated ? asF32(inputs.g!) : null,
+        asF32(beta),
+        state.descriptor(),
+        scale,
+        flagsOf(s),
+        output.descriptor(),
+        newState.descriptor(),
+      ),
+      op,
+    );
+  if (s.kernelMap) withKernelMap(op, s.kernelMap, call);
+  else withPlanner(op, call);
   scope.release();
   return { output, newState };
 }

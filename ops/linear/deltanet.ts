@@ -284,6 +284,7 @@ export class DeltaNetDecodeFwdOp {
       scale: this.#options.scale,
       l2norm: this.#options.l2norm,
       inPlace: this.#inPlace,
+      kernelMap: this.#options.choice?.kernelMap,
     }, out);
   }
 }

@@ -471,6 +471,7 @@ export class GatedDeltaNetDecodeFwdOp {
       scale: this.#options.scale,
       l2norm: this.#options.l2norm,
       inPlace: this.#inPlace,
+      kernelMap: this.#options.choice?.kernelMap,
     }, out);
   }
 }

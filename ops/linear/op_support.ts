@@ -98,6 +98,12 @@ export interface DecodeOpOptions {
   useQkL2norm?: boolean;
   /** Write the new state over the given state and return that same tensor (default false). */
   inPlace?: boolean;
+  /**
+   * The decode kernel for this op's calls, over the tuning table in force: `{ "linear.decode": "tile" }`
+   * (state tiles in shared memory: K 64, 128 or 256 with 16-byte aligned state rows) or `"simt"` (the
+   * state in registers, any K). A kernel that cannot serve a call makes the call throw, naming why.
+   */
+  kernelMap?: KernelMap;
 }
 
 /** Checked op options. */
@@ -130,14 +136,21 @@ export const CHUNKED_BWD_OP_OPTIONS: OptionSpec = { ...CHUNKED_FWD_OP_OPTIONS };
 /** The constructor options of the combined (forward and backward) op classes. */
 export const COMBINED_OP_OPTIONS: OptionSpec = { ...CHUNKED_FWD_OP_OPTIONS, saveForBackward: "any" };
 
+/** The constructor options of the decode op classes. */
+export const DECODE_OP_OPTIONS: OptionSpec = {
+  scale: "any",
+  useQkL2norm: "any",
+  inPlace: "any",
+  kernelMap: "any",
+};
+
 // The tuning-key prefixes each kind of op class takes in its kernelMap.
 const KERNEL_STAGES = new Map<OptionSpec, readonly string[]>([
   [CHUNKED_FWD_OP_OPTIONS, ["linear.fwd"]],
   [CHUNKED_BWD_OP_OPTIONS, ["linear.bwd"]],
   [COMBINED_OP_OPTIONS, ["linear.fwd", "linear.bwd"]],
+  [DECODE_OP_OPTIONS, ["linear.decode"]],
 ]);
-/** The constructor options of the decode op classes. */
-export const DECODE_OP_OPTIONS: OptionSpec = { scale: "any", useQkL2norm: "any", inPlace: "any" };
 
 /**
  * How an op class takes its layout: `"required"` (most), the layout its name states (optional,

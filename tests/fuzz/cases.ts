@@ -520,16 +520,22 @@ const linearOps: Gen = (rng, scope, bad) => {
       const q1 = scope.randn([x.B, x.H, x.D], x.q.dtype, 8);
       const b1 = scope.rand([x.B, x.H], 9);
       const g1 = scope.rand([x.B, x.H], 10, -0.2, 0);
+      const kernelMap = rng.pick([undefined, { "linear.decode": rng.pick(["auto", "tile", "simt"]) }]);
       const op = gated
-        ? new ak.GatedDeltaNetDecodeFwdOp({ useQkL2norm: true })
-        : new ak.DeltaNetDecodeFwdOp({ useQkL2norm: true });
-      return valid("DecodeFwdOp", () => {
-        const r = gated
-          ? (op as ak.GatedDeltaNetDecodeFwdOp).forward(q1, q1, q1, g1, b1, state)
-          : (op as ak.DeltaNetDecodeFwdOp).forward(q1, q1, q1, b1, state);
-        scope.keep(r.output);
-        scope.keep(r.newState);
-      });
+        ? new ak.GatedDeltaNetDecodeFwdOp({ useQkL2norm: true, kernelMap })
+        : new ak.DeltaNetDecodeFwdOp({ useQkL2norm: true, kernelMap });
+      return valid(
+        "DecodeFwdOp",
+        () => {
+          const r = gated
+            ? (op as ak.GatedDeltaNetDecodeFwdOp).forward(q1, q1, q1, g1, b1, state)
+            : (op as ak.DeltaNetDecodeFwdOp).forward(q1, q1, q1, b1, state);
+          scope.keep(r.output);
+          scope.keep(r.newState);
+        },
+        true,
+        kernelMap && PIN_REFUSAL,
+      );
     }
     const o = { layout: x.layout, chunkSize: rng.pick([32, 64]), useQkL2norm: rng.chance(0.5) };
     const dO = scope.randn(x.rows, x.q.dtype, 9);
@@ -587,10 +593,15 @@ const linearOps: Gen = (rng, scope, bad) => {
       );
     case 1:
       return invalid(
-        "DecodeFwdOp(layout or saveStates)",
+        "DecodeFwdOp(layout, saveStates or a bad kernelMap)",
         () =>
           new ak.DeltaNetDecodeFwdOp(
-            rng.pick<unknown>([{ saveStates: true }, { layout: x.layout }]) as ak.DecodeOpOptions,
+            rng.pick<unknown>([
+              { saveStates: true },
+              { layout: x.layout },
+              { kernelMap: { "linear.fwd.state": "mma" } },
+              { kernelMap: { "linear.decode": "fused" } },
+            ]) as ak.DecodeOpOptions,
           ),
       );
     case 2:
