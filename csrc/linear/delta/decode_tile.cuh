@@ -34,7 +34,8 @@ __global__ void __launch_bounds__(kTileThreads) decode_tile_kernel(const DecodeP
   constexpr int kWarps = kTileThreads / 32;
   constexpr int kChunk = 16 / sizeof(S);      // elements of one 16-byte copy
   constexpr int kChunksPerRow = C / kChunk;
-  static_assert(CQ * RG == kTileThreads && K % RG == 0 && C % kChunk == 0 && C <= kTileThreads && CQ <= 32, "tile shape");
+  static_assert(CQ * RG == kTileThreads && K % RG == 0 && C % kChunk == 0 && C <= kTileThreads && CQ <= 32,
+                "tile shape");
   __shared__ __align__(16) S tile[K * C];
   __shared__ float qs[K], ks[K], vs[C];
   __shared__ __align__(16) float us[C];
@@ -51,7 +52,8 @@ __global__ void __launch_bounds__(kTileThreads) decode_tile_kernel(const DecodeP
   for (int i = tid; i < K * kChunksPerRow; i += kTileThreads) {
     const int r = i / kChunksPerRow, cc = (i - r * kChunksPerRow) * kChunk;
     const bool in = c0 + cc < p.V;
-    cp_async16(&tile[r * C + cc], p.state + state_off + static_cast<int64_t>(r) * p.V + (in ? c0 + cc : 0), in ? 16 : 0);
+    const S* src = p.state + state_off + static_cast<int64_t>(r) * p.V + (in ? c0 + cc : 0);
+    cp_async16(&tile[r * C + cc], src, in ? 16 : 0);
   }
   cp_async_commit();
 
@@ -107,7 +109,7 @@ __global__ void __launch_bounds__(kTileThreads) decode_tile_kernel(const DecodeP
   }
   __syncthreads();
 
-  // 4. The groups' sums, u and the output, a thread a column.
+  // 4. The warps' sums, u and the output, a thread a column.
   const float rk = p.l2norm ? rsqrtf(norms[0] + kL2NormEps) : 1.f;
   const float rq = p.l2norm ? rsqrtf(norms[1] + kL2NormEps) : 1.f;
   const float decay = p.g ? expf(p.g[b * p.g_sb + h * p.g_sh]) : 1.f;
@@ -144,7 +146,9 @@ template <class T, class S, int K>
 void launch_decode_tile(const DecodeParams<T, S>& p, cudaStream_t stream) {
   if (p.B == 0 || p.H == 0) return;
   constexpr int C = kTileValues / K;
-  if (p.K != K || reinterpret_cast<uintptr_t>(p.state) % 16 != 0 || (p.V * sizeof(S)) % 16 != 0) {
+  const bool aligned = reinterpret_cast<uintptr_t>(p.state) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(p.new_state) % 16 == 0 && (p.V * sizeof(S)) % 16 == 0;
+  if (p.K != K || !aligned) {
     fail(AK_ERR_INTERNAL, "decode_tile_kernel: the planner sent a call it does not serve");
   }
   const int slices = (p.V + C - 1) / C;
