@@ -44,7 +44,6 @@ import {
   loadSafetensors,
   Tensor,
   timeIt,
-  withTuning,
 } from "../mod.ts";
 
 /** One result row, as recorded in the JSON. */
@@ -331,21 +330,18 @@ if (import.meta.main) {
     for (const pin of [undefined, "simt", "tile"]) {
       let ms: number | null = null, outDiff: Diff | null = null, stateDiff: Diff | null = null;
       let note: string | undefined, path = "?";
-      const pinned = <R>(fn: () => R): R => pin ? withTuning({ "linear.decode": pin }, fn) : fn();
       try {
-        const op = new GatedDeltaNetDecodeFwdOp();
+        const op = new GatedDeltaNetDecodeFwdOp({ kernelMap: pin ? { "linear.decode": pin } : undefined });
         using output = Tensor.empty([B, H, V], { dtype: "bfloat16", device });
         using newState = Tensor.empty([B, H, K, V], { dtype: "float32", device }).fill(NaN);
-        pinned(() => op.forward(t.q, t.k, t.v, t.g, t.beta, t.state, { output, newState }));
+        op.forward(t.q, t.k, t.v, t.g, t.beta, t.state, { output, newState });
         path = lastPlan()?.kernels.map((x) => x.name).join(", ") ?? "?";
         outDiff = tensorDiff(output, t.o_fla);
         if (t.ht_fla_head) {
           const head = t.ht_fla_head.toArray() as Float32Array;
           stateDiff = diff(newState.toArray() as Float32Array, head, head.length);
         }
-        ms = time(() =>
-          pinned(() => void op.forward(t.q, t.k, t.v, t.g, t.beta, t.state, { output, newState }))
-        );
+        ms = time(() => void op.forward(t.q, t.k, t.v, t.g, t.beta, t.state, { output, newState }));
       } catch (e) {
         note = `attnkit: ${firstLine(e)}`;
       }

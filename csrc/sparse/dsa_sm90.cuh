@@ -1,5 +1,5 @@
-// DeepSeek's sparse decode (and, when pinned, MLA's every-row decode) on Hopper's wgmma, for 512 + 64 columns
-// in 16 bits and groups of query heads that are a multiple of 64: a block takes 64 heads of one query row and KV head
+// DeepSeek's sparse decode (and MLA's every-row decode) on Hopper's wgmma, for 512 + 64 columns in 16 bits
+// and groups of query heads that are a multiple of 64: a block takes 64 heads of one query row and KV head
 // (wgmma's M) and one split of the top-k list, and walks the list 64 slots a tile. A tile's cache rows are
 // gathered by cp.async (all 256 threads) into the 128-byte-swizzled layout wgmma reads (9 panels of 64
 // columns), two tiles in flight. Each of the two warpgroups scores half of the tile's rows (S = Q K^T, 36

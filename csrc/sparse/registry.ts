@@ -100,8 +100,7 @@ const DSA: KernelSpec[] = [
       "DeepSeek sparse decode on Hopper's wgmma: a block per (query, KV head, 64 query heads, split), 64 " +
       "listed cache rows a tile gathered by cp.async into the swizzled layout, two tiles in flight, two " +
       "warpgroups each scoring half of a tile's rows and owning half of the 512 value columns " +
-      "(sparse/dsa_sm90.cuh). The planner's choice on Hopper for DSA; MLA's decode (rotary columns apart) " +
-      "takes it when pinned.",
+      "(sparse/dsa_sm90.cuh). The planner's choice on Hopper for DSA and MLA decode where it serves.",
     constraints: "dim 512 + dimTail 64; query heads per KV head a multiple of 64; q, kv on 16 bytes",
   },
   {

@@ -13,7 +13,7 @@
 #include <type_traits>
 
 #include "cuda/runtime.cuh"
-#include "linear/delta/decode_quad.cuh"
+#include "linear/delta/decode_shared.cuh"
 #include "linear/delta/fwd/params.h"
 #include "generated/linear_launchers.h"
 
@@ -89,13 +89,7 @@ __global__ void __launch_bounds__(32 * kDecMaxWarps) decode_kernel(const DecodeP
   *reinterpret_cast<float4*>(&partial[warp][0][lane * kDecCols]) = make_float4(a[0], a[1], a[2], a[3]);
   *reinterpret_cast<float4*>(&partial[warp][1][lane * kDecCols]) = make_float4(bq[0], bq[1], bq[2], bq[3]);
   // The norms and q . k, every warp for itself (K is small).
-  float kk = 0.f, qq = 0.f, qk = 0.f;
-  for (int d = lane; d < p.K; d += 32) {
-    kk = fmaf(ks[d], ks[d], kk);
-    qq = fmaf(qs[d], qs[d], qq);
-    qk = fmaf(qs[d], ks[d], qk);
-  }
-  kk = warp_sum(kk), qq = warp_sum(qq), qk = warp_sum(qk);
+  const auto [kk, qq, qk] = qk_sums(qs, ks, p.K, lane);
   __syncthreads();
 
   // 4. Sum the partials across warps.

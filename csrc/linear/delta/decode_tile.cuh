@@ -16,7 +16,7 @@
 #include "cuda/runtime.cuh"
 #include "generated/linear_launchers.h"
 #include "linear/common/l2norm.cuh"
-#include "linear/delta/decode_quad.cuh"
+#include "linear/delta/decode_shared.cuh"
 #include "linear/delta/fwd/params.h"
 
 namespace ak::linear::cuda::fwd {
@@ -70,15 +70,8 @@ __global__ void __launch_bounds__(kTileThreads) decode_tile_kernel(const DecodeP
   }
   __syncthreads();
   if (tid < 32) {
-    float kk = 0.f, qq = 0.f, qk = 0.f;
-#pragma unroll
-    for (int d = tid; d < K; d += 32) {
-      kk = fmaf(ks[d], ks[d], kk);
-      qq = fmaf(qs[d], qs[d], qq);
-      qk = fmaf(qs[d], ks[d], qk);
-    }
-    kk = warp_sum(kk), qq = warp_sum(qq), qk = warp_sum(qk);
-    if (tid == 0) norms[0] = kk, norms[1] = qq, norms[2] = qk;
+    const QkSums sums = qk_sums(qs, ks, K, tid);
+    if (tid == 0) norms[0] = sums.kk, norms[1] = sums.qq, norms[2] = sums.qk;
   }
   cp_async_wait_all();
   __syncthreads();

@@ -1,5 +1,6 @@
-// Four consecutive elements of a decode state (fp32 or 16-bit) as floats: streaming loads and stores in
-// global memory (one 16-byte access for fp32, 8 bytes for 16-bit states) and loads from shared memory.
+// What the delta rule's two decode kernels (decode.cuh, decode_tile.cuh) share: four consecutive elements of
+// a state (fp32 or 16-bit) as floats, streamed from and to global memory (one 16-byte access for fp32, 8
+// bytes for 16-bit states) or read from shared memory; and the sums of k . k, q . q and q . k over a warp.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -50,6 +51,21 @@ __device__ __forceinline__ void smem_quad(const H* p, float (&x)[4]) {
   const uint2 v = *reinterpret_cast<const uint2*>(p);
   const float2 lo = unpack2<H>(v.x), hi = unpack2<H>(v.y);
   x[0] = lo.x, x[1] = lo.y, x[2] = hi.x, x[3] = hi.y;
+}
+
+// k . k, q . q and q . k over the K channels of q and k in shared memory, summed by one warp (every lane
+// returns the sums).
+struct QkSums {
+  float kk, qq, qk;
+};
+__device__ __forceinline__ QkSums qk_sums(const float* qs, const float* ks, int K, int lane) {
+  float kk = 0.f, qq = 0.f, qk = 0.f;
+  for (int d = lane; d < K; d += 32) {
+    kk = fmaf(ks[d], ks[d], kk);
+    qq = fmaf(qs[d], qs[d], qq);
+    qk = fmaf(qs[d], ks[d], qk);
+  }
+  return {warp_sum(kk), warp_sum(qq), warp_sum(qk)};
 }
 
 }  // namespace ak::linear::cuda::fwd
