@@ -136,12 +136,15 @@ Deno.test("planner: attention forward and backward kernels on H200 and A100", ()
 
 Deno.test("planner: the chunked linear forward (paths, state kernels, tiles, segments, saving)", () => {
   const fwd = (q: Omit<PlanQuery, "op">, spec = "") => plan({ op: "linear.fwd", gpu: "h200", ...q }, spec);
-  // D 128 on Hopper: the split kernel; 32 blocks fill a wave at tile 64 and cost less than tile 128.
+  // D 128 on Hopper: the split kernel; 32 sequence-heads at tile 32 are 128 blocks, one wave, each
+  // step cheaper than at tile 64 (64 blocks); 64 sequence-heads take tile 64 (tile 32 needs two waves).
   const b2 = fwd({ b: 2, t: 16384, h: 16, k: 128, save: true });
   assert.deepEqual(names(b2), [
     "linear.fwd.prep.mma<bfloat16, D128>",
-    "linear.fwd.state.split<bfloat16, D128, tile 64>",
+    "linear.fwd.state.split<bfloat16, D128, tile 32>",
   ]);
+  assert.equal(fwd({ b: 4, t: 2048, h: 16, k: 128 }).kernels[1].tile, 64);
+  assert.equal(fwd({ b: 1, t: 8192, h: 96, k: 128 }).kernels[1].tile, 128);
   assert.equal(b2.details.loads, "tma");
   assert.equal(b2.details.saves_states, "true");
   assert.equal(b2.details.segments, undefined, "a full wave of blocks: no segments");

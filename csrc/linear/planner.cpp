@@ -45,6 +45,7 @@ int64_t state_smem(const std::string& variant, int D, int VT) {
     return 0;
   }
   if (variant == "split") {
+    if (D == 128 && VT == 32) return Sm90SplitLayout<128, 32, 3>::kAlloc;
     if (D == 128 && VT == 64) return Sm90SplitLayout<128, 64, 3>::kAlloc;
     if (D == 128 && VT == 128) return Sm90SplitLayout<128, 128, 2>::kAlloc;
     return 0;
@@ -97,7 +98,7 @@ int pick_tile_mma(const registry::Caps& caps, int32_t dtype, int D, int64_t unit
 int pick_tile_sm90(const registry::Caps& caps, const std::string& variant, int32_t dtype, int D, int64_t units) {
   int best = 0;
   double best_cost = 1e300;
-  for (int vt : {128, 64}) {
+  for (int vt : {128, 64, 32}) {
     if (state_row(caps, variant, dtype, D, vt) < 0) continue;
     const double flops = 2.0 * 64 * D * vt * 2 + 2.0 * 64 * 64 * D + 2.0 * 64 * 64 * vt + 2.0 * D * 64 * vt;
     const double per_chunk = flops / 4096 + 400 + 3.0 * vt;
@@ -109,7 +110,8 @@ int pick_tile_sm90(const registry::Caps& caps, const std::string& variant, int32
 }
 
 // Microseconds a chunk step of a Hopper stage-2 kernel takes (a fixed latency plus a little per V
-// column), the cost model of the segment plans, fitted to H200 measurements (bench/NOTES_linear.md).
+// column), the cost model of the segment plans, fitted to H200 measurements at tiles 64 and 128
+// (bench/NOTES_linear.md).
 double step_us(const std::string& variant, int vt) {
   return variant == "split" ? 0.6 + 0.0156 * vt : 3.4 + 0.023 * vt;
 }
@@ -120,7 +122,7 @@ int segment_pass_tile(const registry::Caps& caps, const std::string& variant, in
                       int only, double& cost) {
   int best = 0;
   cost = 1e300;
-  for (int vt : {128, 64}) {
+  for (int vt : {128, 64, 32}) {
     if ((only != 0 && only != vt) || state_row(caps, variant, dtype, D, vt) < 0) continue;
     const int64_t blocks = jobs * (D / vt);
     const double c = static_cast<double>((blocks + caps.sms - 1) / caps.sms) * step_us(variant, vt);

@@ -109,9 +109,9 @@ export const linearRegistry: KernelFamily = {
       args: "fwd::StateArgs<T>",
       header: "linear/delta/fwd/state_split.cuh",
       arch: "sm90a",
-      instances: [{ dtypes: HALF, d: [128], tiles: [64, 128] }],
+      instances: [{ dtypes: HALF, d: [128], tiles: [32, 64, 128] }],
       doc: "Stage 2 on wgmma with the state chain on one warpgroup and the output on one (tile 128) " +
-        "or two (tile 64) others; TMA loads on fixed-length calls, cp.async on packed ones.",
+        "or two (tiles 64 and 32) others; TMA loads on fixed-length calls, cp.async on packed ones.",
     },
     // ---- forward, general path and decode ----
     {

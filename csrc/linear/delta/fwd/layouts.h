@@ -82,11 +82,14 @@ struct Sm90StateLayout {
 
 // Stage 2 with the warpgroups split by role (state_split.cuh), kSlots = output warpgroups + 1.
 // Bytes from a 1024-aligned base; tiles are 128-byte swizzled panels as in Sm90StateLayout.
+// A V tile of 32 columns keeps whole 64-column panels (its columns 0 .. 31 used): one panel a
+// [rows, VT] tile, so every address, TMA box and descriptor is that of VT 64.
 template <int D, int VT, int kSlots>
 struct Sm90SplitLayout {
+  static constexpr int kPanelCols = VT < 64 ? 64 : VT;
   static constexpr int kTileD = 64 * 2 * D;
-  static constexpr int kTileV = 64 * 2 * VT;
-  static constexpr int kTileS = D * VT * 2;
+  static constexpr int kTileV = 64 * 2 * kPanelCols;
+  static constexpr int kTileS = D * kPanelCols * 2;
   static constexpr int kQ = 0;                        // [kSlots]
   static constexpr int kK = kQ + kSlots * kTileD;     // [kSlots]
   static constexpr int kW = kK + kSlots * kTileD;     // [2] (chain only)
@@ -104,7 +107,7 @@ struct Sm90SplitLayout {
   static constexpr int kLoadBar = kRk + kSlots * 256;  // [kSlots + 1] mbarriers of the TMA loads
   static constexpr int kBytes = kLoadBar + 64;
   static constexpr int kAlloc = kBytes + 1024;
-  static_assert(D == 128 && VT % 64 == 0 && VT <= D, "the chain warpgroup holds D = 128 rows of S");
+  static_assert(D == 128 && (VT == 32 || VT % 64 == 0) && VT <= D, "the chain warpgroup holds D = 128 rows of S");
   static_assert(kAlloc <= 227 * 1024, "shared memory of one block");
 };
 
