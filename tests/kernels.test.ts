@@ -187,6 +187,22 @@ Deno.test("planner: the chunked linear forward (paths, state kernels, tiles, seg
   // Tuning.
   assert.equal(fwd({ k: 128 }, "linear.fwd.state=mma").kernels[1].variant, "mma");
   assert.equal(fwd({ k: 128 }, "linear.fwd.state.tile=128").kernels[1].tile, 128);
+  // Stage 1: mma.sync unless pinned; the wgmma kernel at D 128 / 256 on Hopper only.
+  assert.equal(fwd({ k: 128 }).kernels[0].name, "linear.fwd.prep.mma<bfloat16, D128>");
+  assert.equal(
+    fwd({ k: 256 }, "linear.fwd.prep=wgmma").kernels[0].name,
+    "linear.fwd.prep.wgmma<bfloat16, D256>",
+  );
+  refused(
+    () => fwd({ k: 64 }, "linear.fwd.prep=wgmma"),
+    "UNSUPPORTED",
+    /linear\.fwd\.prep\.wgmma kernel at D = 64/,
+  );
+  refused(
+    () => plan({ op: "linear.fwd", gpu: "a100", k: 128 }, "linear.fwd.prep=wgmma"),
+    "UNSUPPORTED",
+    /linear\.fwd\.prep=wgmma/,
+  );
   assert.equal(fwd({ k: 128 }, "linear.fwd.path=general").path, "general");
   assert.equal(fwd({ k: 128, b: 2, t: 16384 }, "linear.fwd.segments=3").details.segments, 3);
   assert.equal(fwd({ k: 128 }, "linear.fwd.loads=cp.async").details.loads, "cp.async");

@@ -59,6 +59,25 @@ int64_t prep_smem(int D) {
   return D == 64 ? PrepLayout<64>::kBytes : D == 128 ? PrepLayout<128>::kBytes : PrepLayout<256>::kBytes;
 }
 
+int64_t prep_sm90_smem(int D) {
+  using namespace cuda::fwd;
+  return D == 128 ? PrepSm90Layout<128>::kAlloc : D == 256 ? PrepSm90Layout<256>::kAlloc : 0;
+}
+
+// The stage-1 kernel of the fast forward: mma.sync unless the tuning table pins the wgmma one (which
+// the planner takes once measured faster; bench/NOTES_linear.md).
+int plan_prep(const FwdShape& s, const registry::Caps& caps, const tuning::Table& t) {
+  const std::string& want = t.get("linear.fwd.prep");
+  if (want == "auto" || want == "mma") return registry::find("linear.fwd.prep", "mma", s.dtype, s.K, 0);
+  const int row = runnable(caps, "linear.fwd.prep", want.c_str(), s.dtype, s.K, 0);
+  const int64_t smem = want == "wgmma" ? prep_sm90_smem(s.K) : 0;
+  if (row < 0 || smem <= 0 || smem > caps.smem_block) {
+    refuse("delta_rule_fwd", "linear.fwd.prep=" + want,
+           "no runnable linear.fwd.prep." + want + " kernel at D = " + std::to_string(s.K) + " on this GPU");
+  }
+  return row;
+}
+
 // The stage-2 row of a variant and tile, when it exists, runs on this GPU and fits its shared memory.
 int state_row(const registry::Caps& caps, const std::string& variant, int32_t dtype, int D, int VT) {
   const int row = runnable(caps, "linear.fwd.state", variant.c_str(), dtype, D, VT);
@@ -352,7 +371,7 @@ FwdChoice plan_fwd(const FwdShape& s, const registry::Caps& caps, const tuning::
   }
   c.fast = true;
   c.plan.path = "fast";
-  c.prep_row = registry::find("linear.fwd.prep", "mma", s.dtype, s.K, 0);
+  c.prep_row = plan_prep(s, caps, t);
   std::string variant;
   int vt = 0;
   plan_state(s, caps, t, c, variant, vt);

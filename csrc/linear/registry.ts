@@ -76,6 +76,18 @@ export const linearRegistry: KernelFamily = {
       constraints: "K = V = D; 16-byte aligned rows",
     },
     {
+      stage: "linear.fwd.prep",
+      variant: "wgmma",
+      launcher: "ak::linear::cuda::FwdPrepWgmma",
+      args: "fwd::PrepParams<T>",
+      header: "linear/delta/fwd/prep_sm90.cuh",
+      arch: "sm90a",
+      instances: [{ dtypes: HALF, d: [128, 256] }],
+      doc: "Stage 1 as the mma row computes it, with K K^T, w = Aw K and u = Au V on wgmma (operands " +
+        "read from shared memory once per warpgroup); w and u leave through the panels of k and v.",
+      constraints: "K = V = D; 16-byte aligned rows",
+    },
+    {
       stage: "linear.fwd.state",
       variant: "mma",
       launcher: "ak::linear::cuda::FwdStateMma",

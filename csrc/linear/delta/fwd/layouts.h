@@ -27,6 +27,23 @@ struct PrepLayout {
   static_assert(2 * 64 * kPitchC <= kGate - kLA, "Aw and Au fit where L, A and R were");
 };
 
+// Stage 1 on Hopper (prep_sm90.cuh), bytes from a 1024-aligned base: k and v as 128-byte swizzled
+// panels (the operands of K K^T, w = Aw K and u = Au V), the fp32 L / A of the solve, then Aw and Au as
+// two swizzled 64 x 64 panels over it. 52 KB for D = 128: four blocks an SM.
+template <int D>
+struct PrepSm90Layout {
+  static constexpr int kLd = PrepLayout<D>::kLd;
+  static constexpr int kK = 0;
+  static constexpr int kV = kK + 64 * 2 * D;
+  static constexpr int kLA = kV + 64 * 2 * D;
+  static constexpr int kGate = kLA + 64 * kLd * 4;
+  static constexpr int kBeta = kGate + 64 * 4;
+  static constexpr int kRk = kBeta + 64 * 4;
+  static constexpr int kBytes = kRk + 64 * 4;
+  static constexpr int kAlloc = kBytes + 1024;  // slack to align the base to the swizzle pattern
+  static_assert(kLA % 1024 == 0 && 2 * 64 * 128 <= kGate - kLA, "Aw and Au panels fit where L and A were");
+};
+
 // Stage 2 on mma.sync (state_mma.cuh), bytes.
 template <int D, int VT>
 struct StateLayout {
