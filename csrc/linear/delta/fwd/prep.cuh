@@ -25,6 +25,38 @@ namespace ak::linear::cuda::fwd {
 
 constexpr int kPrepThreads = 256;
 
+// Step 5 of both stage-1 kernels (this one and prep_sm90.cuh), from A (fp32, the lower triangle of LA):
+// Aw = A diag(beta exp(gc)) with the 1/|k| column scale folded in (so w = Aw K^ reads raw k) and
+// Au = A diag(beta). The fp32 values go to the optional outputs and A to the backward's buffer; the
+// 16-bit ones to put(i, j, aw, au), after a barrier (they may overwrite LA). Thread tid of 256: column
+// j = tid % 64 and rows tid / 64 + 4 q, so the column factors are computed once.
+template <class T, int kLd, class Put>
+__device__ __forceinline__ void wy_factors(const float* LA, const float* gS, const float* bS, const float* rkS,
+                                           const PrepParams<T>& p, int row, int h, int t0, int len, int64_t save_row,
+                                           int tid, Put&& put) {
+  const int j = tid & 63, i0 = tid >> 6;
+  float av[16];
+#pragma unroll
+  for (int q = 0; q < 16; ++q) {
+    const int i = i0 + 4 * q;
+    av[q] = j <= i ? LA[i * kLd + j] : 0.f;
+  }
+  const float bu = bS[j], bw = bu * expf(gS[j]), rkj = rkS[j];
+  __syncthreads();  // every thread has read A
+  const int64_t out_base = (static_cast<int64_t>(row) * p.H + h) * p.tokens + t0;
+#pragma unroll
+  for (int q = 0; q < 16; ++q) {
+    const int i = i0 + 4 * q;
+    const float au = av[q] * bu, aw = av[q] * bw;
+    put(i, j, from_float<T>(aw * rkj), from_float<T>(au));
+    if (p.save_a) p.save_a[(save_row + i) * 64 + j] = from_float<T>(av[q]);
+    if (i < len) {
+      if (p.aw) p.aw[(out_base + i) * 64 + j] = aw;
+      if (p.au) p.au[(out_base + i) * 64 + j] = au;
+    }
+  }
+}
+
 template <class T, int D>
 __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_kernel(const PrepParams<T> p) {
   using Lay = PrepLayout<D>;
@@ -97,35 +129,14 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
   // 4. A = (I + L)^-1, fp32, in place over L (linear/common/solve.cuh).
   invert_unit_lower64<kLd, kPrepThreads>(LA, tid);
 
-  // 5. Aw = A diag(beta exp(gc)), Au = A diag(beta): fp32 to the optional outputs; 16-bit (Aw with
-  //    the 1/|k| column scale folded in, so w = Aw K^ reads raw k) into the space L, A and R took.
-  //    Thread tid handles column j = tid % 64 and rows tid / 64 + 4 q, so the column factors are
-  //    computed once.
+  // 5. Aw and Au (wy_factors above), 16-bit into the space L, A and R took.
   {
-    const int j = tid & 63, i0 = tid >> 6;
-    float av[16];
-#pragma unroll
-    for (int q = 0; q < 16; ++q) {
-      const int i = i0 + 4 * q;
-      av[q] = j <= i ? LA[i * kLd + j] : 0.f;
-    }
-    const float bu = bS[j], bw = bu * expf(gS[j]), rkj = rkS[j];
-    __syncthreads();
     T* AwS = reinterpret_cast<T*>(LA);
     T* AuS = AwS + 64 * (Lay::kPitchC / 2);
-    const int64_t out_base = (static_cast<int64_t>(row) * p.H + h) * p.tokens + t0;
-#pragma unroll
-    for (int q = 0; q < 16; ++q) {
-      const int i = i0 + 4 * q;
-      const float au = av[q] * bu, aw = av[q] * bw;
-      AwS[i * (Lay::kPitchC / 2) + j] = from_float<T>(aw * rkj);
-      AuS[i * (Lay::kPitchC / 2) + j] = from_float<T>(au);
-      if (p.save_a) p.save_a[(save_row + i) * 64 + j] = from_float<T>(av[q]);
-      if (i < len) {
-        if (p.aw) p.aw[(out_base + i) * 64 + j] = aw;
-        if (p.au) p.au[(out_base + i) * 64 + j] = au;
-      }
-    }
+    wy_factors<T, kLd>(LA, gS, bS, rkS, p, row, h, t0, len, save_row, tid, [&](int i, int j, T aw, T au) {
+      AwS[i * (Lay::kPitchC / 2) + j] = aw;
+      AuS[i * (Lay::kPitchC / 2) + j] = au;
+    });
   }
   __syncthreads();
 

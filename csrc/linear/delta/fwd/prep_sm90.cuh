@@ -14,6 +14,7 @@
 #include "linear/common/gate.cuh"
 #include "linear/common/l2norm.cuh"
 #include "linear/common/solve.cuh"
+#include "linear/delta/fwd/prep.cuh"
 #include "linear/delta/fwd/state_sm90_parts.cuh"
 
 namespace ak::linear::cuda::fwd {
@@ -109,33 +110,11 @@ __global__ void __launch_bounds__(kPrepSm90Threads, D <= 128 ? 4 : 2) chunk_prep
   // 4. A = (I + L)^-1, fp32, in place (linear/common/solve.cuh); ends behind a barrier.
   invert_unit_lower64<kLd, kPrepSm90Threads>(LA, tid);
 
-  // 5. Aw = A diag(beta exp(gc)) (with the 1/|k| column scale folded in, so w = Aw K^ reads raw k) and
-  //    Au = A diag(beta): fp32 to the optional outputs, 16-bit into two swizzled panels over L / A.
-  //    Thread tid: column j = tid % 64, rows tid / 64 + 4 q.
-  {
-    const int j = tid & 63, i0 = tid >> 6;
-    float av[16];
-#pragma unroll
-    for (int q = 0; q < 16; ++q) {
-      const int i = i0 + 4 * q;
-      av[q] = j <= i ? LA[i * kLd + j] : 0.f;
-    }
-    const float bu = bS[j], bw = bu * expf(gS[j]), rkj = rkS[j];
-    __syncthreads();  // every thread has read A
-    const int64_t out_base = (static_cast<int64_t>(row) * p.H + h) * p.tokens + t0;
-#pragma unroll
-    for (int q = 0; q < 16; ++q) {
-      const int i = i0 + 4 * q;
-      const float au = av[q] * bu, aw = av[q] * bw;
-      *reinterpret_cast<T*>(base + Lay::kLA + sw128_offset(64, i, j)) = from_float<T>(aw * rkj);
-      *reinterpret_cast<T*>(base + Lay::kLA + 64 * 128 + sw128_offset(64, i, j)) = from_float<T>(au);
-      if (p.save_a) p.save_a[(save_row + i) * 64 + j] = from_float<T>(av[q]);
-      if (i < len) {
-        if (p.aw) p.aw[(out_base + i) * 64 + j] = aw;
-        if (p.au) p.au[(out_base + i) * 64 + j] = au;
-      }
-    }
-  }
+  // 5. Aw and Au (prep.cuh's wy_factors), 16-bit into two swizzled panels over L / A.
+  wy_factors<T, kLd>(LA, gS, bS, rkS, p, row, h, t0, len, save_row, tid, [&](int i, int j, T aw, T au) {
+    *reinterpret_cast<T*>(base + Lay::kLA + sw128_offset(64, i, j)) = aw;
+    *reinterpret_cast<T*>(base + Lay::kLA + 64 * 128 + sw128_offset(64, i, j)) = au;
+  });
   fence_proxy_async();  // Aw and Au, before wgmma reads them
   __syncthreads();
 
