@@ -25,6 +25,33 @@ namespace ak::linear::cuda::fwd {
 
 constexpr int kPrepThreads = 256;
 
+// Step 2 of both stage-1 kernels: the gate cumsum (warp 0: two tokens a lane, then a warp scan) and
+// 1 / |k| of every row (ones without the L2 norm), stored for stage 2 behind a barrier. 8 rows a warp,
+// 4 lanes a row; piece(r, q, c) is the address of lane q's c-th 16-byte piece of row r (D / 32 of them,
+// the four lanes covering the row).
+template <class T, int D, class Piece>
+__device__ __forceinline__ void gate_and_norms(float* gS, float* rkS, const PrepParams<T>& p, int64_t vec_off, int tid,
+                                               Piece&& piece) {
+  const int warp = tid >> 5, lane = tid & 31;
+  if (warp == 0) chunk_cumsum64(gS, lane);
+  if (p.l2norm) {
+    const int r = 8 * warp + (lane >> 2), q = lane & 3;
+    float ss = 0.f;
+#pragma unroll
+    for (int c = 0; c < D / 32; ++c) ss = add_squares8<T>(*reinterpret_cast<const uint4*>(piece(r, q, c)), ss);
+    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+    ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+    if (q == 0) rkS[r] = rsqrtf(ss + kL2NormEps);
+  } else if (tid < 64) {
+    rkS[tid] = 1.f;
+  }
+  __syncthreads();
+  if (tid < 64) {
+    p.gc[vec_off + tid] = gS[tid];
+    if (p.rk) p.rk[vec_off + tid] = rkS[tid];
+  }
+}
+
 // Step 5 of both stage-1 kernels (this one and prep_sm90.cuh), from A (fp32, the lower triangle of LA):
 // Aw = A diag(beta exp(gc)) with the 1/|k| column scale folded in (so w = Aw K^ reads raw k) and
 // Au = A diag(beta). The fp32 values go to the optional outputs and A to the backward's buffer; the
@@ -89,26 +116,9 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
   cp_async_wait_all();
   __syncthreads();
 
-  // 2. Gate cumsum (warp 0: two tokens a lane, then a warp scan) and 1 / |k| per row.
-  if (warp == 0) chunk_cumsum64(gS, lane);
-  if (p.l2norm) {
-    // 8 rows a warp, 4 lanes a row, each lane a quarter of the row.
-    const int r = 8 * warp + (lane >> 2), q = lane & 3;
-    const unsigned char* src = kS + r * Lay::kPitchD + q * (D / 4) * 2;
-    float ss = 0.f;
-#pragma unroll
-    for (int c = 0; c < D / 32; ++c) ss = add_squares8<T>(*reinterpret_cast<const uint4*>(src + c * 16), ss);
-    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-    ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-    if (q == 0) rkS[r] = rsqrtf(ss + kL2NormEps);
-  } else if (tid < 64) {
-    rkS[tid] = 1.f;
-  }
-  __syncthreads();
-  if (tid < 64) {
-    p.gc[vec_off + tid] = gS[tid];
-    if (p.rk) p.rk[vec_off + tid] = rkS[tid];
-  }
+  // 2. Gate cumsum and 1 / |k| (gate_and_norms above), each lane a quarter of its row.
+  gate_and_norms<T, D>(gS, rkS, p, vec_off, tid,
+                       [&](int r, int q, int c) { return kS + r * Lay::kPitchD + q * (D / 4) * 2 + c * 16; });
 
   // 3. Scaled K K^T: L[i][j] = beta_i rk_i rk_j exp(gc_i - gc_j) (k_i . k_j) for j < i.
   {
@@ -181,15 +191,23 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
 
 namespace ak::linear::cuda {
 
-template <class T, int D, int Tile>
-void FwdPrep<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+namespace fwd {
+// Launches a stage-1 kernel: a block of `threads` per chunk and value head, with kSmem bytes of shared
+// memory (both stage-1 kernels).
+template <int kSmem, class T, class Kernel>
+void launch_prep(Kernel kernel, const char* name, int threads, const PrepParams<T>& p, cudaStream_t stream) {
   if (p.chunks == 0 || p.H == 0) return;
-  constexpr int kSmem = fwd::PrepLayout<D>::kBytes;
-  auto kernel = fwd::chunk_prep_kernel<T, D>;
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid(static_cast<unsigned>(p.chunks), static_cast<unsigned>(p.H));
-  kernel<<<grid, fwd::kPrepThreads, kSmem, stream>>>(p);
-  ak::cuda::check_launch("chunk_prep_kernel");
+  kernel<<<grid, threads, kSmem, stream>>>(p);
+  ::ak::cuda::check_launch(name);
+}
+}  // namespace fwd
+
+template <class T, int D, int Tile>
+void FwdPrep<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  fwd::launch_prep<fwd::PrepLayout<D>::kBytes>(fwd::chunk_prep_kernel<T, D>, "chunk_prep_kernel", fwd::kPrepThreads, p,
+                                               stream);
 }
 
 }  // namespace ak::linear::cuda

@@ -55,30 +55,11 @@ __global__ void __launch_bounds__(kPrepSm90Threads, D <= 128 ? 4 : 2) chunk_prep
   fence_proxy_async();  // the tiles, before wgmma reads them
   __syncthreads();
 
-  // 2. Gate cumsum and 1 / |k|: 8 rows a warp, 4 lanes a row, each a quarter of its 16-byte pieces; at
-  //    a step the lanes of a row read pieces of one parity, so two rows (one of each parity after the
-  //    swizzle) fill a phase's 8 bank groups.
-  if (warp == 0) chunk_cumsum64(gS, lane);
-  if (p.l2norm) {
-    const int r = 8 * warp + (lane >> 2), q = lane & 3;
-    constexpr int kPieces = D / 32;  // a lane's 16-byte pieces of the row
-    float ss = 0.f;
-#pragma unroll
-    for (int c = 0; c < kPieces; ++c) {
-      const int piece = 2 * q + (c & 1) + 8 * (c >> 1);
-      ss = add_squares8<T>(*reinterpret_cast<const uint4*>(base + Lay::kK + sw128_offset(64, r, 8 * piece)), ss);
-    }
-    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-    ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-    if (q == 0) rkS[r] = rsqrtf(ss + kL2NormEps);
-  } else if (tid < 64) {
-    rkS[tid] = 1.f;
-  }
-  __syncthreads();
-  if (tid < 64) {
-    p.gc[vec_off + tid] = gS[tid];
-    if (p.rk) p.rk[vec_off + tid] = rkS[tid];
-  }
+  // 2. Gate cumsum and 1 / |k| (prep.cuh's gate_and_norms). At a step the lanes of a row read pieces of
+  //    one parity, so two rows (one of each parity after the swizzle) fill a phase's 8 bank groups.
+  gate_and_norms<T, D>(gS, rkS, p, vec_off, tid, [&](int r, int q, int c) {
+    return base + Lay::kK + sw128_offset(64, r, 8 * (2 * q + (c & 1) + 8 * (c >> 1)));
+  });
 
   // 3. L[i][j] = beta_i rk_i rk_j exp(gc_i - gc_j) (k_i . k_j) for j < i, zero elsewhere (the solve reads the
   //    strict lower triangle; the rest is its scratch). Warpgroup w: K (64 rows) times keys 32 w .. 32 w + 31.
@@ -169,13 +150,8 @@ namespace ak::linear::cuda {
 
 template <class T, int D, int Tile>
 void FwdPrepWgmma<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
-  if (p.chunks == 0 || p.H == 0) return;
-  constexpr int kSmem = fwd::PrepSm90Layout<D>::kAlloc;
-  auto kernel = fwd::chunk_prep_sm90_kernel<T, D>;
-  AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  const dim3 grid(static_cast<unsigned>(p.chunks), static_cast<unsigned>(p.H));
-  kernel<<<grid, fwd::kPrepSm90Threads, kSmem, stream>>>(p);
-  ak::cuda::check_launch("chunk_prep_sm90_kernel");
+  fwd::launch_prep<fwd::PrepSm90Layout<D>::kAlloc>(fwd::chunk_prep_sm90_kernel<T, D>, "chunk_prep_sm90_kernel",
+                                                   fwd::kPrepSm90Threads, p, stream);
 }
 
 }  // namespace ak::linear::cuda
