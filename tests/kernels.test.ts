@@ -251,6 +251,23 @@ Deno.test("planner: the linear backward and decode", () => {
   assert.equal(bwd({ k: 128 }, "linear.bwd.states.tile=16").details.states_tile, 16);
   refused(() => bwd({ k: 64 }, "linear.bwd.states.tile=16"), "UNSUPPORTED", /tile/);
   refused(() => bwd({ k: 128 }, "linear.bwd.grads=two_pass"), "UNSUPPORTED", /two_pass/);
+  // dstates: mma.sync unless pinned; the split kernel (Hopper, D 128, tiles 32 / 64) when pinned.
+  assert.equal(saved.kernels[1].name, "linear.bwd.dstates.mma<bfloat16, D128, tile 32>");
+  assert.equal(
+    bwd({ b: 2, t: 16384, h: 16, k: 128, saved: true }, "linear.bwd.dstates=split").kernels[1].name,
+    "linear.bwd.dstates.split<bfloat16, D128, tile 32>",
+  );
+  assert.equal(
+    bwd({ b: 8, t: 2048, h: 64, k: 128 }, "linear.bwd.dstates=split").kernels[2].name,
+    "linear.bwd.dstates.split<bfloat16, D128, tile 64>",
+    "a wider automatic tile is capped at the split kernel's 64",
+  );
+  refused(() => bwd({ k: 256 }, "linear.bwd.dstates=split"), "UNSUPPORTED", /linear\.bwd\.dstates\.split/);
+  refused(
+    () => plan({ op: "linear.bwd", gpu: "a100", k: 64 }, "linear.bwd.dstates=split"),
+    "UNSUPPORTED",
+    /linear\.bwd\.dstates\.split/,
+  );
   refused(() => bwd({ k: 128 }, "linear.bwd.l2norm=prep"), "UNSUPPORTED", /no L2 norm/);
   // Decode: the tile kernel at K 64 / 128 / 256 with 16-byte rows (any GPU from sm_80), else the register
   // kernel with the reason; the tuning key pins either, a tile pin that cannot serve is refused.

@@ -243,6 +243,7 @@ function linearBackward(row: KernelRow, seed: number): void {
   if (row.stage === "linear.bwd.states" || row.stage === "linear.bwd.dstates") {
     pin[`${row.stage}.tile`] = row.tile;
   }
+  if (row.stage === "linear.bwd.dstates") pin["linear.bwd.dstates"] = row.variant;
   if (row.stage === "linear.bwd.grads") pin["linear.bwd.grads"] = row.variant;
   if (row.stage === "linear.bwd.general") {
     const spec = linearSpec(row, { K: 48, V: 40 });

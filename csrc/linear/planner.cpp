@@ -298,14 +298,32 @@ std::string fast_bwd_refusal(const BwdShape& s, const registry::Caps& caps) {
 
 // A tiled stage of the backward: the asked tile (which must exist and run), else `automatic`.
 int bwd_tile_row(const registry::Caps& caps, const tuning::Table& t, const char* stage, int32_t dtype, int D,
-                 int automatic) {
+                 int automatic, const std::string& variant = "mma") {
   const std::string key = std::string(stage) + ".tile";
   const int asked = t.get_int(key);
   const int tile = asked != 0 ? asked : automatic;
-  const int row = runnable(caps, stage, "mma", dtype, D, tile);
+  const int row = runnable(caps, stage, variant.c_str(), dtype, D, tile);
   if (row < 0) {
-    refuse("delta_rule_bwd", key + "=" + std::to_string(tile),
-           std::string("no runnable ") + stage + ".mma kernel of that tile at D = " + std::to_string(D));
+    refuse("delta_rule_bwd", (variant == "mma" ? key : std::string(stage) + "=" + variant + ", " + key) + "=" +
+                                 std::to_string(tile),
+           std::string("no runnable ") + stage + "." + variant + " kernel of that tile at D = " + std::to_string(D));
+  }
+  return row;
+}
+
+// The dstates kernel: mma.sync unless the tuning table pins the split one (which the planner takes
+// once measured faster; bench/NOTES_linear_bwd.md), whose shared memory must fit.
+int dstates_row(const BwdShape& s, const registry::Caps& caps, const tuning::Table& t) {
+  const std::string& want = t.get("linear.bwd.dstates");
+  const std::string variant = want == "auto" ? "mma" : want;
+  int automatic = pick_dstates_tile(s, caps);
+  if (variant == "split") automatic = std::min(automatic, 64);  // its tiles: 32 and 64
+  const int row = bwd_tile_row(caps, t, "linear.bwd.dstates", s.dtype, s.K, automatic, variant);
+  if (variant == "split") {
+    const int tile = registry::row(row).tile;
+    const int64_t smem = tile == 32 ? cuda::bwd::DStatesSplitLayout<128, 32>::kAlloc
+                                    : cuda::bwd::DStatesSplitLayout<128, 64>::kAlloc;
+    if (smem > caps.smem_block) refuse("delta_rule_bwd", "linear.bwd.dstates=split", "its shared memory does not fit");
   }
   return row;
 }
@@ -437,7 +455,7 @@ BwdChoice plan_bwd(const BwdShape& s, const registry::Caps& caps, const tuning::
     c.states_row = bwd_tile_row(caps, t, "linear.bwd.states", s.dtype, D, pick_states_tile(s, caps));
     c.plan.rows.push_back(c.states_row);
   }
-  c.dstates_row = bwd_tile_row(caps, t, "linear.bwd.dstates", s.dtype, D, pick_dstates_tile(s, caps));
+  c.dstates_row = dstates_row(s, caps, t);
   c.plan.rows.push_back(c.dstates_row);
   const std::string& want = t.get("linear.bwd.grads");
   std::string variant = want;

@@ -211,6 +211,17 @@ export const linearRegistry: KernelFamily = {
       constraints: "its shared memory fits the GPU",
     },
     {
+      stage: "linear.bwd.dstates",
+      variant: "split",
+      launcher: "ak::linear::cuda::BwdDStatesSplit",
+      args: "bwd::StageArgs<T>",
+      header: "linear/delta/bwd/dstates_split.cuh",
+      arch: "sm90a",
+      instances: [{ dtypes: HALF, d: [128], tiles: [32, 64] }],
+      doc: "The same pass with the state gradient's chain alone on one warpgroup (wgmma: K dh, then " +
+        "W^T dv_new) and the chunk-local products, loads and stores on another; tile = the state columns a block.",
+    },
+    {
       stage: "linear.bwd.grads",
       variant: "fused",
       launcher: "ak::linear::cuda::BwdGrads",

@@ -56,6 +56,32 @@ constexpr size_t dstates_smem() {
   return sizeof(DStatesSmem<uint16_t, D, VS>);
 }
 
+// ---- dstates with the chain on wgmma (dstates_split.cuh), bytes from a 1024-aligned base ----
+// Two slots of chunk tiles (k, w, q as [64, D], P [64, 64], dO and dO scaled by the query factors as
+// [64, VS]) in 128-byte swizzled panels, a VS-column tile keeping whole 64-column panels; then the
+// chain's 16-bit dh ([D, VS]) and -dv_new ([64, VS]) tiles, which the helper copies out.
+template <int D, int VS>
+struct DStatesSplitLayout {
+  static constexpr int kPanelCols = VS < 64 ? 64 : VS;
+  static constexpr int kTileD = kFastC * 2 * D;          // k, w, q
+  static constexpr int kTileC = kFastC * 2 * 64;         // P
+  static constexpr int kTileV = kFastC * 2 * kPanelCols;  // dO, dOs, -dv_new
+  static constexpr int kK = 0;
+  static constexpr int kW = kK + kTileD;
+  static constexpr int kQ = kW + kTileD;
+  static constexpr int kP = kQ + kTileD;
+  static constexpr int kDO = kP + kTileC;
+  static constexpr int kDOs = kDO + kTileV;
+  static constexpr int kGate = kDOs + kTileV;
+  static constexpr int kSlot = kGate + 1024;  // a slot's bytes (the gates' 256 padded to keep tiles aligned)
+  static constexpr int kDh = 2 * kSlot;
+  static constexpr int kDv = kDh + D * 2 * kPanelCols;
+  static constexpr int kBytes = kDv + kTileV;
+  static constexpr int kAlloc = kBytes + 1024;
+  static_assert(D == 128 && (VS == 32 || VS == 64), "the chain warpgroup holds D = 128 rows of dh");
+  static_assert(kSlot % 1024 == 0 && kAlloc <= 227 * 1024, "aligned slots in one block's shared memory");
+};
+
 // ---- grads (grads.cuh, grads256.cuh) ----
 
 // Whether the gradient stage keeps two K buffers (D = 128: one block per multiprocessor

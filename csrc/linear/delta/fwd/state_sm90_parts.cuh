@@ -29,13 +29,13 @@ __device__ __forceinline__ void store_panels(const CUtensorMap* map, uint32_t ti
   bulk_commit();
 }
 
-// Stores columns 0 .. VT - 1 (VT < 64) of a 16-bit [rows, 64] swizzled panel at `tile` to rows of
-// `dst` (`ld` elements apart) in 16-byte pieces, by the 128 threads of a warpgroup: the saved states
-// of a tile narrower than a map's 64-column box.
+// Stores columns 0 .. VT - 1 (VT <= 64) of a 16-bit [rows, 64] swizzled panel at `tile` to rows of
+// `dst` (`ld` elements apart) in 16-byte pieces, by the 128 threads of a warpgroup (e.g. the saved
+// states of a tile narrower than a map's 64-column box).
 template <int VT, class T>
 __device__ __forceinline__ void store_rows16(T* dst, int64_t ld, const unsigned char* tile, int rows, int wtid) {
   constexpr int kPieces = VT / 8;
-  static_assert(VT < 64 && 128 % kPieces == 0, "pieces of one panel");
+  static_assert(VT <= 64 && 128 % kPieces == 0, "pieces of one panel");
   for (int e = wtid; e < rows * kPieces; e += 128) {
     const int r = e / kPieces, j = e % kPieces;
     *reinterpret_cast<uint4*>(dst + r * ld + 8 * j) = *reinterpret_cast<const uint4*>(tile + sw128_offset(rows, r, 8 * j));
