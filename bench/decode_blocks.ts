@@ -14,26 +14,17 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import {
-  cudaAvailable,
-  deviceInfo,
-  GroupedQueryAttentionDecodeWithKVCacheFwdOp,
-  lastPlan,
-  setTuning,
-  Tensor,
-} from "../mod.ts";
-import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
+import { GroupedQueryAttentionDecodeWithKVCacheFwdOp, lastPlan, setTuning, Tensor } from "../mod.ts";
+import { BENCH_OPTIONS, type BenchRecord, cudaGpu, FlushedTimer, saveRecords } from "./records.ts";
 
 const { values: args } = parseArgs({
   options: {
-    results: { type: "string", default: "bench/results" },
-    iterations: { type: "string", default: "20" },
+    ...BENCH_OPTIONS,
     /** Head dims to sweep, comma-separated. */
     dims: { type: "string", default: "64,128,256" },
   },
 });
-if (!cudaAvailable()) throw new Error("decode_blocks: needs a CUDA device");
-const gpu = deviceInfo("cuda").name;
+const gpu = cudaGpu("decode_blocks");
 const records: BenchRecord[] = [];
 using timer = new FlushedTimer(Number(args.iterations));
 const Hkv = 8, device = "cuda";

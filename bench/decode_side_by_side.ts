@@ -16,27 +16,23 @@
  */
 import { parseArgs } from "node:util";
 import {
-  cudaAvailable,
-  deviceInfo,
   GroupedQueryAttentionDecodePagedWithKVCacheFwdOp,
   GroupedQueryAttentionDecodeWithKVCacheFwdOp,
   lastPlan,
   setTuning,
   Tensor,
 } from "../mod.ts";
-import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
+import { BENCH_OPTIONS, type BenchRecord, cudaGpu, FlushedTimer, saveRecords } from "./records.ts";
 
 const { values: args } = parseArgs({
   options: {
-    results: { type: "string", default: "bench/results" },
-    iterations: { type: "string", default: "20" },
+    ...BENCH_OPTIONS,
     /** A tuning table to pin kernels (e.g. `{"attention.decode":"mma"}`), recorded with each row. */
     tuning: { type: "string" },
   },
 });
 if (args.tuning) setTuning(JSON.parse(args.tuning));
-if (!cudaAvailable()) throw new Error("decode_side_by_side: needs a CUDA device");
-const gpu = deviceInfo("cuda").name;
+const gpu = cudaGpu("decode_side_by_side");
 const records: BenchRecord[] = [];
 using timer = new FlushedTimer(Number(args.iterations));
 const H = 32, Hkv = 8, D = 128, PAGE = 64, device = "cuda";

@@ -24,15 +24,13 @@ import {
   chunkLinearAttn,
   chunkRetention,
   chunkSimpleGla,
-  cudaAvailable,
-  deviceInfo,
   explain,
   featureMapLinearAttention,
   GLADecodeFwdOp,
   lastPlan,
   Tensor,
 } from "../mod.ts";
-import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
+import { type BenchRecord, cudaGpu, FlushedTimer, saveRecords } from "./records.ts";
 
 /** One result row. */
 export interface GlaRecord extends BenchRecord {
@@ -96,8 +94,7 @@ const { values: args } = parseArgs({
 });
 const OPS = new Set(args.ops!.split(","));
 const ITER = Number(args.iterations);
-if (!cudaAvailable()) throw new Error("gla_side_by_side: needs a CUDA device");
-const gpu = deviceInfo("cuda").name;
+const gpu = cudaGpu("gla_side_by_side");
 const records: GlaRecord[] = [];
 using timer = new FlushedTimer(ITER);
 const save = () =>

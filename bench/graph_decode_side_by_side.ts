@@ -19,16 +19,8 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import {
-  captureGraph,
-  causalConv1dDecode,
-  cudaAvailable,
-  deviceInfo,
-  recurrentGdnDecode,
-  synchronize,
-  Tensor,
-} from "../mod.ts";
-import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
+import { captureGraph, causalConv1dDecode, recurrentGdnDecode, synchronize, Tensor } from "../mod.ts";
+import { type BenchRecord, cudaGpu, FlushedTimer, saveRecords } from "./records.ts";
 
 const { values: args } = parseArgs({
   options: {
@@ -36,8 +28,7 @@ const { values: args } = parseArgs({
     iterations: { type: "string", default: "50" },
   },
 });
-if (!cudaAvailable()) throw new Error("graph_decode_side_by_side: needs a CUDA device");
-const gpu = deviceInfo("cuda").name;
+const gpu = cudaGpu("graph_decode_side_by_side");
 const iterations = Number(args.iterations);
 const records: BenchRecord[] = [];
 using timer = new FlushedTimer(20);

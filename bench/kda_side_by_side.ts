@@ -20,24 +20,14 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import {
-  boundGate,
-  causalConv1d,
-  chunkKda,
-  cudaAvailable,
-  deviceInfo,
-  explain,
-  lastPlan,
-  Tensor,
-} from "../mod.ts";
-import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
+import { boundGate, causalConv1d, chunkKda, explain, lastPlan, Tensor } from "../mod.ts";
+import { type BenchRecord, COPY_CEILING_GBPS, cudaGpu, FlushedTimer, saveRecords } from "./records.ts";
 
 /** One result row. */
 export interface KdaRecord extends BenchRecord {
   mode: "fwd" | "fwdbwd" | "bwd";
 }
 
-const COPY_CEILING_GBS = 4252;
 const { values: args } = parseArgs({
   options: {
     results: { type: "string", default: "bench/results" },
@@ -49,13 +39,12 @@ const { values: args } = parseArgs({
 const OPS = new Set(args.ops!.split(","));
 // FLA's times on the same inputs (bench/fla_kda_aux.py), when that run is available.
 const fla: Record<string, number> = args.fla ? JSON.parse(Deno.readTextFileSync(args.fla)) : {};
-const CEILING_REF = "copy ceiling (speedup = fraction of 4252 GB/s)";
+const CEILING_REF = `copy ceiling (speedup = fraction of ${COPY_CEILING_GBPS} GB/s)`;
 function refOf(key: string, name: string): { ref: string; ref_ms: number | null } {
   return fla[key] !== undefined ? { ref: name, ref_ms: fla[key] } : { ref: CEILING_REF, ref_ms: null };
 }
 const ITER = Number(args.iterations);
-if (!cudaAvailable()) throw new Error("kda_side_by_side: needs a CUDA device");
-const gpu = deviceInfo("cuda").name;
+const gpu = cudaGpu("kda_side_by_side");
 const records: KdaRecord[] = [];
 using timer = new FlushedTimer(ITER);
 const save = () => saveRecords(args.results!, "kda", "KDA's training path", gpu, records);
@@ -85,9 +74,9 @@ function measure(
     if (bytes > 0) rec.gbps = bytes / (rec.ms * 1e-3) / 1e9;
     if (flops > 0) rec.tflops = flops / (rec.ms * 1e-3) / 1e12;
     if (rec.ref_ms !== null) rec.speedup = rec.ref_ms / rec.ms;
-    else if (rec.gbps !== null) rec.speedup = rec.gbps / COPY_CEILING_GBS;
+    else if (rec.gbps !== null) rec.speedup = rec.gbps / COPY_CEILING_GBPS;
     if (rec.gbps !== null) {
-      rec.note = `${(100 * rec.gbps / COPY_CEILING_GBS).toFixed(0)}% of the copy ceiling`;
+      rec.note = `${(100 * rec.gbps / COPY_CEILING_GBPS).toFixed(0)}% of the copy ceiling`;
     }
   } catch (e) {
     rec.note = `error: ${(e as Error).message.slice(0, 160)}`;

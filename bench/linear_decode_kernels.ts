@@ -15,26 +15,18 @@
  * @module
  */
 import { parseArgs } from "node:util";
+import { compare, type DType, GatedDeltaNetDecodeFwdOp, lastPlan, Tensor } from "../mod.ts";
 import {
-  compare,
-  cudaAvailable,
-  deviceInfo,
-  type DType,
-  GatedDeltaNetDecodeFwdOp,
-  lastPlan,
-  Tensor,
-} from "../mod.ts";
-import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
+  BENCH_OPTIONS,
+  type BenchRecord,
+  COPY_CEILING_GBPS,
+  cudaGpu,
+  FlushedTimer,
+  saveRecords,
+} from "./records.ts";
 
-const COPY_CEILING_GBPS = 4252;
-const { values: args } = parseArgs({
-  options: {
-    results: { type: "string", default: "bench/results" },
-    iterations: { type: "string", default: "20" },
-  },
-});
-if (!cudaAvailable()) throw new Error("linear_decode_kernels: needs a CUDA device");
-const gpu = deviceInfo("cuda").name;
+const { values: args } = parseArgs({ options: BENCH_OPTIONS });
+const gpu = cudaGpu("linear_decode_kernels");
 const device = "cuda";
 using timer = new FlushedTimer(Number(args.iterations));
 

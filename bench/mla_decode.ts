@@ -17,24 +17,22 @@
 import { parseArgs } from "node:util";
 import {
   compare,
-  cudaAvailable,
-  deviceInfo,
   lastPlan,
   MultiHeadLatentAttentionDecodeWithKVCacheFwdOp,
   Tensor,
   withTuning,
 } from "../mod.ts";
-import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
+import {
+  BENCH_OPTIONS,
+  type BenchRecord,
+  COPY_CEILING_GBPS,
+  cudaGpu,
+  FlushedTimer,
+  saveRecords,
+} from "./records.ts";
 
-const COPY_CEILING_GBPS = 4252;
-const { values: args } = parseArgs({
-  options: {
-    results: { type: "string", default: "bench/results" },
-    iterations: { type: "string", default: "20" },
-  },
-});
-if (!cudaAvailable()) throw new Error("mla_decode: needs a CUDA device");
-const gpu = deviceInfo("cuda").name;
+const { values: args } = parseArgs({ options: BENCH_OPTIONS });
+const gpu = cudaGpu("mla_decode");
 const records: BenchRecord[] = [];
 using timer = new FlushedTimer(Number(args.iterations));
 const B = 128, Skv = 8192, D = 512, P = 64, device = "cuda";

@@ -18,17 +18,11 @@
  */
 import { parseArgs } from "node:util";
 import { linearForwardFlops } from "../cli/flops.ts";
-import { chunkGatedDeltaRule, cudaAvailable, deviceInfo, lastPlan, pagedChunkGdn, Tensor } from "../mod.ts";
-import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
+import { chunkGatedDeltaRule, lastPlan, pagedChunkGdn, Tensor } from "../mod.ts";
+import { BENCH_OPTIONS, type BenchRecord, cudaGpu, FlushedTimer, saveRecords } from "./records.ts";
 
-const { values: args } = parseArgs({
-  options: {
-    results: { type: "string", default: "bench/results" },
-    iterations: { type: "string", default: "20" },
-  },
-});
-if (!cudaAvailable()) throw new Error("paged_chunk_side_by_side: needs a CUDA device");
-const gpu = deviceInfo("cuda").name;
+const { values: args } = parseArgs({ options: BENCH_OPTIONS });
+const gpu = cudaGpu("paged_chunk_side_by_side");
 const records: BenchRecord[] = [];
 using timer = new FlushedTimer(Number(args.iterations));
 const device = "cuda";

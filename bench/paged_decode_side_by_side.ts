@@ -16,27 +16,24 @@
  * @module
  */
 import { parseArgs } from "node:util";
+import { lastPlan, recurrentGdnDecode, recurrentKdaDecode, Tensor } from "../mod.ts";
 import {
-  cudaAvailable,
-  deviceInfo,
-  lastPlan,
-  recurrentGdnDecode,
-  recurrentKdaDecode,
-  Tensor,
-} from "../mod.ts";
-import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
+  BENCH_OPTIONS,
+  type BenchRecord,
+  COPY_CEILING_GBPS,
+  cudaGpu,
+  FlushedTimer,
+  saveRecords,
+} from "./records.ts";
 
-const COPY_CEILING_GBS = 4252;
 const { values: args } = parseArgs({
   options: {
-    results: { type: "string", default: "bench/results" },
-    iterations: { type: "string", default: "20" },
+    ...BENCH_OPTIONS,
     fla: { type: "string" },
   },
 });
-if (!cudaAvailable()) throw new Error("paged_decode_side_by_side: needs a CUDA device");
+const gpu = cudaGpu("paged_decode_side_by_side");
 const fla: Record<string, number> = args.fla ? JSON.parse(Deno.readTextFileSync(args.fla)) : {};
-const gpu = deviceInfo("cuda").name;
 const records: BenchRecord[] = [];
 using timer = new FlushedTimer(Number(args.iterations));
 
@@ -68,13 +65,13 @@ function measure(
     dtype: "bfloat16",
     mode: "decode",
     ms,
-    ref: refMs === undefined ? "copy ceiling (speedup = fraction of 4252 GB/s)" : ref,
+    ref: refMs === undefined ? `copy ceiling (speedup = fraction of ${COPY_CEILING_GBPS} GB/s)` : ref,
     ref_ms: refMs ?? null,
-    speedup: refMs === undefined ? gbps / COPY_CEILING_GBS : refMs / ms,
+    speedup: refMs === undefined ? gbps / COPY_CEILING_GBPS : refMs / ms,
     tflops: null,
     gbps,
     path,
-    note: `${variant}${(100 * gbps / COPY_CEILING_GBS).toFixed(0)}% of the copy ceiling`,
+    note: `${variant}${(100 * gbps / COPY_CEILING_GBPS).toFixed(0)}% of the copy ceiling`,
   };
   records.push(rec);
   console.log(JSON.stringify(rec));

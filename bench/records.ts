@@ -1,7 +1,7 @@
 /**
- * What the side-by-side benchmarks of the newer families share: the result row, its JSON and markdown
- * files in a results folder, and a timer that flushes the L2 before each call (as triton's `do_bench`
- * does).
+ * What the side-by-side benchmarks of the newer families share: the start of a CUDA script (its two common
+ * options, the GPU's name), the copy ceiling, the result row, its JSON and markdown files in a results
+ * folder, and a timer that flushes the L2 before each call (as triton's `do_bench` does).
  *
  * @example
  * ```ts
@@ -12,7 +12,45 @@
  *
  * @module
  */
-import { Tensor, timeIt } from "../mod.ts";
+import { cudaAvailable, deviceInfo, Tensor, timeIt } from "../mod.ts";
+
+/** The H200's device-copy ceiling in GB/s (ANCHORS.md), against which memory-bound rows are reported. */
+export const COPY_CEILING_GBPS = 4252;
+
+/**
+ * The options every CUDA benchmark script takes (`--results DIR`, `--iterations N`), for its `parseArgs`
+ * beside its own.
+ *
+ * @example
+ * ```ts
+ * import { parseArgs } from "node:util";
+ * import { BENCH_OPTIONS } from "./records.ts";
+ * const { values } = parseArgs({ args: [], options: { ...BENCH_OPTIONS } });
+ * console.log(values.results, values.iterations); // "bench/results" "20"
+ * ```
+ */
+export const BENCH_OPTIONS = {
+  results: { type: "string", default: "bench/results" },
+  iterations: { type: "string", default: "20" },
+} as const;
+
+/**
+ * The CUDA device's name, for a script that needs one; throws `<script>: needs a CUDA device` without it.
+ *
+ * @example
+ * ```ts
+ * import { cudaGpu } from "./records.ts";
+ * try {
+ *   console.log(cudaGpu("demo"));
+ * } catch (e) {
+ *   console.log((e as Error).message); // "demo: needs a CUDA device" on a machine without one
+ * }
+ * ```
+ */
+export function cudaGpu(script: string): string {
+  if (!cudaAvailable()) throw new Error(`${script}: needs a CUDA device`);
+  return deviceInfo("cuda").name;
+}
 
 /** One result row, as recorded in the JSON. */
 export interface BenchRecord {

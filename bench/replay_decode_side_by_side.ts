@@ -13,20 +13,11 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import {
-  captureGraph,
-  cudaAvailable,
-  deviceInfo,
-  pagedChunkGdn,
-  ReplayState,
-  Tensor,
-  timeIt,
-} from "../mod.ts";
-import { type BenchRecord, saveRecords } from "./records.ts";
+import { captureGraph, pagedChunkGdn, ReplayState, Tensor, timeIt } from "../mod.ts";
+import { type BenchRecord, cudaGpu, saveRecords } from "./records.ts";
 
 const { values: args } = parseArgs({ options: { results: { type: "string", default: "bench/results" } } });
-if (!cudaAvailable()) throw new Error("replay_decode_side_by_side: needs a CUDA device");
-const gpu = deviceInfo("cuda").name;
+const gpu = cudaGpu("replay_decode_side_by_side");
 const [B, H, K, slots] = [64, 16, 128, 128];
 const shape = `B${B}_H${H}_K${K}_V${K}`;
 const device = "cuda";

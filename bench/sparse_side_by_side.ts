@@ -28,9 +28,7 @@
 import { parseArgs } from "node:util";
 import {
   compare,
-  cudaAvailable,
   DeepSeekSparseAttentionDecodeWithKVCacheFwdOp,
-  deviceInfo,
   FP8LightningIndexerFwdOp,
   GroupedQueryAttentionPrefillFwdOp,
   GroupedQueryAttentionPrefillPagedWithKVCacheFwdOp,
@@ -42,9 +40,9 @@ import {
   NSATopkVarlenOp,
   Tensor,
 } from "../mod.ts";
-import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
+import { type BenchRecord, COPY_CEILING_GBPS, cudaGpu, FlushedTimer, saveRecords } from "./records.ts";
 
-const COPY_CEILING_GBPS = 4252, FP8_PEAK_TFLOPS = 1979;
+const FP8_PEAK_TFLOPS = 1979;
 
 const { values: args } = parseArgs({
   options: {
@@ -57,8 +55,7 @@ const { values: args } = parseArgs({
 });
 const OPS = new Set(args.ops!.split(","));
 const SCALE = Number(args.scale);
-if (!cudaAvailable()) throw new Error("sparse_side_by_side: needs a CUDA device");
-const gpu = deviceInfo("cuda").name;
+const gpu = cudaGpu("sparse_side_by_side");
 const fla: Record<string, number> = args.fla ? JSON.parse(Deno.readTextFileSync(args.fla)) : {};
 const records: BenchRecord[] = [];
 using timer = new FlushedTimer(Number(args.iterations));
