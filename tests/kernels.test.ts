@@ -48,7 +48,7 @@ Deno.test("tuning: keys come from the registry; unknown keys and values are refu
   assert.deepEqual(keys["linear.fwd.state"], ["mma", "split", "wgmma"]);
   assert.deepEqual(keys["linear.fwd.state.tile"], ["32", "64", "128"]);
   assert.deepEqual(keys["attention.bwd"], ["general", "wgmma", "wgmma_v2"]);
-  assert.deepEqual(keys["linear.bwd.grads"], ["fused", "two_pass"]);
+  assert.deepEqual(keys["linear.bwd.grads"], ["fused", "two_pass", "wgmma"]);
   assert.ok(keys["linear.fwd.path"].includes("general"));
   refused(
     () => setTuning("linear.fwd.stat=split"),
@@ -267,6 +267,17 @@ Deno.test("planner: the linear backward and decode", () => {
     () => plan({ op: "linear.bwd", gpu: "a100", k: 64 }, "linear.bwd.dstates=split"),
     "UNSUPPORTED",
     /linear\.bwd\.dstates\.split/,
+  );
+  // grads: mma.sync (fused) unless pinned; the wgmma kernel (Hopper, D 128) when pinned.
+  assert.equal(
+    bwd({ b: 2, t: 16384, h: 16, k: 128, saved: true }, "linear.bwd.grads=wgmma").kernels[2].name,
+    "linear.bwd.grads.wgmma<bfloat16, D128>",
+  );
+  refused(() => bwd({ k: 64 }, "linear.bwd.grads=wgmma"), "UNSUPPORTED", /linear\.bwd\.grads=wgmma/);
+  refused(
+    () => plan({ op: "linear.bwd", gpu: "a100", k: 64 }, "linear.bwd.grads=wgmma"),
+    "UNSUPPORTED",
+    /linear\.bwd\.grads=wgmma/,
   );
   refused(() => bwd({ k: 128 }, "linear.bwd.l2norm=prep"), "UNSUPPORTED", /no L2 norm/);
   // Decode: the tile kernel at K 64 / 128 / 256 with 16-byte rows (any GPU from sm_80), else the register

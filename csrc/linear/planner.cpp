@@ -464,6 +464,9 @@ BwdChoice plan_bwd(const BwdShape& s, const registry::Caps& caps, const tuning::
   if (c.grads_row < 0) {
     refuse("delta_rule_bwd", "linear.bwd.grads=" + variant, "no runnable kernel of it at D = " + std::to_string(D));
   }
+  if (variant == "wgmma" && cuda::bwd::GradsSm90Layout::kAlloc > caps.smem_block) {
+    refuse("delta_rule_bwd", "linear.bwd.grads=wgmma", "its shared memory does not fit");
+  }
   c.plan.rows.push_back(c.grads_row);
   if (c.states_row >= 0) c.plan.detail("states_tile", tile_of(c.states_row));
   c.plan.detail("dstates_tile", tile_of(c.dstates_row));

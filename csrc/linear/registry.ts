@@ -235,6 +235,18 @@ export const linearRegistry: KernelFamily = {
     },
     {
       stage: "linear.bwd.grads",
+      variant: "wgmma",
+      launcher: "ak::linear::cuda::BwdGradsWgmma",
+      args: "bwd::StageArgs<T>",
+      header: "linear/delta/bwd/grads_sm90.cuh",
+      arch: "sm90a",
+      instances: [{ dtypes: HALF, d: [128] }],
+      doc: "The fused gradient kernel's steps with every product on wgmma, operands read from swizzled " +
+        "tiles once per warpgroup and independent products issued together.",
+      constraints: "its shared memory fits the GPU",
+    },
+    {
+      stage: "linear.bwd.grads",
       variant: "two_pass",
       launcher: "ak::linear::cuda::BwdGrads256",
       args: "bwd::StageArgs<T>",

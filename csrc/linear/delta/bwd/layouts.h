@@ -107,6 +107,35 @@ constexpr size_t fast_grads_smem() {
          (grads_two_k<D>() ? 2 * kFastC * (D + 8) : 0);
 }
 
+// ---- grads with its products on wgmma (grads_sm90.cuh), D = 128, bytes from a 1024-aligned base ----
+// Every 16-bit tile in 128-byte swizzled panels of 64 rows: q (dw once q is dead), k (two buffers,
+// alternating items), v, dO, v_new, dv_new as [64, 128]; h and dh' as [128, 128], i.e. two [64, 128]
+// tiles each (rows 0-63, 64-127); A and the two 64 x 64 scratch tiles; then the fp32 rows (gates, the
+// per-warpgroup partial row sums).
+struct GradsSm90Layout {
+  static constexpr int kTile = kFastC * 2 * 128;
+  static constexpr int kSquare = kFastC * 2 * kFastC;
+  static constexpr int kQ = 0;
+  static constexpr int kK0 = kQ + kTile;
+  static constexpr int kK1 = kK0 + kTile;
+  static constexpr int kV = kK1 + kTile;
+  static constexpr int kDO = kV + kTile;
+  static constexpr int kU = kDO + kTile;
+  static constexpr int kDU = kU + kTile;
+  static constexpr int kH = kDU + kTile;
+  static constexpr int kDH = kH + 2 * kTile;
+  static constexpr int kA = kDH + 2 * kTile;
+  static constexpr int kT1 = kA + kSquare;
+  static constexpr int kT2 = kT1 + kSquare;
+  static constexpr int kFloats = kT2 + kSquare;
+  // gc, e^gc, e^(gl - gc), beta; seven [4][64] row sums; [4][64] column sums; 16 <h, dh'> parts; dgc;
+  // [4][64] k.dk at the end.
+  static constexpr int kFloatCount = 4 * kFastC + 7 * 4 * kFastC + 4 * kFastC + 16 + kFastC + 4 * kFastC;
+  static constexpr int kBytes = kFloats + 4 * kFloatCount;
+  static constexpr int kAlloc = kBytes + 1024;
+  static_assert(kAlloc <= 227 * 1024, "one block's shared memory");
+};
+
 // Shared memory of the two gradient kernels at D = 256 (grads256.cuh): the first
 // (over V) holds dO, v_new, dv_new and three 64 x D buffers, the second (over K) Q, K, dw.
 constexpr size_t fast_grads256_smem_v() {
