@@ -196,8 +196,6 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_v2_kernel(const __grid_consta
         ldsm_x4(&vf[4 * kk], v_addr + o);
       }
     }
-    mbar_wait(ring.full(0), 0);
-    issue_s(0);
 
     // First scratch row of the previous tile (whose dQ is reduced once complete). Scratch rows fit
     // in 32 bits: 2^31 rows of 64 floats would be 512 GB.
@@ -209,6 +207,13 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_v2_kernel(const __grid_consta
       const int i0 = qt.row0(it, BM);
       const uint32_t ds_addr = sbase + Sh::OFF_DS + (it & 1) * Sh::DS_BYTES + cw * Sh::PANEL_Q;
 
+      // The first tile's S^T here, not before the loop: the loop's zeroed accumulators are set up there,
+      // and writes to any wgmma's accumulators while one is in flight make ptxas serialise them all.
+      // Later tiles' S^T are issued a tile ahead, below.
+      if (it == 0) {
+        mbar_wait(ring.full(0), 0);
+        issue_s(0);
+      }
       // S^T of this tile, and dV, dK, dQ of the previous one, are complete.
       wgmma_wait<0>();
       fence_regs(acc_s);
@@ -228,11 +233,11 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_v2_kernel(const __grid_consta
       const float* lse_st = lse_smem + st * BM;
       const float* dsum_st = dsum_smem + st * BM;
       if (!softcapped) {
-        probs_in_place(p, s, acc_s, lse_st, full, key0, i0, t);
+        float prob[32];
+        probs_of(p, s, acc_s, prob, lse_st, full, key0, i0, t);
         wgmma_wait<0>();
-        fence_regs(acc_s);
         fence_regs(acc_dp);
-        grads_from_probs<T>(acc_s, acc_dp, dsum_st, t, p_frag, ds_frag);
+        grads_from_probs<T>(prob, acc_dp, dsum_st, t, p_frag, ds_frag);
       } else {
         wgmma_wait<0>();
         fence_regs(acc_dp);
