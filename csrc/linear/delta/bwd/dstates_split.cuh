@@ -78,6 +78,10 @@ __global__ void __launch_bounds__(256, 1) dstates_split_kernel(const Problem p, 
       named_sync(Bars::full(s), 256);
       const float* gc = gates(s);
       const float gl = gc[kC - 1];
+      // dh in 16 bits now: reading dh's registers while Y and X are in flight would make ptxas serialise
+      // every wgmma of the kernel.
+      uint32_t dhp[kMS][kNA / 2];
+      fwd::pack_state16<T>(dh, dhp);
       // Y = P^T dO and X = Q^T dOs (A read M-major from the [token, .] tiles, B N-major).
       float y[kNA], x[kMS][kNA];
       wgmma_fence();
@@ -101,7 +105,7 @@ __global__ void __launch_bounds__(256, 1) dstates_split_kernel(const Problem p, 
       wgmma_commit();
       // dh to 16 bits (stored to dHs by the helper), once the helper has copied the previous one out.
       if (it > 0) named_sync(Bars::kDhFree, 256);
-      fwd::store_state16<T>(dh, sbase + Lay::kDh, at, lane);
+      fwd::store_state16(dhp, sbase + Lay::kDh, at, lane);
       fence_proxy_async();
       named_sync(Bars::kChain, 128);  // Dh complete, for this warpgroup's wgmma
       named_arrive(Bars::kDhReady, 256);

@@ -122,6 +122,8 @@ __global__ void __launch_bounds__(kPrepSm90Threads, D <= 128 ? 4 : 2) chunk_prep
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(acc);
+      // Every warp's part of the product has read the panel (a warp's wait covers its own rows only).
+      named_sync(1 + wg, 128);
 #pragma unroll
       for (int cb = 0; cb < 8; cb += 2) {
         const float* a = &acc[4 * cb];

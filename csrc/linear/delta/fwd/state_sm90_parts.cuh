@@ -112,20 +112,38 @@ __device__ __forceinline__ void store_state(const float (&S)[kMS][kNA], const St
   }
 }
 
-// S in 16 bits to Sb, a [D, 2 kNA] tile of 128-byte swizzled panels (the N-major operand of W S and
-// Q S), four accumulator pairs a stmatrix.
+// S rounded to 16 bits, two values a register (the order of the accumulator pairs).
 template <class T, int kMS, int kNA>
-__device__ __forceinline__ void store_state16(const float (&S)[kMS][kNA], uint32_t sb, const StateCoords& at,
+__device__ __forceinline__ void pack_state16(const float (&S)[kMS][kNA], uint32_t (&P)[kMS][kNA / 2]) {
+#pragma unroll
+  for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+    for (int i = 0; i < kNA / 2; ++i) P[ms][i] = pack2<T>(S[ms][2 * i], S[ms][2 * i + 1]);
+  }
+}
+
+// A packed 16-bit S to Sb, a [D, kNA] tile of 128-byte swizzled panels (the N-major operand of W S and
+// Q S), four accumulator pairs a stmatrix.
+template <int kMS, int kNP>
+__device__ __forceinline__ void store_state16(const uint32_t (&P)[kMS][kNP], uint32_t sb, const StateCoords& at,
                                               int lane) {
 #pragma unroll
   for (int ms = 0; ms < kMS; ++ms) {
 #pragma unroll
-    for (int cb = 0; cb < kNA / 4; cb += 2) {
-      const float* a = &S[ms][4 * cb];
-      stmatrix_x4(frag_x4_addr(sb, at.D, at.row0 + 64 * ms + 16 * at.warp, cb, lane), pack2<T>(a[0], a[1]),
-                  pack2<T>(a[2], a[3]), pack2<T>(a[4], a[5]), pack2<T>(a[6], a[7]));
+    for (int cb = 0; cb < kNP / 2; cb += 2) {
+      const uint32_t* a = &P[ms][2 * cb];
+      stmatrix_x4(frag_x4_addr(sb, at.D, at.row0 + 64 * ms + 16 * at.warp, cb, lane), a[0], a[1], a[2], a[3]);
     }
   }
+}
+
+// S in 16 bits to Sb (store_state16 above).
+template <class T, int kMS, int kNA>
+__device__ __forceinline__ void store_state16(const float (&S)[kMS][kNA], uint32_t sb, const StateCoords& at,
+                                              int lane) {
+  uint32_t P[kMS][kNA / 2];
+  pack_state16<T>(S, P);
+  store_state16(P, sb, at, lane);
 }
 
 // The job's chunk_states ([B, H, NC + 1, D, D]) for sequence n and head h, or null.
