@@ -300,17 +300,27 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant_
     wgmma_fence();
     issue_kmajor(acc_s, k_addr, q_addr);
     issue_kmajor(acc_dp, v_addr, do_addr);
-    wgmma_wait<0>();
-    fence_regs(acc_s);
-    fence_regs(acc_dp);
 
     // P^T and dS^T, packed as the A fragments of the next wgmmas: register 2 j + half holds keys
-    // key0 + 8 half, queries i0 + 8 j + 2 t + {0, 1}.
+    // key0 + 8 half, queries i0 + 8 j + 2 t + {0, 1}. Without softcap the exponentials of P^T run
+    // while dP^T is still on the tensor pipe.
     const bool full = tile_fully_admitted(i0, BM, j0, BN, s.q_len, s.kv_len, p.window_left, p.window_right);
     const float* lse_st = lse_smem + st * BM;
     const float* dsum_st = dsum_smem + st * BM;
     uint32_t p_frag[16], ds_frag[16];
-    probs_and_grads<T>(p, s, softcapped, acc_s, acc_dp, lse_st, dsum_st, full, key0, i0, t, p_frag, ds_frag);
+    if (!softcapped) {
+      wgmma_wait<1>();
+      fence_regs(acc_s);
+      probs_of(p, s, acc_s, acc_s, lse_st, full, key0, i0, t);  // in place: no S^T wgmma is in flight here
+      wgmma_wait<0>();
+      fence_regs(acc_dp);
+      grads_from_probs<T>(acc_s, acc_dp, dsum_st, t, p_frag, ds_frag);
+    } else {
+      wgmma_wait<0>();
+      fence_regs(acc_s);
+      fence_regs(acc_dp);
+      probs_and_grads<T>(p, s, true, acc_s, acc_dp, lse_st, dsum_st, full, key0, i0, t, p_frag, ds_frag);
+    }
 
     store_ds_panel(ds_addr + cw * Sh::PANEL_Q, ds_frag, wi, lane);
     fence_proxy_async();  // the generic-proxy dS stores, before wgmma reads them

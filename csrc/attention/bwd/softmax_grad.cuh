@@ -26,9 +26,9 @@ __device__ __forceinline__ bool admitted(const BwdParams& p, const BwdSeq& s, in
 
 // Without softcap, in two halves, so that the exponentials overlap the dP^T product: probs_of turns
 // S^T into P^T = exp2(S^T c - LSE) (0 where masked) before dP^T is complete; grads_from_probs then
-// forms dS^T = P^T (dP^T - D) and packs both. P^T goes to an array of its own: written over S^T's
-// registers, which a wgmma in flight (the next tile's S^T) also names, it would make ptxas serialise
-// every wgmma of the kernel.
+// forms dS^T = P^T (dP^T - D) and packs both. prob may be acc_s itself, except where a wgmma whose
+// accumulators are S^T's registers (the next tile's S^T) is in flight: writing them then makes ptxas
+// serialise every wgmma of the kernel.
 __device__ __forceinline__ void probs_of(const BwdParams& p, const BwdSeq& s, const float (&acc_s)[32],
                                          float (&prob)[32], const float* lse_st, bool full, int key0, int i0,
                                          int t) {
