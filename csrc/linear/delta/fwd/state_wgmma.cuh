@@ -224,10 +224,12 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1)
     fence_regs(pf);
 
     if (wg == 1 && job.output && !kSave) {
-      // O through shared memory: stmatrix into Ub (its one reader, P U, is done; the next chunk's (c)
-      // writes it only after S1), then whole 16-byte pieces of rows, so a warp stores 128 contiguous
-      // bytes of a row an instruction instead of 4 bytes of 8 rows. (With kSave thread 0's store of Ub
-      // may still be reading it.)
+      // O through shared memory: stmatrix into Ub once its one reader, P U, is done in all four warps (a
+      // warp's wait covers its own rows; every warp's slice reads all of Ub; the next chunk's (c) writes
+      // Ub only after S1), then whole 16-byte pieces of rows, so a warp stores 128 contiguous bytes of a
+      // row an instruction instead of 4 bytes of 8 rows. (With kSave thread 0's store of Ub may still be
+      // reading it.)
+      named_sync(3, 128);
       const uint32_t so = sbase + Lay::kUb;
 #pragma unroll
       for (int cb = 0; cb < VT / 8; cb += 2) {
