@@ -388,9 +388,12 @@ function nvccFlags(t: Toolchain, arch: string[], options: BuildOptions, includes
   return flags;
 }
 
-// Keeps the lines of a ptxas report that matter: function names, registers, spills, stack.
+// Keeps the lines of a ptxas report that matter: function names, registers, spills, stack, and the
+// performance warnings (wgmma serialised: C7518 / C7520 and the like).
 function summariseReport(stderr: string): string {
-  return stderr.split("\n").filter((l) => /Compiling entry|Used \d+ registers|spill|stack frame/.test(l))
+  return stderr.split("\n").filter((l) =>
+    /Compiling entry|Used \d+ registers|spill|stack frame|Performance Loss/.test(l)
+  )
     .join("\n");
 }
 
