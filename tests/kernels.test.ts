@@ -127,11 +127,17 @@ Deno.test("planner: attention forward and backward kernels on H200 and A100", ()
   assert.equal(bwd({ d: 64 }).details.dq_order, "full");
   assert.equal(bwd({ d: 128 }).kernels[0].name, "attention.bwd.wgmma<bfloat16, D128>");
   assert.equal(bwd({ d: 128 }).details.dq_order, "fragments");
-  assert.equal(bwd({ d: 128, deterministic: true }).kernels[0].name, "attention.bwd.general<bfloat16, D128>");
+  // Deterministic: the Hopper kernel with dQ in key-tile order at D 128; the general one at D 64.
+  assert.equal(bwd({ d: 128, deterministic: true }).kernels[0].name, "attention.bwd.wgmma<bfloat16, D128>");
+  assert.equal(bwd({ d: 64, deterministic: true }).kernels[0].name, "attention.bwd.general<bfloat16, D64>");
   assert.equal(bwd({ d: 256 }).kernels[0].name, "attention.bwd.general<bfloat16, D256>");
   assert.equal(bwd({ d: 128, tmaOk: false }).path, "general");
   assert.equal(plan({ op: "attention.bwd", gpu: "a100", d: 64 }).path, "general");
-  refused(() => bwd({ d: 128, deterministic: true }, "attention.bwd=wgmma"), "UNSUPPORTED", /deterministic/);
+  refused(
+    () => bwd({ d: 64, deterministic: true }, "attention.bwd=wgmma_v2"),
+    "UNSUPPORTED",
+    /deterministic/,
+  );
 });
 
 Deno.test("planner: the chunked linear forward (paths, state kernels, tiles, segments, saving)", () => {
