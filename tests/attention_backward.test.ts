@@ -76,14 +76,35 @@ for (const c of CASES.filter((c) => c.windowLeft !== undefined || c.softcap || c
     (device) => withSeed((seed) => checkBackward(device, c, seed, false, resultBackward)),
   );
 }
-// Deterministic: the general kernel at D 64; at D 128 on Hopper the wgmma kernel with dQ added in
-// key-tile order (several key tiles of 128 a query tile: causal with GQA, a sliding window, packed
-// sequences of unequal lengths).
+// Deterministic: on Hopper the wgmma kernels with dQ added in key-tile order (several key tiles of 128
+// a query tile: causal with GQA, a sliding window, a right-only window (whose last key tile goes first
+// at D 64), packed sequences of unequal lengths), elsewhere (and at D 256) the general kernel.
 const DETERMINISTIC_CASES: AttentionCase[] = [
   { dtype: "bfloat16", batch: 1, seqQ: 200, heads: 8, headsKv: 1, dim: 64, causal: true },
+  {
+    dtype: "bfloat16",
+    batch: 2,
+    seqQ: 300,
+    seqKv: 600,
+    heads: 4,
+    headsKv: 2,
+    dim: 64,
+    windowLeft: 0,
+    windowRight: 150,
+  },
+  {
+    dtype: "float16",
+    heads: 2,
+    headsKv: 1,
+    dim: 64,
+    lengthsQ: [420, 0, 260],
+    lengthsKv: [420, 0, 260],
+    causal: true,
+  },
   { dtype: "bfloat16", batch: 2, seqQ: 520, heads: 6, headsKv: 2, dim: 128, causal: true },
   { dtype: "float16", batch: 1, seqQ: 700, heads: 3, headsKv: 3, dim: 128, windowLeft: 200, windowRight: 0 },
   { dtype: "bfloat16", heads: 4, headsKv: 2, dim: 128, lengthsQ: [300, 0, 450], lengthsKv: [300, 0, 450] },
+  { dtype: "bfloat16", batch: 1, seqQ: 300, heads: 2, headsKv: 1, dim: 256, causal: true },
 ];
 for (const c of DETERMINISTIC_CASES) {
   deviceTest(
@@ -106,7 +127,7 @@ async function deterministicCase(device: Device, c: AttentionCase, seed: number)
     };
     assert.deepEqual(run(), run());
     const hopper = device !== "cpu" && kernels(device).some((k) => k.runnable && k.arch === "sm90a");
-    if (hopper && c.dim === 128) assert.match(lastPlan()!.kernels[0].name, /^attention\.bwd\.wgmma</);
+    if (hopper && c.dim !== 256) assert.match(lastPlan()!.kernels[0].name, /^attention\.bwd\.wgmma(_v2)?</);
   });
 }
 for (const c of CUDA_CASES) {

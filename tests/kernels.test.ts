@@ -127,17 +127,13 @@ Deno.test("planner: attention forward and backward kernels on H200 and A100", ()
   assert.equal(bwd({ d: 64 }).details.dq_order, "full");
   assert.equal(bwd({ d: 128 }).kernels[0].name, "attention.bwd.wgmma<bfloat16, D128>");
   assert.equal(bwd({ d: 128 }).details.dq_order, "fragments");
-  // Deterministic: the Hopper kernel with dQ in key-tile order at D 128; the general one at D 64.
+  // Deterministic: the Hopper kernels with dQ added in key-tile order.
   assert.equal(bwd({ d: 128, deterministic: true }).kernels[0].name, "attention.bwd.wgmma<bfloat16, D128>");
-  assert.equal(bwd({ d: 64, deterministic: true }).kernels[0].name, "attention.bwd.general<bfloat16, D64>");
+  assert.equal(bwd({ d: 64, deterministic: true }).kernels[0].name, "attention.bwd.wgmma_v2<bfloat16, D64>");
   assert.equal(bwd({ d: 256 }).kernels[0].name, "attention.bwd.general<bfloat16, D256>");
   assert.equal(bwd({ d: 128, tmaOk: false }).path, "general");
   assert.equal(plan({ op: "attention.bwd", gpu: "a100", d: 64 }).path, "general");
-  refused(
-    () => bwd({ d: 64, deterministic: true }, "attention.bwd=wgmma_v2"),
-    "UNSUPPORTED",
-    /deterministic/,
-  );
+  assert.equal(bwd({ d: 64, deterministic: true }, "attention.bwd=general").path, "general");
 });
 
 Deno.test("planner: the chunked linear forward (paths, state kernels, tiles, segments, saving)", () => {
