@@ -106,9 +106,10 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_v2_kernel(const __grid_consta
 
   // Deterministic calls add dQ in key-tile order (dq_semaphore): ranked in the launch's order of key
   // tiles (decode_tile puts a pair's key tile n after n - 1, or with `reverse` after n + 1), so a block
-  // waits only for blocks launched before it; query tiles from the last, as in sm90.cuh.
+  // waits only for blocks launched before it. Query tiles then go from the end its predecessor reaches
+  // first: from the last in ascending launches (as in sm90.cuh), from the first in reversed ones.
   const bool ordered = p.dq_semaphore != nullptr;
-  const QueryTiles qt(p, s, j0, BN, BM, ordered);
+  const QueryTiles qt(p, s, j0, BN, BM, ordered && !launch.reverse);
   const int n_iter = qt.n;
 
   if (threadIdx.x == 0) {
