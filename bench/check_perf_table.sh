@@ -15,3 +15,4 @@ step linear 240 $deno run -A bench/linear_side_by_side.ts --ops gdn,delta,decode
 grep -hE '^\| [A-Za-z]' "$out"/attention.log "$out"/linear.log | cut -c1-220
 # The table against its goals (bench/perf_goals.json).
 $deno run -A bench/perf_goals.ts "$out"/*_attention.json "$out"/*_linear.json | tee "$out/goals.md"
+pack_logs

@@ -1,6 +1,7 @@
 # Sourced by the one-call GPU check scripts with their arguments: OUT_DIR ($1) receives the logs, DENO (default
 # deno) runs deno there, and `step NAME LIMIT CMD...` runs CMD with a time limit, its output in $out/NAME.log,
-# printing its exit code, seconds and test summary line.
+# printing its exit code, seconds and test summary line; `pack_logs` at the end folds the logs into one
+# logs.tar.gz (at most 8 files come back from a GPU call, and the records must be among them).
 out=${1:?output folder}
 deno=${DENO:-deno}
 mkdir -p "$out"
@@ -12,4 +13,7 @@ step() {
   t0=$(date +%s)
   timeout "$limit" "$@" > "$out/$name.log" 2>&1
   echo "$name rc=$? $(($(date +%s) - t0)) s: $(grep -E '^(ok|FAILED) \|' "$out/$name.log" | tail -1)"
+}
+pack_logs() {
+  (cd "$out" && ls ./*.log > /dev/null 2>&1 && tar czf logs.tar.gz ./*.log && rm -f ./*.log)
 }
