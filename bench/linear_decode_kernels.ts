@@ -19,10 +19,11 @@ import { compare, type DType, GatedDeltaNetDecodeFwdOp, lastPlan, Tensor } from 
 import {
   BENCH_OPTIONS,
   type BenchRecord,
-  COPY_CEILING_GBPS,
+  ceilingRecord,
   cudaGpu,
   FlushedTimer,
   saveRecords,
+  setTime,
 } from "./records.ts";
 
 const { values: args } = parseArgs({ options: BENCH_OPTIONS });
@@ -55,19 +56,13 @@ for (const { B, H, D, state: stateDtype } of SHAPES) {
   using state = Tensor.randn([B, H, D, D], { dtype: stateDtype, device, seed: 6, std: 0.1 });
   let planned: { output: Tensor; newState: Tensor } | undefined;
   for (const pin of [undefined, "tile", "simt"]) {
-    const rec: BenchRecord = {
-      op: "GatedDeltaNetDecodeFwdOp",
-      shape: `B${B}_H${H}_K${D}_V${D}_${stateDtype}_state`,
-      dtype: "bfloat16",
-      mode: pin ? `decode, ${pin} pinned` : "decode",
-      ms: null,
-      ref: `copy ceiling ${COPY_CEILING_GBPS} GB/s`,
-      ref_ms: bytes / (COPY_CEILING_GBPS * 1e9) * 1e3,
-      speedup: null,
-      tflops: null,
-      gbps: null,
-      path: "?",
-    };
+    const rec = ceilingRecord(
+      "GatedDeltaNetDecodeFwdOp",
+      `B${B}_H${H}_K${D}_V${D}_${stateDtype}_state`,
+      "bfloat16",
+      pin ? `decode, ${pin} pinned` : "decode",
+      bytes,
+    );
     try {
       const op = new GatedDeltaNetDecodeFwdOp({
         useQkL2norm: true,
@@ -75,9 +70,7 @@ for (const { B, H, D, state: stateDtype } of SHAPES) {
       });
       const out = op.forward(q, k, v, g, beta, state);
       rec.path = lastPlan()?.kernels.map((x) => x.name).join(", ") ?? "?";
-      rec.ms = timer.time(() => void op.forward(q, k, v, g, beta, state, out));
-      rec.gbps = bytes / (rec.ms * 1e-3) / 1e9;
-      rec.speedup = rec.ref_ms! / rec.ms;
+      setTime(rec, timer.time(() => void op.forward(q, k, v, g, beta, state, out)), { bytes });
       if (!planned) {
         planned = out;
       } else {

@@ -25,10 +25,11 @@ import {
 import {
   BENCH_OPTIONS,
   type BenchRecord,
-  COPY_CEILING_GBPS,
+  ceilingRecord,
   cudaGpu,
   FlushedTimer,
   saveRecords,
+  setTime,
 } from "./records.ts";
 
 const { values: args } = parseArgs({ options: BENCH_OPTIONS });
@@ -43,19 +44,13 @@ const RUNS: [number, string | undefined][] = [[16, undefined], [128, undefined],
 let planned: Tensor | undefined;
 for (const [H, pin] of RUNS) {
   const bytes = B * Skv * (D + P) * 2, flops = 2 * B * H * Skv * (D + P + D);
-  const rec: BenchRecord = {
-    op: "MultiHeadLatentAttentionDecodeWithKVCacheFwdOp",
-    shape: `B${B}_H${H}_Skv${Skv}_D${D}+${P}`,
-    dtype: "bfloat16",
-    mode: pin ? `decode, ${pin} pinned` : "decode",
-    ms: null,
-    ref: `copy ceiling ${COPY_CEILING_GBPS} GB/s`,
-    ref_ms: bytes / (COPY_CEILING_GBPS * 1e9) * 1e3,
-    speedup: null,
-    tflops: null,
-    gbps: null,
-    path: "?",
-  };
+  const rec = ceilingRecord(
+    "MultiHeadLatentAttentionDecodeWithKVCacheFwdOp",
+    `B${B}_H${H}_Skv${Skv}_D${D}+${P}`,
+    "bfloat16",
+    pin ? `decode, ${pin} pinned` : "decode",
+    bytes,
+  );
   try {
     const op = new MultiHeadLatentAttentionDecodeWithKVCacheFwdOp({
       batch: B,
@@ -76,10 +71,7 @@ for (const [H, pin] of RUNS) {
       });
     run();
     rec.path = lastPlan()?.kernels.map((x) => x.name).join(", ") ?? "?";
-    rec.ms = timer.time(run);
-    rec.gbps = bytes / (rec.ms * 1e-3) / 1e9;
-    rec.tflops = flops / (rec.ms * 1e-3) / 1e12;
-    rec.speedup = rec.ref_ms! / rec.ms;
+    setTime(rec, timer.time(run), { bytes, flops });
     const out = pinned(() => op.forward(q, qPe, k, kPe));
     if (!pin) {
       planned?.dispose();

@@ -73,6 +73,84 @@ export interface BenchRecord {
 }
 
 /**
+ * A row not yet timed: every figure null, the path unknown.
+ *
+ * @example
+ * ```ts
+ * import { newRecord } from "./records.ts";
+ * console.log(newRecord("op", "B1", "bfloat16", "fwd", "torch", 1.5).ms); // null
+ * ```
+ */
+export function newRecord(
+  op: string,
+  shape: string,
+  dtype: string,
+  mode: string,
+  ref: string,
+  refMs: number | null,
+): BenchRecord {
+  return {
+    op,
+    shape,
+    dtype,
+    mode,
+    ms: null,
+    ref,
+    ref_ms: refMs,
+    speedup: null,
+    tflops: null,
+    gbps: null,
+    path: "?",
+  };
+}
+
+/**
+ * A row of a memory-bound op whose reference is the copy ceiling: the time `bytes` take at
+ * COPY_CEILING_GBPS.
+ *
+ * @example
+ * ```ts
+ * import { ceilingRecord } from "./records.ts";
+ * console.log(ceilingRecord("op", "B1", "bfloat16", "decode", 4252e6).ref_ms); // 1
+ * ```
+ */
+export function ceilingRecord(
+  op: string,
+  shape: string,
+  dtype: string,
+  mode: string,
+  bytes: number,
+): BenchRecord {
+  return newRecord(
+    op,
+    shape,
+    dtype,
+    mode,
+    `copy ceiling ${COPY_CEILING_GBPS} GB/s`,
+    bytes / (COPY_CEILING_GBPS * 1e9) * 1e3,
+  );
+}
+
+/**
+ * Fills a row's time and what follows from it: TFLOP/s and GB/s where the work names FLOPs and bytes,
+ * the speedup where the row has a reference time.
+ *
+ * @example
+ * ```ts
+ * import { newRecord, setTime } from "./records.ts";
+ * const r = newRecord("op", "B1", "bfloat16", "fwd", "ref", 2);
+ * setTime(r, 1, { bytes: 1e9 });
+ * console.log(r.gbps, r.speedup); // 1000 2
+ * ```
+ */
+export function setTime(rec: BenchRecord, ms: number, work: { flops?: number; bytes?: number }): void {
+  rec.ms = ms;
+  if (work.flops) rec.tflops = work.flops / (ms * 1e-3) / 1e12;
+  if (work.bytes) rec.gbps = work.bytes / (ms * 1e-3) / 1e9;
+  if (rec.ref_ms !== null) rec.speedup = rec.ref_ms / ms;
+}
+
+/**
  * The commit the measurements ran on: `ATTNKIT_BENCH_COMMIT` where set (a copied tree whose `.git` is not
  * its own: the caller names the commit), else the checkout's short commit with "+modified" when tracked
  * files differ from it (so a record never names a commit its code was not), else "unknown" (no git, or

@@ -40,7 +40,15 @@ import {
   NSATopkVarlenOp,
   Tensor,
 } from "../mod.ts";
-import { type BenchRecord, COPY_CEILING_GBPS, cudaGpu, FlushedTimer, saveRecords } from "./records.ts";
+import {
+  type BenchRecord,
+  ceilingRecord,
+  cudaGpu,
+  FlushedTimer,
+  newRecord,
+  saveRecords,
+  setTime,
+} from "./records.ts";
 
 const FP8_PEAK_TFLOPS = 1979;
 
@@ -66,10 +74,7 @@ function run(rec: BenchRecord, fn: () => void, work: { flops?: number; bytes?: n
   try {
     fn();
     rec.path = lastPlan()?.path ?? "general";
-    rec.ms = timer.time(fn);
-    if (work.flops) rec.tflops = work.flops / (rec.ms * 1e-3) / 1e12;
-    if (work.bytes) rec.gbps = work.bytes / (rec.ms * 1e-3) / 1e9;
-    if (rec.ref_ms !== null) rec.speedup = rec.ref_ms / rec.ms;
+    setTime(rec, timer.time(fn), work);
   } catch (e) {
     rec.note = `error: ${(e as Error).message.slice(0, 160)}`;
   }
@@ -77,20 +82,6 @@ function run(rec: BenchRecord, fn: () => void, work: { flops?: number; bytes?: n
   console.log(JSON.stringify(rec));
   save();
 }
-
-const row = (op: string, shape: string, dtype: string, mode: string, ref: string, refMs: number | null) => ({
-  op,
-  shape,
-  dtype,
-  mode,
-  ms: null,
-  ref,
-  ref_ms: refMs,
-  speedup: null,
-  tflops: null,
-  gbps: null,
-  path: "?",
-});
 
 if (OPS.has("nsa")) {
   const T = 32768 / SCALE, H = 64, G = 16, Hkv = H / G, D = 128, bs = 64, S = 16;
@@ -140,7 +131,7 @@ if (OPS.has("nsa")) {
     selFlops = 4 * T * H * D * S * bs;
   const shape = `T${T}_H${H}_G${G}_D${D}_bs${bs}_S${S}`;
   const ref = fla[shape] ?? null;
-  run(row("NSA (three branches)", shape, "bfloat16", "fwd", "fla.parallel_nsa", ref), () => {
+  run(newRecord("NSA (three branches)", shape, "bfloat16", "fwd", "fla.parallel_nsa", ref), () => {
     using c = cmp.forward(q, kCmp, vCmp, offsets, chunks, tokens);
     using blocks = topk.forward(q, kCmp, c.lse, offsets, chunks, tokens);
     using _o = selected.forward(q, k, v, blocks, undefined, offsets, tokens);
@@ -150,19 +141,19 @@ if (OPS.has("nsa")) {
   using blocks = topk.forward(q, kCmp, c.lse, offsets, chunks, tokens);
   for (const variant of ["mma", "tiled"]) {
     const op = cmpOp(variant);
-    run(row("NSACmpFwdVarlenOp", shape, "bfloat16", `fwd, ${variant} pinned`, "-", null), () => {
+    run(newRecord("NSACmpFwdVarlenOp", shape, "bfloat16", `fwd, ${variant} pinned`, "-", null), () => {
       using _c = op.forward(q, kCmp, vCmp, offsets, chunks, tokens);
     }, { flops: cmpFlops });
   }
   for (const variant of ["item", "mma"]) {
     const op = topkOp(variant);
-    run(row("NSATopkVarlenOp", shape, "bfloat16", `fwd, ${variant} pinned`, "-", null), () => {
+    run(newRecord("NSATopkVarlenOp", shape, "bfloat16", `fwd, ${variant} pinned`, "-", null), () => {
       using _b = op.forward(q, kCmp, c.lse, offsets, chunks, tokens);
     }, { flops: topkFlops });
   }
   for (const variant of ["mma", "tiled"]) {
     const op = selectedOp(variant);
-    run(row("NSAFwdVarlenOp", shape, "bfloat16", `fwd, ${variant} pinned`, "-", null), () => {
+    run(newRecord("NSAFwdVarlenOp", shape, "bfloat16", `fwd, ${variant} pinned`, "-", null), () => {
       using _o = op.forward(q, k, v, blocks, undefined, offsets, tokens);
     }, { flops: selFlops });
   }
@@ -189,13 +180,12 @@ if (OPS.has("dsa")) {
   const list = Int32Array.from({ length: B * topk }, (_, i) => ((i % topk) * 4 + Math.floor(i / topk)) % Skv);
   using indices = Tensor.from(list, { shape: [B, 1, 1, topk], device });
   const bytes = B * topk * (dim + tail) * 2;
-  const rec = row(
+  const rec = ceilingRecord(
     "DeepSeekSparseAttentionDecodeWithKVCacheFwdOp",
     `B${B}_H${H}_Skv${Skv}_topk${topk}_D${dim}+${tail}`,
     "bfloat16",
     "decode",
-    `copy ceiling ${COPY_CEILING_GBPS} GB/s`,
-    bytes / (COPY_CEILING_GBPS * 1e9) * 1e3,
+    bytes,
   );
   const work = { bytes, flops: 2 * B * H * topk * (dim + tail + dim) };
   run(rec, () => {
@@ -228,7 +218,7 @@ if (OPS.has("indexer")) {
   using ks = Tensor.zeros([Sq], { dtype: "int32", device });
   using ke = Tensor.full([Sq], Sk, { dtype: "int32", device });
   const flops = 2 * Sq * Sk * H * D;
-  const rec = row(
+  const rec = newRecord(
     "FP8LightningIndexerFwdOp",
     `Sq${Sq}_Sk${Sk}_H${H}_D${D}`,
     "float8_e4m3",
@@ -283,7 +273,7 @@ if (OPS.has("paged")) {
   // Causal, bottom-right: each query sees the cache and its chunk's keys up to itself.
   const flops = 4 * B * H * D * chunk * (cached + (chunk + 1) / 2);
   run(
-    row(
+    newRecord(
       "GroupedQueryAttentionPrefillPagedWithKVCacheFwdOp",
       `B${B}_cached${cached}_chunk${chunk}_H${H}_KV${Hkv}_D${D}_page${P}`,
       "bfloat16",
