@@ -139,9 +139,7 @@ template <class T, class S, int K>
 void launch_decode_tile(const DecodeParams<T, S>& p, cudaStream_t stream) {
   if (p.B == 0 || p.H == 0) return;
   constexpr int C = kTileValues / K;
-  const bool aligned = reinterpret_cast<uintptr_t>(p.state) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(p.new_state) % 16 == 0 && (p.V * sizeof(S)) % 16 == 0;
-  if (p.K != K || !aligned) {
+  if (p.K != K || !decode_rows_aligned(p.state, p.new_state, p.V, sizeof(S))) {
     fail(AK_ERR_INTERNAL, "decode_tile_kernel: the planner sent a call it does not serve");
   }
   const int slices = (p.V + C - 1) / C;

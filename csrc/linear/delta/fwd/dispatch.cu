@@ -292,9 +292,7 @@ void delta_decode(const DeltaDecode& a) {
   planning::DecodeShape shape;
   shape.dtype = p.dtype;
   shape.K = p.K;
-  const size_t elem = a.state->dtype == AK_FLOAT32 ? 4 : 2;
-  shape.aligned = reinterpret_cast<uintptr_t>(a.state->data) % 16 == 0 &&
-                  reinterpret_cast<uintptr_t>(a.new_state->data) % 16 == 0 && (p.V * elem) % 16 == 0;
+  shape.aligned = decode_rows_aligned(a.state->data, a.new_state->data, p.V, a.state->dtype == AK_FLOAT32 ? 4 : 2);
   const planning::DecodeChoice plan =
       planning::plan_decode(shape, ak::cuda::caps(p.device_index), tuning::current());
   plan::set_last(plan.plan);

@@ -171,6 +171,13 @@ struct DecodeArgs {
   bool state_f32 = true;
 };
 
+// Whether every row of a decode's state and new state starts on 16 bytes (their bases and V elements of
+// elem bytes): what the tile kernel's copies need.
+inline bool decode_rows_aligned(const void* state, const void* new_state, int64_t V, size_t elem) {
+  return reinterpret_cast<uintptr_t>(state) % 16 == 0 && reinterpret_cast<uintptr_t>(new_state) % 16 == 0 &&
+         (static_cast<size_t>(V) * elem) % 16 == 0;
+}
+
 // The same parameters with the state read and written in the inputs' dtype.
 template <class T>
 DecodeParams<T, T> state_in_input_dtype(const DecodeParams<T, float>& p) {
