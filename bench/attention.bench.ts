@@ -16,9 +16,9 @@ import {
   cudaAvailable,
   type Device,
   type DType,
-  synchronize,
   Tensor,
 } from "../mod.ts";
+import { benchWallTimes, flopRate, type WallCase } from "./wall_time.ts";
 
 interface Shape {
   B: number;
@@ -29,13 +29,10 @@ interface Shape {
   causal: boolean;
 }
 
-interface Case {
-  name: string;
-  device: Device;
+interface Case extends WallCase {
   flops: number;
   /** Makes inputs and output buffers (once). */
   prepare: () => void;
-  run: () => void;
 }
 
 const ANCHOR_SHAPES: Shape[] = [
@@ -131,38 +128,8 @@ function defineCases(device: Device, shapes: Shape[], dtype: DType): Case[] {
 const cases = defineCases("cpu", CPU_SHAPES, "bfloat16");
 if (cudaAvailable()) cases.push(...defineCases("cuda", ANCHOR_SHAPES, "bfloat16"));
 
-const samples = new Map<string, number[]>();
-
-for (const c of cases) {
-  Deno.bench({
-    name: c.name,
-    group: c.name.replace(/^attention (\w+) .*\[(\w+)\]$/, "attention $1 [$2]"),
-    fn: (b) => {
-      c.prepare();
-      synchronize(c.device);
-      b.start();
-      const t0 = performance.now();
-      c.run();
-      synchronize(c.device);
-      const ms = performance.now() - t0;
-      b.end();
-      const list = samples.get(c.name) ?? [];
-      list.push(ms);
-      samples.set(c.name, list);
-    },
-  });
-}
-
-globalThis.addEventListener("unload", () => {
-  console.log("\nmedian wall time per call (including the wait for the device):");
-  for (const c of cases) {
-    const s = [...(samples.get(c.name) ?? [])].sort((a, b) => a - b);
-    if (s.length === 0) continue;
-    const ms = s[s.length >> 1];
-    const tflops = c.flops / ms / 1e9;
-    const rate = tflops >= 1
-      ? `${tflops.toFixed(1).padStart(8)} TFLOP/s`
-      : `${(tflops * 1e3).toFixed(2).padStart(8)} GFLOP/s`;
-    console.log(`  ${c.name.padEnd(64)} ${ms.toFixed(3).padStart(10)} ms ${rate}`);
-  }
+benchWallTimes(cases, {
+  group: (name) => name.replace(/^attention (\w+) .*\[(\w+)\]$/, "attention $1 [$2]"),
+  heading: "\nmedian wall time per call (including the wait for the device):",
+  row: (c, ms) => `  ${c.name.padEnd(64)} ${ms.toFixed(3).padStart(10)} ms ${flopRate(c.flops, ms)}`,
 });

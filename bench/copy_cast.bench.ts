@@ -5,16 +5,12 @@
  *
  * @module
  */
-import { cudaAvailable, type Device, type DType, dtypeSize, synchronize, Tensor } from "../mod.ts";
+import { cudaAvailable, type Device, type DType, dtypeSize, Tensor } from "../mod.ts";
+import { benchWallTimes, byteRate, type WallCase } from "./wall_time.ts";
 
-interface Case {
-  name: string;
-  device: Device;
+interface Case extends WallCase {
   bytesMoved: number;
-  run: () => void;
 }
-
-const samples = new Map<string, number[]>();
 
 function defineCases(device: Device, sourceBytes: number): Case[] {
   const cases: Case[] = [];
@@ -58,31 +54,8 @@ function defineCases(device: Device, sourceBytes: number): Case[] {
 const cases = defineCases("cpu", 16 * 2 ** 20);
 if (cudaAvailable()) cases.push(...defineCases("cuda", 2 ** 30));
 
-for (const c of cases) {
-  Deno.bench({
-    name: c.name,
-    group: c.name.replace(/^(\S+).*\[(\w+)\]$/, "$1 [$2]"),
-    fn: () => {
-      const t0 = performance.now();
-      c.run();
-      synchronize(c.device);
-      const list = samples.get(c.name) ?? [];
-      list.push(performance.now() - t0);
-      samples.set(c.name, list);
-    },
-  });
-}
-
-globalThis.addEventListener("unload", () => {
-  console.log("\nGB/s (bytes read + written, median wall time per call including the wait for the device):");
-  for (const c of cases) {
-    const s = [...(samples.get(c.name) ?? [])].sort((a, b) => a - b);
-    if (s.length === 0) continue;
-    const ms = s[s.length >> 1];
-    console.log(
-      `  ${c.name.padEnd(62)} ${ms.toFixed(3).padStart(9)} ms ${
-        (c.bytesMoved / ms / 1e6).toFixed(1).padStart(8)
-      } GB/s`,
-    );
-  }
+benchWallTimes(cases, {
+  group: (name) => name.replace(/^(\S+).*\[(\w+)\]$/, "$1 [$2]"),
+  heading: "\nGB/s (bytes read + written, median wall time per call including the wait for the device):",
+  row: (c, ms) => `  ${c.name.padEnd(62)} ${ms.toFixed(3).padStart(9)} ms ${byteRate(c.bytesMoved, ms)}`,
 });

@@ -22,7 +22,7 @@ import {
   setTuning,
   Tensor,
 } from "../mod.ts";
-import { BENCH_OPTIONS, type BenchRecord, cudaGpu, FlushedTimer, saveRecords } from "./records.ts";
+import { BENCH_OPTIONS, type BenchRecord, cudaGpu, errorNote, FlushedTimer, saveRecords } from "./records.ts";
 
 const { values: args } = parseArgs({
   options: {
@@ -99,7 +99,7 @@ for (const [B, Skv] of [[1, 65536], [64, 4096], [256, 2048]]) {
       rec.gbps = bytes / (rec.ms * 1e-3) / 1e9;
       if (rec.ref_ms !== null) rec.speedup = rec.ref_ms / rec.ms;
     } catch (e) {
-      rec.note = `error: ${(e as Error).message.slice(0, 160)}`;
+      rec.note = errorNote(e);
     }
     records.push(rec);
     console.log(JSON.stringify(rec));

@@ -30,7 +30,7 @@ import {
   lastPlan,
   Tensor,
 } from "../mod.ts";
-import { type BenchRecord, cudaGpu, FlushedTimer, saveRecords } from "./records.ts";
+import { type BenchRecord, cudaGpu, errorNote, FlushedTimer, saveRecords } from "./records.ts";
 
 /** One result row. */
 export interface GlaRecord extends BenchRecord {
@@ -171,7 +171,7 @@ function record(
       rec.tflops = (mode === "fwd" ? flops : 3 * flops) / (rec.ms * 1e-3) / 1e12;
       if (ref !== null) rec.speedup = ref / rec.ms;
     } catch (e) {
-      rec.note = `error: ${(e as Error).message.slice(0, 160)}`;
+      rec.note = errorNote(e);
     }
     records.push(rec);
     console.log(JSON.stringify(rec));
@@ -284,7 +284,7 @@ if (OPS.has("decode")) {
     });
     rec.gbps = (2 * B * H * D * D * 4) / (rec.ms * 1e-3) / 1e9;
   } catch (e) {
-    rec.note = `error: ${(e as Error).message.slice(0, 160)}`;
+    rec.note = errorNote(e);
   }
   records.push(rec);
   console.log(JSON.stringify(rec));

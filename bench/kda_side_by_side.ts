@@ -21,7 +21,14 @@
  */
 import { parseArgs } from "node:util";
 import { boundGate, causalConv1d, chunkKda, explain, lastPlan, Tensor } from "../mod.ts";
-import { type BenchRecord, COPY_CEILING_GBPS, cudaGpu, FlushedTimer, saveRecords } from "./records.ts";
+import {
+  type BenchRecord,
+  COPY_CEILING_GBPS,
+  cudaGpu,
+  errorNote,
+  FlushedTimer,
+  saveRecords,
+} from "./records.ts";
 
 /** One result row. */
 export interface KdaRecord extends BenchRecord {
@@ -79,7 +86,7 @@ function measure(
       rec.note = `${(100 * rec.gbps / COPY_CEILING_GBPS).toFixed(0)}% of the copy ceiling`;
     }
   } catch (e) {
-    rec.note = `error: ${(e as Error).message.slice(0, 160)}`;
+    rec.note = errorNote(e);
   }
   push(rec);
 }

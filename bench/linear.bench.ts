@@ -22,9 +22,9 @@ import {
   type Device,
   type DType,
   GatedDeltaNetDecodeFwdOp,
-  synchronize,
   Tensor,
 } from "../mod.ts";
+import { benchWallTimes, byteRate, flopRate, type WallCase } from "./wall_time.ts";
 
 interface Shape {
   B: number;
@@ -33,12 +33,9 @@ interface Shape {
   D: number;
 }
 
-interface Case {
-  name: string;
-  device: Device;
+interface Case extends WallCase {
   flops?: number;
   bytes?: number;
-  run: () => void;
 }
 
 const FLA_SHAPES: Shape[] = [
@@ -181,35 +178,11 @@ if (cudaAvailable()) {
   cases.push(...defineCases("cuda", FLA_SHAPES, "bfloat16"), decodeCase("cuda", 256, 32, 128, "bfloat16"));
 }
 
-const samples = new Map<string, number[]>();
-
-for (const c of cases) {
-  Deno.bench({
-    name: c.name,
-    group: c.name.replace(/^(\S+ \S+).*\[(\w+)\]$/, "$1 [$2]"),
-    fn: () => {
-      const t0 = performance.now();
-      c.run();
-      synchronize(c.device);
-      const list = samples.get(c.name) ?? [];
-      list.push(performance.now() - t0);
-      samples.set(c.name, list);
-    },
-  });
-}
-
-globalThis.addEventListener("unload", () => {
-  console.log("\nmedian wall time per call (including the wait for the device):");
-  for (const c of cases) {
-    const s = [...(samples.get(c.name) ?? [])].sort((a, b) => a - b);
-    if (s.length === 0) continue;
-    const ms = s[s.length >> 1];
-    const tflops = (c.flops ?? 0) / ms / 1e9;
-    const rate = c.flops === undefined
-      ? `${((c.bytes ?? 0) / ms / 1e6).toFixed(1).padStart(8)} GB/s`
-      : tflops >= 1
-      ? `${tflops.toFixed(1).padStart(8)} TFLOP/s`
-      : `${(tflops * 1e3).toFixed(2).padStart(8)} GFLOP/s`;
-    console.log(`  ${c.name.padEnd(78)} ${ms.toFixed(3).padStart(10)} ms ${rate}`);
-  }
+benchWallTimes(cases, {
+  group: (name) => name.replace(/^(\S+ \S+).*\[(\w+)\]$/, "$1 [$2]"),
+  heading: "\nmedian wall time per call (including the wait for the device):",
+  row: (c, ms) => {
+    const rate = c.flops === undefined ? byteRate(c.bytes ?? 0, ms) : flopRate(c.flops, ms);
+    return `  ${c.name.padEnd(78)} ${ms.toFixed(3).padStart(10)} ms ${rate}`;
+  },
 });

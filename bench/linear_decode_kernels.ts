@@ -15,13 +15,15 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import { compare, type DType, GatedDeltaNetDecodeFwdOp, lastPlan, Tensor } from "../mod.ts";
+import { compare, type DType, GatedDeltaNetDecodeFwdOp, Tensor } from "../mod.ts";
 import {
   BENCH_OPTIONS,
   type BenchRecord,
   ceilingRecord,
   cudaGpu,
+  errorNote,
   FlushedTimer,
+  plannedKernels,
   saveRecords,
   setTime,
 } from "./records.ts";
@@ -69,7 +71,7 @@ for (const { B, H, D, state: stateDtype } of SHAPES) {
         kernelMap: pin ? { "linear.decode": pin } : undefined,
       });
       const out = op.forward(q, k, v, g, beta, state);
-      rec.path = lastPlan()?.kernels.map((x) => x.name).join(", ") ?? "?";
+      rec.path = plannedKernels();
       setTime(rec, timer.time(() => void op.forward(q, k, v, g, beta, state, out)), { bytes });
       if (!planned) {
         planned = out;
@@ -83,7 +85,7 @@ for (const { B, H, D, state: stateDtype } of SHAPES) {
         out.newState.dispose();
       }
     } catch (e) {
-      rec.note = `error: ${(e as Error).message.slice(0, 160)}`;
+      rec.note = errorNote(e);
     }
     records.push(rec);
     console.log(JSON.stringify(rec));

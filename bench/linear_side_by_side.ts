@@ -31,7 +31,7 @@
  */
 import { linearForwardFlops } from "../cli/flops.ts";
 import { parseArgs } from "node:util";
-import { gitCommit } from "./records.ts";
+import { gitCommit, plannedKernels } from "./records.ts";
 import {
   chunkDeltaRule,
   chunkDeltaRuleBackward,
@@ -40,7 +40,6 @@ import {
   cudaAvailable,
   deviceInfo,
   GatedDeltaNetDecodeFwdOp,
-  lastPlan,
   loadSafetensors,
   Tensor,
   timeIt,
@@ -335,7 +334,7 @@ if (import.meta.main) {
         using output = Tensor.empty([B, H, V], { dtype: "bfloat16", device });
         using newState = Tensor.empty([B, H, K, V], { dtype: "float32", device }).fill(NaN);
         op.forward(t.q, t.k, t.v, t.g, t.beta, t.state, { output, newState });
-        path = lastPlan()?.kernels.map((x) => x.name).join(", ") ?? "?";
+        path = plannedKernels();
         outDiff = tensorDiff(output, t.o_fla);
         if (t.ht_fla_head) {
           const head = t.ht_fla_head.toArray() as Float32Array;

@@ -15,19 +15,15 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import {
-  compare,
-  lastPlan,
-  MultiHeadLatentAttentionDecodeWithKVCacheFwdOp,
-  Tensor,
-  withTuning,
-} from "../mod.ts";
+import { compare, MultiHeadLatentAttentionDecodeWithKVCacheFwdOp, Tensor, withTuning } from "../mod.ts";
 import {
   BENCH_OPTIONS,
   type BenchRecord,
   ceilingRecord,
   cudaGpu,
+  errorNote,
   FlushedTimer,
+  plannedKernels,
   saveRecords,
   setTime,
 } from "./records.ts";
@@ -70,7 +66,7 @@ for (const [H, pin] of RUNS) {
         using _o = op.forward(q, qPe, k, kPe);
       });
     run();
-    rec.path = lastPlan()?.kernels.map((x) => x.name).join(", ") ?? "?";
+    rec.path = plannedKernels();
     setTime(rec, timer.time(run), { bytes, flops });
     const out = pinned(() => op.forward(q, qPe, k, kPe));
     if (!pin) {
@@ -83,7 +79,7 @@ for (const [H, pin] of RUNS) {
       out.dispose();
     }
   } catch (e) {
-    rec.note = `error: ${(e as Error).message.slice(0, 160)}`;
+    rec.note = errorNote(e);
   }
   records.push(rec);
   console.log(JSON.stringify(rec));

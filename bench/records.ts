@@ -1,7 +1,8 @@
 /**
  * What the side-by-side benchmarks of the newer families share: the start of a CUDA script (its two common
- * options, the GPU's name), the copy ceiling, the result row, its JSON and markdown files in a results
- * folder, and a timer that flushes the L2 before each call (as triton's `do_bench` does).
+ * options, the GPU's name), the copy ceiling, the result row (its error note, the planner's kernels as its
+ * path), its JSON and markdown files in a results folder, and a timer that flushes the L2 before each call
+ * (as triton's `do_bench` does).
  *
  * @example
  * ```ts
@@ -12,7 +13,7 @@
  *
  * @module
  */
-import { cudaAvailable, deviceInfo, Tensor, timeIt } from "../mod.ts";
+import { cudaAvailable, deviceInfo, lastPlan, Tensor, timeIt } from "../mod.ts";
 
 /** The H200's device-copy ceiling in GB/s (ANCHORS.md), against which memory-bound rows are reported. */
 export const COPY_CEILING_GBPS = 4252;
@@ -148,6 +149,32 @@ export function setTime(rec: BenchRecord, ms: number, work: { flops?: number; by
   if (work.flops) rec.tflops = work.flops / (ms * 1e-3) / 1e12;
   if (work.bytes) rec.gbps = work.bytes / (ms * 1e-3) / 1e9;
   if (rec.ref_ms !== null) rec.speedup = rec.ref_ms / ms;
+}
+
+/**
+ * A row's note for a call that threw: `error: ` and the first 160 characters of its message.
+ *
+ * @example
+ * ```ts
+ * import { errorNote } from "./records.ts";
+ * console.log(errorNote(new Error("out of memory"))); // "error: out of memory"
+ * ```
+ */
+export function errorNote(e: unknown): string {
+  return `error: ${(e as Error).message.slice(0, 160)}`;
+}
+
+/**
+ * The kernels the last planned call ran, comma-separated, for a row's path ("?" when none was planned).
+ *
+ * @example
+ * ```ts
+ * import { plannedKernels } from "./records.ts";
+ * console.log(plannedKernels()); // e.g. "linear.decode.tile"
+ * ```
+ */
+export function plannedKernels(): string {
+  return lastPlan()?.kernels.map((x) => x.name).join(", ") ?? "?";
 }
 
 /**

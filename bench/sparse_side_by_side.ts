@@ -44,6 +44,7 @@ import {
   type BenchRecord,
   ceilingRecord,
   cudaGpu,
+  errorNote,
   FlushedTimer,
   newRecord,
   saveRecords,
@@ -76,7 +77,7 @@ function run(rec: BenchRecord, fn: () => void, work: { flops?: number; bytes?: n
     rec.path = lastPlan()?.path ?? "general";
     setTime(rec, timer.time(fn), work);
   } catch (e) {
-    rec.note = `error: ${(e as Error).message.slice(0, 160)}`;
+    rec.note = errorNote(e);
   }
   records.push(rec);
   console.log(JSON.stringify(rec));

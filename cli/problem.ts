@@ -75,6 +75,12 @@ function nonFinite(c: ReturnType<typeof compare>): string | undefined {
   return undefined;
 }
 
+// The row of a compared output; a non-finite problem fails it whatever its error.
+function verdict(name: string, c: ReturnType<typeof compare>, bound: string, within: boolean): CheckRow {
+  const problem = nonFinite(c);
+  return { name, maxAbs: c.maxAbs, relRms: c.relRms, bound, pass: problem === undefined && within, problem };
+}
+
 /** Judges an output by its relative RMS error. */
 export function byRelRms(
   name: string,
@@ -83,15 +89,7 @@ export function byRelRms(
   bound: number,
 ): CheckRow {
   const c = compare(actual, oracle);
-  const problem = nonFinite(c);
-  return {
-    name,
-    maxAbs: c.maxAbs,
-    relRms: c.relRms,
-    bound: `rel RMS <= ${bound.toExponential(1)}`,
-    pass: problem === undefined && c.relRms <= bound,
-    problem,
-  };
+  return verdict(name, c, `rel RMS <= ${bound.toExponential(1)}`, c.relRms <= bound);
 }
 
 /** Judges an output by its max abs error, with the bound's explanation. */
@@ -103,13 +101,5 @@ export function byMaxAbs(
   why: string,
 ): CheckRow {
   const c = compare(actual, oracle);
-  const problem = nonFinite(c);
-  return {
-    name,
-    maxAbs: c.maxAbs,
-    relRms: c.relRms,
-    bound: `max abs <= ${bound.toExponential(2)} (${why})`,
-    pass: problem === undefined && c.maxAbs <= bound,
-    problem,
-  };
+  return verdict(name, c, `max abs <= ${bound.toExponential(2)} (${why})`, c.maxAbs <= bound);
 }

@@ -14,7 +14,7 @@
 import { roundE4m3 } from "./rounding.ts";
 import { invalidArgument } from "../ffi/errors.ts";
 import { checkArgument, describeValue } from "../ops/args.ts";
-import { checkFields, checkNumbers, count, expectLength, FINITE, NUMBERS, OFFSETS } from "./checks.ts";
+import { checkFields, count, expectLength, expectNumbers, FINITE, NUMBERS, OFFSETS } from "./checks.ts";
 
 /**
  * One problem in packed form: sequence n owns query tokens [qStart[n], qStart[n+1]) and keys likewise.
@@ -374,8 +374,8 @@ export function attentionBackward(
   const { Tq: rows } = checkProblem(op, p);
   checkPrecision(op, prec);
   const what = `[${rows}, ${p.heads}, ${p.dim}], like q`;
-  expectLength(op, "dOut", checkNumbers(op, "dOut", dOut), rows * p.heads * p.dim, what);
-  expectLength(op, "output", checkNumbers(op, "output", output), rows * p.heads * p.dim, what);
+  expectNumbers(op, "dOut", dOut, rows * p.heads * p.dim, what);
+  expectNumbers(op, "output", output, rows * p.heads * p.dim, what);
   const { dim: D, heads: H, headsKv: HKV } = p;
   const Tq = p.qStart[p.qStart.length - 1], Tkv = p.kvStart[p.kvStart.length - 1];
   const dq = new Float64Array(Tq * H * D);
@@ -429,13 +429,7 @@ export function attentionBackward(
 export function attentionLoss(p: AttentionProblem, dOut: ArrayLike<number>): number {
   const { Tq } = checkProblem("attentionReferenceLoss", p);
   const what = `[${Tq}, ${p.heads}, ${p.dim}], like q`;
-  expectLength(
-    "attentionReferenceLoss",
-    "dOut",
-    checkNumbers("attentionReferenceLoss", "dOut", dOut),
-    Tq * p.heads * p.dim,
-    what,
-  );
+  expectNumbers("attentionReferenceLoss", "dOut", dOut, Tq * p.heads * p.dim, what);
   const { output } = attentionForward(p, FLOAT64);
   return dot(output, 0, dOut, 0, output.length);
 }

@@ -15,7 +15,7 @@
  * @module
  */
 import { invalidArgument } from "../ffi/errors.ts";
-import { checkFields, checkNumbers, count, expectLength, NUMBERS, OFFSETS } from "./checks.ts";
+import { checkFields, count, expectLength, expectNumbers, NUMBERS, OFFSETS } from "./checks.ts";
 
 /** The activations of the causal convolution (`"swish"` is another name of `"silu"`). */
 export type CausalConv1dReferenceActivation = "silu" | "swish";
@@ -185,10 +185,9 @@ export function causalConv1dReferenceBackward(
   const spans = spansOf(op, p);
   const { B, T, C, W } = p;
   const N = spans.length;
-  expectLength(op, "dOutput", checkNumbers(op, "dOutput", dOutput), B * T * C, `[${B}, ${T}, ${C}]`);
+  expectNumbers(op, "dOutput", dOutput, B * T * C, `[${B}, ${T}, ${C}]`);
   if (dFinalState !== undefined) {
-    checkNumbers(op, "dFinalState", dFinalState);
-    expectLength(op, "dFinalState", dFinalState, N * (W - 1) * C, `[${N}, ${W - 1}, ${C}]`);
+    expectNumbers(op, "dFinalState", dFinalState, N * (W - 1) * C, `[${N}, ${W - 1}, ${C}]`);
   }
   const dx = new Float64Array(B * T * C);
   const dweight = new Float64Array(C * W);

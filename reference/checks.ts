@@ -97,3 +97,16 @@ export function checkNumbers(op: string, name: string, value: unknown): ArrayLik
   }
   return value as ArrayLike<number>;
 }
+
+/** Checks a plain array argument (host numbers) and refuses it when shorter than a problem's sizes need. */
+export function expectNumbers(
+  op: string,
+  name: string,
+  value: unknown,
+  needed: number,
+  what: string,
+): ArrayLike<number> {
+  const values = checkNumbers(op, name, value);
+  expectLength(op, name, values, needed, what);
+  return values;
+}

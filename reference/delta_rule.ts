@@ -20,10 +20,12 @@ import {
   checkProblem,
   type LinearReferenceProblem,
   PROBLEM_FIELDS,
+  rowAt,
   sequences,
   stateAt,
-  StateCheckpoints,
+  walkStates,
 } from "./sequences.ts";
+import { deltaWrite, deltaWriteBackward, readOut, readOutBackward } from "./state_step.ts";
 
 /** The inputs of one oracle run (float64 or float32 host arrays holding the exact input values). */
 export interface DeltaReferenceInputs extends LinearReferenceProblem {
@@ -160,47 +162,22 @@ function scalar(
  */
 export function deltaRuleReference(x: DeltaReferenceInputs): DeltaReferenceOutputs {
   checkInputs("deltaRuleReference", x);
-  const { B, T, H, HK, K, V } = x;
-  const seqs = sequences(x);
-  const N = seqs.length, G = H / HK, KV = K * V;
+  const { B, T, H, K, V } = x;
+  const KV = K * V;
   const output = new Float64Array(B * T * H * V);
   const residual = new Float64Array(B * T * H * V);
-  const finalState = new Float64Array(N * H * KV);
-  const checkpoints = new StateCheckpoints(x.checkpointEvery, seqs, H, KV);
   const round = x.roundState;
-  for (let n = 0; n < N; n++) {
-    const { row, begin, end } = seqs[n];
-    for (let h = 0; h < H; h++) {
-      const hk = Math.floor(h / G);
-      const S = stateAt(x.initialState, n * H + h, KV);
-      for (let t = begin; t < end; t++) {
-        checkpoints.before(n, h, t - begin, S);
-        const q = qkRow(x, x.q, row, t, hk).vec, k = qkRow(x, x.k, row, t, hk).vec;
-        const a = x.g ? Math.exp(scalar(x.g, x, row, t, h)) : 1;
-        const beta = scalar(x.beta, x, row, t, h);
-        const vBase = ((row * T + t) * H + h) * V;
-        for (let e = 0; e < KV; e++) S[e] *= a;
-        const u = new Float64Array(V);
-        for (let c = 0; c < V; c++) {
-          let p = 0;
-          for (let i = 0; i < K; i++) p += S[i * V + c] * k[i];
-          u[c] = beta * (x.v[vBase + c] - p);
-          residual[vBase + c] = u[c];
-        }
-        for (let i = 0; i < K; i++) for (let c = 0; c < V; c++) S[i * V + c] += k[i] * u[c];
-        if (round) { for (let e = 0; e < KV; e++) S[e] = round(S[e]); }
-        for (let c = 0; c < V; c++) {
-          let o = 0;
-          for (let i = 0; i < K; i++) o += S[i * V + c] * q[i];
-          output[vBase + c] = x.scale * o;
-        }
-      }
-      checkpoints.after(n, h, end - begin, S);
-      finalState.set(S, (n * H + h) * KV);
-      x.onProgress?.(n * H + h + 1, N * H);
-    }
-  }
-  return { output, finalState, residual, checkpoints: checkpoints.states };
+  const { finalState, checkpoints } = walkStates(x, ({ row }, h, hk) => (S, t) => {
+    const q = qkRow(x, x.q, row, t, hk).vec, k = qkRow(x, x.k, row, t, hk).vec;
+    const a = x.g ? Math.exp(scalar(x.g, x, row, t, h)) : 1;
+    const beta = scalar(x.beta, x, row, t, h);
+    const vBase = ((row * T + t) * H + h) * V;
+    for (let e = 0; e < KV; e++) S[e] *= a;
+    residual.set(deltaWrite(S, k, rowAt(x.v, vBase, V), beta).u, vBase);
+    if (round) { for (let e = 0; e < KV; e++) S[e] = round(S[e]); }
+    output.set(readOut(S, q, x.scale), vBase);
+  }, x.onProgress);
+  return { output, finalState, residual, checkpoints };
 }
 
 /**
@@ -250,73 +227,34 @@ export function deltaRuleReferenceBackward(
     const dkh = Array.from({ length: HK }, () => Array.from({ length: len }, () => new Float64Array(K)));
     for (let h = 0; h < H; h++) {
       const hk = Math.floor(h / G);
-      // Forward, keeping the state before each token and the residual r = v - S'^T k.
-      const prev: Float64Array[] = [], rs: Float64Array[] = [], us: Float64Array[] = [];
+      // Forward, keeping the state before each token.
+      const prev: Float64Array[] = [];
       const S = stateAt(x.initialState, n * H + h, KV);
       for (let i = 0; i < len; i++) {
-        const t = begin + i, k = ks[hk][i];
+        const t = begin + i;
         prev.push(S.slice());
         const a = x.g ? Math.exp(scalar(x.g, x, row, t, h)) : 1;
-        const beta = scalar(x.beta, x, row, t, h);
-        const vBase = ((row * T + t) * H + h) * V;
         for (let e = 0; e < KV; e++) S[e] *= a;
-        const r = new Float64Array(V), u = new Float64Array(V);
-        for (let c = 0; c < V; c++) {
-          let p = 0;
-          for (let j = 0; j < K; j++) p += S[j * V + c] * k[j];
-          r[c] = x.v[vBase + c] - p;
-          u[c] = beta * r[c];
-        }
-        for (let j = 0; j < K; j++) for (let c = 0; c < V; c++) S[j * V + c] += k[j] * u[c];
-        rs.push(r), us.push(u);
+        deltaWrite(S, ks[hk][i], rowAt(x.v, ((row * T + t) * H + h) * V, V), scalar(x.beta, x, row, t, h));
       }
-      // Reverse.
+      // Reverse, each token replayed from the state before it.
       const dS = stateAt(dFinalState, n * H + h, KV);
       for (let i = len - 1; i >= 0; i--) {
-        const t = begin + i, q = qs[hk][i], k = ks[hk][i], Sp = prev[i], r = rs[i], u = us[i];
+        const t = begin + i, q = qs[hk][i], k = ks[hk][i], Sp = prev[i];
         const a = x.g ? Math.exp(scalar(x.g, x, row, t, h)) : 1;
         const beta = scalar(x.beta, x, row, t, h);
         const vBase = ((row * T + t) * H + h) * V;
-        const dO = (c: number) => dOutput[vBase + c];
-        // o = scale S^T q, with S = a Sp + k u^T the state after the token.
-        for (let j = 0; j < K; j++) {
-          let acc = 0;
-          for (let c = 0; c < V; c++) {
-            acc += (a * Sp[j * V + c] + k[j] * u[c]) * dO(c);
-            dS[j * V + c] += x.scale * q[j] * dO(c);
-          }
-          dqh[hk][i][j] += x.scale * acc;
-        }
-        // S = S' + k u^T.
-        const du = new Float64Array(V);
-        for (let j = 0; j < K; j++) {
-          let acc = 0;
-          for (let c = 0; c < V; c++) {
-            du[c] += dS[j * V + c] * k[j];
-            acc += dS[j * V + c] * u[c];
-          }
-          dkh[hk][i][j] += acc;
-        }
-        // u = beta r, r = v - S'^T k.
-        let db = 0;
-        const dp = new Float64Array(V);
-        for (let c = 0; c < V; c++) {
-          db += du[c] * r[c];
-          dv[vBase + c] = beta * du[c];
-          dp[c] = -beta * du[c];
-        }
-        dbeta[(row * T + t) * H + h] = db;
-        // dS' = dS + k dp^T; dk += S' dp; S' = a Sp.
+        const Sd = Sp.map((s) => a * s), St = Sd.slice();
+        const written = deltaWrite(St, k, rowAt(x.v, vBase, V), beta);
+        readOutBackward(dS, St, q, rowAt(dOutput, vBase, V), x.scale, dqh[hk][i]);
+        const back = deltaWriteBackward(dS, Sd, k, written, beta, dkh[hk][i]);
+        dv.set(back.dv, vBase);
+        dbeta[(row * T + t) * H + h] = back.dbeta;
+        // S' = a Sp: dg = a sum(dS' Sp), and dS <- a dS'.
         let da = 0;
-        for (let j = 0; j < K; j++) {
-          let acc = 0;
-          for (let c = 0; c < V; c++) {
-            const dDecayed = dS[j * V + c] + k[j] * dp[c];
-            acc += a * Sp[j * V + c] * dp[c];
-            da += dDecayed * Sp[j * V + c];
-            dS[j * V + c] = a * dDecayed;
-          }
-          dkh[hk][i][j] += acc;
+        for (let e = 0; e < KV; e++) {
+          da += dS[e] * Sp[e];
+          dS[e] *= a;
         }
         if (x.g) dg[(row * T + t) * H + h] = a * da;
       }

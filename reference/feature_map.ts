@@ -14,7 +14,7 @@
  * @module
  */
 import { invalidArgument } from "../ffi/errors.ts";
-import { checkFields, checkNumbers, count, expectLength, FINITE, NUMBERS } from "./checks.ts";
+import { checkFields, count, expectLength, expectNumbers, FINITE, NUMBERS } from "./checks.ts";
 
 /** The feature maps phi of feature-map linear attention. */
 export type FeatureMap = "elu+1" | "relu" | "identity" | "softmax_free";
@@ -208,13 +208,7 @@ export function featureMapLinearAttentionReferenceBackward(
   const op = "featureMapLinearAttentionReferenceBackward";
   checkInputs(op, x);
   const { B, T, H, K, V } = x;
-  expectLength(
-    op,
-    "dOutput",
-    checkNumbers(op, "dOutput", dOutput),
-    B * T * H * V,
-    `[${B}, ${T}, ${H}, ${V}]`,
-  );
+  expectNumbers(op, "dOutput", dOutput, B * T * H * V, `[${B}, ${T}, ${H}, ${V}]`);
   const { df } = featureOf(x.phi ?? "elu+1");
   const normalised = (x.phi ?? "elu+1") !== "softmax_free";
   const dq = new Float64Array(B * T * H * K), dk = new Float64Array(B * T * H * K);

@@ -23,8 +23,9 @@ import {
   rowAt,
   sequences,
   stateAt,
-  StateCheckpoints,
+  walkStates,
 } from "./sequences.ts";
+import { deltaWrite, deltaWriteBackward, readOut, readOutBackward } from "./state_step.ts";
 
 /** The inputs of one KDA oracle run (host arrays holding the exact input values). */
 export interface KdaReferenceInputs extends LinearReferenceProblem {
@@ -95,26 +96,9 @@ function decays(x: KdaReferenceInputs, b: number, t: number, h: number): Float64
   return rowOf(x.gate, x, b, t, h, x.H, x.K).map(Math.exp);
 }
 
-// One token: S <- diag(a) S, then the delta update; returns r = v - S'^T k and u = beta r.
-function step(
-  S: Float64Array,
-  a: Float64Array,
-  k: Float64Array,
-  v: Float64Array,
-  beta: number,
-  K: number,
-  V: number,
-) {
-  for (let i = 0; i < K; i++) for (let c = 0; c < V; c++) S[i * V + c] *= a[i];
-  const r = new Float64Array(V), u = new Float64Array(V);
-  for (let c = 0; c < V; c++) {
-    let p = 0;
-    for (let i = 0; i < K; i++) p += S[i * V + c] * k[i];
-    r[c] = v[c] - p;
-    u[c] = beta * r[c];
-  }
-  for (let i = 0; i < K; i++) for (let c = 0; c < V; c++) S[i * V + c] += k[i] * u[c];
-  return { r, u };
+// S' = diag(a) S, as a new array.
+function decayed(S: Float64Array, a: Float64Array, V: number): Float64Array {
+  return S.map((s, e) => a[Math.floor(e / V)] * s);
 }
 
 /**
@@ -134,33 +118,15 @@ function step(
 export function kdaReference(x: KdaReferenceInputs): KdaReferenceOutputs {
   checkInputs("kdaReference", x);
   const { B, T, H, HK, K, V } = x;
-  const seqs = sequences(x);
-  const N = seqs.length, G = H / HK, KV = K * V;
   const output = new Float64Array(B * T * H * V);
-  const finalState = new Float64Array(N * H * KV);
-  const checkpoints = new StateCheckpoints(x.checkpointEvery, seqs, H, KV);
-  for (let n = 0; n < N; n++) {
-    const { row, begin, end } = seqs[n];
-    for (let h = 0; h < H; h++) {
-      const hk = Math.floor(h / G);
-      const S = stateAt(x.initialState, n * H + h, KV);
-      for (let t = begin; t < end; t++) {
-        checkpoints.before(n, h, t - begin, S);
-        const q = rowOf(x.q, x, row, t, hk, HK, K), k = rowOf(x.k, x, row, t, hk, HK, K);
-        const v = rowOf(x.v, x, row, t, h, H, V);
-        step(S, decays(x, row, t, h), k, v, x.beta[(row * T + t) * H + h], K, V);
-        const vBase = ((row * T + t) * H + h) * V;
-        for (let c = 0; c < V; c++) {
-          let o = 0;
-          for (let i = 0; i < K; i++) o += S[i * V + c] * q[i];
-          output[vBase + c] = x.scale * o;
-        }
-      }
-      checkpoints.after(n, h, end - begin, S);
-      finalState.set(S, (n * H + h) * KV);
-    }
-  }
-  return { output, finalState, checkpoints: checkpoints.states };
+  const { finalState, checkpoints } = walkStates(x, ({ row }, h, hk) => (S, t) => {
+    const q = rowOf(x.q, x, row, t, hk, HK, K), k = rowOf(x.k, x, row, t, hk, HK, K);
+    const v = rowOf(x.v, x, row, t, h, H, V);
+    S.set(decayed(S, decays(x, row, t, h), V));
+    deltaWrite(S, k, v, x.beta[(row * T + t) * H + h]);
+    output.set(readOut(S, q, x.scale), ((row * T + t) * H + h) * V);
+  });
+  return { output, finalState, checkpoints };
 }
 
 /**
@@ -197,57 +163,36 @@ export function kdaReferenceBackward(
     const { row, begin, end } = seqs[n];
     for (let h = 0; h < H; h++) {
       const hk = Math.floor(h / G);
-      // Forward, keeping per token the state before it, r and u.
-      const before: Float64Array[] = [], rs: Float64Array[] = [], us: Float64Array[] = [];
+      // Forward, keeping per token the state before it.
+      const before: Float64Array[] = [];
       const S = stateAt(x.initialState, n * H + h, KV);
       for (let t = begin; t < end; t++) {
         before.push(S.slice());
         const k = rowOf(x.k, x, row, t, hk, HK, K), v = rowOf(x.v, x, row, t, h, H, V);
-        const { r, u } = step(S, decays(x, row, t, h), k, v, x.beta[(row * T + t) * H + h], K, V);
-        rs.push(r), us.push(u);
+        S.set(decayed(S, decays(x, row, t, h), V));
+        deltaWrite(S, k, v, x.beta[(row * T + t) * H + h]);
       }
-      // Reverse; S holds the state after the token being undone.
+      // Reverse, each token replayed from the state before it.
       const dS = stateAt(dFinalState, n * H + h, KV);
       for (let t = end - 1; t >= begin; t--) {
-        const i = t - begin, Sp = before[i], r = rs[i], u = us[i];
+        const Sp = before[t - begin], a = decays(x, row, t, h), beta = x.beta[(row * T + t) * H + h];
         const q = rowOf(x.q, x, row, t, hk, HK, K), k = rowOf(x.k, x, row, t, hk, HK, K);
-        const a = decays(x, row, t, h), beta = x.beta[(row * T + t) * H + h];
+        const v = rowOf(x.v, x, row, t, h, H, V);
         const qkBase = ((row * T + t) * HK + hk) * K, vBase = ((row * T + t) * H + h) * V;
-        const dO = (c: number) => dOutput[vBase + c];
-        for (let j = 0; j < K; j++) {
-          let acc = 0;
+        const Sd = decayed(Sp, a, V), St = Sd.slice();
+        const written = deltaWrite(St, k, v, beta);
+        readOutBackward(dS, St, q, rowAt(dOutput, vBase, V), x.scale, dq.subarray(qkBase, qkBase + K));
+        const back = deltaWriteBackward(dS, Sd, k, written, beta, dk.subarray(qkBase, qkBase + K));
+        dv.set(back.dv, vBase);
+        dbeta[(row * T + t) * H + h] = back.dbeta;
+        // S' = diag(a) Sp: dgate_i = a_i sum_c dS'_ic Sp_ic, and dS <- diag(a) dS'.
+        for (let i = 0; i < K; i++) {
+          let da = 0;
           for (let c = 0; c < V; c++) {
-            acc += (a[j] * Sp[j * V + c] + k[j] * u[c]) * dO(c);
-            dS[j * V + c] += x.scale * q[j] * dO(c);
+            da += dS[i * V + c] * Sp[i * V + c];
+            dS[i * V + c] *= a[i];
           }
-          dq[qkBase + j] += x.scale * acc;
-        }
-        const du = new Float64Array(V);
-        for (let j = 0; j < K; j++) {
-          let acc = 0;
-          for (let c = 0; c < V; c++) {
-            du[c] += dS[j * V + c] * k[j];
-            acc += dS[j * V + c] * u[c];
-          }
-          dk[qkBase + j] += acc;
-        }
-        let db = 0;
-        for (let c = 0; c < V; c++) {
-          db += du[c] * r[c];
-          dv[vBase + c] = beta * du[c];
-        }
-        dbeta[(row * T + t) * H + h] = db;
-        // r = v - S'^T k: dS' = dS - k dv^T, dk -= S' dv; S' = diag(a) Sp.
-        for (let j = 0; j < K; j++) {
-          let acc = 0, da = 0;
-          for (let c = 0; c < V; c++) {
-            const dDecayed = dS[j * V + c] - k[j] * dv[vBase + c];
-            acc += a[j] * Sp[j * V + c] * dv[vBase + c];
-            da += dDecayed * Sp[j * V + c];
-            dS[j * V + c] = a[j] * dDecayed;
-          }
-          dk[qkBase + j] -= acc;
-          dgate[((row * T + t) * H + h) * K + j] = a[j] * da;
+          dgate[((row * T + t) * H + h) * K + i] = a[i] * da;
         }
       }
       dInitialState.set(dS, (n * H + h) * KV);

@@ -25,8 +25,9 @@ import {
   rowAt as row,
   sequences,
   stateAt,
-  StateCheckpoints,
+  walkStates,
 } from "./sequences.ts";
+import { readOut, readOutBackward } from "./state_step.ts";
 
 /** The inputs of one oracle run (float64 or float32 host arrays holding the exact input values). */
 export interface GatedLinearReferenceInputs extends LinearReferenceProblem {
@@ -158,42 +159,27 @@ function decay(x: GatedLinearReferenceInputs, b: number, t: number, h: number): 
 export function gatedLinearReference(x: GatedLinearReferenceInputs): GatedLinearReferenceOutputs {
   checkInputs("gatedLinearReference", x);
   const { B, T, H, HK, K, V } = x;
-  const seqs = sequences(x);
-  const N = seqs.length, G = H / HK, KV = K * V, scale = scaleOf(x);
+  const scale = scaleOf(x);
   const output = new Float64Array(B * T * H * V);
-  const finalState = new Float64Array(N * H * KV);
-  const checkpoints = new StateCheckpoints(x.checkpointEvery, seqs, H, KV);
-  for (let n = 0; n < N; n++) {
-    const { row: b, begin, end } = seqs[n];
-    for (let h = 0; h < H; h++) {
-      const hk = Math.floor(h / G);
-      const S = stateAt(x.initialState, n * H + h, KV);
-      const keySum = new Float64Array(K);
-      for (let t = begin; t < end; t++) {
-        checkpoints.before(n, h, t - begin, S);
-        const qkBase = ((b * T + t) * HK + hk) * K, vBase = ((b * T + t) * H + h) * V;
-        const a = decay(x, b, t, h);
-        for (let i = 0; i < K; i++) {
-          const ki = x.k[qkBase + i];
-          for (let c = 0; c < V; c++) S[i * V + c] = a[i] * S[i * V + c] + ki * x.v[vBase + c];
-        }
-        let divisor = 1;
-        if (x.normalize) {
-          let z = 0;
-          for (let i = 0; i < K; i++) z += x.q[qkBase + i] * (keySum[i] += x.k[qkBase + i]);
-          divisor = scale * z + NORMALIZE_EPS;
-        }
-        for (let c = 0; c < V; c++) {
-          let o = 0;
-          for (let i = 0; i < K; i++) o += S[i * V + c] * x.q[qkBase + i];
-          output[vBase + c] = scale * o / divisor;
-        }
+  const { finalState, checkpoints } = walkStates(x, ({ row: b }, h, hk) => {
+    const keySum = new Float64Array(K);
+    return (S, t) => {
+      const qkBase = ((b * T + t) * HK + hk) * K, vBase = ((b * T + t) * H + h) * V;
+      const a = decay(x, b, t, h);
+      for (let i = 0; i < K; i++) {
+        const ki = x.k[qkBase + i];
+        for (let c = 0; c < V; c++) S[i * V + c] = a[i] * S[i * V + c] + ki * x.v[vBase + c];
       }
-      checkpoints.after(n, h, end - begin, S);
-      finalState.set(S, (n * H + h) * KV);
-    }
-  }
-  return { output, finalState, checkpoints: checkpoints.states };
+      let divisor = 1;
+      if (x.normalize) {
+        let z = 0;
+        for (let i = 0; i < K; i++) z += x.q[qkBase + i] * (keySum[i] += x.k[qkBase + i]);
+        divisor = scale * z + NORMALIZE_EPS;
+      }
+      output.set(readOut(S, row(x.q, qkBase, K), scale).map((o) => o / divisor), vBase);
+    };
+  });
+  return { output, finalState, checkpoints };
 }
 
 /**
@@ -280,15 +266,7 @@ export function gatedLinearReferenceBackward(
             dKeySum[i] += scale * dDivisor * q[i];
           }
         }
-        // u = scale S^T q.
-        for (let i = 0; i < K; i++) {
-          let acc = 0;
-          for (let c = 0; c < V; c++) {
-            acc += St[i * V + c] * du[c];
-            dS[i * V + c] += scale * q[i] * du[c];
-          }
-          dq[qkBase + i] += scale * acc;
-        }
+        readOutBackward(dS, St, q, du, scale, dq.subarray(qkBase, qkBase + K));
         // S = diag(a) Sp + k v^T; keySum_t = keySum_{t-1} + k_t.
         for (let c = 0; c < V; c++) {
           let acc = 0;

@@ -6,7 +6,7 @@
  * @module
  */
 import { invalidArgument } from "../ffi/errors.ts";
-import { checkNumbers, count, expectLength, FINITE, NUMBERS, OFFSETS } from "./checks.ts";
+import { count, expectLength, expectNumbers, FINITE, NUMBERS, OFFSETS } from "./checks.ts";
 
 /** The fields every linear-attention oracle takes (host arrays holding the exact input values). */
 export interface LinearReferenceProblem {
@@ -114,22 +114,10 @@ export function checkOutputGradients(
   note = "",
 ): void {
   const { B, T, H, K, V } = x;
-  expectLength(
-    op,
-    "dOutput",
-    checkNumbers(op, "dOutput", dOutput),
-    B * T * H * V,
-    `[${B}, ${T}, ${H}, ${V}]${note}`,
-  );
+  expectNumbers(op, "dOutput", dOutput, B * T * H * V, `[${B}, ${T}, ${H}, ${V}]${note}`);
   if (dFinalState !== undefined && dFinalState !== null) {
     const what = `[${sequenceCount}, ${H}, ${K}, ${V}]`;
-    expectLength(
-      op,
-      "dFinalState",
-      checkNumbers(op, "dFinalState", dFinalState),
-      sequenceCount * H * K * V,
-      what,
-    );
+    expectNumbers(op, "dFinalState", dFinalState, sequenceCount * H * K * V, what);
   }
 }
 
@@ -169,4 +157,37 @@ export class StateCheckpoints {
   #keep(n: number, h: number, slot: number, S: Float64Array): void {
     this.states?.set(S, ((n * this.#H + h) * this.#perSeq + slot) * this.#KV);
   }
+}
+
+/**
+ * The forward walk of a recurrent oracle: for each sequence and value head h (q/k head hk), `head` gives
+ * the step of one token t, which updates the state S in place. S starts as the initial state (zeros when
+ * absent) and is kept before every `checkpointEvery`-th token when asked; `onProgress` hears of each
+ * (sequence, head) pair done. Returns the final states `[N, H, K, V]` and the checkpoints.
+ */
+export function walkStates(
+  x: LinearReferenceProblem & { checkpointEvery?: number },
+  head: (seq: Sequence, h: number, hk: number) => (S: Float64Array, t: number) => void,
+  onProgress?: (done: number, total: number) => void,
+): { finalState: Float64Array; checkpoints: Float64Array | undefined } {
+  const { H, HK, K, V } = x;
+  const seqs = sequences(x);
+  const N = seqs.length, G = H / HK, KV = K * V;
+  const finalState = new Float64Array(N * H * KV);
+  const checkpoints = new StateCheckpoints(x.checkpointEvery, seqs, H, KV);
+  for (let n = 0; n < N; n++) {
+    const { begin, end } = seqs[n];
+    for (let h = 0; h < H; h++) {
+      const step = head(seqs[n], h, Math.floor(h / G));
+      const S = stateAt(x.initialState, n * H + h, KV);
+      for (let t = begin; t < end; t++) {
+        checkpoints.before(n, h, t - begin, S);
+        step(S, t);
+      }
+      checkpoints.after(n, h, end - begin, S);
+      finalState.set(S, (n * H + h) * KV);
+      onProgress?.(n * H + h + 1, N * H);
+    }
+  }
+  return { finalState, checkpoints: checkpoints.states };
 }

@@ -17,7 +17,7 @@
  * @module
  */
 import { invalidArgument } from "../ffi/errors.ts";
-import { checkNumbers, expectLength } from "./checks.ts";
+import { checkNumbers, expectLength, expectNumbers } from "./checks.ts";
 
 function size(op: string, name: string, value: number, min = 1): number {
   if (!Number.isSafeInteger(value) || value < min) {
@@ -41,6 +41,15 @@ function offsetsOf(op: string, name: string, value: ArrayLike<number>): number[]
     throw invalidArgument(op, `${name}: expected at least 2 nondecreasing integers from 0`);
   }
   return o;
+}
+
+// The token offsets and the first compressed row of each sequence (as many), and the token count.
+function compressedOffsets(op: string, p: { offsets: ArrayLike<number>; chunkOffsets: ArrayLike<number> }) {
+  const o = offsetsOf(op, "offsets", p.offsets), chunks = offsetsOf(op, "chunkOffsets", p.chunkOffsets);
+  if (chunks.length !== o.length) {
+    throw invalidArgument(op, "chunkOffsets: expected as many entries as offsets");
+  }
+  return { o, chunks, T: o[o.length - 1] };
 }
 
 function dot(a: ArrayLike<number>, aAt: number, b: ArrayLike<number>, bAt: number, n: number): number {
@@ -149,19 +158,15 @@ export function nsaCompressionReference(p: NsaCompressionInputs): NsaCompression
   const H = p.heads, Hkv = p.headsKv;
   const K = size(op, "dimK", p.dimK), V = size(op, "dimV", p.dimV);
   const bs = size(op, "blockSize", p.blockSize), bc = size(op, "stride", p.stride ?? bs);
-  const o = offsetsOf(op, "offsets", p.offsets), chunks = offsetsOf(op, "chunkOffsets", p.chunkOffsets);
-  if (chunks.length !== o.length) {
-    throw invalidArgument(op, "chunkOffsets: expected as many entries as offsets");
-  }
-  const T = o[o.length - 1];
-  expectLength(op, "q", checkNumbers(op, "q", p.q), T * H * K, "[T, heads, dimK]");
+  const { o, chunks, T } = compressedOffsets(op, p);
+  expectNumbers(op, "q", p.q, T * H * K, "[T, heads, dimK]");
   let rows = 0;
   for (let n = 0; n + 1 < o.length; n++) {
     const len = o[n + 1] - o[n];
     if (len > 0) rows = Math.max(rows, chunks[n] + nsaVisibleRows(len - 1, bs, bc));
   }
-  expectLength(op, "kCmp", checkNumbers(op, "kCmp", p.kCmp), rows * Hkv * K, "the visible compressed rows");
-  expectLength(op, "vCmp", checkNumbers(op, "vCmp", p.vCmp), rows * Hkv * V, "the visible compressed rows");
+  expectNumbers(op, "kCmp", p.kCmp, rows * Hkv * K, "the visible compressed rows");
+  expectNumbers(op, "vCmp", p.vCmp, rows * Hkv * V, "the visible compressed rows");
   const output = new Float64Array(T * H * V), lse = new Float64Array(T * H);
   for (let n = 0; n + 1 < o.length; n++) {
     for (let t = o[n]; t < o[n + 1]; t++) {
@@ -228,13 +233,9 @@ export function nsaBlockImportance(p: NsaTopkInputs): Float64Array[] {
   const op = "nsaBlockImportance";
   const G = groupOf(op, p.heads, p.headsKv);
   const H = p.heads, Hkv = p.headsKv, K = size(op, "dim", p.dim), bs = size(op, "blockSize", p.blockSize);
-  const o = offsetsOf(op, "offsets", p.offsets), chunks = offsetsOf(op, "chunkOffsets", p.chunkOffsets);
-  if (chunks.length !== o.length) {
-    throw invalidArgument(op, "chunkOffsets: expected as many entries as offsets");
-  }
-  const T = o[o.length - 1];
-  expectLength(op, "q", checkNumbers(op, "q", p.q), T * H * K, "[T, heads, dim]");
-  expectLength(op, "lse", checkNumbers(op, "lse", p.lse), T * H, "[T, heads]");
+  const { o, chunks, T } = compressedOffsets(op, p);
+  expectNumbers(op, "q", p.q, T * H * K, "[T, heads, dim]");
+  expectNumbers(op, "lse", p.lse, T * H, "[T, heads]");
   checkNumbers(op, "kCmp", p.kCmp);
   const out: Float64Array[] = new Array(T * Hkv);
   for (let n = 0; n + 1 < o.length; n++) {
@@ -366,18 +367,12 @@ export function nsaSelectionReference(p: NsaSelectionInputs): NsaSelectionOutput
   const bs = size(op, "blockSize", p.blockSize), S = size(op, "selected", p.selected);
   const o = offsetsOf(op, "offsets", p.offsets);
   const T = o[o.length - 1];
-  expectLength(op, "q", checkNumbers(op, "q", p.q), T * H * K, "[T, heads, dim]");
-  expectLength(op, "k", checkNumbers(op, "k", p.k), T * Hkv * K, "[T, headsKv, dim]");
-  expectLength(op, "v", checkNumbers(op, "v", p.v), T * Hkv * V, "[T, headsKv, dimV]");
-  expectLength(
-    op,
-    "blockIndices",
-    checkNumbers(op, "blockIndices", p.blockIndices),
-    T * Hkv * S,
-    "[T, headsKv, S]",
-  );
+  expectNumbers(op, "q", p.q, T * H * K, "[T, heads, dim]");
+  expectNumbers(op, "k", p.k, T * Hkv * K, "[T, headsKv, dim]");
+  expectNumbers(op, "v", p.v, T * Hkv * V, "[T, headsKv, dimV]");
+  expectNumbers(op, "blockIndices", p.blockIndices, T * Hkv * S, "[T, headsKv, S]");
   if (p.blockCounts !== undefined) {
-    expectLength(op, "blockCounts", checkNumbers(op, "blockCounts", p.blockCounts), T * Hkv, "[T, headsKv]");
+    expectNumbers(op, "blockCounts", p.blockCounts, T * Hkv, "[T, headsKv]");
   }
   const output = new Float64Array(T * H * V), lse = new Float64Array(T * H).fill(-Infinity);
   const keys = new Int32Array(T * Hkv);
@@ -472,21 +467,9 @@ export function dsaDecodeReference(p: DsaDecodeInputs): Float64Array {
     W = D + size(op, "dimTail", p.dimTail, 0),
     topk = size(op, "topk", p.topk);
   const stride = size(op, "strideKv", p.strideKv), qStart = size(op, "qStart", p.qStart, 0);
-  expectLength(op, "q", checkNumbers(op, "q", p.q), B * Sq * H * W, "[batch, seqLen, heads, dim + dimTail]");
-  expectLength(
-    op,
-    "kv",
-    checkNumbers(op, "kv", p.kv),
-    B * Skv * Hkv * W,
-    "[batch, seqLenKv, headsKv, width]",
-  );
-  expectLength(
-    op,
-    "indices",
-    checkNumbers(op, "indices", p.indices),
-    B * Sq * Hkv * topk,
-    "[B, Sq, Hkv, topk]",
-  );
+  expectNumbers(op, "q", p.q, B * Sq * H * W, "[batch, seqLen, heads, dim + dimTail]");
+  expectNumbers(op, "kv", p.kv, B * Skv * Hkv * W, "[batch, seqLenKv, headsKv, width]");
+  expectNumbers(op, "indices", p.indices, B * Sq * Hkv * topk, "[B, Sq, Hkv, topk]");
   const out = new Float64Array(B * Sq * H * D);
   for (let b = 0; b < B; b++) {
     for (let s = 0; s < Sq; s++) {
@@ -554,12 +537,12 @@ export function lightningIndexerReference(p: LightningIndexerInputs): Float64Arr
   const op = "lightningIndexerReference";
   const Sq = size(op, "seqLenQ", p.seqLenQ, 0), Sk = size(op, "seqLenK", p.seqLenK, 0);
   const H = size(op, "heads", p.heads), D = size(op, "dim", p.dim);
-  expectLength(op, "q", checkNumbers(op, "q", p.q), Sq * H * D, "[Sq, heads, dim]");
-  expectLength(op, "k", checkNumbers(op, "k", p.k), Sk * D, "[Sk, dim]");
-  expectLength(op, "weights", checkNumbers(op, "weights", p.weights), Sq * H, "[Sq, heads]");
-  expectLength(op, "ks", checkNumbers(op, "ks", p.ks), Sq, "[Sq]");
-  expectLength(op, "ke", checkNumbers(op, "ke", p.ke), Sq, "[Sq]");
-  if (p.kScale !== undefined) expectLength(op, "kScale", checkNumbers(op, "kScale", p.kScale), Sk, "[Sk]");
+  expectNumbers(op, "q", p.q, Sq * H * D, "[Sq, heads, dim]");
+  expectNumbers(op, "k", p.k, Sk * D, "[Sk, dim]");
+  expectNumbers(op, "weights", p.weights, Sq * H, "[Sq, heads]");
+  expectNumbers(op, "ks", p.ks, Sq, "[Sq]");
+  expectNumbers(op, "ke", p.ke, Sq, "[Sq]");
+  if (p.kScale !== undefined) expectNumbers(op, "kScale", p.kScale, Sk, "[Sk]");
   const logits = new Float64Array(Sq * Sk).fill(p.cleanLogits ? -Infinity : 0);
   const clamp = (x: number) => Math.min(Sk, Math.max(0, x));
   for (let i = 0; i < Sq; i++) {

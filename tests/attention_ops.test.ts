@@ -32,112 +32,84 @@ async function twice(device: Device, c: AttentionCase, run: ForwardRunner, lse =
   await withSeed((seed) => checkForward(device, c, seed, run, lse));
 }
 
+/** An op's layout, sizes and mask options, as its constructor takes them. */
+interface OpConfig {
+  layout: "bshd" | "bhsd" | "thd";
+  batch?: number;
+  heads: number;
+  headsKv?: number;
+  seqLen?: number;
+  dim: number;
+  isCausal?: boolean;
+  windowSizeLeft?: number;
+  windowSizeRight?: number;
+  scale?: number;
+  softcap?: number;
+}
+
+/**
+ * The oracle's case for an op built with `config`: the same sizes and mask under AttentionCase's
+ * names (headsKv defaults to heads, as MHA's; a varlen op's lengths come in `extra`).
+ */
+function caseOf(
+  dtype: AttentionCase["dtype"],
+  config: OpConfig,
+  extra: Partial<AttentionCase> = {},
+): AttentionCase {
+  const { layout, batch, heads, headsKv = heads, seqLen, dim, isCausal, scale, softcap } = config;
+  const dense = layout === "thd" ? {} : { batch, seqQ: seqLen, layout };
+  const window = { windowLeft: config.windowSizeLeft, windowRight: config.windowSizeRight };
+  return { dtype, heads, headsKv, dim, ...dense, causal: isCausal, ...window, scale, softcap, ...extra };
+}
+
 deviceTest("MultiHeadAttentionFwdOp: causal, output and LSE", async (device) => {
-  const op = new MultiHeadAttentionFwdOp({
-    layout: "bshd",
-    batch: 2,
-    heads: 4,
-    seqLen: 100,
-    dim: 64,
-    isCausal: true,
-  });
-  const c: AttentionCase = {
-    dtype: "bfloat16",
-    batch: 2,
-    seqQ: 100,
-    heads: 4,
-    headsKv: 4,
-    dim: 64,
-    causal: true,
-  };
+  const config = { layout: "bshd", batch: 2, heads: 4, seqLen: 100, dim: 64, isCausal: true } as const;
+  const op = new MultiHeadAttentionFwdOp(config);
+  const c = caseOf("bfloat16", config);
   await twice(device, c, (x, out) => op.forward(x.q, x.k, x.v, out)[Symbol.dispose]());
 });
 
 deviceTest("MultiHeadAttentionFwdOp: layout bhsd, not causal by default", async (device) => {
-  const op = new MultiHeadAttentionFwdOp({ layout: "bhsd", batch: 2, heads: 3, seqLen: 70, dim: 64 });
+  const config = { layout: "bhsd", batch: 2, heads: 3, seqLen: 70, dim: 64 } as const;
+  const op = new MultiHeadAttentionFwdOp(config);
   assert.equal(op.mask.causal, false);
-  const c: AttentionCase = {
-    dtype: "float16",
-    batch: 2,
-    seqQ: 70,
-    heads: 3,
-    headsKv: 3,
-    dim: 64,
-    layout: "bhsd",
-  };
+  const c = caseOf("float16", config);
   await twice(device, c, (x, out) => op.forward(x.q, x.k, x.v, out)[Symbol.dispose]());
 });
 
 deviceTest("GroupedQueryAttentionFwdOp: scale and softcap", async (device) => {
-  const op = new GroupedQueryAttentionFwdOp({
-    layout: "bshd",
-    batch: 1,
-    heads: 8,
-    headsKv: 2,
-    seqLen: 80,
-    dim: 128,
-    scale: 0.2,
-    softcap: 4,
-  });
-  const c: AttentionCase = {
-    dtype: "float16",
-    batch: 1,
-    seqQ: 80,
-    heads: 8,
-    headsKv: 2,
-    dim: 128,
-    scale: 0.2,
-    softcap: 4,
-    qStd: 2,
-  };
+  const sizes = { batch: 1, heads: 8, headsKv: 2, seqLen: 80, dim: 128 };
+  const config = { layout: "bshd", ...sizes, scale: 0.2, softcap: 4 } as const;
+  const op = new GroupedQueryAttentionFwdOp(config);
+  const c = caseOf("float16", config, { qStd: 2 });
   await twice(device, c, (x, out) => op.forward(x.q, x.k, x.v, out)[Symbol.dispose]());
 });
 
 deviceTest("MultiHeadAttentionBwdOp and GroupedQueryAttentionBwdOp: gradients", async (device) => {
-  const mha = new MultiHeadAttentionBwdOp({
-    layout: "bshd",
-    batch: 1,
-    heads: 2,
-    seqLen: 64,
-    dim: 64,
-    isCausal: true,
-    deterministic: true,
-  });
+  const mhaConfig = { layout: "bshd", batch: 1, heads: 2, seqLen: 64, dim: 64, isCausal: true } as const;
+  const mha = new MultiHeadAttentionBwdOp({ ...mhaConfig, deterministic: true });
   await withSeed((seed) =>
     checkBackward(
       device,
-      { dtype: "bfloat16", batch: 1, seqQ: 64, heads: 2, headsKv: 2, dim: 64, causal: true },
+      caseOf("bfloat16", mhaConfig),
       seed,
       true,
       (x, a, out) => mha.backward(a.dOut, x.q, x.k, x.v, a.output, a.lse, out)[Symbol.dispose](),
     )
   );
-  const gqa = new GroupedQueryAttentionBwdOp({
+  const gqaSizes = { batch: 2, heads: 4, headsKv: 1, seqLen: 50, dim: 96 };
+  const gqaConfig = {
     layout: "bshd",
-    batch: 2,
-    heads: 4,
-    headsKv: 1,
-    seqLen: 50,
-    dim: 96,
+    ...gqaSizes,
     windowSizeLeft: 7,
     windowSizeRight: 3,
     softcap: 2,
-  });
+  } as const;
+  const gqa = new GroupedQueryAttentionBwdOp(gqaConfig);
   await withSeed((seed) =>
     checkBackward(
       device,
-      {
-        dtype: "float16",
-        batch: 2,
-        seqQ: 50,
-        heads: 4,
-        headsKv: 1,
-        dim: 96,
-        windowLeft: 7,
-        windowRight: 3,
-        softcap: 2,
-        qStd: 2,
-      },
+      caseOf("float16", gqaConfig, { qStd: 2 }),
       seed,
       false,
       (x, a, out) => gqa.backward(a.dOut, x.q, x.k, x.v, a.output, a.lse, out)[Symbol.dispose](),
@@ -166,44 +138,23 @@ deviceTest(
 );
 
 deviceTest("GroupedQueryAttentionSlidingWindowFwdOp: causal window", async (device) => {
-  const op = new GroupedQueryAttentionSlidingWindowFwdOp({
-    layout: "bshd",
-    batch: 1,
-    heads: 4,
-    headsKv: 2,
-    seqLen: 130,
-    dim: 64,
-    isCausal: true,
-    windowSizeLeft: 15,
-  });
-  const c: AttentionCase = {
-    dtype: "float16",
-    batch: 1,
-    seqQ: 130,
-    heads: 4,
-    headsKv: 2,
-    dim: 64,
-    causal: true,
-    windowLeft: 15,
-  };
-  await twice(device, c, (x, out) => op.forward(x.q, x.k, x.v, out), false);
+  const sizes = { batch: 1, heads: 4, headsKv: 2, seqLen: 130, dim: 64 };
+  const config = { layout: "bshd", ...sizes, isCausal: true, windowSizeLeft: 15 } as const;
+  const op = new GroupedQueryAttentionSlidingWindowFwdOp(config);
+  await twice(device, caseOf("float16", config), (x, out) => op.forward(x.q, x.k, x.v, out), false);
 });
 
 const RAGGED = { lengthsQ: [5, 0, 1, 40], lengthsKv: [9, 3, 0, 40] };
 
 deviceTest("GroupedQueryAttentionPrefillVarlenFwdOp: causal packed prefill", async (device) => {
+  const config = { layout: "thd", batch: 4, heads: 4, headsKv: 1, dim: 128, isCausal: true } as const;
   const op = new GroupedQueryAttentionPrefillVarlenFwdOp({
-    layout: "thd",
-    batch: 4,
-    heads: 4,
-    headsKv: 1,
-    dim: 128,
+    ...config,
     maxSeqlenQ: 40,
     maxSeqlenK: 40,
-    isCausal: true,
     validateInputs: true,
   });
-  const c: AttentionCase = { dtype: "bfloat16", heads: 4, headsKv: 1, dim: 128, causal: true, ...RAGGED };
+  const c = caseOf("bfloat16", config, RAGGED);
   // device int32 offsets, then host offsets
   await withSeed((seed) =>
     checkForward(device, c, seed, (x, out) => {
@@ -220,25 +171,10 @@ deviceTest("GroupedQueryAttentionPrefillVarlenFwdOp: causal packed prefill", asy
 });
 
 deviceTest("GroupedQueryAttentionSlidingWindowVarlenFwdOp: window on both sides", async (device) => {
-  const op = new GroupedQueryAttentionSlidingWindowVarlenFwdOp({
-    layout: "thd",
-    batch: 4,
-    heads: 2,
-    headsKv: 2,
-    dim: 64,
-    windowSizeLeft: 4,
-    windowSizeRight: 2,
-  });
-  const c: AttentionCase = {
-    dtype: "float16",
-    heads: 2,
-    headsKv: 2,
-    dim: 64,
-    windowLeft: 4,
-    windowRight: 2,
-    ...RAGGED,
-  };
-  await twice(device, c, (x, out) => {
+  const sizes = { batch: 4, heads: 2, headsKv: 2, dim: 64 };
+  const config = { layout: "thd", ...sizes, windowSizeLeft: 4, windowSizeRight: 2 } as const;
+  const op = new GroupedQueryAttentionSlidingWindowVarlenFwdOp(config);
+  await twice(device, caseOf("float16", config, RAGGED), (x, out) => {
     using cuQ = Tensor.from(BigInt64Array.from(x.geometry.qStart, BigInt), { device }); // int64 offsets
     using cuK = Tensor.from(new Int32Array(x.geometry.kvStart), { device });
     op.forward(x.q, x.k, x.v, cuQ, cuK, 40, out);

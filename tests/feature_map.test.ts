@@ -34,7 +34,7 @@ import {
   fusedBidirectionalGradServes,
   fusedBidirectionalServes,
 } from "../ops/linear/feature_map_bidirectional.ts";
-import { deviceTest, expectNoLeak, poison, withSeed } from "./helpers.ts";
+import { deviceTest, expectNoLeak, poison, seededDeviceTest } from "./helpers.ts";
 
 const TOL: Record<"float32" | "bfloat16" | "float16", { output: number; grad: number }> = {
   float32: { output: 1e-5, grad: 1e-4 },
@@ -68,10 +68,8 @@ const toLayout = (
   t: Tensor,
   layout: LinearLayout,
 ) => (layout === "bshd" ? t.clone() : t.permute([0, 2, 1, 3]));
-const fromLayout = (
-  t: Tensor,
-  layout: LinearLayout,
-) => (layout === "bshd" ? t.clone() : t.permute([0, 2, 1, 3]));
+// Back from the layout: the same swap of the T and H axes.
+const fromLayout = toLayout;
 
 /** cosformer's weights cos(pi t / 2T), sin(pi t / 2T): every w_ij is positive. */
 function cosformerWeights(T: number, device: Device): [Tensor, Tensor] {
@@ -255,298 +253,186 @@ function checkAgainstOracle(device: Device, s: Spec, seed: number): void {
 
 const base = { B: 2, H: 3, K: 8, V: 12, dtype: "float32" as DType, eps: undefined };
 
-deviceTest(
+/** A spec from its sizes [B, T, H, K, V], dtype, layout and phi, and the rest. */
+function specOf(
+  [B, T, H, K, V]: [number, number, number, number, number],
+  dtype: DType,
+  layout: LinearLayout,
+  phi: FeatureMapKind,
+  rest: Pick<Spec, "isCausal" | "eps" | "cosformer">,
+): Spec {
+  return { B, T, H, K, V, dtype, layout, phi, ...rest };
+}
+
+seededDeviceTest(
   "feature map: every phi, causal and bidirectional, both layouts, odd T, vs the oracle",
-  (device) =>
-    expectNoLeak(device, () =>
-      withSeed((seed) => {
-        for (const phi of PHIS) {
-          for (const isCausal of [true, false]) {
-            for (const layout of ["bshd", "bhsd"] as const) {
-              checkAgainstOracle(device, { ...base, T: 37, phi, isCausal, layout }, seed);
-            }
-          }
+  (device, seed) => {
+    for (const phi of PHIS) {
+      for (const isCausal of [true, false]) {
+        for (const layout of ["bshd", "bhsd"] as const) {
+          checkAgainstOracle(device, { ...base, T: 37, phi, isCausal, layout }, seed);
         }
-      })),
+      }
+    }
+  },
 );
 
-deviceTest(
+seededDeviceTest(
   "feature map: cosformer weights inside, every phi, causal and bidirectional",
-  (device) =>
-    expectNoLeak(device, () =>
-      withSeed((seed) => {
-        for (const phi of PHIS) {
-          for (const isCausal of [true, false]) {
-            const layout = isCausal ? "bhsd" : "bshd";
-            checkAgainstOracle(device, { ...base, T: 29, phi, isCausal, layout, cosformer: true }, seed);
-          }
-        }
-      })),
+  (device, seed) => {
+    for (const phi of PHIS) {
+      for (const isCausal of [true, false]) {
+        const layout = isCausal ? "bhsd" : "bshd";
+        checkAgainstOracle(device, { ...base, T: 29, phi, isCausal, layout, cosformer: true }, seed);
+      }
+    }
+  },
 );
 
-deviceTest(
+seededDeviceTest(
   "feature map: eps, T = 1, T across the 64-token chunks, one head, K != V",
-  (device) =>
-    expectNoLeak(device, () =>
-      withSeed((seed) => {
-        for (const isCausal of [true, false]) {
-          for (const eps of [0, 0.5, 3]) {
-            // elu+1 keeps every score positive, so eps = 0 divides by no zero.
-            checkAgainstOracle(device, { ...base, T: 9, phi: "elu+1", isCausal, layout: "bshd", eps }, seed);
-          }
-          for (const T of [1, 2, 64, 65, 130]) {
-            const spec = {
-              ...base,
-              B: 1,
-              H: 1,
-              K: 5,
-              V: 3,
-              T,
-              // One token's dq and dk are of the order of eps (o = v s / (s + eps)): a large eps makes them count.
-              eps: T === 1 ? 0.5 : undefined,
-              phi: "elu+1" as const,
-              isCausal,
-              layout: "bhsd" as const,
-            };
-            checkAgainstOracle(device, spec, seed);
-          }
-        }
-      })),
-);
-
-deviceTest(
-  "feature map: feature dims over 256 and value dims over 248 run in pieces",
-  (device) =>
-    expectNoLeak(device, () =>
-      withSeed((seed) => {
-        // cosformer doubles K = 136 to 272 features (two pieces); V = 250 with its ones columns, two more.
-        for (const isCausal of [true, false]) {
-          const spec: Spec = {
-            B: 1,
-            T: 20,
-            H: 1,
-            K: 136,
-            V: 250,
-            dtype: "float32",
-            layout: "bshd",
-            phi: "elu+1",
-            isCausal,
-            cosformer: true,
-          };
-          checkAgainstOracle(device, spec, seed);
-        }
-      })),
-);
-
-deviceTest(
-  "feature map: bfloat16, float16 and float32 within their tolerance",
-  (device) =>
-    expectNoLeak(device, () =>
-      withSeed((seed) => {
-        // Head dims the fast path serves on a GPU (multiples of 8), cosformer doubling K to 32.
-        for (const dtype of ["bfloat16", "float16", "float32"] as DType[]) {
-          for (const isCausal of [true, false]) {
-            for (
-              const [phi, cosformer] of [["elu+1", false], ["relu", true], ["softmax_free", false]] as const
-            ) {
-              const spec: Spec = {
-                B: 1,
-                T: 70,
-                H: 2,
-                K: 16,
-                V: 16,
-                dtype,
-                layout: "bshd",
-                phi,
-                isCausal,
-                cosformer,
-              };
-              checkAgainstOracle(device, spec, seed);
-            }
-          }
-        }
-      })),
-);
-
-deviceTest(
-  "feature map: the fused bidirectional forward and backward at their tile sizes: odd T, T = 1, long sequences",
-  (device) =>
-    expectNoLeak(device, () =>
-      withSeed((seed) => {
-        // Feature dims (K, or 2K with cosformer) and value dims that are multiples of 64, which the
-        // CUDA kernels serve; T = 700 and 1000 split each sequence over several blocks in both passes.
-        const specs: Spec[] = [
-          {
-            B: 1,
-            T: 150,
-            H: 3,
-            K: 64,
-            V: 64,
-            dtype: "bfloat16",
-            layout: "bshd",
-            phi: "elu+1",
-            isCausal: false,
-          },
-          {
-            B: 2,
-            T: 70,
-            H: 1,
-            K: 32,
-            V: 128,
-            dtype: "float16",
-            layout: "bhsd",
-            phi: "relu",
-            isCausal: false,
-            cosformer: true,
-          },
-          {
-            B: 1,
-            T: 1,
-            H: 2,
-            K: 64,
-            V: 64,
-            dtype: "bfloat16",
-            layout: "bshd",
-            phi: "elu+1",
-            eps: 0.5,
-            isCausal: false,
-          },
-          {
-            B: 1,
-            T: 700,
-            H: 1,
-            K: 128,
-            V: 128,
-            dtype: "bfloat16",
-            layout: "bhsd",
-            phi: "softmax_free",
-            isCausal: false,
-            cosformer: true,
-          },
-          {
-            B: 1,
-            T: 1000,
-            H: 1,
-            K: 64,
-            V: 64,
-            dtype: "float16",
-            layout: "bshd",
-            phi: "identity",
-            isCausal: false,
-          },
-        ];
-        specs.push({
+  (device, seed) => {
+    for (const isCausal of [true, false]) {
+      for (const eps of [0, 0.5, 3]) {
+        // elu+1 keeps every score positive, so eps = 0 divides by no zero.
+        checkAgainstOracle(device, { ...base, T: 9, phi: "elu+1", isCausal, layout: "bshd", eps }, seed);
+      }
+      for (const T of [1, 2, 64, 65, 130]) {
+        const spec = {
+          ...base,
           B: 1,
-          T: 200,
-          H: 2,
-          K: 64,
-          V: 128,
-          dtype: "bfloat16",
-          layout: "bhsd",
-          phi: "relu",
-          isCausal: false,
-          cosformer: true,
-        });
-        for (const spec of specs) {
-          using p = new Problem(device, spec, seed);
-          const call = { ...p.options(), q: p.q, k: p.k, v: p.v, eps: 1e-6, phi: spec.phi, isCausal: false };
-          // The backward's kernels also need K a multiple of 64 and V of 64 or 128 (K = 32 takes the chunked path).
-          assert.equal(
-            fusedBidirectionalGradServes(call),
-            device === "cpu" || (spec.K % 64 === 0 && (spec.V === 64 || spec.V === 128)),
-            `${JSON.stringify(spec)}: the backward's path`,
-          );
-          assert.ok(
-            fusedBidirectionalServes({
-              ...p.options(),
-              q: p.q,
-              k: p.k,
-              v: p.v,
-              eps: 1e-6,
-              phi: spec.phi,
-              isCausal: false,
-            }),
-            `${JSON.stringify(spec)}: served by the fused forward`,
-          );
+          H: 1,
+          K: 5,
+          V: 3,
+          T,
+          // One token's dq and dk are of the order of eps (o = v s / (s + eps)): a large eps makes them count.
+          eps: T === 1 ? 0.5 : undefined,
+          phi: "elu+1" as const,
+          isCausal,
+          layout: "bhsd" as const,
+        };
+        checkAgainstOracle(device, spec, seed);
+      }
+    }
+  },
+);
+
+seededDeviceTest(
+  "feature map: feature dims over 256 and value dims over 248 run in pieces",
+  (device, seed) => {
+    // cosformer doubles K = 136 to 272 features (two pieces); V = 250 with its ones columns, two more.
+    for (const isCausal of [true, false]) {
+      const spec = specOf([1, 20, 1, 136, 250], "float32", "bshd", "elu+1", { isCausal, cosformer: true });
+      checkAgainstOracle(device, spec, seed);
+    }
+  },
+);
+
+seededDeviceTest(
+  "feature map: bfloat16, float16 and float32 within their tolerance",
+  (device, seed) => {
+    // Head dims the fast path serves on a GPU (multiples of 8), cosformer doubling K to 32.
+    for (const dtype of ["bfloat16", "float16", "float32"] as DType[]) {
+      for (const isCausal of [true, false]) {
+        for (
+          const [phi, cosformer] of [["elu+1", false], ["relu", true], ["softmax_free", false]] as const
+        ) {
+          const spec = specOf([1, 70, 2, 16, 16], dtype, "bshd", phi, { isCausal, cosformer });
           checkAgainstOracle(device, spec, seed);
         }
-      })),
+      }
+    }
+  },
 );
 
-deviceTest(
+seededDeviceTest(
+  "feature map: the fused bidirectional forward and backward at their tile sizes: odd T, T = 1, long sequences",
+  (device, seed) => {
+    // Feature dims (K, or 2K with cosformer) and value dims that are multiples of 64, which the
+    // CUDA kernels serve; T = 700 and 1000 split each sequence over several blocks in both passes.
+    const specs: Spec[] = [
+      specOf([1, 150, 3, 64, 64], "bfloat16", "bshd", "elu+1", { isCausal: false }),
+      specOf([2, 70, 1, 32, 128], "float16", "bhsd", "relu", { isCausal: false, cosformer: true }),
+      specOf([1, 1, 2, 64, 64], "bfloat16", "bshd", "elu+1", { eps: 0.5, isCausal: false }),
+      specOf([1, 700, 1, 128, 128], "bfloat16", "bhsd", "softmax_free", { isCausal: false, cosformer: true }),
+      specOf([1, 1000, 1, 64, 64], "float16", "bshd", "identity", { isCausal: false }),
+      specOf([1, 200, 2, 64, 128], "bfloat16", "bhsd", "relu", { isCausal: false, cosformer: true }),
+    ];
+    for (const spec of specs) {
+      using p = new Problem(device, spec, seed);
+      const call = { ...p.options(), q: p.q, k: p.k, v: p.v, eps: 1e-6, phi: spec.phi, isCausal: false };
+      // The backward's kernels also need K a multiple of 64 and V of 64 or 128 (K = 32 takes the chunked path).
+      assert.equal(
+        fusedBidirectionalGradServes(call),
+        device === "cpu" || (spec.K % 64 === 0 && (spec.V === 64 || spec.V === 128)),
+        `${JSON.stringify(spec)}: the backward's path`,
+      );
+      assert.ok(fusedBidirectionalServes(call), `${JSON.stringify(spec)}: served by the fused forward`);
+      checkAgainstOracle(device, spec, seed);
+    }
+  },
+);
+
+seededDeviceTest(
   "feature map: a long float16 sequence stays finite and accurate, causal and bidirectional",
-  (device) =>
-    expectNoLeak(device, () =>
-      withSeed((seed) => {
-        // Summed over 600 tokens, the scores (~ K e^2) would exceed float16's range; the paths keep
-        // averages (the bidirectional one reads the whole sequence's state at every token).
-        for (const isCausal of [true, false]) {
-          const spec: Spec = {
-            B: 1,
-            T: 600,
-            H: 1,
-            K: 32,
-            V: 8,
-            dtype: "float16",
-            layout: "bshd",
-            phi: "elu+1",
-            isCausal,
-          };
-          using p = new Problem(device, spec, seed);
-          using r = featureMapLinearAttention(p.q, p.k, p.v, p.options());
-          assertClose(r.output, featureMapLinearAttentionReference(p.x), {
-            relRms: TOL.float16.output,
-            name: `output (isCausal ${isCausal})`,
-          });
-        }
-      })),
+  (device, seed) => {
+    // Summed over 600 tokens, the scores (~ K e^2) would exceed float16's range; the paths keep
+    // averages (the bidirectional one reads the whole sequence's state at every token).
+    for (const isCausal of [true, false]) {
+      const spec = specOf([1, 600, 1, 32, 8], "float16", "bshd", "elu+1", { isCausal });
+      using p = new Problem(device, spec, seed);
+      using r = featureMapLinearAttention(p.q, p.k, p.v, p.options());
+      assertClose(r.output, featureMapLinearAttentionReference(p.x), {
+        relRms: TOL.float16.output,
+        name: `output (isCausal ${isCausal})`,
+      });
+    }
+  },
 );
 
-deviceTest(
+seededDeviceTest(
   "feature map: cosformer with the weights already in q and k equals the weights inside",
-  (device) =>
-    expectNoLeak(device, () =>
-      withSeed((seed) => {
-        for (const isCausal of [true, false]) {
-          const spec: Spec = { ...base, T: 23, phi: "relu", isCausal, layout: "bshd", cosformer: true };
-          using p = new Problem(device, spec, seed);
-          // The caller's features [relu(x) cos, relu(x) sin], made on the host.
-          const { B, T, H, K } = spec;
-          const weighted = (x: Float64Array) => {
-            const out = new Float32Array(B * T * H * 2 * K);
-            for (let row = 0; row < B * T * H; row++) {
-              const t = Math.floor(row / H) % T;
-              for (let i = 0; i < K; i++) {
-                const f = Math.max(x[row * K + i], 0);
-                out[row * 2 * K + i] = f * p.x.cosWeight![t];
-                out[row * 2 * K + K + i] = f * p.x.sinWeight![t];
-              }
-            }
-            return Tensor.from(out, { device, shape: [B, T, H, 2 * K] });
-          };
-          using q2 = weighted(p.x.q as Float64Array);
-          using k2 = weighted(p.x.k as Float64Array);
-          const options = { layout: "bshd" as const, phi: "relu" as const, isCausal, weightsApplied: true };
-          using pre = featureMapLinearAttention(q2, k2, p.v, options);
-          using inside = featureMapLinearAttention(p.q, p.k, p.v, p.options());
-          const expected = featureMapLinearAttentionReference(p.x);
-          assertClose(pre.output, expected, {
-            relRms: TOL.float32.output,
-            name: "weights applied by the caller",
-          });
-          assertClose(inside.output, expected, {
-            relRms: TOL.float32.output,
-            name: "weights applied inside",
-          });
-          // dv does not depend on where the weights were applied.
-          using g = pre.backward(p.dO);
-          const grads = featureMapLinearAttentionReferenceBackward(p.x, host(p.dO));
-          assertClose(g.dv, grads.dv, {
-            relRms: TOL.float32.grad,
-            name: "dv, weights applied by the caller",
-          });
+  (device, seed) => {
+    for (const isCausal of [true, false]) {
+      const spec: Spec = { ...base, T: 23, phi: "relu", isCausal, layout: "bshd", cosformer: true };
+      using p = new Problem(device, spec, seed);
+      // The caller's features [relu(x) cos, relu(x) sin], made on the host.
+      const { B, T, H, K } = spec;
+      const weighted = (x: Float64Array) => {
+        const out = new Float32Array(B * T * H * 2 * K);
+        for (let row = 0; row < B * T * H; row++) {
+          const t = Math.floor(row / H) % T;
+          for (let i = 0; i < K; i++) {
+            const f = Math.max(x[row * K + i], 0);
+            out[row * 2 * K + i] = f * p.x.cosWeight![t];
+            out[row * 2 * K + K + i] = f * p.x.sinWeight![t];
+          }
         }
-      })),
+        return Tensor.from(out, { device, shape: [B, T, H, 2 * K] });
+      };
+      using q2 = weighted(p.x.q as Float64Array);
+      using k2 = weighted(p.x.k as Float64Array);
+      const options = { layout: "bshd" as const, phi: "relu" as const, isCausal, weightsApplied: true };
+      using pre = featureMapLinearAttention(q2, k2, p.v, options);
+      using inside = featureMapLinearAttention(p.q, p.k, p.v, p.options());
+      const expected = featureMapLinearAttentionReference(p.x);
+      assertClose(pre.output, expected, {
+        relRms: TOL.float32.output,
+        name: "weights applied by the caller",
+      });
+      assertClose(inside.output, expected, {
+        relRms: TOL.float32.output,
+        name: "weights applied inside",
+      });
+      // dv does not depend on where the weights were applied.
+      using g = pre.backward(p.dO);
+      const grads = featureMapLinearAttentionReferenceBackward(p.x, host(p.dO));
+      assertClose(g.dv, grads.dv, {
+        relRms: TOL.float32.grad,
+        name: "dv, weights applied by the caller",
+      });
+    }
+  },
 );
 
 deviceTest(
@@ -650,58 +536,38 @@ deviceTest(
     }),
 );
 
-deviceTest(
+seededDeviceTest(
   "feature map: the causal forward and backward with the normaliser in the kernel (128 features and values, bfloat16)",
-  (device) =>
-    expectNoLeak(device, () =>
-      withSeed((seed) => {
-        // The CUDA planner fuses the normaliser at these sizes (lastPlan names the split state kernel);
-        // a tail chunk, both layouts, eps and cosformer's doubled features (K 64 -> 128).
-        const specs: Spec[] = [
-          {
-            B: 2,
-            T: 150,
-            H: 3,
-            K: 128,
-            V: 128,
-            dtype: "bfloat16",
-            layout: "bshd",
-            phi: "elu+1",
-            isCausal: true,
-          },
-          {
-            B: 1,
-            T: 200,
-            H: 2,
-            K: 64,
-            V: 128,
-            dtype: "bfloat16",
-            layout: "bhsd",
-            phi: "relu",
-            isCausal: true,
-            cosformer: true,
-            eps: 0.25,
-          },
-        ];
-        for (const [i, spec] of specs.entries()) {
-          checkAgainstOracle(device, spec, seed + i);
-          if (device === "cpu") continue;
-          using p = new Problem(device, spec, seed + i);
-          using q = toLayout(p.q, spec.layout);
-          using k = toLayout(p.k, spec.layout);
-          using v = toLayout(p.v, spec.layout);
-          using r = featureMapLinearAttention(q, k, v, p.options());
-          const plan = lastPlan();
-          assert.equal(plan?.path, "state_split", JSON.stringify(plan));
-          assert.ok(
-            plan?.kernels[0].name.startsWith("linear.gla.pass.split_normalized"),
-            JSON.stringify(plan),
-          );
-          // The backward: one normalised backward call on the features, the normaliser's gradient by scans.
-          using _g = r.backward(v);
-          const bwd = lastPlan();
-          assert.equal(bwd?.op, "linear.gla.bwd", JSON.stringify(bwd));
-          assert.equal(bwd?.details.normaliser, "scans", JSON.stringify(bwd));
-        }
-      })),
+  (device, seed) => {
+    // The CUDA planner fuses the normaliser at these sizes (lastPlan names the split state kernel);
+    // a tail chunk, both layouts, eps and cosformer's doubled features (K 64 -> 128).
+    const specs: Spec[] = [
+      specOf([2, 150, 3, 128, 128], "bfloat16", "bshd", "elu+1", { isCausal: true }),
+      specOf([1, 200, 2, 64, 128], "bfloat16", "bhsd", "relu", {
+        isCausal: true,
+        cosformer: true,
+        eps: 0.25,
+      }),
+    ];
+    for (const [i, spec] of specs.entries()) {
+      checkAgainstOracle(device, spec, seed + i);
+      if (device === "cpu") continue;
+      using p = new Problem(device, spec, seed + i);
+      using q = toLayout(p.q, spec.layout);
+      using k = toLayout(p.k, spec.layout);
+      using v = toLayout(p.v, spec.layout);
+      using r = featureMapLinearAttention(q, k, v, p.options());
+      const plan = lastPlan();
+      assert.equal(plan?.path, "state_split", JSON.stringify(plan));
+      assert.ok(
+        plan?.kernels[0].name.startsWith("linear.gla.pass.split_normalized"),
+        JSON.stringify(plan),
+      );
+      // The backward: one normalised backward call on the features, the normaliser's gradient by scans.
+      using _g = r.backward(v);
+      const bwd = lastPlan();
+      assert.equal(bwd?.op, "linear.gla.bwd", JSON.stringify(bwd));
+      assert.equal(bwd?.details.normaliser, "scans", JSON.stringify(bwd));
+    }
+  },
 );

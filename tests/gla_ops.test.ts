@@ -12,9 +12,10 @@
 // reverse cumsum of q dq - k dk, terms that largely cancel). dgGamma in 16 bits, a sum over tokens of
 // per-token gradients that largely cancel: |error| <= 0.08 * sum over tokens of |dg_t| (per head).
 import assert from "node:assert/strict";
-import { type Device, type DType, explain, lastPlan, Tensor } from "../mod.ts";
-import { deviceTest, withSeed } from "./helpers.ts";
+import { type Device, explain, lastPlan, Tensor } from "../mod.ts";
+import { deviceTest, specsTest, withSeed } from "./helpers.ts";
 import { expectClose, GlaCase, type GlaSpec, host, leadingRows, tol } from "./gla_ops_fixtures.ts";
+import { everyDtypeAndFn } from "./linear_case.ts";
 
 /** Forward and backward of one case against the oracle. */
 function checkCase(device: Device, spec: GlaSpec, seed: number): void {
@@ -77,36 +78,22 @@ function checkCase(device: Device, spec: GlaSpec, seed: number): void {
 const seed0 = (spec: GlaSpec) => spec.T * 31 + spec.V;
 
 const FNS = ["chunkGla", "recurrentGla", "chunkSimpleGla", "chunkRetention", "chunkLinearAttn"] as const;
-const DTYPES: DType[] = ["float32", "bfloat16", "float16"];
 
-deviceTest(
+specsTest(
   "gla functions: forward and backward match the float64 oracle (fp32/bf16/fp16)",
-  async (device) => {
-    for (const dtype of DTYPES) {
-      for (const fn of FNS) {
-        await withSeed((seed) =>
-          checkCase(device, { fn, B: 2, T: 70, H: 4, HK: 2, K: 32, V: 48, dtype }, seed)
-        );
-      }
-    }
-  },
+  checkCase,
+  everyDtypeAndFn(FNS, { B: 2, T: 70, H: 4, HK: 2, K: 32, V: 48 }),
 );
 
-deviceTest(
-  "gla functions: simple GLA with g, gGamma or both; linear attention normalised",
-  async (device) => {
-    const specs: GlaSpec[] = [
-      { fn: "chunkSimpleGla", B: 1, T: 90, H: 3, K: 32, V: 32, dtype: "float32", gGamma: true, g: false },
-      { fn: "chunkSimpleGla", B: 2, T: 66, H: 2, K: 16, V: 24, dtype: "float32", gGamma: true },
-      { fn: "chunkSimpleGla", B: 1, T: 100, H: 2, HK: 1, K: 32, V: 16, dtype: "bfloat16", gGamma: true },
-      { fn: "chunkSimpleGla", B: 1, T: 40, H: 2, K: 16, V: 16, dtype: "float32", g: false, scale: 0.7 },
-      { fn: "chunkLinearAttn", B: 2, T: 75, H: 2, K: 32, V: 32, dtype: "float32", normalize: true },
-      { fn: "chunkLinearAttn", B: 1, T: 70, H: 4, HK: 2, K: 16, V: 8, dtype: "bfloat16", normalize: true },
-      { fn: "chunkLinearAttn", B: 1, T: 50, H: 2, K: 16, V: 16, dtype: "float32", normalize: false },
-    ];
-    for (const spec of specs) await withSeed((seed) => checkCase(device, spec, seed));
-  },
-);
+specsTest("gla functions: simple GLA with g, gGamma or both; linear attention normalised", checkCase, [
+  { fn: "chunkSimpleGla", B: 1, T: 90, H: 3, K: 32, V: 32, dtype: "float32", gGamma: true, g: false },
+  { fn: "chunkSimpleGla", B: 2, T: 66, H: 2, K: 16, V: 24, dtype: "float32", gGamma: true },
+  { fn: "chunkSimpleGla", B: 1, T: 100, H: 2, HK: 1, K: 32, V: 16, dtype: "bfloat16", gGamma: true },
+  { fn: "chunkSimpleGla", B: 1, T: 40, H: 2, K: 16, V: 16, dtype: "float32", g: false, scale: 0.7 },
+  { fn: "chunkLinearAttn", B: 2, T: 75, H: 2, K: 32, V: 32, dtype: "float32", normalize: true },
+  { fn: "chunkLinearAttn", B: 1, T: 70, H: 4, HK: 2, K: 16, V: 8, dtype: "bfloat16", normalize: true },
+  { fn: "chunkLinearAttn", B: 1, T: 50, H: 2, K: 16, V: 16, dtype: "float32", normalize: false },
+]);
 
 deviceTest(
   "gla functions: linear attention normalised over ones columns (float16 queries scaled, value pieces)",
@@ -277,25 +264,22 @@ deviceTest("gla functions: packed sequences with empty and one-token sequences",
   );
 });
 
-deviceTest("gla functions: gate spikes of -20, decays near 0 and 16-bit gates", async (device) => {
-  const specs: GlaSpec[] = [
-    { fn: "chunkGla", B: 1, T: 130, H: 2, K: 32, V: 32, dtype: "float32", spikes: true },
-    { fn: "recurrentGla", B: 1, T: 70, H: 2, K: 32, V: 16, dtype: "float32", spikes: true },
-    { fn: "chunkGla", B: 1, T: 100, H: 2, K: 64, V: 32, dtype: "float32", gateLow: -8 },
-    { fn: "chunkSimpleGla", B: 1, T: 130, H: 2, K: 32, V: 32, dtype: "float32", spikes: true },
-    { fn: "chunkSimpleGla", B: 1, T: 90, H: 2, K: 16, V: 16, dtype: "bfloat16", gateLow: -6 },
-    {
-      fn: "chunkGla",
-      B: 1,
-      T: 70,
-      H: 2,
-      K: 32,
-      V: 32,
-      dtype: "bfloat16",
-      gateDtype: "bfloat16",
-      spikes: true,
-    },
-    { fn: "chunkSimpleGla", B: 1, T: 70, H: 2, K: 16, V: 16, dtype: "float32", gateDtype: "float16" },
-  ];
-  for (const spec of specs) await withSeed((seed) => checkCase(device, spec, seed));
-});
+specsTest("gla functions: gate spikes of -20, decays near 0 and 16-bit gates", checkCase, [
+  { fn: "chunkGla", B: 1, T: 130, H: 2, K: 32, V: 32, dtype: "float32", spikes: true },
+  { fn: "recurrentGla", B: 1, T: 70, H: 2, K: 32, V: 16, dtype: "float32", spikes: true },
+  { fn: "chunkGla", B: 1, T: 100, H: 2, K: 64, V: 32, dtype: "float32", gateLow: -8 },
+  { fn: "chunkSimpleGla", B: 1, T: 130, H: 2, K: 32, V: 32, dtype: "float32", spikes: true },
+  { fn: "chunkSimpleGla", B: 1, T: 90, H: 2, K: 16, V: 16, dtype: "bfloat16", gateLow: -6 },
+  {
+    fn: "chunkGla",
+    B: 1,
+    T: 70,
+    H: 2,
+    K: 32,
+    V: 32,
+    dtype: "bfloat16",
+    gateDtype: "bfloat16",
+    spikes: true,
+  },
+  { fn: "chunkSimpleGla", B: 1, T: 70, H: 2, K: 16, V: 16, dtype: "float32", gateDtype: "float16" },
+]);

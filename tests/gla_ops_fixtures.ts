@@ -5,7 +5,6 @@
 // Tolerance rule (relative RMS against float64 fed the same rounded inputs, reference/tolerance.ts):
 // float32 outputs and states 5e-5, gradients 8e-5 (gate gradients 2e-4); float16/bfloat16 0.005,
 // 0.008 and 0.02, relative to the RMS of the expected values (the output's scale).
-import { DELTA_RULE_TOLERANCE, type DeltaRuleTolerance } from "../reference/tolerance.ts";
 import {
   gatedLinearReference,
   gatedLinearReferenceBackward,
@@ -32,26 +31,20 @@ import {
   Tensor,
 } from "../mod.ts";
 import { generator } from "./oracle_checks.ts";
-import { host, LinearCase, type LinearCaseSpec, poisoned } from "./linear_case.ts";
+import { type GatedTolerance, gatedTolerance, host, LinearCase, type LinearCaseSpec } from "./linear_case.ts";
 
 export { expectAgree, expectClose, expectSame, host, leadingRows, pathTolerance } from "./linear_fixtures.ts";
 
-/** The tolerances of the gated linear family: the delta rule's, and one for the decays' gradients. */
-export interface GlaTolerance extends DeltaRuleTolerance {
-  /**
-   * dgk, dg (relative RMS): a reverse cumsum over the sequence of q dq - k dk, terms that largely
-   * cancel, so the 16-bit operands of dq and dk leave it several times dq's error. On the H200, simple
-   * GLA in bf16 with gates uniform in [-6, 0] over 60 seeds: median 0.021, 90th percentile 0.034, worst
-   * 0.073 (K = 16), and one seed of the test at 0.084; gates in [-0.25, 0]: worst 0.014. The bound
-   * leaves room above the worst seen; a wrong gradient is off by order 1.
-   */
-  dgate: number;
-}
-
-/** The tolerances of a q/k/v dtype. */
-export function tol(dtype: DType): GlaTolerance {
-  const t = DELTA_RULE_TOLERANCE[dtype as "float32"];
-  return { ...t, dgate: dtype === "float32" ? t.dsmall : 0.12 };
+/**
+ * The tolerances of a q/k/v dtype: the delta rule's, and dgate for the decays' gradients. dgk, dg
+ * (relative RMS): a reverse cumsum over the sequence of q dq - k dk, terms that largely cancel, so the
+ * 16-bit operands of dq and dk leave it several times dq's error. On the H200, simple GLA in bf16 with
+ * gates uniform in [-6, 0] over 60 seeds: median 0.021, 90th percentile 0.034, worst 0.073 (K = 16), and
+ * one seed of the test at 0.084; gates in [-0.25, 0]: worst 0.014. The bound (0.12) leaves room above
+ * the worst seen; a wrong gradient is off by order 1.
+ */
+export function tol(dtype: DType): GatedTolerance {
+  return gatedTolerance(dtype, 0.12);
 }
 
 /** The public functions under test. */
@@ -78,20 +71,23 @@ export interface GlaSpec extends LinearCaseSpec {
 }
 
 /** A random problem on a device, its host copy and the oracle's answers. */
-export class GlaCase extends LinearCase<GlaSpec> {
+export class GlaCase extends LinearCase<
+  GlaSpec,
+  GatedLinearReferenceInputs,
+  GatedLinearReferenceOutputs,
+  GatedLinearReferenceGradients
+> {
   readonly q: Tensor;
   readonly k: Tensor;
   readonly v: Tensor;
   readonly gk?: Tensor;
   readonly g?: Tensor;
   readonly gGamma?: Tensor;
-  readonly initialState?: Tensor;
-  readonly cuSeqlens?: Tensor;
   readonly hostInputs: GatedLinearReferenceInputs;
-  #reference: GatedLinearReferenceOutputs | undefined;
+  protected readonly oracle = { forward: gatedLinearReference, backward: gatedLinearReferenceBackward };
 
   constructor(device: Device, spec: GlaSpec, seed: number) {
-    super(device, spec);
+    super(device, spec, seed);
     const { B, T, H, K, V, dtype, fn } = spec;
     const HK = this.HK;
     const rand = generator(seed ^ 0x5bd1e995);
@@ -123,9 +119,6 @@ export class GlaCase extends LinearCase<GlaSpec> {
         const a = Float32Array.from({ length: H }, () => -0.02 - 0.3 * rand());
         this.gGamma = this.own(Tensor.from(a, { device }));
       }
-      const tensors = this.stateAndOffsets(seed);
-      this.initialState = tensors.initialState;
-      this.cuSeqlens = tensors.cuSeqlens;
     } catch (e) {
       this.dispose();
       throw e;
@@ -146,12 +139,6 @@ export class GlaCase extends LinearCase<GlaSpec> {
     };
   }
 
-  /** The oracle's forward (computed once). */
-  reference(): GatedLinearReferenceOutputs {
-    this.#reference ??= gatedLinearReference(this.hostInputs);
-    return this.#reference;
-  }
-
   /**
    * Per head, the sum over tokens of |dg_t| (the per-token decay gradients dgGamma adds up), from the
    * oracle with g = 0 when the case has none: the scale of dgGamma's rounding error in 16 bits.
@@ -169,15 +156,6 @@ export class GlaCase extends LinearCase<GlaSpec> {
     return scale;
   }
 
-  /** The oracle's gradients. */
-  referenceBackward(dOutput: Tensor, dFinalState?: Tensor): GatedLinearReferenceGradients {
-    return gatedLinearReferenceBackward(
-      this.hostInputs,
-      host(dOutput),
-      dFinalState ? host(dFinalState) : undefined,
-    );
-  }
-
   /** The options of the call (bshd) besides buffers. */
   options(): { layout: "bshd"; [key: string]: unknown } {
     const o: { layout: "bshd"; [key: string]: unknown } = {
@@ -193,28 +171,18 @@ export class GlaCase extends LinearCase<GlaSpec> {
 
   /** Runs the forward of the case's function into NaN-poisoned buffers (final state asked). */
   forward(extra: Record<string, unknown> = {}): GlaResult {
-    const { B, T, H, K, V, dtype } = this.spec;
-    const out = {
-      output: this.own(poisoned([B, T, H, V], dtype, this.device)),
-      finalState: this.own(poisoned([this.N, H, K, V], "float32", this.device)),
-    };
-    const o = { ...this.options(), outputFinalState: true, out, ...extra };
+    const o = { ...this.options(), outputFinalState: true, out: this.forwardBuffers(), ...extra };
     return callForward(this.spec.fn, this.q, this.k, this.v, this.gk, o);
   }
 
   /** Runs the case's backward function into NaN-poisoned buffers. */
   backward(dOutput: Tensor, dFinalState?: Tensor): GlaGradients {
-    const { B, T, H, K, V, dtype } = this.spec;
-    const HK = this.HK;
-    const out: Record<string, Tensor> = {
-      dq: this.own(poisoned([B, T, HK, K], dtype, this.device)),
-      dk: this.own(poisoned([B, T, HK, K], dtype, this.device)),
-      dv: this.own(poisoned([B, T, H, V], dtype, this.device)),
-    };
-    if (this.gk) out.dgk = this.own(poisoned([B, T, H, K], "float32", this.device));
-    if (this.g) out.dg = this.own(poisoned([B, T, H], "float32", this.device));
-    if (this.gGamma) out.dgGamma = this.own(poisoned([H], "float32", this.device));
-    if (this.initialState) out.dInitialState = this.own(poisoned([this.N, H, K, V], "float32", this.device));
+    const { B, T, H, K } = this.spec;
+    const out: Record<string, Tensor> = this.qkvGradBuffers();
+    if (this.gk) out.dgk = this.poisoned32([B, T, H, K]);
+    if (this.g) out.dg = this.poisoned32([B, T, H]);
+    if (this.gGamma) out.dgGamma = this.poisoned32([H]);
+    if (this.initialState) out.dInitialState = this.poisoned32(this.stateShape());
     const o = { ...this.options(), dFinalState, out };
     return callBackward(this.spec.fn, dOutput, this.q, this.k, this.v, this.gk, o);
   }

@@ -8,22 +8,14 @@ import { AttnkitError } from "../ffi/errors.ts";
 import {
   gatedLinearReference,
   gatedLinearReferenceBackward,
+  type GatedLinearReferenceGradients,
   type GatedLinearReferenceInputs,
   NORMALIZE_EPS,
   retentionLogDecay,
 } from "../reference/linear_attention.ts";
 import { withSeed } from "./helpers.ts";
-import { expectFiniteDifferences, expectNear, filled, generator } from "./oracle_checks.ts";
-
-interface Shape {
-  B: number;
-  T: number;
-  H: number;
-  HK: number;
-  K: number;
-  V: number;
-  cuSeqlens?: number[];
-}
+import { expectNear, filled, generator } from "./oracle_checks.ts";
+import { expectOracleGradients, randomQkv, randomState, type RecurrentShape } from "./recurrent_oracle.ts";
 
 type Gates = { gk?: boolean; g?: boolean; gGamma?: boolean; normalize?: boolean };
 
@@ -34,42 +26,26 @@ type Inputs = GatedLinearReferenceInputs & {
   initialState: Float64Array;
 };
 
-function inputs(c: Shape, gates: Gates, rand: () => number): Inputs {
-  const N = c.cuSeqlens ? c.cuSeqlens.length - 1 : c.B;
-  // Positive q and k under normalize keep the normaliser away from 0 (as elu+1 features would).
-  const low = gates.normalize ? 0.1 : -1;
+function inputs(c: RecurrentShape, gates: Gates, rand: () => number): Inputs {
   return {
     ...c,
-    q: filled(c.B * c.T * c.HK * c.K, rand, low, 1),
-    k: filled(c.B * c.T * c.HK * c.K, rand, low * 0.6, 0.6),
-    v: filled(c.B * c.T * c.H * c.V, rand, -1, 1),
+    // Positive q and k under normalize keep the normaliser away from 0 (as elu+1 features would).
+    ...randomQkv(c, rand, gates.normalize ? 0.1 : -1),
     gk: gates.gk ? filled(c.B * c.T * c.H * c.K, rand, -0.7, 0) : undefined,
     g: gates.g ? filled(c.B * c.T * c.H, rand, -0.5, 0) : undefined,
     gGamma: gates.gGamma ? filled(c.H, rand, -0.3, -0.01) : undefined,
     normalize: gates.normalize,
     scale: 0.8,
-    initialState: filled(N * c.H * c.K * c.V, rand, -0.5, 0.5),
+    initialState: randomState(c, rand),
   };
-}
-
-function loss(x: GatedLinearReferenceInputs, dO: Float64Array, dHT: Float64Array): number {
-  const r = gatedLinearReference(x);
-  let sum = 0;
-  r.output.forEach((o, i) => (sum += o * dO[i]));
-  r.finalState.forEach((s, i) => (sum += s * dHT[i]));
-  return sum;
 }
 
 type Field = "q" | "k" | "v" | "gk" | "g" | "gGamma" | "initialState";
 
-function checkAgainstFiniteDifferences(c: Shape, gates: Gates, seed: number): void {
+function checkAgainstFiniteDifferences(c: RecurrentShape, gates: Gates, seed: number): void {
   const rand = generator(seed);
   const x = inputs(c, gates, rand);
-  const dO = filled(c.B * c.T * c.H * c.V, rand, -1, 1);
-  const dHT = filled(x.initialState.length, rand, -1, 1);
-  const grads = gatedLinearReferenceBackward(x, dO, dHT);
-  const eps = 1e-5;
-  const fields: [Field, keyof typeof grads][] = [
+  const fields: [Field, keyof GatedLinearReferenceGradients][] = [
     ["q", "dq"],
     ["k", "dk"],
     ["v", "dv"],
@@ -78,14 +54,8 @@ function checkAgainstFiniteDifferences(c: Shape, gates: Gates, seed: number): vo
   if (gates.gk) fields.push(["gk", "dgk"]);
   if (gates.g) fields.push(["g", "dg"]);
   if (gates.gGamma) fields.push(["gGamma", "dgGamma"]);
-  for (const [input, grad] of fields) {
-    expectFiniteDifferences(x[input] as Float64Array, grads[grad]!, () => loss(x, dO, dHT), {
-      eps,
-      tol: 1e-7,
-      what: grad,
-      input,
-    });
-  }
+  const oracle = { forward: gatedLinearReference, backward: gatedLinearReferenceBackward };
+  expectOracleGradients(oracle, x, rand, fields, { tol: 1e-7, what: (grad) => grad });
 }
 
 // The parallel form, written here independently of the oracle's recurrence: with G_t the running sum of

@@ -74,6 +74,28 @@ export async function expectNoLeak(device: Device, fn: () => void | Promise<void
   if (after !== before) throw new Error(`memory leak on ${device}: ${after - before} bytes still in use`);
 }
 
+/**
+ * Registers a deviceTest whose body runs under withSeed inside expectNoLeak: a fresh seed (named on
+ * failure), and the device's memory back where it was afterwards.
+ */
+export function seededDeviceTest(
+  name: string,
+  fn: (device: Device, seed: number) => void | Promise<void>,
+): void {
+  deviceTest(name, (device) => expectNoLeak(device, () => withSeed((seed) => fn(device, seed))));
+}
+
+/** Registers a deviceTest that runs check on every spec in turn, each under a fresh seed. */
+export function specsTest<S>(
+  name: string,
+  check: (device: Device, spec: S, seed: number) => void,
+  specs: readonly NoInfer<S>[],
+): void {
+  deviceTest(name, async (device) => {
+    for (const spec of specs) await withSeed((seed) => check(device, spec, seed));
+  });
+}
+
 /** Asserts that fn throws an AttnkitError whose message matches pattern (the argument it names). */
 export function refuses(fn: () => unknown, pattern: RegExp): void {
   assert.throws(fn, (e: unknown) => {

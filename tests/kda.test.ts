@@ -15,13 +15,12 @@ import {
   chunkKda,
   chunkKdaBackward,
   type Device,
-  type DType,
   explain,
   lastPlan,
   recurrentKda,
   Tensor,
 } from "../mod.ts";
-import { deviceTest, withSeed } from "./helpers.ts";
+import { deviceTest, specsTest, withSeed } from "./helpers.ts";
 import {
   expectAgree,
   expectClose,
@@ -33,6 +32,30 @@ import {
   swapLast,
   tol,
 } from "./kda_fixtures.ts";
+import { everyDtypeAndFn } from "./linear_case.ts";
+
+/**
+ * On CUDA, the path the planner promises for the call just made ran (chunked for 16-bit, K <= 128,
+ * dims of 8).
+ */
+function expectPlannedPath(
+  device: Device,
+  op: "linear.kda.fwd" | "linear.kda.bwd",
+  spec: KdaSpec,
+  message: string,
+): void {
+  if (device !== "cuda") return;
+  const dtype = spec.dtype as "float32" | "float16" | "bfloat16";
+  const promised = explain({
+    op,
+    device: "cuda",
+    dtype,
+    k: spec.K,
+    v: spec.V,
+    recurrent: spec.fn === "recurrentKda",
+  });
+  assert.equal(lastPlan()?.path, promised.path, message);
+}
 
 /** Forward and backward of one case against the oracle. */
 function checkCase(device: Device, spec: KdaSpec, seed: number): void {
@@ -59,33 +82,12 @@ function checkCase(device: Device, spec: KdaSpec, seed: number): void {
     expectClose(r.output, ref.output, t.output, `output (${what})`);
   }
   expectClose(host(r.finalState!), c.fromKv(ref.finalState), t.state, `final state (${what})`);
-  if (device === "cuda") {
-    // The path the planner promises for this call ran (chunked for 16-bit, K <= 128, dims of 8).
-    const promised = explain({
-      op: "linear.kda.fwd",
-      device: "cuda",
-      dtype: spec.dtype as "float32" | "float16" | "bfloat16",
-      k: spec.K,
-      v: spec.V,
-      recurrent: spec.fn === "recurrentKda",
-    });
-    assert.equal(lastPlan()?.path, promised.path, `the planned path ran (${what})`);
-  }
+  expectPlannedPath(device, "linear.kda.fwd", spec, `the planned path ran (${what})`);
 
   const { dOutput, dFinalState } = c.cotangents(seed);
   const g = c.referenceBackward(dOutput, dFinalState);
   using grads = c.backward(dOutput, dFinalState);
-  if (device === "cuda") {
-    const promised = explain({
-      op: "linear.kda.bwd",
-      device: "cuda",
-      dtype: spec.dtype as "float32" | "float16" | "bfloat16",
-      k: spec.K,
-      v: spec.V,
-      recurrent: spec.fn === "recurrentKda",
-    });
-    assert.equal(lastPlan()?.path, promised.path, `the planned backward path ran (${what})`);
-  }
+  expectPlannedPath(device, "linear.kda.bwd", spec, `the planned backward path ran (${what})`);
   expectClose(grads.dq, g.dq, t.dqkv, `dq (${what})`);
   expectClose(grads.dk, g.dk, t.dqkv, `dk (${what})`);
   expectClose(grads.dv, g.dv, t.dqkv, `dv (${what})`);
@@ -132,98 +134,76 @@ function joinTokens(a: Tensor, b: Tensor): Float64Array {
 }
 
 const FNS = ["chunkKda", "recurrentKda"] as const;
-const DTYPES: DType[] = ["float32", "bfloat16", "float16"];
 
-deviceTest(
+specsTest(
   "kda: forward and backward match the float64 oracle (fp32/bf16/fp16, GQA, K != V)",
-  async (device) => {
-    for (const dtype of DTYPES) {
-      for (const fn of FNS) {
-        await withSeed((seed) =>
-          checkCase(device, { fn, B: 2, T: 70, H: 4, HK: 2, K: 32, V: 24, dtype }, seed)
-        );
-      }
-    }
-  },
+  checkCase,
+  everyDtypeAndFn(FNS, { B: 2, T: 70, H: 4, HK: 2, K: 32, V: 24 }),
 );
 
-deviceTest(
-  "kda: T = 1, T around 64, odd heads, head dims, no initial state, scale, 16-bit gates",
-  async (device) => {
-    const specs: KdaSpec[] = [
-      { fn: "chunkKda", B: 3, T: 1, H: 3, HK: 1, K: 16, V: 16, dtype: "float32" },
-      { fn: "chunkKda", B: 1, T: 63, H: 5, K: 40, V: 24, dtype: "bfloat16" },
-      { fn: "recurrentKda", B: 1, T: 65, H: 3, K: 64, V: 8, dtype: "float32", initialState: false },
-      { fn: "chunkKda", B: 1, T: 129, H: 2, HK: 1, K: 128, V: 16, dtype: "float16", scale: 0.3 },
-      { fn: "chunkKda", B: 2, T: 20, H: 2, K: 7, V: 5, dtype: "float32", gateDtype: "bfloat16" },
-    ];
-    for (const spec of specs) await withSeed((seed) => checkCase(device, spec, seed));
-  },
-);
+specsTest("kda: T = 1, T around 64, odd heads, head dims, no initial state, scale, 16-bit gates", checkCase, [
+  { fn: "chunkKda", B: 3, T: 1, H: 3, HK: 1, K: 16, V: 16, dtype: "float32" },
+  { fn: "chunkKda", B: 1, T: 63, H: 5, K: 40, V: 24, dtype: "bfloat16" },
+  { fn: "recurrentKda", B: 1, T: 65, H: 3, K: 64, V: 8, dtype: "float32", initialState: false },
+  { fn: "chunkKda", B: 1, T: 129, H: 2, HK: 1, K: 128, V: 16, dtype: "float16", scale: 0.3 },
+  { fn: "chunkKda", B: 2, T: 20, H: 2, K: 7, V: 5, dtype: "float32", gateDtype: "bfloat16" },
+]);
 
-deviceTest("kda: packed sequences with empty and 1-token sequences, and a fixed capacity", async (device) => {
-  const specs: KdaSpec[] = [
-    // Terminal offset 70 below T = 80: rows past it untouched, their gradients zero.
+specsTest("kda: packed sequences with empty and 1-token sequences, and a fixed capacity", checkCase, [
+  // Terminal offset 70 below T = 80: rows past it untouched, their gradients zero.
+  {
+    fn: "chunkKda",
+    B: 1,
+    T: 80,
+    H: 2,
+    HK: 1,
+    K: 16,
+    V: 8,
+    dtype: "float32",
+    cuSeqlens: [0, 0, 1, 1, 40, 41, 70],
+  },
+  { fn: "recurrentKda", B: 1, T: 90, H: 3, K: 8, V: 16, dtype: "bfloat16", cuSeqlens: [0, 65, 66, 90] },
+  // Every sequence empty: states pass through, nothing is written, every gradient is zero.
+  { fn: "chunkKda", B: 1, T: 5, H: 1, K: 4, V: 4, dtype: "float32", cuSeqlens: [0, 0, 0] },
+]);
+
+specsTest("kda: gate spikes near -5 and -20, and gates near the documented bound", checkCase, [
+  { fn: "chunkKda", B: 1, T: 100, H: 2, K: 32, V: 16, dtype: "float32", gateLow: -5, spike: -20 },
+  { fn: "chunkKda", B: 1, T: 70, H: 2, K: 16, V: 16, dtype: "bfloat16", gateLow: -5.9, spike: -5 },
+  { fn: "recurrentKda", B: 2, T: 40, H: 1, K: 16, V: 8, dtype: "float16", gateLow: -0.05, spike: -20 },
+]);
+
+specsTest(
+  "kda: the chunked kernel's shapes (16-bit, K 64 and 128, V tiles, packed, GQA, spikes)",
+  checkCase,
+  [
+    // Packed: a 1-token and an empty sequence, chunk tails, 10 rows of capacity past the last offset.
     {
       fn: "chunkKda",
       B: 1,
-      T: 80,
+      T: 200,
       H: 2,
-      HK: 1,
-      K: 16,
-      V: 8,
-      dtype: "float32",
-      cuSeqlens: [0, 0, 1, 1, 40, 41, 70],
+      K: 128,
+      V: 128,
+      dtype: "bfloat16",
+      gateLow: -5,
+      spike: -20,
+      cuSeqlens: [0, 1, 1, 64, 130, 190],
     },
-    { fn: "recurrentKda", B: 1, T: 90, H: 3, K: 8, V: 16, dtype: "bfloat16", cuSeqlens: [0, 65, 66, 90] },
-    // Every sequence empty: states pass through, nothing is written, every gradient is zero.
-    { fn: "chunkKda", B: 1, T: 5, H: 1, K: 4, V: 4, dtype: "float32", cuSeqlens: [0, 0, 0] },
-  ];
-  for (const spec of specs) await withSeed((seed) => checkCase(device, spec, seed));
-});
-
-deviceTest("kda: gate spikes near -5 and -20, and gates near the documented bound", async (device) => {
-  const specs: KdaSpec[] = [
-    { fn: "chunkKda", B: 1, T: 100, H: 2, K: 32, V: 16, dtype: "float32", gateLow: -5, spike: -20 },
-    { fn: "chunkKda", B: 1, T: 70, H: 2, K: 16, V: 16, dtype: "bfloat16", gateLow: -5.9, spike: -5 },
-    { fn: "recurrentKda", B: 2, T: 40, H: 1, K: 16, V: 8, dtype: "float16", gateLow: -0.05, spike: -20 },
-  ];
-  for (const spec of specs) await withSeed((seed) => checkCase(device, spec, seed));
-});
-
-deviceTest(
-  "kda: the chunked kernel's shapes (16-bit, K 64 and 128, V tiles, packed, GQA, spikes)",
-  async (device) => {
-    const specs: KdaSpec[] = [
-      // Packed: a 1-token and an empty sequence, chunk tails, 10 rows of capacity past the last offset.
-      {
-        fn: "chunkKda",
-        B: 1,
-        T: 200,
-        H: 2,
-        K: 128,
-        V: 128,
-        dtype: "bfloat16",
-        gateLow: -5,
-        spike: -20,
-        cuSeqlens: [0, 1, 1, 64, 130, 190],
-      },
-      // Grouped heads 1 -> 4, V = 72 (a partial second tile), a state in the seed's [V, K] layout.
-      { fn: "chunkKda", B: 2, T: 130, H: 4, HK: 1, K: 64, V: 72, dtype: "float16", stateLayout: "vk" },
-      {
-        fn: "chunkKda",
-        B: 1,
-        T: 64,
-        H: 1,
-        K: 128,
-        V: 64,
-        dtype: "bfloat16",
-        gateLow: -5.9,
-        initialState: false,
-      },
-    ];
-    for (const spec of specs) await withSeed((seed) => checkCase(device, spec, seed));
-  },
+    // Grouped heads 1 -> 4, V = 72 (a partial second tile), a state in the seed's [V, K] layout.
+    { fn: "chunkKda", B: 2, T: 130, H: 4, HK: 1, K: 64, V: 72, dtype: "float16", stateLayout: "vk" },
+    {
+      fn: "chunkKda",
+      B: 1,
+      T: 64,
+      H: 1,
+      K: 128,
+      V: 64,
+      dtype: "bfloat16",
+      gateLow: -5.9,
+      initialState: false,
+    },
+  ],
 );
 
 deviceTest('kda: stateLayout "vk" matches the oracle and equals "kv" transposed', async (device) => {

@@ -5,7 +5,6 @@
 // float32 outputs and states 5e-5, dq/dk/dv 8e-5, dgate/dbeta/dInitialState 2e-4; float16/bfloat16
 // 0.005, 0.008 and 0.02 (dgate 0.08: a chunked kernel forms it as a reverse cumsum of terms that
 // largely cancel, as GLA's), relative to the RMS of the expected values.
-import { DELTA_RULE_TOLERANCE, type DeltaRuleTolerance } from "../reference/tolerance.ts";
 import {
   kdaReference,
   kdaReferenceBackward,
@@ -26,20 +25,13 @@ import {
   Tensor,
 } from "../mod.ts";
 import { generator } from "./oracle_checks.ts";
-import { host, LinearCase, type LinearCaseSpec, poisoned } from "./linear_case.ts";
+import { type GatedTolerance, gatedTolerance, host, LinearCase, type LinearCaseSpec } from "./linear_case.ts";
 
 export { expectAgree, expectClose, expectSame, host, leadingRows, pathTolerance } from "./linear_fixtures.ts";
 
-/** The tolerances of KDA: the delta rule's, and one for the gate's gradient. */
-export interface KdaTolerance extends DeltaRuleTolerance {
-  /** dgate (relative RMS). */
-  dgate: number;
-}
-
-/** The tolerances of a q/k/v dtype. */
-export function tol(dtype: DType): KdaTolerance {
-  const t = DELTA_RULE_TOLERANCE[dtype as "float32"];
-  return { ...t, dgate: dtype === "float32" ? t.dsmall : 0.08 };
+/** The tolerances of a q/k/v dtype: the delta rule's, and dgate for the gate's gradient. */
+export function tol(dtype: DType): GatedTolerance {
+  return gatedTolerance(dtype, 0.08);
 }
 
 /** The public functions under test. */
@@ -73,20 +65,18 @@ export function swapLast(a: ArrayLike<number>, N: number, H: number, A: number, 
 }
 
 /** A random problem on a device, its host copy and the oracle's answers. */
-export class KdaCase extends LinearCase<KdaSpec> {
+export class KdaCase
+  extends LinearCase<KdaSpec, KdaReferenceInputs, KdaReferenceOutputs, KdaReferenceGradients> {
   readonly q: Tensor;
   readonly k: Tensor;
   readonly v: Tensor;
   readonly gate: Tensor;
   readonly beta: Tensor;
-  /** In the spec's state layout. */
-  readonly initialState?: Tensor;
-  readonly cuSeqlens?: Tensor;
   readonly hostInputs: KdaReferenceInputs;
-  #reference: KdaReferenceOutputs | undefined;
+  protected readonly oracle = { forward: kdaReference, backward: kdaReferenceBackward };
 
   constructor(device: Device, spec: KdaSpec, seed: number) {
-    super(device, spec);
+    super(device, spec, seed);
     const { B, T, H, K, V, dtype } = spec;
     const HK = this.HK;
     const rand = generator(seed ^ 0x2545f491);
@@ -98,9 +88,6 @@ export class KdaCase extends LinearCase<KdaSpec> {
       this.gate = this.randomGate(rand, [B, T, H, K], spec.gateLow ?? -0.5, spec.spike, gateDtype);
       using b32 = Tensor.rand([B, T, H], { device, seed: seed + 3 });
       this.beta = this.own(b32.cast(gateDtype));
-      const tensors = this.stateAndOffsets(seed);
-      this.initialState = tensors.initialState;
-      this.cuSeqlens = tensors.cuSeqlens;
     } catch (e) {
       this.dispose();
       throw e;
@@ -116,7 +103,7 @@ export class KdaCase extends LinearCase<KdaSpec> {
   }
 
   /** Host state values in the spec's layout, as [N, H, K, V]. */
-  toKv(a: ArrayLike<number>): Float64Array {
+  override toKv(a: ArrayLike<number>): Float64Array {
     const { H, K, V } = this.spec;
     return this.spec.stateLayout === "vk" ? swapLast(a, this.N, H, V, K) : Float64Array.from(a);
   }
@@ -133,21 +120,6 @@ export class KdaCase extends LinearCase<KdaSpec> {
     return this.spec.stateLayout === "vk" ? [this.N, H, V, K] : [this.N, H, K, V];
   }
 
-  /** The oracle's forward (computed once). */
-  reference(): KdaReferenceOutputs {
-    this.#reference ??= kdaReference(this.hostInputs);
-    return this.#reference;
-  }
-
-  /** The oracle's gradients (dFinalState in the spec's layout). */
-  referenceBackward(dOutput: Tensor, dFinalState?: Tensor): KdaReferenceGradients {
-    return kdaReferenceBackward(
-      this.hostInputs,
-      host(dOutput),
-      dFinalState ? this.toKv(host(dFinalState)) : undefined,
-    );
-  }
-
   /** The options of the call (bshd) besides buffers. */
   options(): { layout: "bshd"; [key: string]: unknown } {
     return {
@@ -161,28 +133,20 @@ export class KdaCase extends LinearCase<KdaSpec> {
 
   /** Runs the forward into NaN-poisoned buffers (final state asked). */
   forward(extra: Record<string, unknown> = {}): KdaResult {
-    const { B, T, H, V, dtype } = this.spec;
-    const out = {
-      output: this.own(poisoned([B, T, H, V], dtype, this.device)),
-      finalState: this.own(poisoned(this.stateShape(), "float32", this.device)),
-    };
-    const o = { ...this.options(), outputFinalState: true, out, ...extra };
+    const o = { ...this.options(), outputFinalState: true, out: this.forwardBuffers(), ...extra };
     const f = this.spec.fn === "chunkKda" ? chunkKda : recurrentKda;
     return f(this.q, this.k, this.v, this.gate, this.beta, o);
   }
 
   /** Runs the backward function into NaN-poisoned buffers. */
   backward(dOutput: Tensor, dFinalState?: Tensor): KdaGradients {
-    const { B, T, H, K, V, dtype } = this.spec;
-    const HK = this.HK;
+    const { B, T, H, K } = this.spec;
     const out: Record<string, Tensor> = {
-      dq: this.own(poisoned([B, T, HK, K], dtype, this.device)),
-      dk: this.own(poisoned([B, T, HK, K], dtype, this.device)),
-      dv: this.own(poisoned([B, T, H, V], dtype, this.device)),
-      dgate: this.own(poisoned([B, T, H, K], "float32", this.device)),
-      dbeta: this.own(poisoned([B, T, H], "float32", this.device)),
+      ...this.qkvGradBuffers(),
+      dgate: this.poisoned32([B, T, H, K]),
+      dbeta: this.poisoned32([B, T, H]),
     };
-    if (this.initialState) out.dInitialState = this.own(poisoned(this.stateShape(), "float32", this.device));
+    if (this.initialState) out.dInitialState = this.poisoned32(this.stateShape());
     const o = { ...this.options(), dFinalState, out };
     const f = this.spec.fn === "chunkKda" ? chunkKdaBackward : recurrentKdaBackward;
     return f(dOutput, this.q, this.k, this.v, this.gate, this.beta, o);

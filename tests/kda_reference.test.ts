@@ -5,19 +5,15 @@
 import assert from "node:assert/strict";
 import { AttnkitError } from "../ffi/errors.ts";
 import { deltaRuleReference, deltaRuleReferenceBackward } from "../reference/delta_rule.ts";
-import { kdaReference, kdaReferenceBackward, type KdaReferenceInputs } from "../reference/kda.ts";
+import {
+  kdaReference,
+  kdaReferenceBackward,
+  type KdaReferenceGradients,
+  type KdaReferenceInputs,
+} from "../reference/kda.ts";
 import { withSeed } from "./helpers.ts";
-import { expectFiniteDifferences, expectNear, filled, generator } from "./oracle_checks.ts";
-
-interface Shape {
-  B: number;
-  T: number;
-  H: number;
-  HK: number;
-  K: number;
-  V: number;
-  cuSeqlens?: number[];
-}
+import { expectNear, filled, generator } from "./oracle_checks.ts";
+import { expectOracleGradients, randomQkv, randomState, type RecurrentShape } from "./recurrent_oracle.ts";
 
 type Inputs = KdaReferenceInputs & {
   q: Float64Array;
@@ -28,37 +24,28 @@ type Inputs = KdaReferenceInputs & {
   initialState: Float64Array;
 };
 
-function inputs(c: Shape, rand: () => number, gateLow = -0.7, gateHigh = 0): Inputs {
-  const N = c.cuSeqlens ? c.cuSeqlens.length - 1 : c.B;
+function inputs(c: RecurrentShape, rand: () => number, gateLow = -0.7, gateHigh = 0): Inputs {
   return {
     ...c,
-    q: filled(c.B * c.T * c.HK * c.K, rand, -1, 1),
-    k: filled(c.B * c.T * c.HK * c.K, rand, -0.6, 0.6),
-    v: filled(c.B * c.T * c.H * c.V, rand, -1, 1),
+    ...randomQkv(c, rand),
     gate: filled(c.B * c.T * c.H * c.K, rand, gateLow, gateHigh),
     beta: filled(c.B * c.T * c.H, rand, 0, 1),
     scale: 0.8,
-    initialState: filled(N * c.H * c.K * c.V, rand, -0.5, 0.5),
+    initialState: randomState(c, rand),
   };
-}
-
-function loss(x: KdaReferenceInputs, dO: Float64Array, dHT: Float64Array): number {
-  const r = kdaReference(x);
-  let sum = 0;
-  r.output.forEach((o, i) => (sum += o * dO[i]));
-  r.finalState.forEach((s, i) => (sum += s * dHT[i]));
-  return sum;
 }
 
 type Field = "q" | "k" | "v" | "gate" | "beta" | "initialState";
 
-function checkAgainstFiniteDifferences(c: Shape, seed: number, gateLow?: number, gateHigh?: number): void {
+function checkAgainstFiniteDifferences(
+  c: RecurrentShape,
+  seed: number,
+  gateLow?: number,
+  gateHigh?: number,
+): void {
   const rand = generator(seed);
   const x = inputs(c, rand, gateLow, gateHigh);
-  const dO = filled(c.B * c.T * c.H * c.V, rand, -1, 1);
-  const dHT = filled(x.initialState.length, rand, -1, 1);
-  const grads = kdaReferenceBackward(x, dO, dHT);
-  const fields: [Field, keyof typeof grads][] = [
+  const fields: [Field, keyof KdaReferenceGradients][] = [
     ["q", "dq"],
     ["k", "dk"],
     ["v", "dv"],
@@ -66,14 +53,11 @@ function checkAgainstFiniteDifferences(c: Shape, seed: number, gateLow?: number,
     ["beta", "dbeta"],
     ["initialState", "dInitialState"],
   ];
-  for (const [input, grad] of fields) {
-    expectFiniteDifferences(x[input], grads[grad], () => loss(x, dO, dHT), {
-      eps: 1e-5,
-      tol: 1e-6,
-      what: `${grad} ${JSON.stringify(c)}`,
-      input,
-    });
-  }
+  const oracle = { forward: kdaReference, backward: kdaReferenceBackward };
+  expectOracleGradients(oracle, x, rand, fields, {
+    tol: 1e-6,
+    what: (grad) => `${grad} ${JSON.stringify(c)}`,
+  });
 }
 
 Deno.test("kda oracle: the backward matches finite differences (dense, GQA, K != V)", async () => {

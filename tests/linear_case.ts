@@ -1,9 +1,11 @@
 // What the random linear-attention test cases (delta rule, gated linear family, KDA) share: the sizes
 // read from the spec, the tensors a case owns and disposes together, the random initial state and
-// packed offsets, random log gates with spikes, random cotangents, the host copy of q, k and v and
-// NaN-poisoned result buffers.
+// packed offsets, random log gates with spikes, random cotangents, the host copy of q, k and v, the
+// oracle's answers on it, NaN-poisoned result buffers and the tolerances of the gated families.
+import { DELTA_RULE_TOLERANCE, type DeltaRuleTolerance } from "../reference/tolerance.ts";
 import { type Device, type DType, Tensor } from "../mod.ts";
 import { poison } from "./helpers.ts";
+import type { RecurrentOracle } from "./recurrent_oracle.ts";
 
 /** Reads a tensor's values exactly (float16/bfloat16 widen exactly) as float64. */
 export function host(t: Tensor): Float64Array {
@@ -13,6 +15,27 @@ export function host(t: Tensor): Float64Array {
 /** A fresh NaN-filled tensor: an element the kernel does not write fails the comparison. */
 export function poisoned(shape: readonly number[], dtype: DType, device: Device): Tensor {
   return poison(Tensor.empty(shape, { dtype, device }));
+}
+
+/** The delta rule's tolerances, and one for the gradient of a gated family's decays. */
+export interface GatedTolerance extends DeltaRuleTolerance {
+  /** dgate, dgk, dg (relative RMS). */
+  dgate: number;
+}
+
+/** The tolerances of a q/k/v dtype: the delta rule's, with dgate at dsmall for float32, else `dgate16`. */
+export function gatedTolerance(dtype: DType, dgate16: number): GatedTolerance {
+  const t = DELTA_RULE_TOLERANCE[dtype as "float32"];
+  return { ...t, dgate: dtype === "float32" ? t.dsmall : dgate16 };
+}
+
+/**
+ * One spec per q/k/v dtype (float32, bfloat16, float16, outermost) and function, each of `shape`: the
+ * full matrix a family's functions are held to the oracle over.
+ */
+export function everyDtypeAndFn<F, X>(fns: readonly F[], shape: X): (X & { fn: F; dtype: DType })[] {
+  const dtypes: DType[] = ["float32", "bfloat16", "float16"];
+  return dtypes.flatMap((dtype) => fns.map((fn) => ({ fn, ...shape, dtype })));
 }
 
 /** The spec fields every family's case reads. */
@@ -37,20 +60,40 @@ export interface LinearCaseSpec {
   initialState?: boolean;
 }
 
-/** The base of a family's random case: owns its tensors and disposes them together. */
-export class LinearCase<S extends LinearCaseSpec> implements Disposable {
+/**
+ * The base of a family's random case: owns its tensors and disposes them together. I, O and G are the
+ * oracle's inputs, outputs and gradients.
+ */
+export abstract class LinearCase<S extends LinearCaseSpec, I, O, G> implements Disposable {
   readonly spec: S;
   readonly device: Device;
   readonly HK: number;
   /** Sequences: B, or the packed sequence count. */
   readonly N: number;
+  /** A random initial state in the case's state shape, unless the spec says false. */
+  readonly initialState?: Tensor;
+  /** The packed offsets on the device. */
+  readonly cuSeqlens?: Tensor;
+  /** The exact input values on the host, as the oracle takes them. */
+  abstract readonly hostInputs: I;
+  protected abstract readonly oracle: RecurrentOracle<I, O, G>;
   #owned: Tensor[] = [];
+  #reference: O | undefined;
 
-  constructor(device: Device, spec: S) {
+  constructor(device: Device, spec: S, seed: number) {
     this.spec = spec;
     this.device = device;
     this.HK = spec.HK ?? spec.H;
     this.N = spec.cuSeqlens ? spec.cuSeqlens.length - 1 : spec.B;
+    try {
+      if (spec.initialState !== false) {
+        this.initialState = this.own(Tensor.randn(this.stateShape(), { device, seed: seed + 5, std: 0.5 }));
+      }
+      if (spec.cuSeqlens) this.cuSeqlens = this.own(Tensor.from(Int32Array.from(spec.cuSeqlens), { device }));
+    } catch (e) {
+      this.dispose();
+      throw e;
+    }
   }
 
   /** The state shape (the family's layout may change it). */
@@ -59,17 +102,44 @@ export class LinearCase<S extends LinearCaseSpec> implements Disposable {
     return [this.N, H, K, V];
   }
 
-  /** A random initial state (none when the spec says false) and the packed offsets on the device. */
-  protected stateAndOffsets(seed: number): { initialState?: Tensor; cuSeqlens?: Tensor } {
-    const { spec, device } = this;
+  /** Host state values in the case's state layout, as the oracle's [N, H, K, V]. */
+  toKv(a: Float64Array): Float64Array {
+    return a;
+  }
+
+  /** The oracle's forward (computed once). */
+  reference(): O {
+    this.#reference ??= this.oracle.forward(this.hostInputs);
+    return this.#reference;
+  }
+
+  /** The oracle's gradients for this output gradient and final-state gradient (in the state layout). */
+  referenceBackward(dOutput: Tensor, dFinalState?: Tensor): G {
+    const dHT = dFinalState ? this.toKv(host(dFinalState)) : undefined;
+    return this.oracle.backward(this.hostInputs, host(dOutput), dHT);
+  }
+
+  /** NaN-poisoned buffers for the output (dtype of q) and the final state (float32). */
+  forwardBuffers(): { output: Tensor; finalState: Tensor } {
+    const { B, T, H, V, dtype } = this.spec;
+    const output = this.own(poisoned([B, T, H, V], dtype, this.device));
+    const finalState = this.own(poisoned(this.stateShape(), "float32", this.device));
+    return { output, finalState };
+  }
+
+  /** NaN-poisoned buffers for dq, dk and dv (dtype of q). */
+  protected qkvGradBuffers(): { dq: Tensor; dk: Tensor; dv: Tensor } {
+    const { B, T, H, K, V, dtype } = this.spec;
     return {
-      initialState: spec.initialState === false
-        ? undefined
-        : this.own(Tensor.randn(this.stateShape(), { device, seed: seed + 5, std: 0.5 })),
-      cuSeqlens: spec.cuSeqlens
-        ? this.own(Tensor.from(Int32Array.from(spec.cuSeqlens), { device }))
-        : undefined,
+      dq: this.own(poisoned([B, T, this.HK, K], dtype, this.device)),
+      dk: this.own(poisoned([B, T, this.HK, K], dtype, this.device)),
+      dv: this.own(poisoned([B, T, H, V], dtype, this.device)),
     };
+  }
+
+  /** A NaN-poisoned float32 buffer owned by the case (the gradients of gates, beta and state). */
+  protected poisoned32(shape: number[]): Tensor {
+    return this.own(poisoned(shape, "float32", this.device));
   }
 
   /**

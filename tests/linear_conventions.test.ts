@@ -34,6 +34,7 @@ import {
 } from "../mod.ts";
 import { deviceTest, expectNoLeak, withSeed } from "./helpers.ts";
 import {
+  bhsdInputs,
   bshdValues,
   type CaseSpec,
   DeltaCase,
@@ -206,13 +207,7 @@ deviceTest("linear conventions: the op classes compute the same in both layouts"
     const spec: CaseSpec = { B: 2, T: 50, H: 2, K: 16, V: 16, dtype: "float32", gated: true, l2norm: true };
     using c = new DeltaCase(device, { ...spec, initialState: false }, seed);
     const { dOutput } = c.cotangents(seed);
-    const x = {
-      q: toBhsd(c, c.q),
-      k: toBhsd(c, c.k),
-      v: toBhsd(c, c.v),
-      g: toBhsd(c, c.g!),
-      beta: toBhsd(c, c.beta),
-    };
+    const x = bhsdInputs(c);
     for (const gated of [true, false]) {
       using a = gated ? new GatedDeltaNetOp({ layout: "bshd" }) : new DeltaNetOp({ layout: "bshd" });
       using b = gated ? new GatedDeltaNetOp({ layout: "bhsd" }) : new DeltaNetOp({ layout: "bhsd" });
@@ -220,7 +215,7 @@ deviceTest("linear conventions: the op classes compute the same in both layouts"
         ? (a as GatedDeltaNetOp).forward(c.q, c.k, c.v, c.g!, c.beta)
         : (a as DeltaNetOp).forward(c.q, c.k, c.v, c.beta);
       using ob = gated
-        ? (b as GatedDeltaNetOp).forward(x.q, x.k, x.v, x.g, x.beta)
+        ? (b as GatedDeltaNetOp).forward(x.q, x.k, x.v, x.g!, x.beta)
         : (b as DeltaNetOp).forward(x.q, x.k, x.v, x.beta);
       expectAgree(bshdValues(ob), host(oa), 1e-5, `output (gated ${gated})`);
       using ga = a.backward(dOutput);
@@ -239,7 +234,7 @@ deviceTest("linear conventions: the op classes compute the same in both layouts"
       x.q,
       x.k,
       x.v,
-      x.g,
+      x.g!,
       x.beta,
     );
     expectAgree(bshdValues(gh.dg), host(gf.dg), 1e-5, "GatedDeltaNetBwdOp dg");
@@ -507,20 +502,16 @@ deviceTest(
       initialState: false,
     }, 6);
     const { dOutput } = c.cotangents(6);
-    const x = {
-      q: toBhsd(c, c.q),
-      k: toBhsd(c, c.k),
-      v: toBhsd(c, c.v),
-      g: toBhsd(c, c.g!),
-      beta: toBhsd(c, c.beta),
-    };
-    using a = chunkGatedDeltaRuleBackward(toBhsd(c, dOutput), x.q, x.k, x.v, x.g, x.beta, { layout: "bhsd" });
+    const x = bhsdInputs(c);
+    using a = chunkGatedDeltaRuleBackward(toBhsd(c, dOutput), x.q, x.k, x.v, x.g!, x.beta, {
+      layout: "bhsd",
+    });
     using b = new GatedDeltaNetBwdOp({ layout: "bhsd" }).backward(
       toBhsd(c, dOutput),
       x.q,
       x.k,
       x.v,
-      x.g,
+      x.g!,
       x.beta,
     );
     using d = new DeltaNetBwdOp({ layout: "bshd" }).backward(dOutput, c.q, c.k, c.v, c.beta);

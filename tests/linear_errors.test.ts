@@ -273,28 +273,14 @@ deviceTest("delta rule op classes refuse bad options and inputs", (device) => {
     beta: x.make(Tensor.zeros([3, 4], { device })),
   };
   const decode = new GatedDeltaNetDecodeFwdOp();
+  // The step above from a bad state.
+  const fromState = (state: Tensor) => () => decode.forward(step.q, step.k, step.v, step.g, step.beta, state);
   refuses(
-    () =>
-      decode.forward(
-        step.q,
-        step.k,
-        step.v,
-        step.g,
-        step.beta,
-        x.make(Tensor.zeros([3, 4, 16, 16], { device })),
-      ),
+    fromState(x.make(Tensor.zeros([3, 4, 16, 16], { device }))),
     /state: expected shape \[3, 4, 16, 8\]/,
   );
   refuses(
-    () =>
-      decode.forward(
-        step.q,
-        step.k,
-        step.v,
-        step.g,
-        step.beta,
-        x.make(Tensor.zeros([3, 4, 16, 8], { dtype: "float16", device })),
-      ),
+    fromState(x.make(Tensor.zeros([3, 4, 16, 8], { dtype: "float16", device }))),
     /state: expected dtype float32 or bfloat16/,
   );
   refuses(

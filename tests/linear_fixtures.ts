@@ -50,20 +50,19 @@ export type HostInputs = DeltaReferenceInputs & {
 };
 
 /** A random problem on a device, its host copy and the oracle's answers. */
-export class DeltaCase extends LinearCase<CaseSpec> {
+export class DeltaCase
+  extends LinearCase<CaseSpec, HostInputs, DeltaReferenceOutputs, DeltaReferenceGradients> {
   readonly scale: number;
   readonly q: Tensor;
   readonly k: Tensor;
   readonly v: Tensor;
   readonly g: Tensor | undefined;
   readonly beta: Tensor;
-  readonly initialState: Tensor | undefined;
-  readonly cuSeqlens: Tensor | undefined;
   readonly hostInputs: HostInputs;
-  #reference: DeltaReferenceOutputs | undefined;
+  protected readonly oracle = { forward: deltaRuleReference, backward: deltaRuleReferenceBackward };
 
   constructor(device: Device, spec: CaseSpec, seed: number) {
-    super(device, spec);
+    super(device, spec, seed);
     const { B, T, H, K, V, dtype } = spec;
     const HK = this.HK;
     this.scale = spec.scale ?? K ** -0.5;
@@ -93,9 +92,6 @@ export class DeltaCase extends LinearCase<CaseSpec> {
           high: spec.betaHigh ?? 1,
         }),
       );
-      const tensors = this.stateAndOffsets(seed);
-      this.initialState = tensors.initialState;
-      this.cuSeqlens = tensors.cuSeqlens;
     } catch (e) {
       this.dispose();
       throw e;
@@ -109,21 +105,6 @@ export class DeltaCase extends LinearCase<CaseSpec> {
       cuSeqlens: spec.cuSeqlens,
       l2norm: spec.l2norm ?? false,
     };
-  }
-
-  /** The oracle's forward (computed once). */
-  reference(): DeltaReferenceOutputs {
-    this.#reference ??= deltaRuleReference(this.hostInputs);
-    return this.#reference;
-  }
-
-  /** The oracle's gradients for this output gradient and final-state gradient. */
-  referenceBackward(dOutput: Tensor, dFinalState?: Tensor): DeltaReferenceGradients {
-    return deltaRuleReferenceBackward(
-      this.hostInputs,
-      host(dOutput),
-      dFinalState ? host(dFinalState) : undefined,
-    );
   }
 
   /** The common options of the functional API for this case (its tensors are "bshd"). */
@@ -143,14 +124,6 @@ export class DeltaCase extends LinearCase<CaseSpec> {
     };
   }
 
-  /** NaN-poisoned forward result buffers. */
-  forwardBuffers(): { output: Tensor; finalState: Tensor } {
-    const { B, T, H, K, V, dtype } = this.spec;
-    const output = this.own(poisoned([B, T, H, V], dtype, this.device));
-    const finalState = this.own(poisoned([this.N, H, K, V], "float32", this.device));
-    return { output, finalState };
-  }
-
   /** NaN-poisoned gradient buffers (dInitialState when the case has an initial state; dg, dbeta float32). */
   backwardBuffers(): {
     dq: Tensor;
@@ -160,16 +133,12 @@ export class DeltaCase extends LinearCase<CaseSpec> {
     dg?: Tensor;
     dInitialState?: Tensor;
   } {
-    const { B, T, H, K, V, dtype } = this.spec;
+    const { B, T, H } = this.spec;
     return {
-      dq: this.own(poisoned([B, T, this.HK, K], dtype, this.device)),
-      dk: this.own(poisoned([B, T, this.HK, K], dtype, this.device)),
-      dv: this.own(poisoned([B, T, H, V], dtype, this.device)),
-      dbeta: this.own(poisoned([B, T, H], "float32", this.device)),
-      dg: this.g ? this.own(poisoned([B, T, H], "float32", this.device)) : undefined,
-      dInitialState: this.initialState
-        ? this.own(poisoned([this.N, H, K, V], "float32", this.device))
-        : undefined,
+      ...this.qkvGradBuffers(),
+      dbeta: this.poisoned32([B, T, H]),
+      dg: this.g ? this.poisoned32([B, T, H]) : undefined,
+      dInitialState: this.initialState ? this.poisoned32(this.stateShape()) : undefined,
     };
   }
 }
@@ -248,6 +217,18 @@ export function pathTolerance(dtype: DType): number {
 /** A `"bhsd"` copy (on the device, owned by the case) of a `"bshd"` tensor (or of g / beta). */
 export function toBhsd(c: DeltaCase, t: Tensor): Tensor {
   return c.own(t.permute(t.ndim === 4 ? [0, 2, 1, 3] : [0, 2, 1]));
+}
+
+/** `"bhsd"` copies (owned by the case) of a case's inputs: q, k, v, g (when gated) and beta. */
+export function bhsdInputs(c: DeltaCase): { q: Tensor; k: Tensor; v: Tensor; g?: Tensor; beta: Tensor } {
+  const { q, k, v, g, beta } = c;
+  return {
+    q: toBhsd(c, q),
+    k: toBhsd(c, k),
+    v: toBhsd(c, v),
+    g: g ? toBhsd(c, g) : undefined,
+    beta: toBhsd(c, beta),
+  };
 }
 
 /** A `"bhsd"` tensor's values in `"bshd"` order, as float64. */

@@ -28,6 +28,8 @@ import {
 } from "../mod.ts";
 import { deviceTest, expectNoLeak, withSeed } from "./helpers.ts";
 import {
+  bhsdInputs,
+  bshdValues,
   type CaseSpec,
   DeltaCase,
   expectAgree,
@@ -38,23 +40,6 @@ import {
   tol,
 } from "./linear_fixtures.ts";
 import { deltaRuleReference } from "../reference/delta_rule.ts";
-
-/** BHTD copies (on the device) of a case's BTHD inputs. */
-function headMajor(c: DeltaCase) {
-  return {
-    q: c.own(c.q.permute([0, 2, 1, 3])),
-    k: c.own(c.k.permute([0, 2, 1, 3])),
-    v: c.own(c.v.permute([0, 2, 1, 3])),
-    g: c.g ? c.own(c.g.permute([0, 2, 1])) : undefined,
-    beta: c.own(c.beta.permute([0, 2, 1])),
-  };
-}
-
-/** A BHTD tensor's values in BTHD order. */
-function tokenMajorValues(t: Tensor): Float64Array {
-  using p = t.permute(t.ndim === 4 ? [0, 2, 1, 3] : [0, 2, 1]);
-  return host(p);
-}
 
 /** NaN-poisoned buffers for a forward op with chunk states and WY factors. */
 function fwdBuffers(c: DeltaCase, layout: "bthd" | "bhtd", chunkSize: number) {
@@ -85,10 +70,10 @@ deviceTest("Gated DeltaNet ops: BHTD equals BTHD (output, chunk states, WY facto
       };
       using c = new DeltaCase(device, spec, seed);
       const bthd = fwdBuffers(c, "bthd", 64), bhtd = fwdBuffers(c, "bhtd", 64);
-      const x = headMajor(c);
+      const x = bhsdInputs(c);
       new GatedDeltaNetBTHDFwdOp({ useQkL2norm: true }).forward(c.q, c.k, c.v, c.g!, c.beta, bthd);
       new GatedDeltaNetBHTDFwdOp({ useQkL2norm: true }).forward(x.q, x.k, x.v, x.g!, x.beta, bhtd);
-      expectAgree(tokenMajorValues(bhtd.output), host(bthd.output), pathTolerance(dtype), "output");
+      expectAgree(bshdValues(bhtd.output), host(bthd.output), pathTolerance(dtype), "output");
       for (const name of ["chunkStates", "aw", "au"] as const) {
         expectAgree(bhtd[name], host(bthd[name]), pathTolerance(dtype), name);
       }
@@ -114,7 +99,7 @@ deviceTest(
         const spec: CaseSpec = { B: 1, T: 150, H: 2, K, V, dtype, gated, initialState: false };
         using c = new DeltaCase(device, spec, seed);
         const out = fwdBuffers(c, "bhtd", chunkSize);
-        const x = headMajor(c);
+        const x = bhsdInputs(c);
         if (gated) new GatedDeltaNetBHTDFwdOp({ chunkSize }).forward(x.q, x.k, x.v, x.g!, x.beta, out);
         else new DeltaNetFwdOp({ layout: "bhsd", chunkSize }).forward(x.q, x.k, x.v, x.beta, out);
         const { T, H } = spec;
@@ -169,10 +154,10 @@ deviceTest("DeltaNet ops: BHSD forward and backward equal the token-major functi
       l2norm: true,
     };
     using c = new DeltaCase(device, { ...spec, initialState: false }, seed);
-    const x = headMajor(c);
+    const x = bhsdInputs(c);
     using fwd = new DeltaNetFwdOp({ layout: "bhsd", useQkL2norm: true }).forward(x.q, x.k, x.v, x.beta);
     using ref = chunkDeltaRule(c.q, c.k, c.v, c.beta, { layout: "bshd", useQkL2norm: true });
-    expectAgree(tokenMajorValues(fwd.output), host(ref.output), pathTolerance("bfloat16"), "layouts agree");
+    expectAgree(bshdValues(fwd.output), host(ref.output), pathTolerance("bfloat16"), "layouts agree");
     const { dOutput } = c.cotangents(seed);
     const dO = c.own(dOutput.permute([0, 2, 1, 3]));
     using grads = new DeltaNetBwdOp({ layout: "bhsd", useQkL2norm: true }).backward(
@@ -188,7 +173,7 @@ deviceTest("DeltaNet ops: BHSD forward and backward equal the token-major functi
       useQkL2norm: true,
     });
     for (const name of ["dq", "dk", "dv", "dbeta"] as const) {
-      expectAgree(tokenMajorValues(grads[name]), host(want[name]), pathTolerance("bfloat16"), name);
+      expectAgree(bshdValues(grads[name]), host(want[name]), pathTolerance("bfloat16"), name);
     }
   });
 });
@@ -200,7 +185,7 @@ deviceTest(
       const [B, T, H, K, V] = [2, 90, 2, 64, 64];
       const spec: CaseSpec = { B, T, H, K, V, dtype: "bfloat16", gated: true, l2norm: true };
       using c = new DeltaCase(device, spec, seed);
-      const x = headMajor(c);
+      const x = bhsdInputs(c);
       // S with the case's initial state in entry 0 (the rest is not read).
       const NC = Math.ceil(T / 64), KV = K * V;
       const S = new Float32Array(B * H * (NC + 1) * KV).fill(NaN);
@@ -229,11 +214,11 @@ deviceTest(
       assert.equal(grads.dq, out.dq);
       const ref = c.referenceBackward(dOutput);
       const t = tol("bfloat16");
-      expectClose(tokenMajorValues(out.dq), ref.dq, t.dqkv, "dq");
-      expectClose(tokenMajorValues(out.dk), ref.dk, t.dqkv, "dk");
-      expectClose(tokenMajorValues(out.dv), ref.dv, t.dqkv, "dv");
-      expectClose(tokenMajorValues(out.dg), ref.dg, t.dsmall, "dg");
-      expectClose(tokenMajorValues(out.dbeta), ref.dbeta, t.dsmall, "dbeta");
+      expectClose(bshdValues(out.dq), ref.dq, t.dqkv, "dq");
+      expectClose(bshdValues(out.dk), ref.dk, t.dqkv, "dk");
+      expectClose(bshdValues(out.dv), ref.dv, t.dqkv, "dv");
+      expectClose(bshdValues(out.dg), ref.dg, t.dsmall, "dg");
+      expectClose(bshdValues(out.dbeta), ref.dbeta, t.dsmall, "dbeta");
     });
   },
 );
@@ -261,7 +246,7 @@ deviceTest(
         layout: "bshd",
         useQkL2norm: true,
       });
-      const x = headMajor(c);
+      const x = bhsdInputs(c);
       await expectNoLeak(device, () => {
         using op = new GatedDeltaNetOp({ layout: "bhsd", useQkL2norm: true });
         // The op holds its own handles: the caller may dispose its inputs before backward.
@@ -269,11 +254,11 @@ deviceTest(
         using o = op.forward(copies[0], copies[1], copies[2], copies[3], copies[4]);
         for (const t of copies) t.dispose();
         assert.ok(op.holdsInputs);
-        expectAgree(tokenMajorValues(o), host(want.output), pathTolerance("float32"), "layouts agree");
+        expectAgree(bshdValues(o), host(want.output), pathTolerance("float32"), "layouts agree");
         using grads = op.backward(dO);
         assert.ok(!op.holdsInputs, "inputs released after backward");
         for (const name of ["dq", "dk", "dv", "dg", "dbeta"] as const) {
-          expectAgree(tokenMajorValues(grads[name]), host(wantGrads[name]!), pathTolerance("float32"), name);
+          expectAgree(bshdValues(grads[name]), host(wantGrads[name]!), pathTolerance("float32"), name);
         }
         assert.throws(
           () => op.backward(dO),
@@ -354,7 +339,7 @@ deviceTest(
           assert.equal(r.output, out.output);
           expectClose(out.output, ref.output, 0.005, "BTHD prefill output");
           expectClose(out.finalState, ref.finalState, 0.005, "BTHD prefill state");
-          const x = headMajor(c);
+          const x = bhsdInputs(c);
           using s = new GatedDeltaNetPrefillBHTDFwdOp({ useQkL2norm: true }).forward(
             x.q,
             x.k,
@@ -364,7 +349,7 @@ deviceTest(
             h0,
           );
           expectAgree(
-            tokenMajorValues(s.output),
+            bshdValues(s.output),
             host(out.output),
             pathTolerance("bfloat16"),
             "BHTD vs BTHD prefill",

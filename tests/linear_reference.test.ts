@@ -8,18 +8,12 @@ import {
   deltaRuleReferenceBackward,
 } from "../reference/delta_rule.ts";
 import { withSeed } from "./helpers.ts";
-import { expectFiniteDifferences, filled, generator } from "./oracle_checks.ts";
+import { filled, generator } from "./oracle_checks.ts";
+import { expectOracleGradients, randomQkv, randomState, type RecurrentShape } from "./recurrent_oracle.ts";
 
-interface Tiny {
-  B: number;
-  T: number;
-  H: number;
-  HK: number;
-  K: number;
-  V: number;
+interface Tiny extends RecurrentShape {
   gated: boolean;
   l2norm: boolean;
-  cuSeqlens?: number[];
 }
 
 type TinyInputs = DeltaReferenceInputs & {
@@ -32,34 +26,19 @@ type TinyInputs = DeltaReferenceInputs & {
 };
 
 function tinyInputs(c: Tiny, rand: () => number): TinyInputs {
-  const N = c.cuSeqlens ? c.cuSeqlens.length - 1 : c.B;
   return {
     ...c,
-    q: filled(c.B * c.T * c.HK * c.K, rand, -1, 1),
-    k: filled(c.B * c.T * c.HK * c.K, rand, -0.6, 0.6),
-    v: filled(c.B * c.T * c.H * c.V, rand, -1, 1),
+    ...randomQkv(c, rand),
     g: c.gated ? filled(c.B * c.T * c.H, rand, -0.7, 0) : undefined,
     beta: filled(c.B * c.T * c.H, rand, 0.1, 1),
     scale: 0.8,
-    initialState: filled(N * c.H * c.K * c.V, rand, -0.5, 0.5),
+    initialState: randomState(c, rand),
   };
-}
-
-function loss(x: DeltaReferenceInputs, dO: Float64Array, dHT: Float64Array): number {
-  const r = deltaRuleReference(x);
-  let sum = 0;
-  r.output.forEach((o, i) => (sum += o * dO[i]));
-  r.finalState.forEach((s, i) => (sum += s * dHT[i]));
-  return sum;
 }
 
 function checkAgainstFiniteDifferences(c: Tiny, seed: number): void {
   const rand = generator(seed);
   const x = tinyInputs(c, rand);
-  const dO = filled(c.B * c.T * c.H * c.V, rand, -1, 1);
-  const dHT = filled(x.initialState!.length, rand, -1, 1);
-  const grads = deltaRuleReferenceBackward(x, dO, dHT);
-  const eps = 1e-5;
   const fields: [
     "q" | "k" | "v" | "beta" | "initialState" | "g",
     "dq" | "dk" | "dv" | "dbeta" | "dInitialState" | "dg",
@@ -71,14 +50,8 @@ function checkAgainstFiniteDifferences(c: Tiny, seed: number): void {
     ["initialState", "dInitialState"],
   ];
   if (c.gated) fields.push(["g", "dg"]);
-  for (const [input, grad] of fields) {
-    expectFiniteDifferences(x[input] as Float64Array, grads[grad]!, () => loss(x, dO, dHT), {
-      eps,
-      tol: 1e-7,
-      what: grad,
-      input,
-    });
-  }
+  const oracle = { forward: deltaRuleReference, backward: deltaRuleReferenceBackward };
+  expectOracleGradients(oracle, x, rand, fields, { tol: 1e-7, what: (grad) => grad });
 }
 
 Deno.test("delta-rule oracle: one gated step by hand (K = V = 1)", () => {

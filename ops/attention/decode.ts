@@ -11,9 +11,15 @@ import { invalidArgument } from "../../ffi/errors.ts";
 import { booleanOption } from "../args.ts";
 import type { Tensor } from "../tensor.ts";
 import { type CacheKind, type DecodeSizes, runDecode } from "./kv_cache.ts";
-import { checkKernelMap, type KernelMap, withChoice } from "../tune/choice.ts";
 import type { KernelOptions } from "./gqa.ts";
-import { checkDim, checkHeads, expectBoolean, expectOptions } from "./op_support.ts";
+import {
+  checkDim,
+  checkHeads,
+  expectOptions,
+  type KernelSettings,
+  kernelSettings,
+  withKernels,
+} from "./op_support.ts";
 import { expectSize, type ResolvedMask, type ResolvedScore, resolveMask, resolveScore } from "./options.ts";
 
 /** How a decode op's calls run: index checks and kernel choice (every decode op takes these). */
@@ -91,15 +97,13 @@ interface Resolved {
 /** How every call of a decode op runs: its index checks and its kernel choice. */
 interface CallOptions {
   checkIndices: boolean;
-  tune: boolean;
-  kernelMap?: KernelMap;
+  kernels: KernelSettings;
 }
 
 function callOptions(op: string, o: DecodeCallOptions): CallOptions {
   return {
     checkIndices: booleanOption(op, "options.checkIndices", o.checkIndices, true),
-    tune: expectBoolean(op, "tune", o.tune, false),
-    kernelMap: checkKernelMap(op, o.kernelMap, ["attention.decode"]),
+    kernels: kernelSettings(op, o, "attention.decode"),
   };
 }
 
@@ -140,7 +144,7 @@ function resolveGqa(op: string, o: GroupedQueryAttentionDecodeOptions): Resolved
   };
 }
 
-function pagedCache(op: string, seqlenKv: number, pageSize: unknown): CacheKind {
+function pagedCache(op: string, seqlenKv: number, pageSize: unknown): Extract<CacheKind, { kind: "paged" }> {
   const size = expectSize(op, "pageSize", pageSize);
   if (seqlenKv % size !== 0) {
     throw invalidArgument(op, `seqlenKv: ${seqlenKv} cache rows are not a whole number of pages of ${size}`);
@@ -149,15 +153,17 @@ function pagedCache(op: string, seqlenKv: number, pageSize: unknown): CacheKind 
 }
 
 /** What an op holds: its sizes, cache, mask and score; `rankThree` for the GQA ops' `[B, H, D]` q. */
-interface Held {
+interface Held extends CallOptions {
   sizes: DecodeSizes;
   cache: CacheKind;
   rankThree: boolean;
   mask: ResolvedMask;
   score: ResolvedScore;
-  checkIndices: boolean;
-  tune: boolean;
-  kernelMap?: KernelMap;
+}
+
+/** What every call of an op over `cache` needs of its resolved options (all four ops hold one). */
+function held(r: Resolved, cache: CacheKind, rankThree: boolean): Held {
+  return { sizes: r.sizes, cache, rankThree, mask: r.mask, score: r.score, ...r.call };
 }
 
 /** One decode call of an op; a paged cache needs the lengths and the block table. */
@@ -174,20 +180,13 @@ function decode(
     throw invalidArgument(op, "realSeqlenKv: required for a paged cache");
   }
   const run = () => runDecode({ op, ...held, q, k, v, realSeqlenKv, blockTable });
-  const { sizes, cache, mask, score } = held;
-  return withChoice({
-    op,
-    device: q?.device ?? "cpu", // a bad q is refused by the run itself
-    kernelMap: held.kernelMap,
-    tune: held.tune,
-    keys: ["attention.decode"],
-    shapeClass: JSON.stringify({ dtype: q?.dtype, ...sizes, cache, mask, score, checked: held.checkIndices }),
-    relRms: q?.dtype === "bfloat16" ? 1e-2 : 2e-3,
-    run: () => {
-      const o = run();
-      return { tensors: [o], [Symbol.dispose]: () => o.dispose() };
-    },
-  }, run);
+  const { sizes, cache, mask, score, checkIndices: checked } = held;
+  const shapeClass = JSON.stringify({ dtype: q?.dtype, ...sizes, cache, mask, score, checked });
+  const candidate = () => {
+    const o = run();
+    return { tensors: [o], [Symbol.dispose]: () => o.dispose() };
+  };
+  return withKernels(op, held.kernels, q, shapeClass, candidate, run);
 }
 
 /**
@@ -216,31 +215,20 @@ export class MultiHeadAttentionDecodeWithKVCacheFwdOp {
   readonly seqlenKv: number;
   /** The mask. */
   readonly mask: ResolvedMask;
-  readonly #score: ResolvedScore;
-  readonly #call: CallOptions;
+  readonly #held: Held;
 
   /** Checks the sizes once. */
   constructor(options: MultiHeadAttentionDecodeWithKVCacheFwdOptions) {
     const r = resolveMha("MultiHeadAttentionDecodeWithKVCacheFwdOp", options);
-    this.#call = r.call;
     this.sizes = r.sizes;
     this.seqlenKv = r.seqlenKv;
     this.mask = r.mask;
-    this.#score = r.score;
+    this.#held = held(r, { kind: "contiguous", seqlenKv: r.seqlenKv }, false);
   }
 
   /** Runs the decode step; the returned output is the caller's to dispose. */
   forward(q: Tensor, k: Tensor, v: Tensor, realSeqlenKv?: Tensor): Tensor {
-    const cache = { kind: "contiguous", seqlenKv: this.seqlenKv } as const;
-    const held = {
-      sizes: this.sizes,
-      cache,
-      rankThree: false,
-      mask: this.mask,
-      score: this.#score,
-      ...this.#call,
-    };
-    return decode("MultiHeadAttentionDecodeWithKVCacheFwdOp", held, q, k, v, realSeqlenKv);
+    return decode("MultiHeadAttentionDecodeWithKVCacheFwdOp", this.#held, q, k, v, realSeqlenKv);
   }
 }
 
@@ -272,31 +260,22 @@ export class MultiHeadAttentionDecodePagedWithKVCacheFwdOp {
   readonly cache: Extract<CacheKind, { kind: "paged" }>;
   /** The mask. */
   readonly mask: ResolvedMask;
-  readonly #score: ResolvedScore;
-  readonly #call: CallOptions;
+  readonly #held: Held;
 
   /** Checks the sizes and the page size once. */
   constructor(options: MultiHeadAttentionDecodePagedWithKVCacheFwdOptions) {
     const op = "MultiHeadAttentionDecodePagedWithKVCacheFwdOp";
     const r = resolveMha(op, options);
-    this.#call = r.call;
     this.sizes = r.sizes;
-    this.cache = pagedCache(op, r.seqlenKv, options.pageSize) as Extract<CacheKind, { kind: "paged" }>;
+    this.cache = pagedCache(op, r.seqlenKv, options.pageSize);
     this.mask = r.mask;
-    this.#score = r.score;
+    this.#held = held(r, this.cache, false);
   }
 
   /** Runs the decode step; the returned output is the caller's to dispose. */
   forward(q: Tensor, k: Tensor, v: Tensor, realSeqlenKv: Tensor, blockTable: Tensor): Tensor {
-    const held = {
-      sizes: this.sizes,
-      cache: this.cache,
-      rankThree: false,
-      mask: this.mask,
-      score: this.#score,
-      ...this.#call,
-    };
-    return decode("MultiHeadAttentionDecodePagedWithKVCacheFwdOp", held, q, k, v, realSeqlenKv, blockTable);
+    const op = "MultiHeadAttentionDecodePagedWithKVCacheFwdOp";
+    return decode(op, this.#held, q, k, v, realSeqlenKv, blockTable);
   }
 }
 
@@ -324,31 +303,20 @@ export class GroupedQueryAttentionDecodeWithKVCacheFwdOp {
   readonly seqlenKv: number;
   /** Scale (undefined: 1 / sqrt(dim)) and softcap. */
   readonly score: ResolvedScore;
-  readonly #mask: ResolvedMask;
-  readonly #call: CallOptions;
+  readonly #held: Held;
 
   /** Checks the sizes and score options once. */
   constructor(options: GroupedQueryAttentionDecodeWithKVCacheFwdOptions) {
     const r = resolveGqa("GroupedQueryAttentionDecodeWithKVCacheFwdOp", options);
-    this.#call = r.call;
     this.sizes = r.sizes;
     this.seqlenKv = r.seqlenKv;
     this.score = r.score;
-    this.#mask = r.mask;
+    this.#held = held(r, { kind: "contiguous", seqlenKv: r.seqlenKv }, true);
   }
 
   /** Runs the decode step; the returned output is the caller's to dispose. */
   forward(q: Tensor, k: Tensor, v: Tensor, realSeqlenKv?: Tensor): Tensor {
-    const cache = { kind: "contiguous", seqlenKv: this.seqlenKv } as const;
-    const held = {
-      sizes: this.sizes,
-      cache,
-      rankThree: true,
-      mask: this.#mask,
-      score: this.score,
-      ...this.#call,
-    };
-    return decode("GroupedQueryAttentionDecodeWithKVCacheFwdOp", held, q, k, v, realSeqlenKv);
+    return decode("GroupedQueryAttentionDecodeWithKVCacheFwdOp", this.#held, q, k, v, realSeqlenKv);
   }
 }
 
@@ -379,38 +347,21 @@ export class GroupedQueryAttentionDecodePagedWithKVCacheFwdOp {
   readonly cache: Extract<CacheKind, { kind: "paged" }>;
   /** Scale (undefined: 1 / sqrt(dim)) and softcap. */
   readonly score: ResolvedScore;
-  readonly #mask: ResolvedMask;
-  readonly #call: CallOptions;
+  readonly #held: Held;
 
   /** Checks the sizes, the page size and the score options once. */
   constructor(options: GroupedQueryAttentionDecodePagedWithKVCacheFwdOptions) {
     const op = "GroupedQueryAttentionDecodePagedWithKVCacheFwdOp";
     const r = resolveGqa(op, options);
-    this.#call = r.call;
     this.sizes = r.sizes;
-    this.cache = pagedCache(op, r.seqlenKv, options.pageSize) as Extract<CacheKind, { kind: "paged" }>;
+    this.cache = pagedCache(op, r.seqlenKv, options.pageSize);
     this.score = r.score;
-    this.#mask = r.mask;
+    this.#held = held(r, this.cache, true);
   }
 
   /** Runs the decode step; the returned output is the caller's to dispose. */
   forward(q: Tensor, k: Tensor, v: Tensor, realSeqlenKv: Tensor, blockTable: Tensor): Tensor {
-    const held = {
-      sizes: this.sizes,
-      cache: this.cache,
-      rankThree: true,
-      mask: this.#mask,
-      score: this.score,
-      ...this.#call,
-    };
-    return decode(
-      "GroupedQueryAttentionDecodePagedWithKVCacheFwdOp",
-      held,
-      q,
-      k,
-      v,
-      realSeqlenKv,
-      blockTable,
-    );
+    const op = "GroupedQueryAttentionDecodePagedWithKVCacheFwdOp";
+    return decode(op, this.#held, q, k, v, realSeqlenKv, blockTable);
   }
 }

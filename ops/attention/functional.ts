@@ -21,7 +21,7 @@ import {
   forwardResult,
   runBackward,
 } from "./run.ts";
-import type { KvSource, QuerySource } from "./sources.ts";
+import { denseSources, type KvSource, packedSources, type QuerySource } from "./sources.ts";
 
 /** Options of {@link attention}. */
 export interface AttentionOptions extends MaskOptions, ScoreOptions {
@@ -102,7 +102,7 @@ function sourcesOf(
           `layout "thd" [totalTokens, heads, dim]`,
       );
     }
-    return { query: { kind: "dense", q, layout }, kv: { kind: "dense", k, v, layout }, keep: [] };
+    return { ...denseSources(q, k, v, layout), keep: [] };
   }
   if (!hasQ || !hasK) {
     throw invalidArgument(
@@ -120,11 +120,7 @@ function sourcesOf(
     cuQ[Symbol.dispose]();
     throw e;
   }
-  return {
-    query: { kind: "packed", q, cuSeqlens: cuQ.tensor, offsets: cuQ.host },
-    kv: { kind: "packed", k, v, cuSeqlens: cuK.tensor, offsets: cuK.host },
-    keep: [cuQ, cuK],
-  };
+  return { ...packedSources(q, k, v, { q: cuQ, k: cuK }), keep: [cuQ, cuK] };
 }
 
 function release(keep: Disposable[]): void {

@@ -6,7 +6,7 @@
  */
 import type { Layout } from "../layout.ts";
 import type { Tensor } from "../tensor.ts";
-import { checkKernelMap, type KernelMap, withChoice } from "../tune/choice.ts";
+import type { KernelMap } from "../tune/choice.ts";
 import {
   type MaskOptions,
   type ResolvedMask,
@@ -22,8 +22,12 @@ import {
   expectBoolean,
   expectOptions,
   expectSquareCall,
+  type KernelSettings,
+  kernelSettings,
   type SquareSizes,
+  withKernels,
 } from "./op_support.ts";
+import { denseSources } from "./sources.ts";
 import {
   type AttentionGradients,
   type AttentionOutput,
@@ -113,8 +117,7 @@ export class GroupedQueryAttentionFwdOp {
   readonly score: ResolvedScore;
   readonly #name: string;
   readonly #pin = new DTypePin();
-  readonly #tune: boolean;
-  readonly #kernelMap?: KernelMap;
+  readonly #kernels: KernelSettings;
 
   /** Checks the sizes and options once. */
   constructor(options: GroupedQueryAttentionFwdOptions) {
@@ -125,8 +128,7 @@ export class GroupedQueryAttentionFwdOp {
     this.layout = denseLayout(name, options.layout);
     this.mask = resolveMask(name, options);
     this.score = resolveScore(name, options);
-    this.#tune = expectBoolean(name, "tune", options.tune, false);
-    this.#kernelMap = checkKernelMap(name, options.kernelMap, ["attention.fwd"]);
+    this.#kernels = kernelSettings(name, options, "attention.fwd");
   }
 
   /**
@@ -141,8 +143,7 @@ export class GroupedQueryAttentionFwdOp {
       forwardResult(
         {
           op,
-          query: { kind: "dense", q, layout: this.layout },
-          kv: { kind: "dense", k, v, layout: this.layout },
+          ...denseSources(q, k, v, this.layout),
           mask: this.mask,
           score: this.score,
           out: buffers,
@@ -150,19 +151,12 @@ export class GroupedQueryAttentionFwdOp {
         true,
         `${op}.forward(...).backward`,
       );
-    return withChoice({
-      op,
-      device: q.device,
-      kernelMap: this.#kernelMap,
-      tune: this.#tune,
-      keys: ["attention.fwd"],
-      shapeClass: shapeClass(q, this.layout, this.sizes, this.mask, this.score),
-      relRms: q.dtype === "bfloat16" ? 1e-2 : 2e-3,
-      run: () => {
-        const r = call();
-        return { tensors: [r.output, r.lse], [Symbol.dispose]: () => r[Symbol.dispose]() };
-      },
-    }, () => call(out));
+    const candidate = () => {
+      const r = call();
+      return { tensors: [r.output, r.lse], [Symbol.dispose]: () => r[Symbol.dispose]() };
+    };
+    const shape = shapeClass(q, this.layout, this.sizes, this.mask, this.score);
+    return withKernels(op, this.#kernels, q, shape, candidate, () => call(out));
   }
 }
 
@@ -199,8 +193,7 @@ export class GroupedQueryAttentionBwdOp {
   readonly deterministic: boolean;
   readonly #name: string;
   readonly #pin = new DTypePin();
-  readonly #tune: boolean;
-  readonly #kernelMap?: KernelMap;
+  readonly #kernels: KernelSettings;
 
   /** Checks the sizes and options once. */
   constructor(options: GroupedQueryAttentionBwdOptions) {
@@ -212,8 +205,7 @@ export class GroupedQueryAttentionBwdOp {
     this.mask = resolveMask(name, options);
     this.score = resolveScore(name, options);
     this.deterministic = expectBoolean(name, "deterministic", options.deterministic, false);
-    this.#tune = expectBoolean(name, "tune", options.tune, false);
-    this.#kernelMap = checkKernelMap(name, options.kernelMap, ["attention.bwd"]);
+    this.#kernels = kernelSettings(name, options, "attention.bwd");
   }
 
   /**
@@ -235,8 +227,7 @@ export class GroupedQueryAttentionBwdOp {
     const call = (buffers?: BackwardBuffers) =>
       runBackward({
         op,
-        query: { kind: "dense", q, layout: this.layout },
-        kv: { kind: "dense", k, v, layout: this.layout },
+        ...denseSources(q, k, v, this.layout),
         mask: this.mask,
         score: this.score,
         output: o,
@@ -245,19 +236,12 @@ export class GroupedQueryAttentionBwdOp {
         deterministic: this.deterministic,
         out: buffers,
       });
-    return withChoice({
-      op,
-      device: q.device,
-      kernelMap: this.#kernelMap,
-      tune: this.#tune,
-      keys: ["attention.bwd"],
-      shapeClass: shapeClass(q, this.layout, this.sizes, this.mask, this.score) +
-        ` deterministic ${this.deterministic}`,
-      relRms: q.dtype === "bfloat16" ? 1e-2 : 2e-3,
-      run: () => {
-        const g = call();
-        return { tensors: [g.dq, g.dk, g.dv], [Symbol.dispose]: () => g[Symbol.dispose]() };
-      },
-    }, () => call(out));
+    const candidate = () => {
+      const g = call();
+      return { tensors: [g.dq, g.dk, g.dv], [Symbol.dispose]: () => g[Symbol.dispose]() };
+    };
+    const shape = shapeClass(q, this.layout, this.sizes, this.mask, this.score) +
+      ` deterministic ${this.deterministic}`;
+    return withKernels(op, this.#kernels, q, shape, candidate, () => call(out));
   }
 }

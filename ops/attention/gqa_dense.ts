@@ -21,6 +21,7 @@ import {
 import { fp8Forward } from "./fp8_forward.ts";
 import { denseLayout, expectOptions } from "./op_support.ts";
 import { type ForwardBuffers, runForward } from "./run.ts";
+import { denseSources } from "./sources.ts";
 import { batchRows, dequantizeRows, type RopeLayout, rotate } from "./transforms.ts";
 
 /** Options of {@link GroupedQueryAttentionDenseFwdOp}: the layout (required), mask and score options. */
@@ -185,8 +186,7 @@ export class GroupedQueryAttentionDenseFwdOp {
   ): Tensor {
     return runForward({
       op,
-      query: { kind: "dense", q, layout },
-      kv: { kind: "dense", k, v, layout },
+      ...denseSources(q, k, v, layout),
       mask: this.mask,
       score: this.score,
       out,

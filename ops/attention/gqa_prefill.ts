@@ -27,6 +27,7 @@ import {
   resolveScore,
 } from "./options.ts";
 import { runForward } from "./run.ts";
+import { packedSources } from "./sources.ts";
 import { dequantizeRows, tokenSequences } from "./transforms.ts";
 
 const OP = "GroupedQueryAttentionPrefillFwdOp";
@@ -156,8 +157,7 @@ export class GroupedQueryAttentionPrefillFwdOp {
     const call = (qq: Tensor, kk: Tensor, vv: Tensor) =>
       runForward({
         op: OP,
-        query: { kind: "packed", q: qq, cuSeqlens: cu.q.tensor, offsets: cu.q.host },
-        kv: { kind: "packed", k: kk, v: vv, cuSeqlens: cu.k.tensor, offsets: cu.k.host },
+        ...packedSources(qq, kk, vv, cu),
         mask: this.mask,
         score: this.score,
       }, false).output;

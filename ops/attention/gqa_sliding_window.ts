@@ -34,6 +34,7 @@ import {
   type SquareSizes,
 } from "./op_support.ts";
 import { type ForwardBuffers, runForward } from "./run.ts";
+import { denseSources, packedSources } from "./sources.ts";
 
 /** Options of {@link GroupedQueryAttentionSlidingWindowFwdOp}: layout (required), sizes and the mask. */
 export interface GroupedQueryAttentionSlidingWindowFwdOptions extends SquareSizes, MaskOptions {
@@ -83,8 +84,7 @@ export class GroupedQueryAttentionSlidingWindowFwdOp {
     this.#pin.check(op, q);
     return runForward({
       op,
-      query: { kind: "dense", q, layout: this.layout },
-      kv: { kind: "dense", k, v, layout: this.layout },
+      ...denseSources(q, k, v, this.layout),
       mask: this.mask,
       score: this.#score,
       out,
@@ -152,8 +152,7 @@ export class GroupedQueryAttentionSlidingWindowVarlenFwdOp {
     expectMaxSeqlen(op, "cuSeqlensQ", cu.q, "maxSeqlenQ", maxQ);
     return runForward({
       op,
-      query: { kind: "packed", q, cuSeqlens: cu.q.tensor, offsets: cu.q.host },
-      kv: { kind: "packed", k, v, cuSeqlens: cu.k.tensor, offsets: cu.k.host },
+      ...packedSources(q, k, v, cu),
       mask: this.mask,
       score: this.#score,
       out,

@@ -27,6 +27,7 @@ import {
   type PackedSizes,
 } from "./op_support.ts";
 import { type ForwardBuffers, runForward } from "./run.ts";
+import { packedSources } from "./sources.ts";
 
 /** Options of {@link GroupedQueryAttentionPrefillVarlenFwdOp}. */
 export interface GroupedQueryAttentionPrefillVarlenFwdOptions extends PackedSizes, ScoreOptions {
@@ -112,8 +113,7 @@ export class GroupedQueryAttentionPrefillVarlenFwdOp {
     }
     return runForward({
       op,
-      query: { kind: "packed", q, cuSeqlens: cu.q.tensor, offsets: cu.q.host },
-      kv: { kind: "packed", k, v, cuSeqlens: cu.k.tensor, offsets: cu.k.host },
+      ...packedSources(q, k, v, cu),
       mask: this.mask,
       score: this.score,
       out,

@@ -1,6 +1,6 @@
 /**
- * What the attention op classes share: their constructor sizes and layout, the dtype taken from the
- * first call, and the shape checks of square (Sq = Skv) and packed calls.
+ * What the attention op classes share: their constructor sizes and layout, their kernel choice, the
+ * dtype taken from the first call, and the shape checks of square (Sq = Skv) and packed calls.
  *
  * @module
  */
@@ -11,6 +11,8 @@ import type { DType } from "../dtype.ts";
 import { LAYOUTS, requireLayout } from "../layout.ts";
 import { type Int32Seqlens, int32Seqlens, seqlensOffsets } from "../seqlens.ts";
 import type { Tensor } from "../tensor.ts";
+import { checkKernelMap, type ChoiceRequest, type TuneRun, withChoice } from "../tune/choice.ts";
+import type { KernelOptions } from "./gqa.ts";
 import { expectSize } from "./options.ts";
 import { type DenseLayout, MAX_HEAD_DIM, sequenceLengths } from "./sources.ts";
 
@@ -314,4 +316,46 @@ export function expectBoolean(op: string, name: string, value: unknown, fallback
     throw invalidArgument(op, `${name}: expected a boolean, got ${String(value)}`);
   }
   return value;
+}
+
+/** An op's kernel choice, checked once; spread into each call's {@link ChoiceRequest}. */
+export type KernelSettings = Pick<ChoiceRequest, "tune" | "kernelMap" | "keys">;
+
+/**
+ * Checks an op's `tune` (with `checkBoolean`: an op family checks it as it checks its other booleans) and
+ * its `kernelMap` over the op's tuning key `key`.
+ */
+export function kernelSettings(
+  op: string,
+  options: KernelOptions,
+  key: string,
+  checkBoolean: typeof expectBoolean = expectBoolean,
+): KernelSettings {
+  return {
+    tune: checkBoolean(op, "tune", options.tune, false),
+    kernelMap: checkKernelMap(op, options.kernelMap, [key]),
+    keys: [key],
+  };
+}
+
+/**
+ * Runs `call`, the user's call of `op`, on the kernel that `kernels` choose for q's dtype and
+ * `shapeClass`; `candidate` (one call without the user's buffers) is what a tuning pass times and compares.
+ */
+export function withKernels<T>(
+  op: string,
+  kernels: KernelSettings,
+  q: Tensor,
+  shapeClass: string,
+  candidate: TuneRun,
+  call: () => T,
+): T {
+  return withChoice({
+    op,
+    device: q?.device ?? "cpu", // a bad q is refused by the call itself
+    ...kernels,
+    shapeClass,
+    relRms: q?.dtype === "bfloat16" ? 1e-2 : 2e-3,
+    run: candidate,
+  }, call);
 }

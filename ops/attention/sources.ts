@@ -10,6 +10,7 @@ import { AttnkitError, invalidArgument } from "../../ffi/errors.ts";
 import { expectDType, expectSameDevice, expectSameDType, expectShape, expectTensor } from "../checks.ts";
 import type { DType } from "../dtype.ts";
 import { type Layout, LAYOUTS, warnLayoutLooksSwapped } from "../layout.ts";
+import type { Int32Seqlens } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
 
 /** The layouts of dense (not packed) q, k, v. */
@@ -62,6 +63,27 @@ export type KvSource =
     readonly cuSeqlens: Tensor;
     readonly offsets?: Int32Array;
   };
+
+/** The sources of one call: its queries, and its keys and values. */
+type Sources = { query: QuerySource; kv: KvSource };
+
+/** The sources of a dense call: q, k and v in one layout. */
+export function denseSources(q: Tensor, k: Tensor, v: Tensor, layout: DenseLayout): Sources {
+  return { query: { kind: "dense", q, layout }, kv: { kind: "dense", k, v, layout } };
+}
+
+/** The sources of a packed call: q, k and v with their int32 offsets (and the host copies, if any). */
+export function packedSources(
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  cu: { q: Int32Seqlens; k: Int32Seqlens },
+): Sources {
+  return {
+    query: { kind: "packed", q, cuSeqlens: cu.q.tensor, offsets: cu.q.host },
+    kv: { kind: "packed", k, v, cuSeqlens: cu.k.tensor, offsets: cu.k.host },
+  };
+}
 
 /** Sizes of one call, after every check. */
 export interface AttentionGeometry {

@@ -242,6 +242,26 @@ export function checkChunkSize(op: string, chunkSize: unknown): number {
   return chunkSize;
 }
 
+/**
+ * q, k, v and the call's other tensors (`others`, by name), each checked to be a tensor in that
+ * order; then q's dtype (one of QKV_DTYPES) and that k and v share it.
+ */
+export function expectQkv<N extends string>(
+  op: string,
+  inputs: { q: unknown; k: unknown; v: unknown },
+  others: Record<N, unknown>,
+): { q: Tensor; k: Tensor; v: Tensor } & Record<N, Tensor> {
+  const q = expectTensor(op, "q", inputs.q);
+  const k = expectTensor(op, "k", inputs.k);
+  const v = expectTensor(op, "v", inputs.v);
+  const checked = {} as Record<N, Tensor>;
+  for (const name of Object.keys(others) as N[]) checked[name] = expectTensor(op, name, others[name]);
+  expectDType(op, "q", q, QKV_DTYPES);
+  expectSameDType(op, "k", k, q, "q");
+  expectSameDType(op, "v", v, q, "q");
+  return { ...checked, q, k, v };
+}
+
 /** Checks that K and V are in 1..MAX_HEAD_DIM. */
 export function checkHeadDims(op: string, K: number, V: number): void {
   if (K < 1 || K > MAX_HEAD_DIM) {
@@ -345,13 +365,7 @@ export function checkDOutput(
 
 /** Checks the tensors and settings of a forward or backward call; returns the sizes. */
 export function checkDeltaCall(op: string, inputs: DeltaInputs, s: DeltaSettings): DeltaSizes {
-  const q = expectTensor(op, "q", inputs.q);
-  const k = expectTensor(op, "k", inputs.k);
-  const v = expectTensor(op, "v", inputs.v);
-  const beta = expectTensor(op, "beta", inputs.beta);
-  expectDType(op, "q", q, QKV_DTYPES);
-  expectSameDType(op, "k", k, q, "q");
-  expectSameDType(op, "v", v, q, "q");
+  const { q, k, v, beta } = expectQkv(op, inputs, { beta: inputs.beta });
   expectSameDevice(op, "k", k, q, "q");
   expectSameDevice(op, "v", v, q, "q");
   expectSameDevice(op, "beta", beta, q, "q");
@@ -513,6 +527,32 @@ export function forwardResults(
   return { output, finalState };
 }
 
+/**
+ * A decode step's output `[B, H, V]` (dtype of q) and new state (the state itself in place, else one
+ * shaped and typed like it): the caller's buffers, else new tensors owned by the scope's results.
+ */
+export function decodeResults(
+  op: string,
+  scope: TensorScope,
+  q: Tensor,
+  state: Tensor,
+  sizes: { B: number; H: number; V: number },
+  inPlace: boolean,
+  out: { output?: Tensor; newState?: Tensor },
+): { output: Tensor; newState: Tensor } {
+  const { B, H, V } = sizes;
+  const output = provided(op, "output", out.output, [B, H, V], q.dtype, q.device) ??
+    scope.result(Tensor.empty([B, H, V], { dtype: q.dtype, device: q.device }));
+  if (inPlace && out.newState !== undefined) {
+    throw invalidArgument(op, "out.newState: not used in place (the state itself is updated)");
+  }
+  const newState = inPlace
+    ? state
+    : provided(op, "newState", out.newState, state.shape, state.dtype, q.device) ??
+      scope.result(Tensor.empty(state.shape, { dtype: state.dtype, device: state.device }));
+  return { output, newState };
+}
+
 /** g or beta as the contiguous float32 `[B, T, H]` the C side reads (a cast/permute when needed). */
 export function scalarsF32(
   op: string,
@@ -609,13 +649,17 @@ export function qkvGradResults(
 function prepareInputs(op: string, scope: TensorScope, inputs: DeltaInputs, s: DeltaSettings) {
   const cuSeqlens = seqlensView(op, scope, s.cuSeqlens, inputs.q.device);
   return {
-    q: tokenMajor(inputs.q, s.layout),
-    k: tokenMajor(inputs.k, s.layout),
-    v: tokenMajor(inputs.v, s.layout),
-    g: s.gated ? scalarsF32(op, scope, inputs.g!, s.layout) : null,
-    beta: scalarsF32(op, scope, inputs.beta, s.layout),
-    initialState: s.initialState?.descriptor() ?? null,
-    cuSeqlens,
+    // The leading arguments of ak_delta_rule_fwd, ak_delta_rule_saved_size and ak_delta_rule_bwd, in
+    // their order (the pool forward takes them without the initial state).
+    operands: [
+      tokenMajor(inputs.q, s.layout),
+      tokenMajor(inputs.k, s.layout),
+      tokenMajor(inputs.v, s.layout),
+      s.gated ? scalarsF32(op, scope, inputs.g!, s.layout) : null,
+      scalarsF32(op, scope, inputs.beta, s.layout),
+      s.initialState?.descriptor() ?? null,
+      cuSeqlens,
+    ] as const,
     scale: checkScale(op, s.scale, inputs.q.shape[3]), // K is the last dimension in both layouts
     flags: flagsOf(s),
   };
@@ -658,13 +702,7 @@ export function deltaForward(
   const au = wants.factors ? f32Result(op, scope, [B, H, T, s.chunkSize], device, "au", out.au) : undefined;
   // The arguments ak_delta_rule_fwd and ak_delta_rule_saved_size both start with.
   const call = [
-    x.q,
-    x.k,
-    x.v,
-    x.g,
-    x.beta,
-    x.initialState,
-    x.cuSeqlens,
+    ...x.operands,
     x.scale,
     s.recurrent ? 64 : s.chunkSize,
     x.flags,
@@ -737,15 +775,16 @@ export function deltaForwardOnPool(
   const sizes = checkDeltaCall(op, inputs, s);
   using scope = new TensorScope();
   const x = prepareInputs(op, scope, inputs, s);
+  const [q, k, v, g, beta, , cuSeqlens] = x.operands; // the pool holds the initial states
   const { output } = forwardResults(op, scope, s.layout, sizes, inputs.q, false, {});
   unwrap(
     native().ak_delta_rule_fwd_pool(
-      x.q,
-      x.k,
-      x.v,
-      x.g,
-      x.beta,
-      x.cuSeqlens,
+      q,
+      k,
+      v,
+      g,
+      beta,
+      cuSeqlens,
       x.scale,
       s.recurrent ? 64 : s.chunkSize,
       x.flags,
@@ -819,13 +858,7 @@ export function deltaBackward(
     : undefined;
   unwrap(
     native().ak_delta_rule_bwd(
-      x.q,
-      x.k,
-      x.v,
-      x.g,
-      x.beta,
-      x.initialState,
-      x.cuSeqlens,
+      ...x.operands,
       tokenMajor(dO, s.layout),
       dFinalState?.descriptor() ?? null,
       x.scale,
@@ -881,14 +914,7 @@ export function deltaDecode(
   out?: { output?: Tensor; newState?: Tensor },
 ): { output: Tensor; newState: Tensor } {
   out = checkOptions<{ output?: Tensor; newState?: Tensor }>(op, out ?? undefined, DECODE_BUFFERS, "out");
-  const q = expectTensor(op, "q", inputs.q);
-  const k = expectTensor(op, "k", inputs.k);
-  const v = expectTensor(op, "v", inputs.v);
-  const beta = expectTensor(op, "beta", inputs.beta);
-  const state = expectTensor(op, "state", inputs.state);
-  expectDType(op, "q", q, QKV_DTYPES);
-  expectSameDType(op, "k", k, q, "q");
-  expectSameDType(op, "v", v, q, "q");
+  const { q, k, v, beta, state } = expectQkv(op, inputs, { beta: inputs.beta, state: inputs.state });
   expectDType(op, "beta", beta, GATE_DTYPES);
   for (const [name, t] of [["k", k], ["v", v], ["beta", beta], ["state", state]] as const) {
     expectSameDevice(op, name, t, q, "q");
@@ -916,15 +942,7 @@ export function deltaDecode(
     if (t.dtype === "float32") return t.descriptor();
     return scope.temp(t.cast("float32")).descriptor();
   };
-  const output = provided(op, "output", out.output, [B, H, V], q.dtype, q.device) ??
-    scope.result(Tensor.empty([B, H, V], { dtype: q.dtype, device: q.device }));
-  if (s.inPlace && out.newState !== undefined) {
-    throw invalidArgument(op, "out.newState: not used in place (the state itself is updated)");
-  }
-  const newState = s.inPlace
-    ? state
-    : provided(op, "newState", out.newState, state.shape, state.dtype, q.device) ??
-      scope.result(Tensor.empty(state.shape, { dtype: state.dtype, device: state.device }));
+  const { output, newState } = decodeResults(op, scope, q, state, { B, H, V }, s.inPlace, out);
   const call = () =>
     unwrap(
       native().ak_delta_rule_decode(

@@ -10,28 +10,25 @@
  */
 import {
   type BackwardOutputs,
-  checkDeltaCall,
-  deltaBackward,
+  type DecodeSettings,
   type DeltaBackwardBuffers,
   deltaDecode,
-  deltaForward,
   type DeltaForwardBuffers,
 } from "./delta_native.ts";
 import {
+  backwardFromChunkStates,
   CHUNKED_BWD_OP_OPTIONS,
   CHUNKED_FWD_OP_OPTIONS,
-  COMBINED_OP_OPTIONS,
-  DECODE_OP_OPTIONS,
+  CombinedDeltaRun,
   type DecodeOpOptions,
+  decodeSettings,
   type DeltaCombinedOpOptions,
   type DeltaTunedOpOptions,
-  forwardOpResult,
-  initialStateOf,
+  forwardWithFactors,
   type OpResultBackwardOptions,
   opSettings,
   type ResolvedOptions,
   resolveOptions,
-  SavedInputs,
 } from "./op_support.ts";
 import { callerBuffers, disposable } from "./results.ts";
 import type { Tensor } from "../tensor.ts";
@@ -112,11 +109,7 @@ export class DeltaNetFwdOp {
 
   /** Runs the forward (into `out`'s buffers where given; they stay the caller's). */
   forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, out?: DeltaForwardBuffers): DeltaNetFwdResult {
-    const op = "DeltaNetFwdOp";
-    const inputs = { q, k, v, beta };
-    const s = opSettings(this.#options, false);
-    const r = deltaForward(op, inputs, s, { chunkStates: true, factors: true }, out);
-    return forwardOpResult(op, inputs, s, r, out, gradients);
+    return forwardWithFactors("DeltaNetFwdOp", this.#options, false, { q, k, v, beta }, out, gradients);
   }
 }
 
@@ -157,14 +150,8 @@ export class DeltaNetBwdOp {
     S?: Tensor,
     out?: DeltaBackwardBuffers,
   ): DeltaNetGradients {
-    const op = "DeltaNetBwdOp";
     const s = opSettings(this.#options, false);
-    const inputs = { q, k, v, beta };
-    if (S === undefined || S === null) return gradients(deltaBackward(op, inputs, s, dO, { out }), out);
-    const sizes = checkDeltaCall(op, inputs, s);
-    using h0 = initialStateOf(op, S, q, sizes, s.chunkSize);
-    const extras = { out, wantDInitialState: false, unchecked: new Set(["initialState"] as const) };
-    return gradients(deltaBackward(op, inputs, { ...s, initialState: h0 }, dO, extras), out);
+    return gradients(backwardFromChunkStates("DeltaNetBwdOp", { q, k, v, beta }, s, dO, S, out), out);
   }
 }
 
@@ -187,26 +174,16 @@ export class DeltaNetBwdOp {
  * ```
  */
 export class DeltaNetOp implements Disposable {
-  readonly #options: ResolvedOptions;
-  readonly #saved = new SavedInputs();
+  readonly #run: CombinedDeltaRun<DeltaNetGradients>;
 
   /** Builds the op; shapes and dtype come with each call. */
   constructor(options: DeltaCombinedOpOptions) {
-    this.#options = resolveOptions("DeltaNetOp", options, 64, COMBINED_OP_OPTIONS, "required");
+    this.#run = new CombinedDeltaRun("DeltaNetOp", options, false, gradients);
   }
 
   /** Runs the forward and keeps the inputs for {@link DeltaNetOp.backward}. */
   forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, out?: { output?: Tensor }): Tensor {
-    const r = deltaForward("DeltaNetOp", { q, k, v, beta }, opSettings(this.#options, false), {
-      saved: this.#options.saveForBackward,
-    }, out);
-    try {
-      this.#saved.save({ q, k, v, beta }, r.saved);
-    } catch (e) {
-      if (r.output !== out?.output) r.output.dispose();
-      throw e;
-    }
-    return r.output;
+    return this.#run.forward({ q, k, v, beta }, out);
   }
 
   /**
@@ -214,24 +191,17 @@ export class DeltaNetOp implements Disposable {
    * caller's); releases the kept inputs.
    */
   backward(dO: Tensor, out?: DeltaBackwardBuffers): DeltaNetGradients {
-    const op = "DeltaNetOp";
-    const inputs = this.#saved.get(op);
-    try {
-      const s = opSettings(this.#options, false);
-      return gradients(deltaBackward(op, inputs, s, dO, { out, saved: this.#saved.states }), out);
-    } finally {
-      this.#saved.dispose();
-    }
+    return this.#run.backward(dO, out);
   }
 
   /** True between a forward and its backward (inputs are held). */
   get holdsInputs(): boolean {
-    return this.#saved.held;
+    return this.#run.held;
   }
 
   /** Releases the kept inputs (safe to call twice). */
   dispose(): void {
-    this.#saved.dispose();
+    this.#run.dispose();
   }
 
   /** Same as `dispose()`. */
@@ -261,13 +231,11 @@ export class DeltaNetOp implements Disposable {
  * ```
  */
 export class DeltaNetDecodeFwdOp {
-  readonly #options: ResolvedOptions;
-  readonly #inPlace: boolean;
+  readonly #settings: DecodeSettings;
 
   /** Builds the op; shapes and dtype come with each call. */
   constructor(options: DecodeOpOptions = {}) {
-    this.#options = resolveOptions("DeltaNetDecodeFwdOp", options, undefined, DECODE_OP_OPTIONS, "none");
-    this.#inPlace = options.inPlace ?? false;
+    this.#settings = decodeSettings("DeltaNetDecodeFwdOp", options, false);
   }
 
   /** Runs one step (into `out`'s buffers where given). */
@@ -279,12 +247,6 @@ export class DeltaNetDecodeFwdOp {
     state: Tensor,
     out?: { output?: Tensor; newState?: Tensor },
   ): DecodeResult {
-    return deltaDecode("DeltaNetDecodeFwdOp", { q, k, v, beta, state }, {
-      gated: false,
-      scale: this.#options.scale,
-      l2norm: this.#options.l2norm,
-      inPlace: this.#inPlace,
-      kernelMap: this.#options.choice?.kernelMap,
-    }, out);
+    return deltaDecode("DeltaNetDecodeFwdOp", { q, k, v, beta, state }, this.#settings, out);
   }
 }

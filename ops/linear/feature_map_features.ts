@@ -114,7 +114,17 @@ export function copyColumns(dst: Tensor, to: ColumnRange, src: Tensor, from: Col
   unwrap(native().ak_copy(columnView(dst, op, to), columnView(src, op, from)), op);
 }
 
-const weightView = (t: Tensor | undefined, op: string) => (t ? t.descriptor(op) : null);
+// The trailing arguments of ak_fmap_features and ak_fmap_feature_grad, in their order: the cosformer
+// weights (null without them), the map, the factor and the token dim.
+function mapArguments(phi: FeatureMapKind, factor: number, rows: RowSettings, op: string) {
+  const weight = (t: Tensor | undefined) => (t ? t.descriptor(op) : null);
+  return [weight(rows.cos), weight(rows.sin), PHI_CODES[phi], factor, rows.tokenDim] as const;
+}
+
+/** A new `[.., width]` tensor in `dtype`, with `like`'s first three dims and device, owned by `scope`. */
+function rowsOfWidth(scope: Temporaries, like: Tensor, width: number, dtype: DType): Tensor {
+  return scope.temp(Tensor.empty([...like.shape.slice(0, 3), width], { dtype, device: like.device }));
+}
 
 /**
  * The features of x (`[.., K]`, any float dtype) in `dtype`: `phi(x) * factor`, and with cosformer
@@ -131,17 +141,9 @@ export function features(
 ): Tensor {
   const K = x.shape[3];
   const width = rows.cos ? 2 * K : K;
-  const out = scope.temp(Tensor.empty([...x.shape.slice(0, 3), width], { dtype, device: x.device }));
+  const out = rowsOfWidth(scope, x, width, dtype);
   unwrap(
-    native().ak_fmap_features(
-      out.descriptor(op),
-      x.descriptor(op),
-      weightView(rows.cos, op),
-      weightView(rows.sin, op),
-      PHI_CODES[phi],
-      factor,
-      rows.tokenDim,
-    ),
+    native().ak_fmap_features(out.descriptor(op), x.descriptor(op), ...mapArguments(phi, factor, rows, op)),
     op,
   );
   return out;
@@ -162,11 +164,7 @@ export function featureGradient(
       dx.descriptor(op),
       x.descriptor(op),
       dFeatures.descriptor(op),
-      weightView(rows.cos, op),
-      weightView(rows.sin, op),
-      PHI_CODES[phi],
-      factor,
-      rows.tokenDim,
+      ...mapArguments(phi, factor, rows, op),
     ),
     op,
   );
@@ -181,7 +179,7 @@ export function valuesWithOnes(
   dtype: DType,
   op: string,
 ): Tensor {
-  const out = scope.temp(Tensor.empty([...v.shape.slice(0, 3), width], { dtype, device: v.device }));
+  const out = rowsOfWidth(scope, v, width, dtype);
   unwrap(native().ak_fmap_values(out.descriptor(op), columnView(v, op, range)), op);
   return out;
 }
@@ -221,9 +219,7 @@ export function normaliseGradient(
   dtype: DType,
   op: string,
 ): Tensor {
-  const out = scope.temp(
-    Tensor.empty([...dOutput.shape.slice(0, 3), width], { dtype, device: dOutput.device }),
-  );
+  const out = rowsOfWidth(scope, dOutput, width, dtype);
   unwrap(
     native().ak_fmap_normalise_grad(
       out.descriptor(op),

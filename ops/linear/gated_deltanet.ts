@@ -16,7 +16,7 @@ import {
   type BackwardOutputs,
   checkChunkSize,
   checkDeltaCall,
-  deltaBackward,
+  type DecodeSettings,
   type DeltaBackwardBuffers,
   deltaDecode,
   deltaForward,
@@ -26,21 +26,20 @@ import {
 import type { DecodeResult } from "./deltanet.ts";
 import type { LinearLayout } from "./layouts.ts";
 import {
+  backwardFromChunkStates,
   CHUNKED_BWD_OP_OPTIONS,
   CHUNKED_FWD_OP_OPTIONS,
-  COMBINED_OP_OPTIONS,
-  DECODE_OP_OPTIONS,
+  CombinedDeltaRun,
   type DecodeOpOptions,
+  decodeSettings,
   type DeltaCombinedOpOptions,
   type DeltaTunedOpOptions,
-  forwardOpResult,
-  initialStateOf,
+  forwardWithFactors,
   type NamedLayoutOpOptions,
   type OpResultBackwardOptions,
   opSettings,
   type ResolvedOptions,
   resolveOptions,
-  SavedInputs,
 } from "./op_support.ts";
 import { callerBuffers, disposable } from "./results.ts";
 import type { Tensor } from "../tensor.ts";
@@ -103,17 +102,6 @@ function gatedGradients(r: BackwardOutputs, out: unknown): GatedDeltaNetGradient
   return disposable({ dq: r.dq, dk: r.dk, dv: r.dv, dg: r.dg!, dbeta: r.dbeta }, callerBuffers(out));
 }
 
-function forwardWithFactors(
-  op: string,
-  o: ResolvedOptions,
-  inputs: GatedInputs,
-  out: DeltaForwardBuffers | undefined,
-): GatedDeltaNetFwdResult {
-  const s = opSettings(o, true);
-  const r = deltaForward(op, inputs, s, { chunkStates: true, factors: true }, out);
-  return forwardOpResult(op, inputs, s, r, out, gatedGradients);
-}
-
 /**
  * Gated DeltaNet forward over `"bshd"` (BTHD, token-major) inputs, from a zero state; returns o, S,
  * Aw and Au.
@@ -147,7 +135,8 @@ export class GatedDeltaNetBTHDFwdOp {
     beta: Tensor,
     out?: DeltaForwardBuffers,
   ): GatedDeltaNetFwdResult {
-    return forwardWithFactors("GatedDeltaNetBTHDFwdOp", this.#options, { q, k, v, g, beta }, out);
+    const inputs = { q, k, v, g, beta };
+    return forwardWithFactors("GatedDeltaNetBTHDFwdOp", this.#options, true, inputs, out, gatedGradients);
   }
 }
 
@@ -186,7 +175,8 @@ export class GatedDeltaNetBHTDFwdOp {
     beta: Tensor,
     out?: DeltaForwardBuffers,
   ): GatedDeltaNetFwdResult {
-    return forwardWithFactors("GatedDeltaNetBHTDFwdOp", this.#options, { q, k, v, g, beta }, out);
+    const inputs = { q, k, v, g, beta };
+    return forwardWithFactors("GatedDeltaNetBHTDFwdOp", this.#options, true, inputs, out, gatedGradients);
   }
 }
 
@@ -343,14 +333,9 @@ export class GatedDeltaNetBwdOp {
     S?: Tensor,
     out?: DeltaBackwardBuffers,
   ): GatedDeltaNetGradients {
-    const op = "GatedDeltaNetBwdOp";
     const s = opSettings(this.#options, true);
-    const inputs = { q, k, v, g, beta };
-    if (S === undefined || S === null) return gatedGradients(deltaBackward(op, inputs, s, dO, { out }), out);
-    const sizes = checkDeltaCall(op, inputs, s);
-    using h0 = initialStateOf(op, S, q, sizes, s.chunkSize);
-    const extras = { out, wantDInitialState: false, unchecked: new Set(["initialState"] as const) };
-    return gatedGradients(deltaBackward(op, inputs, { ...s, initialState: h0 }, dO, extras), out);
+    const r = backwardFromChunkStates("GatedDeltaNetBwdOp", { q, k, v, g, beta }, s, dO, S, out);
+    return gatedGradients(r, out);
   }
 }
 
@@ -374,26 +359,16 @@ export class GatedDeltaNetBwdOp {
  * ```
  */
 export class GatedDeltaNetOp implements Disposable {
-  readonly #options: ResolvedOptions;
-  readonly #saved = new SavedInputs();
+  readonly #run: CombinedDeltaRun<GatedDeltaNetGradients>;
 
   /** Builds the op; shapes and dtype come with each call. */
   constructor(options: DeltaCombinedOpOptions) {
-    this.#options = resolveOptions("GatedDeltaNetOp", options, 64, COMBINED_OP_OPTIONS, "required");
+    this.#run = new CombinedDeltaRun("GatedDeltaNetOp", options, true, gatedGradients);
   }
 
   /** Runs the forward and keeps the inputs for {@link GatedDeltaNetOp.backward}. */
   forward(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, out?: { output?: Tensor }): Tensor {
-    const r = deltaForward("GatedDeltaNetOp", { q, k, v, g, beta }, opSettings(this.#options, true), {
-      saved: this.#options.saveForBackward,
-    }, out);
-    try {
-      this.#saved.save({ q, k, v, g, beta }, r.saved);
-    } catch (e) {
-      if (r.output !== out?.output) r.output.dispose();
-      throw e;
-    }
-    return r.output;
+    return this.#run.forward({ q, k, v, g, beta }, out);
   }
 
   /**
@@ -401,24 +376,17 @@ export class GatedDeltaNetOp implements Disposable {
    * caller's); releases the kept inputs.
    */
   backward(dO: Tensor, out?: DeltaBackwardBuffers): GatedDeltaNetGradients {
-    const op = "GatedDeltaNetOp";
-    const inputs = this.#saved.get(op);
-    try {
-      const s = opSettings(this.#options, true);
-      return gatedGradients(deltaBackward(op, inputs, s, dO, { out, saved: this.#saved.states }), out);
-    } finally {
-      this.#saved.dispose();
-    }
+    return this.#run.backward(dO, out);
   }
 
   /** True between a forward and its backward (inputs are held). */
   get holdsInputs(): boolean {
-    return this.#saved.held;
+    return this.#run.held;
   }
 
   /** Releases the kept inputs (safe to call twice). */
   dispose(): void {
-    this.#saved.dispose();
+    this.#run.dispose();
   }
 
   /** Same as `dispose()`. */
@@ -447,13 +415,11 @@ export class GatedDeltaNetOp implements Disposable {
  * ```
  */
 export class GatedDeltaNetDecodeFwdOp {
-  readonly #options: ResolvedOptions;
-  readonly #inPlace: boolean;
+  readonly #settings: DecodeSettings;
 
   /** Builds the op; shapes and dtype come with each call. */
   constructor(options: DecodeOpOptions = {}) {
-    this.#options = resolveOptions("GatedDeltaNetDecodeFwdOp", options, undefined, DECODE_OP_OPTIONS, "none");
-    this.#inPlace = options.inPlace ?? false;
+    this.#settings = decodeSettings("GatedDeltaNetDecodeFwdOp", options, true);
   }
 
   /** Runs one step (into `out`'s buffers where given). */
@@ -466,12 +432,6 @@ export class GatedDeltaNetDecodeFwdOp {
     state: Tensor,
     out?: { output?: Tensor; newState?: Tensor },
   ): DecodeResult {
-    return deltaDecode("GatedDeltaNetDecodeFwdOp", { q, k, v, g, beta, state }, {
-      gated: true,
-      scale: this.#options.scale,
-      l2norm: this.#options.l2norm,
-      inPlace: this.#inPlace,
-      kernelMap: this.#options.choice?.kernelMap,
-    }, out);
+    return deltaDecode("GatedDeltaNetDecodeFwdOp", { q, k, v, g, beta, state }, this.#settings, out);
   }
 }

@@ -10,7 +10,7 @@ import { checkOptions, type OptionSpec } from "../args.ts";
 import { invalidArgument } from "../../ffi/errors.ts";
 import { native, unwrap } from "../../ffi/library.ts";
 import { GlaFlags } from "../../ffi/symbols_linear.ts";
-import { expectDType, expectSameDevice, expectSameDType, expectShape, expectTensor } from "../checks.ts";
+import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
 import type { CuSeqlens } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
 import {
@@ -19,13 +19,14 @@ import {
   checkHeads,
   checkScale,
   checkStateArg,
+  decodeResults,
   type DeltaSizes,
   expectInLayout,
+  expectQkv,
   f32Result,
   forwardResults,
   GATE_DTYPES,
   provided,
-  QKV_DTYPES,
   qkvGradResults,
   rowsResult,
   scalarsF32,
@@ -128,12 +129,7 @@ function checkGate(op: string, name: string, t: unknown, q: Tensor): Tensor {
 
 /** Checks the tensors and settings of a forward or backward call; returns the sizes. */
 export function checkGlaCall(op: string, inputs: GlaInputs, s: GlaSettings): DeltaSizes {
-  const q = expectTensor(op, "q", inputs.q);
-  const k = expectTensor(op, "k", inputs.k);
-  const v = expectTensor(op, "v", inputs.v);
-  expectDType(op, "q", q, QKV_DTYPES);
-  expectSameDType(op, "k", k, q, "q");
-  expectSameDType(op, "v", v, q, "q");
+  const { q, k, v } = expectQkv(op, inputs, {});
   expectSameDevice(op, "k", k, q, "q");
   expectSameDevice(op, "v", v, q, "q");
   const L = s.layout;
@@ -181,14 +177,17 @@ function prepareInputs(op: string, scope: TensorScope, inputs: GlaInputs, s: Gla
   const cuSeqlens = seqlensView(op, scope, s.cuSeqlens, inputs.q.device);
   const gGamma = inputs.gGamma !== undefined ? asF32(scope, inputs.gGamma) : undefined;
   return {
-    q: tokenMajor(inputs.q, s.layout),
-    k: tokenMajor(inputs.k, s.layout),
-    v: tokenMajor(inputs.v, s.layout),
-    gk: inputs.gk !== undefined ? tokenMajor(asF32(scope, inputs.gk), s.layout) : null,
-    g: inputs.g !== undefined ? scalarsF32(op, scope, inputs.g, s.layout) : null,
-    gGamma: gGamma?.descriptor() ?? null,
-    initialState: s.initialState?.descriptor() ?? null,
-    cuSeqlens,
+    // The leading arguments of ak_gla_fwd and ak_gla_bwd, in their order.
+    operands: [
+      tokenMajor(inputs.q, s.layout),
+      tokenMajor(inputs.k, s.layout),
+      tokenMajor(inputs.v, s.layout),
+      inputs.gk !== undefined ? tokenMajor(asF32(scope, inputs.gk), s.layout) : null,
+      inputs.g !== undefined ? scalarsF32(op, scope, inputs.g, s.layout) : null,
+      gGamma?.descriptor() ?? null,
+      s.initialState?.descriptor() ?? null,
+      cuSeqlens,
+    ] as const,
     scale: checkScale(op, s.scale, inputs.q.shape[3]), // K is the last dimension in both layouts
     flags: s.recurrent ? GlaFlags.RECURRENT : 0,
   };
@@ -236,14 +235,7 @@ export function glaForward(
     : undefined;
   unwrap(
     native().ak_gla_fwd(
-      x.q,
-      x.k,
-      x.v,
-      x.gk,
-      x.g,
-      x.gGamma,
-      x.initialState,
-      x.cuSeqlens,
+      ...x.operands,
       x.scale,
       x.flags | (wants.normalizeEps !== undefined ? GlaFlags.NORMALIZE : 0),
       output.view,
@@ -323,14 +315,7 @@ export function glaBackward(
     : undefined;
   unwrap(
     native().ak_gla_bwd(
-      x.q,
-      x.k,
-      x.v,
-      x.gk,
-      x.g,
-      x.gGamma,
-      x.initialState,
-      x.cuSeqlens,
+      ...x.operands,
       chunkStates?.descriptor() ?? null,
       tokenMajor(dO, s.layout),
       dFinalState?.descriptor() ?? null,
@@ -382,13 +367,7 @@ export function glaDecode(
   out?: { output?: Tensor; newState?: Tensor },
 ): { output: Tensor; newState: Tensor } {
   out = checkOptions<{ output?: Tensor; newState?: Tensor }>(op, out ?? undefined, DECODE_BUFFERS, "out");
-  const q = expectTensor(op, "q", inputs.q);
-  const k = expectTensor(op, "k", inputs.k);
-  const v = expectTensor(op, "v", inputs.v);
-  const state = expectTensor(op, "state", inputs.state);
-  expectDType(op, "q", q, QKV_DTYPES);
-  expectSameDType(op, "k", k, q, "q");
-  expectSameDType(op, "v", v, q, "q");
+  const { q, k, v, state } = expectQkv(op, inputs, { state: inputs.state });
   for (const [name, t] of [["k", k], ["v", v], ["state", state]] as const) {
     expectSameDevice(op, name, t, q, "q");
   }
@@ -406,15 +385,8 @@ export function glaDecode(
   const scale = checkScale(op, s.scale, K);
   using scope = new TensorScope();
   const gate = (t: Tensor | undefined) => t === undefined ? null : asF32(scope, t).descriptor();
-  const output = provided(op, "output", out.output, [B, H, V], q.dtype, q.device) ??
-    scope.result(Tensor.empty([B, H, V], { dtype: q.dtype, device: q.device }));
-  if (s.inPlace && out.newState !== undefined) {
-    throw invalidArgument(op, "out.newState: not used in place (the state itself is updated)");
-  }
-  const newState = s.inPlace
-    ? state
-    : provided(op, "newState", out.newState, state.shape, "float32", q.device) ??
-      scope.result(Tensor.empty(state.shape, { dtype: "float32", device: state.device }));
+  // The state was checked float32 above, so the new state is float32 too.
+  const { output, newState } = decodeResults(op, scope, q, state, { B, H, V }, s.inPlace, out);
   unwrap(
     native().ak_gla_decode(
       q.descriptor(),

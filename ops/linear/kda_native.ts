@@ -10,7 +10,7 @@ import { invalidArgument } from "../../ffi/errors.ts";
 import { native, unwrap } from "../../ffi/library.ts";
 import { KdaFlags } from "../../ffi/symbols_linear.ts";
 import { checkOptions, type OptionSpec } from "../args.ts";
-import { expectDType, expectSameDevice, expectSameDType, expectShape, expectTensor } from "../checks.ts";
+import { expectDType, expectSameDevice, expectShape, expectTensor } from "../checks.ts";
 import type { CuSeqlens } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
 import type { DeltaCallOptions } from "./consistency.ts";
@@ -21,9 +21,9 @@ import {
   checkScale,
   type DeltaSizes,
   expectInLayout,
+  expectQkv,
   f32Result,
   GATE_DTYPES,
-  QKV_DTYPES,
   qkvGradResults,
   rowsResult,
   scalarsF32,
@@ -152,14 +152,7 @@ function checkStateTensor(
 
 /** Checks the tensors and settings of a forward or backward call; returns the sizes. */
 export function checkKdaCall(op: string, inputs: KdaInputs, s: KdaSettings): DeltaSizes {
-  const q = expectTensor(op, "q", inputs.q);
-  const k = expectTensor(op, "k", inputs.k);
-  const v = expectTensor(op, "v", inputs.v);
-  const gate = expectTensor(op, "gate", inputs.gate);
-  const beta = expectTensor(op, "beta", inputs.beta);
-  expectDType(op, "q", q, QKV_DTYPES);
-  expectSameDType(op, "k", k, q, "q");
-  expectSameDType(op, "v", v, q, "q");
+  const { q, k, v, gate, beta } = expectQkv(op, inputs, { gate: inputs.gate, beta: inputs.beta });
   expectDType(op, "gate", gate, GATE_DTYPES);
   expectDType(op, "beta", beta, GATE_DTYPES);
   for (const [name, t] of [["k", k], ["v", v], ["gate", gate], ["beta", beta]] as const) {
@@ -239,13 +232,16 @@ function prepareInputs(op: string, scope: TensorScope, inputs: KdaInputs, s: Kda
   const cuSeqlens = seqlensView(op, scope, s.cuSeqlens, inputs.q.device);
   const gate = inputs.gate.dtype === "float32" ? inputs.gate : scope.temp(inputs.gate.cast("float32"));
   return {
-    q: tokenMajor(inputs.q, s.layout),
-    k: tokenMajor(inputs.k, s.layout),
-    v: tokenMajor(inputs.v, s.layout),
-    gate: tokenMajor(gate, s.layout),
-    beta: scalarsF32(op, scope, inputs.beta, s.layout),
-    initialState: s.initialState !== undefined ? stateIn(op, scope, s.initialState, sizes, s) : null,
-    cuSeqlens,
+    // The leading arguments of ak_kda_fwd and ak_kda_bwd, in their order.
+    operands: [
+      tokenMajor(inputs.q, s.layout),
+      tokenMajor(inputs.k, s.layout),
+      tokenMajor(inputs.v, s.layout),
+      tokenMajor(gate, s.layout),
+      scalarsF32(op, scope, inputs.beta, s.layout),
+      s.initialState !== undefined ? stateIn(op, scope, s.initialState, sizes, s) : null,
+      cuSeqlens,
+    ] as const,
     scale: checkScale(op, s.scale, inputs.q.shape[3]), // K is the last dimension in both layouts
     flags: (s.recurrent ? KdaFlags.RECURRENT : 0) | (s.fastmath ? KdaFlags.FASTMATH : 0) |
       (s.impl === "fused" ? KdaFlags.IMPL_FUSED : s.impl === "reference" ? KdaFlags.IMPL_REFERENCE : 0),
@@ -276,13 +272,7 @@ export function kdaForward(
     : undefined;
   unwrap(
     native().ak_kda_fwd(
-      x.q,
-      x.k,
-      x.v,
-      x.gate,
-      x.beta,
-      x.initialState,
-      x.cuSeqlens,
+      ...x.operands,
       x.scale,
       x.flags,
       output.view,
@@ -334,13 +324,7 @@ export function kdaBackward(
     : undefined;
   unwrap(
     native().ak_kda_bwd(
-      x.q,
-      x.k,
-      x.v,
-      x.gate,
-      x.beta,
-      x.initialState,
-      x.cuSeqlens,
+      ...x.operands,
       tokenMajor(dO, s.layout),
       dFinalState !== undefined ? stateIn(op, scope, dFinalState, sizes, s) : null,
       x.scale,

@@ -1,7 +1,7 @@
 /**
  * What the DeltaNet and Gated DeltaNet op classes share: their constructor options (with the layout
- * each one requires), the inputs a combined op keeps for its backward, and reading the initial state
- * out of chunk states.
+ * each one requires), the forward ops' results, the backward ops' start state read out of chunk
+ * states, the combined ops' forward-save / backward-release cycle and the decode ops' settings.
  *
  * @module
  */
@@ -20,12 +20,15 @@ import { checkKernelMap, type KernelMap } from "../tune/choice.ts";
 import {
   type BackwardOutputs,
   checkChunkSize,
+  checkDeltaCall,
+  type DecodeSettings,
   deltaBackward,
   type DeltaBackwardBuffers,
+  deltaForward,
+  type DeltaForwardBuffers,
   type DeltaInputs,
   type DeltaKernelChoice,
   type DeltaSettings,
-  type ForwardOutputs,
 } from "./delta_native.ts";
 import { type LinearLayout, linearLayout, namedLayout } from "./layouts.ts";
 import { callerBuffers, disposable } from "./results.ts";
@@ -211,7 +214,7 @@ function retain(t: Tensor): Tensor {
 }
 
 /** Inputs a combined op keeps between forward and backward (its own handles on the memory). */
-export class SavedInputs implements Disposable {
+class SavedInputs implements Disposable {
   #inputs: DeltaInputs | undefined;
   #states: DeltaSavedStates | undefined;
 
@@ -270,6 +273,73 @@ export class SavedInputs implements Disposable {
 }
 
 /**
+ * The forward-save / backward-release cycle of a combined (forward and backward) op class: `forward`
+ * keeps its own handles on the inputs (and the forward's saved states), `backward` turns the output's
+ * gradient into the op's gradients and releases them, as does `dispose()`.
+ */
+export class CombinedDeltaRun<G> {
+  readonly #op: string;
+  readonly #options: ResolvedOptions;
+  readonly #gated: boolean;
+  readonly #gradients: OpGradients<G>;
+  readonly #saved = new SavedInputs();
+
+  /** Checks the op's constructor options (`op` names it in errors). */
+  constructor(op: string, options: DeltaCombinedOpOptions, gated: boolean, gradients: OpGradients<G>) {
+    this.#options = resolveOptions(op, options, 64, COMBINED_OP_OPTIONS, "required");
+    this.#op = op;
+    this.#gated = gated;
+    this.#gradients = gradients;
+  }
+
+  /** Runs the forward and keeps the inputs for {@link CombinedDeltaRun.backward}. */
+  forward(inputs: DeltaInputs, out?: { output?: Tensor }): Tensor {
+    const s = opSettings(this.#options, this.#gated);
+    const r = deltaForward(this.#op, inputs, s, { saved: this.#options.saveForBackward }, out);
+    try {
+      this.#saved.save(inputs, r.saved);
+    } catch (e) {
+      if (r.output !== out?.output) r.output.dispose();
+      throw e;
+    }
+    return r.output;
+  }
+
+  /** Gradients of the last forward's inputs (into `out`'s buffers where given); releases the inputs. */
+  backward(dO: Tensor, out?: DeltaBackwardBuffers): G {
+    const inputs = this.#saved.get(this.#op);
+    try {
+      const s = opSettings(this.#options, this.#gated);
+      return this.#gradients(deltaBackward(this.#op, inputs, s, dO, { out, saved: this.#saved.states }), out);
+    } finally {
+      this.#saved.dispose();
+    }
+  }
+
+  /** True between a forward and its backward (inputs are held). */
+  get held(): boolean {
+    return this.#saved.held;
+  }
+
+  /** Releases the kept inputs (safe to call twice). */
+  dispose(): void {
+    this.#saved.dispose();
+  }
+}
+
+/** A decode op class's constructor options, checked, as the settings of its calls. */
+export function decodeSettings(op: string, options: DecodeOpOptions, gated: boolean): DecodeSettings {
+  const o = resolveOptions(op, options, undefined, DECODE_OP_OPTIONS, "none");
+  return {
+    gated,
+    scale: o.scale,
+    l2norm: o.l2norm,
+    inPlace: options.inPlace ?? false,
+    kernelMap: o.choice?.kernelMap,
+  };
+}
+
+/**
  * The state before the first chunk, `S[:, :, 0]` of chunk states `[B, H, NC + 1, K, V]`, as a new
  * contiguous `[B, H, K, V]` float32 tensor (one device copy).
  */
@@ -297,6 +367,26 @@ export function initialStateOf(
   return h0;
 }
 
+/**
+ * A backward op's call: from a zero start state, or with `S` (a forward's chunk states) from the
+ * state that forward started from, whose own gradient is not wanted.
+ */
+export function backwardFromChunkStates(
+  op: string,
+  inputs: DeltaInputs,
+  s: DeltaSettings,
+  dO: Tensor,
+  S: Tensor | undefined,
+  out: DeltaBackwardBuffers | undefined,
+): BackwardOutputs {
+  if (S === undefined || S === null) return deltaBackward(op, inputs, s, dO, { out });
+  const sizes = checkDeltaCall(op, inputs, s);
+  using h0 = initialStateOf(op, S, inputs.q, sizes, s.chunkSize);
+  // The forward was not given this state, so the check against it leaves the initial state out.
+  const extras = { out, wantDInitialState: false, unchecked: new Set(["initialState"] as const) };
+  return deltaBackward(op, inputs, { ...s, initialState: h0 }, dO, extras);
+}
+
 /** The settings of an op-class call. */
 export function opSettings(o: ResolvedOptions, gated: boolean, chunkSize = o.chunkSize ?? 64): DeltaSettings {
   return {
@@ -316,17 +406,21 @@ export interface OpResultBackwardOptions {
   out?: DeltaBackwardBuffers;
 }
 
+/** How an op class turns a backward's outputs into its own gradients (the caller's `out` kept theirs). */
+export type OpGradients<G> = (b: BackwardOutputs, out: unknown) => G;
+
 /**
- * A forward op's result (output, chunk states, WY factors) with its own `backward`: the gradients of
- * that forward from the output's gradient, with its inputs (referenced, not copied) and options.
+ * Runs a forward op's call and returns its result (output, chunk states, WY factors) with its own
+ * `backward`: the gradients of that forward from the output's gradient, with its inputs (referenced,
+ * not copied) and options.
  */
-export function forwardOpResult<G>(
+export function forwardWithFactors<G>(
   op: string,
+  o: ResolvedOptions,
+  gated: boolean,
   inputs: DeltaInputs,
-  s: DeltaSettings,
-  r: ForwardOutputs,
-  out: unknown,
-  gradients: (b: BackwardOutputs, out: unknown) => G,
+  out: DeltaForwardBuffers | undefined,
+  gradients: OpGradients<G>,
 ): {
   output: Tensor;
   chunkStates: Tensor;
@@ -334,6 +428,8 @@ export function forwardOpResult<G>(
   au: Tensor;
   backward(dOutput: Tensor, options?: OpResultBackwardOptions): G;
 } & Disposable {
+  const s = opSettings(o, gated);
+  const r = deltaForward(op, inputs, s, { chunkStates: true, factors: true }, out);
   const held = { ...inputs };
   const fields = { output: r.output, chunkStates: r.chunkStates!, aw: r.aw!, au: r.au! };
   return Object.assign(disposable(fields, callerBuffers(out)), {

@@ -11,7 +11,7 @@ import { expectDType, expectSameDevice, expectShape, expectTensor } from "../che
 import type { DType } from "../dtype.ts";
 import { type Int32Seqlens, int32Seqlens } from "../seqlens.ts";
 import { Tensor } from "../tensor.ts";
-import type { TuneRun } from "../tune/choice.ts";
+import type { ChoiceRequest, TuneRun } from "../tune/choice.ts";
 
 /** The float dtypes of the NSA and DSA ops. */
 export const SPARSE_FLOATS: readonly DType[] = ["float16", "bfloat16", "float32"];
@@ -84,6 +84,21 @@ export function singleRun(call: () => Tensor): TuneRun {
   return () => {
     const o = call();
     return { tensors: [o], [Symbol.dispose]: () => o.dispose() };
+  };
+}
+
+/**
+ * What q (`first`) fixes of a tuned sparse call's kernel choice: its device, its shape class (q's dtype
+ * and `sizes`) and the agreement a candidate must reach (float32 to 1e-4, 16 bits to 1e-2).
+ */
+export function sparseChoice(
+  first: Tensor,
+  sizes: object,
+): Pick<ChoiceRequest, "device" | "shapeClass" | "relRms"> {
+  return {
+    device: first.device,
+    shapeClass: JSON.stringify({ dtype: first.dtype, ...sizes }),
+    relRms: first.dtype === "float32" ? 1e-4 : 1e-2,
   };
 }
 

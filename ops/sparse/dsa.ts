@@ -10,8 +10,18 @@ import { booleanOption, checkOptions } from "../args.ts";
 import type { Tensor } from "../tensor.ts";
 import type { KernelOptions } from "../attention/gqa.ts";
 import { expectSize } from "../attention/options.ts";
-import { checkKernelMap, type KernelMap, withChoice } from "../tune/choice.ts";
-import { checked, FirstDType, input, scaleOption, singleRun, SPARSE_FLOATS, writeResult } from "./common.ts";
+import { type KernelSettings, kernelSettings } from "../attention/op_support.ts";
+import { withChoice } from "../tune/choice.ts";
+import {
+  checked,
+  FirstDType,
+  input,
+  scaleOption,
+  singleRun,
+  SPARSE_FLOATS,
+  sparseChoice,
+  writeResult,
+} from "./common.ts";
 
 const CAUSAL = 1, CHECK_INDICES = 2;
 
@@ -95,8 +105,7 @@ export class DeepSeekSparseAttentionDecodeWithKVCacheFwdOp {
   >;
   readonly #check: boolean;
   readonly #pin = new FirstDType();
-  readonly #tune: boolean;
-  readonly #kernelMap?: KernelMap;
+  readonly #kernels: KernelSettings;
 
   /** Checks the sizes once. */
   constructor(options: DeepSeekSparseAttentionDecodeWithKVCacheFwdOptions) {
@@ -123,8 +132,7 @@ export class DeepSeekSparseAttentionDecodeWithKVCacheFwdOp {
       isCausal: booleanOption(op, "isCausal", o.isCausal, true),
     });
     this.#check = booleanOption(op, "checkIndices", o.checkIndices, true);
-    this.#tune = booleanOption(op, "tune", o.tune, false);
-    this.#kernelMap = checkKernelMap(op, o.kernelMap, ["sparse.dsa.decode"]);
+    this.#kernels = kernelSettings(op, o, "sparse.dsa.decode", booleanOption);
   }
 
   /** Runs the decode step; the returned output is the caller's to dispose. */
@@ -163,12 +171,8 @@ export class DeepSeekSparseAttentionDecodeWithKVCacheFwdOp {
     const causal = s.isCausal ? CAUSAL : 0;
     return withChoice({
       op: "DeepSeekSparseAttentionDecodeWithKVCacheFwdOp",
-      device: first.device,
-      kernelMap: this.#kernelMap,
-      tune: this.#tune,
-      keys: ["sparse.dsa.decode"],
-      shapeClass: JSON.stringify({ dtype: first.dtype, ...s }),
-      relRms: first.dtype === "float32" ? 1e-4 : 1e-2,
+      ...this.#kernels,
+      ...sparseChoice(first, s),
       // The timed calls skip the lists' read-back: the kernels stay in bounds on any list, and the user's
       // call still checks them.
       run: singleRun(() => run(undefined, causal)),

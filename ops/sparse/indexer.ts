@@ -9,7 +9,8 @@ import { native } from "../../ffi/library.ts";
 import { booleanOption, checkOptions } from "../args.ts";
 import type { Tensor } from "../tensor.ts";
 import type { KernelOptions } from "../attention/gqa.ts";
-import { checkKernelMap, type KernelMap, withChoice } from "../tune/choice.ts";
+import { type KernelSettings, kernelSettings } from "../attention/op_support.ts";
+import { withChoice } from "../tune/choice.ts";
 import { checked, FirstDType, input, singleRun, writeResult } from "./common.ts";
 
 const CHECK_INDICES = 2, CLEAN_LOGITS = 4;
@@ -60,8 +61,7 @@ export class FP8LightningIndexerFwdOp {
   readonly cleanLogits: boolean;
   readonly #check: boolean;
   readonly #pin = new FirstDType();
-  readonly #tune: boolean;
-  readonly #kernelMap?: KernelMap;
+  readonly #kernels: KernelSettings;
 
   /** Checks the options once. */
   constructor(options: FP8LightningIndexerFwdOptions = {}) {
@@ -75,8 +75,7 @@ export class FP8LightningIndexerFwdOp {
     }
     this.cleanLogits = booleanOption(op, "cleanLogits", o.cleanLogits, true);
     this.#check = booleanOption(op, "checkIndices", o.checkIndices, true);
-    this.#tune = booleanOption(op, "tune", o.tune, false);
-    this.#kernelMap = checkKernelMap(op, o.kernelMap, ["sparse.indexer"]);
+    this.#kernels = kernelSettings(op, o, "sparse.indexer", booleanOption);
   }
 
   /** Scores every query against its key range; the returned logits are the caller's to dispose. */
@@ -129,9 +128,7 @@ export class FP8LightningIndexerFwdOp {
     return withChoice({
       op: "FP8LightningIndexerFwdOp",
       device: q.device,
-      kernelMap: this.#kernelMap,
-      tune: this.#tune,
-      keys: ["sparse.indexer"],
+      ...this.#kernels,
       shapeClass: JSON.stringify({ dtype: q.dtype, Sq, H, D, Sk, scale: scale !== undefined, clean }),
       relRms: 1e-3,
       // The timed calls skip the ranges' read-back: the kernels clamp them, and the user's call checks.

@@ -14,6 +14,7 @@ import { booleanOption, checkOptions } from "../args.ts";
 import { Tensor } from "../tensor.ts";
 import { expectSize } from "../attention/options.ts";
 import type { KernelOptions } from "../attention/gqa.ts";
+import { type KernelSettings, kernelSettings } from "../attention/op_support.ts";
 import { checkKernelMap, type KernelMap, withChoice, withKernelMap, withPlanner } from "../tune/choice.ts";
 import {
   accumDtype,
@@ -27,6 +28,7 @@ import {
   scaleOption,
   singleRun,
   SPARSE_FLOATS,
+  sparseChoice,
   writeResult,
 } from "./common.ts";
 
@@ -121,8 +123,7 @@ export class NSACmpFwdVarlenOp {
   }>;
   readonly #check: boolean;
   readonly #pin = new FirstDType();
-  readonly #tune: boolean;
-  readonly #kernelMap?: KernelMap;
+  readonly #kernels: KernelSettings;
 
   /** Checks the sizes once. */
   constructor(options: NSACmpFwdVarlenOptions) {
@@ -148,8 +149,7 @@ export class NSACmpFwdVarlenOp {
       scale: scaleOption(op, "scale", o.scale, dimK ** -0.5),
     });
     this.#check = booleanOption(op, "checkIndices", o.checkIndices, true);
-    this.#tune = booleanOption(op, "tune", o.tune, false);
-    this.#kernelMap = checkKernelMap(op, o.kernelMap, ["sparse.nsa.compression"]);
+    this.#kernels = kernelSettings(op, o, "sparse.nsa.compression", booleanOption);
   }
 
   /** Runs the branch; the result (output and lse) is the caller's to dispose. */
@@ -227,12 +227,8 @@ export class NSACmpFwdVarlenOp {
     };
     return withChoice({
       op: "NSACmpFwdVarlenOp",
-      device: first.device,
-      kernelMap: this.#kernelMap,
-      tune: this.#tune,
-      keys: ["sparse.nsa.compression"],
-      shapeClass: JSON.stringify({ dtype: first.dtype, ...s }),
-      relRms: first.dtype === "float32" ? 1e-4 : 1e-2,
+      ...this.#kernels,
+      ...sparseChoice(first, s),
       run: () => {
         const r = run({});
         return { tensors: [r.output, r.lse], [Symbol.dispose]: () => r[Symbol.dispose]() };
@@ -491,8 +487,7 @@ export class NSAFwdVarlenOp {
   }>;
   readonly #check: boolean;
   readonly #pin = new FirstDType();
-  readonly #tune: boolean;
-  readonly #kernelMap?: KernelMap;
+  readonly #kernels: KernelSettings;
 
   /** Checks the sizes once. */
   constructor(options: NSAFwdVarlenOptions) {
@@ -513,8 +508,7 @@ export class NSAFwdVarlenOp {
       scale: scaleOption(op, "scale", o.scale, dim ** -0.5),
     });
     this.#check = booleanOption(op, "checkIndices", o.checkIndices, true);
-    this.#tune = booleanOption(op, "tune", o.tune, false);
-    this.#kernelMap = checkKernelMap(op, o.kernelMap, ["sparse.nsa.selection"]);
+    this.#kernels = kernelSettings(op, o, "sparse.nsa.selection", booleanOption);
   }
 
   /** Runs the branch; the returned output is the caller's to dispose. */
@@ -591,12 +585,8 @@ export class NSAFwdVarlenOp {
         );
       return withChoice({
         op: "NSAFwdVarlenOp",
-        device: first.device,
-        kernelMap: this.#kernelMap,
-        tune: this.#tune,
-        keys: ["sparse.nsa.selection"],
-        shapeClass: JSON.stringify({ dtype: first.dtype, ...s, dimV }),
-        relRms: first.dtype === "float32" ? 1e-4 : 1e-2,
+        ...this.#kernels,
+        ...sparseChoice(first, { ...s, dimV }),
         run: singleRun(() => run()),
       }, () => run(out));
     } finally {
