@@ -12,7 +12,9 @@
  * - `attnkit info` prints the devices, the native library and its kernels;
  * - `attnkit chart results.json -o chart.svg` draws recorded results.
  *
- * Ops: `gdn` (chunkGatedDeltaRule), `deltanet` (chunkDeltaRule), `attention`. Run it as
+ * Ops: `gdn` (chunkGatedDeltaRule), `deltanet` (chunkDeltaRule), `kda` (chunkKda), `gla` (chunkGla),
+ * `simple-gla` (chunkSimpleGla), `retention` (chunkRetention), `linear-attn` (chunkLinearAttn) and
+ * `attention`; `tune` serves attention, gdn and deltanet, the ops with a `tune` option. Run it as
  * `deno run -A jsr:@attnkit/attnkit/cli <command>`, or `deno task attnkit <command>` in a checkout.
  * Exit status: 0 success, 1 a failed check or a runtime error, 2 a usage error.
  *

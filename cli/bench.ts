@@ -14,8 +14,10 @@ import type { Mode } from "./problem.ts";
 import { note } from "./progress.ts";
 import { readResults, type ResultRecord, type ResultsFile, resultsMarkdown } from "./results.ts";
 import {
+  checkL2norm,
   OP_FUNCTION,
   type OpName,
+  OPS_USAGE,
   parseCount,
   parseDtype,
   parseOp,
@@ -32,7 +34,7 @@ Times <op> on each shape (median of the timed calls; on a GPU the L2 cache is cl
 writes DIR/<op>.json (records {op, shape, dtype, mode, ms, ref, ref_ms, speedup, tflops, gbps}),
 DIR/<op>.md and DIR/<op>.svg (attnkit vs the reference per shape). Progress goes to stderr.
 
-Ops: gdn (chunkGatedDeltaRule), deltanet (chunkDeltaRule), attention (softmax attention)
+${OPS_USAGE}
 
 Options:
   --shapes LIST        comma-separated shapes, e.g. B1_T8192_H96_D128,B4_T2048_H16_D128
@@ -44,7 +46,7 @@ Options:
   --dtype DTYPE        bf16 (default), fp16, fp32 (linear ops only)
   --device DEVICE      cpu, cuda, cuda:N (default: cuda when present)
   --causal             attention: causal mask for every shape (also a "_causal" shape suffix)
-  --l2norm             linear ops: L2-normalise q and k in the kernel
+  --l2norm             gdn, deltanet: L2-normalise q and k in the kernel (useQkL2norm)
   --iterations N       timed calls per value (default 3 on cpu, 20 on cuda)
   --warmup N           untimed calls first (default 1 on cpu, 3 on cuda)
   --seed N             seed of the random inputs (default 0)
@@ -143,7 +145,7 @@ export async function benchCommand(args: string[]): Promise<number> {
   if (!values.shapes) throw new UsageError("missing --shapes");
   if (!values.out) throw new UsageError("missing --out");
   if (op !== "attention" && values.causal) throw new UsageError(`--causal: ${op} is causal by construction`);
-  if (op === "attention" && values.l2norm) throw new UsageError("--l2norm: applies to the linear ops only");
+  checkL2norm(op, values.l2norm);
   const shapes: Shape[] = values.shapes.split(",").filter((s) => s).map((s) => parseShape(s, op));
   const modes = values.modes!.split(",").map((m) => {
     if (!(MODES as readonly string[]).includes(m)) {

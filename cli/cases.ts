@@ -13,6 +13,8 @@ import {
   timeIt,
 } from "../mod.ts";
 import { attentionCase, attentionOracleSeconds } from "./attention.ts";
+import { glaCase, glaOracleSeconds } from "./gla.ts";
+import { kdaCase, kdaOracleSeconds } from "./kda.ts";
 import { linearCase, linearOracleSeconds } from "./linear.ts";
 import type { CaseSettings, Mode, OpCase } from "./problem.ts";
 import { CliError, type OpName, type Shape, UsageError } from "./shape.ts";
@@ -21,7 +23,9 @@ import { CliError, type OpName, type Shape, UsageError } from "./shape.ts";
 export function makeCase(op: OpName, settings: CaseSettings, causal: boolean): OpCase {
   if (op === "attention") return attentionCase(settings, causal);
   if (causal) throw new UsageError(`--causal: ${op} is causal by construction; drop the flag`);
-  return linearCase(settings, op === "gdn");
+  if (op === "gdn" || op === "deltanet") return linearCase(settings, op === "gdn");
+  if (op === "kda") return kdaCase(settings);
+  return glaCase(settings, op);
 }
 
 /** Seconds the float64 oracle would take over `batches` batch rows of an op's shape (a rough estimate). */
@@ -32,9 +36,10 @@ export function oracleSeconds(
   batches: number,
   backward: boolean,
 ): number {
-  return op === "attention"
-    ? attentionOracleSeconds(shape, causal, batches, backward)
-    : linearOracleSeconds(shape, batches, backward);
+  if (op === "attention") return attentionOracleSeconds(shape, causal, batches, backward);
+  if (op === "gdn" || op === "deltanet") return linearOracleSeconds(shape, batches, backward);
+  if (op === "kda") return kdaOracleSeconds(shape, batches, backward);
+  return glaOracleSeconds(shape, batches, backward);
 }
 
 /** The device a `--device` value names (default: the first GPU when there is one, else the CPU). */

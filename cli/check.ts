@@ -8,7 +8,17 @@ import { parseArgs } from "node:util";
 import { chooseDevice, defaultTiming, makeCase, oracleSeconds, timeMode } from "./cases.ts";
 import type { CheckRow } from "./problem.ts";
 import { note, Progress } from "./progress.ts";
-import { CliError, parseCount, parseDtype, parseOp, parseShape, shapeName, UsageError } from "./shape.ts";
+import {
+  checkL2norm,
+  CliError,
+  OPS_USAGE,
+  parseCount,
+  parseDtype,
+  parseOp,
+  parseShape,
+  shapeName,
+  UsageError,
+} from "./shape.ts";
 
 /** The usage of `attnkit check`. */
 export const CHECK_USAGE = `Usage: attnkit check <op> --shape SHAPE [options]
@@ -16,7 +26,7 @@ export const CHECK_USAGE = `Usage: attnkit check <op> --shape SHAPE [options]
 Runs <op> on fresh random inputs, compares each output with the float64 oracle under the dtype's
 tolerance, and times it. Exit status 0 when every output passes, 1 when one fails, 2 on a usage error.
 
-Ops: gdn (chunkGatedDeltaRule), deltanet (chunkDeltaRule), attention (softmax attention)
+${OPS_USAGE}
 
 Options:
   --shape SHAPE        e.g. B2_T1000_H4_D128; attention B2_S1024_H8_HKV2_D128 (HKV: key-value heads,
@@ -24,7 +34,7 @@ Options:
   --dtype DTYPE        bf16 (default), fp16, fp32 (linear ops only)
   --device DEVICE      cpu, cuda, cuda:N (default: cuda when present)
   --causal             attention: causal mask (also a "_causal" shape suffix)
-  --l2norm             linear ops: L2-normalise q and k in the kernel
+  --l2norm             gdn, deltanet: L2-normalise q and k in the kernel (useQkL2norm)
   --backward           check the gradients too, and time forward + backward
   --seed N             seed of the random inputs (default 0)
   --oracle-batches N   compare only the first N batch rows (the op runs on all; the oracle is slow)
@@ -86,7 +96,7 @@ export function checkCommand(args: string[]): number {
   const shape = parseShape(values.shape, op);
   const causal = values.causal || shape.causal;
   if (op !== "attention" && values.causal) throw new UsageError(`--causal: ${op} is causal by construction`);
-  if (op === "attention" && values.l2norm) throw new UsageError("--l2norm: applies to the linear ops only");
+  checkL2norm(op, values.l2norm);
   const dtype = parseDtype(values.dtype!, op);
   const seed = parseCount(values.seed, "seed", 0);
   const batches = parseCount(values["oracle-batches"], "oracle-batches", shape.batch, 1);

@@ -8,21 +8,36 @@
 /** The chunk length of the chunked linear forward. */
 export const LINEAR_CHUNK = 64;
 
-/**
- * FLOPs of the chunked delta-rule forward, per token and value head with chunk C (each matrix product
- * counted in full, 2 m n k): K K^T 2CK, w = Aw K 2CK, u = Au V 2CV, W S 2KV, Q S 2KV, Q K^T 2CK,
- * P U 2CV, K^T U 2KV; in all `B T H (6 K V + 6 C K + 4 C V)`.
- */
-export function linearForwardFlops(
+/** FLOPs of a chunked linear forward over B T H tokens and value heads, with chunk C (default 64). */
+export type ChunkedForwardFlops = (
   B: number,
   T: number,
   H: number,
   K: number,
   V: number,
-  C = LINEAR_CHUNK,
-): number {
-  return B * T * H * (6 * K * V + 6 * C * K + 4 * C * V);
+  C?: number,
+) => number;
+
+// The chunked forwards' count `B T H (kv K V + ck C K + cv C V)`, given its coefficients.
+function chunkedForwardFlops(kv: number, ck: number, cv: number): ChunkedForwardFlops {
+  return (B, T, H, K, V, C = LINEAR_CHUNK) => B * T * H * (kv * K * V + ck * C * K + cv * C * V);
 }
+
+/**
+ * FLOPs of the chunked delta-rule forward (DeltaNet, Gated DeltaNet, and KDA as
+ * bench/kda_side_by_side.ts counts it), per token and value head with chunk C (each matrix product
+ * counted in full, 2 m n k): K K^T 2CK, w = Aw K 2CK, u = Au V 2CV, W S 2KV, Q S 2KV, Q K^T 2CK,
+ * P U 2CV, K^T U 2KV; in all `B T H (6 K V + 6 C K + 4 C V)`.
+ */
+export const linearForwardFlops: ChunkedForwardFlops = chunkedForwardFlops(6, 6, 4);
+
+/**
+ * FLOPs of the gated linear family's chunked forward (GLA, simple GLA, retention, linear attention), as
+ * bench/gla_side_by_side.ts counts them per token and value head with chunk C (each product in full,
+ * 2 m n k): scores Q K^T 2CK, inter-chunk output Q S 2KV, intra-chunk output P V 2CV, state update
+ * K^T V 2KV; in all `B T H (4 K V + 2 C K + 2 C V)`. The kind of decay does not change the count.
+ */
+export const glaForwardFlops: ChunkedForwardFlops = chunkedForwardFlops(4, 2, 2);
 
 /**
  * FLOPs of softmax attention's forward, FlashAttention's convention: `4 B Hq Sq Skv D`, halved when

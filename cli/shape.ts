@@ -6,6 +6,7 @@
  * @module
  */
 import type { DType } from "../mod.ts";
+import { MAX_HEAD_DIM } from "../ops/linear/delta_native.ts";
 
 /** An error that ends a command with an exit status and a message (and the usage, when asked). */
 export class CliError extends Error {
@@ -32,7 +33,16 @@ export class UsageError extends CliError {
 }
 
 /** The ops the command line checks and benchmarks. */
-export const OPS = ["gdn", "deltanet", "attention"] as const;
+export const OPS = [
+  "gdn",
+  "deltanet",
+  "kda",
+  "gla",
+  "simple-gla",
+  "retention",
+  "linear-attn",
+  "attention",
+] as const;
 
 /** One of {@link OPS}. */
 export type OpName = (typeof OPS)[number];
@@ -42,10 +52,21 @@ const OP_ALIASES: Record<string, OpName> = {
   "gated-deltanet": "gdn",
   deltanet: "deltanet",
   delta: "deltanet",
+  kda: "kda",
+  gla: "gla",
+  "simple-gla": "simple-gla",
+  simple_gla: "simple-gla",
+  retention: "retention",
+  retnet: "retention",
+  "linear-attn": "linear-attn",
+  linear_attn: "linear-attn",
   attention: "attention",
 };
 
-/** The op a name stands for (aliases: `gated-deltanet`, `delta`), or a UsageError listing the ops. */
+/**
+ * The op a name stands for (aliases: `gated-deltanet`, `delta`, `simple_gla`, `retnet`, `linear_attn`),
+ * or a UsageError listing the ops.
+ */
 export function parseOp(name: string | undefined): OpName {
   if (name === undefined) throw new UsageError(`missing op; ops: ${OPS.join(", ")}`);
   const op = OP_ALIASES[name.toLowerCase()];
@@ -57,8 +78,45 @@ export function parseOp(name: string | undefined): OpName {
 export const OP_FUNCTION: Readonly<Record<OpName, string>> = {
   gdn: "chunkGatedDeltaRule",
   deltanet: "chunkDeltaRule",
+  kda: "chunkKda",
+  gla: "chunkGla",
+  "simple-gla": "chunkSimpleGla",
+  retention: "chunkRetention",
+  "linear-attn": "chunkLinearAttn",
   attention: "attention",
 };
+
+/** An op as messages name it: with its function where that is named otherwise, `gla (chunkGla)`. */
+export function opLabel(op: OpName): string {
+  return OP_FUNCTION[op] === op ? op : `${op} (${OP_FUNCTION[op]})`;
+}
+
+// "Ops: a, b, ..." wrapped at 100 columns.
+function opsLines(items: string[]): string {
+  const lines = ["Ops:"];
+  items.forEach((item, i) => {
+    const text = i < items.length - 1 ? `${item},` : item;
+    if (lines[lines.length - 1].length + text.length + 1 > 100) lines.push(text);
+    else lines[lines.length - 1] += ` ${text}`;
+  });
+  return lines.join("\n");
+}
+
+/** The ops and what each runs, for the usage texts; every op but attention is a "linear op". */
+export const OPS_USAGE: string = opsLines(
+  OPS.map((op) => op === "attention" ? "attention (softmax attention)" : opLabel(op)),
+);
+
+/** The ops whose function takes `useQkL2norm` (the `--l2norm` flag). */
+const L2NORM_OPS: readonly OpName[] = ["gdn", "deltanet"];
+
+/** Refuses `--l2norm` for an op whose function has no in-kernel L2 norm of q and k (`useQkL2norm`). */
+export function checkL2norm(op: OpName, l2norm: boolean | undefined): void {
+  if (l2norm && !L2NORM_OPS.includes(op)) {
+    const ops = L2NORM_OPS.join(" and ");
+    throw new UsageError(`--l2norm: ${opLabel(op)} takes no useQkL2norm; the flag applies to ${ops}`);
+  }
+}
 
 /** Sizes of one problem, read from a shape name. */
 export interface Shape {
@@ -90,7 +148,8 @@ const PART = /^(B|T|S|SKV|H|HKV|KV|HK|D|DV)(\d+)$/i;
  * Reads a shape name: parts joined by `_`, each a letter code and a positive size (`B` batch, `T` or
  * `S` tokens, `H` heads, `D` head dim; attention also `SKV` key length, `HKV` / `KV` key-value heads;
  * the linear ops `HK` query/key heads, `DV` value dim), and optionally `causal`. B, T (or S), H and D
- * are required. A part that does not fit the op is refused.
+ * are required. A part that does not fit the op is refused, and so are the linear ops' head dims above
+ * the kernels' largest (256). Every linear op takes HK dividing H and DV apart from D.
  */
 export function parseShape(text: string, op: OpName): Shape {
   const found: Record<string, number> = {};
@@ -137,6 +196,11 @@ export function parseShape(text: string, op: OpName): Shape {
   }
   if (linear && causal) {
     throw new UsageError(`shape "${text}": ${op} is causal by construction; drop "causal"`);
+  }
+  if (linear && Math.max(found.D, found.DV ?? 0) > MAX_HEAD_DIM) {
+    const part = found.D > MAX_HEAD_DIM ? `D${found.D}` : `DV${found.DV}`;
+    const limit = `head dims D and DV of at most ${MAX_HEAD_DIM}`;
+    throw new UsageError(`shape "${text}": ${opLabel(op)} takes ${limit}, got ${part}`);
   }
   const heads = found.H;
   const headsKv = found.HKV ?? heads, headsQk = found.HK ?? heads;

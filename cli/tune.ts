@@ -23,8 +23,9 @@ import {
 import { readTuneRecord } from "../ops/tune/cache.ts";
 import { attentionInputs } from "./attention.ts";
 import { chooseDevice } from "./cases.ts";
-import { linearInputs } from "./linear.ts";
-import { type OpName, parseDtype, parseShape, type Shape, UsageError } from "./shape.ts";
+import { deltaGates } from "./linear.ts";
+import { LinearTensors } from "./linear_problem.ts";
+import { opLabel, type OpName, parseDtype, parseOp, parseShape, type Shape, UsageError } from "./shape.ts";
 
 /** The usage of `attnkit tune`. */
 export const TUNE_USAGE = `Usage: attnkit tune <attention|gdn|deltanet> --shapes A,B,... [options]
@@ -32,7 +33,8 @@ export const TUNE_USAGE = `Usage: attnkit tune <attention|gdn|deltanet> --shapes
 Tunes each shape (every kernel that can serve it, timed against the planner's choice, outputs compared)
 and keeps the winners in the tuning cache, where op classes built with tune: true find them (attention:
 GroupedQueryAttentionFwdOp / BwdOp; gdn: GatedDeltaNetBTHDFwdOp / GatedDeltaNetBwdOp with useQkL2norm;
-deltanet: DeltaNetFwdOp / DeltaNetBwdOp with useQkL2norm, all bshd).
+deltanet: DeltaNetFwdOp / DeltaNetBwdOp with useQkL2norm, all bshd). The other ops (kda, gla, simple-gla,
+retention, linear-attn) take no tune option: the planner picks their kernels, and tune refuses them.
 
 Options:
   --shapes LIST    e.g. B2_S3000_H24_KV8_D128_causal (attention), B3_T5000_H24_D128 (gdn, deltanet)
@@ -48,10 +50,19 @@ Examples:
   attnkit tune attention --shapes B2_S3000_H24_KV8_D128_causal --backward
   attnkit tune gdn --shapes B3_T5000_H24_D128 --backward`;
 
+/** The ops whose op classes take `tune: true`. */
+type TunedOp = "attention" | "gdn" | "deltanet";
+
+// The other ops' functions take no tune option: the planner alone picks their kernels.
+function isTuned(op: OpName): op is TunedOp {
+  return op === "attention" || op === "gdn" || op === "deltanet";
+}
+
 function tuneLinear(op: "gdn" | "deltanet", shape: Shape, dtype: DType, device: Device, backward: boolean) {
   // The inputs `attnkit check` and `bench` use, with the in-kernel L2 norm the op classes are built with.
-  using x = linearInputs({ shape, dtype, device, seed: 1, l2norm: true }, op === "gdn");
-  const { q, k, v, g, beta, dO } = x;
+  using x = new LinearTensors({ shape, dtype, device, seed: 1, l2norm: true });
+  const { q, k, v, dO } = x;
+  const { g, beta } = deltaGates(x, op === "gdn");
   const options = { layout: "bshd" as const, useQkL2norm: true, tune: true };
   if (op === "gdn") {
     using fwd = new GatedDeltaNetBTHDFwdOp(options).forward(q, k, v, g!, beta);
@@ -67,7 +78,7 @@ function tuneLinear(op: "gdn" | "deltanet", shape: Shape, dtype: DType, device: 
   report(`${shape.name} backward`);
 }
 
-function tuneShape(op: OpName, shape: Shape, dtype: DType, device: Device, backward: boolean): void {
+function tuneShape(op: TunedOp, shape: Shape, dtype: DType, device: Device, backward: boolean): void {
   if (op !== "attention") return tuneLinear(op, shape, dtype, device, backward);
   if (shape.seqKv !== shape.seq) {
     throw new UsageError(`shape "${shape.name}": tune takes square shapes (no SKV)`);
@@ -102,8 +113,6 @@ function report(what: string): void {
   }
 }
 
-const TUNED_OPS: readonly OpName[] = ["attention", "gdn", "deltanet"];
-
 /** Runs `attnkit tune`; returns the exit status. */
 export function tuneCommand(args: string[]): number {
   const { values, positionals } = parseArgs({
@@ -124,10 +133,16 @@ export function tuneCommand(args: string[]): number {
     console.log(TUNE_USAGE);
     return 0;
   }
-  const op = positionals[0] as OpName;
-  if (positionals.length !== 1 || !TUNED_OPS.includes(op)) {
+  if (positionals.length !== 1) {
     throw new UsageError(
       `tune: expected the op "attention", "gdn" or "deltanet", got ${JSON.stringify(positionals.join(" "))}`,
+    );
+  }
+  const op = parseOp(positionals[0]);
+  if (!isTuned(op)) {
+    throw new UsageError(
+      `${opLabel(op)} has nothing to tune: it takes no tune option, the planner picks ` +
+        `its kernels (tune serves attention, gdn and deltanet; check and bench run ${op})`,
     );
   }
   const dtype = parseDtype(values.dtype!, op);

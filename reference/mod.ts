@@ -90,6 +90,8 @@ export {
   type AttentionTolerance,
   DELTA_RULE_TOLERANCE,
   type DeltaRuleTolerance,
+  GATE_GRADIENT_TOLERANCE,
+  type GateFamily,
 } from "./tolerance.ts";
 export {
   kdaReference,

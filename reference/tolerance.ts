@@ -87,3 +87,31 @@ export function attentionBound(samePrecisionMaxAbs: number, direction: "forward"
     : ATTENTION_TOLERANCE.backwardFactor;
   return factor * samePrecisionMaxAbs + ATTENTION_TOLERANCE.slack;
 }
+
+/** The gated families whose decay gradients {@link GATE_GRADIENT_TOLERANCE} bounds. */
+export type GateFamily = "gla" | "kda";
+
+/**
+ * Relative RMS error allowed for the gradient of a gated family's natural-log decays against the float64
+ * oracle fed the same (rounded) inputs: `gla` for GLA's dgk and simple GLA's dg, `kda` for KDA's dgate.
+ * The other outputs and gradients of these families follow {@link DELTA_RULE_TOLERANCE}.
+ *
+ * A chunked kernel forms a decay's gradient as a reverse cumulative sum over the sequence of terms
+ * (`q dq - k dk`) that largely cancel, so the 16-bit operands leave it several times dq's error: float16 /
+ * bfloat16 0.12 for GLA (simple GLA in bf16 on the H200, gates uniform in [-6, 0] over 60 seeds: median
+ * 0.021, 90th percentile 0.034, worst 0.073; gates in [-0.25, 0]: worst 0.014) and 0.08 for KDA; a wrong
+ * gradient is off by order 1. float32: the delta rule's bound for its small gradients (2e-4).
+ *
+ * @example
+ * ```ts
+ * import { DELTA_RULE_TOLERANCE, GATE_GRADIENT_TOLERANCE } from "@attnkit/attnkit/reference";
+ * console.log(GATE_GRADIENT_TOLERANCE.gla.bfloat16); // 0.12
+ * console.log(GATE_GRADIENT_TOLERANCE.kda.float32 === DELTA_RULE_TOLERANCE.float32.dsmall); // true
+ * ```
+ */
+export const GATE_GRADIENT_TOLERANCE: Readonly<
+  Record<GateFamily, Readonly<Record<"float32" | "float16" | "bfloat16", number>>>
+> = {
+  gla: { bfloat16: 0.12, float16: 0.12, float32: DELTA_RULE_TOLERANCE.float32.dsmall },
+  kda: { bfloat16: 0.08, float16: 0.08, float32: DELTA_RULE_TOLERANCE.float32.dsmall },
+};

@@ -4,6 +4,9 @@
 // that should fail does.
 import assert from "node:assert/strict";
 import { byMaxAbs, byRelRms } from "../cli/problem.ts";
+import { type LinearFamily, linearOpCase } from "../cli/linear_problem.ts";
+import { chunkLinearAttn, type GlaGradients } from "../mod.ts";
+import { gatedLinearReference, gatedLinearReferenceBackward } from "../reference/linear_attention.ts";
 import { renderChart } from "../cli/chart.ts";
 import { parseResults } from "../cli/results.ts";
 import { parseShape, shapeName } from "../cli/shape.ts";
@@ -119,6 +122,143 @@ deviceTest("cli check attention (GQA, causal, backward): PASS", async (device) =
   });
 });
 
+// The gated linear family and KDA: each op's shape (grouped q/k heads, DV apart from D), dtype, and the
+// outputs its check compares (forward, then the gradients named after the inputs).
+const LINEAR_OPS: { op: string; fn: string; shape: string; dtype: string; grads: string[] }[] = [
+  { op: "gla", fn: "chunkGla", shape: "B2_T80_H4_HK2_D32_DV16", dtype: "bf16", grads: ["dgk"] },
+  { op: "simple-gla", fn: "chunkSimpleGla", shape: "B1_T100_H2_D32", dtype: "fp16", grads: ["dg"] },
+  { op: "retention", fn: "chunkRetention", shape: "B2_T70_H3_D16_DV32", dtype: "fp32", grads: [] },
+  { op: "linear-attn", fn: "chunkLinearAttn", shape: "B1_T90_H4_HK1_D32", dtype: "bf16", grads: [] },
+  { op: "kda", fn: "chunkKda", shape: "B2_T70_H4_HK2_D32", dtype: "bf16", grads: ["dgate", "dbeta"] },
+];
+
+for (const { op, fn, shape, dtype, grads } of LINEAR_OPS) {
+  deviceTest(`cli check ${op} (${fn}), forward and --backward: PASS against the oracle`, async (device) => {
+    await withSeed(async (seed) => {
+      const args = [
+        "check",
+        op,
+        "--shape",
+        shape,
+        "--dtype",
+        dtype,
+        "--device",
+        device,
+        "--seed",
+        String(seed),
+      ];
+      const forward = await attnkit(...args, "--iterations", "0", "--quiet");
+      expectPass(forward, ["output", "final state"]);
+      assert.doesNotMatch(forward.stdout, /^ {2}dq /m, "no gradients without --backward");
+      const r = await attnkit(...args, "--backward", "--iterations", "1", "--quiet");
+      expectPass(r, ["output", "final state", "dq", "dk", "dv", ...grads]);
+      assert.match(r.stdout, new RegExp(`^attnkit check ${op} ${shape} \\w+ on `, "m"), explain(r));
+      assert.match(
+        r.stdout,
+        /^ {2}time fwdbwd +\d+\.\d{3} ms \(one call\) +[\d.e+-]+ TFLOP\/s$/m,
+        explain(r),
+      );
+    });
+  });
+}
+
+Deno.test("cli: the linear ops refuse what their functions do not take, before making a tensor", async () => {
+  for (const { op, fn } of LINEAR_OPS) {
+    const cases: [string[], RegExp][] = [
+      [
+        ["--shape", "B1_T16_H2_D16", "--l2norm"],
+        new RegExp(`--l2norm: ${op} \\(${fn}\\) takes no useQkL2norm`),
+      ],
+      [["--shape", "B1_T16_H4_HK3_D16"], /H4 is not a multiple of HK3/],
+      [
+        ["--shape", "B1_T16_H2_D16_DV320"],
+        new RegExp(`${op} \\(${fn}\\) takes head dims D and DV of at most 256`),
+      ],
+      [["--shape", "B1_T16_H2_KV2_D16"], /HKV does not apply/],
+    ];
+    for (const [args, message] of cases) {
+      const r = await attnkit("check", op, "--device", "cpu", ...args);
+      assert.equal(r.code, 2, `${op} ${args.join(" ")}\n${explain(r)}`);
+      assert.match(r.stderr, message, `${op} ${args.join(" ")}`);
+      assert.match(r.stderr, /Usage: attnkit check <op>/);
+    }
+  }
+  const bench = await attnkit(
+    "bench",
+    "gla",
+    "--shapes",
+    "B1_T16_H2_D16",
+    "--out",
+    "x",
+    "--l2norm",
+    "--device",
+    "cpu",
+  );
+  assert.equal(bench.code, 2, explain(bench));
+  assert.match(bench.stderr, /--l2norm: gla \(chunkGla\) takes no useQkL2norm/);
+  // The aliases of FLA's names.
+  for (
+    const [alias, op] of [["simple_gla", "simple-gla"], ["retnet", "retention"], [
+      "linear_attn",
+      "linear-attn",
+    ]]
+  ) {
+    const r = await attnkit(
+      "check",
+      alias,
+      "--shape",
+      "B1_T16_H1_D16",
+      "--device",
+      "cpu",
+      "--iterations",
+      "0",
+    );
+    assert.equal(r.code, 0, explain(r));
+    assert.match(r.stdout, new RegExp(`^attnkit check ${op} B1_T16_H1_D16 `, "m"));
+  }
+});
+
+Deno.test("cli bench: the gated linear family and KDA write records naming the op and its function", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "attnkit_cli_linear_" });
+  try {
+    for (const { op, fn } of LINEAR_OPS) {
+      const r = await attnkit(
+        "bench",
+        op,
+        "--shapes",
+        "B1_T64_H2_D32,B2_T40_H2_HK1_D16_DV32",
+        "--device",
+        "cpu",
+        "--out",
+        dir,
+        "--iterations",
+        "1",
+        "--warmup",
+        "0",
+      );
+      assert.equal(r.code, 0, explain(r));
+      const json = JSON.parse(await Deno.readTextFile(`${dir}/${op}.json`));
+      assert.deepEqual(
+        json.records.map((x: { shape: string; mode: string }) => `${x.shape} ${x.mode}`),
+        [
+          "B1_T64_H2_D32 fwd",
+          "B1_T64_H2_D32 fwdbwd",
+          "B2_T40_H2_HK1_D16_DV32 fwd",
+          "B2_T40_H2_HK1_D16_DV32 fwdbwd",
+        ],
+      );
+      for (const rec of json.records) {
+        assert.equal(rec.op, fn);
+        assert.equal(rec.dtype, "bfloat16");
+        assert.ok(rec.ms > 0 && rec.tflops > 0, JSON.stringify(rec));
+      }
+      assert.match(await Deno.readTextFile(`${dir}/${op}.md`), new RegExp(`^# ${fn}`));
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("cli check attention: fewer keys than queries (rows with no key) and --oracle-batches", async () => {
   const r = await attnkit(
     "check",
@@ -159,7 +299,10 @@ Deno.test("cli: a bad flag exits 2 with the command's usage", async () => {
 Deno.test("cli: an unknown op names the ops; an unknown command the commands", async () => {
   const r = await attnkit("check", "flashmla", "--shape", "B1_T16_H1_D16");
   assert.equal(r.code, 2, explain(r));
-  assert.match(r.stderr, /unknown op "flashmla"; ops: gdn, deltanet, attention/);
+  assert.match(
+    r.stderr,
+    /unknown op "flashmla"; ops: gdn, deltanet, kda, gla, simple-gla, retention, linear-attn, attention/,
+  );
   const c = await attnkit("verify");
   assert.equal(c.code, 2, explain(c));
   assert.match(c.stderr, /unknown command "verify"/);
@@ -302,6 +445,49 @@ Deno.test("cli verdicts: NaN, stray infinities and errors past the bound fail", 
   assert.equal(byMaxAbs("o", [1, 2, 3.3, 4], oracle, 0.4, "why").pass, true);
 });
 
+Deno.test("cli linear case: rows joined over batch rows pass; an output off the oracle or a missing gradient fails", () => {
+  const settings = {
+    shape: parseShape("B3_T40_H2_HK1_D16_DV8", "linear-attn"),
+    dtype: "float32" as const,
+    device: "cpu" as const,
+    seed: 7,
+    l2norm: false,
+  };
+  // chunkLinearAttn against the oracle, which decays by g when `decay` (the op never does, nor returns dg).
+  const linearAttn = (decay: boolean) =>
+    linearOpCase(settings, (t): LinearFamily<"g", GlaGradients> => {
+      const { B, T, H } = t.sizes;
+      const g = t.uniform([B, T, H], 3, -0.5, -0.25);
+      return {
+        sides: decay ? [{ name: "g", tensor: g, bound: 1 }] : [],
+        forward: ({ finalState, output }) =>
+          chunkLinearAttn(t.q, t.k, t.v, {
+            layout: "bshd",
+            outputFinalState: finalState,
+            out: output && { output },
+          }),
+        oracle: {
+          forward: (x) => gatedLinearReference(x),
+          backward: (x, dOut) => gatedLinearReferenceBackward(x, dOut),
+        },
+        flops: 1,
+      };
+    });
+  const verdicts = (decay: boolean, batches: number) => {
+    using c = linearAttn(decay);
+    return Object.fromEntries(c.check(batches, true, () => {}).map((r) => [r.name, r]));
+  };
+  for (const batches of [1, 3]) {
+    const rows = verdicts(false, batches);
+    assert.deepEqual(Object.keys(rows), ["output", "final state", "dq", "dk", "dv"]);
+    for (const r of Object.values(rows)) assert.ok(r.pass, `${batches} rows: ${JSON.stringify(r)}`);
+  }
+  const off = verdicts(true, 2);
+  for (const name of ["output", "final state", "dq", "dk", "dv"]) assert.equal(off[name].pass, false, name);
+  assert.equal(off.dg.pass, false);
+  assert.equal(off.dg.problem, "not returned by the op");
+});
+
 Deno.test("cli shapes: the names of the recorded results read back to themselves", () => {
   for (const name of ["B1_T8192_H96_D128", "B4_T2048_H16_HK4_D128_DV64"]) {
     assert.equal(shapeName(parseShape(name, "gdn"), "gdn"), name);
@@ -345,9 +531,15 @@ deviceTest(
       const cleared = await attnkit("tune", "attention", "--cache", cache, "--clear");
       assert.equal(cleared.code, 0, explain(cleared));
       assert.throws(() => Deno.statSync(cache), Deno.errors.NotFound);
-      const bad = await attnkit("tune", "gla", "--shapes", "B1_T8_H2_D64");
+      const bad = await attnkit("tune", "flashmla", "--shapes", "B1_T8_H2_D64");
       assert.equal(bad.code, 2, explain(bad));
-      assert.match(bad.stderr, /tune: expected the op "attention", "gdn" or "deltanet"/);
+      assert.match(bad.stderr, /unknown op "flashmla"/);
+      // The ops without a tune option are refused, saying so.
+      for (const op of ["gla", "simple_gla", "retention", "linear-attn", "kda"]) {
+        const untuned = await attnkit("tune", op, "--shapes", "B1_T8_H2_D64", "--cache", cache);
+        assert.equal(untuned.code, 2, explain(untuned));
+        assert.match(untuned.stderr, /\(chunk\w+\) has nothing to tune: it takes no tune option/);
+      }
       // The delta-rule op classes, forward and backward, into the same cache.
       const gdn = await attnkit(
         "tune",
