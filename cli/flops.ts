@@ -1,9 +1,10 @@
 /**
- * FLOP counts behind the TFLOP/s the command line prints: the conventions of attnkit's side-by-side
- * benchmarks (and of FLA and FlashAttention), so numbers compare across tables.
+ * FLOP and byte counts behind the TFLOP/s and GB/s the command line prints: the conventions of
+ * attnkit's side-by-side benchmarks (and of FLA and FlashAttention), so numbers compare across tables.
  *
  * @module
  */
+import type { Tensor } from "../mod.ts";
 
 /** The chunk length of the chunked linear forward. */
 export const LINEAR_CHUNK = 64;
@@ -40,6 +41,14 @@ export const linearForwardFlops: ChunkedForwardFlops = chunkedForwardFlops(6, 6,
 export const glaForwardFlops: ChunkedForwardFlops = chunkedForwardFlops(4, 2, 2);
 
 /**
+ * FLOPs of feature-map linear attention's forward, as bench/gla_side_by_side.ts counts its "feature"
+ * rows: the chunked linear forward without decay it runs on, `B T H (4 K V + 2 C K + 2 C V)` with chunk
+ * C, causal or bidirectional alike (the bidirectional form's two passes count once); the feature map
+ * and the normaliser, element-wise, count nothing. Forward + backward 3x, as every linear op.
+ */
+export const featureMapForwardFlops: ChunkedForwardFlops = glaForwardFlops;
+
+/**
  * FLOPs of softmax attention's forward, FlashAttention's convention: `4 B Hq Sq Skv D`, halved when
  * causal.
  */
@@ -63,4 +72,16 @@ export function modeFactor(family: "linear" | "attention", mode: "fwd" | "bwd" |
   if (mode === "fwd") return 1;
   if (family === "attention") return mode === "bwd" ? 2.5 : 3.5;
   return mode === "bwd" ? 2 : 3;
+}
+
+/**
+ * The least bytes one call moves, the benchmarks' GB/s convention: each tensor in `read` read once, each
+ * in `written` written once, none twice (caches and re-reads not counted). The command line counts
+ * gdn-decode's fp32 state read and written (bench/linear_side_by_side.ts's `2 B H K V 4`) plus q, k,
+ * v, g, beta and o; attention-decode's K and V cache rows (bench/decode_side_by_side.ts's
+ * `2 B Skv Hkv D 2` in bf16) plus q and o; and the forward of the linear ops and fmap as
+ * bench/gla_side_by_side.ts states it, q, k, v, o once and the float32 side inputs (gates, beta) once.
+ */
+export function leastBytes(read: readonly Tensor[], written: readonly Tensor[]): number {
+  return [...read, ...written].reduce((sum, t) => sum + t.nbytes, 0);
 }

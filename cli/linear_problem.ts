@@ -15,9 +15,9 @@
 import { Tensor } from "../mod.ts";
 import type { LinearReferenceProblem } from "../reference/sequences.ts";
 import { DELTA_RULE_TOLERANCE } from "../reference/tolerance.ts";
-import { modeFactor } from "./flops.ts";
+import { leastBytes, modeFactor } from "./flops.ts";
 import type { CaseSettings, CheckRow, Mode, OpCase } from "./problem.ts";
-import { byRelRms, hostValues, poisoned } from "./problem.ts";
+import { byRelRms, hostValues, poisoned, trainingCall } from "./problem.ts";
 import type { Shape } from "./shape.ts";
 
 /** The sizes of a linear problem: batch, tokens, value heads, query/key heads, key and value dims. */
@@ -176,9 +176,12 @@ export interface LinearFamily<S extends string, G extends LinearGradients<S>> {
   flops: number;
 }
 
-// Runs `run` on each of the first `batches` batch rows alone and joins the `keys` of its results: rows
-// are independent, so this is the run over all of them, and the progress moves at least a row at a time.
-function byRows(
+/**
+ * Runs `run` on each of the first `batches` batch rows alone and joins the `keys` of its results (each a
+ * row's array, laid out batch-major): rows are independent, so this is the run over all of them, and
+ * progress can move at least a row at a time.
+ */
+export function byRows(
   batches: number,
   keys: readonly string[],
   run: (row: number) => object,
@@ -305,23 +308,22 @@ export function linearOpCase<S extends string, G extends LinearGradients<S>>(
       return rows;
     },
 
-    call(mode: Mode): () => void {
-      if (mode === "fwd") {
-        const output = t.own(Tensor.empty([B, T, H, V], { dtype, device }));
-        return () => {
-          using _r = family.forward({ finalState: false, training: false, output });
-        };
-      }
-      if (mode === "fwdbwd") {
-        return () => {
-          using r = family.forward({ finalState: false, training: true });
-          using _grads = r.backward(dO);
-        };
-      }
-      throw new Error(`linear ops time fwd and fwdbwd, not ${mode}`);
-    },
+    // fwd into an output made once; fwdbwd with the states a backward needs.
+    call: (mode: Mode) =>
+      trainingCall(
+        mode,
+        "a linear op",
+        () => t.own(Tensor.empty([B, T, H, V], { dtype, device })),
+        (output) => family.forward({ finalState: false, training: output === undefined, output }),
+        dO,
+      ),
 
     flops: (mode: Mode) => family.flops * modeFactor("linear", mode),
+
+    // The forward's q, k, v and side inputs read once, o (shaped like v) written once, as
+    // bench/gla_side_by_side.ts counts bytes; it states no count for forward + backward.
+    bytes: (mode: Mode) =>
+      mode === "fwd" ? leastBytes([q, k, v, ...sides.map((s) => s.tensor)], [v]) : undefined,
 
     [Symbol.dispose]: () => t[Symbol.dispose](),
   };

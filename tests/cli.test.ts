@@ -74,7 +74,12 @@ deviceTest("cli check gdn --backward: PASS against the oracle", async (device) =
     );
     expectPass(r, ["output", "final state", "dq", "dk", "dv", "dbeta", "dg"]);
     assert.match(r.stdout, /^attnkit check gdn B2_T80_H2_D32 bfloat16 on /m);
-    assert.match(r.stdout, /^ {2}time fwd +\d+\.\d{3} ms \(median of 2\) +[\d.e+-]+ TFLOP\/s$/m, explain(r));
+    // The forward's GB/s counts q, k, v, o, g and beta once (bench/gla_side_by_side.ts's convention).
+    assert.match(
+      r.stdout,
+      /^ {2}time fwd +\d+\.\d{3} ms \(median of 2\) +[\d.e+-]+ TFLOP\/s +[\d.e+-]+ GB\/s$/m,
+      explain(r),
+    );
     assert.match(r.stdout, /^ {2}time fwdbwd +\d+\.\d{3} ms/m, explain(r));
   });
 });
@@ -251,9 +256,205 @@ Deno.test("cli bench: the gated linear family and KDA write records naming the o
         assert.equal(rec.op, fn);
         assert.equal(rec.dtype, "bfloat16");
         assert.ok(rec.ms > 0 && rec.tflops > 0, JSON.stringify(rec));
+        // GB/s of the forward only: bench/gla_side_by_side.ts counts no bytes for forward + backward.
+        assert.ok(rec.mode === "fwd" ? rec.gbps > 0 : rec.gbps === null, JSON.stringify(rec));
       }
       assert.match(await Deno.readTextFile(`${dir}/${op}.md`), new RegExp(`^# ${fn}`));
     }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+// Feature-map linear attention: two feature maps (and the identity in float32), causal and bidirectional.
+const FMAP_CASES: { phi: string; shape: string; dtype: string; form: string[] }[] = [
+  { phi: "elu+1", shape: "B2_T70_H2_D32_DV16", dtype: "bf16", form: [] },
+  { phi: "relu", shape: "B1_T90_H3_D16", dtype: "fp16", form: ["--bidirectional"] },
+  { phi: "identity", shape: "B1_T40_H2_D16", dtype: "fp32", form: ["--bidirectional"] },
+];
+
+deviceTest(
+  "cli check fmap (featureMapLinearAttention), forward and --backward: PASS against the oracle",
+  async (device) => {
+    await withSeed(async (seed) => {
+      for (const { phi, shape, dtype, form } of FMAP_CASES) {
+        const args = ["check", "fmap", "--shape", shape, "--dtype", dtype, "--feature-map", phi, ...form];
+        const common = ["--device", device, "--seed", String(seed), "--quiet"];
+        const forward = await attnkit(...args, ...common, "--iterations", "0");
+        expectPass(forward, ["output"]);
+        assert.doesNotMatch(forward.stdout, /^ {2}dq /m, "no gradients without --backward");
+        const r = await attnkit(...args, ...common, "--backward", "--iterations", "1");
+        expectPass(r, ["output", "dq", "dk", "dv"]);
+        assert.match(r.stdout, new RegExp(`^attnkit check fmap ${shape} \\w+ on `, "m"), explain(r));
+        const formName = form.length ? "bidirectional" : "causal";
+        assert.match(r.stdout, new RegExp(`; phi ${phi.replace("+", "\\+")}; ${formName};`), explain(r));
+        assert.match(
+          r.stdout,
+          /^ {2}time fwd +\d+\.\d{3} ms \(one call\) +[\d.e+-]+ TFLOP\/s +[\d.e+-]+ GB\/s$/m,
+          explain(r),
+        );
+        assert.match(
+          r.stdout,
+          /^ {2}time fwdbwd +\d+\.\d{3} ms \(one call\) +[\d.e+-]+ TFLOP\/s$/m,
+          explain(r),
+        );
+      }
+    });
+  },
+);
+
+deviceTest(
+  "cli check gdn-decode and attention-decode: PASS against the oracle, GB/s beside the time",
+  async (device) => {
+    await withSeed(async (seed) => {
+      const common = ["--device", device, "--seed", String(seed), "--iterations", "2", "--quiet"];
+      for (const [dtype, flags] of [["bf16", ["--l2norm"]], ["fp32", []]] as const) {
+        const r = await attnkit(
+          "check",
+          "gdn-decode",
+          "--shape",
+          "B3_H4_HK2_D32_DV64",
+          "--dtype",
+          dtype,
+          ...flags,
+          ...common,
+        );
+        expectPass(r, ["output", "new state"]);
+        assert.match(r.stdout, /^attnkit check gdn-decode B3_T1_H4_HK2_D32_DV64 \w+ on /m, explain(r));
+        assert.match(r.stdout, /state \[3, 4, 32, 64\] float32 \(std 0\.1\)/, explain(r));
+        // Memory-bound: GB/s, no TFLOP/s.
+        assert.match(r.stdout, /^ {2}time fwd +\d+\.\d{3} ms \(median of 2\) +[\d.e+-]+ GB\/s$/m, explain(r));
+      }
+      const a = await attnkit(
+        "check",
+        "attention-decode",
+        "--shape",
+        "B2_S100_H8_HKV2_D64",
+        "--dtype",
+        "fp16",
+        ...common,
+      );
+      expectPass(a, ["output"]);
+      assert.match(a.stdout, /^attnkit check attention-decode B2_SKV100_H8_KV2_D64 float16 on /m, explain(a));
+      assert.match(a.stdout, /^ {2}time fwd +\d+\.\d{3} ms \(median of 2\) +[\d.e+-]+ GB\/s$/m, explain(a));
+    });
+  },
+);
+
+Deno.test("cli: fmap and the decode ops refuse what they do not take, before making a tensor", async () => {
+  const check = (op: string, shape: string, ...flags: string[]) => ["check", op, "--shape", shape, ...flags];
+  const cases: [string[], RegExp][] = [
+    [
+      check("fmap", "B1_T16_H2_D16", "--feature-map", "softplus"),
+      /--feature-map: unknown feature map "softplus"; feature maps: elu\+1, relu, identity, softmax_free/,
+    ],
+    [check("fmap", "B1_T16_H2_HK1_D16"), /HK does not apply to fmap/],
+    [check("fmap", "B1_T16_H2_D16", "--causal"), /--causal: fmap is causal unless --bidirectional/],
+    [check("fmap", "B1_T16_H2_D16_causal"), /fmap is causal unless --bidirectional; drop "causal"/],
+    [check("fmap", "B1_T16_H2_D16", "--l2norm"), /--l2norm: fmap \(featureMapLinearAttention\) takes no/],
+    [check("gla", "B1_T16_H2_D16", "--feature-map", "relu"), /--feature-map: applies to fmap only, not gla/],
+    [check("gdn", "B1_T16_H2_D16", "--bidirectional"), /--bidirectional: applies to fmap only, not gdn/],
+    [
+      check("gdn-decode", "B1_H2_D16", "--backward"),
+      /--backward: gdn-decode \(GatedDeltaNetDecodeFwdOp\) is a decode step, forward only/,
+    ],
+    [
+      check("attention-decode", "B1_SKV16_H2_D16", "--backward"),
+      /--backward: attention-decode \(GroupedQueryAttentionDecodeWithKVCacheFwdOp\) is a decode step/,
+    ],
+    [
+      ["bench", "gdn-decode", "--shapes", "B1_H2_D16", "--out", "x", "--modes", "fwd,fwdbwd"],
+      /--modes: gdn-decode \(GatedDeltaNetDecodeFwdOp\) times fwd, not fwdbwd/,
+    ],
+    [check("gdn-decode", "B1_T4_H2_D16"), /gdn-decode steps one token per sequence; T, if given, is 1/],
+    [check("gdn-decode", "B1_H2_HKV2_D16"), /HKV does not apply to gdn-decode/],
+    [check("gdn-decode", "B1_H2_D16", "--causal"), /--causal: gdn-decode .* with no mask to choose/],
+    [check("gdn-decode", "B1_H2_D320"), /takes head dims D and DV of at most 256, got D320/],
+    [check("attention-decode", "B1_SKV16_H2_HK1_D16"), /HK does not apply to attention-decode/],
+    [check("attention-decode", "B1_SKV16_H2_D16_DV8"), /DV does not apply to attention-decode/],
+    [check("attention-decode", "B1_H2_D16"), /missing SKV \(or S\), the cache length/],
+    [check("attention-decode", "B1_S4_SKV16_H2_D16"), /one query token per sequence; S, beside SKV, is 1/],
+    [check("attention-decode", "B1_SKV16_H2_D16_causal"), /with no mask to choose; drop "causal"/],
+    [check("attention-decode", "B1_SKV16_H2_D16", "--dtype", "fp32"), /attention-decode runs in float16 or/],
+  ];
+  for (const [args, message] of cases) {
+    const r = await attnkit(...args, "--device", "cpu");
+    assert.equal(r.code, 2, `${args.join(" ")}\n${explain(r)}`);
+    assert.match(r.stderr, message, args.join(" "));
+    assert.match(r.stderr, new RegExp(`Usage: attnkit ${args[0]} <op>`), args.join(" "));
+  }
+});
+
+Deno.test("cli bench: decode ops record GB/s (no TFLOP/s); fmap names its feature map and form", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "attnkit_cli_decode_" });
+  try {
+    // Recorded references as the decode and feature-map benchmarks write them: a decode step's mode is
+    // "decode", the feature map's op names its phi and form.
+    const refPath = `${dir}/ref.json`;
+    const ref = (op: string, shape: string, mode: string, dtype: string, refMs: number) => ({
+      op,
+      shape,
+      dtype,
+      mode,
+      ms: 1,
+      ref: "fla",
+      ref_ms: refMs,
+    });
+    await Deno.writeTextFile(
+      refPath,
+      JSON.stringify({
+        records: [
+          ref("GatedDeltaNetDecodeFwdOp", "B2_T1_H4_D32", "decode", "bfloat16 (fp32 state)", 0.5),
+          ref("featureMapLinearAttention(relu, causal)", "B1_T32_H2_D16", "fwd", "bfloat16", 7),
+          ref("featureMapLinearAttention(relu, bidirectional)", "B1_T32_H2_D16", "fwd", "bfloat16", 9),
+        ],
+      }),
+    );
+    const bench = async (op: string, shapes: string, ...flags: string[]) => {
+      const r = await attnkit(
+        "bench",
+        op,
+        "--shapes",
+        shapes,
+        "--device",
+        "cpu",
+        "--out",
+        dir,
+        "--ref",
+        refPath,
+        "--iterations",
+        "1",
+        "--warmup",
+        "0",
+        ...flags,
+      );
+      assert.equal(r.code, 0, explain(r));
+      return JSON.parse(await Deno.readTextFile(`${dir}/${op}.json`)).records as Record<string, unknown>[];
+    };
+    const rows = (records: Record<string, unknown>[]) => records.map((x) => `${x.op} ${x.shape} ${x.mode}`);
+
+    const gdn = await bench("gdn-decode", "B2_H4_D32,B1_T1_H4_HK2_D32_DV64", "--l2norm");
+    assert.deepEqual(rows(gdn), [
+      "GatedDeltaNetDecodeFwdOp B2_T1_H4_D32 fwd",
+      "GatedDeltaNetDecodeFwdOp B1_T1_H4_HK2_D32_DV64 fwd",
+    ]);
+    const attn = await bench("attention-decode", "B2_S64_H4_KV2_D64");
+    assert.deepEqual(rows(attn), ["GroupedQueryAttentionDecodeWithKVCacheFwdOp B2_SKV64_H4_KV2_D64 fwd"]);
+    for (const rec of [...gdn, ...attn]) {
+      assert.ok((rec.ms as number) > 0 && (rec.gbps as number) > 0, JSON.stringify(rec));
+      assert.equal(rec.tflops, null);
+    }
+    // The recorded decode step pairs with fwd; the other shape has no reference.
+    assert.deepEqual(gdn.map((x) => x.ref_ms), [0.5, null]);
+
+    const fmap = await bench("fmap", "B1_T32_H2_D16", "--feature-map", "relu", "--bidirectional");
+    assert.deepEqual(rows(fmap), [
+      "featureMapLinearAttention(relu, bidirectional) B1_T32_H2_D16 fwd",
+      "featureMapLinearAttention(relu, bidirectional) B1_T32_H2_D16 fwdbwd",
+    ]);
+    assert.deepEqual(fmap.map((x) => x.ref_ms), [9, null], "paired with its own form only");
+    assert.ok((fmap[0].gbps as number) > 0 && fmap[1].gbps === null, JSON.stringify(fmap));
+    for (const rec of fmap) assert.ok((rec.tflops as number) > 0, JSON.stringify(rec));
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
@@ -301,7 +502,10 @@ Deno.test("cli: an unknown op names the ops; an unknown command the commands", a
   assert.equal(r.code, 2, explain(r));
   assert.match(
     r.stderr,
-    /unknown op "flashmla"; ops: gdn, deltanet, kda, gla, simple-gla, retention, linear-attn, attention/,
+    new RegExp(
+      'unknown op "flashmla"; ops: gdn, deltanet, kda, gla, simple-gla, retention, linear-attn, fmap, ' +
+        "attention, gdn-decode, attention-decode",
+    ),
   );
   const c = await attnkit("verify");
   assert.equal(c.code, 2, explain(c));
@@ -501,6 +705,18 @@ Deno.test("cli shapes: the names of the recorded results read back to themselves
     "B4_S4096_H32_D128",
   );
   assert.equal(shapeName(parseShape("B1_S8_SKV16_H2_D8", "attention"), "attention"), "B1_S8_SKV16_H2_D8");
+  // The decode benchmarks' names, and a decode shape without T; fmap's with DV.
+  for (
+    const [name, op, canonical] of [
+      ["B256_T1_H32_D128", "gdn-decode", "B256_T1_H32_D128"],
+      ["B256_H32_HK16_D128_DV64", "gdn-decode", "B256_T1_H32_HK16_D128_DV64"],
+      ["B1_Skv65536_H32_KV8_D128", "attention-decode", "B1_SKV65536_H32_KV8_D128"],
+      ["B4_S1_SKV8192_H32_D128", "attention-decode", "B4_SKV8192_H32_D128"],
+      ["B4_T4096_H64_D128_DV64", "fmap", "B4_T4096_H64_D128_DV64"],
+    ] as const
+  ) {
+    assert.equal(shapeName(parseShape(name, op), op), canonical);
+  }
 });
 
 deviceTest(
@@ -535,10 +751,10 @@ deviceTest(
       assert.equal(bad.code, 2, explain(bad));
       assert.match(bad.stderr, /unknown op "flashmla"/);
       // The ops without a tune option are refused, saying so.
-      for (const op of ["gla", "simple_gla", "retention", "linear-attn", "kda"]) {
-        const untuned = await attnkit("tune", op, "--shapes", "B1_T8_H2_D64", "--cache", cache);
+      for (const op of ["gla", "simple_gla", "retention", "linear-attn", "kda", "fmap", "gdn-decode"]) {
+        const untuned = await attnkit("tune", op, "--shapes", "B1_T1_H2_D64", "--cache", cache);
         assert.equal(untuned.code, 2, explain(untuned));
-        assert.match(untuned.stderr, /\(chunk\w+\) has nothing to tune: it takes no tune option/);
+        assert.match(untuned.stderr, /\(\w+\) has nothing to tune: it takes no tune option/);
       }
       // The delta-rule op classes, forward and backward, into the same cache.
       const gdn = await attnkit(
@@ -556,6 +772,15 @@ deviceTest(
       assert.match(gdn.stdout, /^B1_T70_H2_D64 forward: \S+ \(tuned\)$/m, explain(gdn));
       assert.match(gdn.stdout, /^B1_T70_H2_D64 backward: \S+ \(tuned\)$/m, explain(gdn));
       assert.equal(Object.keys(JSON.parse(Deno.readTextFileSync(cache)).entries).length, 2);
+      // The decode op class takes tune too: forward only.
+      const decodeArgs = ["tune", "attention-decode", "--shapes", "B1_SKV64_H4_KV2_D64", "--cache", cache];
+      const decode = await attnkit(...decodeArgs, "--device", device);
+      assert.equal(decode.code, 0, explain(decode));
+      assert.match(decode.stdout, /^B1_SKV64_H4_KV2_D64 decode: \S+ \(tuned\)$/m, explain(decode));
+      assert.equal(Object.keys(JSON.parse(Deno.readTextFileSync(cache)).entries).length, 3);
+      const decodeBackward = await attnkit(...decodeArgs, "--backward");
+      assert.equal(decodeBackward.code, 2, explain(decodeBackward));
+      assert.match(decodeBackward.stderr, /--backward: attention-decode .* is a decode step, forward only/);
       const causal = await attnkit("tune", "deltanet", "--shapes", "B1_T70_H2_D64_causal", "--cache", cache);
       assert.equal(causal.code, 2, explain(causal));
       assert.match(causal.stderr, /deltanet is causal by construction/);
