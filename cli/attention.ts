@@ -1,8 +1,9 @@
 /**
  * The command line's softmax-attention case: `attention` (MHA / GQA, optionally causal) on standard
  * normal inputs in the `"bshd"` layout, held to FlashAttention's rule against the float64 oracle: the
- * max abs error at most 2x (output) or 3x (dq, dk, dv) that of a same-precision reference, plus 1e-5;
- * the LSE within 1e-3 relative.
+ * max abs error at most 2x (output) or 3x (dq, dk, dv) that of a same-precision reference, plus its
+ * rounding allowance (`roundingAllowance`: about an ulp of the dtype around the values) and 1e-5; the
+ * LSE within 1e-3 relative.
  *
  * @module
  */
@@ -14,7 +15,7 @@ import {
   FLOAT64,
   samePrecision,
 } from "../reference/attention.ts";
-import { ATTENTION_TOLERANCE, attentionBound } from "../reference/tolerance.ts";
+import { ATTENTION_TOLERANCE, attentionBound, roundingAllowance } from "../reference/tolerance.ts";
 import { attentionForwardFlops, modeFactor } from "./flops.ts";
 import {
   byMaxAbs,
@@ -141,7 +142,8 @@ export function attentionProblem(
 
 /**
  * The verdict on an output or gradient under FlashAttention's rule: its max abs error against the
- * float64 oracle at most 2x (forward) or 3x (backward) the same-precision reference's, plus 1e-5.
+ * float64 oracle at most 2x (forward) or 3x (backward) the same-precision reference's, plus the rounding
+ * allowance of the oracle's values in the dtype and 1e-5.
  */
 export function flashRuleRow(
   name: string,
@@ -154,9 +156,11 @@ export function flashRuleRow(
   const factor = direction === "forward"
     ? ATTENTION_TOLERANCE.forwardFactor
     : ATTENTION_TOLERANCE.backwardFactor;
+  const allowance = roundingAllowance(oracle, dtype as "bfloat16");
   const why = `${factor}x the ${samePrecision(dtype as "bfloat16").name} reference's error + ` +
-    `${ATTENTION_TOLERANCE.slack}`;
-  return byMaxAbs(name, actual, oracle, attentionBound(compare(plain, oracle).maxAbs, direction), why);
+    `${allowance.toExponential(2)} rounding + ${ATTENTION_TOLERANCE.slack}`;
+  const bound = attentionBound(compare(plain, oracle).maxAbs, direction, allowance);
+  return byMaxAbs(name, actual, oracle, bound, why);
 }
 
 /** A random softmax-attention problem. */

@@ -3,8 +3,9 @@
  * token per sequence (q `[B, H, D]`) against a contiguous KV cache (k, v `[B, SKV, HKV, D]`, every row
  * valid), scale D^-0.5, on standard normal inputs, against the float64 attention oracle over that one
  * query, held to FlashAttention's rule as the decode tests hold it: the max abs error at most 2x that of a
- * same-precision reference, plus 1e-5. Forward only; timed in GB/s, the least bytes a step moves
- * (`leastBytes`): the K and V cache rows read once, q read and o written once.
+ * same-precision reference, plus the rounding allowance and 1e-5 (attention.ts). Forward only; timed in
+ * GB/s, the least bytes a step moves (`leastBytes`): the K and V cache rows read once, q read and o
+ * written once.
  *
  * Inputs: those of the attention case (attention.ts) with one query token, q viewed without its token
  * axis; seeds seed (q), seed + 1 (k), seed + 2 (v).

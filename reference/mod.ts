@@ -95,6 +95,7 @@ export {
   type FeatureMapTolerance,
   GATE_GRADIENT_TOLERANCE,
   type GateFamily,
+  roundingAllowance,
 } from "./tolerance.ts";
 export {
   kdaReference,

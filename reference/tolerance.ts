@@ -5,6 +5,8 @@
  * @module
  */
 import { checkArgument, numberIn } from "../ops/args.ts";
+import { checkNumbers } from "./checks.ts";
+import { BFLOAT16, FLOAT16, roundToFormat } from "./rounding.ts";
 import { expectNumbers } from "./checks.ts";
 import {
   checkFeatureMapInputs,
@@ -59,8 +61,10 @@ export interface AttentionTolerance {
 /**
  * FlashAttention's rule for softmax attention (float16 and bfloat16): the kernel's max abs error
  * against the float64 oracle must be at most 2x (output) or 3x (dq, dk, dv) the max abs error of a
- * same-precision reference computed the plain way (`samePrecision(dtype)`), plus 1e-5; the LSE within
- * 1e-3 relative. Any NaN, or a non-finite value where the oracle is finite, fails.
+ * same-precision reference computed the plain way (`samePrecision(dtype)`), plus FlashAttention's
+ * rounding allowance ({@link roundingAllowance}: about one unit in the last place of the dtype around the
+ * values) and 1e-5; the LSE within 1e-3 relative. Any NaN, or a non-finite value where the oracle is
+ * finite, fails.
  *
  * @example
  * ```ts
@@ -78,21 +82,55 @@ export const ATTENTION_TOLERANCE: AttentionTolerance = {
 
 /**
  * The max abs error a softmax-attention kernel may have against the float64 oracle, given the max abs
- * error of the same-precision reference on the same inputs.
+ * error of the same-precision reference on the same inputs and the rounding allowance of the oracle's
+ * values ({@link roundingAllowance}; 0 when left out).
  *
  * @example
  * ```ts
- * import { attentionBound } from "@attnkit/attnkit/reference";
+ * import { attentionBound, roundingAllowance } from "@attnkit/attnkit/reference";
  * const bound = attentionBound(0.01, "backward"); // 0.03001
+ * const withRounding = attentionBound(0.004, "forward", roundingAllowance([0.79], "bfloat16")); // 0.0158225
  * ```
  */
-export function attentionBound(samePrecisionMaxAbs: number, direction: "forward" | "backward"): number {
+export function attentionBound(
+  samePrecisionMaxAbs: number,
+  direction: "forward" | "backward",
+  allowance = 0,
+): number {
   checkArgument("attentionBound", "samePrecisionMaxAbs", samePrecisionMaxAbs, numberIn(0, Number.MAX_VALUE));
   checkArgument("attentionBound", "direction", direction, ["forward", "backward"]);
+  checkArgument("attentionBound", "allowance", allowance, numberIn(0, Number.MAX_VALUE));
   const factor = direction === "forward"
     ? ATTENTION_TOLERANCE.forwardFactor
     : ATTENTION_TOLERANCE.backwardFactor;
-  return factor * samePrecisionMaxAbs + ATTENTION_TOLERANCE.slack;
+  return factor * samePrecisionMaxAbs + allowance + ATTENTION_TOLERANCE.slack;
+}
+
+/**
+ * FlashAttention's rounding allowance, the absolute term of its tests' bound: twice the largest error of
+ * `(x + 0.3) - 0.3` computed in `dtype` (each step rounded to it) over the oracle's values x rounded to
+ * `dtype`, i.e. about one unit in the last place of the values around `0.3 + |x|`. It keeps the rule
+ * from failing a kernel whose error is one rounding of its output more than the reference's, which the
+ * relative term alone does when few elements are compared and the reference happened to round well.
+ *
+ * @example
+ * ```ts
+ * import { roundingAllowance } from "@attnkit/attnkit/reference";
+ * console.log(roundingAllowance([0.79, -0.1], "bfloat16")); // 0.0078125 (0.79 + 0.3 rounds by half a unit)
+ * ```
+ */
+export function roundingAllowance(expected: ArrayLike<number>, dtype: "float16" | "bfloat16"): number {
+  checkNumbers("roundingAllowance", "expected", expected);
+  checkArgument("roundingAllowance", "dtype", dtype, ["float16", "bfloat16"]);
+  const format = dtype === "float16" ? FLOAT16 : BFLOAT16;
+  const r = (x: number) => roundToFormat(x, format);
+  let worst = 0;
+  for (let i = 0; i < expected.length; i++) {
+    const x = r(expected[i]);
+    const error = Math.abs(r(r(x + 0.3) - 0.3) - x);
+    if (error > worst) worst = error; // NaN never raises it: the rule fails NaN on its own.
+  }
+  return 2 * worst;
 }
 
 /** The gated families whose decay gradients {@link GATE_GRADIENT_TOLERANCE} bounds. */
