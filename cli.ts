@@ -3,16 +3,24 @@
  *
  * - `attnkit check <op> --shape B2_T1000_H4_D128 --dtype bf16 --device cuda [--backward]` runs an op
  *   on fresh random inputs against the float64 oracle and prints each output's error against the
- *   dtype's tolerance (PASS / FAIL, exit status 1 on a failure), the time and the TFLOP/s;
+ *   dtype's tolerance (PASS / FAIL, exit status 1 on a failure), the time and the TFLOP/s (GB/s for
+ *   the memory-bound decode steps, and beside the linear forwards);
  * - `attnkit bench <op> --shapes A,B --out DIR [--ref results.json]` times an op over shapes and
  *   writes JSON, markdown and an SVG chart;
- * - `attnkit tune <attention|gdn|deltanet> --shapes A,B [--backward]` tunes shapes into the tuning
- *   cache (every kernel that can serve them, timed against the planner's choice) and prints the
- *   candidates and winners;
+ * - `attnkit tune <attention|attention-decode|gdn|deltanet> --shapes A,B [--backward]` tunes shapes
+ *   into the tuning cache (every kernel that can serve them, timed against the planner's choice) and
+ *   prints the candidates and winners;
  * - `attnkit info` prints the devices, the native library and its kernels;
  * - `attnkit chart results.json -o chart.svg` draws recorded results.
  *
- * Ops: `gdn` (chunkGatedDeltaRule), `deltanet` (chunkDeltaRule), `attention`. Run it as
+ * Ops: `gdn` (chunkGatedDeltaRule), `deltanet` (chunkDeltaRule), `kda` (chunkKda), `gla` (chunkGla),
+ * `simple-gla` (chunkSimpleGla), `retention` (chunkRetention), `linear-attn` (chunkLinearAttn), `fmap`
+ * (featureMapLinearAttention: `--feature-map elu+1|relu|identity|softmax_free`, `--bidirectional`),
+ * `attention`, and the decode steps, forward only: `gdn-decode` (GatedDeltaNetDecodeFwdOp, one token
+ * against a float32 state: `B256_H32_D128`) and `attention-decode`
+ * (GroupedQueryAttentionDecodeWithKVCacheFwdOp, one query token against a KV cache of SKV rows:
+ * `B1_SKV65536_H32_HKV8_D128`). `tune` serves attention, attention-decode, gdn and deltanet, the ops
+ * with a `tune` option. Run it as
  * `deno run -A jsr:@attnkit/attnkit/cli <command>`, or `deno task attnkit <command>` in a checkout.
  * Exit status: 0 success, 1 a failed check or a runtime error, 2 a usage error.
  *
@@ -33,7 +41,7 @@ import { CHART_USAGE, chartCommand } from "./cli/chart_command.ts";
 import { CHECK_USAGE, checkCommand } from "./cli/check.ts";
 import { INFO_USAGE, infoCommand } from "./cli/info.ts";
 import { TUNE_USAGE, tuneCommand } from "./cli/tune.ts";
-import { CliError, OPS } from "./cli/shape.ts";
+import { CliError, OPS_NAMES } from "./cli/shape.ts";
 
 export { type ChartOptions, renderChart } from "./cli/chart.ts";
 export { parseResults, type ResultRecord, type ResultsFile } from "./cli/results.ts";
@@ -41,13 +49,13 @@ export { parseResults, type ResultRecord, type ResultsFile } from "./cli/results
 const USAGE = `Usage: attnkit <command> [options]
 
 Commands:
-  check <op>   run an op against the float64 oracle: errors vs tolerance, time, TFLOP/s
+  check <op>   run an op against the float64 oracle: errors vs tolerance, time, TFLOP/s or GB/s
   bench <op>   time an op over shapes; write JSON, markdown and an SVG chart
   tune <op>    tune shapes into the tuning cache (every kernel that serves them, timed)
   info         devices, the native library, kernels
   chart FILE   draw recorded results JSON as an SVG chart
 
-Ops: ${OPS.join(", ")}
+${OPS_NAMES}
 Run "attnkit <command> --help" for a command's options.`;
 
 const COMMANDS: Record<string, { usage: string; run: (args: string[]) => number | Promise<number> }> = {

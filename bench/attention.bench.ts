@@ -18,7 +18,7 @@ import {
   type DType,
   Tensor,
 } from "../mod.ts";
-import { benchWallTimes, flopRate, type WallCase } from "./wall_time.ts";
+import { benchRates, type RatedCase } from "./wall_time.ts";
 
 interface Shape {
   B: number;
@@ -29,7 +29,7 @@ interface Shape {
   causal: boolean;
 }
 
-interface Case extends WallCase {
+interface Case extends RatedCase {
   flops: number;
   /** Makes inputs and output buffers (once). */
   prepare: () => void;
@@ -128,8 +128,4 @@ function defineCases(device: Device, shapes: Shape[], dtype: DType): Case[] {
 const cases = defineCases("cpu", CPU_SHAPES, "bfloat16");
 if (cudaAvailable()) cases.push(...defineCases("cuda", ANCHOR_SHAPES, "bfloat16"));
 
-benchWallTimes(cases, {
-  group: (name) => name.replace(/^attention (\w+) .*\[(\w+)\]$/, "attention $1 [$2]"),
-  heading: "\nmedian wall time per call (including the wait for the device):",
-  row: (c, ms) => `  ${c.name.padEnd(64)} ${ms.toFixed(3).padStart(10)} ms ${flopRate(c.flops, ms)}`,
-});
+benchRates(cases);

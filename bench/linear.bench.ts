@@ -18,39 +18,22 @@ import {
   chunkDeltaRuleBackward,
   chunkGatedDeltaRule,
   chunkGatedDeltaRuleBackward,
-  cudaAvailable,
   type Device,
   type DType,
   GatedDeltaNetDecodeFwdOp,
   Tensor,
 } from "../mod.ts";
-import { benchWallTimes, byteRate, flopRate, type WallCase } from "./wall_time.ts";
-
-interface Shape {
-  B: number;
-  T: number;
-  H: number;
-  D: number;
-}
-
-interface Case extends WallCase {
-  flops?: number;
-  bytes?: number;
-}
-
-const FLA_SHAPES: Shape[] = [
-  { B: 1, T: 8192, H: 96, D: 128 },
-  { B: 2, T: 16384, H: 16, D: 128 },
-  { B: 4, T: 2048, H: 16, D: 128 },
-  { B: 4, T: 4096, H: 64, D: 128 },
-  { B: 8, T: 2048, H: 32, D: 256 },
-  { B: 8, T: 1024, H: 8, D: 64 },
-];
-
-const shapeName = (s: Shape) => `B${s.B}_T${s.T}_H${s.H}_D${s.D}`;
+import {
+  benchRates,
+  type LinearShape,
+  linearShapeName,
+  type LinearSite,
+  linearSites,
+  type RatedCase,
+} from "./wall_time.ts";
 
 /** Forward FLOPs of the chunked algorithm (see the module doc). */
-function forwardFlops(s: Shape): number {
+function forwardFlops(s: LinearShape): number {
   return linearForwardFlops(s.B, s.T, s.H, s.D, s.D);
 }
 
@@ -81,8 +64,8 @@ interface Inputs {
 
 const inputCache = new Map<string, Inputs>();
 
-function inputsFor(s: Shape, dtype: DType, device: Device): Inputs {
-  const key = `${shapeName(s)} ${dtype} ${device}`;
+function inputsFor(s: LinearShape, dtype: DType, device: Device): Inputs {
+  const key = `${linearShapeName(s)} ${dtype} ${device}`;
   let x = inputCache.get(key);
   if (x) return x;
   const { B, T, H, D } = s;
@@ -100,10 +83,10 @@ function inputsFor(s: Shape, dtype: DType, device: Device): Inputs {
   return x;
 }
 
-function defineCases(device: Device, shapes: Shape[], dtype: DType): Case[] {
-  const cases: Case[] = [];
+function defineCases(device: Device, shapes: readonly LinearShape[], dtype: DType): RatedCase[] {
+  const cases: RatedCase[] = [];
   for (const s of shapes) {
-    const name = shapeName(s);
+    const name = linearShapeName(s);
     const o = { layout: "bshd", useQkL2norm: true } as const;
     cases.push({
       name: `chunkGatedDeltaRule fwd ${name} ${dtype} [${device}]`,
@@ -149,11 +132,13 @@ function defineCases(device: Device, shapes: Shape[], dtype: DType): Case[] {
   return cases;
 }
 
-function decodeCase(device: Device, B: number, H: number, D: number, dtype: DType): Case {
+function decodeCase(site: LinearSite): RatedCase {
+  const { device, dtype, decode: { B, H, D } } = site;
   let x: { q: Tensor; k: Tensor; v: Tensor; g: Tensor; beta: Tensor; state: Tensor } | undefined;
   const op = new GatedDeltaNetDecodeFwdOp({ useQkL2norm: true, inPlace: true });
   return {
-    name: `GatedDeltaNetDecodeFwdOp [${B}, ${H}, ${D}, ${D}] fp32 state, ${dtype} in place [${device}]`,
+    // fp32 state [B, H, D, D], advanced in place
+    name: `GatedDeltaNetDecodeFwdOp decode B${B}_T1_H${H}_D${D} ${dtype} [${device}]`,
     device,
     bytes: B * H * D * D * 4 * 2,
     run: () => {
@@ -170,19 +155,4 @@ function decodeCase(device: Device, B: number, H: number, D: number, dtype: DTyp
   };
 }
 
-const cases = [
-  ...defineCases("cpu", [{ B: 1, T: 256, H: 4, D: 64 }], "bfloat16"),
-  decodeCase("cpu", 8, 4, 64, "bfloat16"),
-];
-if (cudaAvailable()) {
-  cases.push(...defineCases("cuda", FLA_SHAPES, "bfloat16"), decodeCase("cuda", 256, 32, 128, "bfloat16"));
-}
-
-benchWallTimes(cases, {
-  group: (name) => name.replace(/^(\S+ \S+).*\[(\w+)\]$/, "$1 [$2]"),
-  heading: "\nmedian wall time per call (including the wait for the device):",
-  row: (c, ms) => {
-    const rate = c.flops === undefined ? byteRate(c.bytes ?? 0, ms) : flopRate(c.flops, ms);
-    return `  ${c.name.padEnd(78)} ${ms.toFixed(3).padStart(10)} ms ${rate}`;
-  },
-});
+benchRates(linearSites().flatMap((s) => [...defineCases(s.device, s.shapes, s.dtype), decodeCase(s)]));

@@ -1,12 +1,13 @@
 /**
  * The command line's softmax-attention case: `attention` (MHA / GQA, optionally causal) on standard
  * normal inputs in the `"bshd"` layout, held to FlashAttention's rule against the float64 oracle: the
- * max abs error at most 2x (output) or 3x (dq, dk, dv) that of a same-precision reference, plus 1e-5;
- * the LSE within 1e-3 relative.
+ * max abs error at most 2x (output) or 3x (dq, dk, dv) that of a same-precision reference, plus its
+ * rounding allowance (`roundingAllowance`: about an ulp of the dtype around the values) and 1e-5; the
+ * LSE within 1e-3 relative.
  *
  * @module
  */
-import { attention, attentionBackward, compare, Tensor } from "../mod.ts";
+import { attention, attentionBackward, compare, type DType, Tensor } from "../mod.ts";
 import {
   attentionBackward as referenceBackward,
   attentionForward as referenceForward,
@@ -14,7 +15,7 @@ import {
   FLOAT64,
   samePrecision,
 } from "../reference/attention.ts";
-import { ATTENTION_TOLERANCE, attentionBound } from "../reference/tolerance.ts";
+import { ATTENTION_TOLERANCE, attentionBound, roundingAllowance } from "../reference/tolerance.ts";
 import { attentionForwardFlops, modeFactor } from "./flops.ts";
 import {
   byMaxAbs,
@@ -102,6 +103,66 @@ export function attentionInputs(settings: CaseSettings): AttentionInputs {
   }
 }
 
+/**
+ * The oracle's problem over the first `batches` batch rows: q `[B, S, H, D]`, k and v `[B, SKV, HKV, D]`
+ * of `shape` (or tensors holding the same values in that order, e.g. decode's q `[B, H, D]` with S 1),
+ * scale D^-0.5; `progress` hears of the (sequence, head) pairs of `passes` passes over it in all, a
+ * pass ending at each `nextPass()`.
+ */
+export function attentionProblem(
+  x: { q: Tensor; k: Tensor; v: Tensor },
+  shape: Shape,
+  causal: boolean,
+  batches: number,
+  passes: number,
+  progress: (done: number, total: number) => void,
+): { problem: AttentionProblem; nextPass: () => void } {
+  const { seq: S, seqKv: SK, heads: H, headsKv: HKV, dim: D } = shape;
+  const starts = (len: number) => Array.from({ length: batches + 1 }, (_, b) => b * len);
+  let pass = 0;
+  progress(0, passes * batches * H);
+  const problem: AttentionProblem = {
+    q: hostValues(x.q, batches * S * H * D),
+    k: hostValues(x.k, batches * SK * HKV * D),
+    v: hostValues(x.v, batches * SK * HKV * D),
+    qStart: starts(S),
+    kvStart: starts(SK),
+    heads: H,
+    headsKv: HKV,
+    dim: D,
+    smScale: D ** -0.5,
+    softcap: 0,
+    causal,
+    windowLeft: -1,
+    windowRight: -1,
+    onProgress: (done, total) => progress(pass * total + done, passes * total),
+  };
+  return { problem, nextPass: () => void pass++ };
+}
+
+/**
+ * The verdict on an output or gradient under FlashAttention's rule: its max abs error against the
+ * float64 oracle at most 2x (forward) or 3x (backward) the same-precision reference's, plus the rounding
+ * allowance of the oracle's values in the dtype and 1e-5.
+ */
+export function flashRuleRow(
+  name: string,
+  actual: ArrayLike<number>,
+  oracle: Float64Array,
+  plain: Float64Array,
+  direction: "forward" | "backward",
+  dtype: DType,
+): CheckRow {
+  const factor = direction === "forward"
+    ? ATTENTION_TOLERANCE.forwardFactor
+    : ATTENTION_TOLERANCE.backwardFactor;
+  const allowance = roundingAllowance(oracle, dtype as "bfloat16");
+  const why = `${factor}x the ${samePrecision(dtype as "bfloat16").name} reference's error + ` +
+    `${allowance.toExponential(2)} rounding + ${ATTENTION_TOLERANCE.slack}`;
+  const bound = attentionBound(compare(plain, oracle).maxAbs, direction, allowance);
+  return byMaxAbs(name, actual, oracle, bound, why);
+}
+
 /** A random softmax-attention problem. */
 export function attentionCase(settings: CaseSettings, causal: boolean): OpCase {
   const { shape, dtype, device } = settings;
@@ -123,33 +184,18 @@ export function attentionCase(settings: CaseSettings, causal: boolean): OpCase {
       using r = attention(q, k, v, { ...options, returnLse: true, out: { output, lse } });
       using grads = backward ? r.backward(dO) : undefined;
       const qCount = batches * S * H * D, kvCount = batches * SK * HKV * D;
-      const starts = (len: number) => Array.from({ length: batches + 1 }, (_, b) => b * len);
-      const passes = backward ? 4 : 2;
-      let pass = 0;
-      const problem: AttentionProblem = {
-        q: hostValues(q, qCount),
-        k: hostValues(k, kvCount),
-        v: hostValues(v, kvCount),
-        qStart: starts(S),
-        kvStart: starts(SK),
-        heads: H,
-        headsKv: HKV,
-        dim: D,
-        smScale: D ** -0.5,
-        softcap: 0,
+      const { problem, nextPass } = attentionProblem(
+        inputs,
+        shape,
         causal,
-        windowLeft: -1,
-        windowRight: -1,
-        onProgress: (done, total) => progress(pass * total + done, passes * total),
-      };
-      progress(0, passes * batches * H);
+        batches,
+        backward ? 4 : 2,
+        progress,
+      );
       const oracle = referenceForward(problem, FLOAT64);
-      pass++;
+      nextPass();
       const plain = referenceForward(problem, same);
-      pass++;
-      const gap = (a: Float64Array, b: Float64Array) => compare(a, b).maxAbs;
-      const why = (factor: number) =>
-        `${factor}x the ${same.name} reference's error + ${ATTENTION_TOLERANCE.slack}`;
+      nextPass();
       // The oracle's LSE is [H, B * S]; the op's [B, H, S].
       const lseOracle = new Float64Array(batches * H * S);
       for (let b = 0; b < batches; b++) {
@@ -160,28 +206,25 @@ export function attentionCase(settings: CaseSettings, causal: boolean): OpCase {
         }
       }
       const rows = [
-        byMaxAbs(
-          "output",
-          hostValues(r.output, qCount),
-          oracle.output,
-          attentionBound(gap(plain.output, oracle.output), "forward"),
-          why(ATTENTION_TOLERANCE.forwardFactor),
-        ),
+        flashRuleRow("output", hostValues(r.output, qCount), oracle.output, plain.output, "forward", dtype),
         lseRow(hostValues(r.lse!, batches * H * S), lseOracle),
       ];
       if (grads) {
         const dOut = hostValues(dO, qCount);
         const want = referenceBackward(problem, dOut, oracle.output, FLOAT64);
-        pass++;
+        nextPass();
         const plainGrads = referenceBackward(problem, dOut, plain.output, same);
         for (const [name, count] of [["dq", qCount], ["dk", kvCount], ["dv", kvCount]] as const) {
-          rows.push(byMaxAbs(
-            name,
-            hostValues(grads[name], count),
-            want[name],
-            attentionBound(gap(plainGrads[name], want[name]), "backward"),
-            why(ATTENTION_TOLERANCE.backwardFactor),
-          ));
+          rows.push(
+            flashRuleRow(
+              name,
+              hostValues(grads[name], count),
+              want[name],
+              plainGrads[name],
+              "backward",
+              dtype,
+            ),
+          );
         }
       }
       return rows;

@@ -10,12 +10,19 @@ import { deviceInfo, type DType } from "../mod.ts";
 import { VERSION } from "../ffi/version.ts";
 import { chooseDevice, defaultTiming, makeCase, timeMode } from "./cases.ts";
 import { renderChart } from "./chart.ts";
+import { type FeatureMapFlags, parseFeatureMapFlags } from "./feature_map.ts";
 import type { Mode } from "./problem.ts";
 import { note } from "./progress.ts";
 import { readResults, type ResultRecord, type ResultsFile, resultsMarkdown } from "./results.ts";
 import {
+  checkCausal,
+  checkL2norm,
+  isDecode,
   OP_FUNCTION,
+  opLabel,
+  opModes,
   type OpName,
+  OPS_USAGE,
   parseCount,
   parseDtype,
   parseOp,
@@ -30,9 +37,13 @@ export const BENCH_USAGE = `Usage: attnkit bench <op> --shapes A,B,... --out DIR
 
 Times <op> on each shape (median of the timed calls; on a GPU the L2 cache is cleared before each) and
 writes DIR/<op>.json (records {op, shape, dtype, mode, ms, ref, ref_ms, speedup, tflops, gbps}),
-DIR/<op>.md and DIR/<op>.svg (attnkit vs the reference per shape). Progress goes to stderr.
+DIR/<op>.md and DIR/<op>.svg (attnkit vs the reference per shape). Progress goes to stderr. gbps counts
+the least bytes a call moves: the decode ops' (gdn-decode: the fp32 state read and written, q, k, v, g,
+beta, o; attention-decode: the K and V cache, q, o) and the forwards of the linear ops and fmap (q, k,
+v, o and the float32 gates and beta, once each); it is null for forward + backward, as tflops is for
+the decode ops.
 
-Ops: gdn (chunkGatedDeltaRule), deltanet (chunkDeltaRule), attention (softmax attention)
+${OPS_USAGE}
 
 Options:
   --shapes LIST        comma-separated shapes, e.g. B1_T8192_H96_D128,B4_T2048_H16_D128
@@ -40,19 +51,23 @@ Options:
   --ref FILE           a recorded results JSON: its reference times (ref_ms) for the same op, shape,
                        dtype and mode, or its attnkit times (ms) when it records no reference (a
                        before / after comparison)
-  --modes LIST         fwd, bwd (attention only), fwdbwd (default fwd,fwdbwd)
-  --dtype DTYPE        bf16 (default), fp16, fp32 (linear ops only)
+  --modes LIST         fwd, bwd (attention only), fwdbwd (default fwd,fwdbwd; the decode ops fwd only)
+  --dtype DTYPE        bf16 (default), fp16, fp32 (not attention, attention-decode)
   --device DEVICE      cpu, cuda, cuda:N (default: cuda when present)
   --causal             attention: causal mask for every shape (also a "_causal" shape suffix)
-  --l2norm             linear ops: L2-normalise q and k in the kernel
+  --l2norm             gdn, deltanet, gdn-decode: L2-normalise q and k in the kernel (useQkL2norm)
+  --feature-map PHI    fmap: elu+1 (default), relu, identity, softmax_free
+  --bidirectional      fmap: every token sees every other (default causal)
   --iterations N       timed calls per value (default 3 on cpu, 20 on cuda)
   --warmup N           untimed calls first (default 1 on cpu, 3 on cuda)
   --seed N             seed of the random inputs (default 0)
   --title TEXT         the chart's and markdown's title
   -h, --help           this text
 
-Example:
-  attnkit bench gdn --shapes B1_T8192_H96_D128,B4_T2048_H16_D128 --ref bench/results/2026-11-30g_linear.json --out out/`;
+Shapes as check takes them (attnkit check --help). Examples:
+  attnkit bench gdn --shapes B1_T8192_H96_D128,B4_T2048_H16_D128 --ref bench/results/2026-11-30g_linear.json --out out/
+  attnkit bench gdn-decode --shapes B256_T1_H32_D128 --out out/ \\
+    --ref bench/results/2026-12-04t_decode_tile_quads.json`;
 
 const MODES: readonly Mode[] = ["fwd", "bwd", "fwdbwd"];
 
@@ -62,10 +77,20 @@ interface Reference {
   ms: number;
 }
 
-// The canonical key of a record, or undefined when its shape is not one the command line names.
-function keyOf(op: OpName, shape: string, dtype: string, mode: string): string | undefined {
+/**
+ * The op name a record carries: the op's function, with fmap's feature map and form as the side-by-side
+ * benchmarks write them (`featureMapLinearAttention(elu+1, causal)`), so --ref pairs like with like.
+ */
+function recordName(op: OpName, fmap: FeatureMapFlags): string {
+  if (op !== "fmap") return OP_FUNCTION[op];
+  return `${OP_FUNCTION[op]}(${fmap.phi}, ${fmap.bidirectional ? "bidirectional" : "causal"})`;
+}
+
+// The canonical key of a record of `op` (its name `name` where that tells variants apart), or undefined
+// when its shape is not one the command line names.
+function keyOf(op: OpName, name: string, shape: string, dtype: string, mode: string): string | undefined {
   try {
-    return [op, shapeName(parseShape(shape, op), op), dtype, mode].join("|");
+    return [op === "fmap" ? name : op, shapeName(parseShape(shape, op), op), dtype, mode].join("|");
   } catch {
     return undefined;
   }
@@ -73,7 +98,8 @@ function keyOf(op: OpName, shape: string, dtype: string, mode: string): string |
 
 function opOf(fn: string): OpName | undefined {
   if (fn === "attentionBackward") return "attention";
-  return (Object.keys(OP_FUNCTION) as OpName[]).find((op) => OP_FUNCTION[op] === fn);
+  const base = fn.replace(/\(.*\)$/, ""); // featureMapLinearAttention(elu+1, causal)
+  return (Object.keys(OP_FUNCTION) as OpName[]).find((op) => OP_FUNCTION[op] === base);
 }
 
 /** The references a results file records, per canonical (op, shape, dtype, mode). */
@@ -83,7 +109,9 @@ function referencesOf(file: ResultsFile, path: string): Map<string, Reference[]>
   for (const r of file.records) {
     const op = opOf(r.op);
     const dtype = r.dtype.split(" ")[0]; // "bfloat16 (fp32 state)" -> "bfloat16"
-    const key = op && keyOf(op, r.shape, dtype, r.mode);
+    // The decode benchmarks call their one mode "decode": the decode ops' fwd.
+    const mode = op && isDecode(op) && r.mode === "decode" ? "fwd" : r.mode;
+    const key = op && keyOf(op, r.op, r.shape, dtype, mode);
     if (!key) continue;
     const ref = r.ref_ms !== null && r.ref !== null
       ? { ref: r.ref, ms: r.ref_ms }
@@ -122,11 +150,13 @@ export async function benchCommand(args: string[]): Promise<number> {
       shapes: { type: "string" },
       out: { type: "string" },
       ref: { type: "string" },
-      modes: { type: "string", default: "fwd,fwdbwd" },
+      modes: { type: "string" },
       dtype: { type: "string", default: "bf16" },
       device: { type: "string" },
       causal: { type: "boolean", default: false },
       l2norm: { type: "boolean", default: false },
+      "feature-map": { type: "string" },
+      bidirectional: { type: "boolean", default: false },
       iterations: { type: "string" },
       warmup: { type: "string" },
       seed: { type: "string" },
@@ -142,14 +172,19 @@ export async function benchCommand(args: string[]): Promise<number> {
   if (positionals.length > 1) throw new UsageError(`unexpected argument "${positionals[1]}"`);
   if (!values.shapes) throw new UsageError("missing --shapes");
   if (!values.out) throw new UsageError("missing --out");
-  if (op !== "attention" && values.causal) throw new UsageError(`--causal: ${op} is causal by construction`);
-  if (op === "attention" && values.l2norm) throw new UsageError("--l2norm: applies to the linear ops only");
+  checkCausal(op, values.causal);
+  checkL2norm(op, values.l2norm);
+  const fmap = parseFeatureMapFlags(op, values["feature-map"], values.bidirectional);
   const shapes: Shape[] = values.shapes.split(",").filter((s) => s).map((s) => parseShape(s, op));
-  const modes = values.modes!.split(",").map((m) => {
+  // By default every mode the op times but attention's bwd alone.
+  const taken = opModes(op);
+  const modes = (values.modes ?? taken.filter((m) => m !== "bwd").join(",")).split(",").map((m) => {
     if (!(MODES as readonly string[]).includes(m)) {
       throw new UsageError(`--modes: unknown mode "${m}"; modes: fwd, bwd, fwdbwd`);
     }
-    if (m === "bwd" && op !== "attention") throw new UsageError(`--modes: ${op} times fwd and fwdbwd`);
+    if (!taken.includes(m as Mode)) {
+      throw new UsageError(`--modes: ${opLabel(op)} times ${taken.join(" and ")}, not ${m}`);
+    }
     return m as Mode;
   });
   const dtype: DType = parseDtype(values.dtype!, op);
@@ -166,26 +201,30 @@ export async function benchCommand(args: string[]): Promise<number> {
     note(`note: ${values.ref} was recorded on ${refFile.gpu}; this run is on ${gpu}`);
   }
 
+  const fn = recordName(op, fmap);
   const records: ResultRecord[] = [];
   const total = shapes.length * modes.length;
   let step = 0;
   for (const shape of shapes) {
     const causal = values.causal! || shape.causal;
     const name = shapeName({ ...shape, causal }, op);
-    using c = makeCase(op, { shape, dtype, device, seed, l2norm: values.l2norm! }, causal);
+    using c = makeCase(op, { shape, dtype, device, seed, l2norm: values.l2norm!, ...fmap }, causal);
     for (const mode of modes) {
       step++;
       note(`bench ${op} ${name} ${mode} (${step}/${total})`);
       const { ms } = timeMode(c, mode, device, timing, (first, calls) => {
         note(`  ${calls} more calls of about ${first.toFixed(1)} s`);
       });
-      const tflops = c.flops(mode) / ms / 1e9;
-      const matched: Reference[] = refs.get(keyOf(op, name, dtype, mode)!) ?? [];
+      const flops = c.flops?.(mode), bytes = c.bytes?.(mode);
+      const tflops = flops !== undefined ? flops / ms / 1e9 : null;
+      const gbps = bytes !== undefined ? bytes / ms / 1e6 : null;
+      const matched: Reference[] = refs.get(keyOf(op, fn, name, dtype, mode)!) ?? [];
       note(
-        `  ${ms.toFixed(3)} ms, ${tflops.toPrecision(3)} TFLOP/s` +
+        `  ${ms.toFixed(3)} ms` + (tflops !== null ? `, ${tflops.toPrecision(3)} TFLOP/s` : "") +
+          (gbps !== null ? `, ${gbps.toPrecision(3)} GB/s` : "") +
           matched.map((r) => `; ${r.ref} ${r.ms.toFixed(3)} ms (${(r.ms / ms).toFixed(2)}x)`).join(""),
       );
-      const base = { op: OP_FUNCTION[op], shape: name, dtype, mode, ms, tflops, gbps: null };
+      const base = { op: fn, shape: name, dtype, mode, ms, tflops, gbps };
       if (matched.length === 0) records.push({ ...base, ref: null, ref_ms: null, speedup: null });
       for (const r of matched) records.push({ ...base, ref: r.ref, ref_ms: r.ms, speedup: r.ms / ms });
     }
@@ -197,7 +236,7 @@ export async function benchCommand(args: string[]): Promise<number> {
     commit: await gitCommit(),
     records,
   };
-  const title = values.title ?? `${OP_FUNCTION[op]} (attnkit ${VERSION})`;
+  const title = values.title ?? `${fn} (attnkit ${VERSION})`;
   await Deno.mkdir(values.out, { recursive: true });
   const base = `${values.out.replace(/\/+$/, "")}/${op}`;
   await Deno.writeTextFile(

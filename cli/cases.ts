@@ -13,18 +13,34 @@ import {
   timeIt,
 } from "../mod.ts";
 import { attentionCase, attentionOracleSeconds } from "./attention.ts";
+import { attentionDecodeCase } from "./attention_decode.ts";
+import { fmapCase, fmapOracleSeconds } from "./feature_map.ts";
+import { gdnDecodeCase } from "./gdn_decode.ts";
+import { glaCase, glaOracleSeconds } from "./gla.ts";
+import { kdaCase, kdaOracleSeconds } from "./kda.ts";
 import { linearCase, linearOracleSeconds } from "./linear.ts";
 import type { CaseSettings, Mode, OpCase } from "./problem.ts";
-import { CliError, type OpName, type Shape, UsageError } from "./shape.ts";
+import { checkCausal, CliError, type OpName, type Shape, UsageError } from "./shape.ts";
 
-/** The case of an op; `causal` applies to attention (the linear ops are causal by construction). */
+/**
+ * The case of an op; `causal` applies to attention (the linear ops are causal by construction, fmap
+ * unless `settings.bidirectional`, and a decode step has no mask).
+ */
 export function makeCase(op: OpName, settings: CaseSettings, causal: boolean): OpCase {
   if (op === "attention") return attentionCase(settings, causal);
-  if (causal) throw new UsageError(`--causal: ${op} is causal by construction; drop the flag`);
-  return linearCase(settings, op === "gdn");
+  checkCausal(op, causal);
+  if (op === "gdn" || op === "deltanet") return linearCase(settings, op === "gdn");
+  if (op === "kda") return kdaCase(settings);
+  if (op === "fmap") return fmapCase(settings);
+  if (op === "gdn-decode") return gdnDecodeCase(settings);
+  if (op === "attention-decode") return attentionDecodeCase(settings);
+  return glaCase(settings, op);
 }
 
-/** Seconds the float64 oracle would take over `batches` batch rows of an op's shape (a rough estimate). */
+/**
+ * Seconds the float64 oracle would take over `batches` batch rows of an op's shape (a rough estimate);
+ * `causal` is attention's mask, or fmap's causal form.
+ */
 export function oracleSeconds(
   op: OpName,
   shape: Shape,
@@ -32,9 +48,15 @@ export function oracleSeconds(
   batches: number,
   backward: boolean,
 ): number {
-  return op === "attention"
-    ? attentionOracleSeconds(shape, causal, batches, backward)
-    : linearOracleSeconds(shape, batches, backward);
+  if (op === "attention") return attentionOracleSeconds(shape, causal, batches, backward);
+  // A decode step is the oracle of its family over one token, forward only (the shape's seq is 1).
+  if (op === "attention-decode") return attentionOracleSeconds(shape, false, batches, false);
+  if (op === "gdn" || op === "deltanet" || op === "gdn-decode") {
+    return linearOracleSeconds(shape, batches, backward);
+  }
+  if (op === "kda") return kdaOracleSeconds(shape, batches, backward);
+  if (op === "fmap") return fmapOracleSeconds(shape, causal, batches, backward);
+  return glaOracleSeconds(shape, batches, backward);
 }
 
 /** The device a `--device` value names (default: the first GPU when there is one, else the CPU). */

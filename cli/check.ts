@@ -1,14 +1,27 @@
 /**
  * `attnkit check`: runs an op on fresh random inputs, compares every output with the float64 oracle
- * under the dtype's tolerance rule, and times it.
+ * under the dtype's tolerance rule, and times it (TFLOP/s, and GB/s where the op's bytes are counted).
  *
  * @module
  */
 import { parseArgs } from "node:util";
 import { chooseDevice, defaultTiming, makeCase, oracleSeconds, timeMode } from "./cases.ts";
-import type { CheckRow } from "./problem.ts";
+import { parseFeatureMapFlags } from "./feature_map.ts";
+import type { CheckRow, Mode, OpCase } from "./problem.ts";
 import { note, Progress } from "./progress.ts";
-import { CliError, parseCount, parseDtype, parseOp, parseShape, shapeName, UsageError } from "./shape.ts";
+import {
+  checkBackward,
+  checkCausal,
+  checkL2norm,
+  CliError,
+  OPS_USAGE,
+  parseCount,
+  parseDtype,
+  parseOp,
+  parseShape,
+  shapeName,
+  UsageError,
+} from "./shape.ts";
 
 /** The usage of `attnkit check`. */
 export const CHECK_USAGE = `Usage: attnkit check <op> --shape SHAPE [options]
@@ -16,16 +29,20 @@ export const CHECK_USAGE = `Usage: attnkit check <op> --shape SHAPE [options]
 Runs <op> on fresh random inputs, compares each output with the float64 oracle under the dtype's
 tolerance, and times it. Exit status 0 when every output passes, 1 when one fails, 2 on a usage error.
 
-Ops: gdn (chunkGatedDeltaRule), deltanet (chunkDeltaRule), attention (softmax attention)
+${OPS_USAGE}
 
 Options:
   --shape SHAPE        e.g. B2_T1000_H4_D128; attention B2_S1024_H8_HKV2_D128 (HKV: key-value heads,
-                       SKV: key length); linear ops HK (query/key heads), DV (value dim)
-  --dtype DTYPE        bf16 (default), fp16, fp32 (linear ops only)
+                       SKV: key length); linear ops HK (query/key heads), DV (value dim); fmap DV;
+                       gdn-decode B256_H32_D128 (no T: one token; T1 allowed), HK, DV; attention-decode
+                       B1_SKV65536_H32_HKV8_D128 (SKV or S: the cache length; one query token), HKV
+  --dtype DTYPE        bf16 (default), fp16, fp32 (not attention, attention-decode)
   --device DEVICE      cpu, cuda, cuda:N (default: cuda when present)
   --causal             attention: causal mask (also a "_causal" shape suffix)
-  --l2norm             linear ops: L2-normalise q and k in the kernel
-  --backward           check the gradients too, and time forward + backward
+  --l2norm             gdn, deltanet, gdn-decode: L2-normalise q and k in the kernel (useQkL2norm)
+  --feature-map PHI    fmap: elu+1 (default), relu, identity, softmax_free (also elu, softmax-free)
+  --bidirectional      fmap: every token sees every other (default causal)
+  --backward           check the gradients too, and time forward + backward (not the decode ops)
   --seed N             seed of the random inputs (default 0)
   --oracle-batches N   compare only the first N batch rows (the op runs on all; the oracle is slow)
   --force              run the oracle even when it would take more than 5 minutes
@@ -34,8 +51,10 @@ Options:
   --quiet              no progress on stderr
   -h, --help           this text
 
-Example:
-  attnkit check gdn --shape B2_T1000_H4_D128 --dtype bf16 --device cuda --backward`;
+Examples:
+  attnkit check gdn --shape B2_T1000_H4_D128 --dtype bf16 --device cuda --backward
+  attnkit check fmap --shape B2_T1024_H8_D64 --feature-map relu --bidirectional --backward
+  attnkit check gdn-decode --shape B256_H32_D128 --l2norm   # GB/s beside the time`;
 
 // Above this many seconds the oracle refuses to start without --force; above NOTE_SECONDS it says so.
 const LIMIT_SECONDS = 300;
@@ -55,6 +74,20 @@ function seconds(s: number): string {
   return s < 120 ? `${s.toFixed(s < 10 ? 1 : 0)} s` : `${(s / 60).toFixed(1)} min`;
 }
 
+// A rate as the time line prints it: a few digits, more of them below 1.
+function rate(x: number): string {
+  return x >= 1 ? x.toFixed(1) : x.toPrecision(2);
+}
+
+// The TFLOP/s and GB/s of a mode's median time, where the case counts them.
+function rates(c: OpCase, mode: Mode, ms: number): string {
+  const flops = c.flops?.(mode), bytes = c.bytes?.(mode);
+  return [
+    ...(flops !== undefined ? [`${rate(flops / ms / 1e9)} TFLOP/s`] : []),
+    ...(bytes !== undefined ? [`${rate(bytes / ms / 1e6)} GB/s`] : []),
+  ].map((x) => `  ${x}`).join("");
+}
+
 /** Runs `attnkit check` with its arguments; returns the exit status. */
 export function checkCommand(args: string[]): number {
   const { values, positionals } = parseArgs({
@@ -66,6 +99,8 @@ export function checkCommand(args: string[]): number {
       device: { type: "string" },
       causal: { type: "boolean", default: false },
       l2norm: { type: "boolean", default: false },
+      "feature-map": { type: "string" },
+      bidirectional: { type: "boolean", default: false },
       backward: { type: "boolean", default: false },
       seed: { type: "string" },
       "oracle-batches": { type: "string" },
@@ -85,8 +120,12 @@ export function checkCommand(args: string[]): number {
   if (values.shape === undefined) throw new UsageError("missing --shape");
   const shape = parseShape(values.shape, op);
   const causal = values.causal || shape.causal;
-  if (op !== "attention" && values.causal) throw new UsageError(`--causal: ${op} is causal by construction`);
-  if (op === "attention" && values.l2norm) throw new UsageError("--l2norm: applies to the linear ops only");
+  checkCausal(op, values.causal);
+  checkL2norm(op, values.l2norm);
+  checkBackward(op, values.backward!);
+  const { phi, bidirectional } = parseFeatureMapFlags(op, values["feature-map"], values.bidirectional);
+  // The oracle's cost follows fmap's causal form as it does attention's mask.
+  const masked = op === "fmap" ? !bidirectional : causal;
   const dtype = parseDtype(values.dtype!, op);
   const seed = parseCount(values.seed, "seed", 0);
   const batches = parseCount(values["oracle-batches"], "oracle-batches", shape.batch, 1);
@@ -105,13 +144,13 @@ export function checkCommand(args: string[]): number {
   // the first timed one there.
   const opCalls = timing.iterations > 0 ? 2 : 1;
   const opSeconds = device === "cpu"
-    ? opCalls * oracleSeconds(op, shape, causal, shape.batch, backward) / 2
+    ? opCalls * oracleSeconds(op, shape, masked, shape.batch, backward) / 2
     : 0;
-  const estimate = oracleSeconds(op, shape, causal, batches, backward) + opSeconds;
+  const estimate = oracleSeconds(op, shape, masked, batches, backward) + opSeconds;
   if (estimate > LIMIT_SECONDS && !values.force) {
     let fit = 0;
     while (
-      fit < batches && oracleSeconds(op, shape, causal, fit + 1, backward) + opSeconds <= LIMIT_SECONDS
+      fit < batches && oracleSeconds(op, shape, masked, fit + 1, backward) + opSeconds <= LIMIT_SECONDS
     ) fit++;
     const hint = fit > 0
       ? `compare ${fit} batch row${fit > 1 ? "s" : ""} with --oracle-batches ${fit}`
@@ -128,7 +167,7 @@ export function checkCommand(args: string[]): number {
       false,
     );
   }
-  using c = makeCase(op, { shape, dtype, device, seed, l2norm: values.l2norm! }, causal);
+  using c = makeCase(op, { shape, dtype, device, seed, l2norm: values.l2norm!, phi, bidirectional }, causal);
   const title = `attnkit check ${op} ${shapeName(shape, op)}${causal && !shape.causal ? "_causal" : ""} ` +
     `${dtype} on ${device} (seed ${seed})`;
   console.log(title);
@@ -154,10 +193,9 @@ export function checkCommand(args: string[]): number {
       const { ms, calls } = timeMode(c, mode, device, timing, (first, more) => {
         if (!quiet) note(`timing ${mode}: ${more} more calls of about ${seconds(first)}`);
       });
-      const tflops = c.flops(mode) / ms / 1e9;
       console.log(
-        `  time ${mode.padEnd(7)} ${ms.toFixed(3)} ms (${calls > 1 ? `median of ${calls}` : "one call"})  ` +
-          `${tflops >= 1 ? tflops.toFixed(1) : tflops.toPrecision(2)} TFLOP/s`,
+        `  time ${mode.padEnd(7)} ${ms.toFixed(3)} ms (${calls > 1 ? `median of ${calls}` : "one call"})` +
+          rates(c, mode, ms),
       );
     }
   }

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { compare, type Device, type DType, Tensor } from "../mod.ts";
+import { compare, type Device, type DType, type FeatureMapKind, Tensor } from "../mod.ts";
 import type { Shape } from "./shape.ts";
 
 /** The verdict on one output of a check. */
@@ -39,6 +39,10 @@ export interface CaseSettings {
   seed: number;
   /** Linear ops: L2-normalise q and k in the kernel. */
   l2norm: boolean;
+  /** fmap: the feature map (default `"elu+1"`, the function's). */
+  phi?: FeatureMapKind;
+  /** fmap: every token sees every other (default false: causal). */
+  bidirectional?: boolean;
 }
 
 /** Random inputs of one op and shape on a device: checked against the oracle and timed. */
@@ -54,8 +58,46 @@ export interface OpCase extends Disposable {
   call(mode: Mode): () => void;
   /** The modes the op times. */
   readonly modes: readonly Mode[];
-  /** FLOPs of one call in a mode (the benchmarks' convention). */
-  flops(mode: Mode): number;
+  /** FLOPs of one call in a mode (the benchmarks' convention); absent for the memory-bound decode ops. */
+  flops?(mode: Mode): number;
+  /**
+   * Bytes one call in a mode must move at the least (each input read once, each output written once),
+   * where the benchmarks' convention counts them; undefined for a mode it does not.
+   */
+  bytes?(mode: Mode): number | undefined;
+}
+
+/** A forward's result that runs its own backward. */
+export interface Trainable extends Disposable {
+  /** The gradients from the output's (disposed by the caller). */
+  backward(dOutput: Tensor): Disposable;
+}
+
+/**
+ * The timing call of a mode of an op that writes into a given output and whose result runs its own
+ * backward: fwd runs `forward(output)` into one buffer `makeOutput` makes (and owns) up front, fwdbwd
+ * `forward()` then the backward from `dO`; another mode is refused, naming `op`.
+ */
+export function trainingCall(
+  mode: Mode,
+  op: string,
+  makeOutput: () => Tensor,
+  forward: (output?: Tensor) => Trainable,
+  dO: Tensor,
+): () => void {
+  if (mode === "fwd") {
+    const output = makeOutput();
+    return () => {
+      using _r = forward(output);
+    };
+  }
+  if (mode === "fwdbwd") {
+    return () => {
+      using r = forward();
+      using _grads = r.backward(dO);
+    };
+  }
+  throw new Error(`${op} times fwd and fwdbwd, not ${mode}`);
 }
 
 /** A tensor's values as float64 (16-bit values widen exactly); the first `count` elements. */

@@ -1,11 +1,13 @@
 /**
- * The command line's vocabulary: ops, shape names such as `B2_T1000_H4_D128` (the way FLA's and
- * attnkit's benchmark tables name shapes), dtype spellings, and the error that ends a command with a
- * usage message.
+ * The command line's vocabulary: ops (and the family each belongs to: which shape parts, flags and
+ * modes it takes), shape names such as `B2_T1000_H4_D128` (the way FLA's and attnkit's benchmark tables
+ * name shapes), dtype spellings, and the error that ends a command with a usage message.
  *
  * @module
  */
 import type { DType } from "../mod.ts";
+import { MAX_HEAD_DIM } from "../ops/linear/delta_native.ts";
+import type { Mode } from "./problem.ts";
 
 /** An error that ends a command with an exit status and a message (and the usage, when asked). */
 export class CliError extends Error {
@@ -32,7 +34,19 @@ export class UsageError extends CliError {
 }
 
 /** The ops the command line checks and benchmarks. */
-export const OPS = ["gdn", "deltanet", "attention"] as const;
+export const OPS = [
+  "gdn",
+  "deltanet",
+  "kda",
+  "gla",
+  "simple-gla",
+  "retention",
+  "linear-attn",
+  "fmap",
+  "attention",
+  "gdn-decode",
+  "attention-decode",
+] as const;
 
 /** One of {@link OPS}. */
 export type OpName = (typeof OPS)[number];
@@ -42,10 +56,28 @@ const OP_ALIASES: Record<string, OpName> = {
   "gated-deltanet": "gdn",
   deltanet: "deltanet",
   delta: "deltanet",
+  kda: "kda",
+  gla: "gla",
+  "simple-gla": "simple-gla",
+  simple_gla: "simple-gla",
+  retention: "retention",
+  retnet: "retention",
+  "linear-attn": "linear-attn",
+  linear_attn: "linear-attn",
+  fmap: "fmap",
+  "feature-map": "fmap",
+  feature_map: "fmap",
   attention: "attention",
+  "gdn-decode": "gdn-decode",
+  gdn_decode: "gdn-decode",
+  "attention-decode": "attention-decode",
+  attention_decode: "attention-decode",
 };
 
-/** The op a name stands for (aliases: `gated-deltanet`, `delta`), or a UsageError listing the ops. */
+/**
+ * The op a name stands for (aliases: `gated-deltanet`, `delta`, `simple_gla`, `retnet`, `linear_attn`,
+ * `feature-map`, `feature_map`, `gdn_decode`, `attention_decode`), or a UsageError listing the ops.
+ */
 export function parseOp(name: string | undefined): OpName {
   if (name === undefined) throw new UsageError(`missing op; ops: ${OPS.join(", ")}`);
   const op = OP_ALIASES[name.toLowerCase()];
@@ -57,8 +89,117 @@ export function parseOp(name: string | undefined): OpName {
 export const OP_FUNCTION: Readonly<Record<OpName, string>> = {
   gdn: "chunkGatedDeltaRule",
   deltanet: "chunkDeltaRule",
+  kda: "chunkKda",
+  gla: "chunkGla",
+  "simple-gla": "chunkSimpleGla",
+  retention: "chunkRetention",
+  "linear-attn": "chunkLinearAttn",
+  fmap: "featureMapLinearAttention",
   attention: "attention",
+  "gdn-decode": "GatedDeltaNetDecodeFwdOp",
+  "attention-decode": "GroupedQueryAttentionDecodeWithKVCacheFwdOp",
 };
+
+/**
+ * What an op is, for its shape, flags and modes: a chunked linear op (`linear`), feature-map linear
+ * attention, softmax attention, one decode step of Gated DeltaNet against its state (`state-decode`), or
+ * one query token per sequence against a KV cache (`cache-decode`).
+ */
+export type OpFamily = "linear" | "feature-map" | "attention" | "state-decode" | "cache-decode";
+
+/** The family of each op. */
+export const OP_FAMILY: Readonly<Record<OpName, OpFamily>> = {
+  gdn: "linear",
+  deltanet: "linear",
+  kda: "linear",
+  gla: "linear",
+  "simple-gla": "linear",
+  retention: "linear",
+  "linear-attn": "linear",
+  fmap: "feature-map",
+  attention: "attention",
+  "gdn-decode": "state-decode",
+  "attention-decode": "cache-decode",
+};
+
+/** Whether an op is a decode step (one token per sequence, forward only, timed in GB/s). */
+export function isDecode(op: OpName): boolean {
+  return OP_FAMILY[op] === "state-decode" || OP_FAMILY[op] === "cache-decode";
+}
+
+/**
+ * The modes an op times: attention fwd, bwd and fwdbwd; a decode step fwd alone; the others fwd and
+ * fwdbwd.
+ */
+export function opModes(op: OpName): readonly Mode[] {
+  if (op === "attention") return ["fwd", "bwd", "fwdbwd"];
+  return isDecode(op) ? ["fwd"] : ["fwd", "fwdbwd"];
+}
+
+/** An op as messages name it: with its function where that is named otherwise, `gla (chunkGla)`. */
+export function opLabel(op: OpName): string {
+  return OP_FUNCTION[op] === op ? op : `${op} (${OP_FUNCTION[op]})`;
+}
+
+// "Ops: a, b, ..." wrapped at 100 columns.
+function opsLines(items: string[]): string {
+  const lines = ["Ops:"];
+  items.forEach((item, i) => {
+    const text = i < items.length - 1 ? `${item},` : item;
+    if (lines[lines.length - 1].length + text.length + 1 > 100) lines.push(text);
+    else lines[lines.length - 1] += ` ${text}`;
+  });
+  return lines.join("\n");
+}
+
+/** The ops' names, wrapped as the usage texts show them (`Ops: gdn, deltanet, ...`). */
+export const OPS_NAMES: string = opsLines([...OPS]);
+
+/**
+ * The ops and what each runs, for the usage texts; the ops from gdn to linear-attn are the "linear ops"
+ * (chunked, causal by construction).
+ */
+export const OPS_USAGE: string = opsLines(
+  OPS.map((op) => op === "attention" ? "attention (softmax attention)" : opLabel(op)),
+);
+
+/** The ops whose function takes `useQkL2norm` (the `--l2norm` flag). */
+const L2NORM_OPS: readonly OpName[] = ["gdn", "deltanet", "gdn-decode"];
+
+/** Refuses `--l2norm` for an op whose function has no in-kernel L2 norm of q and k (`useQkL2norm`). */
+export function checkL2norm(op: OpName, l2norm: boolean | undefined): void {
+  if (l2norm && !L2NORM_OPS.includes(op)) {
+    const ops = L2NORM_OPS.join(", ");
+    throw new UsageError(`--l2norm: ${opLabel(op)} takes no useQkL2norm; the flag applies to ${ops}`);
+  }
+}
+
+// Why an op takes no causal mask (undefined for attention, which does).
+function noMask(op: OpName): string | undefined {
+  switch (OP_FAMILY[op]) {
+    case "attention":
+      return undefined;
+    case "linear":
+      return `${op} is causal by construction`;
+    case "feature-map":
+      return `${op} is causal unless --bidirectional`;
+    default:
+      return `${opLabel(op)} runs one token per sequence, with no mask to choose`;
+  }
+}
+
+/** Refuses `--backward` for a decode step, which has no backward to check, time or tune. */
+export function checkBackward(op: OpName, backward: boolean | undefined): void {
+  if (backward && isDecode(op)) {
+    throw new UsageError(`--backward: ${opLabel(op)} is a decode step, forward only; drop the flag`);
+  }
+}
+
+/** Refuses `--causal` for an op that takes no mask (every op but attention). */
+export function checkCausal(op: OpName, causal: boolean | undefined): void {
+  const why = noMask(op);
+  if (causal && why) throw new UsageError(`--causal: ${why}; drop the flag`);
+}
 
 /** Sizes of one problem, read from a shape name. */
 export interface Shape {
@@ -66,19 +207,19 @@ export interface Shape {
   name: string;
   /** Batch (B). */
   batch: number;
-  /** Tokens per sequence (T or S); for attention the query length. */
+  /** Tokens per sequence (T or S); for attention the query length; 1 for the decode ops. */
   seq: number;
-  /** Attention: key length (SKV, default the query length). */
+  /** Attention: key length (SKV, default the query length); attention-decode: the cache length. */
   seqKv: number;
   /** Heads (H): attention's query heads, the linear ops' value heads. */
   heads: number;
   /** Attention: key/value heads (HKV or KV, default H). */
   headsKv: number;
-  /** Linear ops: query/key heads (HK, default H). */
+  /** Linear ops and gdn-decode: query/key heads (HK, default H). */
   headsQk: number;
   /** Head dimension (D); the linear ops' key dimension. */
   dim: number;
-  /** Linear ops: value dimension (DV, default D). */
+  /** Linear ops, fmap and gdn-decode: value dimension (DV, default D). */
   dimV: number;
   /** A `_causal` part was given. */
   causal: boolean;
@@ -86,11 +227,58 @@ export interface Shape {
 
 const PART = /^(B|T|S|SKV|H|HKV|KV|HK|D|DV)(\d+)$/i;
 
+// The parts a family takes besides B, H and D, and how a refusal says so.
+const TAKES: Record<OpFamily, { parts: readonly string[]; says: string }> = {
+  linear: {
+    parts: ["T", "HK", "DV"],
+    says: "linear ops take HK for query/key heads and DV for the value dim",
+  },
+  "feature-map": {
+    parts: ["T", "DV"],
+    says: "fmap takes DV for the value dim; q, k and v share their heads",
+  },
+  attention: { parts: ["T", "SKV", "HKV"], says: "attention takes HKV and SKV" },
+  "state-decode": {
+    parts: ["T", "HK", "DV"],
+    says: "gdn-decode takes HK for query/key heads and DV for the value dim",
+  },
+  "cache-decode": {
+    parts: ["T", "SKV", "HKV"],
+    says: "attention-decode takes HKV, and SKV or S for the cache length",
+  },
+};
+
+// The sequence lengths of a shape's parts: tokens (or the query length) and the key length; T (or S) is
+// required but for the decode ops, which step one token (T, if given, is 1; attention-decode's cache
+// length is SKV, or S when SKV is absent).
+function lengths(text: string, op: OpName, found: Record<string, number>): { seq: number; seqKv: number } {
+  const family = OP_FAMILY[op];
+  if (family === "cache-decode") {
+    const cache = found.SKV ?? found.T;
+    if (cache === undefined) throw new UsageError(`shape "${text}": missing SKV (or S), the cache length`);
+    if (found.SKV !== undefined && found.T !== undefined && found.T !== 1) {
+      throw new UsageError(`shape "${text}": ${op} takes one query token per sequence; S, beside SKV, is 1`);
+    }
+    return { seq: 1, seqKv: cache };
+  }
+  if (family === "state-decode") {
+    if ((found.T ?? 1) !== 1) {
+      throw new UsageError(`shape "${text}": ${op} steps one token per sequence; T, if given, is 1`);
+    }
+    return { seq: 1, seqKv: 1 };
+  }
+  if (found.T === undefined) throw new UsageError(`shape "${text}": missing T (or S)`);
+  return { seq: found.T, seqKv: found.SKV ?? found.T };
+}
+
 /**
  * Reads a shape name: parts joined by `_`, each a letter code and a positive size (`B` batch, `T` or
  * `S` tokens, `H` heads, `D` head dim; attention also `SKV` key length, `HKV` / `KV` key-value heads;
- * the linear ops `HK` query/key heads, `DV` value dim), and optionally `causal`. B, T (or S), H and D
- * are required. A part that does not fit the op is refused.
+ * the linear ops `HK` query/key heads, `DV` value dim), and optionally `causal` (attention only). B, H
+ * and D are required, and T (or S) but for the decode ops: gdn-decode steps one token (T, if given, is
+ * 1; it takes HK and DV), attention-decode one query token against a cache of SKV (or S) rows (it takes
+ * HKV). fmap takes DV. A part that does not fit the op is refused, and so are head dims above the
+ * kernels' largest (256) for the linear ops and gdn-decode. HK and HKV divide H.
  */
 export function parseShape(text: string, op: OpName): Shape {
   const found: Record<string, number> = {};
@@ -117,26 +305,24 @@ export function parseShape(text: string, op: OpName): Shape {
     }
     found[key] = size;
   }
-  for (const need of ["B", "T", "H", "D"]) {
-    if (!(need in found)) {
-      throw new UsageError(`shape "${text}": missing ${need === "T" ? "T (or S)" : need}`);
+  for (const need of ["B", "H", "D"]) {
+    if (!(need in found)) throw new UsageError(`shape "${text}": missing ${need}`);
+  }
+  const family = OP_FAMILY[op];
+  const { parts, says } = TAKES[family];
+  for (const key of ["SKV", "HKV", "HK", "DV"]) {
+    if (key in found && !parts.includes(key)) {
+      throw new UsageError(`shape "${text}": ${key} does not apply to ${op} (${says})`);
     }
   }
-  const linear = op !== "attention";
-  const foreign = linear ? ["SKV", "HKV"] : ["HK", "DV"];
-  for (const key of foreign) {
-    if (key in found) {
-      throw new UsageError(
-        `shape "${text}": ${key} does not apply to ${op} (${
-          linear
-            ? "linear ops take HK for query/key heads and DV for the value dim"
-            : "attention takes HKV and SKV"
-        })`,
-      );
-    }
-  }
-  if (linear && causal) {
-    throw new UsageError(`shape "${text}": ${op} is causal by construction; drop "causal"`);
+  const { seq, seqKv } = lengths(text, op, found);
+  const why = noMask(op);
+  if (why && causal) throw new UsageError(`shape "${text}": ${why}; drop "causal"`);
+  const capped = family === "linear" || family === "state-decode";
+  if (capped && Math.max(found.D, found.DV ?? 0) > MAX_HEAD_DIM) {
+    const part = found.D > MAX_HEAD_DIM ? `D${found.D}` : `DV${found.DV}`;
+    const limit = `head dims D and DV of at most ${MAX_HEAD_DIM}`;
+    throw new UsageError(`shape "${text}": ${opLabel(op)} takes ${limit}, got ${part}`);
   }
   const heads = found.H;
   const headsKv = found.HKV ?? heads, headsQk = found.HK ?? heads;
@@ -149,8 +335,8 @@ export function parseShape(text: string, op: OpName): Shape {
   return {
     name: text,
     batch: found.B,
-    seq: found.T,
-    seqKv: found.SKV ?? found.T,
+    seq,
+    seqKv,
     heads,
     headsKv,
     headsQk,
@@ -160,15 +346,22 @@ export function parseShape(text: string, op: OpName): Shape {
   };
 }
 
-/** The canonical name of a shape, as result files and charts show it. */
+/**
+ * The canonical name of a shape, as result files and charts show it: gdn-decode's with T1 (the way
+ * the recorded decode benchmarks name it), attention-decode's with the cache length as SKV.
+ */
 export function shapeName(s: Shape, op: OpName): string {
-  const parts = [`B${s.batch}`, `${op === "attention" ? "S" : "T"}${s.seq}`];
-  if (op === "attention" && s.seqKv !== s.seq) parts.push(`SKV${s.seqKv}`);
+  const family = OP_FAMILY[op];
+  const attention = family === "attention" || family === "cache-decode";
+  const parts = [`B${s.batch}`];
+  if (family === "cache-decode") parts.push(`SKV${s.seqKv}`);
+  else parts.push(`${attention ? "S" : "T"}${s.seq}`);
+  if (family === "attention" && s.seqKv !== s.seq) parts.push(`SKV${s.seqKv}`);
   parts.push(`H${s.heads}`);
-  if (op === "attention" && s.headsKv !== s.heads) parts.push(`KV${s.headsKv}`);
-  if (op !== "attention" && s.headsQk !== s.heads) parts.push(`HK${s.headsQk}`);
+  if (attention && s.headsKv !== s.heads) parts.push(`KV${s.headsKv}`);
+  if (!attention && s.headsQk !== s.heads) parts.push(`HK${s.headsQk}`);
   parts.push(`D${s.dim}`);
-  if (op !== "attention" && s.dimV !== s.dim) parts.push(`DV${s.dimV}`);
+  if (!attention && s.dimV !== s.dim) parts.push(`DV${s.dimV}`);
   if (s.causal) parts.push("causal");
   return parts.join("_");
 }
@@ -189,8 +382,9 @@ const DTYPES: Record<string, DType> = {
 export function parseDtype(text: string, op: OpName): DType {
   const dtype = DTYPES[text.toLowerCase()];
   if (!dtype) throw new UsageError(`dtype "${text}": expected bf16, fp16 or fp32`);
-  if (op === "attention" && dtype === "float32") {
-    throw new UsageError(`dtype "${text}": attention runs in float16 or bfloat16`);
+  const family = OP_FAMILY[op];
+  if ((family === "attention" || family === "cache-decode") && dtype === "float32") {
+    throw new UsageError(`dtype "${text}": ${op} runs in float16 or bfloat16`);
   }
   return dtype;
 }

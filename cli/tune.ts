@@ -1,7 +1,7 @@
 /**
- * `attnkit tune`: pre-tunes attention, Gated DeltaNet or DeltaNet shapes into the tuning cache (the op
- * classes' `tune: true` on fresh random inputs), prints every candidate's time and the winner; `--clear`
- * empties the cache first.
+ * `attnkit tune`: pre-tunes attention, attention decode, Gated DeltaNet or DeltaNet shapes into the
+ * tuning cache (the op classes' `tune: true` on fresh random inputs), prints every candidate's time and
+ * the winner; `--clear` empties the cache first.
  *
  * @module
  */
@@ -15,6 +15,7 @@ import {
   GatedDeltaNetBTHDFwdOp,
   GatedDeltaNetBwdOp,
   GroupedQueryAttentionBwdOp,
+  GroupedQueryAttentionDecodeWithKVCacheFwdOp,
   GroupedQueryAttentionFwdOp,
   lastChoice,
   setTuneCachePath,
@@ -23,35 +24,62 @@ import {
 import { readTuneRecord } from "../ops/tune/cache.ts";
 import { attentionInputs } from "./attention.ts";
 import { chooseDevice } from "./cases.ts";
-import { linearInputs } from "./linear.ts";
-import { type OpName, parseDtype, parseShape, type Shape, UsageError } from "./shape.ts";
+import { deltaGates } from "./linear.ts";
+import { LinearTensors } from "./linear_problem.ts";
+import {
+  checkBackward,
+  checkCausal,
+  opLabel,
+  type OpName,
+  parseDtype,
+  parseOp,
+  parseShape,
+  type Shape,
+  UsageError,
+} from "./shape.ts";
 
 /** The usage of `attnkit tune`. */
-export const TUNE_USAGE = `Usage: attnkit tune <attention|gdn|deltanet> --shapes A,B,... [options]
+export const TUNE_USAGE =
+  `Usage: attnkit tune <attention|attention-decode|gdn|deltanet> --shapes A,B,... [options]
 
 Tunes each shape (every kernel that can serve it, timed against the planner's choice, outputs compared)
 and keeps the winners in the tuning cache, where op classes built with tune: true find them (attention:
-GroupedQueryAttentionFwdOp / BwdOp; gdn: GatedDeltaNetBTHDFwdOp / GatedDeltaNetBwdOp with useQkL2norm;
-deltanet: DeltaNetFwdOp / DeltaNetBwdOp with useQkL2norm, all bshd).
+GroupedQueryAttentionFwdOp / BwdOp; attention-decode: GroupedQueryAttentionDecodeWithKVCacheFwdOp;
+gdn: GatedDeltaNetBTHDFwdOp / GatedDeltaNetBwdOp with useQkL2norm; deltanet: DeltaNetFwdOp /
+DeltaNetBwdOp with useQkL2norm, all bshd). The other ops (kda, gla, simple-gla, retention, linear-attn,
+fmap, gdn-decode) take no tune option: the planner picks their kernels (gdn-decode: or kernelMap), and
+tune refuses them.
 
 Options:
-  --shapes LIST    e.g. B2_S3000_H24_KV8_D128_causal (attention), B3_T5000_H24_D128 (gdn, deltanet)
+  --shapes LIST    e.g. B2_S3000_H24_KV8_D128_causal (attention), B1_SKV65536_H32_KV8_D128
+                   (attention-decode: SKV the cache length), B3_T5000_H24_D128 (gdn, deltanet)
   --dtype DTYPE    bf16 (default) or fp16; gdn and deltanet also fp32
   --device DEVICE  cpu, cuda, cuda:N (default: cuda when present)
-  --causal         causal mask for every shape (also a "_causal" shape suffix)
-  --backward       tune the backward too
+  --causal         attention: causal mask for every shape (also a "_causal" shape suffix)
+  --backward       tune the backward too (not attention-decode, a forward-only step)
   --cache PATH     the cache file (default ${tuneCachePath()})
   --clear          empty the cache first
   -h, --help       this text
 
 Examples:
   attnkit tune attention --shapes B2_S3000_H24_KV8_D128_causal --backward
+  attnkit tune attention-decode --shapes B1_SKV65536_H32_KV8_D128
   attnkit tune gdn --shapes B3_T5000_H24_D128 --backward`;
+
+/** The ops whose op classes take `tune: true`. */
+type TunedOp = "attention" | "attention-decode" | "gdn" | "deltanet";
+
+// The other ops' functions (and gdn-decode's op class) take no tune option: the planner alone picks
+// their kernels.
+function isTuned(op: OpName): op is TunedOp {
+  return op === "attention" || op === "attention-decode" || op === "gdn" || op === "deltanet";
+}
 
 function tuneLinear(op: "gdn" | "deltanet", shape: Shape, dtype: DType, device: Device, backward: boolean) {
   // The inputs `attnkit check` and `bench` use, with the in-kernel L2 norm the op classes are built with.
-  using x = linearInputs({ shape, dtype, device, seed: 1, l2norm: true }, op === "gdn");
-  const { q, k, v, g, beta, dO } = x;
+  using x = new LinearTensors({ shape, dtype, device, seed: 1, l2norm: true });
+  const { q, k, v, dO } = x;
+  const { g, beta } = deltaGates(x, op === "gdn");
   const options = { layout: "bshd" as const, useQkL2norm: true, tune: true };
   if (op === "gdn") {
     using fwd = new GatedDeltaNetBTHDFwdOp(options).forward(q, k, v, g!, beta);
@@ -67,7 +95,25 @@ function tuneLinear(op: "gdn" | "deltanet", shape: Shape, dtype: DType, device: 
   report(`${shape.name} backward`);
 }
 
-function tuneShape(op: OpName, shape: Shape, dtype: DType, device: Device, backward: boolean): void {
+// The decode op class over a contiguous cache of the shape's SKV rows, on the check's inputs.
+function tuneDecode(shape: Shape, dtype: DType, device: Device): void {
+  const { batch, heads, headsKv, seqKv, dim } = shape;
+  const op = new GroupedQueryAttentionDecodeWithKVCacheFwdOp({
+    batch,
+    heads,
+    headsKv,
+    seqlenKv: seqKv,
+    dim,
+    tune: true,
+  });
+  using x = attentionInputs({ shape, dtype, device, seed: 1, l2norm: false });
+  using q = x.q.reshape([batch, heads, dim]); // one query token per sequence
+  using _o = op.forward(q, x.k, x.v);
+  report(`${shape.name} decode`);
+}
+
+function tuneShape(op: TunedOp, shape: Shape, dtype: DType, device: Device, backward: boolean): void {
+  if (op === "attention-decode") return tuneDecode(shape, dtype, device);
   if (op !== "attention") return tuneLinear(op, shape, dtype, device, backward);
   if (shape.seqKv !== shape.seq) {
     throw new UsageError(`shape "${shape.name}": tune takes square shapes (no SKV)`);
@@ -102,8 +148,6 @@ function report(what: string): void {
   }
 }
 
-const TUNED_OPS: readonly OpName[] = ["attention", "gdn", "deltanet"];
-
 /** Runs `attnkit tune`; returns the exit status. */
 export function tuneCommand(args: string[]): number {
   const { values, positionals } = parseArgs({
@@ -124,12 +168,21 @@ export function tuneCommand(args: string[]): number {
     console.log(TUNE_USAGE);
     return 0;
   }
-  const op = positionals[0] as OpName;
-  if (positionals.length !== 1 || !TUNED_OPS.includes(op)) {
+  if (positionals.length !== 1) {
     throw new UsageError(
-      `tune: expected the op "attention", "gdn" or "deltanet", got ${JSON.stringify(positionals.join(" "))}`,
+      `tune: expected the op "attention", "attention-decode", "gdn" or "deltanet", got ${
+        JSON.stringify(positionals.join(" "))
+      }`,
     );
   }
+  const op = parseOp(positionals[0]);
+  if (!isTuned(op)) {
+    throw new UsageError(
+      `${opLabel(op)} has nothing to tune: it takes no tune option, the planner picks ` +
+        `its kernels (tune serves attention, attention-decode, gdn and deltanet; check and bench run ${op})`,
+    );
+  }
+  checkBackward(op, values.backward);
   const dtype = parseDtype(values.dtype!, op);
   if (values.cache !== undefined) setTuneCachePath(values.cache);
   if (values.clear) clearTuneCache();
@@ -140,9 +193,7 @@ export function tuneCommand(args: string[]): number {
   const device = chooseDevice(values.device);
   const shapes = values.shapes.split(",").map((s) => {
     const shape = parseShape(s.trim(), op);
-    if (op !== "attention" && values.causal) {
-      throw new UsageError(`--causal: ${op} is causal by construction; drop the flag`);
-    }
+    checkCausal(op, values.causal);
     return { ...shape, causal: shape.causal || values.causal! };
   });
   console.log(`tuning cache: ${tuneCachePath()}`);

@@ -90,7 +90,8 @@ const INPUTS = {
 } as const;
 const REQUIRED = ["B", "T", "H", "K", "V", "q", "k", "v"];
 
-function checkInputs(op: string, x: FeatureMapReferenceInputs): void {
+/** Refuses oracle inputs whose fields are missing, mistyped or of the wrong lengths, naming `op`. */
+export function checkFeatureMapInputs(op: string, x: FeatureMapReferenceInputs): void {
   checkFields(op, "x", x, INPUTS, REQUIRED);
   const { B, T, H, K, V } = x;
   expectLength(op, "x.q", x.q, B * T * H * K, `[${B}, ${T}, ${H}, ${K}]`);
@@ -107,8 +108,8 @@ function checkInputs(op: string, x: FeatureMapReferenceInputs): void {
   }
 }
 
-// phi(x) and its derivative.
-function featureOf(phi: FeatureMap): { f: (x: number) => number; df: (x: number) => number } {
+/** The feature map phi(x) and its derivative. */
+export function featureMapPhi(phi: FeatureMap): { f: (x: number) => number; df: (x: number) => number } {
   switch (phi) {
     case "elu+1":
       return { f: (x) => (x > 0 ? x + 1 : Math.exp(x)), df: (x) => (x > 0 ? 1 : Math.exp(x)) };
@@ -133,7 +134,7 @@ interface Head {
 function head(x: FeatureMapReferenceInputs, b: number, h: number): Head {
   const { T, H, K, V } = x;
   const phi = x.phi ?? "elu+1";
-  const { f } = featureOf(phi);
+  const { f } = featureMapPhi(phi);
   const normalised = phi !== "softmax_free", eps = x.eps ?? FEATURE_MAP_EPS;
   const feature = (src: ArrayLike<number>, t: number) =>
     Float64Array.from({ length: K }, (_, i) => f(src[((b * T + t) * H + h) * K + i]));
@@ -174,7 +175,7 @@ function head(x: FeatureMapReferenceInputs, b: number, h: number): Head {
  * ```
  */
 export function featureMapLinearAttentionReference(x: FeatureMapReferenceInputs): Float64Array {
-  checkInputs("featureMapLinearAttentionReference", x);
+  checkFeatureMapInputs("featureMapLinearAttentionReference", x);
   const { B, T, H, V } = x;
   const output = new Float64Array(B * T * H * V);
   for (let b = 0; b < B; b++) {
@@ -206,10 +207,10 @@ export function featureMapLinearAttentionReferenceBackward(
   dOutput: ArrayLike<number>,
 ): FeatureMapReferenceGradients {
   const op = "featureMapLinearAttentionReferenceBackward";
-  checkInputs(op, x);
+  checkFeatureMapInputs(op, x);
   const { B, T, H, K, V } = x;
   expectNumbers(op, "dOutput", dOutput, B * T * H * V, `[${B}, ${T}, ${H}, ${V}]`);
-  const { df } = featureOf(x.phi ?? "elu+1");
+  const { df } = featureMapPhi(x.phi ?? "elu+1");
   const normalised = (x.phi ?? "elu+1") !== "softmax_free";
   const dq = new Float64Array(B * T * H * K), dk = new Float64Array(B * T * H * K);
   const dv = new Float64Array(B * T * H * V);

@@ -90,6 +90,12 @@ export {
   type AttentionTolerance,
   DELTA_RULE_TOLERANCE,
   type DeltaRuleTolerance,
+  FEATURE_MAP_TOLERANCE,
+  featureMapGradientTolerance,
+  type FeatureMapTolerance,
+  GATE_GRADIENT_TOLERANCE,
+  type GateFamily,
+  roundingAllowance,
 } from "./tolerance.ts";
 export {
   kdaReference,

@@ -1,7 +1,8 @@
-// Attention backward (functional `attentionBackward`, fed the kernel's own forward output and LSE,
-// and the forward result's own `backward(dO)`) against the float64 oracle's exact gradients, under the
-// FlashAttention rule of tests/attention_cases.ts: each of dq, dk, dv within 3x the plain
-// same-precision reference's max error + 1e-5. Gradient buffers are NaN-poisoned before each run.
+// Attention backward (functional `attentionBackward`, fed the kernel's own forward output and LSE, and the
+// forward result's own `backward(dO)`) against the float64 oracle's exact gradients, under the
+// FlashAttention rule of tests/attention_cases.ts: each of dq, dk, dv within 3x the plain same-precision
+// reference's max error + the rounding allowance + 1e-5. Gradient buffers are NaN-poisoned before each
+// run.
 import assert from "node:assert/strict";
 import { attention, attentionBackward, type Device, kernels, lastPlan, Tensor } from "../mod.ts";
 import {

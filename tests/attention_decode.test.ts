@@ -1,9 +1,9 @@
-// Decode over a KV cache (contiguous and paged, MHA and GQA) against the float64 oracle: plain
-// attention over the keys each sequence holds, gathered here from the cache through its lengths and
-// block table. Tolerance rule (FlashAttention's, tests/attention_cases.ts): the max abs error at most
-// twice the same-precision reference's, plus 1e-5. Cases: empty caches, one key, lengths on and off
-// page boundaries, pages in shuffled physical order with unused table entries of -1, query blocks
-// longer than the cache under causal, odd head counts, head dims 64 / 128 / 256, softcap and scale;
+// Decode over a KV cache (contiguous and paged, MHA and GQA) against the float64 oracle: plain attention
+// over the keys each sequence holds, gathered here from the cache through its lengths and block table.
+// Tolerance rule (FlashAttention's, tests/attention_cases.ts): the max abs error at most twice the
+// same-precision reference's, plus the rounding allowance and 1e-5. Cases: empty caches, one key, lengths
+// on and off page boundaries, pages in shuffled physical order with unused table entries of -1, query
+// blocks longer than the cache under causal, odd head counts, head dims 64 / 128 / 256, softcap and scale;
 // paged equals contiguous bit for bit on the same keys; every bad length, page, shape and option refused.
 import {
   type Device,
@@ -130,7 +130,14 @@ function checkDecode(device: Device, c: DecodeCase, seed: number): void {
   };
   const oracle = attentionReference(problem, FLOAT64).output;
   const reference = attentionReference(problem, samePrecision(c.dtype)).output;
-  expectFlashRule(`output ${JSON.stringify(c)}`, output.toArray() as Float32Array, oracle, reference, 2);
+  expectFlashRule(
+    `output ${JSON.stringify(c)}`,
+    output.toArray() as Float32Array,
+    oracle,
+    reference,
+    "forward",
+    c.dtype,
+  );
 }
 
 const CASES: DecodeCase[] = [

@@ -146,5 +146,5 @@ export function checkDense(device: Device, c: DenseCase, seed: number): void {
   const reference = attentionReference(problem("rounded"), precision).output;
   const got = Float64Array.from(out.toArray() as Float32Array);
   const gotBshd = c.layout === "bshd" ? got : bhsdToBshd(got, [B, Sq, H, D]);
-  expectFlashRule(`output ${JSON.stringify(c)}`, gotBshd, oracle, reference, 2);
+  expectFlashRule(`output ${JSON.stringify(c)}`, gotBshd, oracle, reference, "forward", c.dtype);
 }

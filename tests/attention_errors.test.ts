@@ -308,14 +308,15 @@ deviceTest(
       const plain = attentionForward(inputs.problem, samePrecision(c.dtype)).output;
       using poisoned = Tensor.full(inputs.q.shape, NaN, { dtype: c.dtype, device });
       assert.throws(
-        () => expectFlashRule("output", poisoned.toArray() as Float32Array, oracle, plain, 2),
+        () =>
+          expectFlashRule("output", poisoned.toArray() as Float32Array, oracle, plain, "forward", c.dtype),
         /NaN/,
       );
       using o = attention(inputs.q, inputs.k, inputs.v, inputs.options);
       const values = o.output.toArray() as Float32Array;
-      expectFlashRule("output", values, oracle, plain, 2);
+      expectFlashRule("output", values, oracle, plain, "forward", c.dtype);
       values[37] = NaN;
-      assert.throws(() => expectFlashRule("output", values, oracle, plain, 2), /NaN/);
+      assert.throws(() => expectFlashRule("output", values, oracle, plain, "forward", c.dtype), /NaN/);
     }),
 );
 

@@ -1,7 +1,7 @@
-// Attention forward (functional `attention`) against the float64 oracle, under the FlashAttention
-// rule stated in tests/attention_cases.ts: output max error <= 2x the plain same-precision
-// reference's + 1e-5, LSE within 1e-3 relative, -inf exactly for rows that admit no key.
-// Outputs are NaN-poisoned before each run; fresh inputs per run (withSeed prints the seed).
+// Attention forward (functional `attention`) against the float64 oracle, under the FlashAttention rule
+// stated in tests/attention_cases.ts: output max error <= 2x the plain same-precision reference's + the
+// rounding allowance + 1e-5, LSE within 1e-3 relative, -inf exactly for rows that admit no key. Outputs
+// are NaN-poisoned before each run; fresh inputs per run (withSeed prints the seed).
 import { type AttentionCase, caseName, checkForward, cudaTest } from "./attention_cases.ts";
 import { deviceTest, withSeed } from "./helpers.ts";
 

@@ -73,7 +73,14 @@ function checkPrefill(device: Device, c: PrefillCase, seed: number): void {
     packedProblem(inputs, which, { qStart: cuQ, kvStart: cuK, heads: H, headsKv: Hkv, dim: D }, c);
   const oracle = attentionReference(problem("exact"), FLOAT64).output;
   const reference = attentionReference(problem("rounded"), samePrecision(c.dtype)).output;
-  expectFlashRule(`output ${JSON.stringify(c)}`, out.toArray() as Float32Array, oracle, reference, 2);
+  expectFlashRule(
+    `output ${JSON.stringify(c)}`,
+    out.toArray() as Float32Array,
+    oracle,
+    reference,
+    "forward",
+    c.dtype,
+  );
 }
 
 const CASES: PrefillCase[] = [

@@ -1,13 +1,13 @@
 // The paged prefill with append (GroupedQueryAttentionPrefillPagedWithKVCacheFwdOp) against the float64
 // oracle, under FlashAttention's rule (tests/attention_cases.ts: the error at most twice a plain
-// same-precision reference's, + 1e-5). The oracle applies the op's contract exactly: RoPE in float64
-// rounded to q's dtype, each new key and value rounded to the cache's dtype (float8_e4m3: of k / scale,
-// read back times the scale), then attention over each request's cached and new keys (bottom-right
-// causal). The pages are checked too: the written rows hold the rounded new rows (relative RMS at most
-// 2e-3 for 16-bit caches, 1e-2 for float8: a float32-computed RoPE can round a near-tie the other way),
-// every other row keeps its bits. Cases: fresh and continued requests, a chunk across page boundaries,
-// shuffled physical pages, an empty chunk, GQA, RoPE (neox / interleaved, partial rotaryDim), float8
-// caches, no causal mask, softcap; two chunks in a row equal one chunk of both; refusals.
+// same-precision reference's, + the rounding allowance + 1e-5). The oracle applies the op's contract exactly:
+// RoPE in float64 rounded to q's dtype, each new key and value rounded to the cache's dtype (float8_e4m3:
+// of k / scale, read back times the scale), then attention over each request's cached and new keys
+// (bottom-right causal). The pages are checked too: the written rows hold the rounded new rows (relative
+// RMS at most 2e-3 for 16-bit caches, 1e-2 for float8: a float32-computed RoPE can round a near-tie the
+// other way), every other row keeps its bits. Cases: fresh and continued requests, a chunk across page
+// boundaries, shuffled physical pages, an empty chunk, GQA, RoPE (neox / interleaved, partial rotaryDim),
+// float8 caches, no causal mask, softcap; two chunks in a row equal one chunk of both; refusals.
 import assert from "node:assert/strict";
 import {
   type Device,
@@ -227,7 +227,14 @@ function checkPaged(device: Device, c: PagedCase, seed: number): void {
     k: gathered(kAfter, ksH, dequantised),
     v: gathered(vAfter, vsH, dequantised),
   }, samePrecision(c.dtype)).output;
-  expectFlashRule(`output ${JSON.stringify(c)}`, out.toArray() as Float32Array, oracle, reference, 2);
+  expectFlashRule(
+    `output ${JSON.stringify(c)}`,
+    out.toArray() as Float32Array,
+    oracle,
+    reference,
+    "forward",
+    c.dtype,
+  );
 }
 
 function expectOutput(t: Tensor, shape: number[], dtype: DType): Tensor {

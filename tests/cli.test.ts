@@ -4,6 +4,9 @@
 // that should fail does.
 import assert from "node:assert/strict";
 import { byMaxAbs, byRelRms } from "../cli/problem.ts";
+import { type LinearFamily, linearOpCase } from "../cli/linear_problem.ts";
+import { chunkLinearAttn, type GlaGradients } from "../mod.ts";
+import { gatedLinearReference, gatedLinearReferenceBackward } from "../reference/linear_attention.ts";
 import { renderChart } from "../cli/chart.ts";
 import { parseResults } from "../cli/results.ts";
 import { parseShape, shapeName } from "../cli/shape.ts";
@@ -71,7 +74,12 @@ deviceTest("cli check gdn --backward: PASS against the oracle", async (device) =
     );
     expectPass(r, ["output", "final state", "dq", "dk", "dv", "dbeta", "dg"]);
     assert.match(r.stdout, /^attnkit check gdn B2_T80_H2_D32 bfloat16 on /m);
-    assert.match(r.stdout, /^ {2}time fwd +\d+\.\d{3} ms \(median of 2\) +[\d.e+-]+ TFLOP\/s$/m, explain(r));
+    // The forward's GB/s counts q, k, v, o, g and beta once (bench/gla_side_by_side.ts's convention).
+    assert.match(
+      r.stdout,
+      /^ {2}time fwd +\d+\.\d{3} ms \(median of 2\) +[\d.e+-]+ TFLOP\/s +[\d.e+-]+ GB\/s$/m,
+      explain(r),
+    );
     assert.match(r.stdout, /^ {2}time fwdbwd +\d+\.\d{3} ms/m, explain(r));
   });
 });
@@ -119,6 +127,339 @@ deviceTest("cli check attention (GQA, causal, backward): PASS", async (device) =
   });
 });
 
+// The gated linear family and KDA: each op's shape (grouped q/k heads, DV apart from D), dtype, and the
+// outputs its check compares (forward, then the gradients named after the inputs).
+const LINEAR_OPS: { op: string; fn: string; shape: string; dtype: string; grads: string[] }[] = [
+  { op: "gla", fn: "chunkGla", shape: "B2_T80_H4_HK2_D32_DV16", dtype: "bf16", grads: ["dgk"] },
+  { op: "simple-gla", fn: "chunkSimpleGla", shape: "B1_T100_H2_D32", dtype: "fp16", grads: ["dg"] },
+  { op: "retention", fn: "chunkRetention", shape: "B2_T70_H3_D16_DV32", dtype: "fp32", grads: [] },
+  { op: "linear-attn", fn: "chunkLinearAttn", shape: "B1_T90_H4_HK1_D32", dtype: "bf16", grads: [] },
+  { op: "kda", fn: "chunkKda", shape: "B2_T70_H4_HK2_D32", dtype: "bf16", grads: ["dgate", "dbeta"] },
+];
+
+for (const { op, fn, shape, dtype, grads } of LINEAR_OPS) {
+  deviceTest(`cli check ${op} (${fn}), forward and --backward: PASS against the oracle`, async (device) => {
+    await withSeed(async (seed) => {
+      const args = [
+        "check",
+        op,
+        "--shape",
+        shape,
+        "--dtype",
+        dtype,
+        "--device",
+        device,
+        "--seed",
+        String(seed),
+      ];
+      const forward = await attnkit(...args, "--iterations", "0", "--quiet");
+      expectPass(forward, ["output", "final state"]);
+      assert.doesNotMatch(forward.stdout, /^ {2}dq /m, "no gradients without --backward");
+      const r = await attnkit(...args, "--backward", "--iterations", "1", "--quiet");
+      expectPass(r, ["output", "final state", "dq", "dk", "dv", ...grads]);
+      assert.match(r.stdout, new RegExp(`^attnkit check ${op} ${shape} \\w+ on `, "m"), explain(r));
+      assert.match(
+        r.stdout,
+        /^ {2}time fwdbwd +\d+\.\d{3} ms \(one call\) +[\d.e+-]+ TFLOP\/s$/m,
+        explain(r),
+      );
+    });
+  });
+}
+
+Deno.test("cli: the linear ops refuse what their functions do not take, before making a tensor", async () => {
+  for (const { op, fn } of LINEAR_OPS) {
+    const cases: [string[], RegExp][] = [
+      [
+        ["--shape", "B1_T16_H2_D16", "--l2norm"],
+        new RegExp(`--l2norm: ${op} \\(${fn}\\) takes no useQkL2norm`),
+      ],
+      [["--shape", "B1_T16_H4_HK3_D16"], /H4 is not a multiple of HK3/],
+      [
+        ["--shape", "B1_T16_H2_D16_DV320"],
+        new RegExp(`${op} \\(${fn}\\) takes head dims D and DV of at most 256`),
+      ],
+      [["--shape", "B1_T16_H2_KV2_D16"], /HKV does not apply/],
+    ];
+    for (const [args, message] of cases) {
+      const r = await attnkit("check", op, "--device", "cpu", ...args);
+      assert.equal(r.code, 2, `${op} ${args.join(" ")}\n${explain(r)}`);
+      assert.match(r.stderr, message, `${op} ${args.join(" ")}`);
+      assert.match(r.stderr, /Usage: attnkit check <op>/);
+    }
+  }
+  const bench = await attnkit(
+    "bench",
+    "gla",
+    "--shapes",
+    "B1_T16_H2_D16",
+    "--out",
+    "x",
+    "--l2norm",
+    "--device",
+    "cpu",
+  );
+  assert.equal(bench.code, 2, explain(bench));
+  assert.match(bench.stderr, /--l2norm: gla \(chunkGla\) takes no useQkL2norm/);
+  // The aliases of FLA's names.
+  for (
+    const [alias, op] of [["simple_gla", "simple-gla"], ["retnet", "retention"], [
+      "linear_attn",
+      "linear-attn",
+    ]]
+  ) {
+    const r = await attnkit(
+      "check",
+      alias,
+      "--shape",
+      "B1_T16_H1_D16",
+      "--device",
+      "cpu",
+      "--iterations",
+      "0",
+    );
+    assert.equal(r.code, 0, explain(r));
+    assert.match(r.stdout, new RegExp(`^attnkit check ${op} B1_T16_H1_D16 `, "m"));
+  }
+});
+
+Deno.test("cli bench: the gated linear family and KDA write records naming the op and its function", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "attnkit_cli_linear_" });
+  try {
+    for (const { op, fn } of LINEAR_OPS) {
+      const r = await attnkit(
+        "bench",
+        op,
+        "--shapes",
+        "B1_T64_H2_D32,B2_T40_H2_HK1_D16_DV32",
+        "--device",
+        "cpu",
+        "--out",
+        dir,
+        "--iterations",
+        "1",
+        "--warmup",
+        "0",
+      );
+      assert.equal(r.code, 0, explain(r));
+      const json = JSON.parse(await Deno.readTextFile(`${dir}/${op}.json`));
+      assert.deepEqual(
+        json.records.map((x: { shape: string; mode: string }) => `${x.shape} ${x.mode}`),
+        [
+          "B1_T64_H2_D32 fwd",
+          "B1_T64_H2_D32 fwdbwd",
+          "B2_T40_H2_HK1_D16_DV32 fwd",
+          "B2_T40_H2_HK1_D16_DV32 fwdbwd",
+        ],
+      );
+      for (const rec of json.records) {
+        assert.equal(rec.op, fn);
+        assert.equal(rec.dtype, "bfloat16");
+        assert.ok(rec.ms > 0 && rec.tflops > 0, JSON.stringify(rec));
+        // GB/s of the forward only: bench/gla_side_by_side.ts counts no bytes for forward + backward.
+        assert.ok(rec.mode === "fwd" ? rec.gbps > 0 : rec.gbps === null, JSON.stringify(rec));
+      }
+      assert.match(await Deno.readTextFile(`${dir}/${op}.md`), new RegExp(`^# ${fn}`));
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+// Feature-map linear attention: two feature maps (and the identity in float32), causal and bidirectional.
+const FMAP_CASES: { phi: string; shape: string; dtype: string; form: string[] }[] = [
+  { phi: "elu+1", shape: "B2_T70_H2_D32_DV16", dtype: "bf16", form: [] },
+  { phi: "relu", shape: "B1_T90_H3_D16", dtype: "fp16", form: ["--bidirectional"] },
+  { phi: "identity", shape: "B1_T40_H2_D16", dtype: "fp32", form: ["--bidirectional"] },
+];
+
+deviceTest(
+  "cli check fmap (featureMapLinearAttention), forward and --backward: PASS against the oracle",
+  async (device) => {
+    await withSeed(async (seed) => {
+      for (const { phi, shape, dtype, form } of FMAP_CASES) {
+        const args = ["check", "fmap", "--shape", shape, "--dtype", dtype, "--feature-map", phi, ...form];
+        const common = ["--device", device, "--seed", String(seed), "--quiet"];
+        const forward = await attnkit(...args, ...common, "--iterations", "0");
+        expectPass(forward, ["output"]);
+        assert.doesNotMatch(forward.stdout, /^ {2}dq /m, "no gradients without --backward");
+        const r = await attnkit(...args, ...common, "--backward", "--iterations", "1");
+        expectPass(r, ["output", "dq", "dk", "dv"]);
+        assert.match(r.stdout, new RegExp(`^attnkit check fmap ${shape} \\w+ on `, "m"), explain(r));
+        const formName = form.length ? "bidirectional" : "causal";
+        assert.match(r.stdout, new RegExp(`; phi ${phi.replace("+", "\\+")}; ${formName};`), explain(r));
+        assert.match(
+          r.stdout,
+          /^ {2}time fwd +\d+\.\d{3} ms \(one call\) +[\d.e+-]+ TFLOP\/s +[\d.e+-]+ GB\/s$/m,
+          explain(r),
+        );
+        assert.match(
+          r.stdout,
+          /^ {2}time fwdbwd +\d+\.\d{3} ms \(one call\) +[\d.e+-]+ TFLOP\/s$/m,
+          explain(r),
+        );
+      }
+    });
+  },
+);
+
+deviceTest(
+  "cli check gdn-decode and attention-decode: PASS against the oracle, GB/s beside the time",
+  async (device) => {
+    await withSeed(async (seed) => {
+      const common = ["--device", device, "--seed", String(seed), "--iterations", "2", "--quiet"];
+      for (const [dtype, flags] of [["bf16", ["--l2norm"]], ["fp32", []]] as const) {
+        const r = await attnkit(
+          "check",
+          "gdn-decode",
+          "--shape",
+          "B3_H4_HK2_D32_DV64",
+          "--dtype",
+          dtype,
+          ...flags,
+          ...common,
+        );
+        expectPass(r, ["output", "new state"]);
+        assert.match(r.stdout, /^attnkit check gdn-decode B3_T1_H4_HK2_D32_DV64 \w+ on /m, explain(r));
+        assert.match(r.stdout, /state \[3, 4, 32, 64\] float32 \(std 0\.1\)/, explain(r));
+        // Memory-bound: GB/s, no TFLOP/s.
+        assert.match(r.stdout, /^ {2}time fwd +\d+\.\d{3} ms \(median of 2\) +[\d.e+-]+ GB\/s$/m, explain(r));
+      }
+      const a = await attnkit(
+        "check",
+        "attention-decode",
+        "--shape",
+        "B2_S100_H8_HKV2_D64",
+        "--dtype",
+        "fp16",
+        ...common,
+      );
+      expectPass(a, ["output"]);
+      assert.match(a.stdout, /^attnkit check attention-decode B2_SKV100_H8_KV2_D64 float16 on /m, explain(a));
+      assert.match(a.stdout, /^ {2}time fwd +\d+\.\d{3} ms \(median of 2\) +[\d.e+-]+ GB\/s$/m, explain(a));
+    });
+  },
+);
+
+Deno.test("cli: fmap and the decode ops refuse what they do not take, before making a tensor", async () => {
+  const check = (op: string, shape: string, ...flags: string[]) => ["check", op, "--shape", shape, ...flags];
+  const cases: [string[], RegExp][] = [
+    [
+      check("fmap", "B1_T16_H2_D16", "--feature-map", "softplus"),
+      /--feature-map: unknown feature map "softplus"; feature maps: elu\+1, relu, identity, softmax_free/,
+    ],
+    [check("fmap", "B1_T16_H2_HK1_D16"), /HK does not apply to fmap/],
+    [check("fmap", "B1_T16_H2_D16", "--causal"), /--causal: fmap is causal unless --bidirectional/],
+    [check("fmap", "B1_T16_H2_D16_causal"), /fmap is causal unless --bidirectional; drop "causal"/],
+    [check("fmap", "B1_T16_H2_D16", "--l2norm"), /--l2norm: fmap \(featureMapLinearAttention\) takes no/],
+    [check("gla", "B1_T16_H2_D16", "--feature-map", "relu"), /--feature-map: applies to fmap only, not gla/],
+    [check("gdn", "B1_T16_H2_D16", "--bidirectional"), /--bidirectional: applies to fmap only, not gdn/],
+    [
+      check("gdn-decode", "B1_H2_D16", "--backward"),
+      /--backward: gdn-decode \(GatedDeltaNetDecodeFwdOp\) is a decode step, forward only/,
+    ],
+    [
+      check("attention-decode", "B1_SKV16_H2_D16", "--backward"),
+      /--backward: attention-decode \(GroupedQueryAttentionDecodeWithKVCacheFwdOp\) is a decode step/,
+    ],
+    [
+      ["bench", "gdn-decode", "--shapes", "B1_H2_D16", "--out", "x", "--modes", "fwd,fwdbwd"],
+      /--modes: gdn-decode \(GatedDeltaNetDecodeFwdOp\) times fwd, not fwdbwd/,
+    ],
+    [check("gdn-decode", "B1_T4_H2_D16"), /gdn-decode steps one token per sequence; T, if given, is 1/],
+    [check("gdn-decode", "B1_H2_HKV2_D16"), /HKV does not apply to gdn-decode/],
+    [check("gdn-decode", "B1_H2_D16", "--causal"), /--causal: gdn-decode .* with no mask to choose/],
+    [check("gdn-decode", "B1_H2_D320"), /takes head dims D and DV of at most 256, got D320/],
+    [check("attention-decode", "B1_SKV16_H2_HK1_D16"), /HK does not apply to attention-decode/],
+    [check("attention-decode", "B1_SKV16_H2_D16_DV8"), /DV does not apply to attention-decode/],
+    [check("attention-decode", "B1_H2_D16"), /missing SKV \(or S\), the cache length/],
+    [check("attention-decode", "B1_S4_SKV16_H2_D16"), /one query token per sequence; S, beside SKV, is 1/],
+    [check("attention-decode", "B1_SKV16_H2_D16_causal"), /with no mask to choose; drop "causal"/],
+    [check("attention-decode", "B1_SKV16_H2_D16", "--dtype", "fp32"), /attention-decode runs in float16 or/],
+  ];
+  for (const [args, message] of cases) {
+    const r = await attnkit(...args, "--device", "cpu");
+    assert.equal(r.code, 2, `${args.join(" ")}\n${explain(r)}`);
+    assert.match(r.stderr, message, args.join(" "));
+    assert.match(r.stderr, new RegExp(`Usage: attnkit ${args[0]} <op>`), args.join(" "));
+  }
+});
+
+Deno.test("cli bench: decode ops record GB/s (no TFLOP/s); fmap names its feature map and form", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "attnkit_cli_decode_" });
+  try {
+    // Recorded references as the decode and feature-map benchmarks write them: a decode step's mode is
+    // "decode", the feature map's op names its phi and form.
+    const refPath = `${dir}/ref.json`;
+    const ref = (op: string, shape: string, mode: string, dtype: string, refMs: number) => ({
+      op,
+      shape,
+      dtype,
+      mode,
+      ms: 1,
+      ref: "fla",
+      ref_ms: refMs,
+    });
+    await Deno.writeTextFile(
+      refPath,
+      JSON.stringify({
+        records: [
+          ref("GatedDeltaNetDecodeFwdOp", "B2_T1_H4_D32", "decode", "bfloat16 (fp32 state)", 0.5),
+          ref("featureMapLinearAttention(relu, causal)", "B1_T32_H2_D16", "fwd", "bfloat16", 7),
+          ref("featureMapLinearAttention(relu, bidirectional)", "B1_T32_H2_D16", "fwd", "bfloat16", 9),
+        ],
+      }),
+    );
+    const bench = async (op: string, shapes: string, ...flags: string[]) => {
+      const r = await attnkit(
+        "bench",
+        op,
+        "--shapes",
+        shapes,
+        "--device",
+        "cpu",
+        "--out",
+        dir,
+        "--ref",
+        refPath,
+        "--iterations",
+        "1",
+        "--warmup",
+        "0",
+        ...flags,
+      );
+      assert.equal(r.code, 0, explain(r));
+      return JSON.parse(await Deno.readTextFile(`${dir}/${op}.json`)).records as Record<string, unknown>[];
+    };
+    const rows = (records: Record<string, unknown>[]) => records.map((x) => `${x.op} ${x.shape} ${x.mode}`);
+
+    const gdn = await bench("gdn-decode", "B2_H4_D32,B1_T1_H4_HK2_D32_DV64", "--l2norm");
+    assert.deepEqual(rows(gdn), [
+      "GatedDeltaNetDecodeFwdOp B2_T1_H4_D32 fwd",
+      "GatedDeltaNetDecodeFwdOp B1_T1_H4_HK2_D32_DV64 fwd",
+    ]);
+    const attn = await bench("attention-decode", "B2_S64_H4_KV2_D64");
+    assert.deepEqual(rows(attn), ["GroupedQueryAttentionDecodeWithKVCacheFwdOp B2_SKV64_H4_KV2_D64 fwd"]);
+    for (const rec of [...gdn, ...attn]) {
+      assert.ok((rec.ms as number) > 0 && (rec.gbps as number) > 0, JSON.stringify(rec));
+      assert.equal(rec.tflops, null);
+    }
+    // The recorded decode step pairs with fwd; the other shape has no reference.
+    assert.deepEqual(gdn.map((x) => x.ref_ms), [0.5, null]);
+
+    const fmap = await bench("fmap", "B1_T32_H2_D16", "--feature-map", "relu", "--bidirectional");
+    assert.deepEqual(rows(fmap), [
+      "featureMapLinearAttention(relu, bidirectional) B1_T32_H2_D16 fwd",
+      "featureMapLinearAttention(relu, bidirectional) B1_T32_H2_D16 fwdbwd",
+    ]);
+    assert.deepEqual(fmap.map((x) => x.ref_ms), [9, null], "paired with its own form only");
+    assert.ok((fmap[0].gbps as number) > 0 && fmap[1].gbps === null, JSON.stringify(fmap));
+    for (const rec of fmap) assert.ok((rec.tflops as number) > 0, JSON.stringify(rec));
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("cli check attention: fewer keys than queries (rows with no key) and --oracle-batches", async () => {
   const r = await attnkit(
     "check",
@@ -159,7 +500,13 @@ Deno.test("cli: a bad flag exits 2 with the command's usage", async () => {
 Deno.test("cli: an unknown op names the ops; an unknown command the commands", async () => {
   const r = await attnkit("check", "flashmla", "--shape", "B1_T16_H1_D16");
   assert.equal(r.code, 2, explain(r));
-  assert.match(r.stderr, /unknown op "flashmla"; ops: gdn, deltanet, attention/);
+  assert.match(
+    r.stderr,
+    new RegExp(
+      'unknown op "flashmla"; ops: gdn, deltanet, kda, gla, simple-gla, retention, linear-attn, fmap, ' +
+        "attention, gdn-decode, attention-decode",
+    ),
+  );
   const c = await attnkit("verify");
   assert.equal(c.code, 2, explain(c));
   assert.match(c.stderr, /unknown command "verify"/);
@@ -302,6 +649,49 @@ Deno.test("cli verdicts: NaN, stray infinities and errors past the bound fail", 
   assert.equal(byMaxAbs("o", [1, 2, 3.3, 4], oracle, 0.4, "why").pass, true);
 });
 
+Deno.test("cli linear case: rows joined over batch rows pass; an output off the oracle or a missing gradient fails", () => {
+  const settings = {
+    shape: parseShape("B3_T40_H2_HK1_D16_DV8", "linear-attn"),
+    dtype: "float32" as const,
+    device: "cpu" as const,
+    seed: 7,
+    l2norm: false,
+  };
+  // chunkLinearAttn against the oracle, which decays by g when `decay` (the op never does, nor returns dg).
+  const linearAttn = (decay: boolean) =>
+    linearOpCase(settings, (t): LinearFamily<"g", GlaGradients> => {
+      const { B, T, H } = t.sizes;
+      const g = t.uniform([B, T, H], 3, -0.5, -0.25);
+      return {
+        sides: decay ? [{ name: "g", tensor: g, bound: 1 }] : [],
+        forward: ({ finalState, output }) =>
+          chunkLinearAttn(t.q, t.k, t.v, {
+            layout: "bshd",
+            outputFinalState: finalState,
+            out: output && { output },
+          }),
+        oracle: {
+          forward: (x) => gatedLinearReference(x),
+          backward: (x, dOut) => gatedLinearReferenceBackward(x, dOut),
+        },
+        flops: 1,
+      };
+    });
+  const verdicts = (decay: boolean, batches: number) => {
+    using c = linearAttn(decay);
+    return Object.fromEntries(c.check(batches, true, () => {}).map((r) => [r.name, r]));
+  };
+  for (const batches of [1, 3]) {
+    const rows = verdicts(false, batches);
+    assert.deepEqual(Object.keys(rows), ["output", "final state", "dq", "dk", "dv"]);
+    for (const r of Object.values(rows)) assert.ok(r.pass, `${batches} rows: ${JSON.stringify(r)}`);
+  }
+  const off = verdicts(true, 2);
+  for (const name of ["output", "final state", "dq", "dk", "dv"]) assert.equal(off[name].pass, false, name);
+  assert.equal(off.dg.pass, false);
+  assert.equal(off.dg.problem, "not returned by the op");
+});
+
 Deno.test("cli shapes: the names of the recorded results read back to themselves", () => {
   for (const name of ["B1_T8192_H96_D128", "B4_T2048_H16_HK4_D128_DV64"]) {
     assert.equal(shapeName(parseShape(name, "gdn"), "gdn"), name);
@@ -315,6 +705,18 @@ Deno.test("cli shapes: the names of the recorded results read back to themselves
     "B4_S4096_H32_D128",
   );
   assert.equal(shapeName(parseShape("B1_S8_SKV16_H2_D8", "attention"), "attention"), "B1_S8_SKV16_H2_D8");
+  // The decode benchmarks' names, and a decode shape without T; fmap's with DV.
+  for (
+    const [name, op, canonical] of [
+      ["B256_T1_H32_D128", "gdn-decode", "B256_T1_H32_D128"],
+      ["B256_H32_HK16_D128_DV64", "gdn-decode", "B256_T1_H32_HK16_D128_DV64"],
+      ["B1_Skv65536_H32_KV8_D128", "attention-decode", "B1_SKV65536_H32_KV8_D128"],
+      ["B4_S1_SKV8192_H32_D128", "attention-decode", "B4_SKV8192_H32_D128"],
+      ["B4_T4096_H64_D128_DV64", "fmap", "B4_T4096_H64_D128_DV64"],
+    ] as const
+  ) {
+    assert.equal(shapeName(parseShape(name, op), op), canonical);
+  }
 });
 
 deviceTest(
@@ -345,9 +747,15 @@ deviceTest(
       const cleared = await attnkit("tune", "attention", "--cache", cache, "--clear");
       assert.equal(cleared.code, 0, explain(cleared));
       assert.throws(() => Deno.statSync(cache), Deno.errors.NotFound);
-      const bad = await attnkit("tune", "gla", "--shapes", "B1_T8_H2_D64");
+      const bad = await attnkit("tune", "flashmla", "--shapes", "B1_T8_H2_D64");
       assert.equal(bad.code, 2, explain(bad));
-      assert.match(bad.stderr, /tune: expected the op "attention", "gdn" or "deltanet"/);
+      assert.match(bad.stderr, /unknown op "flashmla"/);
+      // The ops without a tune option are refused, saying so.
+      for (const op of ["gla", "simple_gla", "retention", "linear-attn", "kda", "fmap", "gdn-decode"]) {
+        const untuned = await attnkit("tune", op, "--shapes", "B1_T1_H2_D64", "--cache", cache);
+        assert.equal(untuned.code, 2, explain(untuned));
+        assert.match(untuned.stderr, /\(\w+\) has nothing to tune: it takes no tune option/);
+      }
       // The delta-rule op classes, forward and backward, into the same cache.
       const gdn = await attnkit(
         "tune",
@@ -364,6 +772,15 @@ deviceTest(
       assert.match(gdn.stdout, /^B1_T70_H2_D64 forward: \S+ \(tuned\)$/m, explain(gdn));
       assert.match(gdn.stdout, /^B1_T70_H2_D64 backward: \S+ \(tuned\)$/m, explain(gdn));
       assert.equal(Object.keys(JSON.parse(Deno.readTextFileSync(cache)).entries).length, 2);
+      // The decode op class takes tune too: forward only.
+      const decodeArgs = ["tune", "attention-decode", "--shapes", "B1_SKV64_H4_KV2_D64", "--cache", cache];
+      const decode = await attnkit(...decodeArgs, "--device", device);
+      assert.equal(decode.code, 0, explain(decode));
+      assert.match(decode.stdout, /^B1_SKV64_H4_KV2_D64 decode: \S+ \(tuned\)$/m, explain(decode));
+      assert.equal(Object.keys(JSON.parse(Deno.readTextFileSync(cache)).entries).length, 3);
+      const decodeBackward = await attnkit(...decodeArgs, "--backward");
+      assert.equal(decodeBackward.code, 2, explain(decodeBackward));
+      assert.match(decodeBackward.stderr, /--backward: attention-decode .* is a decode step, forward only/);
       const causal = await attnkit("tune", "deltanet", "--shapes", "B1_T70_H2_D64_causal", "--cache", cache);
       assert.equal(causal.code, 2, explain(causal));
       assert.match(causal.stderr, /deltanet is causal by construction/);

@@ -29,7 +29,7 @@ import {
   SimulatedGroup,
   Tensor,
 } from "../mod.ts";
-import { DELTA_RULE_TOLERANCE, deltaRuleReference } from "../reference/mod.ts";
+import { DELTA_RULE_TOLERANCE, deltaRuleReference, GATE_GRADIENT_TOLERANCE } from "../reference/mod.ts";
 import { deviceTest, expectNoLeak, refuses, withSeed } from "./helpers.ts";
 
 const H = 2, HK = 1, K = 64, V = 64;
@@ -189,7 +189,7 @@ function checkAgainstUnsharded(
     dk: tol.dqkv,
     dv: tol.dqkv,
     dg: tol.dsmall,
-    dgate: x.q.dtype === "float32" ? tol.dsmall : 0.08,
+    dgate: GATE_GRADIENT_TOLERANCE.kda[x.q.dtype as "float32" | "bfloat16"],
     dbeta: tol.dsmall,
   };
   outcomes.forEach((r, rank) => {

@@ -44,7 +44,7 @@ export { expectAgree, expectClose, expectSame, host, leadingRows, pathTolerance 
  * the worst seen; a wrong gradient is off by order 1.
  */
 export function tol(dtype: DType): GatedTolerance {
-  return gatedTolerance(dtype, 0.12);
+  return gatedTolerance(dtype, "gla");
 }
 
 /** The public functions under test. */

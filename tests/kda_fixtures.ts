@@ -31,7 +31,7 @@ export { expectAgree, expectClose, expectSame, host, leadingRows, pathTolerance 
 
 /** The tolerances of a q/k/v dtype: the delta rule's, and dgate for the gate's gradient. */
 export function tol(dtype: DType): GatedTolerance {
-  return gatedTolerance(dtype, 0.08);
+  return gatedTolerance(dtype, "kda");
 }
 
 /** The public functions under test. */

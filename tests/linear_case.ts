@@ -2,7 +2,12 @@
 // read from the spec, the tensors a case owns and disposes together, the random initial state and
 // packed offsets, random log gates with spikes, random cotangents, the host copy of q, k and v, the
 // oracle's answers on it, NaN-poisoned result buffers and the tolerances of the gated families.
-import { DELTA_RULE_TOLERANCE, type DeltaRuleTolerance } from "../reference/tolerance.ts";
+import {
+  DELTA_RULE_TOLERANCE,
+  type DeltaRuleTolerance,
+  GATE_GRADIENT_TOLERANCE,
+  type GateFamily,
+} from "../reference/tolerance.ts";
 import { type Device, type DType, Tensor } from "../mod.ts";
 import { poison } from "./helpers.ts";
 import type { RecurrentOracle } from "./recurrent_oracle.ts";
@@ -23,10 +28,10 @@ export interface GatedTolerance extends DeltaRuleTolerance {
   dgate: number;
 }
 
-/** The tolerances of a q/k/v dtype: the delta rule's, with dgate at dsmall for float32, else `dgate16`. */
-export function gatedTolerance(dtype: DType, dgate16: number): GatedTolerance {
-  const t = DELTA_RULE_TOLERANCE[dtype as "float32"];
-  return { ...t, dgate: dtype === "float32" ? t.dsmall : dgate16 };
+/** The tolerances of a q/k/v dtype: the delta rule's, with dgate the family's (GATE_GRADIENT_TOLERANCE). */
+export function gatedTolerance(dtype: DType, family: GateFamily): GatedTolerance {
+  const key = dtype as "float32";
+  return { ...DELTA_RULE_TOLERANCE[key], dgate: GATE_GRADIENT_TOLERANCE[family][key] };
 }
 
 /**

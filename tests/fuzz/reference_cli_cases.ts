@@ -200,10 +200,14 @@ export function referenceAndCli(rng: Rng, _scope: Scope, bad: boolean): Case {
         return valid("samePrecision", () => ref.samePrecision(rng.pick(["float16", "bfloat16"] as const)));
       }
       if (k === 3) {
-        return valid(
-          "attentionBound",
-          () => ref.attentionBound(rng.next(), rng.pick(["forward", "backward"] as const)),
-        );
+        const dtype = rng.pick(["float16", "bfloat16"] as const);
+        const values = Array.from({ length: rng.int(0, 9) }, () => (rng.next() - 0.5) * 8);
+        return rng.chance(0.5)
+          ? valid(
+            "attentionBound",
+            () => ref.attentionBound(rng.next(), rng.pick(["forward", "backward"] as const), rng.next()),
+          )
+          : valid("roundingAllowance", () => ref.roundingAllowance(values, dtype));
       }
       const p = attentionProblem(rng);
       return valid("admits", () => ref.admits(p, rng.int(0, 3), rng.int(0, 3), 4, 4));
@@ -213,7 +217,21 @@ export function referenceAndCli(rng: Rng, _scope: Scope, bad: boolean): Case {
     if (k === 1) return invalid("samePrecision(float32)", () => ref.samePrecision("float32" as "float16"));
     if (k === 2) return invalid("attentionBound(negative)", () => ref.attentionBound(-1, "forward"));
     if (k === 3) {
-      return invalid("attentionBound(direction)", () => ref.attentionBound(1, "sideways" as "forward"));
+      const pick = rng.int(0, 4);
+      if (pick === 0) {
+        return invalid("attentionBound(direction)", () => ref.attentionBound(1, "sideways" as "forward"));
+      }
+      if (pick === 1) return invalid("attentionBound(allowance)", () => ref.attentionBound(1, "forward", -1));
+      if (pick === 2) {
+        return invalid(
+          "roundingAllowance(float32)",
+          () => ref.roundingAllowance([1], "float32" as "float16"),
+        );
+      }
+      return invalid(
+        "roundingAllowance(expected)",
+        () => ref.roundingAllowance(0.5 as unknown as number[], "bfloat16"),
+      );
     }
     return invalid("admits(i -1)", () => ref.admits(attentionProblem(rng), -1, 0, 4, 4));
   }
