@@ -98,6 +98,21 @@ function withField<T extends object>(obj: T, key: string, value: unknown): T {
 }
 
 /** The oracle and command-line generator (registered in cases.ts). */
+// A small feature-map oracle problem: one sequence and head, K = V = 2, T of 1 to 3 tokens.
+function featureMapInputs(rng: Rng): ref.FeatureMapReferenceInputs {
+  const T = rng.int(1, 3);
+  return {
+    B: 1,
+    T,
+    H: 1,
+    K: 2,
+    V: 2,
+    q: numbers(rng, 2 * T),
+    k: numbers(rng, 2 * T),
+    v: numbers(rng, 2 * T),
+  };
+}
+
 export function referenceAndCli(rng: Rng, _scope: Scope, bad: boolean): Case {
   const which = rng.int(0, 5);
   if (which === 0 || which === 1) {
@@ -202,12 +217,20 @@ export function referenceAndCli(rng: Rng, _scope: Scope, bad: boolean): Case {
       if (k === 3) {
         const dtype = rng.pick(["float16", "bfloat16"] as const);
         const values = Array.from({ length: rng.int(0, 9) }, () => (rng.next() - 0.5) * 8);
-        return rng.chance(0.5)
-          ? valid(
+        const pick = rng.int(0, 2);
+        if (pick === 0) {
+          return valid(
             "attentionBound",
             () => ref.attentionBound(rng.next(), rng.pick(["forward", "backward"] as const), rng.next()),
-          )
-          : valid("roundingAllowance", () => ref.roundingAllowance(values, dtype));
+          );
+        }
+        if (pick === 1) return valid("roundingAllowance", () => ref.roundingAllowance(values, dtype));
+        const x = featureMapInputs(rng);
+        const dOut = numbers(rng, x.T * 2), tolDtype = rng.pick(["float32", dtype] as const);
+        return valid("featureMapGradientTolerance", () => {
+          const grads = ref.featureMapLinearAttentionReferenceBackward(x, dOut);
+          return ref.featureMapGradientTolerance(x, dOut, grads, tolDtype);
+        });
       }
       const p = attentionProblem(rng);
       return valid("admits", () => ref.admits(p, rng.int(0, 3), rng.int(0, 3), 4, 4));
@@ -228,9 +251,17 @@ export function referenceAndCli(rng: Rng, _scope: Scope, bad: boolean): Case {
           () => ref.roundingAllowance([1], "float32" as "float16"),
         );
       }
+      if (pick === 3) {
+        return invalid(
+          "roundingAllowance(expected)",
+          () => ref.roundingAllowance(0.5 as unknown as number[], "bfloat16"),
+        );
+      }
+      const x = featureMapInputs(rng);
+      const dOut = numbers(rng, x.T * 2 - 1);
       return invalid(
-        "roundingAllowance(expected)",
-        () => ref.roundingAllowance(0.5 as unknown as number[], "bfloat16"),
+        "featureMapGradientTolerance(dOutput too short)",
+        () => ref.featureMapGradientTolerance(x, dOut, { dq: x.q, dk: x.k }, "bfloat16"),
       );
     }
     return invalid("admits(i -1)", () => ref.admits(attentionProblem(rng), -1, 0, 4, 4));
