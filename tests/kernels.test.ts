@@ -142,7 +142,7 @@ Deno.test("planner: the chunked linear forward (paths, state kernels, tiles, seg
   // step cheaper than at tile 64 (64 blocks); 64 sequence-heads take tile 64 (tile 32 needs two waves).
   const b2 = fwd({ b: 2, t: 16384, h: 16, k: 128, save: true });
   assert.deepEqual(names(b2), [
-    "linear.fwd.prep.mma<bfloat16, D128>",
+    "linear.fwd.prep.wgmma<bfloat16, D128>",
     "linear.fwd.state.split<bfloat16, D128, tile 32>",
   ]);
   assert.equal(fwd({ b: 4, t: 2048, h: 16, k: 128 }).kernels[1].tile, 64);
@@ -189,8 +189,11 @@ Deno.test("planner: the chunked linear forward (paths, state kernels, tiles, seg
   // Tuning.
   assert.equal(fwd({ k: 128 }, "linear.fwd.state=mma").kernels[1].variant, "mma");
   assert.equal(fwd({ k: 128 }, "linear.fwd.state.tile=128").kernels[1].tile, 128);
-  // Stage 1: mma.sync unless pinned; the wgmma kernel at D 128 / 256 on Hopper only.
-  assert.equal(fwd({ k: 128 }).kernels[0].name, "linear.fwd.prep.mma<bfloat16, D128>");
+  // Stage 1: the wgmma kernel at D 128 / 256 on Hopper, mma.sync elsewhere or when pinned.
+  assert.equal(fwd({ k: 128 }).kernels[0].name, "linear.fwd.prep.wgmma<bfloat16, D128>");
+  assert.equal(fwd({ k: 64 }).kernels[0].name, "linear.fwd.prep.mma<bfloat16, D64>");
+  assert.equal(fwd({ k: 128 }, "linear.fwd.prep=mma").kernels[0].name, "linear.fwd.prep.mma<bfloat16, D128>");
+  assert.equal(plan({ op: "linear.fwd", gpu: "a100", k: 128 }).kernels[0].variant, "mma");
   assert.equal(
     fwd({ k: 256 }, "linear.fwd.prep=wgmma").kernels[0].name,
     "linear.fwd.prep.wgmma<bfloat16, D256>",
@@ -223,7 +226,7 @@ Deno.test("planner: the linear backward and decode", () => {
     "linear.bwd.dstates",
     "linear.bwd.grads",
   ]);
-  assert.equal(saved.kernels[2].variant, "fused");
+  assert.equal(saved.kernels[2].variant, "wgmma");
   // Without saved states the state pass runs again; 32 sequence-heads x 2 blocks leave SMs idle: tile 32.
   const recompute = bwd({ b: 2, t: 16384, h: 16, k: 128 });
   assert.deepEqual(recompute.kernels.map((k) => k.stage), [
@@ -253,8 +256,18 @@ Deno.test("planner: the linear backward and decode", () => {
   assert.equal(bwd({ k: 128 }, "linear.bwd.states.tile=16").details.states_tile, 16);
   refused(() => bwd({ k: 64 }, "linear.bwd.states.tile=16"), "UNSUPPORTED", /tile/);
   refused(() => bwd({ k: 128 }, "linear.bwd.grads=two_pass"), "UNSUPPORTED", /two_pass/);
-  // dstates: mma.sync unless pinned; the split kernel (Hopper, D 128, tiles 32 / 64) when pinned.
-  assert.equal(saved.kernels[1].name, "linear.bwd.dstates.mma<bfloat16, D128, tile 32>");
+  // dstates: the split kernel on Hopper at D 128 where the tile is 32 or 64, else mma.sync.
+  assert.equal(saved.kernels[1].name, "linear.bwd.dstates.split<bfloat16, D128, tile 32>");
+  assert.equal(
+    bwd({ b: 2, t: 16384, h: 16, k: 128, saved: true }, "linear.bwd.dstates=mma").kernels[1].name,
+    "linear.bwd.dstates.mma<bfloat16, D128, tile 32>",
+  );
+  assert.equal(plan({ op: "linear.bwd", gpu: "a100", k: 64 }).kernels[1].variant, "mma");
+  assert.equal(
+    bwd({ b: 2, t: 16384, h: 16, k: 128, saved: true }, "linear.bwd.dstates.tile=128").kernels[1].name,
+    "linear.bwd.dstates.mma<bfloat16, D128, tile 128>",
+    "a tile only the mma kernel has",
+  );
   assert.equal(
     bwd({ b: 2, t: 16384, h: 16, k: 128, saved: true }, "linear.bwd.dstates=split").kernels[1].name,
     "linear.bwd.dstates.split<bfloat16, D128, tile 32>",
@@ -270,11 +283,13 @@ Deno.test("planner: the linear backward and decode", () => {
     "UNSUPPORTED",
     /linear\.bwd\.dstates\.split/,
   );
-  // grads: mma.sync (fused) unless pinned; the wgmma kernel (Hopper, D 128) when pinned.
+  // grads: the wgmma kernel on Hopper at D 128, else mma.sync (fused); either when pinned.
+  assert.equal(saved.kernels[2].name, "linear.bwd.grads.wgmma<bfloat16, D128>");
   assert.equal(
-    bwd({ b: 2, t: 16384, h: 16, k: 128, saved: true }, "linear.bwd.grads=wgmma").kernels[2].name,
-    "linear.bwd.grads.wgmma<bfloat16, D128>",
+    bwd({ b: 2, t: 16384, h: 16, k: 128, saved: true }, "linear.bwd.grads=fused").kernels[2].name,
+    "linear.bwd.grads.fused<bfloat16, D128>",
   );
+  assert.equal(bwd({ k: 64 }).kernels.at(-1)!.name, "linear.bwd.grads.fused<bfloat16, D64>");
   refused(() => bwd({ k: 64 }, "linear.bwd.grads=wgmma"), "UNSUPPORTED", /linear\.bwd\.grads=wgmma/);
   refused(
     () => plan({ op: "linear.bwd", gpu: "a100", k: 64 }, "linear.bwd.grads=wgmma"),

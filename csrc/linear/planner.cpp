@@ -64,10 +64,14 @@ int64_t prep_sm90_smem(int D) {
   return D == 128 ? PrepSm90Layout<128>::kAlloc : D == 256 ? PrepSm90Layout<256>::kAlloc : 0;
 }
 
-// The stage-1 kernel of the fast forward: mma.sync unless the tuning table pins the wgmma one (which
-// the planner takes once measured faster; bench/NOTES_linear.md).
+// The stage-1 kernel of the fast forward: the wgmma one where it runs (Hopper, D 128 / 256), else mma.sync.
 int plan_prep(const FwdShape& s, const registry::Caps& caps, const tuning::Table& t) {
   const std::string& want = t.get("linear.fwd.prep");
+  if (want == "auto") {
+    const int row = runnable(caps, "linear.fwd.prep", "wgmma", s.dtype, s.K, 0);
+    const int64_t smem = prep_sm90_smem(s.K);
+    if (row >= 0 && smem > 0 && smem <= caps.smem_block) return row;
+  }
   if (want == "auto" || want == "mma") return registry::find("linear.fwd.prep", "mma", s.dtype, s.K, 0);
   const int row = runnable(caps, "linear.fwd.prep", want.c_str(), s.dtype, s.K, 0);
   const int64_t smem = want == "wgmma" ? prep_sm90_smem(s.K) : 0;
@@ -311,12 +315,16 @@ int bwd_tile_row(const registry::Caps& caps, const tuning::Table& t, const char*
   return row;
 }
 
-// The dstates kernel: mma.sync unless the tuning table pins the split one (which the planner takes
-// once measured faster; bench/NOTES_linear_bwd.md), whose shared memory must fit.
+// The dstates kernel: the split one where it runs (Hopper, D 128) at tiles 32 / 64, else mma.sync;
+// its shared memory must fit.
 int dstates_row(const BwdShape& s, const registry::Caps& caps, const tuning::Table& t) {
   const std::string& want = t.get("linear.bwd.dstates");
-  const std::string variant = want == "auto" ? "mma" : want;
   int automatic = pick_dstates_tile(s, caps);
+  const int asked = t.get_int("linear.bwd.dstates.tile");
+  const int tile = asked != 0 ? asked : automatic;
+  const bool split_runs = tile <= 64 && runnable(caps, "linear.bwd.dstates", "split", s.dtype, s.K, tile) >= 0 &&
+                          cuda::bwd::DStatesSplitLayout<128, 32>::kAlloc <= caps.smem_block;
+  const std::string variant = want == "auto" ? (split_runs ? "split" : "mma") : want;
   if (variant == "split") automatic = std::min(automatic, 64);  // its tiles: 32 and 64
   const int row = bwd_tile_row(caps, t, "linear.bwd.dstates", s.dtype, s.K, automatic, variant);
   if (variant == "split") {
@@ -459,7 +467,12 @@ BwdChoice plan_bwd(const BwdShape& s, const registry::Caps& caps, const tuning::
   c.plan.rows.push_back(c.dstates_row);
   const std::string& want = t.get("linear.bwd.grads");
   std::string variant = want;
-  if (want == "auto") variant = D == 256 ? "two_pass" : "fused";
+  if (want == "auto") {
+    // At D 128 the wgmma kernel where it runs and fits (Hopper), else mma.sync.
+    const bool wgmma_runs = D == 128 && runnable(caps, "linear.bwd.grads", "wgmma", s.dtype, D, 0) >= 0 &&
+                            cuda::bwd::GradsSm90Layout::kAlloc <= caps.smem_block;
+    variant = D == 256 ? "two_pass" : wgmma_runs ? "wgmma" : "fused";
+  }
   c.grads_row = runnable(caps, "linear.bwd.grads", variant.c_str(), s.dtype, D, 0);
   if (c.grads_row < 0) {
     refuse("delta_rule_bwd", "linear.bwd.grads=" + variant, "no runnable kernel of it at D = " + std::to_string(D));
