@@ -21,7 +21,7 @@
  */
 import { attentionForwardFlops, modeFactor } from "../cli/flops.ts";
 import { gitCommit } from "./records.ts";
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 import {
   attention,
   attentionBackward,
@@ -89,7 +89,7 @@ function fixed(x: number | null, digits = 3): string {
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({
+  const { values } = scriptArgs({
     args: Deno.args,
     options: {
       python: { type: "string", default: "python3" },
@@ -108,7 +108,7 @@ if (import.meta.main) {
     console.error("attention_side_by_side: no CUDA device");
     Deno.exit(1);
   }
-  const iterations = Number(values.iterations);
+  const iterations = numberOption("--iterations", values.iterations);
   if (!values["skip-python"]) await runPython(values.python!, values.dir!, values.only);
   const sdpa: SdpaTimings = JSON.parse(await Deno.readTextFile(`${values.dir}/sdpa_timings.json`));
   const gpu = device === "cuda" ? deviceInfo("cuda").name : "cpu";

@@ -19,7 +19,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 
 /** One timing: `{op, shape, dtype, mode, ms}`. */
 export interface Timed {
@@ -170,7 +170,7 @@ function compare(before: Timed[], after: Timed[]): string {
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({
+  const { values } = scriptArgs({
     args: Deno.args,
     options: {
       root: { type: "string", default: "." },
@@ -186,7 +186,7 @@ if (import.meta.main) {
     console.log(table);
     if (values.md) await Deno.writeTextFile(values.md, `${table}\n`);
   } else {
-    const results = await measure(values.root!, Number(values.iterations));
+    const results = await measure(values.root!, numberOption("--iterations", values.iterations));
     const text = JSON.stringify(results, null, 1);
     if (values.out) await Deno.writeTextFile(values.out, text);
     else console.log(text);

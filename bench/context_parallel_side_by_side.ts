@@ -20,7 +20,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 import {
   chunkGatedDeltaRule,
   type Communicator,
@@ -36,7 +36,7 @@ import {
 import { linearForwardFlops, modeFactor } from "../cli/flops.ts";
 import { type BenchRecord, saveRecords } from "./records.ts";
 
-const args = parseArgs({
+const args = scriptArgs({
   args: Deno.args,
   options: {
     shape: { type: "string", default: "B1_T131072_H16_D128" },
@@ -55,7 +55,7 @@ const args = parseArgs({
 const m = /^B1_T(\d+)_H(\d+)_D(\d+)$/.exec(args.shape!);
 if (!m) throw new Error(`--shape: expected B1_T<t>_H<h>_D<d>, got ${args.shape}`);
 const [T, H, D] = [Number(m[1]), Number(m[2]), Number(m[3])];
-const ITER = Number(args.iterations);
+const ITER = numberOption("--iterations", args.iterations);
 const device = args.device!;
 
 /** Median ms of fn (awaited), after one warm-up call, by the host clock around a synchronisation. */

@@ -11,7 +11,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 import { COPY_CEILING_GBPS, gitCommit } from "./records.ts";
 import { native, unwrap } from "../ffi/library.ts";
 import { cudaAvailable, deviceInfo, dtypeSize, nativeVersion, synchronize, Tensor, timeIt } from "../mod.ts";
@@ -20,7 +20,7 @@ import { cudaAvailable, deviceInfo, dtypeSize, nativeVersion, synchronize, Tenso
 /** The bar for copies and casts. */
 const BAR = 0.85;
 
-const { values: args } = parseArgs({
+const { values: args } = scriptArgs({
   args: Deno.args,
   options: {
     out: { type: "string", default: new URL("./results", import.meta.url).pathname },
@@ -40,7 +40,7 @@ if (device !== "cpu" && !cudaAvailable()) {
 }
 
 const sourceBytes = Number(args.gib) * 2 ** 30;
-const iterations = Number(args.iterations);
+const iterations = numberOption("--iterations", args.iterations);
 
 interface Row {
   op: string;

@@ -13,11 +13,11 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 import { GroupedQueryAttentionDecodeWithKVCacheFwdOp, lastPlan, setTuning, Tensor } from "../mod.ts";
 import { BENCH_OPTIONS, type BenchRecord, cudaGpu, FlushedTimer, saveRecords } from "./records.ts";
 
-const { values: args } = parseArgs({
+const { values: args } = scriptArgs({
   options: {
     ...BENCH_OPTIONS,
     /** Head dims to sweep, comma-separated. */
@@ -26,7 +26,7 @@ const { values: args } = parseArgs({
 });
 const gpu = cudaGpu("decode_blocks");
 const records: BenchRecord[] = [];
-using timer = new FlushedTimer(Number(args.iterations));
+using timer = new FlushedTimer(numberOption("--iterations", args.iterations));
 const Hkv = 8, device = "cuda";
 const BLOCKS = ["tiled", "warp", "mma", "pipe"];
 

@@ -14,7 +14,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 import {
   GroupedQueryAttentionDecodePagedWithKVCacheFwdOp,
   GroupedQueryAttentionDecodeWithKVCacheFwdOp,
@@ -24,7 +24,7 @@ import {
 } from "../mod.ts";
 import { BENCH_OPTIONS, type BenchRecord, cudaGpu, errorNote, FlushedTimer, saveRecords } from "./records.ts";
 
-const { values: args } = parseArgs({
+const { values: args } = scriptArgs({
   options: {
     ...BENCH_OPTIONS,
     /** A tuning table to pin kernels (e.g. `{"attention.decode":"mma"}`), recorded with each row. */
@@ -34,7 +34,7 @@ const { values: args } = parseArgs({
 if (args.tuning) setTuning(JSON.parse(args.tuning));
 const gpu = cudaGpu("decode_side_by_side");
 const records: BenchRecord[] = [];
-using timer = new FlushedTimer(Number(args.iterations));
+using timer = new FlushedTimer(numberOption("--iterations", args.iterations));
 const H = 32, Hkv = 8, D = 128, PAGE = 64, device = "cuda";
 /** cuDNN SDPA on this H200 (ANCHORS.md, 2026-12-01), ms. */
 const SDPA: Record<string, number> = { "B1_Skv65536": 0.080, "B64_Skv4096": 0.255, "B256_Skv2048": 0.492 };

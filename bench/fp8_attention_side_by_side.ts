@@ -12,7 +12,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 import { attentionForwardFlops } from "../cli/flops.ts";
 import {
   compare,
@@ -44,7 +44,7 @@ const SHAPES: Shape[] = [
 const name = (s: Shape) => `B${s.B}_S${s.S}_H${s.H}${s.Hkv !== s.H ? `_KV${s.Hkv}` : ""}_D${s.D}`;
 
 if (import.meta.main) {
-  const { values } = parseArgs({
+  const { values } = scriptArgs({
     args: Deno.args,
     options: {
       results: { type: "string", default: "bench/results" },
@@ -57,7 +57,7 @@ if (import.meta.main) {
     Deno.exit(1);
   }
   const gpu = deviceInfo("cuda").name;
-  using timer = new FlushedTimer(Number(values.iterations));
+  using timer = new FlushedTimer(numberOption("--iterations", values.iterations));
   const records: BenchRecord[] = [];
   for (const s of SHAPES) {
     const shape = `${name(s)}${s.causal ? "_causal" : ""}`;

@@ -18,7 +18,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 import {
   chunkGla,
   chunkLinearAttn,
@@ -84,7 +84,7 @@ function forwardFlops(b: number, t: number, h: number, k: number, v: number): nu
   return b * t * h * (4 * k * v + 2 * C * k + 2 * C * v);
 }
 
-const { values: args } = parseArgs({
+const { values: args } = scriptArgs({
   options: {
     results: { type: "string", default: "bench/results" },
     ops: { type: "string", default: "gla,simple,retention,linear,feature,decode" },
@@ -93,7 +93,7 @@ const { values: args } = parseArgs({
   },
 });
 const OPS = new Set(args.ops!.split(","));
-const ITER = Number(args.iterations);
+const ITER = numberOption("--iterations", args.iterations);
 const gpu = cudaGpu("gla_side_by_side");
 const records: GlaRecord[] = [];
 using timer = new FlushedTimer(ITER);

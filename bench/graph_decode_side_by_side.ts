@@ -18,18 +18,18 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 import { captureGraph, causalConv1dDecode, recurrentGdnDecode, synchronize, Tensor } from "../mod.ts";
 import { type BenchRecord, cudaGpu, FlushedTimer, saveRecords } from "./records.ts";
 
-const { values: args } = parseArgs({
+const { values: args } = scriptArgs({
   options: {
     results: { type: "string", default: "bench/results" },
     iterations: { type: "string", default: "50" },
   },
 });
 const gpu = cudaGpu("graph_decode_side_by_side");
-const iterations = Number(args.iterations);
+const iterations = numberOption("--iterations", args.iterations);
 const records: BenchRecord[] = [];
 using timer = new FlushedTimer(20);
 

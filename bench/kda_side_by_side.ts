@@ -19,7 +19,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 import { boundGate, causalConv1d, chunkKda, explain, lastPlan, Tensor } from "../mod.ts";
 import {
   type BenchRecord,
@@ -35,7 +35,7 @@ export interface KdaRecord extends BenchRecord {
   mode: "fwd" | "fwdbwd" | "bwd";
 }
 
-const { values: args } = parseArgs({
+const { values: args } = scriptArgs({
   options: {
     results: { type: "string", default: "bench/results" },
     ops: { type: "string", default: "gate,conv,kda" },
@@ -50,7 +50,7 @@ const CEILING_REF = `copy ceiling (speedup = fraction of ${COPY_CEILING_GBPS} GB
 function refOf(key: string, name: string): { ref: string; ref_ms: number | null } {
   return fla[key] !== undefined ? { ref: name, ref_ms: fla[key] } : { ref: CEILING_REF, ref_ms: null };
 }
-const ITER = Number(args.iterations);
+const ITER = numberOption("--iterations", args.iterations);
 const gpu = cudaGpu("kda_side_by_side");
 const records: KdaRecord[] = [];
 using timer = new FlushedTimer(ITER);

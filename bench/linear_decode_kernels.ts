@@ -14,7 +14,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 import { compare, type DType, GatedDeltaNetDecodeFwdOp, Tensor } from "../mod.ts";
 import {
   BENCH_OPTIONS,
@@ -28,10 +28,10 @@ import {
   setTime,
 } from "./records.ts";
 
-const { values: args } = parseArgs({ options: BENCH_OPTIONS });
+const { values: args } = scriptArgs({ options: BENCH_OPTIONS });
 const gpu = cudaGpu("linear_decode_kernels");
 const device = "cuda";
-using timer = new FlushedTimer(Number(args.iterations));
+using timer = new FlushedTimer(numberOption("--iterations", args.iterations));
 
 interface Shape {
   B: number;

@@ -30,7 +30,7 @@
  * @module
  */
 import { linearForwardFlops } from "../cli/flops.ts";
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 import { gitCommit, plannedKernels } from "./records.ts";
 import {
   chunkDeltaRule,
@@ -178,7 +178,7 @@ function firstLine(e: unknown): string {
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({
+  const { values } = scriptArgs({
     args: Deno.args,
     options: {
       python: { type: "string", default: "python3" },
@@ -203,7 +203,7 @@ if (import.meta.main) {
     Deno.exit(1);
   }
   const ops = new Set(values.ops!.split(","));
-  const iterations = Number(values.iterations);
+  const iterations = numberOption("--iterations", values.iterations);
   const skipFla = values["skip-fla"]!;
   const noFwdbwd = values["no-fwdbwd"]!;
   const save = !values["no-save"];

@@ -14,7 +14,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 import { compare, MultiHeadLatentAttentionDecodeWithKVCacheFwdOp, Tensor, withTuning } from "../mod.ts";
 import {
   BENCH_OPTIONS,
@@ -28,10 +28,10 @@ import {
   setTime,
 } from "./records.ts";
 
-const { values: args } = parseArgs({ options: BENCH_OPTIONS });
+const { values: args } = scriptArgs({ options: BENCH_OPTIONS });
 const gpu = cudaGpu("mla_decode");
 const records: BenchRecord[] = [];
-using timer = new FlushedTimer(Number(args.iterations));
+using timer = new FlushedTimer(numberOption("--iterations", args.iterations));
 const B = 128, Skv = 8192, D = 512, P = 64, device = "cuda";
 
 // The planner's kernel at each head count; at 128 heads also the mma.sync block pinned, with its largest

@@ -16,15 +16,15 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 import { linearForwardFlops } from "../cli/flops.ts";
 import { chunkGatedDeltaRule, lastPlan, pagedChunkGdn, Tensor } from "../mod.ts";
 import { BENCH_OPTIONS, type BenchRecord, cudaGpu, FlushedTimer, saveRecords } from "./records.ts";
 
-const { values: args } = parseArgs({ options: BENCH_OPTIONS });
+const { values: args } = scriptArgs({ options: BENCH_OPTIONS });
 const gpu = cudaGpu("paged_chunk_side_by_side");
 const records: BenchRecord[] = [];
-using timer = new FlushedTimer(Number(args.iterations));
+using timer = new FlushedTimer(numberOption("--iterations", args.iterations));
 const device = "cuda";
 const [K, V] = [128, 128];
 

@@ -15,7 +15,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 import { lastPlan, recurrentGdnDecode, recurrentKdaDecode, Tensor } from "../mod.ts";
 import {
   BENCH_OPTIONS,
@@ -26,7 +26,7 @@ import {
   saveRecords,
 } from "./records.ts";
 
-const { values: args } = parseArgs({
+const { values: args } = scriptArgs({
   options: {
     ...BENCH_OPTIONS,
     fla: { type: "string" },
@@ -35,7 +35,7 @@ const { values: args } = parseArgs({
 const gpu = cudaGpu("paged_decode_side_by_side");
 const fla: Record<string, number> = args.fla ? JSON.parse(Deno.readTextFileSync(args.fla)) : {};
 const records: BenchRecord[] = [];
-using timer = new FlushedTimer(Number(args.iterations));
+using timer = new FlushedTimer(numberOption("--iterations", args.iterations));
 
 const [slots, B, H, K, V] = [1024, 256, 32, 128, 128];
 const shape = `slots${slots}_B${B}_H${H}_K${K}_V${V}`;

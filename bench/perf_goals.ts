@@ -12,7 +12,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { scriptArgs } from "../tools/script_args.ts";
 
 /** What a goal bounds from below. */
 export type GoalMetric = "speedup" | "tflops" | "gbps";
@@ -172,7 +172,7 @@ export function goalsTable(verdicts: readonly GoalVerdict[]): string {
 }
 
 if (import.meta.main) {
-  const { values, positionals } = parseArgs({
+  const { values, positionals } = scriptArgs({
     args: Deno.args,
     strict: true,
     allowPositionals: true,

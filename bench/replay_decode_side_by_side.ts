@@ -12,11 +12,11 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { scriptArgs } from "../tools/script_args.ts";
 import { captureGraph, pagedChunkGdn, ReplayState, Tensor, timeIt } from "../mod.ts";
 import { type BenchRecord, cudaGpu, saveRecords } from "./records.ts";
 
-const { values: args } = parseArgs({ options: { results: { type: "string", default: "bench/results" } } });
+const { values: args } = scriptArgs({ options: { results: { type: "string", default: "bench/results" } } });
 const gpu = cudaGpu("replay_decode_side_by_side");
 const [B, H, K, slots] = [64, 16, 128, 128];
 const shape = `B${B}_H${H}_K${K}_V${K}`;

@@ -25,7 +25,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 import {
   compare,
   DeepSeekSparseAttentionDecodeWithKVCacheFwdOp,
@@ -53,7 +53,7 @@ import {
 
 const FP8_PEAK_TFLOPS = 1979;
 
-const { values: args } = parseArgs({
+const { values: args } = scriptArgs({
   options: {
     results: { type: "string", default: "bench/results" },
     ops: { type: "string", default: "nsa,dsa,indexer,paged" },
@@ -67,7 +67,7 @@ const SCALE = Number(args.scale);
 const gpu = cudaGpu("sparse_side_by_side");
 const fla: Record<string, number> = args.fla ? JSON.parse(Deno.readTextFileSync(args.fla)) : {};
 const records: BenchRecord[] = [];
-using timer = new FlushedTimer(Number(args.iterations));
+using timer = new FlushedTimer(numberOption("--iterations", args.iterations));
 const save = () => saveRecords(args.results!, "sparse", "Sparse attention and paged prefill", gpu, records);
 const device = "cuda";
 

@@ -12,7 +12,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "../tools/script_args.ts";
 import {
   compare,
   deviceInfo,
@@ -28,7 +28,7 @@ import {
 import { attentionForwardFlops, linearForwardFlops, modeFactor } from "../cli/flops.ts";
 import { type BenchRecord, FlushedTimer, saveRecords } from "./records.ts";
 
-const args = parseArgs({
+const args = scriptArgs({
   args: Deno.args,
   options: {
     results: { type: "string" },
@@ -42,7 +42,7 @@ const device = args.device as "cuda" | "cpu";
 const scale = Number(args.scale);
 const gpu = device === "cuda" ? deviceInfo(device).name : "CPU backend";
 setTuneCachePath(`${Deno.makeTempDirSync()}/tune.json`);
-const iterations = Number(args.iterations);
+const iterations = numberOption("--iterations", args.iterations);
 const timer = device === "cuda" ? new FlushedTimer(iterations) : undefined;
 const time = (fn: () => void) =>
   timer ? timer.time(fn) : timeIt(fn, { device, warmup: 1, iterations }).medianMs;

@@ -15,7 +15,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { checkedOptions, scriptArgs, wholeNumber } from "./script_args.ts";
 import { expandRows, rowName } from "../build/registry.ts";
 import { REGISTRIES } from "../build/registries.ts";
 
@@ -309,7 +309,7 @@ async function runShard(
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({
+  const { values } = scriptArgs({
     args: Deno.args,
     strict: true,
     options: {
@@ -323,13 +323,14 @@ if (import.meta.main) {
       logs: { type: "string" },
     },
   });
-  const parallel = Number(values.parallel);
-  if (!Number.isInteger(parallel) || parallel < 1) throw new Error("--parallel: expected an integer >= 1");
-  const shardTimeout = Number(values["shard-timeout"]);
+  const { parallel, shardTimeout, deadlineS } = checkedOptions(() => ({
+    parallel: wholeNumber("--parallel", values.parallel, 1),
+    shardTimeout: wholeNumber("--shard-timeout", values["shard-timeout"], 0), // 0: none
+    deadlineS: wholeNumber("--deadline", values.deadline, 0), // 0: none
+  }));
   // With a deadline (seconds from now), a shard gets at most the time left, and one not started by
   // then is reported as not run rather than holding the summary back.
-  const deadline = Number(values.deadline) > 0 ? Date.now() + Number(values.deadline) * 1000 : Infinity;
-  if (!(shardTimeout >= 0)) throw new Error("--shard-timeout: expected seconds >= 0 (0: none)");
+  const deadline = deadlineS > 0 ? Date.now() + deadlineS * 1000 : Infinity;
   if (values.logs) await Deno.mkdir(values.logs, { recursive: true });
   const shards = await shardsOf(values.tests);
   const tools = values.tools.split(",");

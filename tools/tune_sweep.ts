@@ -24,7 +24,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { numberOption, scriptArgs } from "./script_args.ts";
 import {
   attention,
   attentionBackward,
@@ -182,7 +182,7 @@ function write(file: string, table: SweepTable): void {
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({
+  const { values } = scriptArgs({
     args: Deno.args,
     strict: true,
     options: {
@@ -199,7 +199,7 @@ if (import.meta.main) {
     },
   });
   device = values.device!;
-  const iterations = Number(values.iterations);
+  const iterations = numberOption("--iterations", values.iterations);
   if (!Number.isInteger(iterations) || iterations < 1) {
     throw new Error("--iterations: expected an integer >= 1");
   }

@@ -9,7 +9,7 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { checkedOptions, scriptArgs, ScriptUsageError, wholeNumber } from "../../tools/script_args.ts";
 import * as ak from "../../mod.ts";
 import { type Case, GENERATORS, Rng, Scope } from "./cases.ts";
 
@@ -118,7 +118,7 @@ export async function fuzz(
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({
+  const { values } = scriptArgs({
     args: Deno.args,
     options: {
       device: { type: "string", default: "cpu" },
@@ -128,10 +128,20 @@ if (import.meta.main) {
       progress: { type: "string" },
     },
   });
+  const { device, seed, calls } = checkedOptions(() => {
+    if (values.device !== "cpu" && values.device !== "cuda") {
+      throw new ScriptUsageError(`--device: expected "cpu" or "cuda", got "${values.device}"`);
+    }
+    return {
+      device: values.device as ak.Device,
+      seed: wholeNumber("--seed", values.seed, 0),
+      calls: wholeNumber("--calls", values.calls),
+    };
+  });
   const progress = values.progress
     ? Deno.openSync(values.progress, { write: true, create: true, truncate: true })
     : undefined;
-  const report = await fuzz(values.device as ak.Device, Number(values.seed), Number(values.calls), progress);
+  const report = await fuzz(device, seed, calls, progress);
   progress?.close();
   const text = JSON.stringify(report, null, 1);
   if (values.out) Deno.writeTextFileSync(values.out, text);

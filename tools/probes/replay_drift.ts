@@ -12,10 +12,10 @@
  *
  * @module
  */
-import { parseArgs } from "node:util";
+import { scriptArgs } from "../script_args.ts";
 import { chunkGatedDeltaRule, Tensor } from "../../mod.ts";
 
-const args = parseArgs({
+const args = scriptArgs({
   args: Deno.args,
   options: { seed: { type: "string", default: "770831304" }, device: { type: "string", default: "cuda" } },
 }).values;
