@@ -49,7 +49,7 @@ export const EXPLAINED: readonly Explained[] = [
     // Every frame of the report must be one of these: a race with any other access stays unexplained.
     match: "all",
     sites: [
-      "sm90.cuh:156",
+      "sm90.cuh:161",
       "softmax_grad.cuh:37",
       "softmax_grad.cuh:57",
       "softmax_grad.cuh:77",
