@@ -9,7 +9,8 @@
  * does), prints ms, TFLOP/s (FlashAttention's convention: forward 4 B Hq Sq Skv D, halved when
  * causal; backward 2.5x; forward + backward 3.5x), the ratio to each backend and the max difference
  * from SDPA's output, and writes `<results>/<date>_attention.json` (records `{op, shape, dtype, mode,
- * ms, ref, ref_ms, speedup, tflops}`) and `.md`.
+ * ms, ref, ref_ms, speedup, tflops}`; op "attention-deterministic" for the backward in the deterministic
+ * order, against the same references) and `.md`.
  *
  * @example
  * ```sh
@@ -150,7 +151,9 @@ if (import.meta.main) {
       diffs.fwd[backend] = ref ? compare(output, ref).maxAbs : null;
     }
 
-    // Backward (n/a until attnkit's CUDA backward exists).
+    // Backward (n/a until attnkit's CUDA backward exists); also in the deterministic order, recorded as
+    // op "attention-deterministic" against the same (non-deterministic) references.
+    let deterministicMs: number | null = null;
     try {
       using grads = attentionBackward(t.do, t.q, t.k, t.v, output, lse, opts);
       ours.bwd = timeIt(() => attentionBackward(t.do, t.q, t.k, t.v, output, lse, opts)[Symbol.dispose](), {
@@ -163,6 +166,11 @@ if (import.meta.main) {
         using o = attention(t.q, t.k, t.v, opts);
         o.backward(t.do)[Symbol.dispose]();
       }, { device, warmup: 3, iterations, before }).medianMs;
+      const ordered = { ...opts, deterministic: true } as const;
+      deterministicMs = timeIt(
+        () => attentionBackward(t.do, t.q, t.k, t.v, output, lse, ordered)[Symbol.dispose](),
+        { device, warmup: 3, iterations, before },
+      ).medianMs;
       const ref = ["dq", "dk", "dv"].map((g) => t[`${g}_sdpa_flash2`]);
       if (ref.every((r) => r !== undefined)) {
         diffs.bwd.sdpa_flash2 = Math.max(
@@ -197,13 +205,31 @@ if (import.meta.main) {
         });
       }
     }
+    const bwdFlops = fwdFlops * modeFactor("attention", "bwd");
+    for (const [backend, b] of Object.entries(s.backends)) {
+      const refMs = b.bwd_ms ?? null;
+      records.push({
+        op: "attention-deterministic",
+        shape,
+        dtype: "bfloat16",
+        mode: "bwd",
+        ms: deterministicMs,
+        ref: backend,
+        ref_ms: refMs,
+        speedup: deterministicMs !== null && refMs !== null ? refMs / deterministicMs : null,
+        tflops: deterministicMs !== null ? bwdFlops / deterministicMs / 1e9 : null,
+        ref_tflops: refMs !== null ? bwdFlops / refMs / 1e9 : null,
+        max_diff: null,
+      });
+    }
   }
 
   const header = "| shape | mode | attnkit ms | TFLOP/s | ref | ref ms | ref TFLOP/s | speedup | max diff |";
   lines.push(header, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
   for (const r of records) {
+    const mode = r.op === "attention" ? r.mode : `${r.mode} (deterministic)`;
     lines.push(
-      `| ${r.shape} | ${r.mode} | ${fixed(r.ms)} | ${fixed(r.tflops, 0)} | ${r.ref} | ${fixed(r.ref_ms)} | ${
+      `| ${r.shape} | ${mode} | ${fixed(r.ms)} | ${fixed(r.tflops, 0)} | ${r.ref} | ${fixed(r.ref_ms)} | ${
         fixed(r.ref_tflops, 0)
       } | ${fixed(r.speedup, 2)} | ${r.max_diff === null ? "n/a" : r.max_diff.toExponential(2)} |`,
     );

@@ -4,7 +4,7 @@
  * array cannot be one, so each tile width and element type needs its own wrapper; writing them here
  * keeps one description of the instruction for every family.
  *
- * The API (one for all kernels), for N in {32, 64, 128, 256} and T in {__nv_bfloat16, __half,
+ * The API (one for all kernels), for N in {16, 32, 64, 128, 256} and T in {__nv_bfloat16, __half,
  * __nv_fp8_e4m3}:
  *   `Wgmma<N, T>::ss<TA, TB>(d, desc_a, desc_b, scale_d)`: A and B from shared memory; TA = 1 reads A
  *   M-major, TB = 1 reads B N-major, 0 means K-major (the only form of 8-bit operands).
@@ -21,7 +21,7 @@
  * @module
  */
 
-const WIDTHS = [32, 64, 128, 256];
+const WIDTHS = [16, 32, 64, 128, 256];
 // Element type, its PTX name, and k of one instruction (32 bytes of A and B rows).
 const TYPES: [string, string, number][] = [["__nv_bfloat16", "bf16", 16], ["__half", "f16", 16], [
   "__nv_fp8_e4m3",

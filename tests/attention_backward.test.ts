@@ -4,7 +4,7 @@
 // reference's max error + the rounding allowance + 1e-5. Gradient buffers are NaN-poisoned before each
 // run.
 import assert from "node:assert/strict";
-import { attention, attentionBackward, Tensor } from "../mod.ts";
+import { attention, attentionBackward, type Device, kernels, lastPlan, Tensor } from "../mod.ts";
 import {
   type AttentionCase,
   caseName,
@@ -77,35 +77,60 @@ for (const c of CASES.filter((c) => c.windowLeft !== undefined || c.softcap || c
     (device) => withSeed((seed) => checkBackward(device, c, seed, false, resultBackward)),
   );
 }
-deviceTest(
-  "attention backward: deterministic runs are checked and bit-identical",
-  (device) =>
-    withSeed(async (seed) => {
-      const c: AttentionCase = {
-        dtype: "bfloat16",
-        batch: 1,
-        seqQ: 200,
-        heads: 8,
-        headsKv: 1,
-        dim: 64,
-        causal: true,
-      };
-      await checkBackward(device, c, seed, true);
-      await expectNoLeak(device, () => {
-        using inputs = makeInputs(device, c, seed);
-        using dOut = Tensor.randn(inputs.q.shape, { dtype: c.dtype, device, seed: seed + 3 });
-        using fwd = attention(inputs.q, inputs.k, inputs.v, { ...inputs.options, returnLse: true });
-        const run = () => {
-          using g = attentionBackward(dOut, inputs.q, inputs.k, inputs.v, fwd.output, fwd.lse, {
-            ...inputs.options,
-            deterministic: true,
-          });
-          return [g.dq.toRawBits(), g.dk.toRawBits(), g.dv.toRawBits()];
-        };
-        assert.deepEqual(run(), run());
+// Deterministic: on Hopper the wgmma kernels with dQ added in key-tile order (several key tiles of 128
+// a query tile: causal with GQA, a sliding window, a right-only window (whose last key tile goes first
+// at D 64), packed sequences of unequal lengths), elsewhere (and at D 256) the general kernel.
+const DETERMINISTIC_CASES: AttentionCase[] = [
+  { dtype: "bfloat16", batch: 1, seqQ: 200, heads: 8, headsKv: 1, dim: 64, causal: true },
+  {
+    dtype: "bfloat16",
+    batch: 2,
+    seqQ: 300,
+    seqKv: 600,
+    heads: 4,
+    headsKv: 2,
+    dim: 64,
+    windowLeft: 0,
+    windowRight: 150,
+  },
+  {
+    dtype: "float16",
+    heads: 2,
+    headsKv: 1,
+    dim: 64,
+    lengthsQ: [420, 0, 260],
+    lengthsKv: [420, 0, 260],
+    causal: true,
+  },
+  { dtype: "bfloat16", batch: 2, seqQ: 520, heads: 6, headsKv: 2, dim: 128, causal: true },
+  { dtype: "float16", batch: 1, seqQ: 700, heads: 3, headsKv: 3, dim: 128, windowLeft: 200, windowRight: 0 },
+  { dtype: "bfloat16", heads: 4, headsKv: 2, dim: 128, lengthsQ: [300, 0, 450], lengthsKv: [300, 0, 450] },
+  { dtype: "bfloat16", batch: 1, seqQ: 300, heads: 2, headsKv: 1, dim: 256, causal: true },
+];
+for (const c of DETERMINISTIC_CASES) {
+  deviceTest(
+    `attention backward: deterministic runs are checked and bit-identical: ${caseName(c)}`,
+    (device) => withSeed(async (seed) => await deterministicCase(device, c, seed)),
+  );
+}
+async function deterministicCase(device: Device, c: AttentionCase, seed: number): Promise<void> {
+  await checkBackward(device, c, seed, true);
+  await expectNoLeak(device, () => {
+    using inputs = makeInputs(device, c, seed);
+    using dOut = Tensor.randn(inputs.q.shape, { dtype: c.dtype, device, seed: seed + 3 });
+    using fwd = attention(inputs.q, inputs.k, inputs.v, { ...inputs.options, returnLse: true });
+    const run = () => {
+      using g = attentionBackward(dOut, inputs.q, inputs.k, inputs.v, fwd.output, fwd.lse, {
+        ...inputs.options,
+        deterministic: true,
       });
-    }),
-);
+      return [g.dq.toRawBits(), g.dk.toRawBits(), g.dv.toRawBits()];
+    };
+    assert.deepEqual(run(), run());
+    const hopper = device !== "cpu" && kernels(device).some((k) => k.runnable && k.arch === "sm90a");
+    if (hopper && c.dim !== 256) assert.match(lastPlan()!.kernels[0].name, /^attention\.bwd\.wgmma(_v2)?</);
+  });
+}
 for (const c of CUDA_CASES) {
   cudaTest(
     `attention backward (large): ${caseName(c)}`,

@@ -48,7 +48,7 @@ Deno.test("tuning: keys come from the registry; unknown keys and values are refu
   assert.deepEqual(keys["linear.fwd.state"], ["mma", "split", "wgmma"]);
   assert.deepEqual(keys["linear.fwd.state.tile"], ["32", "64", "128"]);
   assert.deepEqual(keys["attention.bwd"], ["general", "wgmma", "wgmma_v2"]);
-  assert.deepEqual(keys["linear.bwd.grads"], ["fused", "two_pass"]);
+  assert.deepEqual(keys["linear.bwd.grads"], ["fused", "two_pass", "wgmma"]);
   assert.ok(keys["linear.fwd.path"].includes("general"));
   refused(
     () => setTuning("linear.fwd.stat=split"),
@@ -127,21 +127,26 @@ Deno.test("planner: attention forward and backward kernels on H200 and A100", ()
   assert.equal(bwd({ d: 64 }).details.dq_order, "full");
   assert.equal(bwd({ d: 128 }).kernels[0].name, "attention.bwd.wgmma<bfloat16, D128>");
   assert.equal(bwd({ d: 128 }).details.dq_order, "fragments");
-  assert.equal(bwd({ d: 128, deterministic: true }).kernels[0].name, "attention.bwd.general<bfloat16, D128>");
+  // Deterministic: the Hopper kernels with dQ added in key-tile order.
+  assert.equal(bwd({ d: 128, deterministic: true }).kernels[0].name, "attention.bwd.wgmma<bfloat16, D128>");
+  assert.equal(bwd({ d: 64, deterministic: true }).kernels[0].name, "attention.bwd.wgmma_v2<bfloat16, D64>");
   assert.equal(bwd({ d: 256 }).kernels[0].name, "attention.bwd.general<bfloat16, D256>");
   assert.equal(bwd({ d: 128, tmaOk: false }).path, "general");
   assert.equal(plan({ op: "attention.bwd", gpu: "a100", d: 64 }).path, "general");
-  refused(() => bwd({ d: 128, deterministic: true }, "attention.bwd=wgmma"), "UNSUPPORTED", /deterministic/);
+  assert.equal(bwd({ d: 64, deterministic: true }, "attention.bwd=general").path, "general");
 });
 
 Deno.test("planner: the chunked linear forward (paths, state kernels, tiles, segments, saving)", () => {
   const fwd = (q: Omit<PlanQuery, "op">, spec = "") => plan({ op: "linear.fwd", gpu: "h200", ...q }, spec);
-  // D 128 on Hopper: the split kernel; 32 blocks fill a wave at tile 64 and cost less than tile 128.
+  // D 128 on Hopper: the split kernel; 32 sequence-heads at tile 32 are 128 blocks, one wave, each
+  // step cheaper than at tile 64 (64 blocks); 64 sequence-heads take tile 64 (tile 32 needs two waves).
   const b2 = fwd({ b: 2, t: 16384, h: 16, k: 128, save: true });
   assert.deepEqual(names(b2), [
-    "linear.fwd.prep.mma<bfloat16, D128>",
-    "linear.fwd.state.split<bfloat16, D128, tile 64>",
+    "linear.fwd.prep.wgmma<bfloat16, D128>",
+    "linear.fwd.state.split<bfloat16, D128, tile 32>",
   ]);
+  assert.equal(fwd({ b: 4, t: 2048, h: 16, k: 128 }).kernels[1].tile, 64);
+  assert.equal(fwd({ b: 1, t: 8192, h: 96, k: 128 }).kernels[1].tile, 128);
   assert.equal(b2.details.loads, "tma");
   assert.equal(b2.details.saves_states, "true");
   assert.equal(b2.details.segments, undefined, "a full wave of blocks: no segments");
@@ -184,6 +189,25 @@ Deno.test("planner: the chunked linear forward (paths, state kernels, tiles, seg
   // Tuning.
   assert.equal(fwd({ k: 128 }, "linear.fwd.state=mma").kernels[1].variant, "mma");
   assert.equal(fwd({ k: 128 }, "linear.fwd.state.tile=128").kernels[1].tile, 128);
+  // Stage 1: the wgmma kernel at D 128 / 256 on Hopper, mma.sync elsewhere or when pinned.
+  assert.equal(fwd({ k: 128 }).kernels[0].name, "linear.fwd.prep.wgmma<bfloat16, D128>");
+  assert.equal(fwd({ k: 64 }).kernels[0].name, "linear.fwd.prep.mma<bfloat16, D64>");
+  assert.equal(fwd({ k: 128 }, "linear.fwd.prep=mma").kernels[0].name, "linear.fwd.prep.mma<bfloat16, D128>");
+  assert.equal(plan({ op: "linear.fwd", gpu: "a100", k: 128 }).kernels[0].variant, "mma");
+  assert.equal(
+    fwd({ k: 256 }, "linear.fwd.prep=wgmma").kernels[0].name,
+    "linear.fwd.prep.wgmma<bfloat16, D256>",
+  );
+  refused(
+    () => fwd({ k: 64 }, "linear.fwd.prep=wgmma"),
+    "UNSUPPORTED",
+    /linear\.fwd\.prep\.wgmma kernel at D = 64/,
+  );
+  refused(
+    () => plan({ op: "linear.fwd", gpu: "a100", k: 128 }, "linear.fwd.prep=wgmma"),
+    "UNSUPPORTED",
+    /linear\.fwd\.prep=wgmma/,
+  );
   assert.equal(fwd({ k: 128 }, "linear.fwd.path=general").path, "general");
   assert.equal(fwd({ k: 128, b: 2, t: 16384 }, "linear.fwd.segments=3").details.segments, 3);
   assert.equal(fwd({ k: 128 }, "linear.fwd.loads=cp.async").details.loads, "cp.async");
@@ -202,7 +226,7 @@ Deno.test("planner: the linear backward and decode", () => {
     "linear.bwd.dstates",
     "linear.bwd.grads",
   ]);
-  assert.equal(saved.kernels[2].variant, "fused");
+  assert.equal(saved.kernels[2].variant, "wgmma");
   // Without saved states the state pass runs again; 32 sequence-heads x 2 blocks leave SMs idle: tile 32.
   const recompute = bwd({ b: 2, t: 16384, h: 16, k: 128 });
   assert.deepEqual(recompute.kernels.map((k) => k.stage), [
@@ -232,6 +256,46 @@ Deno.test("planner: the linear backward and decode", () => {
   assert.equal(bwd({ k: 128 }, "linear.bwd.states.tile=16").details.states_tile, 16);
   refused(() => bwd({ k: 64 }, "linear.bwd.states.tile=16"), "UNSUPPORTED", /tile/);
   refused(() => bwd({ k: 128 }, "linear.bwd.grads=two_pass"), "UNSUPPORTED", /two_pass/);
+  // dstates: the split kernel on Hopper at D 128 where the tile is 32 or 64, else mma.sync.
+  assert.equal(saved.kernels[1].name, "linear.bwd.dstates.split<bfloat16, D128, tile 32>");
+  assert.equal(
+    bwd({ b: 2, t: 16384, h: 16, k: 128, saved: true }, "linear.bwd.dstates=mma").kernels[1].name,
+    "linear.bwd.dstates.mma<bfloat16, D128, tile 32>",
+  );
+  assert.equal(plan({ op: "linear.bwd", gpu: "a100", k: 64 }).kernels[1].variant, "mma");
+  assert.equal(
+    bwd({ b: 2, t: 16384, h: 16, k: 128, saved: true }, "linear.bwd.dstates.tile=128").kernels[1].name,
+    "linear.bwd.dstates.mma<bfloat16, D128, tile 128>",
+    "a tile only the mma kernel has",
+  );
+  assert.equal(
+    bwd({ b: 2, t: 16384, h: 16, k: 128, saved: true }, "linear.bwd.dstates=split").kernels[1].name,
+    "linear.bwd.dstates.split<bfloat16, D128, tile 32>",
+  );
+  assert.equal(
+    bwd({ b: 8, t: 2048, h: 64, k: 128 }, "linear.bwd.dstates=split").kernels[2].name,
+    "linear.bwd.dstates.split<bfloat16, D128, tile 64>",
+    "a wider automatic tile is capped at the split kernel's 64",
+  );
+  refused(() => bwd({ k: 256 }, "linear.bwd.dstates=split"), "UNSUPPORTED", /linear\.bwd\.dstates\.split/);
+  refused(
+    () => plan({ op: "linear.bwd", gpu: "a100", k: 64 }, "linear.bwd.dstates=split"),
+    "UNSUPPORTED",
+    /linear\.bwd\.dstates\.split/,
+  );
+  // grads: the wgmma kernel on Hopper at D 128, else mma.sync (fused); either when pinned.
+  assert.equal(saved.kernels[2].name, "linear.bwd.grads.wgmma<bfloat16, D128>");
+  assert.equal(
+    bwd({ b: 2, t: 16384, h: 16, k: 128, saved: true }, "linear.bwd.grads=fused").kernels[2].name,
+    "linear.bwd.grads.fused<bfloat16, D128>",
+  );
+  assert.equal(bwd({ k: 64 }).kernels.at(-1)!.name, "linear.bwd.grads.fused<bfloat16, D64>");
+  refused(() => bwd({ k: 64 }, "linear.bwd.grads=wgmma"), "UNSUPPORTED", /linear\.bwd\.grads=wgmma/);
+  refused(
+    () => plan({ op: "linear.bwd", gpu: "a100", k: 64 }, "linear.bwd.grads=wgmma"),
+    "UNSUPPORTED",
+    /linear\.bwd\.grads=wgmma/,
+  );
   refused(() => bwd({ k: 128 }, "linear.bwd.l2norm=prep"), "UNSUPPORTED", /no L2 norm/);
   // Decode: the tile kernel at K 64 / 128 / 256 with 16-byte rows (any GPU from sm_80), else the register
   // kernel with the reason; the tuning key pins either, a tile pin that cannot serve is refused.

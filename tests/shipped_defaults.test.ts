@@ -47,8 +47,8 @@ Deno.test("shipped defaults: a rule that contradicts a table is caught (the chec
   const { table } = newestTables(await readSweepTables(RESULTS)).find((t) =>
     t.table.op === "gdn-bwd-recompute"
   )!;
-  // The dstates tile of the rule before this table (64 at 72 heads) loses 6% at B3_T5000_H24_D128.
-  const pinned = withTuning({ "linear.bwd.dstates.tile": "64" }, () => judgePlanner(table, plannerKernels));
+  // A dstates tile of 32 at 72 heads (the split kernel's smaller tile) loses about 5% at B3_T5000_H24_D128.
+  const pinned = withTuning({ "linear.bwd.dstates.tile": "32" }, () => judgePlanner(table, plannerKernels));
   const row = pinned.find((v) => v.shape === "B3_T5000_H24_D128")!;
   assert.ok(row.ratio !== null && row.ratio > NOISE, `ratio ${row.ratio}`);
   // A planner choice that no setting of the table ran is reported as unmeasured, not as fast.

@@ -456,7 +456,7 @@ deviceTest(
         using grads = bwd.backward(dO, q, k, v, g, beta, plain.chunkStates);
         const bwdChoice = lastChoice()!;
         assert.equal(bwdChoice.source, "tune");
-        assert.equal(readTuneRecord(bwdChoice.key!)!.candidates.length, 19); // the planner's, then 2 x 3 x 3
+        assert.equal(readTuneRecord(bwdChoice.key!)!.candidates.length, 28); // the planner's, then 3 x 3 x 3
         using reference = plain.backward(dO);
         assert.ok(compare(grads.dq, reference.dq).relRms < 3e-2);
         refuses(

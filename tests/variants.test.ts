@@ -168,6 +168,11 @@ function linearForwardState(row: KernelRow, seed: number): void {
 function linearWyFactors(row: KernelRow, seed: number): void {
   // The general path's factors against the CPU backend's (itself held to the oracle's residuals in
   // linear_ops.test.ts).
+  factorsAgainstCpu(row, seed, { "linear.fwd.path": "general" }, pathTolerance("float32"));
+}
+
+/** The fp32 WY factors Aw, Au of a forward with `pin` (which must run the row) against the CPU backend's. */
+function factorsAgainstCpu(row: KernelRow, seed: number, pin: TuningSpec, relRms: number): void {
   const spec = linearSpec(row, { B: 1, initialState: false });
   const factors = (device: "cpu" | "cuda") => {
     using c = new DeltaCase(device, spec, seed);
@@ -180,13 +185,25 @@ function linearWyFactors(row: KernelRow, seed: number): void {
     };
     const run = () =>
       new GatedDeltaNetBTHDFwdOp({ useQkL2norm: true }).forward(c.q, c.k, c.v, c.g!, c.beta, out);
-    if (device === "cuda") pinned(row, { "linear.fwd.path": "general" }, run);
+    if (device === "cuda") pinned(row, pin, run);
     else run();
     return { aw: host(out.aw), au: host(out.au) };
   };
   const gpu = factors("cuda"), cpu = factors("cpu");
-  expectAgree(gpu.aw, cpu.aw, pathTolerance("float32"), `${rowName(row)} aw`);
-  expectAgree(gpu.au, cpu.au, pathTolerance("float32"), `${rowName(row)} au`);
+  expectAgree(gpu.aw, cpu.aw, relRms, `${rowName(row)} aw`);
+  expectAgree(gpu.au, cpu.au, relRms, `${rowName(row)} au`);
+}
+
+function linearForwardPrep(row: KernelRow, seed: number): void {
+  const pin = { "linear.fwd.path": "fast", "linear.fwd.prep": row.variant };
+  forwardCase(row, linearSpec(row), pin, seed);
+  // Packed sequences (chunks cut short, an empty sequence), without the L2 norm.
+  forwardCase(row, linearSpec(row, { ...PACKED, HK: 1, l2norm: false }), pin, seed + 100);
+  // The factors' fp32 outputs: K K^T summed in another order than the CPU's, so held to 1e-3, which
+  // still catches any misplaced element.
+  factorsAgainstCpu(row, seed + 200, pin, 1e-3);
+  // A and w saved for the backward (the Hopper rows: their state kernels save).
+  if (row.variant === "wgmma") backwardCase(row, linearSpec(row), pin, seed + 400, "forward");
 }
 
 function linearDecode(row: KernelRow, seed: number): void {
@@ -226,6 +243,7 @@ function linearBackward(row: KernelRow, seed: number): void {
   if (row.stage === "linear.bwd.states" || row.stage === "linear.bwd.dstates") {
     pin[`${row.stage}.tile`] = row.tile;
   }
+  if (row.stage === "linear.bwd.dstates") pin["linear.bwd.dstates"] = row.variant;
   if (row.stage === "linear.bwd.grads") pin["linear.bwd.grads"] = row.variant;
   if (row.stage === "linear.bwd.general") {
     const spec = linearSpec(row, { K: 48, V: 40 });
@@ -479,7 +497,7 @@ function indexerExercise(row: KernelRow, seed: number): void {
 function exercise(row: KernelRow, seed: number): void | Promise<void> {
   switch (row.stage) {
     case "linear.fwd.prep":
-      return forwardCase(row, linearSpec(row), { "linear.fwd.path": "fast" }, seed);
+      return linearForwardPrep(row, seed);
     case "linear.fwd.state":
       return linearForwardState(row, seed);
     case "linear.fwd.recurrent":

@@ -49,11 +49,11 @@ export const EXPLAINED: readonly Explained[] = [
     // Every frame of the report must be one of these: a race with any other access stays unexplained.
     match: "all",
     sites: [
-      "sm90.cuh:156",
-      "softmax_grad.cuh:34",
-      "softmax_grad.cuh:54",
-      "softmax_grad.cuh:74",
-      "softmax_grad.cuh:75",
+      "sm90.cuh:161",
+      "softmax_grad.cuh:37",
+      "softmax_grad.cuh:57",
+      "softmax_grad.cuh:77",
+      "softmax_grad.cuh:78",
     ],
     why:
       "bulk-async (TMA) copies into a stage against reads of it, ordered by mbarriers racecheck does not model",

@@ -147,8 +147,7 @@ BwdChoice plan_bwd(const BwdShape& s, const registry::Caps& caps, const tuning::
   const std::string& want = t.get("attention.bwd");
   const std::string why = hopper_ruled_out(
       caps, s.d, {64, 128}, "64 or 128",
-      {{s.deterministic, "the deterministic order runs on the general kernel"},
-       {s.sq == 0 || s.skv == 0, "an empty sequence dimension"},
+      {{s.sq == 0 || s.skv == 0, "an empty sequence dimension"},
        {!s.tma_ok, "a tensor with a zero (broadcast) stride, which the tensor-memory accelerator cannot walk"}});
   const char* hopper = s.d == 64 ? "wgmma_v2" : "wgmma";
   const std::string variant =

@@ -45,6 +45,7 @@ int64_t state_smem(const std::string& variant, int D, int VT) {
     return 0;
   }
   if (variant == "split") {
+    if (D == 128 && VT == 32) return Sm90SplitLayout<128, 32, 3>::kAlloc;
     if (D == 128 && VT == 64) return Sm90SplitLayout<128, 64, 3>::kAlloc;
     if (D == 128 && VT == 128) return Sm90SplitLayout<128, 128, 2>::kAlloc;
     return 0;
@@ -56,6 +57,29 @@ int64_t state_smem(const std::string& variant, int D, int VT) {
 int64_t prep_smem(int D) {
   using namespace cuda::fwd;
   return D == 64 ? PrepLayout<64>::kBytes : D == 128 ? PrepLayout<128>::kBytes : PrepLayout<256>::kBytes;
+}
+
+int64_t prep_sm90_smem(int D) {
+  using namespace cuda::fwd;
+  return D == 128 ? PrepSm90Layout<128>::kAlloc : D == 256 ? PrepSm90Layout<256>::kAlloc : 0;
+}
+
+// The stage-1 kernel of the fast forward: the wgmma one where it runs (Hopper, D 128 / 256), else mma.sync.
+int plan_prep(const FwdShape& s, const registry::Caps& caps, const tuning::Table& t) {
+  const std::string& want = t.get("linear.fwd.prep");
+  if (want == "auto") {
+    const int row = runnable(caps, "linear.fwd.prep", "wgmma", s.dtype, s.K, 0);
+    const int64_t smem = prep_sm90_smem(s.K);
+    if (row >= 0 && smem > 0 && smem <= caps.smem_block) return row;
+  }
+  if (want == "auto" || want == "mma") return registry::find("linear.fwd.prep", "mma", s.dtype, s.K, 0);
+  const int row = runnable(caps, "linear.fwd.prep", want.c_str(), s.dtype, s.K, 0);
+  const int64_t smem = want == "wgmma" ? prep_sm90_smem(s.K) : 0;
+  if (row < 0 || smem <= 0 || smem > caps.smem_block) {
+    refuse("delta_rule_fwd", "linear.fwd.prep=" + want,
+           "no runnable linear.fwd.prep." + want + " kernel at D = " + std::to_string(s.K) + " on this GPU");
+  }
+  return row;
 }
 
 // The stage-2 row of a variant and tile, when it exists, runs on this GPU and fits its shared memory.
@@ -97,7 +121,7 @@ int pick_tile_mma(const registry::Caps& caps, int32_t dtype, int D, int64_t unit
 int pick_tile_sm90(const registry::Caps& caps, const std::string& variant, int32_t dtype, int D, int64_t units) {
   int best = 0;
   double best_cost = 1e300;
-  for (int vt : {128, 64}) {
+  for (int vt : {128, 64, 32}) {
     if (state_row(caps, variant, dtype, D, vt) < 0) continue;
     const double flops = 2.0 * 64 * D * vt * 2 + 2.0 * 64 * 64 * D + 2.0 * 64 * 64 * vt + 2.0 * D * 64 * vt;
     const double per_chunk = flops / 4096 + 400 + 3.0 * vt;
@@ -109,7 +133,8 @@ int pick_tile_sm90(const registry::Caps& caps, const std::string& variant, int32
 }
 
 // Microseconds a chunk step of a Hopper stage-2 kernel takes (a fixed latency plus a little per V
-// column), the cost model of the segment plans, fitted to H200 measurements (bench/NOTES_linear.md).
+// column), the cost model of the segment plans, fitted to H200 measurements at tiles 64 and 128
+// (bench/NOTES_linear.md).
 double step_us(const std::string& variant, int vt) {
   return variant == "split" ? 0.6 + 0.0156 * vt : 3.4 + 0.023 * vt;
 }
@@ -120,7 +145,7 @@ int segment_pass_tile(const registry::Caps& caps, const std::string& variant, in
                       int only, double& cost) {
   int best = 0;
   cost = 1e300;
-  for (int vt : {128, 64}) {
+  for (int vt : {128, 64, 32}) {
     if ((only != 0 && only != vt) || state_row(caps, variant, dtype, D, vt) < 0) continue;
     const int64_t blocks = jobs * (D / vt);
     const double c = static_cast<double>((blocks + caps.sms - 1) / caps.sms) * step_us(variant, vt);
@@ -277,14 +302,36 @@ std::string fast_bwd_refusal(const BwdShape& s, const registry::Caps& caps) {
 
 // A tiled stage of the backward: the asked tile (which must exist and run), else `automatic`.
 int bwd_tile_row(const registry::Caps& caps, const tuning::Table& t, const char* stage, int32_t dtype, int D,
-                 int automatic) {
+                 int automatic, const std::string& variant = "mma") {
   const std::string key = std::string(stage) + ".tile";
   const int asked = t.get_int(key);
   const int tile = asked != 0 ? asked : automatic;
-  const int row = runnable(caps, stage, "mma", dtype, D, tile);
+  const int row = runnable(caps, stage, variant.c_str(), dtype, D, tile);
   if (row < 0) {
-    refuse("delta_rule_bwd", key + "=" + std::to_string(tile),
-           std::string("no runnable ") + stage + ".mma kernel of that tile at D = " + std::to_string(D));
+    refuse("delta_rule_bwd", (variant == "mma" ? key : std::string(stage) + "=" + variant + ", " + key) + "=" +
+                                 std::to_string(tile),
+           std::string("no runnable ") + stage + "." + variant + " kernel of that tile at D = " + std::to_string(D));
+  }
+  return row;
+}
+
+// The dstates kernel: the split one where it runs (Hopper, D 128) at tiles 32 / 64, else mma.sync;
+// its shared memory must fit.
+int dstates_row(const BwdShape& s, const registry::Caps& caps, const tuning::Table& t) {
+  const std::string& want = t.get("linear.bwd.dstates");
+  int automatic = pick_dstates_tile(s, caps);
+  const int asked = t.get_int("linear.bwd.dstates.tile");
+  const int tile = asked != 0 ? asked : automatic;
+  const bool split_runs = tile <= 64 && runnable(caps, "linear.bwd.dstates", "split", s.dtype, s.K, tile) >= 0 &&
+                          cuda::bwd::DStatesSplitLayout<128, 32>::kAlloc <= caps.smem_block;
+  const std::string variant = want == "auto" ? (split_runs ? "split" : "mma") : want;
+  if (variant == "split") automatic = std::min(automatic, 64);  // its tiles: 32 and 64
+  const int row = bwd_tile_row(caps, t, "linear.bwd.dstates", s.dtype, s.K, automatic, variant);
+  if (variant == "split") {
+    const int tile = registry::row(row).tile;
+    const int64_t smem = tile == 32 ? cuda::bwd::DStatesSplitLayout<128, 32>::kAlloc
+                                    : cuda::bwd::DStatesSplitLayout<128, 64>::kAlloc;
+    if (smem > caps.smem_block) refuse("delta_rule_bwd", "linear.bwd.dstates=split", "its shared memory does not fit");
   }
   return row;
 }
@@ -350,7 +397,7 @@ FwdChoice plan_fwd(const FwdShape& s, const registry::Caps& caps, const tuning::
   }
   c.fast = true;
   c.plan.path = "fast";
-  c.prep_row = registry::find("linear.fwd.prep", "mma", s.dtype, s.K, 0);
+  c.prep_row = plan_prep(s, caps, t);
   std::string variant;
   int vt = 0;
   plan_state(s, caps, t, c, variant, vt);
@@ -416,14 +463,22 @@ BwdChoice plan_bwd(const BwdShape& s, const registry::Caps& caps, const tuning::
     c.states_row = bwd_tile_row(caps, t, "linear.bwd.states", s.dtype, D, pick_states_tile(s, caps));
     c.plan.rows.push_back(c.states_row);
   }
-  c.dstates_row = bwd_tile_row(caps, t, "linear.bwd.dstates", s.dtype, D, pick_dstates_tile(s, caps));
+  c.dstates_row = dstates_row(s, caps, t);
   c.plan.rows.push_back(c.dstates_row);
   const std::string& want = t.get("linear.bwd.grads");
   std::string variant = want;
-  if (want == "auto") variant = D == 256 ? "two_pass" : "fused";
+  if (want == "auto") {
+    // At D 128 the wgmma kernel where it runs and fits (Hopper), else mma.sync.
+    const bool wgmma_runs = D == 128 && runnable(caps, "linear.bwd.grads", "wgmma", s.dtype, D, 0) >= 0 &&
+                            cuda::bwd::GradsSm90Layout::kAlloc <= caps.smem_block;
+    variant = D == 256 ? "two_pass" : wgmma_runs ? "wgmma" : "fused";
+  }
   c.grads_row = runnable(caps, "linear.bwd.grads", variant.c_str(), s.dtype, D, 0);
   if (c.grads_row < 0) {
     refuse("delta_rule_bwd", "linear.bwd.grads=" + variant, "no runnable kernel of it at D = " + std::to_string(D));
+  }
+  if (variant == "wgmma" && cuda::bwd::GradsSm90Layout::kAlloc > caps.smem_block) {
+    refuse("delta_rule_bwd", "linear.bwd.grads=wgmma", "its shared memory does not fit");
   }
   c.plan.rows.push_back(c.grads_row);
   if (c.states_row >= 0) c.plan.detail("states_tile", tile_of(c.states_row));

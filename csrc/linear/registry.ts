@@ -76,6 +76,18 @@ export const linearRegistry: KernelFamily = {
       constraints: "K = V = D; 16-byte aligned rows",
     },
     {
+      stage: "linear.fwd.prep",
+      variant: "wgmma",
+      launcher: "ak::linear::cuda::FwdPrepWgmma",
+      args: "fwd::PrepParams<T>",
+      header: "linear/delta/fwd/prep_sm90.cuh",
+      arch: "sm90a",
+      instances: [{ dtypes: HALF, d: [128, 256] }],
+      doc: "Stage 1 as the mma row computes it, with K K^T, w = Aw K and u = Au V on wgmma (operands " +
+        "read from shared memory once per warpgroup); w and u leave through the panels of k and v.",
+      constraints: "K = V = D; 16-byte aligned rows",
+    },
+    {
       stage: "linear.fwd.state",
       variant: "mma",
       launcher: "ak::linear::cuda::FwdStateMma",
@@ -109,9 +121,9 @@ export const linearRegistry: KernelFamily = {
       args: "fwd::StateArgs<T>",
       header: "linear/delta/fwd/state_split.cuh",
       arch: "sm90a",
-      instances: [{ dtypes: HALF, d: [128], tiles: [64, 128] }],
+      instances: [{ dtypes: HALF, d: [128], tiles: [32, 64, 128] }],
       doc: "Stage 2 on wgmma with the state chain on one warpgroup and the output on one (tile 128) " +
-        "or two (tile 64) others; TMA loads on fixed-length calls, cp.async on packed ones.",
+        "or two (tiles 64 and 32) others; TMA loads on fixed-length calls, cp.async on packed ones.",
     },
     // ---- forward, general path and decode ----
     {
@@ -199,6 +211,17 @@ export const linearRegistry: KernelFamily = {
       constraints: "its shared memory fits the GPU",
     },
     {
+      stage: "linear.bwd.dstates",
+      variant: "split",
+      launcher: "ak::linear::cuda::BwdDStatesSplit",
+      args: "bwd::StageArgs<T>",
+      header: "linear/delta/bwd/dstates_split.cuh",
+      arch: "sm90a",
+      instances: [{ dtypes: HALF, d: [128], tiles: [32, 64] }],
+      doc: "The same pass with the state gradient's chain alone on one warpgroup (wgmma: K dh, then " +
+        "W^T dv_new) and the chunk-local products, loads and stores on another; tile = the state columns a block.",
+    },
+    {
       stage: "linear.bwd.grads",
       variant: "fused",
       launcher: "ak::linear::cuda::BwdGrads",
@@ -209,6 +232,18 @@ export const linearRegistry: KernelFamily = {
       doc: "Every chunk-local gradient fused in persistent blocks, the next item's tiles fetched as " +
         "buffers die (two K buffers at D 128).",
       constraints: "its shared memory fits the GPU (at D 128 only sm_90's does)",
+    },
+    {
+      stage: "linear.bwd.grads",
+      variant: "wgmma",
+      launcher: "ak::linear::cuda::BwdGradsWgmma",
+      args: "bwd::StageArgs<T>",
+      header: "linear/delta/bwd/grads_sm90.cuh",
+      arch: "sm90a",
+      instances: [{ dtypes: HALF, d: [128] }],
+      doc: "The fused gradient kernel's steps with every product on wgmma, operands read from swizzled " +
+        "tiles once per warpgroup and independent products issued together.",
+      constraints: "its shared memory fits the GPU",
     },
     {
       stage: "linear.bwd.grads",

@@ -79,15 +79,6 @@ __device__ __forceinline__ void load_rows(T* dst, const T* src, int64_t row_stri
   }
 }
 
-__device__ __forceinline__ int ld_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release(int* p, int v) {
-  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-
 template <class T, int Dpad>
 __global__ void __launch_bounds__(GeneralShape<Dpad>::THREADS) bwd_general_kernel(const BwdParams p) {
   using Sh = GeneralShape<Dpad>;
@@ -249,7 +240,7 @@ __global__ void __launch_bounds__(GeneralShape<Dpad>::THREADS) bwd_general_kerne
       rank = n_tile - nt.lo;  // key tiles nt.lo .. n_tile - 1 add to this query tile first
       sem = p.dq_semaphore + (static_cast<int64_t>(h) * p.acc_rows + s.acc_row0 + i0) / BM;
       if (threadIdx.x == 0) {
-        while (ld_acquire(sem) != rank) __nanosleep(64);
+        while (ld_acquire_gpu(sem) != rank) __nanosleep(64);
       }
       __syncthreads();
     }
@@ -278,7 +269,7 @@ __global__ void __launch_bounds__(GeneralShape<Dpad>::THREADS) bwd_general_kerne
     if (sem != nullptr) {
       __threadfence();
       __syncthreads();
-      if (threadIdx.x == 0) st_release(sem, rank + 1);
+      if (threadIdx.x == 0) st_release_gpu(sem, rank + 1);
     }
     __syncthreads();  // the stage, P and dS are rewritten next
   }

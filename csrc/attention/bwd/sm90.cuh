@@ -162,16 +162,23 @@ struct QueryRing {
   }
 };
 
-// The query tiles a block of keys meets: tiles mt.lo .. mt.hi of each head of its group, n in all.
+// The query tiles a block of keys meets: tiles mt.lo .. mt.hi of each head of its group, n in all,
+// visited in that order or (reverse) from the last.
 struct QueryTiles {
   TileRange mt;
   int per_head, n;
-  __device__ __forceinline__ QueryTiles(const BwdParams& p, const BwdSeq& s, int j0, int BN, int BM)
+  bool reverse;
+  __device__ __forceinline__ QueryTiles(const BwdParams& p, const BwdSeq& s, int j0, int BN, int BM,
+                                        bool reverse_order = false)
       : mt(query_tiles(j0, BN, BM, s.q_len, s.kv_len, p.window_left, p.window_right)),
         per_head(mt.hi - mt.lo + 1),
-        n(per_head > 0 ? per_head * p.group : 0) {}
-  __device__ __forceinline__ int head(const BwdParams& p, int hk, int it) const { return hk * p.group + it / per_head; }
-  __device__ __forceinline__ int row0(int it, int BM) const { return (mt.lo + it % per_head) * BM; }
+        n(per_head > 0 ? per_head * p.group : 0),
+        reverse(reverse_order) {}
+  __device__ __forceinline__ int at(int it) const { return reverse ? n - 1 - it : it; }
+  __device__ __forceinline__ int head(const BwdParams& p, int hk, int it) const {
+    return hk * p.group + at(it) / per_head;
+  }
+  __device__ __forceinline__ int row0(int it, int BM) const { return (mt.lo + at(it) % per_head) * BM; }
 };
 
 // A consumer thread of the Hopper backward kernels: warpgroup cw of two owns keys [64 cw, 64 cw + 64)
@@ -247,7 +254,10 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant_
   const uint32_t sbase = (raw + 1023u) & ~1023u;
   unsigned char* smem = smem_raw + (sbase - raw);
   const QueryRing<2> ring{sbase + Sh::OFF_BAR};
-  const QueryTiles qt(p, s, j0, BN, BM);
+  // Deterministic calls add dQ pieces in key-tile order (dq_semaphore): the last query tiles first, where
+  // a causal mask lets every key tile wait for its predecessor one iteration behind instead of two.
+  const bool ordered = p.dq_semaphore != nullptr;
+  const QueryTiles qt(p, s, j0, BN, BM, ordered);
   const int n_iter = qt.n;
   if (threadIdx.x == 0) {
     ring.init();
@@ -300,17 +310,27 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant_
     wgmma_fence();
     issue_kmajor(acc_s, k_addr, q_addr);
     issue_kmajor(acc_dp, v_addr, do_addr);
-    wgmma_wait<0>();
-    fence_regs(acc_s);
-    fence_regs(acc_dp);
 
     // P^T and dS^T, packed as the A fragments of the next wgmmas: register 2 j + half holds keys
-    // key0 + 8 half, queries i0 + 8 j + 2 t + {0, 1}.
+    // key0 + 8 half, queries i0 + 8 j + 2 t + {0, 1}. Without softcap the exponentials of P^T run
+    // while dP^T is still on the tensor pipe.
     const bool full = tile_fully_admitted(i0, BM, j0, BN, s.q_len, s.kv_len, p.window_left, p.window_right);
     const float* lse_st = lse_smem + st * BM;
     const float* dsum_st = dsum_smem + st * BM;
     uint32_t p_frag[16], ds_frag[16];
-    probs_and_grads<T>(p, s, softcapped, acc_s, acc_dp, lse_st, dsum_st, full, key0, i0, t, p_frag, ds_frag);
+    if (!softcapped) {
+      wgmma_wait<1>();
+      fence_regs(acc_s);
+      probs_of(p, s, acc_s, acc_s, lse_st, full, key0, i0, t);  // in place: no S^T wgmma is in flight here
+      wgmma_wait<0>();
+      fence_regs(acc_dp);
+      grads_from_probs<T>(acc_s, acc_dp, dsum_st, t, p_frag, ds_frag);
+    } else {
+      wgmma_wait<0>();
+      fence_regs(acc_s);
+      fence_regs(acc_dp);
+      probs_and_grads<T>(p, s, true, acc_s, acc_dp, lse_st, dsum_st, full, key0, i0, t, p_frag, ds_frag);
+    }
 
     store_ds_panel(ds_addr + cw * Sh::PANEL_Q, ds_frag, wi, lane);
     fence_proxy_async();  // the generic-proxy dS stores, before wgmma reads them
@@ -344,17 +364,38 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_kernel(const __grid_constant_
     if (lane == 0) mbar_arrive(ring.empty(st));  // Q, dO, LSE and D of this stage are consumed
 
     float* dq_dst = p.dq_accum + (static_cast<int64_t>(h) * p.acc_rows + s.acc_row0 + i0) * D + cw * (BM * Sh::DQ_COLS);
-    // dQ piece -> shared memory in accumulator order (conflict-free 16-byte stores) -> bulk add.
-    float4* dq_smem = reinterpret_cast<float4*>(smem + Sh::OFF_DQ + cw * Sh::DQ_BYTES);
+    if (ordered) {
+      // This query tile's dQ takes the key tiles' pieces in key-tile order: a consumer adds its half
+      // (in accumulator order, 16-byte vector reductions) once both halves of every lower key tile
+      // that meets the tile are in (two arrivals a key tile), then arrives. A block waits only for
+      // blocks of lower index, which the launch starts first, so it cannot deadlock.
+      int* sem = p.dq_semaphore + (static_cast<int64_t>(h) * p.acc_rows + s.acc_row0 + i0) / BM;
+      const int rank = n_tile - key_tiles(i0, BM, BN, s.q_len, s.kv_len, p.window_left, p.window_right).lo;
+      if (tid == 0) {
+        while (ld_acquire_gpu(sem) < 2 * rank) __nanosleep(32);
+      }
+      named_sync(kBarConsumer0 + cw, 128);
 #pragma unroll
-    for (int j = 0; j < D / 16; ++j) {
-      dq_smem[j * 128 + tid] = make_float4(acc_dq[4 * j], acc_dq[4 * j + 1], acc_dq[4 * j + 2], acc_dq[4 * j + 3]);
-    }
-    fence_proxy_async();
-    named_sync(kBarConsumer0 + cw, 128);
-    if (tid == 0) {
-      bulk_reduce_add_f32(dq_dst, smem_u32(dq_smem), Sh::DQ_BYTES);
-      bulk_commit();
+      for (int j = 0; j < D / 16; ++j) {
+        red_add_v4(dq_dst + 4 * (j * 128 + tid), acc_dq[4 * j], acc_dq[4 * j + 1], acc_dq[4 * j + 2],
+                   acc_dq[4 * j + 3]);
+      }
+      __threadfence();
+      named_sync(kBarConsumer0 + cw, 128);
+      if (tid == 0) red_release_add_gpu(sem, 1);
+    } else {
+      // dQ piece -> shared memory in accumulator order (conflict-free 16-byte stores) -> bulk add.
+      float4* dq_smem = reinterpret_cast<float4*>(smem + Sh::OFF_DQ + cw * Sh::DQ_BYTES);
+#pragma unroll
+      for (int j = 0; j < D / 16; ++j) {
+        dq_smem[j * 128 + tid] = make_float4(acc_dq[4 * j], acc_dq[4 * j + 1], acc_dq[4 * j + 2], acc_dq[4 * j + 3]);
+      }
+      fence_proxy_async();
+      named_sync(kBarConsumer0 + cw, 128);
+      if (tid == 0) {
+        bulk_reduce_add_f32(dq_dst, smem_u32(dq_smem), Sh::DQ_BYTES);
+        bulk_commit();
+      }
     }
   }
 

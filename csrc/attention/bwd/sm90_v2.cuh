@@ -104,7 +104,12 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_v2_kernel(const __grid_consta
   auto q_addr = [&](int st) { return sbase + Sh::OFF_Q + st * Sh::Q_BYTES; };
   auto do_addr = [&](int st) { return sbase + Sh::OFF_DO + st * Sh::Q_BYTES; };
 
-  const QueryTiles qt(p, s, j0, BN, BM);
+  // Deterministic calls add dQ in key-tile order (dq_semaphore): ranked in the launch's order of key
+  // tiles (decode_tile puts a pair's key tile n after n - 1, or with `reverse` after n + 1), so a block
+  // waits only for blocks launched before it. Query tiles then go from the end its predecessor reaches
+  // first: from the last in ascending launches (as in sm90.cuh), from the first in reversed ones.
+  const bool ordered = p.dq_semaphore != nullptr;
+  const QueryTiles qt(p, s, j0, BN, BM, ordered && !launch.reverse);
   const int n_iter = qt.n;
 
   if (threadIdx.x == 0) {
@@ -160,7 +165,7 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_v2_kernel(const __grid_consta
     // dq_accum += dQ of query tile number `tile_it` (in accumulator order, kHopperFull): consumer 0
     // hands dQ_0 over in shared memory buffer tile_it % 2, consumer 1 adds it to dQ_1 and reduces the
     // sum.
-    auto reduce_dq = [&](int tile_row, int tile_it) {
+    auto reduce_dq = [&](int tile_row, int tile_it, int tile_i0) {
       float* tile = p.dq_accum + static_cast<int64_t>(tile_row) * D;
       float4* buf = reinterpret_cast<float4*>(smem + Sh::OFF_DQ + (tile_it & 1) * Sh::DQ_BYTES);
       const uint32_t use = (tile_it >> 1) & 1;  // how many times buffer tile_it % 2 was used before, mod 2
@@ -173,6 +178,16 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_v2_kernel(const __grid_consta
         mbar_arrive(bar_dq_full(tile_it & 1));
       } else {
         mbar_wait(bar_dq_full(tile_it & 1), use);
+        int* sem = nullptr;
+        if (ordered) {  // after every key tile ranked before this one that meets the query tile
+          const TileRange nt = key_tiles(tile_i0, BM, BN, s.q_len, s.kv_len, p.window_left, p.window_right);
+          const int rank = launch.reverse ? nt.hi - n_tile : n_tile - nt.lo;
+          sem = p.dq_semaphore + tile_row / BM;
+          if (tid == 0) {
+            while (ld_acquire_gpu(sem) < rank) __nanosleep(32);
+          }
+          named_sync(kV2BarConsumer0 + 1, 128);
+        }
 #pragma unroll
         for (int j = 0; j < D / 8; ++j) {
           const float4 o = buf[j * 128 + tid];
@@ -180,6 +195,11 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_v2_kernel(const __grid_consta
                      acc_dq[4 * j + 2] + o.z, acc_dq[4 * j + 3] + o.w);
         }
         mbar_arrive(bar_dq_empty(tile_it & 1));
+        if (ordered) {
+          __threadfence();
+          named_sync(kV2BarConsumer0 + 1, 128);
+          if (tid == 0) red_release_add_gpu(sem, 1);
+        }
       }
     };
 
@@ -196,12 +216,10 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_v2_kernel(const __grid_consta
         ldsm_x4(&vf[4 * kk], v_addr + o);
       }
     }
-    mbar_wait(ring.full(0), 0);
-    issue_s(0);
 
     // First scratch row of the previous tile (whose dQ is reduced once complete). Scratch rows fit
     // in 32 bits: 2^31 rows of 64 floats would be 512 GB.
-    int dq_prev = 0;
+    int dq_prev = 0, i0_prev = 0;
     const int acc_row0 = static_cast<int>(s.acc_row0);
     for (int it = 0; it < n_iter; ++it) {
       const int st = it % STAGES;
@@ -209,6 +227,13 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_v2_kernel(const __grid_consta
       const int i0 = qt.row0(it, BM);
       const uint32_t ds_addr = sbase + Sh::OFF_DS + (it & 1) * Sh::DS_BYTES + cw * Sh::PANEL_Q;
 
+      // The first tile's S^T here, not before the loop: the loop's zeroed accumulators are set up there,
+      // and writes to any wgmma's accumulators while one is in flight make ptxas serialise them all.
+      // Later tiles' S^T are issued a tile ahead, below.
+      if (it == 0) {
+        mbar_wait(ring.full(0), 0);
+        issue_s(0);
+      }
       // S^T of this tile, and dV, dK, dQ of the previous one, are complete.
       wgmma_wait<0>();
       fence_regs(acc_s);
@@ -221,18 +246,18 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_v2_kernel(const __grid_consta
       if (it > 0) {
         __syncwarp();
         if (lane == 0) mbar_arrive(ring.empty((it - 1) % STAGES));  // Q, dO, LSE, D of the previous tile
-        reduce_dq(dq_prev, it - 1);
+        reduce_dq(dq_prev, it - 1, i0_prev);
       }
 
       const bool full = tile_fully_admitted(i0, BM, j0, BN, s.q_len, s.kv_len, p.window_left, p.window_right);
       const float* lse_st = lse_smem + st * BM;
       const float* dsum_st = dsum_smem + st * BM;
       if (!softcapped) {
-        probs_in_place(p, s, acc_s, lse_st, full, key0, i0, t);
+        float prob[32];
+        probs_of(p, s, acc_s, prob, lse_st, full, key0, i0, t);
         wgmma_wait<0>();
-        fence_regs(acc_s);
         fence_regs(acc_dp);
-        grads_from_probs<T>(acc_s, acc_dp, dsum_st, t, p_frag, ds_frag);
+        grads_from_probs<T>(prob, acc_dp, dsum_st, t, p_frag, ds_frag);
       } else {
         wgmma_wait<0>();
         fence_regs(acc_dp);
@@ -262,6 +287,7 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_v2_kernel(const __grid_consta
         issue_s((it + 1) % STAGES);
       }
       dq_prev = h * static_cast<int>(p.acc_rows) + acc_row0 + i0;
+      i0_prev = i0;
     }
     wgmma_wait<0>();
     fence_regs(acc_dq);
@@ -269,7 +295,7 @@ __global__ void __launch_bounds__(384, 1) bwd_sm90_v2_kernel(const __grid_consta
     fence_regs(acc_dv);
     fence_regs(p_frag);
     fence_regs(ds_frag);
-    reduce_dq(dq_prev, n_iter - 1);
+    reduce_dq(dq_prev, n_iter - 1, i0_prev);
   }
 
   // ---- epilogue: dK (times sm_scale) and dV through shared memory, 16-byte rows ----

@@ -24,11 +24,14 @@ __device__ __forceinline__ bool admitted(const BwdParams& p, const BwdSeq& s, in
   return query < s.q_len && key < s.kv_len && dist >= -p.window_left && dist <= p.window_right;
 }
 
-// Without softcap, in two halves, so that the exponentials overlap the dP^T product:
-// probs_in_place turns S^T into P^T = exp2(S^T c - LSE) (0 where masked) in place, before dP^T is
-// complete; grads_from_probs then forms dS^T = P^T (dP^T - D) and packs both.
-__device__ __forceinline__ void probs_in_place(const BwdParams& p, const BwdSeq& s, float (&acc_s)[32],
-                                               const float* lse_st, bool full, int key0, int i0, int t) {
+// Without softcap, in two halves, so that the exponentials overlap the dP^T product: probs_of turns
+// S^T into P^T = exp2(S^T c - LSE) (0 where masked) before dP^T is complete; grads_from_probs then
+// forms dS^T = P^T (dP^T - D) and packs both. prob may be acc_s itself, except where a wgmma whose
+// accumulators are S^T's registers (the next tile's S^T) is in flight: writing them then makes ptxas
+// serialise every wgmma of the kernel.
+__device__ __forceinline__ void probs_of(const BwdParams& p, const BwdSeq& s, const float (&acc_s)[32],
+                                         float (&prob)[32], const float* lse_st, bool full, int key0, int i0,
+                                         int t) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const float2 lse = *reinterpret_cast<const float2*>(lse_st + 8 * j + 2 * t);
@@ -37,9 +40,9 @@ __device__ __forceinline__ void probs_in_place(const BwdParams& p, const BwdSeq&
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int idx = 4 * j + 2 * half + e;
-        float prob = fast_exp2(acc_s[idx] * p.exp_scale - (e ? lse.y : lse.x));
-        if (!full && !admitted(p, s, key0 + 8 * half, i0 + 8 * j + 2 * t + e)) prob = 0.0f;
-        acc_s[idx] = prob;
+        float pr = fast_exp2(acc_s[idx] * p.exp_scale - (e ? lse.y : lse.x));
+        if (!full && !admitted(p, s, key0 + 8 * half, i0 + 8 * j + 2 * t + e)) pr = 0.0f;
+        prob[idx] = pr;
       }
     }
   }

@@ -34,6 +34,46 @@ __device__ __forceinline__ float sum_parts(const float* r, int i) {
   return s;
 }
 
+// Where element (r, c) of a 16-bit shared tile lies: rows `ld` elements apart (the mma.sync kernels'
+// padded tiles). The wgmma kernel (grads_sm90.cuh) passes its swizzled tiles through the same `at`.
+template <class T>
+struct PaddedTile {
+  T* p;
+  int ld;
+  __device__ __forceinline__ T* at(int r, int c) const { return p + r * ld + c; }
+};
+
+// The two 16-bit values at (r, c), (r, c + 1) of a tile (c even).
+template <class Tile>
+__device__ __forceinline__ uint32_t tile_pair(const Tile& s, int r, int c) {
+  return *reinterpret_cast<const uint32_t*>(s.at(r, c));
+}
+
+// Stores a 1 x NT accumulator tile (rows m0.., columns n0..) as T into a tile.
+template <class T, int NT, class Tile>
+__device__ __forceinline__ void store_tile(const float (&acc)[1][NT][4], const Tile& s, int m0, int n0, int lane) {
+  for_acc_pairs(acc, m0, n0, lane, [&](int r, int c, const float* v) {
+    *reinterpret_cast<uint32_t*>(s.at(r, c)) = pack2<T>(v[0], v[1]);
+  });
+}
+
+// One item of the gradient stage (chunk g of value head h): the K / Q head, the chunk (batch, first token,
+// length), its first row in the per-head workspaces, and the offset of its states ([H][NCt][D][D]).
+struct GradItem {
+  int g, h, hk;
+  int4 ci;
+  int64_t row, state;
+};
+__device__ __forceinline__ GradItem grad_item(const Problem& p, int item, int D) {
+  const int g = item / p.H, h = item - g * p.H;
+  return {g,
+          h,
+          h / p.group,
+          p.map.chunk_of(g),
+          static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC,
+          (static_cast<int64_t>(h) * p.NCt + g) * D * D};
+}
+
 // Lane q of each quad holds words v[0..3], word j from n8 tile j of one accumulator row; afterwards it
 // holds tile q's four words (lanes 0..3 in order): 16 contiguous bytes of the row, so that a warp
 // stores whole 32-byte sectors (the fragments' own 4-byte stores left half of each sector to a
@@ -95,8 +135,8 @@ __device__ __forceinline__ void write_rows(const float (&acc)[1][NT][4], float* 
 // Writes a 64 x D slice of dy (the gradient of y = x / |x|) as dx = (dy - y (y . dy)) / |x| to the
 // output view (valid rows only): y from the shared tile ys, y . dy summed over the WC column parts
 // in rdot[WC][64], 1 / |x| per row from rinv ([B, T, HK]).
-template <class T, int NT, int WC>
-__device__ __forceinline__ void write_rows_l2(const float (&acc)[1][NT][4], const T* ys, int ld, const float* rdot,
+template <class T, int NT, int WC, class Tile>
+__device__ __forceinline__ void write_rows_l2(const float (&acc)[1][NT][4], const Tile& ys, const float* rdot,
                                               const float* rinv, int T_, int HK, OutView out, int4 ci, int head,
                                               int m0, int n0, int lane) {
   const int gq = lane >> 2, q4 = lane & 3;
@@ -110,7 +150,7 @@ __device__ __forceinline__ void write_rows_l2(const float (&acc)[1][NT][4], cons
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const int c = n0 + 8 * nt + 2 * q4;
-      const float2 y = unpack2<T>(*reinterpret_cast<const uint32_t*>(ys + r * ld + c));
+      const float2 y = unpack2<T>(tile_pair(ys, r, c));
       words[nt] = pack2<T>(ri * (acc[0][nt][2 * half] - y.x * s), ri * (acc[0][nt][2 * half + 1] - y.y * s));
     }
     store_row16<NT>(words, valid ? static_cast<T*>(out.p) + out.offset(ci.x, ci.y + r, head) : nullptr, n0, q4);
@@ -119,16 +159,15 @@ __device__ __forceinline__ void write_rows_l2(const float (&acc)[1][NT][4], cons
 
 // Sum over this thread's columns of x * S[row][col] for both accumulator rows (S a T tile), reduced
 // over the quad: every lane of the quad ends with the row sums.
-template <class T, int NT>
-__device__ __forceinline__ float2 row_dots(const float (&acc)[1][NT][4], const T* s, int ld, int rA, int n0,
-                                           int lane) {
+template <class T, int NT, class Tile>
+__device__ __forceinline__ float2 row_dots(const float (&acc)[1][NT][4], const Tile& s, int rA, int n0, int lane) {
   const int q4 = lane & 3;
   float a = 0.f, b = 0.f;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     const int c = n0 + 8 * nt + 2 * q4;
-    const float2 xa = unpack2<T>(*reinterpret_cast<const uint32_t*>(s + rA * ld + c));
-    const float2 xb = unpack2<T>(*reinterpret_cast<const uint32_t*>(s + (rA + 8) * ld + c));
+    const float2 xa = unpack2<T>(tile_pair(s, rA, c));
+    const float2 xb = unpack2<T>(tile_pair(s, rA + 8, c));
     a += xa.x * acc[0][nt][0] + xa.y * acc[0][nt][1];
     b += xb.x * acc[0][nt][2] + xb.y * acc[0][nt][3];
   }
@@ -136,11 +175,11 @@ __device__ __forceinline__ float2 row_dots(const float (&acc)[1][NT][4], const T
 }
 
 // row_dots of both accumulator rows stored per column part, r[wc][row] (one lane of each quad writes).
-template <class T, int NT>
-__device__ __forceinline__ void put_row_dots(const float (&acc)[1][NT][4], const T* s, int ld, float* r, int wc, int m0,
+template <class T, int NT, class Tile>
+__device__ __forceinline__ void put_row_dots(const float (&acc)[1][NT][4], const Tile& s, float* r, int wc, int m0,
                                              int n0, int lane) {
   const int rA = m0 + (lane >> 2);
-  const float2 d = row_dots<T, NT>(acc, s, ld, rA, n0, lane);
+  const float2 d = row_dots<T, NT>(acc, s, rA, n0, lane);
   if ((lane & 3) == 0) {
     r[wc * kC + rA] = d.x;
     r[wc * kC + rA + 8] = d.y;
@@ -159,13 +198,12 @@ __device__ __forceinline__ void scale_rows(float (&acc)[1][NT][4], float fa, flo
   }
 }
 
-// dPs = scale (dO v_new^T) * D on and below the diagonal, as accumulators (columns j0 .. of 64).
-template <class T, int NJ>
-__device__ __forceinline__ void dps_tile(float (&acc)[1][NJ][4], const T* dOs, const T* Us, int ld, int kdim,
-                                         const float* gc, float scale, int m0, int j0, int lane) {
+// dPs = scale (dO v_new^T) * D on and below the diagonal, from the product dO v_new^T in acc
+// (columns j0 .. of 64).
+template <int NJ>
+__device__ __forceinline__ void dps_mask(float (&acc)[1][NJ][4], const float* gc, float scale, int m0, int j0,
+                                         int lane) {
   const int rA = m0 + (lane >> 2), q4 = lane & 3;
-  zero_acc(acc);
-  warp_mma<T, 1, NJ, false, false>(acc, dOs, ld, m0, Us, ld, j0, kdim, lane);
 #pragma unroll
   for (int nt = 0; nt < NJ; ++nt)
 #pragma unroll
@@ -175,29 +213,42 @@ __device__ __forceinline__ void dps_tile(float (&acc)[1][NJ][4], const T* dOs, c
     }
 }
 
-// dv = diag(beta) A^T dv_new to the output; (A^T dv_new).v per row into r_tv.
-template <class T, int NT>
-__device__ __forceinline__ void write_dv(const T* As, const T* dUs, const T* Vs, int ld, const float* bt, float* r_tv,
-                                         const Problem& p, int4 ci, int h, int wc, int m0, int n0, int lane) {
-  const int rA = m0 + (lane >> 2);
-  float acc[1][NT][4];
+// dPs = scale (dO v_new^T) * D on and below the diagonal, as accumulators (columns j0 .. of 64).
+template <class T, int NJ>
+__device__ __forceinline__ void dps_tile(float (&acc)[1][NJ][4], const T* dOs, const T* Us, int ld, int kdim,
+                                         const float* gc, float scale, int m0, int j0, int lane) {
   zero_acc(acc);
-  warp_mma<T, 1, NT, true, true>(acc, As, kC + 8, m0, dUs, ld, n0, kC, lane);
-  put_row_dots<T, NT>(acc, Vs, ld, r_tv, wc, m0, n0, lane);
+  warp_mma<T, 1, NJ, false, false>(acc, dOs, ld, m0, Us, ld, j0, kdim, lane);
+  dps_mask(acc, gc, scale, m0, j0, lane);
+}
+
+// From t = A^T dv_new: dv = diag(beta) t to the output; t.v per row into r_tv.
+template <class T, int NT, class Tile>
+__device__ __forceinline__ void dv_from(float (&acc)[1][NT][4], const Tile& Vs, const float* bt, float* r_tv,
+                                        const Problem& p, int4 ci, int h, int wc, int m0, int n0, int lane) {
+  const int rA = m0 + (lane >> 2);
+  put_row_dots<T, NT>(acc, Vs, r_tv, wc, m0, n0, lane);
   scale_rows(acc, bt[rA], bt[rA + 8]);
   write_rows<T, NT>(acc, nullptr, 0, p.dv, ci, h, m0, n0, lane);
 }
 
-// dk += diag(beta e^gc) A^T dw; (A^T dw).k per row into r_tk.
+// dv = diag(beta) A^T dv_new to the output; (A^T dv_new).v per row into r_tv.
 template <class T, int NT>
-__device__ __forceinline__ void add_at_dw(float (&dk)[1][NT][4], const T* As, const T* dWs, const T* Ks, int ld,
-                                          const float* bt, const float* gm, float* r_tk, int wc, int m0, int n0,
-                                          int lane) {
-  const int rA = m0 + (lane >> 2);
+__device__ __forceinline__ void write_dv(const T* As, const T* dUs, const T* Vs, int ld, const float* bt, float* r_tv,
+                                         const Problem& p, int4 ci, int h, int wc, int m0, int n0, int lane) {
   float acc[1][NT][4];
   zero_acc(acc);
-  warp_mma<T, 1, NT, true, true>(acc, As, kC + 8, m0, dWs, ld, n0, kC, lane);
-  put_row_dots<T, NT>(acc, Ks, ld, r_tk, wc, m0, n0, lane);
+  warp_mma<T, 1, NT, true, true>(acc, As, kC + 8, m0, dUs, ld, n0, kC, lane);
+  dv_from<T, NT>(acc, PaddedTile<const T>{Vs, ld}, bt, r_tv, p, ci, h, wc, m0, n0, lane);
+}
+
+// From t = A^T dw: dk += diag(beta e^gc) t; t.k per row into r_tk.
+template <class T, int NT, class Tile>
+__device__ __forceinline__ void add_at_dw_from(float (&dk)[1][NT][4], const float (&acc)[1][NT][4], const Tile& Ks,
+                                               const float* bt, const float* gm, float* r_tk, int wc, int m0, int n0,
+                                               int lane) {
+  const int rA = m0 + (lane >> 2);
+  put_row_dots<T, NT>(acc, Ks, r_tk, wc, m0, n0, lane);
   const float fa = bt[rA] * gm[rA], fb = bt[rA + 8] * gm[rA + 8];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
@@ -206,6 +257,17 @@ __device__ __forceinline__ void add_at_dw(float (&dk)[1][NT][4], const T* As, co
     dk[0][nt][2] += fb * acc[0][nt][2];
     dk[0][nt][3] += fb * acc[0][nt][3];
   }
+}
+
+// dk += diag(beta e^gc) A^T dw; (A^T dw).k per row into r_tk.
+template <class T, int NT>
+__device__ __forceinline__ void add_at_dw(float (&dk)[1][NT][4], const T* As, const T* dWs, const T* Ks, int ld,
+                                          const float* bt, const float* gm, float* r_tk, int wc, int m0, int n0,
+                                          int lane) {
+  float acc[1][NT][4];
+  zero_acc(acc);
+  warp_mma<T, 1, NT, true, true>(acc, As, kC + 8, m0, dWs, ld, n0, kC, lane);
+  add_at_dw_from<T, NT>(dk, acc, PaddedTile<const T>{Ks, ld}, bt, gm, r_tk, wc, m0, n0, lane);
 }
 
 // dA = (a1 + a2 diag(e^gc)) diag(beta), strictly lower, into a1 (a1 = dv_new V^T, a2 = dw K^T).
@@ -245,20 +307,15 @@ struct GradRows {
   float* dgs;  // [64] dgc
 };
 
-// dL = -A^T X (X = dA A^T in T2, strictly lower) with L = diag(beta) (K K^T) * D: the row sums for
-// dbeta and dgc, and S = dM + dM^T (dM = diag(beta) dL * D) into T1 (64 x 64 tiles, stride kC + 8).
-// Ks: the chunk's keys (row stride ldk, kdim columns). Warp (wr, wc): rows 16 wr, columns 64 / WC wc.
-template <class T, int WC>
-__device__ __forceinline__ void dl_products(const T* As, const T* T2, const T* Ks, int ldk, int kdim, T* T1,
-                                            const float* gc, const float* bt, const GradRows& rs, int wr, int wc,
-                                            int lane) {
-  constexpr int LC = kC + 8, NJ = 8 / WC;
+// From dl = -A^T X (X = dA A^T, strictly lower) and kk = K K^T (accumulators, columns j0 .. of 64),
+// with L = diag(beta) (K K^T) * D: the row sums for dbeta and dgc, and S = dM + dM^T (dM = diag(beta)
+// dL * D) into the 64 x 64 tile T1. Warp (wr, wc): rows 16 wr, columns 64 / WC wc.
+template <class T, int WC, class Tile>
+__device__ __forceinline__ void dl_rows(const float (&dl)[1][8 / WC][4], const float (&kk)[1][8 / WC][4],
+                                        const Tile& T1, const float* gc, const float* bt, const GradRows& rs, int wr,
+                                        int wc, int lane) {
+  constexpr int NJ = 8 / WC;
   const int gq = lane >> 2, q4 = lane & 3, m0 = 16 * wr, rA = m0 + gq, rB = rA + 8, j0 = (kC / WC) * wc;
-  float dl[1][NJ][4], kk[1][NJ][4];
-  zero_acc(dl);
-  zero_acc(kk);
-  warp_mma<T, 1, NJ, true, true, true>(dl, As, LC, m0, T2, LC, j0, kC, lane);
-  warp_mma<T, 1, NJ, false, false>(kk, Ks, ldk, m0, Ks, ldk, j0, kdim, lane);
   float rdb[2] = {0.f, 0.f}, rl[2] = {0.f, 0.f};
   float cl[NJ][2];
 #pragma unroll
@@ -281,9 +338,9 @@ __device__ __forceinline__ void dl_products(const T* As, const T* T2, const T* K
         rl[half] += ll;
         cl[nt][r & 1] += ll;
         sv = d * bt[i] * dij;
-        T1[j * LC + i] = from_float<T>(sv);
+        *T1.at(j, i) = from_float<T>(sv);
       }
-      if (j <= i) T1[i * LC + j] = from_float<T>(sv);
+      if (j <= i) *T1.at(i, j) = from_float<T>(sv);
     }
   const float db0 = quad_sum(rdb[0]), db1 = quad_sum(rdb[1]);
   const float rl0 = quad_sum(rl[0]), rl1 = quad_sum(rl[1]);
@@ -303,6 +360,22 @@ __device__ __forceinline__ void dl_products(const T* As, const T* T2, const T* K
       x += __shfl_xor_sync(0xffffffffu, x, 16);
       if (gq == 0) rs.cl[wr * kC + j0 + 8 * nt + 2 * q4 + par] = x;
     }
+}
+
+// dL = -A^T X (X = dA A^T in T2) and K K^T by mma.sync, then dl_rows. Ks: the chunk's keys (row
+// stride ldk, kdim columns); T1, T2, As: 64 x 64 tiles of stride kC + 8.
+template <class T, int WC>
+__device__ __forceinline__ void dl_products(const T* As, const T* T2, const T* Ks, int ldk, int kdim, T* T1,
+                                            const float* gc, const float* bt, const GradRows& rs, int wr, int wc,
+                                            int lane) {
+  constexpr int LC = kC + 8, NJ = 8 / WC;
+  const int m0 = 16 * wr, j0 = (kC / WC) * wc;
+  float dl[1][NJ][4], kk[1][NJ][4];
+  zero_acc(dl);
+  zero_acc(kk);
+  warp_mma<T, 1, NJ, true, true, true>(dl, As, LC, m0, T2, LC, j0, kC, lane);
+  warp_mma<T, 1, NJ, false, false>(kk, Ks, ldk, m0, Ks, ldk, j0, kdim, lane);
+  dl_rows<T, WC>(dl, kk, PaddedTile<T>{T1, LC}, gc, bt, rs, wr, wc, lane);
 }
 
 // dbeta and dgc per row from the row sums (threads 0..63), a barrier every thread reaches, then dg =
@@ -337,6 +410,24 @@ __device__ __forceinline__ void write_dbeta_dg(const Problem& p, int4 ci, int h,
     if (i0 < len) dgo[p.dg.offset(ci.x, ci.y + i0, h)] = before + a;
     if (i1 < len) dgo[p.dg.offset(ci.x, ci.y + i1, h)] = before + a + b;
   }
+}
+
+// The item's last steps, once dk is complete: dk to the output (or the fp32 scratch), through the L2 norm's
+// backward when it is fused (k.dk summed over the column parts in r_kf first), then dbeta and dg.
+template <class T, int NT, int WC, class Tile>
+__device__ __forceinline__ void finish_item(const float (&dk)[1][NT][4], const Tile& tK, float* r_kf,
+                                            const Problem& p, const FastWork<T>& w, const GradItem& it,
+                                            const float* gm, const float* bt, float gl, const GradRows& rows, int wc,
+                                            int m0, int n0, int tid, int lane) {
+  constexpr int D = 8 * NT * WC;
+  const bool fused_l2 = w.rq != nullptr;
+  if (fused_l2) {
+    put_row_dots<T, NT>(dk, tK, r_kf, wc, m0, n0, lane);
+  } else {
+    write_rows<T, NT>(dk, w.dKh != nullptr ? w.dKh + it.row * D : nullptr, D, p.dk, it.ci, it.hk, m0, n0, lane);
+  }
+  write_dbeta_dg<WC>(p, it.ci, it.h, gm, bt, gl, rows, tid, lane);
+  if (fused_l2) write_rows_l2<T, NT, WC>(dk, tK, r_kf, w.rk, p.map.T, p.HK, p.dk, it.ci, it.hk, m0, n0, lane);
 }
 
 // Every tile of the next item is fetched as soon as its buffer is dead, so an item never starts with a
@@ -392,32 +483,26 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
   // the gradients.
   const int items = p.map.live_chunks(p.NCt) * p.H;  // a packed call's empty chunks are skipped
   auto issue_first = [&](int item) {
-    const int g = item / p.H, h = item - g * p.H;
-    const int4 ci = p.map.chunk_of(g);
-    const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
+    const auto [g, h, hk, ci, row, state] = grad_item(p, item, D);
     tile_load<T>(dOs, LD, static_cast<const T*>(p.dout.p) + p.dout.offset(ci.x, ci.y, h), p.dout.st, kC, ci.z, D,
                  tid, kThreads);
     tile_load<T>(Us, LD, w.U + row * D, D, kC, ci.z, D, tid, kThreads);
-    tile_load<T>(Hs, LD, w.Hs + (static_cast<int64_t>(h) * p.NCt + g) * D * D, D, D, D, D, tid, kThreads);
+    tile_load<T>(Hs, LD, w.Hs + state, D, D, D, D, tid, kThreads);
   };
   // The cp.async groups, one commit each per item in this order: first (dO, v_new, h, dh', K when
   // kTwoK), qvdu (Q, V, dv_new), a (A), and without kTwoK k (K).
   auto issue_k = [&](int item, T* dst) {
-    const int g = item / p.H, hk = (item - g * p.H) / p.group;
-    const int4 ci = p.map.chunk_of(g);
+    const auto [g, h, hk, ci, row, state] = grad_item(p, item, D);
     tile_load<T>(dst, LD, static_cast<const T*>(p.k.p) + p.k.offset(ci.x, ci.y, hk), p.k.st, kC, ci.z, D, tid,
                  kThreads);
   };
   auto issue_first_pipe = [&](int item, T* kdst) {
-    const int g = item / p.H, h = item - g * p.H;
     issue_first(item);
-    tile_load<T>(dHs, LD, w.dHs + (static_cast<int64_t>(h) * p.NCt + g) * D * D, D, D, D, D, tid, kThreads);
+    tile_load<T>(dHs, LD, w.dHs + grad_item(p, item, D).state, D, D, D, D, tid, kThreads);
     if constexpr (kTwoK) issue_k(item, kdst);
   };
   auto issue_qvdu = [&](int item) {
-    const int g = item / p.H, h = item - g * p.H, hk = h / p.group;
-    const int4 ci = p.map.chunk_of(g);
-    const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
+    const auto [g, h, hk, ci, row, state] = grad_item(p, item, D);
     tile_load<T>(Qs, LD, static_cast<const T*>(p.q.p) + p.q.offset(ci.x, ci.y, hk), p.q.st, kC, ci.z, D, tid,
                  kThreads);
     tile_load<T>(Vs, LD, static_cast<const T*>(p.v.p) + p.v.offset(ci.x, ci.y, h), p.v.st, kC, ci.z, D, tid,
@@ -425,9 +510,8 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
     tile_load<T>(dUs, LD, w.dU + row * D, D, kC, ci.z, D, tid, kThreads);
   };
   auto issue_a = [&](int item) {
-    const int g = item / p.H, h = item - g * p.H;
-    const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
-    tile_load<T>(As, LC, w.A + row * kC, kC, kC, p.map.chunk_of(g).z, kC, tid, kThreads);
+    const GradItem it = grad_item(p, item, D);
+    tile_load<T>(As, LC, w.A + it.row * kC, kC, kC, it.ci.z, kC, tid, kThreads);
   };
   int item = blockIdx.x;
   if (item < items) {
@@ -440,12 +524,12 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
   if (item < items) issue_a(item);
   cp_async_commit();
   for (int iter = 0; item < items; item += gridDim.x, ++iter) {
-    const int g = item / p.H, h = item - g * p.H, hk = h / p.group;
-    const int4 ci = p.map.chunk_of(g);
+    const GradItem cur = grad_item(p, item, D);
+    const auto [g, h, hk, ci, row, state] = cur;
     const int len = ci.z;
-    const int64_t row = static_cast<int64_t>(h) * p.padded() + static_cast<int64_t>(g) * kC;
     const int next = item + static_cast<int>(gridDim.x);
     T* Ks = kTwoK && (iter & 1) ? Kb2 : Kb;
+    const PaddedTile<const T> tQ{Qs, LD}, tK{Ks, LD};
 
     if (tid < kC) {
       gc[tid] = w.gc[row + tid];
@@ -474,7 +558,7 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
       warp_mma<T, 1, NT, false, false>(dqa, dOs, LD, m0, Hs, LD, n0, D, lane);
       scale_rows(dqa, p.scale * gm[rA], p.scale * gm[rB]);
       warp_mma<T, 1, NT, false, true>(dqa, T1, LC, m0, Ks, LD, n0, kC, lane);
-      put_row_dots<T, NT>(dqa, Qs, LD, r_qd, wc, m0, n0, lane);
+      put_row_dots<T, NT>(dqa, tQ, r_qd, wc, m0, n0, lane);
       if (!fused_l2) {
         write_rows<T, NT>(dqa, w.dQh != nullptr ? w.dQh + row * D : nullptr, D, p.dq, ci, hk, m0, n0, lane);
       }
@@ -495,9 +579,9 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
     zero_acc(dk);
     warp_mma<T, 1, NT, false, false>(dk, Us, LD, m0, dHs, LD, n0, D, lane);
     scale_rows(dk, dec[rA], dec[rB]);
-    put_row_dots<T, NT>(dk, Ks, LD, r_kt, wc, m0, n0, lane);
+    put_row_dots<T, NT>(dk, tK, r_kt, wc, m0, n0, lane);
     warp_mma<T, 1, NT, true, true>(dk, T1, LC, m0, Qs, LD, n0, kC, lane);
-    put_row_dots<T, NT>(dk, Ks, LD, r_kk, wc, m0, n0, lane);
+    put_row_dots<T, NT>(dk, tK, r_kk, wc, m0, n0, lane);
     T* dWs = Qs;  // dw takes Q's place once every warp is done with Q
     {
       float dw[1][NT][4];
@@ -505,7 +589,7 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
       warp_mma<T, 1, NT, false, false, true>(dw, dUs, LD, m0, Hs, LD, n0, D, lane);  // -dv_new h^T
       __syncthreads();
       // q.dq of both halves is in r_qd, Q not yet overwritten.
-      if (fused_l2) write_rows_l2<T, NT, WC>(dqa, Qs, LD, r_qd, w.rq, p.map.T, p.HK, p.dq, ci, hk, m0, n0, lane);
+      if (fused_l2) write_rows_l2<T, NT, WC>(dqa, tQ, r_qd, w.rq, p.map.T, p.HK, p.dq, ci, hk, m0, n0, lane);
       store_acc<T, 1, NT>(dw, dWs, LD, m0, n0, lane);
     }
     __syncthreads();
@@ -542,14 +626,7 @@ __global__ void __launch_bounds__(128 * grads_wc<D>(), D == 64 ? 2 : 1) fast_gra
     if (next < items) issue_a(next);
     cp_async_commit();
     warp_mma<T, 1, NT, false, true>(dk, T1, LC, m0, Ks, LD, n0, kC, lane);  // dk += S K
-    if (fused_l2) {
-      put_row_dots<T, NT>(dk, Ks, LD, r_kf, wc, m0, n0, lane);
-    } else {
-      write_rows<T, NT>(dk, w.dKh != nullptr ? w.dKh + row * D : nullptr, D, p.dk, ci, hk, m0, n0, lane);
-    }
-
-    write_dbeta_dg<WC>(p, ci, h, gm, bt, gl, rows, tid, lane);
-    if (fused_l2) write_rows_l2<T, NT, WC>(dk, Ks, LD, r_kf, w.rk, p.map.T, p.HK, p.dk, ci, hk, m0, n0, lane);
+    finish_item<T, NT, WC>(dk, tK, r_kf, p, w, cur, gm, bt, gl, rows, wc, m0, n0, tid, lane);
     __syncthreads();  // the next item overwrites every tile and row sum
     if constexpr (!kTwoK) {
       if (next < items) issue_k(next, Kb);

@@ -186,15 +186,15 @@ __global__ void __launch_bounds__(kThreads, 1) grads256_k(Problem p, FastWork<T>
     float acc[1][NT][4];
     load_acc_f32<1, NT>(acc, w.Xq + row * D, D, m0, n0, lane);
     warp_mma<T, 1, NT, false, true>(acc, T1, LC, m0, Ks, LD, n0, kC, lane);
-    put_row_dots<T, NT>(acc, Qs, LD, rows.qd, wc, m0, n0, lane);
+    put_row_dots<T, NT>(acc, PaddedTile<const T>{Qs, LD}, rows.qd, wc, m0, n0, lane);
     write_rows<T, NT>(acc, w.dQh != nullptr ? w.dQh + row * D : nullptr, D, p.dq, ci, hk, m0, n0, lane);
   }
   // dk = Xk + dPs^T Q, kept in registers to the end
   float dk[1][NT][4];
   load_acc_f32<1, NT>(dk, w.Xk + row * D, D, m0, n0, lane);
-  put_row_dots<T, NT>(dk, Ks, LD, rows.kt, wc, m0, n0, lane);
+  put_row_dots<T, NT>(dk, PaddedTile<const T>{Ks, LD}, rows.kt, wc, m0, n0, lane);
   warp_mma<T, 1, NT, true, true>(dk, T1, LC, m0, Qs, LD, n0, kC, lane);
-  put_row_dots<T, NT>(dk, Ks, LD, rows.kk, wc, m0, n0, lane);
+  put_row_dots<T, NT>(dk, PaddedTile<const T>{Ks, LD}, rows.kk, wc, m0, n0, lane);
   // A^T dw: dk += diag(beta e^gc) A^T dw; (A^T dw).k
   add_at_dw<T, NT>(dk, As, dWs, Ks, LD, bt, gm, rows.tk, wc, m0, n0, lane);
   {  // dA = (dA1 + (dw K^T) diag(e^gc)) diag(beta), strictly lower -> T1 (dPs dead after the barrier)

@@ -56,6 +56,32 @@ constexpr size_t dstates_smem() {
   return sizeof(DStatesSmem<uint16_t, D, VS>);
 }
 
+// ---- dstates with the chain on wgmma (dstates_split.cuh), bytes from a 1024-aligned base ----
+// Two slots of chunk tiles (k, w, q as [64, D], P [64, 64], dO and dO scaled by the query factors as
+// [64, VS]) in 128-byte swizzled panels, a VS-column tile keeping whole 64-column panels; then the
+// chain's 16-bit dh ([D, VS]) and -dv_new ([64, VS]) tiles, which the helper copies out.
+template <int D, int VS>
+struct DStatesSplitLayout {
+  static constexpr int kPanelCols = VS < 64 ? 64 : VS;
+  static constexpr int kTileD = kFastC * 2 * D;          // k, w, q
+  static constexpr int kTileC = kFastC * 2 * 64;         // P
+  static constexpr int kTileV = kFastC * 2 * kPanelCols;  // dO, dOs, -dv_new
+  static constexpr int kK = 0;
+  static constexpr int kW = kK + kTileD;
+  static constexpr int kQ = kW + kTileD;
+  static constexpr int kP = kQ + kTileD;
+  static constexpr int kDO = kP + kTileC;
+  static constexpr int kDOs = kDO + kTileV;
+  static constexpr int kGate = kDOs + kTileV;
+  static constexpr int kSlot = kGate + 1024;  // a slot's bytes (the gates' 256 padded to keep tiles aligned)
+  static constexpr int kDh = 2 * kSlot;
+  static constexpr int kDv = kDh + D * 2 * kPanelCols;
+  static constexpr int kBytes = kDv + kTileV;
+  static constexpr int kAlloc = kBytes + 1024;
+  static_assert(D == 128 && (VS == 32 || VS == 64), "the chain warpgroup holds D = 128 rows of dh");
+  static_assert(kSlot % 1024 == 0 && kAlloc <= 227 * 1024, "aligned slots in one block's shared memory");
+};
+
 // ---- grads (grads.cuh, grads256.cuh) ----
 
 // Whether the gradient stage keeps two K buffers (D = 128: one block per multiprocessor
@@ -80,6 +106,35 @@ constexpr size_t fast_grads_smem() {
          sizeof(float) * (4 * kFastC + 8 * WC * kFastC + 4 * kFastC + 4 * WC + kFastC) +
          (grads_two_k<D>() ? 2 * kFastC * (D + 8) : 0);
 }
+
+// ---- grads with its products on wgmma (grads_sm90.cuh), D = 128, bytes from a 1024-aligned base ----
+// Every 16-bit tile in 128-byte swizzled panels of 64 rows: q (dw once q is dead), k (two buffers,
+// alternating items), v, dO, v_new, dv_new as [64, 128]; h and dh' as [128, 128], i.e. two [64, 128]
+// tiles each (rows 0-63, 64-127); A and the two 64 x 64 scratch tiles; then the fp32 rows (gates, the
+// per-warpgroup partial row sums).
+struct GradsSm90Layout {
+  static constexpr int kTile = kFastC * 2 * 128;
+  static constexpr int kSquare = kFastC * 2 * kFastC;
+  static constexpr int kQ = 0;
+  static constexpr int kK0 = kQ + kTile;
+  static constexpr int kK1 = kK0 + kTile;
+  static constexpr int kV = kK1 + kTile;
+  static constexpr int kDO = kV + kTile;
+  static constexpr int kU = kDO + kTile;
+  static constexpr int kDU = kU + kTile;
+  static constexpr int kH = kDU + kTile;
+  static constexpr int kDH = kH + 2 * kTile;
+  static constexpr int kA = kDH + 2 * kTile;
+  static constexpr int kT1 = kA + kSquare;
+  static constexpr int kT2 = kT1 + kSquare;
+  static constexpr int kFloats = kT2 + kSquare;
+  // gc, e^gc, e^(gl - gc), beta; seven [4][64] row sums; [4][64] column sums; 16 <h, dh'> parts; dgc;
+  // [4][64] k.dk at the end.
+  static constexpr int kFloatCount = 4 * kFastC + 7 * 4 * kFastC + 4 * kFastC + 16 + kFastC + 4 * kFastC;
+  static constexpr int kBytes = kFloats + 4 * kFloatCount;
+  static constexpr int kAlloc = kBytes + 1024;
+  static_assert(kAlloc <= 227 * 1024, "one block's shared memory");
+};
 
 // Shared memory of the two gradient kernels at D = 256 (grads256.cuh): the first
 // (over V) holds dO, v_new, dv_new and three 64 x D buffers, the second (over K) Q, K, dw.

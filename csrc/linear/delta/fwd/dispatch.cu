@@ -212,6 +212,8 @@ void fast_fwd(const DeltaFwd& a, const planning::FwdChoice& plan, int64_t chunks
     encode_save_maps<T>(a, parts, chunks, save_maps);
     sa.save = &save_maps;
     sp.save_chunks = chunks;
+    sp.save_hs = parts.hs;
+    sp.save_vs = parts.vs;
     *a.saved_written = 1;
   }
   if (plan.segments <= 1) return ak::cuda::launch_row<T>(plan.state_row, "linear.fwd.state", sa, stream);

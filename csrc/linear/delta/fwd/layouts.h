@@ -27,6 +27,23 @@ struct PrepLayout {
   static_assert(2 * 64 * kPitchC <= kGate - kLA, "Aw and Au fit where L, A and R were");
 };
 
+// Stage 1 on Hopper (prep_sm90.cuh), bytes from a 1024-aligned base: k and v as 128-byte swizzled
+// panels (the operands of K K^T, w = Aw K and u = Au V), the fp32 L / A of the solve, then Aw and Au as
+// two swizzled 64 x 64 panels over it. 52 KB for D = 128: four blocks an SM.
+template <int D>
+struct PrepSm90Layout {
+  static constexpr int kLd = PrepLayout<D>::kLd;
+  static constexpr int kK = 0;
+  static constexpr int kV = kK + 64 * 2 * D;
+  static constexpr int kLA = kV + 64 * 2 * D;
+  static constexpr int kGate = kLA + 64 * kLd * 4;
+  static constexpr int kBeta = kGate + 64 * 4;
+  static constexpr int kRk = kBeta + 64 * 4;
+  static constexpr int kBytes = kRk + 64 * 4;
+  static constexpr int kAlloc = kBytes + 1024;  // slack to align the base to the swizzle pattern
+  static_assert(kLA % 1024 == 0 && 2 * 64 * 128 <= kGate - kLA, "Aw and Au panels fit where L and A were");
+};
+
 // Stage 2 on mma.sync (state_mma.cuh), bytes.
 template <int D, int VT>
 struct StateLayout {
@@ -82,11 +99,14 @@ struct Sm90StateLayout {
 
 // Stage 2 with the warpgroups split by role (state_split.cuh), kSlots = output warpgroups + 1.
 // Bytes from a 1024-aligned base; tiles are 128-byte swizzled panels as in Sm90StateLayout.
+// A V tile of 32 columns keeps whole 64-column panels (its columns 0 .. 31 used): one panel a
+// [rows, VT] tile, so every address, TMA box and descriptor is that of VT 64.
 template <int D, int VT, int kSlots>
 struct Sm90SplitLayout {
+  static constexpr int kPanelCols = VT < 64 ? 64 : VT;
   static constexpr int kTileD = 64 * 2 * D;
-  static constexpr int kTileV = 64 * 2 * VT;
-  static constexpr int kTileS = D * VT * 2;
+  static constexpr int kTileV = 64 * 2 * kPanelCols;
+  static constexpr int kTileS = D * kPanelCols * 2;
   static constexpr int kQ = 0;                        // [kSlots]
   static constexpr int kK = kQ + kSlots * kTileD;     // [kSlots]
   static constexpr int kW = kK + kSlots * kTileD;     // [2] (chain only)
@@ -104,7 +124,7 @@ struct Sm90SplitLayout {
   static constexpr int kLoadBar = kRk + kSlots * 256;  // [kSlots + 1] mbarriers of the TMA loads
   static constexpr int kBytes = kLoadBar + 64;
   static constexpr int kAlloc = kBytes + 1024;
-  static_assert(D == 128 && VT % 64 == 0 && VT <= D, "the chain warpgroup holds D = 128 rows of S");
+  static_assert(D == 128 && (VT == 32 || VT % 64 == 0) && VT <= D, "the chain warpgroup holds D = 128 rows of S");
   static_assert(kAlloc <= 227 * 1024, "shared memory of one block");
 };
 

@@ -135,6 +135,9 @@ struct StateParams {
   // wgmma kernels only: the chunks of the whole call when they save, for the backward, the 16-bit
   // state before every chunk and U = u - w S (SaveMaps; layouts of linear/saved_layout.h), else 0.
   int save_chunks = 0;
+  // The same two parts as plain pointers ([H][chunks][D][D] and [H][chunks * 64][D]), for the split
+  // kernel's 32-column tiles, which store them without the maps.
+  T *save_hs = nullptr, *save_vs = nullptr;
 };
 
 // Tensor maps of the Hopper kernels' stores for the backward (StateParams::save_chunks): the states

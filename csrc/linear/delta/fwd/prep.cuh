@@ -25,6 +25,65 @@ namespace ak::linear::cuda::fwd {
 
 constexpr int kPrepThreads = 256;
 
+// Step 2 of both stage-1 kernels: the gate cumsum (warp 0: two tokens a lane, then a warp scan) and
+// 1 / |k| of every row (ones without the L2 norm), stored for stage 2 behind a barrier. 8 rows a warp,
+// 4 lanes a row; piece(r, q, c) is the address of lane q's c-th 16-byte piece of row r (D / 32 of them,
+// the four lanes covering the row).
+template <class T, int D, class Piece>
+__device__ __forceinline__ void gate_and_norms(float* gS, float* rkS, const PrepParams<T>& p, int64_t vec_off, int tid,
+                                               Piece&& piece) {
+  const int warp = tid >> 5, lane = tid & 31;
+  if (warp == 0) chunk_cumsum64(gS, lane);
+  if (p.l2norm) {
+    const int r = 8 * warp + (lane >> 2), q = lane & 3;
+    float ss = 0.f;
+#pragma unroll
+    for (int c = 0; c < D / 32; ++c) ss = add_squares8<T>(*reinterpret_cast<const uint4*>(piece(r, q, c)), ss);
+    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+    ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+    if (q == 0) rkS[r] = rsqrtf(ss + kL2NormEps);
+  } else if (tid < 64) {
+    rkS[tid] = 1.f;
+  }
+  __syncthreads();
+  if (tid < 64) {
+    p.gc[vec_off + tid] = gS[tid];
+    if (p.rk) p.rk[vec_off + tid] = rkS[tid];
+  }
+}
+
+// Step 5 of both stage-1 kernels (this one and prep_sm90.cuh), from A (fp32, the lower triangle of LA):
+// Aw = A diag(beta exp(gc)) with the 1/|k| column scale folded in (so w = Aw K^ reads raw k) and
+// Au = A diag(beta). The fp32 values go to the optional outputs and A to the backward's buffer; the
+// 16-bit ones to put(i, j, aw, au), after a barrier (they may overwrite LA). Thread tid of 256: column
+// j = tid % 64 and rows tid / 64 + 4 q, so the column factors are computed once.
+template <class T, int kLd, class Put>
+__device__ __forceinline__ void wy_factors(const float* LA, const float* gS, const float* bS, const float* rkS,
+                                           const PrepParams<T>& p, int row, int h, int t0, int len, int64_t save_row,
+                                           int tid, Put&& put) {
+  const int j = tid & 63, i0 = tid >> 6;
+  float av[16];
+#pragma unroll
+  for (int q = 0; q < 16; ++q) {
+    const int i = i0 + 4 * q;
+    av[q] = j <= i ? LA[i * kLd + j] : 0.f;
+  }
+  const float bu = bS[j], bw = bu * expf(gS[j]), rkj = rkS[j];
+  __syncthreads();  // every thread has read A
+  const int64_t out_base = (static_cast<int64_t>(row) * p.H + h) * p.tokens + t0;
+#pragma unroll
+  for (int q = 0; q < 16; ++q) {
+    const int i = i0 + 4 * q;
+    const float au = av[q] * bu, aw = av[q] * bw;
+    put(i, j, from_float<T>(aw * rkj), from_float<T>(au));
+    if (p.save_a) p.save_a[(save_row + i) * 64 + j] = from_float<T>(av[q]);
+    if (i < len) {
+      if (p.aw) p.aw[(out_base + i) * 64 + j] = aw;
+      if (p.au) p.au[(out_base + i) * 64 + j] = au;
+    }
+  }
+}
+
 template <class T, int D>
 __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_kernel(const PrepParams<T> p) {
   using Lay = PrepLayout<D>;
@@ -57,26 +116,9 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
   cp_async_wait_all();
   __syncthreads();
 
-  // 2. Gate cumsum (warp 0: two tokens a lane, then a warp scan) and 1 / |k| per row.
-  if (warp == 0) chunk_cumsum64(gS, lane);
-  if (p.l2norm) {
-    // 8 rows a warp, 4 lanes a row, each lane a quarter of the row.
-    const int r = 8 * warp + (lane >> 2), q = lane & 3;
-    const unsigned char* src = kS + r * Lay::kPitchD + q * (D / 4) * 2;
-    float ss = 0.f;
-#pragma unroll
-    for (int c = 0; c < D / 32; ++c) ss = add_squares8<T>(*reinterpret_cast<const uint4*>(src + c * 16), ss);
-    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-    ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-    if (q == 0) rkS[r] = rsqrtf(ss + kL2NormEps);
-  } else if (tid < 64) {
-    rkS[tid] = 1.f;
-  }
-  __syncthreads();
-  if (tid < 64) {
-    p.gc[vec_off + tid] = gS[tid];
-    if (p.rk) p.rk[vec_off + tid] = rkS[tid];
-  }
+  // 2. Gate cumsum and 1 / |k| (gate_and_norms above), each lane a quarter of its row.
+  gate_and_norms<T, D>(gS, rkS, p, vec_off, tid,
+                       [&](int r, int q, int c) { return kS + r * Lay::kPitchD + q * (D / 4) * 2 + c * 16; });
 
   // 3. Scaled K K^T: L[i][j] = beta_i rk_i rk_j exp(gc_i - gc_j) (k_i . k_j) for j < i.
   {
@@ -97,35 +139,14 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
   // 4. A = (I + L)^-1, fp32, in place over L (linear/common/solve.cuh).
   invert_unit_lower64<kLd, kPrepThreads>(LA, tid);
 
-  // 5. Aw = A diag(beta exp(gc)), Au = A diag(beta): fp32 to the optional outputs; 16-bit (Aw with
-  //    the 1/|k| column scale folded in, so w = Aw K^ reads raw k) into the space L, A and R took.
-  //    Thread tid handles column j = tid % 64 and rows tid / 64 + 4 q, so the column factors are
-  //    computed once.
+  // 5. Aw and Au (wy_factors above), 16-bit into the space L, A and R took.
   {
-    const int j = tid & 63, i0 = tid >> 6;
-    float av[16];
-#pragma unroll
-    for (int q = 0; q < 16; ++q) {
-      const int i = i0 + 4 * q;
-      av[q] = j <= i ? LA[i * kLd + j] : 0.f;
-    }
-    const float bu = bS[j], bw = bu * expf(gS[j]), rkj = rkS[j];
-    __syncthreads();
     T* AwS = reinterpret_cast<T*>(LA);
     T* AuS = AwS + 64 * (Lay::kPitchC / 2);
-    const int64_t out_base = (static_cast<int64_t>(row) * p.H + h) * p.tokens + t0;
-#pragma unroll
-    for (int q = 0; q < 16; ++q) {
-      const int i = i0 + 4 * q;
-      const float au = av[q] * bu, aw = av[q] * bw;
-      AwS[i * (Lay::kPitchC / 2) + j] = from_float<T>(aw * rkj);
-      AuS[i * (Lay::kPitchC / 2) + j] = from_float<T>(au);
-      if (p.save_a) p.save_a[(save_row + i) * 64 + j] = from_float<T>(av[q]);
-      if (i < len) {
-        if (p.aw) p.aw[(out_base + i) * 64 + j] = aw;
-        if (p.au) p.au[(out_base + i) * 64 + j] = au;
-      }
-    }
+    wy_factors<T, kLd>(LA, gS, bS, rkS, p, row, h, t0, len, save_row, tid, [&](int i, int j, T aw, T au) {
+      AwS[i * (Lay::kPitchC / 2) + j] = aw;
+      AuS[i * (Lay::kPitchC / 2) + j] = au;
+    });
   }
   __syncthreads();
 
@@ -170,15 +191,23 @@ __global__ void __launch_bounds__(kPrepThreads, D <= 128 ? 4 : 2) chunk_prep_ker
 
 namespace ak::linear::cuda {
 
-template <class T, int D, int Tile>
-void FwdPrep<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+namespace fwd {
+// Launches a stage-1 kernel: a block of `threads` per chunk and value head, with kSmem bytes of shared
+// memory (both stage-1 kernels).
+template <int kSmem, class T, class Kernel>
+void launch_prep(Kernel kernel, const char* name, int threads, const PrepParams<T>& p, cudaStream_t stream) {
   if (p.chunks == 0 || p.H == 0) return;
-  constexpr int kSmem = fwd::PrepLayout<D>::kBytes;
-  auto kernel = fwd::chunk_prep_kernel<T, D>;
   AK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid(static_cast<unsigned>(p.chunks), static_cast<unsigned>(p.H));
-  kernel<<<grid, fwd::kPrepThreads, kSmem, stream>>>(p);
-  ak::cuda::check_launch("chunk_prep_kernel");
+  kernel<<<grid, threads, kSmem, stream>>>(p);
+  ::ak::cuda::check_launch(name);
+}
+}  // namespace fwd
+
+template <class T, int D, int Tile>
+void FwdPrep<T, D, Tile>::launch(const Args& p, cudaStream_t stream) {
+  fwd::launch_prep<fwd::PrepLayout<D>::kBytes>(fwd::chunk_prep_kernel<T, D>, "chunk_prep_kernel", fwd::kPrepThreads, p,
+                                               stream);
 }
 
 }  // namespace ak::linear::cuda

@@ -29,6 +29,19 @@ __device__ __forceinline__ void store_panels(const CUtensorMap* map, uint32_t ti
   bulk_commit();
 }
 
+// Stores columns 0 .. VT - 1 (VT <= 64) of a 16-bit [rows, 64] swizzled panel at `tile` to rows of
+// `dst` (`ld` elements apart) in 16-byte pieces, by the 128 threads of a warpgroup (e.g. the saved
+// states of a tile narrower than a map's 64-column box).
+template <int VT, class T>
+__device__ __forceinline__ void store_rows16(T* dst, int64_t ld, const unsigned char* tile, int rows, int wtid) {
+  constexpr int kPieces = VT / 8;
+  static_assert(VT <= 64 && 128 % kPieces == 0, "pieces of one panel");
+  for (int e = wtid; e < rows * kPieces; e += 128) {
+    const int r = e / kPieces, j = e % kPieces;
+    *reinterpret_cast<uint4*>(dst + r * ld + 8 * j) = *reinterpret_cast<const uint4*>(tile + sw128_offset(rows, r, 8 * j));
+  }
+}
+
 // Copies a 64 x COLS tile of 16-bit rows (`stride` elements apart from `src`; rows >= valid are zero
 // filled, nothing read for them) into 128-byte swizzled panels with THREADS threads. A thread's 16-byte
 // column chunk is the same on all its rows, so only the row pointer advances.
@@ -99,20 +112,38 @@ __device__ __forceinline__ void store_state(const float (&S)[kMS][kNA], const St
   }
 }
 
-// S in 16 bits to Sb, a [D, 2 kNA] tile of 128-byte swizzled panels (the N-major operand of W S and
-// Q S), four accumulator pairs a stmatrix.
+// S rounded to 16 bits, two values a register (the order of the accumulator pairs).
 template <class T, int kMS, int kNA>
-__device__ __forceinline__ void store_state16(const float (&S)[kMS][kNA], uint32_t sb, const StateCoords& at,
+__device__ __forceinline__ void pack_state16(const float (&S)[kMS][kNA], uint32_t (&P)[kMS][kNA / 2]) {
+#pragma unroll
+  for (int ms = 0; ms < kMS; ++ms) {
+#pragma unroll
+    for (int i = 0; i < kNA / 2; ++i) P[ms][i] = pack2<T>(S[ms][2 * i], S[ms][2 * i + 1]);
+  }
+}
+
+// A packed 16-bit S to Sb, a [D, kNA] tile of 128-byte swizzled panels (the N-major operand of W S and
+// Q S), four accumulator pairs a stmatrix.
+template <int kMS, int kNP>
+__device__ __forceinline__ void store_state16(const uint32_t (&P)[kMS][kNP], uint32_t sb, const StateCoords& at,
                                               int lane) {
 #pragma unroll
   for (int ms = 0; ms < kMS; ++ms) {
 #pragma unroll
-    for (int cb = 0; cb < kNA / 4; cb += 2) {
-      const float* a = &S[ms][4 * cb];
-      stmatrix_x4(frag_x4_addr(sb, at.D, at.row0 + 64 * ms + 16 * at.warp, cb, lane), pack2<T>(a[0], a[1]),
-                  pack2<T>(a[2], a[3]), pack2<T>(a[4], a[5]), pack2<T>(a[6], a[7]));
+    for (int cb = 0; cb < kNP / 2; cb += 2) {
+      const uint32_t* a = &P[ms][2 * cb];
+      stmatrix_x4(frag_x4_addr(sb, at.D, at.row0 + 64 * ms + 16 * at.warp, cb, lane), a[0], a[1], a[2], a[3]);
     }
   }
+}
+
+// S in 16 bits to Sb (store_state16 above).
+template <class T, int kMS, int kNA>
+__device__ __forceinline__ void store_state16(const float (&S)[kMS][kNA], uint32_t sb, const StateCoords& at,
+                                              int lane) {
+  uint32_t P[kMS][kNA / 2];
+  pack_state16<T>(S, P);
+  store_state16(P, sb, at, lane);
 }
 
 // The job's chunk_states ([B, H, NC + 1, D, D]) for sequence n and head h, or null.

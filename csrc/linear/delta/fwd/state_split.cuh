@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
     if (u) {
       const uint32_t ub = Lay::kUSlots == 1 ? u_bar : bar;
       if (Lay::kUSlots == 1) mbar_arrive_expect_tx(ub, Lay::kTileV);
-      for (int pn = 0; pn < VT / 64; ++pn) {
+      for (int pn = 0; pn < Lay::kPanelCols / 64; ++pn) {  // a VT 32 tile loads a whole panel
         const uint32_t dst = sbase + Lay::kU + (c % Lay::kUSlots) * Lay::kTileV + pn * 8192;
         if constexpr (kDelta) {
           tma_load_4d(dst, &tm_u, ub, vt0 + 64 * pn, wrow, 0, 0);
@@ -351,17 +351,27 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
     // The plain policy without an output (the backward's recompute of the states) forms no output.
     const bool states_only = kPolicy == SplitPolicy::kPlain && p.o.p == nullptr;
     // Saved for the backward: chunk c's 16-bit start state (Sb, published with FULL) and U, stored from
-    // slot s by one thread (the swizzled panels are the maps' boxes).
+    // slot s by one thread (the swizzled panels are the maps' boxes); a VT 32 tile fills half a box,
+    // so the warpgroup copies its rows in 16-byte pieces instead.
     auto store_saved = [&](int c, int s) {
-      if (!save || wtid != 0) return;
-      const int gch = static_cast<int>(static_cast<int64_t>(h) * p.save_chunks + first + c);
-      store_panels<VT>(&tm_hs, sbase + Lay::kSb + s * Lay::kTileS, D, vt0, gch * D);
-      if constexpr (kDelta) store_panels<VT>(&tm_vs, sbase + Lay::kUb + s * Lay::kTileV, 64, vt0, gch * 64);
+      if (!save) return;
+      const int64_t gch = static_cast<int64_t>(h) * p.save_chunks + first + c;
+      if constexpr (VT < 64) {
+        static_assert(kDelta, "the narrow tile's saved stores write the delta rule's layout");
+        store_rows16<VT>(p.save_hs + gch * D * D + vt0, D, base + Lay::kSb + s * Lay::kTileS, D, wtid);
+        store_rows16<VT>(p.save_vs + gch * 64 * D + vt0, D, base + Lay::kUb + s * Lay::kTileV, 64, wtid);
+      } else {
+        if (wtid != 0) return;
+        store_panels<VT>(&tm_hs, sbase + Lay::kSb + s * Lay::kTileS, D, vt0, static_cast<int>(gch) * D);
+        if constexpr (kDelta) {
+          store_panels<VT>(&tm_vs, sbase + Lay::kUb + s * Lay::kTileV, 64, vt0, static_cast<int>(gch) * 64);
+        }
+      }
     };
     // Chunk c's q, k, Sb and Ub are no longer read: slot s may take chunk c + kSlots (not before the
     // saved stores have read it).
     auto release_slot = [&](int c, int s) {
-      if (save && wtid == 0) bulk_wait_read_all();
+      if (VT >= 64 && save && wtid == 0) bulk_wait_read_all();
       fence_proxy_async();  // the generic reads of the slot come before the next copies into it
       if (c + kSlots < chunks) named_arrive(Bar::empty(s), 256);
     };
@@ -451,7 +461,7 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
         if (r < len) *reinterpret_cast<uint4*>(p.o.row(row, t0 + r, h) + vt0 + 8 * j) = piece[x];
       }
     }
-    if (save && wtid == 0) bulk_wait_all();
+    if (VT >= 64 && save && wtid == 0) bulk_wait_all();
   }
 #else
   (void)p;
@@ -462,11 +472,11 @@ __global__ void __launch_bounds__(128 * (1 + kOut), 1)
 
 namespace ak::linear::cuda {
 
-// One output warpgroup at VT 128, two (taking the chunks in turn) at VT 64.
+// One output warpgroup at VT 128, two (taking the chunks in turn) at VT 64 and 32.
 namespace fwd {
 template <class T, int D, int VT, SplitPolicy kPolicy>
 void launch_split(const StateArgs<T>& a, cudaStream_t stream) {
-  constexpr int kOut = VT == 64 ? 2 : 1;
+  constexpr int kOut = VT == 128 ? 1 : 2;
   static const SplitMaps none{};  // the cp.async path never reads them
   const SplitMaps& m = a.maps != nullptr ? *a.maps : none;
   launch_state_kernel<D, VT, Sm90SplitLayout<D, VT, kOut + 1>::kAlloc>(

@@ -223,7 +223,33 @@ __global__ void __launch_bounds__(kSm90StateThreads, 1)
     fence_regs(acc);
     fence_regs(pf);
 
-    if (wg == 1 && job.output) {
+    if (wg == 1 && job.output && !kSave) {
+      // O through shared memory: stmatrix into Ub once its one reader, P U, is done in all four warps (a
+      // warp's wait covers its own rows; every warp's slice reads all of Ub; the next chunk's (c) writes
+      // Ub only after S1), then whole 16-byte pieces of rows, so a warp stores 128 contiguous bytes of a
+      // row an instruction instead of 4 bytes of 8 rows. (With kSave thread 0's store of Ub may still be
+      // reading it.)
+      named_sync(3, 128);
+      const uint32_t so = sbase + Lay::kUb;
+#pragma unroll
+      for (int cb = 0; cb < VT / 8; cb += 2) {
+        const float* a = &acc[4 * cb];
+        stmatrix_x4(frag_x4_addr(so, 64, 16 * warp, cb, lane), pack2<T>(a[0], a[1]), pack2<T>(a[2], a[3]),
+                    pack2<T>(a[4], a[5]), pack2<T>(a[6], a[7]));
+      }
+      named_sync(3, 128);  // warpgroup 1's O tile is complete
+      constexpr int kPieces = VT / 8;              // 16-byte pieces a row
+      constexpr int kPasses = 64 * kPieces / 128;  // of the 128 threads
+      const int wtid = tid & 127;
+#pragma unroll
+      for (int x = 0; x < kPasses; ++x) {
+        const int e = wtid + 128 * x, r = e / kPieces, j = e % kPieces;
+        if (r < len) {
+          *reinterpret_cast<uint4*>(p.o.row(row, t0 + r, h) + vt0 + 8 * j) =
+              *reinterpret_cast<const uint4*>(base + Lay::kUb + sw128_offset(64, r, 8 * j));
+        }
+      }
+    } else if (wg == 1 && job.output) {
       // Two output rows per thread: their pointers once, then a predicated store per pair.
       T* orow[2];
       bool live[2];
