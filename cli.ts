@@ -17,7 +17,8 @@
  * `simple-gla` (chunkSimpleGla), `retention` (chunkRetention), `linear-attn` (chunkLinearAttn), `fmap`
  * (featureMapLinearAttention: `--feature-map elu+1|relu|identity|softmax_free`, `--bidirectional`),
  * `attention`, and the decode steps, forward only: `gdn-decode` (GatedDeltaNetDecodeFwdOp, one token
- * against a float32 state: `B256_H32_D128`) and `attention-decode`
+ * against a float32 state: `B256_H32_D128`), `deltanet-decode` (DeltaNetDecodeFwdOp), `gla-decode`
+ * (GLADecodeFwdOp) and `attention-decode`
  * (GroupedQueryAttentionDecodeWithKVCacheFwdOp, one query token against a KV cache of SKV rows:
  * `B1_SKV65536_H32_HKV8_D128`). `tune` serves attention, attention-decode, gdn and deltanet, the ops
  * with a `tune` option. Run it as

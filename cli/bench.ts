@@ -38,8 +38,8 @@ export const BENCH_USAGE = `Usage: attnkit bench <op> --shapes A,B,... --out DIR
 Times <op> on each shape (median of the timed calls; on a GPU the L2 cache is cleared before each) and
 writes DIR/<op>.json (records {op, shape, dtype, mode, ms, ref, ref_ms, speedup, tflops, gbps}),
 DIR/<op>.md and DIR/<op>.svg (attnkit vs the reference per shape). Progress goes to stderr. gbps counts
-the least bytes a call moves: the decode ops' (gdn-decode: the fp32 state read and written, q, k, v, g,
-beta, o; attention-decode: the K and V cache, q, o) and the forwards of the linear ops and fmap (q, k,
+the least bytes a call moves: the decode ops' (gdn-decode, deltanet-decode, gla-decode: the fp32 state
+read and written, the token's inputs and o; attention-decode: the K and V cache, q, o) and the forwards of the linear ops and fmap (q, k,
 v, o and the float32 gates and beta, once each); it is null for forward + backward, as tflops is for
 the decode ops.
 
@@ -55,7 +55,8 @@ Options:
   --dtype DTYPE        bf16 (default), fp16, fp32 (not attention, attention-decode)
   --device DEVICE      cpu, cuda, cuda:N (default: cuda when present)
   --causal             attention: causal mask for every shape (also a "_causal" shape suffix)
-  --l2norm             gdn, deltanet, gdn-decode: L2-normalise q and k in the kernel (useQkL2norm)
+  --l2norm             gdn, deltanet and their decode steps: L2-normalise q and k in the kernel
+                       (useQkL2norm)
   --feature-map PHI    fmap: elu+1 (default), relu, identity, softmax_free
   --bidirectional      fmap: every token sees every other (default causal)
   --iterations N       timed calls per value (default 3 on cpu, 20 on cuda)

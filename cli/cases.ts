@@ -15,10 +15,10 @@ import {
 import { attentionCase, attentionOracleSeconds } from "./attention.ts";
 import { attentionDecodeCase } from "./attention_decode.ts";
 import { fmapCase, fmapOracleSeconds } from "./feature_map.ts";
-import { gdnDecodeCase } from "./gdn_decode.ts";
 import { glaCase, glaOracleSeconds } from "./gla.ts";
 import { kdaCase, kdaOracleSeconds } from "./kda.ts";
 import { linearCase, linearOracleSeconds } from "./linear.ts";
+import { stateDecodeCase } from "./state_decode.ts";
 import type { CaseSettings, Mode, OpCase } from "./problem.ts";
 import { checkCausal, CliError, type OpName, type Shape, UsageError } from "./shape.ts";
 
@@ -32,7 +32,9 @@ export function makeCase(op: OpName, settings: CaseSettings, causal: boolean): O
   if (op === "gdn" || op === "deltanet") return linearCase(settings, op === "gdn");
   if (op === "kda") return kdaCase(settings);
   if (op === "fmap") return fmapCase(settings);
-  if (op === "gdn-decode") return gdnDecodeCase(settings);
+  if (op === "gdn-decode" || op === "deltanet-decode" || op === "gla-decode") {
+    return stateDecodeCase(settings, op);
+  }
   if (op === "attention-decode") return attentionDecodeCase(settings);
   return glaCase(settings, op);
 }
@@ -51,7 +53,7 @@ export function oracleSeconds(
   if (op === "attention") return attentionOracleSeconds(shape, causal, batches, backward);
   // A decode step is the oracle of its family over one token, forward only (the shape's seq is 1).
   if (op === "attention-decode") return attentionOracleSeconds(shape, false, batches, false);
-  if (op === "gdn" || op === "deltanet" || op === "gdn-decode") {
+  if (op === "gdn" || op === "deltanet" || op === "gdn-decode" || op === "deltanet-decode") {
     return linearOracleSeconds(shape, batches, backward);
   }
   if (op === "kda") return kdaOracleSeconds(shape, batches, backward);

@@ -34,12 +34,14 @@ ${OPS_USAGE}
 Options:
   --shape SHAPE        e.g. B2_T1000_H4_D128; attention B2_S1024_H8_HKV2_D128 (HKV: key-value heads,
                        SKV: key length); linear ops HK (query/key heads), DV (value dim); fmap DV;
-                       gdn-decode B256_H32_D128 (no T: one token; T1 allowed), HK, DV; attention-decode
+                       gdn-decode, deltanet-decode, gla-decode B256_H32_D128 (no T: one token; T1
+                       allowed), HK, DV; attention-decode
                        B1_SKV65536_H32_HKV8_D128 (SKV or S: the cache length; one query token), HKV
   --dtype DTYPE        bf16 (default), fp16, fp32 (not attention, attention-decode)
   --device DEVICE      cpu, cuda, cuda:N (default: cuda when present)
   --causal             attention: causal mask (also a "_causal" shape suffix)
-  --l2norm             gdn, deltanet, gdn-decode: L2-normalise q and k in the kernel (useQkL2norm)
+  --l2norm             gdn, deltanet and their decode steps: L2-normalise q and k in the kernel
+                       (useQkL2norm)
   --feature-map PHI    fmap: elu+1 (default), relu, identity, softmax_free (also elu, softmax-free)
   --bidirectional      fmap: every token sees every other (default causal)
   --backward           check the gradients too, and time forward + backward (not the decode ops)

@@ -77,8 +77,8 @@ export function modeFactor(family: "linear" | "attention", mode: "fwd" | "bwd" |
 /**
  * The least bytes one call moves, the benchmarks' GB/s convention: each tensor in `read` read once, each
  * in `written` written once, none twice (caches and re-reads not counted). The command line counts
- * gdn-decode's fp32 state read and written (bench/linear_side_by_side.ts's `2 B H K V 4`) plus q, k,
- * v, g, beta and o; attention-decode's K and V cache rows (bench/decode_side_by_side.ts's
+ * the state decode steps' fp32 state read and written (bench/linear_side_by_side.ts's `2 B H K V 4`)
+ * plus the token's inputs (q, k, v and the gates) and o; attention-decode's K and V cache rows (bench/decode_side_by_side.ts's
  * `2 B Skv Hkv D 2` in bf16) plus q and o; and the forward of the linear ops and fmap as
  * bench/gla_side_by_side.ts states it, q, k, v, o once and the float32 side inputs (gates, beta) once.
  */

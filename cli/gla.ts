@@ -40,8 +40,8 @@ export type GlaOp = "gla" | "simple-gla" | "retention" | "linear-attn";
 // delta rule's: a plain decayed update, no delta write; the estimate only decides whether to warn).
 const ORACLE_RATES = { forward: 1.5e8, backward: 5e7 };
 
-/** The lowest log decay drawn per token (and key channel). */
-const GATE_LOW = -0.25;
+/** The lowest log decay drawn per token (and key channel); the decode step draws its gk the same way. */
+export const GLA_GATE_LOW = -0.25;
 
 /** Seconds the float64 oracle would take over `batches` batch rows of a shape (a rough estimate). */
 export function glaOracleSeconds(shape: Shape, batches: number, backward: boolean): number {
@@ -58,11 +58,11 @@ export function glaCase(settings: CaseSettings, op: GlaOp): OpCase {
     let run: (o: GlaOptions) => GlaResult;
     let gGamma: Float64Array | undefined;
     if (op === "gla") {
-      const gk = t.uniform([B, T, H, K], 3, GATE_LOW, 0);
+      const gk = t.uniform([B, T, H, K], 3, GLA_GATE_LOW, 0);
       sides = [{ name: "gk", tensor: gk, bound }];
       run = (o) => chunkGla(q, k, v, gk, o);
     } else if (op === "simple-gla") {
-      const g = t.uniform([B, T, H], 3, GATE_LOW, 0);
+      const g = t.uniform([B, T, H], 3, GLA_GATE_LOW, 0);
       sides = [{ name: "g", tensor: g, bound }];
       run = (o) => chunkSimpleGla(q, k, v, { ...o, g });
     } else if (op === "retention") {

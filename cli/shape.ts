@@ -45,6 +45,8 @@ export const OPS = [
   "fmap",
   "attention",
   "gdn-decode",
+  "deltanet-decode",
+  "gla-decode",
   "attention-decode",
 ] as const;
 
@@ -70,13 +72,19 @@ const OP_ALIASES: Record<string, OpName> = {
   attention: "attention",
   "gdn-decode": "gdn-decode",
   gdn_decode: "gdn-decode",
+  "deltanet-decode": "deltanet-decode",
+  deltanet_decode: "deltanet-decode",
+  "delta-decode": "deltanet-decode",
+  "gla-decode": "gla-decode",
+  gla_decode: "gla-decode",
   "attention-decode": "attention-decode",
   attention_decode: "attention-decode",
 };
 
 /**
  * The op a name stands for (aliases: `gated-deltanet`, `delta`, `simple_gla`, `retnet`, `linear_attn`,
- * `feature-map`, `feature_map`, `gdn_decode`, `attention_decode`), or a UsageError listing the ops.
+ * `feature-map`, `feature_map`, `gdn_decode`, `deltanet_decode`, `delta-decode`, `gla_decode`,
+ * `attention_decode`), or a UsageError listing the ops.
  */
 export function parseOp(name: string | undefined): OpName {
   if (name === undefined) throw new UsageError(`missing op; ops: ${OPS.join(", ")}`);
@@ -97,12 +105,14 @@ export const OP_FUNCTION: Readonly<Record<OpName, string>> = {
   fmap: "featureMapLinearAttention",
   attention: "attention",
   "gdn-decode": "GatedDeltaNetDecodeFwdOp",
+  "deltanet-decode": "DeltaNetDecodeFwdOp",
+  "gla-decode": "GLADecodeFwdOp",
   "attention-decode": "GroupedQueryAttentionDecodeWithKVCacheFwdOp",
 };
 
 /**
  * What an op is, for its shape, flags and modes: a chunked linear op (`linear`), feature-map linear
- * attention, softmax attention, one decode step of Gated DeltaNet against its state (`state-decode`), or
+ * attention, softmax attention, one decode step of a linear op against its state (`state-decode`), or
  * one query token per sequence against a KV cache (`cache-decode`).
  */
 export type OpFamily = "linear" | "feature-map" | "attention" | "state-decode" | "cache-decode";
@@ -119,6 +129,8 @@ export const OP_FAMILY: Readonly<Record<OpName, OpFamily>> = {
   fmap: "feature-map",
   attention: "attention",
   "gdn-decode": "state-decode",
+  "deltanet-decode": "state-decode",
+  "gla-decode": "state-decode",
   "attention-decode": "cache-decode",
 };
 
@@ -164,7 +176,7 @@ export const OPS_USAGE: string = opsLines(
 );
 
 /** The ops whose function takes `useQkL2norm` (the `--l2norm` flag). */
-const L2NORM_OPS: readonly OpName[] = ["gdn", "deltanet", "gdn-decode"];
+const L2NORM_OPS: readonly OpName[] = ["gdn", "deltanet", "gdn-decode", "deltanet-decode"];
 
 /** Refuses `--l2norm` for an op whose function has no in-kernel L2 norm of q and k (`useQkL2norm`). */
 export function checkL2norm(op: OpName, l2norm: boolean | undefined): void {
@@ -215,11 +227,11 @@ export interface Shape {
   heads: number;
   /** Attention: key/value heads (HKV or KV, default H). */
   headsKv: number;
-  /** Linear ops and gdn-decode: query/key heads (HK, default H). */
+  /** Linear ops and their decode steps: query/key heads (HK, default H). */
   headsQk: number;
   /** Head dimension (D); the linear ops' key dimension. */
   dim: number;
-  /** Linear ops, fmap and gdn-decode: value dimension (DV, default D). */
+  /** Linear ops, their decode steps and fmap: value dimension (DV, default D). */
   dimV: number;
   /** A `_causal` part was given. */
   causal: boolean;
@@ -240,7 +252,7 @@ const TAKES: Record<OpFamily, { parts: readonly string[]; says: string }> = {
   attention: { parts: ["T", "SKV", "HKV"], says: "attention takes HKV and SKV" },
   "state-decode": {
     parts: ["T", "HK", "DV"],
-    says: "gdn-decode takes HK for query/key heads and DV for the value dim",
+    says: "the state decode steps take HK for query/key heads and DV for the value dim",
   },
   "cache-decode": {
     parts: ["T", "SKV", "HKV"],
@@ -275,10 +287,11 @@ function lengths(text: string, op: OpName, found: Record<string, number>): { seq
  * Reads a shape name: parts joined by `_`, each a letter code and a positive size (`B` batch, `T` or
  * `S` tokens, `H` heads, `D` head dim; attention also `SKV` key length, `HKV` / `KV` key-value heads;
  * the linear ops `HK` query/key heads, `DV` value dim), and optionally `causal` (attention only). B, H
- * and D are required, and T (or S) but for the decode ops: gdn-decode steps one token (T, if given, is
- * 1; it takes HK and DV), attention-decode one query token against a cache of SKV (or S) rows (it takes
- * HKV). fmap takes DV. A part that does not fit the op is refused, and so are head dims above the
- * kernels' largest (256) for the linear ops and gdn-decode. HK and HKV divide H.
+ * and D are required, and T (or S) but for the decode ops: gdn-decode, deltanet-decode and gla-decode
+ * step one token (T, if given, is 1; they take HK and DV), attention-decode one query token against a
+ * cache of SKV (or S) rows (it takes HKV). fmap takes DV. A part that does not fit the op is refused, and
+ * so are head dims above the kernels' largest (256) for the linear ops and their decode steps. HK and HKV
+ * divide H.
  */
 export function parseShape(text: string, op: OpName): Shape {
   const found: Record<string, number> = {};
@@ -347,8 +360,8 @@ export function parseShape(text: string, op: OpName): Shape {
 }
 
 /**
- * The canonical name of a shape, as result files and charts show it: gdn-decode's with T1 (the way
- * the recorded decode benchmarks name it), attention-decode's with the cache length as SKV.
+ * The canonical name of a shape, as result files and charts show it: the state decode steps' with T1
+ * (the way the recorded decode benchmarks name it), attention-decode's with the cache length as SKV.
  */
 export function shapeName(s: Shape, op: OpName): string {
   const family = OP_FAMILY[op];

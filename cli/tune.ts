@@ -47,8 +47,8 @@ and keeps the winners in the tuning cache, where op classes built with tune: tru
 GroupedQueryAttentionFwdOp / BwdOp; attention-decode: GroupedQueryAttentionDecodeWithKVCacheFwdOp;
 gdn: GatedDeltaNetBTHDFwdOp / GatedDeltaNetBwdOp with useQkL2norm; deltanet: DeltaNetFwdOp /
 DeltaNetBwdOp with useQkL2norm, all bshd). The other ops (kda, gla, simple-gla, retention, linear-attn,
-fmap, gdn-decode) take no tune option: the planner picks their kernels (gdn-decode: or kernelMap), and
-tune refuses them.
+fmap, gdn-decode, deltanet-decode, gla-decode) take no tune option: the planner picks their kernels
+(gdn-decode, deltanet-decode: or kernelMap), and tune refuses them.
 
 Options:
   --shapes LIST    e.g. B2_S3000_H24_KV8_D128_causal (attention), B1_SKV65536_H32_KV8_D128
@@ -69,7 +69,7 @@ Examples:
 /** The ops whose op classes take `tune: true`. */
 type TunedOp = "attention" | "attention-decode" | "gdn" | "deltanet";
 
-// The other ops' functions (and gdn-decode's op class) take no tune option: the planner alone picks
+// The other ops' functions (and the state decode op classes) take no tune option: the planner alone picks
 // their kernels.
 function isTuned(op: OpName): op is TunedOp {
   return op === "attention" || op === "attention-decode" || op === "gdn" || op === "deltanet";

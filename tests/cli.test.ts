@@ -304,14 +304,22 @@ deviceTest(
 );
 
 deviceTest(
-  "cli check gdn-decode and attention-decode: PASS against the oracle, GB/s beside the time",
+  "cli check the decode steps (gdn, deltanet, gla, attention): PASS against the oracle, GB/s beside the time",
   async (device) => {
     await withSeed(async (seed) => {
       const common = ["--device", device, "--seed", String(seed), "--iterations", "2", "--quiet"];
-      for (const [dtype, flags] of [["bf16", ["--l2norm"]], ["fp32", []]] as const) {
+      const stateCases = [
+        ["gdn-decode", "bf16", ["--l2norm"], /g, beta \[3, 4\] float32/],
+        ["gdn-decode", "fp32", [], /g, beta \[3, 4\] float32/],
+        ["deltanet-decode", "fp16", ["--l2norm"], /; beta \[3, 4\] float32/],
+        ["deltanet-decode", "fp32", [], /; beta \[3, 4\] float32/],
+        ["gla-decode", "bf16", [], /gk \[3, 4, 32\] float32 in \[-0\.25, 0\]/],
+        ["gla-decode", "fp32", [], /gk \[3, 4, 32\] float32 in \[-0\.25, 0\]/],
+      ] as const;
+      for (const [op, dtype, flags, sides] of stateCases) {
         const r = await attnkit(
           "check",
-          "gdn-decode",
+          op,
           "--shape",
           "B3_H4_HK2_D32_DV64",
           "--dtype",
@@ -320,8 +328,13 @@ deviceTest(
           ...common,
         );
         expectPass(r, ["output", "new state"]);
-        assert.match(r.stdout, /^attnkit check gdn-decode B3_T1_H4_HK2_D32_DV64 \w+ on /m, explain(r));
+        assert.match(
+          r.stdout,
+          new RegExp(`^attnkit check ${op} B3_T1_H4_HK2_D32_DV64 \\w+ on `, "m"),
+          explain(r),
+        );
         assert.match(r.stdout, /state \[3, 4, 32, 64\] float32 \(std 0\.1\)/, explain(r));
+        assert.match(r.stdout, sides, explain(r));
         // Memory-bound: GB/s, no TFLOP/s.
         assert.match(r.stdout, /^ {2}time fwd +\d+\.\d{3} ms \(median of 2\) +[\d.e+-]+ GB\/s$/m, explain(r));
       }
@@ -370,6 +383,18 @@ Deno.test("cli: fmap and the decode ops refuse what they do not take, before mak
     [check("gdn-decode", "B1_H2_HKV2_D16"), /HKV does not apply to gdn-decode/],
     [check("gdn-decode", "B1_H2_D16", "--causal"), /--causal: gdn-decode .* with no mask to choose/],
     [check("gdn-decode", "B1_H2_D320"), /takes head dims D and DV of at most 256, got D320/],
+    [
+      check("gla-decode", "B1_H2_D16", "--l2norm"),
+      /--l2norm: gla-decode \(GLADecodeFwdOp\) takes no useQkL2norm/,
+    ],
+    [
+      check("deltanet-decode", "B1_T2_H2_D16"),
+      /deltanet-decode steps one token per sequence; T, if given, is 1/,
+    ],
+    [
+      check("gla-decode", "B1_H2_D16", "--backward"),
+      /--backward: gla-decode \(GLADecodeFwdOp\) is a decode step, forward only/,
+    ],
     [check("attention-decode", "B1_SKV16_H2_HK1_D16"), /HK does not apply to attention-decode/],
     [check("attention-decode", "B1_SKV16_H2_D16_DV8"), /DV does not apply to attention-decode/],
     [check("attention-decode", "B1_H2_D16"), /missing SKV \(or S\), the cache length/],
@@ -504,7 +529,7 @@ Deno.test("cli: an unknown op names the ops; an unknown command the commands", a
     r.stderr,
     new RegExp(
       'unknown op "flashmla"; ops: gdn, deltanet, kda, gla, simple-gla, retention, linear-attn, fmap, ' +
-        "attention, gdn-decode, attention-decode",
+        "attention, gdn-decode, deltanet-decode, gla-decode, attention-decode",
     ),
   );
   const c = await attnkit("verify");
