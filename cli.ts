@@ -20,7 +20,7 @@
  * against a float32 state: `B256_H32_D128`), `deltanet-decode` (DeltaNetDecodeFwdOp), `gla-decode`
  * (GLADecodeFwdOp) and `attention-decode`
  * (GroupedQueryAttentionDecodeWithKVCacheFwdOp, one query token against a KV cache of SKV rows:
- * `B1_SKV65536_H32_HKV8_D128`). `tune` serves attention, attention-decode, gdn and deltanet, the ops
+ * `B1_SKV65536_H32_HKV8_D128`; `--page-size P` pages it, `--ragged` draws each sequence's length). `tune` serves attention, attention-decode, gdn and deltanet, the ops
  * with a `tune` option. Run it as
  * `deno run -A jsr:@attnkit/attnkit/cli <command>`, or `deno task attnkit <command>` in a checkout.
  * Exit status: 0 success, 1 a failed check or a runtime error, 2 a usage error.

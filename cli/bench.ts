@@ -8,6 +8,7 @@
 import { parseArgs } from "node:util";
 import { deviceInfo, type DType } from "../mod.ts";
 import { VERSION } from "../ffi/version.ts";
+import { type CacheFlags, cacheRecordName, parseCacheFlags } from "./attention_decode.ts";
 import { chooseDevice, defaultTiming, makeCase, timeMode } from "./cases.ts";
 import { renderChart } from "./chart.ts";
 import { type FeatureMapFlags, parseFeatureMapFlags } from "./feature_map.ts";
@@ -59,6 +60,8 @@ Options:
                        (useQkL2norm)
   --feature-map PHI    fmap: elu+1 (default), relu, identity, softmax_free
   --bidirectional      fmap: every token sees every other (default causal)
+  --page-size P        attention-decode: a paged cache, pages of P rows drawn at random from the pool
+  --ragged             attention-decode: rows per sequence drawn in [1, SKV] (default: SKV each)
   --iterations N       timed calls per value (default 3 on cpu, 20 on cuda)
   --warmup N           untimed calls first (default 1 on cpu, 3 on cuda)
   --seed N             seed of the random inputs (default 0)
@@ -80,9 +83,11 @@ interface Reference {
 
 /**
  * The op name a record carries: the op's function, with fmap's feature map and form as the side-by-side
- * benchmarks write them (`featureMapLinearAttention(elu+1, causal)`), so --ref pairs like with like.
+ * benchmarks write them (`featureMapLinearAttention(elu+1, causal)`) and attention-decode's cache layout
+ * (`GroupedQueryAttentionDecodePagedWithKVCacheFwdOp(page 64, ragged)`), so --ref pairs like with like.
  */
-function recordName(op: OpName, fmap: FeatureMapFlags): string {
+function recordName(op: OpName, fmap: FeatureMapFlags, cache: CacheFlags): string {
+  if (op === "attention-decode") return cacheRecordName(cache);
   if (op !== "fmap") return OP_FUNCTION[op];
   return `${OP_FUNCTION[op]}(${fmap.phi}, ${fmap.bidirectional ? "bidirectional" : "causal"})`;
 }
@@ -90,8 +95,9 @@ function recordName(op: OpName, fmap: FeatureMapFlags): string {
 // The canonical key of a record of `op` (its name `name` where that tells variants apart), or undefined
 // when its shape is not one the command line names.
 function keyOf(op: OpName, name: string, shape: string, dtype: string, mode: string): string | undefined {
+  const byName = op === "fmap" || op === "attention-decode";
   try {
-    return [op === "fmap" ? name : op, shapeName(parseShape(shape, op), op), dtype, mode].join("|");
+    return [byName ? name : op, shapeName(parseShape(shape, op), op), dtype, mode].join("|");
   } catch {
     return undefined;
   }
@@ -100,6 +106,7 @@ function keyOf(op: OpName, name: string, shape: string, dtype: string, mode: str
 function opOf(fn: string): OpName | undefined {
   if (fn === "attentionBackward") return "attention";
   const base = fn.replace(/\(.*\)$/, ""); // featureMapLinearAttention(elu+1, causal)
+  if (base === "GroupedQueryAttentionDecodePagedWithKVCacheFwdOp") return "attention-decode";
   return (Object.keys(OP_FUNCTION) as OpName[]).find((op) => OP_FUNCTION[op] === base);
 }
 
@@ -158,6 +165,8 @@ export async function benchCommand(args: string[]): Promise<number> {
       l2norm: { type: "boolean", default: false },
       "feature-map": { type: "string" },
       bidirectional: { type: "boolean", default: false },
+      "page-size": { type: "string" },
+      ragged: { type: "boolean", default: false },
       iterations: { type: "string" },
       warmup: { type: "string" },
       seed: { type: "string" },
@@ -176,6 +185,7 @@ export async function benchCommand(args: string[]): Promise<number> {
   checkCausal(op, values.causal);
   checkL2norm(op, values.l2norm);
   const fmap = parseFeatureMapFlags(op, values["feature-map"], values.bidirectional);
+  const cache = parseCacheFlags(op, values["page-size"], values.ragged);
   const shapes: Shape[] = values.shapes.split(",").filter((s) => s).map((s) => parseShape(s, op));
   // By default every mode the op times but attention's bwd alone.
   const taken = opModes(op);
@@ -202,14 +212,14 @@ export async function benchCommand(args: string[]): Promise<number> {
     note(`note: ${values.ref} was recorded on ${refFile.gpu}; this run is on ${gpu}`);
   }
 
-  const fn = recordName(op, fmap);
+  const fn = recordName(op, fmap, cache);
   const records: ResultRecord[] = [];
   const total = shapes.length * modes.length;
   let step = 0;
   for (const shape of shapes) {
     const causal = values.causal! || shape.causal;
     const name = shapeName({ ...shape, causal }, op);
-    using c = makeCase(op, { shape, dtype, device, seed, l2norm: values.l2norm!, ...fmap }, causal);
+    using c = makeCase(op, { shape, dtype, device, seed, l2norm: values.l2norm!, ...fmap, cache }, causal);
     for (const mode of modes) {
       step++;
       note(`bench ${op} ${name} ${mode} (${step}/${total})`);

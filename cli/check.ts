@@ -5,6 +5,7 @@
  * @module
  */
 import { parseArgs } from "node:util";
+import { parseCacheFlags } from "./attention_decode.ts";
 import { chooseDevice, defaultTiming, makeCase, oracleSeconds, timeMode } from "./cases.ts";
 import { parseFeatureMapFlags } from "./feature_map.ts";
 import type { CheckRow, Mode, OpCase } from "./problem.ts";
@@ -44,6 +45,8 @@ Options:
                        (useQkL2norm)
   --feature-map PHI    fmap: elu+1 (default), relu, identity, softmax_free (also elu, softmax-free)
   --bidirectional      fmap: every token sees every other (default causal)
+  --page-size P        attention-decode: a paged cache, pages of P rows drawn at random from the pool
+  --ragged             attention-decode: rows per sequence drawn in [1, SKV] (default: SKV each)
   --backward           check the gradients too, and time forward + backward (not the decode ops)
   --seed N             seed of the random inputs (default 0)
   --oracle-batches N   compare only the first N batch rows (the op runs on all; the oracle is slow)
@@ -103,6 +106,8 @@ export function checkCommand(args: string[]): number {
       l2norm: { type: "boolean", default: false },
       "feature-map": { type: "string" },
       bidirectional: { type: "boolean", default: false },
+      "page-size": { type: "string" },
+      ragged: { type: "boolean", default: false },
       backward: { type: "boolean", default: false },
       seed: { type: "string" },
       "oracle-batches": { type: "string" },
@@ -126,6 +131,7 @@ export function checkCommand(args: string[]): number {
   checkL2norm(op, values.l2norm);
   checkBackward(op, values.backward!);
   const { phi, bidirectional } = parseFeatureMapFlags(op, values["feature-map"], values.bidirectional);
+  const cache = parseCacheFlags(op, values["page-size"], values.ragged);
   // The oracle's cost follows fmap's causal form as it does attention's mask.
   const masked = op === "fmap" ? !bidirectional : causal;
   const dtype = parseDtype(values.dtype!, op);
@@ -169,7 +175,8 @@ export function checkCommand(args: string[]): number {
       false,
     );
   }
-  using c = makeCase(op, { shape, dtype, device, seed, l2norm: values.l2norm!, phi, bidirectional }, causal);
+  const settings = { shape, dtype, device, seed, l2norm: values.l2norm!, phi, bidirectional, cache };
+  using c = makeCase(op, settings, causal);
   const title = `attnkit check ${op} ${shapeName(shape, op)}${causal && !shape.causal ? "_causal" : ""} ` +
     `${dtype} on ${device} (seed ${seed})`;
   console.log(title);

@@ -6,6 +6,7 @@
  * @module
  */
 import { compare, type Device, type DType, type FeatureMapKind, Tensor } from "../mod.ts";
+import type { CacheFlags } from "./attention_decode.ts";
 import type { Shape } from "./shape.ts";
 
 /** The verdict on one output of a check. */
@@ -43,6 +44,8 @@ export interface CaseSettings {
   phi?: FeatureMapKind;
   /** fmap: every token sees every other (default false: causal). */
   bidirectional?: boolean;
+  /** attention-decode: the cache's layout (default contiguous, every row valid). */
+  cache?: CacheFlags;
 }
 
 /** Random inputs of one op and shape on a device: checked against the oracle and timed. */

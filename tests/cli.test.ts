@@ -350,6 +350,24 @@ deviceTest(
       expectPass(a, ["output"]);
       assert.match(a.stdout, /^attnkit check attention-decode B2_SKV100_H8_KV2_D64 float16 on /m, explain(a));
       assert.match(a.stdout, /^ {2}time fwd +\d+\.\d{3} ms \(median of 2\) +[\d.e+-]+ GB\/s$/m, explain(a));
+      // Paged (random pages) and ragged caches: the oracle reads each sequence's valid rows.
+      for (const flags of [["--ragged"], ["--page-size", "16"], ["--page-size", "16", "--ragged"]]) {
+        const p = await attnkit(
+          "check",
+          "attention-decode",
+          "--shape",
+          "B3_S100_H8_HKV2_D64",
+          ...flags,
+          ...common,
+        );
+        expectPass(p, ["output"]);
+        if (flags.includes("--ragged")) {
+          assert.match(p.stdout, /rows per sequence uniform in \[1, 100\]/, explain(p));
+        }
+        if (flags.includes("--page-size")) {
+          assert.match(p.stdout, /k, v paged cache \[336, 2, 64\] bfloat16 in pages of 16 rows/, explain(p));
+        }
+      }
     });
   },
 );
@@ -383,6 +401,15 @@ Deno.test("cli: fmap and the decode ops refuse what they do not take, before mak
     [check("gdn-decode", "B1_H2_HKV2_D16"), /HKV does not apply to gdn-decode/],
     [check("gdn-decode", "B1_H2_D16", "--causal"), /--causal: gdn-decode .* with no mask to choose/],
     [check("gdn-decode", "B1_H2_D320"), /takes head dims D and DV of at most 256, got D320/],
+    [check("gdn", "B1_T16_H2_D16", "--ragged"), /--ragged: applies to attention-decode only, not gdn/],
+    [
+      check("attention", "B1_S16_H2_D16", "--page-size", "16"),
+      /--page-size: applies to attention-decode only/,
+    ],
+    [
+      check("attention-decode", "B1_SKV16_H2_D16", "--page-size", "0"),
+      /--page-size: expected rows a page, a positive integer, got "0"/,
+    ],
     [
       check("gla-decode", "B1_H2_D16", "--l2norm"),
       /--l2norm: gla-decode \(GLADecodeFwdOp\) takes no useQkL2norm/,
@@ -432,6 +459,14 @@ Deno.test("cli bench: decode ops record GB/s (no TFLOP/s); fmap names its featur
           ref("GatedDeltaNetDecodeFwdOp", "B2_T1_H4_D32", "decode", "bfloat16 (fp32 state)", 0.5),
           ref("featureMapLinearAttention(relu, causal)", "B1_T32_H2_D16", "fwd", "bfloat16", 7),
           ref("featureMapLinearAttention(relu, bidirectional)", "B1_T32_H2_D16", "fwd", "bfloat16", 9),
+          ref("GroupedQueryAttentionDecodeWithKVCacheFwdOp", "B2_SKV64_H4_KV2_D64", "fwd", "bfloat16", 3),
+          ref(
+            "GroupedQueryAttentionDecodePagedWithKVCacheFwdOp(page 16, ragged)",
+            "B2_SKV64_H4_KV2_D64",
+            "fwd",
+            "bfloat16",
+            4,
+          ),
         ],
       }),
     );
@@ -465,7 +500,18 @@ Deno.test("cli bench: decode ops record GB/s (no TFLOP/s); fmap names its featur
     ]);
     const attn = await bench("attention-decode", "B2_S64_H4_KV2_D64");
     assert.deepEqual(rows(attn), ["GroupedQueryAttentionDecodeWithKVCacheFwdOp B2_SKV64_H4_KV2_D64 fwd"]);
-    for (const rec of [...gdn, ...attn]) {
+    // The cache layout is part of the record's name: each pairs with its own layout only.
+    const paged = await bench("attention-decode", "B2_S64_H4_KV2_D64", "--page-size", "16", "--ragged");
+    assert.deepEqual(rows(paged), [
+      "GroupedQueryAttentionDecodePagedWithKVCacheFwdOp(page 16, ragged) B2_SKV64_H4_KV2_D64 fwd",
+    ]);
+    assert.deepEqual([attn[0].ref_ms, paged[0].ref_ms], [3, 4]);
+    const pagedFull = await bench("attention-decode", "B2_S64_H4_KV2_D64", "--page-size", "16");
+    assert.deepEqual(rows(pagedFull), [
+      "GroupedQueryAttentionDecodePagedWithKVCacheFwdOp(page 16) B2_SKV64_H4_KV2_D64 fwd",
+    ]);
+    assert.equal(pagedFull[0].ref_ms, null);
+    for (const rec of [...gdn, ...attn, ...paged]) {
       assert.ok((rec.ms as number) > 0 && (rec.gbps as number) > 0, JSON.stringify(rec));
       assert.equal(rec.tflops, null);
     }
