@@ -15,7 +15,8 @@
  *
  * Ops: `gdn` (chunkGatedDeltaRule), `deltanet` (chunkDeltaRule), `kda` (chunkKda), `gla` (chunkGla),
  * `simple-gla` (chunkSimpleGla), `retention` (chunkRetention), `linear-attn` (chunkLinearAttn), `fmap`
- * (featureMapLinearAttention: `--feature-map elu+1|relu|identity|softmax_free`, `--bidirectional`),
+ * (featureMapLinearAttention: `--feature-map elu+1|relu|identity|softmax_free`, `--bidirectional`,
+ * `--eps`, `--cosformer`),
  * `attention`, and the decode steps, forward only: `gdn-decode` (GatedDeltaNetDecodeFwdOp, one token
  * against a float32 state: `B256_H32_D128`), `deltanet-decode` (DeltaNetDecodeFwdOp), `gla-decode`
  * (GLADecodeFwdOp) and `attention-decode`

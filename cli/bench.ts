@@ -60,6 +60,8 @@ Options:
                        (useQkL2norm)
   --feature-map PHI    fmap: elu+1 (default), relu, identity, softmax_free
   --bidirectional      fmap: every token sees every other (default causal)
+  --eps E              fmap: the normaliser's eps (default 1e-6; not softmax_free)
+  --cosformer          fmap: cosformer's position weights cos, sin(pi t / 2T) (cosWeight, sinWeight)
   --page-size P        attention-decode: a paged cache, pages of P rows drawn at random from the pool
   --ragged             attention-decode: rows per sequence drawn in [1, SKV] (default: SKV each)
   --iterations N       timed calls per value (default 3 on cpu, 20 on cuda)
@@ -89,7 +91,8 @@ interface Reference {
 function recordName(op: OpName, fmap: FeatureMapFlags, cache: CacheFlags): string {
   if (op === "attention-decode") return cacheRecordName(cache);
   if (op !== "fmap") return OP_FUNCTION[op];
-  return `${OP_FUNCTION[op]}(${fmap.phi}, ${fmap.bidirectional ? "bidirectional" : "causal"})`;
+  const form = fmap.bidirectional ? "bidirectional" : "causal";
+  return `${OP_FUNCTION[op]}(${fmap.phi}, ${form}${fmap.cosformer ? ", cosformer" : ""})`;
 }
 
 // The canonical key of a record of `op` (its name `name` where that tells variants apart), or undefined
@@ -165,6 +168,8 @@ export async function benchCommand(args: string[]): Promise<number> {
       l2norm: { type: "boolean", default: false },
       "feature-map": { type: "string" },
       bidirectional: { type: "boolean", default: false },
+      eps: { type: "string" },
+      cosformer: { type: "boolean", default: false },
       "page-size": { type: "string" },
       ragged: { type: "boolean", default: false },
       iterations: { type: "string" },
@@ -184,7 +189,13 @@ export async function benchCommand(args: string[]): Promise<number> {
   if (!values.out) throw new UsageError("missing --out");
   checkCausal(op, values.causal);
   checkL2norm(op, values.l2norm);
-  const fmap = parseFeatureMapFlags(op, values["feature-map"], values.bidirectional);
+  const fmap = parseFeatureMapFlags(
+    op,
+    values["feature-map"],
+    values.bidirectional,
+    values.eps,
+    values.cosformer,
+  );
   const cache = parseCacheFlags(op, values["page-size"], values.ragged);
   const shapes: Shape[] = values.shapes.split(",").filter((s) => s).map((s) => parseShape(s, op));
   // By default every mode the op times but attention's bwd alone.

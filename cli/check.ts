@@ -45,6 +45,8 @@ Options:
                        (useQkL2norm)
   --feature-map PHI    fmap: elu+1 (default), relu, identity, softmax_free (also elu, softmax-free)
   --bidirectional      fmap: every token sees every other (default causal)
+  --eps E              fmap: the normaliser's eps (default 1e-6; not softmax_free)
+  --cosformer          fmap: cosformer's position weights cos, sin(pi t / 2T) (cosWeight, sinWeight)
   --page-size P        attention-decode: a paged cache, pages of P rows drawn at random from the pool
   --ragged             attention-decode: rows per sequence drawn in [1, SKV] (default: SKV each)
   --backward           check the gradients too, and time forward + backward (not the decode ops)
@@ -106,6 +108,8 @@ export function checkCommand(args: string[]): number {
       l2norm: { type: "boolean", default: false },
       "feature-map": { type: "string" },
       bidirectional: { type: "boolean", default: false },
+      eps: { type: "string" },
+      cosformer: { type: "boolean", default: false },
       "page-size": { type: "string" },
       ragged: { type: "boolean", default: false },
       backward: { type: "boolean", default: false },
@@ -130,7 +134,14 @@ export function checkCommand(args: string[]): number {
   checkCausal(op, values.causal);
   checkL2norm(op, values.l2norm);
   checkBackward(op, values.backward!);
-  const { phi, bidirectional } = parseFeatureMapFlags(op, values["feature-map"], values.bidirectional);
+  const fmap = parseFeatureMapFlags(
+    op,
+    values["feature-map"],
+    values.bidirectional,
+    values.eps,
+    values.cosformer,
+  );
+  const { bidirectional } = fmap;
   const cache = parseCacheFlags(op, values["page-size"], values.ragged);
   // The oracle's cost follows fmap's causal form as it does attention's mask.
   const masked = op === "fmap" ? !bidirectional : causal;
@@ -175,7 +186,7 @@ export function checkCommand(args: string[]): number {
       false,
     );
   }
-  const settings = { shape, dtype, device, seed, l2norm: values.l2norm!, phi, bidirectional, cache };
+  const settings = { shape, dtype, device, seed, l2norm: values.l2norm!, ...fmap, cache };
   using c = makeCase(op, settings, causal);
   const title = `attnkit check ${op} ${shapeName(shape, op)}${causal && !shape.causal ? "_causal" : ""} ` +
     `${dtype} on ${device} (seed ${seed})`;

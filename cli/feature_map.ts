@@ -1,6 +1,7 @@
 /**
  * The command line's feature-map case: `fmap` runs `featureMapLinearAttention(q, k, v, { phi, isCausal })`
- * (the library's default eps, 1e-6, and no cosformer weights) on random inputs in the `"bshd"` layout
+ * (the library's default eps, 1e-6, or `--eps`; with `--cosformer` cosformer's position weights
+ * `cos(pi t / 2T)`, `sin(pi t / 2T)` as `cosWeight` / `sinWeight`) on random inputs in the `"bshd"` layout
  * against the float64 oracle (`featureMapLinearAttentionReference` and its backward, every score formed
  * explicitly) under the feature-map tests' rule: the output held to `FEATURE_MAP_TOLERANCE`, dq, dk, dv
  * to `featureMapGradientTolerance` (the same bound, more for dq and dk where they cancel: float32 calls
@@ -45,6 +46,10 @@ export interface FeatureMapFlags {
   phi: FeatureMapKind;
   /** Every token sees every other. */
   bidirectional: boolean;
+  /** The normaliser's eps (undefined: the library's default). */
+  eps?: number;
+  /** cosformer's position weights are given. */
+  cosformer?: boolean;
 }
 
 /**
@@ -55,10 +60,14 @@ export function parseFeatureMapFlags(
   op: OpName,
   name: string | undefined,
   bidirectional: boolean | undefined,
+  eps?: string,
+  cosformer?: boolean,
 ): FeatureMapFlags {
   if (op !== "fmap") {
     if (name !== undefined) throw new UsageError(`--feature-map: applies to fmap only, not ${op}`);
     if (bidirectional) throw new UsageError(`--bidirectional: applies to fmap only, not ${op}`);
+    if (eps !== undefined) throw new UsageError(`--eps: applies to fmap only, not ${op}`);
+    if (cosformer) throw new UsageError(`--cosformer: applies to fmap only, not ${op}`);
     return { phi: "elu+1", bidirectional: false };
   }
   const text = (name ?? "elu+1").toLowerCase();
@@ -68,7 +77,14 @@ export function parseFeatureMapFlags(
       `--feature-map: unknown feature map "${name}"; feature maps: ${FEATURE_MAP_KINDS.join(", ")}`,
     );
   }
-  return { phi, bidirectional: bidirectional ?? false };
+  const epsValue = eps === undefined ? undefined : Number(eps);
+  if (eps !== undefined && (eps.trim() === "" || !Number.isFinite(epsValue) || epsValue! < 0)) {
+    throw new UsageError(`--eps: expected a number of at least 0, got "${eps}"`);
+  }
+  if (eps !== undefined && phi === "softmax_free") {
+    throw new UsageError("--eps: softmax_free has no normaliser to add it to");
+  }
+  return { phi, bidirectional: bidirectional ?? false, eps: epsValue, cosformer: cosformer ?? false };
 }
 
 /** Seconds the float64 oracle would take over `batches` batch rows of a shape (a rough estimate). */
@@ -83,6 +99,7 @@ export function fmapOracleSeconds(shape: Shape, causal: boolean, batches: number
 export function fmapCase(settings: CaseSettings): OpCase {
   const { shape, dtype, device, seed } = settings;
   const phi = settings.phi ?? "elu+1", isCausal = !settings.bidirectional;
+  const eps = settings.eps ?? FEATURE_MAP_EPS;
   const B = shape.batch, T = shape.seq, H = shape.heads, K = shape.dim, V = shape.dimV;
   const owned = new DisposableStack();
   const own = <X extends Tensor>(t: X) => owned.use(t);
@@ -93,17 +110,31 @@ export function fmapCase(settings: CaseSettings): OpCase {
         ? Tensor.rand([B, T, H, K], { dtype, device, seed: seed + offset, low: 0, high: 1 })
         : Tensor.randn([B, T, H, K], { dtype, device, seed: seed + offset, mean: phi === "relu" ? 1 : 0 }),
     );
-  let q: Tensor, k: Tensor, v: Tensor, dO: Tensor;
+  // cosformer's position weights, cos and sin of pi t / 2T (M = T, cosformer's shortest horizon).
+  const angle = (t: number) => Math.PI * t / (2 * T);
+  const cosHost = settings.cosformer ? Array.from({ length: T }, (_, t) => Math.cos(angle(t))) : undefined;
+  const sinHost = settings.cosformer ? Array.from({ length: T }, (_, t) => Math.sin(angle(t))) : undefined;
+  let q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    dO: Tensor,
+    weights: Pick<FeatureMapOptions, "cosWeight" | "sinWeight">;
   try {
     q = feature(0);
     k = feature(1);
     v = own(Tensor.randn([B, T, H, V], { dtype, device, seed: seed + 2 }));
     dO = own(Tensor.randn([B, T, H, V], { dtype, device, seed: seed + 5 }));
+    weights = cosHost && sinHost
+      ? {
+        cosWeight: own(Tensor.from(cosHost, { dtype: "float32", device })),
+        sinWeight: own(Tensor.from(sinHost, { dtype: "float32", device })),
+      }
+      : {};
   } catch (e) {
     owned.dispose();
     throw e;
   }
-  const options: FeatureMapOptions = { layout: "bshd", phi, isCausal };
+  const options: FeatureMapOptions = { layout: "bshd", phi, isCausal, eps: settings.eps, ...weights };
   const key = dtype as "float32";
   const tol = FEATURE_MAP_TOLERANCE[key];
   const draw = phi === "identity" ? "uniform [0, 1]" : phi === "relu" ? "normal, mean 1" : "standard normal";
@@ -114,7 +145,8 @@ export function fmapCase(settings: CaseSettings): OpCase {
       `v [${B}, ${T}, ${H}, ${V}] ${dtype}`,
       `phi ${phi}`,
       isCausal ? "causal" : "bidirectional",
-      phi === "softmax_free" ? "no normaliser" : `eps ${FEATURE_MAP_EPS.toExponential(0)}`,
+      phi === "softmax_free" ? "no normaliser" : `eps ${settings.eps ?? FEATURE_MAP_EPS.toExponential(0)}`,
+      ...(settings.cosformer ? ["cosformer weights cos, sin(pi t / 2T)"] : []),
       "no scale",
     ].join("; "),
     modes: ["fwd", "fwdbwd"],
@@ -143,6 +175,9 @@ export function fmapCase(settings: CaseSettings): OpCase {
         v: row(host.v, b),
         phi,
         isCausal,
+        eps,
+        cosWeight: cosHost && cosHost.map(Math.fround),
+        sinWeight: sinHost && sinHost.map(Math.fround),
       });
       const total = batches * (backward ? 2 : 1);
       let done = 0;

@@ -44,6 +44,10 @@ export interface CaseSettings {
   phi?: FeatureMapKind;
   /** fmap: every token sees every other (default false: causal). */
   bidirectional?: boolean;
+  /** fmap: the normaliser's eps (default the library's). */
+  eps?: number;
+  /** fmap: cosformer's position weights. */
+  cosformer?: boolean;
   /** attention-decode: the cache's layout (default contiguous, every row valid). */
   cache?: CacheFlags;
 }

@@ -267,18 +267,40 @@ Deno.test("cli bench: the gated linear family and KDA write records naming the o
 });
 
 // Feature-map linear attention: two feature maps (and the identity in float32), causal and bidirectional.
-const FMAP_CASES: { phi: string; shape: string; dtype: string; form: string[] }[] = [
+// `extra`: the eps and cosformer flags, and what the inputs line then says.
+const FMAP_CASES: {
+  phi: string;
+  shape: string;
+  dtype: string;
+  form: string[];
+  extra?: [string[], RegExp];
+}[] = [
   { phi: "elu+1", shape: "B2_T70_H2_D32_DV16", dtype: "bf16", form: [] },
   { phi: "relu", shape: "B1_T90_H3_D16", dtype: "fp16", form: ["--bidirectional"] },
   { phi: "identity", shape: "B1_T40_H2_D16", dtype: "fp32", form: ["--bidirectional"] },
+  {
+    phi: "relu",
+    shape: "B2_T50_H2_D16_DV24",
+    dtype: "bf16",
+    form: [],
+    extra: [["--cosformer"], /; eps 1e-6; cosformer weights cos, sin\(pi t \/ 2T\);/],
+  },
+  {
+    phi: "elu+1",
+    shape: "B1_T33_H2_D16",
+    dtype: "fp32",
+    form: ["--bidirectional"],
+    extra: [["--eps", "0.01", "--cosformer"], /; eps 0\.01; cosformer weights/],
+  },
 ];
 
 deviceTest(
   "cli check fmap (featureMapLinearAttention), forward and --backward: PASS against the oracle",
   async (device) => {
     await withSeed(async (seed) => {
-      for (const { phi, shape, dtype, form } of FMAP_CASES) {
-        const args = ["check", "fmap", "--shape", shape, "--dtype", dtype, "--feature-map", phi, ...form];
+      for (const { phi, shape, dtype, form, extra } of FMAP_CASES) {
+        const flags = [...form, ...(extra?.[0] ?? [])];
+        const args = ["check", "fmap", "--shape", shape, "--dtype", dtype, "--feature-map", phi, ...flags];
         const common = ["--device", device, "--seed", String(seed), "--quiet"];
         const forward = await attnkit(...args, ...common, "--iterations", "0");
         expectPass(forward, ["output"]);
@@ -288,6 +310,7 @@ deviceTest(
         assert.match(r.stdout, new RegExp(`^attnkit check fmap ${shape} \\w+ on `, "m"), explain(r));
         const formName = form.length ? "bidirectional" : "causal";
         assert.match(r.stdout, new RegExp(`; phi ${phi.replace("+", "\\+")}; ${formName};`), explain(r));
+        if (extra) assert.match(r.stdout, extra[1], explain(r));
         assert.match(
           r.stdout,
           /^ {2}time fwd +\d+\.\d{3} ms \(one call\) +[\d.e+-]+ TFLOP\/s +[\d.e+-]+ GB\/s$/m,
@@ -385,6 +408,13 @@ Deno.test("cli: fmap and the decode ops refuse what they do not take, before mak
     [check("fmap", "B1_T16_H2_D16", "--l2norm"), /--l2norm: fmap \(featureMapLinearAttention\) takes no/],
     [check("gla", "B1_T16_H2_D16", "--feature-map", "relu"), /--feature-map: applies to fmap only, not gla/],
     [check("gdn", "B1_T16_H2_D16", "--bidirectional"), /--bidirectional: applies to fmap only, not gdn/],
+    [check("gla", "B1_T16_H2_D16", "--cosformer"), /--cosformer: applies to fmap only, not gla/],
+    [check("kda", "B1_T16_H2_D16", "--eps", "0.1"), /--eps: applies to fmap only, not kda/],
+    [check("fmap", "B1_T16_H2_D16", "--eps=-1"), /--eps: expected a number of at least 0, got "-1"/],
+    [
+      check("fmap", "B1_T16_H2_D16", "--feature-map", "softmax_free", "--eps", "1e-3"),
+      /--eps: softmax_free has no normaliser to add it to/,
+    ],
     [
       check("gdn-decode", "B1_H2_D16", "--backward"),
       /--backward: gdn-decode \(GatedDeltaNetDecodeFwdOp\) is a decode step, forward only/,
@@ -524,6 +554,17 @@ Deno.test("cli bench: decode ops record GB/s (no TFLOP/s); fmap names its featur
       "featureMapLinearAttention(relu, bidirectional) B1_T32_H2_D16 fwdbwd",
     ]);
     assert.deepEqual(fmap.map((x) => x.ref_ms), [9, null], "paired with its own form only");
+    const cos = await bench(
+      "fmap",
+      "B1_T32_H2_D16",
+      "--feature-map",
+      "relu",
+      "--cosformer",
+      "--modes",
+      "fwd",
+    );
+    assert.deepEqual(rows(cos), ["featureMapLinearAttention(relu, causal, cosformer) B1_T32_H2_D16 fwd"]);
+    assert.equal(cos[0].ref_ms, null, "the causal form's reference is not cosformer's");
     assert.ok((fmap[0].gbps as number) > 0 && fmap[1].gbps === null, JSON.stringify(fmap));
     for (const rec of fmap) assert.ok((rec.tflops as number) > 0, JSON.stringify(rec));
   } finally {
