@@ -8,16 +8,14 @@
 import { parseArgs } from "node:util";
 import { deviceInfo, type DType } from "../mod.ts";
 import { VERSION } from "../ffi/version.ts";
-import { type CacheFlags, cacheRecordName, parseCacheFlags } from "./attention_decode.ts";
-import { chooseDevice, defaultTiming, makeCase, timeMode } from "./cases.ts";
+import { type CacheFlags, cacheRecordName } from "./attention_decode.ts";
+import { CASE_OPTIONS, caseFlags, chooseDevice, defaultTiming, makeCase, timeMode } from "./cases.ts";
 import { renderChart } from "./chart.ts";
-import { type FeatureMapFlags, parseFeatureMapFlags } from "./feature_map.ts";
+import type { FeatureMapFlags } from "./feature_map.ts";
 import type { Mode } from "./problem.ts";
 import { note } from "./progress.ts";
 import { readResults, type ResultRecord, type ResultsFile, resultsMarkdown } from "./results.ts";
 import {
-  checkCausal,
-  checkL2norm,
   isDecode,
   OP_FUNCTION,
   opLabel,
@@ -164,14 +162,7 @@ export async function benchCommand(args: string[]): Promise<number> {
       modes: { type: "string" },
       dtype: { type: "string", default: "bf16" },
       device: { type: "string" },
-      causal: { type: "boolean", default: false },
-      l2norm: { type: "boolean", default: false },
-      "feature-map": { type: "string" },
-      bidirectional: { type: "boolean", default: false },
-      eps: { type: "string" },
-      cosformer: { type: "boolean", default: false },
-      "page-size": { type: "string" },
-      ragged: { type: "boolean", default: false },
+      ...CASE_OPTIONS,
       iterations: { type: "string" },
       warmup: { type: "string" },
       seed: { type: "string" },
@@ -187,16 +178,7 @@ export async function benchCommand(args: string[]): Promise<number> {
   if (positionals.length > 1) throw new UsageError(`unexpected argument "${positionals[1]}"`);
   if (!values.shapes) throw new UsageError("missing --shapes");
   if (!values.out) throw new UsageError("missing --out");
-  checkCausal(op, values.causal);
-  checkL2norm(op, values.l2norm);
-  const fmap = parseFeatureMapFlags(
-    op,
-    values["feature-map"],
-    values.bidirectional,
-    values.eps,
-    values.cosformer,
-  );
-  const cache = parseCacheFlags(op, values["page-size"], values.ragged);
+  const { fmap, cache } = caseFlags(op, values);
   const shapes: Shape[] = values.shapes.split(",").filter((s) => s).map((s) => parseShape(s, op));
   // By default every mode the op times but attention's bwd alone.
   const taken = opModes(op);

@@ -13,14 +13,48 @@ import {
   timeIt,
 } from "../mod.ts";
 import { attentionCase, attentionOracleSeconds } from "./attention.ts";
-import { attentionDecodeCase } from "./attention_decode.ts";
-import { fmapCase, fmapOracleSeconds } from "./feature_map.ts";
+import { attentionDecodeCase, type CacheFlags, parseCacheFlags } from "./attention_decode.ts";
+import { type FeatureMapFlags, fmapCase, fmapOracleSeconds, parseFeatureMapFlags } from "./feature_map.ts";
 import { glaCase, glaOracleSeconds } from "./gla.ts";
 import { kdaCase, kdaOracleSeconds } from "./kda.ts";
 import { linearCase, linearOracleSeconds } from "./linear.ts";
 import { stateDecodeCase } from "./state_decode.ts";
 import type { CaseSettings, Mode, OpCase } from "./problem.ts";
-import { checkCausal, CliError, type OpName, type Shape, UsageError } from "./shape.ts";
+import { checkCausal, checkL2norm, CliError, type OpName, type Shape, UsageError } from "./shape.ts";
+
+/** The op-specific flags `check` and `bench` share, for their parseArgs: the mask, the L2 norm, fmap's, attention-decode's. */
+export const CASE_OPTIONS = {
+  causal: { type: "boolean", default: false },
+  l2norm: { type: "boolean", default: false },
+  "feature-map": { type: "string" },
+  bidirectional: { type: "boolean", default: false },
+  eps: { type: "string" },
+  cosformer: { type: "boolean", default: false },
+  "page-size": { type: "string" },
+  ragged: { type: "boolean", default: false },
+} as const;
+
+/** The values of {@link CASE_OPTIONS} as parseArgs returns them. */
+export interface CaseFlagValues {
+  causal?: boolean;
+  l2norm?: boolean;
+  "feature-map"?: string;
+  bidirectional?: boolean;
+  eps?: string;
+  cosformer?: boolean;
+  "page-size"?: string;
+  ragged?: boolean;
+}
+
+/** Reads the op-specific flags, each refused (a UsageError) for an op that does not take it. */
+export function caseFlags(op: OpName, values: CaseFlagValues): { fmap: FeatureMapFlags; cache: CacheFlags } {
+  checkCausal(op, values.causal);
+  checkL2norm(op, values.l2norm);
+  return {
+    fmap: parseFeatureMapFlags(op, values["feature-map"], values.bidirectional, values.eps, values.cosformer),
+    cache: parseCacheFlags(op, values["page-size"], values.ragged),
+  };
+}
 
 /**
  * The case of an op; `causal` applies to attention (the linear ops are causal by construction, fmap

@@ -5,15 +5,19 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import { parseCacheFlags } from "./attention_decode.ts";
-import { chooseDevice, defaultTiming, makeCase, oracleSeconds, timeMode } from "./cases.ts";
-import { parseFeatureMapFlags } from "./feature_map.ts";
+import {
+  CASE_OPTIONS,
+  caseFlags,
+  chooseDevice,
+  defaultTiming,
+  makeCase,
+  oracleSeconds,
+  timeMode,
+} from "./cases.ts";
 import type { CheckRow, Mode, OpCase } from "./problem.ts";
 import { note, Progress } from "./progress.ts";
 import {
   checkBackward,
-  checkCausal,
-  checkL2norm,
   CliError,
   OPS_USAGE,
   parseCount,
@@ -104,14 +108,7 @@ export function checkCommand(args: string[]): number {
       shape: { type: "string" },
       dtype: { type: "string", default: "bf16" },
       device: { type: "string" },
-      causal: { type: "boolean", default: false },
-      l2norm: { type: "boolean", default: false },
-      "feature-map": { type: "string" },
-      bidirectional: { type: "boolean", default: false },
-      eps: { type: "string" },
-      cosformer: { type: "boolean", default: false },
-      "page-size": { type: "string" },
-      ragged: { type: "boolean", default: false },
+      ...CASE_OPTIONS,
       backward: { type: "boolean", default: false },
       seed: { type: "string" },
       "oracle-batches": { type: "string" },
@@ -131,18 +128,9 @@ export function checkCommand(args: string[]): number {
   if (values.shape === undefined) throw new UsageError("missing --shape");
   const shape = parseShape(values.shape, op);
   const causal = values.causal || shape.causal;
-  checkCausal(op, values.causal);
-  checkL2norm(op, values.l2norm);
   checkBackward(op, values.backward!);
-  const fmap = parseFeatureMapFlags(
-    op,
-    values["feature-map"],
-    values.bidirectional,
-    values.eps,
-    values.cosformer,
-  );
+  const { fmap, cache } = caseFlags(op, values);
   const { bidirectional } = fmap;
-  const cache = parseCacheFlags(op, values["page-size"], values.ragged);
   // The oracle's cost follows fmap's causal form as it does attention's mask.
   const masked = op === "fmap" ? !bidirectional : causal;
   const dtype = parseDtype(values.dtype!, op);
