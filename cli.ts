@@ -41,6 +41,7 @@ import { describeValue } from "./ops/args.ts";
 import { BENCH_USAGE, benchCommand } from "./cli/bench.ts";
 import { CHART_USAGE, chartCommand } from "./cli/chart_command.ts";
 import { CHECK_USAGE, checkCommand } from "./cli/check.ts";
+import { isParseArgsError } from "./cli/parse_args_error.ts";
 import { INFO_USAGE, infoCommand } from "./cli/info.ts";
 import { TUNE_USAGE, tuneCommand } from "./cli/tune.ts";
 import { CliError, OPS_NAMES } from "./cli/shape.ts";
@@ -67,11 +68,6 @@ const COMMANDS: Record<string, { usage: string; run: (args: string[]) => number 
   info: { usage: INFO_USAGE, run: infoCommand },
   chart: { usage: CHART_USAGE, run: chartCommand },
 };
-
-// node:util's parseArgs reports a bad flag with a TypeError carrying an ERR_PARSE_ARGS_* code.
-function isParseError(e: unknown): e is Error {
-  return e instanceof Error && String((e as { code?: unknown }).code ?? "").startsWith("ERR_PARSE_ARGS");
-}
 
 /**
  * Runs the command line with its arguments (without the program name) and returns the exit status:
@@ -105,7 +101,7 @@ async function run(args: readonly string[]): Promise<number> {
   try {
     return await command.run(rest);
   } catch (e) {
-    if (isParseError(e)) {
+    if (isParseArgsError(e)) {
       console.error(`attnkit ${name}: ${e.message}\n\n${command.usage}`);
       return 2;
     }

@@ -12,6 +12,7 @@
  * @module
  */
 import { parseArgs } from "node:util";
+import { parseArgsMessage } from "../cli/parse_args_error.ts";
 
 /** The usage text of `build.ts`. */
 export const USAGE = `usage: deno run -A build.ts [options]
@@ -153,7 +154,7 @@ export function parseBuildArgs(args: string[]): ParsedBuildArgs {
     }));
   } catch (e) {
     // node:util's own messages name the flag ("Unknown option '--cuda-only'"); keep them, lose the stack.
-    throw new UsageError((e as Error).message.replace(/\. To specify a positional argument.*$/s, ""), true);
+    throw new UsageError(parseArgsMessage(e as Error), true);
   }
   if (values.cuda && values["cpu-only"]) throw new UsageError("--cuda and --cpu-only contradict each other");
   if (values.out !== undefined && values.out.trim() === "") {

@@ -14,15 +14,11 @@
  * @module
  */
 import { parseArgs, type ParseArgsConfig } from "node:util";
+import { isParseArgsError, parseArgsMessage } from "../cli/parse_args_error.ts";
 
 /** A wrong command line, as `scriptArgs` and `wholeNumber` report it. */
 export class ScriptUsageError extends Error {
   override name = "ScriptUsageError";
-}
-
-// node:util's parseArgs reports a bad flag with a TypeError carrying an ERR_PARSE_ARGS_* code.
-function isParseError(e: unknown): e is Error {
-  return e instanceof Error && String((e as { code?: unknown }).code ?? "").startsWith("ERR_PARSE_ARGS");
 }
 
 /** The options of a parseArgs configuration, one per line, as a script's usage lists them. */
@@ -59,9 +55,8 @@ export function scriptArgs<T extends ParseArgsConfig>(
   try {
     return parseArgs(config);
   } catch (e) {
-    if (!isParseError(e)) throw e;
-    // Its hint about positional arguments does not apply to scripts that take none.
-    const message = e.message.replace(/\. To specify a positional argument.*$/s, "");
+    if (!isParseArgsError(e)) throw e;
+    const message = parseArgsMessage(e);
     if (!exit) throw new ScriptUsageError(message);
     console.error(`${scriptName()}: ${message}\n${optionList(config)}`);
     Deno.exit(2);
