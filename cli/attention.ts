@@ -103,11 +103,19 @@ export function attentionInputs(settings: CaseSettings): AttentionInputs {
   }
 }
 
+/** Key and value rows the oracle reads instead of a dense cache: sequence b's at kvStart[b]. */
+export interface GatheredRows {
+  k: Float64Array;
+  v: Float64Array;
+  kvStart: number[];
+}
+
 /**
  * The oracle's problem over the first `batches` batch rows: q `[B, S, H, D]`, k and v `[B, SKV, HKV, D]`
  * of `shape` (or tensors holding the same values in that order, e.g. decode's q `[B, H, D]` with S 1),
- * scale D^-0.5; `progress` hears of the (sequence, head) pairs of `passes` passes over it in all, a
- * pass ending at each `nextPass()`.
+ * or, given `rows`, those key and value rows (a paged or ragged cache, gathered); scale D^-0.5;
+ * `progress` hears of the (sequence, head) pairs of `passes` passes over it in all, a pass ending at
+ * each `nextPass()`.
  */
 export function attentionProblem(
   x: { q: Tensor; k: Tensor; v: Tensor },
@@ -116,6 +124,7 @@ export function attentionProblem(
   batches: number,
   passes: number,
   progress: (done: number, total: number) => void,
+  rows?: GatheredRows,
 ): { problem: AttentionProblem; nextPass: () => void } {
   const { seq: S, seqKv: SK, heads: H, headsKv: HKV, dim: D } = shape;
   const starts = (len: number) => Array.from({ length: batches + 1 }, (_, b) => b * len);
@@ -123,10 +132,10 @@ export function attentionProblem(
   progress(0, passes * batches * H);
   const problem: AttentionProblem = {
     q: hostValues(x.q, batches * S * H * D),
-    k: hostValues(x.k, batches * SK * HKV * D),
-    v: hostValues(x.v, batches * SK * HKV * D),
+    k: rows?.k ?? hostValues(x.k, batches * SK * HKV * D),
+    v: rows?.v ?? hostValues(x.v, batches * SK * HKV * D),
     qStart: starts(S),
-    kvStart: starts(SK),
+    kvStart: rows?.kvStart ?? starts(SK),
     heads: H,
     headsKv: HKV,
     dim: D,

@@ -21,13 +21,8 @@ import {
   GroupedQueryAttentionDecodeWithKVCacheFwdOp,
   Tensor,
 } from "../mod.ts";
-import {
-  attentionForward as referenceForward,
-  type AttentionProblem,
-  FLOAT64,
-  samePrecision,
-} from "../reference/attention.ts";
-import { flashRuleRow } from "./attention.ts";
+import { attentionForward as referenceForward, FLOAT64, samePrecision } from "../reference/attention.ts";
+import { attentionProblem, flashRuleRow, type GatheredRows } from "./attention.ts";
 import { type CaseSettings, type CheckRow, hostValues, type Mode, type OpCase } from "./problem.ts";
 import { type OpName, UsageError } from "./shape.ts";
 
@@ -135,8 +130,8 @@ export function attentionDecodeCase(settings: CaseSettings): OpCase {
       ? op.forward(q, k, v, lengthsT!, table!)
       : op.forward(q, k, v, lengthsT);
 
-  // The oracle's problem over the first `batches` sequences, their valid rows gathered in order.
-  const problem = (batches: number, onProgress: AttentionProblem["onProgress"]): AttentionProblem => {
+  // The first `batches` sequences' valid key and value rows, gathered in order, for the oracle.
+  const gathered = (batches: number): GatheredRows => {
     const kAll = hostValues(k, k.numel), vAll = hostValues(v, v.numel);
     const kvStart = [0];
     for (let b = 0; b < batches; b++) kvStart.push(kvStart[b] + lengths[b]);
@@ -149,22 +144,7 @@ export function attentionDecodeCase(settings: CaseSettings): OpCase {
         vRows.set(vAll.subarray(from, from + width), to);
       }
     }
-    return {
-      q: hostValues(q, batches * H * D),
-      k: kRows,
-      v: vRows,
-      qStart: Array.from({ length: batches + 1 }, (_, b) => b),
-      kvStart,
-      heads: H,
-      headsKv: HKV,
-      dim: D,
-      smScale: D ** -0.5,
-      softcap: 0,
-      causal: false,
-      windowLeft: -1,
-      windowRight: -1,
-      onProgress,
-    };
+    return { k: kRows, v: vRows, kvStart };
   };
 
   const layout = pageSize > 0
@@ -180,11 +160,11 @@ export function attentionDecodeCase(settings: CaseSettings): OpCase {
     check(batches, _backward, progress): CheckRow[] {
       poisonPool([B, H, D], q);
       using output = run();
-      let pass = 0;
-      const p = problem(batches, (done, total) => progress(pass * total + done, 2 * total));
-      const oracle = referenceForward(p, FLOAT64);
-      pass++;
-      const plain = referenceForward(p, samePrecision(dtype as "bfloat16"));
+      const rows = gathered(batches);
+      const { problem, nextPass } = attentionProblem({ q, k, v }, shape, false, batches, 2, progress, rows);
+      const oracle = referenceForward(problem, FLOAT64);
+      nextPass();
+      const plain = referenceForward(problem, samePrecision(dtype as "bfloat16"));
       const actual = hostValues(output, batches * H * D);
       return [flashRuleRow("output", actual, oracle.output, plain.output, "forward", dtype)];
     },
