@@ -64,22 +64,21 @@ int64_t prep_sm90_smem(int D) {
   return D == 128 ? PrepSm90Layout<128>::kAlloc : D == 256 ? PrepSm90Layout<256>::kAlloc : 0;
 }
 
+// The wgmma stage-1 row when it runs on this GPU and its shared memory fits, else -1.
+int prep_wgmma_row(const FwdShape& s, const registry::Caps& caps) {
+  const int row = runnable(caps, "linear.fwd.prep", "wgmma", s.dtype, s.K, 0);
+  const int64_t smem = prep_sm90_smem(s.K);
+  return row >= 0 && smem > 0 && smem <= caps.smem_block ? row : -1;
+}
+
 // The stage-1 kernel of the fast forward: the wgmma one where it runs (Hopper, D 128 / 256), else mma.sync.
 int plan_prep(const FwdShape& s, const registry::Caps& caps, const tuning::Table& t) {
   const std::string& want = t.get("linear.fwd.prep");
-  if (want == "auto") {
-    const int row = runnable(caps, "linear.fwd.prep", "wgmma", s.dtype, s.K, 0);
-    const int64_t smem = prep_sm90_smem(s.K);
-    if (row >= 0 && smem > 0 && smem <= caps.smem_block) return row;
-  }
+  const int wgmma = want == "auto" || want == "wgmma" ? prep_wgmma_row(s, caps) : -1;
+  if (wgmma >= 0) return wgmma;
   if (want == "auto" || want == "mma") return registry::find("linear.fwd.prep", "mma", s.dtype, s.K, 0);
-  const int row = runnable(caps, "linear.fwd.prep", want.c_str(), s.dtype, s.K, 0);
-  const int64_t smem = want == "wgmma" ? prep_sm90_smem(s.K) : 0;
-  if (row < 0 || smem <= 0 || smem > caps.smem_block) {
-    refuse("delta_rule_fwd", "linear.fwd.prep=" + want,
-           "no runnable linear.fwd.prep." + want + " kernel at D = " + std::to_string(s.K) + " on this GPU");
-  }
-  return row;
+  refuse("delta_rule_fwd", "linear.fwd.prep=" + want,
+         "no runnable linear.fwd.prep." + want + " kernel at D = " + std::to_string(s.K) + " on this GPU");
 }
 
 // The stage-2 row of a variant and tile, when it exists, runs on this GPU and fits its shared memory.
@@ -315,23 +314,25 @@ int bwd_tile_row(const registry::Caps& caps, const tuning::Table& t, const char*
   return row;
 }
 
-// The dstates kernel: the split one where it runs (Hopper, D 128) at tiles 32 / 64, else mma.sync;
-// its shared memory must fit.
+// The split dstates kernel's shared memory at a V tile (32 or 64).
+int64_t dstates_split_smem(int tile) {
+  return tile == 32 ? cuda::bwd::DStatesSplitLayout<128, 32>::kAlloc : cuda::bwd::DStatesSplitLayout<128, 64>::kAlloc;
+}
+
+// The dstates kernel: the split one where it runs (Hopper, D 128) at tiles 32 / 64 and its shared
+// memory fits, else mma.sync.
 int dstates_row(const BwdShape& s, const registry::Caps& caps, const tuning::Table& t) {
   const std::string& want = t.get("linear.bwd.dstates");
   int automatic = pick_dstates_tile(s, caps);
   const int asked = t.get_int("linear.bwd.dstates.tile");
   const int tile = asked != 0 ? asked : automatic;
   const bool split_runs = tile <= 64 && runnable(caps, "linear.bwd.dstates", "split", s.dtype, s.K, tile) >= 0 &&
-                          cuda::bwd::DStatesSplitLayout<128, 32>::kAlloc <= caps.smem_block;
+                          dstates_split_smem(tile) <= caps.smem_block;
   const std::string variant = want == "auto" ? (split_runs ? "split" : "mma") : want;
   if (variant == "split") automatic = std::min(automatic, 64);  // its tiles: 32 and 64
   const int row = bwd_tile_row(caps, t, "linear.bwd.dstates", s.dtype, s.K, automatic, variant);
-  if (variant == "split") {
-    const int tile = registry::row(row).tile;
-    const int64_t smem = tile == 32 ? cuda::bwd::DStatesSplitLayout<128, 32>::kAlloc
-                                    : cuda::bwd::DStatesSplitLayout<128, 64>::kAlloc;
-    if (smem > caps.smem_block) refuse("delta_rule_bwd", "linear.bwd.dstates=split", "its shared memory does not fit");
+  if (variant == "split" && dstates_split_smem(registry::row(row).tile) > caps.smem_block) {
+    refuse("delta_rule_bwd", "linear.bwd.dstates=split", "its shared memory does not fit");
   }
   return row;
 }
