@@ -8,6 +8,7 @@
 import type { DType } from "../mod.ts";
 import { MAX_HEAD_DIM } from "../ops/linear/delta_native.ts";
 import type { Mode } from "./problem.ts";
+import { readWholeNumber } from "./whole_number.ts";
 
 /** An error that ends a command with an exit status and a message (and the usage, when asked). */
 export class CliError extends Error {
@@ -402,12 +403,7 @@ export function parseDtype(text: string, op: OpName): DType {
   return dtype;
 }
 
-/** A non-negative integer flag value, or a UsageError naming the flag. */
+/** A whole-number flag value (`fallback` when absent), or a UsageError naming the flag. */
 export function parseCount(text: string | undefined, flag: string, fallback: number, min = 0): number {
-  if (text === undefined) return fallback;
-  const v = Number(text);
-  if (!/^\d+$/.test(text) || !Number.isSafeInteger(v) || v < min) {
-    throw new UsageError(`--${flag}: expected an integer of at least ${min}, got "${text}"`);
-  }
-  return v;
+  return text === undefined ? fallback : readWholeNumber(`--${flag}`, text, min, (m) => new UsageError(m));
 }

@@ -411,6 +411,7 @@ Deno.test("cli: fmap and the decode ops refuse what they do not take, before mak
     [check("gla", "B1_T16_H2_D16", "--cosformer"), /--cosformer: applies to fmap only, not gla/],
     [check("kda", "B1_T16_H2_D16", "--eps", "0.1"), /--eps: applies to fmap only, not kda/],
     [check("fmap", "B1_T16_H2_D16", "--eps=-1"), /--eps: expected a number of at least 0, got "-1"/],
+    [check("gdn", "B1_T16_H2_D16", "--seed=1.5"), /--seed: expected a whole number of at least 0, got "1.5"/],
     [
       check("fmap", "B1_T16_H2_D16", "--feature-map", "softmax_free", "--eps", "1e-3"),
       /--eps: softmax_free has no normaliser to add it to/,

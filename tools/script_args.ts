@@ -15,6 +15,7 @@
  */
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { isParseArgsError, parseArgsMessage } from "../cli/parse_args_error.ts";
+import { readWholeNumber } from "../cli/whole_number.ts";
 
 /** A wrong command line, as `scriptArgs` and `wholeNumber` report it. */
 export class ScriptUsageError extends Error {
@@ -73,11 +74,7 @@ export function scriptArgs<T extends ParseArgsConfig>(
  * ```
  */
 export function wholeNumber(flag: string, text: string, min = 1): number {
-  const n = /^\s*\d+\s*$/.test(text) ? Number(text) : NaN;
-  if (!Number.isSafeInteger(n) || n < min) {
-    throw new ScriptUsageError(`${flag}: expected a whole number of at least ${min}, got "${text}"`);
-  }
-  return n;
+  return readWholeNumber(flag, text, min, (m) => new ScriptUsageError(m));
 }
 
 /**
