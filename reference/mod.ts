@@ -83,6 +83,12 @@ export {
   NORMALIZE_EPS,
   retentionLogDecay,
 } from "./linear_attention.ts";
+export {
+  l2Normalize,
+  pagedDecodeReference,
+  type PagedDecodeReferenceInputs,
+  type PagedDecodeReferenceOutputs,
+} from "./paged_decode.ts";
 export type { LinearReferenceProblem } from "./sequences.ts";
 export {
   ATTENTION_TOLERANCE,
@@ -95,7 +101,12 @@ export {
   type FeatureMapTolerance,
   GATE_GRADIENT_TOLERANCE,
   type GateFamily,
+  PAGED_DECODE_BASE,
+  pagedDecodeTolerance,
   roundingAllowance,
+  type RowTolerance,
+  type RowToleranceBreach,
+  rowToleranceBreach,
 } from "./tolerance.ts";
 export {
   kdaReference,

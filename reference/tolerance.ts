@@ -318,3 +318,137 @@ export function featureMapGradientTolerance(
     dv: rule,
   };
 }
+
+/**
+ * One result's terms in the paged decode rule ({@link pagedDecodeTolerance}, {@link rowToleranceBreach}):
+ * what its dtype's rounding adds to the float32 base.
+ *
+ * @example
+ * ```ts
+ * import { type RowTolerance, rowToleranceBreach } from "@attnkit/attnkit/reference";
+ * const float32: RowTolerance = { relative: 0, absolute: 0 };
+ * console.log(rowToleranceBreach([1.000001], [1], 1, float32)); // undefined
+ * ```
+ */
+export interface RowTolerance {
+  /** Added to the relative term 2^-16. */
+  readonly relative: number;
+  /** The absolute term. */
+  readonly absolute: number;
+}
+
+/**
+ * The float32 base of the paged decode rule: 2^-16 relative, and 2^-16 of the row's scale.
+ *
+ * @example
+ * ```ts
+ * import { PAGED_DECODE_BASE } from "@attnkit/attnkit/reference";
+ * console.log(PAGED_DECODE_BASE); // 0.0000152587890625
+ * ```
+ */
+export const PAGED_DECODE_BASE = 2 ** -16;
+
+// Half a unit in the last place, relative: a 16-bit result's own rounding.
+const HALF_ULP = { float32: 0, bfloat16: 2 ** -8, float16: 2 ** -11 } as const;
+
+/**
+ * The rule attnkit's tests hold the paged decode steps (`recurrentGdnDecode`, `recurrentKdaDecode`) to,
+ * per element of a row (an output row of V values, a state row of K):
+ *   |actual - oracle| <= (2^-16 + relative) |oracle| + 2^-16 s + absolute,
+ * s the row's largest |oracle| or, for outputs, the largest magnitude of the terms behind them
+ * (`outputMagnitude` of `pagedDecodeReference`: a dot product that cancels is exact only relative to
+ * its terms). 2^-16 covers float32 products over K and the norm's rounding. A 16-bit output adds half
+ * its ulp relative (2^-8 bfloat16, 2^-11 float16) and, for float16, half its subnormal step (2^-25)
+ * absolute; a bfloat16 pool, compared with the oracle's state rounded to bfloat16, two half ulps (a
+ * rounding that float32's order of operations tips the other way).
+ *
+ * @example
+ * ```ts
+ * import { pagedDecodeTolerance } from "@attnkit/attnkit/reference";
+ * const t = pagedDecodeTolerance("bfloat16", "float32");
+ * console.log(t.output.relative, t.state.relative); // 0.00390625 0
+ * ```
+ */
+export function pagedDecodeTolerance(
+  outputDtype: "float32" | "float16" | "bfloat16",
+  stateDtype: "float32" | "bfloat16",
+): { output: RowTolerance; state: RowTolerance } {
+  checkArgument("pagedDecodeTolerance", "outputDtype", outputDtype, ["float32", "float16", "bfloat16"]);
+  checkArgument("pagedDecodeTolerance", "stateDtype", stateDtype, ["float32", "bfloat16"]);
+  return {
+    output: { relative: HALF_ULP[outputDtype], absolute: outputDtype === "float16" ? 2 ** -25 : 0 },
+    state: { relative: 2 * HALF_ULP[stateDtype], absolute: 0 },
+  };
+}
+
+/**
+ * An element past the row rule's bound, as {@link rowToleranceBreach} finds it.
+ *
+ * @example
+ * ```ts
+ * import { type RowToleranceBreach, rowToleranceBreach } from "@attnkit/attnkit/reference";
+ * const breach: RowToleranceBreach | undefined = rowToleranceBreach([0, 5], [0, 4], 2, { relative: 0, absolute: 0 });
+ * console.log(breach?.index, breach?.rowScale); // 1 4
+ * ```
+ */
+export interface RowToleranceBreach {
+  /** Its index. */
+  index: number;
+  /** The value compared. */
+  actual: number;
+  /** The oracle's. */
+  expected: number;
+  /** The bound it broke (NaN where the oracle is NaN and the value is not). */
+  bound: number;
+  /** The row's scale s. */
+  rowScale: number;
+}
+
+/**
+ * The first element of `actual` (rows of `rowLength` values) past the paged decode rule against the
+ * oracle's values ({@link pagedDecodeTolerance} states it), or undefined when every element holds.
+ * Where the oracle is NaN (a value that must stay untouched) the element must be NaN too; any other
+ * NaN breaks the rule.
+ *
+ * @example
+ * ```ts
+ * import { pagedDecodeTolerance, rowToleranceBreach } from "@attnkit/attnkit/reference";
+ * const { output } = pagedDecodeTolerance("float32", "float32");
+ * console.log(rowToleranceBreach([1, 2 + 1e-6], [1, 2], 2, output)); // undefined
+ * console.log(rowToleranceBreach([1, 2.01], [1, 2], 2, output)?.index); // 1
+ * ```
+ */
+export function rowToleranceBreach(
+  actual: ArrayLike<number>,
+  oracle: ArrayLike<number>,
+  rowLength: number,
+  tolerance: RowTolerance,
+  magnitude?: ArrayLike<number>,
+): RowToleranceBreach | undefined {
+  const op = "rowToleranceBreach";
+  checkNumbers(op, "oracle", oracle);
+  expectNumbers(op, "actual", actual, oracle.length, "one value per oracle value");
+  checkArgument(op, "rowLength", rowLength, numberIn(1, 2 ** 31 - 1, true));
+  if (magnitude !== undefined) expectNumbers(op, "magnitude", magnitude, oracle.length, "one per value");
+  for (let start = 0; start < oracle.length; start += rowLength) {
+    const end = Math.min(start + rowLength, oracle.length);
+    let rowScale = 0;
+    for (let i = start; i < end; i++) {
+      if (Number.isFinite(oracle[i])) rowScale = Math.max(rowScale, Math.abs(oracle[i]), magnitude?.[i] ?? 0);
+    }
+    for (let i = start; i < end; i++) {
+      const expected = oracle[i], value = actual[i];
+      if (Number.isNaN(expected)) {
+        if (!Number.isNaN(value)) return { index: i, actual: value, expected, bound: NaN, rowScale };
+        continue;
+      }
+      const bound = (PAGED_DECODE_BASE + tolerance.relative) * Math.abs(expected) +
+        PAGED_DECODE_BASE * rowScale + tolerance.absolute;
+      // Written so that a NaN value fails.
+      if (!(Math.abs(value - expected) <= bound)) {
+        return { index: i, actual: value, expected, bound, rowScale };
+      }
+    }
+  }
+  return undefined;
+}

@@ -1,11 +1,11 @@
-// The paged decode steps (recurrentGdnDecode, recurrentKdaDecode) against a float64 oracle written
-// here: grouped heads, padding indices (0 and negative), fresh slots holding NaN with
+// The paged decode steps (recurrentGdnDecode, recurrentKdaDecode) against their float64 oracle
+// (pagedDecodeReference, reference/paged_decode.ts): grouped heads, padding indices (0 and negative), fresh slots holding NaN with
 // hasInitialState false, slots that no sequence selects (NaN, bitwise untouched), float32 and bfloat16
 // pools, float16 / bfloat16 / float32 rows, both KDA gate transforms, several steps in a row; and the
 // steps against the training op (chunkKda on the same tokens, its gate from gateTransform). The
 // output buffer is poisoned with NaN first.
 //
-// Tolerance rule, per element: |actual - oracle| <= rtol |oracle| + atol s, s the largest |oracle| of the
+// Tolerance rule (pagedDecodeTolerance and rowToleranceBreach in reference/tolerance.ts), per element: |actual - oracle| <= rtol |oracle| + atol s, s the largest |oracle| of the
 // row (or slot row) or, for outputs, the largest size of the terms the step's sums add (a dot product
 // that cancels is exact only relative to its terms). rtol, atol 2^-16 for float32 results (the steps' products over K in float32 at the
 // worst, plus the norm's rounding); a 16-bit output adds half its ulp relative (2^-8 bfloat16, 2^-11
@@ -25,7 +25,8 @@ import {
 } from "../mod.ts";
 import { deviceTest, expectNoLeak, refuses, withSeed } from "./helpers.ts";
 import { generator, normals } from "./oracle_checks.ts";
-import { expectRowsClose, normalize, runCase, type Spec } from "./paged_decode_fixtures.ts";
+import { expectRowsClose, runCase, type Spec } from "./paged_decode_fixtures.ts";
+import { l2Normalize } from "../reference/mod.ts";
 
 const sigmoid = (x: number) => 1 / (1 + Math.exp(-x));
 
@@ -136,7 +137,7 @@ deviceTest(
         // The training op on normalised q and k, its gate from gateTransform, beta = sigmoid(rawBeta).
         const normRows = (x: Float32Array) => {
           const y = new Float32Array(x.length);
-          for (let r = 0; r < x.length; r += K) y.set(normalize(Float64Array.from(x.subarray(r, r + K))), r);
+          for (let r = 0; r < x.length; r += K) y.set(l2Normalize(x.subarray(r, r + K)), r);
           return y;
         };
         using qn = Tensor.from(normRows(qh), { shape: [1, T, H, K], device });

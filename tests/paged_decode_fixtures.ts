@@ -1,9 +1,15 @@
-// The paged decode steps' float64 oracle and one checked case (tests/paged_decode.test.ts and the
-// registry row's exercise in tests/variants.test.ts): the tolerance rule is stated in the test file.
+// One checked case of the paged decode steps against their float64 oracle (reference/paged_decode.ts),
+// for tests/paged_decode.test.ts and the registry row's exercise in tests/variants.test.ts; the
+// tolerance rule is reference/tolerance.ts's pagedDecodeTolerance, restated in the test file.
 import assert from "node:assert/strict";
 import { type Device, type DType, lastPlan, recurrentGdnDecode, recurrentKdaDecode, Tensor } from "../mod.ts";
 import { poison } from "./helpers.ts";
-import { roundBf16 } from "../reference/mod.ts";
+import {
+  pagedDecodeReference,
+  pagedDecodeTolerance,
+  roundBf16,
+  rowToleranceBreach,
+} from "../reference/mod.ts";
 import { generator, normals } from "./oracle_checks.ts";
 
 export interface Spec {
@@ -21,87 +27,10 @@ export interface Spec {
   steps: number;
 }
 
-/** Host copies of one step's inputs, as the kernel sees them (after their rounding). */
-interface Step {
-  qkv: Float64Array;
-  rawGate: Float64Array;
-  rawBeta: Float64Array;
-}
-
-const HALF_ULP: Record<string, number> = { float32: 0, bfloat16: 2 ** -8, float16: 2 ** -11 };
-
-const softplus = (x: number) => (x > 20 ? x : Math.log1p(Math.exp(x)));
-const sigmoid = (x: number) => 1 / (1 + Math.exp(-x));
-
-export function normalize(x: Float64Array): Float64Array {
-  let s = 0;
-  for (const v of x) s += v * v;
-  const inv = 1 / Math.sqrt(s + 1e-6);
-  return x.map((v) => v * inv);
-}
-
-/** One decode step in float64: advances `pool` (a host copy) and returns the output [B, H, V]. */
-export function referenceStep(
-  s: Spec,
-  st: Step,
-  aLog: Float64Array,
-  dtBias: Float64Array,
-  pool: Float64Array,
-  indices: Int32Array,
-  fresh: Uint8Array,
-  scale: number,
-): { out: Float64Array; magnitude: Float64Array } {
-  const { B, H, HK, K, V } = s;
-  const W = 2 * HK * K + H * V, group = H / HK, slotSize = H * V * K;
-  const out = new Float64Array(B * H * V);
-  // Per output, the size of the terms its float32 sums add (a cancelling sum is exact only to them).
-  const magnitude = new Float64Array(B * H * V);
-  for (let b = 0; b < B; b++) {
-    const slot = indices[b];
-    if (slot <= 0) continue;
-    for (let h = 0; h < H; h++) {
-      const hk = Math.floor(h / group);
-      const row = st.qkv.subarray(b * W, (b + 1) * W);
-      const q = normalize(row.slice(hk * K, hk * K + K));
-      const k = normalize(row.slice((HK + hk) * K, (HK + hk) * K + K));
-      const v = row.subarray(2 * HK * K + h * V, 2 * HK * K + h * V + V);
-      const a = Math.exp(aLog[h]);
-      const decay = new Float64Array(K);
-      for (let c = 0; c < K; c++) {
-        const x = s.perChannel
-          ? st.rawGate[(b * H + h) * K + c] + dtBias[h * K + c]
-          : st.rawGate[b * H + h] + dtBias[h];
-        const g = s.kind === "bounded" ? (s.lowerBound ?? -5) * sigmoid(a * x) : -a * softplus(x);
-        decay[c] = Math.exp(g);
-      }
-      const beta = sigmoid(st.rawBeta[b * H + h]);
-      const base = slot * slotSize + h * V * K;
-      for (let j = 0; j < V; j++) {
-        let pred = 0, predSize = 0;
-        for (let c = 0; c < K; c++) {
-          const e = fresh[b] ? 0 : pool[base + j * K + c];
-          pool[base + j * K + c] = decay[c] * e;
-          pred += pool[base + j * K + c] * k[c];
-          predSize += Math.abs(pool[base + j * K + c] * k[c]);
-        }
-        const u = beta * (v[j] - pred), uSize = beta * (Math.abs(v[j]) + predSize);
-        let o = 0, size = 0;
-        for (let c = 0; c < K; c++) {
-          size += (Math.abs(pool[base + j * K + c]) + uSize * Math.abs(k[c])) * Math.abs(q[c]);
-          pool[base + j * K + c] += u * k[c];
-          o += pool[base + j * K + c] * q[c];
-        }
-        out[(b * H + h) * V + j] = scale * o;
-        magnitude[(b * H + h) * V + j] = Math.abs(scale) * size;
-      }
-    }
-  }
-  return { out, magnitude };
-}
-
 /**
- * Rows of `n` values each: |a - r| <= tol |r| + atol s + abs, s the row's largest |r| or, given, largest
- * magnitude of the terms behind r; NaN where r is NaN (untouched).
+ * Rows of `n` values each under the paged decode rule (reference/tolerance.ts, `rowToleranceBreach`):
+ * |a - r| <= (2^-16 + rel) |r| + 2^-16 s + abs, s the row's largest |r| or, given, largest magnitude of
+ * the terms behind r; NaN where r is NaN (untouched).
  */
 export function expectRowsClose(
   what: string,
@@ -112,24 +41,16 @@ export function expectRowsClose(
   abs = 0,
   magnitude?: ArrayLike<number>,
 ) {
-  const atol = 2 ** -16;
-  for (let start = 0; start < ref.length; start += n) {
-    let scale = 0;
-    for (let i = start; i < start + n; i++) {
-      if (Number.isFinite(ref[i])) scale = Math.max(scale, Math.abs(ref[i]), magnitude?.[i] ?? 0);
-    }
-    for (let i = start; i < start + n; i++) {
-      if (Number.isNaN(ref[i])) {
-        assert.ok(Number.isNaN(actual[i]), `${what}[${i}]: expected the untouched NaN, got ${actual[i]}`);
-        continue;
-      }
-      const err = Math.abs(actual[i] - ref[i]);
-      assert.ok(
-        err <= (2 ** -16 + rel) * Math.abs(ref[i]) + atol * scale + abs,
-        `${what}[${i}]: got ${actual[i]}, expected ${ref[i]} (error ${err}, row scale ${scale})`,
-      );
-    }
-  }
+  const breach = rowToleranceBreach(actual, ref, n, { relative: rel, absolute: abs }, magnitude);
+  if (!breach) return;
+  const { index, actual: got, expected, rowScale } = breach;
+  assert.fail(
+    Number.isNaN(expected)
+      ? `${what}[${index}]: expected the untouched NaN, got ${got}`
+      : `${what}[${index}]: got ${got}, expected ${expected} (error ${
+        Math.abs(got - expected)
+      }, row scale ${rowScale})`,
+  );
 }
 
 export function randomIndices(s: Spec, rnd: () => number): { indices: Int32Array; fresh: Uint8Array } {
@@ -170,6 +91,7 @@ export function runCase(device: Device, s: Spec, seed: number): void {
   using flags = Tensor.from(Array.from(fresh, (f) => (f ? 0 : 1)), { dtype: "bool", device });
   const ref = host(pool);
   const scale = 1 / Math.sqrt(K);
+  const tolerance = pagedDecodeTolerance(s.dtype as "float32", s.poolDtype);
   for (let t = 0; t < s.steps; t++) {
     using qkv = Tensor.from(normals(rnd, B * W), { shape: [B, W], dtype: s.dtype, device });
     using rawGate = Tensor.from(normals(rnd, B * H * (s.perChannel ? K : 1), 2), {
@@ -195,34 +117,46 @@ export function runCase(device: Device, s: Spec, seed: number): void {
         `the planned path at K=${K}: ${path}`,
       );
     }
-    const { out: want, magnitude } = referenceStep(
-      s,
-      { qkv: host(qkv), rawGate: host(rawGate), rawBeta: host(rawBeta) },
-      host(aLog),
-      host(dtBias),
-      ref,
-      indices,
-      t === 0 ? fresh : new Uint8Array(B),
+    const bounded = s.kind === "bounded";
+    const want = pagedDecodeReference({
+      B,
+      H,
+      HK,
+      K,
+      V,
+      numSlots: slots,
+      packedQkv: host(qkv),
+      rawGate: host(rawGate),
+      rawBeta: host(rawBeta),
+      aLog: host(aLog),
+      dtBias: host(dtBias),
+      perChannel: s.perChannel,
+      gateTransform: bounded ? "bounded" : "softplus",
+      ...(bounded ? { lowerBound: s.lowerBound } : {}),
+      stateCache: ref,
+      stateIndices: indices,
+      hasInitialState: t === 0 ? Array.from(fresh, (f) => !f) : undefined,
       scale,
-    );
+    });
+    ref.set(want.stateCache);
     expectRowsClose(
       `step ${t} output`,
       host(o),
-      want,
+      want.output,
       V,
-      HALF_ULP[s.dtype],
-      s.dtype === "float16" ? 2 ** -25 : 0,
-      magnitude,
+      tolerance.output.relative,
+      tolerance.output.absolute,
+      want.outputMagnitude,
     );
     // The pool stores its dtype: the oracle's state is rounded the same way. A rounding may go the other
     // way after float32's different order (one ulp), so the next step starts from the device's own
     // state: a flipped rounding would otherwise show in the next outputs at 16-bit size.
     if (s.poolDtype === "bfloat16") {
       for (let i = 0; i < ref.length; i++) ref[i] = roundBf16(ref[i]);
-      expectRowsClose(`step ${t} pool`, host(pool), ref, K, 2 * HALF_ULP.bfloat16);
+      expectRowsClose(`step ${t} pool`, host(pool), ref, K, tolerance.state.relative);
       ref.set(host(pool));
     }
   }
   // A 16-bit pool: a rounding may go the other way after float32's different order (one ulp).
-  expectRowsClose("pool", host(pool), ref, K, 2 * HALF_ULP[s.poolDtype]);
+  expectRowsClose("pool", host(pool), ref, K, tolerance.state.relative);
 }
