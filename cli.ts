@@ -19,7 +19,9 @@
  * `--eps`, `--cosformer`),
  * `attention`, and the decode steps, forward only: `gdn-decode` (GatedDeltaNetDecodeFwdOp, one token
  * against a float32 state: `B256_H32_D128`), `deltanet-decode` (DeltaNetDecodeFwdOp), `gla-decode`
- * (GLADecodeFwdOp) and `attention-decode`
+ * (GLADecodeFwdOp), `kda-decode` (recurrentKdaDecode: `--gate-transform bounded|softplus`,
+ * `--lower-bound`) and `gdn-pool-decode` (recurrentGdnDecode), both on random slots of a state pool
+ * (`--state-dtype fp32|bf16`), and `attention-decode`
  * (GroupedQueryAttentionDecodeWithKVCacheFwdOp, one query token against a KV cache of SKV rows:
  * `B1_SKV65536_H32_HKV8_D128`; `--page-size P` pages it, `--ragged` draws each sequence's length). `tune` serves attention, attention-decode, gdn and deltanet, the ops
  * with a `tune` option. Run it as

@@ -23,7 +23,7 @@ import {
 } from "../mod.ts";
 import { attentionForward as referenceForward, FLOAT64, samePrecision } from "../reference/attention.ts";
 import { attentionProblem, flashRuleRow, type GatheredRows } from "./attention.ts";
-import { type CaseSettings, type CheckRow, hostValues, type Mode, type OpCase } from "./problem.ts";
+import { type CaseSettings, type CheckRow, hostValues, type Mode, type OpCase, uniforms } from "./problem.ts";
 import { type OpName, UsageError } from "./shape.ts";
 
 /** How attention-decode lays out its cache: `pageSize` 0 for contiguous; `ragged` per-sequence lengths. */
@@ -63,12 +63,6 @@ export function cacheRecordName(flags: CacheFlags): string {
     ...(flags.ragged ? ["ragged"] : []),
   ];
   return notes.length > 0 ? `${fn}(${notes.join(", ")})` : fn;
-}
-
-// Uniform draws in [0, 1) from a seed (a 32-bit LCG: the lengths and pages need only be reproducible).
-function uniforms(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => (s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 4294967296;
 }
 
 // The op takes no output buffer to poison. A NaN-filled block of the output's size, freed just before the

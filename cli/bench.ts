@@ -12,11 +12,13 @@ import { type CacheFlags, cacheRecordName } from "./attention_decode.ts";
 import { CASE_OPTIONS, caseFlags, chooseDevice, defaultTiming, makeCase, timeMode } from "./cases.ts";
 import { renderChart } from "./chart.ts";
 import type { FeatureMapFlags } from "./feature_map.ts";
+import { type PoolFlags, poolRecordName } from "./pool_decode.ts";
 import type { Mode } from "./problem.ts";
 import { note } from "./progress.ts";
 import { readResults, type ResultRecord, type ResultsFile, resultsMarkdown } from "./results.ts";
 import {
   isDecode,
+  isPoolDecode,
   OP_FUNCTION,
   opLabel,
   opModes,
@@ -38,9 +40,10 @@ Times <op> on each shape (median of the timed calls; on a GPU the L2 cache is cl
 writes DIR/<op>.json (records {op, shape, dtype, mode, ms, ref, ref_ms, speedup, tflops, gbps}),
 DIR/<op>.md and DIR/<op>.svg (attnkit vs the reference per shape). Progress goes to stderr. gbps counts
 the least bytes a call moves: the decode ops' (gdn-decode, deltanet-decode, gla-decode: the fp32 state
-read and written, the token's inputs and o; attention-decode: the K and V cache, q, o) and the forwards of the linear ops and fmap (q, k,
-v, o and the float32 gates and beta, once each); it is null for forward + backward, as tflops is for
-the decode ops.
+read and written, the token's inputs and o; kda-decode, gdn-pool-decode: each resumed slot read and each
+named slot written, the token's inputs and o; attention-decode: the K and V cache, q, o) and the forwards
+of the linear ops and fmap (q, k, v, o and the float32 gates and beta, once each); it is null for
+forward + backward, as tflops is for the decode ops.
 
 ${OPS_USAGE}
 
@@ -62,6 +65,9 @@ Options:
   --cosformer          fmap: cosformer's position weights cos, sin(pi t / 2T) (cosWeight, sinWeight)
   --page-size P        attention-decode: a paged cache, pages of P rows drawn at random from the pool
   --ragged             attention-decode: rows per sequence drawn in [1, SKV] (default: SKV each)
+  --gate-transform G   kda-decode: bounded (default) or softplus
+  --lower-bound X      kda-decode, bounded: the gate's floor, at most 0 (default -5; --lower-bound=-3)
+  --state-dtype S      kda-decode, gdn-pool-decode: the state pool's dtype, fp32 (default) or bf16
   --iterations N       timed calls per value (default 3 on cpu, 20 on cuda)
   --warmup N           untimed calls first (default 1 on cpu, 3 on cuda)
   --seed N             seed of the random inputs (default 0)
@@ -83,11 +89,14 @@ interface Reference {
 
 /**
  * The op name a record carries: the op's function, with fmap's feature map and form as the side-by-side
- * benchmarks write them (`featureMapLinearAttention(elu+1, causal)`) and attention-decode's cache layout
- * (`GroupedQueryAttentionDecodePagedWithKVCacheFwdOp(page 64, ragged)`), so --ref pairs like with like.
+ * benchmarks write them (`featureMapLinearAttention(elu+1, causal)`), attention-decode's cache layout
+ * (`GroupedQueryAttentionDecodePagedWithKVCacheFwdOp(page 64, ragged)`) and a pool decode step's
+ * non-default gate transform and pool dtype (`recurrentKdaDecode(softplus, bfloat16 state)`), so --ref
+ * pairs like with like.
  */
-function recordName(op: OpName, fmap: FeatureMapFlags, cache: CacheFlags): string {
+function recordName(op: OpName, fmap: FeatureMapFlags, cache: CacheFlags, pool: PoolFlags): string {
   if (op === "attention-decode") return cacheRecordName(cache);
+  if (isPoolDecode(op)) return poolRecordName(op, pool);
   if (op !== "fmap") return OP_FUNCTION[op];
   const form = fmap.bidirectional ? "bidirectional" : "causal";
   return `${OP_FUNCTION[op]}(${fmap.phi}, ${form}${fmap.cosformer ? ", cosformer" : ""})`;
@@ -96,7 +105,7 @@ function recordName(op: OpName, fmap: FeatureMapFlags, cache: CacheFlags): strin
 // The canonical key of a record of `op` (its name `name` where that tells variants apart), or undefined
 // when its shape is not one the command line names.
 function keyOf(op: OpName, name: string, shape: string, dtype: string, mode: string): string | undefined {
-  const byName = op === "fmap" || op === "attention-decode";
+  const byName = op === "fmap" || op === "attention-decode" || isPoolDecode(op);
   try {
     return [byName ? name : op, shapeName(parseShape(shape, op), op), dtype, mode].join("|");
   } catch {
@@ -178,7 +187,7 @@ export async function benchCommand(args: string[]): Promise<number> {
   if (positionals.length > 1) throw new UsageError(`unexpected argument "${positionals[1]}"`);
   if (!values.shapes) throw new UsageError("missing --shapes");
   if (!values.out) throw new UsageError("missing --out");
-  const { fmap, cache } = caseFlags(op, values);
+  const { fmap, cache, pool } = caseFlags(op, values);
   const shapes: Shape[] = values.shapes.split(",").filter((s) => s).map((s) => parseShape(s, op));
   // By default every mode the op times but attention's bwd alone.
   const taken = opModes(op);
@@ -205,14 +214,15 @@ export async function benchCommand(args: string[]): Promise<number> {
     note(`note: ${values.ref} was recorded on ${refFile.gpu}; this run is on ${gpu}`);
   }
 
-  const fn = recordName(op, fmap, cache);
+  const fn = recordName(op, fmap, cache, pool);
   const records: ResultRecord[] = [];
   const total = shapes.length * modes.length;
   let step = 0;
   for (const shape of shapes) {
     const causal = values.causal! || shape.causal;
     const name = shapeName({ ...shape, causal }, op);
-    using c = makeCase(op, { shape, dtype, device, seed, l2norm: values.l2norm!, ...fmap, cache }, causal);
+    const settings = { shape, dtype, device, seed, l2norm: values.l2norm!, ...fmap, cache, pool };
+    using c = makeCase(op, settings, causal);
     for (const mode of modes) {
       step++;
       note(`bench ${op} ${name} ${mode} (${step}/${total})`);

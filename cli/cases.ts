@@ -18,11 +18,23 @@ import { type FeatureMapFlags, fmapCase, fmapOracleSeconds, parseFeatureMapFlags
 import { glaCase, glaOracleSeconds } from "./gla.ts";
 import { kdaCase, kdaOracleSeconds } from "./kda.ts";
 import { linearCase, linearOracleSeconds } from "./linear.ts";
+import { parsePoolFlags, poolDecodeCase, type PoolFlags } from "./pool_decode.ts";
 import { stateDecodeCase } from "./state_decode.ts";
 import type { CaseSettings, Mode, OpCase } from "./problem.ts";
-import { checkCausal, checkL2norm, CliError, type OpName, type Shape, UsageError } from "./shape.ts";
+import {
+  checkCausal,
+  checkL2norm,
+  CliError,
+  isPoolDecode,
+  type OpName,
+  type Shape,
+  UsageError,
+} from "./shape.ts";
 
-/** The op-specific flags `check` and `bench` share, for their parseArgs: the mask, the L2 norm, fmap's, attention-decode's. */
+/**
+ * The op-specific flags `check` and `bench` share, for their parseArgs: the mask, the L2 norm, fmap's,
+ * attention-decode's, the pool decode steps'.
+ */
 export const CASE_OPTIONS = {
   causal: { type: "boolean", default: false },
   l2norm: { type: "boolean", default: false },
@@ -32,6 +44,9 @@ export const CASE_OPTIONS = {
   cosformer: { type: "boolean", default: false },
   "page-size": { type: "string" },
   ragged: { type: "boolean", default: false },
+  "gate-transform": { type: "string" },
+  "lower-bound": { type: "string" },
+  "state-dtype": { type: "string" },
 } as const;
 
 /** The values of {@link CASE_OPTIONS} as parseArgs returns them. */
@@ -44,15 +59,22 @@ export interface CaseFlagValues {
   cosformer?: boolean;
   "page-size"?: string;
   ragged?: boolean;
+  "gate-transform"?: string;
+  "lower-bound"?: string;
+  "state-dtype"?: string;
 }
 
 /** Reads the op-specific flags, each refused (a UsageError) for an op that does not take it. */
-export function caseFlags(op: OpName, values: CaseFlagValues): { fmap: FeatureMapFlags; cache: CacheFlags } {
+export function caseFlags(
+  op: OpName,
+  values: CaseFlagValues,
+): { fmap: FeatureMapFlags; cache: CacheFlags; pool: PoolFlags } {
   checkCausal(op, values.causal);
   checkL2norm(op, values.l2norm);
   return {
     fmap: parseFeatureMapFlags(op, values["feature-map"], values.bidirectional, values.eps, values.cosformer),
     cache: parseCacheFlags(op, values["page-size"], values.ragged),
+    pool: parsePoolFlags(op, values["gate-transform"], values["lower-bound"], values["state-dtype"]),
   };
 }
 
@@ -69,6 +91,7 @@ export function makeCase(op: OpName, settings: CaseSettings, causal: boolean): O
   if (op === "gdn-decode" || op === "deltanet-decode" || op === "gla-decode") {
     return stateDecodeCase(settings, op);
   }
+  if (isPoolDecode(op)) return poolDecodeCase(settings, op);
   if (op === "attention-decode") return attentionDecodeCase(settings);
   return glaCase(settings, op);
 }
@@ -87,7 +110,9 @@ export function oracleSeconds(
   if (op === "attention") return attentionOracleSeconds(shape, causal, batches, backward);
   // A decode step is the oracle of its family over one token, forward only (the shape's seq is 1).
   if (op === "attention-decode") return attentionOracleSeconds(shape, false, batches, false);
-  if (op === "gdn" || op === "deltanet" || op === "gdn-decode" || op === "deltanet-decode") {
+  if (
+    op === "gdn" || op === "deltanet" || op === "gdn-decode" || op === "deltanet-decode" || isPoolDecode(op)
+  ) {
     return linearOracleSeconds(shape, batches, backward);
   }
   if (op === "kda") return kdaOracleSeconds(shape, batches, backward);

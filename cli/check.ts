@@ -39,8 +39,8 @@ ${OPS_USAGE}
 Options:
   --shape SHAPE        e.g. B2_T1000_H4_D128; attention B2_S1024_H8_HKV2_D128 (HKV: key-value heads,
                        SKV: key length); linear ops HK (query/key heads), DV (value dim); fmap DV;
-                       gdn-decode, deltanet-decode, gla-decode B256_H32_D128 (no T: one token; T1
-                       allowed), HK, DV; attention-decode
+                       gdn-decode, deltanet-decode, gla-decode, kda-decode, gdn-pool-decode
+                       B256_H32_D128 (no T: one token; T1 allowed), HK, DV; attention-decode
                        B1_SKV65536_H32_HKV8_D128 (SKV or S: the cache length; one query token), HKV
   --dtype DTYPE        bf16 (default), fp16, fp32 (not attention, attention-decode)
   --device DEVICE      cpu, cuda, cuda:N (default: cuda when present)
@@ -53,6 +53,9 @@ Options:
   --cosformer          fmap: cosformer's position weights cos, sin(pi t / 2T) (cosWeight, sinWeight)
   --page-size P        attention-decode: a paged cache, pages of P rows drawn at random from the pool
   --ragged             attention-decode: rows per sequence drawn in [1, SKV] (default: SKV each)
+  --gate-transform G   kda-decode: bounded (default) or softplus
+  --lower-bound X      kda-decode, bounded: the gate's floor, at most 0 (default -5; --lower-bound=-3)
+  --state-dtype S      kda-decode, gdn-pool-decode: the state pool's dtype, fp32 (default) or bf16
   --backward           check the gradients too, and time forward + backward (not the decode ops)
   --seed N             seed of the random inputs (default 0)
   --oracle-batches N   compare only the first N batch rows (the op runs on all; the oracle is slow)
@@ -65,7 +68,8 @@ Options:
 Examples:
   attnkit check gdn --shape B2_T1000_H4_D128 --dtype bf16 --device cuda --backward
   attnkit check fmap --shape B2_T1024_H8_D64 --feature-map relu --bidirectional --backward
-  attnkit check gdn-decode --shape B256_H32_D128 --l2norm   # GB/s beside the time`;
+  attnkit check gdn-decode --shape B256_H32_D128 --l2norm   # GB/s beside the time
+  attnkit check kda-decode --shape B64_H16_D128 --state-dtype bf16   # a slot pool, random slots`;
 
 // Above this many seconds the oracle refuses to start without --force; above NOTE_SECONDS it says so.
 const LIMIT_SECONDS = 300;
@@ -129,7 +133,7 @@ export function checkCommand(args: string[]): number {
   const shape = parseShape(values.shape, op);
   const causal = values.causal || shape.causal;
   checkBackward(op, values.backward!);
-  const { fmap, cache } = caseFlags(op, values);
+  const { fmap, cache, pool } = caseFlags(op, values);
   const { bidirectional } = fmap;
   // The oracle's cost follows fmap's causal form as it does attention's mask.
   const masked = op === "fmap" ? !bidirectional : causal;
@@ -174,7 +178,7 @@ export function checkCommand(args: string[]): number {
       false,
     );
   }
-  const settings = { shape, dtype, device, seed, l2norm: values.l2norm!, ...fmap, cache };
+  const settings = { shape, dtype, device, seed, l2norm: values.l2norm!, ...fmap, cache, pool };
   using c = makeCase(op, settings, causal);
   const title = `attnkit check ${op} ${shapeName(shape, op)}${causal && !shape.causal ? "_causal" : ""} ` +
     `${dtype} on ${device} (seed ${seed})`;

@@ -78,9 +78,12 @@ export function modeFactor(family: "linear" | "attention", mode: "fwd" | "bwd" |
  * The least bytes one call moves, the benchmarks' GB/s convention: each tensor in `read` read once, each
  * in `written` written once, none twice (caches and re-reads not counted). The command line counts
  * the state decode steps' fp32 state read and written (bench/linear_side_by_side.ts's `2 B H K V 4`)
- * plus the token's inputs (q, k, v and the gates) and o; attention-decode's K and V cache rows (bench/decode_side_by_side.ts's
- * `2 B Skv Hkv D 2` in bf16) plus q and o; and the forward of the linear ops and fmap as
- * bench/gla_side_by_side.ts states it, q, k, v, o once and the float32 side inputs (gates, beta) once.
+ * plus the token's inputs (q, k, v and the gates) and o; the pool decode steps' token inputs (the
+ * packed row, raw gate and beta, aLog, dtBias, indices and flags) and o, plus each resumed slot read
+ * and each named slot written (bench/paged_decode_side_by_side.ts counts the slots alone);
+ * attention-decode's K and V cache rows (bench/decode_side_by_side.ts's `2 B Skv Hkv D 2` in bf16) plus
+ * q and o; and the forward of the linear ops and fmap as bench/gla_side_by_side.ts states it, q, k, v, o
+ * once and the float32 side inputs (gates, beta) once.
  */
 export function leastBytes(read: readonly Tensor[], written: readonly Tensor[]): number {
   return [...read, ...written].reduce((sum, t) => sum + t.nbytes, 0);

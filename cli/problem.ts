@@ -6,7 +6,9 @@
  * @module
  */
 import { compare, type Device, type DType, type FeatureMapKind, Tensor } from "../mod.ts";
+import { PAGED_DECODE_BASE, type RowTolerance, rowToleranceBreach } from "../reference/tolerance.ts";
 import type { CacheFlags } from "./attention_decode.ts";
+import type { PoolFlags } from "./pool_decode.ts";
 import type { Shape } from "./shape.ts";
 
 /** The verdict on one output of a check. */
@@ -50,6 +52,8 @@ export interface CaseSettings {
   cosformer?: boolean;
   /** attention-decode: the cache's layout (default contiguous, every row valid). */
   cache?: CacheFlags;
+  /** kda-decode, gdn-pool-decode: the gate transform and the pool's dtype (default KDA's bounded, float32). */
+  pool?: PoolFlags;
 }
 
 /** Random inputs of one op and shape on a device: checked against the oracle and timed. */
@@ -107,6 +111,22 @@ export function trainingCall(
   throw new Error(`${op} times fwd and fwdbwd, not ${mode}`);
 }
 
+/**
+ * Uniform draws in [0, 1) from a seed: a 32-bit LCG, enough for the layouts a case draws (cache lengths
+ * and pages, pool slots), which need only be reproducible.
+ *
+ * @example
+ * ```ts
+ * import { uniforms } from "./problem.ts";
+ * const a = uniforms(7), b = uniforms(7);
+ * console.log(a() === b()); // true: the same seed, the same draws
+ * ```
+ */
+export function uniforms(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => (s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 4294967296;
+}
+
 /** A tensor's values as float64 (16-bit values widen exactly); the first `count` elements. */
 export function hostValues(t: Tensor, count = t.numel): Float64Array {
   const all = t.toArray() as Float32Array;
@@ -151,4 +171,38 @@ export function byMaxAbs(
 ): CheckRow {
   const c = compare(actual, oracle);
   return verdict(name, c, `max abs <= ${bound.toExponential(2)} (${why})`, c.maxAbs <= bound);
+}
+
+/**
+ * Judges an output element by element under the paged decode steps' row rule (`rowToleranceBreach`):
+ * `|error| <= (2^-16 + relative) |oracle| + 2^-16 s + absolute`, s the row's scale (its largest |oracle|,
+ * or `magnitude` where given); a failure names the first element past its bound.
+ *
+ * @example
+ * ```ts
+ * import { byRowTolerance } from "./problem.ts";
+ * const row = byRowTolerance("output", [1, 2.01], [1, 2], 2, { relative: 0, absolute: 0 });
+ * console.log(row.pass, row.problem); // false element 1: ...
+ * ```
+ */
+export function byRowTolerance(
+  name: string,
+  actual: ArrayLike<number>,
+  oracle: ArrayLike<number>,
+  rowLength: number,
+  tolerance: RowTolerance,
+  magnitude?: ArrayLike<number>,
+): CheckRow {
+  const c = compare(actual, oracle);
+  const breach = rowToleranceBreach(actual, oracle, rowLength, tolerance, magnitude);
+  const relative = (PAGED_DECODE_BASE + tolerance.relative).toExponential(1);
+  const absolute = tolerance.absolute > 0 ? ` + ${tolerance.absolute.toExponential(1)}` : "";
+  const bound = `|err| <= ${relative} |ref| + 2^-16 row scale${absolute}`;
+  const row = verdict(name, c, bound, breach === undefined);
+  if (breach && !row.problem) {
+    const { index, actual: got, expected, bound: limit } = breach;
+    row.problem = `element ${index}: ${got.toExponential(3)} vs ${expected.toExponential(3)}, ` +
+      `bound ${limit.toExponential(2)}`;
+  }
+  return row;
 }

@@ -48,6 +48,8 @@ export const OPS = [
   "gdn-decode",
   "deltanet-decode",
   "gla-decode",
+  "kda-decode",
+  "gdn-pool-decode",
   "attention-decode",
 ] as const;
 
@@ -78,6 +80,10 @@ const OP_ALIASES: Record<string, OpName> = {
   "delta-decode": "deltanet-decode",
   "gla-decode": "gla-decode",
   gla_decode: "gla-decode",
+  "kda-decode": "kda-decode",
+  kda_decode: "kda-decode",
+  "gdn-pool-decode": "gdn-pool-decode",
+  gdn_pool_decode: "gdn-pool-decode",
   "attention-decode": "attention-decode",
   attention_decode: "attention-decode",
 };
@@ -85,7 +91,7 @@ const OP_ALIASES: Record<string, OpName> = {
 /**
  * The op a name stands for (aliases: `gated-deltanet`, `delta`, `simple_gla`, `retnet`, `linear_attn`,
  * `feature-map`, `feature_map`, `gdn_decode`, `deltanet_decode`, `delta-decode`, `gla_decode`,
- * `attention_decode`), or a UsageError listing the ops.
+ * `kda_decode`, `gdn_pool_decode`, `attention_decode`), or a UsageError listing the ops.
  */
 export function parseOp(name: string | undefined): OpName {
   if (name === undefined) throw new UsageError(`missing op; ops: ${OPS.join(", ")}`);
@@ -108,13 +114,16 @@ export const OP_FUNCTION: Readonly<Record<OpName, string>> = {
   "gdn-decode": "GatedDeltaNetDecodeFwdOp",
   "deltanet-decode": "DeltaNetDecodeFwdOp",
   "gla-decode": "GLADecodeFwdOp",
+  "kda-decode": "recurrentKdaDecode",
+  "gdn-pool-decode": "recurrentGdnDecode",
   "attention-decode": "GroupedQueryAttentionDecodeWithKVCacheFwdOp",
 };
 
 /**
  * What an op is, for its shape, flags and modes: a chunked linear op (`linear`), feature-map linear
- * attention, softmax attention, one decode step of a linear op against its state (`state-decode`), or
- * one query token per sequence against a KV cache (`cache-decode`).
+ * attention, softmax attention, one decode step of a linear op against its state (`state-decode`: a
+ * `[B, H, K, V]` state, or the slots of a state pool), or one query token per sequence against a KV
+ * cache (`cache-decode`).
  */
 export type OpFamily = "linear" | "feature-map" | "attention" | "state-decode" | "cache-decode";
 
@@ -132,6 +141,8 @@ export const OP_FAMILY: Readonly<Record<OpName, OpFamily>> = {
   "gdn-decode": "state-decode",
   "deltanet-decode": "state-decode",
   "gla-decode": "state-decode",
+  "kda-decode": "state-decode",
+  "gdn-pool-decode": "state-decode",
   "attention-decode": "cache-decode",
 };
 
@@ -176,11 +187,41 @@ export const OPS_USAGE: string = opsLines(
   OPS.map((op) => op === "attention" ? "attention (softmax attention)" : opLabel(op)),
 );
 
+/**
+ * The decode steps on a state pool (cli/pool_decode.ts).
+ *
+ * @example
+ * ```ts
+ * import type { PoolDecodeOp } from "./shape.ts";
+ * const op: PoolDecodeOp = "kda-decode";
+ * ```
+ */
+export type PoolDecodeOp = "kda-decode" | "gdn-pool-decode";
+
+/**
+ * Whether an op is a decode step on a state pool ({@link PoolDecodeOp}).
+ *
+ * @example
+ * ```ts
+ * import { isPoolDecode } from "./shape.ts";
+ * console.log(isPoolDecode("gdn-pool-decode"), isPoolDecode("gdn-decode")); // true false
+ * ```
+ */
+export function isPoolDecode(op: OpName): op is PoolDecodeOp {
+  return op === "kda-decode" || op === "gdn-pool-decode";
+}
+
 /** The ops whose function takes `useQkL2norm` (the `--l2norm` flag). */
 const L2NORM_OPS: readonly OpName[] = ["gdn", "deltanet", "gdn-decode", "deltanet-decode"];
 
-/** Refuses `--l2norm` for an op whose function has no in-kernel L2 norm of q and k (`useQkL2norm`). */
+/**
+ * Refuses `--l2norm` for an op whose function has no in-kernel L2 norm of q and k (`useQkL2norm`), and
+ * for the pool decode steps, which always apply it.
+ */
 export function checkL2norm(op: OpName, l2norm: boolean | undefined): void {
+  if (l2norm && isPoolDecode(op)) {
+    throw new UsageError(`--l2norm: ${opLabel(op)} L2-normalises q and k in every step; drop the flag`);
+  }
   if (l2norm && !L2NORM_OPS.includes(op)) {
     const ops = L2NORM_OPS.join(", ");
     throw new UsageError(`--l2norm: ${opLabel(op)} takes no useQkL2norm; the flag applies to ${ops}`);
@@ -288,11 +329,11 @@ function lengths(text: string, op: OpName, found: Record<string, number>): { seq
  * Reads a shape name: parts joined by `_`, each a letter code and a positive size (`B` batch, `T` or
  * `S` tokens, `H` heads, `D` head dim; attention also `SKV` key length, `HKV` / `KV` key-value heads;
  * the linear ops `HK` query/key heads, `DV` value dim), and optionally `causal` (attention only). B, H
- * and D are required, and T (or S) but for the decode ops: gdn-decode, deltanet-decode and gla-decode
- * step one token (T, if given, is 1; they take HK and DV), attention-decode one query token against a
- * cache of SKV (or S) rows (it takes HKV). fmap takes DV. A part that does not fit the op is refused, and
- * so are head dims above the kernels' largest (256) for the linear ops and their decode steps. HK and HKV
- * divide H.
+ * and D are required, and T (or S) but for the decode ops: gdn-decode, deltanet-decode, gla-decode,
+ * kda-decode and gdn-pool-decode step one token (T, if given, is 1; they take HK and DV),
+ * attention-decode one query token against a cache of SKV (or S) rows (it takes HKV). fmap takes DV. A
+ * part that does not fit the op is refused, and so are head dims above the kernels' largest (256) for the
+ * linear ops and their decode steps. HK and HKV divide H.
  */
 export function parseShape(text: string, op: OpName): Shape {
   const found: Record<string, number> = {};

@@ -47,8 +47,8 @@ and keeps the winners in the tuning cache, where op classes built with tune: tru
 GroupedQueryAttentionFwdOp / BwdOp; attention-decode: GroupedQueryAttentionDecodeWithKVCacheFwdOp;
 gdn: GatedDeltaNetBTHDFwdOp / GatedDeltaNetBwdOp with useQkL2norm; deltanet: DeltaNetFwdOp /
 DeltaNetBwdOp with useQkL2norm, all bshd). The other ops (kda, gla, simple-gla, retention, linear-attn,
-fmap, gdn-decode, deltanet-decode, gla-decode) take no tune option: the planner picks their kernels
-(gdn-decode, deltanet-decode: or kernelMap), and tune refuses them.
+fmap, gdn-decode, deltanet-decode, gla-decode, kda-decode, gdn-pool-decode) take no tune option: the
+planner picks their kernels (gdn-decode, deltanet-decode: or kernelMap), and tune refuses them.
 
 Options:
   --shapes LIST    e.g. B2_S3000_H24_KV8_D128_causal (attention), B1_SKV65536_H32_KV8_D128

@@ -3,7 +3,7 @@
 // files, and the usage errors (exit status 2, the usage printed). Plus the verdict rules, so a check
 // that should fail does.
 import assert from "node:assert/strict";
-import { byMaxAbs, byRelRms } from "../cli/problem.ts";
+import { byMaxAbs, byRelRms, byRowTolerance } from "../cli/problem.ts";
 import { type LinearFamily, linearOpCase } from "../cli/linear_problem.ts";
 import { chunkLinearAttn, type GlaGradients } from "../mod.ts";
 import { gatedLinearReference, gatedLinearReferenceBackward } from "../reference/linear_attention.ts";
@@ -395,6 +395,71 @@ deviceTest(
   },
 );
 
+deviceTest(
+  "cli check the pool decode steps (kda-decode, gdn-pool-decode): PASS against pagedDecodeReference, GB/s beside the time",
+  async (device) => {
+    await withSeed(async (seed) => {
+      const common = ["--device", device, "--seed", String(seed), "--iterations", "2", "--quiet"];
+      // Each row: the op, its flags, and what the inputs line says of the gate and the pool.
+      const poolCases = [
+        ["kda-decode", ["--dtype", "bf16"], /gate bounded \(lowerBound -5\) per key channel/, "float32"],
+        [
+          "kda-decode",
+          ["--dtype", "fp32", "--gate-transform", "softplus", "--state-dtype", "bf16"],
+          /gate softplus per key channel/,
+          "bfloat16",
+        ],
+        ["kda-decode", ["--dtype", "fp16", "--lower-bound=-2"], /gate bounded \(lowerBound -2\)/, "float32"],
+        ["gdn-pool-decode", ["--dtype", "bf16"], /gate softplus per head/, "float32"],
+        [
+          "gdn-pool-decode",
+          ["--dtype", "fp32", "--state-dtype", "bf16"],
+          /gate softplus per head/,
+          "bfloat16",
+        ],
+      ] as const;
+      for (const [op, flags, gate, pool] of poolCases) {
+        const r = await attnkit("check", op, "--shape", "B5_H4_HK2_D32_DV16", ...flags, ...common);
+        expectPass(r, ["output", "new state", "other slots"]);
+        assert.match(
+          r.stdout,
+          new RegExp(`^attnkit check ${op} B5_T1_H4_HK2_D32_DV16 \\w+ on `, "m"),
+          explain(r),
+        );
+        assert.match(r.stdout, gate, explain(r));
+        // A pool larger than B, random slots, padding rows (B > 1).
+        assert.match(
+          r.stdout,
+          new RegExp(`pool \\[(\\d+), 4, 16, 32\\] ${pool} \\(std 0\\.1\\)`),
+          explain(r),
+        );
+        assert.ok(Number(/pool \[(\d+),/.exec(r.stdout)![1]) > 6, explain(r));
+        assert.match(r.stdout, /live rows \d \(fresh \d: their slots NaN\), padding rows [1-9]/, explain(r));
+        assert.match(r.stdout, /^ {2}time fwd +\d+\.\d{3} ms \(median of 2\) +[\d.e+-]+ GB\/s$/m, explain(r));
+      }
+      // One row, no padding; and the first rows of a larger batch only.
+      const single = await attnkit("check", "kda-decode", "--shape", "B1_H2_D64", ...common);
+      expectPass(single, ["output", "new state", "other slots"]);
+      assert.match(
+        single.stdout,
+        /live rows 1 \(fresh [01]: their slots NaN\), padding rows 0/,
+        explain(single),
+      );
+      const some = await attnkit(
+        "check",
+        "gdn-pool-decode",
+        "--shape",
+        "B9_H2_D16",
+        "--oracle-batches",
+        "4",
+        ...common,
+      );
+      expectPass(some, ["output", "new state", "other slots"]);
+      assert.match(some.stdout, /batch rows 4 of 9/, explain(some));
+    });
+  },
+);
+
 Deno.test("cli: fmap and the decode ops refuse what they do not take, before making a tensor", async () => {
   const check = (op: string, shape: string, ...flags: string[]) => ["check", op, "--shape", shape, ...flags];
   const cases: [string[], RegExp][] = [
@@ -459,6 +524,52 @@ Deno.test("cli: fmap and the decode ops refuse what they do not take, before mak
     [check("attention-decode", "B1_S4_SKV16_H2_D16"), /one query token per sequence; S, beside SKV, is 1/],
     [check("attention-decode", "B1_SKV16_H2_D16_causal"), /with no mask to choose; drop "causal"/],
     [check("attention-decode", "B1_SKV16_H2_D16", "--dtype", "fp32"), /attention-decode runs in float16 or/],
+    [
+      check("gdn-pool-decode", "B1_H2_D16", "--gate-transform", "bounded"),
+      /--gate-transform: applies to kda-decode only, not gdn-pool-decode/,
+    ],
+    [
+      check("gdn-decode", "B1_H2_D16", "--lower-bound=-1"),
+      /--lower-bound: applies to kda-decode only, not gdn-decode/,
+    ],
+    [
+      check("gdn-decode", "B1_H2_D16", "--state-dtype", "bf16"),
+      /--state-dtype: applies to kda-decode and gdn-pool-decode only, not gdn-decode/,
+    ],
+    [
+      check("kda-decode", "B1_H2_D16", "--gate-transform", "tanh"),
+      /--gate-transform: expected bounded or softplus, got "tanh"/,
+    ],
+    [
+      check("kda-decode", "B1_H2_D16", "--lower-bound", "1"),
+      /--lower-bound: expected a finite number of at most 0, got "1"/,
+    ],
+    [
+      check("kda-decode", "B1_H2_D16", "--lower-bound", "x"),
+      /--lower-bound: expected a finite number of at most 0, got "x"/,
+    ],
+    [
+      check("kda-decode", "B1_H2_D16", "--gate-transform", "softplus", "--lower-bound=-1"),
+      /--lower-bound: the softplus gate transform has no lower bound; drop the flag/,
+    ],
+    [
+      check("gdn-pool-decode", "B1_H2_D16", "--state-dtype", "fp16"),
+      /--state-dtype: expected fp32 or bf16, got "fp16"/,
+    ],
+    [
+      check("kda-decode", "B1_H2_D16", "--l2norm"),
+      /--l2norm: kda-decode \(recurrentKdaDecode\) L2-normalises q and k in every step; drop the flag/,
+    ],
+    [
+      check("gdn-pool-decode", "B1_H2_D16", "--backward"),
+      /--backward: gdn-pool-decode \(recurrentGdnDecode\) is a decode step, forward only/,
+    ],
+    [check("kda-decode", "B1_T2_H2_D16"), /kda-decode steps one token per sequence; T, if given, is 1/],
+    [check("kda-decode", "B1_H2_D320"), /takes head dims D and DV of at most 256, got D320/],
+    [
+      check("kda", "B1_T16_H2_D16", "--gate-transform", "softplus"),
+      /--gate-transform: applies to kda-decode only, not kda/,
+    ],
   ];
   for (const [args, message] of cases) {
     const r = await attnkit(...args, "--device", "cpu");
@@ -488,6 +599,7 @@ Deno.test("cli bench: decode ops record GB/s (no TFLOP/s); fmap names its featur
       JSON.stringify({
         records: [
           ref("GatedDeltaNetDecodeFwdOp", "B2_T1_H4_D32", "decode", "bfloat16 (fp32 state)", 0.5),
+          ref("recurrentKdaDecode(softplus, bfloat16 state)", "B2_T1_H4_D32", "fwd", "bfloat16", 0.25),
           ref("featureMapLinearAttention(relu, causal)", "B1_T32_H2_D16", "fwd", "bfloat16", 7),
           ref("featureMapLinearAttention(relu, bidirectional)", "B1_T32_H2_D16", "fwd", "bfloat16", 9),
           ref("GroupedQueryAttentionDecodeWithKVCacheFwdOp", "B2_SKV64_H4_KV2_D64", "fwd", "bfloat16", 3),
@@ -529,6 +641,20 @@ Deno.test("cli bench: decode ops record GB/s (no TFLOP/s); fmap names its featur
       "GatedDeltaNetDecodeFwdOp B2_T1_H4_D32 fwd",
       "GatedDeltaNetDecodeFwdOp B1_T1_H4_HK2_D32_DV64 fwd",
     ]);
+    // The pool steps name a non-default gate transform and a bfloat16 pool: each pairs with its own kind.
+    const kdaPool = await bench(
+      "kda-decode",
+      "B2_H4_D32",
+      "--gate-transform",
+      "softplus",
+      "--state-dtype",
+      "bf16",
+    );
+    assert.deepEqual(rows(kdaPool), ["recurrentKdaDecode(softplus, bfloat16 state) B2_T1_H4_D32 fwd"]);
+    assert.equal(kdaPool[0].ref_ms, 0.25);
+    const gdnPool = await bench("gdn-pool-decode", "B2_H4_D32");
+    assert.deepEqual(rows(gdnPool), ["recurrentGdnDecode B2_T1_H4_D32 fwd"]);
+    assert.equal(gdnPool[0].ref_ms, null);
     const attn = await bench("attention-decode", "B2_S64_H4_KV2_D64");
     assert.deepEqual(rows(attn), ["GroupedQueryAttentionDecodeWithKVCacheFwdOp B2_SKV64_H4_KV2_D64 fwd"]);
     // The cache layout is part of the record's name: each pairs with its own layout only.
@@ -542,7 +668,7 @@ Deno.test("cli bench: decode ops record GB/s (no TFLOP/s); fmap names its featur
       "GroupedQueryAttentionDecodePagedWithKVCacheFwdOp(page 16) B2_SKV64_H4_KV2_D64 fwd",
     ]);
     assert.equal(pagedFull[0].ref_ms, null);
-    for (const rec of [...gdn, ...attn, ...paged]) {
+    for (const rec of [...gdn, ...kdaPool, ...gdnPool, ...attn, ...paged]) {
       assert.ok((rec.ms as number) > 0 && (rec.gbps as number) > 0, JSON.stringify(rec));
       assert.equal(rec.tflops, null);
     }
@@ -617,7 +743,7 @@ Deno.test("cli: an unknown op names the ops; an unknown command the commands", a
     r.stderr,
     new RegExp(
       'unknown op "flashmla"; ops: gdn, deltanet, kda, gla, simple-gla, retention, linear-attn, fmap, ' +
-        "attention, gdn-decode, deltanet-decode, gla-decode, attention-decode",
+        "attention, gdn-decode, deltanet-decode, gla-decode, kda-decode, gdn-pool-decode, attention-decode",
     ),
   );
   const c = await attnkit("verify");
@@ -760,6 +886,15 @@ Deno.test("cli verdicts: NaN, stray infinities and errors past the bound fail", 
   assert.equal(byMaxAbs("o", [1, 2, Infinity, 4], oracle, 10, "why").pass, false);
   assert.equal(byMaxAbs("o", [1, 2, 3.5, 4], oracle, 0.4, "why").pass, false);
   assert.equal(byMaxAbs("o", [1, 2, 3.3, 4], oracle, 0.4, "why").pass, true);
+  // The pool decode steps' row rule: 2^-16 (plus the dtype's) of |ref| and of the row's scale.
+  const exact = { relative: 0, absolute: 0 };
+  assert.equal(byRowTolerance("o", [1, 2, 3, 4 + 1e-4], oracle, 4, exact).pass, true);
+  const off = byRowTolerance("o", [1, 2, 3.01, 4], oracle, 4, exact);
+  assert.equal(off.pass, false);
+  assert.match(off.problem ?? "", /^element 2: /);
+  // A padding row (all zero in the oracle) admits nothing but zero; a magnitude widens the row's scale.
+  assert.equal(byRowTolerance("o", [1e-9, 0], [0, 0], 2, exact).pass, false);
+  assert.equal(byRowTolerance("o", [1e-9, 0], [0, 0], 2, exact, [1, 1]).pass, true);
 });
 
 Deno.test("cli linear case: rows joined over batch rows pass; an output off the oracle or a missing gradient fails", () => {
@@ -823,6 +958,8 @@ Deno.test("cli shapes: the names of the recorded results read back to themselves
     const [name, op, canonical] of [
       ["B256_T1_H32_D128", "gdn-decode", "B256_T1_H32_D128"],
       ["B256_H32_HK16_D128_DV64", "gdn-decode", "B256_T1_H32_HK16_D128_DV64"],
+      ["B256_H32_D128", "kda-decode", "B256_T1_H32_D128"],
+      ["B64_T1_H16_HK4_D128", "gdn-pool-decode", "B64_T1_H16_HK4_D128"],
       ["B1_Skv65536_H32_KV8_D128", "attention-decode", "B1_SKV65536_H32_KV8_D128"],
       ["B4_S1_SKV8192_H32_D128", "attention-decode", "B4_SKV8192_H32_D128"],
       ["B4_T4096_H64_D128_DV64", "fmap", "B4_T4096_H64_D128_DV64"],
@@ -864,7 +1001,18 @@ deviceTest(
       assert.equal(bad.code, 2, explain(bad));
       assert.match(bad.stderr, /unknown op "flashmla"/);
       // The ops without a tune option are refused, saying so.
-      for (const op of ["gla", "simple_gla", "retention", "linear-attn", "kda", "fmap", "gdn-decode"]) {
+      for (
+        const op of [
+          "gla",
+          "simple_gla",
+          "retention",
+          "linear-attn",
+          "kda",
+          "fmap",
+          "gdn-decode",
+          "kda-decode",
+        ]
+      ) {
         const untuned = await attnkit("tune", op, "--shapes", "B1_T1_H2_D64", "--cache", cache);
         assert.equal(untuned.code, 2, explain(untuned));
         assert.match(untuned.stderr, /\(\w+\) has nothing to tune: it takes no tune option/);
