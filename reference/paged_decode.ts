@@ -17,7 +17,7 @@
  */
 import { invalidArgument } from "../ffi/errors.ts";
 import type { OptionKind } from "../ops/args.ts";
-import { checkFields, count, expectLength, FINITE, NUMBERS } from "./checks.ts";
+import { checkFields, checkNumbers, count, expectLength, FINITE, NUMBERS } from "./checks.ts";
 import { L2NORM_EPS } from "./delta_rule.ts";
 import { gateTransformReference, type GateTransformReferenceKind } from "./gate_transform.ts";
 import { rowAt } from "./sequences.ts";
@@ -170,6 +170,7 @@ function checkInputs(op: string, x: PagedDecodeReferenceInputs): void {
  * ```
  */
 export function l2Normalize(x: ArrayLike<number>): Float64Array {
+  checkNumbers("l2Normalize", "x", x);
   let sum = 0;
   for (let i = 0; i < x.length; i++) sum += x[i] * x[i];
   const inverse = 1 / Math.sqrt(sum + L2NORM_EPS);

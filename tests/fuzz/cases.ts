@@ -4,6 +4,7 @@
 import * as ak from "../../mod.ts";
 import { tensorMath } from "./tensor_math_cases.ts";
 import { referenceAndCli } from "./reference_cli_cases.ts";
+import { pagedDecodeReferenceCases } from "./paged_decode_reference_cases.ts";
 import { featureMap } from "./feature_map.ts";
 import { glaCases } from "./gla.ts";
 import { gateTransformCases } from "./gate_transform.ts";
@@ -1223,6 +1224,7 @@ export const GENERATORS: readonly [string, Gen, number][] = [
   ["settings and devices", settingsAndDevices, 1],
   ["tensor math", tensorMath, 3],
   ["reference and cli", referenceAndCli, 1],
+  ["paged decode reference", pagedDecodeReferenceCases, 1],
   ["feature map", featureMap, 2],
   ["gated linear", glaCases, 2],
   ["gate transform", gateTransformCases, 1],
