@@ -24,7 +24,7 @@ import {
 import { attentionForward as referenceForward, FLOAT64, samePrecision } from "../reference/attention.ts";
 import { attentionProblem, flashRuleRow, type GatheredRows } from "./attention.ts";
 import { type CaseSettings, type CheckRow, hostValues, type Mode, type OpCase, uniforms } from "./problem.ts";
-import { type OpName, UsageError } from "./shape.ts";
+import { type OpName, refuseForeignFlag, UsageError } from "./shape.ts";
 
 /** How attention-decode lays out its cache: `pageSize` 0 for contiguous; `ragged` per-sequence lengths. */
 export interface CacheFlags {
@@ -41,10 +41,8 @@ export function parseCacheFlags(
   ragged: boolean | undefined,
 ): CacheFlags {
   if (op !== "attention-decode") {
-    if (pageSize !== undefined) {
-      throw new UsageError(`--page-size: applies to attention-decode only, not ${op}`);
-    }
-    if (ragged) throw new UsageError(`--ragged: applies to attention-decode only, not ${op}`);
+    refuseForeignFlag(op, "page-size", pageSize, "attention-decode");
+    refuseForeignFlag(op, "ragged", ragged, "attention-decode");
     return { pageSize: 0, ragged: false };
   }
   if (pageSize !== undefined && !/^[1-9]\d*$/.test(pageSize)) {

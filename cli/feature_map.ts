@@ -30,7 +30,7 @@ import { featureMapForwardFlops, leastBytes, modeFactor } from "./flops.ts";
 import { byRows } from "./linear_problem.ts";
 import type { CaseSettings, CheckRow, Mode, OpCase } from "./problem.ts";
 import { byRelRms, hostValues, poisoned, trainingCall } from "./problem.ts";
-import { type OpName, type Shape, UsageError } from "./shape.ts";
+import { type OpName, refuseForeignFlag, type Shape, UsageError } from "./shape.ts";
 
 // Multiply-adds per second of the quadratic oracle on one core (measured roughly; the estimate only
 // decides whether to warn or refuse). Its work is a score per (query, key) pair over K + V dims; the
@@ -64,10 +64,10 @@ export function parseFeatureMapFlags(
   cosformer?: boolean,
 ): FeatureMapFlags {
   if (op !== "fmap") {
-    if (name !== undefined) throw new UsageError(`--feature-map: applies to fmap only, not ${op}`);
-    if (bidirectional) throw new UsageError(`--bidirectional: applies to fmap only, not ${op}`);
-    if (eps !== undefined) throw new UsageError(`--eps: applies to fmap only, not ${op}`);
-    if (cosformer) throw new UsageError(`--cosformer: applies to fmap only, not ${op}`);
+    refuseForeignFlag(op, "feature-map", name, "fmap");
+    refuseForeignFlag(op, "bidirectional", bidirectional, "fmap");
+    refuseForeignFlag(op, "eps", eps, "fmap");
+    refuseForeignFlag(op, "cosformer", cosformer, "fmap");
     return { phi: "elu+1", bidirectional: false };
   }
   const text = (name ?? "elu+1").toLowerCase();

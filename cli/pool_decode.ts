@@ -30,7 +30,7 @@ import { pagedDecodeTolerance } from "../reference/tolerance.ts";
 import { leastBytes } from "./flops.ts";
 import { byRowTolerance, hostValues, poisoned, uniforms } from "./problem.ts";
 import type { CaseSettings, CheckRow, Mode, OpCase } from "./problem.ts";
-import { isPoolDecode, type OpName, type PoolDecodeOp, UsageError } from "./shape.ts";
+import { isPoolDecode, type OpName, type PoolDecodeOp, refuseForeignFlag, UsageError } from "./shape.ts";
 
 /**
  * What the pool decode flags chose.
@@ -76,16 +76,10 @@ export function parsePoolFlags(
   stateDtype: string | undefined,
 ): PoolFlags {
   if (op !== "kda-decode") {
-    if (gateTransform !== undefined) {
-      throw new UsageError(`--gate-transform: applies to kda-decode only, not ${op}`);
-    }
-    if (lowerBound !== undefined) {
-      throw new UsageError(`--lower-bound: applies to kda-decode only, not ${op}`);
-    }
+    refuseForeignFlag(op, "gate-transform", gateTransform, "kda-decode");
+    refuseForeignFlag(op, "lower-bound", lowerBound, "kda-decode");
   }
-  if (!isPoolDecode(op) && stateDtype !== undefined) {
-    throw new UsageError(`--state-dtype: applies to kda-decode and gdn-pool-decode only, not ${op}`);
-  }
+  if (!isPoolDecode(op)) refuseForeignFlag(op, "state-dtype", stateDtype, "kda-decode and gdn-pool-decode");
   const transform = gateTransform ?? (op === "gdn-pool-decode" ? "softplus" : "bounded");
   if (transform !== "bounded" && transform !== "softplus") {
     throw new UsageError(`--gate-transform: expected bounded or softplus, got "${gateTransform}"`);

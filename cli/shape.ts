@@ -34,6 +34,31 @@ export class UsageError extends CliError {
   }
 }
 
+/**
+ * Refuses a flag given (a value, or true) to an op that does not take it, naming the ops that do.
+ *
+ * @example
+ * ```ts
+ * import { refuseForeignFlag } from "./shape.ts";
+ * refuseForeignFlag("gdn", "ragged", false, "attention-decode"); // not given: nothing
+ * try {
+ *   refuseForeignFlag("gdn", "ragged", true, "attention-decode");
+ * } catch (e) {
+ *   console.log((e as Error).message); // --ragged: applies to attention-decode only, not gdn
+ * }
+ * ```
+ */
+export function refuseForeignFlag(
+  op: string,
+  flag: string,
+  given: string | boolean | undefined,
+  owners: string,
+) {
+  if (given !== undefined && given !== false) {
+    throw new UsageError(`--${flag}: applies to ${owners} only, not ${op}`);
+  }
+}
+
 /** The ops the command line checks and benchmarks. */
 export const OPS = [
   "gdn",
