@@ -15,11 +15,13 @@
  * deno run -A bench/before_after.ts --root .before --out $OUT/before.json
  * deno run -A bench/before_after.ts --out $OUT/after.json
  * deno run -A bench/before_after.ts --compare $OUT/before.json,$OUT/after.json --md $OUT/table.md
+ * # over rounds: each row judged by the median of its per-round ratios (slower past --limit, default 1.03)
+ * deno run -A bench/before_after.ts --compare b1.json,a1.json --compare b2.json,a2.json --compare b3.json,a3.json
  * ```
  *
  * @module
  */
-import { numberOption, scriptArgs } from "../tools/script_args.ts";
+import { checkedOptions, numberOption, scriptArgs, ScriptUsageError } from "../tools/script_args.ts";
 
 /** One timing: `{op, shape, dtype, mode, ms}`. */
 export interface Timed {
@@ -168,20 +170,83 @@ async function measure(root: string, iterations: number): Promise<Timed[]> {
   return out;
 }
 
-function compare(before: Timed[], after: Timed[]): string {
+/** One row of a before / after comparison over rounds. */
+export interface ComparedRow {
+  /** `op shape mode`. */
+  key: string;
+  /** The median milliseconds before and after, over the rounds that have the row on both sides. */
+  before: number;
+  /** See `before`. */
+  after: number;
+  /** Each round's after / before (rounds lacking the row on either side are left out). */
+  ratios: number[];
+  /** The median of `ratios` (NaN when no round has the row on both sides). */
+  median: number;
+  /** `slower` / `faster` when the median is past the limit either way, else `same`. */
+  verdict: "slower" | "faster" | "same" | "n/a";
+}
+
+function median(xs: number[]): number {
+  if (xs.length === 0) return NaN;
+  const s = [...xs].sort((a, b) => a - b), m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+
+/**
+ * Pairs each round's before and after timings by op, shape and mode and judges every row by the median
+ * of its per-round ratios: `slower` past `limit` (1.03: the "no recorded shape slows by more than 3%"
+ * rule), `faster` below its inverse. A median over alternating rounds keeps one noisy round from
+ * deciding, as a single ratio would.
+ *
+ * @example
+ * ```ts
+ * import { compareRounds } from "./bench/before_after.ts";
+ * const t = (ms: number) => [{ op: "attention", shape: "B1", dtype: "bfloat16", mode: "fwd", ms }];
+ * const rows = compareRounds([[t(1), t(1.05)], [t(1), t(1.01)], [t(1), t(1.04)]]);
+ * console.log(rows[0].median, rows[0].verdict); // 1.04 "slower"
+ * ```
+ */
+export function compareRounds(rounds: [Timed[], Timed[]][], limit = 1.03): ComparedRow[] {
   const key = (t: Timed) => `${t.op} ${t.shape} ${t.mode}`;
-  const old = new Map(before.map((t) => [key(t), t.ms]));
+  const keys = [...new Set(rounds.flatMap(([b, a]) => [...b, ...a].map(key)))];
+  return keys.map((k) => {
+    const pairs = rounds.flatMap(([b, a]) => {
+      const before = b.find((t) => key(t) === k), after = a.find((t) => key(t) === k);
+      return before && after ? [[before.ms, after.ms]] : [];
+    });
+    const ratios = pairs.map(([b, a]) => a / b), m = median(ratios);
+    const verdict = Number.isNaN(m) ? "n/a" : m > limit ? "slower" : m < 1 / limit ? "faster" : "same";
+    return {
+      key: k,
+      before: median(pairs.map((p) => p[0])),
+      after: median(pairs.map((p) => p[1])),
+      ratios,
+      median: m,
+      verdict,
+    };
+  });
+}
+
+const fixed = (x: number) => Number.isNaN(x) ? "n/a" : x.toFixed(3);
+
+// The rows as markdown, the rows past the limit named below the table.
+function roundsTable(rows: ComparedRow[], limit: number): string {
   const lines = [
-    "| op | shape | mode | before ms | after ms | after / before |",
-    "| --- | --- | --- | ---: | ---: | ---: |",
+    "| op shape mode | before ms | after ms | after / before, each round | median | verdict |",
+    "| --- | ---: | ---: | --- | ---: | --- |",
+    ...rows.map((r) =>
+      `| ${r.key} | ${fixed(r.before)} | ${fixed(r.after)} | ${r.ratios.map(fixed).join(" ")} | ${
+        fixed(r.median)
+      } | ${r.verdict} |`
+    ),
   ];
-  for (const t of after) {
-    const b = old.get(key(t));
-    const ratio = b === undefined ? "n/a" : (t.ms / b).toFixed(3);
-    lines.push(
-      `| ${t.op} | ${t.shape} | ${t.mode} | ${b?.toFixed(3) ?? "n/a"} | ${t.ms.toFixed(3)} | ${ratio} |`,
-    );
-  }
+  const slower = rows.filter((r) => r.verdict === "slower");
+  lines.push(
+    "",
+    slower.length === 0
+      ? `No row slower by more than ${((limit - 1) * 100).toFixed(0)}% (median of the rounds).`
+      : `Slower by more than ${((limit - 1) * 100).toFixed(0)}%: ${slower.map((r) => r.key).join("; ")}.`,
+  );
   return lines.join("\n");
 }
 
@@ -192,13 +257,29 @@ if (import.meta.main) {
       root: { type: "string", default: "." },
       out: { type: "string" },
       iterations: { type: "string", default: "20" },
-      compare: { type: "string" },
+      compare: { type: "string", multiple: true },
+      limit: { type: "string", default: "1.03" },
       md: { type: "string" },
     },
   });
   if (values.compare) {
-    const [a, b] = values.compare.split(",");
-    const table = compare(JSON.parse(await Deno.readTextFile(a)), JSON.parse(await Deno.readTextFile(b)));
+    const read = async (path: string) => JSON.parse(await Deno.readTextFile(path)) as Timed[];
+    const rounds = await Promise.all(values.compare.map(async (pair) => {
+      const files = pair.split(",");
+      if (files.length !== 2) {
+        checkedOptions(() => {
+          throw new ScriptUsageError(`--compare: expected BEFORE.json,AFTER.json, got "${pair}"`);
+        });
+      }
+      return [await read(files[0]), await read(files[1])] as [Timed[], Timed[]];
+    }));
+    const limit = Number(values.limit);
+    if (!(limit >= 1)) {
+      checkedOptions(() => {
+        throw new ScriptUsageError(`--limit: expected a ratio of at least 1, got "${values.limit}"`);
+      });
+    }
+    const table = roundsTable(compareRounds(rounds, limit), limit);
     console.log(table);
     if (values.md) await Deno.writeTextFile(values.md, `${table}\n`);
   } else {
