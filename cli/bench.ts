@@ -9,7 +9,15 @@ import { parseArgs } from "node:util";
 import { deviceInfo, type DType } from "../mod.ts";
 import { VERSION } from "../ffi/version.ts";
 import { type CacheFlags, cacheRecordName } from "./attention_decode.ts";
-import { CASE_OPTIONS, caseFlags, chooseDevice, defaultTiming, makeCase, timeMode } from "./cases.ts";
+import {
+  CASE_FLAGS_USAGE,
+  CASE_OPTIONS,
+  caseFlags,
+  chooseDevice,
+  defaultTiming,
+  makeCase,
+  timeMode,
+} from "./cases.ts";
 import { renderChart } from "./chart.ts";
 import type { FeatureMapFlags } from "./feature_map.ts";
 import { type PoolFlags, poolRecordName } from "./pool_decode.ts";
@@ -57,17 +65,7 @@ Options:
   --dtype DTYPE        bf16 (default), fp16, fp32 (not attention, attention-decode)
   --device DEVICE      cpu, cuda, cuda:N (default: cuda when present)
   --causal             attention: causal mask for every shape (also a "_causal" shape suffix)
-  --l2norm             gdn, deltanet and their decode steps: L2-normalise q and k in the kernel
-                       (useQkL2norm)
-  --feature-map PHI    fmap: elu+1 (default), relu, identity, softmax_free
-  --bidirectional      fmap: every token sees every other (default causal)
-  --eps E              fmap: the normaliser's eps (default 1e-6; not softmax_free)
-  --cosformer          fmap: cosformer's position weights cos, sin(pi t / 2T) (cosWeight, sinWeight)
-  --page-size P        attention-decode: a paged cache, pages of P rows drawn at random from the pool
-  --ragged             attention-decode: rows per sequence drawn in [1, SKV] (default: SKV each)
-  --gate-transform G   kda-decode: bounded (default) or softplus
-  --lower-bound X      kda-decode, bounded: the gate's floor, at most 0 (default -5; --lower-bound=-3)
-  --state-dtype S      kda-decode, gdn-pool-decode: the state pool's dtype, fp32 (default) or bf16
+${CASE_FLAGS_USAGE}
   --iterations N       timed calls per value (default 3 on cpu, 20 on cuda)
   --warmup N           untimed calls first (default 1 on cpu, 3 on cuda)
   --seed N             seed of the random inputs (default 0)

@@ -31,6 +31,20 @@ import {
   UsageError,
 } from "./shape.ts";
 
+/** The usage lines of the op-specific flags of {@link CASE_OPTIONS} but --causal, as `check` and `bench` print them. */
+export const CASE_FLAGS_USAGE =
+  `  --l2norm             gdn, deltanet and their decode steps: L2-normalise q and k in the kernel
+                       (useQkL2norm)
+  --feature-map PHI    fmap: elu+1 (default), relu, identity, softmax_free (also elu, softmax-free)
+  --bidirectional      fmap: every token sees every other (default causal)
+  --eps E              fmap: the normaliser's eps (default 1e-6; not softmax_free)
+  --cosformer          fmap: cosformer's position weights cos, sin(pi t / 2T) (cosWeight, sinWeight)
+  --page-size P        attention-decode: a paged cache, pages of P rows drawn at random from the pool
+  --ragged             attention-decode: rows per sequence drawn in [1, SKV] (default: SKV each)
+  --gate-transform G   kda-decode: bounded (default) or softplus
+  --lower-bound X      kda-decode, bounded: the gate's floor, at most 0 (default -5; --lower-bound=-3)
+  --state-dtype S      kda-decode, gdn-pool-decode: the state pool's dtype, fp32 (default) or bf16`;
+
 /**
  * The op-specific flags `check` and `bench` share, for their parseArgs: the mask, the L2 norm, fmap's,
  * attention-decode's, the pool decode steps'.

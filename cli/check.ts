@@ -6,6 +6,7 @@
  */
 import { parseArgs } from "node:util";
 import {
+  CASE_FLAGS_USAGE,
   CASE_OPTIONS,
   caseFlags,
   chooseDevice,
@@ -45,17 +46,7 @@ Options:
   --dtype DTYPE        bf16 (default), fp16, fp32 (not attention, attention-decode)
   --device DEVICE      cpu, cuda, cuda:N (default: cuda when present)
   --causal             attention: causal mask (also a "_causal" shape suffix)
-  --l2norm             gdn, deltanet and their decode steps: L2-normalise q and k in the kernel
-                       (useQkL2norm)
-  --feature-map PHI    fmap: elu+1 (default), relu, identity, softmax_free (also elu, softmax-free)
-  --bidirectional      fmap: every token sees every other (default causal)
-  --eps E              fmap: the normaliser's eps (default 1e-6; not softmax_free)
-  --cosformer          fmap: cosformer's position weights cos, sin(pi t / 2T) (cosWeight, sinWeight)
-  --page-size P        attention-decode: a paged cache, pages of P rows drawn at random from the pool
-  --ragged             attention-decode: rows per sequence drawn in [1, SKV] (default: SKV each)
-  --gate-transform G   kda-decode: bounded (default) or softplus
-  --lower-bound X      kda-decode, bounded: the gate's floor, at most 0 (default -5; --lower-bound=-3)
-  --state-dtype S      kda-decode, gdn-pool-decode: the state pool's dtype, fp32 (default) or bf16
+${CASE_FLAGS_USAGE}
   --backward           check the gradients too, and time forward + backward (not the decode ops)
   --seed N             seed of the random inputs (default 0)
   --oracle-batches N   compare only the first N batch rows (the op runs on all; the oracle is slow)
