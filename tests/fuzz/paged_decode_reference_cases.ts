@@ -5,6 +5,7 @@
 // softplus gate, a dtype the rule does not know, rows that do not match).
 import * as ref from "../../reference/mod.ts";
 import type { Case, Rng, Scope } from "./cases.ts";
+import { numbers } from "./reference_cli_cases.ts";
 
 function valid(name: string, run: () => unknown): Case {
   // Host arrays, not tensors: nothing to check for finiteness on a device.
@@ -17,10 +18,6 @@ function invalid(name: string, run: () => unknown): Case {
 
 // A named change to a valid call's inputs.
 type Mutation = [string, () => unknown];
-
-function numbers(rng: Rng, n: number): number[] {
-  return Array.from({ length: n }, () => (rng.next() - 0.5) * 4);
-}
 
 // A pool of B + 1 + e slots, distinct slots for the live rows, some rows padding.
 function inputs(rng: Rng): ref.PagedDecodeReferenceInputs {

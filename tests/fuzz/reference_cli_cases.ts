@@ -15,7 +15,8 @@ function invalid(name: string, run: () => unknown): Case {
   return { name: `reference/cli: ${name}`, expect: "error", finite: false, run };
 }
 
-function numbers(rng: Rng, n: number): number[] {
+/** n host numbers uniform in [-1, 1): the values of a small oracle problem. */
+export function numbers(rng: Rng, n: number): number[] {
   return Array.from({ length: n }, () => rng.next() * 2 - 1);
 }
 
