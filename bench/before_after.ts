@@ -250,6 +250,24 @@ function roundsTable(rows: ComparedRow[], limit: number): string {
   return lines.join("\n");
 }
 
+// --compare's values as [before, after] file pairs, or a ScriptUsageError naming the bad one.
+function comparePairs(values: string[]): [string, string][] {
+  return values.map((pair) => {
+    const files = pair.split(",");
+    if (files.length !== 2) {
+      throw new ScriptUsageError(`--compare: expected BEFORE.json,AFTER.json, got "${pair}"`);
+    }
+    return [files[0], files[1]];
+  });
+}
+
+// --limit as a ratio of at least 1, or a ScriptUsageError.
+function ratioLimit(text: string): number {
+  const limit = Number(text);
+  if (!(limit >= 1)) throw new ScriptUsageError(`--limit: expected a ratio of at least 1, got "${text}"`);
+  return limit;
+}
+
 if (import.meta.main) {
   const { values } = scriptArgs({
     args: Deno.args,
@@ -263,22 +281,12 @@ if (import.meta.main) {
     },
   });
   if (values.compare) {
+    const pairs = checkedOptions(() => comparePairs(values.compare!));
+    const limit = checkedOptions(() => ratioLimit(values.limit!));
     const read = async (path: string) => JSON.parse(await Deno.readTextFile(path)) as Timed[];
-    const rounds = await Promise.all(values.compare.map(async (pair) => {
-      const files = pair.split(",");
-      if (files.length !== 2) {
-        checkedOptions(() => {
-          throw new ScriptUsageError(`--compare: expected BEFORE.json,AFTER.json, got "${pair}"`);
-        });
-      }
-      return [await read(files[0]), await read(files[1])] as [Timed[], Timed[]];
-    }));
-    const limit = Number(values.limit);
-    if (!(limit >= 1)) {
-      checkedOptions(() => {
-        throw new ScriptUsageError(`--limit: expected a ratio of at least 1, got "${values.limit}"`);
-      });
-    }
+    const rounds = await Promise.all(
+      pairs.map(async ([b, a]) => [await read(b), await read(a)] as [Timed[], Timed[]]),
+    );
     const table = roundsTable(compareRounds(rounds, limit), limit);
     console.log(table);
     if (values.md) await Deno.writeTextFile(values.md, `${table}\n`);
