@@ -15,8 +15,11 @@
  *   K K^T 2CK, w = Aw K 2CK, u = Au V 2CV, W S 2KV, Q S 2KV, Q K^T 2CK, P U 2CV, K^T U 2KV
  *   => flops = B T H (6 K V + 6 C K + 4 C V).
  * Forward + backward counts 3x the forward (the usual convention for matrix-product-bound training).
- * Decode is bound by the state: GB/s counts the fp32 state read once and written once,
- * 2 B H K V 4 bytes.
+ * GB/s counts the fewest bytes (bf16 rows, fp32 gate vectors g and beta, or beta alone): the forward reads
+ * q, k, v and the gate vectors once and writes o, B T H (2 (2 K + 2 V) + 4 a gate vector); forward +
+ * backward reads q, k, v, dO and the gate vectors once and writes o, dq, dk, dv and the vectors' gradients,
+ * B T H (2 (4 K + 4 V) + 8 a gate vector). Decode is bound by the state: GB/s counts the fp32 state read
+ * once and written once, 2 B H K V 4 bytes.
  *
  * With `--skip-fla`, FLA is not run (the Python side only makes the inputs) and `ref_ms` comes from
  * FLA's times on this H200 recorded in ANCHORS.md (`ref` then ends in "(ANCHORS.md)").
@@ -237,6 +240,10 @@ if (import.meta.main) {
     const t = file.tensors;
     const [B, T, H, D] = t.q.shape;
     const flops = linearForwardFlops(B, T, H, D, D, CHUNK);
+    // The fewest bytes (see the header); K = V = D.
+    const gateBytes = (op: "gdn" | "delta") => (op === "gdn" ? 8 : 4);
+    const fwdBytes = (op: "gdn" | "delta") => B * T * H * (2 * 4 * D + gateBytes(op));
+    const fwdbwdBytes = (op: "gdn" | "delta") => B * T * H * (2 * 8 * D + 2 * gateBytes(op));
     for (const op of ["gdn", "delta"] as const) {
       if (!ops.has(op)) continue;
       const gated = op === "gdn";
@@ -269,7 +276,7 @@ if (import.meta.main) {
         ref_ms: fwdRef.ms,
         speedup: ourFwd !== null && fwdRef.ms !== null ? fwdRef.ms / ourFwd : null,
         tflops: ourFwd !== null ? flops / ourFwd / 1e9 : null,
-        gbps: null,
+        gbps: ourFwd !== null ? fwdBytes(op) / ourFwd / 1e6 : null,
         max_rel_diff: outDiff?.maxRel ?? null,
         rel_rms: outDiff?.relRms ?? null,
         state_rel_rms: stateDiff?.relRms ?? null,
@@ -310,7 +317,7 @@ if (import.meta.main) {
         ref_ms: fbRef.ms,
         speedup: ourFb !== null && fbRef.ms !== null ? fbRef.ms / ourFb : null,
         tflops: ourFb !== null ? 3 * flops / ourFb / 1e9 : null,
-        gbps: null,
+        gbps: ourFb !== null ? fwdbwdBytes(op) / ourFb / 1e6 : null,
         max_rel_diff: null,
         rel_rms: null,
         state_rel_rms: null,

@@ -1,9 +1,10 @@
 /**
  * Judges side-by-side records (`bench/attention_side_by_side.ts`, `bench/linear_side_by_side.ts`, or any
  * file of `{op, shape, mode, ref, ms, speedup, tflops, gbps}` rows) against the goals in
- * `bench/perf_goals.json`, and prints one markdown row per goal: the measured value, the goal, and whether
- * it is met. A goal no record matches is reported as not measured, never as met. When several files hold the
- * same row, the one named last wins.
+ * `bench/perf_goals.json`, and prints one markdown row per goal: the measured value, the goal, whether it
+ * is met, and the fraction of the floor the row reaches (`bench/ceilings.ts`: its TFLOP/s and GB/s against
+ * the H200's ceilings). A goal no record matches is reported as not measured, never as met. When several
+ * files hold the same row, the one named last wins.
  *
  * @example
  * ```sh
@@ -13,6 +14,7 @@
  * @module
  */
 import { scriptArgs } from "../tools/script_args.ts";
+import { floorFraction } from "./ceilings.ts";
 
 /** What a goal bounds from below. */
 export type GoalMetric = "speedup" | "tflops" | "gbps";
@@ -142,7 +144,8 @@ export function judgeGoals(goals: readonly PerfGoal[], records: readonly GoalRec
 const fmt = (x: number | null, digits: number) => (x === null ? "n/a" : x.toFixed(digits));
 
 /**
- * The verdicts as a markdown table and a summary line.
+ * The verdicts as a markdown table (TFLOP/s, GB/s and the fraction of the floor beside each verdict) and a
+ * summary line.
  *
  * @example
  * ```ts
@@ -152,17 +155,19 @@ const fmt = (x: number | null, digits: number) => (x === null ? "n/a" : x.toFixe
  */
 export function goalsTable(verdicts: readonly GoalVerdict[]): string {
   const lines = [
-    "| row | shape | mode | attnkit ms | ref | ref ms | metric | value | goal | met |",
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    "| row | shape | mode | attnkit ms | ref | ref ms | metric | value | goal | met | TFLOP/s | GB/s | of floor |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
   ];
   for (const { goal, record, value, met } of verdicts) {
     const digits = goal.metric === "speedup" ? 2 : 0;
+    const tflops = record?.tflops ?? null, gbps = record?.gbps ?? null;
+    const floor = floorFraction(tflops, gbps);
     lines.push(
       `| ${goal.row} | ${goal.shape} | ${goal.mode} | ${fmt(record?.ms ?? null, 3)} | ${
         record?.ref ?? goal.ref
       } | ${fmt(record?.ref_ms ?? null, 3)} | ${goal.metric} | ${fmt(value, digits)} | ${goal.goal} | ${
         met === null ? "not measured" : met ? "yes" : "no"
-      } |`,
+      } | ${fmt(tflops, 0)} | ${fmt(gbps, 0)} | ${floor === null ? "n/a" : `${(100 * floor).toFixed(0)}%`} |`,
     );
   }
   const met = verdicts.filter((v) => v.met === true).length;

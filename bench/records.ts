@@ -14,9 +14,10 @@
  * @module
  */
 import { cudaAvailable, deviceInfo, lastPlan, Tensor, timeIt } from "../mod.ts";
+import { COPY_CEILING_GBPS } from "./ceilings.ts";
 
-/** The H200's device-copy ceiling in GB/s (ANCHORS.md), against which memory-bound rows are reported. */
-export const COPY_CEILING_GBPS = 4252;
+// The H200's device-copy ceiling in GB/s (ANCHORS.md), against which memory-bound rows are reported.
+export { COPY_CEILING_GBPS };
 
 /**
  * The options every CUDA benchmark script takes (`--results DIR`, `--iterations N`), for its `parseArgs`

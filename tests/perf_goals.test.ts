@@ -1,6 +1,7 @@
 // The performance goals' checker (bench/perf_goals.ts): the shipped goals name rows the side-by-side scripts
 // record, and the verdicts are right for met, missed and unmeasured goals. Runs anywhere (no GPU).
 import assert from "node:assert/strict";
+import { floorFraction } from "../bench/ceilings.ts";
 import {
   type GoalRecord,
   goalsTable,
@@ -93,6 +94,17 @@ Deno.test("perf goals: met, missed and unmeasured goals; the last matching recor
   assert.match(table, /\| missed \| .* \| no \|/);
   assert.match(table, /\| other ref \| .* \| not measured \|/);
   assert.match(table, /3 of 6 goals met \(2 not measured\)$/);
+  // The fraction of the floor beside each verdict: 651 of 699 TFLOP/s; n/a for a goal not measured.
+  assert.match(table, /\| met \| .* \| 651 \| n\/a \| 93% \|/);
+  assert.match(table, /\| other ref \| .* \| n\/a \| n\/a \| n\/a \|/);
+});
+
+Deno.test("perf goals: the fraction of the floor is the nearer of the two ceilings", () => {
+  assert.equal(floorFraction(null, null), null);
+  assert.ok(Math.abs(floorFraction(699, null)! - 1) < 1e-12);
+  assert.ok(Math.abs(floorFraction(null, 3827)! - 3827 / 4252) < 1e-12, "a decode row: bytes alone");
+  // A GDN forward: 150 TFLOP/s is 21% of the peak, 2126 GB/s is 50% of the copy rate: the bytes bound it.
+  assert.ok(Math.abs(floorFraction(150, 2126)! - 0.5) < 1e-12);
 });
 
 Deno.test("perf goals: both results layouts read; malformed goals and results refused by name", () => {
