@@ -165,6 +165,9 @@ export function poolDecodeCase(settings: CaseSettings, op: PoolDecodeOp): OpCase
   const flags = settings.pool ?? parsePoolFlags(op, undefined, undefined, undefined);
   const B = shape.batch, H = shape.heads, HK = shape.headsQk, K = shape.dim, V = shape.dimV;
   const perChannel = op === "kda-decode", bounded = flags.gateTransform === "bounded";
+  // The bounded gate's floor: the flag's, else -5 (recurrentKdaDecode's and the oracle's default, passed
+  // explicitly so that the step, the oracle and the description name the same one).
+  const lowerBound = flags.lowerBound ?? -5;
   const W = 2 * HK * K + H * V, slotSize = H * V * K;
   const { numSlots, indices, resume } = drawLayout(B, seed + 5);
   const live = (rows: number) => Array.from(indices.subarray(0, rows)).filter((s) => s > 0);
@@ -210,7 +213,7 @@ export function poolDecodeCase(settings: CaseSettings, op: PoolDecodeOp): OpCase
       recurrentKdaDecode(qkv, rawGate, rawBeta, aLog, dtBias, pool, slots, {
         ...options,
         gateTransform: flags.gateTransform,
-        ...(bounded ? { lowerBound: flags.lowerBound ?? -5 } : {}),
+        ...(bounded ? { lowerBound } : {}),
       });
     }
   };
@@ -223,9 +226,7 @@ export function poolDecodeCase(settings: CaseSettings, op: PoolDecodeOp): OpCase
   const fresh = indices.filter((s, b) => s > 0 && !resume[b]).length;
   const pads = indices.filter((s) => s <= 0).length;
   const gate = perChannel
-    ? bounded
-      ? `gate bounded (lowerBound ${flags.lowerBound ?? -5}) per key channel`
-      : "gate softplus per key channel"
+    ? bounded ? `gate bounded (lowerBound ${lowerBound}) per key channel` : "gate softplus per key channel"
     : "gate softplus per head";
   const tol = pagedDecodeTolerance(dtype as "float32", flags.stateDtype);
 
@@ -266,7 +267,7 @@ export function poolDecodeCase(settings: CaseSettings, op: PoolDecodeOp): OpCase
         dtBias: hostValues(dtBias),
         perChannel,
         gateTransform: flags.gateTransform,
-        ...(bounded ? { lowerBound: flags.lowerBound ?? -5 } : {}),
+        ...(bounded ? { lowerBound } : {}),
         stateCache: compact,
         stateIndices: Array.from(indices.subarray(0, batches), (s) => s > 0 ? 1 + checked.indexOf(s) : s),
         hasInitialState: resume.slice(0, batches),
