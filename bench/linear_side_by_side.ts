@@ -34,6 +34,7 @@
  */
 import { linearForwardFlops } from "../cli/flops.ts";
 import { numberOption, scriptArgs } from "../tools/script_args.ts";
+import { BF16_CEILING_TFLOPS, COPY_CEILING_GBPS } from "./ceilings.ts";
 import { gitCommit, plannedKernels } from "./records.ts";
 import {
   chunkDeltaRule,
@@ -391,7 +392,7 @@ if (import.meta.main) {
     title,
     "",
     "FLOPs of the chunked forward: B T H (6 K V + 6 C K + 4 C V), C = 64; forward + backward: 3x that. " +
-    "Decode GB/s: fp32 state read + written. Ceilings (ANCHORS.md): 699 TFLOP/s, 4252 GB/s.",
+    `Decode GB/s: fp32 state read + written. Ceilings (ANCHORS.md): ${BF16_CEILING_TFLOPS} TFLOP/s, ${COPY_CEILING_GBPS} GB/s.`,
     `Forward + backward: ${
       save
         ? "the forward keeps its per-chunk states for the backward (saveForBackward)"
