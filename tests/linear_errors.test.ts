@@ -380,6 +380,19 @@ deviceTest(
       fwd({ saved: aw.descriptor(), written: new Uint8Array(written.buffer) }),
       /saved: expected a 1-D buffer, got shape \[1, 4, 12, 64\]/,
     );
+    using wide = Tensor.empty([39937], { device });
+    const unaligned = encodeDescriptor({
+      ptr: Deno.UnsafePointer.offset(wide.pointer!, 4),
+      dtype: 0,
+      deviceType: wide.deviceId.type,
+      deviceIndex: wide.deviceId.index,
+      shape: [39936],
+      strides: [1],
+    });
+    refuses(
+      fwd({ saved: unaligned, written: new Uint8Array(written.buffer) }),
+      /saved: expected a 16-byte aligned buffer/,
+    );
     // Decode: new_state must be state itself or apart from it.
     using sq = Tensor.randn([1, 1, 4], { device });
     using sv = Tensor.randn([1, 1, 4], { device });

@@ -45,7 +45,7 @@ extern "C" {
  *                 WY factors, w = Aw k and u = Au v per chunk, with Aw = A diag(beta exp(gc)),
  *                 Au = A diag(beta), A = (I + tril(diag(beta) K K^T * decay, -1))^-1 and gc the
  *                 gate cumulated within the chunk
- *   saved         or NULL: a contiguous 1-D buffer of the dtype of q, at least
+ *   saved         or NULL: a contiguous, 16-byte aligned 1-D buffer of the dtype of q, at least
  *                 H * NCS * (K * V + 64 * V + 64 * 64 + 64 * K) elements, NCS = B * ceil(T / 64)
  *                 without cu_seqlens and ceil(T / 64) + N with it. The forward may store there what the
  *                 backward would otherwise recompute (the state before every chunk of 64 tokens, the

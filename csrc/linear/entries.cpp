@@ -1,6 +1,7 @@
 // The delta-rule family's C entries: validate every argument (messages name it), fill the internal
 // structs of delta_rule.h and dispatch by device.
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -92,11 +93,13 @@ void check_chunk_outputs(const DeltaProblem& p, const ak_tensor& q, const ak_ten
   if (au) check_state(au, "au", {p.B, p.H, p.T, C}, q, "q");
 }
 
-// The saved-for-backward buffer: contiguous, 1-D, dtype of q, on q's device, large enough for the
-// per-chunk states and v - w S of every chunk of 64 (attnkit_linear.h).
+// The saved-for-backward buffer: contiguous, 1-D, dtype of q, on q's device, 16-byte aligned (its parts
+// are read in 16-byte pieces), large enough for the per-chunk states and v - w S of every chunk of 64
+// (attnkit_linear.h).
 void check_saved(const DeltaProblem& p, const ak_tensor* saved, const ak_tensor& q) {
   const ak_tensor& t = check_contiguous(saved, "saved");
   require(t.rank == 1, "saved: expected a 1-D buffer, got shape " + shape_string(t));
+  require(reinterpret_cast<uintptr_t>(t.data) % 16 == 0, "saved: expected a 16-byte aligned buffer");
   check_same_dtype(t, "saved", q, "q");
   check_same_device(t, "saved", q, "q");
   const int64_t need = saved_elements(p.H, p.chunk_capacity(64), p.K, p.V);
