@@ -102,7 +102,8 @@ function forwardCase(row: KernelRow, spec: CaseSpec, tuning: TuningSpec, seed: n
 
 /**
  * The backward of a case against the oracle, under a tuning spec. `saved`: from the states the
- * forward saved, the row checked in the forward's plan ("forward") or the backward's ("backward").
+ * forward saved, the row checked in the forward's plan ("forward") or the backward's ("backward"),
+ * twice from the same saves.
  */
 function backwardCase(
   row: KernelRow,
@@ -113,7 +114,6 @@ function backwardCase(
 ): void {
   using c = new DeltaCase(DEVICE, spec, seed);
   const { dOutput, dFinalState } = c.cotangents(seed);
-  const out = c.backwardBuffers();
   const forward = () =>
     chunkGatedDeltaRule(c.q, c.k, c.v, c.g!, c.beta, { ...c.options(), saveForBackward: true });
   using r = saved === "forward"
@@ -122,24 +122,31 @@ function backwardCase(
     ? withTuning(tuning, forward)
     : undefined;
   if (saved) assert.ok(r?.saved?.stored, `${rowName(row)}: the forward saved no states`);
-  const backward = () =>
-    chunkGatedDeltaRuleBackward(dOutput, c.q, c.k, c.v, c.g!, c.beta, {
-      ...c.options(),
-      dFinalState,
-      out,
-      saved: r?.saved,
-    });
-  if (saved === "forward") withTuning(tuning, backward);
-  else pinned(row, tuning, backward);
   const ref = c.referenceBackward(dOutput, dFinalState);
   const t = tol(spec.dtype);
-  const what = `${rowName(row)} ${JSON.stringify(tuning)}${saved ? " saved" : ""} ${JSON.stringify(spec)}`;
-  expectClose(out.dq, ref.dq, t.dqkv, `dq (${what})`);
-  expectClose(out.dk, ref.dk, t.dqkv, `dk (${what})`);
-  expectClose(out.dv, ref.dv, t.dqkv, `dv (${what})`);
-  expectClose(out.dbeta, ref.dbeta, t.dsmall, `dbeta (${what})`);
-  expectClose(out.dg!, ref.dg, t.dsmall, `dg (${what})`);
-  expectClose(out.dInitialState!, ref.dInitialState, t.dsmall, `dInitialState (${what})`);
+  // A backward reads the saves and leaves them as they were: a second one from the same saves, into
+  // freshly poisoned buffers, must give the same gradients.
+  for (let pass = 1; pass <= (saved ? 2 : 1); ++pass) {
+    const out = c.backwardBuffers();
+    const backward = () =>
+      chunkGatedDeltaRuleBackward(dOutput, c.q, c.k, c.v, c.g!, c.beta, {
+        ...c.options(),
+        dFinalState,
+        out,
+        saved: r?.saved,
+      });
+    if (saved === "forward") withTuning(tuning, backward);
+    else pinned(row, tuning, backward);
+    const what = `${rowName(row)} ${JSON.stringify(tuning)}${saved ? ` saved, backward ${pass}` : ""} ${
+      JSON.stringify(spec)
+    }`;
+    expectClose(out.dq, ref.dq, t.dqkv, `dq (${what})`);
+    expectClose(out.dk, ref.dk, t.dqkv, `dk (${what})`);
+    expectClose(out.dv, ref.dv, t.dqkv, `dv (${what})`);
+    expectClose(out.dbeta, ref.dbeta, t.dsmall, `dbeta (${what})`);
+    expectClose(out.dg!, ref.dg, t.dsmall, `dg (${what})`);
+    expectClose(out.dInitialState!, ref.dInitialState, t.dsmall, `dInitialState (${what})`);
+  }
 }
 
 const PACKED: Partial<CaseSpec> = { B: 1, T: 260, cuSeqlens: [0, 70, 70, 200, 201] };
