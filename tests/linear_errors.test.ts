@@ -380,6 +380,7 @@ deviceTest(
       fwd({ saved: aw.descriptor(), written: new Uint8Array(written.buffer) }),
       /saved: expected a 1-D buffer, got shape \[1, 4, 12, 64\]/,
     );
+    // A view that starts 4 bytes into a buffer: refused before its size is looked at.
     using wide = Tensor.empty([39937], { device });
     const unaligned = encodeDescriptor({
       ptr: Deno.UnsafePointer.offset(wide.pointer!, 4),
